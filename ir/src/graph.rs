@@ -1,0 +1,333 @@
+//! The graph: a typed SSA DAG of tensor ops with named parameters and outputs.
+
+use crate::infer::infer;
+use crate::op::{Op, Scalar};
+use crate::types::TensorType;
+use crate::DType;
+use std::collections::HashSet;
+use std::fmt;
+
+/// The id of a value (the result of one node). Ids index [`Graph::nodes`]; a node
+/// only uses ids smaller than its own, so node order is a topological order.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct ValueId(pub u32);
+
+impl ValueId {
+    /// The index into [`Graph::nodes`].
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for ValueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+/// One op application. Its result has type `ty`.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Node {
+    /// The op and its attributes.
+    pub op: Op,
+    /// Operands, in order.
+    pub inputs: Vec<ValueId>,
+    /// Result type, inferred when the node was added.
+    pub ty: TensorType,
+    /// The name bound in text (`h = ...`); `None` for nested expressions and literals.
+    pub name: Option<String>,
+}
+
+/// A tensor program: parameters, nodes in topological order, outputs.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct Graph {
+    /// The graph's name (`graph mlp(...)`).
+    pub name: String,
+    /// Every node; parameters are nodes with [`Op::Param`].
+    pub nodes: Vec<Node>,
+    /// Parameter values in declaration order.
+    pub params: Vec<ValueId>,
+    /// Returned values in order (a value may be returned more than once).
+    pub outputs: Vec<ValueId>,
+    /// The `-> T, T` annotation, when the text had one.
+    pub declared_outputs: Option<Vec<TensorType>>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new(name: impl Into<String>) -> Graph {
+        Graph {
+            name: name.into(),
+            ..Graph::default()
+        }
+    }
+
+    /// The node producing `v`.
+    pub fn node(&self, v: ValueId) -> &Node {
+        &self.nodes[v.index()]
+    }
+
+    /// The type of `v`.
+    pub fn ty(&self, v: ValueId) -> &TensorType {
+        &self.nodes[v.index()].ty
+    }
+
+    /// Appends a parameter. Names must be unique among named values.
+    pub fn add_param(
+        &mut self,
+        name: impl Into<String>,
+        ty: TensorType,
+    ) -> Result<ValueId, String> {
+        let name = name.into();
+        crate::types::check_shape(&ty.shape)?;
+        let index = self.params.len();
+        let id = self.push(Node {
+            op: Op::Param { index },
+            inputs: vec![],
+            ty,
+            name: Some(name),
+        })?;
+        self.params.push(id);
+        Ok(id)
+    }
+
+    /// Appends a rank-0 literal of the given dtype.
+    pub fn add_literal(&mut self, value: Scalar, dtype: DType) -> Result<ValueId, String> {
+        if let (Scalar::Float(v), false) = (value, dtype.is_float()) {
+            return Err(format!("literal {v} cannot be a {dtype}"));
+        }
+        self.push(Node {
+            op: Op::Literal { value },
+            inputs: vec![],
+            ty: TensorType::scalar(dtype),
+            name: None,
+        })
+    }
+
+    /// Appends `op(inputs)` with an optional name, inferring (and so checking) its type.
+    pub fn add(
+        &mut self,
+        op: Op,
+        inputs: &[ValueId],
+        name: Option<String>,
+    ) -> Result<ValueId, String> {
+        if matches!(op, Op::Param { .. } | Op::Literal { .. }) {
+            return Err(format!("use add_param/add_literal for {}", op.name()));
+        }
+        for &v in inputs {
+            if v.index() >= self.nodes.len() {
+                return Err(format!("operand {v} is not defined"));
+            }
+        }
+        let tys: Vec<&TensorType> = inputs.iter().map(|&v| self.ty(v)).collect();
+        let ty = infer(&op, &tys)?;
+        self.push(Node {
+            op,
+            inputs: inputs.to_vec(),
+            ty,
+            name,
+        })
+    }
+
+    fn push(&mut self, node: Node) -> Result<ValueId, String> {
+        if let Some(name) = &node.name {
+            if !is_valid_name(name) {
+                return Err(format!("`{name}` is not a valid name"));
+            }
+            if self.find(name).is_some() {
+                return Err(format!("`{name}` is already defined"));
+            }
+        }
+        let id = ValueId(u32::try_from(self.nodes.len()).map_err(|_| "too many nodes")?);
+        self.nodes.push(node);
+        Ok(id)
+    }
+
+    /// The value bound to `name`, if any.
+    pub fn find(&self, name: &str) -> Option<ValueId> {
+        self.nodes
+            .iter()
+            .position(|n| n.name.as_deref() == Some(name))
+            .map(|i| ValueId(i as u32))
+    }
+
+    /// All value ids in node order.
+    pub fn values(&self) -> impl Iterator<Item = ValueId> {
+        (0..self.nodes.len() as u32).map(ValueId)
+    }
+
+    /// How many times each value is used as an operand or output.
+    pub fn use_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.nodes.len()];
+        for n in &self.nodes {
+            for &i in &n.inputs {
+                counts[i.index()] += 1;
+            }
+        }
+        for &o in &self.outputs {
+            counts[o.index()] += 1;
+        }
+        counts
+    }
+
+    /// The name of output `i`: the returned value's name, or `output{i}` when it has none.
+    pub fn output_name(&self, i: usize) -> String {
+        self.node(self.outputs[i])
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("output{i}"))
+    }
+
+    /// The parameter types in order.
+    pub fn param_types(&self) -> Vec<TensorType> {
+        self.params.iter().map(|&p| self.ty(p).clone()).collect()
+    }
+
+    /// Counts nodes that do work (everything but params and literals).
+    pub fn op_count(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| !matches!(n.op, Op::Param { .. } | Op::Literal { .. }))
+            .count()
+    }
+
+    /// Returns a copy without nodes that no output depends on (params are kept).
+    pub fn without_dead_nodes(&self) -> Graph {
+        let mut live = vec![false; self.nodes.len()];
+        for &o in &self.outputs {
+            live[o.index()] = true;
+        }
+        for (i, n) in self.nodes.iter().enumerate().rev() {
+            if live[i] || matches!(n.op, Op::Param { .. }) {
+                live[i] = true;
+                for &x in &n.inputs {
+                    live[x.index()] = true;
+                }
+            }
+        }
+        let mut remap = vec![ValueId(u32::MAX); self.nodes.len()];
+        let mut out = Graph {
+            name: self.name.clone(),
+            declared_outputs: self.declared_outputs.clone(),
+            ..Graph::default()
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            remap[i] = ValueId(out.nodes.len() as u32);
+            let mut n = n.clone();
+            for x in &mut n.inputs {
+                *x = remap[x.index()];
+            }
+            if matches!(n.op, Op::Param { .. }) {
+                out.params.push(remap[i]);
+            }
+            out.nodes.push(n);
+        }
+        out.outputs = self.outputs.iter().map(|o| remap[o.index()]).collect();
+        out
+    }
+}
+
+/// True if `s` matches `[A-Za-z_][A-Za-z0-9_.]*`.
+pub fn is_valid_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+}
+
+/// Checks a graph's invariants: operands defined before use, params consistent,
+/// names valid and unique, every node's type equal to what [`infer`] gives, outputs
+/// defined, declared output types matching. Passes call this after they run.
+pub fn verify(g: &Graph) -> Result<(), String> {
+    let mut names = HashSet::new();
+    let mut param_count = 0;
+    for (i, n) in g.nodes.iter().enumerate() {
+        let id = ValueId(i as u32);
+        let label = match &n.name {
+            Some(name) => format!("{id} (`{name}`)"),
+            None => format!("{id}"),
+        };
+        if let Some(name) = &n.name {
+            if !is_valid_name(name) {
+                return Err(format!("{label}: invalid name"));
+            }
+            if !names.insert(name.as_str()) {
+                return Err(format!("{label}: name defined twice"));
+            }
+        }
+        for &x in &n.inputs {
+            if x.index() >= i {
+                return Err(format!(
+                    "{label}: operand {x} is not defined before its use"
+                ));
+            }
+        }
+        crate::types::check_shape(&n.ty.shape).map_err(|e| format!("{label}: {e}"))?;
+        match &n.op {
+            Op::Param { index } => {
+                if *index != param_count || g.params.get(*index) != Some(&id) {
+                    return Err(format!("{label}: parameter {index} is out of order"));
+                }
+                param_count += 1;
+            }
+            Op::Literal { value } => {
+                if !n.inputs.is_empty() || n.ty.rank() != 0 {
+                    return Err(format!("{label}: a literal is rank 0 with no operands"));
+                }
+                if matches!(value, Scalar::Float(_)) && !n.ty.dtype.is_float() {
+                    return Err(format!("{label}: float literal typed {}", n.ty.dtype));
+                }
+            }
+            op => {
+                let tys: Vec<&TensorType> = n.inputs.iter().map(|&x| g.ty(x)).collect();
+                let ty = infer(op, &tys).map_err(|e| format!("{label}: {e}"))?;
+                if ty != n.ty {
+                    return Err(format!(
+                        "{label}: {} is recorded as {} but infers as {ty}",
+                        op.name(),
+                        n.ty
+                    ));
+                }
+            }
+        }
+    }
+    if param_count != g.params.len() {
+        return Err("the parameter list does not match the param nodes".into());
+    }
+    if g.outputs.is_empty() {
+        return Err("the graph returns nothing".into());
+    }
+    for &o in &g.outputs {
+        if o.index() >= g.nodes.len() {
+            return Err(format!("output {o} is not defined"));
+        }
+    }
+    if let Some(decl) = &g.declared_outputs {
+        check_declared_outputs(g, decl)?;
+    }
+    Ok(())
+}
+
+/// Checks a `-> T, T` annotation against the returned values.
+pub fn check_declared_outputs(g: &Graph, decl: &[TensorType]) -> Result<(), String> {
+    if decl.len() != g.outputs.len() {
+        return Err(format!(
+            "the signature declares {} result{} but the graph returns {}",
+            decl.len(),
+            if decl.len() == 1 { "" } else { "s" },
+            g.outputs.len()
+        ));
+    }
+    for (i, (d, &o)) in decl.iter().zip(&g.outputs).enumerate() {
+        if d != g.ty(o) {
+            return Err(format!(
+                "result {i} is declared {d} but `{}` is {}",
+                g.output_name(i),
+                g.ty(o)
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,677 @@
+//! Shape and dtype inference: the typing rule of every op.
+//!
+//! [`infer`] is the single source of truth for what an op produces; the graph
+//! builder calls it when a node is added and the verifier calls it again to
+//! check graphs that passes rewrote.
+
+use crate::op::{ArgReduceOp, BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::types::{broadcast_shapes, check_shape, normalize_axis, ShapeDisplay, TensorType};
+use crate::{promote, DType};
+
+/// Infers the result type of `op` applied to operands of types `inputs`.
+/// The error is a sentence naming the op and what is wrong.
+pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
+    if let Some(n) = op.arity() {
+        if inputs.len() != n {
+            return Err(format!(
+                "{} takes {n} operand{}, got {}",
+                op.name(),
+                if n == 1 { "" } else { "s" },
+                inputs.len()
+            ));
+        }
+    }
+    let name = op.name();
+    let ty = match op {
+        Op::Param { .. } => return Err("param nodes are typed by their declaration".into()),
+        Op::Literal { .. } => return Err("literal nodes are typed by their context".into()),
+        Op::Unary(u) => {
+            let x = inputs[0];
+            let dtype = match u {
+                UnaryOp::Not => DType::Bool,
+                _ if u.is_transcendental() && !x.dtype.is_float() => DType::F32,
+                UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sign
+                    if x.dtype == DType::Bool =>
+                {
+                    return Err(format!("{name} is not defined for bool tensors"))
+                }
+                _ => x.dtype,
+            };
+            x.with_dtype(dtype)
+        }
+        Op::Binary(b) => {
+            let (x, y) = (inputs[0], inputs[1]);
+            let shape = broadcast_shapes(&x.shape, &y.shape).map_err(|e| format!("{name}: {e}"))?;
+            let common = promote(x.dtype, y.dtype);
+            let dtype = if b.is_comparison() || b.is_logical() {
+                DType::Bool
+            } else if *b == BinaryOp::Div && !common.is_float() {
+                DType::F32
+            } else if common == DType::Bool
+                && !matches!(b, BinaryOp::Maximum | BinaryOp::Minimum | BinaryOp::Mul)
+            {
+                return Err(format!(
+                    "{name} is not defined for bool tensors (use `or`/`and`, or cast first)"
+                ));
+            } else {
+                common
+            };
+            TensorType { dtype, shape }
+        }
+        Op::Where => {
+            let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
+            if c.dtype != DType::Bool {
+                return Err(format!(
+                    "where: the condition must be bool, not {} (compare first, e.g. `gt(x, 0.0)`)",
+                    c.dtype
+                ));
+            }
+            let ab = broadcast_shapes(&a.shape, &b.shape).map_err(|e| format!("where: {e}"))?;
+            let shape = broadcast_shapes(&c.shape, &ab).map_err(|e| format!("where: {e}"))?;
+            TensorType {
+                dtype: promote(a.dtype, b.dtype),
+                shape,
+            }
+        }
+        Op::Cast { to } => inputs[0].with_dtype(*to),
+        Op::Reduce {
+            op: r,
+            axes,
+            keepdim,
+        } => {
+            let x = inputs[0];
+            let reduced = reduced_axes(name, axes.as_deref(), x.rank())?;
+            let dtype = match r {
+                ReduceOp::Mean if !x.dtype.is_float() => {
+                    return Err(format!(
+                        "mean needs a float tensor, not {} (cast first)",
+                        x.dtype
+                    ))
+                }
+                ReduceOp::Sum | ReduceOp::Prod if !x.dtype.is_float() => DType::I64,
+                ReduceOp::Max | ReduceOp::Min if x.numel() == 0 => {
+                    return Err(format!("{name} of an empty tensor has no identity"))
+                }
+                _ => x.dtype,
+            };
+            if matches!(r, ReduceOp::Max | ReduceOp::Min)
+                && reduced.iter().any(|&a| x.shape.get(a) == Some(&0))
+            {
+                return Err(format!("{name} over an axis of extent 0 has no identity"));
+            }
+            TensorType {
+                dtype,
+                shape: reduce_shape(&x.shape, &reduced, *keepdim),
+            }
+        }
+        Op::ArgReduce {
+            op: _,
+            axis,
+            keepdim,
+        } => {
+            let x = inputs[0];
+            if x.dtype == DType::Bool {
+                return Err(format!("{name} is not defined for bool tensors"));
+            }
+            let shape = match axis {
+                None => {
+                    if x.numel() == 0 {
+                        return Err(format!("{name} of an empty tensor"));
+                    }
+                    if *keepdim {
+                        vec![1; x.rank()]
+                    } else {
+                        vec![]
+                    }
+                }
+                Some(a) => {
+                    let a = normalize_axis(*a, x.rank()).map_err(|e| format!("{name}: {e}"))?;
+                    if x.shape.get(a) == Some(&0) {
+                        return Err(format!("{name} over an axis of extent 0"));
+                    }
+                    let axes = if x.rank() == 0 { vec![] } else { vec![a] };
+                    reduce_shape(&x.shape, &axes, *keepdim)
+                }
+            };
+            let _ = ArgReduceOp::ArgMax;
+            TensorType {
+                dtype: DType::I64,
+                shape,
+            }
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            let x = inputs[0];
+            normalize_axis(*axis, x.rank()).map_err(|e| format!("{name}: {e}"))?;
+            float_input(name, x)?;
+            x.clone()
+        }
+        Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
+            let x = inputs[0];
+            float_input(name, x)?;
+            if x.rank() == 0 {
+                return Err(format!("{name} needs a tensor of rank >= 1"));
+            }
+            if !eps.is_finite() || *eps < 0.0 {
+                return Err(format!("{name}: eps must be finite and >= 0"));
+            }
+            let last = *x.shape.last().unwrap();
+            for (i, p) in inputs[1..].iter().enumerate() {
+                let what = if i == 0 { "weight" } else { "bias" };
+                if p.shape != [last] {
+                    return Err(format!(
+                        "{name}: {what} must have shape [{last}] (the last axis of {}), not {}",
+                        x,
+                        ShapeDisplay(&p.shape)
+                    ));
+                }
+                if p.dtype != x.dtype {
+                    return Err(format!(
+                        "{name}: {what} dtype {} differs from input dtype {}",
+                        p.dtype, x.dtype
+                    ));
+                }
+            }
+            x.clone()
+        }
+        Op::MatMul => matmul_type(inputs[0], inputs[1])?,
+        Op::Reshape { shape } => {
+            let x = inputs[0];
+            let out = reshape_target(shape, x.numel())?;
+            x.with_dtype(x.dtype).with_shape(out)
+        }
+        Op::Permute { dims } => {
+            let x = inputs[0];
+            let perm = permutation(name, dims, x.rank())?;
+            x.with_shape(perm.iter().map(|&d| x.shape[d]).collect())
+        }
+        Op::Transpose { dim0, dim1 } => {
+            let x = inputs[0];
+            let a = normalize_axis(*dim0, x.rank()).map_err(|e| format!("{name}: dim0: {e}"))?;
+            let b = normalize_axis(*dim1, x.rank()).map_err(|e| format!("{name}: dim1: {e}"))?;
+            let mut shape = x.shape.clone();
+            if x.rank() > 0 {
+                shape.swap(a, b);
+            }
+            x.with_shape(shape)
+        }
+        Op::Expand { shape } => {
+            let x = inputs[0];
+            x.with_shape(expand_target(&x.shape, shape)?)
+        }
+        Op::Squeeze { axes } => {
+            let x = inputs[0];
+            let shape = match axes {
+                None => x.shape.iter().copied().filter(|&d| d != 1).collect(),
+                Some(axes) => {
+                    let axes = unique_axes(name, axes, x.rank())?;
+                    let mut shape = Vec::new();
+                    for (i, &d) in x.shape.iter().enumerate() {
+                        if axes.contains(&i) {
+                            if d != 1 {
+                                return Err(format!("squeeze: axis {i} has extent {d}, not 1"));
+                            }
+                        } else {
+                            shape.push(d);
+                        }
+                    }
+                    shape
+                }
+            };
+            x.with_shape(shape)
+        }
+        Op::Unsqueeze { axis } => {
+            let x = inputs[0];
+            let a = normalize_axis(*axis, x.rank() + 1).map_err(|e| format!("{name}: {e}"))?;
+            let mut shape = x.shape.clone();
+            shape.insert(a, 1);
+            x.with_shape(shape)
+        }
+        Op::Slice {
+            axis,
+            start,
+            end,
+            step,
+        } => {
+            let x = inputs[0];
+            if x.rank() == 0 {
+                return Err("slice needs a tensor of rank >= 1".into());
+            }
+            let a = normalize_axis(*axis, x.rank()).map_err(|e| format!("{name}: {e}"))?;
+            if *step < 1 {
+                return Err(format!("slice: step must be at least 1, not {step}"));
+            }
+            let (lo, hi) = slice_bounds(x.shape[a], *start, *end);
+            let len = if hi > lo {
+                (hi - lo).div_ceil(*step as usize)
+            } else {
+                0
+            };
+            let mut shape = x.shape.clone();
+            shape[a] = len;
+            x.with_shape(shape)
+        }
+        Op::Concat { axis } => {
+            if inputs.is_empty() {
+                return Err("concat needs at least one operand".into());
+            }
+            let first = inputs[0];
+            if first.rank() == 0 {
+                return Err("concat: operands must have rank >= 1".into());
+            }
+            let a = normalize_axis(*axis, first.rank()).map_err(|e| format!("{name}: {e}"))?;
+            let mut shape = first.shape.clone();
+            shape[a] = 0;
+            for (i, t) in inputs.iter().enumerate() {
+                if t.dtype != first.dtype {
+                    return Err(format!(
+                        "concat: operand {i} has dtype {}, operand 0 has {}",
+                        t.dtype, first.dtype
+                    ));
+                }
+                if t.rank() != first.rank()
+                    || t.shape
+                        .iter()
+                        .zip(&first.shape)
+                        .enumerate()
+                        .any(|(j, (x, y))| j != a && x != y)
+                {
+                    return Err(format!(
+                        "concat: operand {i} has shape {}, which differs from operand 0's {} off axis {a}",
+                        ShapeDisplay(&t.shape),
+                        ShapeDisplay(&first.shape)
+                    ));
+                }
+                shape[a] += t.shape[a];
+            }
+            TensorType::new(first.dtype, shape)?
+        }
+        Op::Pad { pads, value } => {
+            let x = inputs[0];
+            if pads.len() != 2 * x.rank() {
+                return Err(format!(
+                    "pad: pads needs 2 amounts per axis ({} for rank {}), got {}",
+                    2 * x.rank(),
+                    x.rank(),
+                    pads.len()
+                ));
+            }
+            if !x.dtype.is_float() && value.fract() != 0.0 {
+                return Err(format!(
+                    "pad: value {value} is not representable in {}",
+                    x.dtype
+                ));
+            }
+            let mut shape = Vec::with_capacity(x.rank());
+            for (i, &d) in x.shape.iter().enumerate() {
+                let n = d as i128 + pads[2 * i] as i128 + pads[2 * i + 1] as i128;
+                if n < 0 || n > crate::types::MAX_ELEMENTS as i128 {
+                    return Err(format!(
+                        "pad: axis {i} of extent {d} padded by ({}, {}) has invalid extent {n}",
+                        pads[2 * i],
+                        pads[2 * i + 1]
+                    ));
+                }
+                shape.push(n as usize);
+            }
+            TensorType::new(x.dtype, shape)?
+        }
+        Op::IndexSelect { axis } => {
+            let (x, idx) = (inputs[0], inputs[1]);
+            index_dtype(name, idx)?;
+            if idx.rank() != 1 {
+                return Err(format!(
+                    "index_select: the index must be 1-D, not {}",
+                    ShapeDisplay(&idx.shape)
+                ));
+            }
+            if x.rank() == 0 {
+                return Err("index_select needs a tensor of rank >= 1".into());
+            }
+            let a = normalize_axis(*axis, x.rank()).map_err(|e| format!("{name}: {e}"))?;
+            let mut shape = x.shape.clone();
+            shape[a] = idx.shape[0];
+            TensorType::new(x.dtype, shape)?
+        }
+        Op::Gather { axis } => {
+            let (x, idx) = (inputs[0], inputs[1]);
+            index_dtype(name, idx)?;
+            if x.rank() == 0 || idx.rank() != x.rank() {
+                return Err(format!(
+                    "gather: the index must have the same rank as the input ({}), not {}",
+                    x.rank(),
+                    idx.rank()
+                ));
+            }
+            let a = normalize_axis(*axis, x.rank()).map_err(|e| format!("{name}: {e}"))?;
+            // take_along_dim: all axes but `axis` broadcast against each other.
+            let mut shape = Vec::with_capacity(x.rank());
+            for i in 0..x.rank() {
+                if i == a {
+                    shape.push(idx.shape[i]);
+                } else {
+                    let (p, q) = (x.shape[i], idx.shape[i]);
+                    shape.push(if p == q || q == 1 {
+                        p
+                    } else if p == 1 {
+                        q
+                    } else {
+                        return Err(format!(
+                            "gather: index shape {} does not broadcast against input shape {} on axis {i}",
+                            ShapeDisplay(&idx.shape),
+                            ShapeDisplay(&x.shape)
+                        ));
+                    });
+                }
+            }
+            TensorType::new(x.dtype, shape)?
+        }
+        Op::Full {
+            shape,
+            value,
+            dtype,
+        } => {
+            if !dtype.is_float() && value.fract() != 0.0 {
+                return Err(format!(
+                    "full: value {value} is not representable in {dtype}"
+                ));
+            }
+            TensorType::new(*dtype, shape.clone())?
+        }
+        Op::Arange {
+            start,
+            end,
+            step,
+            dtype,
+        } => {
+            if !start.is_finite() || !end.is_finite() || !step.is_finite() || *step == 0.0 {
+                return Err("arange: start, end and step must be finite, step non-zero".into());
+            }
+            if *dtype == DType::Bool {
+                return Err("arange: dtype bool is not allowed".into());
+            }
+            let n = ((end - start) / step).ceil().max(0.0);
+            if n > crate::types::MAX_ELEMENTS as f64 {
+                return Err(format!("arange: {n} elements exceeds the limit"));
+            }
+            TensorType::new(*dtype, vec![n as usize])?
+        }
+    };
+    check_shape(&ty.shape).map_err(|e| format!("{name}: {e}"))?;
+    Ok(ty)
+}
+
+impl TensorType {
+    /// The same dtype with another shape.
+    pub fn with_shape(&self, shape: Vec<usize>) -> TensorType {
+        TensorType {
+            dtype: self.dtype,
+            shape,
+        }
+    }
+}
+
+fn float_input(name: &str, x: &TensorType) -> Result<(), String> {
+    if x.dtype.is_float() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name} needs a float tensor, not {} (cast first)",
+            x.dtype
+        ))
+    }
+}
+
+fn index_dtype(name: &str, idx: &TensorType) -> Result<(), String> {
+    if idx.dtype.is_int() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name}: the index must be i32 or i64, not {}",
+            idx.dtype
+        ))
+    }
+}
+
+/// Normalizes and deduplicates a list of axes.
+pub fn unique_axes(name: &str, axes: &[i64], rank: usize) -> Result<Vec<usize>, String> {
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let n = normalize_axis(a, rank).map_err(|e| format!("{name}: {e}"))?;
+        if out.contains(&n) {
+            return Err(format!("{name}: axis {a} appears twice"));
+        }
+        out.push(n);
+    }
+    Ok(out)
+}
+
+/// The normalized axes a reduction reduces (`None` means all). A rank-0 input reduces nothing.
+pub fn reduced_axes(name: &str, axes: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, String> {
+    let mut out = match axes {
+        None => (0..rank).collect(),
+        Some(axes) => unique_axes(name, axes, rank)?,
+    };
+    if rank == 0 {
+        out.clear();
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// The shape left after reducing `axes` (kept as extent 1 with `keepdim`).
+pub fn reduce_shape(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| {
+            if axes.contains(&i) {
+                keepdim.then_some(1)
+            } else {
+                Some(d)
+            }
+        })
+        .collect()
+}
+
+/// Validates a permutation of `rank` axes and normalizes negative entries.
+pub fn permutation(name: &str, dims: &[i64], rank: usize) -> Result<Vec<usize>, String> {
+    if dims.len() != rank {
+        return Err(format!(
+            "{name}: dims has {} entries but the tensor has rank {rank}",
+            dims.len()
+        ));
+    }
+    let perm = unique_axes(name, dims, rank)
+        .map_err(|e| format!("{e} (dims must be a permutation of 0..{rank})"))?;
+    Ok(perm)
+}
+
+/// Resolves a reshape target with at most one `-1` against an element count.
+pub fn reshape_target(shape: &[i64], numel: usize) -> Result<Vec<usize>, String> {
+    let mut infer_at = None;
+    let mut known: usize = 1;
+    for (i, &d) in shape.iter().enumerate() {
+        if d == -1 {
+            if infer_at.is_some() {
+                return Err("reshape: at most one extent may be -1".into());
+            }
+            infer_at = Some(i);
+        } else if d < 0 {
+            return Err(format!("reshape: extent {d} is negative"));
+        } else {
+            known = known
+                .checked_mul(d as usize)
+                .filter(|&n| n <= crate::types::MAX_ELEMENTS)
+                .ok_or("reshape: target shape has too many elements")?;
+        }
+    }
+    let mut out: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+    if let Some(i) = infer_at {
+        if known == 0 || numel % known != 0 {
+            return Err(format!(
+                "reshape: cannot infer the -1 extent: {numel} elements do not divide into {}",
+                fmt_i64s(shape)
+            ));
+        }
+        out[i] = numel / known;
+    } else if known != numel {
+        return Err(format!(
+            "reshape: target shape {} has {known} elements but the input has {numel}",
+            fmt_i64s(shape)
+        ));
+    }
+    check_shape(&out)?;
+    Ok(out)
+}
+
+/// Resolves an expand target (`-1` keeps the input extent) and checks it broadcasts.
+pub fn expand_target(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, String> {
+    if shape.len() < from.len() {
+        return Err(format!(
+            "expand: target rank {} is below the input rank {}",
+            shape.len(),
+            from.len()
+        ));
+    }
+    let lead = shape.len() - from.len();
+    let mut out = Vec::with_capacity(shape.len());
+    for (i, &d) in shape.iter().enumerate() {
+        let src = if i >= lead {
+            Some(from[i - lead])
+        } else {
+            None
+        };
+        let n = match (d, src) {
+            (-1, Some(s)) => s,
+            (-1, None) => {
+                return Err(format!(
+                    "expand: -1 is not allowed for the new leading axis {i}"
+                ))
+            }
+            (d, _) if d < 0 => return Err(format!("expand: extent {d} is negative")),
+            (d, Some(s)) if s != 1 && s as i64 != d => return Err(format!(
+                "expand: cannot expand axis {i} of extent {s} to {d} (only extent-1 axes expand)"
+            )),
+            (d, _) => d as usize,
+        };
+        out.push(n);
+    }
+    check_shape(&out)?;
+    Ok(out)
+}
+
+/// Python slice clamping: returns the half-open range `[lo, hi)` within `0..len`.
+pub fn slice_bounds(len: usize, start: i64, end: i64) -> (usize, usize) {
+    let clamp = |v: i64| -> usize {
+        let len = len as i64;
+        let v = if v < 0 { v.saturating_add(len) } else { v };
+        v.clamp(0, len) as usize
+    };
+    (clamp(start), clamp(end))
+}
+
+fn matmul_type(a: &TensorType, b: &TensorType) -> Result<TensorType, String> {
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err("matmul: operands must have rank >= 1".into());
+    }
+    if a.dtype != b.dtype {
+        return Err(format!(
+            "matmul: operand dtypes differ ({} and {}); cast one",
+            a.dtype, b.dtype
+        ));
+    }
+    if a.dtype == DType::Bool {
+        return Err("matmul is not defined for bool tensors".into());
+    }
+    // 1-D operands are promoted to matrices and the added axis removed afterwards.
+    let a2 = if a.rank() == 1 {
+        vec![1, a.shape[0]]
+    } else {
+        a.shape.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        vec![b.shape[0], 1]
+    } else {
+        b.shape.clone()
+    };
+    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
+    if k != k2 {
+        return Err(format!(
+            "matmul: inner dimensions differ: {} @ {} ({k} vs {k2})",
+            ShapeDisplay(&a.shape),
+            ShapeDisplay(&b.shape)
+        ));
+    }
+    let batch = broadcast_shapes(&a2[..a2.len() - 2], &b2[..b2.len() - 2])
+        .map_err(|e| format!("matmul: batch axes: {e}"))?;
+    let mut shape = batch;
+    if a.rank() > 1 {
+        shape.push(m);
+    }
+    if b.rank() > 1 {
+        shape.push(n);
+    }
+    TensorType::new(a.dtype, shape)
+}
+
+fn fmt_i64s(v: &[i64]) -> String {
+    format!(
+        "[{}]",
+        v.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(d: DType, s: &[usize]) -> TensorType {
+        TensorType::new(d, s.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn matmul_shapes() {
+        let f = DType::F32;
+        assert_eq!(
+            matmul_type(&t(f, &[3]), &t(f, &[3])).unwrap().shape,
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            matmul_type(&t(f, &[2, 3]), &t(f, &[3])).unwrap().shape,
+            vec![2]
+        );
+        assert_eq!(
+            matmul_type(&t(f, &[3]), &t(f, &[3, 4])).unwrap().shape,
+            vec![4]
+        );
+        assert_eq!(
+            matmul_type(&t(f, &[5, 1, 2, 3]), &t(f, &[7, 3, 4]))
+                .unwrap()
+                .shape,
+            vec![5, 7, 2, 4]
+        );
+        assert!(matmul_type(&t(f, &[2, 3]), &t(f, &[4, 5])).is_err());
+    }
+
+    #[test]
+    fn reshape_and_expand() {
+        assert_eq!(reshape_target(&[-1, 4], 12).unwrap(), vec![3, 4]);
+        assert!(reshape_target(&[-1, -1], 12).is_err());
+        assert!(reshape_target(&[5], 12).is_err());
+        assert!(reshape_target(&[-1, 0], 12).is_err());
+        assert_eq!(expand_target(&[3, 1], &[2, -1, 4]).unwrap(), vec![2, 3, 4]);
+        assert!(expand_target(&[3], &[4]).is_err());
+    }
+
+    #[test]
+    fn slices_clamp_like_python() {
+        assert_eq!(slice_bounds(10, -3, i64::MAX), (7, 10));
+        assert_eq!(slice_bounds(10, 2, -2), (2, 8));
+        assert_eq!(slice_bounds(10, 20, 30), (10, 10));
+        assert_eq!(slice_bounds(10, i64::MIN, 3), (0, 3));
+    }
+}

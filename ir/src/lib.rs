@@ -1,0 +1,19 @@
+//! `ferrite-ir`: what a Ferrite program is.
+//!
+//! The graph IR (a typed SSA DAG of tensor ops), its `.fg` text format, the
+//! verifier, the reference interpreter, and host tensors. This crate knows
+//! nothing of e-graphs, Cranelift or the accelerator.
+#![warn(missing_docs)]
+
+mod dtype;
+mod graph;
+pub mod infer;
+pub mod op;
+mod tensor;
+pub mod types;
+
+pub use dtype::{promote, Category, DType};
+pub use graph::{check_declared_outputs, is_valid_name, verify, Graph, Node, ValueId};
+pub use op::{ArgReduceOp, AttrValue, BinaryOp, Op, ReduceOp, Scalar, UnaryOp};
+pub use tensor::{Data, SplitMix64, Tensor};
+pub use types::{TensorType, MAX_ELEMENTS, MAX_RANK};
