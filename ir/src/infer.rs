@@ -89,9 +89,6 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
                     ))
                 }
                 ReduceOp::Sum | ReduceOp::Prod if !x.dtype.is_float() => DType::I64,
-                ReduceOp::Max | ReduceOp::Min if x.numel() == 0 => {
-                    return Err(format!("{name} of an empty tensor has no identity"))
-                }
                 _ => x.dtype,
             };
             if matches!(r, ReduceOp::Max | ReduceOp::Min)
@@ -507,7 +504,7 @@ pub fn reshape_target(shape: &[i64], numel: usize) -> Result<Vec<usize>, String>
     }
     let mut out: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer_at {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(format!(
                 "reshape: cannot infer the -1 extent: {numel} elements do not divide into {}",
                 fmt_i64s(shape)

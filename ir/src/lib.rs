@@ -8,12 +8,18 @@
 mod dtype;
 mod graph;
 pub mod infer;
+pub mod interp;
+pub mod loops;
+pub mod npy;
 pub mod op;
 mod tensor;
+pub mod text;
 pub mod types;
 
 pub use dtype::{promote, Category, DType};
 pub use graph::{check_declared_outputs, is_valid_name, verify, Graph, Node, ValueId};
+pub use interp::interpret;
 pub use op::{ArgReduceOp, AttrValue, BinaryOp, Op, ReduceOp, Scalar, UnaryOp};
 pub use tensor::{Data, SplitMix64, Tensor};
+pub use text::{parse, parse_bytes, print, Diagnostic};
 pub use types::{TensorType, MAX_ELEMENTS, MAX_RANK};

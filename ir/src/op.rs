@@ -692,7 +692,9 @@ impl Op {
                 step,
                 dtype,
             } => {
-                out.push(("start", A::Float(*start)));
+                if *start != 0.0 || start.is_sign_negative() {
+                    out.push(("start", A::Float(*start)));
+                }
                 out.push(("end", A::Float(*end)));
                 if *step != 1.0 {
                     out.push(("step", A::Float(*step)));

@@ -70,8 +70,20 @@ impl Tensor {
         assert_eq!(ty.numel(), values.len(), "from_f64: element count");
         let data = match ty.dtype {
             DType::F32 => Data::F32(values.iter().map(|&v| v as f32).collect()),
-            DType::F16 => Data::F16(values.iter().map(|&v| f16::from_f64(v)).collect()),
-            DType::Bf16 => Data::Bf16(values.iter().map(|&v| bf16::from_f64(v)).collect()),
+            // half's from_f64 drops the low 32 mantissa bits before rounding, so values
+            // just above a tie round down; round to odd in f32 first, then round once.
+            DType::F16 => Data::F16(
+                values
+                    .iter()
+                    .map(|&v| f16::from_f32(f64_to_f32_round_odd(v)))
+                    .collect(),
+            ),
+            DType::Bf16 => Data::Bf16(
+                values
+                    .iter()
+                    .map(|&v| bf16::from_f32(f64_to_f32_round_odd(v)))
+                    .collect(),
+            ),
             DType::I32 => Data::I32(values.iter().map(|&v| v as i32).collect()),
             DType::I64 => Data::I64(values.iter().map(|&v| v as i64).collect()),
             DType::Bool => Data::Bool(values.iter().map(|&v| v != 0.0).collect()),
@@ -185,12 +197,31 @@ impl Tensor {
     }
 }
 
+/// `v` rounded to f32 with round-to-odd: inexact results are truncated toward zero
+/// with the last bit set. Rounding that again to a format with at least 2 fewer
+/// significant bits (f16, bf16) gives the correctly rounded value of `v`.
+fn f64_to_f32_round_odd(v: f64) -> f32 {
+    let nearest = v as f32;
+    if !v.is_finite() || nearest.is_infinite() || nearest as f64 == v {
+        return nearest;
+    }
+    // Step back toward zero when rounding went away from it; in sign-magnitude bits,
+    // one less is one ulp smaller in magnitude for either sign.
+    let truncated = if (nearest as f64).abs() > v.abs() {
+        f32::from_bits(nearest.to_bits() - 1)
+    } else {
+        nearest
+    };
+    f32::from_bits(truncated.to_bits() | 1)
+}
+
 /// A tiny, well-known PRNG (SplitMix64) so random inputs are reproducible everywhere.
 #[derive(Clone, Debug)]
 pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    /// The next 64 random bits.
+    /// The next 64 random bits. (Not an `Iterator`: the stream never ends.)
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

@@ -1,0 +1,247 @@
+//! The reference interpreter: evaluates a graph op by op with PyTorch semantics.
+//!
+//! It is the oracle every compiler target is tested against, so it is written to be
+//! plainly correct rather than fast:
+//!
+//! - float ops compute in f64 and round to the result dtype once per op;
+//! - integer ops compute in i64 with wrapping arithmetic, then wrap to the result dtype;
+//! - reductions, normalizations and matmul accumulate in f64 (i64 for integers);
+//! - every result has exactly the type [`infer`] gives.
+//!
+//! Choices where PyTorch is undefined or platform-dependent:
+//!
+//! - `cast` from float to integer truncates toward zero and saturates at the
+//!   integer range; NaN becomes 0. Casting i64 to a float dtype rounds correctly
+//!   (to nearest, ties to even), even above 2^53.
+//! - `full` and `pad` reject fill values that do not fit the dtype (integers out of
+//!   range, finite values that overflow a float dtype), as PyTorch's checked scalar
+//!   conversion does; integer literals wrap to `i32` like any other integer result.
+//! - `arange` with an integer dtype truncates `start` and `step` to integers first
+//!   and computes `start + i * step` in i64, as PyTorch's CPU kernel does; float
+//!   dtypes compute `start + i * step` in f64.
+//! - `pow` of integers with a negative exponent is an error, as in PyTorch.
+//! - `index_select` and `gather` reject negative indices as out of range.
+
+mod elementwise;
+mod erf;
+mod linalg;
+mod movement;
+mod reduce;
+mod strided;
+
+pub use erf::erf;
+
+use crate::infer::infer;
+use crate::op::{Op, Scalar};
+use crate::types::TensorType;
+use crate::{verify, DType, Data, Graph, Tensor};
+use std::borrow::Cow;
+
+/// Evaluates `g` on `inputs` (one tensor per parameter, in order) and returns one tensor
+/// per entry of `g.outputs`.
+///
+/// The graph is verified first, and every input must have exactly its parameter's type;
+/// errors name the offending parameter or node. Intermediates are dropped after their
+/// last use, so peak memory is what the graph needs, not the sum of all values.
+pub fn interpret(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    verify(g).map_err(|e| format!("graph `{}` is invalid: {e}", g.name))?;
+    if inputs.len() != g.params.len() {
+        return Err(format!(
+            "graph `{}` takes {} input{}, got {}",
+            g.name,
+            g.params.len(),
+            if g.params.len() == 1 { "" } else { "s" },
+            inputs.len()
+        ));
+    }
+    for (i, (&p, t)) in g.params.iter().zip(inputs).enumerate() {
+        let name = g.node(p).name.as_deref().unwrap_or("?");
+        let declared = g.ty(p);
+        if &t.ty != declared {
+            return Err(format!(
+                "input {i} (`{name}`) has type {} but the parameter is declared {declared}",
+                t.ty
+            ));
+        }
+        check_data(t).map_err(|e| format!("input {i} (`{name}`): {e}"))?;
+    }
+
+    // The last node that reads each value; outputs are read "after" every node.
+    let mut last_use = vec![0usize; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for x in &n.inputs {
+            last_use[x.index()] = i;
+        }
+    }
+    for o in &g.outputs {
+        last_use[o.index()] = usize::MAX;
+    }
+
+    let mut values: Vec<Option<Cow<'_, Tensor>>> = (0..g.nodes.len()).map(|_| None).collect();
+    for (i, node) in g.nodes.iter().enumerate() {
+        let label = match &node.name {
+            Some(name) => format!("`{name}` ({})", node.op.name()),
+            None => format!("%{i} ({})", node.op.name()),
+        };
+        let value = match node.op {
+            Op::Param { index } => Cow::Borrowed(
+                inputs
+                    .get(index)
+                    .ok_or_else(|| format!("{label}: no input for parameter {index}"))?,
+            ),
+            _ => {
+                let args = node
+                    .inputs
+                    .iter()
+                    .map(|x| {
+                        values
+                            .get(x.index())
+                            .and_then(|v| v.as_deref())
+                            .ok_or_else(|| format!("{label}: operand {x} has no value"))
+                    })
+                    .collect::<Result<Vec<&Tensor>, String>>()?;
+                let out =
+                    eval_node(&node.op, &args, &node.ty).map_err(|e| format!("{label}: {e}"))?;
+                Cow::Owned(out)
+            }
+        };
+        values[i] = Some(value);
+        for x in &node.inputs {
+            if last_use[x.index()] == i {
+                values[x.index()] = None;
+            }
+        }
+    }
+    g.outputs
+        .iter()
+        .map(|o| {
+            values[o.index()]
+                .as_ref()
+                .map(|v| v.clone().into_owned())
+                .ok_or_else(|| format!("output {o} has no value"))
+        })
+        .collect()
+}
+
+/// Evaluates one op on operand values, producing a tensor of type `out` (the node's
+/// recorded type). `Op::Literal` produces its value as a rank-0 tensor of `out`'s dtype;
+/// `Op::Param` is an error, since a parameter's value comes from outside the node.
+///
+/// The operands are checked against the op's typing rule, and `out` must be the type
+/// [`infer`] gives, so a mismatched call is an error rather than a wrong answer.
+pub fn eval_node(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Tensor, String> {
+    for (i, t) in inputs.iter().enumerate() {
+        check_data(t).map_err(|e| format!("{}: operand {i}: {e}", op.name()))?;
+    }
+    match op {
+        Op::Param { index } => Err(format!(
+            "parameter {index} has no value of its own (give it as an input to `interpret`)"
+        )),
+        Op::Literal { value } => {
+            if !inputs.is_empty() {
+                return Err("a literal takes no operands".into());
+            }
+            literal(*value, out)
+        }
+        _ => {
+            let types: Vec<&TensorType> = inputs.iter().map(|t| &t.ty).collect();
+            let inferred = infer(op, &types)?;
+            if &inferred != out {
+                return Err(format!(
+                    "{}: requested result type {out} differs from the inferred {inferred}",
+                    op.name()
+                ));
+            }
+            let result = dispatch(op, inputs, out)?;
+            if &result.ty != out || check_data(&result).is_err() {
+                return Err(format!(
+                    "internal error: {} produced {} instead of {out}",
+                    op.name(),
+                    result.ty
+                ));
+            }
+            Ok(result)
+        }
+    }
+}
+
+/// Routes an op to its implementation; operands and `out` are already type-checked.
+fn dispatch(op: &Op, x: &[&Tensor], out: &TensorType) -> Result<Tensor, String> {
+    match op {
+        Op::Param { .. } | Op::Literal { .. } => Err(format!("{} is not computed", op.name())),
+        Op::Unary(u) => elementwise::unary(*u, x[0], out),
+        Op::Binary(b) => elementwise::binary(*b, x[0], x[1], out),
+        Op::Where => elementwise::select(x[0], x[1], x[2], out),
+        Op::Cast { to } => Ok(elementwise::cast(x[0], *to)),
+        Op::Reduce { op: r, axes, .. } => reduce::reduce(*r, axes.as_deref(), x[0], out),
+        Op::ArgReduce { op: r, axis, .. } => reduce::arg_reduce(*r, *axis, x[0], out),
+        Op::Softmax { axis } => reduce::softmax(*axis, false, x[0], out),
+        Op::LogSoftmax { axis } => reduce::softmax(*axis, true, x[0], out),
+        Op::LayerNorm { eps } => reduce::layer_norm(x[0], x[1], Some(x[2]), *eps, out),
+        Op::RmsNorm { eps } => reduce::layer_norm(x[0], x[1], None, *eps, out),
+        Op::MatMul => linalg::matmul(x[0], x[1], out),
+        Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => Ok(Tensor {
+            ty: out.clone(),
+            data: x[0].data.clone(),
+        }),
+        Op::Permute { dims } => movement::permute(dims, x[0], out),
+        Op::Transpose { dim0, dim1 } => movement::transpose(*dim0, *dim1, x[0], out),
+        Op::Expand { .. } => Ok(movement::expand(x[0], out)),
+        Op::Slice {
+            axis,
+            start,
+            end,
+            step,
+        } => movement::slice(*axis, *start, *end, *step, x[0], out),
+        Op::Concat { axis } => movement::concat(*axis, x, out),
+        Op::Pad { pads, value } => movement::pad(pads, *value, x[0], out),
+        Op::IndexSelect { axis } => movement::index_select(*axis, x[0], x[1], out),
+        Op::Gather { axis } => movement::gather(*axis, x[0], x[1], out),
+        Op::Full { value, .. } => movement::full(*value, out),
+        Op::Arange { start, step, .. } => Ok(movement::arange(*start, *step, out)),
+    }
+}
+
+/// A literal's value as a rank-0 tensor of `out`'s dtype. Integer literals wrap into
+/// `i32` like any integer result; a float literal cannot be an integer or bool.
+fn literal(value: Scalar, out: &TensorType) -> Result<Tensor, String> {
+    if out.rank() != 0 {
+        return Err(format!("a literal is rank 0, not {out}"));
+    }
+    match value {
+        Scalar::Float(v) if out.dtype.is_float() => Ok(Tensor::from_f64(out, &[v])),
+        Scalar::Float(v) => Err(format!("literal {v} cannot be a {}", out.dtype)),
+        Scalar::Int(v) => Ok(elementwise::cast(
+            &Tensor::from_i64(&TensorType::scalar(DType::I64), &[v]),
+            out.dtype,
+        )),
+        Scalar::Bool(b) => Ok(Tensor::from_i64(out, &[b as i64])),
+    }
+}
+
+/// Checks that a tensor's storage matches its type (the fields are public, so a
+/// hand-built tensor can disagree with itself).
+fn check_data(t: &Tensor) -> Result<(), String> {
+    let (dtype, len) = match &t.data {
+        Data::F32(v) => (DType::F32, v.len()),
+        Data::F16(v) => (DType::F16, v.len()),
+        Data::Bf16(v) => (DType::Bf16, v.len()),
+        Data::I32(v) => (DType::I32, v.len()),
+        Data::I64(v) => (DType::I64, v.len()),
+        Data::Bool(v) => (DType::Bool, v.len()),
+    };
+    if dtype != t.ty.dtype {
+        return Err(format!(
+            "the tensor is typed {} but stores {dtype} elements",
+            t.ty
+        ));
+    }
+    if len != t.ty.numel() {
+        return Err(format!(
+            "the tensor is typed {} ({} elements) but stores {len}",
+            t.ty,
+            t.ty.numel()
+        ));
+    }
+    Ok(())
+}

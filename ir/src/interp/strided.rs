@@ -1,0 +1,175 @@
+//! Index arithmetic shared by the ops: row-major walks over a shape that yield the
+//! matching flat offset into a tensor read through arbitrary strides, and the helpers
+//! that pick elements by offset without leaving their dtype.
+
+use crate::types::{contiguous_strides, normalize_axis};
+use crate::Data;
+
+/// Walks the multi-indices of `shape` in row-major order and yields
+/// `base + Σ index[i] * strides[i]` for each. Broadcasting is a stride of 0, a
+/// permutation is a permuted stride list, a strided slice a scaled stride.
+pub(super) struct Offsets {
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    index: Vec<usize>,
+    offset: usize,
+    remaining: usize,
+}
+
+impl Offsets {
+    /// A walk over `shape` reading through `strides` (one per axis) from `base`.
+    pub(super) fn new(shape: &[usize], strides: &[usize], base: usize) -> Offsets {
+        debug_assert_eq!(shape.len(), strides.len());
+        Offsets {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            index: vec![0; shape.len()],
+            offset: base,
+            remaining: shape.iter().product(),
+        }
+    }
+}
+
+impl Iterator for Offsets {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let current = self.offset;
+        // Advance like an odometer: bump the innermost axis and carry outward, so each
+        // step costs O(1) amortized instead of recomputing the offset from the index.
+        for i in (0..self.shape.len()).rev() {
+            self.index[i] += 1;
+            self.offset += self.strides[i];
+            if self.index[i] < self.shape[i] {
+                break;
+            }
+            self.offset -= self.strides[i] * self.shape[i];
+            self.index[i] = 0;
+        }
+        Some(current)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for Offsets {}
+
+/// Strides that read a row-major tensor of `shape` as if broadcast to `out` (numpy
+/// rules: axes align on the right; a missing or extent-1 axis has stride 0 and repeats).
+pub(super) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let own = contiguous_strides(shape);
+    let lead = out.len().saturating_sub(shape.len());
+    (0..out.len())
+        .map(|i| match i.checked_sub(lead) {
+            Some(j) if shape[j] != 1 => own[j],
+            _ => 0,
+        })
+        .collect()
+}
+
+/// Offsets into a row-major tensor of `shape` for every element of `out`, reading it
+/// broadcast to `out`.
+pub(super) fn broadcast_offsets(shape: &[usize], out: &[usize]) -> Offsets {
+    Offsets::new(out, &broadcast_strides(shape, out), 0)
+}
+
+/// Splits `shape` around `axis` into (outer, extent, inner) element counts, so element
+/// `(o, k, i)` lives at `(o * extent + k) * inner + i`. A rank-0 shape is one element
+/// along its only axis, as PyTorch treats dim 0 of a scalar.
+pub(super) fn split_at_axis(shape: &[usize], axis: i64) -> Result<(usize, usize, usize), String> {
+    if shape.is_empty() {
+        normalize_axis(axis, 0)?;
+        return Ok((1, 1, 1));
+    }
+    let a = normalize_axis(axis, shape.len())?;
+    Ok((
+        shape[..a].iter().product(),
+        shape[a],
+        shape[a + 1..].iter().product(),
+    ))
+}
+
+/// Applies `$body` (an expression over the element vector `$v`) to whichever variant
+/// `$data` is, wrapping the result in the same variant.
+macro_rules! map_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            Data::F32($v) => Data::F32($body),
+            Data::F16($v) => Data::F16($body),
+            Data::Bf16($v) => Data::Bf16($body),
+            Data::I32($v) => Data::I32($body),
+            Data::I64($v) => Data::I64($body),
+            Data::Bool($v) => Data::Bool($body),
+        }
+    };
+}
+
+/// `data[src[0]], data[src[1]], ...` in the same dtype: every movement op is this
+/// with a different list of source offsets, so values are copied bit for bit.
+pub(super) fn pick(data: &Data, src: impl Iterator<Item = usize>) -> Data {
+    map_data!(data, v => src.map(|i| v[i]).collect())
+}
+
+/// The elements of every part, one after another. All parts must share a dtype.
+pub(super) fn concat_data(parts: &[&Data]) -> Result<Data, String> {
+    macro_rules! join {
+        ($variant:ident) => {{
+            let mut out = Vec::new();
+            for part in parts {
+                match part {
+                    Data::$variant(v) => out.extend_from_slice(v),
+                    _ => return Err("cannot join elements of different dtypes".into()),
+                }
+            }
+            Data::$variant(out)
+        }};
+    }
+    Ok(match parts.first() {
+        None => return Err("nothing to join".into()),
+        Some(Data::F32(_)) => join!(F32),
+        Some(Data::F16(_)) => join!(F16),
+        Some(Data::Bf16(_)) => join!(Bf16),
+        Some(Data::I32(_)) => join!(I32),
+        Some(Data::I64(_)) => join!(I64),
+        Some(Data::Bool(_)) => join!(Bool),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_walk_row_major() {
+        let all: Vec<usize> = Offsets::new(&[2, 3], &[3, 1], 0).collect();
+        assert_eq!(all, vec![0, 1, 2, 3, 4, 5]);
+        // The transpose of a 3x2 row-major matrix.
+        let t: Vec<usize> = Offsets::new(&[2, 3], &[1, 2], 0).collect();
+        assert_eq!(t, vec![0, 2, 4, 1, 3, 5]);
+        let scalar: Vec<usize> = Offsets::new(&[], &[], 7).collect();
+        assert_eq!(scalar, vec![7]);
+        assert_eq!(Offsets::new(&[3, 0], &[0, 1], 0).count(), 0);
+    }
+
+    #[test]
+    fn broadcasting_repeats() {
+        assert_eq!(broadcast_strides(&[3], &[2, 3]), vec![0, 1]);
+        assert_eq!(broadcast_strides(&[2, 1], &[2, 3]), vec![1, 0]);
+        let o: Vec<usize> = broadcast_offsets(&[2, 1], &[2, 3]).collect();
+        assert_eq!(o, vec![0, 0, 0, 1, 1, 1]);
+    }
+
+    #[test]
+    fn split_axis() {
+        assert_eq!(split_at_axis(&[2, 3, 4], 1).unwrap(), (2, 3, 4));
+        assert_eq!(split_at_axis(&[2, 3, 4], -1).unwrap(), (6, 4, 1));
+        assert_eq!(split_at_axis(&[], -1).unwrap(), (1, 1, 1));
+        assert!(split_at_axis(&[2], 1).is_err());
+    }
+}

@@ -1,0 +1,343 @@
+//! The loop-IR printer: readable text for dumps and golden tests.
+//!
+//! ```text
+//! kernel k2_max_sub_exp_sum_div(buf0: f32[64, 512]) -> buf1: f32[64, 512]   # %3 %4 %5 %6 %7
+//!   for i0 in 0..64 parallel:
+//!     acc0 = max(r0 in 0..512) buf0[i0*512 + r0]
+//!     acc1 = sum(r0 in 0..512) exp(buf0[i0*512 + r0] - acc0)
+//!     for j0 in 0..512: buf1[i0*512 + j0] = exp(buf0[i0*512 + j0] - acc0) / acc1
+//! ```
+//!
+//! A node used more than once in a stage is bound to a name (`t3 = ...`) and the
+//! stage is printed as a block; data-dependent indices are always bound
+//! (`t1 = checked(buf1[i0], 0..10)`), so an index like `buf2[t1*64 + i1]` refers to them.
+
+use super::expr::{Block, ExprOp, ExprRef};
+use super::program::{BufferKind, Kernel, Program, Stage};
+use crate::op::{BinaryOp, UnaryOp};
+use std::fmt::{self, Write};
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "program {}", self.name)?;
+        for b in &self.buffers {
+            let role = match b.kind {
+                BufferKind::Input(i) => format!("input {i}"),
+                BufferKind::Output(i) => format!("output {i}"),
+                BufferKind::Intermediate => "intermediate".to_string(),
+            };
+            writeln!(f, "  {}: {}  {role} `{}`", b.id, b.ty, b.name)?;
+        }
+        for k in &self.kernels {
+            writeln!(f)?;
+            write!(f, "{}", self.display_kernel(k))?;
+        }
+        Ok(())
+    }
+}
+
+impl Program {
+    /// A printable view of kernel `k` (its header names the buffers' types).
+    pub fn display_kernel<'a>(&'a self, k: &'a Kernel) -> impl fmt::Display + 'a {
+        KernelText { p: self, k }
+    }
+}
+
+struct KernelText<'a> {
+    p: &'a Program,
+    k: &'a Kernel,
+}
+
+impl fmt::Display for KernelText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (p, k) = (self.p, self.k);
+        let sig = |list: &[super::BufferAccess]| -> String {
+            list.iter()
+                .map(|a| match p.buffer(a.buffer) {
+                    Some(b) => format!("{}: {}", b.id, b.ty),
+                    None => format!("{}: ?", a.buffer),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let nodes: Vec<String> = k.nodes.iter().map(|v| v.to_string()).collect();
+        writeln!(
+            f,
+            "kernel {}({}) -> {}   # {}",
+            k.name,
+            sig(&k.reads),
+            sig(&k.writes),
+            nodes.join(" ")
+        )?;
+        if let Some(g) = &k.gemm {
+            let op = |o: &super::GemmOperand| {
+                let mut s = format!("{}[{}", o.buffer, o.offset);
+                for st in &o.batch_strides {
+                    let _ = write!(s, ", {st}");
+                }
+                let _ = write!(s, "; {}, {}]", o.row_stride, o.col_stride);
+                s
+            };
+            writeln!(
+                f,
+                "  gemm {} = {} @ {}  batch {:?} m {} n {} k {}",
+                g.acc,
+                op(&g.lhs),
+                op(&g.rhs),
+                g.batch,
+                g.m,
+                g.n,
+                g.k
+            )?;
+        }
+        let mut indent = "  ".to_string();
+        if !k.domain.is_empty() {
+            writeln!(f, "  for {} parallel:", loops("i", &k.domain))?;
+            indent.push_str("  ");
+        }
+        for stage in &k.stages {
+            write_stage(f, stage, &indent)?;
+        }
+        Ok(())
+    }
+}
+
+/// `i0 in 0..64, i1 in 0..8`
+fn loops(prefix: &str, domain: &[usize]) -> String {
+    domain
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("{prefix}{i} in 0..{d}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn write_stage(f: &mut fmt::Formatter<'_>, stage: &Stage, indent: &str) -> fmt::Result {
+    let body = stage.body();
+    let roots = stage.roots();
+    let uses = body.use_counts(&roots);
+    let bound: Vec<bool> = body
+        .nodes
+        .iter()
+        .zip(&uses)
+        .map(|(n, &u)| match n.op {
+            ExprOp::CheckedIndex { .. } => true,
+            ExprOp::Const(_) | ExprOp::Acc(_) => false,
+            _ => u > 1,
+        })
+        .collect();
+    let any_bound = bound.iter().any(|&b| b);
+    let pr = Printer {
+        body,
+        bound: &bound,
+    };
+    match stage {
+        Stage::Reduce {
+            domain, reductions, ..
+        } => {
+            if !any_bound && reductions.len() == 1 {
+                let r = &reductions[0];
+                return writeln!(
+                    f,
+                    "{indent}{} = {}({}) {}",
+                    r.acc,
+                    r.kind.name(),
+                    loops("r", domain),
+                    pr.expr(r.value)
+                );
+            }
+            writeln!(f, "{indent}reduce {}:", loops("r", domain))?;
+            let inner = format!("{indent}  ");
+            pr.write_bindings(f, &inner)?;
+            for r in reductions {
+                writeln!(
+                    f,
+                    "{inner}{} = {}({})",
+                    r.acc,
+                    r.kind.name(),
+                    pr.expr(r.value)
+                )?;
+            }
+            Ok(())
+        }
+        Stage::Store { domain, stores, .. } => {
+            let line =
+                |s: &super::StoreOp| format!("{}[{}] = {}", s.buffer, s.index, pr.expr(s.value));
+            if domain.is_empty() {
+                pr.write_bindings(f, indent)?;
+                for s in stores {
+                    writeln!(f, "{indent}{}", line(s))?;
+                }
+                return Ok(());
+            }
+            if !any_bound && stores.len() == 1 {
+                return writeln!(
+                    f,
+                    "{indent}for {}: {}",
+                    loops("j", domain),
+                    line(&stores[0])
+                );
+            }
+            writeln!(f, "{indent}for {}:", loops("j", domain))?;
+            let inner = format!("{indent}  ");
+            pr.write_bindings(f, &inner)?;
+            for s in stores {
+                writeln!(f, "{inner}{}", line(s))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Prints expressions of one block, naming the bound nodes.
+struct Printer<'a> {
+    body: &'a Block,
+    bound: &'a [bool],
+}
+
+/// Binding strength of an infix operator (higher binds tighter); 9 for atoms.
+fn precedence(op: &ExprOp) -> u8 {
+    match op {
+        ExprOp::Binary(b, ..) => match b {
+            BinaryOp::Or => 1,
+            BinaryOp::And => 2,
+            BinaryOp::Eq
+            | BinaryOp::Ne
+            | BinaryOp::Lt
+            | BinaryOp::Le
+            | BinaryOp::Gt
+            | BinaryOp::Ge => 3,
+            BinaryOp::Add | BinaryOp::Sub => 4,
+            BinaryOp::Mul | BinaryOp::Div => 5,
+            _ => 9,
+        },
+        _ => 9,
+    }
+}
+
+fn infix(b: BinaryOp) -> Option<&'static str> {
+    Some(match b {
+        BinaryOp::Add => "+",
+        BinaryOp::Sub => "-",
+        BinaryOp::Mul => "*",
+        BinaryOp::Div => "/",
+        BinaryOp::Eq => "==",
+        BinaryOp::Ne => "!=",
+        BinaryOp::Lt => "<",
+        BinaryOp::Le => "<=",
+        BinaryOp::Gt => ">",
+        BinaryOp::Ge => ">=",
+        BinaryOp::And => "and",
+        BinaryOp::Or => "or",
+        _ => return None,
+    })
+}
+
+impl Printer<'_> {
+    fn write_bindings(&self, f: &mut fmt::Formatter<'_>, indent: &str) -> fmt::Result {
+        for (i, &b) in self.bound.iter().enumerate() {
+            if b {
+                writeln!(f, "{indent}t{i} = {}", self.node(ExprRef(i as u32)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A reference as it appears inside an expression.
+    fn expr(&self, r: ExprRef) -> String {
+        if self.bound.get(r.index()).copied().unwrap_or(false) {
+            r.to_string()
+        } else {
+            self.node(r)
+        }
+    }
+
+    /// `r` at a position needing at least binding strength `min`.
+    fn operand(&self, r: ExprRef, min: u8) -> String {
+        let bound = self.bound.get(r.index()).copied().unwrap_or(false);
+        let prec = match self.body.get(r) {
+            Some(n) if !bound => precedence(&n.op),
+            _ => 9,
+        };
+        let s = self.expr(r);
+        if prec < min {
+            format!("({s})")
+        } else {
+            s
+        }
+    }
+
+    /// The node's own definition.
+    fn node(&self, r: ExprRef) -> String {
+        let Some(n) = self.body.get(r) else {
+            return format!("<missing {r}>");
+        };
+        match &n.op {
+            ExprOp::Const(v) => v.to_string(),
+            ExprOp::Acc(a) => a.to_string(),
+            ExprOp::Index(e) => match e {
+                super::IndexExpr::Sum(_) => format!("({e})"),
+                _ => e.to_string(),
+            },
+            ExprOp::Load(l) => {
+                if l.guard.is_empty() {
+                    format!("{}[{}]", l.buffer, l.index)
+                } else {
+                    format!(
+                        "({}[{}] if {} else {})",
+                        l.buffer,
+                        l.index,
+                        guard(&l.guard),
+                        l.other
+                    )
+                }
+            }
+            ExprOp::CheckedIndex {
+                value,
+                extent,
+                guard: g,
+            } => {
+                if g.is_empty() {
+                    format!("checked({}, 0..{extent})", self.expr(*value))
+                } else {
+                    format!(
+                        "checked({}, 0..{extent}) if {} else 0",
+                        self.expr(*value),
+                        guard(g)
+                    )
+                }
+            }
+            ExprOp::Unary(u, a) => {
+                let name = match u {
+                    UnaryOp::GeluTanh => "gelu_tanh",
+                    _ => u.name(),
+                };
+                format!("{name}({})", self.expr(*a))
+            }
+            ExprOp::Binary(b, x, y) => match infix(*b) {
+                Some(sym) => {
+                    let p = precedence(&n.op);
+                    format!("{} {sym} {}", self.operand(*x, p), self.operand(*y, p + 1))
+                }
+                None => format!("{}({}, {})", b.name(), self.expr(*x), self.expr(*y)),
+            },
+            ExprOp::Where(c, a, b) => {
+                format!(
+                    "where({}, {}, {})",
+                    self.expr(*c),
+                    self.expr(*a),
+                    self.expr(*b)
+                )
+            }
+            ExprOp::Cast(a) => format!("{}({})", n.dtype, self.expr(*a)),
+        }
+    }
+}
+
+fn guard(bounds: &[super::Bound]) -> String {
+    bounds
+        .iter()
+        .map(|b| format!("{} <= {} < {}", b.lo, b.expr, b.hi))
+        .collect::<Vec<_>>()
+        .join(" and ")
+}

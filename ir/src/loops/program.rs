@@ -1,0 +1,422 @@
+//! Programs, buffers, kernels and stages: the structure of the loop IR.
+
+use super::expr::{Block, ExprOp, ExprRef};
+use super::index::{Extents, IndexExpr, Var};
+use crate::types::TensorType;
+use crate::{DType, ValueId};
+use std::fmt;
+
+/// A buffer of a [`Program`]; prints as `buf3`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+impl BufferId {
+    /// The index into [`Program::buffers`].
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for BufferId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "buf{}", self.0)
+    }
+}
+
+/// A kernel of a [`Program`]; prints as `k3`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct KernelId(pub u32);
+
+impl fmt::Display for KernelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "k{}", self.0)
+    }
+}
+
+/// A reduction accumulator of a kernel; prints as `acc3`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct AccId(pub u32);
+
+impl fmt::Display for AccId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "acc{}", self.0)
+    }
+}
+
+/// The role of a buffer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum BufferKind {
+    /// Holds graph parameter number `.0`; read-only.
+    Input(usize),
+    /// Holds graph output number `.0`; written by exactly one kernel.
+    Output(usize),
+    /// A temporary written by one kernel and read by later ones; the memory plan places it.
+    Intermediate,
+}
+
+/// A dense, row-major tensor in memory.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Buffer {
+    /// Its id (equal to its position in [`Program::buffers`]).
+    pub id: BufferId,
+    /// Element type and shape.
+    pub ty: TensorType,
+    /// Input, output or intermediate.
+    pub kind: BufferKind,
+    /// The graph value it holds, for readers (`x`, `%7`).
+    pub name: String,
+}
+
+/// The combining operation of a reduction.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum ReduceKind {
+    /// Sum (identity 0).
+    Sum,
+    /// Product (identity 1).
+    Prod,
+    /// Maximum; NaN propagates.
+    Max,
+    /// Minimum; NaN propagates.
+    Min,
+    /// Position (row-major over the reduction domain) of the first maximum; a NaN counts as maximal.
+    ArgMax,
+    /// Position of the first minimum; a NaN counts as minimal.
+    ArgMin,
+}
+
+impl ReduceKind {
+    /// The name used in printed kernels.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "sum",
+            ReduceKind::Prod => "prod",
+            ReduceKind::Max => "max",
+            ReduceKind::Min => "min",
+            ReduceKind::ArgMax => "argmax",
+            ReduceKind::ArgMin => "argmin",
+        }
+    }
+
+    /// True for argmax and argmin, whose accumulator is an `i64` position.
+    pub fn is_arg(self) -> bool {
+        matches!(self, ReduceKind::ArgMax | ReduceKind::ArgMin)
+    }
+}
+
+/// One accumulator of a reduction stage.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Reduction {
+    /// The accumulator it defines.
+    pub acc: AccId,
+    /// How values combine.
+    pub kind: ReduceKind,
+    /// The accumulator's dtype: that of `value` for sum/prod/max/min (accumulated in
+    /// f64 or wrapping i64 and rounded to it when read), `i64` for argmax/argmin.
+    pub dtype: DType,
+    /// The value combined at each point of the stage's domain.
+    pub value: ExprRef,
+}
+
+/// One element write of a store stage.
+#[derive(Clone, PartialEq, Debug)]
+pub struct StoreOp {
+    /// The buffer written.
+    pub buffer: BufferId,
+    /// Element offset (row-major) of the write.
+    pub index: IndexExpr,
+    /// The value written; its dtype is the buffer's.
+    pub value: ExprRef,
+}
+
+/// A stage runs once per point of its kernel's outer domain.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Stage {
+    /// Loops over `domain` (variables `r0, r1, ..`) evaluating `body` and combining
+    /// values into the accumulators, which later stages read with `Acc`.
+    Reduce {
+        /// Extents of the reduction loops (may be empty: a single point).
+        domain: Vec<usize>,
+        /// The per-point computation.
+        body: Block,
+        /// The accumulators, all over the same loop (horizontal fusion of reductions).
+        reductions: Vec<Reduction>,
+    },
+    /// Loops over `domain` (variables `j0, j1, ..`; empty for one write per outer
+    /// point) evaluating `body` and writing elements.
+    Store {
+        /// Extents of the store loops.
+        domain: Vec<usize>,
+        /// The per-point computation.
+        body: Block,
+        /// The writes, all over the same loop.
+        stores: Vec<StoreOp>,
+    },
+}
+
+impl Stage {
+    /// The stage's inner loop extents.
+    pub fn domain(&self) -> &[usize] {
+        match self {
+            Stage::Reduce { domain, .. } | Stage::Store { domain, .. } => domain,
+        }
+    }
+
+    /// The stage's body.
+    pub fn body(&self) -> &Block {
+        match self {
+            Stage::Reduce { body, .. } | Stage::Store { body, .. } => body,
+        }
+    }
+
+    /// The variable extents in scope inside this stage of a kernel with outer domain `outer`.
+    pub fn extents(&self, outer: &[usize]) -> Extents {
+        match self {
+            Stage::Reduce { domain, .. } => Extents {
+                outer: outer.to_vec(),
+                reduce: domain.clone(),
+                store: vec![],
+            },
+            Stage::Store { domain, .. } => Extents {
+                outer: outer.to_vec(),
+                reduce: vec![],
+                store: domain.clone(),
+            },
+        }
+    }
+
+    /// The nodes that the stage's results are taken from (reduced values, stored values
+    /// and the dynamic parts of store indices).
+    pub fn roots(&self) -> Vec<ExprRef> {
+        match self {
+            Stage::Reduce { reductions, .. } => reductions.iter().map(|r| r.value).collect(),
+            Stage::Store { stores, .. } => {
+                let mut roots = Vec::new();
+                for s in stores {
+                    roots.push(s.value);
+                    s.index.for_each_ref(&mut |r| roots.push(r));
+                }
+                roots
+            }
+        }
+    }
+
+    /// The loop variable for axis `k` of this stage's inner domain.
+    pub fn inner_var(&self, k: usize) -> Var {
+        match self {
+            Stage::Reduce { .. } => Var::reduce(k),
+            Stage::Store { .. } => Var::store(k),
+        }
+    }
+}
+
+/// How one GEMM operand is laid out in its buffer: element `(batch.., row, col)` is at
+/// `offset + Σ batch_strides[b] * batch[b] + row * row_stride + col * col_stride`.
+/// Strides are in elements and may be 0 (broadcast) or describe a transposed view.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct GemmOperand {
+    /// The buffer holding the operand.
+    pub buffer: BufferId,
+    /// Element offset of the first element.
+    pub offset: i64,
+    /// One stride per batch axis of the product.
+    pub batch_strides: Vec<i64>,
+    /// Stride between rows (along M for the left operand, K for the right).
+    pub row_stride: i64,
+    /// Stride between columns (along K for the left operand, N for the right).
+    pub col_stride: i64,
+}
+
+/// The matrix product behind a matmul kernel, for backends that call an extern GEMM
+/// or a dot engine instead of running the reduction stage as loops.
+///
+/// The kernel's outer domain enumerates the product's `(batch.., m, n)` points (axes
+/// of extent 1 dropped) and reduction stage `stage` computes accumulator `acc` as the
+/// sum over `k` of `lhs * rhs`; later stages (the fused epilogue) read `acc`.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct GemmInfo {
+    /// Extents of the broadcast batch axes.
+    pub batch: Vec<usize>,
+    /// Rows of the product.
+    pub m: usize,
+    /// Columns of the product.
+    pub n: usize,
+    /// The contracted extent.
+    pub k: usize,
+    /// The `[batch.., m, k]` operand.
+    pub lhs: GemmOperand,
+    /// The `[batch.., k, n]` operand.
+    pub rhs: GemmOperand,
+    /// The index of the reduction stage the GEMM replaces.
+    pub stage: usize,
+    /// The accumulator holding the product.
+    pub acc: AccId,
+    /// For each of `batch.., m, n`, the outer-domain axis that enumerates it (`None`
+    /// for an axis of extent 1, which the domain drops).
+    pub outer_axes: Vec<Option<usize>>,
+}
+
+/// Bytes a kernel moves to or from one buffer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct BufferAccess {
+    /// The buffer.
+    pub buffer: BufferId,
+    /// Bytes touched: at most the buffer's size, less when only part of it is
+    /// addressed (a slice); each element is counted once however often it is used.
+    pub bytes: usize,
+}
+
+/// One kernel: an outer, parallel iteration domain and the stages run at each point.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Kernel {
+    /// Its id (equal to its position in [`Program::kernels`]).
+    pub id: KernelId,
+    /// A descriptive name (`k3_add_relu`).
+    pub name: String,
+    /// The graph nodes it computes (views and recomputed constants included).
+    pub nodes: Vec<ValueId>,
+    /// Extents of the outer loops `i0, i1, ..` (may be empty: one point).
+    pub domain: Vec<usize>,
+    /// The stages, in order.
+    pub stages: Vec<Stage>,
+    /// Set for matmul kernels.
+    pub gemm: Option<GemmInfo>,
+    /// Buffers read, each once, in id order (see [`Kernel::compute_accesses`]).
+    pub reads: Vec<BufferAccess>,
+    /// Buffers written, each once, in id order.
+    pub writes: Vec<BufferAccess>,
+}
+
+impl Kernel {
+    /// Computes [`Kernel::reads`] and [`Kernel::writes`] from the stages, bounding
+    /// each buffer's touched bytes by the range of its index expressions.
+    pub fn compute_accesses(&self, buffers: &[Buffer]) -> (Vec<BufferAccess>, Vec<BufferAccess>) {
+        // buffer -> (lowest, highest) element index, or None when unbounded.
+        let mut reads: Vec<(BufferId, Option<(i64, i64)>)> = Vec::new();
+        let mut writes: Vec<(BufferId, Option<(i64, i64)>)> = Vec::new();
+        fn note(
+            list: &mut Vec<(BufferId, Option<(i64, i64)>)>,
+            b: BufferId,
+            r: Option<(i64, i64)>,
+        ) {
+            match list.iter_mut().find(|(x, _)| *x == b) {
+                Some((_, cur)) => {
+                    *cur = match (*cur, r) {
+                        (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+                        _ => None,
+                    }
+                }
+                None => list.push((b, r)),
+            }
+        }
+        for stage in &self.stages {
+            let ext = stage.extents(&self.domain);
+            for node in &stage.body().nodes {
+                if let ExprOp::Load(l) = &node.op {
+                    note(&mut reads, l.buffer, l.index.range(&ext));
+                }
+            }
+            if let Stage::Store { stores, .. } = stage {
+                for s in stores {
+                    note(&mut writes, s.buffer, s.index.range(&ext));
+                }
+            }
+        }
+        let bytes = |list: Vec<(BufferId, Option<(i64, i64)>)>| -> Vec<BufferAccess> {
+            let mut out: Vec<BufferAccess> = list
+                .into_iter()
+                .map(|(b, r)| {
+                    let (numel, elem) = buffers
+                        .get(b.index())
+                        .map_or((0, 0), |buf| (buf.ty.numel(), buf.ty.dtype.size_bytes()));
+                    let span = match r {
+                        Some((lo, hi)) => {
+                            let lo = lo.max(0) as usize;
+                            let hi = (hi.max(-1) + 1) as usize;
+                            hi.min(numel).saturating_sub(lo)
+                        }
+                        None => numel,
+                    };
+                    BufferAccess {
+                        buffer: b,
+                        bytes: span.min(numel) * elem,
+                    }
+                })
+                .collect();
+            out.sort_by_key(|a| a.buffer);
+            out
+        };
+        (bytes(reads), bytes(writes))
+    }
+
+    /// Total bytes read plus written.
+    pub fn bytes_moved(&self) -> usize {
+        self.reads.iter().chain(&self.writes).map(|a| a.bytes).sum()
+    }
+
+    /// The number of scalar operations the kernel performs (every computing node
+    /// evaluated at every point; loads, constants and index arithmetic are free),
+    /// saturating. Fusion compares this before and after to bound recomputation.
+    pub fn op_count(&self) -> u64 {
+        let outer: u64 = self.domain.iter().map(|&d| d as u64).product();
+        let mut per_point: u64 = 0;
+        for stage in &self.stages {
+            let points: u64 = stage.domain().iter().map(|&d| d as u64).product();
+            let ops = stage
+                .body()
+                .nodes
+                .iter()
+                .filter(|n| {
+                    matches!(
+                        n.op,
+                        ExprOp::Unary(..)
+                            | ExprOp::Binary(..)
+                            | ExprOp::Where(..)
+                            | ExprOp::Cast(_)
+                    )
+                })
+                .count() as u64;
+            let extra = match stage {
+                Stage::Reduce { reductions, .. } => reductions.len() as u64,
+                Stage::Store { .. } => 0,
+            };
+            per_point = per_point.saturating_add(points.saturating_mul(ops + extra));
+        }
+        outer.saturating_mul(per_point)
+    }
+}
+
+/// A whole scheduled graph: buffers and the kernels that run in order.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct Program {
+    /// The graph's name.
+    pub name: String,
+    /// Every buffer; `buffers[i].id == BufferId(i)`.
+    pub buffers: Vec<Buffer>,
+    /// The input buffer of each graph parameter, in order.
+    pub inputs: Vec<BufferId>,
+    /// The output buffer of each graph output, in order.
+    pub outputs: Vec<BufferId>,
+    /// The kernels in execution order.
+    pub kernels: Vec<Kernel>,
+}
+
+impl Program {
+    /// The buffer `id`, if it exists.
+    pub fn buffer(&self, id: BufferId) -> Option<&Buffer> {
+        self.buffers.get(id.index())
+    }
+
+    /// Total bytes moved by all kernels (the static memory-traffic estimate).
+    pub fn bytes_moved(&self) -> usize {
+        self.kernels.iter().map(Kernel::bytes_moved).sum()
+    }
+
+    /// Bytes of all intermediate buffers together (what a plan without reuse needs).
+    pub fn intermediate_bytes(&self) -> usize {
+        self.buffers
+            .iter()
+            .filter(|b| b.kind == BufferKind::Intermediate)
+            .map(|b| b.ty.size_bytes())
+            .sum()
+    }
+}

@@ -1,0 +1,421 @@
+//! The loop-IR verifier: the invariants every pass that produces a [`Program`] keeps.
+//!
+//! - ids equal positions; inputs and outputs point at buffers of the right kind;
+//! - every node uses earlier nodes of the right dtypes, loop variables in scope and
+//!   accumulators defined by an earlier stage of the same kernel;
+//! - every store and every unguarded load is provably in bounds: the range of its
+//!   index (from the loop extents, [`IndexExpr::range`]) lies inside the buffer, so a
+//!   backend can emit unchecked accesses for them;
+//! - each non-input buffer is written by exactly one kernel and read only by later
+//!   kernels; inputs are never written;
+//! - the recorded reads/writes and GEMM descriptions match the stages.
+
+use super::expr::{Block, ExprOp, ExprRef};
+use super::index::{Extents, IndexExpr};
+use super::program::{BufferKind, Kernel, Program, Stage};
+use crate::op::UnaryOp;
+use crate::DType;
+
+impl Program {
+    /// Checks the program's invariants (see the module docs); the error names the
+    /// kernel, stage and node at fault.
+    pub fn verify(&self) -> Result<(), String> {
+        for (i, b) in self.buffers.iter().enumerate() {
+            if b.id.index() != i {
+                return Err(format!("buffer at position {i} has id {}", b.id));
+            }
+        }
+        for (i, &b) in self.inputs.iter().enumerate() {
+            match self.buffer(b).map(|b| b.kind) {
+                Some(BufferKind::Input(p)) if p == i => {}
+                _ => return Err(format!("input {i} is {b}, which is not input buffer {i}")),
+            }
+        }
+        for (i, &b) in self.outputs.iter().enumerate() {
+            match self.buffer(b).map(|b| b.kind) {
+                Some(BufferKind::Output(p)) if p == i => {}
+                _ => return Err(format!("output {i} is {b}, which is not output buffer {i}")),
+            }
+        }
+        // writer[b] = kernel index that writes buffer b.
+        let mut writer: Vec<Option<usize>> = vec![None; self.buffers.len()];
+        for (ki, k) in self.kernels.iter().enumerate() {
+            if k.id.0 as usize != ki {
+                return Err(format!("kernel at position {ki} has id {}", k.id));
+            }
+            self.verify_kernel(k)
+                .map_err(|e| format!("kernel {}: {e}", k.name))?;
+            for r in &k.reads {
+                match writer[r.buffer.index()] {
+                    Some(w) if w < ki => {}
+                    None if matches!(self.buffers[r.buffer.index()].kind, BufferKind::Input(_)) => {
+                    }
+                    _ => {
+                        return Err(format!(
+                            "kernel {} reads {} before any earlier kernel writes it",
+                            k.name, r.buffer
+                        ))
+                    }
+                }
+            }
+            for w in &k.writes {
+                let b = &self.buffers[w.buffer.index()];
+                if matches!(b.kind, BufferKind::Input(_)) {
+                    return Err(format!("kernel {} writes input buffer {}", k.name, b.id));
+                }
+                if let Some(prev) = writer[w.buffer.index()] {
+                    return Err(format!(
+                        "{} is written by both {} and {}",
+                        b.id, self.kernels[prev].name, k.name
+                    ));
+                }
+                writer[w.buffer.index()] = Some(ki);
+            }
+        }
+        for &o in &self.outputs {
+            if writer[o.index()].is_none() {
+                return Err(format!("output buffer {o} is never written"));
+            }
+        }
+        Ok(())
+    }
+
+    fn verify_kernel(&self, k: &Kernel) -> Result<(), String> {
+        // acc id -> (dtype, defining stage)
+        let mut accs: Vec<(super::AccId, DType, usize)> = Vec::new();
+        for (si, stage) in k.stages.iter().enumerate() {
+            let ext = stage.extents(&k.domain);
+            let body = stage.body();
+            self.verify_block(body, &ext, &accs)
+                .map_err(|e| format!("stage {si}: {e}"))?;
+            match stage {
+                Stage::Reduce { reductions, .. } => {
+                    for r in reductions {
+                        let node = body
+                            .get(r.value)
+                            .ok_or_else(|| format!("stage {si}: {} is not a node", r.value))?;
+                        let want = if r.kind.is_arg() {
+                            DType::I64
+                        } else {
+                            node.dtype
+                        };
+                        if r.dtype != want {
+                            return Err(format!(
+                                "stage {si}: {} of {} values has dtype {}, expected {want}",
+                                r.acc, node.dtype, r.dtype
+                            ));
+                        }
+                        if node.dtype == DType::Bool
+                            && matches!(r.kind, super::ReduceKind::Sum | super::ReduceKind::Prod)
+                        {
+                            return Err(format!(
+                                "stage {si}: {} sums bools; cast them first",
+                                r.acc
+                            ));
+                        }
+                        if accs.iter().any(|(a, _, _)| *a == r.acc) {
+                            return Err(format!("stage {si}: {} is defined twice", r.acc));
+                        }
+                    }
+                    for r in reductions {
+                        accs.push((r.acc, r.dtype, si));
+                    }
+                }
+                Stage::Store { stores, .. } => {
+                    for s in stores {
+                        let buf = self
+                            .buffer(s.buffer)
+                            .ok_or_else(|| format!("stage {si}: {} does not exist", s.buffer))?;
+                        let node = body
+                            .get(s.value)
+                            .ok_or_else(|| format!("stage {si}: {} is not a node", s.value))?;
+                        if node.dtype != buf.ty.dtype {
+                            return Err(format!(
+                                "stage {si}: stores a {} value into {} of {}",
+                                node.dtype, s.buffer, buf.ty
+                            ));
+                        }
+                        check_index(&s.index, &ext, body, buf.ty.numel())
+                            .map_err(|e| format!("stage {si}: store to {}: {e}", s.buffer))?;
+                    }
+                }
+            }
+        }
+        let (reads, writes) = k.compute_accesses(&self.buffers);
+        if reads != k.reads || writes != k.writes {
+            return Err("recorded reads/writes differ from the stages".into());
+        }
+        if let Some(g) = &k.gemm {
+            match k.stages.get(g.stage) {
+                Some(Stage::Reduce { reductions, .. })
+                    if reductions
+                        .iter()
+                        .any(|r| r.acc == g.acc && r.kind == super::ReduceKind::Sum) => {}
+                _ => {
+                    return Err(format!(
+                        "gemm: stage {} does not define sum {}",
+                        g.stage, g.acc
+                    ))
+                }
+            }
+            if g.outer_axes.len() != g.batch.len() + 2 {
+                return Err("gemm: outer_axes needs one entry per batch axis plus m and n".into());
+            }
+        }
+        Ok(())
+    }
+
+    fn verify_block(
+        &self,
+        body: &Block,
+        ext: &Extents,
+        accs: &[(super::AccId, DType, usize)],
+    ) -> Result<(), String> {
+        for (i, node) in body.nodes.iter().enumerate() {
+            let here = ExprRef(i as u32);
+            let dt = |r: ExprRef| -> Result<DType, String> {
+                if r.index() >= i {
+                    return Err(format!("{here} uses {r}, which is not defined before it"));
+                }
+                Ok(body.nodes[r.index()].dtype)
+            };
+            let mut earlier = Ok(());
+            node.for_each_operand(&mut |r| {
+                if earlier.is_ok() {
+                    earlier = dt(r).map(|_| ());
+                }
+            });
+            earlier?;
+            let d = node.dtype;
+            let bad = |what: &str| Err(format!("{here}: {what}"));
+            match &node.op {
+                ExprOp::Const(v) => {
+                    if !v.fits_domain(d) {
+                        return bad(&format!("constant {v} is not a {d}"));
+                    }
+                }
+                ExprOp::Load(l) => {
+                    let buf = self
+                        .buffer(l.buffer)
+                        .ok_or_else(|| format!("{here}: {} does not exist", l.buffer))?;
+                    if buf.ty.dtype != d {
+                        return bad(&format!("loads {} of {} as {d}", l.buffer, buf.ty));
+                    }
+                    if !l.other.fits_domain(d) {
+                        return bad(&format!("guard value {} is not a {d}", l.other));
+                    }
+                    for g in &l.guard {
+                        check_vars(&g.expr, ext, body)
+                            .map_err(|e| format!("{here}: guard: {e}"))?;
+                    }
+                    if l.guard.is_empty() {
+                        check_index(&l.index, ext, body, buf.ty.numel())
+                            .map_err(|e| format!("{here}: load from {}: {e}", l.buffer))?;
+                    } else {
+                        check_vars(&l.index, ext, body).map_err(|e| format!("{here}: {e}"))?;
+                    }
+                }
+                ExprOp::Acc(a) => match accs.iter().find(|(x, _, _)| x == a) {
+                    Some((_, ad, _)) if *ad == d => {}
+                    Some((_, ad, _)) => return bad(&format!("reads {a} of dtype {ad} as {d}")),
+                    None => return bad(&format!("reads {a}, which no earlier stage defines")),
+                },
+                ExprOp::Index(e) => {
+                    if d != DType::I64 {
+                        return bad("an index value must be i64");
+                    }
+                    check_vars(e, ext, body).map_err(|e| format!("{here}: {e}"))?;
+                }
+                ExprOp::CheckedIndex { value, guard, .. } => {
+                    if d != DType::I64 || !dt(*value)?.is_int() {
+                        return bad("a checked index takes an integer and is i64");
+                    }
+                    for g in guard {
+                        check_vars(&g.expr, ext, body)
+                            .map_err(|e| format!("{here}: guard: {e}"))?;
+                    }
+                }
+                ExprOp::Unary(u, a) => {
+                    let ad = dt(*a)?;
+                    match u {
+                        UnaryOp::Not if d == DType::Bool => {}
+                        UnaryOp::Not => return bad("not yields bool"),
+                        _ if ad != d => {
+                            return bad(&format!("{} of a {ad} cannot be {d}", u.name()))
+                        }
+                        _ if u.is_transcendental() && !d.is_float() => {
+                            return bad(&format!("{} needs a float operand", u.name()))
+                        }
+                        _ => {}
+                    }
+                }
+                ExprOp::Binary(b, x, y) => {
+                    let (xd, yd) = (dt(*x)?, dt(*y)?);
+                    if xd != yd {
+                        return bad(&format!(
+                            "{} of {xd} and {yd}: cast operands to one dtype",
+                            b.name()
+                        ));
+                    }
+                    let want = if b.is_comparison() || b.is_logical() {
+                        DType::Bool
+                    } else {
+                        xd
+                    };
+                    if d != want {
+                        return bad(&format!("{} of {xd} yields {want}, not {d}", b.name()));
+                    }
+                    if *b == crate::BinaryOp::Div && !d.is_float() {
+                        return bad("div needs float operands");
+                    }
+                }
+                ExprOp::Where(c, a, b) => {
+                    if dt(*c)? != DType::Bool || dt(*a)? != d || dt(*b)? != d {
+                        return bad("where takes a bool condition and two values of its dtype");
+                    }
+                }
+                ExprOp::Cast(a) => {
+                    dt(*a)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `e` only uses variables in scope and dynamic indices that are checked
+/// index nodes of the block with the same extent.
+fn check_vars(e: &IndexExpr, ext: &Extents, body: &Block) -> Result<(), String> {
+    let mut err = None;
+    e.for_each_var(&mut |v| {
+        if ext.extent(v).is_none() && err.is_none() {
+            err = Some(format!("variable {v} is not in scope in `{e}`"));
+        }
+    });
+    check_dynamic(e, body, &mut err);
+    err.map_or(Ok(()), Err)
+}
+
+fn check_dynamic(e: &IndexExpr, body: &Block, err: &mut Option<String>) {
+    match e {
+        IndexExpr::Dynamic { value, extent } => match body.get(*value).map(|n| &n.op) {
+            Some(ExprOp::CheckedIndex { extent: x, .. }) if x == extent => {}
+            _ => {
+                err.get_or_insert_with(|| {
+                    format!("{value} in `{e}` is not a checked index of extent {extent}")
+                });
+            }
+        },
+        IndexExpr::Sum(ts) => ts.iter().for_each(|t| check_dynamic(t, body, err)),
+        IndexExpr::Mul(x, _) | IndexExpr::FloorDiv(x, _) | IndexExpr::Mod(x, _) => {
+            check_dynamic(x, body, err)
+        }
+        IndexExpr::Const(_) | IndexExpr::Var(_) => {}
+    }
+}
+
+/// Checks variables and proves `0 <= e < numel` over the whole domain.
+fn check_index(e: &IndexExpr, ext: &Extents, body: &Block, numel: usize) -> Result<(), String> {
+    check_vars(e, ext, body)?;
+    let any_point = ext
+        .outer
+        .iter()
+        .chain(&ext.reduce)
+        .chain(&ext.store)
+        .all(|&d| d > 0);
+    if !any_point {
+        // The loop never runs, so no access happens.
+        return Ok(());
+    }
+    match e.range(ext) {
+        Some((lo, hi)) if lo >= 0 && (hi as i128) < numel as i128 => Ok(()),
+        Some((lo, hi)) => Err(format!(
+            "index `{e}` ranges over {lo}..={hi}, outside 0..{numel}"
+        )),
+        None => Err(format!("index `{e}` has no provable range")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loops::*;
+    use crate::types::TensorType;
+
+    fn buf(id: u32, kind: BufferKind, shape: &[usize]) -> Buffer {
+        Buffer {
+            id: BufferId(id),
+            ty: TensorType::new(DType::F32, shape.to_vec()).unwrap(),
+            kind,
+            name: format!("v{id}"),
+        }
+    }
+
+    fn copy_program(load_index: IndexExpr) -> Program {
+        let mut body = Block::default();
+        let v = body.push(ExprNode {
+            dtype: DType::F32,
+            op: ExprOp::Load(Load {
+                buffer: BufferId(0),
+                index: load_index,
+                guard: vec![],
+                other: Value::Float(0.0),
+            }),
+        });
+        let mut k = Kernel {
+            id: KernelId(0),
+            name: "k0_copy".into(),
+            nodes: vec![],
+            domain: vec![4],
+            stages: vec![Stage::Store {
+                domain: vec![],
+                body,
+                stores: vec![StoreOp {
+                    buffer: BufferId(1),
+                    index: IndexExpr::var(Var::outer(0)),
+                    value: v,
+                }],
+            }],
+            gemm: None,
+            reads: vec![],
+            writes: vec![],
+        };
+        let buffers = vec![
+            buf(0, BufferKind::Input(0), &[4]),
+            buf(1, BufferKind::Output(0), &[4]),
+        ];
+        (k.reads, k.writes) = k.compute_accesses(&buffers);
+        Program {
+            name: "copy".into(),
+            buffers,
+            inputs: vec![BufferId(0)],
+            outputs: vec![BufferId(1)],
+            kernels: vec![k],
+        }
+    }
+
+    #[test]
+    fn accepts_a_copy_and_rejects_out_of_bounds() {
+        copy_program(IndexExpr::var(Var::outer(0)))
+            .verify()
+            .unwrap();
+        let err = copy_program(IndexExpr::var(Var::outer(0)) + IndexExpr::Const(1))
+            .verify()
+            .unwrap_err();
+        assert!(err.contains("outside 0..4"), "{err}");
+        let err = copy_program(IndexExpr::var(Var::reduce(0)))
+            .verify()
+            .unwrap_err();
+        assert!(err.contains("not in scope"), "{err}");
+    }
+
+    #[test]
+    fn rejects_mismatched_access_records_and_missing_outputs() {
+        let mut p = copy_program(IndexExpr::var(Var::outer(0)));
+        p.kernels[0].reads.clear();
+        assert!(p.verify().unwrap_err().contains("reads/writes"));
+        let mut p = copy_program(IndexExpr::var(Var::outer(0)));
+        p.kernels.clear();
+        assert!(p.verify().unwrap_err().contains("never written"));
+    }
+}

@@ -1,0 +1,157 @@
+//! Diagnostics: an error located in a source file, rendered the way compilers do
+//! (`file:line:col: error: message`, then the line and a caret under the column).
+
+use std::fmt;
+
+/// An error in a `.fg` file, located at a line and column.
+///
+/// `Display` renders it as
+///
+/// ```text
+/// mlp.fg:3:7: error: matmul: inner dimensions differ: [64, 784] @ [512, 10] (784 vs 512)
+///   h = matmul(x, w1)
+///       ^
+/// ```
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Diagnostic {
+    /// The file name as given to the parser.
+    pub file: String,
+    /// Line of the error, 1-based.
+    pub line: usize,
+    /// Column of the error, 1-based, counted in chars (not bytes).
+    pub col: usize,
+    /// What is wrong.
+    pub message: String,
+    /// The text of the offending line, without its line terminator.
+    pub line_text: String,
+}
+
+impl Diagnostic {
+    /// A diagnostic for byte `offset` of `source` (clamped to the source and moved
+    /// back to a char boundary, so any offset is safe).
+    pub fn at(file: &str, source: &str, offset: usize, message: impl Into<String>) -> Diagnostic {
+        let (line, col, line_start) = locate(source, offset);
+        let line_end = source[line_start..]
+            .find('\n')
+            .map_or(source.len(), |i| line_start + i);
+        let line_text = source[line_start..line_end].trim_end_matches('\r');
+        Diagnostic {
+            file: file.to_string(),
+            line,
+            col,
+            message: message.into(),
+            line_text: line_text.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The caret line copies tabs from the source line so the caret stays
+        // under the right char however the terminal expands tabs.
+        let mut pad: String = self
+            .line_text
+            .chars()
+            .take(self.col.saturating_sub(1))
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
+        let have = pad.chars().count();
+        pad.extend(std::iter::repeat_n(' ', self.col.saturating_sub(1 + have)));
+        write!(
+            f,
+            "{}:{}:{}: error: {}\n  {}\n  {}^",
+            self.file, self.line, self.col, self.message, self.line_text, pad
+        )
+    }
+}
+
+impl std::error::Error for Diagnostic {}
+
+/// The 1-based line and column of byte `offset`, and the byte offset where its line
+/// starts. An offset at the very end of a file that ends with a newline is shown at
+/// the end of the last line rather than on an empty line after it.
+pub(crate) fn locate(source: &str, offset: usize) -> (usize, usize, usize) {
+    let mut offset = offset.min(source.len());
+    if offset == source.len() && offset > 0 && source.ends_with('\n') {
+        offset -= 1;
+    }
+    while !source.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    // At a CRLF line end, point at the `\r`: it ends the visible line.
+    if source[offset..].starts_with('\n') && source[..offset].ends_with('\r') {
+        offset -= 1;
+    }
+    let before = &source[..offset];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.matches('\n').count() + 1;
+    let col = source[line_start..offset].chars().count() + 1;
+    (line, col, line_start)
+}
+
+/// An error at a byte offset of the source being parsed; it becomes a
+/// [`Diagnostic`] once the file name and source are at hand.
+#[derive(Clone, Debug)]
+pub(crate) struct Located {
+    /// Byte offset of the offending text.
+    pub offset: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Located {
+    /// An error at `offset`.
+    pub fn new(offset: usize, message: impl Into<String>) -> Located {
+        Located {
+            offset,
+            message: message.into(),
+        }
+    }
+
+    /// Attaches the file name and source text.
+    pub fn into_diagnostic(self, file: &str, source: &str) -> Diagnostic {
+        Diagnostic::at(file, source, self.offset, self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_caret_under_the_column() {
+        let src = "graph g() {\n  h = matmul(x, w1)\n}\n";
+        let d = Diagnostic::at("mlp.fg", src, src.find("matmul").unwrap(), "bad");
+        assert_eq!((d.line, d.col), (2, 7));
+        assert_eq!(
+            d.to_string(),
+            "mlp.fg:2:7: error: bad\n    h = matmul(x, w1)\n        ^"
+        );
+    }
+
+    #[test]
+    fn columns_count_chars_and_tabs_are_kept() {
+        let src = "a\n\té = x$";
+        let d = Diagnostic::at("f", src, src.find('$').unwrap(), "m");
+        assert_eq!((d.line, d.col), (2, 7));
+        assert_eq!(d.to_string(), "f:2:7: error: m\n  \té = x$\n  \t     ^");
+    }
+
+    #[test]
+    fn end_of_file_points_after_the_last_line() {
+        let src = "ab\ncd\n";
+        let d = Diagnostic::at("f", src, src.len(), "eof");
+        assert_eq!((d.line, d.col, d.line_text.as_str()), (2, 3, "cd"));
+        let d = Diagnostic::at("f", "", 0, "empty");
+        assert_eq!((d.line, d.col, d.line_text.as_str()), (1, 1, ""));
+        // Offsets past the end or inside a char are clamped, never a panic.
+        let d = Diagnostic::at("f", "é", 1, "inside");
+        assert_eq!((d.line, d.col), (1, 1));
+        let d = Diagnostic::at("f", "x\r\ny", 1, "crlf");
+        assert_eq!((d.line, d.col, d.line_text.as_str()), (1, 2, "x"));
+        let d = Diagnostic::at("f", "x\r\ny", 2, "crlf");
+        assert_eq!((d.line, d.col, d.line_text.as_str()), (1, 2, "x"));
+        let d = Diagnostic::at("f", "x\r\n", 3, "crlf eof");
+        assert_eq!((d.line, d.col, d.line_text.as_str()), (1, 2, "x"));
+    }
+}

@@ -1,0 +1,1237 @@
+//! The parser: `.fg` text to a [`Graph`].
+//!
+//! The graph is built while reading, through [`Graph::add_param`], [`Graph::add`]
+//! and [`Graph::add_literal`], so every node is typed as soon as its call closes
+//! and a typing error points at the op (or the attribute) that causes it.
+//!
+//! Grammar. A statement ends at the end of its line; inside `(..)` and `[..]`
+//! newlines are free, so long calls and parameter lists may wrap.
+//!
+//! ```text
+//! file    := "graph" NAME "(" [param ("," param)* [","]] ")" ["->" type ("," type)*]
+//!            "{" stmt* "return" expr ("," expr)* "}"
+//! param   := NAME ":" type
+//! type    := DTYPE "[" [INT ("," INT)* [","]] "]"
+//! stmt    := NAME "=" call
+//! expr    := call | NAME | literal
+//! call    := OP "(" [arg ("," arg)* [","]] ")"         operands first, then attributes
+//! arg     := expr | KEY "=" value
+//! literal := ["-"] (INT | FLOAT | "inf" | "nan") | "true" | "false"
+//! value   := literal | "[" [["-"] INT ("," ["-"] INT)* [","]] "]" | DTYPE | STRING
+//! ```
+//!
+//! A statement binds a call. `y = x` (a bare name) and `y = 2.0` (a literal) are
+//! rejected with an error that says to use the value directly: graph values are
+//! nodes, and an alias would be a node with no op. `return`, `true`, `false`, `inf`
+//! and `nan` are reserved and cannot name values.
+
+use super::diag::{locate, Diagnostic, Located};
+use super::lexer::{describe, Lexer, Token, TokenKind};
+use crate::graph::check_declared_outputs;
+use crate::op::{AttrValue, Op, Scalar};
+use crate::types::{TensorType, MAX_RANK};
+use crate::{DType, Graph, ValueId};
+use std::collections::{HashMap, VecDeque};
+
+/// The deepest nesting of calls the parser accepts. Deeper input is an error, not
+/// a stack overflow; the printer never nests deeper than this either.
+pub const MAX_NESTING: usize = 256;
+
+/// Words that cannot name values: they would read as a keyword or a literal.
+const RESERVED: [&str; 5] = ["return", "true", "false", "inf", "nan"];
+
+/// Every op name `Op::from_call` knows, used to suggest a fix for a misspelled op
+/// (a unit test checks each one is known).
+const OP_NAMES: [&str; 55] = [
+    "neg",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "gelu",
+    "silu",
+    "erf",
+    "floor",
+    "ceil",
+    "sign",
+    "not",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "maximum",
+    "minimum",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "and",
+    "or",
+    "where",
+    "cast",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "prod",
+    "argmax",
+    "argmin",
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "rms_norm",
+    "matmul",
+    "reshape",
+    "permute",
+    "transpose",
+    "expand",
+    "squeeze",
+    "unsqueeze",
+    "slice",
+];
+
+/// The rest of the op names (kept apart only to keep each table readable).
+const MORE_OP_NAMES: [&str; 6] = ["concat", "pad", "index_select", "gather", "full", "arange"];
+
+/// Every attribute name some op knows; suggestions are checked against the op
+/// itself before they are offered.
+const ATTR_NAMES: [&str; 16] = [
+    "approximate",
+    "to",
+    "axes",
+    "keepdim",
+    "axis",
+    "eps",
+    "shape",
+    "dims",
+    "dim0",
+    "dim1",
+    "start",
+    "end",
+    "step",
+    "pads",
+    "value",
+    "dtype",
+];
+
+const DTYPE_LIST: &str = "f32, f16, bf16, i32, i64, bool";
+
+/// Parses one graph from `.fg` source text. `file` names the source in errors.
+pub fn parse(file: &str, source: &str) -> Result<Graph, Diagnostic> {
+    Parser::new(source)
+        .file()
+        .map_err(|e| e.into_diagnostic(file, source))
+}
+
+/// Parses one graph from raw bytes, rejecting input that is not UTF-8 with an
+/// error located at the first bad byte.
+pub fn parse_bytes(file: &str, bytes: &[u8]) -> Result<Graph, Diagnostic> {
+    match std::str::from_utf8(bytes) {
+        Ok(source) => parse(file, source),
+        Err(e) => {
+            let bad = e.valid_up_to();
+            // The prefix before the first bad byte is valid by definition.
+            let prefix = std::str::from_utf8(&bytes[..bad]).unwrap_or_default();
+            let line_start = prefix.rfind('\n').map_or(0, |i| i + 1);
+            let line_end = bytes[line_start..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(bytes.len(), |i| line_start + i);
+            let line_text = String::from_utf8_lossy(&bytes[line_start..line_end]);
+            Err(Diagnostic {
+                file: file.to_string(),
+                line: prefix.matches('\n').count() + 1,
+                col: prefix[line_start..].chars().count() + 1,
+                message: format!(
+                    "invalid UTF-8: byte 0x{:02X} (.fg files are UTF-8 text)",
+                    bytes[bad]
+                ),
+                line_text: line_text.trim_end_matches('\r').to_string(),
+            })
+        }
+    }
+}
+
+/// A name bound in the file, and where.
+#[derive(Clone, Copy)]
+struct Binding {
+    id: ValueId,
+    offset: usize,
+    is_param: bool,
+}
+
+/// An operand as written: a value, or a literal whose dtype depends on the call.
+enum Operand {
+    Value {
+        id: ValueId,
+        start: usize,
+    },
+    Literal {
+        value: Scalar,
+        start: usize,
+        end: usize,
+    },
+}
+
+impl Operand {
+    fn start(&self) -> usize {
+        match *self {
+            Operand::Value { start, .. } | Operand::Literal { start, .. } => start,
+        }
+    }
+}
+
+/// A `key=value` attribute and where its key is.
+struct Attr<'a> {
+    key: &'a str,
+    start: usize,
+    value: AttrValue,
+}
+
+struct Parser<'a> {
+    src: &'a str,
+    lexer: Lexer<'a>,
+    /// Tokens read but not consumed (the parser looks at most two ahead).
+    ahead: VecDeque<Token<'a>>,
+    graph: Graph,
+    names: HashMap<&'a str, Binding>,
+    /// Calls currently open.
+    depth: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn new(src: &'a str) -> Parser<'a> {
+        Parser {
+            src,
+            lexer: Lexer::new(src),
+            ahead: VecDeque::new(),
+            graph: Graph::default(),
+            names: HashMap::new(),
+            depth: 0,
+        }
+    }
+
+    // ---- tokens ----
+
+    fn peek_nth(&mut self, n: usize) -> Result<&Token<'a>, Located> {
+        while self.ahead.len() <= n {
+            let t = self.lexer.next_token()?;
+            self.ahead.push_back(t);
+        }
+        Ok(&self.ahead[n])
+    }
+
+    fn peek(&mut self) -> Result<&Token<'a>, Located> {
+        self.peek_nth(0)
+    }
+
+    fn next(&mut self) -> Result<Token<'a>, Located> {
+        match self.ahead.pop_front() {
+            Some(t) => Ok(t),
+            None => self.lexer.next_token(),
+        }
+    }
+
+    fn skip_newlines(&mut self) -> Result<(), Located> {
+        while self.peek()?.kind == TokenKind::Newline {
+            self.next()?;
+        }
+        Ok(())
+    }
+
+    fn expected(&self, found: &Token<'a>, what: &str) -> Located {
+        Located::new(
+            found.start,
+            format!("expected {what}, found {}", describe(found, self.src)),
+        )
+    }
+
+    fn expect(&mut self, kind: TokenKind<'a>, what: &str) -> Result<Token<'a>, Located> {
+        let t = self.next()?;
+        if t.kind == kind {
+            Ok(t)
+        } else {
+            Err(self.expected(&t, what))
+        }
+    }
+
+    /// After an item of a list that `close` ends: consumes a `,` (returns true) or
+    /// `close` (returns false). Newlines may come before either; a missing one is
+    /// reported where the line ended, which is where the user forgot it.
+    fn separator(&mut self, close: TokenKind<'a>, what: &str) -> Result<bool, Located> {
+        let first = self.peek()?.clone();
+        self.skip_newlines()?;
+        let t = self.next()?;
+        if t.kind == TokenKind::Comma {
+            Ok(true)
+        } else if t.kind == close {
+            Ok(false)
+        } else {
+            Err(self.expected(&first, what))
+        }
+    }
+
+    /// `line:col` of a byte offset, for messages that refer to another place.
+    fn position(&self, offset: usize) -> String {
+        let (line, col, _) = locate(self.src, offset);
+        format!("{line}:{col}")
+    }
+
+    // ---- the file ----
+
+    fn file(mut self) -> Result<Graph, Located> {
+        self.skip_newlines()?;
+        let t = self.next()?;
+        match t.kind {
+            TokenKind::Ident("graph") => {}
+            TokenKind::Eof => {
+                return Err(Located::new(
+                    t.start,
+                    "empty file: expected `graph NAME(PARAMS) { ... }`",
+                ))
+            }
+            _ => return Err(self.expected(&t, "`graph`")),
+        }
+        let t = self.next()?;
+        let TokenKind::Ident(name) = t.kind else {
+            return Err(self.expected(&t, "the graph's name"));
+        };
+        self.graph.name = name.to_string();
+        self.expect(TokenKind::LParen, "`(` and the parameter list")?;
+        self.params()?;
+        let declared = if self.peek()?.kind == TokenKind::Arrow {
+            self.next()?;
+            Some(self.result_types()?)
+        } else {
+            None
+        };
+        self.skip_newlines()?;
+        let what = if declared.is_some() {
+            "`,` or `{` to open the graph body"
+        } else {
+            "`->` or `{` to open the graph body"
+        };
+        self.expect(TokenKind::LBrace, what)?;
+        self.body(declared)?;
+        self.skip_newlines()?;
+        let t = self.next()?;
+        match t.kind {
+            TokenKind::Eof => Ok(self.graph),
+            TokenKind::Ident("graph") => Err(Located::new(
+                t.start,
+                "a file holds one graph, but a second `graph` follows",
+            )),
+            _ => Err(Located::new(
+                t.start,
+                format!(
+                    "unexpected {} after the graph's closing `}}`",
+                    describe(&t, self.src)
+                ),
+            )),
+        }
+    }
+
+    fn params(&mut self) -> Result<(), Located> {
+        loop {
+            self.skip_newlines()?;
+            let t = self.next()?;
+            let name = match t.kind {
+                TokenKind::RParen => return Ok(()),
+                TokenKind::Ident(name) => name,
+                _ => return Err(self.expected(&t, "a parameter name or `)`")),
+            };
+            if let Some(first) = self.names.get(name) {
+                return Err(Located::new(
+                    t.start,
+                    format!(
+                        "duplicate parameter `{name}` (first declared at {})",
+                        self.position(first.offset)
+                    ),
+                ));
+            }
+            self.check_new_name(name, t.start)?;
+            self.expect(
+                TokenKind::Colon,
+                &format!("`:` and a type after parameter `{name}`"),
+            )?;
+            let ty = self.tensor_type()?;
+            let id = self
+                .graph
+                .add_param(name, ty)
+                .map_err(|e| Located::new(t.start, e))?;
+            self.names.insert(
+                name,
+                Binding {
+                    id,
+                    offset: t.start,
+                    is_param: true,
+                },
+            );
+            if !self.separator(TokenKind::RParen, "`,` or `)` in the parameter list")? {
+                return Ok(());
+            }
+        }
+    }
+
+    fn result_types(&mut self) -> Result<Vec<TensorType>, Located> {
+        let mut types = vec![self.tensor_type()?];
+        while self.peek()?.kind == TokenKind::Comma {
+            self.next()?;
+            self.skip_newlines()?;
+            types.push(self.tensor_type()?);
+        }
+        Ok(types)
+    }
+
+    /// `f32[64, 784]`; the dims are checked against the rank and element limits.
+    fn tensor_type(&mut self) -> Result<TensorType, Located> {
+        let t = self.next()?;
+        let dtype = match t.kind {
+            TokenKind::Ident(name) => DType::from_name(name).ok_or_else(|| {
+                Located::new(
+                    t.start,
+                    format!("unknown dtype `{name}` (dtypes are {DTYPE_LIST})"),
+                )
+            })?,
+            _ => return Err(self.expected(&t, "a type such as `f32[2, 3]`")),
+        };
+        self.expect(
+            TokenKind::LBracket,
+            "`[` and the shape after the dtype (a scalar is `f32[]`)",
+        )?;
+        let mut dims = Vec::new();
+        loop {
+            self.skip_newlines()?;
+            let d = self.next()?;
+            match d.kind {
+                TokenKind::RBracket => break,
+                TokenKind::Int(v) => {
+                    dims.push(usize::try_from(v).map_err(|_| {
+                        Located::new(d.start, format!("dimension {v} is too large"))
+                    })?)
+                }
+                TokenKind::Minus => {
+                    return Err(Located::new(d.start, "a dimension cannot be negative"))
+                }
+                _ => return Err(self.expected(&d, "a dimension (an integer >= 0) or `]`")),
+            }
+            if dims.len() > MAX_RANK {
+                return Err(Located::new(
+                    d.start,
+                    format!("rank exceeds the limit of {MAX_RANK} axes"),
+                ));
+            }
+            if !self.separator(TokenKind::RBracket, "`,` or `]` in the shape")? {
+                break;
+            }
+        }
+        TensorType::new(dtype, dims).map_err(|e| Located::new(t.start, e))
+    }
+
+    /// Statements up to and including `return ...` and the closing `}`.
+    fn body(&mut self, declared: Option<Vec<TensorType>>) -> Result<(), Located> {
+        loop {
+            self.skip_newlines()?;
+            let t = self.peek()?.clone();
+            match t.kind {
+                TokenKind::Ident("return") => break,
+                TokenKind::Ident(_) => {
+                    self.statement()?;
+                    let t = self.peek()?;
+                    if !matches!(
+                        t.kind,
+                        TokenKind::Newline | TokenKind::RBrace | TokenKind::Eof
+                    ) {
+                        let t = t.clone();
+                        return Err(self.expected(&t, "end of line after the statement"));
+                    }
+                }
+                TokenKind::RBrace => {
+                    return Err(Located::new(
+                        t.start,
+                        "the graph has no `return` statement (it comes last: `return y`)",
+                    ))
+                }
+                TokenKind::Eof => {
+                    return Err(Located::new(
+                        t.start,
+                        "unexpected end of file: the graph body needs a `return` statement and a closing `}`",
+                    ))
+                }
+                _ => {
+                    return Err(
+                        self.expected(&t, "a statement (`name = op(...)` or `return ...`)")
+                    )
+                }
+            }
+        }
+        self.ret(declared)?;
+        self.skip_newlines()?;
+        let t = self.next()?;
+        if t.kind != TokenKind::RBrace {
+            return Err(self.expected(&t, "`}` after `return` (it is the last statement)"));
+        }
+        Ok(())
+    }
+
+    fn check_new_name(&self, name: &str, offset: usize) -> Result<(), Located> {
+        if RESERVED.contains(&name) {
+            return Err(Located::new(
+                offset,
+                format!("`{name}` is a reserved word and cannot name a value"),
+            ));
+        }
+        if let Some(b) = self.names.get(name) {
+            let what = if b.is_param { ", as a parameter," } else { "" };
+            return Err(Located::new(
+                offset,
+                format!(
+                    "`{name}` is already defined{what} at {} (values cannot be reassigned: pick a new name)",
+                    self.position(b.offset)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `name = call`.
+    fn statement(&mut self) -> Result<(), Located> {
+        let t = self.next()?;
+        let TokenKind::Ident(name) = t.kind else {
+            return Err(self.expected(&t, "a statement"));
+        };
+        if self.peek()?.kind == TokenKind::LParen {
+            return Err(Located::new(
+                t.start,
+                format!(
+                    "the result of `{name}(...)` must be named (`y = {name}(...)`) or returned"
+                ),
+            ));
+        }
+        self.check_new_name(name, t.start)?;
+        self.expect(
+            TokenKind::Eq,
+            &format!("`=` after `{name}` (a statement is `name = op(...)`)"),
+        )?;
+        let e = self.peek()?.clone();
+        let is_call =
+            matches!(e.kind, TokenKind::Ident(_)) && self.peek_nth(1)?.kind == TokenKind::LParen;
+        if is_call {
+            let id = self.call(Some(name))?;
+            self.names.insert(
+                name,
+                Binding {
+                    id,
+                    offset: t.start,
+                    is_param: false,
+                },
+            );
+            return Ok(());
+        }
+        match self.operand()? {
+            Operand::Value { .. } => {
+                let other = &self.src[e.start..e.end];
+                Err(Located::new(
+                    e.start,
+                    format!(
+                        "`{name} = {other}` would only give `{other}` a second name; use `{other}` directly"
+                    ),
+                ))
+            }
+            Operand::Literal { .. } => Err(Located::new(
+                e.start,
+                "a literal cannot be named: write it where it is used, or use `full(shape=[], value=...)`",
+            )),
+        }
+    }
+
+    /// `return a, relu(b), 2.0`.
+    fn ret(&mut self, declared: Option<Vec<TensorType>>) -> Result<(), Located> {
+        let r = self.next()?;
+        let mut outputs: Vec<(ValueId, usize)> = Vec::new();
+        loop {
+            let e = self.peek()?.clone();
+            if outputs.is_empty()
+                && matches!(
+                    e.kind,
+                    TokenKind::Newline | TokenKind::Eof | TokenKind::RBrace
+                )
+            {
+                return Err(Located::new(e.start, "`return` needs at least one value"));
+            }
+            let id = match self.operand()? {
+                Operand::Value { id, .. } => id,
+                Operand::Literal { value, start, end } => {
+                    self.literal(value, value.dtype_beside(None), start, end)?
+                }
+            };
+            outputs.push((id, e.start));
+            if self.peek()?.kind != TokenKind::Comma {
+                break;
+            }
+            self.next()?;
+        }
+        self.graph.outputs = outputs.iter().map(|o| o.0).collect();
+        if let Some(decl) = declared {
+            if let Err(msg) = check_declared_outputs(&self.graph, &decl) {
+                let at = if decl.len() != outputs.len() {
+                    r.start
+                } else {
+                    outputs
+                        .iter()
+                        .zip(&decl)
+                        .find(|((id, _), d)| self.graph.ty(*id) != *d)
+                        .map_or(r.start, |((_, start), _)| *start)
+                };
+                return Err(Located::new(at, msg));
+            }
+            self.graph.declared_outputs = Some(decl);
+        }
+        Ok(())
+    }
+
+    // ---- expressions ----
+
+    /// A name, a literal or a call.
+    fn operand(&mut self) -> Result<Operand, Located> {
+        let t = self.peek()?.clone();
+        if matches!(t.kind, TokenKind::Ident(_)) && self.peek_nth(1)?.kind == TokenKind::LParen {
+            let id = self.call(None)?;
+            return Ok(Operand::Value { id, start: t.start });
+        }
+        let t = self.next()?;
+        let value = match t.kind {
+            TokenKind::Ident(name) => match literal_word(name) {
+                Some(value) => value,
+                None => {
+                    let id = self.lookup(name, t.start)?;
+                    return Ok(Operand::Value { id, start: t.start });
+                }
+            },
+            TokenKind::Int(v) => Scalar::Int(int_value(v, false, t.start)?),
+            TokenKind::Float(v) => Scalar::Float(v),
+            TokenKind::Minus => {
+                let n = self.next()?;
+                let value = match n.kind {
+                    TokenKind::Int(v) => Scalar::Int(int_value(v, true, t.start)?),
+                    TokenKind::Float(v) => Scalar::Float(-v),
+                    TokenKind::Ident("inf") => Scalar::Float(f64::NEG_INFINITY),
+                    TokenKind::Ident("nan") => Scalar::Float(f64::NAN),
+                    _ => return Err(self.expected(&n, "a number after `-`")),
+                };
+                return Ok(Operand::Literal {
+                    value,
+                    start: t.start,
+                    end: n.end,
+                });
+            }
+            _ => {
+                return Err(self.expected(
+                    &t,
+                    "an operand (a name, a literal or a call such as `relu(x)`)",
+                ))
+            }
+        };
+        Ok(Operand::Literal {
+            value,
+            start: t.start,
+            end: t.end,
+        })
+    }
+
+    fn lookup(&self, name: &str, offset: usize) -> Result<ValueId, Located> {
+        if let Some(b) = self.names.get(name) {
+            return Ok(b.id);
+        }
+        let mut msg = format!("undefined name `{name}`");
+        if is_op_name(name) {
+            msg += &format!("; `{name}` is an op: call it as `{name}(...)`");
+        } else {
+            // Candidates in definition order, so ties go to the earliest name.
+            let mut defined: Vec<(&str, usize)> =
+                self.names.iter().map(|(n, b)| (*n, b.offset)).collect();
+            defined.sort_by_key(|&(_, offset)| offset);
+            if let Some(s) = closest(name, defined.into_iter().map(|(n, _)| n)) {
+                msg += &format!("; did you mean `{s}`?");
+            }
+        }
+        Err(Located::new(offset, msg))
+    }
+
+    /// `op(operands, key=value, ...)`: adds the node (named `bind` if given).
+    fn call(&mut self, bind: Option<&'a str>) -> Result<ValueId, Located> {
+        let t = self.next()?;
+        let TokenKind::Ident(op_name) = t.kind else {
+            return Err(self.expected(&t, "an op name"));
+        };
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(Located::new(
+                t.start,
+                format!("nesting deeper than {MAX_NESTING} levels"),
+            ));
+        }
+        // Unknown ops are reported before their operands are read, so the error
+        // is the first one in the text.
+        if matches!(Op::from_call(op_name, &[]), Ok(None)) {
+            return Err(Located::new(t.start, unknown_op_message(op_name)));
+        }
+        self.expect(TokenKind::LParen, "`(`")?;
+        let mut operands: Vec<Operand> = Vec::new();
+        let mut attrs: Vec<Attr<'a>> = Vec::new();
+        let what = format!("`,` or `)` in the call to `{op_name}`");
+        loop {
+            self.skip_newlines()?;
+            let a = self.peek()?.clone();
+            if a.kind == TokenKind::RParen {
+                self.next()?;
+                break;
+            }
+            let key = match a.kind {
+                TokenKind::Ident(key) if self.peek_nth(1)?.kind == TokenKind::Eq => Some(key),
+                _ => None,
+            };
+            if let Some(key) = key {
+                self.next()?;
+                self.next()?;
+                if let Some(first) = attrs.iter().find(|x| x.key == key) {
+                    return Err(Located::new(
+                        a.start,
+                        format!(
+                            "duplicate attribute `{key}` (first given at {})",
+                            self.position(first.start)
+                        ),
+                    ));
+                }
+                let value = self.attr_value()?;
+                attrs.push(Attr {
+                    key,
+                    start: a.start,
+                    value,
+                });
+            } else {
+                if let Some(first) = attrs.first() {
+                    return Err(Located::new(
+                        a.start,
+                        format!(
+                            "operand after the attribute `{}`: operands come first, then `key=value` attributes",
+                            first.key
+                        ),
+                    ));
+                }
+                operands.push(self.operand()?);
+            }
+            if !self.separator(TokenKind::RParen, &what)? {
+                break;
+            }
+        }
+        self.depth -= 1;
+        self.build(t.start, op_name, operands, &attrs, bind)
+    }
+
+    /// Makes the node of a parsed call: builds the op, checks operands, types the
+    /// literals, and adds it (which infers its type).
+    fn build(
+        &mut self,
+        op_start: usize,
+        op_name: &str,
+        operands: Vec<Operand>,
+        attrs: &[Attr<'a>],
+        bind: Option<&'a str>,
+    ) -> Result<ValueId, Located> {
+        let pairs: Vec<(String, AttrValue)> = attrs
+            .iter()
+            .map(|a| (a.key.to_string(), a.value.clone()))
+            .collect();
+        let op = match Op::from_call(op_name, &pairs) {
+            Ok(Some(op)) => op,
+            Ok(None) => return Err(Located::new(op_start, unknown_op_message(op_name))),
+            Err(msg) => return Err(attribute_error(op_start, op_name, msg, attrs, &pairs)),
+        };
+        let n = operands.len();
+        match op.arity() {
+            Some(k) if n != k => {
+                let at = operands.get(k).map_or(op_start, Operand::start);
+                let s = if k == 1 { "" } else { "s" };
+                return Err(Located::new(
+                    at,
+                    format!("{op_name} takes {k} operand{s}, got {n}"),
+                ));
+            }
+            None if n == 0 => {
+                return Err(Located::new(
+                    op_start,
+                    format!("{op_name} takes at least 1 operand, got 0"),
+                ))
+            }
+            _ => {}
+        }
+        // A literal is a rank-0 value; only elementwise ops are defined on one.
+        if !op.is_elementwise() {
+            if let Some(&Operand::Literal { start, end, .. }) = operands
+                .iter()
+                .find(|o| matches!(o, Operand::Literal { .. }))
+            {
+                return Err(Located::new(
+                    start,
+                    format!(
+                        "{op_name} needs a tensor here, not the literal `{}`",
+                        &self.src[start..end]
+                    ),
+                ));
+            }
+        }
+        // A literal takes the dtype of the first tensor among the operands it is
+        // combined with (PyTorch's scalar promotion).
+        let value_positions: &[usize] = match op {
+            Op::Binary(_) => &[0, 1],
+            Op::Where => &[1, 2],
+            _ => &[],
+        };
+        let peer = value_positions.iter().find_map(|&p| match operands.get(p) {
+            Some(Operand::Value { id, .. }) => Some(self.graph.ty(*id).dtype),
+            _ => None,
+        });
+        let mut ids = Vec::with_capacity(n);
+        for (pos, o) in operands.iter().enumerate() {
+            ids.push(match *o {
+                Operand::Value { id, .. } => id,
+                Operand::Literal { value, start, end } => {
+                    let beside = if value_positions.contains(&pos) {
+                        peer
+                    } else {
+                        None
+                    };
+                    self.literal(value, value.dtype_beside(beside), start, end)?
+                }
+            });
+        }
+        let id = self.graph.add(op, &ids, None).map_err(|msg| {
+            let msg = if msg.starts_with(op_name) {
+                msg
+            } else {
+                format!("{op_name}: {msg}")
+            };
+            let at = attribute_at_fault(op_name, &msg, attrs).map_or(op_start, |a| a.start);
+            Located::new(at, msg)
+        })?;
+        // The name is set after `add`: the parser has already checked it is new
+        // (in its own index) and valid (the lexer's name rule is the graph's), and
+        // `add` would check again by scanning every node, which makes parsing
+        // quadratic in the number of statements.
+        self.graph.nodes[id.index()].name = bind.map(str::to_string);
+        Ok(id)
+    }
+
+    /// Adds a literal of `dtype`, checking that its value fits.
+    fn literal(
+        &mut self,
+        value: Scalar,
+        dtype: DType,
+        start: usize,
+        end: usize,
+    ) -> Result<ValueId, Located> {
+        if !literal_fits(value, dtype) {
+            return Err(Located::new(
+                start,
+                format!(
+                    "literal `{}` does not fit in {dtype}, the dtype of the tensor beside it",
+                    &self.src[start..end]
+                ),
+            ));
+        }
+        self.graph
+            .add_literal(value, dtype)
+            .map_err(|e| Located::new(start, e))
+    }
+
+    /// The value after `key=`.
+    fn attr_value(&mut self) -> Result<AttrValue, Located> {
+        let t = self.next()?;
+        Ok(match t.kind {
+            TokenKind::Int(v) => AttrValue::Int(int_value(v, false, t.start)?),
+            TokenKind::Float(v) => AttrValue::Float(v),
+            TokenKind::Minus => {
+                let n = self.next()?;
+                match n.kind {
+                    TokenKind::Int(v) => AttrValue::Int(int_value(v, true, t.start)?),
+                    TokenKind::Float(v) => AttrValue::Float(-v),
+                    TokenKind::Ident("inf") => AttrValue::Float(f64::NEG_INFINITY),
+                    TokenKind::Ident("nan") => AttrValue::Float(f64::NAN),
+                    _ => return Err(self.expected(&n, "a number after `-`")),
+                }
+            }
+            TokenKind::Ident(word) => match literal_word(word) {
+                Some(Scalar::Bool(b)) => AttrValue::Bool(b),
+                Some(s) => AttrValue::Float(s.as_f64()),
+                None => AttrValue::DType(DType::from_name(word).ok_or_else(|| {
+                    Located::new(
+                        t.start,
+                        format!(
+                            "`{word}` is not an attribute value: expected a dtype ({DTYPE_LIST}), a number, true/false, a list `[..]` or a \"string\""
+                        ),
+                    )
+                })?),
+            },
+            TokenKind::Str(s) => AttrValue::Str(s),
+            TokenKind::LBracket => AttrValue::Ints(self.int_list()?),
+            _ => {
+                return Err(self.expected(
+                    &t,
+                    "an attribute value (a number, true/false, `[..]`, a dtype or a \"string\")",
+                ))
+            }
+        })
+    }
+
+    /// The rest of `[0, -1, 2]` after its `[`. Lists do not nest, so `[[` is an
+    /// error here rather than a recursion.
+    fn int_list(&mut self) -> Result<Vec<i64>, Located> {
+        let mut out = Vec::new();
+        loop {
+            self.skip_newlines()?;
+            let t = self.next()?;
+            let v = match t.kind {
+                TokenKind::RBracket => break,
+                TokenKind::Int(v) => int_value(v, false, t.start)?,
+                TokenKind::Minus => {
+                    let n = self.next()?;
+                    match n.kind {
+                        TokenKind::Int(v) => int_value(v, true, t.start)?,
+                        _ => return Err(self.expected(&n, "an integer after `-`")),
+                    }
+                }
+                _ => return Err(self.expected(&t, "an integer or `]`")),
+            };
+            out.push(v);
+            if !self.separator(TokenKind::RBracket, "`,` or `]` in the list")? {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `true`, `false`, `inf` and `nan` as literals.
+fn literal_word(word: &str) -> Option<Scalar> {
+    match word {
+        "true" => Some(Scalar::Bool(true)),
+        "false" => Some(Scalar::Bool(false)),
+        "inf" => Some(Scalar::Float(f64::INFINITY)),
+        "nan" => Some(Scalar::Float(f64::NAN)),
+        _ => None,
+    }
+}
+
+/// The integer `v` (negated if `negative`) as an i64.
+fn int_value(v: u64, negative: bool, offset: usize) -> Result<i64, Located> {
+    let wide = if negative {
+        -i128::from(v)
+    } else {
+        i128::from(v)
+    };
+    i64::try_from(wide).map_err(|_| {
+        Located::new(
+            offset,
+            format!("integer `{wide}` is out of range (it must fit in i64)"),
+        )
+    })
+}
+
+/// True if a literal keeps its value (up to rounding) as a `dtype` scalar. As in
+/// PyTorch, an integer too large for an `i32` tensor or a number that overflows
+/// an `f16` is an error rather than a silent wrap or infinity.
+fn literal_fits(value: Scalar, dtype: DType) -> bool {
+    let v = value.as_f64();
+    match dtype {
+        DType::I32 => match value {
+            Scalar::Int(i) => i32::try_from(i).is_ok(),
+            _ => true,
+        },
+        DType::F16 => !v.is_finite() || half::f16::from_f64(v).is_finite(),
+        DType::Bf16 => !v.is_finite() || half::bf16::from_f64(v).is_finite(),
+        DType::F32 => !v.is_finite() || (v as f32).is_finite(),
+        DType::I64 | DType::Bool => true,
+    }
+}
+
+fn is_op_name(name: &str) -> bool {
+    matches!(Op::from_call(name, &[]), Ok(Some(_)) | Err(_))
+}
+
+fn unknown_op_message(name: &str) -> String {
+    let known = OP_NAMES
+        .iter()
+        .chain(&MORE_OP_NAMES)
+        .copied()
+        .filter(|n| is_op_name(n));
+    match closest(name, known) {
+        Some(s) => format!("unknown op `{name}`; did you mean `{s}`?"),
+        None => format!("unknown op `{name}`"),
+    }
+}
+
+/// The text of the first backquoted word after `marker` in `msg`.
+fn quoted_after<'m>(msg: &'m str, marker: &str) -> Option<&'m str> {
+    let rest = &msg[msg.find(marker)? + marker.len()..];
+    Some(&rest[..rest.find('`')?])
+}
+
+/// Locates and completes an error of [`Op::from_call`]: unknown attributes get a
+/// suggestion, missing ones point at a misspelled attribute if there is one.
+fn attribute_error(
+    op_start: usize,
+    op_name: &str,
+    msg: String,
+    attrs: &[Attr<'_>],
+    pairs: &[(String, AttrValue)],
+) -> Located {
+    if let Some(key) = quoted_after(&msg, "unknown attribute `") {
+        if let Some(i) = attrs.iter().position(|a| a.key == key) {
+            let mut msg = msg.clone();
+            if let Some(s) = suggest_attribute(op_name, pairs, i) {
+                msg += &format!("; did you mean `{s}`?");
+            }
+            return Located::new(attrs[i].start, msg);
+        }
+    }
+    if let Some(key) = quoted_after(&msg, "missing required attribute `") {
+        let typo = attrs
+            .iter()
+            .find(|a| a.key != key && edit_distance(a.key, key) <= threshold(key));
+        if let Some(a) = typo {
+            return Located::new(a.start, format!("{msg} (is `{}` a misspelling?)", a.key));
+        }
+        return Located::new(op_start, msg);
+    }
+    let at = attribute_at_fault(op_name, &msg, attrs).map_or(op_start, |a| a.start);
+    Located::new(at, msg)
+}
+
+/// The attribute an error message is about, if any: the one it names in
+/// backquotes, or the one its first word (after `op: `) names. Messages about
+/// axes say "axis" whatever the attribute is called, and every reshape or expand
+/// error is about the target shape.
+fn attribute_at_fault<'x, 'a>(
+    op_name: &str,
+    msg: &str,
+    attrs: &'x [Attr<'a>],
+) -> Option<&'x Attr<'a>> {
+    let body = msg
+        .strip_prefix(op_name)
+        .and_then(|r| r.strip_prefix(": "))
+        .unwrap_or(msg);
+    if body.starts_with("missing") {
+        return None;
+    }
+    let find = |key: &str| attrs.iter().find(|a| a.key == key);
+    if let Some(key) = quoted_after(body, "attribute `") {
+        return find(key);
+    }
+    let word = body
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .next()
+        .unwrap_or("");
+    if let Some(a) = find(word) {
+        return Some(a);
+    }
+    if word == "axis" {
+        if let Some(a) = ["axes", "dims", "pads"].into_iter().find_map(find) {
+            return Some(a);
+        }
+    }
+    if op_name == "reshape" || op_name == "expand" {
+        return find("shape");
+    }
+    None
+}
+
+/// A known attribute of `op_name` close to the unknown one at `bad`. Whether the op
+/// knows a candidate is asked of [`Op::from_call`] itself, by renaming the
+/// attribute: only an unknown name is reported as unknown.
+fn suggest_attribute(
+    op_name: &str,
+    pairs: &[(String, AttrValue)],
+    bad: usize,
+) -> Option<&'static str> {
+    let key = pairs[bad].0.as_str();
+    let mut best: Option<(usize, &'static str)> = None;
+    for cand in ATTR_NAMES {
+        if pairs.iter().any(|(k, _)| k == cand) {
+            continue;
+        }
+        let d = edit_distance(key, cand);
+        if d > threshold(key) || best.is_some_and(|(bd, _)| bd <= d) {
+            continue;
+        }
+        let mut renamed = pairs.to_vec();
+        renamed[bad].0 = cand.to_string();
+        let unknown = format!("unknown attribute `{cand}`");
+        let known = match Op::from_call(op_name, &renamed) {
+            Err(m) => !m.contains(&unknown),
+            Ok(_) => true,
+        };
+        if known {
+            best = Some((d, cand));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// How many edits a suggestion for `name` may be away.
+fn threshold(name: &str) -> usize {
+    if name.chars().count() <= 3 {
+        1
+    } else {
+        2
+    }
+}
+
+/// The candidate closest to `name` within [`threshold`] edits; ties go to the
+/// first candidate.
+fn closest<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Option<&'c str> {
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        let d = edit_distance(name, c);
+        if d > 0 && d <= threshold(name) && best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// Levenshtein distance, in chars. Long names (which only hostile input has)
+/// count as far from everything, keeping suggestions cheap.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    if a.len() > 64 || b.len() > 64 {
+        return usize::MAX;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        for j in 1..=b.len() {
+            let subst = prev[j - 1] + usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = subst.min(prev[j] + 1).min(cur[j - 1] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_tables_name_real_ops() {
+        for name in OP_NAMES.iter().chain(&MORE_OP_NAMES) {
+            assert!(is_op_name(name), "{name}");
+        }
+        assert!(!is_op_name("relu6"));
+        // Every attribute name is known to at least one op.
+        for key in ATTR_NAMES {
+            let known = OP_NAMES.iter().chain(&MORE_OP_NAMES).any(|op| {
+                let pairs = [(key.to_string(), AttrValue::Int(0))];
+                !matches!(Op::from_call(op, &pairs), Err(m) if m.contains("unknown attribute"))
+            });
+            assert!(known, "{key}");
+        }
+    }
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("relu6", "relu"), 1);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("axes", "axis"), 1);
+        assert_eq!(closest("relu6", OP_NAMES.into_iter()), Some("relu"));
+        assert_eq!(closest("frobnicate", OP_NAMES.into_iter()), None);
+    }
+
+    #[test]
+    fn attribute_suggestions_are_known_to_the_op() {
+        let pairs = vec![("axes".to_string(), AttrValue::Int(-1))];
+        assert_eq!(suggest_attribute("softmax", &pairs, 0), Some("axis"));
+        // `sum` knows `axes` and `keepdim` but not `axis`.
+        let pairs = vec![("axs".to_string(), AttrValue::Ints(vec![0]))];
+        assert_eq!(suggest_attribute("sum", &pairs, 0), Some("axes"));
+        let pairs = vec![("stp".to_string(), AttrValue::Int(1))];
+        assert_eq!(suggest_attribute("sum", &pairs, 0), None);
+    }
+
+    #[test]
+    fn literals_fit_their_dtype() {
+        assert!(literal_fits(Scalar::Int(1 << 31), DType::I64));
+        assert!(!literal_fits(Scalar::Int(1 << 31), DType::I32));
+        assert!(literal_fits(Scalar::Int(-(1 << 31)), DType::I32));
+        assert!(literal_fits(Scalar::Float(65504.0), DType::F16));
+        assert!(!literal_fits(Scalar::Float(1e5), DType::F16));
+        assert!(literal_fits(Scalar::Float(f64::INFINITY), DType::F16));
+        assert!(!literal_fits(Scalar::Float(1e39), DType::F32));
+        assert!(literal_fits(Scalar::Float(1e38), DType::Bf16));
+    }
+
+    #[test]
+    fn parses_the_design_example() {
+        let src = "# two-layer MLP\n\
+            graph mlp(x: f32[64, 784], w1: f32[784, 512], b1: f32[512], w2: f32[512, 10]) -> f32[64, 10] {\n\
+            \x20 h = matmul(x, w1)\n\
+            \x20 a = relu(add(h, b1))\n\
+            \x20 y = matmul(a, w2)\n\
+            \x20 s = mul(y, 0.5)\n\
+            \x20 return s\n\
+            }\n";
+        let g = parse("mlp.fg", src).unwrap();
+        crate::verify(&g).unwrap();
+        assert_eq!(g.name, "mlp");
+        assert_eq!(g.params.len(), 4);
+        // 4 params, h, add, a, y, the literal, s.
+        assert_eq!(g.nodes.len(), 10);
+        assert_eq!(g.nodes[5].name, None);
+        assert_eq!(g.nodes[5].op, Op::Binary(crate::BinaryOp::Add));
+        assert_eq!(
+            g.nodes[8].op,
+            Op::Literal {
+                value: Scalar::Float(0.5)
+            }
+        );
+        assert_eq!(g.ty(g.outputs[0]).shape, vec![64, 10]);
+    }
+
+    #[test]
+    fn literal_dtypes_follow_their_peer() {
+        let g = parse(
+            "t.fg",
+            "graph t(h: f16[2], i: i32[2], c: bool[2]) {\n\
+             \x20 a = add(2.0, h)\n\
+             \x20 b = mul(i, 3)\n\
+             \x20 d = where(c, 1, h)\n\
+             \x20 e = add(1, 2.5)\n\
+             \x20 return a, b, d, e, true\n}",
+        )
+        .unwrap();
+        let lits: Vec<DType> = g
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::Literal { .. }))
+            .map(|n| n.ty.dtype)
+            .collect();
+        use DType::*;
+        assert_eq!(lits, vec![F16, I32, F16, I64, F32, Bool]);
+        let outs: Vec<DType> = g.outputs.iter().map(|&o| g.ty(o).dtype).collect();
+        assert_eq!(outs, vec![F16, I32, F16, F32, Bool]);
+    }
+}

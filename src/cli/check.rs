@@ -1,0 +1,28 @@
+//! `ferrite check FILE`: parse and verify a graph, print a one-line summary.
+
+use super::{count, load_graph, CliResult};
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Flags of `ferrite check`.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The graph file (.fg).
+    pub file: PathBuf,
+}
+
+/// Prints e.g. `mlp.fg: ok (graph mlp: 4 params, 5 ops, 1 output)`.
+pub fn check(args: &CheckArgs, out: &mut dyn Write) -> CliResult {
+    let (graph, _) = load_graph(&args.file)?;
+    writeln!(
+        out,
+        "{}: ok (graph {}: {}, {}, {})",
+        args.file.display(),
+        graph.name,
+        count(graph.params.len(), "param"),
+        count(graph.op_count(), "op"),
+        count(graph.outputs.len(), "output"),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! The `ferrite` command line: flag definitions, the error type that decides the
+//! exit code, and helpers the commands share. Each command lives in its own file.
+
+pub mod check;
+pub mod fmt;
+pub mod run;
+pub mod summary;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use ferrite_ir::Graph;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// `ferrite`: a compiler for tensor programs.
+#[derive(Parser, Debug)]
+#[command(name = "ferrite", version, about, long_about = None)]
+#[command(
+    after_help = "Exit codes: 0 ok, 1 user error (the message says what to fix), 2 internal error."
+)]
+pub struct Cli {
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Parse and verify a graph file; errors are reported as file:line:col.
+    Check(check::CheckArgs),
+    /// Print a graph file in canonical form.
+    Fmt(fmt::FmtArgs),
+    /// Run a graph on inputs from .npy files or random ones and summarize the outputs.
+    Run(run::RunArgs),
+}
+
+/// Where a graph runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+pub enum Target {
+    /// The reference interpreter (slow, obviously correct).
+    Interp,
+    /// Native code through the Cranelift JIT.
+    Cpu,
+    /// The accelerator simulator.
+    Sim,
+}
+
+impl Target {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Interp => "interp",
+            Target::Cpu => "cpu",
+            Target::Sim => "sim",
+        }
+    }
+}
+
+/// Why a command failed; the variant decides the exit code.
+#[derive(Debug)]
+pub enum CliError {
+    /// Something the user can fix (a file, a flag, the graph): exit code 1, printed
+    /// as `error: <message>`.
+    User(String),
+    /// A parse or type error already rendered as `file:line:col: error: ...` with
+    /// the offending line: exit code 1, printed as is.
+    Rendered(String),
+    /// A bug in Ferrite: exit code 2.
+    Internal(String),
+    /// Standard output was closed early (`ferrite fmt x.fg | head`): not an error
+    /// worth reporting, exit code 0.
+    StdoutClosed,
+}
+
+impl CliError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::StdoutClosed => 0,
+            CliError::User(_) | CliError::Rendered(_) => 1,
+            CliError::Internal(_) => 2,
+        }
+    }
+
+    /// Writes the message for the user to `err` (standard error).
+    pub fn report(&self, err: &mut dyn io::Write) {
+        // A failure to write to stderr leaves nothing better to do than exit.
+        let _ = match self {
+            CliError::User(m) => writeln!(err, "error: {m}"),
+            CliError::Rendered(m) => writeln!(err, "{}", m.trim_end()),
+            CliError::Internal(m) => writeln!(
+                err,
+                "internal error: {m}\nThis is a bug in Ferrite; please report it with the input that caused it."
+            ),
+            CliError::StdoutClosed => Ok(()),
+        };
+    }
+}
+
+impl From<io::Error> for CliError {
+    /// Only writes to standard output are converted implicitly; file errors are
+    /// wrapped with their path by [`read_file`] and the commands.
+    fn from(e: io::Error) -> Self {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            CliError::StdoutClosed
+        } else {
+            CliError::User(format!("cannot write to standard output: {e}"))
+        }
+    }
+}
+
+/// The result of a command.
+pub type CliResult = Result<(), CliError>;
+
+/// Reads a file the user named, with an error that says which one.
+pub fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path)
+        .map_err(|e| CliError::User(format!("cannot read `{}`: {e}", path.display())))
+}
+
+/// Reads, parses and verifies a graph file. Parse errors come back rendered with
+/// their location; a parsed graph that fails the verifier is a bug in the parser.
+pub fn load_graph(path: &Path) -> Result<(Graph, Vec<u8>), CliError> {
+    let bytes = read_file(path)?;
+    let name = path.display().to_string();
+    let graph =
+        ferrite_ir::parse_bytes(&name, &bytes).map_err(|d| CliError::Rendered(d.to_string()))?;
+    ferrite_ir::verify(&graph).map_err(|e| {
+        CliError::Internal(format!(
+            "`{name}` parsed into a graph the verifier rejects: {e}"
+        ))
+    })?;
+    Ok((graph, bytes))
+}
+
+/// `1 param`, `3 params`.
+pub fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
+/// Parses `NAME=FILE` for `--input`.
+pub fn parse_name_eq_path(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(path)))
+        }
+        _ => Err(format!("expected NAME=FILE.npy, got `{s}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_eq_path() {
+        assert_eq!(
+            parse_name_eq_path("x=a/b=c.npy").unwrap(),
+            ("x".to_string(), PathBuf::from("a/b=c.npy"))
+        );
+        assert!(parse_name_eq_path("x").is_err());
+        assert!(parse_name_eq_path("=a.npy").is_err());
+        assert!(parse_name_eq_path("x=").is_err());
+    }
+
+    #[test]
+    fn plurals() {
+        assert_eq!(count(1, "op"), "1 op");
+        assert_eq!(count(0, "op"), "0 ops");
+        assert_eq!(count(5, "output"), "5 outputs");
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(CliError::User("x".into()).exit_code(), 1);
+        assert_eq!(CliError::Rendered("x".into()).exit_code(), 1);
+        assert_eq!(CliError::Internal("x".into()).exit_code(), 2);
+        let broken: CliError = io::Error::from(io::ErrorKind::BrokenPipe).into();
+        assert_eq!(broken.exit_code(), 0);
+    }
+}

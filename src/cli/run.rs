@@ -1,0 +1,300 @@
+//! `ferrite run FILE [--input NAME=FILE.npy].. [--seed N] [--target T] [--out DIR]`:
+//! run a graph and summarize its outputs.
+//!
+//! Parameters not given with `--input` get deterministic random values: parameter
+//! `i` is `Tensor::random(type, seed + i)`, so a run is reproducible from its flags.
+
+use super::summary::summarize;
+use super::{count, load_graph, parse_name_eq_path, read_file, CliError, CliResult, Target};
+use clap::Args;
+use ferrite_ir::{npy, Graph, Op, Tensor};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The most input data `run` creates or reads (4 GiB): beyond that a typo in a shape
+/// should be an error, not an out-of-memory abort.
+const INPUT_BYTES_LIMIT: u64 = 4 << 30;
+
+/// The most memory the interpreter may need (16 GiB), estimated by [`peak_bytes`].
+const INTERP_BYTES_LIMIT: u64 = 16 << 30;
+
+/// Flags of `ferrite run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The graph file (.fg).
+    pub file: PathBuf,
+    /// Take parameter NAME from a .npy file (repeatable); the others are random.
+    #[arg(short, long = "input", value_name = "NAME=FILE.npy", value_parser = parse_name_eq_path)]
+    pub inputs: Vec<(String, PathBuf)>,
+    /// Seed of the random inputs: parameter i gets seed + i.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Where to run the graph.
+    #[arg(long, value_enum, default_value_t = Target::Interp)]
+    pub target: Target,
+    /// Write each output to DIR/<name>.npy, <name> being the returned value's name.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs the graph and prints the summary; see the module docs.
+pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResult {
+    if args.target != Target::Interp {
+        return Err(CliError::User(format!(
+            "target `{}` is not available yet (available: interp)",
+            args.target.name()
+        )));
+    }
+    let (graph, _) = load_graph(&args.file)?;
+    let from_files = match_inputs(&graph, &args.inputs)?;
+    check_memory(&graph)?;
+
+    let mut inputs = Vec::with_capacity(graph.params.len());
+    let mut random = Vec::new();
+    let mut loaded = Vec::new();
+    for (i, &p) in graph.params.iter().enumerate() {
+        let name = param_name(&graph, i);
+        let ty = graph.ty(p);
+        let tensor = match from_files.get(name) {
+            Some(path) => {
+                let t = load_input(name, ty, path, err)?;
+                loaded.push(format!("{name} from {}", path.display()));
+                t
+            }
+            None => {
+                random.push(name);
+                Tensor::random(ty, args.seed.wrapping_add(i as u64))
+            }
+        };
+        inputs.push(tensor);
+    }
+
+    let start = Instant::now();
+    let outputs = ferrite_ir::interpret(&graph, &inputs)
+        .map_err(|e| CliError::User(format!("running graph `{}` failed: {e}", graph.name)))?;
+    let elapsed = start.elapsed();
+    if outputs.len() != graph.outputs.len() {
+        return Err(CliError::Internal(format!(
+            "the interpreter returned {} outputs for a graph with {}",
+            outputs.len(),
+            graph.outputs.len()
+        )));
+    }
+
+    let mut sources = loaded;
+    if !random.is_empty() {
+        sources.push(format!(
+            "{} (seed {}): {}",
+            count(random.len(), "random input"),
+            args.seed,
+            random.join(", ")
+        ));
+    }
+    if sources.is_empty() {
+        writeln!(out, "graph {}: no inputs", graph.name)?;
+    } else {
+        writeln!(out, "graph {}: {}", graph.name, sources.join("; "))?;
+    }
+    let names = output_file_names(&graph);
+    for (name, t) in names.iter().zip(&outputs) {
+        let (values, stats) = summarize(t);
+        writeln!(out, "{name}: {}\n  {values}\n  {stats}", t.ty)?;
+    }
+    writeln!(
+        out,
+        "time: {:.3} ms on {}",
+        elapsed.as_secs_f64() * 1e3,
+        args.target.name()
+    )?;
+
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::User(format!("cannot create directory `{}`: {e}", dir.display()))
+        })?;
+        let mut written = Vec::new();
+        for (name, t) in names.iter().zip(&outputs) {
+            // A value returned twice has one file.
+            if written.contains(&name) {
+                continue;
+            }
+            written.push(name);
+            let path = dir.join(format!("{name}.npy"));
+            std::fs::write(&path, npy::encode(t))
+                .map_err(|e| CliError::User(format!("cannot write `{}`: {e}", path.display())))?;
+            writeln!(out, "wrote {}", path.display())?;
+        }
+    }
+    Ok(())
+}
+
+/// The name of parameter `i` (parsed graphs name every parameter).
+fn param_name(g: &Graph, i: usize) -> &str {
+    g.node(g.params[i]).name.as_deref().unwrap_or("?")
+}
+
+/// Checks the `--input` names against the parameters: each must name one, once.
+fn match_inputs<'a>(
+    g: &Graph,
+    inputs: &'a [(String, PathBuf)],
+) -> Result<HashMap<&'a str, &'a Path>, CliError> {
+    let mut map = HashMap::new();
+    for (name, path) in inputs {
+        let known = (0..g.params.len()).any(|i| param_name(g, i) == name);
+        if !known {
+            let params: Vec<&str> = (0..g.params.len()).map(|i| param_name(g, i)).collect();
+            return Err(CliError::User(format!(
+                "--input {name}=...: graph `{}` has no parameter `{name}` (its parameters: {})",
+                g.name,
+                if params.is_empty() {
+                    "none".to_string()
+                } else {
+                    params.join(", ")
+                }
+            )));
+        }
+        if map.insert(name.as_str(), path.as_path()).is_some() {
+            return Err(CliError::User(format!("--input `{name}` is given twice")));
+        }
+    }
+    Ok(map)
+}
+
+/// Reads one `--input` file and checks it against the parameter's type.
+fn load_input(
+    name: &str,
+    ty: &ferrite_ir::TensorType,
+    path: &Path,
+    err: &mut dyn Write,
+) -> Result<Tensor, CliError> {
+    let bytes = read_file(path)?;
+    let bad = |e: String| CliError::User(format!("input `{name}`: `{}`: {e}", path.display()));
+    let header = npy::read_header(&bytes).map_err(bad)?;
+    let t = npy::decode(&bytes).map_err(bad)?;
+    if &t.ty != ty {
+        let mut msg = format!(
+            "input `{name}` is declared {ty}, but `{}` holds {} (stored as '{}')",
+            path.display(),
+            t.ty,
+            header.descr
+        );
+        if t.ty.shape == ty.shape {
+            msg.push_str(&format!(
+                "; convert it first, e.g. numpy's `a.astype({})`",
+                numpy_type_name(ty.dtype)
+            ));
+        }
+        return Err(CliError::User(msg));
+    }
+    if header.converts {
+        writeln!(
+            err,
+            "note: input `{name}`: `{}` stores '{}'; converted to {}",
+            path.display(),
+            header.descr,
+            t.ty.dtype
+        )?;
+    }
+    Ok(t)
+}
+
+/// The numpy spelling of a dtype, for hints.
+fn numpy_type_name(d: ferrite_ir::DType) -> &'static str {
+    use ferrite_ir::DType::*;
+    match d {
+        F32 => "np.float32",
+        F16 => "np.float16",
+        Bf16 => "ml_dtypes.bfloat16",
+        I32 => "np.int32",
+        I64 => "np.int64",
+        Bool => "np.bool_",
+    }
+}
+
+/// Refuses graphs whose inputs or interpretation would need more memory than the limits.
+fn check_memory(g: &Graph) -> Result<(), CliError> {
+    let input_bytes: u64 = g.params.iter().map(|&p| g.ty(p).size_bytes() as u64).sum();
+    if input_bytes > INPUT_BYTES_LIMIT {
+        return Err(CliError::User(format!(
+            "graph `{}` has {} of inputs, more than the limit of {} for `run`",
+            g.name,
+            gib(input_bytes),
+            gib(INPUT_BYTES_LIMIT)
+        )));
+    }
+    let peak = peak_bytes(g);
+    if peak > INTERP_BYTES_LIMIT {
+        return Err(CliError::User(format!(
+            "interpreting graph `{}` needs about {} of memory, more than the limit of {}",
+            g.name,
+            gib(peak),
+            gib(INTERP_BYTES_LIMIT)
+        )));
+    }
+    Ok(())
+}
+
+/// An estimate of the interpreter's peak memory: the inputs, the values alive at
+/// each node (the interpreter drops a value after its last use), and the f64
+/// working copies of the node being computed (its operands and result).
+fn peak_bytes(g: &Graph) -> u64 {
+    let mut last_use = vec![0usize; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for x in &n.inputs {
+            last_use[x.index()] = i;
+        }
+    }
+    for o in &g.outputs {
+        last_use[o.index()] = usize::MAX;
+    }
+    let size = |i: usize| g.nodes[i].ty.size_bytes() as u64;
+    let numel = |i: usize| g.nodes[i].ty.numel() as u64;
+    // Inputs are borrowed for the whole run.
+    let mut live: u64 = g.params.iter().map(|p| size(p.index())).sum();
+    let mut peak = live;
+    for (i, n) in g.nodes.iter().enumerate() {
+        if matches!(n.op, Op::Param { .. }) {
+            continue;
+        }
+        let scratch = 8 * (numel(i) + n.inputs.iter().map(|x| numel(x.index())).sum::<u64>());
+        live += size(i);
+        peak = peak.max(live + scratch);
+        for x in &n.inputs {
+            let x = x.index();
+            if last_use[x] == i && !matches!(g.nodes[x].op, Op::Param { .. }) {
+                live -= size(x);
+                // A value used twice by the same node is freed once.
+                last_use[x] = usize::MAX - 1;
+            }
+        }
+    }
+    peak
+}
+
+/// Bytes as GiB with one decimal.
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// The file name (without `.npy`) of each output: [`Graph::output_name`], made
+/// unique when an unnamed output's generated name `output{i}` collides with a
+/// value of that name.
+fn output_file_names(g: &Graph) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for i in 0..g.outputs.len() {
+        let base = g.output_name(i);
+        let mut name = base.clone();
+        let mut k = 1;
+        while names
+            .iter()
+            .zip(&g.outputs)
+            .any(|(n, &v)| *n == name && v != g.outputs[i])
+        {
+            name = format!("{base}_{k}");
+            k += 1;
+        }
+        names.push(name);
+    }
+    names
+}

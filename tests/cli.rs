@@ -1,0 +1,499 @@
+//! End-to-end tests of the `ferrite` binary: exit codes, messages, and the files it writes.
+
+use ferrite::npy;
+use ferrite::{DType, Data, Tensor, TensorType};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs `ferrite ARGS` from the repository root.
+fn ferrite(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the ferrite binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts the exit code, showing both streams when it differs.
+#[track_caller]
+fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "exit code\n--- stdout:\n{}\n--- stderr:\n{}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// A fresh scratch directory for one test, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("ferrite-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// Writes `contents` to `name` in the directory and returns its path as a string.
+    fn file(&self, name: &str, contents: impl AsRef<[u8]>) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, contents).unwrap();
+        p.to_str().unwrap().to_string()
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.0.join(name).to_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn examples() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut v: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "fg"))
+        .map(|p| format!("examples/{}", p.file_name().unwrap().to_str().unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn read_npy(path: &str) -> Tensor {
+    npy::decode(&std::fs::read(path).unwrap()).unwrap()
+}
+
+const SCALE_GRAPH: &str = "\
+# y = x * s, broadcasting s over the rows.
+graph scale(x: f32[2, 3], s: f32[3]) -> f32[2, 3] {
+  y = mul(x, s)
+  return y
+}
+";
+
+#[test]
+fn check_prints_a_summary_for_every_example() {
+    let all = examples();
+    assert!(all.len() >= 8, "examples: {all:?}");
+    for file in &all {
+        let o = ferrite(&["check", file]);
+        assert_exit(&o, 0);
+        let out = stdout(&o);
+        assert!(out.starts_with(&format!("{file}: ok (graph ")), "{out}");
+    }
+    let o = ferrite(&["check", "examples/mlp.fg"]);
+    assert_eq!(
+        stdout(&o),
+        "examples/mlp.fg: ok (graph mlp: 5 params, 5 ops, 1 output)\n"
+    );
+}
+
+#[test]
+fn parse_errors_are_located_and_exit_1() {
+    let s = Scratch::new("parse-errors");
+    let bad = s.file(
+        "bad.fg",
+        "# inner dimensions differ\ngraph g(x: f32[2, 3], w: f32[4, 5]) {\n  y = matmul(x, w)\n  return y\n}\n",
+    );
+    for cmd in ["check", "fmt", "run"] {
+        let o = ferrite(&[cmd, &bad]);
+        assert_exit(&o, 1);
+        let err = stderr(&o);
+        assert!(
+            err.starts_with(&format!("{bad}:3:7: error: matmul")),
+            "{cmd}: {err}"
+        );
+        // The offending line and a caret under column 7 follow.
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines[1].trim(), "y = matmul(x, w)", "{err}");
+        let caret = lines[2].find('^').expect("a caret line");
+        let code = lines[1].find("matmul").unwrap();
+        assert_eq!(caret, code, "{err}");
+        assert!(stdout(&o).is_empty());
+    }
+    let junk = s.file("junk.fg", b"graph g(x: f32[2]) {\n  return x\n}\n\xff\n");
+    let o = ferrite(&["check", &junk]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).starts_with(&format!("{junk}:4:1: error:")),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn missing_files_and_bad_flags_are_user_errors() {
+    let o = ferrite(&["check", "no/such/file.fg"]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).starts_with("error: cannot read `no/such/file.fg`:"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = ferrite(&["run", "examples/mlp.fg", "--bogus"]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("--bogus"), "{}", stderr(&o));
+
+    let o = ferrite(&["frobnicate", "examples/mlp.fg"]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("frobnicate"), "{}", stderr(&o));
+
+    let o = ferrite(&[]);
+    assert_exit(&o, 1);
+
+    let o = ferrite(&["run", "examples/mlp.fg", "--seed", "minus-one"]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("minus-one"), "{}", stderr(&o));
+
+    let o = ferrite(&["run", "examples/mlp.fg", "--input", "x"]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).contains("expected NAME=FILE.npy"),
+        "{}",
+        stderr(&o)
+    );
+
+    for flag in ["--help", "--version"] {
+        let o = ferrite(&[flag]);
+        assert_exit(&o, 0);
+        assert!(stdout(&o).contains("ferrite"), "{}", stdout(&o));
+    }
+    let o = ferrite(&["run", "--help"]);
+    assert_exit(&o, 0);
+    assert!(
+        stdout(&o).contains("--input <NAME=FILE.npy>"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn unavailable_targets_are_refused() {
+    for target in ["cpu", "sim"] {
+        let o = ferrite(&["run", "examples/mlp.fg", "--target", target]);
+        assert_exit(&o, 1);
+        assert_eq!(
+            stderr(&o),
+            format!("error: target `{target}` is not available yet (available: interp)\n")
+        );
+    }
+    let o = ferrite(&["run", "examples/mlp.fg", "--target", "gpu"]);
+    assert_exit(&o, 1);
+}
+
+#[test]
+fn fmt_output_reparses_and_is_a_fixed_point() {
+    let s = Scratch::new("fmt");
+    for file in examples() {
+        let o = ferrite(&["fmt", &file]);
+        assert_exit(&o, 0);
+        let text = stdout(&o);
+        // The leading comment block survives.
+        let source = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text.lines().next(), source.lines().next(), "{file}");
+        let copy = s.file("copy.fg", &text);
+        let o = ferrite(&["check", &copy]);
+        assert_exit(&o, 0);
+        let o = ferrite(&["fmt", &copy]);
+        assert_exit(&o, 0);
+        assert_eq!(stdout(&o), text, "{file}: fmt is not a fixed point");
+    }
+}
+
+#[test]
+fn fmt_write_rewrites_in_place_but_never_drops_comments() {
+    let s = Scratch::new("fmt-write");
+    let messy = s.file(
+        "messy.fg",
+        "# header\ngraph   scale(x:f32[2,3],s:f32[3])->f32[2,3]{\n y=mul(x,s)\n      return y }\n",
+    );
+    let o = ferrite(&["fmt", "--write", &messy]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), format!("{messy}: formatted\n"));
+    let formatted = std::fs::read_to_string(&messy).unwrap();
+    assert!(
+        formatted.starts_with("# header\ngraph scale(x: f32[2, 3], s: f32[3])"),
+        "{formatted}"
+    );
+    let o = ferrite(&["fmt", "-w", &messy]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), format!("{messy}: already formatted\n"));
+    assert_eq!(std::fs::read_to_string(&messy).unwrap(), formatted);
+
+    let commented = s.file(
+        "commented.fg",
+        "graph g(x: f32[2]) {\n  y = neg(x)  # keep me\n  return y\n}\n",
+    );
+    let o = ferrite(&["fmt", "--write", &commented]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).contains("would drop 1 comment line"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(std::fs::read_to_string(&commented)
+        .unwrap()
+        .contains("# keep me"));
+    // Printing to stdout works and says what it left out.
+    let o = ferrite(&["fmt", &commented]);
+    assert_exit(&o, 0);
+    assert!(
+        stderr(&o).contains("1 comment line inside the graph not kept"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stdout(&o).contains('#'));
+}
+
+#[test]
+fn run_summarizes_and_writes_npy_outputs() {
+    let s = Scratch::new("run-out");
+    let out_dir = s.path("out");
+    let o = ferrite(&[
+        "run",
+        "examples/mlp.fg",
+        "--target",
+        "interp",
+        "--out",
+        &out_dir,
+    ]);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
+    assert!(
+        text.starts_with("graph mlp: 5 random inputs (seed 0): x, w1, b1, w2, b2\n"),
+        "{text}"
+    );
+    assert!(text.contains("\nlogits: f32[64, 10]\n  ["), "{text}");
+    assert!(text.contains("min "), "{text}");
+    assert!(text.contains("\ntime: "), "{text}");
+    let path = format!("{out_dir}/logits.npy");
+    assert!(text.ends_with(&format!("wrote {path}\n")), "{text}");
+    let logits = read_npy(&path);
+    assert_eq!(
+        logits.ty,
+        TensorType::new(DType::F32, vec![64, 10]).unwrap()
+    );
+    assert!(logits.to_f64().iter().all(|v| v.is_finite()));
+
+    // The same seed gives the same result; another seed another one.
+    let o = ferrite(&["run", "examples/mlp.fg", "--out", &out_dir]);
+    assert_exit(&o, 0);
+    assert_eq!(read_npy(&path), logits);
+    let o = ferrite(&["run", "examples/mlp.fg", "--seed", "1", "--out", &out_dir]);
+    assert_exit(&o, 0);
+    assert_ne!(read_npy(&path), logits);
+
+    // Several outputs, one returned twice and one unnamed.
+    let multi = s.file(
+        "multi.fg",
+        "graph multi(x: f32[3]) {\n  m = max(x)\n  return m, neg(x), m\n}\n",
+    );
+    let o = ferrite(&["run", &multi, "--out", &out_dir]);
+    assert_exit(&o, 0);
+    let x = Tensor::random(&TensorType::new(DType::F32, vec![3]).unwrap(), 0).to_f64();
+    let m = read_npy(&format!("{out_dir}/m.npy"));
+    assert_eq!(m.ty.shape, Vec::<usize>::new());
+    assert_eq!(m.to_f64()[0], x.iter().cloned().fold(f64::MIN, f64::max));
+    let neg = read_npy(&format!("{out_dir}/output1.npy"));
+    assert_eq!(neg.to_f64(), x.iter().map(|v| -v).collect::<Vec<_>>());
+    assert_eq!(stdout(&o).matches("wrote ").count(), 2, "{}", stdout(&o));
+}
+
+#[test]
+fn inputs_from_npy_files_round_trip() {
+    let s = Scratch::new("inputs");
+    let graph = s.file("scale.fg", SCALE_GRAPH);
+    let x = Tensor::from_f32(&[2, 3], vec![1.0, 2.0, 3.0, -4.0, 5.0, 0.5]).unwrap();
+    let sv = Tensor::from_f32(&[3], vec![2.0, -1.0, 0.25]).unwrap();
+    let xp = s.file("x.npy", npy::encode(&x));
+    let sp = s.file("s.npy", npy::encode(&sv));
+    let out_dir = s.path("out");
+    let o = ferrite(&[
+        "run",
+        &graph,
+        "--input",
+        &format!("x={xp}"),
+        "-i",
+        &format!("s={sp}"),
+        "--out",
+        &out_dir,
+    ]);
+    assert_exit(&o, 0);
+    assert!(
+        stdout(&o).starts_with(&format!("graph scale: x from {xp}; s from {sp}\n")),
+        "{}",
+        stdout(&o)
+    );
+    let y = read_npy(&format!("{out_dir}/y.npy"));
+    let want = Tensor::from_f32(&[2, 3], vec![2.0, -2.0, 0.75, -8.0, -5.0, 0.125]).unwrap();
+    assert_eq!(y, want);
+    assert!(
+        stdout(&o).contains(
+            "y: f32[2, 3]\n  [2, -2, 0.75, -8, -5, 0.125]\n  min -8, max 2, mean -2.02083\n"
+        ),
+        "{}",
+        stdout(&o)
+    );
+
+    // A float64 file (numpy's default) is converted, with a note; the rest is random.
+    let mut f64_file = npy::encode(&Tensor::from_f32(&[3], vec![0.0; 3]).unwrap());
+    let header_end = npy::read_header(&f64_file).unwrap().data_offset;
+    f64_file.truncate(header_end);
+    let text = String::from_utf8(f64_file[10..].to_vec())
+        .unwrap()
+        .replace("<f4", "<f8");
+    let mut bytes = f64_file[..10].to_vec();
+    bytes.extend_from_slice(text.as_bytes());
+    for v in [2.0f64, 4.0, 8.0] {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    let s64 = s.file("s64.npy", bytes);
+    let o = ferrite(&[
+        "run",
+        &graph,
+        "--input",
+        &format!("s={s64}"),
+        "--seed",
+        "5",
+        "--out",
+        &out_dir,
+    ]);
+    assert_exit(&o, 0);
+    assert!(
+        stderr(&o).contains("stores '<f8'; converted to f32"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o).contains("; 1 random input (seed 5): x\n"),
+        "{}",
+        stdout(&o)
+    );
+    // x is parameter 0, so its seed is 5 + 0.
+    let x = Tensor::random(&TensorType::new(DType::F32, vec![2, 3]).unwrap(), 5).to_f64();
+    let y = read_npy(&format!("{out_dir}/y.npy")).to_f64();
+    for (i, (&yv, &xv)) in y.iter().zip(&x).enumerate() {
+        assert_eq!(yv, (xv as f32 * [2.0f32, 4.0, 8.0][i % 3]) as f64);
+    }
+}
+
+#[test]
+fn bad_inputs_are_user_errors() {
+    let s = Scratch::new("bad-inputs");
+    let graph = s.file("scale.fg", SCALE_GRAPH);
+    let wrong_shape = s.file(
+        "w.npy",
+        npy::encode(&Tensor::from_f32(&[3, 2], vec![0.0; 6]).unwrap()),
+    );
+    let ids = Tensor {
+        ty: TensorType::new(DType::I64, vec![2, 3]).unwrap(),
+        data: Data::I64(vec![0; 6]),
+    };
+    let wrong_dtype = s.file("i.npy", npy::encode(&ids));
+    let garbage = s.file("g.npy", b"definitely not numpy");
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec![format!("z={wrong_shape}")],
+            "error: --input z=...: graph `scale` has no parameter `z` (its parameters: x, s)".into(),
+        ),
+        (
+            vec![format!("x={wrong_shape}")],
+            format!("error: input `x` is declared f32[2, 3], but `{wrong_shape}` holds f32[3, 2] (stored as '<f4')"),
+        ),
+        (
+            vec![format!("x={wrong_dtype}")],
+            format!("error: input `x` is declared f32[2, 3], but `{wrong_dtype}` holds i64[2, 3] (stored as '<i8'); convert it first, e.g. numpy's `a.astype(np.float32)`"),
+        ),
+        (
+            vec![format!("x={garbage}")],
+            format!("error: input `x`: `{garbage}`: not a .npy file"),
+        ),
+        (
+            vec![format!("x={}", s.path("missing.npy"))],
+            format!("error: cannot read `{}`", s.path("missing.npy")),
+        ),
+        (
+            vec![format!("x={wrong_shape}"), format!("x={wrong_shape}")],
+            "error: --input `x` is given twice".into(),
+        ),
+    ];
+    for (inputs, want) in cases {
+        let mut args = vec!["run".to_string(), graph.clone()];
+        for i in inputs {
+            args.push("--input".into());
+            args.push(i);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = ferrite(&args);
+        assert_exit(&o, 1);
+        assert!(
+            stderr(&o).starts_with(&want),
+            "want {want:?}\ngot  {:?}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
+fn runtime_errors_and_memory_limits_are_user_errors() {
+    let s = Scratch::new("runtime");
+    // Token ids out of range for the embedding table.
+    let ids = Tensor {
+        ty: TensorType::new(DType::I64, vec![128]).unwrap(),
+        data: Data::I64((0..128).map(|i| i * 10).collect()),
+    };
+    let ids_path = s.file("ids.npy", npy::encode(&ids));
+    let o = ferrite(&[
+        "run",
+        "examples/embedding.fg",
+        "--input",
+        &format!("ids={ids_path}"),
+    ]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).starts_with("error: running graph `embedding` failed: "),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("1000"), "{}", stderr(&o));
+
+    let huge_input = s.file(
+        "huge.fg",
+        "graph huge(x: f32[32768, 65536]) {\n  return neg(x)\n}\n",
+    );
+    let o = ferrite(&["run", &huge_input]);
+    assert_exit(&o, 1);
+    assert_eq!(
+        stderr(&o),
+        "error: graph `huge` has 8.0 GiB of inputs, more than the limit of 4.0 GiB for `run`\n"
+    );
+
+    let huge_value = s.file(
+        "blowup.fg",
+        "graph blowup(x: f32[2]) {\n  y = full(shape=[2, 1024, 1024, 1024], value=1.0)\n  return sum(y)\n}\n",
+    );
+    let o = ferrite(&["run", &huge_value]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).starts_with("error: interpreting graph `blowup` needs about 24.0 GiB of memory"),
+        "{}",
+        stderr(&o)
+    );
+}
