@@ -1,0 +1,523 @@
+//! `decompose`: composite graph ops → the primitive op set.
+//!
+//! After this pass every node satisfies [`Op::is_primitive`], so later passes and
+//! backends handle only elementwise ops, `sum`/`max`/`min`/`prod`, arg-reductions,
+//! `matmul`, movement, indexing and creation. The pass also makes dtypes explicit:
+//! every binary op and `where` gets operands of one dtype, with casts inserted where
+//! the graph relied on implicit promotion.
+//!
+//! The rewrites, one line each (`c` is a literal of the operand's dtype):
+//!
+//! | op | primitives |
+//! |---|---|
+//! | `relu(x)` | `maximum(x, 0)` (int stays int) |
+//! | `sigmoid(x)` | `e = exp(-abs(x))`; `where(x >= 0, 1, e) / (1 + e)` (never overflows) |
+//! | `silu(x)` | `x * sigmoid(x)` |
+//! | `gelu(x)` | `(x * 0.5) * (1 + erf(x * 1/√2))` |
+//! | `gelu(x, approximate="tanh")` | `(x * 0.5) * (1 + tanh((x + x*x*x * 0.044715) * √(2/π)))` |
+//! | `mean(x, axes, keepdim)` | `sum(x, axes, keepdim) / count` (`0 / 0` is NaN for empty reductions, as in PyTorch) |
+//! | `softmax(x, axis)` | `e = exp(x - max(x, axis, keepdim))`; `e / sum(e, axis, keepdim)` |
+//! | `log_softmax(x, axis)` | `d = x - max(x, axis, keepdim)`; `d - log(sum(exp(d), axis, keepdim))` |
+//! | `layer_norm(x, w, b, eps)` | `c = x - mean(x)`; `c * rsqrt(mean(c*c) + eps) * w + b` (biased variance) |
+//! | `rms_norm(x, w, eps)` | `x * rsqrt(mean(x*x) + eps) * w` |
+//! | `transpose`, `squeeze`, `unsqueeze` | `permute`, `reshape`, `reshape` |
+//! | `exp(int)` and other transcendental ops of ints | `exp(cast(x, f32))` |
+//! | `add(i32, f32)` and other mixed-dtype binary ops, `where` | casts to the promoted dtype first |
+//! | `div(int, int)` | `div(cast(a, f32), cast(b, f32))` (true division) |
+//!
+//! Numerical choices, and why:
+//!
+//! - `softmax` and `log_softmax` subtract the row maximum, so `exp` never overflows
+//!   (inputs of ±1000 are fine), and the `log` in `log_softmax` is of a sum that
+//!   contains `exp(0) = 1`, never of a value rounded to zero. A row that is all `-inf`
+//!   gives NaN (`-inf - -inf`), as in PyTorch.
+//! - `mean` divides by the count instead of multiplying by its rounded reciprocal: one
+//!   rounding instead of two, and an empty reduction gives `0 / 0 = NaN` with no special
+//!   case. (The optimizer may strength-reduce the division by a constant.)
+//! - Half precision (`f16`, `bf16`): `mean`, `softmax`, `log_softmax`, `layer_norm`,
+//!   `rms_norm`, `sigmoid`, `silu` and `gelu` are computed in `f32` between a cast up
+//!   and a cast down, as PyTorch does for reductions and its "opmath" elementwise
+//!   kernels. This keeps sums from losing precision, keeps `x*x` in `rms_norm` from
+//!   overflowing (65504² > f16 max) and rounds the result once to the half type.
+//!   `relu` needs no upcast: it is exact in any dtype.
+//! - A normalization (`softmax`, `layer_norm`, ...) whose result has no elements becomes
+//!   `full(shape, 0)`: there is nothing to compute, and `max` over an empty tensor has
+//!   no identity.
+//!
+//! - `layer_norm` uses the two-pass algorithm (center, then average the squares), so
+//!   the variance is never a difference of large numbers. The mean itself is held in
+//!   the compute dtype, as in PyTorch's f32 kernel: for a row far from zero relative to
+//!   its spread, each output can be off by about `ulp(mean) / std`. The reference
+//!   interpreter (f64) does not have that error.
+//!
+//! Literals are cast by folding: a literal operand that needs another dtype becomes a
+//! new literal of that dtype holding the value the old one had in its own dtype.
+
+use ferrite_ir::infer::reduced_axes;
+use ferrite_ir::types::normalize_axis;
+use ferrite_ir::{
+    promote, verify, BinaryOp, DType, Graph, Op, ReduceOp, Scalar, Tensor, TensorType, UnaryOp,
+    ValueId,
+};
+use std::collections::HashMap;
+use std::f64::consts::FRAC_1_SQRT_2;
+
+/// `sqrt(2 / pi)`, the scale inside tanh-approximated GELU.
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+
+/// The cubic coefficient of tanh-approximated GELU.
+const GELU_TANH_CUBIC: f64 = 0.044715;
+
+/// Rewrites every composite op of `g` into primitive ops and makes mixed-dtype
+/// operands explicit with casts.
+///
+/// Returns a new graph with the same name, the same parameters in the same order, and
+/// the same outputs in the same order with the same types; each named node's name
+/// (outputs' included) is kept on the node that now produces its value. Nodes that no
+/// output depends on are dropped (parameters are always kept). The result is checked
+/// with [`verify`]; an invalid input graph is an error, never a panic.
+pub fn decompose(g: &Graph) -> Result<Graph, String> {
+    verify(g).map_err(|e| format!("decompose: the input graph is invalid: {e}"))?;
+    let mut lower = Lowering::new(&g.name);
+    for (i, node) in g.nodes.iter().enumerate() {
+        let start = lower.out.nodes.len();
+        let v = lower.lower(g, i).map_err(|e| {
+            let name = node
+                .name
+                .as_deref()
+                .map(|n| format!(" (`{n}`)"))
+                .unwrap_or_default();
+            format!("decompose: %{i}{name} ({}): {e}", node.op.name())
+        })?;
+        let v = match &node.name {
+            Some(name) if !matches!(node.op, Op::Param { .. }) => {
+                lower.bind_name(v, start, name)?
+            }
+            _ => v,
+        };
+        lower.map.push(v);
+    }
+    let mut out = lower.out;
+    out.outputs = g.outputs.iter().map(|o| lower.map[o.index()]).collect();
+    out.declared_outputs = g.declared_outputs.clone();
+    // Dead source nodes were lowered along with the rest (so errors name source ids),
+    // and rewrites such as `full` for empty results can leave operands unused.
+    let out = out.without_dead_nodes();
+    check_result(g, &out)?;
+    Ok(out)
+}
+
+/// Checks the postconditions of [`decompose`]: primitive ops only, one operand dtype per
+/// binary op and `where`, a verifier-clean graph, and the original signature.
+fn check_result(g: &Graph, out: &Graph) -> Result<(), String> {
+    let bug = |what: String| format!("decompose produced an invalid graph (a bug): {what}");
+    verify(out).map_err(bug)?;
+    if g.outputs.len() != out.outputs.len() {
+        return Err(bug("the number of outputs changed".into()));
+    }
+    for (i, n) in out.nodes.iter().enumerate() {
+        if !n.op.is_primitive() {
+            return Err(bug(format!("%{i} ({}) is not primitive", n.op.name())));
+        }
+        let operands = match n.op {
+            Op::Binary(_) => &n.inputs[..],
+            Op::Where => &n.inputs[1..],
+            _ => &[],
+        };
+        if operands
+            .windows(2)
+            .any(|w| out.ty(w[0]).dtype != out.ty(w[1]).dtype)
+        {
+            return Err(bug(format!("%{i} ({}) mixes dtypes", n.op.name())));
+        }
+    }
+    if out.param_types() != g.param_types() {
+        return Err(bug("the parameter types changed".into()));
+    }
+    for (i, (&a, &b)) in g.outputs.iter().zip(&out.outputs).enumerate() {
+        if g.ty(a) != out.ty(b) || g.output_name(i) != out.output_name(i) {
+            return Err(bug(format!(
+                "output {i} `{}`: {} became `{}`: {}",
+                g.output_name(i),
+                g.ty(a),
+                out.output_name(i),
+                out.ty(b)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The graph under construction, with the value map from the source graph.
+struct Lowering {
+    /// The primitive graph being built.
+    out: Graph,
+    /// `map[i]` is the value in `out` that holds source value `%i`.
+    map: Vec<ValueId>,
+    /// Casts already emitted, so a value promoted for several uses is cast once.
+    casts: HashMap<(ValueId, DType), ValueId>,
+}
+
+impl Lowering {
+    fn new(name: &str) -> Lowering {
+        Lowering {
+            out: Graph::new(name),
+            map: Vec::new(),
+            casts: HashMap::new(),
+        }
+    }
+
+    /// Emits the primitives for source node `i` and returns the value holding its result.
+    fn lower(&mut self, src: &Graph, i: usize) -> Result<ValueId, String> {
+        let node = &src.nodes[i];
+        let ins: Vec<ValueId> = node.inputs.iter().map(|x| self.map[x.index()]).collect();
+        match &node.op {
+            Op::Param { .. } => {
+                let name = node.name.clone().ok_or("a parameter has no name")?;
+                self.out.add_param(name, node.ty.clone())
+            }
+            Op::Literal { value } => self.out.add_literal(*value, node.ty.dtype),
+            Op::Unary(u) => self.unary(*u, ins[0]),
+            Op::Binary(b) => self.binary(*b, ins[0], ins[1]),
+            Op::Where => {
+                let common = promote(self.dtype(ins[1]), self.dtype(ins[2]));
+                let a = self.cast(ins[1], common)?;
+                let b = self.cast(ins[2], common)?;
+                self.emit(Op::Where, &[ins[0], a, b])
+            }
+            Op::Reduce {
+                op: ReduceOp::Mean,
+                axes,
+                keepdim,
+            } => {
+                let axes = axes.clone();
+                self.in_f32(&ins, |l, v| l.mean(v[0], axes, *keepdim))
+            }
+            Op::Softmax { axis } => self.softmax(ins[0], *axis, false, &node.ty),
+            Op::LogSoftmax { axis } => self.softmax(ins[0], *axis, true, &node.ty),
+            Op::LayerNorm { eps } => self.norm(&ins, *eps, true, &node.ty),
+            Op::RmsNorm { eps } => self.norm(&ins, *eps, false, &node.ty),
+            Op::Transpose { dim0, dim1 } => {
+                let rank = self.out.ty(ins[0]).rank();
+                let mut dims: Vec<i64> = (0..rank as i64).collect();
+                if rank > 0 {
+                    let a = normalize_axis(*dim0, rank)?;
+                    let b = normalize_axis(*dim1, rank)?;
+                    dims.swap(a, b);
+                }
+                self.emit(Op::Permute { dims }, &ins)
+            }
+            // Both only insert or drop extent-1 axes, so the result shape is the whole story.
+            Op::Squeeze { .. } | Op::Unsqueeze { .. } => {
+                let shape = node.ty.shape.iter().map(|&d| d as i64).collect();
+                self.emit(Op::Reshape { shape }, &ins)
+            }
+            // Primitive ops are copied. Listed one by one so that a new op added to `Op`
+            // has to be classified here.
+            op @ (Op::Cast { .. }
+            | Op::Reduce { .. }
+            | Op::ArgReduce { .. }
+            | Op::MatMul
+            | Op::Reshape { .. }
+            | Op::Permute { .. }
+            | Op::Expand { .. }
+            | Op::Slice { .. }
+            | Op::Concat { .. }
+            | Op::Pad { .. }
+            | Op::IndexSelect { .. }
+            | Op::Gather { .. }
+            | Op::Full { .. }
+            | Op::Arange { .. }) => self.emit(op.clone(), &ins),
+        }
+    }
+
+    /// Gives `name` to the value `v` that lowering a named node produced. Every rewrite
+    /// ends in a node of its own, so `v` is new and unnamed; a rewrite that returned an
+    /// existing value would lose the name, which is reported rather than papered over.
+    fn bind_name(&mut self, v: ValueId, start: usize, name: &str) -> Result<ValueId, String> {
+        if v.index() < start || self.out.node(v).name.is_some() {
+            return Err(format!(
+                "decompose: the rewrite of `{name}` reused {v} and so cannot carry its name (a bug)"
+            ));
+        }
+        self.out.nodes[v.index()].name = Some(name.to_string());
+        Ok(v)
+    }
+
+    fn dtype(&self, v: ValueId) -> DType {
+        self.out.ty(v).dtype
+    }
+
+    /// Appends one primitive node.
+    fn emit(&mut self, op: Op, inputs: &[ValueId]) -> Result<ValueId, String> {
+        self.out.add(op, inputs, None)
+    }
+
+    /// A literal of `dtype` holding `v` (an integer, or a float for float dtypes).
+    fn literal(&mut self, v: f64, dtype: DType) -> Result<ValueId, String> {
+        let value = if dtype.is_float() {
+            Scalar::Float(v)
+        } else if dtype == DType::Bool {
+            Scalar::Bool(v != 0.0)
+        } else {
+            Scalar::Int(v as i64)
+        };
+        self.out.add_literal(value, dtype)
+    }
+
+    /// `v` converted to `to`: `v` itself when it already has that dtype, a folded literal
+    /// when `v` is a literal, otherwise a (shared) `cast` node.
+    fn cast(&mut self, v: ValueId, to: DType) -> Result<ValueId, String> {
+        let from = self.dtype(v);
+        if from == to {
+            return Ok(v);
+        }
+        if let Some(&c) = self.casts.get(&(v, to)) {
+            return Ok(c);
+        }
+        let c = match self.out.node(v).op {
+            Op::Literal { value } => self.out.add_literal(cast_scalar(value, from, to), to)?,
+            _ => self.emit(Op::Cast { to }, &[v])?,
+        };
+        self.casts.insert((v, to), c);
+        Ok(c)
+    }
+
+    /// A binary op whose operands are first cast to one dtype: the promoted one, or
+    /// `f32` for the true division of integers.
+    fn binary(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId, String> {
+        let mut common = promote(self.dtype(a), self.dtype(b));
+        if op == BinaryOp::Div && !common.is_float() {
+            common = DType::F32;
+        }
+        let a = self.cast(a, common)?;
+        let b = self.cast(b, common)?;
+        self.emit(Op::Binary(op), &[a, b])
+    }
+
+    /// `op(x, c)` for a constant `c` of `x`'s dtype.
+    fn binary_const(&mut self, op: BinaryOp, x: ValueId, c: f64) -> Result<ValueId, String> {
+        let c = self.literal(c, self.dtype(x))?;
+        self.binary(op, x, c)
+    }
+
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        x: ValueId,
+        axes: Option<Vec<i64>>,
+        keepdim: bool,
+    ) -> Result<ValueId, String> {
+        self.emit(Op::Reduce { op, axes, keepdim }, &[x])
+    }
+
+    fn unary(&mut self, u: UnaryOp, x: ValueId) -> Result<ValueId, String> {
+        // PyTorch: `exp(int_tensor)` is f32; making the cast explicit keeps every
+        // remaining transcendental op float-in, float-out.
+        let x = if u.is_transcendental() && !self.dtype(x).is_float() {
+            self.cast(x, DType::F32)?
+        } else {
+            x
+        };
+        match u {
+            UnaryOp::Relu => self.binary_const(BinaryOp::Maximum, x, 0.0),
+            UnaryOp::Sigmoid => self.in_f32(&[x], |l, v| l.sigmoid(v[0])),
+            UnaryOp::Silu => self.in_f32(&[x], |l, v| {
+                let s = l.sigmoid(v[0])?;
+                l.binary(BinaryOp::Mul, v[0], s)
+            }),
+            UnaryOp::Gelu => self.in_f32(&[x], |l, v| {
+                let t = l.binary_const(BinaryOp::Mul, v[0], FRAC_1_SQRT_2)?;
+                let e = l.emit(Op::Unary(UnaryOp::Erf), &[t])?;
+                l.gelu_tail(v[0], e)
+            }),
+            UnaryOp::GeluTanh => self.in_f32(&[x], |l, v| {
+                let x = v[0];
+                let x2 = l.binary(BinaryOp::Mul, x, x)?;
+                let x3 = l.binary(BinaryOp::Mul, x2, x)?;
+                let cubic = l.binary_const(BinaryOp::Mul, x3, GELU_TANH_CUBIC)?;
+                let inner = l.binary(BinaryOp::Add, x, cubic)?;
+                let scaled = l.binary_const(BinaryOp::Mul, inner, SQRT_2_OVER_PI)?;
+                let t = l.emit(Op::Unary(UnaryOp::Tanh), &[scaled])?;
+                l.gelu_tail(x, t)
+            }),
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Reciprocal
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Tanh
+            | UnaryOp::Erf
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Sign
+            | UnaryOp::Not => self.emit(Op::Unary(u), &[x]),
+        }
+    }
+
+    /// `(x * 0.5) * (1 + t)`, the part both GELU forms share.
+    fn gelu_tail(&mut self, x: ValueId, t: ValueId) -> Result<ValueId, String> {
+        let half = self.binary_const(BinaryOp::Mul, x, 0.5)?;
+        let one_plus = self.binary_const(BinaryOp::Add, t, 1.0)?;
+        self.binary(BinaryOp::Mul, half, one_plus)
+    }
+
+    /// `sigmoid(x)` as `where(x >= 0, 1, e) / (1 + e)` with `e = exp(-|x|)`: the exponent
+    /// is never positive, so nothing overflows, and for `x < 0` the result is
+    /// `e / (1 + e)`, accurate even where `1 / (1 + exp(-x))` would overflow to zero.
+    /// NaN selects the `e` branch, which is NaN.
+    fn sigmoid(&mut self, x: ValueId) -> Result<ValueId, String> {
+        let dt = self.dtype(x);
+        let abs = self.emit(Op::Unary(UnaryOp::Abs), &[x])?;
+        let neg = self.emit(Op::Unary(UnaryOp::Neg), &[abs])?;
+        let e = self.emit(Op::Unary(UnaryOp::Exp), &[neg])?;
+        let denom = self.binary_const(BinaryOp::Add, e, 1.0)?;
+        let nonneg = self.binary_const(BinaryOp::Ge, x, 0.0)?;
+        let one = self.literal(1.0, dt)?;
+        let numer = self.emit(Op::Where, &[nonneg, one, e])?;
+        self.binary(BinaryOp::Div, numer, denom)
+    }
+
+    /// `sum(x, axes, keepdim) / count` for a float `x`.
+    fn mean(
+        &mut self,
+        x: ValueId,
+        axes: Option<Vec<i64>>,
+        keepdim: bool,
+    ) -> Result<ValueId, String> {
+        let ty = self.out.ty(x).clone();
+        let reduced = reduced_axes("mean", axes.as_deref(), ty.rank())?;
+        let count: usize = reduced.iter().map(|&a| ty.shape[a]).product();
+        let sum = self.reduce(ReduceOp::Sum, x, axes, keepdim)?;
+        self.binary_const(BinaryOp::Div, sum, count as f64)
+    }
+
+    /// `softmax` (or `log_softmax` when `log`) of `x` along `axis`.
+    fn softmax(
+        &mut self,
+        x: ValueId,
+        axis: i64,
+        log: bool,
+        ty: &TensorType,
+    ) -> Result<ValueId, String> {
+        if ty.numel() == 0 {
+            return self.empty(ty);
+        }
+        self.in_f32(&[x], |l, v| {
+            let x = v[0];
+            let axes = Some(vec![axis]);
+            let max = l.reduce(ReduceOp::Max, x, axes.clone(), true)?;
+            let shifted = l.binary(BinaryOp::Sub, x, max)?;
+            let e = l.emit(Op::Unary(UnaryOp::Exp), &[shifted])?;
+            // The sum includes exp(0) = 1 from the maximum, so it is >= 1 (or NaN).
+            let sum = l.reduce(ReduceOp::Sum, e, axes, true)?;
+            if log {
+                let log_sum = l.emit(Op::Unary(UnaryOp::Log), &[sum])?;
+                l.binary(BinaryOp::Sub, shifted, log_sum)
+            } else {
+                l.binary(BinaryOp::Div, e, sum)
+            }
+        })
+    }
+
+    /// `layer_norm(x, w, b, eps)` (when `centered`) or `rms_norm(x, w, eps)` over the
+    /// last axis; `ins` are the lowered operands.
+    fn norm(
+        &mut self,
+        ins: &[ValueId],
+        eps: f64,
+        centered: bool,
+        ty: &TensorType,
+    ) -> Result<ValueId, String> {
+        if ty.numel() == 0 {
+            return self.empty(ty);
+        }
+        self.in_f32(ins, |l, v| {
+            let last = Some(vec![-1]);
+            let x = if centered {
+                let mean = l.mean(v[0], last.clone(), true)?;
+                l.binary(BinaryOp::Sub, v[0], mean)?
+            } else {
+                v[0]
+            };
+            let square = l.binary(BinaryOp::Mul, x, x)?;
+            // For layer_norm this is the biased variance, as PyTorch uses.
+            let mean_square = l.mean(square, last, true)?;
+            let shifted = l.binary_const(BinaryOp::Add, mean_square, eps)?;
+            let inv = l.emit(Op::Unary(UnaryOp::Rsqrt), &[shifted])?;
+            let normed = l.binary(BinaryOp::Mul, x, inv)?;
+            let scaled = l.binary(BinaryOp::Mul, normed, v[1])?;
+            if centered {
+                l.binary(BinaryOp::Add, scaled, v[2])
+            } else {
+                Ok(scaled)
+            }
+        })
+    }
+
+    /// `full(shape, 0)` of `ty`: the value of an op whose result has no elements.
+    fn empty(&mut self, ty: &TensorType) -> Result<ValueId, String> {
+        let op = Op::Full {
+            shape: ty.shape.clone(),
+            value: 0.0,
+            dtype: ty.dtype,
+        };
+        self.emit(op, &[])
+    }
+
+    /// Runs `body` on `ins` in `f32` when `ins[0]` is `f16` or `bf16` (casting every
+    /// operand up and the result back down), else on `ins` unchanged.
+    fn in_f32(
+        &mut self,
+        ins: &[ValueId],
+        body: impl FnOnce(&mut Lowering, &[ValueId]) -> Result<ValueId, String>,
+    ) -> Result<ValueId, String> {
+        let dt = self.dtype(ins[0]);
+        if !matches!(dt, DType::F16 | DType::Bf16) {
+            return body(self, ins);
+        }
+        let up = ins
+            .iter()
+            .map(|&v| self.cast(v, DType::F32))
+            .collect::<Result<Vec<_>, String>>()?;
+        let y = body(self, &up)?;
+        self.cast(y, dt)
+    }
+}
+
+/// The literal that `cast(literal(value): from, to)` evaluates to: the value as stored
+/// in `from` (so an `f16` literal keeps its `f16` rounding), converted as `cast` converts.
+fn cast_scalar(value: Scalar, from: DType, to: DType) -> Scalar {
+    let stored = match value {
+        Scalar::Float(v) => Tensor::from_f64(&TensorType::scalar(from), &[v]),
+        Scalar::Int(v) => Tensor::from_i64(&TensorType::scalar(from), &[v]),
+        Scalar::Bool(b) => Tensor::from_i64(&TensorType::scalar(from), &[b as i64]),
+    };
+    let target = TensorType::scalar(to);
+    if from.is_float() {
+        // Floats to integers truncate and saturate; anything to bool is `!= 0`.
+        let converted = Tensor::from_f64(&target, &stored.to_f64());
+        return scalar_of(&converted);
+    }
+    let v = stored.to_i64()[0];
+    if to.is_float() {
+        // An integer literal of a float dtype rounds once, straight from the integer
+        // (going through f64 first could round twice beyond 2^53).
+        Scalar::Int(v)
+    } else {
+        scalar_of(&Tensor::from_i64(&target, &[v]))
+    }
+}
+
+/// The single element of a rank-0 tensor as a literal of the tensor's dtype.
+fn scalar_of(t: &Tensor) -> Scalar {
+    match t.ty.dtype {
+        DType::Bool => Scalar::Bool(t.to_i64()[0] != 0),
+        d if d.is_float() => Scalar::Float(t.to_f64()[0]),
+        _ => Scalar::Int(t.to_i64()[0]),
+    }
+}

@@ -1,0 +1,274 @@
+//! The extraction cost model, and the extractor that uses it.
+//!
+//! # The model
+//!
+//! A node's own cost is `BYTE_COST * bytes + FLOP_COST * flops`:
+//!
+//! - **bytes** are the bytes of the result, counted for every op that computes something
+//!   (elementwise, reductions, matmul, concat, pad, index ops): the memory it materializes.
+//! - **flops** are arithmetic work: elementwise ops cost a per-element weight (1 for add, mul,
+//!   compare, select, cast; 4 for divide, square root and reciprocals; 8 for exp, log, pow,
+//!   trigonometry), reductions one per input element, `matmul` `2 * M * N * K` per batch.
+//! - Views (`reshape`, `permute`, `expand`, `slice`) and `full` cost [`VIEW_COST`], a token amount:
+//!   fusion turns them into index expressions and they never touch memory. The token keeps
+//!   `x` cheaper than `permute(permute(x))`, which is all a view's cost has to decide. A reshape
+//!   costs half the token: it keeps row-major order, so it is the simplest view to index.
+//! - Parameters and literals are free.
+//!
+//! A byte costs as much as four flops ([`FLOP_COST`] is a quarter of [`BYTE_COST`]): a CPU core
+//! does tens of GFLOP/s but streams only about ten GB/s, so memory traffic dominates elementwise
+//! code while `matmul`'s `2MNK` term still dominates matrix work.
+//!
+//! This model is deliberately not AST size: `x * x` beats `pow(x, 2)` by its flops, `sum(x) * c`
+//! beats `sum(x * c)` because the multiply runs on the reduced tensor, and a transposed operand
+//! costs nothing.
+//!
+//! # Extraction
+//!
+//! A class's cost is its cheapest node's own cost plus its operand classes' costs (egg's tree
+//! cost: a value shared by two users is counted for each, which can only make sharing look
+//! expensive, never make a result wrong). Costs are computed by a worklist over parent links, in
+//! time near-linear in the e-graph's size; egg's `Extractor` sweeps every class until nothing
+//! changes, which is quadratic on the deep chains that real models are. The result is then
+//! checked against the input with [`graph_cost`], which counts each node of the DAG once.
+
+use super::analysis::{node_type, ClassData, TensorEGraph};
+use super::language::{Choice, TensorLang};
+use egg::{CostFunction, Id};
+use ferrite_ir::{BinaryOp, Graph, Op, TensorType, UnaryOp};
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// Cost of one byte materialized in memory.
+pub const BYTE_COST: f64 = 1.0;
+/// Cost of one arithmetic operation: a quarter of a byte's.
+pub const FLOP_COST: f64 = 0.25;
+/// Cost of a view or a broadcast constant: a token, they are free once fused.
+pub const VIEW_COST: f64 = 1.0;
+
+/// Flops per element of a unary op.
+fn unary_weight(u: UnaryOp) -> f64 {
+    match u {
+        UnaryOp::Neg
+        | UnaryOp::Abs
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Sign
+        | UnaryOp::Not
+        | UnaryOp::Relu => 1.0,
+        UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => 4.0,
+        _ => 8.0,
+    }
+}
+
+/// Flops per element of a binary op.
+fn binary_weight(b: BinaryOp) -> f64 {
+    match b {
+        BinaryOp::Div => 4.0,
+        BinaryOp::Pow => 8.0,
+        _ => 1.0,
+    }
+}
+
+/// The own cost of `op` applied to operands of types `inputs`, producing `out` (the model above).
+pub fn op_cost(op: &Op, inputs: &[&TensorType], out: &TensorType) -> f64 {
+    let bytes = out.size_bytes() as f64;
+    let n = out.numel() as f64;
+    let input_elems = inputs.first().map_or(0.0, |t| t.numel() as f64);
+    let flops = match op {
+        Op::Param { .. } | Op::Literal { .. } => return 0.0,
+        // Keeping row-major order, a reshape is the simplest view of all.
+        Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => return VIEW_COST / 2.0,
+        Op::Full { .. }
+        | Op::Permute { .. }
+        | Op::Transpose { .. }
+        | Op::Expand { .. }
+        | Op::Slice { .. } => return VIEW_COST,
+        Op::Unary(u) => n * unary_weight(*u),
+        Op::Binary(b) => n * binary_weight(*b),
+        Op::Where | Op::Cast { .. } => n,
+        Op::Reduce { .. } | Op::ArgReduce { .. } => input_elems,
+        Op::MatMul => {
+            // Each output element is a dot product over the shared axis.
+            let k = inputs
+                .first()
+                .and_then(|a| a.shape.last())
+                .copied()
+                .unwrap_or(0) as f64;
+            2.0 * n * k
+        }
+        Op::Concat { .. }
+        | Op::Pad { .. }
+        | Op::IndexSelect { .. }
+        | Op::Gather { .. }
+        | Op::Arange { .. } => n,
+        // Composite ops (normally gone by now): a few passes over the input.
+        _ => 8.0 * input_elems.max(n),
+    };
+    BYTE_COST * bytes + FLOP_COST * flops
+}
+
+/// The cost of a whole graph: every live node once (the DAG cost, sharing counted once).
+pub fn graph_cost(g: &Graph) -> f64 {
+    let g = g.without_dead_nodes();
+    g.nodes
+        .iter()
+        .map(|n| {
+            let tys: Vec<&TensorType> = n.inputs.iter().map(|&v| g.ty(v)).collect();
+            op_cost(&n.op, &tys, &n.ty)
+        })
+        .sum()
+}
+
+/// The model as an egg [`CostFunction`] over an e-graph (tree cost: own cost plus operands').
+pub(crate) struct CostModel<'a> {
+    egraph: &'a TensorEGraph,
+    own: HashMap<TensorLang, f64>,
+}
+
+impl<'a> CostModel<'a> {
+    /// A model reading operand types from `egraph`.
+    pub(crate) fn new(egraph: &'a TensorEGraph) -> Self {
+        CostModel {
+            egraph,
+            own: HashMap::new(),
+        }
+    }
+
+    /// The node's own cost; infinite if its type is unknown.
+    fn own_cost(&mut self, enode: &TensorLang) -> f64 {
+        if let Some(&c) = self.own.get(enode) {
+            return c;
+        }
+        let eg = self.egraph;
+        let entry = eg.analysis.ops.get(enode.op);
+        let inputs: Vec<&ClassData> = enode.children.iter().map(|&c| &eg[c].data).collect();
+        let tys: Option<Vec<&TensorType>> = inputs.iter().map(|d| d.ty.as_ref()).collect();
+        let cost = match (node_type(entry, &inputs), tys) {
+            (Some(out), Some(tys)) => op_cost(&entry.op, &tys, &out),
+            _ => f64::INFINITY,
+        };
+        self.own.insert(enode.clone(), cost);
+        cost
+    }
+}
+
+impl CostFunction<TensorLang> for CostModel<'_> {
+    type Cost = f64;
+
+    fn cost<C>(&mut self, enode: &TensorLang, mut costs: C) -> f64
+    where
+        C: FnMut(Id) -> f64,
+    {
+        let own = self.own_cost(enode);
+        enode.children.iter().fold(own, |sum, &c| sum + costs(c))
+    }
+}
+
+/// A cost that prefers nodes outside `original` over nodes in it, whatever they compute: it
+/// isolates what a rule added (see `rewrite_once`).
+pub(crate) struct PreferNew {
+    /// The nodes the e-graph started with (canonicalized).
+    pub original: HashSet<TensorLang>,
+}
+
+impl CostFunction<TensorLang> for PreferNew {
+    type Cost = f64;
+
+    fn cost<C>(&mut self, enode: &TensorLang, mut costs: C) -> f64
+    where
+        C: FnMut(Id) -> f64,
+    {
+        let own = if enode.children.is_empty() {
+            0.0
+        } else if self.original.contains(enode) {
+            1.0
+        } else {
+            1e-3
+        };
+        enode.children.iter().fold(own, |sum, &c| sum + costs(c))
+    }
+}
+
+/// Chooses the cheapest node of every class under `cost`.
+///
+/// A worklist over parent links: when a class gets cheaper, the classes using it are revisited.
+/// A class only ever switches to a strictly cheaper node and a node costs at least as much as
+/// each operand, so the choices never form a cycle.
+pub(crate) fn extract<CF>(eg: &TensorEGraph, cost: &mut CF) -> Choice
+where
+    CF: CostFunction<TensorLang, Cost = f64>,
+{
+    let mut classes: Vec<Id> = eg.classes().map(|c| c.id).collect();
+    // Classes were created operands-first, so id order visits most operands before their users.
+    classes.sort_unstable();
+    let mut parents: HashMap<Id, Vec<Id>> = HashMap::new();
+    for c in eg.classes() {
+        let mut ps: Vec<Id> = c.parents().map(|p| eg.find(p)).collect();
+        ps.sort_unstable();
+        ps.dedup();
+        parents.insert(c.id, ps);
+    }
+    let mut best: HashMap<Id, (f64, TensorLang)> = HashMap::new();
+    let mut queued: HashSet<Id> = classes.iter().copied().collect();
+    let mut queue: VecDeque<Id> = classes.into();
+    // Strict improvements terminate, but a pathological e-graph could take long to settle; the
+    // budget bounds that, and every class visited at least once already has a valid choice.
+    let mut budget = 64 * (eg.total_number_of_nodes() + eg.number_of_classes()) + 1024;
+    while let Some(c) = queue.pop_front() {
+        queued.remove(&c);
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        let mut cheapest: Option<(f64, &TensorLang)> = None;
+        for n in &eg[c].nodes {
+            if !n.children.iter().all(|&k| best.contains_key(&eg.find(k))) {
+                continue;
+            }
+            let k = cost.cost(n, |k| best[&eg.find(k)].0);
+            if cheapest.is_none_or(|(b, _)| k < b) {
+                cheapest = Some((k, n));
+            }
+        }
+        let Some((k, n)) = cheapest else { continue };
+        if best.get(&c).is_none_or(|(old, _)| k < *old) {
+            best.insert(c, (k, n.clone()));
+            for &p in &parents[&c] {
+                if queued.insert(p) {
+                    queue.push_back(p);
+                }
+            }
+        }
+    }
+    best.into_iter().map(|(c, (_, n))| (c, n)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_ir::DType;
+
+    fn t(shape: &[usize]) -> TensorType {
+        TensorType::new(DType::F32, shape.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn model_counts_bytes_and_flops() {
+        let x = t(&[10, 10]);
+        // 400 bytes written, 100 multiplies.
+        assert_eq!(op_cost(&Op::Binary(BinaryOp::Mul), &[&x, &x], &x), 425.0);
+        assert_eq!(op_cost(&Op::Binary(BinaryOp::Pow), &[&x, &x], &x), 600.0);
+        // [4, 8] @ [8, 2]: 32 bytes out, 2*4*2*8 = 128 flops.
+        let mm = op_cost(&Op::MatMul, &[&t(&[4, 8]), &t(&[8, 2])], &t(&[4, 2]));
+        assert_eq!(mm, 32.0 + 0.25 * 128.0);
+        // A sum reads 100 elements and writes 10.
+        let sum = Op::Reduce {
+            op: ferrite_ir::ReduceOp::Sum,
+            axes: Some(vec![1]),
+            keepdim: false,
+        };
+        assert_eq!(op_cost(&sum, &[&x], &t(&[10])), 40.0 + 25.0);
+        let p = Op::Permute { dims: vec![1, 0] };
+        assert_eq!(op_cost(&p, &[&x], &x), VIEW_COST);
+    }
+}
