@@ -497,3 +497,63 @@ fn runtime_errors_and_memory_limits_are_user_errors() {
         stderr(&o)
     );
 }
+
+#[test]
+fn compile_summarizes_every_example_and_dumps_each_stage() {
+    for ex in examples() {
+        let o = ferrite(&["compile", &ex]);
+        assert_exit(&o, 0);
+        let text = stdout(&o);
+        let kernels = text
+            .lines()
+            .find_map(|l| l.strip_prefix("kernels: "))
+            .unwrap_or_else(|| panic!("{ex}: no kernels line in\n{text}"));
+        // `kernels: N (unfused: M)` with fusion never producing more kernels.
+        let (n, m) = kernels
+            .strip_suffix(')')
+            .and_then(|s| s.split_once(" (unfused: "))
+            .unwrap_or_else(|| panic!("{ex}: malformed `{kernels}`"));
+        let (n, m): (usize, usize) = (n.parse().unwrap(), m.parse().unwrap());
+        assert!(n >= 1 && n <= m, "{ex}: {kernels}");
+        assert!(text.contains(" before optimize, "), "{ex}: {text}");
+        assert!(text.contains("peak intermediate memory: "), "{ex}: {text}");
+    }
+
+    let dir = Scratch::new("dump");
+    let d = dir.path("out");
+    let o = ferrite(&["compile", "examples/softmax_rows.fg", "--dump", &d]);
+    assert_exit(&o, 0);
+    let mut files: Vec<String> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "00-parsed.fg",
+            "01-decomposed.fg",
+            "02-optimized.fg",
+            "03-kernels.loop",
+            "04-memory.txt"
+        ]
+    );
+    // Every graph stage is valid .fg text.
+    for f in &files[..3] {
+        let src = std::fs::read_to_string(Path::new(&d).join(f)).unwrap();
+        ferrite::parse(f, &src).unwrap_or_else(|e| panic!("{f} does not parse:\n{e}"));
+    }
+    let kernels = std::fs::read_to_string(Path::new(&d).join("03-kernels.loop")).unwrap();
+    assert_eq!(kernels.matches("\nkernel ").count(), 1, "{kernels}");
+
+    let o = ferrite(&["compile", "examples/softmax_rows.fg", "--no-fuse"]);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
+    let line = text.lines().find(|l| l.starts_with("kernels: ")).unwrap();
+    let (n, m) = line["kernels: ".len()..]
+        .strip_suffix(')')
+        .and_then(|s| s.split_once(" (unfused: "))
+        .unwrap();
+    assert_eq!(n, m, "--no-fuse schedules the unfused baseline: {line}");
+    assert!(n.parse::<usize>().unwrap() >= 5, "{line}");
+}

@@ -2,6 +2,7 @@
 //! exit code, and helpers the commands share. Each command lives in its own file.
 
 pub mod check;
+pub mod compile;
 pub mod fmt;
 pub mod run;
 pub mod summary;
@@ -30,6 +31,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Print a graph file in canonical form.
     Fmt(fmt::FmtArgs),
+    /// Compile a graph: decompose, optimize, fuse; print a summary, dump each stage with --dump.
+    Compile(compile::CompileArgs),
     /// Run a graph on inputs from .npy files or random ones and summarize the outputs.
     Run(run::RunArgs),
 }

@@ -8,9 +8,9 @@
 //!
 //! Because each node rounds to its dtype exactly as the reference interpreter rounds
 //! each op, a fused pointwise chain gives bit-identical results to the interpreter;
-//! reductions agree too (same order, same f64 accumulation). The only differences
-//! come from matmul, whose products are rounded to the operand dtype before they
-//! are summed, and from float `arange` computed in its dtype.
+//! reductions and matmul agree too (same order, same f64 accumulation of unrounded
+//! products). The one difference is float `arange` with a fractional start or step,
+//! computed here in its dtype rather than in f64.
 
 use super::expr::{ExprOp, ExprRef, Value};
 use super::index::{Var, VarKind};
@@ -195,6 +195,16 @@ fn run_stage(
                         .get(r.value.index())
                         .copied()
                         .ok_or("reduced value is not a node")?;
+                    let v = match r.rhs {
+                        None => v,
+                        Some(rhs) => {
+                            let w = scratch
+                                .get(rhs.index())
+                                .copied()
+                                .ok_or("dot factor is not a node")?;
+                            exact_product(v, w)
+                        }
+                    };
                     combine(r.kind, st, v, position);
                 }
                 position += 1;
@@ -244,6 +254,15 @@ fn run_stage(
             }
             Ok(())
         }),
+    }
+}
+
+/// The unrounded product of two values of one dtype (f64 holds the product of two
+/// f32s exactly; integers wrap as the accumulator does).
+fn exact_product(a: Value, b: Value) -> Value {
+    match (a, b) {
+        (Value::Int(x), Value::Int(y)) => Value::Int(x.wrapping_mul(y)),
+        (x, y) => Value::Float(x.as_f64() * y.as_f64()),
     }
 }
 

@@ -135,16 +135,6 @@ pub enum IndexExpr {
 }
 
 impl IndexExpr {
-    /// The constant `c`.
-    pub fn constant(c: i64) -> IndexExpr {
-        IndexExpr::Const(c)
-    }
-
-    /// The variable `v`.
-    pub fn var(v: Var) -> IndexExpr {
-        IndexExpr::Var(v)
-    }
-
     /// `self // n` for `n > 0` (unsimplified).
     pub fn floor_div(self, n: i64) -> IndexExpr {
         IndexExpr::FloorDiv(Box::new(self), n)
@@ -153,14 +143,6 @@ impl IndexExpr {
     /// `self % n` for `n > 0` (unsimplified).
     pub fn modulo(self, n: i64) -> IndexExpr {
         IndexExpr::Mod(Box::new(self), n)
-    }
-
-    /// The constant value, if this is a constant.
-    pub fn as_const(&self) -> Option<i64> {
-        match self {
-            IndexExpr::Const(c) => Some(*c),
-            _ => None,
-        }
     }
 
     /// Calls `f` on every variable the expression mentions.
@@ -659,11 +641,11 @@ mod tests {
     use super::*;
 
     fn i(k: usize) -> IndexExpr {
-        IndexExpr::var(Var::outer(k))
+        IndexExpr::Var(Var::outer(k))
     }
 
     fn r(k: usize) -> IndexExpr {
-        IndexExpr::var(Var::reduce(k))
+        IndexExpr::Var(Var::reduce(k))
     }
 
     fn ext(outer: &[usize], reduce: &[usize]) -> Extents {
@@ -703,9 +685,11 @@ mod tests {
     #[test]
     fn folds_identities_and_constants() {
         let e = ext(&[4, 8], &[]);
-        let x = i(0) * 1 + IndexExpr::constant(0) + i(1) * 0;
+        let x = IndexExpr::Mul(Box::new(i(0)), 1)
+            + IndexExpr::Const(0)
+            + IndexExpr::Mul(Box::new(i(1)), 0);
         assert_eq!(x.simplify(&e), i(0));
-        let y = (IndexExpr::constant(3) + IndexExpr::constant(4)) * 2;
+        let y = (IndexExpr::Const(3) + IndexExpr::Const(4)) * 2;
         assert_eq!(y.simplify(&e), IndexExpr::Const(14));
         assert_eq!((i(0) + i(0)).simplify(&e).to_string(), "i0*2");
     }
@@ -715,7 +699,7 @@ mod tests {
         let e = ext(&[64], &[512]);
         let x = i(0) * 512 + r(0);
         assert_eq!(x.simplify(&e).to_string(), "i0*512 + r0");
-        let neg = i(0) + IndexExpr::constant(-1);
+        let neg = i(0) + IndexExpr::Const(-1);
         assert_eq!(neg.simplify(&e).to_string(), "i0 - 1");
     }
 
@@ -761,8 +745,8 @@ mod tests {
             (i(0) * 4).floor_div(8),
             (i(0) * 4).modulo(8),
             i(0).modulo(12).modulo(4),
-            (i(0) + IndexExpr::constant(-7)).floor_div(5),
-            (i(0) + IndexExpr::constant(-7)).modulo(5),
+            (i(0) + IndexExpr::Const(-7)).floor_div(5),
+            (i(0) + IndexExpr::Const(-7)).modulo(5),
         ] {
             same_everywhere(&x, &e);
         }
@@ -777,12 +761,12 @@ mod tests {
     #[test]
     fn ranges_bound_values() {
         let e = ext(&[4, 6], &[]);
-        let x = i(0) * 6 + i(1) + IndexExpr::constant(-2);
+        let x = i(0) * 6 + i(1) + IndexExpr::Const(-2);
         assert_eq!(x.range(&e), Some((-2, 21)));
         assert_eq!(i(1).modulo(4).range(&e), Some((0, 3)));
         assert_eq!(i(1).modulo(8).range(&e), Some((0, 5)));
         assert_eq!(i(1).floor_div(4).range(&e), Some((0, 1)));
-        assert_eq!(IndexExpr::var(Var::store(0)).range(&e), None);
+        assert_eq!(IndexExpr::Var(Var::store(0)).range(&e), None);
         let big = i(0) * i64::MAX * i64::MAX;
         assert_eq!(big.range(&e), None);
         // Overflow in evaluation is an error, not a panic.
@@ -792,7 +776,7 @@ mod tests {
     #[test]
     fn affine_form() {
         let e = ext(&[4, 6], &[5]);
-        let x = i(1) + i(0) * 30 + r(0) * 6 + IndexExpr::constant(2);
+        let x = i(1) + i(0) * 30 + r(0) * 6 + IndexExpr::Const(2);
         let (c, terms) = x.as_affine(&e).unwrap();
         assert_eq!(c, 2);
         assert_eq!(

@@ -61,14 +61,18 @@ impl fmt::Display for KernelText<'_> {
                 .join(", ")
         };
         let nodes: Vec<String> = k.nodes.iter().map(|v| v.to_string()).collect();
-        writeln!(
+        write!(
             f,
-            "kernel {}({}) -> {}   # {}",
+            "kernel {}({}) -> {}",
             k.name,
             sig(&k.reads),
-            sig(&k.writes),
-            nodes.join(" ")
+            sig(&k.writes)
         )?;
+        if nodes.is_empty() {
+            writeln!(f)?;
+        } else {
+            writeln!(f, "   # {}", nodes.join(" "))?;
+        }
         if let Some(g) = &k.gemm {
             let op = |o: &super::GemmOperand| {
                 let mut s = format!("{}[{}", o.buffer, o.offset);
@@ -141,12 +145,20 @@ fn write_stage(f: &mut fmt::Formatter<'_>, stage: &Stage, indent: &str) -> fmt::
                     f,
                     "{indent}{} = {}({}) {}",
                     r.acc,
-                    r.kind.name(),
-                    loops("r", domain),
-                    pr.expr(r.value)
+                    reduction_name(r),
+                    if domain.is_empty() {
+                        "one point".to_string()
+                    } else {
+                        loops("r", domain)
+                    },
+                    pr.reduced(r)
                 );
             }
-            writeln!(f, "{indent}reduce {}:", loops("r", domain))?;
+            if domain.is_empty() {
+                writeln!(f, "{indent}reduce over one point:")?;
+            } else {
+                writeln!(f, "{indent}reduce {}:", loops("r", domain))?;
+            }
             let inner = format!("{indent}  ");
             pr.write_bindings(f, &inner)?;
             for r in reductions {
@@ -154,8 +166,8 @@ fn write_stage(f: &mut fmt::Formatter<'_>, stage: &Stage, indent: &str) -> fmt::
                     f,
                     "{inner}{} = {}({})",
                     r.acc,
-                    r.kind.name(),
-                    pr.expr(r.value)
+                    reduction_name(r),
+                    pr.reduced(r)
                 )?;
             }
             Ok(())
@@ -186,6 +198,14 @@ fn write_stage(f: &mut fmt::Formatter<'_>, stage: &Stage, indent: &str) -> fmt::
             }
             Ok(())
         }
+    }
+}
+
+/// `sum`, `max`, .. or `dot` for a sum of exact products.
+fn reduction_name(r: &super::Reduction) -> &'static str {
+    match r.rhs {
+        Some(_) => "dot",
+        None => r.kind.name(),
     }
 }
 
@@ -243,6 +263,14 @@ impl Printer<'_> {
         Ok(())
     }
 
+    /// What a reduction combines: its value, or `a, b` for a dot product.
+    fn reduced(&self, r: &super::Reduction) -> String {
+        match r.rhs {
+            Some(rhs) => format!("{}, {}", self.expr(r.value), self.expr(rhs)),
+            None => self.expr(r.value),
+        }
+    }
+
     /// A reference as it appears inside an expression.
     fn expr(&self, r: ExprRef) -> String {
         if self.bound.get(r.index()).copied().unwrap_or(false) {
@@ -273,7 +301,7 @@ impl Printer<'_> {
             return format!("<missing {r}>");
         };
         match &n.op {
-            ExprOp::Const(v) => v.to_string(),
+            ExprOp::Const(v) => constant(*v, n.dtype),
             ExprOp::Acc(a) => a.to_string(),
             ExprOp::Index(e) => match e {
                 super::IndexExpr::Sum(_) => format!("({e})"),
@@ -331,6 +359,15 @@ impl Printer<'_> {
             }
             ExprOp::Cast(a) => format!("{}({})", n.dtype, self.expr(*a)),
         }
+    }
+}
+
+/// A constant as written for its dtype: floats of 32 bits or fewer in their shortest
+/// f32 form (`0.7`, not `0.699999988079071`).
+fn constant(v: super::Value, dtype: crate::DType) -> String {
+    match v {
+        super::Value::Float(x) if x.is_finite() && dtype.is_float() => format!("{:?}", x as f32),
+        _ => v.to_string(),
     }
 }
 

@@ -115,6 +115,11 @@ pub struct Reduction {
     pub dtype: DType,
     /// The value combined at each point of the stage's domain.
     pub value: ExprRef,
+    /// For a dot product (kind `Sum` only): the second factor. Each point then adds
+    /// `value * rhs` computed exactly (in f64, or wrapping i64), so a matmul
+    /// accumulates unrounded products as the reference interpreter and a GEMM with a
+    /// wide accumulator do.
+    pub rhs: Option<ExprRef>,
 }
 
 /// One element write of a store stage.
@@ -188,7 +193,10 @@ impl Stage {
     /// and the dynamic parts of store indices).
     pub fn roots(&self) -> Vec<ExprRef> {
         match self {
-            Stage::Reduce { reductions, .. } => reductions.iter().map(|r| r.value).collect(),
+            Stage::Reduce { reductions, .. } => reductions
+                .iter()
+                .flat_map(|r| std::iter::once(r.value).chain(r.rhs))
+                .collect(),
             Stage::Store { stores, .. } => {
                 let mut roots = Vec::new();
                 for s in stores {
@@ -197,14 +205,6 @@ impl Stage {
                 }
                 roots
             }
-        }
-    }
-
-    /// The loop variable for axis `k` of this stage's inner domain.
-    pub fn inner_var(&self, k: usize) -> Var {
-        match self {
-            Stage::Reduce { .. } => Var::reduce(k),
-            Stage::Store { .. } => Var::store(k),
         }
     }
 }
@@ -409,14 +409,5 @@ impl Program {
     /// Total bytes moved by all kernels (the static memory-traffic estimate).
     pub fn bytes_moved(&self) -> usize {
         self.kernels.iter().map(Kernel::bytes_moved).sum()
-    }
-
-    /// Bytes of all intermediate buffers together (what a plan without reuse needs).
-    pub fn intermediate_bytes(&self) -> usize {
-        self.buffers
-            .iter()
-            .filter(|b| b.kind == BufferKind::Intermediate)
-            .map(|b| b.ty.size_bytes())
-            .sum()
     }
 }

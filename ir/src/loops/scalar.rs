@@ -8,16 +8,19 @@
 use super::expr::Value;
 use crate::interp::erf;
 use crate::op::{BinaryOp, UnaryOp};
-use crate::{Category, DType};
-use half::{bf16, f16};
+use crate::{Category, DType, Tensor, TensorType};
 
 /// Rounds a float to `dtype` (f32/f16/bf16), wraps an integer to `i32`, and leaves
 /// every other value as it is.
 pub fn round_to(v: Value, dtype: DType) -> Value {
     match (v, dtype) {
         (Value::Float(x), DType::F32) => Value::Float(x as f32 as f64),
-        (Value::Float(x), DType::F16) => Value::Float(f16::from_f64(x).to_f64()),
-        (Value::Float(x), DType::Bf16) => Value::Float(bf16::from_f64(x).to_f64()),
+        // Half types round exactly as host tensors do (half's own `from_f64` rounds
+        // some values just above a tie down), so evaluator and interpreter agree.
+        (Value::Float(x), DType::F16 | DType::Bf16) => {
+            let t = Tensor::from_f64(&TensorType::scalar(dtype), &[x]);
+            Value::Float(t.to_f64().first().copied().unwrap_or(f64::NAN))
+        }
         (Value::Int(x), DType::I32) => Value::Int(x as i32 as i64),
         _ => v,
     }
@@ -237,6 +240,12 @@ mod tests {
         );
         assert_eq!(cast(Value::Float(f64::NAN), DType::Bool), Value::Bool(true));
         assert_eq!(cast(Value::Bool(true), DType::F16), Value::Float(1.0));
+        // Just above a tie between two bf16 values: rounds up.
+        let above_tie = 0.25878921151161194;
+        assert_eq!(
+            round_to(Value::Float(above_tie), DType::Bf16),
+            Value::Float(0.259765625)
+        );
         // 2^24 + 1 is not an f32: rounds to even.
         assert_eq!(
             cast(Value::Int((1 << 24) + 1), DType::F32),

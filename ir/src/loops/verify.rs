@@ -113,6 +113,17 @@ impl Program {
                                 r.acc
                             ));
                         }
+                        if let Some(rhs) = r.rhs {
+                            let other = body
+                                .get(rhs)
+                                .ok_or_else(|| format!("stage {si}: {rhs} is not a node"))?;
+                            if r.kind != super::ReduceKind::Sum || other.dtype != node.dtype {
+                                return Err(format!(
+                                    "stage {si}: {} is a dot product of {} and {}; it must be a sum of one dtype",
+                                    r.acc, node.dtype, other.dtype
+                                ));
+                            }
+                        }
                         if accs.iter().any(|(a, _, _)| *a == r.acc) {
                             return Err(format!("stage {si}: {} is defined twice", r.acc));
                         }
@@ -372,7 +383,7 @@ mod tests {
                 body,
                 stores: vec![StoreOp {
                     buffer: BufferId(1),
-                    index: IndexExpr::var(Var::outer(0)),
+                    index: IndexExpr::Var(Var::outer(0)),
                     value: v,
                 }],
             }],
@@ -396,14 +407,14 @@ mod tests {
 
     #[test]
     fn accepts_a_copy_and_rejects_out_of_bounds() {
-        copy_program(IndexExpr::var(Var::outer(0)))
+        copy_program(IndexExpr::Var(Var::outer(0)))
             .verify()
             .unwrap();
-        let err = copy_program(IndexExpr::var(Var::outer(0)) + IndexExpr::Const(1))
+        let err = copy_program(IndexExpr::Var(Var::outer(0)) + IndexExpr::Const(1))
             .verify()
             .unwrap_err();
         assert!(err.contains("outside 0..4"), "{err}");
-        let err = copy_program(IndexExpr::var(Var::reduce(0)))
+        let err = copy_program(IndexExpr::Var(Var::reduce(0)))
             .verify()
             .unwrap_err();
         assert!(err.contains("not in scope"), "{err}");
@@ -411,10 +422,10 @@ mod tests {
 
     #[test]
     fn rejects_mismatched_access_records_and_missing_outputs() {
-        let mut p = copy_program(IndexExpr::var(Var::outer(0)));
+        let mut p = copy_program(IndexExpr::Var(Var::outer(0)));
         p.kernels[0].reads.clear();
         assert!(p.verify().unwrap_err().contains("reads/writes"));
-        let mut p = copy_program(IndexExpr::var(Var::outer(0)));
+        let mut p = copy_program(IndexExpr::Var(Var::outer(0)));
         p.kernels.clear();
         assert!(p.verify().unwrap_err().contains("never written"));
     }

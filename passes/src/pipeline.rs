@@ -1,0 +1,144 @@
+//! The compiler pipeline: a straight list of named passes, each timed, each
+//! followed by the verifier, each leaving a text dump.
+//!
+//! ```text
+//! decompose  ->  optimize (egg)  ->  schedule (fuse + memory plan)
+//! ```
+//!
+//! Parsing happens before (in the facade, which owns I/O) and code generation after
+//! (in `ferrite-runtime`); both append their own [`StageRecord`]s so that a dump
+//! directory lists every stage in pipeline order.
+
+use crate::decompose::decompose;
+use crate::optimize::{optimize, OptimizeConfig, OptimizeReport};
+use crate::schedule::{schedule, ScheduleOptions, Scheduled};
+use ferrite_ir::{print, verify, Graph};
+use std::time::{Duration, Instant};
+
+/// What the pipeline does.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct PipelineOptions {
+    /// E-graph optimizer limits; `optimize.enabled = false` skips it.
+    pub optimize: OptimizeConfig,
+    /// Fusion on or off, and the fusion size cap.
+    pub schedule: ScheduleOptions,
+}
+
+/// One stage of a compile: its name, how long it took and what it produced, as text.
+#[derive(Clone, Debug)]
+pub struct StageRecord {
+    /// The stage name (`decompose`, `optimize`, ...).
+    pub name: &'static str,
+    /// Wall-clock time of the stage.
+    pub time: Duration,
+    /// File name for `--dump DIR` (numbered in pipeline order by the writer).
+    pub file: &'static str,
+    /// The stage's output as text.
+    pub text: String,
+}
+
+/// The result of running the pipeline on a graph.
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    /// The graph after `decompose`: primitives only.
+    pub decomposed: Graph,
+    /// The graph after the e-graph optimizer (equal to `decomposed` when disabled).
+    pub optimized: Graph,
+    /// What the optimizer did.
+    pub optimize_report: OptimizeReport,
+    /// The loop-IR program, memory plan and fusion decisions.
+    pub scheduled: Scheduled,
+    /// Every stage in order, with timings and dumps.
+    pub stages: Vec<StageRecord>,
+}
+
+impl Lowered {
+    /// Total time of the stages recorded so far.
+    pub fn total_time(&self) -> Duration {
+        self.stages.iter().map(|s| s.time).sum()
+    }
+}
+
+/// Runs `f`, checks its result with `check`, and records the stage.
+fn stage<T>(
+    stages: &mut Vec<StageRecord>,
+    name: &'static str,
+    file: &'static str,
+    f: impl FnOnce() -> Result<T, String>,
+    check: impl FnOnce(&T) -> Result<(), String>,
+    text: impl FnOnce(&T) -> String,
+) -> Result<T, String> {
+    let start = Instant::now();
+    let out = f().map_err(|e| format!("{name}: {e}"))?;
+    let time = start.elapsed();
+    check(&out).map_err(|e| format!("{name} produced an invalid result: {e}"))?;
+    stages.push(StageRecord {
+        name,
+        time,
+        file,
+        text: text(&out),
+    });
+    Ok(out)
+}
+
+/// Runs decompose, optimize and schedule on a verified graph.
+pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered, String> {
+    verify(g).map_err(|e| format!("the input graph is invalid: {e}"))?;
+    let mut stages = Vec::new();
+    let decomposed = stage(
+        &mut stages,
+        "decompose",
+        "decomposed.fg",
+        || decompose(g),
+        verify,
+        print,
+    )?;
+    let (optimized, optimize_report) = stage(
+        &mut stages,
+        "optimize",
+        "optimized.fg",
+        || optimize(&decomposed, &opts.optimize),
+        |(g, _)| verify(g),
+        |(g, report)| {
+            let mut text = String::new();
+            for line in report.to_string().lines() {
+                text.push_str("# ");
+                text.push_str(line);
+                text.push('\n');
+            }
+            text + &print(g)
+        },
+    )?;
+    let scheduled = stage(
+        &mut stages,
+        "schedule",
+        "kernels.loop",
+        || schedule(&optimized, &opts.schedule),
+        |s| s.program.verify(),
+        |s| {
+            let mut text = s.program.to_string();
+            if !s.decisions.is_empty() {
+                text.push_str("\n# fusion decisions\n");
+                for line in s.decisions_text().lines() {
+                    text.push_str("# ");
+                    text.push_str(line);
+                    text.push('\n');
+                }
+            }
+            text
+        },
+    )?;
+    stages.push(StageRecord {
+        name: "memory plan",
+        time: Duration::ZERO,
+        file: "memory.txt",
+        text: scheduled.memory.to_string(),
+    });
+    Ok(Lowered {
+        decomposed,
+        optimized,
+        optimize_report,
+        scheduled,
+        stages,
+    })
+}

@@ -1,0 +1,94 @@
+//! The schedule entry point: a primitive graph to a loop-IR program and its memory plan.
+//!
+//! ```text
+//! schedule(g)  =  fuse (or lower, for --no-fuse)  ->  assemble kernels  ->  verify  ->  plan_memory
+//! ```
+//!
+//! The input must be primitive (run `decompose` first); the output program is
+//! verified, and the fusion decisions are kept so a dump can say why each fusion was
+//! made or refused.
+
+use crate::fuse::{fuse, FusionDecision, MAX_FUSION_SIZE};
+use crate::lower::{assemble, lower};
+use crate::memory::{plan_memory, MemoryPlan};
+use ferrite_ir::loops::Program;
+use ferrite_ir::{verify, Graph};
+use std::fmt::Write;
+
+/// How to schedule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleOptions {
+    /// Fuse into few kernels (`true`) or emit one kernel per primitive op (`--no-fuse`).
+    pub fuse: bool,
+    /// The most graph nodes one fused kernel may hold.
+    pub max_fusion_size: usize,
+}
+
+impl Default for ScheduleOptions {
+    fn default() -> ScheduleOptions {
+        ScheduleOptions {
+            fuse: true,
+            max_fusion_size: MAX_FUSION_SIZE,
+        }
+    }
+}
+
+impl ScheduleOptions {
+    /// The `--no-fuse` baseline.
+    pub fn unfused() -> ScheduleOptions {
+        ScheduleOptions {
+            fuse: false,
+            ..ScheduleOptions::default()
+        }
+    }
+}
+
+/// A scheduled graph.
+#[derive(Clone, Debug)]
+pub struct Scheduled {
+    /// The kernels and buffers.
+    pub program: Program,
+    /// Where intermediates live; `memory.peak_bytes()` is the peak intermediate memory.
+    pub memory: MemoryPlan,
+    /// Every fusion made or refused, in order (empty when not fusing).
+    pub decisions: Vec<FusionDecision>,
+}
+
+impl Scheduled {
+    /// The fusion decisions as text, one per line.
+    pub fn decisions_text(&self) -> String {
+        let mut s = String::new();
+        for d in &self.decisions {
+            let _ = writeln!(s, "{d}");
+        }
+        s
+    }
+}
+
+/// Schedules the primitive graph `g` (see the module docs).
+pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled, String> {
+    verify(g).map_err(|e| format!("schedule: the graph is invalid: {e}"))?;
+    if let Some((i, n)) = g
+        .nodes
+        .iter()
+        .enumerate()
+        .find(|(_, n)| !n.op.is_primitive())
+    {
+        return Err(format!(
+            "schedule: %{i} is `{}`, which is not primitive (run decompose first)",
+            n.op.name()
+        ));
+    }
+    let (program, decisions) = if opts.fuse {
+        let f = fuse(g, opts.max_fusion_size)?;
+        (assemble(&f.plan, &f.groups)?, f.decisions)
+    } else {
+        (lower(g)?, Vec::new())
+    };
+    let memory = plan_memory(&program);
+    Ok(Scheduled {
+        program,
+        memory,
+        decisions,
+    })
+}

@@ -1,0 +1,134 @@
+//! Memory-plan tests: liveness, reuse, alignment, and the peaks of fused and unfused
+//! schedules.
+
+mod common;
+
+use common::{example, primitive};
+use ferrite_passes::memory::{plan_memory, MemoryPlan, ALIGNMENT};
+use ferrite_passes::schedule::{schedule, ScheduleOptions};
+
+/// No two intermediates alive during a common kernel may overlap in memory, and
+/// offsets are aligned.
+fn assert_sound(plan: &MemoryPlan) {
+    for (i, a) in plan.allocations.iter().enumerate() {
+        assert_eq!(a.offset % ALIGNMENT, 0, "{a:?}");
+        assert!(
+            a.offset + a.size <= plan.arena_bytes,
+            "{a:?} outside the arena"
+        );
+        assert!(a.first <= a.last);
+        for b in &plan.allocations[i + 1..] {
+            let time = a.first <= b.last && b.first <= a.last;
+            let space = a.offset < b.offset + b.size && b.offset < a.offset + a.size;
+            assert!(!(time && space), "{a:?} overlaps {b:?}");
+        }
+    }
+    assert!(plan.peak_live_bytes <= plan.arena_bytes);
+    // Never worse than no reuse at all.
+    let unshared: usize = plan
+        .allocations
+        .iter()
+        .map(|a| a.size.next_multiple_of(ALIGNMENT))
+        .sum();
+    assert!(plan.arena_bytes <= unshared);
+}
+
+#[test]
+fn a_chain_reuses_two_slots() {
+    // Unfused: e1, e2, e3 are intermediates, each live from its kernel to the next.
+    let g = primitive("graph c(x: f32[256]) { return neg(exp(sin(cos(x)))) }");
+    let s = schedule(&g, &ScheduleOptions::unfused()).unwrap();
+    let plan = &s.memory;
+    assert_sound(plan);
+    assert_eq!(plan.allocations.len(), 3);
+    assert_eq!(plan.total_bytes, 3 * 1024);
+    // Two 1 KiB buffers are alive at once (a kernel's input and output), never three.
+    assert_eq!(plan.peak_live_bytes, 2048);
+    assert_eq!(plan.arena_bytes, 2048);
+    assert!(
+        plan.peak_bytes() < plan.total_bytes,
+        "reuse must save memory"
+    );
+    let offsets: Vec<usize> = plan.allocations.iter().map(|a| a.offset).collect();
+    assert_eq!(
+        offsets,
+        vec![0, 1024, 0],
+        "the third reuses the first's slot"
+    );
+    // Fused, nothing intermediate remains.
+    let fused = schedule(&g, &ScheduleOptions::default()).unwrap();
+    assert_eq!(fused.memory.peak_bytes(), 0);
+}
+
+#[test]
+fn lifetimes_extend_to_the_last_reader() {
+    // `a` is read by the last kernel, so it overlaps every other intermediate.
+    let g = primitive(
+        "graph l(x: f32[64]) {
+           a = exp(x)
+           b = sin(a)
+           c = cos(b)
+           return add(c, a)
+         }",
+    );
+    let s = schedule(&g, &ScheduleOptions::unfused()).unwrap();
+    assert_sound(&s.memory);
+    let a = &s.memory.allocations[0];
+    assert_eq!((a.first, a.last), (0, 3));
+    assert_eq!(s.memory.peak_live_bytes, 3 * 256);
+}
+
+#[test]
+fn fused_peaks_never_exceed_unfused_peaks() {
+    for name in [
+        "pointwise_chain",
+        "softmax_rows",
+        "layer_norm_rows",
+        "mlp",
+        "attention",
+        "embedding",
+        "llama_mlp",
+        "transformer_block",
+    ] {
+        let g = example(name);
+        let f = schedule(&g, &ScheduleOptions::default()).unwrap();
+        let u = schedule(&g, &ScheduleOptions::unfused()).unwrap();
+        assert_sound(&f.memory);
+        assert_sound(&u.memory);
+        assert!(
+            f.memory.peak_bytes() <= u.memory.peak_bytes(),
+            "{name}: fused {} > unfused {}",
+            f.memory.peak_bytes(),
+            u.memory.peak_bytes()
+        );
+        assert!(
+            u.memory.peak_bytes() < u.memory.total_bytes,
+            "{name}: no reuse"
+        );
+        assert_eq!(plan_memory(&f.program), f.memory, "plans are deterministic");
+    }
+}
+
+#[test]
+fn random_schedules_have_sound_plans() {
+    for seed in 0..40 {
+        let rg = common::random_graph(seed, 14, seed % 2 == 1);
+        let g = ferrite_passes::decompose::decompose(&rg.graph).unwrap();
+        for opts in [ScheduleOptions::default(), ScheduleOptions::unfused()] {
+            let s = schedule(&g, &opts).unwrap();
+            assert_sound(&s.memory);
+        }
+    }
+}
+
+#[test]
+fn the_plan_prints_every_buffer() {
+    let g = primitive("graph p(x: f32[16]) { return exp(sin(x)) }");
+    let s = schedule(&g, &ScheduleOptions::unfused()).unwrap();
+    let text = s.memory.to_string();
+    assert!(
+        text.starts_with("memory plan: 1 intermediates, 64 B without reuse, arena 64 B"),
+        "{text}"
+    );
+    assert!(text.contains("buf1"), "{text}");
+}
