@@ -40,8 +40,9 @@
 use crate::lower::{build_kernel, Layout, LowerError, Plan, SNode};
 use ferrite_ir::loops::KernelId;
 use ferrite_ir::{Graph, ValueId};
-use petgraph::algo::has_path_connecting;
-use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::visit::Dfs;
+use petgraph::Direction;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::fmt;
 
@@ -129,16 +130,31 @@ struct Cost {
 pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>, String> {
     let plan = Plan::fused(g)?;
     let layout = Layout::provisional(&plan);
+    let n = plan.snodes.len();
+    let mut dag = StableDiGraph::new();
+    let node: Vec<Option<NodeIndex>> = (0..n).map(|s| Some(dag.add_node(s))).collect();
+    for (s, loads) in plan.loads.iter().enumerate() {
+        for v in loads {
+            if let (Some(p), Some(ns)) = (plan.snode_of(*v), node[s]) {
+                if let Some(np) = node[p] {
+                    dag.update_edge(np, ns, ());
+                }
+            }
+        }
+    }
     let mut f = Fuser {
         plan: &plan,
         layout: &layout,
-        groups: (0..plan.snodes.len()).map(|s| Some(vec![s])).collect(),
+        groups: (0..n).map(|s| Some(vec![s])).collect(),
+        of: (0..n).collect(),
+        dag,
+        node,
         cache: HashMap::new(),
         decided: HashSet::new(),
         decisions: Vec::new(),
         max_fusion_size: max_fusion_size.max(1),
     };
-    for s in 0..plan.snodes.len() {
+    for s in 0..n {
         f.cost(&[s]).map_err(|e| match e {
             LowerError::Refused(r) => format!("internal error: node cannot be lowered alone: {r}"),
             LowerError::Invalid(e) => e,
@@ -149,7 +165,7 @@ pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>, String> {
             break;
         }
     }
-    let order = f.topological_order();
+    let order = f.topological_order(None);
     let groups: Vec<Vec<usize>> = order
         .into_iter()
         .filter_map(|gi| f.groups[gi].clone())
@@ -167,6 +183,12 @@ struct Fuser<'a, 'g> {
     layout: &'a Layout,
     /// Group slots; merged-away groups are `None`. Members are sorted.
     groups: Vec<Option<Vec<usize>>>,
+    /// The group of each scheduled node.
+    of: Vec<usize>,
+    /// Dependencies between groups (producer -> consumer), kept up to date on merges.
+    dag: StableDiGraph<usize, ()>,
+    /// The DAG node of each active group.
+    node: Vec<Option<NodeIndex>>,
     cache: HashMap<Vec<usize>, Result<Cost, crate::lower::Refusal>>,
     /// Candidate pairs already decided (by member lists), so refusals are recorded once.
     decided: HashSet<(Vec<usize>, Vec<usize>)>,
@@ -203,69 +225,70 @@ impl Fuser<'_, '_> {
         result.map_err(LowerError::Refused)
     }
 
-    /// Group index of every scheduled node.
-    fn group_of(&self) -> Vec<usize> {
-        let mut of = vec![usize::MAX; self.plan.snodes.len()];
-        for (gi, g) in self.groups.iter().enumerate() {
-            for &s in g.iter().flatten() {
-                of[s] = gi;
-            }
-        }
-        of
+    /// Edges producer group -> consumer group.
+    fn edges(&self) -> Vec<(usize, usize)> {
+        self.dag
+            .edge_indices()
+            .filter_map(|e| self.dag.edge_endpoints(e))
+            .map(|(x, y)| (self.dag[x], self.dag[y]))
+            .collect()
     }
 
-    /// Edges producer group → consumer group.
-    fn edges(&self, of: &[usize]) -> BTreeSet<(usize, usize)> {
-        let mut edges = BTreeSet::new();
-        for (s, loads) in self.plan.loads.iter().enumerate() {
-            for v in loads {
-                if let Some(p) = self.plan.snode_of(*v) {
-                    if of[p] != of[s] {
-                        edges.insert((of[p], of[s]));
-                    }
-                }
-            }
-        }
-        edges
-    }
-
-    /// Active groups in a topological order, earliest graph position first.
-    fn topological_order(&self) -> Vec<usize> {
-        let of = self.group_of();
-        let edges = self.edges(&of);
+    /// Active groups in a topological order, earliest graph position first. With
+    /// `alias = Some((a, b))`, as if `b` were merged into `a`.
+    fn topological_order(&self, alias: Option<(usize, usize)>) -> Vec<usize> {
+        let map = |g: usize| match alias {
+            Some((a, b)) if g == b => a,
+            _ => g,
+        };
         let n = self.groups.len();
         let mut indegree = vec![0usize; n];
-        let mut succ = vec![Vec::new(); n];
-        for &(a, b) in &edges {
-            indegree[b] += 1;
-            succ[a].push(b);
-        }
-        // Min-heap on the group's first scheduled node keeps graph order where free.
-        let key = |gi: usize| self.groups[gi].as_ref().and_then(|m| m.first().copied());
-        let mut heap = BinaryHeap::new();
-        for (gi, &d) in indegree.iter().enumerate() {
-            if self.groups[gi].is_some() && d == 0 {
-                heap.push(std::cmp::Reverse((key(gi), gi)));
+        let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (x, y) in self.edges() {
+            let (x, y) = (map(x), map(y));
+            if x != y {
+                indegree[y] += 1;
+                succ[x].push(y);
             }
         }
-        let mut order = Vec::new();
+        // Min-heap on the group's first scheduled node keeps graph order where free.
+        let first = |gi: usize| {
+            let own = self.groups[gi].as_ref().and_then(|m| m.first().copied());
+            match alias {
+                Some((a, b)) if gi == a => {
+                    let other = self.groups[b].as_ref().and_then(|m| m.first().copied());
+                    own.min(other).or(own).or(other)
+                }
+                _ => own,
+            }
+        };
+        let mut heap = BinaryHeap::new();
+        for (gi, &d) in indegree.iter().enumerate() {
+            if self.groups[gi].is_some() && map(gi) == gi && d == 0 {
+                heap.push(std::cmp::Reverse((first(gi), gi)));
+            }
+        }
+        let mut order = Vec::with_capacity(n);
         while let Some(std::cmp::Reverse((_, gi))) = heap.pop() {
             order.push(gi);
-            for &b in &succ[gi] {
-                indegree[b] -= 1;
-                if indegree[b] == 0 {
-                    heap.push(std::cmp::Reverse((key(b), b)));
+            for &y in &succ[gi] {
+                indegree[y] -= 1;
+                if indegree[y] == 0 {
+                    heap.push(std::cmp::Reverse((first(y), y)));
                 }
             }
         }
         order
     }
 
-    /// Peak of live intermediate bytes for the current groups in topological order
-    /// (a value is live from its kernel to its last reader).
-    fn peak_live_bytes(&self) -> usize {
-        let order = self.topological_order();
-        let of = self.group_of();
+    /// Peak of live intermediate bytes for the groups in topological order (a value is
+    /// live from its kernel to its last reader), optionally as if `b` were merged into `a`.
+    fn peak_live_bytes(&self, alias: Option<(usize, usize)>) -> usize {
+        let map = |g: usize| match alias {
+            Some((a, b)) if g == b => a,
+            _ => g,
+        };
+        let order = self.topological_order(alias);
         let mut position = vec![0usize; self.groups.len()];
         for (p, &gi) in order.iter().enumerate() {
             position[gi] = p;
@@ -276,15 +299,14 @@ impl Fuser<'_, '_> {
             if self.plan.output_of[v.index()].is_some() {
                 continue;
             }
-            let gi = of[s];
-            let readers: Vec<usize> = self.plan.readers[v.index()]
+            let gi = map(self.of[s]);
+            let last = self.plan.readers[v.index()]
                 .iter()
-                .filter(|&&r| of[r] != gi)
-                .map(|&r| position[of[r]])
-                .collect();
-            let Some(&last) = readers.iter().max() else {
-                continue;
-            };
+                .map(|&r| map(self.of[r]))
+                .filter(|&r| r != gi)
+                .map(|r| position[r])
+                .max();
+            let Some(last) = last else { continue };
             let size = self.plan.g.ty(v).size_bytes() as i64;
             delta[position[gi]] += size;
             delta[last + 1] -= size;
@@ -298,28 +320,62 @@ impl Fuser<'_, '_> {
         peak.max(0) as usize
     }
 
-    /// True when merging groups `a` and `b` would make a kernel depend on itself: some
+    /// True when merging groups `a` and `b` would make a kernel depend on itself: a
     /// path between them passes through a third group.
     fn would_cycle(&self, a: usize, b: usize) -> bool {
-        let of = self.group_of();
-        let mut dag: DiGraph<usize, ()> = DiGraph::new();
-        let mut index: HashMap<usize, NodeIndex> = HashMap::new();
-        for gi in 0..self.groups.len() {
-            if self.groups[gi].is_some() {
-                index.insert(gi, dag.add_node(gi));
-            }
-        }
-        for (x, y) in self.edges(&of) {
-            dag.add_edge(index[&x], index[&y], ());
-        }
-        let (Some(&ia), Some(&ib)) = (index.get(&a), index.get(&b)) else {
+        let (Some(ia), Some(ib)) = (self.node[a], self.node[b]) else {
             return true;
         };
-        let through_third = |from: NodeIndex, to: NodeIndex| {
-            dag.neighbors(from)
-                .any(|x| x != to && has_path_connecting(&dag, x, to, None))
+        self.through_third(ia, ib) || self.through_third(ib, ia)
+    }
+
+    /// Whether `to` is reachable from `from` other than by their direct edge.
+    fn through_third(&self, from: NodeIndex, to: NodeIndex) -> bool {
+        // One depth-first search from all of `from`'s other successors at once.
+        let mut dfs = Dfs::empty(&self.dag);
+        dfs.stack
+            .extend(self.dag.neighbors(from).filter(|&n| n != to));
+        while let Some(n) = dfs.next(&self.dag) {
+            if n == to {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Merges group `b` into group `a`.
+    fn merge(&mut self, a: usize, b: usize) {
+        let Some(mb) = self.groups[b].take() else {
+            return;
         };
-        through_third(ia, ib) || through_third(ib, ia)
+        for &s in &mb {
+            self.of[s] = a;
+        }
+        if let Some(ma) = self.groups[a].as_mut() {
+            ma.extend(mb);
+            ma.sort_unstable();
+        }
+        if let (Some(ia), Some(ib)) = (self.node[a], self.node[b].take()) {
+            let outgoing: Vec<NodeIndex> = self
+                .dag
+                .neighbors_directed(ib, Direction::Outgoing)
+                .collect();
+            let incoming: Vec<NodeIndex> = self
+                .dag
+                .neighbors_directed(ib, Direction::Incoming)
+                .collect();
+            for n in outgoing {
+                if n != ia {
+                    self.dag.update_edge(ia, n, ());
+                }
+            }
+            for n in incoming {
+                if n != ia {
+                    self.dag.update_edge(n, ia, ());
+                }
+            }
+            self.dag.remove_node(ib);
+        }
     }
 
     fn describe(&self, gi: usize) -> Vec<(ValueId, String)> {
@@ -346,21 +402,20 @@ impl Fuser<'_, '_> {
     /// One round: score every candidate, merge the best disjoint ones. Returns whether
     /// anything merged.
     fn round(&mut self) -> Result<bool, String> {
-        let of = self.group_of();
-        let edges = self.edges(&of);
+        let edges: BTreeSet<(usize, usize)> = self.edges().into_iter().collect();
 
         // Candidate pairs: edges, and neighbouring readers of a common buffer.
         let mut pairs: BTreeSet<(usize, usize, bool)> = BTreeSet::new();
         for &(a, b) in &edges {
             pairs.insert((a, b, true));
         }
-        let order = self.topological_order();
+        let order = self.topological_order(None);
         let mut position = vec![usize::MAX; self.groups.len()];
         for (p, &gi) in order.iter().enumerate() {
             position[gi] = p;
         }
         for readers in &self.plan.readers {
-            let mut gs: Vec<usize> = readers.iter().map(|&r| of[r]).collect();
+            let mut gs: Vec<usize> = readers.iter().map(|&r| self.of[r]).collect();
             gs.sort_by_key(|&gi| position[gi]);
             gs.dedup();
             for w in gs.windows(2) {
@@ -462,6 +517,7 @@ impl Fuser<'_, '_> {
 
         let mut used = HashSet::new();
         let mut merged_any = false;
+        let mut peak = self.peak_live_bytes(None);
         for c in candidates {
             if used.contains(&c.a) || used.contains(&c.b) {
                 continue;
@@ -470,30 +526,19 @@ impl Fuser<'_, '_> {
                 continue;
             };
             // Earlier merges of this round may have joined a path between the two.
-            if self.would_cycle(c.a, c.b) {
-                self.decided.insert((ma.clone(), mb.clone()));
+            if merged_any && self.would_cycle(c.a, c.b) {
+                self.decided.insert((ma, mb));
                 let detail = "another kernel lies on a path between them".to_string();
                 self.refuse(c.a, c.b, c.kind, "would-create-cycle", detail);
                 continue;
             }
-            let before = self.peak_live_bytes();
-            let mut merged = ma.clone();
-            merged.extend(&mb);
-            merged.sort_unstable();
-            let saved_b = self.groups[c.b].take();
-            self.groups[c.a] = Some(merged);
-            let after = self.peak_live_bytes();
-            if after > before {
-                self.groups[c.a] = Some(ma.clone());
-                self.groups[c.b] = saved_b;
+            let after = self.peak_live_bytes(Some((c.a, c.b)));
+            if after > peak {
                 self.decided.insert((ma, mb));
-                let detail = format!("peak live intermediates {before} B -> {after} B");
+                let detail = format!("peak live intermediates {peak} B -> {after} B");
                 self.refuse(c.a, c.b, c.kind, "raises-peak-memory", detail);
                 continue;
             }
-            // Restore to describe both parts, then merge for good.
-            self.groups[c.a] = Some(ma.clone());
-            self.groups[c.b] = saved_b;
             self.decisions.push(FusionDecision {
                 kind: c.kind,
                 first: self.describe(c.a),
@@ -501,11 +546,8 @@ impl Fuser<'_, '_> {
                 saved_bytes: c.saved,
                 refused: None,
             });
-            let mut merged = ma;
-            merged.extend(&mb);
-            merged.sort_unstable();
-            self.groups[c.a] = Some(merged);
-            self.groups[c.b] = None;
+            self.merge(c.a, c.b);
+            peak = after;
             used.insert(c.a);
             used.insert(c.b);
             merged_any = true;

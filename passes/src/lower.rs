@@ -17,9 +17,10 @@
 //!   reduction stage, in dependency order; reductions over equal inner domains that do
 //!   not depend on each other share one loop;
 //! - every value the group must store (read by another kernel, or a graph output)
-//!   becomes a write of a store stage: one per outer point, or a loop over the inner
-//!   domain of a reduction whose input has the value's shape (a softmax row);
-//! - values are computed on demand at index expressions ([`KernelBuilder::value_at`]):
+//!   becomes a write of a store stage: one per outer point (also through a permute or
+//!   reshape of the domain, so a transposed layout is written directly), or a loop over
+//!   the inner domain of a reduction whose input has the value's shape (a softmax row);
+//! - values are computed on demand at index expressions (`KernelBuilder::value_at`):
 //!   elementwise ops recurse into their operands at broadcast coordinates, movement ops
 //!   rewrite the coordinates, reductions of the group are read as accumulators (only at
 //!   the current outer point), and values from elsewhere are loads.
@@ -1171,7 +1172,8 @@ impl KernelBuilder<'_> {
         } else {
             None
         });
-        let operand = |e: ExprRef, which: &str, culprit: ValueId, rows: usize, cols: usize| {
+        let operand = |e: ExprRef, culprit: ValueId, is_lhs: bool| {
+            let which = if is_lhs { "left" } else { "right" };
             let refuse = |why: &str| {
                 LowerError::Refused(Refusal {
                     rule: "gemm-operand-not-strided",
@@ -1201,11 +1203,12 @@ impl KernelBuilder<'_> {
                 .iter()
                 .map(|&a| stride_of(a, false))
                 .collect();
-            let (row_stride, col_stride) = match (rows, cols) {
-                // lhs: rows along m (outer), cols along k (reduce)
-                (0, 1) => (stride_of(outer_axes[nb], false), stride_of(None, true)),
-                // rhs: rows along k, cols along n
-                _ => (stride_of(None, true), stride_of(outer_axes[nb + 1], false)),
+            let (row_stride, col_stride) = if is_lhs {
+                // [m, k]: rows along the outer m axis, columns along the reduction.
+                (stride_of(outer_axes[nb], false), stride_of(None, true))
+            } else {
+                // [k, n]: rows along the reduction, columns along the outer n axis.
+                (stride_of(None, true), stride_of(outer_axes[nb + 1], false))
             };
             Ok(GemmOperand {
                 buffer: l.buffer,
@@ -1215,8 +1218,8 @@ impl KernelBuilder<'_> {
                 col_stride,
             })
         };
-        let lhs = operand(x, "left", node.inputs[0], 0, 1)?;
-        let rhs = operand(y, "right", node.inputs[1], 1, 2)?;
+        let lhs = operand(x, node.inputs[0], true)?;
+        let rhs = operand(y, node.inputs[1], false)?;
         let m = if ash.len() >= 2 {
             ash[ash.len() - 2]
         } else {

@@ -175,7 +175,7 @@ mod tests {
     use super::*;
 
     /// Checks that no two allocations alive at once overlap in memory.
-    pub(crate) fn assert_disjoint(plan: &MemoryPlan) {
+    fn assert_disjoint(plan: &MemoryPlan) {
         for (i, a) in plan.allocations.iter().enumerate() {
             assert_eq!(a.offset % ALIGNMENT, 0);
             for b in &plan.allocations[i + 1..] {

@@ -1,7 +1,7 @@
 //! Programs, buffers, kernels and stages: the structure of the loop IR.
 
 use super::expr::{Block, ExprOp, ExprRef};
-use super::index::{Extents, IndexExpr, Var};
+use super::index::{Extents, IndexExpr};
 use crate::types::TensorType;
 use crate::{DType, ValueId};
 use std::fmt;
