@@ -35,6 +35,7 @@ fn main() -> ExitCode {
             Command::Check(a) => cli::check::check(a, &mut out),
             Command::Fmt(a) => cli::fmt::fmt(a, &mut out, &mut err),
             Command::Compile(a) => cli::compile::compile(a, &mut out),
+            Command::Sim(a) => cli::sim::sim(a, &mut out),
             Command::Run(a) => cli::run::run(a, &mut out, &mut err),
         };
         result.and_then(|()| out.flush().map_err(CliError::from))

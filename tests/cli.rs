@@ -1,7 +1,8 @@
 //! End-to-end tests of the `ferrite` binary: exit codes, messages, and the files it writes.
 
 use ferrite::npy;
-use ferrite::{DType, Data, Tensor, TensorType};
+use ferrite::ir::Tensor;
+use ferrite::{DType, Data, TensorType};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -556,4 +557,77 @@ fn compile_summarizes_every_example_and_dumps_each_stage() {
         .unwrap();
     assert_eq!(n, m, "--no-fuse schedules the unfused baseline: {line}");
     assert!(n.parse::<usize>().unwrap() >= 5, "{line}");
+}
+
+#[test]
+fn sim_runs_a_hand_written_kernel_and_reports() {
+    let dir = Scratch::new("sim");
+    let n = 3000;
+    let x = Tensor::from_f32(&[n], (0..n).map(|i| i as f32).collect()).unwrap();
+    let y = Tensor::from_f32(&[n], vec![0.5; n]).unwrap();
+    let xp = dir.file("x.npy", npy::encode(&x));
+    let yp = dir.file("y.npy", npy::encode(&y));
+    let out_dir = dir.path("out");
+    let o = ferrite(&[
+        "sim",
+        "examples/kernels/vector_add.tile",
+        "--grid",
+        "3",
+        "--arg",
+        &format!("x={xp}"),
+        "--arg",
+        &format!("y={yp}"),
+        "--arg",
+        "out=zeros:3000",
+        "--arg",
+        "n=3000",
+        "--out",
+        &out_dir,
+    ]);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
+    assert!(text.contains("LPDDR"), "{text}");
+    assert!(text.contains("cycles"), "{text}");
+    let out = read_npy(&format!("{out_dir}/out.npy"));
+    let want: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+    assert_eq!(out.to_f64(), want);
+
+    // A parameter without a value, an unknown one, and a bad grid are user errors.
+    let o = ferrite(&["sim", "examples/kernels/vector_add.tile", "--grid", "3"]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("parameter `x` needs a value"), "{}", stderr(&o));
+    let o = ferrite(&[
+        "sim",
+        "examples/kernels/vector_add.tile",
+        "--grid",
+        "3",
+        "--arg",
+        "nope=1",
+    ]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("no parameter `nope`"), "{}", stderr(&o));
+    let o = ferrite(&["sim", "examples/kernels/vector_add.tile", "--grid", "0x"]);
+    assert_exit(&o, 1);
+    // Out-of-bounds access without a mask is reported, not a crash: n larger than the buffers.
+    let o = ferrite(&[
+        "sim",
+        "examples/kernels/vector_add.tile",
+        "--grid",
+        "3",
+        "--arg",
+        &format!("x={xp}"),
+        "--arg",
+        &format!("y={yp}"),
+        "--arg",
+        "out=zeros:3000",
+        "--arg",
+        "n=3072",
+    ]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("vector_add"), "{}", stderr(&o));
+    // A malformed kernel is located.
+    let bad = dir.file("bad.tile", "kernel k(x: *f32) {\n  y = nope(x)\n}\n");
+    let o = ferrite(&["sim", &bad, "--grid", "1", "--arg", "x=zeros:4"]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("bad.tile:2:"), "{}", stderr(&o));
 }

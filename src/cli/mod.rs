@@ -5,6 +5,7 @@ pub mod check;
 pub mod compile;
 pub mod fmt;
 pub mod run;
+pub mod sim;
 pub mod summary;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -33,6 +34,8 @@ pub enum Command {
     Fmt(fmt::FmtArgs),
     /// Compile a graph: decompose, optimize, fuse; print a summary, dump each stage with --dump.
     Compile(compile::CompileArgs),
+    /// Run a hand-written tile kernel on the accelerator simulator and print its report.
+    Sim(sim::SimArgs),
     /// Run a graph on inputs from .npy files or random ones and summarize the outputs.
     Run(run::RunArgs),
 }

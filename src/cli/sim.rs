@@ -1,0 +1,175 @@
+//! `ferrite sim KERNEL.tile --grid G [--arg NAME=FILE.npy|VALUE|zeros:SHAPE].. [--out DIR]
+//! [--machine PRESET]`: run a hand-written tile kernel on the accelerator simulator and
+//! print its report.
+
+use super::{read_file, CliError, CliResult};
+use clap::Args;
+use ferrite_ir::{npy, DType, Tensor, TensorType};
+use ferrite_runtime::accel::sim::{self, KernelArg, Machine};
+use ferrite_runtime::accel::tile::{self, ParamType};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Flags of `ferrite sim`.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// The kernel file (.tile).
+    pub file: PathBuf,
+    /// Programs to launch: `G`, `GxH` or `GxHxW` (program_id(0..3) ranges).
+    #[arg(long, value_name = "G[xH[xW]]", value_parser = parse_grid)]
+    pub grid: [usize; 3],
+    /// Bind parameter NAME: a .npy file for a pointer, `zeros:4x256` for a fresh
+    /// zero buffer, or a number for a scalar (repeatable; every parameter needs one).
+    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = parse_arg)]
+    pub args: Vec<(String, String)>,
+    /// Write every pointer argument after the run as DIR/<name>.npy.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// A machine preset file (default: the built-in MTIA-2i-like machine).
+    #[arg(long, value_name = "PRESET")]
+    pub machine: Option<PathBuf>,
+}
+
+/// Runs the kernel and prints the simulator's report.
+pub fn sim(args: &SimArgs, out: &mut dyn Write) -> CliResult {
+    let bytes = read_file(&args.file)?;
+    let name = args.file.display().to_string();
+    let src = String::from_utf8(bytes)
+        .map_err(|_| CliError::User(format!("`{name}` is not UTF-8 text")))?;
+    let kernel = tile::parse_and_check(&name, &src).map_err(|d| CliError::Rendered(d.to_string()))?;
+    let machine = match &args.machine {
+        None => Machine::mtia2i(),
+        Some(path) => {
+            let text = String::from_utf8(read_file(path)?)
+                .map_err(|_| CliError::User(format!("`{}` is not UTF-8 text", path.display())))?;
+            Machine::from_preset_str(&text)
+                .map_err(|e| CliError::User(format!("`{}`: {e}", path.display())))?
+        }
+    };
+
+    let params = &kernel.kernel().params;
+    for (n, _) in &args.args {
+        if !params.iter().any(|p| &p.name == n) {
+            let names: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+            return Err(CliError::User(format!(
+                "--arg {n}=...: kernel `{}` has no parameter `{n}` (its parameters: {})",
+                kernel.name(),
+                names.join(", ")
+            )));
+        }
+    }
+    let mut bound = Vec::with_capacity(params.len());
+    for p in params {
+        let mut given = args.args.iter().filter(|(n, _)| n == &p.name);
+        let value = match (given.next(), given.next()) {
+            (Some((_, v)), None) => v,
+            (None, _) => {
+                return Err(CliError::User(format!(
+                    "parameter `{}` needs a value: --arg {}=...",
+                    p.name, p.name
+                )))
+            }
+            (Some(_), Some(_)) => {
+                return Err(CliError::User(format!("--arg `{}` is given twice", p.name)))
+            }
+        };
+        bound.push(bind(&p.name, p.ty, value)?);
+    }
+
+    let report = sim::run(&machine, &kernel, args.grid, &mut bound)
+        .map_err(|e| CliError::User(format!("{e}")))?;
+    writeln!(
+        out,
+        "kernel {} on grid {}x{}x{}",
+        kernel.name(),
+        args.grid[0],
+        args.grid[1],
+        args.grid[2]
+    )?;
+    writeln!(out, "{report}")?;
+
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::User(format!("cannot create directory `{}`: {e}", dir.display()))
+        })?;
+        for (p, arg) in params.iter().zip(&bound) {
+            if let KernelArg::Buffer(t) = arg {
+                let path = dir.join(format!("{}.npy", p.name));
+                std::fs::write(&path, npy::encode(t)).map_err(|e| {
+                    CliError::User(format!("cannot write `{}`: {e}", path.display()))
+                })?;
+                writeln!(out, "wrote {}", path.display())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Turns one `--arg` value into a kernel argument of the parameter's type.
+fn bind(name: &str, ty: ParamType, value: &str) -> Result<KernelArg, CliError> {
+    let bad = |msg: String| CliError::User(format!("--arg {name}={value}: {msg}"));
+    match ty {
+        ParamType::Ptr(dtype) => {
+            if let Some(shape) = value.strip_prefix("zeros:") {
+                let shape = parse_dims(shape).map_err(bad)?;
+                let ty = TensorType::new(dtype, shape).map_err(bad)?;
+                if ty.size_bytes() > 4 << 30 {
+                    return Err(bad("buffers above 4 GiB are refused".into()));
+                }
+                return Ok(KernelArg::Buffer(Tensor::zeros(&ty)));
+            }
+            let path = PathBuf::from(value);
+            let t = npy::decode(&read_file(&path)?).map_err(bad)?;
+            if t.ty.dtype != dtype {
+                return Err(bad(format!(
+                    "the parameter is *{dtype} but the file holds {}",
+                    t.ty
+                )));
+            }
+            Ok(KernelArg::Buffer(t))
+        }
+        ParamType::Scalar(dtype) if dtype.is_float() => value
+            .parse::<f64>()
+            .map(KernelArg::Float)
+            .map_err(|_| bad(format!("expected a number for a {dtype} scalar"))),
+        ParamType::Scalar(dtype) => {
+            let v = value
+                .parse::<i64>()
+                .map_err(|_| bad(format!("expected an integer for a {dtype} scalar")))?;
+            if dtype == DType::Bool && !(0..=1).contains(&v) {
+                return Err(bad("expected 0 or 1 for a bool scalar".into()));
+            }
+            Ok(KernelArg::Int(v))
+        }
+    }
+}
+
+/// Parses `4x256` into extents.
+fn parse_dims(s: &str) -> Result<Vec<usize>, String> {
+    s.split('x')
+        .map(|d| {
+            d.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("`{s}` is not a shape like 4x256"))
+        })
+        .collect()
+}
+
+/// Parses `--grid G[xH[xW]]`.
+fn parse_grid(s: &str) -> Result<[usize; 3], String> {
+    let dims = parse_dims(s)?;
+    if dims.is_empty() || dims.len() > 3 {
+        return Err(format!("`{s}` is not a grid like 64 or 8x8"));
+    }
+    let mut grid = [1; 3];
+    grid[..dims.len()].copy_from_slice(&dims);
+    Ok(grid)
+}
+
+/// Parses `NAME=VALUE` for `--arg`.
+fn parse_arg(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((n, v)) if !n.is_empty() && !v.is_empty() => Ok((n.to_string(), v.to_string())),
+        _ => Err(format!("expected NAME=VALUE, got `{s}`")),
+    }
+}
