@@ -1,0 +1,464 @@
+//! Matrix multiplication through the `gemm` crate, behind a checked, safe interface.
+//!
+//! Computes, for every batch index `p`, `C[p] = alpha * A[p] @ B[p] + beta * C[p]`, with
+//! `A[p]` of shape `m x k`, `B[p]` `k x n` and `C[p]` `m x n`. Each operand is a slice plus a
+//! [`MatLayout`]: an offset and three element strides (batch, row, column), so a transposed
+//! operand is just swapped strides and a weight shared by every batch has batch stride 0;
+//! nothing is copied. Before the library is called every element each operand would touch
+//! is proven to lie inside its slice, and the output is proven not to alias itself, so a
+//! wrong layout is an error value rather than memory corruption.
+//!
+//! As in BLAS, `beta == 0` means `C` is not read at all (NaNs in it do not leak into the
+//! result). Supported element types are `f32`, `f64` and this module's `f16` (the `gemm`
+//! crate's, which is `half::f16`); `f16` products are accumulated in higher precision.
+
+use std::fmt;
+
+use super::pool::{PoolError, ThreadPool};
+
+/// The half-precision type the `f16` products use (`half::f16`).
+pub use gemm::f16;
+
+/// An element type the GEMM kernels support.
+pub trait GemmScalar: Copy + PartialEq + Send + Sync + 'static + sealed::Sealed {
+    /// Zero.
+    const ZERO: Self;
+    /// One.
+    const ONE: Self;
+    /// `self * other` in this type's arithmetic (used for `k == 0`, where only `beta` acts).
+    fn scale(self, by: Self) -> Self;
+}
+
+impl GemmScalar for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+    fn scale(self, by: f32) -> f32 {
+        self * by
+    }
+}
+
+impl GemmScalar for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+    fn scale(self, by: f64) -> f64 {
+        self * by
+    }
+}
+
+impl GemmScalar for f16 {
+    const ZERO: f16 = f16::ZERO;
+    const ONE: f16 = f16::ONE;
+    fn scale(self, by: f16) -> f16 {
+        self * by
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+    impl Sealed for super::f16 {}
+}
+
+/// The sizes of a (batched) matrix product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmShape {
+    /// Number of independent products.
+    pub batch: usize,
+    /// Rows of `A` and `C`.
+    pub m: usize,
+    /// Columns of `B` and `C`.
+    pub n: usize,
+    /// Columns of `A`, rows of `B`.
+    pub k: usize,
+}
+
+impl GemmShape {
+    /// One `m x k` by `k x n` product.
+    pub fn new(m: usize, n: usize, k: usize) -> GemmShape {
+        GemmShape { batch: 1, m, n, k }
+    }
+
+    /// `batch` products of the same sizes.
+    pub fn batched(batch: usize, m: usize, n: usize, k: usize) -> GemmShape {
+        GemmShape { batch, m, n, k }
+    }
+
+    /// Floating-point operations of the whole product (`2 * batch * m * n * k`).
+    pub fn flops(&self) -> f64 {
+        2.0 * self.batch as f64 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+}
+
+/// Where the elements of a (batch of) matrices sit in a slice: element `[p, i, j]` is at
+/// `offset + p * batch_stride + i * row_stride + j * col_stride`. Strides are in elements
+/// and may be negative or zero (zero only for inputs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatLayout {
+    /// Index of element `[0, 0, 0]`.
+    pub offset: usize,
+    /// Distance between consecutive matrices of the batch.
+    pub batch_stride: isize,
+    /// Distance between consecutive rows.
+    pub row_stride: isize,
+    /// Distance between consecutive columns.
+    pub col_stride: isize,
+}
+
+impl MatLayout {
+    /// Dense row-major `rows x cols` matrices, one after the other.
+    pub fn row_major(rows: usize, cols: usize) -> MatLayout {
+        MatLayout {
+            offset: 0,
+            batch_stride: (rows * cols) as isize,
+            row_stride: cols as isize,
+            col_stride: 1,
+        }
+    }
+
+    /// Dense column-major `rows x cols` matrices, one after the other.
+    pub fn col_major(rows: usize, cols: usize) -> MatLayout {
+        MatLayout {
+            offset: 0,
+            batch_stride: (rows * cols) as isize,
+            row_stride: 1,
+            col_stride: rows as isize,
+        }
+    }
+
+    /// The same storage viewed as the transposed matrices (rows and columns swapped).
+    pub fn transposed(self) -> MatLayout {
+        MatLayout {
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
+    /// The same matrix for every batch index (batch stride 0), e.g. a shared weight.
+    pub fn broadcast_batch(self) -> MatLayout {
+        MatLayout {
+            batch_stride: 0,
+            ..self
+        }
+    }
+
+    /// The same layout starting at element `offset`.
+    pub fn with_offset(self, offset: usize) -> MatLayout {
+        MatLayout { offset, ..self }
+    }
+}
+
+/// A read-only operand: a slice and the layout of the matrices in it.
+#[derive(Debug, Clone, Copy)]
+pub struct MatRef<'a, T> {
+    /// The storage.
+    pub data: &'a [T],
+    /// Where the elements are.
+    pub layout: MatLayout,
+}
+
+impl<'a, T> MatRef<'a, T> {
+    /// An operand over `data` with `layout`.
+    pub fn new(data: &'a [T], layout: MatLayout) -> Self {
+        MatRef { data, layout }
+    }
+}
+
+/// The output operand.
+#[derive(Debug)]
+pub struct MatMut<'a, T> {
+    /// The storage.
+    pub data: &'a mut [T],
+    /// Where the elements are.
+    pub layout: MatLayout,
+}
+
+impl<'a, T> MatMut<'a, T> {
+    /// An output over `data` with `layout`.
+    pub fn new(data: &'a mut [T], layout: MatLayout) -> Self {
+        MatMut { data, layout }
+    }
+}
+
+/// The scalars of `C = alpha * A @ B + beta * C`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scale<T> {
+    /// Multiplies the product.
+    pub alpha: T,
+    /// Multiplies the old `C`; zero means `C` is write-only.
+    pub beta: T,
+}
+
+impl<T: GemmScalar> Scale<T> {
+    /// `C = A @ B`.
+    pub fn overwrite() -> Self {
+        Scale {
+            alpha: T::ONE,
+            beta: T::ZERO,
+        }
+    }
+
+    /// `C += A @ B`.
+    pub fn accumulate() -> Self {
+        Scale {
+            alpha: T::ONE,
+            beta: T::ONE,
+        }
+    }
+}
+
+/// How a product uses threads.
+#[derive(Debug, Clone, Copy)]
+pub enum Parallelism<'p> {
+    /// Everything on the calling thread.
+    None,
+    /// Use `pool.threads()` threads: when there are at least that many batches, whole
+    /// products are spread over the pool (each single-threaded); otherwise each product is
+    /// split by the `gemm` crate's own (rayon) threading with that many threads.
+    Pool(&'p ThreadPool),
+}
+
+/// Why a product was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GemmError {
+    /// Some element of an operand would fall outside its slice.
+    OutOfBounds {
+        /// `"a"`, `"b"` or `"c"`.
+        operand: &'static str,
+        /// The lowest and highest element index the layout reaches.
+        reach: (i128, i128),
+        /// The slice length.
+        len: usize,
+    },
+    /// Two different elements of `C` would share storage.
+    OverlappingOutput,
+    /// The parallel batch loop failed.
+    Pool(PoolError),
+}
+
+impl fmt::Display for GemmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GemmError::OutOfBounds {
+                operand,
+                reach,
+                len,
+            } => write!(
+                f,
+                "matmul operand {operand} reaches elements {}..={} of a slice of {len}",
+                reach.0, reach.1
+            ),
+            GemmError::OverlappingOutput => {
+                write!(
+                    f,
+                    "matmul output layout maps two elements to the same storage"
+                )
+            }
+            GemmError::Pool(e) => write!(f, "matmul: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for GemmError {}
+
+/// One dimension of an operand: its extent and stride.
+type Dim = (usize, isize);
+
+/// The lowest and highest element index reached by `offset + sum(i_d * stride_d)`.
+fn reach(offset: usize, dims: &[Dim]) -> (i128, i128) {
+    let mut lo = offset as i128;
+    let mut hi = offset as i128;
+    for &(extent, stride) in dims {
+        let span = (extent as i128 - 1) * stride as i128;
+        if span < 0 {
+            lo += span;
+        } else {
+            hi += span;
+        }
+    }
+    (lo, hi)
+}
+
+fn check_bounds(
+    operand: &'static str,
+    len: usize,
+    layout: &MatLayout,
+    dims: &[Dim],
+) -> Result<(), GemmError> {
+    if dims.iter().any(|&(extent, _)| extent == 0) {
+        return Ok(());
+    }
+    let (lo, hi) = reach(layout.offset, dims);
+    if lo < 0 || hi >= len as i128 {
+        return Err(GemmError::OutOfBounds {
+            operand,
+            reach: (lo, hi),
+            len,
+        });
+    }
+    Ok(())
+}
+
+/// Whether distinct indices always map to distinct elements. Sufficient condition: ordered by
+/// stride magnitude, each stride steps over everything the smaller dimensions can reach.
+fn is_injective(dims: &[Dim]) -> bool {
+    let mut dims: Vec<(usize, u128)> = dims
+        .iter()
+        .filter(|&&(extent, _)| extent > 1)
+        .map(|&(extent, stride)| (extent, stride.unsigned_abs() as u128))
+        .collect();
+    dims.sort_by_key(|&(_, stride)| stride);
+    let mut reached: u128 = 0;
+    for (extent, stride) in dims {
+        if stride <= reached {
+            return false;
+        }
+        reached += (extent as u128 - 1) * stride;
+    }
+    true
+}
+
+/// A pointer that may cross to pool threads.
+#[derive(Clone, Copy)]
+struct SharedPtr<T>(*mut T);
+
+// SAFETY: pool tasks write through a `SharedPtr` only to the elements of their own batch
+// index of `C`, which `is_injective` proved disjoint from every other batch's; `A` and `B`
+// are only read.
+unsafe impl<T> Send for SharedPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SharedPtr<T> {}
+
+/// `C[p] = alpha * A[p] @ B[p] + beta * C[p]` for every batch index `p`. See the module docs.
+pub fn gemm<T: GemmScalar>(
+    shape: GemmShape,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    c: MatMut<'_, T>,
+    scale: Scale<T>,
+    parallelism: Parallelism<'_>,
+) -> Result<(), GemmError> {
+    let GemmShape { batch, m, n, k } = shape;
+    let (la, lb, lc) = (a.layout, b.layout, c.layout);
+    let a_dims = [
+        (batch, la.batch_stride),
+        (m, la.row_stride),
+        (k, la.col_stride),
+    ];
+    let b_dims = [
+        (batch, lb.batch_stride),
+        (k, lb.row_stride),
+        (n, lb.col_stride),
+    ];
+    let c_dims = [
+        (batch, lc.batch_stride),
+        (m, lc.row_stride),
+        (n, lc.col_stride),
+    ];
+    check_bounds("a", a.data.len(), &la, &a_dims)?;
+    check_bounds("b", b.data.len(), &lb, &b_dims)?;
+    check_bounds("c", c.data.len(), &lc, &c_dims)?;
+    if batch == 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    if !is_injective(&c_dims) {
+        return Err(GemmError::OverlappingOutput);
+    }
+    if k == 0 {
+        scale_output(c, shape, scale.beta);
+        return Ok(());
+    }
+
+    // Element [p, 0, 0] of each operand is accessed and so in bounds (checked above).
+    let base = |layout: &MatLayout, p: usize| {
+        (layout.offset as isize + p as isize * layout.batch_stride) as usize
+    };
+    let a_ptr = SharedPtr(a.data.as_ptr().cast_mut());
+    let b_ptr = SharedPtr(b.data.as_ptr().cast_mut());
+    let c_ptr = SharedPtr(c.data.as_mut_ptr());
+    let run_one = |p: usize, threads: gemm::Parallelism| {
+        let (a_ptr, b_ptr, c_ptr) = (a_ptr, b_ptr, c_ptr);
+        // SAFETY: `check_bounds` proved that every element the library reads from A[p] and
+        // B[p] and writes to C[p] (with these strides, from these bases) is inside its slice;
+        // C does not alias A or B (it is borrowed mutably); `is_injective` proved C's
+        // elements distinct, so no two writes race, also across concurrently run batches.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c_ptr.0.wrapping_add(base(&lc, p)),
+                lc.col_stride,
+                lc.row_stride,
+                scale.beta != T::ZERO,
+                a_ptr.0.wrapping_add(base(&la, p)).cast_const(),
+                la.col_stride,
+                la.row_stride,
+                b_ptr.0.wrapping_add(base(&lb, p)).cast_const(),
+                lb.col_stride,
+                lb.row_stride,
+                scale.beta,
+                scale.alpha,
+                false,
+                false,
+                false,
+                threads,
+            )
+        }
+    };
+    match parallelism {
+        Parallelism::Pool(pool) if pool.threads() > 1 && batch >= pool.threads() => pool
+            .parallel_for(batch, |p| run_one(p, gemm::Parallelism::None))
+            .map_err(GemmError::Pool),
+        Parallelism::Pool(pool) if pool.threads() > 1 => {
+            (0..batch).for_each(|p| run_one(p, gemm::Parallelism::Rayon(pool.threads())));
+            Ok(())
+        }
+        _ => {
+            (0..batch).for_each(|p| run_one(p, gemm::Parallelism::None));
+            Ok(())
+        }
+    }
+}
+
+/// `C = beta * C` (or zero when `beta == 0`, without reading `C`): the product with `k == 0`.
+fn scale_output<T: GemmScalar>(c: MatMut<'_, T>, shape: GemmShape, beta: T) {
+    let l = c.layout;
+    for p in 0..shape.batch {
+        for i in 0..shape.m {
+            for j in 0..shape.n {
+                let idx = l.offset as isize
+                    + p as isize * l.batch_stride
+                    + i as isize * l.row_stride
+                    + j as isize * l.col_stride;
+                let x = &mut c.data[idx as usize];
+                *x = if beta == T::ZERO {
+                    T::ZERO
+                } else {
+                    x.scale(beta)
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn injectivity_of_common_layouts() {
+        assert!(is_injective(&[(2, 12), (3, 4), (4, 1)]));
+        assert!(is_injective(&[(2, 12), (3, 1), (4, 3)]));
+        assert!(is_injective(&[(1, 0), (3, 4), (4, 1)]));
+        assert!(!is_injective(&[(2, 0), (3, 4), (4, 1)]));
+        assert!(!is_injective(&[(3, 3), (4, 1)]));
+        assert!(is_injective(&[(3, -4), (4, -1)]));
+    }
+
+    #[test]
+    fn reach_with_negative_strides() {
+        assert_eq!(reach(10, &[(3, -4), (4, 1)]), (2, 13));
+    }
+}

@@ -1,0 +1,494 @@
+//! An owning wrapper around `cranelift-jit`: host ISA, verify, compile, finalize, call.
+//!
+//! The life of generated code has two phases, and each has its own type:
+//!
+//! * [`Jit`] is the open module. Functions are added one at a time with [`Jit::define`]
+//!   (from a finished `ir::Function`) or [`Jit::define_with`] (which hands out a
+//!   `FunctionBuilder`). Every function is checked by `cranelift_codegen::verify_function`
+//!   before it is compiled, so a codegen bug is a [`JitError::Verifier`] naming the function,
+//!   not a crash inside Cranelift. With [`JitOptions::capture_dumps`] the input CLIF, the
+//!   optimized CLIF and the register-allocated machine code (`vcode`) are kept for `--dump`.
+//! * [`JitCode`] is what [`Jit::finalize`] returns: the code is made executable, the module
+//!   is frozen, and the handle is `Send + Sync` so kernels can run on pool threads. It owns the
+//!   executable memory and frees it on drop; function addresses borrow from it.
+//!
+//! The ISA is the host's, as `cranelift-native` detects it (SSE4.1, AVX, AVX2, FMA, ... are
+//! enabled when present), with `opt_level=speed`. Cranelift 0.135 has no 256-bit vector types
+//! on x64, so generated code uses 128-bit vectors (`f32x4`); AVX still helps through the
+//! VEX three-operand encodings it selects.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use cranelift_codegen::ir::{types, Function, Signature, Type, UserFuncName};
+use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::{print_errors, verify_function, Context};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module, ModuleError};
+
+/// Everything that can go wrong between building a function and getting its address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JitError {
+    /// Cranelift has no backend for this machine, or it lacks a required feature.
+    UnsupportedHost(String),
+    /// A Cranelift setting was rejected (a bug in this module, reported rather than panicking).
+    Setting(String),
+    /// The function failed `verify_function`; `errors` is Cranelift's annotated listing.
+    Verifier {
+        /// The function's name.
+        name: String,
+        /// The verifier's report, with the offending instructions marked.
+        errors: String,
+    },
+    /// Compilation, linking or memory protection failed.
+    Compile {
+        /// The function's name (empty when finalizing the whole module).
+        name: String,
+        /// What Cranelift reported.
+        message: String,
+    },
+    /// Two functions were given the same name.
+    DuplicateName(String),
+    /// No finalized function has this name.
+    UnknownFunction(String),
+}
+
+impl fmt::Display for JitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JitError::UnsupportedHost(m) => write!(f, "cannot JIT for this host: {m}"),
+            JitError::Setting(m) => write!(f, "bad Cranelift setting: {m}"),
+            JitError::Verifier { name, errors } => {
+                write!(
+                    f,
+                    "generated function `{name}` failed verification:\n{errors}"
+                )
+            }
+            JitError::Compile { name, message } => {
+                write!(f, "compiling `{name}` failed: {message}")
+            }
+            JitError::DuplicateName(n) => write!(f, "function `{n}` is defined twice"),
+            JitError::UnknownFunction(n) => write!(f, "no compiled function named `{n}`"),
+        }
+    }
+}
+
+impl std::error::Error for JitError {}
+
+/// How much work Cranelift's optimizer does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptLevel {
+    /// No optimization: fastest compile, for debugging codegen.
+    None,
+    /// Full optimization (e-graph mid-end, alias analysis): the default.
+    Speed,
+}
+
+/// Options for a [`Jit`] module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JitOptions {
+    /// Optimization level; [`OptLevel::Speed`] by default.
+    pub opt_level: OptLevel,
+    /// Keep the CLIF text and the machine-code listing of every function (costs compile time).
+    pub capture_dumps: bool,
+    /// Let Cranelift run its verifier again after its own passes (we always verify the input).
+    pub verify_after_passes: bool,
+}
+
+impl Default for JitOptions {
+    fn default() -> Self {
+        JitOptions {
+            opt_level: OptLevel::Speed,
+            capture_dumps: false,
+            verify_after_passes: false,
+        }
+    }
+}
+
+/// The text forms of one compiled function, for `--dump`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionDump {
+    /// The function's name.
+    pub name: String,
+    /// CLIF as handed to the JIT.
+    pub clif: String,
+    /// CLIF after Cranelift's mid-end optimizations.
+    pub optimized_clif: String,
+    /// The lowered machine instructions after register allocation (Cranelift's `vcode`).
+    pub vcode: String,
+}
+
+/// An open JIT module for the host machine. See the module docs.
+pub struct Jit {
+    /// Always `Some` until `finalize` moves it out (`Drop` then has nothing to free).
+    module: Option<JITModule>,
+    ctx: Context,
+    builder_ctx: FunctionBuilderContext,
+    options: JitOptions,
+    functions: Vec<(String, FuncId)>,
+    dumps: Vec<FunctionDump>,
+}
+
+impl Jit {
+    /// A module for the host ISA with default options.
+    pub fn new() -> Result<Jit, JitError> {
+        Jit::with_options(JitOptions::default())
+    }
+
+    /// A module for the host ISA.
+    pub fn with_options(options: JitOptions) -> Result<Jit, JitError> {
+        let isa = host_isa(&options)?;
+        let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        Ok(Jit {
+            module: Some(JITModule::new(builder)),
+            ctx: Context::new(),
+            builder_ctx: FunctionBuilderContext::new(),
+            options,
+            functions: Vec::new(),
+            dumps: Vec::new(),
+        })
+    }
+
+    fn module(&self) -> &JITModule {
+        self.module
+            .as_ref()
+            .expect("the module lives until finalize consumes the Jit")
+    }
+
+    fn module_mut(&mut self) -> &mut JITModule {
+        self.module
+            .as_mut()
+            .expect("the module lives until finalize consumes the Jit")
+    }
+
+    /// The target ISA (for flags such as FMA, and for `verify_function`).
+    pub fn isa(&self) -> &dyn TargetIsa {
+        self.module().isa()
+    }
+
+    /// The ISA's name and the features Cranelift will use, e.g. `x86_64 has_sse41 has_avx
+    /// has_fma ...`, for dumps and reports.
+    pub fn isa_summary(&self) -> String {
+        let isa = self.isa();
+        let mut summary = isa.name().to_string();
+        for flag in isa.isa_flags() {
+            if flag.as_bool() == Some(true) {
+                summary.push(' ');
+                summary.push_str(flag.name);
+            }
+        }
+        summary
+    }
+
+    /// The integer type of a pointer on the host (`i64` on x86-64).
+    pub fn pointer_type(&self) -> Type {
+        self.module().target_config().pointer_type()
+    }
+
+    /// Whether the ISA has fused multiply-add (so CLIF `fma` is one instruction).
+    pub fn has_fma(&self) -> bool {
+        isa_has_fma(self.isa())
+    }
+
+    /// A signature in the host's default calling convention (`extern "C"` on x86-64 Linux).
+    pub fn signature(&self, params: &[Type], returns: &[Type]) -> Signature {
+        let mut sig = self.module().make_signature();
+        sig.params.extend(
+            params
+                .iter()
+                .map(|&t| cranelift_codegen::ir::AbiParam::new(t)),
+        );
+        sig.returns.extend(
+            returns
+                .iter()
+                .map(|&t| cranelift_codegen::ir::AbiParam::new(t)),
+        );
+        sig
+    }
+
+    /// An empty function named `name` (the name shows in CLIF dumps as `%name`).
+    pub fn new_function(&self, name: &str, signature: Signature) -> Function {
+        Function::with_name_signature(UserFuncName::testcase(name), signature)
+    }
+
+    /// Builds a function with a `FunctionBuilder` and defines it. `body` must fill and
+    /// terminate every block; it does not need to seal blocks or call `finalize`.
+    pub fn define_with<F>(
+        &mut self,
+        name: &str,
+        signature: Signature,
+        body: F,
+    ) -> Result<(), JitError>
+    where
+        F: FnOnce(&mut FunctionBuilder<'_>),
+    {
+        let mut func = self.new_function(name, signature);
+        let config = self.module().target_config();
+        {
+            let mut builder = FunctionBuilder::new(&mut func, &mut self.builder_ctx);
+            body(&mut builder);
+            builder.seal_all_blocks();
+            builder.finalize(config);
+        }
+        self.define(name, func)
+    }
+
+    /// Verifies `func`, compiles it and adds it to the module under `name`.
+    pub fn define(&mut self, name: &str, func: Function) -> Result<(), JitError> {
+        if self.functions.iter().any(|(n, _)| n == name) {
+            return Err(JitError::DuplicateName(name.to_string()));
+        }
+        if let Err(errors) = verify_function(&func, self.module().isa()) {
+            return Err(JitError::Verifier {
+                name: name.to_string(),
+                errors: print_errors::pretty_verifier_error(&func, None, errors),
+            });
+        }
+        let clif = if self.options.capture_dumps {
+            func.display().to_string()
+        } else {
+            String::new()
+        };
+        let id = self
+            .module_mut()
+            .declare_function(name, Linkage::Export, &func.signature)
+            .map_err(|e| module_error(name, e))?;
+        self.ctx.clear();
+        self.ctx.func = func;
+        self.ctx.set_disasm(self.options.capture_dumps);
+        let module = self
+            .module
+            .as_mut()
+            .expect("the module lives until finalize consumes the Jit");
+        let defined = module.define_function(id, &mut self.ctx);
+        if let Err(e) = defined {
+            let message = match e {
+                ModuleError::Compilation(err) => print_errors::pretty_error(&self.ctx.func, err),
+                other => other.to_string(),
+            };
+            self.ctx.clear();
+            return Err(JitError::Compile {
+                name: name.to_string(),
+                message,
+            });
+        }
+        if self.options.capture_dumps {
+            let vcode = self
+                .ctx
+                .compiled_code()
+                .and_then(|c| c.vcode.clone())
+                .unwrap_or_default();
+            self.dumps.push(FunctionDump {
+                name: name.to_string(),
+                clif,
+                optimized_clif: self.ctx.func.display().to_string(),
+                vcode,
+            });
+        }
+        self.ctx.clear();
+        self.functions.push((name.to_string(), id));
+        Ok(())
+    }
+
+    /// Makes every defined function executable and freezes the module.
+    pub fn finalize(mut self) -> Result<JitCode, JitError> {
+        let mut module = self
+            .module
+            .take()
+            .expect("the module lives until finalize consumes the Jit");
+        if let Err(e) = module.finalize_definitions() {
+            // SAFETY: finalization failed, so no function address was handed out.
+            unsafe { module.free_memory() };
+            return Err(module_error("", e));
+        }
+        let mut functions = HashMap::new();
+        for (name, id) in &self.functions {
+            let address = module.get_finalized_function(*id) as usize;
+            let signature = module
+                .declarations()
+                .get_function_decl(*id)
+                .signature
+                .clone();
+            functions.insert(name.clone(), JitFunctionInfo { address, signature });
+        }
+        Ok(JitCode {
+            module: Some(FrozenModule(module)),
+            functions,
+            dumps: std::mem::take(&mut self.dumps),
+        })
+    }
+}
+
+impl Drop for Jit {
+    fn drop(&mut self) {
+        if let Some(module) = self.module.take() {
+            // SAFETY: the module was never finalized, so no function address was handed out
+            // and nothing can call into the memory being freed.
+            unsafe { module.free_memory() };
+        }
+    }
+}
+
+fn module_error(name: &str, e: ModuleError) -> JitError {
+    JitError::Compile {
+        name: name.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Whether `isa` has FMA enabled (x86-64 `has_fma`; always true on AArch64).
+pub fn isa_has_fma(isa: &dyn TargetIsa) -> bool {
+    if isa.name() == "aarch64" {
+        return true;
+    }
+    isa.isa_flags()
+        .iter()
+        .any(|v| v.name == "has_fma" && v.as_bool() == Some(true))
+}
+
+fn host_isa(options: &JitOptions) -> Result<OwnedTargetIsa, JitError> {
+    let mut flags = settings::builder();
+    let set = |flags: &mut settings::Builder, name: &str, value: &str| {
+        flags
+            .set(name, value)
+            .map_err(|e| JitError::Setting(format!("{name}={value}: {e}")))
+    };
+    let opt = match options.opt_level {
+        OptLevel::None => "none",
+        OptLevel::Speed => "speed",
+    };
+    set(&mut flags, "opt_level", opt)?;
+    // cranelift-jit requires non-PIC code; it is also the default.
+    set(&mut flags, "is_pic", "false")?;
+    let verify = if options.verify_after_passes {
+        "true"
+    } else {
+        "false"
+    };
+    set(&mut flags, "enable_verifier", verify)?;
+    // Vector `nearest`/`floor` (used by the vector math) lower to SSE4.1 `roundps`; without
+    // it Cranelift would need libcalls that have no vector form.
+    #[cfg(target_arch = "x86_64")]
+    if !std::is_x86_feature_detected!("sse4.1") {
+        return Err(JitError::UnsupportedHost(
+            "x86-64 without SSE4.1".to_string(),
+        ));
+    }
+    let isa_builder =
+        cranelift_native::builder().map_err(|m| JitError::UnsupportedHost(m.to_string()))?;
+    isa_builder
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| JitError::UnsupportedHost(e.to_string()))
+}
+
+#[derive(Debug, Clone)]
+struct JitFunctionInfo {
+    address: usize,
+    signature: Signature,
+}
+
+/// The finalized `JITModule`, kept only so that its memory can be freed on drop.
+struct FrozenModule(JITModule);
+
+// SAFETY: after `finalize_definitions` the module is never touched again except by
+// `JitCode::drop`, which owns it; its interior `RefCell` and raw code pointers are
+// therefore never accessed concurrently, and the code pages themselves are read-only.
+unsafe impl Send for FrozenModule {}
+// SAFETY: no method of `JitCode` reaches into the module through `&self` (see above).
+unsafe impl Sync for FrozenModule {}
+
+/// Finalized machine code: owns the executable memory; `Send + Sync`.
+pub struct JitCode {
+    module: Option<FrozenModule>,
+    functions: HashMap<String, JitFunctionInfo>,
+    dumps: Vec<FunctionDump>,
+}
+
+impl JitCode {
+    /// The address and signature of the function `name`.
+    pub fn function(&self, name: &str) -> Result<JitFunction<'_>, JitError> {
+        self.functions
+            .get(name)
+            .map(|info| JitFunction { info, _code: self })
+            .ok_or_else(|| JitError::UnknownFunction(name.to_string()))
+    }
+
+    /// The names of all functions in the module, sorted.
+    pub fn function_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.functions.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The text dumps, in definition order (empty unless `capture_dumps` was set).
+    pub fn dumps(&self) -> &[FunctionDump] {
+        &self.dumps
+    }
+
+    /// The dump of one function, if dumps were captured.
+    pub fn dump(&self, name: &str) -> Option<&FunctionDump> {
+        self.dumps.iter().find(|d| d.name == name)
+    }
+}
+
+impl fmt::Debug for JitCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JitCode")
+            .field("functions", &self.function_names())
+            .finish()
+    }
+}
+
+impl Drop for JitCode {
+    fn drop(&mut self) {
+        if let Some(FrozenModule(module)) = self.module.take() {
+            // SAFETY: every address handed out is a `JitFunction` borrowing `self`, so no
+            // caller can hold one past this point without an `unsafe` block of its own that
+            // promised to keep the `JitCode` alive while calling it.
+            unsafe { module.free_memory() };
+        }
+    }
+}
+
+/// A finalized function: its entry address and signature, borrowed from its [`JitCode`].
+#[derive(Debug, Clone, Copy)]
+pub struct JitFunction<'a> {
+    info: &'a JitFunctionInfo,
+    _code: &'a JitCode,
+}
+
+impl<'a> JitFunction<'a> {
+    /// The entry address. Turning it into a callable `extern "C" fn` is `unsafe`: the caller
+    /// must use the function's exact signature and keep the [`JitCode`] alive while calling.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.info.address as *const u8
+    }
+
+    /// The signature the function was compiled with.
+    pub fn signature(&self) -> &'a Signature {
+        &self.info.signature
+    }
+
+    /// Whether the signature is exactly `params -> returns` (default call convention types).
+    pub fn has_signature(&self, params: &[Type], returns: &[Type]) -> bool {
+        let sig = &self.info.signature;
+        sig.params
+            .iter()
+            .map(|p| p.value_type)
+            .eq(params.iter().copied())
+            && sig
+                .returns
+                .iter()
+                .map(|p| p.value_type)
+                .eq(returns.iter().copied())
+    }
+}
+
+/// The pointer-sized integer type on this host, for building signatures without a [`Jit`].
+pub const HOST_POINTER: Type = if cfg!(target_pointer_width = "64") {
+    types::I64
+} else {
+    types::I32
+};

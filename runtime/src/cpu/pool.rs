@@ -1,0 +1,364 @@
+//! A persistent thread pool that splits a kernel's outer loop across cores.
+//!
+//! [`ThreadPool::parallel_for`] runs `task(chunk)` for every `chunk in 0..n_chunks`, with the
+//! calling thread working alongside `threads - 1` long-lived workers. Workers claim chunks
+//! from a shared atomic counter, so uneven chunks balance themselves. Dispatch costs one
+//! mutex round trip, not a thread spawn: after a job a worker spins for a few microseconds
+//! before it sleeps on a condition variable, because kernels of a compiled program arrive
+//! back to back and waking a sleeping thread costs a futex call.
+//!
+//! Behaviour worth knowing:
+//! * The pool runs one job at a time. A `parallel_for` issued while another is in flight
+//!   (from another thread, or nested inside a task) runs all its chunks on the calling
+//!   thread. That never deadlocks and always makes progress; it only forgoes parallelism.
+//! * A panicking task does not take the pool down: the panic is caught, the remaining
+//!   unclaimed chunks are skipped, and `parallel_for` returns [`PoolError::TaskPanicked`]
+//!   once every worker has left the job. Chunks already running finish normally.
+//! * Dropping the pool stops and joins its workers.
+
+use std::fmt;
+use std::ops::Range;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// How long an idle worker polls for the next job before it goes to sleep.
+const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
+
+/// [`ThreadPool::parallel_for_range`] cuts a range into at most this many chunks per thread:
+/// enough to balance uneven work, few enough that claiming a chunk stays negligible.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// Why a parallel loop failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolError {
+    /// A task panicked; the first panic's chunk index and message.
+    TaskPanicked {
+        /// The chunk whose task panicked.
+        chunk: usize,
+        /// The panic message (or a placeholder if the payload was not a string).
+        message: String,
+    },
+    /// A pool was asked for zero threads.
+    ZeroThreads,
+    /// The operating system refused to start a worker thread.
+    Spawn(String),
+}
+
+impl fmt::Display for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolError::TaskPanicked { chunk, message } => {
+                write!(f, "a parallel task panicked in chunk {chunk}: {message}")
+            }
+            PoolError::ZeroThreads => write!(f, "a thread pool needs at least one thread"),
+            PoolError::Spawn(m) => write!(f, "cannot start a worker thread: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for PoolError {}
+
+/// The number of threads a pool uses by default: the machine's available parallelism.
+pub fn default_thread_count() -> usize {
+    thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The `chunk`-th of `n_chunks` nearly equal, contiguous parts of `0..len` (the first
+/// `len % n_chunks` parts are one longer). Parts past the end are empty.
+pub fn split_range(len: usize, n_chunks: usize, chunk: usize) -> Range<usize> {
+    if n_chunks == 0 || chunk >= n_chunks {
+        return len..len;
+    }
+    let base = len / n_chunks;
+    let extra = len % n_chunks;
+    let start = chunk * base + chunk.min(extra);
+    let size = base + usize::from(chunk < extra);
+    start..start + size
+}
+
+/// A persistent pool of worker threads. `Send + Sync`: share it by reference or `Arc`.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    /// Held by the thread whose job is published; see the module docs for contention.
+    submit: Mutex<()>,
+    threads: usize,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Workers wait here for a new generation.
+    work_ready: Condvar,
+    /// The submitter waits here for `active` to drop to zero.
+    workers_left: Condvar,
+    /// A copy of `State::generation` that spinning workers can poll without the lock.
+    generation: AtomicU64,
+}
+
+struct State {
+    generation: u64,
+    job: Option<JobPtr>,
+    /// Workers currently inside `job`.
+    active: usize,
+    sleeping: usize,
+    shutdown: bool,
+}
+
+/// A type-erased pointer to the submitter's stack-allocated [`Job`].
+#[derive(Clone, Copy)]
+struct JobPtr(*const Job<'static>);
+
+// SAFETY: a `JobPtr` is only dereferenced by a worker between incrementing and decrementing
+// `State::active` under the lock while the job is published; the submitter unpublishes it
+// and returns only after `active` is zero, so the pointee outlives every use on any thread.
+unsafe impl Send for JobPtr {}
+
+struct Job<'a> {
+    task: &'a (dyn Fn(usize) + Sync + 'a),
+    n_chunks: usize,
+    next: AtomicUsize,
+    failure: Mutex<Option<(usize, String)>>,
+}
+
+impl<'a> Job<'a> {
+    fn new(task: &'a (dyn Fn(usize) + Sync + 'a), n_chunks: usize) -> Self {
+        Job {
+            task,
+            n_chunks,
+            next: AtomicUsize::new(0),
+            failure: Mutex::new(None),
+        }
+    }
+
+    /// Claims and runs chunks until none are left.
+    fn run(&self) {
+        loop {
+            let chunk = self.next.fetch_add(1, Ordering::Relaxed);
+            if chunk >= self.n_chunks {
+                return;
+            }
+            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| (self.task)(chunk))) {
+                // Skip the chunks nobody has claimed yet: the job has failed anyway.
+                self.next.store(self.n_chunks, Ordering::Relaxed);
+                let mut failure = lock(&self.failure);
+                if failure.is_none() {
+                    *failure = Some((chunk, panic_message(payload.as_ref())));
+                }
+            }
+        }
+    }
+
+    fn into_result(self) -> Result<(), PoolError> {
+        match self
+            .failure
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            None => Ok(()),
+            Some((chunk, message)) => Err(PoolError::TaskPanicked { chunk, message }),
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "<non-string panic payload>".to_string()
+    }
+}
+
+/// Locks, ignoring poisoning: no code panics while holding these locks, and task panics are
+/// caught before they could poison anything.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ThreadPool {
+    /// A pool using `threads` threads in total: the caller of `parallel_for` plus
+    /// `threads - 1` workers (so `1` means everything runs on the caller).
+    pub fn new(threads: usize) -> Result<ThreadPool, PoolError> {
+        if threads == 0 {
+            return Err(PoolError::ZeroThreads);
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                generation: 0,
+                job: None,
+                active: 0,
+                sleeping: 0,
+                shutdown: false,
+            }),
+            work_ready: Condvar::new(),
+            workers_left: Condvar::new(),
+            generation: AtomicU64::new(0),
+        });
+        let mut pool = ThreadPool {
+            shared,
+            workers: Vec::with_capacity(threads - 1),
+            submit: Mutex::new(()),
+            threads,
+        };
+        for i in 1..threads {
+            let shared = Arc::clone(&pool.shared);
+            let handle = thread::Builder::new()
+                .name(format!("ferrite-worker-{i}"))
+                .spawn(move || worker_loop(&shared))
+                .map_err(|e| PoolError::Spawn(e.to_string()))?;
+            // On error, dropping `pool` joins the workers started so far.
+            pool.workers.push(handle);
+        }
+        Ok(pool)
+    }
+
+    /// A pool with [`default_thread_count`] threads.
+    pub fn with_default_threads() -> Result<ThreadPool, PoolError> {
+        ThreadPool::new(default_thread_count())
+    }
+
+    /// The total number of threads (workers plus the calling thread).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `task(chunk)` once for every `chunk in 0..n_chunks`, in parallel, and returns when
+    /// all have finished. Chunks run in no particular order, on any of the pool's threads or
+    /// the caller's. A panicking task becomes [`PoolError::TaskPanicked`].
+    pub fn parallel_for<F>(&self, n_chunks: usize, task: F) -> Result<(), PoolError>
+    where
+        F: Fn(usize) + Sync,
+    {
+        let job = Job::new(&task, n_chunks);
+        if n_chunks <= 1 || self.workers.is_empty() {
+            job.run();
+            return job.into_result();
+        }
+        let _guard = match self.submit.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Busy (another caller or a nested call): do the work here.
+                job.run();
+                return job.into_result();
+            }
+        };
+        self.publish(&job);
+        job.run();
+        self.retire();
+        job.into_result()
+    }
+
+    /// Splits `0..len` into contiguous ranges of at least `min_chunk_len` elements (more
+    /// chunks than threads, for balance) and runs `task` on each in parallel.
+    pub fn parallel_for_range<F>(
+        &self,
+        len: usize,
+        min_chunk_len: usize,
+        task: F,
+    ) -> Result<(), PoolError>
+    where
+        F: Fn(Range<usize>) + Sync,
+    {
+        let by_size = len.div_ceil(min_chunk_len.max(1));
+        let n_chunks = by_size.min(self.threads * CHUNKS_PER_THREAD).max(1);
+        self.parallel_for(n_chunks, |chunk| task(split_range(len, n_chunks, chunk)))
+    }
+
+    fn publish(&self, job: &Job<'_>) {
+        // Erase the job's lifetime for the workers; `retire` restores the guarantee.
+        let ptr = JobPtr((job as *const Job<'_>).cast::<Job<'static>>());
+        let mut state = lock(&self.shared.state);
+        state.generation += 1;
+        state.job = Some(ptr);
+        self.shared
+            .generation
+            .store(state.generation, Ordering::Release);
+        if state.sleeping > 0 {
+            self.shared.work_ready.notify_all();
+        }
+    }
+
+    /// Waits until no worker is inside the published job, then unpublishes it.
+    fn retire(&self) {
+        let mut state = lock(&self.shared.state);
+        while state.active > 0 {
+            state = self
+                .shared
+                .workers_left
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.job = None;
+    }
+}
+
+fn worker_loop(shared: &Shared) {
+    let mut seen = 0u64;
+    loop {
+        let spin_start = Instant::now();
+        let mut polls = 0u32;
+        while shared.generation.load(Ordering::Acquire) == seen {
+            std::hint::spin_loop();
+            polls = polls.wrapping_add(1);
+            // Reading the clock costs more than a poll, so check it only now and then.
+            if polls.is_multiple_of(64) && spin_start.elapsed() > SPIN_BEFORE_SLEEP {
+                break;
+            }
+        }
+        let mut state = lock(&shared.state);
+        while state.generation == seen && !state.shutdown {
+            state.sleeping += 1;
+            state = shared
+                .work_ready
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+            state.sleeping -= 1;
+        }
+        if state.shutdown {
+            return;
+        }
+        seen = state.generation;
+        // The job may already be retired if the others finished it before we woke.
+        let Some(job) = state.job else { continue };
+        state.active += 1;
+        drop(state);
+        // SAFETY: the job stays published, and so alive, until `active` returns to zero
+        // (see `JobPtr`); we incremented it under the lock while the job was published.
+        let job: &Job<'_> = unsafe { &*job.0 };
+        job.run();
+        let mut state = lock(&shared.state);
+        state.active -= 1;
+        if state.active == 0 {
+            shared.workers_left.notify_all();
+        }
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        {
+            let mut state = lock(&self.shared.state);
+            state.shutdown = true;
+            self.shared.work_ready.notify_all();
+        }
+        // Bump the generation so that spinning workers stop polling and see the shutdown.
+        self.shared.generation.fetch_add(1, Ordering::Release);
+        for handle in self.workers.drain(..) {
+            // Workers catch task panics, so a join error cannot carry anything useful.
+            let _ = handle.join();
+        }
+    }
+}
+
+impl fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadPool")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
