@@ -70,20 +70,8 @@ impl Tensor {
         assert_eq!(ty.numel(), values.len(), "from_f64: element count");
         let data = match ty.dtype {
             DType::F32 => Data::F32(values.iter().map(|&v| v as f32).collect()),
-            // half's from_f64 drops the low 32 mantissa bits before rounding, so values
-            // just above a tie round down; round to odd in f32 first, then round once.
-            DType::F16 => Data::F16(
-                values
-                    .iter()
-                    .map(|&v| f16::from_f32(f64_to_f32_round_odd(v)))
-                    .collect(),
-            ),
-            DType::Bf16 => Data::Bf16(
-                values
-                    .iter()
-                    .map(|&v| bf16::from_f32(f64_to_f32_round_odd(v)))
-                    .collect(),
-            ),
+            DType::F16 => Data::F16(values.iter().map(|&v| f64_to_f16(v)).collect()),
+            DType::Bf16 => Data::Bf16(values.iter().map(|&v| f64_to_bf16(v)).collect()),
             DType::I32 => Data::I32(values.iter().map(|&v| v as i32).collect()),
             DType::I64 => Data::I64(values.iter().map(|&v| v as i64).collect()),
             DType::Bool => Data::Bool(values.iter().map(|&v| v != 0.0).collect()),
@@ -197,6 +185,36 @@ impl Tensor {
     }
 }
 
+/// `v` converted to `dtype` exactly as [`Tensor::from_f64`] stores it, read back as
+/// an f64: floats round once to nearest, ties to even (f16 and bf16 too); integers
+/// truncate toward zero and saturate (NaN is 0); bools are `v != 0` as 0 or 1.
+///
+/// This is the rounding every float op applies to its f64 result, one value at a
+/// time, without building a tensor.
+pub fn round_to_dtype(v: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => v as f32 as f64,
+        DType::F16 => f64_to_f16(v).to_f64(),
+        DType::Bf16 => f64_to_bf16(v).to_f64(),
+        DType::I32 => v as i32 as f64,
+        DType::I64 => v as i64 as f64,
+        DType::Bool => (v != 0.0) as u8 as f64,
+    }
+}
+
+/// `v` rounded to the nearest f16, ties to even. half's own `from_f64` drops the low
+/// 32 mantissa bits before rounding, so values just above a tie would round down;
+/// rounding to odd in f32 first keeps them sticky, and the second rounding is exact.
+fn f64_to_f16(v: f64) -> f16 {
+    f16::from_f32(f64_to_f32_round_odd(v))
+}
+
+/// `v` rounded to the nearest bf16, ties to even (see [`f64_to_f16`] for why
+/// through a round-to-odd f32).
+fn f64_to_bf16(v: f64) -> bf16 {
+    bf16::from_f32(f64_to_f32_round_odd(v))
+}
+
 /// `v` rounded to f32 with round-to-odd: inexact results are truncated toward zero
 /// with the last bit set. Rounding that again to a format with at least 2 fewer
 /// significant bits (f16, bf16) gives the correctly rounded value of `v`.
@@ -233,5 +251,113 @@ impl SplitMix64 {
     /// A uniform f64 in [0, 1).
     pub fn next_f64(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The correctly rounded (to nearest, ties to even) value of `v` in a 16-bit float
+    /// format, found by searching its bit patterns: independent of the round-to-odd
+    /// path. `max_bits` is the largest finite pattern and `past_max` the value one ulp
+    /// above it, where rounding goes to infinity.
+    fn nearest_even(v: f64, value: impl Fn(u16) -> f64, max_bits: u16, past_max: f64) -> f64 {
+        let a = v.abs();
+        // Largest non-negative pattern whose value is <= a (values grow with the bits).
+        let (mut lo, mut hi) = (0u16, max_bits);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if value(mid) <= a {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let below = value(lo);
+        let above = if lo == max_bits {
+            past_max
+        } else {
+            value(lo + 1)
+        };
+        let up = a - below > above - a || (a - below == above - a && lo % 2 == 1);
+        let r = match (up, lo == max_bits) {
+            (false, _) => below,
+            (true, true) => f64::INFINITY,
+            (true, false) => above,
+        };
+        r.copysign(v)
+    }
+
+    /// Values that probe rounding: random magnitudes over the format's range, exact
+    /// midpoints between neighbours, and the f64s just beside those midpoints.
+    fn probes(value: impl Fn(u16) -> f64, max_bits: u16, seed: u64) -> Vec<f64> {
+        let mut rng = SplitMix64(seed);
+        let mut out = vec![0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY];
+        for _ in 0..4000 {
+            let bits = (rng.next() % max_bits as u64) as u16;
+            let mid = (value(bits) + value(bits + 1)) / 2.0;
+            let sign = if rng.next() & 1 == 0 { 1.0 } else { -1.0 };
+            let beside = f64::from_bits(mid.to_bits() + 1);
+            let under = f64::from_bits(mid.to_bits() - 1);
+            let random = value(bits) + rng.next_f64() * (value(bits + 1) - value(bits));
+            out.extend([mid, beside, under, random].map(|x| x * sign));
+        }
+        out
+    }
+
+    #[test]
+    fn half_formats_round_to_nearest_even() {
+        let f16_value = |b: u16| f16::from_bits(b).to_f64();
+        let bf16_value = |b: u16| bf16::from_bits(b).to_f64();
+        for v in probes(f16_value, 0x7BFF, 1) {
+            let want = nearest_even(v, f16_value, 0x7BFF, 65536.0);
+            assert_eq!(
+                round_to_dtype(v, DType::F16).to_bits(),
+                want.to_bits(),
+                "{v:e}"
+            );
+        }
+        for v in probes(bf16_value, 0x7F7F, 2) {
+            let want = nearest_even(v, bf16_value, 0x7F7F, 2f64.powi(128));
+            assert_eq!(
+                round_to_dtype(v, DType::Bf16).to_bits(),
+                want.to_bits(),
+                "{v:e}"
+            );
+        }
+        // The case half's own conversion gets wrong: just above a bf16 tie.
+        assert_eq!(
+            round_to_dtype(0.25878921151161194, DType::Bf16),
+            0.259765625
+        );
+        assert!(round_to_dtype(f64::NAN, DType::F16).is_nan());
+        assert_eq!(round_to_dtype(65520.0, DType::F16), f64::INFINITY);
+        assert_eq!(round_to_dtype(65519.99, DType::F16), 65504.0);
+    }
+
+    #[test]
+    fn scalar_rounding_matches_tensor_storage() {
+        let mut rng = SplitMix64(7);
+        let mut values = vec![0.0, -0.0, 0.5, -2.5, 1e10, -1e20, 3e38, 4e38];
+        values.extend([f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 2f64.powi(63)]);
+        values.extend(
+            (0..500).map(|_| (rng.next_f64() - 0.5) * 2f64.powi((rng.next() % 80) as i32 - 40)),
+        );
+        for dtype in DType::ALL {
+            let ty = TensorType::new(dtype, vec![values.len()]).unwrap();
+            let stored = Tensor::from_f64(&ty, &values).to_f64();
+            for (&v, &s) in values.iter().zip(&stored) {
+                let r = round_to_dtype(v, dtype);
+                assert!(
+                    r.to_bits() == s.to_bits() || (r.is_nan() && s.is_nan()),
+                    "{v:e} as {dtype}: {r:e} vs {s:e}"
+                );
+            }
+        }
+        assert_eq!(round_to_dtype(-2.7, DType::I32), -2.0);
+        assert_eq!(round_to_dtype(1e20, DType::I32), i32::MAX as f64);
+        assert_eq!(round_to_dtype(f64::NAN, DType::I64), 0.0);
+        assert_eq!(round_to_dtype(f64::NAN, DType::Bool), 1.0);
     }
 }

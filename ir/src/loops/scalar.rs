@@ -1,27 +1,24 @@
 //! Scalar semantics of loop-IR nodes: what each op computes on one [`Value`].
 //!
-//! These follow the reference interpreter exactly (see `interp`): floats compute in
-//! f64 and round once to the node's dtype, integers compute in wrapping i64 and wrap
-//! to the node's dtype, casts truncate and saturate from float to integer. The
-//! evaluator uses them, and backends can use them to fold constants.
+//! The per-element definitions are the reference interpreter's own (the crate's
+//! `scalar_ops` module, which both use); this module dispatches on the value's domain
+//! and rounds once to the node's dtype: floats compute in f64 and round with
+//! [`round_to_dtype`], integers compute in wrapping i64 and wrap to the node's dtype,
+//! casts truncate and saturate from float to integer. The evaluator uses them, and
+//! backends can use them to fold constants.
 
 use super::expr::Value;
-use crate::interp::erf;
 use crate::op::{BinaryOp, UnaryOp};
-use crate::{Category, DType, Tensor, TensorType};
+use crate::round_to_dtype;
+use crate::scalar_ops::{self as ops, i64_to_f64_round_odd};
+use crate::{Category, DType};
 
 /// Rounds a float to `dtype` (f32/f16/bf16), wraps an integer to `i32`, and leaves
 /// every other value as it is.
 pub fn round_to(v: Value, dtype: DType) -> Value {
-    match (v, dtype) {
-        (Value::Float(x), DType::F32) => Value::Float(x as f32 as f64),
-        // Half types round exactly as host tensors do (half's own `from_f64` rounds
-        // some values just above a tie down), so evaluator and interpreter agree.
-        (Value::Float(x), DType::F16 | DType::Bf16) => {
-            let t = Tensor::from_f64(&TensorType::scalar(dtype), &[x]);
-            Value::Float(t.to_f64().first().copied().unwrap_or(f64::NAN))
-        }
-        (Value::Int(x), DType::I32) => Value::Int(x as i32 as i64),
+    match v {
+        Value::Float(x) if dtype.is_float() => Value::Float(round_to_dtype(x, dtype)),
+        Value::Int(x) if dtype == DType::I32 => Value::Int(x as i32 as i64),
         _ => v,
     }
 }
@@ -54,27 +51,6 @@ pub fn cast(v: Value, to: DType) -> Value {
     }
 }
 
-/// `v` as an f64 rounded to odd (exact below 2^53), so that a second rounding to a
-/// narrower float gives the correctly rounded result of the integer.
-fn i64_to_f64_round_odd(v: i64) -> f64 {
-    let m = v.unsigned_abs();
-    let bits = 64 - m.leading_zeros();
-    if bits <= 53 {
-        return v as f64;
-    }
-    let shift = bits - 53;
-    let mut kept = m >> shift;
-    if m & ((1u64 << shift) - 1) != 0 {
-        kept |= 1;
-    }
-    let magnitude = kept as f64 * (1u64 << shift) as f64;
-    if v < 0 {
-        -magnitude
-    } else {
-        magnitude
-    }
-}
-
 /// A unary op producing a value of `dtype` (the operand has `dtype` too, except for
 /// `not`, which reads any operand as a truth value and yields bool).
 pub fn unary(u: UnaryOp, x: Value, dtype: DType) -> Result<Value, String> {
@@ -82,144 +58,31 @@ pub fn unary(u: UnaryOp, x: Value, dtype: DType) -> Result<Value, String> {
         return Ok(Value::Bool(!truth(x)));
     }
     let r = match x {
-        Value::Float(v) => Value::Float(float_unary(u, v)),
-        Value::Int(v) => Value::Int(match u {
-            UnaryOp::Neg => v.wrapping_neg(),
-            UnaryOp::Abs => v.wrapping_abs(),
-            UnaryOp::Relu => v.max(0),
-            UnaryOp::Sign => v.signum(),
-            UnaryOp::Floor | UnaryOp::Ceil => v,
-            _ => return Err(format!("{} has no integer form", u.name())),
-        }),
-        Value::Bool(_) if matches!(u, UnaryOp::Floor | UnaryOp::Ceil) => x,
-        Value::Bool(_) => return Err(format!("{} is not defined for bool", u.name())),
+        Value::Float(v) => Value::Float(ops::float_unary(u, v)),
+        Value::Int(v) => Value::Int(ops::int_unary(u, v)?),
+        Value::Bool(v) => Value::Bool(ops::bool_unary(u, v)?),
     };
     Ok(round_to(r, dtype))
-}
-
-fn float_unary(u: UnaryOp, x: f64) -> f64 {
-    use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_PI};
-    match u {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Reciprocal => 1.0 / x,
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryOp::Relu => {
-            if x > 0.0 || x.is_nan() {
-                x
-            } else {
-                0.0
-            }
-        }
-        UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2)),
-        UnaryOp::GeluTanh => {
-            let inner = FRAC_2_PI.sqrt() * (x + 0.044715 * x * x * x);
-            0.5 * x * (1.0 + inner.tanh())
-        }
-        UnaryOp::Silu => x / (1.0 + (-x).exp()),
-        UnaryOp::Erf => erf(x),
-        UnaryOp::Floor => x.floor(),
-        UnaryOp::Ceil => x.ceil(),
-        UnaryOp::Sign => {
-            if x > 0.0 {
-                1.0
-            } else if x < 0.0 {
-                -1.0
-            } else if x.is_nan() {
-                x
-            } else {
-                0.0
-            }
-        }
-        UnaryOp::Not => (x == 0.0) as u8 as f64,
-    }
 }
 
 /// A binary op on two operands of one dtype; `dtype` is the result's (bool for
 /// comparisons and logic).
 pub fn binary(b: BinaryOp, x: Value, y: Value, dtype: DType) -> Result<Value, String> {
     if b.is_logical() {
-        let (p, q) = (truth(x), truth(y));
-        return Ok(Value::Bool(if b == BinaryOp::And {
-            p && q
-        } else {
-            p || q
-        }));
-    }
-    if b.is_comparison() {
-        return Ok(Value::Bool(match (x, y) {
-            (Value::Float(p), Value::Float(q)) => compare(b, p, q),
-            (Value::Int(p), Value::Int(q)) => compare(b, p, q),
-            (Value::Bool(p), Value::Bool(q)) => compare(b, p, q),
-            _ => return Err(format!("{}: operands of different domains", b.name())),
-        }));
+        return Ok(Value::Bool(ops::logical(b, truth(x), truth(y))));
     }
     let r = match (x, y) {
-        (Value::Float(p), Value::Float(q)) => Value::Float(match b {
-            BinaryOp::Add => p + q,
-            BinaryOp::Sub => p - q,
-            BinaryOp::Mul => p * q,
-            BinaryOp::Div => p / q,
-            BinaryOp::Pow => p.powf(q),
-            BinaryOp::Maximum | BinaryOp::Minimum if p.is_nan() || q.is_nan() => f64::NAN,
-            BinaryOp::Maximum => p.max(q),
-            BinaryOp::Minimum => p.min(q),
-            _ => return Err(format!("{} is not arithmetic", b.name())),
-        }),
-        (Value::Int(p), Value::Int(q)) => Value::Int(match b {
-            BinaryOp::Add => p.wrapping_add(q),
-            BinaryOp::Sub => p.wrapping_sub(q),
-            BinaryOp::Mul => p.wrapping_mul(q),
-            BinaryOp::Pow => int_pow(p, q)?,
-            BinaryOp::Maximum => p.max(q),
-            BinaryOp::Minimum => p.min(q),
-            _ => return Err(format!("{} has no integer form", b.name())),
-        }),
-        (Value::Bool(p), Value::Bool(q)) => Value::Bool(match b {
-            BinaryOp::Maximum => p || q,
-            BinaryOp::Minimum | BinaryOp::Mul => p && q,
-            _ => return Err(format!("{} is not defined for bool", b.name())),
-        }),
+        (Value::Float(p), Value::Float(q)) if b.is_comparison() => {
+            Value::Bool(ops::compare(b, p, q))
+        }
+        (Value::Int(p), Value::Int(q)) if b.is_comparison() => Value::Bool(ops::compare(b, p, q)),
+        (Value::Bool(p), Value::Bool(q)) if b.is_comparison() => Value::Bool(ops::compare(b, p, q)),
+        (Value::Float(p), Value::Float(q)) => Value::Float(ops::float_binary(b, p, q)?),
+        (Value::Int(p), Value::Int(q)) => Value::Int(ops::int_binary(b, p, q)?),
+        (Value::Bool(p), Value::Bool(q)) => Value::Bool(ops::bool_binary(b, p, q)?),
         _ => return Err(format!("{}: operands of different domains", b.name())),
     };
     Ok(round_to(r, dtype))
-}
-
-/// A comparison; with floats every comparison involving NaN is false except `ne`.
-fn compare<T: PartialOrd>(b: BinaryOp, x: T, y: T) -> bool {
-    match b {
-        BinaryOp::Eq => x == y,
-        BinaryOp::Ne => x != y,
-        BinaryOp::Lt => x < y,
-        BinaryOp::Le => x <= y,
-        BinaryOp::Gt => x > y,
-        _ => x >= y,
-    }
-}
-
-/// `x ** y` for integers, wrapping; a negative exponent is an error, as in PyTorch.
-fn int_pow(x: i64, y: i64) -> Result<i64, String> {
-    if y < 0 {
-        return Err(format!(
-            "integers to negative integer powers are not allowed ({x} ** {y})"
-        ));
-    }
-    let (mut base, mut exp, mut acc) = (x, y as u64, 1i64);
-    while exp > 0 {
-        if exp & 1 == 1 {
-            acc = acc.wrapping_mul(base);
-        }
-        base = base.wrapping_mul(base);
-        exp >>= 1;
-    }
-    Ok(acc)
 }
 
 #[cfg(test)]

@@ -1,0 +1,248 @@
+//! What each elementwise op computes on one element: the single definition that the
+//! reference interpreter (whole tensors, `interp`) and the loop IR (one
+//! [`Value`](crate::loops::Value) at a time, [`crate::loops::scalar`]) both apply, so
+//! that the fused programs the differential tests compare bit for bit against the
+//! interpreter cannot drift from it.
+//!
+//! Each op is defined per computation domain: floats in f64, integers in wrapping
+//! i64, bools as bools. Callers convert the operands into the domain first and round
+//! the result to its dtype afterwards (floats with [`round_to_dtype`], integers by
+//! wrapping into `i32`), once per op.
+//!
+//! [`round_to_dtype`]: crate::round_to_dtype
+
+use crate::interp::erf;
+use crate::op::{BinaryOp, UnaryOp};
+
+/// A unary op on a float. `not` gives its truth value as 0 or 1 (NaN is true), for
+/// completeness; callers compute it on truth values directly.
+pub(crate) fn float_unary(u: UnaryOp, x: f64) -> f64 {
+    use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_PI};
+    match u {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Reciprocal => 1.0 / x,
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        // NaN passes through, as PyTorch's relu propagates it.
+        UnaryOp::Relu => {
+            if x > 0.0 || x.is_nan() {
+                x
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2)),
+        UnaryOp::GeluTanh => {
+            let inner = FRAC_2_PI.sqrt() * (x + 0.044715 * x * x * x);
+            0.5 * x * (1.0 + inner.tanh())
+        }
+        UnaryOp::Silu => x / (1.0 + (-x).exp()),
+        UnaryOp::Erf => erf(x),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        // f64::signum maps ±0 to ±1; PyTorch's sign gives 0 there.
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else if x.is_nan() {
+                x
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Not => (x == 0.0) as u8 as f64,
+    }
+}
+
+/// A unary op on an integer, wrapping on overflow (`abs(i64::MIN)` is itself).
+/// Transcendental ops have no integer form: their result dtype is a float, so the
+/// caller converts the operand first.
+pub(crate) fn int_unary(u: UnaryOp, x: i64) -> Result<i64, String> {
+    Ok(match u {
+        UnaryOp::Neg => x.wrapping_neg(),
+        UnaryOp::Abs => x.wrapping_abs(),
+        UnaryOp::Relu => x.max(0),
+        UnaryOp::Sign => x.signum(),
+        UnaryOp::Floor | UnaryOp::Ceil => x,
+        UnaryOp::Not => (x == 0) as i64,
+        _ => {
+            return Err(format!(
+                "{} has no integer form (its result is a float)",
+                u.name()
+            ))
+        }
+    })
+}
+
+/// A unary op on a bool: rounding is the identity and `not` negates; typing rejects
+/// the arithmetic ones.
+pub(crate) fn bool_unary(u: UnaryOp, x: bool) -> Result<bool, String> {
+    match u {
+        UnaryOp::Floor | UnaryOp::Ceil => Ok(x),
+        UnaryOp::Not => Ok(!x),
+        _ => Err(format!("{} is not defined for bool", u.name())),
+    }
+}
+
+/// A comparison; with floats, every comparison involving NaN is false except `ne`.
+/// `b` must be a comparison ([`BinaryOp::is_comparison`]).
+pub(crate) fn compare<T: PartialOrd>(b: BinaryOp, x: T, y: T) -> bool {
+    match b {
+        BinaryOp::Eq => x == y,
+        BinaryOp::Ne => x != y,
+        BinaryOp::Lt => x < y,
+        BinaryOp::Le => x <= y,
+        BinaryOp::Gt => x > y,
+        _ => x >= y,
+    }
+}
+
+/// `and` / `or` of two truth values. `b` must be logical ([`BinaryOp::is_logical`]).
+pub(crate) fn logical(b: BinaryOp, x: bool, y: bool) -> bool {
+    if b == BinaryOp::And {
+        x && y
+    } else {
+        x || y
+    }
+}
+
+/// An arithmetic binary op on floats (comparisons and logic are not arithmetic:
+/// see [`compare`] and [`logical`]).
+pub(crate) fn float_binary(b: BinaryOp, x: f64, y: f64) -> Result<f64, String> {
+    Ok(match b {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        BinaryOp::Pow => x.powf(y),
+        // f64::max/min ignore a NaN operand; PyTorch's maximum/minimum propagate it.
+        BinaryOp::Maximum | BinaryOp::Minimum if x.is_nan() || y.is_nan() => f64::NAN,
+        BinaryOp::Maximum => x.max(y),
+        BinaryOp::Minimum => x.min(y),
+        _ => return Err(format!("{} is not arithmetic", b.name())),
+    })
+}
+
+/// An arithmetic binary op on integers, wrapping on overflow. `div` has no integer
+/// form (its result is a float), nor do comparisons and logic.
+pub(crate) fn int_binary(b: BinaryOp, x: i64, y: i64) -> Result<i64, String> {
+    Ok(match b {
+        BinaryOp::Add => x.wrapping_add(y),
+        BinaryOp::Sub => x.wrapping_sub(y),
+        BinaryOp::Mul => x.wrapping_mul(y),
+        BinaryOp::Pow => int_pow(x, y)?,
+        BinaryOp::Maximum => x.max(y),
+        BinaryOp::Minimum => x.min(y),
+        _ => return Err(format!("{} has no integer form", b.name())),
+    })
+}
+
+/// The arithmetic binary ops PyTorch defines on bools: `maximum` is `or`, `minimum`
+/// and `mul` are `and`.
+pub(crate) fn bool_binary(b: BinaryOp, x: bool, y: bool) -> Result<bool, String> {
+    match b {
+        BinaryOp::Maximum => Ok(x || y),
+        BinaryOp::Minimum | BinaryOp::Mul => Ok(x && y),
+        _ => Err(format!("{} is not defined for bool", b.name())),
+    }
+}
+
+/// `x ** y` for integers by repeated squaring, wrapping on overflow as PyTorch does;
+/// a negative exponent is an error, as in PyTorch.
+fn int_pow(x: i64, y: i64) -> Result<i64, String> {
+    if y < 0 {
+        return Err(format!(
+            "integers to negative integer powers are not allowed ({x} ** {y})"
+        ));
+    }
+    let (mut base, mut exp, mut acc) = (x, y as u64, 1i64);
+    while exp > 0 {
+        if exp & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        exp >>= 1;
+    }
+    Ok(acc)
+}
+
+/// `v` as an f64 rounded to odd: exact below 2^53, otherwise truncated to 53 bits
+/// with the last bit set when anything was cut off. Rounding that value again to a
+/// format of at most 51 bits (f32, f16, bf16) gives the correctly rounded result of
+/// `v`, where `v as f64` followed by a second rounding could land on a tie the exact
+/// value was not on.
+pub(crate) fn i64_to_f64_round_odd(v: i64) -> f64 {
+    let m = v.unsigned_abs();
+    let bits = 64 - m.leading_zeros();
+    if bits <= 53 {
+        return v as f64;
+    }
+    let shift = bits - 53;
+    let mut kept = m >> shift;
+    if m & ((1u64 << shift) - 1) != 0 {
+        kept |= 1;
+    }
+    // `kept` has 53 bits, so it and the power of two are exact in f64.
+    let magnitude = kept as f64 * (1u64 << shift) as f64;
+    if v < 0 {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_to_odd_keeps_sticky_bits() {
+        assert_eq!(i64_to_f64_round_odd(5), 5.0);
+        assert_eq!(i64_to_f64_round_odd(-(1 << 60)), -(2f64.powi(60)));
+        // 2^60 + 1 keeps a set last bit: 2^60 + 2^(60-52).
+        assert_eq!(i64_to_f64_round_odd((1 << 60) + 1), 2f64.powi(60) + 256.0);
+        assert_eq!(i64_to_f64_round_odd(i64::MIN), -(2f64.powi(63)));
+        assert_eq!(i64_to_f64_round_odd(i64::MAX), 2f64.powi(63) - 1024.0);
+    }
+
+    #[test]
+    fn integer_powers() {
+        assert_eq!(int_pow(3, 4).unwrap(), 81);
+        assert_eq!(int_pow(-2, 3).unwrap(), -8);
+        assert_eq!(int_pow(7, 0).unwrap(), 1);
+        assert_eq!(int_pow(2, 64).unwrap(), 0);
+        assert!(int_pow(2, -1).is_err());
+    }
+
+    #[test]
+    fn nan_and_signed_zero_follow_pytorch() {
+        assert!(float_binary(BinaryOp::Minimum, 1.0, f64::NAN)
+            .unwrap()
+            .is_nan());
+        assert!(float_unary(UnaryOp::Relu, f64::NAN).is_nan());
+        assert_eq!(float_unary(UnaryOp::Relu, -0.0).to_bits(), 0);
+        assert_eq!(float_unary(UnaryOp::Sign, -0.0).to_bits(), 0);
+        assert!(!compare(BinaryOp::Le, f64::NAN, f64::NAN));
+        assert!(compare(BinaryOp::Ne, f64::NAN, f64::NAN));
+    }
+
+    #[test]
+    fn ops_outside_their_domain_are_errors() {
+        assert!(float_binary(BinaryOp::Eq, 1.0, 1.0).is_err());
+        assert!(int_binary(BinaryOp::Div, 1, 1).is_err());
+        assert!(int_unary(UnaryOp::Exp, 1).is_err());
+        assert!(bool_unary(UnaryOp::Neg, true).is_err());
+        assert!(bool_binary(BinaryOp::Add, true, true).is_err());
+        assert_eq!(int_unary(UnaryOp::Abs, i64::MIN).unwrap(), i64::MIN);
+        assert!(bool_binary(BinaryOp::Maximum, false, true).unwrap());
+    }
+}
