@@ -1,34 +1,78 @@
 //! Ferrite: a compiler for tensor programs, in the spirit of TorchDynamo + TorchInductor.
 //!
-//! A program is a typed SSA graph of tensor ops ([`Graph`]), written by hand in the
-//! `.fg` text format or built through the API. Today the crate provides the graph IR,
-//! its text format and verifier, the reference interpreter, `.npy` I/O and the
-//! `ferrite` command-line tool; the compiler stages (decomposition, e-graph
-//! optimization, fusion, the Cranelift CPU backend and the accelerator simulator)
-//! live in `ferrite-passes` and `ferrite-runtime` and are being built.
-//!
-//! This crate is the facade: it re-exports the IR ([`ir`]) and, as the compiler
-//! stages land, wires them into one pipeline. It is also the only crate that reads
-//! files and parses flags (in the `ferrite` binary).
+//! Write a model with symbolic tensors, either into a [`Graph`] with the builder or as
+//! an ordinary closure traced by [`jit`]; Ferrite decomposes it into primitive ops,
+//! optimizes it with e-graph rewrites, fuses it into loop kernels and compiles those
+//! to native code with Cranelift ([`Target::Cpu`]) or to tile kernels for the simulated
+//! MTIA-like accelerator ([`Target::Sim`]); the reference interpreter
+//! ([`Target::Interp`]) and the loop-IR evaluator ([`Target::Loops`]) run the same
+//! graphs plainly, as oracles.
 //!
 //! ```
-//! use ferrite::{interpret, parse, Tensor};
+//! use ferrite::{Array, Options, Target};
 //!
-//! let g = parse("scale.fg", "
-//!     graph scale(x: f32[2, 2]) {
-//!       y = relu(mul(x, 2.0))
-//!       return y
-//!     }")?;
-//! let x = Tensor::from_f32(&[2, 2], vec![1.0, -1.0, 0.5, 3.0])?;
-//! let y = interpret(&g, &[x])?;
-//! assert_eq!(y[0], Tensor::from_f32(&[2, 2], vec![2.0, 0.0, 1.0, 6.0])?);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! // Build: inputs are typed, ops are methods and operators, nothing runs yet.
+//! let g = ferrite::Graph::new("mlp");
+//! let x = g.input("x", ferrite::f32(&[2, 3]));
+//! let w = g.input("w", ferrite::f32(&[3, 2]));
+//! let y = x.matmul(&w).relu() * 0.5;
+//! g.output(&y);
+//!
+//! // Compile, then run on host arrays as often as needed.
+//! let exe = ferrite::compile(&g, &Options::default().target(Target::Cpu))?;
+//! let x = Array::from_vec(&[2, 3], vec![1.0f32, 2.0, 3.0, -1.0, -2.0, -3.0])?;
+//! let w = Array::from_vec(&[3, 2], vec![1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0])?;
+//! let out = exe.run(&[&x, &w])?;
+//! assert_eq!(out[0].as_slice::<f32>(), Some(&[2.0, 2.5, 0.0, 0.0][..]));
+//!
+//! // Wrong inputs are typed errors, not panics.
+//! let err = exe.run(&[&w, &x]).unwrap_err();
+//! assert!(matches!(err, ferrite::Error::InputShape { index: 0, .. }));
+//!
+//! // The same model as a closure: traced and compiled per input signature, cached.
+//! let mlp = ferrite::jit(|[x, w]| x.matmul(&w).relu() * 0.5);
+//! assert_eq!(mlp.run(&[&x, &w])?, out);
+//! assert_eq!(mlp.run_eager(&[&x, &w])?, out); // op by op on the interpreter
+//! # Ok::<(), ferrite::Error>(())
 //! ```
+//!
+//! # The pieces
+//!
+//! - [`Graph`] and [`Tensor`]: the builder and its symbolic handles. Every op of the
+//!   IR is a method ([`Tensor::matmul`], [`Tensor::softmax`], [`Tensor::reshape`], ...);
+//!   `+ - * /` (and `+=` ...) and unary `-` work between tensors and with scalars:
+//!   `f32`, `f64`, `i32`, `i64` on the right, `f64` and `i64` on the left (one type per
+//!   kind, so that a bare literal as in `1.0 - x` infers). An op that does not type-check does not panic: it poisons
+//!   its result and [`compile`] reports the first such error, with the op, the operand
+//!   types and the source location ([`api::builder`] explains why).
+//! - [`compile`] / [`compile_ir`] with [`Options`] (target, fusion, optimizer, threads,
+//!   dump directory) give a [`Compiled`] program, which is `Send + Sync`.
+//! - [`Array`]: host tensors in and out, from and to `Vec`s, slices and `.npy`.
+//! - [`jit`] and [`Jit`]: Dynamo-style capture with a guard cache and eager fallback
+//!   ([`api::jit`] describes the policy; `FERRITE_LOG=1` logs every compile); [`eager`]
+//!   runs a closure op by op.
+//! - [`Error`]: one typed error for the whole API.
+//!
+//! The graph IR is re-exported as [`ir`], with its text format ([`parse`], [`print()`]),
+//! verifier and reference interpreter ([`interpret`]). This crate is also the only
+//! one that reads files and parses flags (in the `ferrite` binary).
 #![warn(missing_docs)]
+
+pub mod api;
+
+pub use api::builder::{
+    bf16, bool, f16, f32, i32, i64, tensor_type, Graph, Operand, ScalarValue, Tensor,
+};
+pub use api::compile::{compile, compile_ir, Compiled, Options, Target};
+pub use api::error::{Error, Result};
+pub use api::host::{Array, Element};
+pub use api::jit::{eager, jit, IntoOutputs, Jit, JitEvent, JitStats, DEFAULT_CACHE_LIMIT};
+pub use api::ops::{concat, where_, AxisRange, DimInt, Dims};
 
 pub use ferrite_ir as ir;
 pub use ferrite_ir::npy;
 pub use ferrite_ir::{
-    interpret, parse, parse_bytes, print, verify, DType, Data, Diagnostic, Graph, Op, Tensor,
-    TensorType, ValueId,
+    interpret, parse, parse_bytes, print, verify, DType, Data, Diagnostic, Op, TensorType, ValueId,
 };
+/// The `half` crate, for the `f16` and `bf16` element types of [`Array`].
+pub use half;

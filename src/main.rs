@@ -37,6 +37,7 @@ fn main() -> ExitCode {
             Command::Compile(a) => cli::compile::compile(a, &mut out),
             Command::Sim(a) => cli::sim::sim(a, &mut out),
             Command::Run(a) => cli::run::run(a, &mut out, &mut err),
+            Command::Profile(a) => cli::profile::profile(a, &mut out, &mut err),
         };
         result.and_then(|()| out.flush().map_err(CliError::from))
     }));

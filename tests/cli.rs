@@ -186,16 +186,34 @@ fn missing_files_and_bad_flags_are_user_errors() {
 }
 
 #[test]
-fn unavailable_targets_are_refused() {
-    for target in ["cpu", "sim"] {
-        let o = ferrite(&["run", "examples/mlp.fg", "--target", target]);
-        assert_exit(&o, 1);
-        assert_eq!(
-            stderr(&o),
-            format!("error: target `{target}` is not available yet (available: interp)\n")
-        );
+fn compiled_targets_match_the_interpreter() {
+    let s = Scratch::new("targets");
+    let run = |target: &str, extra: &[&str]| {
+        let dir = s.path(&format!("{target}{}", extra.join("")));
+        let mut args = vec!["run", "examples/transformer_block.fg", "--target", target, "--out", &dir];
+        args.extend_from_slice(extra);
+        let o = ferrite(&args);
+        assert_exit(&o, 0);
+        (stdout(&o), read_npy(&format!("{dir}/y.npy")))
+    };
+    let (_, want) = run("interp", &[]);
+    for (target, extra) in [
+        ("cpu", &[][..]),
+        ("cpu", &["--no-fuse", "--threads", "1"][..]),
+        ("sim", &[][..]),
+        ("sim", &["--no-fuse"][..]),
+    ] {
+        let (text, got) = run(target, extra);
+        got.check_close(&want, 1e-3, 1e-3)
+            .unwrap_or_else(|e| panic!("{target} {extra:?}: {e}"));
+        assert!(text.contains(&format!(" on {target} (compiled in ")), "{text}");
+        if target == "sim" {
+            assert!(text.contains("cycles") && text.contains("LPDDR"), "{text}");
+        }
     }
     let o = ferrite(&["run", "examples/mlp.fg", "--target", "gpu"]);
+    assert_exit(&o, 1);
+    let o = ferrite(&["run", "examples/mlp.fg", "--threads", "0"]);
     assert_exit(&o, 1);
 }
 
@@ -294,10 +312,19 @@ fn run_summarizes_and_writes_npy_outputs() {
     assert!(logits.to_f64().iter().all(|v| v.is_finite()));
 
     // The same seed gives the same result; another seed another one.
-    let o = ferrite(&["run", "examples/mlp.fg", "--out", &out_dir]);
+    let o = ferrite(&["run", "examples/mlp.fg", "--target", "interp", "--out", &out_dir]);
     assert_exit(&o, 0);
     assert_eq!(read_npy(&path), logits);
-    let o = ferrite(&["run", "examples/mlp.fg", "--seed", "1", "--out", &out_dir]);
+    let o = ferrite(&[
+        "run",
+        "examples/mlp.fg",
+        "--target",
+        "interp",
+        "--seed",
+        "1",
+        "--out",
+        &out_dir,
+    ]);
     assert_exit(&o, 0);
     assert_ne!(read_npy(&path), logits);
 
@@ -536,7 +563,9 @@ fn compile_summarizes_every_example_and_dumps_each_stage() {
             "01-decomposed.fg",
             "02-optimized.fg",
             "03-kernels.loop",
-            "04-memory.txt"
+            "04-memory.txt",
+            "05-cpu.clif",
+            "graph.dot"
         ]
     );
     // Every graph stage is valid .fg text.
@@ -546,6 +575,16 @@ fn compile_summarizes_every_example_and_dumps_each_stage() {
     }
     let kernels = std::fs::read_to_string(Path::new(&d).join("03-kernels.loop")).unwrap();
     assert_eq!(kernels.matches("\nkernel ").count(), 1, "{kernels}");
+    // The CPU dump holds Cranelift IR and machine code for the kernel.
+    let clif = std::fs::read_to_string(Path::new(&d).join("05-cpu.clif")).unwrap();
+    assert!(clif.contains("function"), "{clif}");
+
+    // On the simulator target the dump ends with the lowered tile kernels, which parse.
+    let d2 = dir.path("sim");
+    let o = ferrite(&["compile", "examples/softmax_rows.fg", "--target", "sim", "--dump", &d2]);
+    assert_exit(&o, 0);
+    let tile = std::fs::read_to_string(Path::new(&d2).join("05-kernels.tile")).unwrap();
+    assert!(tile.contains("kernel "), "{tile}");
 
     let o = ferrite(&["compile", "examples/softmax_rows.fg", "--no-fuse"]);
     assert_exit(&o, 0);

@@ -1,4 +1,5 @@
 pub mod decompose;
+pub mod dot;
 pub mod fuse;
 pub mod lower;
 pub mod memory;

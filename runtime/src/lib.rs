@@ -1,1 +1,4 @@
 
+pub mod cpu;
+pub mod accel;
+pub mod profile;

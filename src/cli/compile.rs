@@ -1,7 +1,12 @@
-//! `ferrite compile FILE [--no-fuse] [--no-optimize] [--dump DIR]`: run the compiler
-//! pipeline and summarize what it did; with `--dump`, write every stage as text.
+//! `ferrite compile FILE [--target cpu|sim] [--no-fuse] [--no-optimize] [--dump DIR]`:
+//! run the compiler pipeline and the target's code generator and summarize what they
+//! did; with `--dump`, write every stage as text (the CPU's CLIF and machine code, or
+//! the tile kernels, included).
 
-use super::{count, load_graph, CliError, CliResult};
+use super::{count, load_graph, CliError, CliResult, Target};
+use ferrite_runtime::accel::program::SimProgram;
+use ferrite_runtime::accel::sim::Machine;
+use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
 use clap::Args;
 use ferrite_ir::print;
 use ferrite_passes::pipeline::{lower_graph, PipelineOptions, StageRecord};
@@ -21,6 +26,9 @@ pub struct CompileArgs {
     /// Skip the e-graph optimizer.
     #[arg(long)]
     pub no_optimize: bool,
+    /// The code generator to run after scheduling (`interp` stops after scheduling).
+    #[arg(long, value_enum, default_value_t = Target::Cpu)]
+    pub target: Target,
     /// Write each stage as text into DIR (created if missing), numbered in pipeline order.
     #[arg(long, value_name = "DIR")]
     pub dump: Option<PathBuf>,
@@ -35,7 +43,12 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     let mut opts = PipelineOptions::default();
     opts.optimize.enabled = !args.no_optimize;
     opts.schedule.fuse = !args.no_fuse;
-    let lowered = lower_graph(&graph, &opts).map_err(internal)?;
+    let mut lowered = lower_graph(&graph, &opts).map_err(internal)?;
+    lowered.stages.push(codegen(
+        args.target,
+        &lowered.scheduled.program,
+        args.dump.is_some(),
+    )?);
     // The unfused baseline of the same optimized graph, for comparison.
     let unfused = if args.no_fuse {
         lowered.scheduled.clone()
@@ -100,7 +113,14 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
             text: print(&graph),
         };
         let files = write_dump(dir, std::iter::once(&parsed).chain(&lowered.stages))?;
-        writeln!(out, "wrote {} files to {}", files, dir.display())?;
+        // The optimized graph with each kernel as a cluster (render: dot -Tsvg graph.dot).
+        let dot = dir.join("graph.dot");
+        std::fs::write(
+            &dot,
+            ferrite_passes::dot::graph_dot(&lowered.optimized, &lowered.scheduled.program),
+        )
+        .map_err(|e| CliError::User(format!("cannot write `{}`: {e}", dot.display())))?;
+        writeln!(out, "wrote {} files to {}", files + 1, dir.display())?;
     }
     Ok(())
 }
@@ -146,4 +166,41 @@ pub fn bytes(n: usize) -> String {
     } else {
         format!("{v:.2} {}", UNITS[unit])
     }
+}
+
+/// Runs the target's code generator on the scheduled program and records it as a stage.
+fn codegen(
+    target: Target,
+    program: &ferrite_ir::loops::Program,
+    capture: bool,
+) -> Result<StageRecord, CliError> {
+    let start = Instant::now();
+    let (name, file, text) = match target {
+        Target::Cpu => {
+            let opts = CpuOptions {
+                capture_dumps: capture,
+                ..CpuOptions::default()
+            };
+            let cpu = CpuProgram::compile(program, &opts)
+                .map_err(|e| internal(format!("cpu codegen: {e}")))?;
+            let text = if capture {
+                format!("{}\n{}", cpu.report(), cpu.dump())
+            } else {
+                String::new()
+            };
+            ("codegen", "cpu.clif", text)
+        }
+        Target::Sim => {
+            let sim = SimProgram::compile(program, &Machine::mtia2i())
+                .map_err(|e| internal(format!("tile lowering: {e}")))?;
+            ("tile lowering", "kernels.tile", sim.kernels_text())
+        }
+        Target::Interp => ("no codegen", "interp.txt", "the interpreter runs the graph as parsed\n".into()),
+    };
+    Ok(StageRecord {
+        name,
+        time: start.elapsed(),
+        file,
+        text,
+    })
 }

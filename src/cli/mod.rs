@@ -4,6 +4,7 @@
 pub mod check;
 pub mod compile;
 pub mod fmt;
+pub mod profile;
 pub mod run;
 pub mod sim;
 pub mod summary;
@@ -38,6 +39,8 @@ pub enum Command {
     Sim(sim::SimArgs),
     /// Run a graph on inputs from .npy files or random ones and summarize the outputs.
     Run(run::RunArgs),
+    /// Profile the fused and the unfused schedule kernel by kernel; Chrome trace with --trace.
+    Profile(profile::ProfileArgs),
 }
 
 /// Where a graph runs.

@@ -11,7 +11,11 @@ use ferrite_ir::{npy, Graph, Op, Tensor};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use ferrite_passes::pipeline::{lower_graph, PipelineOptions};
+use ferrite_runtime::accel::sim::{DeviceReport, Machine};
+use ferrite_runtime::accel::program::SimProgram;
+use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
+use std::time::{Duration, Instant};
 
 /// The most input data `run` creates or reads (4 GiB): beyond that a typo in a shape
 /// should be an error, not an out-of-memory abort.
@@ -32,23 +36,31 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Where to run the graph.
-    #[arg(long, value_enum, default_value_t = Target::Interp)]
+    #[arg(long, value_enum, default_value_t = Target::Cpu)]
     pub target: Target,
     /// Write each output to DIR/<name>.npy, <name> being the returned value's name.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// One kernel per primitive op (the unfused baseline); cpu and sim only.
+    #[arg(long)]
+    pub no_fuse: bool,
+    /// Skip the e-graph optimizer; cpu and sim only.
+    #[arg(long)]
+    pub no_optimize: bool,
+    /// Threads for the cpu target (default: all cores).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
 }
 
 /// Runs the graph and prints the summary; see the module docs.
 pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResult {
-    if args.target != Target::Interp {
-        return Err(CliError::User(format!(
-            "target `{}` is not available yet (available: interp)",
-            args.target.name()
-        )));
+    if args.threads == Some(0) {
+        return Err(CliError::User("--threads must be at least 1".into()));
     }
     let (graph, _) = load_graph(&args.file)?;
     let from_files = match_inputs(&graph, &args.inputs)?;
+    // The interpreter's estimate bounds the compiled targets too (they keep fewer
+    // values alive and no f64 copies), so one check guards every target.
     check_memory(&graph)?;
 
     let mut inputs = Vec::with_capacity(graph.params.len());
@@ -71,10 +83,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         inputs.push(tensor);
     }
 
-    let start = Instant::now();
-    let outputs = ferrite_ir::interpret(&graph, &inputs)
-        .map_err(|e| CliError::User(format!("running graph `{}` failed: {e}", graph.name)))?;
-    let elapsed = start.elapsed();
+    let executed = execute(args, &graph, &inputs)?;
+    let (outputs, elapsed) = (executed.outputs, executed.run_time);
     if outputs.len() != graph.outputs.len() {
         return Err(CliError::Internal(format!(
             "the interpreter returned {} outputs for a graph with {}",
@@ -102,9 +112,16 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         let (values, stats) = summarize(t);
         writeln!(out, "{name}: {}\n  {values}\n  {stats}", t.ty)?;
     }
+    if let Some(report) = &executed.sim_report {
+        writeln!(out, "{}", report.to_string().trim_end())?;
+    }
+    let compile = match executed.compile_time {
+        Some(t) => format!(" (compiled in {:.3} ms, {})", t.as_secs_f64() * 1e3, executed.kernels),
+        None => String::new(),
+    };
     writeln!(
         out,
-        "time: {:.3} ms on {}",
+        "time: {:.3} ms on {}{compile}",
         elapsed.as_secs_f64() * 1e3,
         args.target.name()
     )?;
@@ -297,4 +314,74 @@ fn output_file_names(g: &Graph) -> Vec<String> {
         names.push(name);
     }
     names
+}
+
+/// What a run produced, and what it cost.
+struct Executed {
+    outputs: Vec<Tensor>,
+    run_time: Duration,
+    /// Pipeline + code generation time (compiled targets only).
+    compile_time: Option<Duration>,
+    /// `3 kernels` (compiled targets only).
+    kernels: String,
+    /// The simulator's report (sim only).
+    sim_report: Option<DeviceReport>,
+}
+
+/// Runs the graph on the chosen target: the interpreter directly, or the compiler
+/// pipeline followed by the CPU code generator or the tile lowering + simulator.
+fn execute(args: &RunArgs, graph: &Graph, inputs: &[Tensor]) -> Result<Executed, CliError> {
+    let failed = |e: String| CliError::User(format!("running graph `{}` failed: {e}", graph.name));
+    if args.target == Target::Interp {
+        let start = Instant::now();
+        let outputs = ferrite_ir::interpret(graph, inputs).map_err(failed)?;
+        return Ok(Executed {
+            outputs,
+            run_time: start.elapsed(),
+            compile_time: None,
+            kernels: String::new(),
+            sim_report: None,
+        });
+    }
+    let compile_start = Instant::now();
+    let mut opts = PipelineOptions::default();
+    opts.optimize.enabled = !args.no_optimize;
+    opts.schedule.fuse = !args.no_fuse;
+    let lowered = lower_graph(graph, &opts).map_err(CliError::Internal)?;
+    let program = &lowered.scheduled.program;
+    let kernels = count(program.kernels.len(), "kernel");
+    match args.target {
+        Target::Cpu => {
+            let mut cpu_opts = CpuOptions::default();
+            if let Some(t) = args.threads {
+                cpu_opts.threads = t;
+            }
+            let cpu = CpuProgram::compile(program, &cpu_opts)
+                .map_err(|e| CliError::Internal(format!("cpu codegen: {e}")))?;
+            let compile_time = compile_start.elapsed();
+            let start = Instant::now();
+            let outputs = cpu.run(inputs).map_err(failed)?;
+            Ok(Executed {
+                outputs,
+                run_time: start.elapsed(),
+                compile_time: Some(compile_time),
+                kernels,
+                sim_report: None,
+            })
+        }
+        _ => {
+            let sim = SimProgram::compile(program, &Machine::mtia2i())
+                .map_err(|e| CliError::Internal(format!("tile lowering: {e}")))?;
+            let compile_time = compile_start.elapsed();
+            let start = Instant::now();
+            let (outputs, report) = sim.run(inputs).map_err(failed)?;
+            Ok(Executed {
+                outputs,
+                run_time: start.elapsed(),
+                compile_time: Some(compile_time),
+                kernels,
+                sim_report: Some(report),
+            })
+        }
+    }
 }

@@ -25,5 +25,7 @@
 //! Cranelift; it takes kernels (parsed or built as [`tile::TileKernel`]) and
 //! host [`ferrite_ir::Tensor`]s.
 
+pub mod lower;
+pub mod program;
 pub mod sim;
 pub mod tile;

@@ -331,9 +331,8 @@ impl Emit<'_, '_> {
     // ---- constants and reinterpretation ----
 
     fn vconst(&mut self, ty: Type, bytes: Vec<u8>) -> Value {
-        let leaked: &'static mut [u8] = Box::leak(bytes.into_boxed_slice());
-        let addr = self.b.ins().iconst(types::I64, leaked.as_ptr() as i64);
-        self.b.ins().load(ty, MemFlagsData::new().with_notrap().with_readonly(), addr, 0)
+        let constant = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+        self.b.ins().vconst(ty, constant)
     }
 
     /// An `f32x4` with every lane `c`.

@@ -1,0 +1,879 @@
+//! Running a whole loop-IR [`Program`] on the CPU: compiled kernels, buffers, threads.
+//!
+//! [`CpuProgram::compile`] turns every kernel into machine code (see [`super::codegen`]);
+//! GEMM kernels become a call of the extern GEMM plus a JIT'd epilogue
+//! ([`super::codegen::epilogue`]). It also plans storage: intermediates (and GEMM
+//! temporaries) whose lifetimes, from the kernel that writes them to the last kernel
+//! that reads them, do not overlap share a typed storage slot, and buffers that their
+//! writer does not provably cover entirely are zeroed before it runs (the reference
+//! starts every buffer at zero). Storage is kept between runs.
+//!
+//! [`CpuProgram::run`] checks the inputs, allocates outputs, and runs the steps in order.
+//! A kernel's outer domain is split across the thread pool by ranges when its outer
+//! points write disjoint elements; chunks are sized so each has enough inner work to
+//! amortize dispatch. A kernel whose run-time check fails (an out-of-range gather index)
+//! makes `run` return an error naming the kernel and the check.
+//!
+//! `CpuProgram` is `Send + Sync`: several threads may run it at once (each run takes its
+//! own storage; the pool serves one run at a time and the others run on their own thread).
+
+use super::codegen::epilogue::{plan_gemm, GemmPlan};
+use super::codegen::{define_kernel, CodegenOptions, KernelInfo};
+use super::gemm::{gemm, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale};
+use super::jit::{Jit, JitCode, JitOptions};
+use super::pool::{default_thread_count, ThreadPool};
+use ferrite_ir::loops::{Buffer, BufferId, BufferKind, Extents, Kernel, Program, Stage, Var};
+use ferrite_ir::{DType, Data, Tensor};
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Inner-loop iterations a parallel chunk should hold at least, so that handing it to a
+/// worker costs little compared with running it.
+const MIN_CHUNK_WORK: usize = 32 * 1024;
+
+/// How to compile and run a program on the CPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Threads used to run kernels (the caller's included); at least 1.
+    pub threads: usize,
+    /// Code generation options (SIMD, unrolling).
+    pub codegen: CodegenOptions,
+    /// Run matmul reductions through the extern GEMM (else as generated loops).
+    pub use_gemm: bool,
+    /// Keep each kernel's CLIF and machine code for [`CpuProgram::dump`].
+    pub capture_dumps: bool,
+}
+
+impl Default for CpuOptions {
+    fn default() -> Self {
+        CpuOptions {
+            threads: default_thread_count(),
+            codegen: CodegenOptions::default(),
+            use_gemm: true,
+            capture_dumps: false,
+        }
+    }
+}
+
+impl CpuOptions {
+    /// The default options with `threads` threads.
+    pub fn with_threads(threads: usize) -> Self {
+        CpuOptions {
+            threads,
+            ..CpuOptions::default()
+        }
+    }
+}
+
+/// How long one kernel took in a profiled run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTiming {
+    /// The kernel's name.
+    pub name: String,
+    /// Wall-clock time of the kernel (all threads).
+    pub duration: Duration,
+    /// Bytes the kernel reads and writes (the static estimate of the loop IR).
+    pub bytes: usize,
+    /// True when the kernel ran through the extern GEMM.
+    pub gemm: bool,
+}
+
+/// A compiled kernel function and what calling it needs.
+#[derive(Debug)]
+struct JitKernel {
+    info: KernelInfo,
+    /// Entry address inside `CpuProgram::code`.
+    address: usize,
+}
+
+/// One step of a run: a kernel, as generated code or as extern GEMM plus epilogue.
+#[derive(Debug)]
+enum Step {
+    Jit(JitKernel),
+    Gemm {
+        plan: Box<GemmPlan>,
+        epilogue: Option<JitKernel>,
+    },
+    /// A kernel over an empty domain.
+    Nothing,
+}
+
+/// A program compiled for the CPU. See the module docs.
+#[derive(Debug)]
+pub struct CpuProgram {
+    program: Program,
+    /// The program's buffers, then GEMM temporaries.
+    buffers: Vec<Buffer>,
+    /// One step per kernel, in order.
+    steps: Vec<Step>,
+    /// Storage slot of each intermediate or temporary buffer.
+    slot_of: Vec<Option<usize>>,
+    /// Element type and length of each storage slot.
+    slots: Vec<(DType, usize)>,
+    /// Buffers to zero before each step (not provably covered by their writer).
+    zero_before: Vec<Vec<BufferId>>,
+    /// Storage sets kept for reuse by later runs.
+    spare: Mutex<Vec<Vec<Data>>>,
+    pool: ThreadPool,
+    code: JitCode,
+}
+
+/// A generated function: its name in the JIT module and what calling it needs.
+type Compiled = (String, KernelInfo);
+
+/// The signature of every generated kernel (see `codegen`).
+type KernelFn = extern "C" fn(*const usize, i64, i64) -> i32;
+
+impl CpuProgram {
+    /// Compiles `program` (which must verify) for this machine.
+    pub fn compile(program: &Program, opts: &CpuOptions) -> Result<CpuProgram, String> {
+        program
+            .verify()
+            .map_err(|e| format!("program `{}` is invalid: {e}", program.name))?;
+        if opts.threads == 0 {
+            return Err("the CPU backend needs at least one thread".into());
+        }
+        let pool = ThreadPool::new(opts.threads).map_err(|e| e.to_string())?;
+        let mut jit = Jit::with_options(JitOptions {
+            capture_dumps: opts.capture_dumps,
+            ..JitOptions::default()
+        })
+        .map_err(|e| e.to_string())?;
+        let mut buffers = program.buffers.clone();
+        // Per kernel: its GEMM plan, and the name and facts of its generated function.
+        let mut planned: Vec<(Option<GemmPlan>, Option<Compiled>)> = Vec::new();
+        for (ki, k) in program.kernels.iter().enumerate() {
+            let fname = format!("k{ki}_{}", sanitize(&k.name));
+            let plan = if opts.use_gemm {
+                plan_gemm(k, &buffers, BufferId(buffers.len() as u32))
+            } else {
+                None
+            };
+            if let Some(t) = plan.as_ref().and_then(|p| p.temp.clone()) {
+                buffers.push(t);
+            }
+            // A GEMM kernel compiles only its epilogue; a kernel over an empty domain nothing.
+            let generated = match &plan {
+                Some(p) => p.epilogue.as_ref(),
+                None => Some(k),
+            };
+            let info = match generated {
+                Some(g) if !g.domain.contains(&0) => Some(
+                    define_kernel(&mut jit, &fname, &buffers, g, &opts.codegen)
+                        .map_err(|e| format!("kernel {}: {e}", k.name))?,
+                ),
+                _ => None,
+            };
+            planned.push((plan, info.map(|i| (fname, i))));
+        }
+        let code = jit.finalize().map_err(|e| e.to_string())?;
+        let mut steps = Vec::with_capacity(planned.len());
+        for (gemm_plan, info) in planned {
+            let jit_kernel = match info {
+                Some((fname, info)) => {
+                    let f = code.function(&fname).map_err(|e| e.to_string())?;
+                    let ptr = super::jit::HOST_POINTER;
+                    let i64t = cranelift_codegen::ir::types::I64;
+                    let i32t = cranelift_codegen::ir::types::I32;
+                    if !f.has_signature(&[ptr, i64t, i64t], &[i32t]) {
+                        return Err(format!("internal error: {fname} has the wrong signature"));
+                    }
+                    Some(JitKernel {
+                        info,
+                        address: f.as_ptr() as usize,
+                    })
+                }
+                None => None,
+            };
+            steps.push(match gemm_plan {
+                Some(plan) => Step::Gemm {
+                    plan: Box::new(plan),
+                    epilogue: jit_kernel,
+                },
+                None => match jit_kernel {
+                    Some(j) => Step::Jit(j),
+                    None => Step::Nothing,
+                },
+            });
+        }
+        let (slot_of, slots) = plan_storage(program, &steps, &buffers);
+        let zero_before = program
+            .kernels
+            .iter()
+            .zip(&steps)
+            .map(|(k, step)| {
+                let mut z: Vec<BufferId> = k
+                    .writes
+                    .iter()
+                    .map(|w| w.buffer)
+                    .filter(|&b| slot_of[b.index()].is_some())
+                    .filter(|&b| !writes_every_element(k, step, &buffers[b.index()]))
+                    .collect();
+                z.sort();
+                z
+            })
+            .collect();
+        Ok(CpuProgram {
+            program: program.clone(),
+            buffers,
+            steps,
+            slot_of,
+            slots,
+            zero_before,
+            spare: Mutex::new(Vec::new()),
+            pool,
+            code,
+        })
+    }
+
+    /// The program this was compiled from.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// The number of threads kernels run on.
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// Runs the program: one tensor per graph parameter in, one per output out.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+        self.execute(inputs, None)
+    }
+
+    /// Runs the program and reports each kernel's wall-clock time.
+    pub fn run_profiled(
+        &self,
+        inputs: &[Tensor],
+    ) -> Result<(Vec<Tensor>, Vec<KernelTiming>), String> {
+        let mut timings = Vec::with_capacity(self.steps.len());
+        let out = self.execute(inputs, Some(&mut timings))?;
+        Ok((out, timings))
+    }
+
+    /// How each kernel was compiled: GEMM or loops, and per stage vector or scalar (why).
+    pub fn report(&self) -> String {
+        let mut s = String::new();
+        for (k, step) in self.program.kernels.iter().zip(&self.steps) {
+            let _ = writeln!(s, "{}:", k.name);
+            let jit = match step {
+                Step::Jit(j) => Some(j),
+                Step::Gemm { plan, epilogue } => {
+                    let _ = writeln!(
+                        s,
+                        "  extern gemm {} batch {:?} m {} n {} k {} into {}{}",
+                        plan.dtype,
+                        plan.batch,
+                        plan.m,
+                        plan.n,
+                        plan.k,
+                        plan.product,
+                        if plan.temp.is_some() {
+                            " (temporary)"
+                        } else {
+                            ""
+                        }
+                    );
+                    epilogue.as_ref()
+                }
+                Step::Nothing => {
+                    let _ = writeln!(s, "  empty domain: nothing to run");
+                    None
+                }
+            };
+            if let Some(j) = jit {
+                for st in &j.info.stages {
+                    let _ = writeln!(s, "  {st}");
+                }
+                if !j.info.parallel {
+                    let _ = writeln!(
+                        s,
+                        "  runs on one thread (outer points may write the same elements)"
+                    );
+                }
+            }
+        }
+        s
+    }
+
+    /// Per-kernel text: the loop IR, how it was compiled, and (when compiled with
+    /// `capture_dumps`) the CLIF, the optimized CLIF and the machine code.
+    pub fn dump(&self) -> String {
+        let mut s = String::new();
+        for (k, step) in self.program.kernels.iter().zip(&self.steps) {
+            let _ = writeln!(s, "==== {}", k.name);
+            let _ = writeln!(s, "{}", self.program.display_kernel(k));
+            let jit = match step {
+                Step::Jit(j) => Some(j),
+                Step::Gemm { plan, epilogue } => {
+                    if let Some(g) = &k.gemm {
+                        let _ = writeln!(s, "-- {}", super::codegen::epilogue::describe(g));
+                    }
+                    let _ = writeln!(s, "-- product into {}", plan.product);
+                    epilogue.as_ref()
+                }
+                Step::Nothing => None,
+            };
+            let Some(j) = jit else { continue };
+            for st in &j.info.stages {
+                let _ = writeln!(s, "-- {st}");
+            }
+            if let Some(d) = self.code.dump(&j.info.function) {
+                let _ = writeln!(s, "-- clif\n{}", d.clif);
+                let _ = writeln!(s, "-- optimized clif\n{}", d.optimized_clif);
+                let _ = writeln!(s, "-- machine code\n{}", d.vcode);
+            }
+        }
+        s
+    }
+
+    /// The machine-code listing of kernel number `kernel` (with `capture_dumps`).
+    pub fn disassembly(&self, kernel: usize) -> Option<&str> {
+        let j = match self.steps.get(kernel)? {
+            Step::Jit(j) => j,
+            Step::Gemm { epilogue, .. } => epilogue.as_ref()?,
+            Step::Nothing => return None,
+        };
+        self.code.dump(&j.info.function).map(|d| d.vcode.as_str())
+    }
+
+    /// The compile reports of kernel number `kernel`'s generated function, if it has one.
+    pub fn kernel_info(&self, kernel: usize) -> Option<&KernelInfo> {
+        match self.steps.get(kernel)? {
+            Step::Jit(j) => Some(&j.info),
+            Step::Gemm { epilogue, .. } => epilogue.as_ref().map(|j| &j.info),
+            Step::Nothing => None,
+        }
+    }
+
+    /// Whether kernel number `kernel` runs through the extern GEMM.
+    pub fn uses_gemm(&self, kernel: usize) -> bool {
+        matches!(self.steps.get(kernel), Some(Step::Gemm { .. }))
+    }
+
+    fn execute(
+        &self,
+        inputs: &[Tensor],
+        mut timings: Option<&mut Vec<KernelTiming>>,
+    ) -> Result<Vec<Tensor>, String> {
+        let p = &self.program;
+        if inputs.len() != p.inputs.len() {
+            return Err(format!(
+                "program `{}` takes {} inputs, got {}",
+                p.name,
+                p.inputs.len(),
+                inputs.len()
+            ));
+        }
+        for (i, (&b, t)) in p.inputs.iter().zip(inputs).enumerate() {
+            let buf = &self.buffers[b.index()];
+            if t.ty != buf.ty
+                || data_len(&t.data) != buf.ty.numel()
+                || data_dtype(&t.data) != buf.ty.dtype
+            {
+                return Err(format!(
+                    "input {i} (`{}`) has type {} but the program expects {}",
+                    buf.name, t.ty, buf.ty
+                ));
+            }
+        }
+        let mut outputs: Vec<Tensor> = p
+            .outputs
+            .iter()
+            .map(|&b| Tensor::zeros(&self.buffers[b.index()].ty))
+            .collect();
+        let mut storage = self.take_storage();
+        let result = (|| {
+            for (si, (step, kernel)) in self.steps.iter().zip(&p.kernels).enumerate() {
+                for &b in &self.zero_before[si] {
+                    if let Some(slot) = self.slot_of[b.index()] {
+                        zero_prefix(&mut storage[slot], self.buffers[b.index()].ty.numel());
+                    }
+                }
+                let start = Instant::now();
+                self.run_step(step, inputs, &mut outputs, &mut storage)
+                    .map_err(|e| format!("kernel {}: {e}", kernel.name))?;
+                if let Some(t) = timings.as_deref_mut() {
+                    t.push(KernelTiming {
+                        name: kernel.name.clone(),
+                        duration: start.elapsed(),
+                        bytes: kernel.bytes_moved(),
+                        gemm: matches!(step, Step::Gemm { .. }),
+                    });
+                }
+            }
+            Ok(())
+        })();
+        self.return_storage(storage);
+        result.map(|()| outputs)
+    }
+
+    fn take_storage(&self) -> Vec<Data> {
+        let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
+        spare.unwrap_or_else(|| self.slots.iter().map(|&(d, n)| zeros(d, n)).collect())
+    }
+
+    fn return_storage(&self, storage: Vec<Data>) {
+        if let Ok(mut s) = self.spare.lock() {
+            // Keep a few sets for concurrent callers; more would only hold memory.
+            if s.len() < 4 {
+                s.push(storage);
+            }
+        }
+    }
+
+    /// The address of buffer `b`'s first element.
+    fn address(
+        &self,
+        b: BufferId,
+        inputs: &[Tensor],
+        outputs: &mut [Tensor],
+        storage: &mut [Data],
+    ) -> Result<usize, String> {
+        let buf = self
+            .buffers
+            .get(b.index())
+            .ok_or_else(|| format!("{b} does not exist"))?;
+        Ok(match buf.kind {
+            BufferKind::Input(i) => data_addr(&inputs[i].data),
+            BufferKind::Output(o) => data_addr_mut(&mut outputs[o].data),
+            BufferKind::Intermediate => {
+                let slot = self.slot_of[b.index()].ok_or_else(|| format!("{b} has no storage"))?;
+                data_addr_mut(&mut storage[slot])
+            }
+        })
+    }
+
+    fn run_step(
+        &self,
+        step: &Step,
+        inputs: &[Tensor],
+        outputs: &mut [Tensor],
+        storage: &mut [Data],
+    ) -> Result<(), String> {
+        match step {
+            Step::Jit(j) => self.run_jit(j, inputs, outputs, storage),
+            Step::Nothing => Ok(()),
+            Step::Gemm { plan, epilogue } => {
+                self.run_gemm(plan, inputs, outputs, storage)?;
+                match epilogue {
+                    Some(j) => self.run_jit(j, inputs, outputs, storage),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn run_jit(
+        &self,
+        j: &JitKernel,
+        inputs: &[Tensor],
+        outputs: &mut [Tensor],
+        storage: &mut [Data],
+    ) -> Result<(), String> {
+        let info = &j.info;
+        if info.points == 0 {
+            return Ok(());
+        }
+        let mut addrs = Vec::with_capacity(info.slots.len());
+        for &b in &info.slots {
+            addrs.push(self.address(b, inputs, outputs, storage)?);
+        }
+        // Sizes are what the code was compiled for: inputs were checked, outputs and
+        // storage are allocated from the same types.
+        let entry = self.entry(j);
+        let failure = AtomicI32::new(0);
+        let call = |begin: usize, end: usize| {
+            let code = entry(addrs.as_ptr(), begin as i64, end as i64);
+            if code != 0 {
+                let _ = failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        };
+        if info.parallel && self.pool.threads() > 1 && info.points > 1 {
+            let min_chunk = (MIN_CHUNK_WORK / info.work_per_point.max(1)).max(1);
+            self.pool
+                .parallel_for_range(info.points, min_chunk, |r| call(r.start, r.end))
+                .map_err(|e| e.to_string())?;
+        } else {
+            call(0, info.points);
+        }
+        match failure.into_inner() {
+            0 => Ok(()),
+            code => Err(info
+                .checks
+                .get(code as usize - 1)
+                .cloned()
+                .unwrap_or_else(|| format!("failed with code {code}"))),
+        }
+    }
+
+    /// The callable entry of a compiled kernel.
+    fn entry(&self, j: &JitKernel) -> KernelFn {
+        // SAFETY: `j.address` is the entry of a function finalized in `self.code`, which
+        // lives as long as `self` (and so outlives every call made through `&self`); its
+        // signature was checked to be `(pointer, i64, i64) -> i32` in the host calling
+        // convention, which is `KernelFn`. The generated code only touches the buffers
+        // passed in its slot array, at indices proved in bounds for the buffer sizes the
+        // program declares, and `run_jit` passes buffers of exactly those sizes.
+        unsafe { std::mem::transmute::<*const u8, KernelFn>(j.address as *const u8) }
+    }
+
+    fn run_gemm(
+        &self,
+        plan: &GemmPlan,
+        inputs: &[Tensor],
+        outputs: &mut [Tensor],
+        storage: &mut [Data],
+    ) -> Result<(), String> {
+        // Take the product's storage out, so the operands can be borrowed alongside it.
+        let pbuf = &self.buffers[plan.product.index()];
+        let mut product = match pbuf.kind {
+            BufferKind::Output(o) => std::mem::replace(&mut outputs[o].data, Data::F32(Vec::new())),
+            BufferKind::Intermediate => {
+                let slot =
+                    self.slot_of[plan.product.index()].ok_or("the product has no storage")?;
+                std::mem::replace(&mut storage[slot], Data::F32(Vec::new()))
+            }
+            BufferKind::Input(_) => return Err("a GEMM cannot write an input".into()),
+        };
+        let result = {
+            let data = |b: BufferId| -> Result<&Data, String> {
+                let buf = self
+                    .buffers
+                    .get(b.index())
+                    .ok_or_else(|| format!("{b} does not exist"))?;
+                Ok(match buf.kind {
+                    BufferKind::Input(i) => &inputs[i].data,
+                    BufferKind::Output(o) => &outputs[o].data,
+                    BufferKind::Intermediate => {
+                        &storage[self.slot_of[b.index()]
+                            .ok_or_else(|| format!("{b} has no storage"))?]
+                    }
+                })
+            };
+            match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
+                (Data::F32(a), Data::F32(b), Data::F32(c)) => self.gemm_batches(plan, a, b, c),
+                (Data::F16(a), Data::F16(b), Data::F16(c)) => self.gemm_batches(plan, a, b, c),
+                _ => Err("GEMM operands have unsupported or mismatched dtypes".into()),
+            }
+        };
+        match pbuf.kind {
+            BufferKind::Output(o) => outputs[o].data = product,
+            _ => {
+                if let Some(slot) = self.slot_of[plan.product.index()] {
+                    storage[slot] = product;
+                }
+            }
+        }
+        result
+    }
+
+    /// Runs the product batch by batch: the innermost batch axis goes to the library as
+    /// its batch, the others are looped over here.
+    fn gemm_batches<T: super::gemm::GemmScalar>(
+        &self,
+        plan: &GemmPlan,
+        a: &[T],
+        b: &[T],
+        c: &mut [T],
+    ) -> Result<(), String> {
+        let nb = plan.batch.len();
+        let (outer, inner) = if nb == 0 {
+            (&[][..], 1)
+        } else {
+            (&plan.batch[..nb - 1], plan.batch[nb - 1])
+        };
+        let dense = ferrite_ir::types::contiguous_strides(
+            &plan
+                .batch
+                .iter()
+                .copied()
+                .chain([plan.m, plan.n])
+                .collect::<Vec<_>>(),
+        );
+        let count: usize = outer.iter().product();
+        let parallelism = if self.pool.threads() > 1 {
+            Parallelism::Pool(&self.pool)
+        } else {
+            Parallelism::None
+        };
+        let stride = |s: &[i64], t: usize| -> isize { s.get(t).copied().unwrap_or(0) as isize };
+        for flat in 0..count {
+            // Coordinates of this outer batch index, and each operand's offset for them.
+            let mut rest = flat;
+            let (mut oa, mut ob, mut oc) = (plan.lhs.offset, plan.rhs.offset, 0i64);
+            for t in (0..outer.len()).rev() {
+                let x = (rest % outer[t]) as i64;
+                rest /= outer[t];
+                oa += x * plan.lhs.batch_strides[t];
+                ob += x * plan.rhs.batch_strides[t];
+                oc += x * dense[t] as i64;
+            }
+            let inner_t = nb.saturating_sub(1);
+            let layout =
+                |offset: i64, batch: isize, row: i64, col: i64| -> Result<MatLayout, String> {
+                    Ok(MatLayout {
+                        offset: usize::try_from(offset)
+                            .map_err(|_| "negative GEMM offset".to_string())?,
+                        batch_stride: batch,
+                        row_stride: row as isize,
+                        col_stride: col as isize,
+                    })
+                };
+            let la = layout(
+                oa,
+                if nb == 0 {
+                    0
+                } else {
+                    stride(&plan.lhs.batch_strides, inner_t)
+                },
+                plan.lhs.row_stride,
+                plan.lhs.col_stride,
+            )?;
+            let lb = layout(
+                ob,
+                if nb == 0 {
+                    0
+                } else {
+                    stride(&plan.rhs.batch_strides, inner_t)
+                },
+                plan.rhs.row_stride,
+                plan.rhs.col_stride,
+            )?;
+            let lc = layout(
+                oc,
+                if nb == 0 { 0 } else { dense[inner_t] as isize },
+                plan.n as i64,
+                1,
+            )?;
+            gemm(
+                GemmShape::batched(inner, plan.m, plan.n, plan.k),
+                MatRef::new(a, la),
+                MatRef::new(b, lb),
+                MatMut::new(c, lc),
+                Scale::overwrite(),
+                parallelism,
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// A kernel name usable as a symbol.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn zeros(dtype: DType, n: usize) -> Data {
+    match dtype {
+        DType::F32 => Data::F32(vec![0.0; n]),
+        DType::F16 => Data::F16(vec![half_zero(); n]),
+        DType::Bf16 => Data::Bf16(vec![Default::default(); n]),
+        DType::I32 => Data::I32(vec![0; n]),
+        DType::I64 => Data::I64(vec![0; n]),
+        DType::Bool => Data::Bool(vec![false; n]),
+    }
+}
+
+fn half_zero() -> gemm::f16 {
+    gemm::f16::ZERO
+}
+
+fn zero_prefix(d: &mut Data, n: usize) {
+    match d {
+        Data::F32(v) => v.iter_mut().take(n).for_each(|x| *x = 0.0),
+        Data::F16(v) => v.iter_mut().take(n).for_each(|x| *x = half_zero()),
+        Data::Bf16(v) => v.iter_mut().take(n).for_each(|x| *x = Default::default()),
+        Data::I32(v) => v.iter_mut().take(n).for_each(|x| *x = 0),
+        Data::I64(v) => v.iter_mut().take(n).for_each(|x| *x = 0),
+        Data::Bool(v) => v.iter_mut().take(n).for_each(|x| *x = false),
+    }
+}
+
+fn data_len(d: &Data) -> usize {
+    match d {
+        Data::F32(v) => v.len(),
+        Data::F16(v) => v.len(),
+        Data::Bf16(v) => v.len(),
+        Data::I32(v) => v.len(),
+        Data::I64(v) => v.len(),
+        Data::Bool(v) => v.len(),
+    }
+}
+
+fn data_dtype(d: &Data) -> DType {
+    match d {
+        Data::F32(_) => DType::F32,
+        Data::F16(_) => DType::F16,
+        Data::Bf16(_) => DType::Bf16,
+        Data::I32(_) => DType::I32,
+        Data::I64(_) => DType::I64,
+        Data::Bool(_) => DType::Bool,
+    }
+}
+
+fn data_addr(d: &Data) -> usize {
+    match d {
+        Data::F32(v) => v.as_ptr() as usize,
+        Data::F16(v) => v.as_ptr() as usize,
+        Data::Bf16(v) => v.as_ptr() as usize,
+        Data::I32(v) => v.as_ptr() as usize,
+        Data::I64(v) => v.as_ptr() as usize,
+        Data::Bool(v) => v.as_ptr() as usize,
+    }
+}
+
+fn data_addr_mut(d: &mut Data) -> usize {
+    match d {
+        Data::F32(v) => v.as_mut_ptr() as usize,
+        Data::F16(v) => v.as_mut_ptr() as usize,
+        Data::Bf16(v) => v.as_mut_ptr() as usize,
+        Data::I32(v) => v.as_mut_ptr() as usize,
+        Data::I64(v) => v.as_mut_ptr() as usize,
+        Data::Bool(v) => v.as_mut_ptr() as usize,
+    }
+}
+
+/// Assigns intermediates and GEMM temporaries to storage slots: buffers of one dtype
+/// whose lifetimes (writer step to last reader step, inclusive) do not overlap share one.
+fn plan_storage(
+    program: &Program,
+    steps: &[Step],
+    buffers: &[Buffer],
+) -> (Vec<Option<usize>>, Vec<(DType, usize)>) {
+    let n = buffers.len();
+    let mut first: Vec<Option<usize>> = vec![None; n];
+    let mut last: Vec<usize> = vec![0; n];
+    let mut touch = |b: BufferId, at: usize, write: bool, first: &mut Vec<Option<usize>>| {
+        if write && first[b.index()].is_none() {
+            first[b.index()] = Some(at);
+        }
+        last[b.index()] = last[b.index()].max(at);
+    };
+    for (si, (k, step)) in program.kernels.iter().zip(steps).enumerate() {
+        for w in &k.writes {
+            touch(w.buffer, si, true, &mut first);
+        }
+        for r in &k.reads {
+            touch(r.buffer, si, false, &mut first);
+        }
+        if let Step::Gemm { plan, .. } = step {
+            touch(plan.product, si, true, &mut first);
+        }
+    }
+    let mut order: Vec<usize> = (0..n)
+        .filter(|&b| buffers[b].kind == BufferKind::Intermediate && first[b].is_some())
+        .collect();
+    order.sort_by_key(|&b| (first[b], std::cmp::Reverse(buffers[b].ty.numel())));
+    let mut slot_of = vec![None; n];
+    // Per slot: dtype, length, last step of its current occupant.
+    let mut slots: Vec<(DType, usize, usize)> = Vec::new();
+    for b in order {
+        let (dtype, numel, start) = (
+            buffers[b].ty.dtype,
+            buffers[b].ty.numel(),
+            first[b].unwrap_or(0),
+        );
+        let free = |s: &(DType, usize, usize)| s.0 == dtype && s.2 < start;
+        // Best fit: the smallest free slot that is large enough, else the largest free one.
+        let fit = (0..slots.len())
+            .filter(|&s| free(&slots[s]) && slots[s].1 >= numel)
+            .min_by_key(|&s| slots[s].1)
+            .or_else(|| {
+                (0..slots.len())
+                    .filter(|&s| free(&slots[s]))
+                    .max_by_key(|&s| slots[s].1)
+            });
+        let s = match fit {
+            Some(s) => s,
+            None => {
+                slots.push((dtype, 0, 0));
+                slots.len() - 1
+            }
+        };
+        slots[s].1 = slots[s].1.max(numel);
+        slots[s].2 = last[b];
+        slot_of[b] = Some(s);
+    }
+    (
+        slot_of,
+        slots.into_iter().map(|(d, len, _)| (d, len)).collect(),
+    )
+}
+
+/// True when running `step` writes every element of `buf` (so stale contents never show).
+fn writes_every_element(kernel: &Kernel, step: &Step, buf: &Buffer) -> bool {
+    if let Step::Gemm { plan, .. } = step {
+        if plan.product == buf.id {
+            return true;
+        }
+    }
+    let numel = buf.ty.numel();
+    let mut covering = false;
+    for stage in &kernel.stages {
+        let Stage::Store { domain, stores, .. } = stage else {
+            continue;
+        };
+        let ext = stage.extents(&kernel.domain);
+        for s in stores.iter().filter(|s| s.buffer == buf.id) {
+            if store_covers(&s.index, &ext, &kernel.domain, domain, numel) {
+                covering = true;
+            }
+        }
+    }
+    covering
+}
+
+/// A store covers its buffer when its index is an injective affine map from a domain of
+/// exactly `numel` points into `0..numel`.
+fn store_covers(
+    index: &ferrite_ir::loops::IndexExpr,
+    ext: &Extents,
+    outer: &[usize],
+    inner: &[usize],
+    numel: usize,
+) -> bool {
+    let points: usize = outer.iter().chain(inner).product();
+    if points != numel {
+        return false;
+    }
+    let Some((offset, terms)) = index.as_affine(ext) else {
+        return false;
+    };
+    let Some((lo, hi)) = index.range(ext) else {
+        return false;
+    };
+    if offset != 0 || lo != 0 || hi as i128 != numel as i128 - 1 {
+        return false;
+    }
+    let extent = |v: Var| ext.extent(v).unwrap_or(0);
+    let mut dims: Vec<(u128, u128)> = terms
+        .iter()
+        .map(|&(v, c)| (extent(v) as u128, c.unsigned_abs() as u128))
+        .collect();
+    // Variables of extent > 1 missing from the map would write the same element twice.
+    let moving = outer.iter().chain(inner).filter(|&&d| d > 1).count();
+    if dims.iter().filter(|d| d.0 > 1).count() != moving {
+        return false;
+    }
+    dims.sort_by_key(|&(_, c)| c);
+    let mut reached = 0u128;
+    for (extent, stride) in dims {
+        if extent > 1 && stride <= reached {
+            return false;
+        }
+        reached += (extent.saturating_sub(1)) * stride;
+    }
+    true
+}

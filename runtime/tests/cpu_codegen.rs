@@ -1,0 +1,305 @@
+//! The CPU code generator against the loop-IR evaluator and the graph interpreter.
+
+use ferrite_ir::loops::*;
+use ferrite_ir::types::TensorType;
+use ferrite_ir::{BinaryOp, DType, Tensor, UnaryOp};
+use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
+
+mod cpu_support;
+use cpu_support::*;
+
+fn buffer(id: u32, kind: BufferKind, dtype: DType, shape: &[usize]) -> Buffer {
+    Buffer {
+        id: BufferId(id),
+        ty: TensorType::new(dtype, shape.to_vec()).unwrap(),
+        kind,
+        name: format!("b{id}"),
+    }
+}
+
+fn node(block: &mut Block, dtype: DType, op: ExprOp) -> ExprRef {
+    block.push(ExprNode { dtype, op })
+}
+
+fn load(block: &mut Block, dtype: DType, buffer: u32, index: IndexExpr) -> ExprRef {
+    node(
+        block,
+        dtype,
+        ExprOp::Load(Load {
+            buffer: BufferId(buffer),
+            index,
+            guard: vec![],
+            other: Value::zero(dtype),
+        }),
+    )
+}
+
+fn program(name: &str, buffers: Vec<Buffer>, mut kernels: Vec<Kernel>) -> Program {
+    for (i, k) in kernels.iter_mut().enumerate() {
+        k.id = KernelId(i as u32);
+        (k.reads, k.writes) = k.compute_accesses(&buffers);
+    }
+    let mut inputs: Vec<(usize, BufferId)> = Vec::new();
+    let mut outputs: Vec<(usize, BufferId)> = Vec::new();
+    for b in &buffers {
+        match b.kind {
+            BufferKind::Input(i) => inputs.push((i, b.id)),
+            BufferKind::Output(o) => outputs.push((o, b.id)),
+            BufferKind::Intermediate => {}
+        }
+    }
+    inputs.sort();
+    outputs.sort();
+    let p = Program {
+        name: name.into(),
+        buffers,
+        inputs: inputs.into_iter().map(|x| x.1).collect(),
+        outputs: outputs.into_iter().map(|x| x.1).collect(),
+        kernels,
+    };
+    p.verify().unwrap();
+    p
+}
+
+fn kernel(name: &str, domain: Vec<usize>, stages: Vec<Stage>) -> Kernel {
+    Kernel {
+        id: KernelId(0),
+        name: name.into(),
+        nodes: vec![],
+        domain,
+        stages,
+        gemm: None,
+        reads: vec![],
+        writes: vec![],
+    }
+}
+
+fn i(k: usize) -> IndexExpr {
+    IndexExpr::Var(Var::outer(k))
+}
+
+/// Runs `p` on random inputs with several option sets and compares with `evaluate`.
+fn check_against_evaluator(p: &Program, rtol: f64, atol: f64) {
+    let inputs: Vec<Tensor> = p
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, b)| Tensor::random(&p.buffers[b.index()].ty, 7 + k as u64))
+        .collect();
+    let want = evaluate(p, &inputs).unwrap();
+    for (threads, vectorize) in [(1, true), (2, true), (1, false)] {
+        let mut opts = CpuOptions::with_threads(threads);
+        opts.codegen.vectorize = vectorize;
+        let c = CpuProgram::compile(p, &opts).unwrap_or_else(|e| panic!("{e}"));
+        let got = c.run(&inputs).unwrap_or_else(|e| panic!("{e}"));
+        for (g, w) in got.iter().zip(&want) {
+            g.check_close(w, rtol, atol).unwrap_or_else(|e| {
+                panic!(
+                    "threads {threads}, vectorize {vectorize}: {e}\n{}",
+                    c.report()
+                )
+            });
+        }
+    }
+}
+
+#[test]
+fn add_relu_matches_the_evaluator() {
+    let n = 1003;
+    let mut body = Block::default();
+    let x = load(&mut body, DType::F32, 0, i(0));
+    let y = load(&mut body, DType::F32, 1, i(0));
+    let s = node(&mut body, DType::F32, ExprOp::Binary(BinaryOp::Add, x, y));
+    let r = node(&mut body, DType::F32, ExprOp::Unary(UnaryOp::Relu, s));
+    let k = kernel(
+        "add_relu",
+        vec![n],
+        vec![Stage::Store {
+            domain: vec![],
+            body,
+            stores: vec![StoreOp {
+                buffer: BufferId(2),
+                index: i(0),
+                value: r,
+            }],
+        }],
+    );
+    let p = program(
+        "add_relu",
+        vec![
+            buffer(0, BufferKind::Input(0), DType::F32, &[n]),
+            buffer(1, BufferKind::Input(1), DType::F32, &[n]),
+            buffer(2, BufferKind::Output(0), DType::F32, &[n]),
+        ],
+        vec![k],
+    );
+    check_against_evaluator(&p, 0.0, 0.0);
+}
+
+#[test]
+fn every_example_matches_the_interpreter() {
+    let names = example_names();
+    assert!(names.len() >= 8, "{names:?}");
+    for name in names {
+        let g = example(&name);
+        check_graph(&g, &random_inputs(&g));
+    }
+}
+
+/// Exact ops (no transcendentals) must give bit-identical results to the loop-IR
+/// evaluator: pointwise code in every mode, reductions in scalar mode (f64 accumulation
+/// in the same order, like the evaluator; vector lanes accumulate in f32).
+#[test]
+fn exact_ops_are_bit_identical_to_the_evaluator() {
+    let pointwise = [
+        "graph e(x: f32[7, 37], y: f32[37], c: bool[7, 37]) -> f32[7, 37] {\n  z = where(c, maximum(div(x, y), mul(x, 3.0)), minimum(sub(x, y), neg(abs(x))))\n  return z\n}\n",
+        "graph e(x: f16[7, 37], y: f16[37]) -> f16[7, 37] {\n  z = div(add(mul(x, y), 1.5), sub(y, 2.0))\n  return z\n}\n",
+        "graph e(x: bf16[7, 37], y: f32[37]) -> f32[7, 37] {\n  z = mul(cast(add(x, x), to=f32), y)\n  return z\n}\n",
+        "graph e(x: i32[7, 37], y: i64[37]) -> i64[7, 37] {\n  z = mul(add(cast(x, to=i64), y), sub(y, 4))\n  return z\n}\n",
+        "graph e(x: f32[7, 37]) -> f32[7, 37] {\n  z = cast(cast(mul(x, 1000.0), to=i32), to=f32)\n  return z\n}\n",
+        "graph e(x: f32[7, 37]) -> f32[7, 37] {\n  z = sqrt(add(abs(x), floor(mul(x, 3.0))))\n  return z\n}\n",
+    ];
+    let reducing = [
+        "graph e(x: f32[7, 37]) -> f32[7] {\n  z = sum(mul(x, x), axes=[1])\n  return z\n}\n",
+        "graph e(x: f32[7, 37], w: f32[37, 5]) -> f32[7, 5] {\n  z = matmul(x, w)\n  return z\n}\n",
+        "graph e(x: f32[7, 37]) -> f32[37] {\n  z = div(sum(x, axes=[0]), max(x, axes=[0]))\n  return z\n}\n",
+        "graph e(x: f16[7, 37]) -> f16[7] {\n  z = sum(x, axes=[1])\n  return z\n}\n",
+    ];
+    for (src, scalar_only) in pointwise
+        .iter()
+        .map(|s| (s, false))
+        .chain(reducing.iter().map(|s| (s, true)))
+    {
+        let g = graph(src);
+        let inputs = random_inputs(&g);
+        for fuse in [true, false] {
+            let p = schedule(&g, fuse);
+            let want = evaluate(&p, &inputs).unwrap();
+            for vectorize in [false, true] {
+                if scalar_only && vectorize {
+                    continue;
+                }
+                let mut opts = CpuOptions::with_threads(2);
+                opts.codegen.vectorize = vectorize;
+                opts.use_gemm = false;
+                let c = CpuProgram::compile(&p, &opts).unwrap();
+                let got = c.run(&inputs).unwrap();
+                for (x, w) in got.iter().zip(&want) {
+                    assert_eq!(
+                        x.to_f64().iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        w.to_f64().iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "{} (fuse {fuse}, simd {vectorize})\n{}",
+                        g.name,
+                        c.report()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Every f16 and bf16 bit pattern converts to f32 exactly, and f32 values round to the
+/// nearest even half value (checked against the `half` crate), through loads, casts and
+/// stores of generated code.
+#[test]
+fn half_precision_conversions_are_exact() {
+    type H = gemm::f16;
+    // f16 -> f32 -> f16 over all bit patterns, and a sweep of f32 bit patterns to f16.
+    let n = 1 << 16;
+    let halves: Vec<H> = (0..n).map(|b| H::from_bits(b as u16)).collect();
+    let g = graph("graph h(x: f16[65536], y: f32[65536]) -> f32[65536], f16[65536] {\n  a = cast(x, to=f32)\n  b = cast(y, to=f16)\n  return a, b\n}\n");
+    let floats: Vec<f32> = (0..n as u32)
+        .map(|i| f32::from_bits(i.wrapping_mul(65521).wrapping_add(12345)))
+        .collect();
+    let inputs = vec![
+        Tensor {
+            ty: g.param_types()[0].clone(),
+            data: ferrite_ir::Data::F16(halves.clone()),
+        },
+        Tensor::from_f32(&[n], floats.clone()).unwrap(),
+    ];
+    for fuse in [true, false] {
+        let p = schedule(&g, fuse);
+        let c = CpuProgram::compile(&p, &CpuOptions::with_threads(1)).unwrap();
+        let out = c.run(&inputs).unwrap();
+        let ferrite_ir::Data::F32(a) = &out[0].data else {
+            panic!()
+        };
+        let ferrite_ir::Data::F16(b) = &out[1].data else {
+            panic!()
+        };
+        for (h, x) in halves.iter().zip(a) {
+            let want = h.to_f32();
+            assert!(
+                want.to_bits() == x.to_bits() || (want.is_nan() && x.is_nan()),
+                "{h:?}: {x} vs {want}"
+            );
+        }
+        for (f, h) in floats.iter().zip(b) {
+            let want = H::from_f32(*f);
+            assert!(
+                want.to_bits() == h.to_bits() || (want.is_nan() && h.is_nan()),
+                "{f:e}: {h:?} vs {want:?}"
+            );
+        }
+    }
+    let bf =
+        graph("graph h(y: f32[65536]) -> bf16[65536] {\n  b = cast(y, to=bf16)\n  return b\n}\n");
+    let inputs = vec![Tensor::from_f32(&[n], floats.clone()).unwrap()];
+    let p = schedule(&bf, true);
+    let c = CpuProgram::compile(&p, &CpuOptions::with_threads(1)).unwrap();
+    let out = c.run(&inputs).unwrap();
+    let want = ferrite_ir::interpret(&bf, &inputs).unwrap();
+    let (ferrite_ir::Data::Bf16(x), ferrite_ir::Data::Bf16(w)) = (&out[0].data, &want[0].data)
+    else {
+        panic!()
+    };
+    for (f, (a, b)) in floats.iter().zip(x.iter().zip(w)) {
+        assert!(
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            "{f:e}: {a:?} vs {b:?}"
+        );
+    }
+}
+
+/// Contiguous pointwise kernels with a short last axis are one long vector loop; a
+/// broadcast along the last axis keeps the rows (and the row loop is still vectorized
+/// when the row is long enough).
+#[test]
+fn short_rows_are_merged_into_one_vector_loop() {
+    let g = graph("graph s(x: f32[999, 3], y: f32[999, 3]) -> f32[999, 3] {\n  z = exp(add(x, y))\n  return z\n}\n");
+    check_graph(&g, &random_inputs(&g));
+    let c = CpuProgram::compile(&schedule(&g, true), &CpuOptions::with_threads(1)).unwrap();
+    let info = c.kernel_info(0).unwrap();
+    assert_eq!(info.stages[0].loops, "i0 < 2997");
+    assert!(info.stages[0].vector.is_some(), "{}", c.report());
+    let g = graph(
+        "graph s(x: f32[999, 3], b: f32[3]) -> f32[999, 3] {\n  z = add(x, b)\n  return z\n}\n",
+    );
+    check_graph(&g, &random_inputs(&g));
+    let c = CpuProgram::compile(&schedule(&g, true), &CpuOptions::with_threads(1)).unwrap();
+    assert_eq!(c.kernel_info(0).unwrap().stages[0].loops, "i1 < 3");
+}
+
+/// Matmul kernels call the extern GEMM: straight into their output when they store the
+/// product (with any epilogue applied in place), else into a temporary; transposed and
+/// batched operands go by strides.
+#[test]
+fn matmul_kernels_run_through_the_extern_gemm() {
+    let g = example("mlp");
+    let p = schedule(&g, true);
+    let c = CpuProgram::compile(&p, &CpuOptions::with_threads(2)).unwrap();
+    let gemm_kernels: Vec<usize> = (0..p.kernels.len())
+        .filter(|&k| p.kernels[k].gemm.is_some())
+        .collect();
+    assert!(!gemm_kernels.is_empty());
+    for k in gemm_kernels {
+        assert!(c.uses_gemm(k), "{}", c.report());
+    }
+    assert!(!c.report().contains("temporary"), "{}", c.report());
+    // A product read at a transposed position needs a temporary.
+    let g = graph("graph t(a: f32[8, 16], b: f32[12, 16]) -> f32[12, 8] {\n  y = transpose(relu(matmul(a, transpose(b, dim0=0, dim1=1))), dim0=0, dim1=1)\n  return y\n}\n");
+    check_graph(&g, &random_inputs(&g));
+    let c = CpuProgram::compile(&schedule(&g, true), &CpuOptions::with_threads(1)).unwrap();
+    assert!(c.uses_gemm(0), "{}", c.report());
+}

@@ -1,0 +1,104 @@
+//! Differential testing of the CPU backend: the random well-typed graphs of the
+//! scheduler's differential suite (`passes/tests/common`), decomposed and scheduled fused
+//! and unfused, compiled and run, against the reference interpreter. Both must agree on
+//! whether the inputs are valid (an out-of-range index is an error for both).
+//!
+//! CI runs a bounded number of cases. To run many more:
+//!
+//! ```text
+//! FERRITE_FUZZ_CASES=5000 cargo test -p ferrite-runtime --test cpu_differential
+//! ```
+//!
+//! `FERRITE_FUZZ_SEED=N` starts at another seed; a failure prints the seed and the graph.
+
+#[path = "../../passes/tests/common/mod.rs"]
+mod passes_common;
+
+mod cpu_support;
+
+use ferrite_ir::{interpret, Tensor};
+use ferrite_passes::decompose::decompose;
+use ferrite_passes::schedule::{schedule, ScheduleOptions};
+use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
+use passes_common::{inputs_for, random_graph};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Compares one output: the dtype's tolerance plus an absolute tolerance scaled by the
+/// output's magnitude. Random graphs compose ill-conditioned steps (a contraction that
+/// cancels, `cos` of a sum of exponentials in the thousands), where a few ulp of the
+/// vector math or of f32 accumulation upstream are amplified; the scaled term absorbs
+/// that while still catching any real miscompilation.
+fn close(got: &Tensor, want: &Tensor, has_matmul: bool) -> Result<(), String> {
+    let (rtol, mut atol) = cpu_support::tolerance(want.ty.dtype);
+    atol += if has_matmul { 2e-4 } else { 1e-4 } * cpu_support::max_abs(want);
+    got.check_close(want, rtol, atol)
+}
+
+fn run_cases(first_seed: u64, cases: u64, max_ops: usize, composites: bool) {
+    let mut compiled = 0;
+    for seed in first_seed..first_seed + cases {
+        let rg = random_graph(seed, max_ops, composites);
+        let g = decompose(&rg.graph).unwrap_or_else(|e| panic!("seed {seed}: decompose: {e}"));
+        let inputs = inputs_for(&rg, seed);
+        let want = interpret(&g, &inputs);
+        let has_matmul = g
+            .nodes
+            .iter()
+            .any(|n| matches!(n.op, ferrite_ir::Op::MatMul));
+        let show = || ferrite_ir::print(&rg.graph);
+        for opts in [ScheduleOptions::default(), ScheduleOptions::unfused()] {
+            let p = schedule(&g, &opts)
+                .unwrap_or_else(|e| panic!("seed {seed}: schedule: {e}\n{}", show()))
+                .program;
+            // Alternate the option sets between seeds to cover them all cheaply.
+            let (threads, use_gemm, vectorize) =
+                cpu_support::OPTION_SETS[(seed as usize) % cpu_support::OPTION_SETS.len()];
+            let mut cpu = CpuOptions::with_threads(threads);
+            cpu.use_gemm = use_gemm;
+            cpu.codegen.vectorize = vectorize;
+            let c = CpuProgram::compile(&p, &cpu)
+                .unwrap_or_else(|e| panic!("seed {seed}: compile: {e}\n{}\n{p}", show()));
+            compiled += 1;
+            let what = format!(
+                "seed {seed} (fuse {}, threads {threads}, gemm {use_gemm}, simd {vectorize})",
+                opts.fuse
+            );
+            match (&want, c.run(&inputs)) {
+                (Ok(want), Ok(got)) => {
+                    for (i, (x, w)) in got.iter().zip(want).enumerate() {
+                        close(x, w, has_matmul).unwrap_or_else(|e| {
+                            panic!("{what}: output {i}: {e}\n{}\n{p}\n{}", show(), c.report())
+                        });
+                    }
+                }
+                (Err(_), Err(_)) => {}
+                (Ok(_), Err(e)) => panic!("{what}: the CPU run fails: {e}\n{}", show()),
+                (Err(e), Ok(_)) => {
+                    panic!(
+                        "{what}: the interpreter fails ({e}) but the CPU run succeeds\n{}",
+                        show()
+                    )
+                }
+            }
+        }
+    }
+    assert_eq!(compiled, 2 * cases as usize);
+}
+
+#[test]
+fn random_primitive_graphs_match_the_interpreter() {
+    let seed = env_u64("FERRITE_FUZZ_SEED", 1);
+    run_cases(seed, env_u64("FERRITE_FUZZ_CASES", 150), 8, false);
+}
+
+#[test]
+fn random_composite_graphs_match_the_interpreter() {
+    let seed = env_u64("FERRITE_FUZZ_SEED", 100_001);
+    run_cases(seed, env_u64("FERRITE_FUZZ_CASES", 100), 6, true);
+}

@@ -1,0 +1,527 @@
+//! `jit`: capture an ordinary Rust closure over symbolic tensors as a graph, compile
+//! it, and reuse the compiled code while its guard holds. The Dynamo analogue.
+//!
+//! # How a call runs
+//!
+//! A [`Jit`] wraps a closure `Fn([Tensor; N]) -> outputs`. On [`Jit::run`] the input
+//! *signature* (each input's dtype and shape) is the guard, and the cache maps
+//! signatures to compiled programs:
+//!
+//! 1. **hit**: the signature was compiled before; the compiled program runs;
+//! 2. **miss** with room in the cache: the closure is *traced* (called once with
+//!    symbolic [`Tensor`]s of the input types, which record every op into a fresh
+//!    [`Graph`]), the graph is compiled with the `Jit`'s [`Options`], the
+//!    result cached and run. The first compile is a compile, every later one a
+//!    *recompile*: the guard failed for every cached signature;
+//! 3. **miss** with the cache full (`cache_limit` entries, default 8 like Dynamo's
+//!    `cache_size_limit`): the call runs *eagerly* instead, and says so once.
+//!
+//! Eager means op by op on the reference interpreter: the closure is traced and each op
+//! computes and materializes its whole result before the next one starts; nothing is
+//! compiled, optimized or fused. [`Jit::run_eager`] (and [`eager`]) run any call that
+//! way, which is the baseline compiled code is measured and checked against.
+//!
+//! Because only shapes and dtypes are guarded, the closure must compute the same ops
+//! for the same signature: a closure that branches on captured mutable state would be
+//! replayed with the state of its first trace, as with `torch.compile`. Weights are
+//! inputs like any other tensor (the graph IR has no tensor constants, so a captured
+//! host [`Array`] cannot become part of the graph); shapes, flags and sizes may be
+//! captured freely.
+//!
+//! # Arity
+//!
+//! The closure takes its inputs as one array, `|[x, w]| ...`: the pattern fixes the
+//! arity (any number, checked at run time against the number of inputs) and lets the
+//! compiler infer the element type, which a trait over closures of 1, 2, 3, ... plain
+//! arguments could not. It returns a [`Tensor`], a tuple of up to four, an array or a
+//! `Vec` of them, or a `Result` of any of these ([`IntoOutputs`]).
+//!
+//! # Observing the cache
+//!
+//! [`Jit::stats`] counts calls, hits, misses, compiles, recompiles and eager calls.
+//! Every compile and the eager fallback is a [`JitEvent`]; by default compiles are logged
+//! to standard error when the environment variable `FERRITE_LOG` is set (to anything but
+//! `0`) and the fallback is always reported, once; [`Jit::on_event`] routes every event to
+//! a hook instead.
+
+use super::builder::{Graph, Tensor};
+use super::compile::{check_inputs, compile_ir, Compiled, Options};
+use super::error::{Error, Result};
+use super::host::Array;
+use ferrite_ir::types::ShapeDisplay;
+use ferrite_ir::{interpret, TensorType};
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Dynamo's default `cache_size_limit`: compiled signatures kept per function.
+pub const DEFAULT_CACHE_LIMIT: usize = 8;
+
+/// The environment variable that turns on a log line per compile.
+pub const LOG_ENV: &str = "FERRITE_LOG";
+
+/// What a traced closure returns: one or more tensors of its graph.
+pub trait IntoOutputs {
+    /// The outputs in order, or the error the closure returned.
+    fn into_outputs(self) -> Result<Vec<Tensor>>;
+}
+
+impl IntoOutputs for Tensor {
+    fn into_outputs(self) -> Result<Vec<Tensor>> {
+        Ok(vec![self])
+    }
+}
+
+impl IntoOutputs for Vec<Tensor> {
+    fn into_outputs(self) -> Result<Vec<Tensor>> {
+        Ok(self)
+    }
+}
+
+impl<const M: usize> IntoOutputs for [Tensor; M] {
+    fn into_outputs(self) -> Result<Vec<Tensor>> {
+        Ok(self.into())
+    }
+}
+
+impl IntoOutputs for (Tensor, Tensor) {
+    fn into_outputs(self) -> Result<Vec<Tensor>> {
+        Ok(vec![self.0, self.1])
+    }
+}
+
+impl IntoOutputs for (Tensor, Tensor, Tensor) {
+    fn into_outputs(self) -> Result<Vec<Tensor>> {
+        Ok(vec![self.0, self.1, self.2])
+    }
+}
+
+impl IntoOutputs for (Tensor, Tensor, Tensor, Tensor) {
+    fn into_outputs(self) -> Result<Vec<Tensor>> {
+        Ok(vec![self.0, self.1, self.2, self.3])
+    }
+}
+
+impl<R: IntoOutputs> IntoOutputs for Result<R> {
+    fn into_outputs(self) -> Result<Vec<Tensor>> {
+        self?.into_outputs()
+    }
+}
+
+/// Something that happened in a [`Jit`]'s cache. `Display` gives the log line.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum JitEvent {
+    /// A signature was traced and compiled.
+    Compiled {
+        /// The function's name.
+        name: String,
+        /// The input types that were compiled for.
+        signature: Vec<TensorType>,
+        /// True when an earlier signature had been compiled already.
+        recompile: bool,
+        /// Cache entries after this compile.
+        entries: usize,
+        /// The cache limit.
+        limit: usize,
+        /// Tracing and compiling time.
+        time: Duration,
+        /// Kernels in the compiled program (none for the interpreter target).
+        kernels: Option<usize>,
+    },
+    /// Tracing or compiling a signature failed; the call returns the error.
+    CompileFailed {
+        /// The function's name.
+        name: String,
+        /// The input types.
+        signature: Vec<TensorType>,
+        /// What went wrong.
+        error: Error,
+    },
+    /// The cache is full: calls with new signatures run eagerly from now on (reported once).
+    EagerFallback {
+        /// The function's name.
+        name: String,
+        /// The first signature that did not fit.
+        signature: Vec<TensorType>,
+        /// The cache limit.
+        limit: usize,
+    },
+}
+
+/// `(f32[2, 3], i64[4])`.
+struct SignatureDisplay<'a>(&'a [TensorType]);
+
+impl fmt::Display for SignatureDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("(")?;
+        for (i, t) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}{}", t.dtype, ShapeDisplay(&t.shape))?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl fmt::Display for JitEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JitEvent::Compiled {
+                name,
+                signature,
+                recompile,
+                entries,
+                limit,
+                time,
+                kernels,
+            } => {
+                write!(
+                    f,
+                    "ferrite::jit `{name}`: {} for {} in {:.1} ms",
+                    if *recompile { "recompiled" } else { "compiled" },
+                    SignatureDisplay(signature),
+                    time.as_secs_f64() * 1e3
+                )?;
+                if let Some(k) = kernels {
+                    write!(f, ", {k} kernel{}", if *k == 1 { "" } else { "s" })?;
+                }
+                write!(f, " (cache {entries}/{limit})")
+            }
+            JitEvent::CompileFailed {
+                name,
+                signature,
+                error,
+            } => write!(
+                f,
+                "ferrite::jit `{name}`: compiling for {} failed: {error}",
+                SignatureDisplay(signature)
+            ),
+            JitEvent::EagerFallback {
+                name,
+                signature,
+                limit,
+            } => write!(
+                f,
+                "ferrite::jit `{name}`: cache limit of {limit} signatures reached; {} and \
+                 every other new signature run eagerly (op by op, not compiled)",
+                SignatureDisplay(signature)
+            ),
+        }
+    }
+}
+
+/// Counters of a [`Jit`]'s cache, as [`Jit::stats`] reads them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JitStats {
+    /// Calls of [`Jit::run`].
+    pub calls: u64,
+    /// Calls whose signature was cached.
+    pub hits: u64,
+    /// Calls whose signature was not cached (each compiled or ran eagerly).
+    pub misses: u64,
+    /// Traces and compiles, failed ones included.
+    pub compiles: u64,
+    /// Compiles after the first.
+    pub recompiles: u64,
+    /// Calls that ran eagerly because the cache was full.
+    pub eager_calls: u64,
+    /// Signatures in the cache now.
+    pub cache_entries: usize,
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    compiles: AtomicU64,
+    eager_calls: AtomicU64,
+}
+
+/// A compile, done once per signature by whichever call gets there first; calls with
+/// the same signature meanwhile wait for it rather than compiling again.
+type Slot = OnceLock<Result<Arc<Compiled>>>;
+
+/// An event hook.
+type Hook = Arc<dyn Fn(&JitEvent) + Send + Sync>;
+
+/// A closure compiled on demand, per input signature (see the [module docs](self)).
+/// `Send + Sync` when the closure is: one `Jit` can serve many threads.
+///
+/// ```
+/// use ferrite::{Array, Options, Target};
+/// let f = ferrite::jit(|[x, y]| (x * &y).relu() + 1.0)
+///     .options(Options::default().target(Target::Interp));
+/// let a = Array::from_vec(&[2], vec![1.0f32, -2.0])?;
+/// let b = Array::from_vec(&[2], vec![3.0f32, 4.0])?;
+/// assert_eq!(f.run(&[&a, &b])?[0].as_slice::<f32>(), Some(&[4.0, 1.0][..]));
+/// f.run(&[&a, &b])?; // same signature: a cache hit
+/// let s = f.stats();
+/// assert_eq!((s.calls, s.hits, s.compiles), (2, 1, 1));
+/// # Ok::<(), ferrite::Error>(())
+/// ```
+pub struct Jit<F, const N: usize> {
+    f: F,
+    name: String,
+    options: Options,
+    cache_limit: usize,
+    hook: Option<Hook>,
+    cache: Mutex<HashMap<Vec<TensorType>, Arc<Slot>>>,
+    counters: Counters,
+    warned_eager: AtomicBool,
+}
+
+/// Wraps `f` for compiled, cached execution: see [`Jit`]. The closure takes its inputs
+/// as an array, `|[x, w]| x.matmul(&w).relu()`.
+pub fn jit<const N: usize, F, R>(f: F) -> Jit<F, N>
+where
+    F: Fn([Tensor; N]) -> R,
+    R: IntoOutputs,
+{
+    Jit {
+        f,
+        name: "jit".into(),
+        options: Options::default(),
+        cache_limit: DEFAULT_CACHE_LIMIT,
+        hook: None,
+        cache: Mutex::new(HashMap::new()),
+        counters: Counters::default(),
+        warned_eager: AtomicBool::new(false),
+    }
+}
+
+/// Runs `f` once, eagerly (op by op on the reference interpreter, nothing compiled).
+pub fn eager<const N: usize, F, R, A>(f: F, inputs: &[A]) -> Result<Vec<Array>>
+where
+    F: Fn([Tensor; N]) -> R,
+    R: IntoOutputs,
+    A: Borrow<Array>,
+{
+    jit(f).name("eager").run_eager(inputs)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The cache map is updated by single inserts and removes; a panic elsewhere leaves it valid.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn log_enabled() -> bool {
+    std::env::var(LOG_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+impl<F, R, const N: usize> Jit<F, N>
+where
+    F: Fn([Tensor; N]) -> R,
+    R: IntoOutputs,
+{
+    /// Names the function (in graphs, dumps and log lines; default `jit`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Compile options for every signature (default: CPU, fused, optimized).
+    pub fn options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// How many signatures to compile before running new ones eagerly (default 8;
+    /// 0 runs every call eagerly).
+    pub fn cache_limit(mut self, limit: usize) -> Self {
+        self.cache_limit = limit;
+        self
+    }
+
+    /// Sends every [`JitEvent`] to `hook` instead of the default log on standard error.
+    pub fn on_event(mut self, hook: impl Fn(&JitEvent) + Send + Sync + 'static) -> Self {
+        self.hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// Runs the function on `inputs`: compiled for their signature (compiling on the
+    /// first call with it), or eagerly when the cache is full. Errors are those of
+    /// tracing (build errors), compiling and [`Compiled::run`].
+    pub fn run<A: Borrow<Array>>(&self, inputs: &[A]) -> Result<Vec<Array>> {
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let signature = signature(inputs, N)?;
+        let slot = {
+            let mut cache = lock(&self.cache);
+            if let Some(slot) = cache.get(&signature) {
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                Some(slot.clone())
+            } else {
+                self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                if cache.len() < self.cache_limit {
+                    let slot = Arc::new(Slot::new());
+                    cache.insert(signature.clone(), slot.clone());
+                    Some(slot)
+                } else {
+                    None
+                }
+            }
+        };
+        let Some(slot) = slot else {
+            self.counters.eager_calls.fetch_add(1, Ordering::Relaxed);
+            if !self.warned_eager.swap(true, Ordering::Relaxed) {
+                self.emit(JitEvent::EagerFallback {
+                    name: self.name.clone(),
+                    signature: signature.clone(),
+                    limit: self.cache_limit,
+                });
+            }
+            return self.eager(&signature, inputs);
+        };
+        match slot.get_or_init(|| self.compile(&signature)) {
+            Ok(compiled) => compiled.run(inputs),
+            Err(e) => {
+                // Failures are not cached: they hold no slot, and a later call retries.
+                let mut cache = lock(&self.cache);
+                if cache.get(&signature).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                    cache.remove(&signature);
+                }
+                Err(e.clone())
+            }
+        }
+    }
+
+    /// Runs the function eagerly on `inputs` (see the [module docs](self)), whatever the
+    /// cache holds. Not counted in [`Jit::stats`].
+    pub fn run_eager<A: Borrow<Array>>(&self, inputs: &[A]) -> Result<Vec<Array>> {
+        let signature = signature(inputs, N)?;
+        self.eager(&signature, inputs)
+    }
+
+    /// Traces the function for input types `signature` and returns its graph, without
+    /// compiling or caching it.
+    pub fn trace(&self, signature: &[TensorType]) -> Result<ferrite_ir::Graph> {
+        if signature.len() != N {
+            return Err(Error::InputCount {
+                expected: N,
+                got: signature.len(),
+            });
+        }
+        let g = Graph::new(self.name.clone());
+        let args: [Tensor; N] =
+            std::array::from_fn(|i| g.input(&format!("arg{i}"), signature[i].clone()));
+        for out in (self.f)(args).into_outputs()? {
+            g.output(&out);
+        }
+        g.to_ir()
+    }
+
+    /// The compiled program for `signature`, if it is cached.
+    pub fn compiled(&self, signature: &[TensorType]) -> Option<Arc<Compiled>> {
+        let slot = lock(&self.cache).get(signature)?.clone();
+        slot.get()?.as_ref().ok().cloned()
+    }
+
+    /// The cached signatures, in no particular order.
+    pub fn signatures(&self) -> Vec<Vec<TensorType>> {
+        lock(&self.cache).keys().cloned().collect()
+    }
+
+    /// Empties the cache (the counters keep counting; the eager notice may come again).
+    pub fn clear_cache(&self) {
+        lock(&self.cache).clear();
+        self.warned_eager.store(false, Ordering::Relaxed);
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> JitStats {
+        let c = &self.counters;
+        let compiles = c.compiles.load(Ordering::Relaxed);
+        JitStats {
+            calls: c.calls.load(Ordering::Relaxed),
+            hits: c.hits.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            compiles,
+            recompiles: compiles.saturating_sub(1),
+            eager_calls: c.eager_calls.load(Ordering::Relaxed),
+            cache_entries: lock(&self.cache).len(),
+        }
+    }
+
+    fn compile(&self, signature: &[TensorType]) -> Result<Arc<Compiled>> {
+        let start = Instant::now();
+        let previous = self.counters.compiles.fetch_add(1, Ordering::Relaxed);
+        let compiled = self
+            .trace(signature)
+            .and_then(|g| compile_ir(&g, &self.options));
+        match compiled {
+            Ok(c) => {
+                self.emit(JitEvent::Compiled {
+                    name: self.name.clone(),
+                    signature: signature.to_vec(),
+                    recompile: previous > 0,
+                    entries: lock(&self.cache).len(),
+                    limit: self.cache_limit,
+                    time: start.elapsed(),
+                    kernels: c.kernel_count(),
+                });
+                Ok(Arc::new(c))
+            }
+            Err(error) => {
+                self.emit(JitEvent::CompileFailed {
+                    name: self.name.clone(),
+                    signature: signature.to_vec(),
+                    error: error.clone(),
+                });
+                Err(error)
+            }
+        }
+    }
+
+    fn eager<A: Borrow<Array>>(
+        &self,
+        signature: &[TensorType],
+        inputs: &[A],
+    ) -> Result<Vec<Array>> {
+        let g = self.trace(signature)?;
+        let tensors = check_inputs(&g, inputs)?;
+        interpret(&g, &tensors)
+            .map_err(|message| Error::Run { message })?
+            .into_iter()
+            .map(Array::try_from)
+            .collect()
+    }
+
+    fn emit(&self, event: JitEvent) {
+        match &self.hook {
+            Some(hook) => hook(&event),
+            None => {
+                if matches!(event, JitEvent::EagerFallback { .. }) || log_enabled() {
+                    eprintln!("{event}");
+                }
+            }
+        }
+    }
+}
+
+/// The guard: each input's type. Checks the count first.
+fn signature<A: Borrow<Array>>(inputs: &[A], n: usize) -> Result<Vec<TensorType>> {
+    if inputs.len() != n {
+        return Err(Error::InputCount {
+            expected: n,
+            got: inputs.len(),
+        });
+    }
+    Ok(inputs.iter().map(|a| a.borrow().ty().clone()).collect())
+}
+
+impl<F, const N: usize> fmt::Debug for Jit<F, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Jit")
+            .field("name", &self.name)
+            .field("arity", &N)
+            .field("options", &self.options)
+            .field("cache_limit", &self.cache_limit)
+            .field("cache_entries", &lock(&self.cache).len())
+            .finish()
+    }
+}

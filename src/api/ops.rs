@@ -1,0 +1,548 @@
+//! One method per op of the graph IR (DESIGN §2), on [`Tensor`], and the creation ops on
+//! [`Graph`].
+//!
+//! Names and argument orders follow PyTorch where it has the op (`index_select(axis,
+//! index)`, `transpose(dim0, dim1)`, `sum(axes, keepdim)`); axes may be negative. Every
+//! method records one op and never fails at the call: a rejected op poisons its result
+//! (see [`builder`](super::builder)). Shapes and axis lists are anything [`Dims`]
+//! accepts (`[2, -1]`, `&[b, s, d]` with `usize` extents, a `Vec`), and slices take
+//! Rust ranges ([`AxisRange`]: `0..64`, `-3..`, `..`).
+
+use super::builder::{binary, detached_error, Graph, Operand, Tensor};
+use ferrite_ir::op::{ArgReduceOp, BinaryOp, Op, ReduceOp, UnaryOp};
+use ferrite_ir::DType;
+use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// An integer type usable as an extent or axis in [`Dims`]: `i32`, `i64`, `usize`.
+pub trait DimInt: Copy + sealed::Sealed {
+    /// The value as an `i64`, saturating (`usize` beyond `i64::MAX` becomes `i64::MAX`,
+    /// which every op then rejects as too large).
+    fn to_i64(self) -> i64;
+}
+
+impl sealed::Sealed for i32 {}
+impl sealed::Sealed for i64 {}
+impl sealed::Sealed for usize {}
+
+impl DimInt for i32 {
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+}
+
+impl DimInt for i64 {
+    fn to_i64(self) -> i64 {
+        self
+    }
+}
+
+impl DimInt for usize {
+    fn to_i64(self) -> i64 {
+        i64::try_from(self).unwrap_or(i64::MAX)
+    }
+}
+
+/// A list of extents or axes: arrays, slices and `Vec`s of `i32`, `i64` or `usize`.
+/// Integer literals work as they are (`x.reshape([2, -1])`), and so do shapes computed
+/// from [`Tensor::size`] (`x.reshape([b, s, heads, d / heads])`).
+pub trait Dims {
+    /// The entries as `i64`s.
+    fn to_dims(&self) -> Vec<i64>;
+}
+
+impl<I: DimInt, const N: usize> Dims for [I; N] {
+    fn to_dims(&self) -> Vec<i64> {
+        self.iter().map(|d| d.to_i64()).collect()
+    }
+}
+
+impl<I: DimInt, const N: usize> Dims for &[I; N] {
+    fn to_dims(&self) -> Vec<i64> {
+        self.iter().map(|d| d.to_i64()).collect()
+    }
+}
+
+impl<I: DimInt> Dims for &[I] {
+    fn to_dims(&self) -> Vec<i64> {
+        self.iter().map(|d| d.to_i64()).collect()
+    }
+}
+
+impl<I: DimInt> Dims for Vec<I> {
+    fn to_dims(&self) -> Vec<i64> {
+        self.iter().map(|d| d.to_i64()).collect()
+    }
+}
+
+impl<I: DimInt> Dims for &Vec<I> {
+    fn to_dims(&self) -> Vec<i64> {
+        self.iter().map(|d| d.to_i64()).collect()
+    }
+}
+
+/// A range of indices along one axis for [`Tensor::slice`], with Python's conventions:
+/// negative bounds count from the end and bounds past the end are clamped.
+pub trait AxisRange {
+    /// `(start, end)`, `end` exclusive; `i64::MAX` means "to the end".
+    fn bounds(&self) -> (i64, i64);
+}
+
+/// The exclusive end for an inclusive one: `..=-1` includes the last index.
+fn after(end: i64) -> i64 {
+    if end == -1 {
+        i64::MAX
+    } else {
+        end.saturating_add(1)
+    }
+}
+
+macro_rules! axis_range {
+    ($($t:ty),*) => {$(
+        impl AxisRange for Range<$t> {
+            fn bounds(&self) -> (i64, i64) {
+                (self.start.to_i64(), self.end.to_i64())
+            }
+        }
+        impl AxisRange for RangeFrom<$t> {
+            fn bounds(&self) -> (i64, i64) {
+                (self.start.to_i64(), i64::MAX)
+            }
+        }
+        impl AxisRange for RangeTo<$t> {
+            fn bounds(&self) -> (i64, i64) {
+                (0, self.end.to_i64())
+            }
+        }
+        impl AxisRange for RangeInclusive<$t> {
+            fn bounds(&self) -> (i64, i64) {
+                (self.start().to_i64(), after(self.end().to_i64()))
+            }
+        }
+        impl AxisRange for RangeToInclusive<$t> {
+            fn bounds(&self) -> (i64, i64) {
+                (0, after(self.end.to_i64()))
+            }
+        }
+    )*};
+}
+
+axis_range!(i32, i64, usize);
+
+impl AxisRange for RangeFull {
+    fn bounds(&self) -> (i64, i64) {
+        (0, i64::MAX)
+    }
+}
+
+/// Defines unary methods: `name => UnaryOp`, each with a doc line.
+macro_rules! unary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
+        $(#[$doc])*
+        #[track_caller]
+        pub fn $name(&self) -> Tensor {
+            self.unary(UnaryOp::$op)
+        }
+    )*};
+}
+
+/// Defines binary methods taking a tensor or a scalar: `name => BinaryOp`.
+macro_rules! binary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
+        $(#[$doc])*
+        #[track_caller]
+        pub fn $name(&self, other: impl Into<Operand>) -> Tensor {
+            binary(BinaryOp::$op, self.into(), other.into())
+        }
+    )*};
+}
+
+/// Defines reductions over axes and over everything: `name, name_all => ReduceOp`.
+macro_rules! reduce_methods {
+    ($($what:literal $name:ident $all:ident => $op:ident;)*) => {$(
+        #[doc = concat!("The ", $what, " over `axes`; `keepdim` keeps them with extent 1.")]
+        #[track_caller]
+        pub fn $name(&self, axes: impl Dims, keepdim: bool) -> Tensor {
+            self.record(Op::Reduce { op: ReduceOp::$op, axes: Some(axes.to_dims()), keepdim })
+        }
+
+        #[doc = concat!("The ", $what, " of all elements (rank 0).")]
+        #[track_caller]
+        pub fn $all(&self) -> Tensor {
+            self.record(Op::Reduce { op: ReduceOp::$op, axes: None, keepdim: false })
+        }
+    )*};
+}
+
+impl Tensor {
+    #[track_caller]
+    fn record(&self, op: Op) -> Tensor {
+        self.graph().record(op, &[self.into()])
+    }
+
+    #[track_caller]
+    fn unary(&self, op: UnaryOp) -> Tensor {
+        self.record(Op::Unary(op))
+    }
+
+    unary_methods! {
+        /// `-x`.
+        neg => Neg;
+        /// `|x|`.
+        abs => Abs;
+        /// `e^x` (integers give `f32`).
+        exp => Exp;
+        /// The natural logarithm.
+        log => Log;
+        /// The square root.
+        sqrt => Sqrt;
+        /// `1 / sqrt(x)`.
+        rsqrt => Rsqrt;
+        /// `1 / x`.
+        reciprocal => Reciprocal;
+        /// The sine.
+        sin => Sin;
+        /// The cosine.
+        cos => Cos;
+        /// The hyperbolic tangent.
+        tanh => Tanh;
+        /// `1 / (1 + e^-x)`.
+        sigmoid => Sigmoid;
+        /// `max(x, 0)`.
+        relu => Relu;
+        /// `x * Φ(x)` with the exact (erf) normal CDF.
+        gelu => Gelu;
+        /// GELU with the tanh approximation (`approximate="tanh"`).
+        gelu_tanh => GeluTanh;
+        /// `x * sigmoid(x)` (SiLU, swish).
+        silu => Silu;
+        /// The error function.
+        erf => Erf;
+        /// Rounds toward -inf.
+        floor => Floor;
+        /// Rounds toward +inf.
+        ceil => Ceil;
+        /// -1, 0 or 1.
+        sign => Sign;
+        /// Logical not: `true` where `x` is zero (result `bool`).
+        logical_not => Not;
+    }
+
+    binary_methods! {
+        /// `self + other`, broadcasting (also the `+` operator).
+        add => Add;
+        /// `self - other`, broadcasting (also the `-` operator).
+        sub => Sub;
+        /// `self * other`, broadcasting (also the `*` operator).
+        mul => Mul;
+        /// True division, broadcasting (also the `/` operator; integers give `f32`).
+        div => Div;
+        /// `self ** other`.
+        pow => Pow;
+        /// The elementwise maximum (NaN-propagating).
+        maximum => Maximum;
+        /// The elementwise minimum (NaN-propagating).
+        minimum => Minimum;
+        /// `self == other` (`bool`).
+        eq => Eq;
+        /// `self != other` (`bool`).
+        ne => Ne;
+        /// `self < other` (`bool`).
+        lt => Lt;
+        /// `self <= other` (`bool`).
+        le => Le;
+        /// `self > other` (`bool`).
+        gt => Gt;
+        /// `self >= other` (`bool`).
+        ge => Ge;
+        /// Logical and of truth values (`bool`).
+        logical_and => And;
+        /// Logical or of truth values (`bool`).
+        logical_or => Or;
+    }
+
+    /// `where(self, a, b)`: `a` where this `bool` condition holds, else `b`; all three
+    /// broadcast, and `a`/`b` may be scalars. (The condition is `self`, unlike PyTorch's
+    /// `Tensor.where`; see also the free function [`where_`].)
+    #[track_caller]
+    pub fn where_(&self, a: impl Into<Operand>, b: impl Into<Operand>) -> Tensor {
+        self.graph()
+            .record(Op::Where, &[self.into(), a.into(), b.into()])
+    }
+
+    /// The same values as another dtype (floats to integers truncate toward zero).
+    #[track_caller]
+    pub fn cast(&self, to: DType) -> Tensor {
+        self.record(Op::Cast { to })
+    }
+
+    reduce_methods! {
+        "sum" sum sum_all => Sum;
+        "mean" mean mean_all => Mean;
+        "maximum" max max_all => Max;
+        "minimum" min min_all => Min;
+        "product" prod prod_all => Prod;
+    }
+
+    /// The index of the first maximum along `axis` (`i64`).
+    #[track_caller]
+    pub fn argmax(&self, axis: i64, keepdim: bool) -> Tensor {
+        self.record(Op::ArgReduce {
+            op: ArgReduceOp::ArgMax,
+            axis: Some(axis),
+            keepdim,
+        })
+    }
+
+    /// The index of the first minimum along `axis` (`i64`).
+    #[track_caller]
+    pub fn argmin(&self, axis: i64, keepdim: bool) -> Tensor {
+        self.record(Op::ArgReduce {
+            op: ArgReduceOp::ArgMin,
+            axis: Some(axis),
+            keepdim,
+        })
+    }
+
+    /// The flat index of the first maximum (rank 0, `i64`).
+    #[track_caller]
+    pub fn argmax_all(&self) -> Tensor {
+        self.record(Op::ArgReduce {
+            op: ArgReduceOp::ArgMax,
+            axis: None,
+            keepdim: false,
+        })
+    }
+
+    /// The flat index of the first minimum (rank 0, `i64`).
+    #[track_caller]
+    pub fn argmin_all(&self) -> Tensor {
+        self.record(Op::ArgReduce {
+            op: ArgReduceOp::ArgMin,
+            axis: None,
+            keepdim: false,
+        })
+    }
+
+    /// Softmax along `axis`.
+    #[track_caller]
+    pub fn softmax(&self, axis: i64) -> Tensor {
+        self.record(Op::Softmax { axis })
+    }
+
+    /// Log-softmax along `axis`.
+    #[track_caller]
+    pub fn log_softmax(&self, axis: i64) -> Tensor {
+        self.record(Op::LogSoftmax { axis })
+    }
+
+    /// Layer normalization over the last axis with weight and bias of that extent.
+    #[track_caller]
+    pub fn layer_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> Tensor {
+        self.graph().record(
+            Op::LayerNorm { eps },
+            &[self.into(), weight.into(), bias.into()],
+        )
+    }
+
+    /// RMS normalization over the last axis with a weight of that extent.
+    #[track_caller]
+    pub fn rms_norm(&self, weight: &Tensor, eps: f64) -> Tensor {
+        self.graph()
+            .record(Op::RmsNorm { eps }, &[self.into(), weight.into()])
+    }
+
+    /// Matrix product with numpy/PyTorch batch broadcasting (1-D operands too).
+    #[track_caller]
+    pub fn matmul(&self, other: &Tensor) -> Tensor {
+        self.graph()
+            .record(Op::MatMul, &[self.into(), other.into()])
+    }
+
+    /// The same elements in another shape; one extent may be `-1`.
+    #[track_caller]
+    pub fn reshape(&self, shape: impl Dims) -> Tensor {
+        self.record(Op::Reshape {
+            shape: shape.to_dims(),
+        })
+    }
+
+    /// Reorders the axes: result axis `i` is input axis `dims[i]`.
+    #[track_caller]
+    pub fn permute(&self, dims: impl Dims) -> Tensor {
+        self.record(Op::Permute {
+            dims: dims.to_dims(),
+        })
+    }
+
+    /// Swaps two axes.
+    #[track_caller]
+    pub fn transpose(&self, dim0: i64, dim1: i64) -> Tensor {
+        self.record(Op::Transpose { dim0, dim1 })
+    }
+
+    /// Broadcasts to `shape` (`-1` keeps an extent).
+    #[track_caller]
+    pub fn expand(&self, shape: impl Dims) -> Tensor {
+        self.record(Op::Expand {
+            shape: shape.to_dims(),
+        })
+    }
+
+    /// Drops the given axes, which must have extent 1.
+    #[track_caller]
+    pub fn squeeze(&self, axes: impl Dims) -> Tensor {
+        self.record(Op::Squeeze {
+            axes: Some(axes.to_dims()),
+        })
+    }
+
+    /// Drops every axis of extent 1.
+    #[track_caller]
+    pub fn squeeze_all(&self) -> Tensor {
+        self.record(Op::Squeeze { axes: None })
+    }
+
+    /// Inserts an axis of extent 1 at position `axis` of the result.
+    #[track_caller]
+    pub fn unsqueeze(&self, axis: i64) -> Tensor {
+        self.record(Op::Unsqueeze { axis })
+    }
+
+    /// The indices `range` along `axis` (`x.slice(-1, ..64)`, `x.slice(0, 2..)`).
+    #[track_caller]
+    pub fn slice(&self, axis: i64, range: impl AxisRange) -> Tensor {
+        self.slice_step(axis, range, 1)
+    }
+
+    /// Every `step`-th index of `range` along `axis` (`step >= 1`).
+    #[track_caller]
+    pub fn slice_step(&self, axis: i64, range: impl AxisRange, step: i64) -> Tensor {
+        let (start, end) = range.bounds();
+        self.record(Op::Slice {
+            axis,
+            start,
+            end,
+            step,
+        })
+    }
+
+    /// Pads with `value`: `pads` holds `[before, after]` for each axis, axis 0 first;
+    /// negative amounts crop.
+    #[track_caller]
+    pub fn pad(&self, pads: impl Dims, value: f64) -> Tensor {
+        self.record(Op::Pad {
+            pads: pads.to_dims(),
+            value,
+        })
+    }
+
+    /// The entries of `self` at the positions in the 1-D integer `index` along `axis`
+    /// (embedding lookup: `table.index_select(0, &token_ids)`).
+    #[track_caller]
+    pub fn index_select(&self, axis: i64, index: &Tensor) -> Tensor {
+        self.graph()
+            .record(Op::IndexSelect { axis }, &[self.into(), index.into()])
+    }
+
+    /// Picks along `axis` with an index of the same rank (PyTorch's `take_along_dim`:
+    /// the other axes of `index` broadcast against `self`).
+    #[track_caller]
+    pub fn gather(&self, axis: i64, index: &Tensor) -> Tensor {
+        self.graph()
+            .record(Op::Gather { axis }, &[self.into(), index.into()])
+    }
+
+    /// A tensor of this shape and dtype filled with `value`.
+    #[track_caller]
+    pub fn full_like(&self, value: f64) -> Tensor {
+        match self.ty() {
+            Ok(ty) => self.graph().full(&ty.shape, value, ty.dtype),
+            Err(_) => self.clone(),
+        }
+    }
+
+    /// Zeros of this shape and dtype.
+    #[track_caller]
+    pub fn zeros_like(&self) -> Tensor {
+        self.full_like(0.0)
+    }
+
+    /// Ones of this shape and dtype.
+    #[track_caller]
+    pub fn ones_like(&self) -> Tensor {
+        self.full_like(1.0)
+    }
+}
+
+/// `where(cond, a, b)`: `a` where `cond` holds, else `b` (see [`Tensor::where_`]).
+#[track_caller]
+pub fn where_(cond: &Tensor, a: impl Into<Operand>, b: impl Into<Operand>) -> Tensor {
+    cond.where_(a, b)
+}
+
+/// Joins tensors of the same dtype along `axis`; the other extents must agree.
+#[track_caller]
+pub fn concat(tensors: &[&Tensor], axis: i64) -> Tensor {
+    match tensors.first() {
+        Some(first) => {
+            let operands: Vec<Operand> = tensors.iter().map(|&t| t.into()).collect();
+            first.graph().record(Op::Concat { axis }, &operands)
+        }
+        None => detached_error("concat", "needs at least one operand".into()),
+    }
+}
+
+impl Graph {
+    /// A tensor of `shape` filled with `value` (which must fit `dtype`).
+    #[track_caller]
+    pub fn full(&self, shape: impl Dims, value: f64, dtype: DType) -> Tensor {
+        let dims = shape.to_dims();
+        let mut extents = Vec::with_capacity(dims.len());
+        for d in dims {
+            match usize::try_from(d) {
+                Ok(d) => extents.push(d),
+                Err(_) => {
+                    return self.fail("full", vec![], format!("extent {d} is negative"));
+                }
+            }
+        }
+        self.record(
+            Op::Full {
+                shape: extents,
+                value,
+                dtype,
+            },
+            &[],
+        )
+    }
+
+    /// Zeros of `shape` and `dtype`.
+    #[track_caller]
+    pub fn zeros(&self, shape: impl Dims, dtype: DType) -> Tensor {
+        self.full(shape, 0.0, dtype)
+    }
+
+    /// Ones of `shape` and `dtype`.
+    #[track_caller]
+    pub fn ones(&self, shape: impl Dims, dtype: DType) -> Tensor {
+        self.full(shape, 1.0, dtype)
+    }
+
+    /// `start, start + step, ..` up to `end` exclusive, as a 1-D tensor of `dtype`.
+    #[track_caller]
+    pub fn arange(&self, start: f64, end: f64, step: f64, dtype: DType) -> Tensor {
+        self.record(
+            Op::Arange {
+                start,
+                end,
+                step,
+                dtype,
+            },
+            &[],
+        )
+    }
+}
