@@ -1,7 +1,7 @@
 //! End-to-end tests of the `ferrite` binary: exit codes, messages, and the files it writes.
 
-use ferrite::npy;
 use ferrite::ir::Tensor;
+use ferrite::npy;
 use ferrite::{DType, Data, TensorType};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -190,7 +190,14 @@ fn compiled_targets_match_the_interpreter() {
     let s = Scratch::new("targets");
     let run = |target: &str, extra: &[&str]| {
         let dir = s.path(&format!("{target}{}", extra.join("")));
-        let mut args = vec!["run", "examples/transformer_block.fg", "--target", target, "--out", &dir];
+        let mut args = vec![
+            "run",
+            "examples/transformer_block.fg",
+            "--target",
+            target,
+            "--out",
+            &dir,
+        ];
         args.extend_from_slice(extra);
         let o = ferrite(&args);
         assert_exit(&o, 0);
@@ -206,7 +213,10 @@ fn compiled_targets_match_the_interpreter() {
         let (text, got) = run(target, extra);
         got.check_close(&want, 1e-3, 1e-3)
             .unwrap_or_else(|e| panic!("{target} {extra:?}: {e}"));
-        assert!(text.contains(&format!(" on {target} (compiled in ")), "{text}");
+        assert!(
+            text.contains(&format!(" on {target} (compiled in ")),
+            "{text}"
+        );
         if target == "sim" {
             assert!(text.contains("cycles") && text.contains("LPDDR"), "{text}");
         }
@@ -312,7 +322,14 @@ fn run_summarizes_and_writes_npy_outputs() {
     assert!(logits.to_f64().iter().all(|v| v.is_finite()));
 
     // The same seed gives the same result; another seed another one.
-    let o = ferrite(&["run", "examples/mlp.fg", "--target", "interp", "--out", &out_dir]);
+    let o = ferrite(&[
+        "run",
+        "examples/mlp.fg",
+        "--target",
+        "interp",
+        "--out",
+        &out_dir,
+    ]);
     assert_exit(&o, 0);
     assert_eq!(read_npy(&path), logits);
     let o = ferrite(&[
@@ -581,7 +598,14 @@ fn compile_summarizes_every_example_and_dumps_each_stage() {
 
     // On the simulator target the dump ends with the lowered tile kernels, which parse.
     let d2 = dir.path("sim");
-    let o = ferrite(&["compile", "examples/softmax_rows.fg", "--target", "sim", "--dump", &d2]);
+    let o = ferrite(&[
+        "compile",
+        "examples/softmax_rows.fg",
+        "--target",
+        "sim",
+        "--dump",
+        &d2,
+    ]);
     assert_exit(&o, 0);
     let tile = std::fs::read_to_string(Path::new(&d2).join("05-kernels.tile")).unwrap();
     assert!(tile.contains("kernel "), "{tile}");
@@ -634,7 +658,11 @@ fn sim_runs_a_hand_written_kernel_and_reports() {
     // A parameter without a value, an unknown one, and a bad grid are user errors.
     let o = ferrite(&["sim", "examples/kernels/vector_add.tile", "--grid", "3"]);
     assert_exit(&o, 1);
-    assert!(stderr(&o).contains("parameter `x` needs a value"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("parameter `x` needs a value"),
+        "{}",
+        stderr(&o)
+    );
     let o = ferrite(&[
         "sim",
         "examples/kernels/vector_add.tile",

@@ -546,9 +546,11 @@ pub fn expand_target(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, String
                 ))
             }
             (d, _) if d < 0 => return Err(format!("expand: extent {d} is negative")),
-            (d, Some(s)) if s != 1 && s as i64 != d => return Err(format!(
+            (d, Some(s)) if s != 1 && s as i64 != d => {
+                return Err(format!(
                 "expand: cannot expand axis {i} of extent {s} to {d} (only extent-1 axes expand)"
-            )),
+            ))
+            }
             (d, _) => d as usize,
         };
         out.push(n);

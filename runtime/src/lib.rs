@@ -1,4 +1,3 @@
-
-pub mod cpu;
 pub mod accel;
+pub mod cpu;
 pub mod profile;

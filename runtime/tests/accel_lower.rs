@@ -75,24 +75,26 @@ fn compare_with(
         a.check_close(e, tol, tol * scale.max(1.0))
             .map_err(|m| format!("output {i}: {m}\n{p}\n{}", sim.kernels_text()))?;
     }
-    LOOPED.fetch_add(
-        sim.launches()
-            .filter(|l| l.text.contains("for rb in") || l.text.contains("for jb in"))
-            .count(),
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    DOTS.fetch_add(
-        sim.launches()
-            .filter(|l| l.text.contains("for k0 in"))
-            .count(),
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    let looped = sim
+        .launches()
+        .filter(|l| l.text.contains("for rb in") || l.text.contains("for jb in"))
+        .count();
+    let dots = sim
+        .launches()
+        .filter(|l| l.text.contains("for k0 in"))
+        .count();
+    LOOPS.with(|c| {
+        let (a, b) = c.get();
+        c.set((a + looped, b + dots));
+    });
     Ok(report)
 }
 
-/// Kernels run so far that loop over blocks of an inner domain, and GEMMs with a K loop.
-static LOOPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static DOTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+thread_local! {
+    /// Kernels this test has run that loop over blocks of an inner domain, and
+    /// GEMMs with a K loop.
+    static LOOPS: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
 
 /// [`compare_with`] with intermediates in SRAM where they fit (the default).
 fn compare(p: &Program, inputs: &[Tensor], want: &[Tensor]) -> Result<DeviceReport, String> {
@@ -607,12 +609,14 @@ fn random_graphs_match_the_interpreter_fused_and_unfused() {
             }
         }
     }
+    let (looped, dots) = LOOPS.with(|c| c.get());
     println!(
-        "{checked} programs checked, {} failed; {} kernels looped over inner blocks, {} GEMMs over K",
-        failures.len(),
-        LOOPED.load(std::sync::atomic::Ordering::Relaxed),
-        DOTS.load(std::sync::atomic::Ordering::Relaxed)
+        "{checked} programs checked, {} failed; {looped} kernels looped over inner blocks, \
+         {dots} GEMMs over K",
+        failures.len()
     );
+    // The long axes must exercise the block loops.
+    assert!(looped >= 20 && dots >= 2, "{looped} {dots}");
     for f in failures.iter().take(3) {
         println!("{f}\n-----");
     }

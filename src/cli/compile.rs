@@ -4,13 +4,13 @@
 //! the tile kernels, included).
 
 use super::{count, load_graph, CliError, CliResult, Target};
-use ferrite_runtime::accel::program::SimProgram;
-use ferrite_runtime::accel::sim::Machine;
-use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
 use clap::Args;
 use ferrite_ir::print;
 use ferrite_passes::pipeline::{lower_graph, PipelineOptions, StageRecord};
 use ferrite_passes::schedule::{schedule, ScheduleOptions};
+use ferrite_runtime::accel::program::SimProgram;
+use ferrite_runtime::accel::sim::Machine;
+use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -195,7 +195,11 @@ fn codegen(
                 .map_err(|e| internal(format!("tile lowering: {e}")))?;
             ("tile lowering", "kernels.tile", sim.kernels_text())
         }
-        Target::Interp => ("no codegen", "interp.txt", "the interpreter runs the graph as parsed\n".into()),
+        Target::Interp => (
+            "no codegen",
+            "interp.txt",
+            "the interpreter runs the graph as parsed\n".into(),
+        ),
     };
     Ok(StageRecord {
         name,

@@ -8,13 +8,13 @@ use super::summary::summarize;
 use super::{count, load_graph, parse_name_eq_path, read_file, CliError, CliResult, Target};
 use clap::Args;
 use ferrite_ir::{npy, Graph, Op, Tensor};
+use ferrite_passes::pipeline::{lower_graph, PipelineOptions};
+use ferrite_runtime::accel::program::SimProgram;
+use ferrite_runtime::accel::sim::{DeviceReport, Machine};
+use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use ferrite_passes::pipeline::{lower_graph, PipelineOptions};
-use ferrite_runtime::accel::sim::{DeviceReport, Machine};
-use ferrite_runtime::accel::program::SimProgram;
-use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
 use std::time::{Duration, Instant};
 
 /// The most input data `run` creates or reads (4 GiB): beyond that a typo in a shape
@@ -116,7 +116,11 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         writeln!(out, "{}", report.to_string().trim_end())?;
     }
     let compile = match executed.compile_time {
-        Some(t) => format!(" (compiled in {:.3} ms, {})", t.as_secs_f64() * 1e3, executed.kernels),
+        Some(t) => format!(
+            " (compiled in {:.3} ms, {})",
+            t.as_secs_f64() * 1e3,
+            executed.kernels
+        ),
         None => String::new(),
     };
     writeln!(

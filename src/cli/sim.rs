@@ -36,7 +36,8 @@ pub fn sim(args: &SimArgs, out: &mut dyn Write) -> CliResult {
     let name = args.file.display().to_string();
     let src = String::from_utf8(bytes)
         .map_err(|_| CliError::User(format!("`{name}` is not UTF-8 text")))?;
-    let kernel = tile::parse_and_check(&name, &src).map_err(|d| CliError::Rendered(d.to_string()))?;
+    let kernel =
+        tile::parse_and_check(&name, &src).map_err(|d| CliError::Rendered(d.to_string()))?;
     let machine = match &args.machine {
         None => Machine::mtia2i(),
         Some(path) => {

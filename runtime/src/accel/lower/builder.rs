@@ -29,8 +29,8 @@ pub(super) struct Builder {
     taken: HashSet<String>,
     /// Expressions asked about by [`Builder::shared`], by text, with counts.
     asked: HashMap<String, usize>,
-    /// Expressions to bind when met (those asked about more than once by an
-    /// earlier emission of the same kernel).
+    /// Expressions to bind when met (those asked about more than once by
+    /// earlier emissions of the same kernel).
     repeated: HashSet<String>,
 }
 
@@ -49,24 +49,25 @@ impl Builder {
         self.lines.push(line);
     }
 
-    /// A builder for a second emission of a kernel that `first` emitted: the
-    /// expressions `first` was asked about more than once are bound when met, so
-    /// stages that compute the same value (the `exp` of a softmax's sum and of its
-    /// store) share one binding.
-    pub fn again(first: &Builder) -> Builder {
-        let mut b = Builder::new();
-        b.repeated = first
-            .asked
-            .iter()
-            .filter(|(_, &n)| n > 1)
-            .map(|(t, _)| t.clone())
-            .collect();
-        b
+    /// A builder that binds the expressions in `repeated` when it meets them.
+    pub fn binding(repeated: HashSet<String>) -> Builder {
+        Builder {
+            repeated,
+            ..Builder::new()
+        }
+    }
+
+    /// The expressions this emission was asked about ([`Builder::shared`]) more
+    /// than once: emitting the kernel again with them bound
+    /// ([`Builder::binding`]) makes stages that compute the same value (the
+    /// `exp` of a softmax's sum and of its store) share one binding.
+    pub fn repeated(&self) -> impl Iterator<Item = &String> {
+        self.asked.iter().filter(|(_, &n)| n > 1).map(|(t, _)| t)
     }
 
     /// True when `e` should be bound although it is used once here, because it
     /// is computed elsewhere in the kernel too. Records the question for
-    /// [`Builder::again`].
+    /// [`Builder::repeated`].
     pub fn shared(&mut self, e: &Expr) -> bool {
         let text = print_expr(e);
         let hit = self.repeated.contains(&text);
@@ -368,7 +369,7 @@ mod tests {
         assert!(!first.shared(&e));
         assert!(!first.shared(&e));
         assert!(!first.shared(&int(2)));
-        let mut second = Builder::again(&first);
+        let mut second = Builder::binding(first.repeated().cloned().collect());
         assert!(second.shared(&e));
         assert!(!second.shared(&mul(name_expr("p"), int(1))));
     }

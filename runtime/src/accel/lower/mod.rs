@@ -1,7 +1,7 @@
 //! Lowering from the loop IR to tile kernels: one tile kernel per loop-IR kernel.
 //!
-//! - [`gemm`](self): matmul kernels become tiled `dot`s with a K loop through
-//!   local memory (`local_alloc`, `dma_async` one slice ahead, `dma_wait`) and the
+//! - GEMM kernels (`gemm.rs`) become tiled `dot`s with a K loop through local
+//!   memory (`local_alloc`, `dma_async` one slice ahead, `dma_wait`) and the
 //!   fused epilogue on the accumulator tile;
 //! - every other kernel is lowered by layout (`kernel.rs`): pointwise kernels
 //!   over blocks of their outer domain (flat, or rows by columns), kernels with
@@ -13,7 +13,10 @@
 //!   that fit a PE's local memory and spread work over the PEs;
 //! - kernels are written as tile-language text (`builder.rs`), with the loop-IR
 //!   kernel they implement as a comment on top, and parsed and checked like a
-//!   hand-written kernel: the dump is exactly what runs.
+//!   hand-written kernel: the dump is exactly what runs, and the simulator's
+//!   errors point into it.
+//!
+//! [`crate::accel::program::SimProgram`] lowers a whole program and runs it.
 //!
 //! Architecture invariant: lowering reads only the loop IR ([`Program`]) and the
 //! machine's figures; it knows nothing of the graph or of the passes that
@@ -32,7 +35,7 @@ use crate::accel::sim::{Machine, Placement};
 use crate::accel::tile::{self, CheckedKernel};
 use ferrite_ir::loops::{BufferId, ExprOp, Kernel, Program, Stage};
 use ferrite_ir::DType;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One loop-IR kernel lowered to a tile kernel, with its launch.
 #[derive(Clone, Debug)]
@@ -48,6 +51,9 @@ pub struct TileLaunch {
     /// The loop-IR buffer bound to each pointer parameter, in parameter order.
     pub args: Vec<BufferId>,
 }
+
+/// The most times a kernel is emitted looking for shared expressions.
+const MAX_PASSES: usize = 6;
 
 /// Offsets up to this magnitude are computed in i32 (with headroom for lanes of
 /// partial blocks, which run past the end of a domain).
@@ -78,21 +84,28 @@ pub fn lower_kernel(
         index_dtype: index_dtype(p, k),
         placements,
     };
-    // Emitted twice: the first pass finds the expressions that several stages
-    // compute, the second binds them once (see `Builder::again`).
-    let emit = |b: &mut builder::Builder| {
+    // Emitted until no stage recomputes what another one computes: each pass
+    // binds the expressions the earlier ones found repeated; binding one renames
+    // the expressions around it, which the next pass then finds (at most a few
+    // passes: expressions nest only so deep before they are bound anyway).
+    let mut repeated = HashSet::new();
+    let mut pass = 0;
+    let (b, grid, note) = loop {
+        let mut b = builder::Builder::binding(repeated.clone());
         for n in params.values() {
             b.reserve(n);
         }
-        match gemm::eligible(p, k) {
-            Some(g) => gemm::lower(&cx, k, g, b),
-            None => kernel::lower(&cx, k, b),
+        let (grid, note) = match gemm::eligible(p, k) {
+            Some(g) => gemm::lower(&cx, k, g, &mut b)?,
+            None => kernel::lower(&cx, k, &mut b)?,
+        };
+        let before = repeated.len();
+        repeated.extend(b.repeated().cloned());
+        pass += 1;
+        if repeated.len() == before || pass == MAX_PASSES {
+            break (b, grid, note);
         }
     };
-    let mut first = builder::Builder::new();
-    emit(&mut first)?;
-    let mut b = builder::Builder::again(&first);
-    let (grid, note) = emit(&mut b)?;
     let name = kernel_name(&k.name);
     let mut header = vec![format!("{name}: lowered from the loop-IR kernel")];
     for line in p.display_kernel(k).to_string().lines() {

@@ -268,6 +268,7 @@ fn block_partial(
                     if block > 1 {
                         return Err("internal error: a product over a block".into());
                     }
+                    // One point per block: nothing is reduced, the builtin is unused.
                     (Builtin::Sum, |a, p| bin(TBin::Mul, a, p))
                 }
                 ReduceKind::Max => (Builtin::Max, |a, p| call(Builtin::Maximum, vec![a, p])),

@@ -435,7 +435,7 @@ impl Emitter<'_, '_> {
                 self.select_any(pos, one, r)
             }
             UnaryOp::Not => {
-                // Callers handle `not` (its result is a bool); equal to zero is its meaning.
+                // Equal to zero (NaN is true, so `not NaN` is false): an `i8` or a lane mask.
                 let zero = self.float_like(x, 0.0);
                 self.b.ins().fcmp(FloatCC::Equal, x, zero)
             }
@@ -859,13 +859,8 @@ impl Emitter<'_, '_> {
 
     fn vector_unary(&mut self, op: UnaryOp, x: Value, from: Lanes) -> Result<Value, String> {
         Ok(match from {
-            Lanes::F32 => match op {
-                UnaryOp::Not => {
-                    let zero = self.splat_f32(0.0);
-                    self.b.ins().fcmp(FloatCC::Equal, x, zero)
-                }
-                _ => self.float_unary(op, x),
-            },
+            // `not` included: a mask of the lanes equal to zero.
+            Lanes::F32 => self.float_unary(op, x),
             Lanes::I32 => match op {
                 UnaryOp::Neg => self.b.ins().ineg(x),
                 UnaryOp::Abs => self.b.ins().iabs(x),
