@@ -27,9 +27,11 @@
 //! needs.
 //!
 //! Special values follow libm: `exp(±inf) = inf, 0`; overflow gives `inf`, underflow
-//! subnormals then `0`; `log(0) = -inf`, `log(x<0) = NaN`, `log(inf) = inf`; `tanh` and `erf`
-//! saturate to `±1` and keep `-0`; `sin(-0) = -0`; NaN in gives NaN out everywhere (pow:
-//! except `pow(1, NaN) = pow(NaN, 0) = 1`, as in C).
+//! subnormals then `0` (inputs below -104, e.g. masked `-inf` scores, select 0 without
+//! any underflowing multiply, which x86 executes through a slow microcode assist);
+//! `log(0) = -inf`, `log(x<0) = NaN`, `log(inf) = inf`; `tanh` and `erf` saturate to `±1`
+//! and keep `-0`; `sin(-0) = -0`; NaN in gives NaN out everywhere (pow: except
+//! `pow(1, NaN) = pow(NaN, 0) = 1`, as in C).
 //!
 //! `sin` and `cos` are accurate for `|x| <= `[`VMath::trig_max_arg`] (2^21 with FMA, 2^13
 //! without); beyond it they return NaN rather than a silently wrong value, as Cody-Waite
@@ -123,7 +125,8 @@ const LOG2_E: f32 = std::f32::consts::LOG2_E;
 /// `ln 2` split so that `n * LN2_HI` is exact for `|n| < 2^15` (Cephes' split).
 const LN2_HI: f32 = 355.0 / 512.0;
 const LN2_LO: f32 = -2.121_944_4e-4;
-/// `exp` input clamp: below, the result is 0 after rounding; above, it overflows to inf.
+/// `exp` input range: below `EXP_LO` the result rounds to 0 (`e^-104 < 2^-150`) and is
+/// selected directly; above `EXP_HI` the input is clamped and the result overflows to inf.
 const EXP_LO: f32 = -104.0;
 const EXP_HI: f32 = 89.0;
 /// `e^r = 1 + r + r^2 P(r)` on `|r| <= ln2/2`; relative error of the fit 3.1e-9.
@@ -497,8 +500,17 @@ impl Emit<'_, '_> {
     // ---- the functions ----
 
     fn exp(&mut self, x: Value) -> Value {
+        // Lanes below EXP_LO (whose result rounds to 0) compute exp(0) instead and are zeroed
+        // at the end: clamping them to EXP_LO would make the last scaling multiply underflow,
+        // and on x86 every underflowing multiply takes a microcode assist (~100 cycles), which
+        // made exp of masked (-inf) attention scores 15x slower than of ordinary inputs.
+        // NaN lanes compare false and pass through.
         let (lo, hi) = (self.f(EXP_LO), self.f(EXP_HI));
-        let x = self.clamp(x, lo, hi);
+        let zero = self.f(0.0);
+        let vanishes = self.cmp(FloatCC::LessThan, x, lo);
+        let x = self.select(vanishes, zero, x);
+        let above = self.cmp(FloatCC::GreaterThan, x, hi);
+        let x = self.select(above, hi, x);
         let log2e = self.f(LOG2_E);
         let t = self.mul(x, log2e);
         let (n, ni) = self.round_to_int(t);
@@ -519,7 +531,8 @@ impl Emit<'_, '_> {
         let s1 = self.pow2(n1);
         let s2 = self.pow2(n2);
         let y = self.mul(y, s1);
-        self.mul(y, s2)
+        let y = self.mul(y, s2);
+        self.select(vanishes, zero, y)
     }
 
     /// Splits positive `x` into `m * 2^e` with `m` in `[sqrt(1/2), sqrt(2))`; returns `f = m - 1`
