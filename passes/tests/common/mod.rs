@@ -23,6 +23,8 @@ struct Gen {
     values: Vec<ValueId>,
     index_bounds: Vec<Option<usize>>,
     composites: bool,
+    /// Some axes thousands long, so reductions and GEMMs loop over blocks.
+    big: bool,
 }
 
 impl Gen {
@@ -51,7 +53,7 @@ impl Gen {
 
     fn shape(&mut self, max_rank: usize) -> Vec<usize> {
         let rank = self.below(max_rank + 1);
-        (0..rank)
+        let mut shape: Vec<usize> = (0..rank)
             .map(|_| {
                 if self.chance(3) {
                     0
@@ -61,7 +63,22 @@ impl Gen {
                     1 + self.below(5)
                 }
             })
-            .collect()
+            .collect();
+        // One long axis, the others shrunk until the tensor stays small.
+        if self.big && rank > 0 && self.chance(40) {
+            let long = self.below(rank);
+            shape[long] = 1000 + self.below(5000);
+            while shape.iter().product::<usize>() > 40_000 {
+                let (i, _) = shape
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| i != long)
+                    .max_by_key(|&(_, d)| *d)
+                    .unwrap_or((long, &0));
+                shape[i] = if i == long { shape[i] / 2 } else { 1 };
+            }
+        }
+        shape
     }
 
     fn dtype(&mut self) -> DType {
@@ -398,7 +415,7 @@ impl Gen {
         };
         let v = self.g.add(op, &inputs, None).ok()?;
         // Keep tensors small so evaluation stays fast.
-        if self.g.ty(v).numel() > 4096 {
+        if self.g.ty(v).numel() > if self.big { 40_000 } else { 4096 } {
             return None;
         }
         Some(v)
@@ -408,12 +425,19 @@ impl Gen {
 /// A random graph from `seed`: a few parameters and up to `max_ops` ops; composite
 /// ops (softmax, layer_norm, gelu, ..) too when `composites` is set.
 pub fn random_graph(seed: u64, max_ops: usize, composites: bool) -> RandomGraph {
+    random_graph_with(seed, max_ops, composites, false)
+}
+
+/// [`random_graph`], optionally with one axis of some tensors 1000-6000 long (`big`), so
+/// backends that block long rows (the tile lowering) exercise their block loops.
+pub fn random_graph_with(seed: u64, max_ops: usize, composites: bool, big: bool) -> RandomGraph {
     let mut gen = Gen {
         rng: SplitMix64(seed),
         g: Graph::new(format!("random{seed}")),
         values: Vec::new(),
         index_bounds: Vec::new(),
         composites,
+        big,
     };
     for _ in 0..1 + gen.below(3) {
         let dtype = gen.dtype();
