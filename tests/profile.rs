@@ -6,76 +6,10 @@
 
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
 
-/// Runs `ferrite ARGS` from the repository root.
-fn ferrite(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the ferrite binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Asserts the exit code, showing both streams when it differs.
-#[track_caller]
-fn assert_exit(o: &Output, code: i32) {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "exit code\n--- stdout:\n{}\n--- stderr:\n{}",
-        stdout(o),
-        stderr(o)
-    );
-}
-
-/// A fresh scratch directory for one test, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "ferrite-profile-test-{}-{name}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.0.join(file)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Every `examples/*.fg`, relative to the repository root, sorted.
-fn examples() -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let mut files: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".fg"))
-        .map(|n| format!("examples/{n}"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 5, "expected the examples, found {files:?}");
-    files
-}
+mod common;
+use common::{assert_exit, examples, ferrite, stderr, stdout, Scratch};
 
 /// True when `line` is `fused vs unfused: <digits>.<two digits>x`.
 fn is_speedup_line(line: &str) -> bool {
@@ -99,7 +33,7 @@ fn is_speedup_line(line: &str) -> bool {
 fn compiled_kernels(file: &str, scratch: &Scratch) -> [Vec<String>; 2] {
     let mut out = [Vec::new(), Vec::new()];
     for (i, flags) in [&[][..], &["--no-fuse"][..]].into_iter().enumerate() {
-        let dir = scratch.path(&format!("dump{i}"));
+        let dir = PathBuf::from(scratch.path(&format!("dump{i}")));
         let dir_s = dir.to_str().unwrap();
         let mut args = vec!["compile", file, "--dump", dir_s];
         args.extend(flags);
@@ -260,7 +194,7 @@ fn json_report_has_every_kernel_with_positive_times() {
 #[test]
 fn trace_is_a_chrome_trace_with_a_slice_per_kernel() {
     let scratch = Scratch::new("trace");
-    let trace = scratch.path("trace.json");
+    let trace = PathBuf::from(scratch.path("trace.json"));
     let file = "examples/layer_norm_rows.fg";
     let o = ferrite(&[
         "profile",
@@ -312,7 +246,7 @@ fn trace_is_a_chrome_trace_with_a_slice_per_kernel() {
 #[test]
 fn sim_trace_has_pe_and_dma_tracks_and_a_slice_per_kernel() {
     let scratch = Scratch::new("simtrace");
-    let trace = scratch.path("trace.json");
+    let trace = PathBuf::from(scratch.path("trace.json"));
     let o = ferrite(&[
         "profile",
         "examples/mlp.fg",
@@ -391,7 +325,7 @@ fn bad_flags_and_files_are_user_errors() {
         assert_eq!(stdout(&o), "", "{args:?}");
     }
     let scratch = Scratch::new("preset");
-    let preset = scratch.path("bad.toml");
+    let preset = PathBuf::from(scratch.path("bad.toml"));
     std::fs::write(&preset, "name = \"half a machine\"\n").unwrap();
     let o = ferrite(&[
         "profile",
@@ -423,7 +357,7 @@ fn bad_flags_and_files_are_user_errors() {
 fn compile_dump_writes_graph_dot_with_a_cluster_per_kernel() {
     let scratch = Scratch::new("dot");
     for file in ["examples/transformer_block.fg", "examples/softmax_rows.fg"] {
-        let dir = scratch.path("dump");
+        let dir = PathBuf::from(scratch.path("dump"));
         let o = ferrite(&["compile", file, "--dump", dir.to_str().unwrap()]);
         assert_exit(&o, 0);
         let summary = stdout(&o);
