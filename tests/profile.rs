@@ -192,7 +192,7 @@ fn json_report_has_every_kernel_with_positive_times() {
 }
 
 #[test]
-fn trace_is_a_chrome_trace_with_a_slice_per_kernel() {
+fn trace_is_a_chrome_trace_with_a_slice_per_kernel_and_a_track_per_worker() {
     let scratch = Scratch::new("trace");
     let trace = PathBuf::from(scratch.path("trace.json"));
     let file = "examples/layer_norm_rows.fg";
@@ -222,6 +222,23 @@ fn trace_is_a_chrome_trace_with_a_slice_per_kernel() {
             .collect();
         let kernels = report["schedules"][label]["kernels"].as_array().unwrap();
         assert_eq!(slices.len(), kernels.len(), "{label}");
+        // Worker tracks, by tid: the chunks each pool thread ran.
+        let workers: Vec<u64> = events
+            .iter()
+            .filter(|e| {
+                e["name"] == "thread_name"
+                    && e["pid"] == pid
+                    && e["args"]["name"].as_str().unwrap().starts_with("worker ")
+            })
+            .map(|e| e["tid"].as_u64().unwrap())
+            .collect();
+        assert!(!workers.is_empty(), "{label}: no worker tracks");
+        let chunks: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["cat"] == "chunk")
+            .collect();
+        // Times are microseconds printed from nanoseconds: allow for rounding.
+        let eps = 1e-3;
         let mut end = 0.0;
         for (s, k) in slices.iter().zip(kernels) {
             assert_eq!(s["name"], k["name"]);
@@ -232,10 +249,36 @@ fn trace_is_a_chrome_trace_with_a_slice_per_kernel() {
             );
             let (ts, dur) = (s["ts"].as_f64().unwrap(), s["dur"].as_f64().unwrap());
             assert!(dur > 0.0, "{s}");
-            // Back to back, in microseconds.
-            assert!((ts - end).abs() < 1e-6 * (1.0 + end), "{s}");
-            assert!((dur * 1e3 - k["time_ns"].as_f64().unwrap()).abs() < 1e-6 * dur * 1e3);
+            // At the measured start, in run order, never overlapping the previous one.
+            assert!(ts + eps >= end, "{s} starts before {end}");
+            assert_eq!(s["args"]["median_ns"], k["time_ns"], "{s}");
             end = ts + dur;
+            // Each kernel's chunks lie on worker tracks, inside the kernel's slice.
+            let mine: Vec<&&Value> = chunks.iter().filter(|c| c["name"] == k["name"]).collect();
+            assert!(!mine.is_empty(), "{label}: no chunks of {s}");
+            for c in mine {
+                assert!(workers.contains(&c["tid"].as_u64().unwrap()), "{c}");
+                let (cts, cdur) = (c["ts"].as_f64().unwrap(), c["dur"].as_f64().unwrap());
+                assert!(
+                    cts + eps >= ts && cts + cdur <= ts + dur + eps,
+                    "{c} outside {s}"
+                );
+            }
+        }
+        // No thread runs two chunks at once.
+        for w in &workers {
+            let mut on: Vec<(f64, f64)> = chunks
+                .iter()
+                .filter(|c| c["tid"].as_u64() == Some(*w))
+                .map(|c| (c["ts"].as_f64().unwrap(), c["dur"].as_f64().unwrap()))
+                .collect();
+            on.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for pair in on.windows(2) {
+                assert!(
+                    pair[0].0 + pair[0].1 <= pair[1].0 + eps,
+                    "{label}: {pair:?}"
+                );
+            }
         }
         assert!(events.iter().any(|e| e["name"] == "process_name"
             && e["pid"] == pid

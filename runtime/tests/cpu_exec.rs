@@ -342,3 +342,68 @@ fn malformed_kernels_are_errors_not_panics() {
     let k = store_kernel("empty", vec![0], body, 1, i0, x);
     define_kernel(&mut jit, "empty", &buffers, &k, &opts).unwrap();
 }
+
+#[test]
+fn profiled_runs_report_each_workers_chunks() {
+    // A copy of 4 Mi elements is parallel and large enough to be cut into several chunks.
+    let n = 1 << 22;
+    let buffers = vec![
+        buffer(0, BufferKind::Input(0), DType::F32, &[n]),
+        buffer(1, BufferKind::Output(0), DType::F32, &[n]),
+    ];
+    let i0 = IndexExpr::Var(Var::outer(0));
+    let mut body = Block::default();
+    let v = load(&mut body, 0, i0.clone());
+    let k = store_kernel("copy", vec![n], body, 1, i0, v);
+    let p = finish(
+        "copy",
+        buffers,
+        vec![k],
+        vec![BufferId(0)],
+        vec![BufferId(1)],
+    );
+    let x = Tensor::random(&p.buffers[0].ty, 5);
+    let c = CpuProgram::compile(&p, &CpuOptions::with_threads(2)).unwrap();
+    assert!(c.kernel_info(0).unwrap().parallel);
+    let mut saw_both = false;
+    // On a busy machine the worker may wake too late to claim a chunk in one run; the
+    // per-run properties must hold every time, and some run must use both threads.
+    for _ in 0..50 {
+        let begin = std::time::Instant::now();
+        let (out, timings) = c.run_profiled(std::slice::from_ref(&x)).unwrap();
+        let wall = begin.elapsed();
+        assert_eq!(out[0], x);
+        assert_eq!(timings.len(), 1);
+        let t = &timings[0];
+        assert!(t.start + t.duration <= wall, "{t:?} in {wall:?}");
+        let mut chunks: Vec<usize> = t.spans.iter().map(|s| s.chunk).collect();
+        chunks.sort_unstable();
+        assert!(chunks.len() > 1, "{t:?}");
+        assert_eq!(chunks, (0..chunks.len()).collect::<Vec<_>>(), "{t:?}");
+        for w in 0..2 {
+            let mut mine: Vec<_> = t.spans.iter().filter(|s| s.worker == w).collect();
+            mine.sort_by_key(|s| s.start);
+            for s in &mine {
+                // Every chunk lies inside the kernel's own interval.
+                assert!(s.start >= t.start, "{s:?} before {t:?}");
+                assert!(
+                    s.start + s.duration <= t.start + t.duration,
+                    "{s:?} after {t:?}"
+                );
+            }
+            for pair in mine.windows(2) {
+                assert!(
+                    pair[0].start + pair[0].duration <= pair[1].start,
+                    "worker {w} overlaps itself: {pair:?}"
+                );
+            }
+        }
+        assert!(t.spans.iter().all(|s| s.worker < 2), "{t:?}");
+        let workers: std::collections::HashSet<usize> = t.spans.iter().map(|s| s.worker).collect();
+        saw_both |= workers.len() == 2;
+        if saw_both {
+            break;
+        }
+    }
+    assert!(saw_both, "no profiled run used both threads");
+}

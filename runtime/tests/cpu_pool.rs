@@ -224,3 +224,60 @@ fn zero_threads_is_an_error_and_drop_joins() {
             >= 1
     );
 }
+
+#[test]
+fn timed_loops_record_every_chunk_on_its_thread() {
+    use ferrite_runtime::cpu::pool::ChunkTimes;
+    let pool = ThreadPool::new(2).expect("pool");
+    let origin = Instant::now();
+    let times = ChunkTimes::new(origin);
+    let len = 64;
+    // Each chunk records which OS thread ran it, to check the reported worker index.
+    let ran_on: Vec<Mutex<Option<thread::ThreadId>>> = (0..len).map(|_| Mutex::new(None)).collect();
+    let caller = thread::current().id();
+    let mut n_chunks = 0;
+    let mut saw_both = false;
+    for _ in 0..20 {
+        pool.parallel_for_range_timed(len, 1, &times, |r| {
+            for i in r {
+                *ran_on[i].lock().unwrap() = Some(thread::current().id());
+            }
+            thread::sleep(Duration::from_millis(2));
+        })
+        .expect("no panic");
+        let spans = times.take();
+        let end = origin.elapsed();
+        // 64 points of at least 1 cut into at most 4 chunks per thread: 8.
+        n_chunks = spans.len();
+        let mut chunks: Vec<usize> = spans.iter().map(|s| s.chunk).collect();
+        chunks.sort_unstable();
+        assert_eq!(chunks, (0..8).collect::<Vec<_>>());
+        for s in &spans {
+            assert!(s.worker < 2, "{s:?}");
+            assert!(s.duration >= Duration::from_millis(2), "{s:?}");
+            assert!(s.start + s.duration <= end, "{s:?} ends after {end:?}");
+            let first = split_range(len, 8, s.chunk).start;
+            let id = ran_on[first].lock().unwrap().expect("ran");
+            assert_eq!(s.worker == 0, id == caller, "{s:?}");
+        }
+        for w in 0..2 {
+            let mut mine: Vec<_> = spans.iter().filter(|s| s.worker == w).collect();
+            mine.sort_by_key(|s| s.start);
+            for pair in mine.windows(2) {
+                assert!(
+                    pair[0].start + pair[0].duration <= pair[1].start,
+                    "{pair:?}"
+                );
+            }
+        }
+        saw_both |= spans.iter().any(|s| s.worker == 0) && spans.iter().any(|s| s.worker == 1);
+        if saw_both {
+            break;
+        }
+    }
+    assert_eq!(n_chunks, 8);
+    assert!(saw_both, "the worker never ran a chunk");
+    // The untimed loop records nothing.
+    pool.parallel_for(8, |_| {}).expect("no panic");
+    assert!(times.take().is_empty());
+}

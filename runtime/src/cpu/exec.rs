@@ -21,7 +21,7 @@ use super::codegen::epilogue::{plan_gemm, GemmPlan};
 use super::codegen::{define_kernel, CodegenOptions, KernelInfo};
 use super::gemm::{gemm, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale};
 use super::jit::{Jit, JitCode, JitOptions};
-use super::pool::{default_thread_count, ThreadPool};
+use super::pool::{default_thread_count, ChunkSpan, ChunkTimes, ThreadPool};
 use ferrite_ir::loops::{Buffer, BufferId, BufferKind, Extents, Kernel, Program, Stage, Var};
 use ferrite_ir::{DType, Data, Tensor};
 use std::fmt::Write;
@@ -67,13 +67,21 @@ impl CpuOptions {
     }
 }
 
-/// How long one kernel took in a profiled run.
+/// How long one kernel took in a profiled run, and which threads ran it when.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelTiming {
     /// The kernel's name.
     pub name: String,
+    /// When the kernel started, relative to the start of the run.
+    pub start: Duration,
     /// Wall-clock time of the kernel (all threads).
     pub duration: Duration,
+    /// The pieces of work the kernel ran, in completion order, with starts relative to
+    /// the start of the run: one span per chunk of a loop split across the pool (worker
+    /// 0 is the thread that called `run_profiled`), and one worker-0 span for each part
+    /// run on the calling thread alone (a serial loop, or an extern GEMM call, whose
+    /// internal threads are not visible). Empty for a kernel over an empty domain.
+    pub spans: Vec<ChunkSpan>,
     /// Bytes the kernel reads and writes (the static estimate of the loop IR).
     pub bytes: usize,
     /// True when the kernel ran through the extern GEMM.
@@ -243,7 +251,8 @@ impl CpuProgram {
         self.execute(inputs, None)
     }
 
-    /// Runs the program and reports each kernel's wall-clock time.
+    /// Runs the program and reports each kernel's wall-clock time, start, and the
+    /// per-thread spans of its parallel chunks (see [`KernelTiming`]).
     pub fn run_profiled(
         &self,
         inputs: &[Tensor],
@@ -385,6 +394,9 @@ impl CpuProgram {
             .map(|&b| Tensor::zeros(&self.buffers[b.index()].ty))
             .collect();
         let mut storage = self.take_storage();
+        // Profiled runs measure every kernel and chunk from here; unprofiled runs read
+        // no clock at all.
+        let origin = timings.as_ref().map(|_| Instant::now());
         let result = (|| {
             for (si, (step, kernel)) in self.steps.iter().zip(&p.kernels).enumerate() {
                 for &b in &self.zero_before[si] {
@@ -392,13 +404,22 @@ impl CpuProgram {
                         zero_prefix(&mut storage[slot], self.buffers[b.index()].ty.numel());
                     }
                 }
+                let Some(origin) = origin else {
+                    self.run_step(step, inputs, &mut outputs, &mut storage, None)
+                        .map_err(|e| format!("kernel {}: {e}", kernel.name))?;
+                    continue;
+                };
+                let times = ChunkTimes::new(origin);
                 let start = Instant::now();
-                self.run_step(step, inputs, &mut outputs, &mut storage)
+                self.run_step(step, inputs, &mut outputs, &mut storage, Some(&times))
                     .map_err(|e| format!("kernel {}: {e}", kernel.name))?;
+                let duration = start.elapsed();
                 if let Some(t) = timings.as_deref_mut() {
                     t.push(KernelTiming {
                         name: kernel.name.clone(),
-                        duration: start.elapsed(),
+                        start: start.saturating_duration_since(origin),
+                        duration,
+                        spans: times.take(),
                         bytes: kernel.bytes_moved(),
                         gemm: matches!(step, Step::Gemm { .. }),
                     });
@@ -446,20 +467,29 @@ impl CpuProgram {
         })
     }
 
+    /// Runs one step; with `times`, records its chunks' spans there.
     fn run_step(
         &self,
         step: &Step,
         inputs: &[Tensor],
         outputs: &mut [Tensor],
         storage: &mut [Data],
+        times: Option<&ChunkTimes>,
     ) -> Result<(), String> {
         match step {
-            Step::Jit(j) => self.run_jit(j, inputs, outputs, storage),
+            Step::Jit(j) => self.run_jit(j, inputs, outputs, storage, times),
             Step::Nothing => Ok(()),
             Step::Gemm { plan, epilogue } => {
-                self.run_gemm(plan, inputs, outputs, storage)?;
+                let start = times.map(|_| Instant::now());
+                let gemm = self.run_gemm(plan, inputs, outputs, storage);
+                if let (Some(times), Some(start)) = (times, start) {
+                    // The GEMM library threads internally; its call is one span of the
+                    // calling thread.
+                    times.record(0, 0, start);
+                }
+                gemm?;
                 match epilogue {
-                    Some(j) => self.run_jit(j, inputs, outputs, storage),
+                    Some(j) => self.run_jit(j, inputs, outputs, storage, times),
                     None => Ok(()),
                 }
             }
@@ -472,6 +502,7 @@ impl CpuProgram {
         inputs: &[Tensor],
         outputs: &mut [Tensor],
         storage: &mut [Data],
+        times: Option<&ChunkTimes>,
     ) -> Result<(), String> {
         let info = &j.info;
         if info.points == 0 {
@@ -493,11 +524,21 @@ impl CpuProgram {
         };
         if info.parallel && self.pool.threads() > 1 && info.points > 1 {
             let min_chunk = (MIN_CHUNK_WORK / info.work_per_point.max(1)).max(1);
-            self.pool
-                .parallel_for_range(info.points, min_chunk, |r| call(r.start, r.end))
-                .map_err(|e| e.to_string())?;
+            let task = |r: std::ops::Range<usize>| call(r.start, r.end);
+            match times {
+                None => self.pool.parallel_for_range(info.points, min_chunk, task),
+                Some(times) => {
+                    self.pool
+                        .parallel_for_range_timed(info.points, min_chunk, times, task)
+                }
+            }
+            .map_err(|e| e.to_string())?;
         } else {
+            let start = times.map(|_| Instant::now());
             call(0, info.points);
+            if let (Some(times), Some(start)) = (times, start) {
+                times.record(0, 0, start);
+            }
         }
         match failure.into_inner() {
             0 => Ok(()),

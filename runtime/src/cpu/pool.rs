@@ -15,6 +15,10 @@
 //!   unclaimed chunks are skipped, and `parallel_for` returns [`PoolError::TaskPanicked`]
 //!   once every worker has left the job. Chunks already running finish normally.
 //! * Dropping the pool stops and joins its workers.
+//! * For profiling, [`ThreadPool::parallel_for_timed`] records which thread ran each
+//!   chunk, when and for how long, into a [`ChunkTimes`]. Worker 0 is the thread that
+//!   called the loop, workers `1..threads` the pool's own threads. The untimed entry
+//!   points read no clock and take no lock per chunk.
 
 use std::fmt;
 use std::ops::Range;
@@ -60,6 +64,61 @@ impl fmt::Display for PoolError {
 }
 
 impl std::error::Error for PoolError {}
+
+/// One chunk of a timed parallel loop: which thread ran it, when, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkSpan {
+    /// The thread that ran it: 0 is the caller of the loop, `1..threads` the workers.
+    pub worker: usize,
+    /// The chunk's index in the loop.
+    pub chunk: usize,
+    /// When it started, relative to the [`ChunkTimes`] origin.
+    pub start: Duration,
+    /// How long it ran.
+    pub duration: Duration,
+}
+
+/// Where a timed parallel loop records its [`ChunkSpan`]s. Shared by all threads of the
+/// loop; spans arrive in completion order. Reuse one across loops to collect several.
+#[derive(Debug)]
+pub struct ChunkTimes {
+    origin: Instant,
+    spans: Mutex<Vec<ChunkSpan>>,
+}
+
+impl ChunkTimes {
+    /// An empty sink whose span starts are measured from `origin`.
+    pub fn new(origin: Instant) -> Self {
+        ChunkTimes {
+            origin,
+            spans: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The instant span starts are relative to.
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+
+    /// Records a span of `worker` running `chunk` from `start` until now.
+    pub fn record(&self, worker: usize, chunk: usize, start: Instant) {
+        let duration = start.elapsed();
+        let span = ChunkSpan {
+            worker,
+            chunk,
+            // An instant before the origin (not possible for loops started after it)
+            // saturates to zero rather than panicking.
+            start: start.saturating_duration_since(self.origin),
+            duration,
+        };
+        lock(&self.spans).push(span);
+    }
+
+    /// The spans recorded so far, leaving the sink empty.
+    pub fn take(&self) -> Vec<ChunkSpan> {
+        std::mem::take(&mut *lock(&self.spans))
+    }
+}
 
 /// The number of threads a pool uses by default: the machine's available parallelism.
 pub fn default_thread_count() -> usize {
@@ -121,26 +180,40 @@ struct Job<'a> {
     n_chunks: usize,
     next: AtomicUsize,
     failure: Mutex<Option<(usize, String)>>,
+    /// Where to record chunk timings; `None` outside profiling.
+    times: Option<&'a ChunkTimes>,
 }
 
 impl<'a> Job<'a> {
-    fn new(task: &'a (dyn Fn(usize) + Sync + 'a), n_chunks: usize) -> Self {
+    fn new(
+        task: &'a (dyn Fn(usize) + Sync + 'a),
+        n_chunks: usize,
+        times: Option<&'a ChunkTimes>,
+    ) -> Self {
         Job {
             task,
             n_chunks,
             next: AtomicUsize::new(0),
             failure: Mutex::new(None),
+            times,
         }
     }
 
-    /// Claims and runs chunks until none are left.
-    fn run(&self) {
+    /// Claims and runs chunks until none are left; `worker` identifies this thread in
+    /// chunk timings.
+    fn run(&self, worker: usize) {
         loop {
             let chunk = self.next.fetch_add(1, Ordering::Relaxed);
             if chunk >= self.n_chunks {
                 return;
             }
-            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| (self.task)(chunk))) {
+            // The clock is read only when timing, so untimed loops pay one branch.
+            let started = self.times.map(|_| Instant::now());
+            let outcome = panic::catch_unwind(AssertUnwindSafe(|| (self.task)(chunk)));
+            if let (Some(times), Some(started)) = (self.times, started) {
+                times.record(worker, chunk, started);
+            }
+            if let Err(payload) = outcome {
                 // Skip the chunks nobody has claimed yet: the job has failed anyway.
                 self.next.store(self.n_chunks, Ordering::Relaxed);
                 let mut failure = lock(&self.failure);
@@ -208,7 +281,7 @@ impl ThreadPool {
             let shared = Arc::clone(&pool.shared);
             let handle = thread::Builder::new()
                 .name(format!("ferrite-worker-{i}"))
-                .spawn(move || worker_loop(&shared))
+                .spawn(move || worker_loop(&shared, i))
                 .map_err(|e| PoolError::Spawn(e.to_string()))?;
             // On error, dropping `pool` joins the workers started so far.
             pool.workers.push(handle);
@@ -233,9 +306,33 @@ impl ThreadPool {
     where
         F: Fn(usize) + Sync,
     {
-        let job = Job::new(&task, n_chunks);
+        self.run_job(n_chunks, &task, None)
+    }
+
+    /// [`ThreadPool::parallel_for`], recording each chunk's thread, start and duration
+    /// into `times` (see [`ChunkSpan`]). A loop that the pool runs on the calling thread
+    /// alone (one chunk, one thread, or the pool busy) records all its chunks as worker 0.
+    pub fn parallel_for_timed<F>(
+        &self,
+        n_chunks: usize,
+        times: &ChunkTimes,
+        task: F,
+    ) -> Result<(), PoolError>
+    where
+        F: Fn(usize) + Sync,
+    {
+        self.run_job(n_chunks, &task, Some(times))
+    }
+
+    fn run_job(
+        &self,
+        n_chunks: usize,
+        task: &(dyn Fn(usize) + Sync),
+        times: Option<&ChunkTimes>,
+    ) -> Result<(), PoolError> {
+        let job = Job::new(task, n_chunks, times);
         if n_chunks <= 1 || self.workers.is_empty() {
-            job.run();
+            job.run(0);
             return job.into_result();
         }
         let _guard = match self.submit.try_lock() {
@@ -243,12 +340,12 @@ impl ThreadPool {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => {
                 // Busy (another caller or a nested call): do the work here.
-                job.run();
+                job.run(0);
                 return job.into_result();
             }
         };
         self.publish(&job);
-        job.run();
+        job.run(0);
         self.retire();
         job.into_result()
     }
@@ -264,9 +361,32 @@ impl ThreadPool {
     where
         F: Fn(Range<usize>) + Sync,
     {
-        let by_size = len.div_ceil(min_chunk_len.max(1));
-        let n_chunks = by_size.min(self.threads * CHUNKS_PER_THREAD).max(1);
+        let n_chunks = self.range_chunks(len, min_chunk_len);
         self.parallel_for(n_chunks, |chunk| task(split_range(len, n_chunks, chunk)))
+    }
+
+    /// [`ThreadPool::parallel_for_range`], recording chunk timings into `times` as
+    /// [`ThreadPool::parallel_for_timed`] does.
+    pub fn parallel_for_range_timed<F>(
+        &self,
+        len: usize,
+        min_chunk_len: usize,
+        times: &ChunkTimes,
+        task: F,
+    ) -> Result<(), PoolError>
+    where
+        F: Fn(Range<usize>) + Sync,
+    {
+        let n_chunks = self.range_chunks(len, min_chunk_len);
+        self.parallel_for_timed(n_chunks, times, |chunk| {
+            task(split_range(len, n_chunks, chunk))
+        })
+    }
+
+    /// How many chunks `parallel_for_range` cuts `0..len` into.
+    fn range_chunks(&self, len: usize, min_chunk_len: usize) -> usize {
+        let by_size = len.div_ceil(min_chunk_len.max(1));
+        by_size.min(self.threads * CHUNKS_PER_THREAD).max(1)
     }
 
     fn publish(&self, job: &Job<'_>) {
@@ -297,7 +417,8 @@ impl ThreadPool {
     }
 }
 
-fn worker_loop(shared: &Shared) {
+/// The loop of worker thread number `index` (1-based; 0 is the submitting caller).
+fn worker_loop(shared: &Shared, index: usize) {
     let mut seen = 0u64;
     loop {
         let spin_start = Instant::now();
@@ -330,7 +451,7 @@ fn worker_loop(shared: &Shared) {
         // SAFETY: the job stays published, and so alive, until `active` returns to zero
         // (see `JobPtr`); we incremented it under the lock while the job was published.
         let job: &Job<'_> = unsafe { &*job.0 };
-        job.run();
+        job.run(index);
         let mut state = lock(&shared.state);
         state.active -= 1;
         if state.active == 0 {

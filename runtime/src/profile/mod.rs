@@ -24,8 +24,8 @@ pub mod trace;
 
 pub use json::{to_json, FORMAT_VERSION};
 pub use report::{
-    kernel_ops, median, KernelProfile, MachineInfo, MemoryLevel, OpRef, ProfileReport,
-    ProfileTarget, Roofline, ScheduleProfile, SimKernelDetail,
+    kernel_ops, median, ChunkSlice, KernelProfile, KernelTrace, MachineInfo, MemoryLevel, OpRef,
+    ProfileReport, ProfileTarget, Roofline, ScheduleProfile, SimKernelDetail,
 };
 pub use table::render_table;
 pub use trace::chrome_trace;
@@ -100,6 +100,8 @@ pub fn profile_cpu(
     let mut totals = Vec::with_capacity(runs);
     let mut walls = Vec::with_capacity(runs);
     let mut gemm = vec![false; kernels.len()];
+    // Every run's timings: the trace shows the run whose kernel total is the median.
+    let mut all_timings = Vec::with_capacity(runs);
     for run in 0..runs {
         let start = Instant::now();
         let (_, timings) = program.run_profiled(inputs)?;
@@ -119,8 +121,35 @@ pub fn profile_cpu(
             gemm[k] = t.gemm;
         }
         totals.push(total);
+        all_timings.push(timings);
         progress(run + 1);
     }
+    let total_median = median(&totals);
+    let representative = (0..runs)
+        .min_by(|&a, &b| {
+            let da = (totals[a] - total_median).abs();
+            let db = (totals[b] - total_median).abs();
+            da.total_cmp(&db)
+        })
+        .unwrap_or(0);
+    let ns = |d: Duration| d.as_secs_f64() * 1e9;
+    let mut traces = all_timings
+        .swap_remove(representative)
+        .into_iter()
+        .map(|t| KernelTrace {
+            start_ns: ns(t.start),
+            duration_ns: ns(t.duration),
+            chunks: t
+                .spans
+                .iter()
+                .map(|s| ChunkSlice {
+                    worker: s.worker,
+                    chunk: s.chunk,
+                    start_ns: ns(s.start),
+                    duration_ns: ns(s.duration),
+                })
+                .collect(),
+        });
     let rows = kernels
         .iter()
         .enumerate()
@@ -138,13 +167,14 @@ pub fn profile_cpu(
                 level_bytes: vec![(read + written) as u64],
                 gemm: gemm[i],
                 sim: None,
+                trace: traces.next(),
             }
         })
         .collect();
     Ok(ScheduleProfile {
         fused,
         kernels: rows,
-        total_ns: median(&totals),
+        total_ns: total_median,
         total_cycles: None,
         wall_ns: Some(median(&walls)),
         peak_intermediate_bytes,
@@ -245,6 +275,7 @@ fn sim_row(
             level_bytes: vec![0, 0],
             gemm: false,
             sim: Some(SimKernelDetail::default()),
+            trace: None,
         };
     };
     let b = &l.bytes;
@@ -258,6 +289,7 @@ fn sim_row(
         bytes_written: b.lpddr_write + b.sram_write,
         level_bytes: vec![b.lpddr(), b.sram()],
         gemm: l.dot_flops > 0,
+        trace: None,
         sim: Some(SimKernelDetail {
             launches: 1,
             programs: l.programs,

@@ -112,6 +112,32 @@ pub struct SimKernelDetail {
     pub dot_flops: u64,
 }
 
+/// One kernel as measured in one CPU run (the run the Chrome trace shows): when it ran
+/// and which thread ran which chunk of it when. Times are nanoseconds from the start
+/// of that run.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct KernelTrace {
+    /// When the kernel started.
+    pub start_ns: f64,
+    /// How long it took (all threads).
+    pub duration_ns: f64,
+    /// Its chunks, in completion order.
+    pub chunks: Vec<ChunkSlice>,
+}
+
+/// One chunk of a kernel run on one thread of the CPU pool.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct ChunkSlice {
+    /// The thread: 0 is the one that runs the program, `1..` the pool's workers.
+    pub worker: usize,
+    /// The chunk's index in the kernel's parallel loop.
+    pub chunk: usize,
+    /// When the chunk started, in nanoseconds from the start of the run.
+    pub start_ns: f64,
+    /// How long it ran, in nanoseconds.
+    pub duration_ns: f64,
+}
+
 /// One kernel's row.
 #[derive(Clone, PartialEq, Debug)]
 pub struct KernelProfile {
@@ -136,6 +162,8 @@ pub struct KernelProfile {
     pub gemm: bool,
     /// Simulator figures (simulator only).
     pub sim: Option<SimKernelDetail>,
+    /// The kernel's timeline in one representative run (CPU only).
+    pub trace: Option<KernelTrace>,
 }
 
 impl KernelProfile {
@@ -330,6 +358,7 @@ pub(crate) mod tests {
             level_bytes: levels(r + w),
             gemm: false,
             sim: sim(busy),
+            trace: None,
         };
         let fused = ScheduleProfile {
             fused: true,

@@ -4,22 +4,26 @@
 //! The file is the Trace Event Format's JSON object form: `{"traceEvents": [...]}`
 //! with complete events (`"ph": "X"`, times in microseconds) and metadata events
 //! naming processes and threads. Each schedule is a process (`fused`, `unfused`),
-//! both starting at time 0 so they line up for comparison, with kernels laid back to
-//! back at their reported times:
+//! both starting at time 0 so they line up for comparison:
 //!
-//! - on the CPU, one track for the thread that runs the kernels, one slice per
-//!   kernel (the pool's workers are not timed separately, so a kernel's slice covers
-//!   the time all threads spent on it);
-//! - on the simulator, a `kernels` track with one slice per kernel, one track per PE
+//! - on the CPU, the representative run's timeline (see [`KernelTrace`]): a `kernels`
+//!   track with one slice per kernel at the time it really started, lasting what it
+//!   took in that run, and one track per pool thread (`worker 0` is the thread that
+//!   runs the program) with a slice for every chunk of a kernel that thread ran, at
+//!   its real start and duration. Kernels without a recorded timeline (a report built
+//!   by hand) fall back to a `main thread` track with the kernels laid back to back
+//!   at their median times;
+//! - on the simulator, kernels laid back to back on a `kernels` track with one slice per kernel, one track per PE
 //!   with a slice for the cycles it was busy in each kernel (after the launch
 //!   overhead), and one DMA track per memory level with a slice for the time the
 //!   kernel's traffic at that level takes at the level's full bandwidth.
 //!
-//! Every kernel slice carries its ops, bytes read and written, bandwidth and roofline
+//! A CPU kernel slice with a timeline also carries the median time over all runs
+//! (`median_ns`). Every kernel slice carries its ops, bytes read and written, bandwidth and roofline
 //! share as `args`, shown when the slice is selected.
 
 use super::json::Json;
-use super::report::{ProfileReport, ProfileTarget, ScheduleProfile};
+use super::report::{KernelTrace, ProfileReport, ProfileTarget, ScheduleProfile};
 
 /// Track of the kernel slices (the main thread on the CPU).
 const KERNEL_TID: u64 = 0;
@@ -27,6 +31,8 @@ const KERNEL_TID: u64 = 0;
 const DMA_TID: u64 = 1;
 /// First PE track; PE `i` is `PE_TID + i`.
 const PE_TID: u64 = 100;
+/// First CPU worker track; worker `i` is `WORKER_TID + i`.
+const WORKER_TID: u64 = 1000;
 
 /// The report as a Chrome trace (see the module docs), ending in a newline.
 pub fn chrome_trace(r: &ProfileReport) -> String {
@@ -119,11 +125,31 @@ fn schedule_events(r: &ProfileReport, pid: u64, p: &ScheduleProfile, events: &mu
         Json::object([("sort_index", Json::int(pid))]),
     ));
     let sim = r.target == ProfileTarget::Sim;
+    let traced = p.kernels.iter().any(|k| k.trace.is_some());
     events.push(thread_name(
         pid,
         KERNEL_TID,
-        if sim { "kernels" } else { "main thread" },
+        if sim || traced {
+            "kernels"
+        } else {
+            "main thread"
+        },
     ));
+    let workers = p
+        .kernels
+        .iter()
+        .filter_map(|k| k.trace.as_ref())
+        .flat_map(|t| t.chunks.iter().map(|c| c.worker + 1))
+        .max()
+        .unwrap_or(0);
+    for w in 0..workers {
+        let name = if w == 0 {
+            "worker 0 (main thread)".to_string()
+        } else {
+            format!("worker {w}")
+        };
+        events.push(thread_name(pid, WORKER_TID + w as u64, &name));
+    }
     let clock_ghz = r.machine.as_ref().map_or(1.0, |m| m.clock_ghz);
     let pes = p
         .kernels
@@ -148,7 +174,11 @@ fn schedule_events(r: &ProfileReport, pid: u64, p: &ScheduleProfile, events: &mu
             ));
         }
     }
-    for (k, start) in p.kernels.iter().zip(p.start_times_ns()) {
+    for (k, laid_out) in p.kernels.iter().zip(p.start_times_ns()) {
+        let (start, duration) = match &k.trace {
+            Some(t) => (t.start_ns, t.duration_ns),
+            None => (laid_out, k.time_ns),
+        };
         let ops: Vec<Json> = k
             .ops
             .iter()
@@ -168,15 +198,21 @@ fn schedule_events(r: &ProfileReport, pid: u64, p: &ScheduleProfile, events: &mu
         if let Some(c) = k.cycles {
             args.push(("cycles".to_string(), Json::int(c)));
         }
+        if k.trace.is_some() {
+            args.push(("median_ns".to_string(), Json::Num(k.time_ns)));
+        }
         events.push(slice(
             &k.name,
             "kernel",
             pid,
             KERNEL_TID,
             start,
-            k.time_ns,
+            duration,
             Json::Object(args),
         ));
+        if let Some(t) = &k.trace {
+            chunk_events(&k.name, pid, t, events);
+        }
         let Some(d) = &k.sim else { continue };
         let cycle_ns = 1.0 / clock_ghz;
         let busy_start = start + d.launch_cycles as f64 * cycle_ns;
@@ -211,6 +247,21 @@ fn schedule_events(r: &ProfileReport, pid: u64, p: &ScheduleProfile, events: &mu
     }
 }
 
+/// One slice per chunk of a CPU kernel, on the track of the thread that ran it.
+fn chunk_events(name: &str, pid: u64, t: &KernelTrace, events: &mut Vec<Json>) {
+    for c in &t.chunks {
+        events.push(slice(
+            name,
+            "chunk",
+            pid,
+            WORKER_TID + c.worker as u64,
+            c.start_ns,
+            c.duration_ns,
+            Json::object([("chunk", Json::int(c.chunk as u64))]),
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +292,75 @@ mod tests {
         let names: Vec<&Value> = ev.iter().filter(|e| e["name"] == "process_name").collect();
         assert_eq!(names.len(), 2);
         assert_eq!(names[0]["args"]["name"], "fused (1 kernels on cpu)");
+    }
+
+    #[test]
+    fn cpu_trace_with_timelines_has_a_track_per_worker() {
+        use crate::profile::report::ChunkSlice;
+        let mut r = sample_report(ProfileTarget::Cpu);
+        let chunk = |worker, chunk, start_ns, duration_ns| ChunkSlice {
+            worker,
+            chunk,
+            start_ns,
+            duration_ns,
+        };
+        r.unfused.kernels[1].trace = Some(KernelTrace {
+            start_ns: 1500.0,
+            duration_ns: 2000.0,
+            chunks: vec![
+                chunk(0, 1, 1500.0, 900.0),
+                chunk(1, 0, 1510.0, 1000.0),
+                chunk(0, 2, 2450.0, 1000.0),
+            ],
+        });
+        let ev = events(&chrome_trace(&r));
+        let tracks: Vec<&str> = ev
+            .iter()
+            .filter(|e| e["name"] == "thread_name" && e["pid"] == 2)
+            .map(|e| e["args"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(tracks, ["kernels", "worker 0 (main thread)", "worker 1"]);
+        // The kernel slice sits at its measured start, not back to back, and keeps its
+        // args; the median time is an arg.
+        let relu = ev
+            .iter()
+            .find(|e| e["cat"] == "kernel" && e["name"] == "k1_relu")
+            .unwrap();
+        assert_eq!(relu["tid"], KERNEL_TID);
+        assert_eq!(relu["ts"].as_f64(), Some(1.5));
+        assert_eq!(relu["dur"].as_f64(), Some(2.0));
+        assert_eq!(relu["args"]["ops"][0], "%2 relu");
+        assert_eq!(relu["args"]["bytes_written"], 4000);
+        assert_eq!(relu["args"]["median_ns"].as_f64(), Some(1800.0));
+        let chunks: Vec<(u64, f64, f64, u64)> = ev
+            .iter()
+            .filter(|e| e["cat"] == "chunk")
+            .map(|e| {
+                assert_eq!(e["name"], "k1_relu");
+                assert_eq!(e["pid"], 2);
+                (
+                    e["tid"].as_u64().unwrap(),
+                    e["ts"].as_f64().unwrap(),
+                    e["dur"].as_f64().unwrap(),
+                    e["args"]["chunk"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            chunks,
+            [
+                (WORKER_TID, 1.5, 0.9, 1),
+                (WORKER_TID + 1, 1.51, 1.0, 0),
+                (WORKER_TID, 2.45, 1.0, 2)
+            ]
+        );
+        // The fused schedule has no timeline: the old main-thread track.
+        let fused: Vec<&str> = ev
+            .iter()
+            .filter(|e| e["name"] == "thread_name" && e["pid"] == 1)
+            .map(|e| e["args"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(fused, ["main thread"]);
     }
 
     #[test]
