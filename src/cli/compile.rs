@@ -3,10 +3,10 @@
 //! did; with `--dump`, write every stage as text (the CPU's CLIF and machine code, or
 //! the tile kernels, included).
 
-use super::{count, load_graph, CliError, CliResult, Target};
+use super::{count, load_graph, pipeline_options, CliError, CliResult, Target};
 use clap::Args;
 use ferrite_ir::print;
-use ferrite_passes::pipeline::{lower_graph, PipelineOptions, StageRecord};
+use ferrite_passes::pipeline::{lower_graph, StageRecord};
 use ferrite_passes::schedule::{schedule, ScheduleOptions};
 use ferrite_runtime::accel::program::SimProgram;
 use ferrite_runtime::accel::sim::Machine;
@@ -40,9 +40,7 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     let (graph, _) = load_graph(&args.file)?;
     let parse_time = parse_start.elapsed();
 
-    let mut opts = PipelineOptions::default();
-    opts.optimize.enabled = !args.no_optimize;
-    opts.schedule.fuse = !args.no_fuse;
+    let opts = pipeline_options(args.no_fuse, args.no_optimize);
     let mut lowered = lower_graph(&graph, &opts).map_err(internal)?;
     lowered.stages.push(codegen(
         args.target,

@@ -10,7 +10,9 @@ pub mod sim;
 pub mod summary;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use ferrite_ir::Graph;
+use ferrite_ir::{Graph, Tensor};
+use ferrite_passes::pipeline::PipelineOptions;
+use ferrite_runtime::accel::sim::Machine;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -140,6 +142,31 @@ pub fn load_graph(path: &Path) -> Result<(Graph, Vec<u8>), CliError> {
         ))
     })?;
     Ok((graph, bytes))
+}
+
+/// The machine a `--machine PRESET` flag names, or the built-in MTIA-2i-like one.
+pub fn load_machine(preset: Option<&Path>) -> Result<Machine, CliError> {
+    let Some(path) = preset else {
+        return Ok(Machine::mtia2i());
+    };
+    let text = String::from_utf8(read_file(path)?)
+        .map_err(|_| CliError::User(format!("`{}` is not UTF-8 text", path.display())))?;
+    Machine::from_preset_str(&text)
+        .map_err(|e| CliError::User(format!("`{}`: {e}", path.display())))
+}
+
+/// The pipeline as the `--no-fuse` and `--no-optimize` flags ask for it.
+pub fn pipeline_options(no_fuse: bool, no_optimize: bool) -> PipelineOptions {
+    let mut opts = PipelineOptions::default();
+    opts.optimize.enabled = !no_optimize;
+    opts.schedule.fuse = !no_fuse;
+    opts
+}
+
+/// The input a command makes up for parameter `i` when none is given: reproducible
+/// from the seed (`Tensor::random(type, seed + i)`).
+pub fn random_input(g: &Graph, i: usize, seed: u64) -> Tensor {
+    Tensor::random(g.ty(g.params[i]), seed.wrapping_add(i as u64))
 }
 
 /// `1 param`, `3 params`.

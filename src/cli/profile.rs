@@ -15,13 +15,12 @@
 //! `ferrite_runtime::profile::json` instead; `--trace` writes a Chrome trace.
 //! Progress goes to standard error, and only when it is a terminal.
 
-use super::{load_graph, read_file, CliError, CliResult};
+use super::{load_graph, load_machine, random_input, CliError, CliResult};
 use clap::{Args, ValueEnum};
 use ferrite_ir::{Graph, Tensor};
 use ferrite_passes::pipeline::{lower_graph, PipelineOptions};
 use ferrite_passes::schedule::{schedule, ScheduleOptions, Scheduled};
 use ferrite_runtime::accel::program::SimProgram;
-use ferrite_runtime::accel::sim::Machine;
 use ferrite_runtime::cpu::{default_thread_count, CpuOptions, CpuProgram};
 use ferrite_runtime::profile::{
     chrome_trace, machine_info, machine_roofline, measure_copy_bandwidth, profile_cpu, profile_sim,
@@ -108,11 +107,8 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     let lowered = lower_graph(&graph, &PipelineOptions::default()).map_err(CliError::Internal)?;
     let unfused =
         schedule(&lowered.optimized, &ScheduleOptions::unfused()).map_err(CliError::Internal)?;
-    let inputs: Vec<Tensor> = graph
-        .params
-        .iter()
-        .enumerate()
-        .map(|(i, &p)| Tensor::random(graph.ty(p), args.seed.wrapping_add(i as u64)))
+    let inputs: Vec<Tensor> = (0..graph.params.len())
+        .map(|i| random_input(&graph, i, args.seed))
         .collect();
 
     let report = match args.target {
@@ -204,15 +200,7 @@ fn profile_on_sim(
     inputs: &[Tensor],
     progress: &mut Progress,
 ) -> Result<ProfileReport, CliError> {
-    let machine = match &args.machine {
-        None => Machine::mtia2i(),
-        Some(path) => {
-            let text = String::from_utf8(read_file(path)?)
-                .map_err(|_| CliError::User(format!("`{}` is not UTF-8 text", path.display())))?;
-            Machine::from_preset_str(&text)
-                .map_err(|e| CliError::User(format!("`{}`: {e}", path.display())))?
-        }
-    };
+    let machine = load_machine(args.machine.as_deref())?;
     let mut measure = |s: &Scheduled, is_fused: bool| -> Result<ScheduleProfile, CliError> {
         let label = if is_fused { "fused" } else { "unfused" };
         progress.say(&format!(

@@ -5,10 +5,13 @@
 //! `i` is `Tensor::random(type, seed + i)`, so a run is reproducible from its flags.
 
 use super::summary::summarize;
-use super::{count, load_graph, parse_name_eq_path, read_file, CliError, CliResult, Target};
+use super::{
+    count, load_graph, parse_name_eq_path, pipeline_options, random_input, read_file, CliError,
+    CliResult, Target,
+};
 use clap::Args;
 use ferrite_ir::{npy, Graph, Op, Tensor};
-use ferrite_passes::pipeline::{lower_graph, PipelineOptions};
+use ferrite_passes::pipeline::lower_graph;
 use ferrite_runtime::accel::program::SimProgram;
 use ferrite_runtime::accel::sim::{DeviceReport, Machine};
 use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
@@ -77,7 +80,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
             }
             None => {
                 random.push(name);
-                Tensor::random(ty, args.seed.wrapping_add(i as u64))
+                random_input(&graph, i, args.seed)
             }
         };
         inputs.push(tensor);
@@ -348,9 +351,7 @@ fn execute(args: &RunArgs, graph: &Graph, inputs: &[Tensor]) -> Result<Executed,
         });
     }
     let compile_start = Instant::now();
-    let mut opts = PipelineOptions::default();
-    opts.optimize.enabled = !args.no_optimize;
-    opts.schedule.fuse = !args.no_fuse;
+    let opts = pipeline_options(args.no_fuse, args.no_optimize);
     let lowered = lower_graph(graph, &opts).map_err(CliError::Internal)?;
     let program = &lowered.scheduled.program;
     let kernels = count(program.kernels.len(), "kernel");

@@ -2,10 +2,10 @@
 //! [--machine PRESET]`: run a hand-written tile kernel on the accelerator simulator and
 //! print its report.
 
-use super::{read_file, CliError, CliResult};
+use super::{load_machine, read_file, CliError, CliResult};
 use clap::Args;
 use ferrite_ir::{npy, DType, Tensor, TensorType};
-use ferrite_runtime::accel::sim::{self, KernelArg, Machine};
+use ferrite_runtime::accel::sim::{self, KernelArg};
 use ferrite_runtime::accel::tile::{self, ParamType};
 use std::io::Write;
 use std::path::PathBuf;
@@ -38,15 +38,7 @@ pub fn sim(args: &SimArgs, out: &mut dyn Write) -> CliResult {
         .map_err(|_| CliError::User(format!("`{name}` is not UTF-8 text")))?;
     let kernel =
         tile::parse_and_check(&name, &src).map_err(|d| CliError::Rendered(d.to_string()))?;
-    let machine = match &args.machine {
-        None => Machine::mtia2i(),
-        Some(path) => {
-            let text = String::from_utf8(read_file(path)?)
-                .map_err(|_| CliError::User(format!("`{}` is not UTF-8 text", path.display())))?;
-            Machine::from_preset_str(&text)
-                .map_err(|e| CliError::User(format!("`{}`: {e}", path.display())))?
-        }
-    };
+    let machine = load_machine(args.machine.as_deref())?;
 
     let params = &kernel.kernel().params;
     for (n, _) in &args.args {
