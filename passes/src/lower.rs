@@ -1086,20 +1086,8 @@ impl KernelBuilder<'_> {
             IndexExpr::Var(Var::reduce(0))
         };
         let nb = out.len() - (ash.len() >= 2) as usize - (bsh.len() >= 2) as usize;
-        let batch_coords = |own: &[usize]| -> Vec<IndexExpr> {
-            // Right-aligned broadcasting of the operand's batch axes against the output's.
-            let lead = nb - own.len();
-            own.iter()
-                .enumerate()
-                .map(|(i, &d)| {
-                    if d == 1 {
-                        IndexExpr::Const(0)
-                    } else {
-                        oc[lead + i].clone()
-                    }
-                })
-                .collect()
-        };
+        // Right-aligned broadcasting of the operand's batch axes against the output's.
+        let batch_coords = |own: &[usize]| Self::broadcast(&oc[..nb], own, &out[..nb]);
         let m = if ash.len() >= 2 {
             oc[nb].clone()
         } else {
