@@ -303,3 +303,80 @@ fn matmul_kernels_run_through_the_extern_gemm() {
     let c = CpuProgram::compile(&schedule(&g, true), &CpuOptions::with_threads(1)).unwrap();
     assert!(c.uses_gemm(0), "{}", c.report());
 }
+
+/// Outputs of `g` compiled fused with stashing on and off, on 1 and 2 threads: they must
+/// be bit-identical (a stashed value is the same rounded value the stage would compute).
+/// Returns the stash notes of the compiled kernels.
+fn stash_on_off_identical(g: &ferrite_ir::Graph) -> Vec<String> {
+    let inputs = random_inputs(g);
+    let p = schedule(g, true);
+    let mut notes = Vec::new();
+    let mut first: Option<Vec<Tensor>> = None;
+    for stash in [true, false] {
+        for threads in [1, 2] {
+            let mut opts = CpuOptions::with_threads(threads);
+            opts.codegen.stash = stash;
+            let c = CpuProgram::compile(&p, &opts).unwrap();
+            if stash && threads == 1 {
+                for k in 0..p.kernels.len() {
+                    if let Some(info) = c.kernel_info(k) {
+                        notes.extend(info.notes.iter().cloned());
+                    }
+                }
+            }
+            let out = c.run(&inputs).unwrap();
+            match &first {
+                None => first = Some(out),
+                Some(want) => {
+                    for (x, w) in out.iter().zip(want) {
+                        assert_eq!(
+                            x.data,
+                            w.data,
+                            "{}: stash {stash}, threads {threads}\n{}",
+                            g.name,
+                            c.report()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    check_graph(g, &inputs);
+    notes
+}
+
+/// A softmax row's `exp(x - max)` is computed once per element: written to a stack
+/// scratch row by the sum stage and read back by the store stage, not recomputed.
+#[test]
+fn shared_transcendentals_are_computed_once_per_point() {
+    let notes = stash_on_off_identical(&example("softmax_rows"));
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].starts_with("stash: exp("), "{notes:?}");
+    // Attention's masked softmax (`where(r0 <= i2, .., -inf)`) too.
+    let notes = stash_on_off_identical(&example("attention"));
+    assert!(notes.iter().any(|n| n.contains("exp(where(")), "{notes:?}");
+    // A row with a scalar tail (37 = 9 vectors + 1), in f16 (computed in f32 inside).
+    let g =
+        graph("graph s(x: f16[5, 37]) -> f16[5, 37] {\n  y = softmax(x, axis=1)\n  return y\n}\n");
+    assert_eq!(stash_on_off_identical(&g).len(), 1);
+    // A two-axis inner domain: the scratch is indexed row-major over both axes.
+    let g = graph("graph s(x: f32[3, 6, 10]) -> f32[3, 6, 10] {\n  e = tanh(x)\n  s = sum(e, axes=[1, 2], keepdim=true)\n  y = div(e, s)\n  return y\n}\n");
+    let notes = stash_on_off_identical(&g);
+    assert!(
+        notes.len() == 1 && notes[0].starts_with("stash: tanh("),
+        "{notes:?}"
+    );
+}
+
+/// Nothing is stashed where nothing expensive is shared, and rows beyond the scratch
+/// limit recompute (and are still right).
+#[test]
+fn stashing_only_where_it_pays_and_fits() {
+    // layer norm shares only cheap subtractions between its stages.
+    assert!(stash_on_off_identical(&example("layer_norm_rows")).is_empty());
+    // 20,000 f32 per row = 80,000 bytes > the 64 KiB limit.
+    let g = graph(
+        "graph s(x: f32[2, 20000]) -> f32[2, 20000] {\n  y = softmax(x, axis=1)\n  return y\n}\n",
+    );
+    assert!(stash_on_off_identical(&g).is_empty());
+}

@@ -48,10 +48,11 @@ fn every_generated_function_verifies() {
         for fuse in [true, false] {
             let p = schedule(&example(&name), fuse);
             for k in &p.kernels {
-                for vectorize in [true, false] {
+                for (vectorize, stash) in [(true, true), (false, true), (true, false)] {
                     let opts = CodegenOptions {
                         vectorize,
                         unroll: 4,
+                        stash,
                     };
                     let (func, _) = kernel_function(&jit, "k", &p.buffers, k, &opts)
                         .unwrap_or_else(|e| panic!("{name} {}: {e}", k.name));

@@ -43,6 +43,23 @@ impl Program {
     }
 }
 
+impl Block {
+    /// Node `r` written out as one expression (data-dependent indices by their node
+    /// names), for reports that mention a value of a stage.
+    pub fn expr_text(&self, r: ExprRef) -> String {
+        let bound: Vec<bool> = self
+            .nodes
+            .iter()
+            .map(|n| matches!(n.op, ExprOp::CheckedIndex { .. }))
+            .collect();
+        Printer {
+            body: self,
+            bound: &bound,
+        }
+        .expr(r)
+    }
+}
+
 struct KernelText<'a> {
     p: &'a Program,
     k: &'a Kernel,

@@ -293,6 +293,9 @@ impl CpuProgram {
                 }
             };
             if let Some(j) = jit {
+                for note in &j.info.notes {
+                    let _ = writeln!(s, "  {note}");
+                }
                 for st in &j.info.stages {
                     let _ = writeln!(s, "  {st}");
                 }

@@ -110,7 +110,7 @@ fn merge_last_two(kernel: &Kernel) -> Option<Kernel> {
 }
 
 /// `e` with every variable `v` for which `with(v)` is `Some` replaced.
-fn substitute(e: &IndexExpr, with: &impl Fn(Var) -> Option<IndexExpr>) -> IndexExpr {
+pub(super) fn substitute(e: &IndexExpr, with: &impl Fn(Var) -> Option<IndexExpr>) -> IndexExpr {
     match e {
         IndexExpr::Var(v) => with(*v).unwrap_or_else(|| e.clone()),
         IndexExpr::Const(_) | IndexExpr::Dynamic { .. } => e.clone(),

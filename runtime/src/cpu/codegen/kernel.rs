@@ -30,7 +30,8 @@ use crate::cpu::jit::Jit;
 use crate::cpu::vmath::VMath;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, Block as ClifBlock, Function, InstBuilder, MemFlagsData, SigRef, Type, Value,
+    types, Block as ClifBlock, Function, InstBuilder, MemFlagsData, SigRef, StackSlotData,
+    StackSlotKind, Type, Value,
 };
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -142,6 +143,32 @@ pub fn kernel_function(
     check_references(kernel).map_err(|e| format!("kernel {}: {e}", kernel.name))?;
     let coalesced = super::coalesce::coalesce_pointwise(kernel);
     let kernel = coalesced.as_ref().unwrap_or(kernel);
+    // Whether outer points may run in parallel is a property of the program's kernel:
+    // stash scratch is private to each call.
+    let parallel = super::disjoint::outer_points_write_disjoint(kernel);
+    let stashed = if opts.stash {
+        super::stash::stash_shared(kernel, buffers)
+    } else {
+        None
+    };
+    let program_buffers = buffers.len();
+    let mut with_scratch;
+    let no_stores = vec![Vec::new(); kernel.stages.len()];
+    let (kernel, buffers, scratch, reduce_stores, notes) = match &stashed {
+        Some(s) => {
+            with_scratch = buffers.to_vec();
+            with_scratch.extend(s.scratch.iter().cloned());
+            let b = &with_scratch[..];
+            (
+                &s.kernel,
+                b,
+                &s.scratch[..],
+                &s.reduce_stores,
+                s.notes.clone(),
+            )
+        }
+        None => (kernel, buffers, &[][..], &no_stores, Vec::new()),
+    };
     let ptr_type = jit.pointer_type();
     let signature = jit.signature(&[ptr_type, types::I64, types::I64], &[types::I32]);
     let call_conv = signature.call_conv;
@@ -165,6 +192,8 @@ pub fn kernel_function(
             slots.extend(stores.iter().map(|s| s.buffer));
         }
     }
+    // Scratch buffers live in the stack frame, not in a slot.
+    slots.retain(|b| b.index() < program_buffers);
     slots.sort();
     slots.dedup();
     for s in &slots {
@@ -179,6 +208,7 @@ pub fn kernel_function(
             Stage::Store { stores, .. } => stores.iter().map(|w| w.buffer).collect(),
             Stage::Reduce { .. } => Vec::new(),
         })
+        .chain(reduce_stores.iter().flatten().map(|w| w.buffer))
         .collect();
     let mut b = FunctionBuilder::new(&mut func, &mut fctx);
     let entry = b.create_block();
@@ -219,7 +249,7 @@ pub fn kernel_function(
         trig_sig: None,
         has_fma: jit.has_fma(),
     };
-    let stages = e.emit_kernel(entry, kernel, &slots, opts)?;
+    let stages = e.emit_kernel(entry, kernel, &slots, scratch, reduce_stores, opts)?;
     let checks = std::mem::take(&mut e.checks);
     drop(e);
     b.seal_all_blocks();
@@ -230,13 +260,14 @@ pub fn kernel_function(
         slots,
         checks,
         stages,
-        parallel: super::disjoint::outer_points_write_disjoint(kernel),
+        parallel,
         points: kernel.domain.iter().product(),
         work_per_point: kernel
             .stages
             .iter()
             .map(|s| s.domain().iter().product::<usize>().max(1))
             .sum(),
+        notes,
     };
     Ok((func, info))
 }
@@ -269,6 +300,8 @@ impl<'a, 'f> Emitter<'a, 'f> {
         entry: ClifBlock,
         kernel: &'a Kernel,
         slots: &[BufferId],
+        scratch: &[Buffer],
+        reduce_stores: &'a [Vec<StoreOp>],
         opts: &CodegenOptions,
     ) -> Result<Vec<StageReport>, String> {
         self.b.switch_to_block(entry);
@@ -282,6 +315,17 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 .ins()
                 .load(self.ptr_type, slot_flags, slot_ptr, offset);
             self.ptrs.insert(buf, p);
+        }
+        for buf in scratch {
+            // 16-byte aligned, like the vectors it holds.
+            let bytes = buf.ty.size_bytes() as u32;
+            let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+                StackSlotKind::ExplicitSlot,
+                bytes,
+                4,
+            ));
+            let p = self.b.ins().stack_addr(self.ptr_type, slot, 0);
+            self.ptrs.insert(buf.id, p);
         }
         let done = self.b.create_block();
         let body = self.b.create_block();
@@ -360,7 +404,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 reduce: vec![],
                 store: vec![],
             };
-            reports.push(self.emit_stage(&kernel.stages[0], 0, ext, vec![spec], opts)?);
+            reports.push(self.emit_stage(&kernel.stages[0], &[], 0, ext, vec![spec], opts)?);
             let next_last = self.b.ins().iadd(i_last, seg);
             self.b.def_var(outer[last], next_last);
             seg
@@ -390,7 +434,8 @@ impl<'a, 'f> Emitter<'a, 'f> {
                         }
                     })
                     .collect();
-                reports.push(self.emit_stage(stage, si, ext, loops, opts)?);
+                let extra = reduce_stores.get(si).map_or(&[][..], |v| &v[..]);
+                reports.push(self.emit_stage(stage, extra, si, ext, loops, opts)?);
             }
             if n > 0 {
                 let i_last = self.b.use_var(outer[n - 1]);
@@ -432,6 +477,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
     fn emit_stage(
         &mut self,
         stage: &'a Stage,
+        extra_stores: &'a [StoreOp],
         index: usize,
         ext: Extents,
         loops: Vec<LoopSpec>,
@@ -457,9 +503,9 @@ impl<'a, 'f> Emitter<'a, 'f> {
             let level = node_level(node, &self.node_levels, &self.var_levels);
             self.node_levels.push(level);
         }
-        let live = live_nodes(stage);
+        let live = live_nodes(stage, extra_stores);
         let (reductions, stores): (&[Reduction], &[StoreOp]) = match stage {
-            Stage::Reduce { reductions, .. } => (reductions, &[]),
+            Stage::Reduce { reductions, .. } => (reductions, extra_stores),
             Stage::Store { stores, .. } => (&[], stores),
         };
         let kind = match stage {
@@ -657,10 +703,14 @@ fn node_indices(op: &ExprOp) -> Vec<&IndexExpr> {
 
 /// Nodes whose value some root needs, plus nodes that can fail (checked indices and
 /// integer powers), which the reference evaluates at every point whether used or not.
-fn live_nodes(stage: &Stage) -> Vec<bool> {
+fn live_nodes(stage: &Stage, extra_stores: &[StoreOp]) -> Vec<bool> {
     let body = stage.body();
     let mut live = vec![false; body.nodes.len()];
-    for r in stage.roots() {
+    for r in stage
+        .roots()
+        .into_iter()
+        .chain(extra_stores.iter().map(|s| s.value))
+    {
         if let Some(l) = live.get_mut(r.index()) {
             *l = true;
         }

@@ -24,6 +24,9 @@
 //!   stays affine, so short rows still make long vector loops.
 //! - `disjoint.rs`: whether outer points write disjoint elements (else the kernel runs on
 //!   one thread).
+//! - `stash.rs`: a transcendental that two stages of a kernel both compute (softmax's
+//!   `exp(x - max)` in its sum and its store stage) computed once per outer point into a
+//!   scratch row in the stack frame and read back by both.
 //! - `epilogue.rs`: GEMM kernels split into the extern product and a JIT'd epilogue.
 //!
 //! Safety by construction: before any access is emitted its index range is bounded with
@@ -55,6 +58,7 @@ pub mod epilogue;
 mod expr;
 mod index;
 mod kernel;
+mod stash;
 mod vectorize;
 
 pub use disjoint::outer_points_write_disjoint;
@@ -67,6 +71,9 @@ pub struct CodegenOptions {
     pub vectorize: bool,
     /// Vector groups per main-loop iteration (1 to 8; 4 keeps enough in flight).
     pub unroll: usize,
+    /// Compute a transcendental that two stages of a kernel share once per point, into a
+    /// stack scratch row, instead of in both stages (see `stash.rs`).
+    pub stash: bool,
 }
 
 impl Default for CodegenOptions {
@@ -74,6 +81,7 @@ impl Default for CodegenOptions {
         CodegenOptions {
             vectorize: true,
             unroll: 4,
+            stash: true,
         }
     }
 }
@@ -127,4 +135,6 @@ pub struct KernelInfo {
     pub points: usize,
     /// Inner-loop iterations per outer point (at least 1 per stage), to size work chunks.
     pub work_per_point: usize,
+    /// Rewrites made before emission (values stashed once per point), one line each.
+    pub notes: Vec<String>,
 }

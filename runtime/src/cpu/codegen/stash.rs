@@ -1,0 +1,284 @@
+//! Computing an expensive value once per point when two stages of a kernel need it.
+//!
+//! Fusion keeps a softmax row in one kernel by recomputing: the sum stage evaluates
+//! `exp(x - max)` and the store stage evaluates it again (the loop IR has no other way to
+//! hand a per-element value from one stage to the next). On the simulator that is cheap;
+//! on a CPU one `f32x4` `exp` costs more than the memory traffic of the element, so the
+//! recomputation made the fused kernel slower than the unfused chain. This rewrite does
+//! what a hand-written CPU softmax does: the value is computed once, into a scratch row,
+//! and both stages read it back.
+//!
+//! For a later stage `L` and an earlier stage `E` with the same inner domain, a node of `L`
+//! that contains a transcendental (`exp`, `log`, `tanh`, `erf`, `sigmoid`, `sin`, `cos`,
+//! `pow`) and is structurally equal to a live node of `E` (with `E`'s loop variables
+//! renamed to `L`'s) is *stashed*:
+//!
+//! - `E` also writes the value to a scratch buffer at each point of the domain: a store
+//!   stage gets one more store, a reduction stage a store in [`Stashed::reduce_stores`]
+//!   (the loop IR's reductions have no stores; the code generator emits them in the same
+//!   loop, so the value is computed, written and accumulated in one pass);
+//! - in `L` the node becomes a load of the scratch buffer at the same point.
+//!
+//! The scratch buffer holds one value per point of the inner domain (row-major), so it is
+//! private to one outer point: the code generator places it in the kernel's stack frame,
+//! and threads running other outer points have their own. The value stored is the node's
+//! own, rounded to its dtype as the reference rounds it, so results are unchanged bit for
+//! bit. Stashes stop at [`MAX_SCRATCH_BYTES`] per kernel (beyond it the kernel recomputes,
+//! as before).
+
+use super::coalesce::substitute;
+use ferrite_ir::loops::{
+    Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, Stage,
+    StoreOp, Value, Var, VarKind,
+};
+use ferrite_ir::types::TensorType;
+use ferrite_ir::{BinaryOp, DType, UnaryOp};
+use std::collections::HashMap;
+
+/// Scratch bytes a kernel may keep in its stack frame.
+pub const MAX_SCRATCH_BYTES: usize = 64 * 1024;
+
+/// Most values stashed per kernel.
+const MAX_STASHES: usize = 8;
+
+/// A kernel rewritten to compute shared values once.
+#[derive(Clone, Debug)]
+pub(super) struct Stashed {
+    /// The rewritten kernel; its scratch buffers are numbered after the program's.
+    pub kernel: Kernel,
+    /// The scratch buffers (ids `buffers.len()..`), one per stashed value.
+    pub scratch: Vec<Buffer>,
+    /// Per stage: writes a reduction stage makes besides accumulating (always empty for
+    /// store stages, whose writes are in the stage).
+    pub reduce_stores: Vec<Vec<StoreOp>>,
+    /// One line per stash, for the compile report.
+    pub notes: Vec<String>,
+}
+
+/// `kernel` (of a program with `buffers`) with expensive values shared between its stages
+/// computed once, or `None` when there is none.
+pub(super) fn stash_shared(kernel: &Kernel, buffers: &[Buffer]) -> Option<Stashed> {
+    let mut s = Stashed {
+        kernel: kernel.clone(),
+        scratch: Vec::new(),
+        reduce_stores: vec![Vec::new(); kernel.stages.len()],
+        notes: Vec::new(),
+    };
+    let mut bytes = 0usize;
+    'search: while s.scratch.len() < MAX_STASHES {
+        for li in 1..s.kernel.stages.len() {
+            for ei in 0..li {
+                let Some((e_node, l_node)) = find_shared(&s.kernel, ei, li) else {
+                    continue;
+                };
+                let points: usize = s.kernel.stages[li].domain().iter().product();
+                let size = points * 4;
+                if bytes + size > MAX_SCRATCH_BYTES {
+                    break 'search;
+                }
+                let id = BufferId((buffers.len() + s.scratch.len()) as u32);
+                let ty = TensorType::new(DType::F32, vec![points]).ok()?;
+                s.scratch.push(Buffer {
+                    id,
+                    ty,
+                    kind: BufferKind::Intermediate,
+                    name: format!("stash{}", s.scratch.len()),
+                });
+                bytes += size;
+                let what = s.kernel.stages[li].body().expr_text(l_node);
+                s.notes.push(format!(
+                    "stash: {what} computed once per point by stage {ei}, read back by stage \
+                     {li} ({size}-byte stack scratch)"
+                ));
+                apply(&mut s, ei, e_node, li, l_node, id);
+                continue 'search;
+            }
+        }
+        break;
+    }
+    (!s.scratch.is_empty()).then_some(s)
+}
+
+/// Whether node `i` of `body` is a transcendental (the expensive ops of the vector math).
+fn is_expensive_op(node: &ExprNode) -> bool {
+    match &node.op {
+        ExprOp::Unary(u, _) => matches!(
+            u,
+            UnaryOp::Exp
+                | UnaryOp::Log
+                | UnaryOp::Tanh
+                | UnaryOp::Erf
+                | UnaryOp::Sigmoid
+                | UnaryOp::Sin
+                | UnaryOp::Cos
+        ),
+        ExprOp::Binary(BinaryOp::Pow, _, _) => node.dtype.is_float(),
+        _ => false,
+    }
+}
+
+/// Nodes reachable from the stage's results.
+fn live(stage: &Stage) -> Vec<bool> {
+    let body = stage.body();
+    let mut live = vec![false; body.nodes.len()];
+    for r in stage.roots() {
+        if let Some(l) = live.get_mut(r.index()) {
+            *l = true;
+        }
+    }
+    for i in (0..body.nodes.len()).rev() {
+        if live[i] {
+            body.nodes[i].for_each_operand(&mut |r| {
+                if let Some(l) = live.get_mut(r.index()) {
+                    *l = true;
+                }
+            });
+        }
+    }
+    live
+}
+
+/// Renames the inner loop variables of any stage kind to store variables (`r2` → `j2`).
+fn to_store_vars(e: &IndexExpr) -> IndexExpr {
+    substitute(e, &|v: Var| match v.kind {
+        VarKind::Reduce => Some(IndexExpr::Var(Var::store(v.index as usize))),
+        _ => None,
+    })
+}
+
+/// `node` with every index expression rewritten by `f`.
+fn map_indices(node: &ExprNode, f: &impl Fn(&IndexExpr) -> IndexExpr) -> ExprNode {
+    let mut n = node.clone();
+    match &mut n.op {
+        ExprOp::Load(l) => {
+            l.index = f(&l.index);
+            for b in &mut l.guard {
+                b.expr = f(&b.expr);
+            }
+        }
+        ExprOp::Index(e) => *e = f(e),
+        ExprOp::CheckedIndex { guard, .. } => {
+            for b in guard {
+                b.expr = f(&b.expr);
+            }
+        }
+        _ => {}
+    }
+    n
+}
+
+/// Structural ids of a body's nodes: equal ids mean equal values at the same inner point.
+fn intern(body: &Block, table: &mut HashMap<ExprNode, u32>) -> Vec<u32> {
+    let mut ids: Vec<u32> = Vec::with_capacity(body.nodes.len());
+    for node in &body.nodes {
+        let keyed = map_indices(node, &to_store_vars);
+        let keyed = keyed.map_refs(&|r| ExprRef(ids.get(r.index()).copied().unwrap_or(u32::MAX)));
+        let next = table.len() as u32;
+        ids.push(*table.entry(keyed).or_insert(next));
+    }
+    ids
+}
+
+/// A node of stage `li` worth stashing that stage `ei` also computes: (node in `ei`,
+/// node in `li`). Takes the outermost such node (the latest in `li`'s order), so `exp(x)`
+/// is stashed rather than `x`.
+fn find_shared(kernel: &Kernel, ei: usize, li: usize) -> Option<(ExprRef, ExprRef)> {
+    let (early, late) = (&kernel.stages[ei], &kernel.stages[li]);
+    if early.domain() != late.domain() || early.domain().is_empty() {
+        return None;
+    }
+    let mut table = HashMap::new();
+    let e_ids = intern(early.body(), &mut table);
+    let l_ids = intern(late.body(), &mut table);
+    let e_live = live(early);
+    let l_live = live(late);
+    let mut in_early: HashMap<u32, usize> = HashMap::new();
+    for (i, &id) in e_ids.iter().enumerate() {
+        if e_live[i] {
+            in_early.entry(id).or_insert(i);
+        }
+    }
+    let expensive = |body: &Block| -> Vec<bool> {
+        let mut x = vec![false; body.nodes.len()];
+        for (i, n) in body.nodes.iter().enumerate() {
+            let mut any = is_expensive_op(n);
+            n.for_each_operand(&mut |r| any |= x.get(r.index()).copied().unwrap_or(false));
+            x[i] = any;
+        }
+        x
+    };
+    let l_exp = expensive(late.body());
+    for i in (0..late.body().nodes.len()).rev() {
+        let node = &late.body().nodes[i];
+        if !l_live[i] || !l_exp[i] || node.dtype != DType::F32 {
+            continue;
+        }
+        if let Some(&e) = in_early.get(&l_ids[i]) {
+            return Some((ExprRef(e as u32), ExprRef(i as u32)));
+        }
+    }
+    None
+}
+
+/// The row-major position of the current point of a stage's inner domain.
+fn flat_index(domain: &[usize], kind: VarKind) -> IndexExpr {
+    let mut terms = Vec::with_capacity(domain.len());
+    let mut stride = 1i64;
+    for k in (0..domain.len()).rev() {
+        let v = IndexExpr::Var(Var {
+            kind,
+            index: k as u32,
+        });
+        terms.push(if stride == 1 {
+            v
+        } else {
+            IndexExpr::Mul(Box::new(v), stride)
+        });
+        stride *= domain[k] as i64;
+    }
+    terms.reverse();
+    if terms.len() == 1 {
+        terms.pop().unwrap_or(IndexExpr::Const(0))
+    } else {
+        IndexExpr::Sum(terms)
+    }
+}
+
+fn stage_var_kind(stage: &Stage) -> VarKind {
+    match stage {
+        Stage::Reduce { .. } => VarKind::Reduce,
+        Stage::Store { .. } => VarKind::Store,
+    }
+}
+
+/// Replaces node `r` of `stage` by a load of `scratch` at the current inner point.
+fn load_from_scratch(stage: &mut Stage, r: ExprRef, scratch: BufferId) {
+    let kind = stage_var_kind(stage);
+    let domain = stage.domain().to_vec();
+    let body = match stage {
+        Stage::Reduce { body, .. } | Stage::Store { body, .. } => body,
+    };
+    body.nodes[r.index()].op = ExprOp::Load(Load {
+        buffer: scratch,
+        index: flat_index(&domain, kind),
+        guard: vec![],
+        other: Value::Float(0.0),
+    });
+}
+
+/// Writes node `e` of stage `ei` to `scratch` at each inner point and reads it back in
+/// place of node `l` of stage `li`.
+fn apply(s: &mut Stashed, ei: usize, e: ExprRef, li: usize, l: ExprRef, scratch: BufferId) {
+    let domain = s.kernel.stages[ei].domain().to_vec();
+    let kind = stage_var_kind(&s.kernel.stages[ei]);
+    let write = StoreOp {
+        buffer: scratch,
+        index: flat_index(&domain, kind),
+        value: e,
+    };
+    match &mut s.kernel.stages[ei] {
+        Stage::Store { stores, .. } => stores.push(write),
+        Stage::Reduce { .. } => s.reduce_stores[ei].push(write),
+    }
+    load_from_scratch(&mut s.kernel.stages[li], l, scratch);
+}
