@@ -380,3 +380,62 @@ fn stashing_only_where_it_pays_and_fits() {
     );
     assert!(stash_on_off_identical(&g).is_empty());
 }
+
+/// Notes of kernel `k` of `g` compiled fused on one thread.
+fn kernel_notes(g: &ferrite_ir::Graph, k: usize) -> Vec<String> {
+    let c = CpuProgram::compile(&schedule(g, true), &CpuOptions::with_threads(1)).unwrap();
+    c.kernel_info(k).unwrap().notes.clone()
+}
+
+/// A pointwise kernel reading a transposed operand walks its domain in tiles (16x16, or
+/// 8x8 when 16 does not divide both axes); results are those of the interpreter, on one
+/// and two threads, and kernels whose axes no tile divides stay as they are.
+#[test]
+fn transposed_reads_are_tiled() {
+    let cases = [
+        (
+            "x: f32[64, 48]",
+            "f32[48, 64]",
+            "transpose(x, dim0=0, dim1=1)",
+            Some(16),
+        ),
+        (
+            "x: f32[40, 24]",
+            "f32[24, 40]",
+            "transpose(x, dim0=0, dim1=1)",
+            Some(8),
+        ),
+        (
+            "x: f32[30, 50]",
+            "f32[50, 30]",
+            "transpose(x, dim0=0, dim1=1)",
+            None,
+        ),
+        (
+            "x: f32[3, 32, 64]",
+            "f32[3, 64, 32]",
+            "permute(x, dims=[0, 2, 1])",
+            Some(16),
+        ),
+    ];
+    for (param, out, expr, tile) in cases {
+        let src = format!(
+            "graph t({param}, y: {out}) -> {out} {{\n  z = add({expr}, y)\n  w = mul(z, 0.5)\n  return w\n}}\n"
+        );
+        let g = graph(&src);
+        check_graph(&g, &random_inputs(&g));
+        let notes = kernel_notes(&g, 0);
+        match tile {
+            Some(t) => assert!(
+                notes
+                    .iter()
+                    .any(|n| n.starts_with("tiled:") && n.contains(&format!("{t}x{t}"))),
+                "{src}{notes:?}"
+            ),
+            None => assert!(notes.is_empty(), "{src}{notes:?}"),
+        }
+    }
+    // A contiguous kernel is not tiled.
+    let g = graph("graph t(x: f32[64, 64]) -> f32[64, 64] {\n  y = exp(x)\n  return y\n}\n");
+    assert!(kernel_notes(&g, 0).is_empty());
+}

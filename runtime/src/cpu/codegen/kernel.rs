@@ -144,8 +144,10 @@ pub fn kernel_function(
     let coalesced = super::coalesce::coalesce_pointwise(kernel);
     let kernel = coalesced.as_ref().unwrap_or(kernel);
     // Whether outer points may run in parallel is a property of the program's kernel:
-    // stash scratch is private to each call.
+    // tiling only reorders its points, and stash scratch is private to each call.
     let parallel = super::disjoint::outer_points_write_disjoint(kernel);
+    let tiled = super::tile::tile_strided_pointwise(kernel);
+    let kernel = tiled.as_ref().map_or(kernel, |(k, _)| k);
     let stashed = if opts.stash {
         super::stash::stash_shared(kernel, buffers)
     } else {
@@ -169,6 +171,7 @@ pub fn kernel_function(
         }
         None => (kernel, buffers, &[][..], &no_stores, Vec::new()),
     };
+    let notes: Vec<String> = tiled.iter().map(|(_, n)| n.clone()).chain(notes).collect();
     let ptr_type = jit.pointer_type();
     let signature = jit.signature(&[ptr_type, types::I64, types::I64], &[types::I32]);
     let call_conv = signature.call_conv;

@@ -27,6 +27,8 @@
 //! - `stash.rs`: a transcendental that two stages of a kernel both compute (softmax's
 //!   `exp(x - max)` in its sum and its store stage) computed once per outer point into a
 //!   scratch row in the stack frame and read back by both.
+//! - `tile.rs`: a pointwise kernel whose loads stride across rows (a transpose) walks its
+//!   outer domain in 16x16 tiles, so each tile's lines stay in L1.
 //! - `epilogue.rs`: GEMM kernels split into the extern product and a JIT'd epilogue.
 //!
 //! Safety by construction: before any access is emitted its index range is bounded with
@@ -52,6 +54,7 @@
 //! output's magnitude (the tolerances the tests use).
 
 mod coalesce;
+pub(crate) mod late;
 mod convert;
 mod disjoint;
 pub mod epilogue;
@@ -59,6 +62,7 @@ mod expr;
 mod index;
 mod kernel;
 mod stash;
+mod tile;
 mod vectorize;
 
 pub use disjoint::outer_points_write_disjoint;
