@@ -63,7 +63,7 @@ pub mod api;
 pub use api::builder::{
     bf16, bool, f16, f32, i32, i64, tensor_type, Graph, Operand, ScalarValue, Tensor,
 };
-pub use api::compile::{compile, compile_ir, Compiled, Options, Target};
+pub use api::compile::{compile, compile_ir, Compiled, Execution, Options, Target};
 pub use api::error::{Error, Result};
 pub use api::host::{Array, Element};
 pub use api::jit::{eager, jit, IntoOutputs, Jit, JitEvent, JitStats, DEFAULT_CACHE_LIMIT};

@@ -588,11 +588,18 @@ fn run_time_failures_are_errors() {
     }
 }
 
-#[test]
-fn options_select_fusion_threads_and_dumps() {
+/// `exp(x * 2) + 1` summed over the rows of a 64x64 `x`: four primitive ops, nothing
+/// for the optimizer to remove, one kernel fused.
+fn chain_graph() -> Graph {
     let g = Graph::new("chain");
     let x = g.input("x", ferrite::f32(&[64, 64]));
     g.output(&((&x * 2.0).exp() + 1.0).sum([1], false));
+    g
+}
+
+#[test]
+fn options_select_fusion_threads_and_dumps() {
+    let g = chain_graph();
     let x_val = Array::random(&ferrite::f32(&[64, 64]), 3).unwrap();
     let fused = compile(&g, &Options::default()).unwrap();
     let unfused = compile(
@@ -628,7 +635,7 @@ fn options_select_fusion_threads_and_dumps() {
 
     let dir = std::env::temp_dir().join(format!("ferrite-api-dump-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    compile(&g, &Options::default().dump(&dir)).unwrap();
+    let dumped = compile(&g, &Options::default().dump(&dir)).unwrap();
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -637,21 +644,25 @@ fn options_select_fusion_threads_and_dumps() {
     assert_eq!(
         files,
         [
-            "00-graph.fg",
+            "00-parsed.fg",
             "01-decomposed.fg",
             "02-optimized.fg",
             "03-kernels.loop",
             "04-memory.txt",
-            "05-cpu.txt"
+            "05-cpu.clif",
+            "graph.dot"
         ]
     );
-    let graph_text = std::fs::read_to_string(dir.join("00-graph.fg")).unwrap();
+    // `dump_files` lists them in the order written, which is also their sorted order.
+    let listed: Vec<_> = files.iter().map(|f| dir.join(f)).collect();
+    assert_eq!(dumped.dump_files(), &listed[..]);
+    let graph_text = std::fs::read_to_string(dir.join("00-parsed.fg")).unwrap();
     assert_eq!(
         ferrite::print(&ferrite::parse("g.fg", &graph_text).unwrap()),
         graph_text
     );
     // The CPU stage has the kernel's loop IR and its Cranelift IR.
-    let cpu_text = std::fs::read_to_string(dir.join("05-cpu.txt")).unwrap();
+    let cpu_text = std::fs::read_to_string(dir.join("05-cpu.clif")).unwrap();
     let kernel = &fused.program().unwrap().kernels[0].name;
     assert!(cpu_text.contains(&format!("==== {kernel}")), "{cpu_text}");
     assert!(cpu_text.contains("-- clif"), "{cpu_text}");
@@ -672,6 +683,106 @@ fn options_select_fusion_threads_and_dumps() {
         "{err:?}"
     );
     std::fs::remove_file(&file).unwrap();
+}
+
+#[test]
+fn compiled_reports_its_pipeline_code_and_runs() {
+    let g = chain_graph();
+    let x_val = Array::random(&ferrite::f32(&[64, 64]), 5).unwrap();
+    let expected = compile(&g, &Options::default().target(Target::Interp))
+        .unwrap()
+        .run(&[&x_val])
+        .unwrap();
+
+    let fused = compile(&g, &Options::default().threads(2)).unwrap();
+    assert_eq!(fused.decomposed_graph().unwrap().op_count(), 4);
+    assert_eq!(fused.optimized_graph().unwrap().op_count(), 4);
+    assert!(fused.optimize_report().unwrap().iterations >= 1);
+    // One fused kernel keeps nothing in memory between kernels.
+    assert_eq!(fused.schedule().unwrap().memory.peak_bytes(), 0);
+    assert_eq!(fused.options().threads, Some(2));
+
+    // The unfused baseline: one kernel per primitive op of the same optimized graph;
+    // at most two 64x64 f32 intermediates are alive at once (a kernel's input and
+    // output), so the peak is 2 * 16 KiB.
+    let unfused = fused.unfused().unwrap();
+    assert_eq!(unfused.kernel_count(), Some(4));
+    assert_eq!(
+        unfused.schedule().unwrap().memory.peak_bytes(),
+        2 * 64 * 64 * 4
+    );
+    assert_eq!(unfused.optimized_graph(), fused.optimized_graph());
+    let names: Vec<&str> = unfused.stage_times().iter().map(|s| s.0).collect();
+    assert_eq!(names, ["schedule", "cpu codegen"]);
+    unfused.run(&[&x_val]).unwrap()[0]
+        .check_close(&expected[0], 1e-5, 1e-5)
+        .unwrap();
+    assert!(!unfused.options().fuse);
+
+    // `execute` runs on IR tensors, checked as `run` checks arrays.
+    let ir_x = ferrite::ir::Tensor::random(&ferrite::f32(&[64, 64]), 5);
+    let xs = std::slice::from_ref(&ir_x);
+    let done = fused.execute(xs).unwrap();
+    assert!(done.device_report().is_none());
+    let out = Array::try_from(done.into_outputs().remove(0)).unwrap();
+    out.check_close(&expected[0], 1e-5, 1e-5).unwrap();
+    let wrong = ferrite::ir::Tensor::random(&ferrite::f32(&[64, 65]), 5);
+    assert!(matches!(
+        fused.execute(&[wrong]).unwrap_err(),
+        Error::InputShape { index: 0, .. }
+    ));
+
+    // The CPU's code text names each kernel; Cranelift IR only when dumping.
+    let kernel = fused.program().unwrap().kernels[0].name.clone();
+    let text = fused.code_text().unwrap();
+    assert!(text.contains(&format!("==== {kernel}")), "{text}");
+    assert!(!text.contains("-- clif"), "{text}");
+
+    // Profiling measures every kernel of each schedule.
+    let profile = fused.profile(xs, 2, &mut |_| {}).unwrap();
+    assert!(profile.fused);
+    assert_eq!(profile.kernels.len(), 1);
+    let profile = unfused.profile(xs, 2, &mut |_| {}).unwrap();
+    assert!(!profile.fused);
+    assert_eq!(profile.kernels.len(), 4);
+    assert_eq!(profile.peak_intermediate_bytes, 2 * 64 * 64 * 4);
+
+    // On the simulator a run reports one launch per kernel, and the code is tile text.
+    let sim = compile(&g, &Options::default().target(Target::Sim)).unwrap();
+    let done = sim.execute(xs).unwrap();
+    let report = done.device_report().unwrap();
+    assert_eq!(report.launches.len(), sim.kernel_count().unwrap());
+    assert!(report.cycles() > 0);
+    Array::try_from(done.outputs()[0].clone())
+        .unwrap()
+        .check_close(&expected[0], 1e-4, 1e-4)
+        .unwrap();
+    let kernel = &sim.program().unwrap().kernels[0].name;
+    assert!(sim
+        .code_text()
+        .unwrap()
+        .contains(&format!("kernel {kernel}(")));
+    let sim_profile = sim.profile(xs, 1, &mut |_| {}).unwrap();
+    assert_eq!(sim_profile.total_cycles, Some(report.cycles()));
+
+    // The interpreter runs no pipeline: nothing to report, unfuse or profile.
+    let interp = compile(&g, &Options::default().target(Target::Interp)).unwrap();
+    assert!(interp.schedule().is_none() && interp.optimize_report().is_none());
+    assert!(interp.code_text().is_none() && interp.stage_times().is_empty());
+    assert!(matches!(
+        interp.unfused().unwrap_err(),
+        Error::Compile { .. }
+    ));
+    assert!(matches!(
+        interp.profile(xs, 1, &mut |_| {}).unwrap_err(),
+        Error::Run { .. }
+    ));
+    // The loop-IR evaluator has a schedule but no generated code.
+    let loops = compile(&g, &Options::default().target(Target::Loops)).unwrap();
+    assert_eq!(loops.kernel_count(), Some(1));
+    assert!(loops.code_text().is_none());
+    let names: Vec<&str> = loops.stage_times().iter().map(|s| s.0).collect();
+    assert_eq!(names, ["decompose", "optimize", "schedule", "memory plan"]);
 }
 
 #[test]

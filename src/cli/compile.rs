@@ -3,16 +3,11 @@
 //! did; with `--dump`, write every stage as text (the CPU's CLIF and machine code, or
 //! the tile kernels, included).
 
-use super::{count, load_graph, pipeline_options, CliError, CliResult, Target};
+use super::{compile_graph, compile_options, count, load_graph, CliError, CliResult, Target};
 use clap::Args;
-use ferrite_ir::print;
-use ferrite_passes::pipeline::{lower_graph, StageRecord};
 use ferrite_passes::schedule::{schedule, ScheduleOptions};
-use ferrite_runtime::accel::program::SimProgram;
-use ferrite_runtime::accel::sim::Machine;
-use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Flags of `ferrite compile`.
@@ -40,21 +35,32 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     let (graph, _) = load_graph(&args.file)?;
     let parse_time = parse_start.elapsed();
 
-    let opts = pipeline_options(args.no_fuse, args.no_optimize);
-    let mut lowered = lower_graph(&graph, &opts).map_err(internal)?;
-    lowered.stages.push(codegen(
-        args.target,
-        &lowered.scheduled.program,
-        args.dump.is_some(),
-    )?);
+    // `interp` has no code generator: the library's `loops` target is the pipeline
+    // alone (the interpreter target would skip the pipeline this command reports on).
+    let target = match args.target {
+        Target::Interp => ferrite::Target::Loops,
+        t => t.api(),
+    };
+    let mut options = compile_options(target, args.no_fuse, args.no_optimize);
+    options.dump = args.dump.clone();
+    let exe = compile_graph(&graph, &options)?;
+    let (Some(decomposed), Some(optimized), Some(report), Some(scheduled)) = (
+        exe.decomposed_graph(),
+        exe.optimized_graph(),
+        exe.optimize_report(),
+        exe.schedule(),
+    ) else {
+        return Err(CliError::Internal(format!(
+            "compiling for {target} ran no pipeline"
+        )));
+    };
     // The unfused baseline of the same optimized graph, for comparison.
     let unfused = if args.no_fuse {
-        lowered.scheduled.clone()
+        scheduled.clone()
     } else {
-        schedule(&lowered.optimized, &ScheduleOptions::unfused()).map_err(internal)?
+        schedule(optimized, &ScheduleOptions::unfused()).map_err(CliError::Internal)?
     };
 
-    let report = &lowered.optimize_report;
     writeln!(
         out,
         "graph {}: {}, {}, {}",
@@ -66,8 +72,8 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     writeln!(
         out,
         "ops: {} before optimize, {} after",
-        lowered.decomposed.op_count(),
-        lowered.optimized.op_count()
+        decomposed.op_count(),
+        optimized.op_count()
     )?;
     writeln!(
         out,
@@ -79,70 +85,35 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     writeln!(
         out,
         "kernels: {} (unfused: {})",
-        lowered.scheduled.program.kernels.len(),
+        scheduled.program.kernels.len(),
         unfused.program.kernels.len()
     )?;
     writeln!(
         out,
         "peak intermediate memory: {} (unfused: {})",
-        bytes(lowered.scheduled.memory.peak_bytes()),
+        bytes(scheduled.memory.peak_bytes()),
         bytes(unfused.memory.peak_bytes())
     )?;
+    let stages = exe.stage_times();
     let mut times = vec![format!("parse {}", ms(parse_time))];
     times.extend(
-        lowered
-            .stages
+        stages
             .iter()
-            .filter(|s| s.time > Duration::ZERO)
-            .map(|s| format!("{} {}", s.name, ms(s.time))),
+            .filter(|(_, time)| *time > Duration::ZERO)
+            .map(|(name, time)| format!("{name} {}", ms(*time))),
     );
-    writeln!(
-        out,
-        "time: {} (total {})",
-        times.join(", "),
-        ms(parse_time + lowered.total_time())
-    )?;
+    let total: Duration = parse_time + stages.iter().map(|(_, time)| *time).sum::<Duration>();
+    writeln!(out, "time: {} (total {})", times.join(", "), ms(total))?;
 
     if let Some(dir) = &args.dump {
-        let parsed = StageRecord {
-            name: "parse",
-            time: parse_time,
-            file: "parsed.fg",
-            text: print(&graph),
-        };
-        let files = write_dump(dir, std::iter::once(&parsed).chain(&lowered.stages))?;
-        // The optimized graph with each kernel as a cluster (render: dot -Tsvg graph.dot).
-        let dot = dir.join("graph.dot");
-        std::fs::write(
-            &dot,
-            ferrite_passes::dot::graph_dot(&lowered.optimized, &lowered.scheduled.program),
-        )
-        .map_err(|e| CliError::User(format!("cannot write `{}`: {e}", dot.display())))?;
-        writeln!(out, "wrote {} files to {}", files + 1, dir.display())?;
+        writeln!(
+            out,
+            "wrote {} files to {}",
+            exe.dump_files().len(),
+            dir.display()
+        )?;
     }
     Ok(())
-}
-
-/// Writes each stage to `DIR/NN-<file>` and returns how many files it wrote.
-fn write_dump<'a>(
-    dir: &Path,
-    stages: impl Iterator<Item = &'a StageRecord>,
-) -> Result<usize, CliError> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| CliError::User(format!("cannot create `{}`: {e}", dir.display())))?;
-    let mut n = 0;
-    for (i, s) in stages.enumerate() {
-        let path = dir.join(format!("{i:02}-{}", s.file));
-        std::fs::write(&path, &s.text)
-            .map_err(|e| CliError::User(format!("cannot write `{}`: {e}", path.display())))?;
-        n += 1;
-    }
-    Ok(n)
-}
-
-/// A compile failure on a verified graph is a bug in a pass.
-fn internal(e: String) -> CliError {
-    CliError::Internal(e)
 }
 
 /// `1.234 ms`.
@@ -164,45 +135,4 @@ pub fn bytes(n: usize) -> String {
     } else {
         format!("{v:.2} {}", UNITS[unit])
     }
-}
-
-/// Runs the target's code generator on the scheduled program and records it as a stage.
-fn codegen(
-    target: Target,
-    program: &ferrite_ir::loops::Program,
-    capture: bool,
-) -> Result<StageRecord, CliError> {
-    let start = Instant::now();
-    let (name, file, text) = match target {
-        Target::Cpu => {
-            let opts = CpuOptions {
-                capture_dumps: capture,
-                ..CpuOptions::default()
-            };
-            let cpu = CpuProgram::compile(program, &opts)
-                .map_err(|e| internal(format!("cpu codegen: {e}")))?;
-            let text = if capture {
-                format!("{}\n{}", cpu.report(), cpu.dump())
-            } else {
-                String::new()
-            };
-            ("codegen", "cpu.clif", text)
-        }
-        Target::Sim => {
-            let sim = SimProgram::compile(program, &Machine::mtia2i())
-                .map_err(|e| internal(format!("tile lowering: {e}")))?;
-            ("tile lowering", "kernels.tile", sim.kernels_text())
-        }
-        Target::Interp => (
-            "no codegen",
-            "interp.txt",
-            "the interpreter runs the graph as parsed\n".into(),
-        ),
-    };
-    Ok(StageRecord {
-        name,
-        time: start.elapsed(),
-        file,
-        text,
-    })
 }

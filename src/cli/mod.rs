@@ -10,8 +10,8 @@ pub mod sim;
 pub mod summary;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use ferrite::{Compiled, Options};
 use ferrite_ir::{Graph, Tensor};
-use ferrite_passes::pipeline::PipelineOptions;
 use ferrite_runtime::accel::sim::Machine;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -59,10 +59,15 @@ pub enum Target {
 impl Target {
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
+        self.api().name()
+    }
+
+    /// The library's target of the same name.
+    pub fn api(self) -> ferrite::Target {
         match self {
-            Target::Interp => "interp",
-            Target::Cpu => "cpu",
-            Target::Sim => "sim",
+            Target::Interp => ferrite::Target::Interp,
+            Target::Cpu => ferrite::Target::Cpu,
+            Target::Sim => ferrite::Target::Sim,
         }
     }
 }
@@ -155,12 +160,35 @@ pub fn load_machine(preset: Option<&Path>) -> Result<Machine, CliError> {
         .map_err(|e| CliError::User(format!("`{}`: {e}", path.display())))
 }
 
-/// The pipeline as the `--no-fuse` and `--no-optimize` flags ask for it.
-pub fn pipeline_options(no_fuse: bool, no_optimize: bool) -> PipelineOptions {
-    let mut opts = PipelineOptions::default();
-    opts.optimize.enabled = !no_optimize;
-    opts.schedule.fuse = !no_fuse;
-    opts
+/// The compile options of the `--no-fuse` and `--no-optimize` flags, for `target`.
+pub fn compile_options(target: ferrite::Target, no_fuse: bool, no_optimize: bool) -> Options {
+    Options::default()
+        .target(target)
+        .fuse(!no_fuse)
+        .optimize(!no_optimize)
+}
+
+/// Compiles a graph the command has loaded (and so verified) through the library,
+/// the one place that turns a graph and options into a runnable program. A failing
+/// pipeline or code generator is a bug (exit code 2); a dump that cannot be written
+/// is the user's to fix. Errors of running the program are the command's to word.
+pub fn compile_graph(graph: &Graph, options: &Options) -> Result<Compiled, CliError> {
+    ferrite::compile_ir(graph, options).map_err(|e| match e {
+        ferrite::Error::Io { path, message } => {
+            CliError::User(format!("cannot write `{}`: {message}", path.display()))
+        }
+        ferrite::Error::Compile { message } => CliError::Internal(message),
+        e => CliError::Internal(e.to_string()),
+    })
+}
+
+/// The message of a failed run, without the library's `execution failed: ` prefix
+/// (the commands say what failed in their own words).
+pub fn run_failure(e: ferrite::Error) -> String {
+    match e {
+        ferrite::Error::Run { message } => message,
+        e => e.to_string(),
+    }
 }
 
 /// The input a command makes up for parameter `i` when none is given: reproducible

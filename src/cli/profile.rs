@@ -2,10 +2,11 @@
 //! [--format table|json] [--seed N] [--machine PRESET]`: where the time goes, fused and
 //! unfused.
 //!
-//! The graph goes through the pipeline once (decompose, optimize, fuse); the optimized
-//! graph is also scheduled unfused, one kernel per primitive op, so both schedules
-//! compute the same graph nodes and their rows can be compared. Both are compiled for
-//! the target and run on the same random inputs (parameter `i` is
+//! The graph is compiled once through the library (decompose, optimize, fuse, code
+//! generation); its optimized graph is also scheduled unfused, one kernel per
+//! primitive op ([`ferrite::Compiled::unfused`]), so both schedules compute the same
+//! graph nodes and their rows can be compared. Both are compiled for the target and
+//! run on the same random inputs (parameter `i` is
 //! `Tensor::random(type, seed + i)`, as `ferrite run` makes them). On the CPU each
 //! schedule runs once to warm up and then `--runs` times, and every kernel's time is
 //! its median; on the simulator one run gives deterministic cycles.
@@ -15,16 +16,17 @@
 //! `ferrite_runtime::profile::json` instead; `--trace` writes a Chrome trace.
 //! Progress goes to standard error, and only when it is a terminal.
 
-use super::{load_graph, load_machine, random_input, CliError, CliResult};
+use super::{
+    compile_graph, load_graph, load_machine, random_input, run_failure, CliError, CliResult,
+};
 use clap::{Args, ValueEnum};
-use ferrite_ir::{Graph, Tensor};
-use ferrite_passes::pipeline::{lower_graph, PipelineOptions};
-use ferrite_passes::schedule::{schedule, ScheduleOptions, Scheduled};
-use ferrite_runtime::accel::program::SimProgram;
-use ferrite_runtime::cpu::{default_thread_count, CpuOptions, CpuProgram};
+use ferrite::{Compiled, Options};
+use ferrite_ir::Tensor;
+use ferrite_runtime::accel::sim::Machine;
+use ferrite_runtime::cpu::default_thread_count;
 use ferrite_runtime::profile::{
-    chrome_trace, machine_info, machine_roofline, measure_copy_bandwidth, profile_cpu, profile_sim,
-    render_table, to_json, ProfileReport, ProfileTarget, ScheduleProfile,
+    chrome_trace, machine_info, machine_roofline, measure_copy_bandwidth, render_table, to_json,
+    ProfileReport, ProfileTarget, ScheduleProfile,
 };
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -102,32 +104,50 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
             INPUT_BYTES_LIMIT >> 30
         )));
     }
+    let platform = match args.target {
+        Target::Cpu => Platform::Cpu {
+            threads: args
+                .threads
+                .map_or_else(default_thread_count, |t| t as usize),
+        },
+        Target::Sim => Platform::Sim(load_machine(args.machine.as_deref())?),
+    };
     let mut progress = Progress::new(err);
-    progress.say("compiling");
-    let lowered = lower_graph(&graph, &PipelineOptions::default()).map_err(CliError::Internal)?;
-    let unfused =
-        schedule(&lowered.optimized, &ScheduleOptions::unfused()).map_err(CliError::Internal)?;
+    progress.say("compiling fused");
+    let fused = compile_graph(&graph, &platform.options())?;
+    progress.say("compiling unfused");
+    let unfused = fused
+        .unfused()
+        .map_err(|e| CliError::Internal(format!("compiling the unfused schedule: {e}")))?;
     let inputs: Vec<Tensor> = (0..graph.params.len())
         .map(|i| random_input(&graph, i, args.seed))
         .collect();
-
-    let report = match args.target {
-        Target::Cpu => profile_on_cpu(
-            args,
-            &graph,
-            &lowered.optimized,
-            [&lowered.scheduled, &unfused],
-            &inputs,
-            &mut progress,
-        )?,
-        Target::Sim => profile_on_sim(
-            args,
-            &graph,
-            &lowered.optimized,
-            [&lowered.scheduled, &unfused],
-            &inputs,
-            &mut progress,
-        )?,
+    let fused = measure(&fused, "fused", args, &inputs, &mut progress)?;
+    let unfused = measure(&unfused, "unfused", args, &inputs, &mut progress)?;
+    let report = match platform {
+        Platform::Cpu { threads } => {
+            progress.say("measuring copy bandwidth");
+            ProfileReport {
+                graph: graph.name.clone(),
+                target: ProfileTarget::Cpu,
+                runs: args.runs as usize,
+                threads: Some(threads),
+                machine: None,
+                roofline: measure_copy_bandwidth(threads),
+                fused,
+                unfused,
+            }
+        }
+        Platform::Sim(machine) => ProfileReport {
+            graph: graph.name.clone(),
+            target: ProfileTarget::Sim,
+            runs: 1,
+            threads: None,
+            machine: Some(machine_info(&machine)),
+            roofline: machine_roofline(&machine),
+            fused,
+            unfused,
+        },
     };
     drop(progress);
 
@@ -142,95 +162,51 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     Ok(())
 }
 
-/// Compiles both schedules with Cranelift and times them.
-fn profile_on_cpu(
-    args: &ProfileArgs,
-    graph: &Graph,
-    optimized: &Graph,
-    [fused, unfused]: [&Scheduled; 2],
-    inputs: &[Tensor],
-    progress: &mut Progress,
-) -> Result<ProfileReport, CliError> {
-    let threads = args
-        .threads
-        .map_or_else(default_thread_count, |t| t as usize);
-    let opts = CpuOptions::with_threads(threads);
-    let runs = args.runs as usize;
-    let mut measure = |s: &Scheduled, is_fused: bool| -> Result<ScheduleProfile, CliError> {
-        let label = if is_fused { "fused" } else { "unfused" };
-        progress.say(&format!(
-            "compiling {label} ({} kernels)",
-            s.program.kernels.len()
-        ));
-        let program = CpuProgram::compile(&s.program, &opts)
-            .map_err(|e| CliError::Internal(format!("compiling the {label} schedule: {e}")))?;
-        progress.say(&format!("running {label}: warm-up"));
-        profile_cpu(
-            &program,
-            optimized,
-            inputs,
-            runs,
-            is_fused,
-            s.memory.peak_bytes() as u64,
-            &mut |done| progress.tick(&format!("running {label}: {done}/{runs}")),
-        )
-        .map_err(|e| CliError::User(format!("running the {label} schedule failed: {e}")))
-    };
-    let fused = measure(fused, true)?;
-    let unfused = measure(unfused, false)?;
-    progress.say("measuring copy bandwidth");
-    Ok(ProfileReport {
-        graph: graph.name.clone(),
-        target: ProfileTarget::Cpu,
-        runs,
-        threads: Some(threads),
-        machine: None,
-        roofline: measure_copy_bandwidth(threads),
-        fused,
-        unfused,
-    })
+/// What the schedules run on, fixed before compiling so that the report states what
+/// the library compiled for.
+enum Platform {
+    /// Native code on this many threads.
+    Cpu { threads: usize },
+    /// The simulated accelerator.
+    Sim(Machine),
 }
 
-/// Lowers both schedules to tile kernels and simulates one run of each.
-fn profile_on_sim(
+impl Platform {
+    /// The library options that compile for this platform.
+    fn options(&self) -> Options {
+        match self {
+            Platform::Cpu { threads } => Options::default()
+                .target(ferrite::Target::Cpu)
+                .threads(*threads),
+            Platform::Sim(machine) => Options::default()
+                .target(ferrite::Target::Sim)
+                .machine(machine.clone()),
+        }
+    }
+}
+
+/// Profiles one compiled schedule kernel by kernel (see [`Compiled::profile`]).
+fn measure(
+    exe: &Compiled,
+    label: &str,
     args: &ProfileArgs,
-    graph: &Graph,
-    optimized: &Graph,
-    [fused, unfused]: [&Scheduled; 2],
     inputs: &[Tensor],
     progress: &mut Progress,
-) -> Result<ProfileReport, CliError> {
-    let machine = load_machine(args.machine.as_deref())?;
-    let mut measure = |s: &Scheduled, is_fused: bool| -> Result<ScheduleProfile, CliError> {
-        let label = if is_fused { "fused" } else { "unfused" };
-        progress.say(&format!(
-            "lowering {label} ({} kernels)",
-            s.program.kernels.len()
-        ));
-        let compiled = SimProgram::compile(&s.program, &machine)
-            .map_err(|e| CliError::Internal(format!("lowering the {label} schedule: {e}")))?;
-        progress.say(&format!("simulating {label}"));
-        profile_sim(
-            &compiled,
-            &s.program,
-            optimized,
-            inputs,
-            is_fused,
-            s.memory.peak_bytes() as u64,
-        )
-        .map_err(|e| CliError::User(format!("simulating the {label} schedule failed: {e}")))
+) -> Result<ScheduleProfile, CliError> {
+    let runs = args.runs as usize;
+    let (status, failure) = match args.target {
+        Target::Cpu => (format!("running {label}: warm-up"), "running"),
+        Target::Sim => (format!("simulating {label}"), "simulating"),
     };
-    let fused = measure(fused, true)?;
-    let unfused = measure(unfused, false)?;
-    Ok(ProfileReport {
-        graph: graph.name.clone(),
-        target: ProfileTarget::Sim,
-        runs: 1,
-        threads: None,
-        machine: Some(machine_info(&machine)),
-        roofline: machine_roofline(&machine),
-        fused,
-        unfused,
+    progress.say(&status);
+    exe.profile(inputs, runs, &mut |done| {
+        progress.tick(&format!("running {label}: {done}/{runs}"))
+    })
+    .map_err(|e| {
+        CliError::User(format!(
+            "{failure} the {label} schedule failed: {}",
+            run_failure(e)
+        ))
     })
 }
 

@@ -6,19 +6,14 @@
 
 use super::summary::summarize;
 use super::{
-    count, load_graph, parse_name_eq_path, pipeline_options, random_input, read_file, CliError,
-    CliResult, Target,
+    compile_graph, compile_options, count, load_graph, parse_name_eq_path, random_input, read_file,
+    run_failure, CliError, CliResult, Target,
 };
 use clap::Args;
 use ferrite_ir::{npy, Graph, Op, Tensor};
-use ferrite_passes::pipeline::lower_graph;
-use ferrite_runtime::accel::program::SimProgram;
-use ferrite_runtime::accel::sim::{DeviceReport, Machine};
-use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 /// The most input data `run` creates or reads (4 GiB): beyond that a typo in a shape
 /// should be an error, not an out-of-memory abort.
@@ -86,11 +81,26 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         inputs.push(tensor);
     }
 
-    let executed = execute(args, &graph, &inputs)?;
-    let (outputs, elapsed) = (executed.outputs, executed.run_time);
+    // The library compiles for the target (the interpreter target keeps the graph as
+    // parsed) and runs it; only the run itself is timed.
+    let mut options = compile_options(args.target.api(), args.no_fuse, args.no_optimize);
+    if let Some(t) = args.threads {
+        options = options.threads(t);
+    }
+    let exe = compile_graph(&graph, &options)?;
+    let executed = exe.execute(&inputs).map_err(|e| {
+        CliError::User(format!(
+            "running graph `{}` failed: {}",
+            graph.name,
+            run_failure(e)
+        ))
+    })?;
+    let elapsed = executed.time();
+    let outputs = executed.outputs();
     if outputs.len() != graph.outputs.len() {
         return Err(CliError::Internal(format!(
-            "the interpreter returned {} outputs for a graph with {}",
+            "the {} target returned {} outputs for a graph with {}",
+            args.target.name(),
             outputs.len(),
             graph.outputs.len()
         )));
@@ -111,18 +121,18 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         writeln!(out, "graph {}: {}", graph.name, sources.join("; "))?;
     }
     let names = output_file_names(&graph);
-    for (name, t) in names.iter().zip(&outputs) {
+    for (name, t) in names.iter().zip(outputs) {
         let (values, stats) = summarize(t);
         writeln!(out, "{name}: {}\n  {values}\n  {stats}", t.ty)?;
     }
-    if let Some(report) = &executed.sim_report {
+    if let Some(report) = executed.device_report() {
         writeln!(out, "{}", report.to_string().trim_end())?;
     }
-    let compile = match executed.compile_time {
-        Some(t) => format!(
+    let compile = match exe.kernel_count() {
+        Some(kernels) => format!(
             " (compiled in {:.3} ms, {})",
-            t.as_secs_f64() * 1e3,
-            executed.kernels
+            exe.compile_time().as_secs_f64() * 1e3,
+            count(kernels, "kernel")
         ),
         None => String::new(),
     };
@@ -138,7 +148,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
             CliError::User(format!("cannot create directory `{}`: {e}", dir.display()))
         })?;
         let mut written = Vec::new();
-        for (name, t) in names.iter().zip(&outputs) {
+        for (name, t) in names.iter().zip(outputs) {
             // A value returned twice has one file.
             if written.contains(&name) {
                 continue;
@@ -321,72 +331,4 @@ fn output_file_names(g: &Graph) -> Vec<String> {
         names.push(name);
     }
     names
-}
-
-/// What a run produced, and what it cost.
-struct Executed {
-    outputs: Vec<Tensor>,
-    run_time: Duration,
-    /// Pipeline + code generation time (compiled targets only).
-    compile_time: Option<Duration>,
-    /// `3 kernels` (compiled targets only).
-    kernels: String,
-    /// The simulator's report (sim only).
-    sim_report: Option<DeviceReport>,
-}
-
-/// Runs the graph on the chosen target: the interpreter directly, or the compiler
-/// pipeline followed by the CPU code generator or the tile lowering + simulator.
-fn execute(args: &RunArgs, graph: &Graph, inputs: &[Tensor]) -> Result<Executed, CliError> {
-    let failed = |e: String| CliError::User(format!("running graph `{}` failed: {e}", graph.name));
-    if args.target == Target::Interp {
-        let start = Instant::now();
-        let outputs = ferrite_ir::interpret(graph, inputs).map_err(failed)?;
-        return Ok(Executed {
-            outputs,
-            run_time: start.elapsed(),
-            compile_time: None,
-            kernels: String::new(),
-            sim_report: None,
-        });
-    }
-    let compile_start = Instant::now();
-    let opts = pipeline_options(args.no_fuse, args.no_optimize);
-    let lowered = lower_graph(graph, &opts).map_err(CliError::Internal)?;
-    let program = &lowered.scheduled.program;
-    let kernels = count(program.kernels.len(), "kernel");
-    match args.target {
-        Target::Cpu => {
-            let mut cpu_opts = CpuOptions::default();
-            if let Some(t) = args.threads {
-                cpu_opts.threads = t;
-            }
-            let cpu = CpuProgram::compile(program, &cpu_opts)
-                .map_err(|e| CliError::Internal(format!("cpu codegen: {e}")))?;
-            let compile_time = compile_start.elapsed();
-            let start = Instant::now();
-            let outputs = cpu.run(inputs).map_err(failed)?;
-            Ok(Executed {
-                outputs,
-                run_time: start.elapsed(),
-                compile_time: Some(compile_time),
-                kernels,
-                sim_report: None,
-            })
-        }
-        _ => {
-            let sim = SimProgram::compile(program, &Machine::mtia2i())
-                .map_err(|e| CliError::Internal(format!("tile lowering: {e}")))?;
-            let compile_time = compile_start.elapsed();
-            let start = Instant::now();
-            let (outputs, report) = sim.run(inputs).map_err(failed)?;
-            Ok(Executed {
-                outputs,
-                run_time: start.elapsed(),
-                compile_time: Some(compile_time),
-                kernels,
-                sim_report: Some(report),
-            })
-        }
-    }
 }
