@@ -46,12 +46,12 @@ static EMPTY_BLOCK: Block = Block { nodes: Vec::new() };
 
 /// One loop of a stage's nest.
 #[derive(Clone, Copy)]
-struct LoopSpec {
-    var: Var,
+pub(super) struct LoopSpec {
+    pub(super) var: Var,
     /// The loop's full extent, for reports (the bounds are `start..end`).
-    extent: usize,
-    start: Value,
-    end: Value,
+    pub(super) extent: usize,
+    pub(super) start: Value,
+    pub(super) end: Value,
 }
 
 /// The emission state of one kernel function. Other files of this module add methods
@@ -69,9 +69,9 @@ pub(super) struct Emitter<'a, 'f> {
     /// The current value of every loop variable in scope.
     pub(super) vars: HashMap<Var, Variable>,
     /// The loop level of the variables of the current stage's nest (others are level 0).
-    var_levels: HashMap<Var, usize>,
+    pub(super) var_levels: HashMap<Var, usize>,
     /// The variable of each loop level (level `k` is `loop_vars[k - 1]`).
-    loop_vars: Vec<Var>,
+    pub(super) loop_vars: Vec<Var>,
     /// The level of the stage's innermost loop (the one that may be vector code).
     pub(super) innermost: usize,
     /// Extents of the variables in scope, for index ranges.
@@ -93,6 +93,8 @@ pub(super) struct Emitter<'a, 'f> {
     pub(super) index_memo: HashMap<IndexExpr, (Value, usize)>,
     /// Finished accumulators of earlier stages, in the register form of their dtype.
     pub(super) accs: HashMap<AccId, Value>,
+    /// In a lanes step (see `lanes.rs`): finished accumulators, one `f32x4` per group.
+    pub(super) lane_accs: HashMap<AccId, Vec<Value>>,
     /// Accumulators holding argmax/argmin positions (below 2^31, so they fit `i32` lanes).
     arg_accs: Vec<AccId>,
     /// Messages of the run-time checks; check `k` returns code `k + 1`.
@@ -116,6 +118,17 @@ struct AccVars {
     best: Option<(Variable, Variable)>,
     /// Vectorized: one `f32x4` per unrolled group.
     vector: Vec<Variable>,
+}
+
+/// How `kernel_function` changed the kernel before emission.
+#[derive(Clone, Copy)]
+struct Rewrites<'a, 'r> {
+    /// Stash scratch rows, placed in the stack frame.
+    scratch: &'r [Buffer],
+    /// Per stage: the stash writes of a reduction stage.
+    reduce_stores: &'a [Vec<StoreOp>],
+    /// Lanes across the last outer axis, when the inner loops stride.
+    outer_lanes: Option<&'r super::lanes::OuterLanes>,
 }
 
 /// Defines the function `name` computing `kernel` (whose buffers are `buffers`) in `jit`.
@@ -148,7 +161,14 @@ pub fn kernel_function(
     let parallel = super::disjoint::outer_points_write_disjoint(kernel);
     let tiled = super::tile::tile_strided_pointwise(kernel);
     let kernel = tiled.as_ref().map_or(kernel, |(k, _)| k);
-    let stashed = if opts.stash {
+    let outer_lanes = if opts.vectorize {
+        super::lanes::plan_outer_lanes(kernel, opts.unroll)
+    } else {
+        None
+    };
+    // Lanes and stash scratch exclude each other (the scratch row is per outer point);
+    // lanes win: every value is then computed four points at a time.
+    let stashed = if opts.stash && outer_lanes.is_none() {
         super::stash::stash_shared(kernel, buffers)
     } else {
         None
@@ -245,6 +265,7 @@ pub fn kernel_function(
         splat_vals: Vec::new(),
         index_memo: HashMap::new(),
         accs: HashMap::new(),
+        lane_accs: HashMap::new(),
         arg_accs: Vec::new(),
         checks: Vec::new(),
         err_block,
@@ -252,7 +273,12 @@ pub fn kernel_function(
         trig_sig: None,
         has_fma: jit.has_fma(),
     };
-    let stages = e.emit_kernel(entry, kernel, &slots, scratch, reduce_stores, opts)?;
+    let rewrites = Rewrites {
+        scratch,
+        reduce_stores,
+        outer_lanes: outer_lanes.as_ref(),
+    };
+    let stages = e.emit_kernel(entry, kernel, &slots, &rewrites, opts)?;
     let checks = std::mem::take(&mut e.checks);
     drop(e);
     b.seal_all_blocks();
@@ -303,10 +329,14 @@ impl<'a, 'f> Emitter<'a, 'f> {
         entry: ClifBlock,
         kernel: &'a Kernel,
         slots: &[BufferId],
-        scratch: &[Buffer],
-        reduce_stores: &'a [Vec<StoreOp>],
+        rewrites: &Rewrites<'a, '_>,
         opts: &CodegenOptions,
     ) -> Result<Vec<StageReport>, String> {
+        let Rewrites {
+            scratch,
+            reduce_stores,
+            outer_lanes,
+        } = *rewrites;
         self.b.switch_to_block(entry);
         let params = self.b.block_params(entry).to_vec();
         let (slot_ptr, begin, end) = (params[0], params[1], params[2]);
@@ -415,28 +445,50 @@ impl<'a, 'f> Emitter<'a, 'f> {
             for (k, &v) in outer.iter().enumerate() {
                 self.vars.insert(Var::outer(k), v);
             }
+            let step_var = self.b.declare_var(types::I64);
+            let join = self.b.create_block();
+            let mut lane_reports = None;
+            if let Some(plan) = outer_lanes {
+                // A whole group of points left in the row and in the range: a lanes step.
+                let width = 4 * plan.unroll as i64;
+                let i_last = self.b.use_var(outer[n - 1]);
+                let group_end = self.b.ins().iadd_imm_s(i_last, width);
+                let in_row = self.b.ins().icmp_imm_s(
+                    IntCC::SignedLessThanOrEqual,
+                    group_end,
+                    domain[n - 1] as i64,
+                );
+                let f = self.b.use_var(flat);
+                let f_end = self.b.ins().iadd_imm_s(f, width);
+                let in_range = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, f_end, end);
+                let whole = self.b.ins().band(in_row, in_range);
+                let lanes_block = self.b.create_block();
+                let scalar_block = self.b.create_block();
+                self.b
+                    .ins()
+                    .brif(whole, lanes_block, &[], scalar_block, &[]);
+                self.b.switch_to_block(lanes_block);
+                self.lane_accs.clear();
+                let mut lr = Vec::with_capacity(kernel.stages.len());
+                for ((si, stage), sp) in kernel.stages.iter().enumerate().zip(&plan.stages) {
+                    let ext = stage.extents(domain);
+                    let loops = self.stage_loops(stage);
+                    lr.push(self.emit_stage_lanes(stage, si, ext, loops, sp, plan.unroll)?);
+                }
+                self.lane_accs.clear();
+                let i_last = self.b.use_var(outer[n - 1]);
+                let next = self.b.ins().iadd_imm_s(i_last, width);
+                self.b.def_var(outer[n - 1], next);
+                let w = self.b.ins().iconst(types::I64, width);
+                self.b.def_var(step_var, w);
+                self.b.ins().jump(join, &[]);
+                self.b.switch_to_block(scalar_block);
+                lane_reports = Some(lr);
+            }
+            self.accs.clear();
             for (si, stage) in kernel.stages.iter().enumerate() {
                 let ext = stage.extents(domain);
-                let loops = stage
-                    .domain()
-                    .iter()
-                    .enumerate()
-                    .map(|(k, &d)| {
-                        let var = match stage {
-                            Stage::Reduce { .. } => Var::reduce(k),
-                            Stage::Store { .. } => Var::store(k),
-                        };
-                        let start = self.b.ins().iconst(types::I64, 0);
-                        let end = self.b.ins().iconst(types::I64, d as i64);
-                        self.vars.insert(var, self.b.declare_var(types::I64));
-                        LoopSpec {
-                            var,
-                            extent: d,
-                            start,
-                            end,
-                        }
-                    })
-                    .collect();
+                let loops = self.stage_loops(stage);
                 let extra = reduce_stores.get(si).map_or(&[][..], |v| &v[..]);
                 reports.push(self.emit_stage(stage, extra, si, ext, loops, opts)?);
             }
@@ -445,7 +497,15 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 let next = self.b.ins().iadd_imm_s(i_last, 1);
                 self.b.def_var(outer[n - 1], next);
             }
-            self.b.ins().iconst(types::I64, 1)
+            let one = self.b.ins().iconst(types::I64, 1);
+            self.b.def_var(step_var, one);
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(join);
+            if let Some(lr) = lane_reports {
+                // The scalar code only finishes groups; report what runs the bulk.
+                reports = lr;
+            }
+            self.b.use_var(step_var)
         };
         let f = self.b.use_var(flat);
         let next = self.b.ins().iadd(f, step);
@@ -474,6 +534,30 @@ impl<'a, 'f> Emitter<'a, 'f> {
         let code = self.b.block_params(self.err_block)[0];
         self.b.ins().return_(&[code]);
         Ok(reports)
+    }
+
+    /// The loops of a stage's inner domain, from 0 to each extent, with fresh variables.
+    fn stage_loops(&mut self, stage: &Stage) -> Vec<LoopSpec> {
+        stage
+            .domain()
+            .iter()
+            .enumerate()
+            .map(|(k, &d)| {
+                let var = match stage {
+                    Stage::Reduce { .. } => Var::reduce(k),
+                    Stage::Store { .. } => Var::store(k),
+                };
+                let start = self.b.ins().iconst(types::I64, 0);
+                let end = self.b.ins().iconst(types::I64, d as i64);
+                self.vars.insert(var, self.b.declare_var(types::I64));
+                LoopSpec {
+                    var,
+                    extent: d,
+                    start,
+                    end,
+                }
+            })
+            .collect()
     }
 
     /// Emits one stage at the current position (one point of the outer loop, or one row).
@@ -575,27 +659,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
             }
             let acc_vars =
                 self.init_vector_accumulators(reductions, acc_vars, plan.is_some(), unroll);
-            // Hoisted index parts, by level.
-            let mut parts: Vec<Vec<IndexExpr>> = vec![Vec::new(); loops.len() + 1];
-            {
-                let mut found = Vec::new();
-                for (i, node) in body.nodes.iter().enumerate() {
-                    if !live[i] {
-                        continue;
-                    }
-                    for e in node_indices(&node.op) {
-                        self.invariant_parts(e, &mut found);
-                    }
-                }
-                for s in stores {
-                    self.invariant_parts(&s.index, &mut found);
-                }
-                for (e, level) in found {
-                    if !parts[level].contains(&e) {
-                        parts[level].push(e);
-                    }
-                }
-            }
+            let parts = self.hoisted_parts(body, &live, stores, loops.len());
             let ctx = StageCtx {
                 loops: &loops,
                 live: &live,
@@ -628,7 +692,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
 }
 
 /// The blocks of a counted loop being emitted.
-struct LoopBlocks {
+pub(super) struct LoopBlocks {
     body: ClifBlock,
     exit: ClifBlock,
     end: Value,
@@ -677,7 +741,7 @@ fn check_references(kernel: &Kernel) -> Result<(), String> {
 
 /// The loop level of a node: the deepest level among its operands and the variables of
 /// its index expressions.
-fn node_level(
+pub(super) fn node_level(
     node: &ferrite_ir::loops::ExprNode,
     node_levels: &[usize],
     var_levels: &HashMap<Var, usize>,
@@ -693,7 +757,7 @@ fn node_level(
 }
 
 /// The index expressions a node evaluates.
-fn node_indices(op: &ExprOp) -> Vec<&IndexExpr> {
+pub(super) fn node_indices(op: &ExprOp) -> Vec<&IndexExpr> {
     match op {
         ExprOp::Load(l) => std::iter::once(&l.index)
             .chain(l.guard.iter().map(|g| &g.expr))
@@ -706,7 +770,7 @@ fn node_indices(op: &ExprOp) -> Vec<&IndexExpr> {
 
 /// Nodes whose value some root needs, plus nodes that can fail (checked indices and
 /// integer powers), which the reference evaluates at every point whether used or not.
-fn live_nodes(stage: &Stage, extra_stores: &[StoreOp]) -> Vec<bool> {
+pub(super) fn live_nodes(stage: &Stage, extra_stores: &[StoreOp]) -> Vec<bool> {
     let body = stage.body();
     let mut live = vec![false; body.nodes.len()];
     for r in stage
@@ -743,7 +807,7 @@ fn live_nodes(stage: &Stage, extra_stores: &[StoreOp]) -> Vec<bool> {
 impl<'a, 'f> Emitter<'a, 'f> {
     /// Proves every access of the stage in bounds. Returns, per node, whether a guarded
     /// load must clamp its index (its range is not provable; the guard discards the value).
-    fn prove_accesses(
+    pub(super) fn prove_accesses(
         &self,
         body: &Block,
         live: &[bool],
@@ -794,6 +858,36 @@ impl<'a, 'f> Emitter<'a, 'f> {
         Ok(clamped)
     }
 
+    /// The loop-invariant parts of the stage's index expressions, by the level where they
+    /// become fixed (emitted there, so inner loops only add the moving part).
+    pub(super) fn hoisted_parts(
+        &self,
+        body: &Block,
+        live: &[bool],
+        stores: &[StoreOp],
+        levels: usize,
+    ) -> Vec<Vec<IndexExpr>> {
+        let mut parts: Vec<Vec<IndexExpr>> = vec![Vec::new(); levels + 1];
+        let mut found = Vec::new();
+        for (i, node) in body.nodes.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            for e in node_indices(&node.op) {
+                self.invariant_parts(e, &mut found);
+            }
+        }
+        for s in stores {
+            self.invariant_parts(&s.index, &mut found);
+        }
+        for (e, level) in found {
+            if !parts[level].contains(&e) {
+                parts[level].push(e);
+            }
+        }
+        parts
+    }
+
     /// Scalar nodes fixed at `level`, then the index parts that become fixed there.
     fn emit_level_nodes(&mut self, ctx: &StageCtx<'_>, level: usize) -> Result<(), String> {
         for i in 0..self.body.nodes.len() {
@@ -809,7 +903,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
 
     /// Forgets the values computed inside loops of `level` and deeper (they do not
     /// dominate the code after the loop).
-    fn forget_from(&mut self, level: usize) {
+    pub(super) fn forget_from(&mut self, level: usize) {
         for i in 0..self.svals.len() {
             if self.node_levels[i] >= level {
                 self.svals[i] = None;
@@ -822,7 +916,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
     /// Enters a counted loop `while var < end` (tested once before the first iteration,
     /// then at the bottom of each, so an iteration costs one branch) and positions the
     /// builder in its body.
-    fn begin_loop(&mut self, var: Variable, end: Value) -> LoopBlocks {
+    pub(super) fn begin_loop(&mut self, var: Variable, end: Value) -> LoopBlocks {
         let body = self.b.create_block();
         let exit = self.b.create_block();
         let v = self.b.use_var(var);
@@ -834,7 +928,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
 
     /// Steps the loop variable, branches back while it is below the end, and positions
     /// the builder after the loop.
-    fn end_loop(&mut self, var: Variable, step: i64, lp: LoopBlocks) {
+    pub(super) fn end_loop(&mut self, var: Variable, step: i64, lp: LoopBlocks) {
         let v = self.b.use_var(var);
         let next = self.b.ins().iadd_imm_s(v, step);
         self.b.def_var(var, next);

@@ -19,6 +19,9 @@
 //!   lane-wise ops) and why a loop stays scalar. Vector loops are unrolled (four `f32x4`
 //!   groups, sixteen elements per iteration, by default), then a one-vector loop and a
 //!   scalar tail finish the range.
+//! - `lanes.rs`: kernels whose inner loops stride (reductions over a leading axis, a
+//!   matmul without the extern GEMM) take four neighbouring outer points as the lanes
+//!   instead, one accumulator per lane, with the scalar code's numerics.
 //! - `convert.rs`: `f16`/`bf16` conversions and rounding as integer bit manipulation.
 //! - `coalesce.rs`: a pointwise kernel's innermost outer axes merged where every index
 //!   stays affine, so short rows still make long vector loops.
@@ -54,13 +57,13 @@
 //! output's magnitude (the tolerances the tests use).
 
 mod coalesce;
-pub(crate) mod late;
 mod convert;
 mod disjoint;
 pub mod epilogue;
 mod expr;
 mod index;
 mod kernel;
+mod lanes;
 mod stash;
 mod tile;
 mod vectorize;
