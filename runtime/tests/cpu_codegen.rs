@@ -366,6 +366,22 @@ fn shared_transcendentals_are_computed_once_per_point() {
         notes.len() == 1 && notes[0].starts_with("stash: tanh("),
         "{notes:?}"
     );
+    // A softmax over a middle axis runs with lanes across the last axis and stashes
+    // every lane of a group (16 per inner point), with scalar points at the row ends.
+    let g = graph(
+        "graph s(x: f32[3, 20, 33]) -> f32[3, 20, 33] {\n  y = softmax(x, axis=1)\n  return y\n}\n",
+    );
+    let notes = stash_on_off_identical(&g);
+    assert!(
+        notes.len() == 2 && notes[1].contains("hold the 16 lanes"),
+        "{notes:?}"
+    );
+    let inputs = random_inputs(&g);
+    let report = simd_matches_scalar_bitwise(&g, &inputs, true);
+    assert!(
+        report.contains("stash: exp(") && report.contains("across i1"),
+        "{report}"
+    );
 }
 
 /// Nothing is stashed where nothing expensive is shared, and rows beyond the scratch

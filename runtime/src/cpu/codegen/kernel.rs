@@ -129,6 +129,9 @@ struct Rewrites<'a, 'r> {
     reduce_stores: &'a [Vec<StoreOp>],
     /// Lanes across the last outer axis, when the inner loops stride.
     outer_lanes: Option<&'r super::lanes::OuterLanes>,
+    /// The kernel the lanes code runs when it also stashes (else the lanes code runs the
+    /// kernel itself).
+    lane_stash: Option<&'a super::stash::LaneStash>,
 }
 
 /// Defines the function `name` computing `kernel` (whose buffers are `buffers`) in `jit`.
@@ -161,25 +164,46 @@ pub fn kernel_function(
     let parallel = super::disjoint::outer_points_write_disjoint(kernel);
     let tiled = super::tile::tile_strided_pointwise(kernel);
     let kernel = tiled.as_ref().map_or(kernel, |(k, _)| k);
+    let no_stores = vec![Vec::new(); kernel.stages.len()];
     let outer_lanes = if opts.vectorize {
-        super::lanes::plan_outer_lanes(kernel, opts.unroll)
+        super::lanes::plan_outer_lanes(kernel, &no_stores, opts.unroll)
     } else {
         None
     };
-    // Lanes and stash scratch exclude each other (the scratch row is per outer point);
-    // lanes win: every value is then computed four points at a time.
-    let stashed = if opts.stash && outer_lanes.is_none() {
+    let mut stashed = if opts.stash {
         super::stash::stash_shared(kernel, buffers)
     } else {
         None
     };
+    // With lanes, a stash holds every lane of a group per inner point; if that does not
+    // fit or plan, the lanes run without it (every value is then computed four points at
+    // a time, which beats computing it once per point in scalar code).
+    let mut lane_stash = None;
+    let mut outer_lanes = outer_lanes;
+    if let (Some(plain), Some(s)) = (&outer_lanes, &stashed) {
+        let width = 4 * plain.unroll;
+        let extent = kernel.domain[kernel.domain.len() - 1];
+        let planned = super::stash::lanes_form(s, buffers.len(), width, extent).and_then(|ls| {
+            let p = super::lanes::plan_outer_lanes(&ls.kernel, &ls.reduce_stores, opts.unroll)?;
+            (p.unroll == plain.unroll).then_some((ls, p))
+        });
+        match planned {
+            Some((ls, p)) => {
+                lane_stash = Some(ls);
+                outer_lanes = Some(p);
+            }
+            None => stashed = None,
+        }
+    }
     let program_buffers = buffers.len();
     let mut with_scratch;
-    let no_stores = vec![Vec::new(); kernel.stages.len()];
     let (kernel, buffers, scratch, reduce_stores, notes) = match &stashed {
         Some(s) => {
             with_scratch = buffers.to_vec();
             with_scratch.extend(s.scratch.iter().cloned());
+            if let Some(ls) = &lane_stash {
+                with_scratch.extend(ls.scratch.iter().map(|(_, b)| b.clone()));
+            }
             let b = &with_scratch[..];
             (
                 &s.kernel,
@@ -191,7 +215,14 @@ pub fn kernel_function(
         }
         None => (kernel, buffers, &[][..], &no_stores, Vec::new()),
     };
-    let notes: Vec<String> = tiled.iter().map(|(_, n)| n.clone()).chain(notes).collect();
+    let mut notes: Vec<String> = tiled.iter().map(|(_, n)| n.clone()).chain(notes).collect();
+    if let (Some(ls), Some(p)) = (&lane_stash, &outer_lanes) {
+        notes.push(format!(
+            "stash rows hold the {} lanes of a group per point in lanes steps ({} bytes)",
+            4 * p.unroll,
+            ls.slot_bytes.iter().sum::<usize>()
+        ));
+    }
     let ptr_type = jit.pointer_type();
     let signature = jit.signature(&[ptr_type, types::I64, types::I64], &[types::I32]);
     let call_conv = signature.call_conv;
@@ -277,6 +308,7 @@ pub fn kernel_function(
         scratch,
         reduce_stores,
         outer_lanes: outer_lanes.as_ref(),
+        lane_stash: lane_stash.as_ref(),
     };
     let stages = e.emit_kernel(entry, kernel, &slots, &rewrites, opts)?;
     let checks = std::mem::take(&mut e.checks);
@@ -336,6 +368,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
             scratch,
             reduce_stores,
             outer_lanes,
+            lane_stash,
         } = *rewrites;
         self.b.switch_to_block(entry);
         let params = self.b.block_params(entry).to_vec();
@@ -349,9 +382,13 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 .load(self.ptr_type, slot_flags, slot_ptr, offset);
             self.ptrs.insert(buf, p);
         }
-        for buf in scratch {
-            // 16-byte aligned, like the vectors it holds.
-            let bytes = buf.ty.size_bytes() as u32;
+        for (k, buf) in scratch.iter().enumerate() {
+            // 16-byte aligned, like the vectors it holds; room for every lane of a group
+            // when the lanes code stashes too.
+            let bytes = lane_stash
+                .and_then(|ls| ls.slot_bytes.get(k).copied())
+                .unwrap_or(buf.ty.size_bytes())
+                .max(buf.ty.size_bytes()) as u32;
             let slot = self.b.create_sized_stack_slot(StackSlotData::new(
                 StackSlotKind::ExplicitSlot,
                 bytes,
@@ -469,11 +506,32 @@ impl<'a, 'f> Emitter<'a, 'f> {
                     .brif(whole, lanes_block, &[], scalar_block, &[]);
                 self.b.switch_to_block(lanes_block);
                 self.lane_accs.clear();
-                let mut lr = Vec::with_capacity(kernel.stages.len());
-                for ((si, stage), sp) in kernel.stages.iter().enumerate().zip(&plan.stages) {
+                let (lane_kernel, lane_extra) = match lane_stash {
+                    Some(ls) => {
+                        // Lane `l` of inner point `p` lives at `p*width + l` of the slot:
+                        // the lanes index `p*width + i_last + l` from a base `i_last`
+                        // elements below the slot. The step runs only for
+                        // `i_last + width <= extent`, so every access is in the slot.
+                        let i_last = self.b.use_var(outer[n - 1]);
+                        let shift = self.b.ins().ishl_imm_u(i_last, 2);
+                        for (scalar_id, lane_buf) in &ls.scratch {
+                            let slot = *self
+                                .ptrs
+                                .get(scalar_id)
+                                .ok_or("internal error: scratch without a slot")?;
+                            let base = self.b.ins().isub(slot, shift);
+                            self.ptrs.insert(lane_buf.id, base);
+                        }
+                        (&ls.kernel, &ls.reduce_stores[..])
+                    }
+                    None => (kernel, reduce_stores),
+                };
+                let mut lr = Vec::with_capacity(lane_kernel.stages.len());
+                for (si, stage) in lane_kernel.stages.iter().enumerate() {
                     let ext = stage.extents(domain);
                     let loops = self.stage_loops(stage);
-                    lr.push(self.emit_stage_lanes(stage, si, ext, loops, sp, plan.unroll)?);
+                    let extra = lane_extra.get(si).map_or(&[][..], |v| &v[..]);
+                    lr.push(self.emit_stage_lanes(stage, extra, si, ext, loops, plan)?);
                 }
                 self.lane_accs.clear();
                 let i_last = self.b.use_var(outer[n - 1]);

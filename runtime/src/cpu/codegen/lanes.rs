@@ -54,7 +54,11 @@ pub(super) struct StageLanes {
 
 /// The lanes plan for `kernel`, or `None` when its inner loops vectorize themselves (or
 /// it cannot run with outer lanes). `unroll` is the preferred number of groups per step.
-pub(super) fn plan_outer_lanes(kernel: &Kernel, unroll: usize) -> Option<OuterLanes> {
+pub(super) fn plan_outer_lanes(
+    kernel: &Kernel,
+    reduce_stores: &[Vec<StoreOp>],
+    unroll: usize,
+) -> Option<OuterLanes> {
     let n = kernel.domain.len();
     if n == 0 || kernel.stages.is_empty() {
         return None;
@@ -71,10 +75,11 @@ pub(super) fn plan_outer_lanes(kernel: &Kernel, unroll: usize) -> Option<OuterLa
         .find(|&u| 4 * u <= extent)?;
     let mut worth = false;
     let mut stages = Vec::with_capacity(kernel.stages.len());
-    for stage in &kernel.stages {
+    for (si, stage) in kernel.stages.iter().enumerate() {
+        let extra = reduce_stores.get(si).map_or(&[][..], |v| &v[..]);
         let body = stage.body();
         let len = body.nodes.len();
-        let live = live_nodes(stage, &[]);
+        let live = live_nodes(stage, extra);
         let ext = stage.extents(&kernel.domain);
         let inner = stage.domain().len().checked_sub(1).map(|k| match stage {
             Stage::Reduce { .. } => Var::reduce(k),
@@ -112,7 +117,7 @@ pub(super) fn plan_outer_lanes(kernel: &Kernel, unroll: usize) -> Option<OuterLa
         let clamped = vec![false; len];
         let index_level = |e: &IndexExpr| mentions(e, last) as usize;
         let (reductions, stores): (&[Reduction], &[StoreOp]) = match stage {
-            Stage::Reduce { reductions, .. } => (reductions, &[]),
+            Stage::Reduce { reductions, .. } => (reductions, extra),
             Stage::Store { stores, .. } => (&[], stores),
         };
         let facts = StageFacts {
@@ -155,12 +160,14 @@ impl<'a, 'f> Emitter<'a, 'f> {
     pub(super) fn emit_stage_lanes(
         &mut self,
         stage: &'a Stage,
+        extra_stores: &'a [StoreOp],
         index: usize,
         ext: Extents,
         loops: Vec<LoopSpec>,
-        plan: &StageLanes,
-        unroll: usize,
+        outer: &OuterLanes,
     ) -> Result<StageReport, String> {
+        let plan = &outer.stages[index];
+        let unroll = outer.unroll;
         let body = stage.body();
         let n = body.nodes.len();
         self.body = body;
@@ -181,9 +188,9 @@ impl<'a, 'f> Emitter<'a, 'f> {
             let level = node_level(node, &self.node_levels, &self.var_levels);
             self.node_levels.push(level);
         }
-        let live = live_nodes(stage, &[]);
+        let live = live_nodes(stage, extra_stores);
         let (reductions, stores): (&[Reduction], &[StoreOp]) = match stage {
-            Stage::Reduce { reductions, .. } => (reductions, &[]),
+            Stage::Reduce { reductions, .. } => (reductions, extra_stores),
             Stage::Store { stores, .. } => (&[], stores),
         };
         let runs = loops.iter().all(|l| l.extent > 0);

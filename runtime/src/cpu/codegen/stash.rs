@@ -282,3 +282,107 @@ fn apply(s: &mut Stashed, ei: usize, e: ExprRef, li: usize, l: ExprRef, scratch:
     }
     load_from_scratch(&mut s.kernel.stages[li], l, scratch);
 }
+
+/// A stashed kernel in the form its lanes code runs (see `lanes.rs`): each scratch row
+/// holds `width` lanes per inner point, lane `l` of point `p` at `p*width + l`.
+#[derive(Clone, Debug)]
+pub(super) struct LaneStash {
+    /// The kernel with scratch accesses at `p*width + i_last`.
+    pub kernel: Kernel,
+    /// Per stage: the stash writes of a reduction stage, in the same form.
+    pub reduce_stores: Vec<Vec<StoreOp>>,
+    /// `(scalar scratch, lanes scratch)`: the lanes code addresses the scratch through
+    /// its own buffer id, whose base is the slot's minus `i_last` elements; the buffer is
+    /// declared with `(points-1)*width + extent` elements, the range the index spans.
+    pub scratch: Vec<(BufferId, Buffer)>,
+    /// Bytes of each scratch slot (in the order of `scratch`): `points * width * 4`.
+    pub slot_bytes: Vec<usize>,
+}
+
+/// The lanes form of `s`, for lane groups of `width` points along the last outer axis
+/// (extent `extent`), or `None` when the scratch rows would exceed the budget.
+pub(super) fn lanes_form(
+    s: &Stashed,
+    buffers: usize,
+    width: usize,
+    extent: usize,
+) -> Option<LaneStash> {
+    let slot_bytes: Vec<usize> = s
+        .scratch
+        .iter()
+        .map(|b| b.ty.numel().checked_mul(width)?.checked_mul(4))
+        .collect::<Option<_>>()?;
+    if slot_bytes.iter().sum::<usize>() > MAX_SCRATCH_BYTES {
+        return None;
+    }
+    let last = Var::outer(s.kernel.domain.len().checked_sub(1)?);
+    let mut scratch = Vec::with_capacity(s.scratch.len());
+    let mut id_map = HashMap::new();
+    for (k, b) in s.scratch.iter().enumerate() {
+        let id = BufferId((buffers + s.scratch.len() + k) as u32);
+        let numel = (b.ty.numel().checked_sub(1)?)
+            .checked_mul(width)?
+            .checked_add(extent)?;
+        let ty = TensorType::new(DType::F32, vec![numel]).ok()?;
+        scratch.push((
+            b.id,
+            Buffer {
+                id,
+                ty,
+                kind: BufferKind::Intermediate,
+                name: format!("{}_lanes", b.name),
+            },
+        ));
+        id_map.insert(b.id, id);
+    }
+    let w = width as i64;
+    let lane_index = |e: &IndexExpr| {
+        IndexExpr::Sum(vec![
+            IndexExpr::Mul(Box::new(e.clone()), w),
+            IndexExpr::Var(last),
+        ])
+    };
+    let mut kernel = s.kernel.clone();
+    for stage in &mut kernel.stages {
+        let (body, stores) = match stage {
+            Stage::Reduce { body, .. } => (body, None),
+            Stage::Store { body, stores, .. } => (body, Some(stores)),
+        };
+        for node in &mut body.nodes {
+            if let ExprOp::Load(l) = &mut node.op {
+                if let Some(&id) = id_map.get(&l.buffer) {
+                    l.buffer = id;
+                    l.index = lane_index(&l.index);
+                }
+            }
+        }
+        for st in stores.into_iter().flatten() {
+            if let Some(&id) = id_map.get(&st.buffer) {
+                st.buffer = id;
+                st.index = lane_index(&st.index);
+            }
+        }
+    }
+    let reduce_stores = s
+        .reduce_stores
+        .iter()
+        .map(|list| {
+            list.iter()
+                .map(|st| match id_map.get(&st.buffer) {
+                    Some(&id) => StoreOp {
+                        buffer: id,
+                        index: lane_index(&st.index),
+                        value: st.value,
+                    },
+                    None => st.clone(),
+                })
+                .collect()
+        })
+        .collect();
+    Some(LaneStash {
+        kernel,
+        reduce_stores,
+        scratch,
+        slot_bytes,
+    })
+}
