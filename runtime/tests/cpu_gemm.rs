@@ -471,3 +471,54 @@ fn want_from(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
         0.0,
     )
 }
+
+/// Regression: `f16` products accumulate in `f32`. With AVX-512 FP16 the `gemm` crate's own
+/// `f16` kernel rounded every partial sum to `f16`, so a cancelling dot product lost its
+/// whole result (found by the random-graph differential test, seed 5009969). Here
+/// `(1 + 2^-10)^2 - (1 + 2^-9) = 2^-20` exactly (an `f16` subnormal); `f16` accumulation
+/// gives 0. Also through a transposed, strided, batched and accumulating (beta = 1) call.
+#[test]
+fn f16_products_accumulate_in_f32() {
+    use ferrite_runtime::cpu::gemm::f16;
+    let h = |x: f64| f16::from_f64(x);
+    let e = 2f64.powi(-10);
+    let a = [h(1.0 + e), h(-1.0)];
+    let b = [h(1.0 + e), h(1.0 + 2.0 * e)];
+    let mut c = [f16::ZERO];
+    gemm(
+        GemmShape::new(1, 1, 2),
+        MatRef::new(&a, MatLayout::row_major(1, 2)),
+        MatRef::new(&b, MatLayout::row_major(2, 1)),
+        MatMut::new(&mut c, MatLayout::row_major(1, 1)),
+        Scale::overwrite(),
+        Parallelism::None,
+    )
+    .unwrap();
+    assert_eq!(c[0].to_f64(), 2f64.powi(-20));
+    // Batch of 3 sharing `a` (batch stride 0), `b` read transposed from a [3, 1, 2]
+    // buffer, `c` strided with a gap, accumulating onto 2^-20.
+    let bt: Vec<f16> = (0..3).flat_map(|_| b).collect();
+    let mut c = vec![h(2f64.powi(-20)); 6];
+    let pool = ThreadPool::new(2).unwrap();
+    gemm(
+        GemmShape::batched(3, 1, 1, 2),
+        MatRef::new(&a, MatLayout::row_major(1, 2).broadcast_batch()),
+        MatRef::new(&bt, MatLayout::row_major(1, 2).transposed()),
+        MatMut::new(
+            &mut c,
+            MatLayout {
+                offset: 1,
+                batch_stride: 2,
+                row_stride: 1,
+                col_stride: 1,
+            },
+        ),
+        Scale::accumulate(),
+        Parallelism::Pool(&pool),
+    )
+    .unwrap();
+    for p in 0..3 {
+        assert_eq!(c[1 + 2 * p].to_f64(), 2f64.powi(-19), "batch {p}");
+        assert_eq!(c[2 * p].to_f64(), 2f64.powi(-20), "untouched gap");
+    }
+}
