@@ -594,6 +594,43 @@ impl<'a, 'f> Emitter<'a, 'f> {
         Ok(reports)
     }
 
+    /// Resets the per-stage emission state for `stage` (with its extra stash writes)
+    /// over `loops`: returns its body, live nodes, reductions and stores.
+    pub(super) fn begin_stage(
+        &mut self,
+        stage: &'a Stage,
+        extra_stores: &'a [StoreOp],
+        ext: Extents,
+        loops: &[LoopSpec],
+    ) -> (&'a Block, Vec<bool>, &'a [Reduction], &'a [StoreOp]) {
+        let body = stage.body();
+        let n = body.nodes.len();
+        self.body = body;
+        self.ext = ext;
+        self.var_levels = loops
+            .iter()
+            .enumerate()
+            .map(|(k, l)| (l.var, k + 1))
+            .collect();
+        self.loop_vars = loops.iter().map(|l| l.var).collect();
+        self.innermost = loops.len();
+        self.index_memo.clear();
+        self.svals = vec![None; n];
+        self.vvals = vec![None; n];
+        self.splat_vals = vec![None; n];
+        self.node_levels = Vec::with_capacity(n);
+        for node in &body.nodes {
+            let level = node_level(node, &self.node_levels, &self.var_levels);
+            self.node_levels.push(level);
+        }
+        let live = live_nodes(stage, extra_stores);
+        let (reductions, stores): (&[Reduction], &[StoreOp]) = match stage {
+            Stage::Reduce { reductions, .. } => (reductions, extra_stores),
+            Stage::Store { stores, .. } => (&[], stores),
+        };
+        (body, live, reductions, stores)
+    }
+
     /// The loops of a stage's inner domain, from 0 to each extent, with fresh variables.
     fn stage_loops(&mut self, stage: &Stage) -> Vec<LoopSpec> {
         stage
@@ -628,31 +665,8 @@ impl<'a, 'f> Emitter<'a, 'f> {
         loops: Vec<LoopSpec>,
         opts: &CodegenOptions,
     ) -> Result<StageReport, String> {
-        let body = stage.body();
+        let (body, live, reductions, stores) = self.begin_stage(stage, extra_stores, ext, &loops);
         let n = body.nodes.len();
-        self.body = body;
-        self.ext = ext;
-        self.var_levels = loops
-            .iter()
-            .enumerate()
-            .map(|(k, l)| (l.var, k + 1))
-            .collect();
-        self.loop_vars = loops.iter().map(|l| l.var).collect();
-        self.innermost = loops.len();
-        self.index_memo.clear();
-        self.svals = vec![None; n];
-        self.vvals = vec![None; n];
-        self.splat_vals = vec![None; n];
-        self.node_levels = Vec::with_capacity(n);
-        for node in &body.nodes {
-            let level = node_level(node, &self.node_levels, &self.var_levels);
-            self.node_levels.push(level);
-        }
-        let live = live_nodes(stage, extra_stores);
-        let (reductions, stores): (&[Reduction], &[StoreOp]) = match stage {
-            Stage::Reduce { reductions, .. } => (reductions, extra_stores),
-            Stage::Store { stores, .. } => (&[], stores),
-        };
         let kind = match stage {
             Stage::Reduce { .. } => "reduce",
             Stage::Store { .. } => "store",
@@ -799,7 +813,7 @@ fn check_references(kernel: &Kernel) -> Result<(), String> {
 
 /// The loop level of a node: the deepest level among its operands and the variables of
 /// its index expressions.
-pub(super) fn node_level(
+fn node_level(
     node: &ferrite_ir::loops::ExprNode,
     node_levels: &[usize],
     var_levels: &HashMap<Var, usize>,

@@ -21,7 +21,7 @@
 //! variable: a node "is at the vector level" when it depends on that variable.
 
 use super::index::{mentions, split_linear};
-use super::kernel::{live_nodes, node_indices, node_level, Emitter, LoopSpec};
+use super::kernel::{live_nodes, node_indices, Emitter, LoopSpec};
 use super::vectorize::{narrow_i64, plan_vector, Lanes, StageFacts};
 use super::StageReport;
 use crate::cpu::codegen::convert::bitcast;
@@ -168,31 +168,8 @@ impl<'a, 'f> Emitter<'a, 'f> {
     ) -> Result<StageReport, String> {
         let plan = &outer.stages[index];
         let unroll = outer.unroll;
-        let body = stage.body();
+        let (body, live, reductions, stores) = self.begin_stage(stage, extra_stores, ext, &loops);
         let n = body.nodes.len();
-        self.body = body;
-        self.ext = ext;
-        self.var_levels = loops
-            .iter()
-            .enumerate()
-            .map(|(k, l)| (l.var, k + 1))
-            .collect();
-        self.loop_vars = loops.iter().map(|l| l.var).collect();
-        self.innermost = loops.len();
-        self.index_memo.clear();
-        self.svals = vec![None; n];
-        self.vvals = vec![None; n];
-        self.splat_vals = vec![None; n];
-        self.node_levels = Vec::with_capacity(n);
-        for node in &body.nodes {
-            let level = node_level(node, &self.node_levels, &self.var_levels);
-            self.node_levels.push(level);
-        }
-        let live = live_nodes(stage, extra_stores);
-        let (reductions, stores): (&[Reduction], &[StoreOp]) = match stage {
-            Stage::Reduce { reductions, .. } => (reductions, extra_stores),
-            Stage::Store { stores, .. } => (&[], stores),
-        };
         let runs = loops.iter().all(|l| l.extent > 0);
         self.clamped = if runs {
             self.prove_accesses(body, &live, stores)?
