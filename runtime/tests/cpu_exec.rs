@@ -408,3 +408,59 @@ fn profiled_runs_report_each_workers_chunks() {
     }
     assert!(saw_both, "no profiled run used both threads");
 }
+
+/// Rewrites that reorder outer points (lanes across the last outer axis, transpose tiles)
+/// keep out of kernels whose points write the same elements, where the order decides the
+/// result: here points `i0` and `i0 + 1` both write `out[i0 + j0 + 1]` (a store stage
+/// over `j0` reading `x[j0*16 + i0]`, strided inner and contiguous outer: lanes would
+/// apply), and a pointwise kernel reading `x^T` whose anti-diagonals write one element.
+#[test]
+fn reordering_rewrites_keep_out_of_overlapping_kernels() {
+    let i0 = || IndexExpr::Var(Var::outer(0));
+    let j0 = IndexExpr::Var(Var::store(0));
+    let buffers = vec![
+        buffer(0, BufferKind::Input(0), DType::F32, &[64]),
+        buffer(1, BufferKind::Output(0), DType::F32, &[20]),
+    ];
+    let mut body = Block::default();
+    let v = load(&mut body, 0, j0.clone() * 16 + i0());
+    let mut k = store_kernel("overlap", vec![16], body, 1, i0() + j0, v);
+    if let Stage::Store { domain, .. } = &mut k.stages[0] {
+        *domain = vec![4];
+    }
+    let p = finish(
+        "overlap",
+        buffers,
+        vec![k],
+        vec![BufferId(0)],
+        vec![BufferId(1)],
+    );
+    let x = Tensor::random(&p.buffers[0].ty, 5);
+    let want = evaluate(&p, std::slice::from_ref(&x)).unwrap();
+    for threads in [1, 2] {
+        let c = CpuProgram::compile(&p, &CpuOptions::with_threads(threads)).unwrap();
+        assert!(!c.report().contains("across"), "{}", c.report());
+        assert_eq!(c.run(std::slice::from_ref(&x)).unwrap(), want);
+    }
+    // out[i0 + i1] = x[i1*32 + i0]: every anti-diagonal of points writes one element.
+    let buffers = vec![
+        buffer(0, BufferKind::Input(0), DType::F32, &[1024]),
+        buffer(1, BufferKind::Output(0), DType::F32, &[63]),
+    ];
+    let i1 = IndexExpr::Var(Var::outer(1));
+    let mut body = Block::default();
+    let v = load(&mut body, 0, i1.clone() * 32 + i0());
+    let k = store_kernel("pairs", vec![32, 32], body, 1, i0() + i1, v);
+    let p = finish(
+        "pairs",
+        buffers,
+        vec![k],
+        vec![BufferId(0)],
+        vec![BufferId(1)],
+    );
+    let x = Tensor::random(&p.buffers[0].ty, 6);
+    let want = evaluate(&p, std::slice::from_ref(&x)).unwrap();
+    let c = CpuProgram::compile(&p, &CpuOptions::with_threads(2)).unwrap();
+    assert!(!c.report().contains("tiled"), "{}", c.report());
+    assert_eq!(c.run(std::slice::from_ref(&x)).unwrap(), want);
+}

@@ -162,10 +162,14 @@ pub fn kernel_function(
     // Whether outer points may run in parallel is a property of the program's kernel:
     // tiling only reorders its points, and stash scratch is private to each call.
     let parallel = super::disjoint::outer_points_write_disjoint(kernel);
-    let tiled = super::tile::tile_strided_pointwise(kernel);
+    // Tiles and lanes reorder the outer points; that is only invisible when no two points
+    // write the same element.
+    let tiled = parallel
+        .then(|| super::tile::tile_strided_pointwise(kernel))
+        .flatten();
     let kernel = tiled.as_ref().map_or(kernel, |(k, _)| k);
     let no_stores = vec![Vec::new(); kernel.stages.len()];
-    let outer_lanes = if opts.vectorize {
+    let outer_lanes = if opts.vectorize && parallel {
         super::lanes::plan_outer_lanes(kernel, &no_stores, opts.unroll)
     } else {
         None
