@@ -16,10 +16,19 @@
 //! enabled when present), with `opt_level=speed`. Cranelift 0.135 has no 256-bit vector types
 //! on x64, so generated code uses 128-bit vectors (`f32x4`); AVX still helps through the
 //! VEX three-operand encodings it selects.
+//!
+//! Compiling a function is split in two so that a pass of ours can run between Cranelift's
+//! mid-end and its lowering: [`Jit::define`] runs the e-graph pass itself (with an ISA at the
+//! requested `opt_level`), then interleaves the independent unrolled groups of each block
+//! (`codegen::interleave`, which must come after the e-graph because its elaboration lays
+//! every group out whole), verifies the result again, and hands it to the module, whose ISA
+//! has `opt_level=none` so that the e-graph does not run a second time. With
+//! [`OptLevel::None`] neither pass runs.
 
 use std::collections::HashMap;
 use std::fmt;
 
+use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{types, Function, Signature, Type, UserFuncName};
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
@@ -27,6 +36,8 @@ use cranelift_codegen::{print_errors, verify_function, Context};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleError};
+
+use super::codegen::interleave::interleave_groups;
 
 /// Everything that can go wrong between building a function and getting its address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +134,11 @@ pub struct FunctionDump {
 /// An open JIT module for the host machine. See the module docs.
 pub struct Jit {
     /// Always `Some` until `finalize` moves it out (`Drop` then has nothing to free).
+    /// Its ISA has `opt_level=none`: the mid-end runs before the module compiles (see
+    /// [`Jit::define`]), so that the group interleaving runs on optimized code.
     module: Option<JITModule>,
+    /// The host ISA with the requested `opt_level`, for the mid-end (e-graph) pass.
+    optimizer: OwnedTargetIsa,
     ctx: Context,
     builder_ctx: FunctionBuilderContext,
     options: JitOptions,
@@ -139,10 +154,12 @@ impl Jit {
 
     /// A module for the host ISA.
     pub fn with_options(options: JitOptions) -> Result<Jit, JitError> {
-        let isa = host_isa(&options)?;
+        let optimizer = host_isa(&options, options.opt_level)?;
+        let isa = host_isa(&options, OptLevel::None)?;
         let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         Ok(Jit {
             module: Some(JITModule::new(builder)),
+            optimizer,
             ctx: Context::new(),
             builder_ctx: FunctionBuilderContext::new(),
             options,
@@ -258,6 +275,13 @@ impl Jit {
         self.ctx.clear();
         self.ctx.func = func;
         self.ctx.set_disasm(self.options.capture_dumps);
+        if let Err(message) = self.optimize(name) {
+            self.ctx.clear();
+            return Err(JitError::Compile {
+                name: name.to_string(),
+                message,
+            });
+        }
         let module = self
             .module
             .as_mut()
@@ -289,6 +313,30 @@ impl Jit {
         }
         self.ctx.clear();
         self.functions.push((name.to_string(), id));
+        Ok(())
+    }
+
+    /// The mid-end on `self.ctx.func`: Cranelift's e-graph pass (GVN, LICM, algebraic
+    /// rewrites), then the interleaving of independent unrolled groups (see
+    /// `codegen::interleave`), which has to come after the e-graph because its elaboration
+    /// lays each group out whole again. The module's own ISA has `opt_level=none`, so
+    /// compiling does not run the e-graph a second time.
+    fn optimize(&mut self, name: &str) -> Result<(), String> {
+        if self.options.opt_level == OptLevel::None {
+            return Ok(());
+        }
+        let mut plane = ControlPlane::default();
+        self.ctx
+            .optimize(&*self.optimizer, &mut plane)
+            .map_err(|e| print_errors::pretty_error(&self.ctx.func, e))?;
+        interleave_groups(&mut self.ctx.func);
+        // The reordering is ours, so check its output as strictly as the input.
+        verify_function(&self.ctx.func, self.module().isa()).map_err(|errors| {
+            format!(
+                "interleaving `{name}` broke the function:\n{}",
+                print_errors::pretty_verifier_error(&self.ctx.func, None, errors)
+            )
+        })?;
         Ok(())
     }
 
@@ -348,14 +396,14 @@ pub fn isa_has_fma(isa: &dyn TargetIsa) -> bool {
         .any(|v| v.name == "has_fma" && v.as_bool() == Some(true))
 }
 
-fn host_isa(options: &JitOptions) -> Result<OwnedTargetIsa, JitError> {
+fn host_isa(options: &JitOptions, opt_level: OptLevel) -> Result<OwnedTargetIsa, JitError> {
     let mut flags = settings::builder();
     let set = |flags: &mut settings::Builder, name: &str, value: &str| {
         flags
             .set(name, value)
             .map_err(|e| JitError::Setting(format!("{name}={value}: {e}")))
     };
-    let opt = match options.opt_level {
+    let opt = match opt_level {
         OptLevel::None => "none",
         OptLevel::Speed => "speed",
     };
@@ -368,6 +416,10 @@ fn host_isa(options: &JitOptions) -> Result<OwnedTargetIsa, JitError> {
         "false"
     };
     set(&mut flags, "enable_verifier", verify)?;
+    // Kernels may keep up to 64 KiB of stash scratch in their frame (codegen/stash.rs):
+    // probe it page by page so a deep frame can never step over a stack guard page.
+    set(&mut flags, "enable_probestack", "true")?;
+    set(&mut flags, "probestack_strategy", "inline")?;
     // Vector `nearest`/`floor` (used by the vector math) lower to SSE4.1 `roundps`; without
     // it Cranelift would need libcalls that have no vector form.
     #[cfg(target_arch = "x86_64")]

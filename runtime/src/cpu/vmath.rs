@@ -3,14 +3,15 @@
 //! Every function takes a `FunctionBuilder` positioned in an open block and an `f32x4` value
 //! (or an `f32`, which is splatted, computed as a vector and extracted, so a kernel's scalar
 //! tail gives bit-identical results to its vector body) and returns the result. The code is
-//! branch-free: lanes that need a special case are fixed up with compare + bitselect.
+//! branch-free: lanes that need a special case are fixed up with compare + bitselect, or,
+//! where the semantics allow, with cheaper shapes (see "Instruction shapes" below).
 //!
 //! | function  | method                                                                          | max error (FMA / no FMA) |
 //! |-----------|---------------------------------------------------------------------------------|--------------------------|
 //! | `exp`     | `n = round(x/ln2)`, Cody-Waite `r = x - n ln2`, `1 + r + r^2 P(r)`, scale by `2^n` in two steps (gradual underflow rounds once) | 0.98 / 0.92 ulp |
-//! | `log`     | scale subnormals, `x = 2^e m` with `m` in `[sqrt(1/2), sqrt(2))`, `log(1+f) = f - f^2/2 + f^3 P(f)` | 0.78 / 0.78 ulp |
-//! | `sin/cos` | `q = round(x 2/pi)`, Cody-Waite `r = x - q pi/2` (exact first step with FMA), sin/cos polynomials, quadrant select | 1.72, 1.62 / 2.33, 2.22 ulp |
-//! | `tanh`    | `x + x^3 T(x^2)` below 0.625, else `1 - 2/(exp(2 abs(x)) + 1)`; sign copied      | 1.31 / 1.25 ulp |
+//! | `log`     | scale subnormals, `x = 2^e m` with `m` in `[sqrt(1/2), sqrt(2))` (by subtracting the bits of `sqrt(1/2)`), `log(1+f) = f - f^2/2 + f^3 P(f)`, `P` by Estrin's scheme | 0.79 / 0.78 ulp |
+//! | `sin/cos` | `q = round(x 2/pi)`, Cody-Waite `r = x - q pi/2` (exact first step with FMA), sin/cos polynomials, quadrant select | 1.72, 1.62 / 2.33, 2.09 ulp |
+//! | `tanh`    | `m / (m + 2)` with `m = expm1(2 abs(x))` (`2^n q + (2^n - 1)`, `q = e^r - 1`: no cancellation near 0), `2 abs(x)` capped at 20; sign copied | 2.46 / 2.33 ulp |
 //! | `erf`     | `x + x A(x^2)` below 0.875, else `1 - exp(-H(abs(x) - 0.875))`, `H ~ -log(erfc)` | 1.06 / 1.05 ulp |
 //! | `sigmoid` | `e = exp(-abs(x))`; `1/(1+e)` or `e/(1+e)`: never overflows, keeps subnormal results | 2.28 / 2.23 ulp |
 //! | `pow`     | `exp(y log abs(x))` in `f64` (two `f64x2` halves), rounded once to `f32`; C99 special cases | 0.50 ulp |
@@ -19,19 +20,24 @@
 //! special values for the unary functions, every 1009th for the non-trig ones without
 //! FMA, 2M random pairs for `pow`); the tests assert 2 ulp for exp/log/sin/cos and 3 ulp
 //! for tanh/erf/sigmoid (one more without FMA), and 1 ulp for pow. Run them with
-//! `--nocapture` to see the figures.
+//! `--nocapture` to see the figures. (`tanh` was `x + x^3 T(x^2)` below 0.625 and
+//! `1 - 2/(e^2x + 1)` above, at 1.31 ulp; the single `expm1` formula costs about an ulp
+//! more, from rounding `m + 2` and the quotient, and needs a third fewer instructions.
+//! Correcting those two roundings with FMA residuals brought it back to 1.66 ulp but made
+//! it slower than the two-branch form, so that was not kept.)
 //!
 //! Polynomial coefficients are minimax fits of the relative error (Lawson's algorithm on a
 //! dense grid against `mpmath`, then rounded to `f32`), made by `vmath_fit.py` next to this
-//! file; the `f64` series in `pow` are plain Taylor series, far more accurate than `f32`
-//! needs.
+//! file (its `TANH_T` fit is no longer used); the `f64` series in `pow` are plain Taylor
+//! series, far more accurate than `f32` needs.
 //!
 //! Special values follow libm: `exp(±inf) = inf, 0`; overflow gives `inf`, underflow
 //! subnormals then `0` (inputs below -104, e.g. masked `-inf` scores, select 0 without
 //! any underflowing multiply, which x86 executes through a slow microcode assist);
 //! `log(0) = -inf`, `log(x<0) = NaN`, `log(inf) = inf`; `tanh` and `erf` saturate to `±1`
 //! and keep `-0`; `sin(-0) = -0`; NaN in gives NaN out everywhere (pow: except
-//! `pow(1, NaN) = pow(NaN, 0) = 1`, as in C).
+//! `pow(1, NaN) = pow(NaN, 0) = 1`, as in C). Which NaN is not specified (`log` of a
+//! negative number gives all ones).
 //!
 //! `sin` and `cos` are accurate for `|x| <= `[`VMath::trig_max_arg`] (2^21 with FMA, 2^13
 //! without); beyond it they return NaN rather than a silently wrong value, as Cody-Waite
@@ -42,10 +48,30 @@
 //! plus a NaN fix-up (`cmpunordps` + blend), three instructions, instead of CLIF `fmax`,
 //! whose IEEE-754 `maximum` semantics (ordered zeros) lower to a much longer sequence.
 //! When the operands are `-0` and `+0` in either order, the second operand is returned.
+//! With a constant operand that is not NaN the fix-up is not needed: `maxps c, x` alone
+//! (it returns `x` when `x` is NaN), for a constant first operand or a nonzero second one;
+//! `maximum(x, +0)` is a compare and an `andps`.
+//!
+//! # Instruction shapes
+//!
+//! On current x86 cores a blend (`vpblendvb`/`vblendvps`) is three micro-ops, a compare or
+//! a bitwise op one. So selects against zero are `andps`/`andnps` with the mask (`exp`'s
+//! vanishing lanes, `log`'s subnormal exponent correction), clamps whose NaN must pass are
+//! one `minps c, x` (`exp`'s overflow clamp, `tanh`'s and `erf`'s caps), rounding to an
+//! integer fuses the product into the magic-number addition with FMA, `log` sends `+inf`
+//! through one `maxps` (`max(r, x - f32::MAX)`, as `log x > x - f32::MAX` for finite `x`)
+//! and negative inputs to NaN with one `orps` of the mask, and `tanh`'s and `erf`'s
+//! exponentials, whose arguments are capped so the result stays normal, scale by `2^n` in
+//! one multiply (`exp_bounded`), and `exp` folds its `1 +` into the first scaling FMA.
+//! These shapes matter most in fused kernels: once the unrolled groups are interleaved
+//! (see `codegen::interleave`) a chain of transcendentals is bound by throughput and by the
+//! latency of one group's chain, which is why `log`'s degree-8 polynomial is evaluated by
+//! Estrin's scheme (four dependent FMAs instead of eight, for two more instructions).
 
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{
-    types, ConstantData, Endianness, InstBuilder, MemFlagsData, Type, Value,
+    types, ConstantData, Endianness, InstBuilder, InstructionData, MemFlagsData, Opcode, Type,
+    Value,
 };
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::FunctionBuilder;
@@ -172,15 +198,12 @@ const PIO2_FMA: [f32; 3] = [1.570_796_4, -4.371_139e-8, -1.715_124_5e-15];
 /// `pi/2` in parts for hosts without FMA: the first three have 11 significant bits, so
 /// `q * part` is exact for `|q| < 2^13`; the last carries the remainder (to ~2^-63).
 const PIO2_NO_FMA: [f32; 4] = [1.570_312_5, 4.837_513e-4, 7.549_533_6e-8, 2.563_344e-12];
-/// `tanh x = x + x^3 T(x^2)` on `|x| <= 0.625`; fit error 4.4e-9.
-const TANH_T: [f32; 5] = [
-    -3.333_328e-1,
-    1.333_144_2e-1,
-    -5.373_971_5e-2,
-    2.063_908_6e-2,
-    -5.704_985e-3,
-];
-const TANH_SMALL: f32 = 0.625;
+/// `tanh x` rounds to 1 for `x > 9.01` (`2 e^-2x < 2^-25`); capping `2x` at 20 keeps
+/// `e^2x` normal while `m / (m + 2)` with `m = e^20 - 1` still rounds to exactly 1.
+/// From here on `tanh` is computed as `1 - 2/(m + 2)` (see `Emit::tanh`): tanh(0.625) = 0.555.
+const TANH_SPLIT: f32 = 0.625;
+
+const TANH_EXP_CAP: f32 = 20.0;
 /// `erf x = x + x A(x^2)` on `|x| <= 0.875`; fit error 2.0e-10.
 const ERF_A: [f32; 7] = [
     1.283_791_7e-1,
@@ -417,6 +440,22 @@ impl Emit<'_, '_> {
         acc
     }
 
+    /// `c[0] + c[1] x + ... + c[8] x^8` by Estrin's scheme, given `x2 = x^2`: four levels
+    /// of FMAs instead of Horner's eight, so the chain is half as long (it sits on the
+    /// critical path of fused kernels) for two more instructions.
+    fn poly_estrin9(&mut self, x: Value, x2: Value, c: &[f32; 9]) -> Value {
+        let k: Vec<Value> = c.iter().map(|&v| self.f(v)).collect();
+        let a0 = self.mul_add(k[1], x, k[0]);
+        let a1 = self.mul_add(k[3], x, k[2]);
+        let a2 = self.mul_add(k[5], x, k[4]);
+        let a3 = self.mul_add(k[7], x, k[6]);
+        let x4 = self.mul(x2, x2);
+        let b0 = self.mul_add(a1, x2, a0);
+        let b1 = self.mul_add(a3, x2, a2);
+        let t = self.mul_add(k[8], x4, b1);
+        self.mul_add(t, x4, b0)
+    }
+
     fn poly(&mut self, x: Value, coeffs: &[f32]) -> Value {
         let wide: Vec<f64> = coeffs.iter().map(|&c| c as f64).collect();
         self.horner(x, &wide, types::F32X4)
@@ -448,6 +487,72 @@ impl Emit<'_, '_> {
         self.select(above, hi, x)
     }
 
+    /// `mask ? 0 : v` per lane, as one `andnps` (a blend is three micro-ops).
+    fn zero_where(&mut self, mask: Value, v: Value) -> Value {
+        let ty = self.b.func.dfg.value_type(v);
+        let mask = if self.b.func.dfg.value_type(mask) == ty {
+            mask
+        } else {
+            self.cast(ty, mask)
+        };
+        let keep = self.b.ins().bnot(mask);
+        self.b.ins().band(v, keep)
+    }
+
+    /// `mask ? v : 0` per lane, as one `andps`.
+    fn keep_where(&mut self, mask: Value, v: Value) -> Value {
+        let ty = self.b.func.dfg.value_type(v);
+        let mask = if self.b.func.dfg.value_type(mask) == ty {
+            mask
+        } else {
+            self.cast(ty, mask)
+        };
+        self.b.ins().band(mask, v)
+    }
+
+    /// `min(c, x)` where a NaN `x` passes through: `c < x ? c : x`, which x64 lowers to
+    /// one `minps c, x` (it returns the second operand when either is NaN).
+    fn min_or_nan(&mut self, c: Value, x: Value) -> Value {
+        let c_wins = self.cmp(FloatCC::LessThan, c, x);
+        self.select(c_wins, c, x)
+    }
+
+    /// `max(c, x)` where a NaN `x` passes through: one `maxps c, x`.
+    fn max_or_nan(&mut self, c: Value, x: Value) -> Value {
+        let c_wins = self.cmp(FloatCC::LessThan, x, c);
+        self.select(c_wins, c, x)
+    }
+
+    /// The value of `v` when it is a constant with equal lanes (`f32const`, its splat, or a
+    /// `vconst`): lets `maximum`/`minimum` with a constant skip their NaN fix-up.
+    fn known_constant(&self, v: Value) -> Option<f32> {
+        let dfg = &self.b.func.dfg;
+        let inst = dfg.value_def(v).inst()?;
+        match dfg.insts[inst] {
+            InstructionData::UnaryIeee32 {
+                opcode: Opcode::F32const,
+                imm,
+            } => Some(f32::from_bits(imm.bits())),
+            InstructionData::Unary {
+                opcode: Opcode::Splat,
+                arg,
+            } => self.known_constant(arg),
+            InstructionData::UnaryConst {
+                opcode: Opcode::Vconst,
+                constant_handle,
+            } if dfg.value_type(v) == types::F32X4 => {
+                let bytes = dfg.constants.get(constant_handle).as_slice();
+                let lane = |k: usize| {
+                    u32::from_le_bytes(bytes[4 * k..4 * k + 4].try_into().expect("4 bytes"))
+                };
+                (0..4)
+                    .all(|k| lane(k) == lane(0))
+                    .then(|| f32::from_bits(lane(0)))
+            }
+            _ => None,
+        }
+    }
+
     fn band(&mut self, a: Value, c: Value) -> Value {
         self.b.ins().band(a, c)
     }
@@ -477,16 +582,24 @@ impl Emit<'_, '_> {
         self.float(r)
     }
 
-    /// Rounds `v` (with `|v| < 2^22`) to the nearest integer, ties to even: returns the
-    /// rounded value as `f32x4` and as `i32x4`.
-    fn round_to_int(&mut self, v: Value) -> (Value, Value) {
+    /// Rounds `x * m` (with `|x * m| < 2^22`) to the nearest integer, ties to even: returns
+    /// the rounded value as `f32x4` and the lanes `bits(magic) + n` from which integer
+    /// code extracts `n` (as `bits - bits(magic)`, or shifted left by 23 directly).
+    fn round_product(&mut self, x: Value, m: Value) -> (Value, Value) {
         let magic = self.f(ROUND_MAGIC);
-        let shifted = self.add(v, magic);
+        // With FMA the product is rounded only once, inside the addition of the magic
+        // number; `n` may then differ from round(fl(x m)) in a tie, which only moves the
+        // reduced argument by far less than its range's margin.
+        let shifted = self.mul_add(x, m, magic);
         let rounded = self.sub(shifted, magic);
         let shifted_bits = self.bits(shifted);
+        (rounded, shifted_bits)
+    }
+
+    /// `n` from [`Self::round_product`]'s bits.
+    fn rounded_int(&mut self, shifted_bits: Value) -> Value {
         let magic_bits = self.i(ROUND_MAGIC.to_bits() as i32);
-        let int = self.b.ins().isub(shifted_bits, magic_bits);
-        (rounded, int)
+        self.b.ins().isub(shifted_bits, magic_bits)
     }
 
     /// `2^n` for integer lanes `n` in `[-126, 127]`.
@@ -500,20 +613,70 @@ impl Emit<'_, '_> {
     // ---- the functions ----
 
     fn exp(&mut self, x: Value) -> Value {
+        self.exp_general(x, true)
+    }
+
+    /// `e^x` for every input. `may_overflow: false` promises `x <= 0` or NaN (sigmoid).
+    fn exp_general(&mut self, x: Value, may_overflow: bool) -> Value {
         // Lanes below EXP_LO (whose result rounds to 0) compute exp(0) instead and are zeroed
         // at the end: clamping them to EXP_LO would make the last scaling multiply underflow,
         // and on x86 every underflowing multiply takes a microcode assist (~100 cycles), which
         // made exp of masked (-inf) attention scores 15x slower than of ordinary inputs.
-        // NaN lanes compare false and pass through.
-        let (lo, hi) = (self.f(EXP_LO), self.f(EXP_HI));
-        let zero = self.f(0.0);
+        // NaN lanes compare false and pass through both the mask and the clamp.
+        let lo = self.f(EXP_LO);
         let vanishes = self.cmp(FloatCC::LessThan, x, lo);
-        let x = self.select(vanishes, zero, x);
-        let above = self.cmp(FloatCC::GreaterThan, x, hi);
-        let x = self.select(above, hi, x);
+        let mut x = self.zero_where(vanishes, x);
+        if may_overflow {
+            let hi = self.f(EXP_HI);
+            x = self.min_or_nan(hi, x);
+        }
+        let (q, shifted_bits) = self.expm1_reduced(x);
+        // n is in [-150, 129]: 2^n may not be a normal f32, 2^(n/2) always is, and the first
+        // multiply is exact, so results in the subnormal range are rounded only once.
+        // (Multiplies, not integer adds to y's exponent field: NaN must stay NaN.)
+        let ni = self.rounded_int(shifted_bits);
+        let n1 = self.b.ins().sshr_imm_u(ni, 1);
+        let n2 = self.b.ins().isub(ni, n1);
+        let s1 = self.pow2(n1);
+        let s2 = self.pow2(n2);
+        // (1 + q) 2^n1 as q 2^n1 + 2^n1: the same single rounding, one instruction less.
+        let y = self.mul_add(q, s1, s1);
+        let y = self.mul(y, s2);
+        self.zero_where(vanishes, y)
+    }
+
+    /// `e^x` for `x` in `[-87, 88]` or NaN, whose result is a normal number: one scaling.
+    /// Callers clamp their arguments into this range (tanh, erf).
+    fn exp_bounded(&mut self, x: Value) -> Value {
+        let (q, shifted_bits) = self.expm1_reduced(x);
+        // bits(magic) + n shifted left by 23 is n << 23 (the magic's bits shift out).
+        let e = self.b.ins().ishl_imm_u(shifted_bits, 23);
+        let one = self.i(1.0f32.to_bits() as i32);
+        let scale = self.b.ins().iadd(e, one);
+        let scale = self.float(scale);
+        // (1 + q) 2^n as q 2^n + 2^n (one rounding, as for the sum), in floating point
+        // rather than as an integer add to the exponent field: NaN must stay NaN.
+        self.mul_add(q, scale, scale)
+    }
+
+    /// `e^x - 1` for `x` in `[0, 88]` or NaN: `2^n (1 + q) - 1 = 2^n q + (2^n - 1)` with
+    /// `q = e^r - 1` (no cancellation for small `x`, where `n = 0` and `r = x`) and
+    /// `2^n - 1` exact, rounded once by the final FMA.
+    fn expm1_bounded(&mut self, x: Value) -> Value {
+        let (q, shifted_bits) = self.expm1_reduced(x);
+        let e = self.b.ins().ishl_imm_u(shifted_bits, 23);
+        let one_bits = self.i(1.0f32.to_bits() as i32);
+        let scale = self.b.ins().iadd(e, one_bits);
+        let scale = self.float(scale);
+        let one = self.f(1.0);
+        let scale_m1 = self.sub(scale, one);
+        self.mul_add(scale, q, scale_m1)
+    }
+
+    /// `e^r - 1 = r + r^2 P(r)` with `r = x - n ln2`, and the rounding bits of `n`.
+    fn expm1_reduced(&mut self, x: Value) -> (Value, Value) {
         let log2e = self.f(LOG2_E);
-        let t = self.mul(x, log2e);
-        let (n, ni) = self.round_to_int(t);
+        let (n, shifted_bits) = self.round_product(x, log2e);
         // r = x - n ln2, exactly in the first step (n * LN2_HI is exact).
         let c1 = self.f(-LN2_HI);
         let r = self.mul_add(n, c1, x);
@@ -521,18 +684,7 @@ impl Emit<'_, '_> {
         let r = self.mul_add(n, c2, r);
         let p = self.poly(r, &EXP_P);
         let r2 = self.mul(r, r);
-        let y = self.mul_add(p, r2, r);
-        let one = self.f(1.0);
-        let y = self.add(y, one);
-        // n is in [-150, 129]: 2^n may not be a normal f32, 2^(n/2) always is, and the first
-        // multiply is exact, so results in the subnormal range are rounded only once.
-        let n1 = self.b.ins().sshr_imm_u(ni, 1);
-        let n2 = self.b.ins().isub(ni, n1);
-        let s1 = self.pow2(n1);
-        let s2 = self.pow2(n2);
-        let y = self.mul(y, s1);
-        let y = self.mul(y, s2);
-        self.select(vanishes, zero, y)
+        (self.mul_add(p, r2, r), shifted_bits)
     }
 
     /// Splits positive `x` into `m * 2^e` with `m` in `[sqrt(1/2), sqrt(2))`; returns `f = m - 1`
@@ -544,29 +696,21 @@ impl Emit<'_, '_> {
         let two23 = self.f(8_388_608.0);
         let scaled = self.mul(x, two23);
         let x = self.select(subnormal, scaled, x);
+        // Subtracting the bits of sqrt(1/2) moves the exponent boundary there: the shifted
+        // exponent field is e, and adding the bits back to the mantissa field gives m.
         let bits = self.bits(x);
-        let exp_bits = self.b.ins().ushr_imm_u(bits, 23);
-        let bias = self.i(126);
-        let e = self.b.ins().isub(exp_bits, bias);
-        let (zero, twenty_three) = (self.i(0), self.i(23));
-        let correction = self.select(subnormal, twenty_three, zero);
+        let sqrt_half_bits = self.i(SQRT_HALF.to_bits() as i32);
+        let shifted = self.b.ins().isub(bits, sqrt_half_bits);
+        let e = self.b.ins().sshr_imm_u(shifted, 23);
+        let twenty_three = self.i(23);
+        let correction = self.keep_where(subnormal, twenty_three);
         let e = self.b.ins().isub(e, correction);
-        // m in [0.5, 1): mantissa with the exponent of 0.5.
         let mant_mask = self.i(0x007f_ffff);
-        let mant = self.band(bits, mant_mask);
-        let half_bits = self.i(0x3f00_0000);
-        let m = self.bor(mant, half_bits);
+        let mant = self.band(shifted, mant_mask);
+        let m = self.b.ins().iadd(mant, sqrt_half_bits);
         let m = self.float(m);
-        // Below sqrt(1/2), use 2m and e - 1 so that f = m - 1 is small.
-        let sqrt_half = self.f(SQRT_HALF);
-        let small = self.cmp(FloatCC::LessThan, m, sqrt_half);
-        let small_bits = self.bits(small);
-        let e = self.b.ins().iadd(e, small_bits); // mask lanes are -1
-        let zero_f = self.f(0.0);
-        let extra = self.select(small, m, zero_f);
-        let m2 = self.add(m, extra);
         let one = self.f(1.0);
-        let f = self.sub(m2, one);
+        let f = self.sub(m, one);
         let e = self.b.ins().fcvt_from_sint(types::F32X4, e);
         (f, e)
     }
@@ -574,7 +718,7 @@ impl Emit<'_, '_> {
     fn log(&mut self, x: Value) -> Value {
         let (f, e) = self.split_log_argument(x);
         let z = self.mul(f, f);
-        let p = self.poly(f, &LOG_P);
+        let p = self.poly_estrin9(f, z, &LOG_P);
         let fz = self.mul(f, z);
         let y = self.mul(fz, p);
         let c2 = self.f(LN2_LO);
@@ -584,24 +728,27 @@ impl Emit<'_, '_> {
         let r = self.add(f, y);
         let c1 = self.f(LN2_HI);
         let r = self.mul_add(e, c1, r);
-        // Special inputs, last one wins: +inf, +-0, negative or NaN.
-        let inf = self.f(f32::INFINITY);
-        let is_inf = self.cmp(FloatCC::Equal, x, inf);
-        let r = self.select(is_inf, inf, r);
+        // Special inputs. x - f32::MAX is below log x for every finite x > 0, and is +inf for
+        // +inf and NaN for NaN, so max(r, x - MAX) (one `maxps`, which returns its second
+        // operand when that is NaN) fixes +inf; then negative or NaN inputs become NaN
+        // (all ones is a NaN), and +-0 gives -inf.
+        let max = self.f(f32::MAX);
+        let t = self.sub(x, max);
+        let r = self.max_or_nan(r, t);
         let zero = self.f(0.0);
+        let invalid = self.cmp(FloatCC::UnorderedOrLessThan, x, zero);
+        let invalid = self.cast(types::F32X4, invalid);
+        let r = self.bor(r, invalid);
         let is_zero = self.cmp(FloatCC::Equal, x, zero);
         let neg_inf = self.f(f32::NEG_INFINITY);
-        let r = self.select(is_zero, neg_inf, r);
-        let invalid = self.cmp(FloatCC::UnorderedOrLessThan, x, zero);
-        let nan = self.f(f32::NAN);
-        self.select(invalid, nan, r)
+        self.select(is_zero, neg_inf, r)
     }
 
     /// `sin(x)`, or `cos(x)` when `cosine`, by quadrant reduction.
     fn sin_cos(&mut self, x: Value, cosine: bool) -> Value {
         let two_over_pi = self.f(TWO_OVER_PI);
-        let t = self.mul(x, two_over_pi);
-        let (q, qi) = self.round_to_int(t);
+        let (q, q_bits) = self.round_product(x, two_over_pi);
+        let qi = self.rounded_int(q_bits);
         // r = x - q pi/2 in three steps; with FMA the first is exact for any q, without it the
         // parts are short enough for exact products up to the documented limit.
         let parts: &[f32] = if self.fma { &PIO2_FMA } else { &PIO2_NO_FMA };
@@ -659,31 +806,43 @@ impl Emit<'_, '_> {
     }
 
     fn tanh(&mut self, x: Value) -> Value {
+        // tanh a = m / (m + 2) with m = expm1(2a), a = |x|: expm1 has no cancellation near
+        // 0, so one polynomial serves the whole range. Near saturation the quotient is a
+        // ratio of two nearly equal large numbers whose rounding decides between 1 - 2^-24
+        // and 1 (tanh(9) must round to 1 - 2^-24; the fused-vs-interpreter fuzz caught
+        // floor(tanh(9)) = 1), so from a = TANH_SPLIT on, where tanh >= 1/2 and the
+        // subtraction is exact, it is 1 - 2/(m + 2): still one division, with its
+        // numerator selected. tanh rounds to 1 for a > 9.01, so 2a is capped at
+        // TANH_EXP_CAP (NaN passes), which keeps e^(2a) normal.
         let a = self.abs(x);
-        // Small: a + a^3 T(a^2).
-        let z = self.mul(a, a);
-        let t = self.poly(z, &TANH_T);
-        let az = self.mul(a, z);
-        let small_value = self.mul_add(az, t, a);
-        // Large: 1 - 2 / (e^(2a) + 1); e^(2a) = inf gives exactly 1.
         let two_a = self.add(a, a);
-        let e = self.exp(two_a);
-        let one = self.f(1.0);
-        let e1 = self.add(e, one);
+        let cap = self.f(TANH_EXP_CAP);
+        let two_a = self.min_or_nan(cap, two_a);
+        let m = self.expm1_bounded(two_a);
         let two = self.f(2.0);
-        let q = self.div(two, e1);
-        let large_value = self.sub(one, q);
-        let small_limit = self.f(TANH_SMALL);
-        let small = self.cmp(FloatCC::LessThan, a, small_limit);
-        let v = self.select(small, small_value, large_value);
-        self.with_sign_of(v, x)
+        let d = self.add(m, two);
+        let split = self.f(TANH_SPLIT);
+        let big = self.cmp(FloatCC::GreaterThanOrEqual, a, split);
+        let n = self.select(big, two, m);
+        let q = self.div(n, d);
+        let one = self.f(1.0);
+        let one_minus_q = self.sub(one, q);
+        let v = self.select(big, one_minus_q, q);
+        // The sign bit of x is x ^ |x|.
+        let x_bits = self.bits(x);
+        let a_bits = self.bits(a);
+        let sign = self.bxor(x_bits, a_bits);
+        let v_bits = self.bits(v);
+        let r = self.bor(v_bits, sign);
+        self.float(r)
     }
 
     fn sigmoid(&mut self, x: Value) -> Value {
         let a = self.abs(x);
         let zero = self.f(0.0);
         let minus_a = self.sub(zero, a);
-        let e = self.exp(minus_a);
+        // -|x| <= 0: exp cannot overflow, but may underflow (subnormal results are kept).
+        let e = self.exp_general(minus_a, false);
         let one = self.f(1.0);
         let nonneg = self.cmp(FloatCC::GreaterThanOrEqual, x, zero);
         let numerator = self.select(nonneg, one, e);
@@ -697,16 +856,16 @@ impl Emit<'_, '_> {
         let z = self.mul(a, a);
         let p = self.poly(z, &ERF_A);
         let small_value = self.mul_add(a, p, a);
-        // Large: 1 - exp(-H(min(a, 4) - 0.875)).
+        // Large: 1 - exp(-H(min(a, 4) - 0.875)); H stays below 17 there, so exp's result
+        // is normal. min passes NaN through.
         let clamp = self.f(ERF_CLAMP);
-        let above = self.cmp(FloatCC::GreaterThan, a, clamp);
-        let ac = self.select(above, clamp, a);
+        let ac = self.min_or_nan(clamp, a);
         let small_limit = self.f(ERF_SMALL);
         let t = self.sub(ac, small_limit);
         let h = self.poly(t, &ERF_H);
         let zero = self.f(0.0);
         let minus_h = self.sub(zero, h);
-        let e = self.exp(minus_h);
+        let e = self.exp_bounded(minus_h);
         let one = self.f(1.0);
         let large_value = self.sub(one, e);
         let small = self.cmp(FloatCC::LessThan, a, small_limit);
@@ -715,6 +874,36 @@ impl Emit<'_, '_> {
     }
 
     fn max_min(&mut self, x: Value, y: Value, max: bool) -> Value {
+        // With a constant that is not NaN one instruction does: `maxps c, x` returns x when
+        // x is NaN and when the two are equal (the second operand, as documented, when c is
+        // the first; when c is the second they can only be equal if also bitwise equal,
+        // unless c is zero).
+        let cx = self.known_constant(x).filter(|c| !c.is_nan());
+        let cy = self.known_constant(y).filter(|c| !c.is_nan());
+        let (c, other) = match (cx, cy) {
+            (Some(_), _) => (Some(x), y),
+            (None, Some(c)) if c != 0.0 => (Some(y), x),
+            _ => (None, x),
+        };
+        if let Some(c) = c {
+            return if max {
+                self.max_or_nan(c, other)
+            } else {
+                self.min_or_nan(c, other)
+            };
+        }
+        if cy.is_some_and(|c| c == 0.0 && c.is_sign_positive()) {
+            // max(x, +0) keeps x when x > 0 or NaN, else +0 (for x = -0 too): one compare
+            // and one `andps`; min(x, +0) likewise with x < 0.
+            let zero = y;
+            let cc = if max {
+                FloatCC::UnorderedOrGreaterThan
+            } else {
+                FloatCC::UnorderedOrLessThan
+            };
+            let keep = self.cmp(cc, x, zero);
+            return self.keep_where(keep, x);
+        }
         // `y < x ? x : y` is exactly maxps(x, y) (and `x < y ? x : y` minps), which return
         // the second operand when either is NaN; lanes where x is NaN are then fixed up.
         let first_wins = if max {

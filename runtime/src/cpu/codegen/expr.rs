@@ -393,7 +393,13 @@ impl Emitter<'_, '_> {
                 // x > 0 or NaN keeps x; everything else (-0 included) is +0.
                 let zero = self.float_like(x, 0.0);
                 let keep = self.b.ins().fcmp(FloatCC::UnorderedOrGreaterThan, x, zero);
-                self.select_any(keep, x, zero)
+                if self.b.func.dfg.value_type(x).is_vector() {
+                    // One `andps` with the mask instead of a three-micro-op blend.
+                    let keep = bitcast(self.b, types::F32X4, keep);
+                    self.b.ins().band(keep, x)
+                } else {
+                    self.b.ins().select(keep, x, zero)
+                }
             }
             UnaryOp::Gelu => {
                 // 0.5 x (1 + erf(x / sqrt 2))
@@ -421,6 +427,22 @@ impl Emitter<'_, '_> {
                 let one = self.float_like(x, 1.0);
                 let den = self.b.ins().fadd(one, ex);
                 self.b.ins().fdiv(x, den)
+            }
+            UnaryOp::Sign if self.b.func.dfg.value_type(x).is_vector() => {
+                // Bitwise: +-1 with x's sign bit, zeroed for +-0 (giving +0), all ones
+                // (a NaN) where x is NaN: six one-micro-op instructions, no blends.
+                let sign_mask = self.splat_i32(i32::MIN);
+                let one = self.splat_i32(1.0f32.to_bits() as i32);
+                let bits = bitcast(self.b, types::I32X4, x);
+                let sign = self.b.ins().band(bits, sign_mask);
+                let unit = self.b.ins().bor(sign, one);
+                let zero = self.float_like(x, 0.0);
+                let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);
+                let nonzero = self.b.ins().bnot(is_zero);
+                let unit = self.b.ins().band(unit, nonzero);
+                let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+                let r = self.b.ins().bor(unit, nan);
+                bitcast(self.b, types::F32X4, r)
             }
             UnaryOp::Sign => {
                 let zero = self.float_like(x, 0.0);

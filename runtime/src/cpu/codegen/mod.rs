@@ -62,6 +62,7 @@ mod disjoint;
 pub mod epilogue;
 mod expr;
 mod index;
+pub(crate) mod interleave;
 mod kernel;
 mod lanes;
 mod stash;
