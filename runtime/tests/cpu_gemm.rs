@@ -241,7 +241,33 @@ fn batched_with_broadcast_weight_serial_and_pooled() {
         Parallelism::Pool(&pool),
         11,
     );
-    // Fewer batches than threads: the library's own threading splits each product.
+    // Fewer batches than threads, products of at least 8M multiply-adds: each is split
+    // into a block per pool thread, by rows when m >= n (odd sizes: uneven blocks), else by
+    // columns; transposed and offset operands, accumulating, with a gap around C.
+    let pool3 = ThreadPool::new(3).expect("pool");
+    for (m, n, k) in [(257, 129, 255), (33, 1025, 250)] {
+        let shape = GemmShape::batched(2, m, n, k);
+        let la = MatLayout::col_major(m, k).with_offset(2);
+        let lb = MatLayout::row_major(k, n);
+        let lc = MatLayout {
+            offset: 1,
+            batch_stride: ((m + 1) * (n + 2)) as isize,
+            row_stride: (n + 2) as isize,
+            col_stride: 1,
+        };
+        for (i, p) in [&pool, &pool3].into_iter().enumerate() {
+            check_against_naive(
+                shape,
+                la,
+                lb,
+                lc,
+                Scale::accumulate(),
+                Parallelism::Pool(p),
+                13 + i as u64,
+            );
+        }
+    }
+    // Small products run on the calling thread.
     let one = GemmShape::batched(1, 70, 65, 90);
     let (la, lb, lc) = (
         MatLayout::row_major(70, 90),

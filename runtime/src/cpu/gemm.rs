@@ -245,8 +245,8 @@ pub enum Parallelism<'p> {
     None,
     /// Use `pool.threads()` threads: when there are at least that many batches, whole
     /// products are spread over the pool (each single-threaded); otherwise each product of
-    /// at least 8M multiply-adds is split by the `gemm` crate's own (rayon) threading with
-    /// that many threads, and smaller ones run on the calling thread.
+    /// at least `MIN_SPLIT_MACS` multiply-adds is split along its longer side into one
+    /// block per pool thread, and smaller ones run on the calling thread.
     Pool(&'p ThreadPool),
 }
 
@@ -350,9 +350,10 @@ fn is_injective(dims: &[Dim]) -> bool {
     true
 }
 
-/// Multiply-adds below which one product runs on one thread: waking the library's
-/// threads costs more than they save (a 64x256x256 product, 4M multiply-adds, took
-/// 76 µs on one thread and 119 µs on two; a 64x1024x256 one, 16M, 550 and 425 µs).
+/// Multiply-adds below which one product runs on one thread. Through the library's own
+/// (rayon) threads a 64x256x256 product (4M) took 119 µs on two threads against 76 µs on
+/// one; split into blocks on the pool it takes the same as on one (~68 µs), while a
+/// 64x688x256 product (11M) gains (llama_mlp on two threads: ~630 -> ~490 µs).
 const MIN_SPLIT_MACS: usize = 8 << 20;
 
 /// A pointer that may cross to pool threads.
@@ -417,25 +418,39 @@ pub fn gemm<T: GemmScalar>(
     let a_ptr = SharedPtr(a.data.as_ptr().cast_mut());
     let b_ptr = SharedPtr(b.data.as_ptr().cast_mut());
     let c_ptr = SharedPtr(c.data.as_mut_ptr());
-    let run_one = |p: usize, threads: gemm::Parallelism| {
+    // C[p][rows, cols] = A[p][rows, :] @ B[p][:, cols] on the calling thread.
+    let run_block = |p: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
         let (a_ptr, b_ptr, c_ptr) = (a_ptr, b_ptr, c_ptr);
+        let (r0, c0) = (rows.start as isize, cols.start as isize);
         // SAFETY: `check_bounds` proved that every element the library reads from A[p] and
         // B[p] and writes to C[p] (with these strides, from these bases) is inside its slice;
-        // C does not alias A or B (it is borrowed mutably); `is_injective` proved C's
-        // elements distinct, so no two writes race, also across concurrently run batches.
+        // a block of rows and columns touches a subset of those elements. C does not alias
+        // A or B (it is borrowed mutably); `is_injective` proved C's elements distinct, so
+        // no two writes race, across concurrently run batches or blocks of one product.
         unsafe {
             gemm::gemm(
-                m,
-                n,
+                rows.len(),
+                cols.len(),
                 k,
-                c_ptr.0.wrapping_add(base(&lc, p)),
+                c_ptr
+                    .0
+                    .wrapping_add(base(&lc, p))
+                    .wrapping_offset(r0 * lc.row_stride + c0 * lc.col_stride),
                 lc.col_stride,
                 lc.row_stride,
                 scale.beta != T::ZERO,
-                a_ptr.0.wrapping_add(base(&la, p)).cast_const(),
+                a_ptr
+                    .0
+                    .wrapping_add(base(&la, p))
+                    .wrapping_offset(r0 * la.row_stride)
+                    .cast_const(),
                 la.col_stride,
                 la.row_stride,
-                b_ptr.0.wrapping_add(base(&lb, p)).cast_const(),
+                b_ptr
+                    .0
+                    .wrapping_add(base(&lb, p))
+                    .wrapping_offset(c0 * lb.col_stride)
+                    .cast_const(),
                 lb.col_stride,
                 lb.row_stride,
                 scale.beta,
@@ -443,20 +458,38 @@ pub fn gemm<T: GemmScalar>(
                 false,
                 false,
                 false,
-                threads,
+                gemm::Parallelism::None,
             )
         }
     };
+    let run_one = |p: usize| run_block(p, 0..m, 0..n);
     match parallelism {
-        Parallelism::Pool(pool) if pool.threads() > 1 && batch >= pool.threads() => pool
-            .parallel_for(batch, |p| run_one(p, gemm::Parallelism::None))
-            .map_err(GemmError::Pool),
+        Parallelism::Pool(pool) if pool.threads() > 1 && batch >= pool.threads() => {
+            pool.parallel_for(batch, run_one).map_err(GemmError::Pool)
+        }
         Parallelism::Pool(pool) if pool.threads() > 1 && m * n * k >= MIN_SPLIT_MACS => {
-            (0..batch).for_each(|p| run_one(p, gemm::Parallelism::Rayon(pool.threads())));
+            // One product split along its longer side into a block per thread, on the
+            // pool's threads (awake already) rather than the library's own.
+            let (len, split_rows) = if m >= n { (m, true) } else { (n, false) };
+            let parts = pool.threads().min(len);
+            let chunk = len.div_ceil(parts);
+            for p in 0..batch {
+                pool.parallel_for(parts, |t| {
+                    let (s, e) = ((t * chunk).min(len), ((t + 1) * chunk).min(len));
+                    if s < e {
+                        if split_rows {
+                            run_block(p, s..e, 0..n);
+                        } else {
+                            run_block(p, 0..m, s..e);
+                        }
+                    }
+                })
+                .map_err(GemmError::Pool)?;
+            }
             Ok(())
         }
         _ => {
-            (0..batch).for_each(|p| run_one(p, gemm::Parallelism::None));
+            (0..batch).for_each(run_one);
             Ok(())
         }
     }

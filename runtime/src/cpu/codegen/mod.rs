@@ -33,6 +33,14 @@
 //! - `tile.rs`: a pointwise kernel whose loads stride across rows (a transpose) walks its
 //!   outer domain in 16x16 tiles, so each tile's lines stay in L1.
 //! - `epilogue.rs`: GEMM kernels split into the extern product and a JIT'd epilogue.
+//! - `interleave.rs`: run by [`crate::cpu::jit`] after Cranelift's e-graph, it reorders
+//!   each block round-robin over its unrolled groups, so their independent dependency
+//!   chains (a vector `exp` is ~40 instructions deep) overlap instead of running in turn.
+//!
+//! The lanes and tile rewrites apply only to kernels whose outer points write disjoint
+//! elements, since they change the order of the points. The stage reports and `notes` of
+//! [`KernelInfo`] say which rewrites ran (`ferrite compile --dump` shows them at the top of
+//! `05-cpu.clif`).
 //!
 //! Safety by construction: before any access is emitted its index range is bounded with
 //! [`IndexExpr::range`](ferrite_ir::loops::IndexExpr::range) over the loop extents; an
