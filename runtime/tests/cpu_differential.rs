@@ -20,7 +20,7 @@ use ferrite_ir::{interpret, Tensor};
 use ferrite_passes::decompose::decompose;
 use ferrite_passes::schedule::{schedule, ScheduleOptions};
 use ferrite_runtime::cpu::{CpuOptions, CpuProgram};
-use passes_common::{inputs_for, random_graph};
+use passes_common::{inputs_for, random_graph_with};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -40,10 +40,10 @@ fn close(got: &Tensor, want: &Tensor, has_matmul: bool) -> Result<(), String> {
     got.check_close(want, rtol, atol)
 }
 
-fn run_cases(first_seed: u64, cases: u64, max_ops: usize, composites: bool) {
+fn run_cases(first_seed: u64, cases: u64, max_ops: usize, composites: bool, big: bool) {
     let mut compiled = 0;
     for seed in first_seed..first_seed + cases {
-        let rg = random_graph(seed, max_ops, composites);
+        let rg = random_graph_with(seed, max_ops, composites, big);
         let g = decompose(&rg.graph).unwrap_or_else(|e| panic!("seed {seed}: decompose: {e}"));
         let inputs = inputs_for(&rg, seed);
         let want = interpret(&g, &inputs);
@@ -94,11 +94,24 @@ fn run_cases(first_seed: u64, cases: u64, max_ops: usize, composites: bool) {
 #[test]
 fn random_primitive_graphs_match_the_interpreter() {
     let seed = env_u64("FERRITE_FUZZ_SEED", 1);
-    run_cases(seed, env_u64("FERRITE_FUZZ_CASES", 150), 8, false);
+    run_cases(seed, env_u64("FERRITE_FUZZ_CASES", 150), 8, false, false);
 }
 
 #[test]
 fn random_composite_graphs_match_the_interpreter() {
     let seed = env_u64("FERRITE_FUZZ_SEED", 100_001);
-    run_cases(seed, env_u64("FERRITE_FUZZ_CASES", 100), 6, true);
+    run_cases(seed, env_u64("FERRITE_FUZZ_CASES", 100), 6, true, false);
+}
+
+/// Graphs with an axis 1000-6000 long: long rows and columns take the unrolled vector
+/// loops, lanes across outer points with four groups, stash rows near their limit and
+/// tiled transposes, which the small shapes above rarely reach. (Long vectorized sums
+/// accumulate in f32 lanes while the reference uses f64: a graph that divides by a
+/// cancelling normalization of thousands of elements can exceed the tolerance, e.g. seed
+/// 7000610, `div(p0, layer_norm(log_softmax(sign(p0))))`, off by 0.3% through a divisor
+/// of 7e-4; the default seeds have none.)
+#[test]
+fn random_graphs_with_long_axes_match_the_interpreter() {
+    let seed = env_u64("FERRITE_FUZZ_SEED", 200_001);
+    run_cases(seed, env_u64("FERRITE_FUZZ_CASES", 40), 6, true, true);
 }
