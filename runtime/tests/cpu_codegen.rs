@@ -390,6 +390,17 @@ fn shared_transcendentals_are_computed_once_per_point() {
 fn stashing_only_where_it_pays_and_fits() {
     // layer norm shares only cheap subtractions between its stages.
     assert!(stash_on_off_identical(&example("layer_norm_rows")).is_empty());
+    // A log_softmax feeding a layer norm shares `x - max - log(sum)`, whose `log` is of an
+    // accumulator: computed once per row anyway, so nothing is worth a scratch row.
+    let g = graph("graph s(x: f32[4, 300], w: f32[300], b: f32[300]) -> f32[4, 300] {\n  y = layer_norm(log_softmax(x, axis=1), w, b)\n  return y\n}\n");
+    assert!(stash_on_off_identical(&g).is_empty());
+    // exp(x) needed by three stages is written once and read back by both later ones.
+    let g = graph("graph s(x: f32[4, 300]) -> f32[4, 300] {\n  e = exp(x)\n  a = sum(e, axes=[1], keepdim=true)\n  b = sum(mul(e, sub(e, a)), axes=[1], keepdim=true)\n  y = div(e, b)\n  return y\n}\n");
+    let notes = stash_on_off_identical(&g);
+    assert!(
+        notes.len() == 2 && notes[1].contains("also read back by stage 2"),
+        "{notes:?}"
+    );
     // 20,000 f32 per row = 80,000 bytes > the 64 KiB limit.
     let g = graph(
         "graph s(x: f32[2, 20000]) -> f32[2, 20000] {\n  y = softmax(x, axis=1)\n  return y\n}\n",

@@ -27,6 +27,7 @@
 //! as before).
 
 use super::coalesce::substitute;
+use super::kernel::node_indices;
 use ferrite_ir::loops::{
     Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, Stage,
     StoreOp, Value, Var, VarKind,
@@ -65,12 +66,22 @@ pub(super) fn stash_shared(kernel: &Kernel, buffers: &[Buffer]) -> Option<Stashe
         notes: Vec::new(),
     };
     let mut bytes = 0usize;
+    // (stage, node) -> the scratch row it is written to.
+    let mut stashed: HashMap<(usize, ExprRef), BufferId> = HashMap::new();
     'search: while s.scratch.len() < MAX_STASHES {
         for li in 1..s.kernel.stages.len() {
             for ei in 0..li {
                 let Some((e_node, l_node)) = find_shared(&s.kernel, ei, li) else {
                     continue;
                 };
+                let what = s.kernel.stages[li].body().expr_text(l_node);
+                if let Some(&id) = stashed.get(&(ei, e_node)) {
+                    // Already written to a scratch row for another stage: read that one.
+                    s.notes
+                        .push(format!("stash: {what} also read back by stage {li}"));
+                    load_from_scratch(&mut s.kernel.stages[li], l_node, id);
+                    continue 'search;
+                }
                 let points: usize = s.kernel.stages[li].domain().iter().product();
                 let size = points * 4;
                 if bytes + size > MAX_SCRATCH_BYTES {
@@ -85,7 +96,7 @@ pub(super) fn stash_shared(kernel: &Kernel, buffers: &[Buffer]) -> Option<Stashe
                     name: format!("stash{}", s.scratch.len()),
                 });
                 bytes += size;
-                let what = s.kernel.stages[li].body().expr_text(l_node);
+                stashed.insert((ei, e_node), id);
                 s.notes.push(format!(
                     "stash: {what} computed once per point by stage {ei}, read back by stage \
                      {li} ({size}-byte stack scratch)"
@@ -198,12 +209,24 @@ fn find_shared(kernel: &Kernel, ei: usize, li: usize) -> Option<(ExprRef, ExprRe
             in_early.entry(id).or_insert(i);
         }
     }
+    // A transcendental counts only where it is evaluated per inner point: `log(acc1)` is
+    // computed once per outer point anyway (the emitter hoists it), so an expression over it
+    // is cheap to recompute.
     let expensive = |body: &Block| -> Vec<bool> {
         let mut x = vec![false; body.nodes.len()];
+        let mut inner = vec![false; body.nodes.len()];
         for (i, n) in body.nodes.iter().enumerate() {
-            let mut any = is_expensive_op(n);
-            n.for_each_operand(&mut |r| any |= x.get(r.index()).copied().unwrap_or(false));
-            x[i] = any;
+            let mut varies = false;
+            for e in node_indices(&n.op) {
+                e.for_each_var(&mut |v| varies |= v.kind != VarKind::Outer);
+            }
+            let mut any = false;
+            n.for_each_operand(&mut |r| {
+                varies |= inner.get(r.index()).copied().unwrap_or(false);
+                any |= x.get(r.index()).copied().unwrap_or(false);
+            });
+            inner[i] = varies;
+            x[i] = any || (varies && is_expensive_op(n));
         }
         x
     };
