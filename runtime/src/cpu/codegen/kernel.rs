@@ -118,7 +118,16 @@ struct AccVars {
     best: Option<(Variable, Variable)>,
     /// Vectorized: one `f32x4` per unrolled group.
     vector: Vec<Variable>,
+    /// Vectorized float sums: the `f64x2` halves the `f32x4` partial sums are folded into
+    /// every `FOLD_EVERY` iterations of the unrolled loop, and the iteration counter.
+    wide: Option<(Variable, Variable, Variable)>,
 }
+
+/// Iterations of the unrolled vector loop (16 elements each by default) between folds of
+/// a float sum's `f32` lanes into `f64`: each lane adds at most this many terms in `f32`,
+/// so a long row sums about as accurately as a pairwise sum (1M elements in 16 lanes
+/// would otherwise chain 65,536 `f32` additions per lane).
+const FOLD_EVERY: i64 = 16;
 
 /// How `kernel_function` changed the kernel before emission.
 #[derive(Clone, Copy)]
@@ -1048,6 +1057,9 @@ impl<'a, 'f> Emitter<'a, 'f> {
                         }
                         self.point_vector(ctx, g)?;
                     }
+                    if u == ctx.unroll {
+                        self.fold_sums(ctx)?;
+                    }
                     self.end_loop(var, width, lp);
                     self.forget_from(level);
                 }
@@ -1119,6 +1131,46 @@ impl<'a, 'f> Emitter<'a, 'f> {
 
     // ---- reductions ----
 
+    /// In the unrolled vector loop: every `FOLD_EVERY` iterations, adds each float sum's
+    /// `f32x4` partial sums into its `f64x2` halves and restarts them at zero.
+    fn fold_sums(&mut self, ctx: &StageCtx<'_>) -> Result<(), String> {
+        for (r, vars) in ctx.reductions.iter().zip(ctx.acc_vars) {
+            let (Some((lo_var, hi_var, count_var)), ReduceKind::Sum) = (vars.wide, r.kind) else {
+                continue;
+            };
+            if r.rhs.is_some() || vars.vector.is_empty() {
+                continue;
+            }
+            let count = self.b.use_var(count_var);
+            let count = self.b.ins().iadd_imm_s(count, 1);
+            let due = self.b.ins().icmp_imm_s(IntCC::Equal, count, FOLD_EVERY);
+            let zero = self.b.ins().iconst(types::I64, 0);
+            let count = self.b.ins().select(due, zero, count);
+            self.b.def_var(count_var, count);
+            let fold = self.b.create_block();
+            let cont = self.b.create_block();
+            self.b.ins().brif(due, fold, &[], cont, &[]);
+            self.b.switch_to_block(fold);
+            self.b.set_cold_block(fold);
+            let mut lo = self.b.use_var(lo_var);
+            let mut hi = self.b.use_var(hi_var);
+            let z = self.b.ins().f32const(0.0);
+            let z = self.b.ins().splat(types::F32X4, z);
+            for &var in &vars.vector {
+                let part = self.b.use_var(var);
+                let (pl, ph) = self.widen_halves(part);
+                lo = self.b.ins().fadd(lo, pl);
+                hi = self.b.ins().fadd(hi, ph);
+                self.b.def_var(var, z);
+            }
+            self.b.def_var(lo_var, lo);
+            self.b.def_var(hi_var, hi);
+            self.b.ins().jump(cont, &[]);
+            self.b.switch_to_block(cont);
+        }
+        Ok(())
+    }
+
     fn init_accumulators(
         &mut self,
         reductions: &[Reduction],
@@ -1155,6 +1207,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
                     acc: pos,
                     best: Some((best, count)),
                     vector: Vec::new(),
+                    wide: None,
                 }
             } else {
                 let init = match (float, r.kind) {
@@ -1172,6 +1225,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
                     acc: self.new_var(ty, init),
                     best: None,
                     vector: Vec::new(),
+                    wide: None,
                 }
             };
             out.push(acc);
@@ -1201,6 +1255,16 @@ impl<'a, 'f> Emitter<'a, 'f> {
             v.vector = (0..unroll)
                 .map(|_| self.new_var(types::F32X4, splat))
                 .collect();
+            if r.kind == ReduceKind::Sum {
+                let zero = self.b.ins().f64const(0.0);
+                let zero = self.b.ins().splat(types::F64X2, zero);
+                let count = self.b.ins().iconst(types::I64, 0);
+                v.wide = Some((
+                    self.new_var(types::F64X2, zero),
+                    self.new_var(types::F64X2, zero),
+                    self.new_var(types::I64, count),
+                ));
+            }
         }
         vars
     }
@@ -1340,7 +1404,18 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 let merged = match r.kind {
                     ReduceKind::Sum => {
                         let w = self.b.ins().fpromote(types::F64, h);
-                        self.b.ins().fadd(acc, w)
+                        let mut acc = self.b.ins().fadd(acc, w);
+                        if let Some((lo, hi, _)) = v.wide {
+                            // The folded f64 part.
+                            let lo = self.b.use_var(lo);
+                            let hi = self.b.use_var(hi);
+                            let both = self.b.ins().fadd(lo, hi);
+                            let l0 = self.b.ins().extractlane(both, 0);
+                            let l1 = self.b.ins().extractlane(both, 1);
+                            let folded = self.b.ins().fadd(l0, l1);
+                            acc = self.b.ins().fadd(acc, folded);
+                        }
+                        acc
                     }
                     ReduceKind::Prod => {
                         let w = self.b.ins().fpromote(types::F64, h);

@@ -337,7 +337,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
     }
 
     /// Lanes 0-1 and 2-3 of an `f32x4` as two `f64x2`.
-    fn widen_halves(&mut self, x: Value) -> (Value, Value) {
+    pub(super) fn widen_halves(&mut self, x: Value) -> (Value, Value) {
         let lo = self.b.ins().fvpromote_low(x);
         let bytes = bitcast(self.b, types::I8X16, x);
         let swap: Vec<u8> = (8..16).chain(0..8).collect();

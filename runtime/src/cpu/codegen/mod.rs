@@ -59,7 +59,10 @@
 //! accumulate like the reference (`f64`, exact products for dot products, same order),
 //! so they are bit-identical too. Two documented differences remain, both as in Inductor
 //! and BLAS: a vectorized `f32` reduction accumulates in `f32` lanes (sixteen partial
-//! results, then a tree), and the extern GEMM accumulates in `f32`. Their error grows
+//! results, then a tree; a sum folds its lanes into `f64` every 16 iterations, so no lane
+//! chains more than 16 `f32` additions), and the extern GEMM accumulates in `f32`
+//! (`f16` products too). Lanes across outer points (`lanes.rs`) accumulate sums in `f64`
+//! and are bit-identical. The error of the others grows
 //! with the magnitude of the terms rather than of the result: sums and softmax rows
 //! match the reference within `1e-4` relative, and contractions within `2e-4` of the
 //! output's magnitude (the tolerances the tests use).
