@@ -206,6 +206,39 @@ impl ExprNode {
         }
     }
 
+    /// The same node with every index expression (a load's index and guards, an iota, a
+    /// checked index's guards) rewritten by `f`, or `None` as soon as `f` refuses one.
+    pub fn try_map_indices(
+        &self,
+        f: &mut impl FnMut(&IndexExpr) -> Option<IndexExpr>,
+    ) -> Option<ExprNode> {
+        let mut n = self.clone();
+        let guards = match &mut n.op {
+            ExprOp::Load(l) => {
+                l.index = f(&l.index)?;
+                &mut l.guard
+            }
+            ExprOp::Index(e) => {
+                *e = f(e)?;
+                return Some(n);
+            }
+            ExprOp::CheckedIndex { guard, .. } => guard,
+            _ => return Some(n),
+        };
+        for b in guards {
+            b.expr = f(&b.expr)?;
+        }
+        Some(n)
+    }
+
+    /// The same node with every index expression rewritten by `f` (see
+    /// [`ExprNode::try_map_indices`]).
+    pub fn map_indices(&self, f: impl Fn(&IndexExpr) -> IndexExpr) -> ExprNode {
+        // `f` never refuses, so neither does the rewrite.
+        self.try_map_indices(&mut |e| Some(f(e)))
+            .unwrap_or_else(|| self.clone())
+    }
+
     /// The same node with every reference rewritten through `m`.
     pub fn map_refs(&self, m: &impl Fn(ExprRef) -> ExprRef) -> ExprNode {
         let map_guard = |g: &[Bound]| -> Vec<Bound> {

@@ -151,51 +151,23 @@ impl<'a> Lexer<'a> {
         })
     }
 
-    /// Lexes the rest of a number whose first digit is consumed: `12`, `0.5`,
-    /// `1.`, `1e-5`, `2.5E+3`. Letters, digits or points glued to it make it a bad
-    /// number rather than a number followed by a name.
+    /// Lexes a number starting at `start` (see [`scan_number`]).
     fn number(&mut self, start: usize) -> Result<TokenKind<'a>, Located> {
-        self.eat_while(|c| c.is_ascii_digit());
-        let mut is_float = false;
-        let mut well_formed = true;
-        if self.peek_char() == Some('.') {
-            is_float = true;
-            self.pos += 1;
-            self.eat_while(|c| c.is_ascii_digit());
-        }
-        if matches!(self.peek_char(), Some('e' | 'E')) {
-            is_float = true;
-            self.pos += 1;
-            if matches!(self.peek_char(), Some('+' | '-')) {
-                self.pos += 1;
-            }
-            let digits = self.pos;
-            self.eat_while(|c| c.is_ascii_digit());
-            well_formed = self.pos > digits;
-        }
-        if self.peek_char().is_some_and(is_name_char) {
-            self.eat_while(is_name_char);
-            well_formed = false;
-        }
-        let text = &self.src[start..self.pos];
-        if !well_formed {
-            return Err(Located::new(start, format!("bad number `{text}`")));
-        }
-        if is_float {
-            match text.parse::<f64>() {
-                Ok(v) if v.is_finite() => Ok(TokenKind::Float(v)),
-                Ok(_) => Err(Located::new(
-                    start,
-                    format!(
-                        "number `{text}` is out of range (beyond f64; write `inf` for infinity)"
-                    ),
-                )),
-                Err(_) => Err(Located::new(start, format!("bad number `{text}`"))),
-            }
-        } else {
-            text.parse::<u64>()
-                .map(TokenKind::Int)
-                .map_err(|_| Located::new(start, format!("integer `{text}` is too large")))
+        let (end, scan) = scan_number(self.src, start);
+        self.pos = end;
+        let text = &self.src[start..end];
+        match scan {
+            NumberScan::Int(v) => Ok(TokenKind::Int(v)),
+            NumberScan::Float(v) => Ok(TokenKind::Float(v)),
+            NumberScan::Bad => Err(Located::new(start, format!("bad number `{text}`"))),
+            NumberScan::IntTooLarge => Err(Located::new(
+                start,
+                format!("integer `{text}` is too large"),
+            )),
+            NumberScan::FloatOutOfRange => Err(Located::new(
+                start,
+                format!("number `{text}` is out of range (beyond f64; write `inf` for infinity)"),
+            )),
         }
     }
 
@@ -256,6 +228,73 @@ impl<'a> Lexer<'a> {
 }
 
 /// True for chars that may continue a name.
+/// What [`scan_number`] found.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum NumberScan {
+    /// An integer literal.
+    Int(u64),
+    /// A finite float literal.
+    Float(f64),
+    /// Malformed: an exponent without digits, or letters, digits or points glued on.
+    Bad,
+    /// An integer beyond `u64`.
+    IntTooLarge,
+    /// A float beyond `f64`.
+    FloatOutOfRange,
+}
+
+/// Scans the number literal starting with the ASCII digit at byte `start` of `src`: `12`,
+/// `0.5`, `1.`, `1e-5`, `2.5E+3`, the literal syntax of both the `.fg` and the `.tile`
+/// formats. Letters, digits or points glued to it make it a bad number rather than a
+/// number followed by a name. Returns the end of the literal (glued characters included)
+/// and what it is.
+pub fn scan_number(src: &str, start: usize) -> (usize, NumberScan) {
+    let bytes = src.as_bytes();
+    let mut pos = start;
+    let eat = |pos: &mut usize, f: &dyn Fn(u8) -> bool| {
+        while *pos < bytes.len() && f(bytes[*pos]) {
+            *pos += 1;
+        }
+    };
+    eat(&mut pos, &|c| c.is_ascii_digit());
+    let mut is_float = false;
+    let mut well_formed = true;
+    if bytes.get(pos) == Some(&b'.') {
+        is_float = true;
+        pos += 1;
+        eat(&mut pos, &|c| c.is_ascii_digit());
+    }
+    if matches!(bytes.get(pos), Some(b'e' | b'E')) {
+        is_float = true;
+        pos += 1;
+        if matches!(bytes.get(pos), Some(b'+' | b'-')) {
+            pos += 1;
+        }
+        let digits = pos;
+        eat(&mut pos, &|c| c.is_ascii_digit());
+        well_formed = pos > digits;
+    }
+    let glued = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'.';
+    if bytes.get(pos).is_some_and(|&c| glued(c)) {
+        eat(&mut pos, &glued);
+        well_formed = false;
+    }
+    let text = &src[start..pos];
+    let scan = if !well_formed {
+        NumberScan::Bad
+    } else if is_float {
+        match text.parse::<f64>() {
+            Ok(v) if v.is_finite() => NumberScan::Float(v),
+            Ok(_) => NumberScan::FloatOutOfRange,
+            Err(_) => NumberScan::Bad,
+        }
+    } else {
+        text.parse::<u64>()
+            .map_or(NumberScan::IntTooLarge, NumberScan::Int)
+    };
+    (pos, scan)
+}
+
 fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '.'
 }

@@ -17,5 +17,6 @@ mod parser;
 mod printer;
 
 pub use diag::Diagnostic;
+pub use lexer::{scan_number, NumberScan};
 pub use parser::{parse, parse_bytes, MAX_NESTING};
 pub use printer::print;

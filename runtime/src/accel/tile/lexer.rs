@@ -4,6 +4,8 @@
 //! reported. Newlines are tokens because a statement ends at the end of its line;
 //! the parser skips them inside `(..)` and `[..]`.
 
+use ferrite_ir::text::{scan_number, NumberScan};
+
 /// What a token is. Identifiers borrow from the source.
 #[derive(Clone, PartialEq, Debug)]
 pub(crate) enum Tok<'a> {
@@ -130,53 +132,23 @@ impl<'a> Lexer<'a> {
         })
     }
 
-    /// Lexes a number: `12`, `0.5`, `1.`, `1e-5`, `2.5E+3`. Letters glued to a
-    /// number make it a bad number rather than a number followed by a name.
+    /// Lexes a number (the `.fg` literal syntax: [`ferrite_ir::text::scan_number`]).
     fn number(&mut self, start: usize) -> Result<Tok<'a>, LexError> {
-        self.eat_while(|c| c.is_ascii_digit());
-        let mut is_float = false;
-        let mut well_formed = true;
-        if self.peek_char() == Some('.') {
-            is_float = true;
-            self.pos += 1;
-            self.eat_while(|c| c.is_ascii_digit());
-        }
-        if matches!(self.peek_char(), Some('e' | 'E')) {
-            is_float = true;
-            self.pos += 1;
-            if matches!(self.peek_char(), Some('+' | '-')) {
-                self.pos += 1;
-            }
-            let digits = self.pos;
-            self.eat_while(|c| c.is_ascii_digit());
-            well_formed = self.pos > digits;
-        }
-        if self
-            .peek_char()
-            .is_some_and(|c| is_name_char(c) || c == '.')
-        {
-            self.eat_while(|c| is_name_char(c) || c == '.');
-            well_formed = false;
-        }
-        let text = &self.src[start..self.pos];
+        let (end, scan) = scan_number(self.src, start);
+        self.pos = end;
+        let text = &self.src[start..end];
         let bad = |message: String| LexError {
             offset: start,
             message,
         };
-        if !well_formed {
-            return Err(bad(format!("bad number `{text}`")));
-        }
-        if is_float {
-            match text.parse::<f64>() {
-                Ok(v) if v.is_finite() => Ok(Tok::Float(v)),
-                _ => Err(bad(format!(
-                    "number `{text}` is out of range (write `inf` for infinity)"
-                ))),
-            }
-        } else {
-            text.parse::<u64>()
-                .map(Tok::Int)
-                .map_err(|_| bad(format!("integer `{text}` is too large")))
+        match scan {
+            NumberScan::Int(v) => Ok(Tok::Int(v)),
+            NumberScan::Float(v) => Ok(Tok::Float(v)),
+            NumberScan::Bad => Err(bad(format!("bad number `{text}`"))),
+            NumberScan::IntTooLarge => Err(bad(format!("integer `{text}` is too large"))),
+            NumberScan::FloatOutOfRange => Err(bad(format!(
+                "number `{text}` is out of range (write `inf` for infinity)"
+            ))),
         }
     }
 }

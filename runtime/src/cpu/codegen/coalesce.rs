@@ -10,7 +10,7 @@
 //! axes apart, as they must.
 
 use super::index::{mentions, split_linear};
-use ferrite_ir::loops::{Bound, ExprOp, Extents, IndexExpr, Kernel, Stage, Var};
+use ferrite_ir::loops::{Block, Extents, IndexExpr, Kernel, Stage, StoreOp, Var};
 
 /// `kernel` with its innermost outer axes merged where that keeps every index affine, or
 /// `None` when nothing merges (or the kernel is not a single store stage without
@@ -63,46 +63,43 @@ fn merge_last_two(kernel: &Kernel) -> Option<Kernel> {
         // Still affine in the merged variable: it can be the vector loop.
         (!mentions(&s, f) || split_linear(&s, f).is_some()).then_some(s)
     };
-    let rewrite_guard = |g: &[Bound]| -> Option<Vec<Bound>> {
-        g.iter()
-            .map(|b| {
-                Some(Bound {
-                    expr: rewrite(&b.expr)?,
-                    lo: b.lo,
-                    hi: b.hi,
-                })
-            })
-            .collect()
-    };
+    reindex_pointwise(kernel, domain, rewrite)
+}
+
+/// The single-store-stage `kernel` over a new outer `domain`, with every index expression
+/// (loads, guards, iotas, stores) rewritten by `rewrite`; `None` if it refuses one.
+pub(super) fn reindex_pointwise(
+    kernel: &Kernel,
+    domain: Vec<usize>,
+    mut rewrite: impl FnMut(&IndexExpr) -> Option<IndexExpr>,
+) -> Option<Kernel> {
     let Stage::Store {
         domain: inner,
         body,
         stores,
-    } = &kernel.stages[0]
+    } = kernel.stages.first()?
     else {
         return None;
     };
-    let mut body = body.clone();
-    for node in &mut body.nodes {
-        match &mut node.op {
-            ExprOp::Load(l) => {
-                l.index = rewrite(&l.index)?;
-                l.guard = rewrite_guard(&l.guard)?;
-            }
-            ExprOp::Index(e) => *e = rewrite(e)?,
-            ExprOp::CheckedIndex { guard, .. } => *guard = rewrite_guard(guard)?,
-            _ => {}
-        }
-    }
-    let mut stores = stores.clone();
-    for s in &mut stores {
-        s.index = rewrite(&s.index)?;
-    }
+    let nodes = body
+        .nodes
+        .iter()
+        .map(|n| n.try_map_indices(&mut rewrite))
+        .collect::<Option<Vec<_>>>()?;
+    let stores = stores
+        .iter()
+        .map(|s| {
+            Some(StoreOp {
+                index: rewrite(&s.index)?,
+                ..s.clone()
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
     Some(Kernel {
         domain,
         stages: vec![Stage::Store {
             domain: inner.clone(),
-            body,
+            body: Block { nodes },
             stores,
         }],
         ..kernel.clone()
@@ -124,7 +121,7 @@ pub(super) fn substitute(e: &IndexExpr, with: &impl Fn(Var) -> Option<IndexExpr>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrite_ir::loops::{Block, BufferId, ExprNode, KernelId, Load, StoreOp, Value};
+    use ferrite_ir::loops::{BufferId, ExprNode, ExprOp, KernelId, Load, Value};
     use ferrite_ir::DType;
 
     fn kernel(domain: Vec<usize>, load: IndexExpr, store: IndexExpr) -> Kernel {

@@ -118,9 +118,9 @@ struct AccVars {
     best: Option<(Variable, Variable)>,
     /// Vectorized: one `f32x4` per unrolled group.
     vector: Vec<Variable>,
-    /// Vectorized float sums: the `f64x2` halves the `f32x4` partial sums are folded into
-    /// every `FOLD_EVERY` iterations of the unrolled loop, and the iteration counter.
-    wide: Option<(Variable, Variable, Variable)>,
+    /// Vectorized float sums (not dot products): the `f64x2` halves the `f32x4` partial
+    /// sums are folded into every `FOLD_EVERY` iterations of the unrolled loop.
+    wide: Option<(Variable, Variable)>,
 }
 
 /// Iterations of the unrolled vector loop (16 elements each by default) between folds of
@@ -680,21 +680,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
     ) -> Result<StageReport, String> {
         let (body, live, reductions, stores) = self.begin_stage(stage, extra_stores, ext, &loops);
         let n = body.nodes.len();
-        let kind = match stage {
-            Stage::Reduce { .. } => "reduce",
-            Stage::Store { .. } => "store",
-        };
-        let loop_text: Vec<String> = loops
-            .iter()
-            .map(|l| format!("{} < {}", l.var, l.extent))
-            .collect();
-        let mut report = StageReport {
-            stage: index,
-            kind,
-            loops: loop_text.join(", "),
-            vector: None,
-            scalar_reason: None,
-        };
+        let mut report = stage_report(stage, index, &loops);
         let runs = loops.iter().all(|l| l.extent > 0);
         // Reductions start at their identities whether or not the loop runs.
         let acc_vars = self.init_accumulators(reductions, body)?;
@@ -745,6 +731,10 @@ impl<'a, 'f> Emitter<'a, 'f> {
             let acc_vars =
                 self.init_vector_accumulators(reductions, acc_vars, plan.is_some(), unroll);
             let parts = self.hoisted_parts(body, &live, stores, loops.len());
+            let fold_count = acc_vars.iter().any(|v| v.wide.is_some()).then(|| {
+                let zero = self.b.ins().iconst(types::I64, 0);
+                self.new_var(types::I64, zero)
+            });
             let ctx = StageCtx {
                 loops: &loops,
                 live: &live,
@@ -754,6 +744,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 acc_vars: &acc_vars,
                 splats: plan.as_ref().map(|p| p.splats.clone()),
                 unroll,
+                fold_count,
             };
             self.emit_level_nodes(&ctx, 0)?;
             if loops.is_empty() {
@@ -793,6 +784,26 @@ struct StageCtx<'s> {
     acc_vars: &'s [AccVars],
     splats: Option<Vec<usize>>,
     unroll: usize,
+    /// Iterations of the unrolled vector loop since the sums' last fold into `f64`.
+    fold_count: Option<Variable>,
+}
+
+/// The report of stage `index` over `loops`, before its vector decision.
+pub(super) fn stage_report(stage: &Stage, index: usize, loops: &[LoopSpec]) -> StageReport {
+    StageReport {
+        stage: index,
+        kind: match stage {
+            Stage::Reduce { .. } => "reduce",
+            Stage::Store { .. } => "store",
+        },
+        loops: loops
+            .iter()
+            .map(|l| format!("{} < {}", l.var, l.extent))
+            .collect::<Vec<_>>()
+            .join(", "),
+        vector: None,
+        scalar_reason: None,
+    }
 }
 
 /// Checks that every node reference of every stage points at an earlier node of the same
@@ -1058,7 +1069,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
                         self.point_vector(ctx, g)?;
                     }
                     if u == ctx.unroll {
-                        self.fold_sums(ctx)?;
+                        self.fold_sums(ctx);
                     }
                     self.end_loop(var, width, lp);
                     self.forget_from(level);
@@ -1133,29 +1144,30 @@ impl<'a, 'f> Emitter<'a, 'f> {
 
     /// In the unrolled vector loop: every `FOLD_EVERY` iterations, adds each float sum's
     /// `f32x4` partial sums into its `f64x2` halves and restarts them at zero.
-    fn fold_sums(&mut self, ctx: &StageCtx<'_>) -> Result<(), String> {
-        for (r, vars) in ctx.reductions.iter().zip(ctx.acc_vars) {
-            let (Some((lo_var, hi_var, count_var)), ReduceKind::Sum) = (vars.wide, r.kind) else {
+    fn fold_sums(&mut self, ctx: &StageCtx<'_>) {
+        let Some(count_var) = ctx.fold_count else {
+            return;
+        };
+        // One counter and one branch for all the stage's sums.
+        let count = self.b.use_var(count_var);
+        let count = self.b.ins().iadd_imm_s(count, 1);
+        let due = self.b.ins().icmp_imm_s(IntCC::Equal, count, FOLD_EVERY);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        let count = self.b.ins().select(due, zero, count);
+        self.b.def_var(count_var, count);
+        let fold = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.ins().brif(due, fold, &[], cont, &[]);
+        self.b.switch_to_block(fold);
+        self.b.set_cold_block(fold);
+        let z = self.b.ins().f32const(0.0);
+        let z = self.b.ins().splat(types::F32X4, z);
+        for vars in ctx.acc_vars {
+            let Some((lo_var, hi_var)) = vars.wide else {
                 continue;
             };
-            if r.rhs.is_some() || vars.vector.is_empty() {
-                continue;
-            }
-            let count = self.b.use_var(count_var);
-            let count = self.b.ins().iadd_imm_s(count, 1);
-            let due = self.b.ins().icmp_imm_s(IntCC::Equal, count, FOLD_EVERY);
-            let zero = self.b.ins().iconst(types::I64, 0);
-            let count = self.b.ins().select(due, zero, count);
-            self.b.def_var(count_var, count);
-            let fold = self.b.create_block();
-            let cont = self.b.create_block();
-            self.b.ins().brif(due, fold, &[], cont, &[]);
-            self.b.switch_to_block(fold);
-            self.b.set_cold_block(fold);
             let mut lo = self.b.use_var(lo_var);
             let mut hi = self.b.use_var(hi_var);
-            let z = self.b.ins().f32const(0.0);
-            let z = self.b.ins().splat(types::F32X4, z);
             for &var in &vars.vector {
                 let part = self.b.use_var(var);
                 let (pl, ph) = self.widen_halves(part);
@@ -1165,10 +1177,9 @@ impl<'a, 'f> Emitter<'a, 'f> {
             }
             self.b.def_var(lo_var, lo);
             self.b.def_var(hi_var, hi);
-            self.b.ins().jump(cont, &[]);
-            self.b.switch_to_block(cont);
         }
-        Ok(())
+        self.b.ins().jump(cont, &[]);
+        self.b.switch_to_block(cont);
     }
 
     fn init_accumulators(
@@ -1255,14 +1266,12 @@ impl<'a, 'f> Emitter<'a, 'f> {
             v.vector = (0..unroll)
                 .map(|_| self.new_var(types::F32X4, splat))
                 .collect();
-            if r.kind == ReduceKind::Sum {
+            if r.kind == ReduceKind::Sum && r.rhs.is_none() {
                 let zero = self.b.ins().f64const(0.0);
                 let zero = self.b.ins().splat(types::F64X2, zero);
-                let count = self.b.ins().iconst(types::I64, 0);
                 v.wide = Some((
                     self.new_var(types::F64X2, zero),
                     self.new_var(types::F64X2, zero),
-                    self.new_var(types::I64, count),
                 ));
             }
         }
@@ -1405,7 +1414,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
                     ReduceKind::Sum => {
                         let w = self.b.ins().fpromote(types::F64, h);
                         let mut acc = self.b.ins().fadd(acc, w);
-                        if let Some((lo, hi, _)) = v.wide {
+                        if let Some((lo, hi)) = v.wide {
                             // The folded f64 part.
                             let lo = self.b.use_var(lo);
                             let hi = self.b.use_var(hi);

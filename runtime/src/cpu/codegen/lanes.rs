@@ -21,7 +21,7 @@
 //! variable: a node "is at the vector level" when it depends on that variable.
 
 use super::index::{mentions, split_linear};
-use super::kernel::{live_nodes, node_indices, Emitter, LoopSpec};
+use super::kernel::{live_nodes, node_indices, stage_report, Emitter, LoopSpec};
 use super::vectorize::{narrow_i64, plan_vector, Lanes, StageFacts};
 use super::StageReport;
 use crate::cpu::codegen::convert::bitcast;
@@ -193,18 +193,8 @@ impl<'a, 'f> Emitter<'a, 'f> {
         let parts = self.hoisted_parts(body, &live, stores, loops.len());
         let last = Var::outer(self.ext.outer.len() - 1);
         let report = StageReport {
-            stage: index,
-            kind: match stage {
-                Stage::Reduce { .. } => "reduce",
-                Stage::Store { .. } => "store",
-            },
-            loops: loops
-                .iter()
-                .map(|l| format!("{} < {}", l.var, l.extent))
-                .collect::<Vec<_>>()
-                .join(", "),
             vector: Some(format!("f32x4x{unroll} across {last}")),
-            scalar_reason: None,
+            ..stage_report(stage, index, &loops)
         };
         let ctx = LaneCtx {
             loops: &loops,
@@ -339,13 +329,19 @@ impl<'a, 'f> Emitter<'a, 'f> {
     /// Lanes 0-1 and 2-3 of an `f32x4` as two `f64x2`.
     pub(super) fn widen_halves(&mut self, x: Value) -> (Value, Value) {
         let lo = self.b.ins().fvpromote_low(x);
-        let bytes = bitcast(self.b, types::I8X16, x);
-        let swap: Vec<u8> = (8..16).chain(0..8).collect();
-        let mask = self.b.func.dfg.immediates.push(ConstantData::from(swap));
-        let swapped = self.b.ins().shuffle(bytes, bytes, mask);
-        let swapped = bitcast(self.b, types::F32X4, swapped);
+        let swapped = self.shuffle_f32x4(x, x, (8..16).chain(0..8));
         let hi = self.b.ins().fvpromote_low(swapped);
         (lo, hi)
+    }
+
+    /// The `f32x4` made of bytes `bytes` of `a` (0-15) and `b` (16-31).
+    fn shuffle_f32x4(&mut self, a: Value, b: Value, bytes: impl Iterator<Item = u8>) -> Value {
+        let a = bitcast(self.b, types::I8X16, a);
+        let b = bitcast(self.b, types::I8X16, b);
+        let mask = ConstantData::from(bytes.collect::<Vec<u8>>());
+        let mask = self.b.func.dfg.immediates.push(mask);
+        let v = self.b.ins().shuffle(a, b, mask);
+        bitcast(self.b, types::F32X4, v)
     }
 
     fn init_lane_accumulators(&mut self, reductions: &[Reduction], unroll: usize) -> Vec<LaneAcc> {
@@ -402,12 +398,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
                         // Each half rounds to f32 lanes 0-1 (lanes 2-3 zero); interleave.
                         let lo = self.b.ins().fvdemote(lo);
                         let hi = self.b.ins().fvdemote(hi);
-                        let a = bitcast(self.b, types::I8X16, lo);
-                        let c = bitcast(self.b, types::I8X16, hi);
-                        let pick: Vec<u8> = (0..8).chain(16..24).collect();
-                        let mask = self.b.func.dfg.immediates.push(ConstantData::from(pick));
-                        let both = self.b.ins().shuffle(a, c, mask);
-                        bitcast(self.b, types::F32X4, both)
+                        self.shuffle_f32x4(lo, hi, (0..8).chain(16..24))
                     })
                     .collect(),
                 LaneAcc::Narrow(vars) => vars.iter().map(|&v| self.b.use_var(v)).collect(),

@@ -27,7 +27,7 @@
 //! as before).
 
 use super::coalesce::substitute;
-use super::kernel::node_indices;
+use super::kernel::{live_nodes, node_indices};
 use ferrite_ir::loops::{
     Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, Stage,
     StoreOp, Value, Var, VarKind,
@@ -128,27 +128,6 @@ fn is_expensive_op(node: &ExprNode) -> bool {
     }
 }
 
-/// Nodes reachable from the stage's results.
-fn live(stage: &Stage) -> Vec<bool> {
-    let body = stage.body();
-    let mut live = vec![false; body.nodes.len()];
-    for r in stage.roots() {
-        if let Some(l) = live.get_mut(r.index()) {
-            *l = true;
-        }
-    }
-    for i in (0..body.nodes.len()).rev() {
-        if live[i] {
-            body.nodes[i].for_each_operand(&mut |r| {
-                if let Some(l) = live.get_mut(r.index()) {
-                    *l = true;
-                }
-            });
-        }
-    }
-    live
-}
-
 /// Renames the inner loop variables of any stage kind to store variables (`r2` → `j2`).
 fn to_store_vars(e: &IndexExpr) -> IndexExpr {
     substitute(e, &|v: Var| match v.kind {
@@ -157,32 +136,11 @@ fn to_store_vars(e: &IndexExpr) -> IndexExpr {
     })
 }
 
-/// `node` with every index expression rewritten by `f`.
-fn map_indices(node: &ExprNode, f: &impl Fn(&IndexExpr) -> IndexExpr) -> ExprNode {
-    let mut n = node.clone();
-    match &mut n.op {
-        ExprOp::Load(l) => {
-            l.index = f(&l.index);
-            for b in &mut l.guard {
-                b.expr = f(&b.expr);
-            }
-        }
-        ExprOp::Index(e) => *e = f(e),
-        ExprOp::CheckedIndex { guard, .. } => {
-            for b in guard {
-                b.expr = f(&b.expr);
-            }
-        }
-        _ => {}
-    }
-    n
-}
-
 /// Structural ids of a body's nodes: equal ids mean equal values at the same inner point.
 fn intern(body: &Block, table: &mut HashMap<ExprNode, u32>) -> Vec<u32> {
     let mut ids: Vec<u32> = Vec::with_capacity(body.nodes.len());
     for node in &body.nodes {
-        let keyed = map_indices(node, &to_store_vars);
+        let keyed = node.map_indices(to_store_vars);
         let keyed = keyed.map_refs(&|r| ExprRef(ids.get(r.index()).copied().unwrap_or(u32::MAX)));
         let next = table.len() as u32;
         ids.push(*table.entry(keyed).or_insert(next));
@@ -201,8 +159,8 @@ fn find_shared(kernel: &Kernel, ei: usize, li: usize) -> Option<(ExprRef, ExprRe
     let mut table = HashMap::new();
     let e_ids = intern(early.body(), &mut table);
     let l_ids = intern(late.body(), &mut table);
-    let e_live = live(early);
-    let l_live = live(late);
+    let e_live = live_nodes(early, &[]);
+    let l_live = live_nodes(late, &[]);
     let mut in_early: HashMap<u32, usize> = HashMap::new();
     for (i, &id) in e_ids.iter().enumerate() {
         if e_live[i] {

@@ -11,8 +11,8 @@
 //! reorders the points of the outer domain (a bijection), so results are unchanged and
 //! outer points still write disjoint elements.
 
-use super::coalesce::substitute;
-use ferrite_ir::loops::{Bound, ExprOp, Extents, IndexExpr, Kernel, Stage, Var};
+use super::coalesce::{reindex_pointwise, substitute};
+use ferrite_ir::loops::{ExprOp, Extents, IndexExpr, Kernel, Stage, Var};
 
 /// Loads striding at least this many elements along the row axis get tiled.
 const MIN_STRIDE: i64 = 16;
@@ -90,44 +90,11 @@ pub(super) fn tile_strided_pointwise(kernel: &Kernel) -> Option<(Kernel, String)
         })
         .simplify(&new_ext)
     };
-    let rewrite_guard = |g: &[Bound]| -> Vec<Bound> {
-        g.iter()
-            .map(|bd| Bound {
-                expr: rewrite(&bd.expr),
-                lo: bd.lo,
-                hi: bd.hi,
-            })
-            .collect()
-    };
-    let mut body = body.clone();
-    for node in &mut body.nodes {
-        match &mut node.op {
-            ExprOp::Load(l) => {
-                l.index = rewrite(&l.index);
-                l.guard = rewrite_guard(&l.guard);
-            }
-            ExprOp::Index(e) => *e = rewrite(e),
-            ExprOp::CheckedIndex { guard, .. } => *guard = rewrite_guard(guard),
-            _ => {}
-        }
-    }
-    let mut stores = stores.clone();
-    for s in &mut stores {
-        s.index = rewrite(&s.index);
-    }
     let note = format!(
         "tiled: i{a} and i{b} in {t}x{t} tiles ({buffer} is read with stride {stride} along i{b})"
     );
     Some((
-        Kernel {
-            domain,
-            stages: vec![Stage::Store {
-                domain: vec![],
-                body,
-                stores,
-            }],
-            ..kernel.clone()
-        },
+        reindex_pointwise(kernel, domain, |e| Some(rewrite(e)))?,
         note,
     ))
 }
