@@ -10,21 +10,15 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ferrite::ir::{parse, Graph, Tensor};
+use ferrite_cpu::gemm::gemm;
+use ferrite_cpu::{
+    CpuOptions, CpuProgram, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale,
+};
 use ferrite_passes::decompose::decompose;
 use ferrite_passes::optimize::{optimize, OptimizeConfig};
 use ferrite_passes::pipeline::{lower_graph, PipelineOptions};
 use ferrite_passes::schedule::{schedule, ScheduleOptions};
-use ferrite_runtime::cpu::gemm::gemm;
-use ferrite_runtime::cpu::{
-    CpuOptions, CpuProgram, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale,
-};
 use std::hint::black_box;
-
-fn example(name: &str) -> (String, String) {
-    let path = format!("{}/examples/{name}.fg", env!("CARGO_MANIFEST_DIR"));
-    let src = std::fs::read_to_string(&path).expect("example exists");
-    (path, src)
-}
 
 fn random_inputs(g: &Graph) -> Vec<Tensor> {
     g.params
@@ -35,7 +29,7 @@ fn random_inputs(g: &Graph) -> Vec<Tensor> {
 }
 
 fn compile_stages(c: &mut Criterion) {
-    let (path, src) = example("transformer_block");
+    let (path, src) = ferrite_testkit::example_source("transformer_block");
     let g = parse(&path, &src).unwrap();
     let d = decompose(&g).unwrap();
     let (o, _) = optimize(&d, &OptimizeConfig::default()).unwrap();
@@ -67,7 +61,7 @@ fn compile_stages(c: &mut Criterion) {
 }
 
 fn pointwise_chain(c: &mut Criterion) {
-    let (path, src) = example("pointwise_chain");
+    let (path, src) = ferrite_testkit::example_source("pointwise_chain");
     let src = src
         .replace("1024, 1024", "2048, 2048")
         .replace("[1024]", "[2048]");
@@ -87,7 +81,7 @@ fn pointwise_chain(c: &mut Criterion) {
 }
 
 fn mlp_vs_raw_gemm(c: &mut Criterion) {
-    let (path, src) = example("mlp");
+    let (path, src) = ferrite_testkit::example_source("mlp");
     let g = parse(&path, &src).unwrap();
     let inputs = random_inputs(&g);
     let l = lower_graph(&g, &PipelineOptions::default()).unwrap();

@@ -123,7 +123,10 @@ fn sim_is_deterministic() {
     };
     assert_eq!(run(&[]), run(&[]));
     // The built-in machine is the preset file's.
-    assert_eq!(run(&["--machine", "runtime/presets/mtia2i.toml"]), run(&[]));
+    assert_eq!(
+        run(&["--machine", "runtime/accel/presets/mtia2i.toml"]),
+        run(&[])
+    );
 }
 
 #[test]
@@ -360,7 +363,7 @@ fn bad_flags_and_files_are_user_errors() {
             "profile",
             "examples/mlp.fg",
             "--machine",
-            "runtime/presets/mtia2i.toml",
+            "runtime/accel/presets/mtia2i.toml",
         ],
     ] {
         let o = ferrite(args);

@@ -8,6 +8,7 @@
 
 use ferrite_ir::op::{BinaryOp, Op, ReduceOp, Scalar, UnaryOp};
 use ferrite_ir::{interpret, parse, parse_bytes, print, verify, DType, Graph, Tensor, TensorType};
+use ferrite_testkit::{check_golden, diff};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -34,38 +35,6 @@ fn stem(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// A line diff (longest common subsequence) of `expected` against `actual`:
-/// `-` lines only in expected, `+` lines only in actual.
-fn line_diff(expected: &str, actual: &str) -> String {
-    let a: Vec<&str> = expected.lines().collect();
-    let b: Vec<&str> = actual.lines().collect();
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j, mut out) = (0, 0, String::new());
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            out += &format!("  {}\n", a[i]);
-            i += 1;
-            j += 1;
-        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
-            out += &format!("- {}\n", a[i]);
-            i += 1;
-        } else {
-            out += &format!("+ {}\n", b[j]);
-            j += 1;
-        }
-    }
-    out
-}
-
 /// Structural equality that treats NaN literals as equal (the `Debug` form of a
 /// graph shows every op, operand, type and name).
 fn same_graph(a: &Graph, b: &Graph) -> bool {
@@ -89,7 +58,7 @@ fn round_trip(file: &str, text: &str) -> Result<String, String> {
     if reprinted != printed {
         return Err(format!(
             "{file}: printing is not a fixed point:\n{}",
-            line_diff(&printed, &reprinted)
+            diff(&printed, &reprinted)
         ));
     }
     Ok(printed)
@@ -100,7 +69,6 @@ fn golden_prints() {
     let dir = repo().join("tests/parse");
     let files = fg_files(&dir);
     assert!(files.len() >= 25, "expected the golden files in {dir:?}");
-    let bless = std::env::var("FERRITE_BLESS").is_ok_and(|v| v == "1");
     let mut failures = Vec::new();
     for path in &files {
         let name = format!("tests/parse/{}.fg", stem(path));
@@ -112,22 +80,8 @@ fn golden_prints() {
                 continue;
             }
         };
-        let expected_path = path.with_extension("expected");
-        if bless {
-            std::fs::write(&expected_path, &printed).unwrap();
-            continue;
-        }
-        match std::fs::read_to_string(&expected_path) {
-            Ok(expected) if expected == printed => {}
-            Ok(expected) => failures.push(format!(
-                "{name}: the print differs from {} (- expected, + printed; FERRITE_BLESS=1 re-blesses):\n{}",
-                expected_path.display(),
-                line_diff(&expected, &printed)
-            )),
-            Err(e) => failures.push(format!(
-                "{name}: cannot read {} ({e}); run with FERRITE_BLESS=1 to create it",
-                expected_path.display()
-            )),
+        if let Err(e) = check_golden(&path.with_extension("expected"), &printed) {
+            failures.push(format!("{name}: {e}"));
         }
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));

@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Parsing happens before (in the facade, which owns I/O) and code generation after
-//! (in `ferrite-runtime`); both append their own [`StageRecord`]s so that a dump
+//! (in `ferrite-cpu` and `ferrite-accel`); both append their own [`StageRecord`]s so that a dump
 //! directory lists every stage in pipeline order.
 
 use crate::decompose::decompose;

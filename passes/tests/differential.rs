@@ -11,10 +11,8 @@
 //! `FERRITE_FUZZ_SEED=N` starts at another seed; a failure prints the seed and the
 //! graph, and `FERRITE_FUZZ_CASES=1 FERRITE_FUZZ_SEED=<seed>` replays it.
 
-mod common;
-
-use common::{check_against_interpreter, inputs_for, random_graph};
 use ferrite_passes::decompose::decompose;
+use ferrite_testkit::{check_against_interpreter, inputs_for, random_graph};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)

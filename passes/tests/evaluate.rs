@@ -1,12 +1,10 @@
 //! The loop-IR evaluator on bad inputs: errors are values that name the kernel,
 //! never panics or wrong answers.
 
-mod common;
-
-use common::primitive;
 use ferrite_ir::loops::evaluate;
 use ferrite_ir::{DType, Tensor, TensorType};
 use ferrite_passes::schedule::{schedule, ScheduleOptions};
+use ferrite_testkit::primitive;
 
 fn embedding() -> ferrite_ir::Graph {
     primitive(

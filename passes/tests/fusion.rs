@@ -2,11 +2,9 @@
 //! kernels, and the reasons recorded for refused fusions. Every graph is also checked
 //! numerically against the interpreter.
 
-mod common;
-
-use common::{check_against_interpreter, example, primitive, random_inputs};
 use ferrite_ir::loops::{ExprOp, Program, Stage};
 use ferrite_passes::schedule::{schedule, ScheduleOptions, Scheduled};
+use ferrite_testkit::{check_against_interpreter, example, primitive, random_inputs};
 
 /// Schedules both ways, checks the numbers, and returns the fused schedule.
 fn fused(g: &ferrite_ir::Graph) -> Scheduled {

@@ -9,10 +9,8 @@
 //!
 //! and review the diff. A drift fails with a line diff of expected vs actual.
 
-mod common;
-
-use common::{check_against_interpreter, primitive, random_inputs};
 use ferrite_passes::schedule::{schedule, ScheduleOptions};
+use ferrite_testkit::{check_against_interpreter, check_golden, primitive, random_inputs};
 use std::path::{Path, PathBuf};
 
 /// The text a golden file holds for graph source `src`.
@@ -36,62 +34,6 @@ fn render(name: &str, src: &str, check_numbers: bool) -> String {
         f.memory,
         f.decisions_text()
     )
-}
-
-/// A minimal line diff (longest common subsequence), `-` expected, `+` actual.
-fn diff(expected: &str, actual: &str) -> String {
-    let a: Vec<&str> = expected.lines().collect();
-    let b: Vec<&str> = actual.lines().collect();
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j, mut out) = (0, 0, String::new());
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            i += 1;
-            j += 1;
-        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] > lcs[i + 1][j]) {
-            out.push_str(&format!("+ {}\n", b[j]));
-            j += 1;
-        } else {
-            out.push_str(&format!("- {}\n", a[i]));
-            i += 1;
-        }
-    }
-    out
-}
-
-/// Compares `actual` with the golden file at `path`, or writes it when blessing.
-fn check_golden(path: &Path, actual: &str) -> Result<(), String> {
-    if std::env::var_os("FERRITE_BLESS").is_some() {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        }
-        std::fs::write(path, actual).map_err(|e| format!("{}: {e}", path.display()))?;
-        return Ok(());
-    }
-    let expected = std::fs::read_to_string(path).map_err(|e| {
-        format!(
-            "{}: {e} (run with FERRITE_BLESS=1 to create it)",
-            path.display()
-        )
-    })?;
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} drifted (re-bless with FERRITE_BLESS=1 if intended):\n{}",
-            path.display(),
-            diff(&expected, actual)
-        ))
-    }
 }
 
 fn graphs_in(dir: &Path) -> Vec<PathBuf> {
@@ -140,10 +82,4 @@ fn examples_schedule_as_blessed() {
         &manifest.join("tests/golden/examples"),
         false,
     );
-}
-
-#[test]
-fn the_diff_marks_changed_lines() {
-    assert_eq!(diff("a\nb\nc\n", "a\nx\nc\n"), "- b\n+ x\n");
-    assert_eq!(diff("a\n", "a\nb\n"), "+ b\n");
 }

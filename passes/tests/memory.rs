@@ -1,11 +1,9 @@
 //! Memory-plan tests: liveness, reuse, alignment, and the peaks of fused and unfused
 //! schedules.
 
-mod common;
-
-use common::{example, primitive};
 use ferrite_passes::memory::{plan_memory, MemoryPlan, ALIGNMENT};
 use ferrite_passes::schedule::{schedule, ScheduleOptions};
+use ferrite_testkit::{example, primitive};
 
 /// No two intermediates alive during a common kernel may overlap in memory, and
 /// offsets are aligned.
@@ -112,7 +110,7 @@ fn fused_peaks_never_exceed_unfused_peaks() {
 #[test]
 fn random_schedules_have_sound_plans() {
     for seed in 0..40 {
-        let rg = common::random_graph(seed, 14, seed % 2 == 1);
+        let rg = ferrite_testkit::random_graph(seed, 14, seed % 2 == 1);
         let g = ferrite_passes::decompose::decompose(&rg.graph).unwrap();
         for opts in [ScheduleOptions::default(), ScheduleOptions::unfused()] {
             let s = schedule(&g, &opts).unwrap();

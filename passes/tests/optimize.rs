@@ -9,8 +9,6 @@
 //!   graph compiles; the examples and random graphs (ours, built for the rules, and the shared
 //!   generator's in `common/`) still match the interpreter.
 
-mod common;
-
 use ferrite_ir::{interpret, parse, print, verify, DType, Graph, Op, SplitMix64, Tensor};
 use ferrite_passes::decompose::decompose;
 use ferrite_passes::optimize::{
@@ -1095,13 +1093,13 @@ fn shared_random_graphs_match_the_interpreter() {
     // The generator the schedule tests use: every dtype, composites decomposed first.
     let mut fired = 0;
     for seed in 0..1500 {
-        let rg = common::random_graph(seed, 14, true);
+        let rg = ferrite_testkit::random_graph(seed, 14, true);
         let Ok(d) = decompose(&rg.graph) else {
             continue;
         };
         let (out, report) = run(&d);
         fired += usize::from(!report.rules_fired.is_empty());
-        let xs = common::inputs_for(&rg, seed);
+        let xs = ferrite_testkit::inputs_for(&rg, seed);
         // Inputs the graph itself rejects (an index out of range) prove nothing here.
         let Ok(want) = interpret(&d, &xs) else {
             continue;

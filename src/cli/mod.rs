@@ -11,8 +11,8 @@ pub mod summary;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use ferrite::{Compiled, Options};
+use ferrite_accel::sim::Machine;
 use ferrite_ir::{Graph, Tensor};
-use ferrite_runtime::accel::sim::Machine;
 use std::io;
 use std::path::{Path, PathBuf};
 

@@ -13,7 +13,7 @@
 //!
 //! The table ends with the line `fused vs unfused: X.XXx` (unfused time over fused
 //! time). `--format json` prints the report described in
-//! `ferrite_runtime::profile::json` instead; `--trace` writes a Chrome trace.
+//! `ferrite_profile::json` instead; `--trace` writes a Chrome trace.
 //! Progress goes to standard error, and only when it is a terminal.
 
 use super::{
@@ -21,10 +21,10 @@ use super::{
 };
 use clap::{Args, ValueEnum};
 use ferrite::{Compiled, Options};
+use ferrite_accel::sim::Machine;
+use ferrite_cpu::default_thread_count;
 use ferrite_ir::Tensor;
-use ferrite_runtime::accel::sim::Machine;
-use ferrite_runtime::cpu::default_thread_count;
-use ferrite_runtime::profile::{
+use ferrite_profile::{
     chrome_trace, machine_info, machine_roofline, measure_copy_bandwidth, render_table, to_json,
     ProfileReport, ProfileTarget, ScheduleProfile,
 };

@@ -4,9 +4,9 @@
 
 use super::{load_machine, read_file, CliError, CliResult};
 use clap::Args;
+use ferrite_accel::sim::{self, KernelArg};
+use ferrite_accel::tile::{self, ParamType};
 use ferrite_ir::{npy, DType, Tensor, TensorType};
-use ferrite_runtime::accel::sim::{self, KernelArg};
-use ferrite_runtime::accel::tile::{self, ParamType};
 use std::io::Write;
 use std::path::PathBuf;
 

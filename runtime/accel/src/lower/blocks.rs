@@ -1,0 +1,321 @@
+//! Block sizes: how much of the domain one program covers.
+//!
+//! Two constraints and one goal:
+//!
+//! - every tile a program holds must fit the PE's local memory. The estimate
+//!   counts every value of a stage body as live at once (an upper bound), plus
+//!   offsets and masks of its accesses; GEMM counts its local buffers, the
+//!   operand tiles read from them, the accumulator and the epilogue;
+//! - a tile has at most [`MAX_TILE_ELEMENTS`] elements;
+//! - programs should keep every PE busy: blocks shrink (in powers of two) until
+//!   the grid has at least one program per PE, or until a tile would drop below
+//!   one vector's width.
+//!
+//! GEMM blocks are chosen by a small cost model of the simulator's timing
+//! (documented in `docs/tile-language.md`): for each candidate `BM x BN x BK`, the
+//! K loop costs `max(dot, operand DMA)` per step, where the DMA's bandwidth is
+//! the SRAM share of the PEs active in a wave, and the grid runs in waves of one
+//! program per PE.
+
+use crate::sim::Machine;
+use crate::tile::MAX_TILE_ELEMENTS;
+
+/// The widest inner block of a reduction (longer rows loop over blocks).
+const MAX_INNER_BLOCK: usize = 4096;
+
+/// Elements per cycle of one PE's vector engine on 32-bit data: tiles narrower
+/// than this waste lanes.
+fn vector_width(m: &Machine) -> usize {
+    let per_pe = m.vector_tflops_f32 * 1e12 / m.pes().max(1) as f64 / m.clock_hz();
+    prev_pow2(per_pe.round() as usize)
+}
+
+/// The largest power of two at most `n` (1 for `n <= 1`).
+pub(super) fn prev_pow2(n: usize) -> usize {
+    if n <= 1 {
+        1
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    }
+}
+
+/// The smallest power of two at least `n` (1 for `n <= 1`).
+pub(super) fn next_pow2(n: usize) -> usize {
+    n.max(1).next_power_of_two()
+}
+
+/// How many elements of a tile whose points need `bytes_per_point` fit in local memory.
+fn fitting(m: &Machine, bytes_per_point: usize) -> usize {
+    let budget = m.local_memory_bytes as usize / bytes_per_point.max(1);
+    prev_pow2(budget.min(MAX_TILE_ELEMENTS)).max(1)
+}
+
+/// The block of a 1-D pointwise program over `total` points.
+pub(super) fn pointwise(m: &Machine, total: usize, bytes_per_point: usize) -> usize {
+    let fit = fitting(m, bytes_per_point);
+    let spread = prev_pow2(total.div_ceil(m.pes().max(1)));
+    let floor = vector_width(m).min(next_pow2(total));
+    spread.max(floor).min(fit).min(next_pow2(total))
+}
+
+/// The column block of a 2-D pointwise program over `cols` columns: the largest
+/// power of two from 16 to 1024 that leaves at most an eighth of the lanes idle
+/// in the last, partial block; `None` when none does (the columns are better
+/// flattened with the rows).
+pub(super) fn column_block(cols: usize) -> Option<usize> {
+    let mut best = None;
+    let mut b = 16;
+    while b <= 1024 && b <= next_pow2(cols) {
+        let padded = cols.div_ceil(b) * b;
+        if (padded - cols) * 8 <= cols {
+            best = Some(b);
+        }
+        b *= 2;
+    }
+    best
+}
+
+/// The row block of a 2-D program whose tiles are `[rows_block, cols_block]`,
+/// over `rows` rows and `col_blocks` column blocks.
+pub(super) fn row_block(
+    m: &Machine,
+    rows: usize,
+    col_blocks: usize,
+    cols_block: usize,
+    bytes_per_point: usize,
+) -> usize {
+    let fit = (fitting(m, bytes_per_point) / cols_block.max(1)).max(1);
+    let spread = prev_pow2((rows * col_blocks.max(1)).div_ceil(m.pes().max(1)));
+    let floor = (vector_width(m) / cols_block.max(1)).max(1);
+    prev_pow2(spread.max(floor).min(fit)).min(next_pow2(rows))
+}
+
+/// What a stage of a row-reduction kernel needs from its inner block.
+pub(super) struct InnerNeed {
+    /// Points of the stage's inner domain.
+    pub extent: usize,
+    /// Estimated bytes per tile point of its body.
+    pub bytes_per_point: usize,
+    /// True when the stage reduces one point at a time (products).
+    pub serial: bool,
+}
+
+/// The outer block and each stage's inner block of a kernel of row reductions
+/// over `outer` rows.
+pub(super) fn rows(m: &Machine, outer: usize, stages: &[InnerNeed]) -> (usize, Vec<usize>) {
+    let inner: Vec<usize> = stages
+        .iter()
+        .map(|s| {
+            if s.serial || s.extent <= 1 {
+                1
+            } else {
+                next_pow2(s.extent)
+                    .min(MAX_INNER_BLOCK)
+                    .min(fitting(m, s.bytes_per_point))
+            }
+        })
+        .collect();
+    let mut fit = MAX_TILE_ELEMENTS;
+    for (s, &bi) in stages.iter().zip(&inner) {
+        fit = fit.min(fitting(m, s.bytes_per_point) / bi.max(1));
+    }
+    let widest = inner.iter().copied().max().unwrap_or(1);
+    let spread = prev_pow2(outer.div_ceil(m.pes().max(1)));
+    let floor = (vector_width(m) / widest).max(1);
+    let b0 = prev_pow2(spread.max(floor).min(fit.max(1))).min(next_pow2(outer));
+    (b0.max(1), inner)
+}
+
+/// A GEMM's shape and what its blocks must hold.
+pub(super) struct GemmNeed {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// Product of the batch extents.
+    pub batch: usize,
+    /// Bytes per operand element.
+    pub elem: usize,
+    /// True for f16/bf16 operands (the dot engine's faster rate).
+    pub narrow: bool,
+    /// Whether each operand lives in LPDDR (else in SRAM).
+    pub lpddr: [bool; 2],
+    /// Estimated bytes per output point of the epilogue.
+    pub epilogue_bytes_per_point: usize,
+}
+
+/// `(BM, BN, BK)` for a GEMM: the candidate the cost model says is fastest
+/// among those that fit local memory.
+///
+/// The model follows the simulator's: each K step costs the larger of its dot
+/// and its operand copies (overlapped by the prefetch) plus reading the local
+/// buffers. Copies come from SRAM, except that the first program to touch a
+/// block of an operand in LPDDR reads it from LPDDR (the SRAM read cache is cold);
+/// that program sets the pace of the first wave, and later waves run from SRAM.
+pub(super) fn gemm(mach: &Machine, g: &GemmNeed) -> (usize, usize, usize) {
+    let hz = mach.clock_hz();
+    let pes = mach.pes().max(1);
+    let dot_rate = if g.narrow {
+        mach.dot_tflops_f16
+    } else {
+        mach.dot_tflops_f32
+    } * 1e12
+        / pes as f64
+        / hz;
+    let local_rate = mach.local_bandwidth_gbps * 1e9 / hz;
+    let sram_rate = mach.sram_bandwidth_gbps * 1e9 / hz;
+    let lpddr_rate = mach.lpddr_bandwidth_gbps * 1e9 / hz;
+    let vec_rate = vector_width(mach) as f64;
+    let sizes = |limit: usize| -> Vec<usize> {
+        let top = next_pow2(limit).min(128);
+        let mut v = Vec::new();
+        let mut s = 1;
+        while s <= top {
+            if s >= 16 || s == top {
+                v.push(s);
+            }
+            s *= 2;
+        }
+        v
+    };
+    let mut best: Option<(f64, usize, (usize, usize, usize))> = None;
+    for &bm in &sizes(g.m) {
+        for &bn in &sizes(g.n) {
+            for &bk in &sizes(g.k.max(1)) {
+                // Local buffers, the tiles read from them, the accumulator and the epilogue.
+                let bytes =
+                    2 * (bm * bk + bk * bn) * g.elem + bm * bn * (4 + g.epilogue_bytes_per_point);
+                if bytes > mach.local_memory_bytes as usize
+                    || bm * bk > MAX_TILE_ELEMENTS
+                    || bk * bn > MAX_TILE_ELEMENTS
+                    || bm * bn > MAX_TILE_ELEMENTS
+                {
+                    continue;
+                }
+                let programs = g.m.div_ceil(bm) * g.n.div_ceil(bn) * g.batch.max(1);
+                let waves = programs.div_ceil(pes) as f64;
+                let active = programs.min(pes) as f64;
+                let sram_share = (sram_rate / active).min(local_rate);
+                let lpddr_share = (lpddr_rate / active).min(local_rate);
+                let (a, b) = ((bm * bk * g.elem) as f64, (bk * bn * g.elem) as f64);
+                let dot = (2 * bm * bn * bk) as f64 / dot_rate;
+                let cold = |bytes: f64, lpddr: bool| {
+                    if lpddr {
+                        bytes / lpddr_share
+                    } else {
+                        bytes / sram_share
+                    }
+                };
+                let first_copy = cold(a, g.lpddr[0]) + cold(b, g.lpddr[1]);
+                let warm_copy = (a + b) / sram_share;
+                let read_local = (a + b) / local_rate + 1.0;
+                let steps = g.k.div_ceil(bk).max(1) as f64;
+                let epilogue =
+                    (bm * bn) as f64 * (1.0 + g.epilogue_bytes_per_point as f64 / 4.0) / vec_rate;
+                let first = steps * (dot.max(first_copy) + read_local) + first_copy + epilogue;
+                let warm = steps * (dot.max(warm_copy) + read_local) + warm_copy + epilogue;
+                let cycles = first + (waves - 1.0) * warm;
+                let volume = bm * bn * bk;
+                let better = match &best {
+                    None => true,
+                    Some((c, v, _)) => cycles < *c * 0.999 || (cycles <= *c * 1.001 && volume > *v),
+                };
+                if better {
+                    best = Some((cycles, volume, (bm, bn, bk)));
+                }
+            }
+        }
+    }
+    best.map_or((16, 16, 16), |(_, _, b)| b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn powers_of_two() {
+        assert_eq!(prev_pow2(0), 1);
+        assert_eq!(prev_pow2(5), 4);
+        assert_eq!(prev_pow2(64), 64);
+        assert_eq!(next_pow2(5), 8);
+        assert_eq!(next_pow2(0), 1);
+    }
+
+    #[test]
+    fn column_blocks_waste_little() {
+        assert_eq!(column_block(1024), Some(1024));
+        assert_eq!(column_block(17), None);
+        assert_eq!(column_block(3), None);
+        for cols in [16, 100, 257, 688, 700, 1000, 1025, 5000] {
+            let b = column_block(cols).unwrap();
+            let waste = cols.div_ceil(b) * b - cols;
+            assert!(waste * 8 <= cols, "{cols}: {b}");
+            // The next size up would waste more than an eighth, or exceed 1024.
+            let up = 2 * b;
+            assert!(
+                up > 1024 || (cols.div_ceil(up) * up - cols) * 8 > cols,
+                "{cols}: {b}"
+            );
+        }
+        assert_eq!(column_block(688), Some(256)); // 3 blocks, 80 lanes (11.6%) idle
+    }
+
+    #[test]
+    fn pointwise_blocks_spread_over_the_pes_and_fit() {
+        let m = Machine::mtia2i();
+        // 1M points of 100 bytes: limited by local memory (384 KiB / 100 B).
+        let b = pointwise(&m, 1 << 20, 100);
+        assert!(b * 100 <= 384 * 1024 && b >= 2048, "{b}");
+        // 32768 points: one block per PE.
+        assert_eq!(pointwise(&m, 32768, 16), 512);
+        // Tiny domains get one small block.
+        assert_eq!(pointwise(&m, 10, 16), 16);
+    }
+
+    #[test]
+    fn row_blocks_cover_rows_with_one_program_per_pe() {
+        let m = Machine::mtia2i();
+        let need = |extent| InnerNeed {
+            extent,
+            bytes_per_point: 64,
+            serial: false,
+        };
+        let (b0, inner) = rows(&m, 128, &[need(512), need(512)]);
+        assert_eq!((b0, inner), (2, vec![512, 512]));
+        // Long rows loop over blocks of at most MAX_INNER_BLOCK.
+        let (_, inner) = rows(&m, 4, &[need(100_000)]);
+        assert!(inner[0] <= MAX_INNER_BLOCK);
+        let serial = InnerNeed {
+            extent: 50,
+            bytes_per_point: 64,
+            serial: true,
+        };
+        assert_eq!(rows(&m, 4, &[serial]).1, vec![1]);
+    }
+
+    #[test]
+    fn gemm_blocks_fit_and_spread() {
+        let m = Machine::mtia2i();
+        let need = |m_, n, k| GemmNeed {
+            m: m_,
+            n,
+            k,
+            batch: 1,
+            elem: 4,
+            narrow: false,
+            lpddr: [false, false],
+            epilogue_bytes_per_point: 16,
+        };
+        let (bm, bn, bk) = gemm(&m, &need(1024, 1024, 1024));
+        assert!(2 * (bm * bk + bk * bn) * 4 + bm * bn * 20 <= 384 * 1024);
+        assert!(bm >= 64 && bn >= 64, "{bm} {bn} {bk}");
+        // A small product is split finely so that many PEs work on it.
+        let (bm, bn, _) = gemm(&m, &need(64, 256, 256));
+        assert!(
+            64usize.div_ceil(bm) * 256usize.div_ceil(bn) >= 16,
+            "{bm} {bn}"
+        );
+        // A matrix-vector product keeps a block of one row.
+        assert_eq!(gemm(&m, &need(1, 256, 256)).0, 1);
+    }
+}

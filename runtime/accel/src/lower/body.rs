@@ -1,0 +1,382 @@
+//! A stage body as tile code: every live loop-IR node, computed at the shape of
+//! the tile axes it depends on, loads and stores as masked pointer tiles.
+//!
+//! - A load is `load(buf + offsets, mask, other)`: the mask switches off lanes
+//!   outside the domain (tails of partial blocks) and lanes where a pad or
+//!   concat guard fails, which then read `other` and touch no memory.
+//! - A data-dependent index (`index_select`, `gather`) is a loaded index tile
+//!   used in the offsets. The loop IR checks it against its axis; here an index
+//!   outside the axis turns the access's offset into -1, so the simulator stops
+//!   with an out-of-bounds error naming the kernel, program and access instead
+//!   of reading a neighbouring row.
+//! - A node used once is written inline into its user; a node used more than
+//!   once, every load and every deep expression are bound to names, and so is
+//!   an expression another stage computes too (see [`Builder::shared`]).
+
+use super::builder::{and, ge, lt, name_expr, where_, Builder};
+use super::frame::{int_tile, plus, sum_terms, terms, Frame, Int};
+use super::ops::{self, lit, TileVal, Val};
+use crate::tile::ast::{Builtin, Expr};
+use ferrite_ir::loops::{AccId, Block, BufferId, ExprOp, ExprRef, IndexExpr, Load, StoreOp, Value};
+use ferrite_ir::DType;
+use std::collections::HashMap;
+
+/// Expressions nested deeper than this are bound to a name (the parser limits
+/// nesting, and long lines read badly).
+const MAX_INLINE_DEPTH: u32 = 5;
+
+/// What a stage body sees besides its own nodes.
+pub(super) struct Scope<'a> {
+    /// The kernel parameter of each buffer.
+    pub params: &'a HashMap<BufferId, String>,
+    /// Accumulators of earlier stages.
+    pub accs: &'a HashMap<AccId, Val>,
+    pub frame: &'a Frame,
+    /// The dtype of index arithmetic (i32 unless offsets need 64 bits).
+    pub index_dtype: DType,
+}
+
+/// The emitted values of one stage body.
+pub(super) struct Body<'a> {
+    s: &'a Scope<'a>,
+    block: &'a Block,
+    vals: Vec<Option<Val>>,
+    /// For each checked (data-dependent) index node: the bool tile of lanes whose
+    /// index is inside its axis.
+    ok: HashMap<ExprRef, Int>,
+}
+
+impl<'a> Body<'a> {
+    pub fn new(s: &'a Scope<'a>, block: &'a Block) -> Body<'a> {
+        Body {
+            s,
+            block,
+            vals: vec![None; block.nodes.len()],
+            ok: HashMap::new(),
+        }
+    }
+
+    /// Emits every node `roots` need, in order.
+    pub fn emit(&mut self, b: &mut Builder, roots: &[ExprRef]) -> Result<(), String> {
+        let n = self.block.nodes.len();
+        let mut live = vec![false; n];
+        for r in roots {
+            if let Some(l) = live.get_mut(r.index()) {
+                *l = true;
+            }
+        }
+        let mut uses = vec![0usize; n];
+        for r in roots {
+            if let Some(u) = uses.get_mut(r.index()) {
+                *u += 1;
+            }
+        }
+        for i in (0..n).rev() {
+            if live[i] {
+                self.block.nodes[i].for_each_operand(&mut |r| {
+                    if let Some(l) = live.get_mut(r.index()) {
+                        *l = true;
+                    }
+                    if let Some(u) = uses.get_mut(r.index()) {
+                        *u += 1;
+                    }
+                });
+            }
+        }
+        for i in 0..n {
+            if !live[i] {
+                continue;
+            }
+            let r = ExprRef(i as u32);
+            let v = self.node(b, r)?;
+            let load = matches!(self.block.nodes[i].op, ExprOp::Load(_));
+            let v = match v {
+                Val::Tile(t)
+                    if load
+                        || uses[i] > 1
+                        || t.depth > MAX_INLINE_DEPTH
+                        || (t.depth > 0 && b.shared(&t.e)) =>
+                {
+                    let e = b.bind(if load { "x" } else { "t" }, t.e);
+                    Val::Tile(TileVal { e, depth: 0, ..t })
+                }
+                v => v,
+            };
+            self.vals[i] = Some(v);
+        }
+        Ok(())
+    }
+
+    /// The value of node `r` (emitted by [`Body::emit`]).
+    pub fn val(&self, r: ExprRef) -> Result<Val, String> {
+        self.vals
+            .get(r.index())
+            .cloned()
+            .flatten()
+            .ok_or_else(|| format!("internal error: {r} was not emitted"))
+    }
+
+    /// The loop-IR dtype of node `r`.
+    pub fn dtype(&self, r: ExprRef) -> Result<DType, String> {
+        self.block
+            .get(r)
+            .map(|n| n.dtype)
+            .ok_or_else(|| format!("{r} is not a node"))
+    }
+
+    fn dynamic(&self, r: ExprRef) -> Option<Int> {
+        match self.vals.get(r.index())? {
+            Some(Val::Tile(t)) => Some((t.e.clone(), t.deps)),
+            Some(Val::Lit(v, _)) => Some((lit(*v), 0)),
+            None => None,
+        }
+    }
+
+    /// The integer tile of a (rewritten) index expression.
+    fn int(&self, b: &mut Builder, e: &IndexExpr) -> Result<Int, String> {
+        int_tile(b, self.s.frame, e, &|r| self.dynamic(r))
+    }
+
+    fn node(&mut self, b: &mut Builder, r: ExprRef) -> Result<Val, String> {
+        let node = &self.block.nodes[r.index()];
+        let d = node.dtype;
+        Ok(match &node.op {
+            ExprOp::Const(v) => Val::Lit(ferrite_ir::loops::scalar::round_to(*v, d), d),
+            ExprOp::Load(l) => self.load(b, l, d)?,
+            ExprOp::Acc(a) => self
+                .s
+                .accs
+                .get(a)
+                .cloned()
+                .ok_or_else(|| format!("internal error: {a} is read before it is computed"))?,
+            ExprOp::Index(e) => {
+                let (e, deps) = self.int(b, &self.s.frame.rewrite(e))?;
+                Val::Tile(TileVal {
+                    e,
+                    dtype: self.s.index_dtype,
+                    deps,
+                    depth: 1,
+                })
+            }
+            ExprOp::CheckedIndex {
+                value,
+                extent,
+                guard,
+            } => self.checked_index(b, r, *value, *extent, guard)?,
+            ExprOp::Unary(u, a) => ops::unary(b, *u, &self.val(*a)?, d)?,
+            ExprOp::Binary(op, x, y) => {
+                let operand = self.dtype(*x)?;
+                ops::binary(b, *op, &self.val(*x)?, &self.val(*y)?, operand, d)?
+            }
+            ExprOp::Where(c, x, y) => {
+                ops::select(&self.val(*c)?, &self.val(*x)?, &self.val(*y)?, d)
+            }
+            ExprOp::Cast(x) => ops::convert(&self.val(*x)?, d),
+        })
+    }
+
+    /// The conditions of a guard (`lo <= e < hi` each) that can fail, and the axes
+    /// they depend on; `None` when one always fails.
+    fn guard(
+        &self,
+        b: &mut Builder,
+        guard: &[ferrite_ir::loops::Bound],
+    ) -> Result<Option<(Vec<Expr>, u8)>, String> {
+        let mut conds = Vec::new();
+        let mut deps = 0;
+        for bound in guard {
+            let e = self.s.frame.rewrite(&bound.expr);
+            let (lo, hi) = e.range(&self.s.frame.ext).unwrap_or((i64::MIN, i64::MAX));
+            if hi < bound.lo || lo >= bound.hi {
+                return Ok(None);
+            }
+            let need_lo = lo < bound.lo;
+            let need_hi = hi >= bound.hi;
+            if !need_lo && !need_hi {
+                continue;
+            }
+            let (t, dt) = self.int(b, &e)?;
+            let t = if need_lo && need_hi {
+                b.bind("g", t)
+            } else {
+                t
+            };
+            deps |= dt;
+            if need_lo {
+                conds.push(ge(t.clone(), super::builder::int(bound.lo)));
+            }
+            if need_hi {
+                conds.push(lt(t, super::builder::int(bound.hi)));
+            }
+        }
+        Ok(Some((conds, deps)))
+    }
+
+    fn checked_index(
+        &mut self,
+        b: &mut Builder,
+        r: ExprRef,
+        value: ExprRef,
+        extent: u64,
+        guard: &[ferrite_ir::loops::Bound],
+    ) -> Result<Val, String> {
+        let v = self.val(value)?;
+        let Some((conds, gdeps)) = self.guard(b, guard)? else {
+            // The guard never holds: the index is never needed.
+            return Ok(Val::Lit(Value::Int(0), DType::I64));
+        };
+        let (ve, vd, vdeps) = match &v {
+            Val::Lit(x, d) => (lit(*x), *d, 0),
+            Val::Tile(t) => (b.bind("t", t.e.clone()), t.dtype, t.deps),
+        };
+        if !vd.is_int() {
+            return Err(format!("a data-dependent index of dtype {vd}"));
+        }
+        let extent = i64::try_from(extent).unwrap_or(i64::MAX);
+        let inside = and(
+            ge(ve.clone(), super::builder::int(0)),
+            lt(ve.clone(), super::builder::int(extent)),
+        );
+        let held = conds.into_iter().reduce(and);
+        let (value_e, ok) = match held {
+            None => (ve, inside),
+            Some(h) => {
+                let h = b.bind("g", h);
+                (
+                    where_(h.clone(), ve, super::builder::int(0)),
+                    super::builder::or(super::builder::not(h), inside),
+                )
+            }
+        };
+        let deps = vdeps | gdeps;
+        let ok = b.bind("ok", ok);
+        self.ok.insert(r, (ok, deps));
+        let e = b.bind("idx", value_e);
+        Ok(Val::Tile(TileVal {
+            e,
+            dtype: vd,
+            deps,
+            depth: 0,
+        }))
+    }
+
+    /// The checked-index flags an index expression's data-dependent parts need.
+    fn ok_flags(&self, e: &IndexExpr) -> Option<Int> {
+        let mut out: Option<Int> = None;
+        e.for_each_ref(&mut |r| {
+            if let Some((f, d)) = self.ok.get(&r) {
+                out = Some(match out.take() {
+                    None => (f.clone(), *d),
+                    Some((g, dg)) => (and(g, f.clone()), dg | d),
+                });
+            }
+        });
+        out
+    }
+
+    /// The pointer tile `buf + offsets` for an access at `index`, with the axes it
+    /// depends on. Offsets of an access with a data-dependent index are -1 where
+    /// that index is outside its axis.
+    fn pointer(
+        &self,
+        b: &mut Builder,
+        buffer: BufferId,
+        index: &IndexExpr,
+    ) -> Result<(Expr, u8), String> {
+        let buf = self
+            .s
+            .params
+            .get(&buffer)
+            .ok_or_else(|| format!("internal error: {buffer} is not a parameter"))?;
+        let e = self.s.frame.rewrite(index);
+        let parts = terms(b, self.s.frame, &e, &|r| self.dynamic(r))?;
+        let base = name_expr(buf);
+        Ok(match self.ok_flags(index) {
+            None => parts
+                .into_iter()
+                .fold((base, 0), |(p, dp), (t, dt)| (plus(p, t), dp | dt)),
+            Some((ok, dok)) => {
+                let (sum, ds) = sum_terms(parts);
+                (
+                    super::builder::add(base, where_(ok, sum, super::builder::int(-1))),
+                    ds | dok,
+                )
+            }
+        })
+    }
+
+    /// `ptr` broadcast to the axes `deps` when it has fewer.
+    fn widen(&self, ptr: Expr, has: u8, deps: u8) -> Expr {
+        if has == deps {
+            return ptr;
+        }
+        let shape = self.s.frame.shape(deps);
+        super::builder::call(
+            Builtin::BroadcastTo,
+            vec![ptr, super::builder::tuple(&shape)],
+        )
+    }
+
+    fn load(&mut self, b: &mut Builder, l: &Load, d: DType) -> Result<Val, String> {
+        let Some((conds, gdeps)) = self.guard(b, &l.guard)? else {
+            return Ok(Val::Lit(l.other, d));
+        };
+        let (ptr, pdeps) = self.pointer(b, l.buffer, &l.index)?;
+        let deps = pdeps | gdeps;
+        let mut mask = self.s.frame.mask(deps);
+        let guarded = !conds.is_empty();
+        for c in conds {
+            mask = Some(match mask {
+                None => c,
+                Some(m) => and(m, c),
+            });
+        }
+        let ptr = self.widen(ptr, pdeps, deps);
+        let mut kwargs = Vec::new();
+        let mut args = vec![ptr];
+        if let Some(m) = mask {
+            args.push(b.bind("m", m));
+            if guarded && l.other != Value::zero(d) {
+                kwargs.push(("other", lit(l.other)));
+            }
+        }
+        let e = super::builder::call_kw(Builtin::Load, args, kwargs);
+        Ok(Val::Tile(TileVal {
+            e,
+            dtype: d,
+            deps,
+            depth: 1,
+        }))
+    }
+
+    /// Emits one store of a store stage.
+    pub fn store(&self, b: &mut Builder, st: &StoreOp) -> Result<(), String> {
+        let v = self.val(st.value)?;
+        let (ve, vdeps) = match &v {
+            Val::Lit(x, _) => (lit(*x), 0),
+            Val::Tile(t) => (t.e.clone(), t.deps),
+        };
+        let (ptr, pdeps) = self.pointer(b, st.buffer, &st.index)?;
+        let deps = pdeps | vdeps;
+        let ptr = self.widen(ptr, pdeps, deps);
+        let mut args = vec![ptr, ve];
+        if let Some(m) = self.s.frame.mask(deps) {
+            args.push(b.bind("m", m));
+        }
+        b.stmt(super::builder::call(Builtin::Store, args));
+        Ok(())
+    }
+}
+
+/// A tile of `v` with exactly the axes `deps` (broadcast if it has fewer), of
+/// dtype `d`.
+pub(super) fn broadcast(frame: &Frame, v: &Val, d: DType, deps: u8) -> Expr {
+    let e = ops::typed(v, d);
+    if v.deps() == deps {
+        return e;
+    }
+    super::builder::call(
+        Builtin::BroadcastTo,
+        vec![e, super::builder::tuple(&frame.shape(deps))],
+    )
+}

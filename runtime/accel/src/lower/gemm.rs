@@ -1,0 +1,344 @@
+//! GEMM kernels: a matmul's reduction as tiled `dot`s with a K loop through
+//! local memory, and its fused epilogue on the accumulator tile.
+//!
+//! The grid is `(ceil(M / BM), ceil(N / BN), batch)`; program `(i, j, z)` owns
+//! the `BM x BN` block `(i, j)` of product `z`. Operands are addressed through
+//! the strides the scheduler recorded (`GemmInfo`), so transposed and
+//! broadcast operands, and batch strides of 0, need no copies. Slices of `BK`
+//! along K are copied into two local buffers with `dma_async`, one slice ahead:
+//! while the dot engine works on slice `k0`, the copies of slice `k0 + BK` are in
+//! flight, which the timing model rewards with `max(dot, copy)` per step instead
+//! of their sum. The last slice is peeled off the loop, so no copy past the end
+//! of K is ever issued. The epilogue (bias, activation, residual, the store) is
+//! the loop IR's own stages after the reduction, run on the `[BM, BN]`
+//! accumulator tile with `rm[:, None]` and `rn[None, :]` as its row and column.
+
+use super::blocks::{self, GemmNeed};
+use super::builder::{add, call, cast, column, int, lt, mul, name_expr, program_id, row, Builder};
+use super::frame::{Frame, AXIS0, AXIS1};
+use super::kernel::{bytes_per_point, emit_stage, param, points, Cx};
+use super::ops::{TileVal, Val};
+use crate::tile::ast::{Builtin, Expr, ExprKind};
+use ferrite_ir::loops::{AccId, Extents, GemmInfo, GemmOperand, Kernel, Program, Stage, Var};
+use ferrite_ir::DType;
+use std::collections::HashMap;
+
+/// The kernel's GEMM when it can run on the dot engine: float operands of one
+/// dtype, the reduction a single dot product, and every other stage an
+/// epilogue of one point per output element. Anything else runs as a plain
+/// reduction.
+pub(super) fn eligible<'a>(p: &Program, k: &'a Kernel) -> Option<&'a GemmInfo> {
+    let g = k.gemm.as_ref()?;
+    let (a, b) = (p.buffer(g.lhs.buffer)?, p.buffer(g.rhs.buffer)?);
+    if a.ty.dtype != b.ty.dtype || !a.ty.dtype.is_float() {
+        return None;
+    }
+    let Stage::Reduce { reductions, .. } = k.stages.get(g.stage)? else {
+        return None;
+    };
+    if reductions.len() != 1 || reductions[0].acc != g.acc || reductions[0].rhs.is_none() {
+        return None;
+    }
+    for (i, s) in k.stages.iter().enumerate() {
+        if i < g.stage || (i > g.stage && points(s.domain()) > 1) {
+            return None;
+        }
+    }
+    if g.outer_axes.len() != g.batch.len() + 2 || g.batch.len() != g.lhs.batch_strides.len() {
+        return None;
+    }
+    Some(g)
+}
+
+fn tuple_of(items: Vec<Expr>) -> Expr {
+    Expr::new(ExprKind::Tuple(items))
+}
+
+/// `e * c`, skipping a multiplication by 1.
+fn scaled(e: Expr, c: i64) -> Expr {
+    if c == 1 {
+        e
+    } else {
+        mul(e, int(c))
+    }
+}
+
+/// `a & b` of optional masks.
+fn both(a: Option<Expr>, b: Option<Expr>) -> Option<Expr> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(super::builder::and(a, b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// `dma_async(buf, ptrs[, mask])`.
+fn dma(buf: &Expr, ptrs: Expr, mask: Option<Expr>) -> Expr {
+    let mut args = vec![buf.clone(), ptrs];
+    args.extend(mask);
+    call(Builtin::DmaAsync, args)
+}
+
+/// Lowers a GEMM kernel into `b`; returns the grid and a line describing the blocks.
+pub(super) fn lower(
+    cx: &Cx,
+    k: &Kernel,
+    g: &GemmInfo,
+    b: &mut Builder,
+) -> Result<([usize; 3], String), String> {
+    let dt = cx
+        .program
+        .buffer(g.lhs.buffer)
+        .map(|buf| buf.ty.dtype)
+        .ok_or("internal error: GEMM operand buffer")?;
+    let batch: usize = g.batch.iter().product();
+    let epilogue: usize = k.stages[g.stage + 1..]
+        .iter()
+        .map(|s| bytes_per_point(s, cx.index_dtype.size_bytes()))
+        .sum();
+    let (bm, bn, bk) = blocks::gemm(
+        cx.machine,
+        &GemmNeed {
+            m: g.m,
+            n: g.n,
+            k: g.k,
+            batch,
+            elem: dt.size_bytes(),
+            narrow: dt != DType::F32,
+            lpddr: [cx.in_lpddr(g.lhs.buffer), cx.in_lpddr(g.rhs.buffer)],
+            epilogue_bytes_per_point: epilogue,
+        },
+    );
+    let bmc = b.constant("BM", bm as i64);
+    let bnc = b.constant("BN", bn as i64);
+    let bkc = b.constant("BK", bk as i64);
+    let rm = b.bind("rm", cx.lanes(0, bmc.clone()));
+    let rn = b.bind("rn", cx.lanes(1, bnc.clone()));
+    let rk = b.bind("rk", cx.lanes_from_zero(bk));
+    let m_mask =
+        (!g.m.is_multiple_of(bm)).then(|| b.bind("mm", lt(column(rm.clone()), int(g.m as i64))));
+    let n_mask =
+        (!g.n.is_multiple_of(bn)).then(|| b.bind("mn", lt(row(rn.clone()), int(g.n as i64))));
+
+    // Batch coordinates of this program's product.
+    let mut coords: Vec<Option<Expr>> = vec![None; g.batch.len()];
+    if batch > 1 {
+        let z = if cx.index_dtype == DType::I32 {
+            program_id(2)
+        } else {
+            cast(program_id(2), DType::I64)
+        };
+        let bz = b.bind("bz", z);
+        for (t, &extent) in g.batch.iter().enumerate() {
+            if extent <= 1 {
+                continue;
+            }
+            let stride: usize = g.batch[t + 1..].iter().product();
+            let mut e = bz.clone();
+            if stride > 1 {
+                e = super::builder::div(e, int(stride as i64));
+            }
+            if t > 0 {
+                e = super::builder::rem(e, int(extent as i64));
+            }
+            coords[t] = Some(b.bind(&format!("b{t}"), e));
+        }
+    }
+    let base = |op: &GemmOperand| -> Result<Expr, String> {
+        let mut p = param(cx, op.buffer)?;
+        if op.offset != 0 {
+            p = add(p, int(op.offset));
+        }
+        for (c, &s) in coords.iter().zip(&op.batch_strides) {
+            if let (Some(c), true) = (c, s != 0) {
+                p = add(p, scaled(c.clone(), s));
+            }
+        }
+        Ok(p)
+    };
+    let (a, w) = (&g.lhs, &g.rhs);
+    let mut pa = base(a)?;
+    if a.row_stride != 0 {
+        pa = add(pa, scaled(column(rm.clone()), a.row_stride));
+    }
+    if a.col_stride != 0 {
+        pa = add(pa, scaled(row(rk.clone()), a.col_stride));
+    }
+    // A stride of 0 (a broadcast operand, or an axis of extent 1) leaves the
+    // pointer tile narrower than the local buffer it is copied into.
+    if a.row_stride == 0 || a.col_stride == 0 {
+        pa = call(
+            Builtin::BroadcastTo,
+            vec![pa, tuple_of(vec![bmc.clone(), bkc.clone()])],
+        );
+    }
+    let pa = b.bind("pa", pa);
+    let mut pb = base(w)?;
+    if w.row_stride != 0 {
+        pb = add(pb, scaled(column(rk.clone()), w.row_stride));
+    }
+    if w.col_stride != 0 {
+        pb = add(pb, scaled(row(rn.clone()), w.col_stride));
+    }
+    if w.row_stride == 0 || w.col_stride == 0 {
+        pb = call(
+            Builtin::BroadcastTo,
+            vec![pb, tuple_of(vec![bkc.clone(), bnc.clone()])],
+        );
+    }
+    let pb = b.bind("pb", pb);
+    // The K tail, when K is not a multiple of BK, is masked (and reads zeros).
+    let k_tail = !g.k.is_multiple_of(bk);
+    let kk = int(g.k as i64);
+    let a_mask = |lanes: &Expr| {
+        both(
+            m_mask.clone(),
+            k_tail.then(|| lt(row(lanes.clone()), kk.clone())),
+        )
+    };
+    let b_mask = |lanes: &Expr| {
+        both(
+            k_tail.then(|| lt(column(lanes.clone()), kk.clone())),
+            n_mask.clone(),
+        )
+    };
+
+    let d = super::builder::dtype(dt);
+    let a_buf = name_expr(&b.bind_new(
+        "a_buf",
+        call(
+            Builtin::LocalAlloc,
+            vec![tuple_of(vec![bmc.clone(), bkc.clone()]), d.clone()],
+        ),
+    ));
+    let b_buf = name_expr(&b.bind_new(
+        "b_buf",
+        call(
+            Builtin::LocalAlloc,
+            vec![tuple_of(vec![bkc.clone(), bnc.clone()]), d],
+        ),
+    ));
+    let acc = b.bind_new(
+        "acc",
+        call(
+            Builtin::Zeros,
+            vec![tuple_of(vec![bmc, bnc]), super::builder::dtype(DType::F32)],
+        ),
+    );
+    let slices = g.k.div_ceil(bk);
+    if slices > 0 {
+        b.comment("K in slices of BK through local memory: the next slice is copied while");
+        b.comment("this one is multiplied");
+        let ta = b.bind_new("ta", dma(&a_buf, pa.clone(), a_mask(&rk)));
+        let tb = b.bind_new("tb", dma(&b_buf, pb.clone(), b_mask(&rk)));
+        let wait = |b: &mut Builder| {
+            b.stmt(call(Builtin::DmaWait, vec![name_expr(&ta)]));
+            b.stmt(call(Builtin::DmaWait, vec![name_expr(&tb)]));
+        };
+        if slices > 1 {
+            let k0 = b.open_loop("k0", int(0), int(((slices - 1) * bk) as i64), bkc.clone());
+            wait(b);
+            let x = b.bind_new("x", call(Builtin::LocalLoad, vec![a_buf.clone()]));
+            let y = b.bind_new("y", call(Builtin::LocalLoad, vec![b_buf.clone()]));
+            let next = add(k0, bkc);
+            let lanes = if k_tail {
+                b.bind("kn", cx.offset_lanes(next.clone(), bk))
+            } else {
+                rk.clone()
+            };
+            let advance = |p: &Expr, stride: i64| -> Expr {
+                if stride == 0 {
+                    p.clone()
+                } else {
+                    add(p.clone(), scaled(next.clone(), stride))
+                }
+            };
+            b.assign(&ta, dma(&a_buf, advance(&pa, a.col_stride), a_mask(&lanes)));
+            b.assign(&tb, dma(&b_buf, advance(&pb, w.row_stride), b_mask(&lanes)));
+            b.assign(
+                &acc,
+                call(
+                    Builtin::Dot,
+                    vec![name_expr(&x), name_expr(&y), name_expr(&acc)],
+                ),
+            );
+            b.close_loop();
+        }
+        wait(b);
+        b.assign(
+            &acc,
+            call(
+                Builtin::Dot,
+                vec![
+                    call(Builtin::LocalLoad, vec![a_buf]),
+                    call(Builtin::LocalLoad, vec![b_buf]),
+                    name_expr(&acc),
+                ],
+            ),
+        );
+    }
+
+    // The epilogue, on the accumulator tile.
+    let Stage::Reduce { reductions, .. } = &k.stages[g.stage] else {
+        return Err("internal error: the GEMM stage is not a reduction".into());
+    };
+    let acc_dtype = reductions[0].dtype;
+    let acc_e = if acc_dtype == DType::F32 {
+        name_expr(&acc)
+    } else {
+        b.bind(&format!("{}", g.acc), cast(name_expr(&acc), acc_dtype))
+    };
+    let mut accs: HashMap<AccId, Val> = HashMap::new();
+    accs.insert(
+        g.acc,
+        Val::Tile(TileVal {
+            e: acc_e,
+            dtype: acc_dtype,
+            deps: AXIS0 | AXIS1,
+            depth: 0,
+        }),
+    );
+    let nb = g.batch.len();
+    let mut leaves = HashMap::new();
+    for (t, axis) in g.outer_axes.iter().enumerate() {
+        let Some(axis) = axis else { continue };
+        let leaf = if t < nb {
+            (coords[t].clone().unwrap_or_else(|| int(0)), 0)
+        } else if t == nb {
+            (column(rm.clone()), AXIS0)
+        } else {
+            (row(rn.clone()), AXIS1)
+        };
+        leaves.insert(Var::outer(*axis), leaf);
+    }
+    let frame = Frame {
+        rank: 2,
+        blocks: [bm, bn],
+        masks: [m_mask, n_mask],
+        subst: HashMap::new(),
+        ext: Extents {
+            outer: k.domain.clone(),
+            reduce: vec![],
+            store: vec![],
+        },
+        leaves,
+    };
+    for (si, stage) in k.stages.iter().enumerate().skip(g.stage + 1) {
+        emit_stage(cx, b, &frame, &mut accs, si, stage, 1)?;
+    }
+    let note = format!(
+        "{}[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks, K in slices of {bk}",
+        if nb > 0 {
+            format!("{batch} products of ")
+        } else {
+            String::new()
+        },
+        g.m,
+        g.n,
+        g.m,
+        g.k,
+        g.k,
+        g.n
+    );
+    Ok(([g.m.div_ceil(bm), g.n.div_ceil(bn), batch.max(1)], note))
+}

@@ -1,0 +1,215 @@
+//! Lowering from the loop IR to tile kernels: one tile kernel per loop-IR kernel.
+//!
+//! - GEMM kernels (`gemm.rs`) become tiled `dot`s with a K loop through local
+//!   memory (`local_alloc`, `dma_async` one slice ahead, `dma_wait`) and the
+//!   fused epilogue on the accumulator tile;
+//! - every other kernel is lowered by layout (`kernel.rs`): pointwise kernels
+//!   over blocks of their outer domain (flat, or rows by columns), kernels with
+//!   reductions over `[outer block, inner block]` tiles, with a loop over inner
+//!   blocks when a row does not fit one (`reduce.rs`);
+//! - `frame.rs` turns index expressions (views, pads, concats, gathers) into tile
+//!   arithmetic on offsets; `body.rs` and `ops.rs` turn stage bodies into tile
+//!   expressions with the loop IR's semantics; `blocks.rs` chooses block sizes
+//!   that fit a PE's local memory and spread work over the PEs;
+//! - kernels are written as tile-language text (`builder.rs`), with the loop-IR
+//!   kernel they implement as a comment on top, and parsed and checked like a
+//!   hand-written kernel: the dump is exactly what runs, and the simulator's
+//!   errors point into it.
+//!
+//! [`crate::program::SimProgram`] lowers a whole program and runs it.
+//!
+//! Architecture invariant: lowering reads only the loop IR ([`Program`]) and the
+//! machine's figures; it knows nothing of the graph or of the passes that
+//! produced the program.
+
+mod blocks;
+mod body;
+mod builder;
+mod frame;
+mod gemm;
+mod kernel;
+mod ops;
+mod reduce;
+
+use crate::sim::{Machine, Placement};
+use crate::tile::{self, CheckedKernel};
+use ferrite_ir::loops::{BufferId, ExprOp, Kernel, Program, Stage};
+use ferrite_ir::DType;
+use std::collections::{HashMap, HashSet};
+
+/// One loop-IR kernel lowered to a tile kernel, with its launch.
+#[derive(Clone, Debug)]
+pub struct TileLaunch {
+    /// The tile kernel's name (the loop-IR kernel's).
+    pub name: String,
+    /// The kernel as tile-language text (what [`TileLaunch::kernel`] was parsed from).
+    pub text: String,
+    /// The checked kernel the simulator runs.
+    pub kernel: CheckedKernel,
+    /// The launch grid.
+    pub grid: [usize; 3],
+    /// The loop-IR buffer bound to each pointer parameter, in parameter order.
+    pub args: Vec<BufferId>,
+}
+
+/// The most times a kernel is emitted looking for shared expressions.
+const MAX_PASSES: usize = 6;
+
+/// Offsets up to this magnitude are computed in i32 (with headroom for lanes of
+/// partial blocks, which run past the end of a domain).
+const I32_OFFSETS: i128 = 1 << 30;
+
+/// Lowers kernel `k` of program `p` for `machine`, given where each buffer of
+/// the program lives (`placements[i]` for buffer `i`; a missing entry means
+/// LPDDR), which decides how block sizes trade compute for traffic; `None` when
+/// the kernel's domain is empty (there is nothing to run).
+pub fn lower_kernel(
+    p: &Program,
+    k: &Kernel,
+    machine: &Machine,
+    placements: &[Placement],
+) -> Result<Option<TileLaunch>, String> {
+    if k.domain.contains(&0) {
+        return Ok(None);
+    }
+    let args = touched_buffers(k);
+    let mut params = HashMap::new();
+    for &id in &args {
+        params.insert(id, kernel::param_name(id));
+    }
+    let cx = kernel::Cx {
+        program: p,
+        machine,
+        params: &params,
+        index_dtype: index_dtype(p, k),
+        placements,
+    };
+    // Emitted until no stage recomputes what another one computes: each pass
+    // binds the expressions the earlier ones found repeated; binding one renames
+    // the expressions around it, which the next pass then finds (at most a few
+    // passes: expressions nest only so deep before they are bound anyway).
+    let mut repeated = HashSet::new();
+    let mut pass = 0;
+    let (b, grid, note) = loop {
+        let mut b = builder::Builder::binding(repeated.clone());
+        for n in params.values() {
+            b.reserve(n);
+        }
+        let (grid, note) = match gemm::eligible(p, k) {
+            Some(g) => gemm::lower(&cx, k, g, &mut b)?,
+            None => kernel::lower(&cx, k, &mut b)?,
+        };
+        let before = repeated.len();
+        repeated.extend(b.repeated().cloned());
+        pass += 1;
+        if repeated.len() == before || pass == MAX_PASSES {
+            break (b, grid, note);
+        }
+    };
+    let name = kernel_name(&k.name);
+    let mut header = vec![format!("{name}: lowered from the loop-IR kernel")];
+    for line in p.display_kernel(k).to_string().lines() {
+        header.push(format!("  {line}"));
+    }
+    header.push(format!(
+        "grid [{}, {}, {}]: {note}",
+        grid[0], grid[1], grid[2]
+    ));
+    let sig: Vec<(String, DType)> = args
+        .iter()
+        .map(|&id| {
+            let d = p.buffer(id).map_or(DType::F32, |b| b.ty.dtype);
+            (params[&id].clone(), d)
+        })
+        .collect();
+    let text = b.finish(&header, &name, &sig);
+    let kernel = tile::parse_and_check(&format!("{name}.tile"), &text).map_err(|d| {
+        format!("internal error: the lowered kernel `{name}` does not check: {d}\n{text}")
+    })?;
+    Ok(Some(TileLaunch {
+        name,
+        text,
+        kernel,
+        grid,
+        args,
+    }))
+}
+
+/// A valid kernel name: the loop IR's names are identifiers already, but a name
+/// from elsewhere is made one.
+fn kernel_name(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        s.insert(0, 'k');
+    }
+    s
+}
+
+/// Every buffer a kernel loads from or stores to, in id order.
+fn touched_buffers(k: &Kernel) -> Vec<BufferId> {
+    let mut out = Vec::new();
+    for stage in &k.stages {
+        for node in &stage.body().nodes {
+            if let ExprOp::Load(l) = &node.op {
+                out.push(l.buffer);
+            }
+        }
+        if let Stage::Store { stores, .. } = stage {
+            out.extend(stores.iter().map(|s| s.buffer));
+        }
+    }
+    if let Some(g) = &k.gemm {
+        out.push(g.lhs.buffer);
+        out.push(g.rhs.buffer);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// i32 offsets when every buffer, domain and index expression of the kernel
+/// stays well inside 31 bits; i64 otherwise.
+fn index_dtype(p: &Program, k: &Kernel) -> DType {
+    let mut biggest: i128 = kernel::points(&k.domain) as i128;
+    for id in touched_buffers(k) {
+        if let Some(b) = p.buffer(id) {
+            biggest = biggest.max(b.ty.numel() as i128);
+        }
+    }
+    for stage in &k.stages {
+        let ext = stage.extents(&k.domain);
+        biggest = biggest.max(kernel::points(stage.domain()) as i128);
+        let mut exprs = Vec::new();
+        for node in &stage.body().nodes {
+            match &node.op {
+                ExprOp::Load(l) => {
+                    exprs.push(&l.index);
+                    exprs.extend(l.guard.iter().map(|g| &g.expr));
+                }
+                ExprOp::Index(e) => exprs.push(e),
+                ExprOp::CheckedIndex { guard, .. } => exprs.extend(guard.iter().map(|g| &g.expr)),
+                _ => {}
+            }
+        }
+        if let Stage::Store { stores, .. } = stage {
+            exprs.extend(stores.iter().map(|s| &s.index));
+        }
+        for e in exprs {
+            biggest = biggest.max(frame::magnitude(e, &ext).unwrap_or(i128::MAX));
+        }
+    }
+    if biggest < I32_OFFSETS {
+        DType::I32
+    } else {
+        DType::I64
+    }
+}

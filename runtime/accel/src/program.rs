@@ -1,0 +1,314 @@
+//! A whole loop-IR program compiled for the simulated accelerator: its tile
+//! kernels, where each buffer lives, and running it on a [`Device`].
+//!
+//! Placement follows the machine's memory hierarchy. Graph inputs and outputs
+//! belong to the caller and live in LPDDR. Intermediates live only from the
+//! kernel that writes them to the last kernel that reads them, and are placed in
+//! on-chip SRAM when they fit next to the intermediates live at the same time,
+//! as a memory plan's arena would be (greedily, in kernel order); otherwise in
+//! LPDDR. A run allocates each intermediate right before its writer and frees it
+//! right after its last reader, so SRAM is reused as lifetimes end.
+//! [`Intermediates::Lpddr`] puts every intermediate in LPDDR instead, as an eager
+//! framework that materializes every tensor in device memory would.
+//!
+//! ```
+//! use ferrite_ir::{interpret, parse, DType, Tensor, TensorType};
+//! use ferrite_passes::decompose::decompose;
+//! use ferrite_passes::schedule::{schedule, ScheduleOptions};
+//! use ferrite_accel::{program::SimProgram, sim::Machine};
+//! let g = parse("g.fg", "graph g(x: f32[4, 100]) {\n  y = softmax(x, axis=-1)\n  return y\n}\n")
+//!     .unwrap();
+//! let program = schedule(&decompose(&g).unwrap(), &ScheduleOptions::default())
+//!     .unwrap()
+//!     .program;
+//! let compiled = SimProgram::compile(&program, &Machine::mtia2i()).unwrap();
+//! let x = Tensor::random(&TensorType::new(DType::F32, vec![4, 100]).unwrap(), 1);
+//! let (outputs, report) = compiled.run(&[x.clone()]).unwrap();
+//! outputs[0].check_close(&interpret(&g, &[x]).unwrap()[0], 1e-5, 1e-7).unwrap();
+//! assert_eq!(report.launches.len(), 1);
+//! // Rows of 100 in blocks of 128: the 28 padding lanes read -inf into the max.
+//! assert!(compiled.kernels_text().contains("acc0 = max(where(mr, x, -inf), axis=1)"));
+//! ```
+
+use super::lower::{lower_kernel, TileLaunch};
+use super::sim::{self, Device, DeviceArg, DeviceReport, Machine, Placement};
+use ferrite_ir::loops::{BufferId, BufferKind, Program};
+use ferrite_ir::{Tensor, TensorType};
+use std::fmt::Write;
+
+/// Where a compiled program keeps its intermediates.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Intermediates {
+    /// In on-chip SRAM when they fit beside the others live at the time (the default).
+    #[default]
+    SramWhenFits,
+    /// Always in LPDDR, as an eager framework keeps every tensor.
+    Lpddr,
+}
+
+/// Where one buffer of the program lives and when.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BufferPlan {
+    /// The loop-IR buffer.
+    pub id: BufferId,
+    /// Its name on the device (`buf3 h`).
+    pub device_name: String,
+    /// Its type.
+    pub ty: TensorType,
+    /// Input, output or intermediate.
+    pub kind: BufferKind,
+    /// The memory it is placed in.
+    pub placement: Placement,
+    /// For an intermediate: the kernel (index into the program's kernels) that
+    /// writes it and the last one that reads it.
+    pub live: Option<(usize, usize)>,
+}
+
+/// A loop-IR program lowered to tile kernels, ready to run on the simulator.
+#[derive(Clone, Debug)]
+pub struct SimProgram {
+    name: String,
+    machine: Machine,
+    buffers: Vec<BufferPlan>,
+    inputs: Vec<BufferId>,
+    outputs: Vec<BufferId>,
+    /// Per loop-IR kernel, in order: its tile kernel, or `None` when it has no work.
+    launches: Vec<Option<TileLaunch>>,
+}
+
+impl SimProgram {
+    /// Lowers every kernel of `program` for `machine`, intermediates in SRAM
+    /// where they fit.
+    pub fn compile(program: &Program, machine: &Machine) -> Result<SimProgram, String> {
+        SimProgram::compile_with(program, machine, Intermediates::default())
+    }
+
+    /// Lowers every kernel of `program` for `machine`, placing intermediates as
+    /// `intermediates` says.
+    pub fn compile_with(
+        program: &Program,
+        machine: &Machine,
+        intermediates: Intermediates,
+    ) -> Result<SimProgram, String> {
+        program
+            .verify()
+            .map_err(|e| format!("program `{}` is invalid: {e}", program.name))?;
+        let buffers = plan_buffers(program, machine, intermediates);
+        let placements: Vec<Placement> = buffers.iter().map(|b| b.placement).collect();
+        let mut launches = Vec::with_capacity(program.kernels.len());
+        for k in &program.kernels {
+            launches.push(
+                lower_kernel(program, k, machine, &placements)
+                    .map_err(|e| format!("kernel {}: {e}", k.name))?,
+            );
+        }
+        Ok(SimProgram {
+            name: program.name.clone(),
+            machine: machine.clone(),
+            buffers,
+            inputs: program.inputs.clone(),
+            outputs: program.outputs.clone(),
+            launches,
+        })
+    }
+
+    /// The program's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The machine it was compiled for.
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    /// The tile kernels, in launch order (kernels with no work are left out).
+    pub fn launches(&self) -> impl Iterator<Item = &TileLaunch> {
+        self.launches.iter().flatten()
+    }
+
+    /// Where every buffer lives.
+    pub fn buffers(&self) -> &[BufferPlan] {
+        &self.buffers
+    }
+
+    /// Every lowered kernel as tile-language text, each preceded by its launch
+    /// and the buffers bound to it, after a table of buffer placements: the text
+    /// of `ferrite compile --target sim --dump`.
+    pub fn kernels_text(&self) -> String {
+        let mut out = format!(
+            "# program {} for {}: {} tile kernel{}\n#\n# buffers:\n",
+            self.name,
+            self.machine.name,
+            self.launches().count(),
+            if self.launches().count() == 1 {
+                ""
+            } else {
+                "s"
+            }
+        );
+        for b in &self.buffers {
+            let role = match b.kind {
+                BufferKind::Input(i) => format!("input {i}"),
+                BufferKind::Output(i) => format!("output {i}"),
+                BufferKind::Intermediate => match b.live {
+                    Some((w, r)) => format!("intermediate, live k{w}..k{r}"),
+                    None => "intermediate, never written".to_string(),
+                },
+            };
+            let _ = writeln!(
+                out,
+                "#   {:<6} {:<20} {:<8} {role}",
+                b.id.to_string(),
+                b.ty.to_string(),
+                placement_name(b.placement)
+            );
+        }
+        for l in self.launches() {
+            let args: Vec<String> = l.args.iter().map(|a| a.to_string()).collect();
+            let _ = write!(
+                out,
+                "\n# launch {} grid [{}, {}, {}] ({})\n{}",
+                l.name,
+                l.grid[0],
+                l.grid[1],
+                l.grid[2],
+                args.join(", "),
+                l.text
+            );
+        }
+        out
+    }
+
+    /// Runs the program on a fresh device: one tensor per graph input (in
+    /// order, of the input buffers' types) in, one per output out, and the
+    /// simulator's report of every launch.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, DeviceReport), String> {
+        if inputs.len() != self.inputs.len() {
+            return Err(format!(
+                "program `{}` takes {} input{}, got {}",
+                self.name,
+                self.inputs.len(),
+                if self.inputs.len() == 1 { "" } else { "s" },
+                inputs.len()
+            ));
+        }
+        let err = |e: sim::SimError| e.to_string();
+        let mut dev = Device::new(self.machine.clone());
+        let mut ids: Vec<Option<sim::BufferId>> = vec![None; self.buffers.len()];
+        for (i, (&b, t)) in self.inputs.iter().zip(inputs).enumerate() {
+            let plan = &self.buffers[b.index()];
+            if t.ty != plan.ty {
+                return Err(format!(
+                    "input {i} has type {} but the program expects {}",
+                    t.ty, plan.ty
+                ));
+            }
+            ids[b.index()] = Some(
+                dev.upload(&plan.device_name, t, plan.placement)
+                    .map_err(err)?,
+            );
+        }
+        for &b in &self.outputs {
+            let plan = &self.buffers[b.index()];
+            ids[b.index()] = Some(
+                dev.alloc(&plan.device_name, &plan.ty, plan.placement)
+                    .map_err(err)?,
+            );
+        }
+        for (ki, launch) in self.launches.iter().enumerate() {
+            // Intermediates come to life right before the kernel that writes them.
+            for plan in &self.buffers {
+                if plan.live.is_some_and(|(w, _)| w == ki) {
+                    ids[plan.id.index()] = Some(
+                        dev.alloc(&plan.device_name, &plan.ty, plan.placement)
+                            .map_err(err)?,
+                    );
+                }
+            }
+            if let Some(l) = launch {
+                let mut args = Vec::with_capacity(l.args.len());
+                for a in &l.args {
+                    let id = ids[a.index()]
+                        .ok_or_else(|| format!("kernel {}: buffer {a} is not allocated", l.name))?;
+                    args.push(DeviceArg::Buffer(id));
+                }
+                dev.launch(&l.kernel, l.grid, &args).map_err(err)?;
+            }
+            // ... and end right after the last kernel that reads them.
+            for plan in &self.buffers {
+                if plan.live.is_some_and(|(_, r)| r == ki) {
+                    if let Some(id) = ids[plan.id.index()].take() {
+                        dev.free(id).map_err(err)?;
+                    }
+                }
+            }
+        }
+        let mut outputs = Vec::with_capacity(self.outputs.len());
+        for &b in &self.outputs {
+            let id = ids[b.index()].ok_or("an output buffer is missing")?;
+            outputs.push(dev.read(id).map_err(err)?);
+        }
+        Ok((outputs, dev.report().clone()))
+    }
+}
+
+fn placement_name(p: Placement) -> &'static str {
+    match p {
+        Placement::Lpddr => "LPDDR",
+        Placement::Sram => "SRAM",
+    }
+}
+
+/// Places every buffer (see the module docs).
+fn plan_buffers(p: &Program, m: &Machine, intermediates: Intermediates) -> Vec<BufferPlan> {
+    // Lifetimes of intermediates: first writer to last reader.
+    let n = p.buffers.len();
+    let mut live: Vec<Option<(usize, usize)>> = vec![None; n];
+    for (ki, k) in p.kernels.iter().enumerate() {
+        for a in k.writes.iter().chain(&k.reads) {
+            let l = &mut live[a.buffer.index()];
+            *l = Some(match *l {
+                None => (ki, ki),
+                Some((w, r)) => (w.min(ki), r.max(ki)),
+            });
+        }
+    }
+    let mut plans: Vec<BufferPlan> = p
+        .buffers
+        .iter()
+        .map(|b| BufferPlan {
+            id: b.id,
+            device_name: format!("{} {}", b.id, b.name),
+            ty: b.ty.clone(),
+            kind: b.kind,
+            placement: Placement::Lpddr,
+            live: match b.kind {
+                BufferKind::Intermediate => live[b.id.index()],
+                _ => None,
+            },
+        })
+        .collect();
+    if intermediates == Intermediates::SramWhenFits {
+        // Greedy in kernel order: an intermediate goes to SRAM when it fits beside
+        // the SRAM intermediates still live when it is written.
+        let mut placed: Vec<(usize, u64)> = Vec::new(); // (last reader, bytes)
+        let mut order: Vec<usize> = (0..plans.len())
+            .filter(|&i| plans[i].live.is_some())
+            .collect();
+        order.sort_by_key(|&i| (plans[i].live.map_or(0, |l| l.0), i));
+        for i in order {
+            let Some((w, r)) = plans[i].live else {
+                continue;
+            };
+            placed.retain(|&(last, _)| last >= w);
+            let used: u64 = placed.iter().map(|&(_, b)| b).sum();
+            let bytes = plans[i].ty.size_bytes() as u64;
+            if used.saturating_add(bytes) <= m.sram_bytes {
+                plans[i].placement = Placement::Sram;
+                placed.push((r, bytes));
+            }
+        }
+    }
+    plans
+}

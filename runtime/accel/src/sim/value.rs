@@ -1,0 +1,659 @@
+//! Runtime tiles and the whole-tile operations the simulator computes with.
+//!
+//! A tile's elements live in one of three vectors: floats as `f32` (an f16 or
+//! bf16 tile holds values exactly representable in its dtype: every operation
+//! rounds its result), integers as `i64` (an i32 tile wraps every result to 32
+//! bits), bools as `bool`. Each operation is a loop over whole vectors, never an
+//! interpretation of the kernel per element.
+
+use crate::tile::typed::{BinOp, Lit, ReduceOp, UnOp};
+use ferrite_ir::{DType, Tensor, TensorType};
+use std::borrow::Cow;
+
+/// The elements of a tile or a buffer, in row-major order.
+#[derive(Clone, PartialEq, Debug)]
+pub(crate) enum Elems {
+    /// f32, f16, bf16.
+    F(Vec<f32>),
+    /// i32, i64.
+    I(Vec<i64>),
+    /// bool.
+    B(Vec<bool>),
+}
+
+impl Elems {
+    /// `n` zeros of the storage class of `d`.
+    pub fn zeros(d: DType, n: usize) -> Elems {
+        if d.is_float() {
+            Elems::F(vec![0.0; n])
+        } else if d.is_int() {
+            Elems::I(vec![0; n])
+        } else {
+            Elems::B(vec![false; n])
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Elems::F(v) => v.len(),
+            Elems::I(v) => v.len(),
+            Elems::B(v) => v.len(),
+        }
+    }
+
+    /// The elements of a host tensor (exact: every dtype fits its storage class).
+    pub fn from_tensor(t: &Tensor) -> Elems {
+        match t.ty.dtype {
+            d if d.is_float() => Elems::F(t.to_f64().into_iter().map(|v| v as f32).collect()),
+            d if d.is_int() => Elems::I(t.to_i64()),
+            _ => Elems::B(t.to_i64().into_iter().map(|v| v != 0).collect()),
+        }
+    }
+
+    /// A host tensor of type `ty` holding these elements.
+    pub fn to_tensor(&self, ty: &TensorType) -> Tensor {
+        match self {
+            Elems::F(v) => {
+                let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+                Tensor::from_f64(ty, &f)
+            }
+            Elems::I(v) => Tensor::from_i64(ty, v),
+            Elems::B(v) => {
+                let i: Vec<i64> = v.iter().map(|&x| x as i64).collect();
+                Tensor::from_i64(ty, &i)
+            }
+        }
+    }
+}
+
+/// A tile value: dtype, static shape, elements. A scalar has shape `[]`.
+#[derive(Clone, PartialEq, Debug)]
+pub(crate) struct Tile {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub elems: Elems,
+}
+
+/// A tile of pointers: element offsets into the buffer bound to a parameter.
+#[derive(Clone, PartialEq, Debug)]
+pub(crate) struct PtrTile {
+    /// The pointer parameter the offsets are relative to.
+    pub param: usize,
+    pub shape: Vec<usize>,
+    pub offsets: Vec<i64>,
+}
+
+/// An error computing a value (integer division by zero).
+pub(crate) type OpResult<T> = Result<T, String>;
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// Rounds floats to `d` when it is narrower than f32.
+pub(crate) fn round_floats(d: DType, v: &mut [f32]) {
+    if matches!(d, DType::F16 | DType::Bf16) {
+        let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+        let ty = TensorType {
+            dtype: d,
+            shape: vec![v.len()],
+        };
+        let t = Tensor::from_f64(&ty, &f);
+        for (x, r) in v.iter_mut().zip(t.to_f64()) {
+            *x = r as f32;
+        }
+    }
+}
+
+/// Wraps integers to `d`'s width (i32 results wrap as in C and Triton).
+pub(crate) fn wrap_ints(d: DType, v: &mut [i64]) {
+    if d == DType::I32 {
+        for x in v {
+            *x = *x as i32 as i64;
+        }
+    }
+}
+
+/// `v` (of shape `from`) broadcast to shape `to` with numpy rules; borrowed when
+/// the shapes are equal. The checker guarantees `from` broadcasts to `to`.
+pub(crate) fn expand<'a, T: Copy>(v: &'a [T], from: &[usize], to: &[usize]) -> Cow<'a, [T]> {
+    if from == to {
+        return Cow::Borrowed(v);
+    }
+    let n = numel(to);
+    if v.len() == 1 {
+        return Cow::Owned(vec![v[0]; n]);
+    }
+    // Input strides aligned to the output's axes; 0 where the input is stretched.
+    let rank = to.len();
+    let mut strides = vec![0usize; rank];
+    let mut s = 1;
+    for i in (0..from.len()).rev() {
+        let axis = rank - from.len() + i;
+        strides[axis] = if from[i] == 1 { 0 } else { s };
+        s *= from[i];
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; rank];
+    let inner = to.last().copied().unwrap_or(1);
+    let inner_stride = strides.last().copied().unwrap_or(0);
+    if n == 0 {
+        return Cow::Owned(out);
+    }
+    loop {
+        let base: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
+        if inner_stride == 0 {
+            out.extend(std::iter::repeat_n(v[base], inner));
+        } else {
+            out.extend_from_slice(&v[base..base + inner]);
+        }
+        // Advance the odometer over all axes but the last.
+        let mut axis = rank.saturating_sub(1);
+        loop {
+            if axis == 0 {
+                return Cow::Owned(out);
+            }
+            axis -= 1;
+            idx[axis] += 1;
+            if idx[axis] < to[axis] {
+                break;
+            }
+            idx[axis] = 0;
+        }
+    }
+}
+
+impl Tile {
+    /// A scalar literal of dtype `d`.
+    pub fn lit(d: DType, lit: Lit) -> Tile {
+        let elems = match lit {
+            Lit::F(v) => {
+                let mut x = vec![v as f32];
+                round_floats(d, &mut x);
+                Elems::F(x)
+            }
+            Lit::I(v) => Elems::I(vec![v]),
+            Lit::B(v) => Elems::B(vec![v]),
+        };
+        Tile {
+            dtype: d,
+            shape: Vec::new(),
+            elems,
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        self.elems.len()
+    }
+
+    /// The value of an integer scalar.
+    pub fn as_int(&self) -> Option<i64> {
+        match &self.elems {
+            Elems::I(v) if v.len() == 1 => Some(v[0]),
+            _ => None,
+        }
+    }
+
+    /// The same elements with another shape of equal size.
+    pub fn reshape(&self, shape: &[usize]) -> Tile {
+        Tile {
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            elems: self.elems.clone(),
+        }
+    }
+
+    /// Broadcast to `shape`.
+    pub fn broadcast(&self, shape: &[usize]) -> Tile {
+        let elems = match &self.elems {
+            Elems::F(v) => Elems::F(expand(v, &self.shape, shape).into_owned()),
+            Elems::I(v) => Elems::I(expand(v, &self.shape, shape).into_owned()),
+            Elems::B(v) => Elems::B(expand(v, &self.shape, shape).into_owned()),
+        };
+        Tile {
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            elems,
+        }
+    }
+
+    /// Conversion to `d`: floats to integers truncate toward zero and saturate
+    /// (NaN is 0), as the reference interpreter does; to bool is `!= 0`.
+    pub fn cast(&self, d: DType) -> Tile {
+        let elems = match &self.elems {
+            Elems::F(v) if d.is_float() => {
+                let mut out = v.clone();
+                round_floats(d, &mut out);
+                Elems::F(out)
+            }
+            Elems::F(v) if d.is_int() => {
+                let (lo, hi) = if d == DType::I32 {
+                    (i32::MIN as f64, i32::MAX as f64)
+                } else {
+                    (i64::MIN as f64, i64::MAX as f64)
+                };
+                Elems::I(
+                    v.iter()
+                        .map(|&x| {
+                            if x.is_nan() {
+                                0
+                            } else {
+                                (x as f64).trunc().clamp(lo, hi) as i64
+                            }
+                        })
+                        .collect(),
+                )
+            }
+            Elems::F(v) => Elems::B(v.iter().map(|&x| x != 0.0).collect()),
+            Elems::I(v) if d.is_float() => {
+                let mut out: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+                round_floats(d, &mut out);
+                Elems::F(out)
+            }
+            Elems::I(v) if d.is_int() => {
+                let mut out = v.clone();
+                wrap_ints(d, &mut out);
+                Elems::I(out)
+            }
+            Elems::I(v) => Elems::B(v.iter().map(|&x| x != 0).collect()),
+            Elems::B(v) if d.is_float() => Elems::F(v.iter().map(|&x| x as u8 as f32).collect()),
+            Elems::B(v) if d.is_int() => Elems::I(v.iter().map(|&x| x as i64).collect()),
+            Elems::B(v) => Elems::B(v.clone()),
+        };
+        Tile {
+            dtype: d,
+            shape: self.shape.clone(),
+            elems,
+        }
+    }
+
+    /// An elementwise function of one operand.
+    pub fn unary(&self, op: UnOp) -> OpResult<Tile> {
+        let elems = match &self.elems {
+            Elems::F(v) => {
+                let f: fn(f32) -> f32 = match op {
+                    UnOp::Neg => |x| -x,
+                    UnOp::Abs => f32::abs,
+                    // NaN propagates, as in PyTorch.
+                    UnOp::Relu => |x| if x < 0.0 { 0.0 } else { x },
+                    UnOp::Exp => f32::exp,
+                    UnOp::Log => f32::ln,
+                    UnOp::Sqrt => f32::sqrt,
+                    UnOp::Rsqrt => |x| 1.0 / x.sqrt(),
+                    UnOp::Tanh => f32::tanh,
+                    UnOp::Erf => |x| ferrite_ir::interp::erf(x as f64) as f32,
+                    UnOp::Sigmoid => |x| 1.0 / (1.0 + (-x).exp()),
+                    UnOp::Sin => f32::sin,
+                    UnOp::Cos => f32::cos,
+                    UnOp::Floor => f32::floor,
+                    UnOp::Ceil => f32::ceil,
+                    UnOp::Not => return Err(format!("{op:?} of a float tile")),
+                };
+                let mut out: Vec<f32> = v.iter().map(|&x| f(x)).collect();
+                round_floats(self.dtype, &mut out);
+                Elems::F(out)
+            }
+            Elems::I(v) => {
+                let f: fn(i64) -> i64 = match op {
+                    UnOp::Neg => i64::wrapping_neg,
+                    UnOp::Abs => i64::wrapping_abs,
+                    UnOp::Relu => |x| x.max(0),
+                    _ => return Err(format!("{op:?} of an integer tile")),
+                };
+                let mut out: Vec<i64> = v.iter().map(|&x| f(x)).collect();
+                wrap_ints(self.dtype, &mut out);
+                Elems::I(out)
+            }
+            Elems::B(v) => match op {
+                UnOp::Not => Elems::B(v.iter().map(|&x| !x).collect()),
+                _ => return Err(format!("{op:?} of a bool tile")),
+            },
+        };
+        Ok(Tile {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            elems,
+        })
+    }
+
+    /// An elementwise function of two operands of one dtype, broadcast to
+    /// `shape`; the result has dtype `out` (bool for comparisons).
+    pub fn binary(op: BinOp, a: &Tile, b: &Tile, out: DType, shape: &[usize]) -> OpResult<Tile> {
+        let elems = match (&a.elems, &b.elems) {
+            (Elems::F(x), Elems::F(y)) => {
+                let (x, y) = (expand(x, &a.shape, shape), expand(y, &b.shape, shape));
+                float_binary(op, &x, &y, out)?
+            }
+            (Elems::I(x), Elems::I(y)) => {
+                let (x, y) = (expand(x, &a.shape, shape), expand(y, &b.shape, shape));
+                int_binary(op, &x, &y, out)?
+            }
+            (Elems::B(x), Elems::B(y)) => {
+                let (x, y) = (expand(x, &a.shape, shape), expand(y, &b.shape, shape));
+                let f: fn(bool, bool) -> bool = match op {
+                    BinOp::And => |p, q| p & q,
+                    BinOp::Or => |p, q| p | q,
+                    BinOp::Eq => |p, q| p == q,
+                    BinOp::Ne => |p, q| p != q,
+                    BinOp::Lt => |p, q| !p & q,
+                    BinOp::Le => |p, q| p <= q,
+                    BinOp::Gt => |p, q| p & !q,
+                    BinOp::Ge => |p, q| p >= q,
+                    _ => return Err(format!("{op:?} of bool tiles")),
+                };
+                Elems::B(x.iter().zip(y.iter()).map(|(&p, &q)| f(p, q)).collect())
+            }
+            _ => return Err(format!("{op:?} of tiles of different dtypes")),
+        };
+        Ok(Tile {
+            dtype: out,
+            shape: shape.to_vec(),
+            elems,
+        })
+    }
+
+    /// `where(self, a, b)` broadcast to `shape`; `a` and `b` share a dtype.
+    pub fn select(&self, a: &Tile, b: &Tile, shape: &[usize]) -> OpResult<Tile> {
+        let Elems::B(c) = &self.elems else {
+            return Err("where's condition is not bool".into());
+        };
+        let c = expand(c, &self.shape, shape);
+        fn pick<T: Copy>(c: &[bool], x: &[T], y: &[T]) -> Vec<T> {
+            c.iter()
+                .zip(x.iter().zip(y))
+                .map(|(&k, (&p, &q))| if k { p } else { q })
+                .collect()
+        }
+        let elems = match (&a.elems, &b.elems) {
+            (Elems::F(x), Elems::F(y)) => Elems::F(pick(
+                &c,
+                &expand(x, &a.shape, shape),
+                &expand(y, &b.shape, shape),
+            )),
+            (Elems::I(x), Elems::I(y)) => Elems::I(pick(
+                &c,
+                &expand(x, &a.shape, shape),
+                &expand(y, &b.shape, shape),
+            )),
+            (Elems::B(x), Elems::B(y)) => Elems::B(pick(
+                &c,
+                &expand(x, &a.shape, shape),
+                &expand(y, &b.shape, shape),
+            )),
+            _ => return Err("where of tiles of different dtypes".into()),
+        };
+        Ok(Tile {
+            dtype: a.dtype,
+            shape: shape.to_vec(),
+            elems,
+        })
+    }
+
+    /// A reduction along `axis` (all axes when `None`). Float sums accumulate in
+    /// f64 and round once; max and min propagate NaN.
+    pub fn reduce(&self, op: ReduceOp, axis: Option<usize>) -> OpResult<Tile> {
+        let (outer, len, inner, out_shape) = match axis {
+            Some(ax) if ax < self.shape.len() => {
+                let outer = numel(&self.shape[..ax]);
+                let inner = numel(&self.shape[ax + 1..]);
+                let mut s = self.shape.clone();
+                s.remove(ax);
+                (outer, self.shape[ax], inner, s)
+            }
+            _ => (1, self.numel(), 1, Vec::new()),
+        };
+        let at = |o: usize, k: usize, i: usize| (o * len + k) * inner + i;
+        let elems = match &self.elems {
+            Elems::F(v) => {
+                let mut out = Vec::with_capacity(outer * inner);
+                for o in 0..outer {
+                    for i in 0..inner {
+                        let r = match op {
+                            ReduceOp::Sum => {
+                                (0..len).map(|k| v[at(o, k, i)] as f64).sum::<f64>() as f32
+                            }
+                            ReduceOp::Max => (0..len)
+                                .map(|k| v[at(o, k, i)])
+                                .fold(f32::NEG_INFINITY, nan_max),
+                            ReduceOp::Min => (0..len)
+                                .map(|k| v[at(o, k, i)])
+                                .fold(f32::INFINITY, nan_min),
+                        };
+                        out.push(r);
+                    }
+                }
+                round_floats(self.dtype, &mut out);
+                Elems::F(out)
+            }
+            Elems::I(v) => {
+                let mut out = Vec::with_capacity(outer * inner);
+                for o in 0..outer {
+                    for i in 0..inner {
+                        let it = (0..len).map(|k| v[at(o, k, i)]);
+                        out.push(match op {
+                            ReduceOp::Sum => it.fold(0i64, i64::wrapping_add),
+                            ReduceOp::Max => it.max().unwrap_or(i64::MIN),
+                            ReduceOp::Min => it.min().unwrap_or(i64::MAX),
+                        });
+                    }
+                }
+                wrap_ints(self.dtype, &mut out);
+                Elems::I(out)
+            }
+            Elems::B(_) => return Err("reduction of a bool tile".into()),
+        };
+        Ok(Tile {
+            dtype: self.dtype,
+            shape: out_shape,
+            elems,
+        })
+    }
+
+    /// Transpose of a 2-D tile.
+    pub fn trans(&self) -> OpResult<Tile> {
+        let [m, n] = self.shape[..] else {
+            return Err("trans of a tile that is not 2-D".into());
+        };
+        fn t<T: Copy>(v: &[T], m: usize, n: usize) -> Vec<T> {
+            (0..n)
+                .flat_map(|j| (0..m).map(move |i| v[i * n + j]))
+                .collect()
+        }
+        let elems = match &self.elems {
+            Elems::F(v) => Elems::F(t(v, m, n)),
+            Elems::I(v) => Elems::I(t(v, m, n)),
+            Elems::B(v) => Elems::B(t(v, m, n)),
+        };
+        Ok(Tile {
+            dtype: self.dtype,
+            shape: vec![n, m],
+            elems,
+        })
+    }
+
+    /// `a @ b (+ acc)` of 2-D float tiles, accumulated in f32 as the dot engine does.
+    pub fn dot(a: &Tile, b: &Tile, acc: Option<&Tile>) -> OpResult<Tile> {
+        let (Elems::F(x), Elems::F(y)) = (&a.elems, &b.elems) else {
+            return Err("dot of non-float tiles".into());
+        };
+        let (&[m, k], &[k2, n]) = (&a.shape[..], &b.shape[..]) else {
+            return Err("dot of tiles that are not 2-D".into());
+        };
+        if k != k2 {
+            return Err("dot of tiles with different inner extents".into());
+        }
+        let mut out = match acc.map(|t| &t.elems) {
+            Some(Elems::F(c)) if c.len() == m * n => c.clone(),
+            Some(_) => return Err("dot accumulator of the wrong type".into()),
+            None => vec![0.0f32; m * n],
+        };
+        for (i, row) in out.chunks_exact_mut(n.max(1)).enumerate().take(m) {
+            for (kk, &aik) in x[i * k..(i + 1) * k].iter().enumerate() {
+                let brow = &y[kk * n..(kk + 1) * n];
+                for (o, &bkj) in row.iter_mut().zip(brow) {
+                    *o += aik * bkj;
+                }
+            }
+        }
+        Ok(Tile {
+            dtype: DType::F32,
+            shape: vec![m, n],
+            elems: Elems::F(out),
+        })
+    }
+}
+
+fn nan_max(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+fn nan_min(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        a.min(b)
+    }
+}
+
+fn float_binary(op: BinOp, x: &[f32], y: &[f32], out: DType) -> OpResult<Elems> {
+    let cmp: Option<fn(f32, f32) -> bool> = match op {
+        BinOp::Lt => Some(|p, q| p < q),
+        BinOp::Le => Some(|p, q| p <= q),
+        BinOp::Gt => Some(|p, q| p > q),
+        BinOp::Ge => Some(|p, q| p >= q),
+        BinOp::Eq => Some(|p, q| p == q),
+        BinOp::Ne => Some(|p, q| p != q),
+        _ => None,
+    };
+    if let Some(f) = cmp {
+        return Ok(Elems::B(x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect()));
+    }
+    let f: fn(f32, f32) -> f32 = match op {
+        BinOp::Add => |p, q| p + q,
+        BinOp::Sub => |p, q| p - q,
+        BinOp::Mul => |p, q| p * q,
+        BinOp::Div => |p, q| p / q,
+        BinOp::Rem => |p, q| p % q,
+        BinOp::Max => nan_max,
+        BinOp::Min => nan_min,
+        _ => return Err(format!("{op:?} of float tiles")),
+    };
+    let mut v: Vec<f32> = x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+    round_floats(out, &mut v);
+    Ok(Elems::F(v))
+}
+
+fn int_binary(op: BinOp, x: &[i64], y: &[i64], out: DType) -> OpResult<Elems> {
+    let cmp: Option<fn(i64, i64) -> bool> = match op {
+        BinOp::Lt => Some(|p, q| p < q),
+        BinOp::Le => Some(|p, q| p <= q),
+        BinOp::Gt => Some(|p, q| p > q),
+        BinOp::Ge => Some(|p, q| p >= q),
+        BinOp::Eq => Some(|p, q| p == q),
+        BinOp::Ne => Some(|p, q| p != q),
+        _ => None,
+    };
+    if let Some(f) = cmp {
+        return Ok(Elems::B(x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect()));
+    }
+    if matches!(op, BinOp::Div | BinOp::Rem) && y.contains(&0) {
+        return Err(format!(
+            "integer {} by zero",
+            if op == BinOp::Div {
+                "division"
+            } else {
+                "remainder"
+            }
+        ));
+    }
+    let f: fn(i64, i64) -> i64 = match op {
+        BinOp::Add => i64::wrapping_add,
+        BinOp::Sub => i64::wrapping_sub,
+        BinOp::Mul => i64::wrapping_mul,
+        BinOp::Div => i64::wrapping_div,
+        BinOp::Rem => i64::wrapping_rem,
+        BinOp::And => |p, q| p & q,
+        BinOp::Or => |p, q| p | q,
+        BinOp::Max => i64::max,
+        BinOp::Min => i64::min,
+        _ => return Err(format!("{op:?} of integer tiles")),
+    };
+    let mut v: Vec<i64> = x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+    wrap_ints(out, &mut v);
+    Ok(Elems::I(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expand_follows_numpy_broadcasting() {
+        let col = [1, 2];
+        assert_eq!(&*expand(&col, &[2, 1], &[2, 3]), &[1, 1, 1, 2, 2, 2]);
+        let row = [1, 2, 3];
+        assert_eq!(&*expand(&row, &[3], &[2, 3]), &[1, 2, 3, 1, 2, 3]);
+        assert_eq!(&*expand(&[7], &[], &[2, 2]), &[7, 7, 7, 7]);
+        let mid = [1, 2];
+        assert_eq!(
+            &*expand(&mid, &[1, 2, 1], &[2, 2, 2]),
+            &[1, 1, 2, 2, 1, 1, 2, 2]
+        );
+    }
+
+    #[test]
+    fn narrow_floats_and_ints_round_and_wrap() {
+        let t = Tile::lit(DType::F16, Lit::F(0.1));
+        let Elems::F(v) = &t.elems else { panic!() };
+        assert_eq!(v[0], 0.099975586);
+        let big = Tile {
+            dtype: DType::I32,
+            shape: vec![1],
+            elems: Elems::I(vec![i32::MAX as i64]),
+        };
+        let one = Tile::lit(DType::I32, Lit::I(1));
+        let r = Tile::binary(BinOp::Add, &big, &one, DType::I32, &[1]).unwrap();
+        assert_eq!(r.elems, Elems::I(vec![i32::MIN as i64]));
+        let zero = Tile::lit(DType::I32, Lit::I(0));
+        assert!(Tile::binary(BinOp::Div, &one, &zero, DType::I32, &[]).is_err());
+        let f = Tile {
+            dtype: DType::F32,
+            shape: vec![3],
+            elems: Elems::F(vec![f32::NAN, 3e10, -2.7]),
+        };
+        assert_eq!(
+            f.cast(DType::I32).elems,
+            Elems::I(vec![0, i32::MAX as i64, -2])
+        );
+    }
+
+    #[test]
+    fn reductions_dot_and_transpose() {
+        let t = Tile {
+            dtype: DType::F32,
+            shape: vec![2, 3],
+            elems: Elems::F(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        };
+        assert_eq!(
+            t.reduce(ReduceOp::Sum, Some(1)).unwrap().elems,
+            Elems::F(vec![6.0, 15.0])
+        );
+        assert_eq!(
+            t.reduce(ReduceOp::Max, Some(0)).unwrap().elems,
+            Elems::F(vec![4.0, 5.0, 6.0])
+        );
+        assert_eq!(
+            t.reduce(ReduceOp::Min, None).unwrap().elems,
+            Elems::F(vec![1.0])
+        );
+        let tt = t.trans().unwrap();
+        assert_eq!(tt.elems, Elems::F(vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]));
+        // [[1,2,3],[4,5,6]] @ [[1,4],[2,5],[3,6]] = [[14,32],[32,77]]
+        let d = Tile::dot(&t, &tt, None).unwrap();
+        assert_eq!(d.elems, Elems::F(vec![14.0, 32.0, 32.0, 77.0]));
+    }
+}

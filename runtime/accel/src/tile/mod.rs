@@ -1,0 +1,40 @@
+//! The tile kernel language (`.tile` files): a Triton-like, block-level SPMD
+//! language with explicit local memory and asynchronous DMA.
+//!
+//! [`parse`] reads a kernel, [`print()`] writes it back canonically (the round trip
+//! is exact), [`check()`] types it and resolves it into a [`CheckedKernel`] the
+//! simulator runs; [`parse_and_check`] does both with located errors.
+//! `docs/tile-language.md` describes the language.
+
+pub mod ast;
+pub mod check;
+mod lexer;
+mod parser;
+mod printer;
+pub(crate) mod typed;
+
+pub use ast::{
+    BinaryOp, Builtin, Expr, ExprKind, IndexItem, Param, ParamType, Span, Stmt, StmtKind,
+    TileKernel, UnaryOp,
+};
+pub use check::{check, CheckError, MAX_TILE_ELEMENTS, MAX_TILE_RANK};
+pub use parser::{parse, MAX_NESTING};
+pub use printer::{print, print_expr};
+pub use typed::CheckedKernel;
+
+use ferrite_ir::Diagnostic;
+
+/// Parses and checks the kernel in `src`; every error is located in `file`.
+/// Runtime errors of the checked kernel point at `file:line:col` too.
+///
+/// ```
+/// use ferrite_accel::tile;
+/// let err = tile::parse_and_check("k.tile", "kernel k(x: *f32) {\n  y = load(x + offs)\n}\n").unwrap_err();
+/// assert_eq!(err.to_string(), "k.tile:2:16: error: `offs` is not defined\n    y = load(x + offs)\n                 ^");
+/// ```
+pub fn parse_and_check(file: &str, src: &str) -> Result<CheckedKernel, Diagnostic> {
+    let kernel = parse(file, src)?;
+    let mut checked = check(&kernel).map_err(|e| e.to_diagnostic(file, src))?;
+    checked.locate(file, src);
+    Ok(checked)
+}

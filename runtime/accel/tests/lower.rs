@@ -1,0 +1,623 @@
+//! Loop IR lowered to tile kernels and run on the simulator, against the
+//! reference interpreter.
+
+use ferrite_accel::program::{Intermediates, SimProgram};
+use ferrite_accel::sim::{DeviceReport, Machine};
+use ferrite_ir::loops::Program;
+use ferrite_ir::{interpret, DType, Graph, Tensor, TensorType};
+use ferrite_passes::pipeline::{lower_graph, PipelineOptions};
+use ferrite_passes::schedule::ScheduleOptions;
+
+fn parse(name: &str, src: &str) -> Graph {
+    ferrite_ir::parse(name, src).unwrap_or_else(|d| panic!("{d}"))
+}
+
+fn program(g: &Graph, fuse: bool) -> Program {
+    let opts = PipelineOptions {
+        schedule: if fuse {
+            ScheduleOptions::default()
+        } else {
+            ScheduleOptions::unfused()
+        },
+        ..PipelineOptions::default()
+    };
+    lower_graph(g, &opts)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .scheduled
+        .program
+}
+
+fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
+    g.param_types()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Tensor::random(t, seed.wrapping_add(i as u64)))
+        .collect()
+}
+
+/// The relative tolerance for outputs of `dtype`.
+fn rtol(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-4,
+        DType::F16 | DType::Bf16 => 2e-2,
+        _ => 0.0,
+    }
+}
+
+/// Compiles and runs `p` on the simulator with intermediates placed as
+/// `placement` says, and compares its outputs with `want`.
+fn compare_with(
+    p: &Program,
+    inputs: &[Tensor],
+    want: &[Tensor],
+    placement: Intermediates,
+) -> Result<DeviceReport, String> {
+    let sim = SimProgram::compile_with(p, &Machine::mtia2i(), placement)
+        .map_err(|e| format!("compile: {e}\n{p}"))?;
+    let (got, report) = sim
+        .run(inputs)
+        .map_err(|e| format!("run: {e}\n{p}\n{}", sim.kernels_text()))?;
+    for (i, (a, e)) in got.iter().zip(want).enumerate() {
+        let tol = rtol(e.ty.dtype);
+        // Sums accumulate in f32 on the machine and in f64 in the interpreter, so
+        // an element that cancels to much less than its terms is compared on the
+        // scale of the output.
+        let scale = e
+            .to_f64()
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, |m, v| m.max(v.abs()));
+        a.check_close(e, tol, tol * scale.max(1.0))
+            .map_err(|m| format!("output {i}: {m}\n{p}\n{}", sim.kernels_text()))?;
+    }
+    let looped = sim
+        .launches()
+        .filter(|l| l.text.contains("for rb in") || l.text.contains("for jb in"))
+        .count();
+    let dots = sim
+        .launches()
+        .filter(|l| l.text.contains("for k0 in"))
+        .count();
+    LOOPS.with(|c| {
+        let (a, b) = c.get();
+        c.set((a + looped, b + dots));
+    });
+    Ok(report)
+}
+
+thread_local! {
+    /// Kernels this test has run that loop over blocks of an inner domain, and
+    /// GEMMs with a K loop.
+    static LOOPS: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// [`compare_with`] with intermediates in SRAM where they fit (the default).
+fn compare(p: &Program, inputs: &[Tensor], want: &[Tensor]) -> Result<DeviceReport, String> {
+    compare_with(p, inputs, want, Intermediates::SramWhenFits)
+}
+
+/// Runs an example graph fused and unfused with intermediates placed as
+/// `placement` says; checks both against the interpreter and returns the reports.
+fn run_example(name: &str, placement: Intermediates) -> (DeviceReport, DeviceReport) {
+    let g = ferrite_testkit::example_graph(name);
+    let inputs = random_inputs(&g, 7);
+    let want = interpret(&g, &inputs).unwrap();
+    let run = |fuse: bool| {
+        compare_with(&program(&g, fuse), &inputs, &want, placement)
+            .unwrap_or_else(|e| panic!("{name} ({}): {e}", if fuse { "fused" } else { "unfused" }))
+    };
+    (run(true), run(false))
+}
+
+/// Runs graph `src` fused and unfused on the simulator with `inputs` (random
+/// when `None`) and compares with the interpreter; returns the fused report.
+fn check_graph(src: &str, inputs: Option<Vec<Tensor>>) -> DeviceReport {
+    let g = parse("case.fg", src);
+    let inputs = inputs.unwrap_or_else(|| random_inputs(&g, 11));
+    let want = interpret(&g, &inputs).unwrap_or_else(|e| panic!("interpreter: {e}"));
+    let fused =
+        compare(&program(&g, true), &inputs, &want).unwrap_or_else(|e| panic!("fused {src}\n{e}"));
+    compare(&program(&g, false), &inputs, &want).unwrap_or_else(|e| panic!("unfused {src}\n{e}"));
+    fused
+}
+
+fn tensor(dtype: DType, shape: &[usize], values: &[f64]) -> Tensor {
+    Tensor::from_f64(&TensorType::new(dtype, shape.to_vec()).unwrap(), values)
+}
+
+#[test]
+fn every_example_matches_the_interpreter_fused_and_unfused() {
+    for name in [
+        "softmax_rows",
+        "layer_norm_rows",
+        "pointwise_chain",
+        "mlp",
+        "embedding",
+        "llama_mlp",
+        "attention",
+        "transformer_block",
+    ] {
+        let (f, u) = run_example(name, Intermediates::SramWhenFits);
+        println!(
+            "{name:<18} fused {:>2} kernels {:>7} cycles {:>9} LPDDR B | \
+             unfused {:>2} kernels {:>7} cycles {:>9} LPDDR B",
+            f.launches.len(),
+            f.cycles(),
+            f.bytes().lpddr(),
+            u.launches.len(),
+            u.cycles(),
+            u.bytes().lpddr()
+        );
+    }
+}
+
+/// `unfused / fused`.
+fn ratio(fused: u64, unfused: u64) -> f64 {
+    unfused as f64 / fused.max(1) as f64
+}
+
+#[test]
+fn fusion_saves_cycles_and_bytes_on_the_simulator() {
+    // Intermediates in SRAM (the default): fusion saves launches, vector work and
+    // SRAM traffic everywhere, and LPDDR traffic where unfused kernels re-read an
+    // input (each launch starts with a cold SRAM read cache). The pointwise chain
+    // reads each input once either way, so its LPDDR bytes are equal.
+    for (name, min_cycles, min_lpddr, min_bytes) in [
+        ("pointwise_chain", 1.5, 1.0, 5.0),
+        ("layer_norm_rows", 2.5, 1.3, 3.0),
+        ("transformer_block", 1.8, 1.01, 1.3),
+    ] {
+        let (f, u) = run_example(name, Intermediates::SramWhenFits);
+        let (c, l) = (
+            ratio(f.cycles(), u.cycles()),
+            ratio(f.bytes().lpddr(), u.bytes().lpddr()),
+        );
+        let total = ratio(
+            f.bytes().lpddr() + f.bytes().sram(),
+            u.bytes().lpddr() + u.bytes().sram(),
+        );
+        println!(
+            "{name}: unfused/fused cycles {c:.2}, LPDDR bytes {l:.3}, LPDDR+SRAM bytes {total:.2}"
+        );
+        assert!(c >= min_cycles, "{name}: cycles ratio {c:.2}");
+        assert!(l >= min_lpddr, "{name}: LPDDR ratio {l:.3}");
+        assert!(total >= min_bytes, "{name}: bytes ratio {total:.2}");
+    }
+    // Every intermediate in LPDDR (an eager framework's placement): fusion keeps
+    // them on chip altogether, so LPDDR traffic drops sharply on all three.
+    for (name, min_cycles, min_lpddr) in [
+        ("pointwise_chain", 5.0, 8.0),
+        ("layer_norm_rows", 4.0, 4.0),
+        ("transformer_block", 2.0, 2.0),
+    ] {
+        let (f, u) = run_example(name, Intermediates::Lpddr);
+        let (c, l) = (
+            ratio(f.cycles(), u.cycles()),
+            ratio(f.bytes().lpddr(), u.bytes().lpddr()),
+        );
+        println!(
+            "{name} (intermediates in LPDDR): unfused/fused cycles {c:.2}, LPDDR bytes {l:.2}"
+        );
+        assert!(c >= min_cycles, "{name}: cycles ratio {c:.2}");
+        assert!(l >= min_lpddr, "{name}: LPDDR ratio {l:.2}");
+    }
+}
+
+#[test]
+fn lowered_kernels_are_readable_and_use_the_memory_hierarchy() {
+    let g = ferrite_testkit::example_graph("softmax_rows");
+    let sim = SimProgram::compile(&program(&g, true), &Machine::mtia2i()).unwrap();
+    let text = sim.kernels_text();
+    // One kernel: the row is loaded once and shared by the max, the sum and the store.
+    assert_eq!(sim.launches().count(), 1);
+    assert_eq!(text.matches("load(").count(), 1, "{text}");
+    for line in [
+        "  o = (program_id(0) * BO + arange(0, BO))[:, None]",
+        "  acc0 = max(x, axis=1)[:, None]",
+        "#   buf1   f32[128, 512]        LPDDR    output 0",
+    ] {
+        assert!(text.contains(line), "missing `{line}` in\n{text}");
+    }
+    // GEMMs stream K through local memory with asynchronous copies.
+    let g = ferrite_testkit::example_graph("mlp");
+    let sim = SimProgram::compile(&program(&g, true), &Machine::mtia2i()).unwrap();
+    let text = sim.kernels_text();
+    for piece in [
+        "local_alloc((BM, BK), f32)",
+        "dma_async(a_buf",
+        "dma_wait(ta)",
+        "dot(x, y, acc)",
+    ] {
+        assert!(text.contains(piece), "missing `{piece}` in\n{text}");
+    }
+    let inputs = random_inputs(&g, 1);
+    let (_, report) = sim.run(&inputs).unwrap();
+    let k0 = &report.launches[0];
+    assert!(k0.bytes.local_write > 0 && k0.dot_flops == 2 * 64 * 784 * 256);
+    // Every launch is a kernel that parses back from its own text.
+    for l in sim.launches() {
+        let again = ferrite_accel::tile::parse_and_check("again.tile", &l.text).unwrap();
+        assert_eq!(again.name(), l.name);
+    }
+}
+
+#[test]
+fn blocks_shrink_to_fit_a_small_local_memory() {
+    // 16 KiB of local memory per PE: GEMM buffers and reduction tiles get smaller,
+    // and the simulator (which rejects a launch whose local buffers overflow)
+    // still runs every kernel to the same results.
+    let preset = ferrite_accel::sim::machine::MTIA2I_PRESET
+        .replace("local_memory_kib = 384", "local_memory_kib = 16");
+    let small = Machine::from_preset_str(&preset).unwrap();
+    assert_eq!(small.local_memory_bytes, 16 * 1024);
+    for name in ["mlp", "softmax_rows", "transformer_block"] {
+        let g = ferrite_testkit::example_graph(name);
+        let inputs = random_inputs(&g, 5);
+        let want = interpret(&g, &inputs).unwrap();
+        let p = program(&g, true);
+        let sim = SimProgram::compile(&p, &small).unwrap();
+        for l in sim.launches() {
+            assert!(l.kernel.local_memory_bytes() <= small.local_memory_bytes);
+        }
+        let (got, _) = sim.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for (a, e) in got.iter().zip(&want) {
+            let scale = e.to_f64().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            a.check_close(e, 1e-4, 1e-4 * scale.max(1.0)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn offsets_beyond_31_bits_are_computed_in_i64() {
+    // Compiling needs no data, so a graph too big to run still lowers and checks.
+    let g = parse(
+        "big.fg",
+        "graph big(x: f32[40000, 30000], w: f32[30000]) {
+           y = add(permute(x, dims=[1, 0]), 1.0)
+           s = sum(mul(x, w), axes=[1])
+           return y, s
+         }",
+    );
+    let sim = SimProgram::compile(&program(&g, true), &Machine::mtia2i()).unwrap();
+    let text = sim.kernels_text();
+    assert!(text.contains("cast(program_id(0), i64)"), "{text}");
+    let small = parse(
+        "small.fg",
+        "graph small(x: f32[40, 30]) {\n  y = add(x, 1.0)\n  return y\n}",
+    );
+    let sim = SimProgram::compile(&program(&small, true), &Machine::mtia2i()).unwrap();
+    assert!(!sim.kernels_text().contains("i64"));
+}
+
+#[test]
+fn wrong_inputs_are_errors() {
+    let g = ferrite_testkit::example_graph("mlp");
+    let sim = SimProgram::compile(&program(&g, true), &Machine::mtia2i()).unwrap();
+    let mut inputs = random_inputs(&g, 1);
+    assert!(sim
+        .run(&inputs[1..])
+        .unwrap_err()
+        .contains("takes 5 inputs"));
+    inputs[2] = Tensor::zeros(&TensorType::new(DType::F32, vec![7]).unwrap());
+    let err = sim.run(&inputs).unwrap_err();
+    assert!(err.contains("input 2 has type f32[7]"), "{err}");
+}
+
+#[test]
+fn unary_ops() {
+    check_graph(
+        "graph g(x: f32[37, 50]) {
+           a = abs(x)
+           r = add(add(exp(x), log(add(a, 1.0))), add(sqrt(a), rsqrt(add(a, 0.5))))
+           s = add(add(sin(x), cos(x)), add(tanh(x), sigmoid(x)))
+           t = add(add(relu(x), gelu(x)), add(gelu(x, approximate=\"tanh\"), silu(x)))
+           u = add(add(erf(x), floor(mul(x, 3.0))), add(ceil(mul(x, 3.0)), sign(x)))
+           v = add(neg(x), reciprocal(add(a, 0.25)))
+           w = not(gt(x, 0.0))
+           return r, s, t, u, v, w
+         }",
+        None,
+    );
+}
+
+#[test]
+fn binary_ops_broadcast() {
+    check_graph(
+        "graph g(x: f32[6, 1, 40], y: f32[5, 1], z: f32[40]) {
+           a = add(x, y)
+           b = sub(y, z)
+           c = mul(x, z)
+           d = div(x, add(abs(y), 0.5))
+           e = pow(abs(x), y)
+           f = pow(x, 3.0)
+           h = pow(abs(x), 0.37)
+           i = maximum(x, y)
+           j = minimum(z, x)
+           k = and(gt(x, 0.0), le(y, 0.2))
+           l = or(eq(x, z), ne(y, 0.1))
+           m = where(lt(x, y), x, ge(z, 0.0))
+           return a, b, c, d, e, f, h, i, j, k, l, m
+         }",
+        None,
+    );
+}
+
+#[test]
+fn integer_bool_and_half_dtypes() {
+    check_graph(
+        "graph g(a: i32[9, 33], b: i64[33], h: f16[9, 33], k: bf16[33]) {
+           s = add(mul(a, 3), b)
+           p = pow(a, 3)
+           m = maximum(a, sub(b, 2))
+           q = where(gt(a, 0), a, neg(a))
+           n = not(a)
+           c = cast(h, to=f32)
+           d = cast(mul(h, 0.5), to=bf16)
+           e = add(cast(k, to=f16), h)
+           f = cast(exp(h), to=i32)
+           x = sign(a)
+           y = cast(gt(a, 1), to=f16)
+           z = div(a, 4)
+           return s, p, m, q, n, c, d, e, f, x, y, z
+         }",
+        None,
+    );
+}
+
+#[test]
+fn reductions_over_axes() {
+    check_graph(
+        "graph g(x: f32[7, 9, 11], i: i32[7, 9], b: bool[6, 10]) {
+           a = sum(x, axes=[1])
+           c = mean(x, axes=[0, 2], keepdim=true)
+           d = max(x, axes=[2])
+           e = min(x, axes=[0])
+           f = prod(add(mul(x, 0.01), 1.0), axes=[1, 2])
+           h = sum(x)
+           j = argmax(x, axis=1)
+           k = argmin(x, axis=-1, keepdim=true)
+           l = sum(i, axes=[1])
+           m = max(i, axes=[0])
+           n = max(b, axes=[1])
+           o = min(b, axes=[0])
+           p = prod(i, axes=[0])
+           q = argmax(x)
+           return a, c, d, e, f, h, j, k, l, m, n, o, p, q
+         }",
+        None,
+    );
+}
+
+#[test]
+fn long_reductions_loop_over_blocks() {
+    // Rows longer than one block (4096) with ragged tails, and whole-tensor sums.
+    let r = check_graph(
+        "graph g(x: f32[3, 10007], y: f16[2, 5000]) {
+           s = sum(x, axes=[1])
+           m = max(x, axes=[1])
+           n = min(x, axes=[-1], keepdim=true)
+           a = argmax(x, axis=1)
+           b = argmin(x, axis=1)
+           t = sum(x)
+           h = sum(y, axes=[1])
+           sm = softmax(x, axis=-1)
+           ln = layer_norm(y, cast(max(y, axes=[0]), to=f16), cast(min(y, axes=[0]), to=f16))
+           return s, m, n, a, b, t, h, sm, ln
+         }",
+        None,
+    );
+    assert!(r.cycles() > 0);
+}
+
+#[test]
+fn argmax_takes_the_first_of_ties_and_nans() {
+    // Ties in different blocks and a NaN after them: the NaN wins argmax and argmin.
+    let n = 9000;
+    let mut v = vec![0.0; 2 * n];
+    v[100] = 5.0;
+    v[6000] = 5.0;
+    v[200] = -5.0;
+    v[8000] = -5.0;
+    v[n + 300] = 7.0;
+    v[n + 7000] = f64::NAN;
+    v[n + 8999] = 7.0;
+    let x = tensor(DType::F32, &[2, n], &v);
+    let g = "graph g(x: f32[2, 9000]) {
+               a = argmax(x, axis=1)
+               b = argmin(x, axis=1)
+               return a, b
+             }";
+    check_graph(g, Some(vec![x.clone()]));
+    let gr = parse("g.fg", g);
+    let out = interpret(&gr, &[x]).unwrap();
+    assert_eq!(out[0].to_i64(), vec![100, 7000]);
+    assert_eq!(out[1].to_i64(), vec![200, 7000]);
+}
+
+#[test]
+fn products_run_one_point_at_a_time() {
+    check_graph(
+        "graph g(x: f32[5, 300], i: i64[4, 20]) {
+           p = prod(add(mul(x, 0.01), 1.0), axes=[1])
+           q = prod(i, axes=[1])
+           return p, q
+         }",
+        None,
+    );
+}
+
+#[test]
+fn normalizations_and_softmax() {
+    check_graph(
+        "graph g(x: f32[24, 96], w: f32[96], b: f32[96]) {
+           a = softmax(x, axis=-1)
+           c = log_softmax(x, axis=0)
+           d = layer_norm(x, w, b, eps=1e-5)
+           e = rms_norm(x, w, eps=1e-6)
+           return a, c, d, e
+         }",
+        None,
+    );
+}
+
+#[test]
+fn movement_ops_are_index_arithmetic() {
+    check_graph(
+        "graph g(x: f32[4, 6, 10], y: f32[4, 3, 10]) {
+           a = permute(x, dims=[2, 0, 1])
+           b = reshape(transpose(x, dim0=0, dim1=2), shape=[20, 12])
+           c = expand(reshape(y, shape=[4, 3, 1, 10]), shape=[4, 3, 5, 10])
+           d = slice(x, axis=2, start=1, end=9, step=3)
+           e = concat(x, y, x, axis=1)
+           f = pad(x, pads=[1, 2, 0, 0, 3, -2], value=-1.5)
+           h = unsqueeze(squeeze(slice(x, axis=1, start=2, end=3), axes=[1]), axis=0)
+           i = add(permute(pad(y, pads=[0, 0, 2, 1, 0, 0]), dims=[0, 2, 1]), 1.0)
+           return a, b, c, d, e, f, h, i
+         }",
+        None,
+    );
+}
+
+#[test]
+fn gather_and_index_select_load_their_indices() {
+    let ids = tensor(DType::I64, &[5], &[3.0, 0.0, 9.0, 3.0, 7.0]);
+    let idx = tensor(
+        DType::I32,
+        &[4, 2],
+        &[1.0, 0.0, 5.0, 5.0, 2.0, 3.0, 0.0, 4.0],
+    );
+    let table = random_inputs(&parse("t.fg", "graph t(a: f32[10, 33]) { return a }"), 3).remove(0);
+    let x = random_inputs(&parse("t.fg", "graph t(a: f32[4, 6]) { return a }"), 4).remove(0);
+    check_graph(
+        "graph g(t: f32[10, 33], ids: i64[5], x: f32[4, 6], idx: i32[4, 2]) {
+           e = index_select(t, ids, axis=0)
+           c = index_select(t, ids, axis=1)
+           h = gather(x, idx, axis=1)
+           p = pad(index_select(t, ids, axis=0), pads=[1, 1, 0, 0])
+           return e, c, h, p
+         }",
+        Some(vec![table, ids, x, idx]),
+    );
+}
+
+#[test]
+fn an_index_out_of_range_is_an_error_naming_the_kernel() {
+    let g = parse(
+        "g.fg",
+        "graph g(t: f32[10, 8], ids: i64[3]) {
+           e = index_select(t, ids, axis=0)
+           return e
+         }",
+    );
+    let t = random_inputs(&g, 1).remove(0);
+    let ids = tensor(DType::I64, &[3], &[1.0, 10.0, 2.0]);
+    assert!(interpret(&g, &[t.clone(), ids.clone()]).is_err());
+    let sim = SimProgram::compile(&program(&g, true), &Machine::mtia2i()).unwrap();
+    let err = sim.run(&[t, ids]).unwrap_err();
+    assert!(
+        err.contains("out-of-bounds") && err.contains("k0_index_select"),
+        "{err}"
+    );
+}
+
+#[test]
+fn matmuls_tile_with_k_loops_tails_batches_and_transposes() {
+    let r = check_graph(
+        "graph g(a: f32[37, 300], b: f32[300, 45], c: f32[3, 17, 70], d: f32[70, 19],
+                 e: f32[2, 1, 5, 8], f: f32[3, 8, 6], w: f32[45, 300], v: f32[300]) {
+           p = matmul(a, b)
+           q = matmul(c, d)
+           r = matmul(e, f)
+           s = relu(add(matmul(a, transpose(w, dim0=0, dim1=1)), 0.5))
+           t = matmul(a, v)
+           u = matmul(v, b)
+           return p, q, r, s, t, u
+         }",
+        None,
+    );
+    assert!(r.dot_flops() > 0);
+}
+
+#[test]
+fn half_precision_and_integer_matmuls() {
+    check_graph(
+        "graph g(a: f16[20, 130], b: f16[130, 24], c: bf16[9, 40], d: bf16[40, 7],
+                 i: i32[6, 5], j: i32[5, 4]) {
+           p = matmul(a, b)
+           q = add(matmul(c, d), 1.0)
+           r = matmul(i, j)
+           return p, q, r
+         }",
+        None,
+    );
+}
+
+#[test]
+fn creation_ops() {
+    check_graph(
+        "graph g(x: f32[3, 8]) {
+           a = arange(start=2, end=26, step=3)
+           b = add(x, cast(arange(start=0, end=8), to=f32))
+           c = full(shape=[2, 5], value=1.5)
+           d = add(x, full(shape=[8], value=-2.0))
+           e = arange(start=0.5, end=4.0, step=0.25, dtype=f32)
+           return a, b, c, d, e
+         }",
+        None,
+    );
+}
+
+/// `decompose`, then the scheduler, fused or not (skipping the optimizer keeps
+/// random graphs' programs close to the graphs).
+fn schedule(g: &Graph, fuse: bool) -> Program {
+    let d = ferrite_passes::decompose::decompose(g).unwrap_or_else(|e| panic!("decompose: {e}"));
+    let opts = if fuse {
+        ScheduleOptions::default()
+    } else {
+        ScheduleOptions::unfused()
+    };
+    ferrite_passes::schedule::schedule(&d, &opts)
+        .unwrap_or_else(|e| panic!("schedule: {e}"))
+        .program
+}
+
+#[test]
+fn random_graphs_match_the_interpreter_fused_and_unfused() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for seed in 0..1000 {
+        // Every fourth graph has axes thousands long.
+        let rg = ferrite_testkit::random_graph_with(seed, 6, seed % 2 == 0, seed % 4 == 3);
+        let inputs = ferrite_testkit::inputs_for(&rg, seed);
+        let Ok(want) = interpret(&rg.graph, &inputs) else {
+            continue;
+        };
+        for fuse in [true, false] {
+            let p = schedule(&rg.graph, fuse);
+            checked += 1;
+            if let Err(e) = compare(&p, &inputs, &want) {
+                failures.push(format!(
+                    "seed {seed} ({}):\n{}\n{e}",
+                    if fuse { "fused" } else { "unfused" },
+                    ferrite_ir::print(&rg.graph)
+                ));
+            }
+        }
+    }
+    let (looped, dots) = LOOPS.with(|c| c.get());
+    println!(
+        "{checked} programs checked, {} failed; {looped} kernels looped over inner blocks, \
+         {dots} GEMMs over K",
+        failures.len()
+    );
+    // The long axes must exercise the block loops.
+    assert!(looped >= 20 && dots >= 2, "{looped} {dots}");
+    for f in failures.iter().take(3) {
+        println!("{f}\n-----");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} failed",
+        failures.len()
+    );
+}

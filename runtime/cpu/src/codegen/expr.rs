@@ -1,0 +1,990 @@
+//! Scalar and vector emission of loop-IR nodes, per dtype.
+//!
+//! Scalars live in registers as `f32` (for `f32`, `f16` and `bf16`: a half value is held
+//! as the `f32` of the same number), `i32`, `i64` and `i8` (a `bool` is 0 or 1). Each
+//! node computes in its dtype exactly as [`ferrite_ir::loops::scalar`] says: `f32` add,
+//! sub, mul, div and sqrt are correctly rounded in hardware (the same result as the
+//! reference's `f64` op rounded to `f32`); half-precision arithmetic is done in `f64` and
+//! rounded once; integers wrap; casts truncate and saturate. Transcendentals come from
+//! [`VMath`](crate::VMath) (a few ulp; no libm calls), on scalars and on vectors alike.
+//!
+//! Vector code ([`super::vectorize`] decides where) holds `f32x4`, `i32x4` and `i32x4`
+//! masks; each node produces one vector per unrolled group, so several independent
+//! vectors are in flight.
+
+use super::convert::{
+    bf16_bits_to_f32, bitcast, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, iconst,
+    round_f32_to, round_f64_to,
+};
+use super::kernel::Emitter;
+use super::vectorize::Lanes;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Signature, Type, Value};
+use ferrite_ir::loops::{scalar, Bound, ExprOp, ExprRef, IndexExpr, Load, Value as Lit};
+use ferrite_ir::{BinaryOp, Category, DType, UnaryOp};
+
+/// The register type of a scalar of `dtype`.
+pub(super) fn scalar_type(dtype: DType) -> Type {
+    match dtype {
+        DType::F32 | DType::F16 | DType::Bf16 => types::F32,
+        DType::I32 => types::I32,
+        DType::I64 => types::I64,
+        DType::Bool => types::I8,
+    }
+}
+
+/// The register type of a vector of `lanes`.
+fn vector_type(lanes: Lanes) -> Type {
+    match lanes {
+        Lanes::F32 => types::F32X4,
+        Lanes::I32 | Lanes::Mask => types::I32X4,
+    }
+}
+
+/// `x ** y` for integers with wrapping, as `ferrite_ir::loops::scalar` computes it; the
+/// generated code checks `y >= 0` before calling. Called from generated code only for
+/// integer `pow`, which has no vector form and is rare.
+pub(super) extern "C" fn int_pow(x: i64, y: i64) -> i64 {
+    let (mut base, mut exp, mut acc) = (x, y.max(0) as u64, 1i64);
+    while exp > 0 {
+        if exp & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        exp >>= 1;
+    }
+    acc
+}
+
+/// `sin` of an argument too large for the vector math's range reduction: computed in
+/// `f64` and rounded, as the reference does. Called only from the cold path of `trig`.
+extern "C" fn f64_sin(x: f32) -> f32 {
+    (x as f64).sin() as f32
+}
+
+/// `cos` for large arguments; see [`f64_sin`].
+extern "C" fn f64_cos(x: f32) -> f32 {
+    (x as f64).cos() as f32
+}
+
+fn float_cc(op: BinaryOp) -> FloatCC {
+    match op {
+        BinaryOp::Eq => FloatCC::Equal,
+        // Rust's `!=`: true when either side is NaN.
+        BinaryOp::Ne => FloatCC::NotEqual,
+        BinaryOp::Lt => FloatCC::LessThan,
+        BinaryOp::Le => FloatCC::LessThanOrEqual,
+        BinaryOp::Gt => FloatCC::GreaterThan,
+        _ => FloatCC::GreaterThanOrEqual,
+    }
+}
+
+fn int_cc(op: BinaryOp, signed: bool) -> IntCC {
+    match (op, signed) {
+        (BinaryOp::Eq, _) => IntCC::Equal,
+        (BinaryOp::Ne, _) => IntCC::NotEqual,
+        (BinaryOp::Lt, true) => IntCC::SignedLessThan,
+        (BinaryOp::Le, true) => IntCC::SignedLessThanOrEqual,
+        (BinaryOp::Gt, true) => IntCC::SignedGreaterThan,
+        (BinaryOp::Ge, true) => IntCC::SignedGreaterThanOrEqual,
+        (BinaryOp::Lt, false) => IntCC::UnsignedLessThan,
+        (BinaryOp::Le, false) => IntCC::UnsignedLessThanOrEqual,
+        (BinaryOp::Gt, false) => IntCC::UnsignedGreaterThan,
+        _ => IntCC::UnsignedGreaterThanOrEqual,
+    }
+}
+
+impl Emitter<'_, '_> {
+    // ---- shared helpers ----
+
+    /// The scalar value of node `r` (computed earlier).
+    pub(super) fn scalar_of(&self, r: ExprRef) -> Result<Value, String> {
+        self.svals
+            .get(r.index())
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("internal error: t{} used before it is computed", r.0))
+    }
+
+    /// An integer or bool register widened to `i64` (sign-extending integers).
+    pub(super) fn widen_to_i64(&mut self, x: Value) -> Value {
+        match self.b.func.dfg.value_type(x) {
+            types::I64 => x,
+            types::I8 => self.b.ins().uextend(types::I64, x),
+            _ => self.b.ins().sextend(types::I64, x),
+        }
+    }
+
+    /// A scalar constant of `dtype` (floats rounded to the dtype).
+    pub(super) fn constant(&mut self, v: Lit, dtype: DType) -> Result<Value, String> {
+        Ok(match (scalar::round_to(v, dtype), dtype.category()) {
+            (Lit::Float(x), Category::Float) => self.b.ins().f32const(x as f32),
+            (Lit::Int(x), Category::Int) => iconst(self.b, scalar_type(dtype), x),
+            (Lit::Bool(x), Category::Bool) => iconst(self.b, types::I8, x as i64),
+            (other, _) => return Err(format!("constant {other} is not a {dtype}")),
+        })
+    }
+
+    fn flags_for(&self, buffer: ferrite_ir::loops::BufferId) -> MemFlagsData {
+        let flags = MemFlagsData::new().with_notrap();
+        if self.read_only.contains(&buffer) {
+            flags.with_readonly()
+        } else {
+            flags
+        }
+    }
+
+    /// The address of element `idx` of `buffer`.
+    fn element_address(
+        &mut self,
+        buffer: ferrite_ir::loops::BufferId,
+        idx: Value,
+    ) -> Result<Value, String> {
+        let base = *self
+            .ptrs
+            .get(&buffer)
+            .ok_or_else(|| format!("internal error: {buffer} has no pointer slot"))?;
+        let size = self.buffer_dtype(buffer)?.size_bytes() as i64;
+        let offset = match size {
+            1 => idx,
+            _ => self.b.ins().imul_imm_s(idx, size),
+        };
+        Ok(self.b.ins().iadd(base, offset))
+    }
+
+    pub(super) fn buffer_dtype(
+        &self,
+        buffer: ferrite_ir::loops::BufferId,
+    ) -> Result<DType, String> {
+        self.buffers
+            .get(buffer.index())
+            .map(|b| b.ty.dtype)
+            .ok_or_else(|| format!("{buffer} does not exist"))
+    }
+
+    /// Loads one element of `dtype` at `addr` into its scalar register form.
+    fn load_scalar(&mut self, dtype: DType, flags: MemFlagsData, addr: Value) -> Value {
+        match dtype {
+            DType::F16 => {
+                let h = self.b.ins().uload16(types::I32, flags, addr, 0);
+                f16_bits_to_f32(self.b, h)
+            }
+            DType::Bf16 => {
+                let h = self.b.ins().uload16(types::I32, flags, addr, 0);
+                bf16_bits_to_f32(self.b, h)
+            }
+            _ => self.b.ins().load(scalar_type(dtype), flags, addr, 0),
+        }
+    }
+
+    /// Stores a scalar register value of `dtype` at `addr`.
+    pub(super) fn store_scalar(
+        &mut self,
+        dtype: DType,
+        flags: MemFlagsData,
+        value: Value,
+        addr: Value,
+    ) {
+        match dtype {
+            DType::F16 => {
+                let h = f32_to_f16_bits(self.b, value);
+                self.b.ins().istore16(flags, h, addr, 0);
+            }
+            DType::Bf16 => {
+                let h = f32_to_bf16_bits(self.b, value);
+                self.b.ins().istore16(flags, h, addr, 0);
+            }
+            _ => {
+                self.b.ins().store(flags, value, addr, 0);
+            }
+        }
+    }
+
+    /// The element index of a store, as `i64` (proved in bounds before emission).
+    pub(super) fn store_address(
+        &mut self,
+        buffer: ferrite_ir::loops::BufferId,
+        index: &ferrite_ir::loops::IndexExpr,
+    ) -> Result<(Value, MemFlagsData), String> {
+        let idx = self.index_value(index)?;
+        let addr = self.element_address(buffer, idx)?;
+        Ok((addr, MemFlagsData::new().with_notrap()))
+    }
+
+    /// 1 when every bound of `guard` holds, else 0 (an `i8`).
+    fn guard_value(&mut self, guard: &[Bound]) -> Result<Option<Value>, String> {
+        let mut all: Option<Value> = None;
+        for g in guard {
+            let x = self.index_value(&g.expr)?;
+            let ge = self
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x, g.lo);
+            let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, x, g.hi);
+            let ok = self.b.ins().band(ge, lt);
+            all = Some(match all {
+                None => ok,
+                Some(a) => self.b.ins().band(a, ok),
+            });
+        }
+        Ok(all)
+    }
+
+    /// A value's truth (`!= 0`; NaN is true) as an `i8` 0/1.
+    fn truth(&mut self, x: Value, dtype: DType) -> Value {
+        match dtype.category() {
+            Category::Float => {
+                let zero = self.b.ins().f32const(0.0);
+                self.b.ins().fcmp(FloatCC::NotEqual, x, zero)
+            }
+            Category::Int => self.b.ins().icmp_imm_s(IntCC::NotEqual, x, 0),
+            Category::Bool => x,
+        }
+    }
+
+    /// Branches to the kernel's error exit with a new code when `bad` (an `i8`) is set.
+    pub(super) fn check(&mut self, bad: Value, message: String) {
+        self.checks.push(message);
+        let code = self.checks.len() as i64;
+        let code = self.b.ins().iconst(types::I32, code);
+        let cont = self.b.create_block();
+        let err = self.err_block;
+        self.b.ins().brif(bad, err, &[code.into()], cont, &[]);
+        self.b.switch_to_block(cont);
+    }
+
+    // ---- scalar nodes ----
+
+    /// Emits node `i` of the current stage body as scalar code.
+    pub(super) fn emit_scalar_node(&mut self, i: usize) -> Result<(), String> {
+        let body = self.body;
+        let node = &body.nodes[i];
+        let d = node.dtype;
+        let dt = |r: &ExprRef| body.nodes[r.index()].dtype;
+        let v = match &node.op {
+            ExprOp::Const(c) => self.constant(*c, d)?,
+            ExprOp::Load(l) => self.emit_load(i, l, d)?,
+            ExprOp::Acc(a) => *self
+                .accs
+                .get(a)
+                .ok_or_else(|| format!("internal error: {a} is read before its stage"))?,
+            ExprOp::Index(e) => self.index_value(e)?,
+            ExprOp::CheckedIndex {
+                value,
+                extent,
+                guard,
+            } => {
+                let x = self.scalar_of(*value)?;
+                let x = self.widen_to_i64(x);
+                let extent_i = i64::try_from(*extent).unwrap_or(i64::MAX);
+                let bad = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, x, extent_i);
+                let g = self.guard_value(guard)?;
+                let bad = match g {
+                    Some(g) => self.b.ins().band(bad, g),
+                    None => bad,
+                };
+                self.check(
+                    bad,
+                    format!("index out of range for an axis of extent {extent} (t{i})"),
+                );
+                match g {
+                    Some(g) => {
+                        let zero = self.b.ins().iconst(types::I64, 0);
+                        self.b.ins().select(g, x, zero)
+                    }
+                    None => x,
+                }
+            }
+            ExprOp::Unary(u, a) => {
+                let x = self.scalar_of(*a)?;
+                self.scalar_unary(*u, x, dt(a), d)?
+            }
+            ExprOp::Binary(op, a, b) => {
+                let x = self.scalar_of(*a)?;
+                let y = self.scalar_of(*b)?;
+                self.scalar_binary(*op, x, y, dt(a), d)?
+            }
+            ExprOp::Where(c, a, b) => {
+                let c = self.scalar_of(*c)?;
+                let x = self.scalar_of(*a)?;
+                let y = self.scalar_of(*b)?;
+                self.b.ins().select(c, x, y)
+            }
+            ExprOp::Cast(a) => {
+                let x = self.scalar_of(*a)?;
+                self.scalar_cast(x, dt(a), d)
+            }
+        };
+        self.svals[i] = Some(v);
+        Ok(())
+    }
+
+    fn emit_load(&mut self, i: usize, l: &Load, d: DType) -> Result<Value, String> {
+        let numel = self
+            .buffers
+            .get(l.buffer.index())
+            .map(|b| b.ty.numel())
+            .ok_or_else(|| format!("{} does not exist", l.buffer))?;
+        let guard = self.guard_value(&l.guard)?;
+        let other = self.constant(l.other, d)?;
+        if numel == 0 {
+            // Nothing can be read; the proof pass only lets guarded loads get here.
+            return Ok(other);
+        }
+        let mut idx = self.index_value(&l.index)?;
+        if self.clamped[i] {
+            // The value is discarded when the guard fails, so any in-bounds index will do.
+            let zero = self.b.ins().iconst(types::I64, 0);
+            let last = self.b.ins().iconst(types::I64, numel as i64 - 1);
+            idx = self.b.ins().smax(idx, zero);
+            idx = self.b.ins().smin(idx, last);
+        }
+        let addr = self.element_address(l.buffer, idx)?;
+        let flags = self.flags_for(l.buffer);
+        let loaded = self.load_scalar(d, flags, addr);
+        Ok(match guard {
+            Some(g) => self.b.ins().select(g, loaded, other),
+            None => loaded,
+        })
+    }
+
+    fn fconst(&mut self, x: f32) -> Value {
+        self.b.ins().f32const(x)
+    }
+
+    /// The constant `c` shaped like `like` (an `f32` or a splatted `f32x4`).
+    fn float_like(&mut self, like: Value, c: f32) -> Value {
+        let s = self.b.ins().f32const(c);
+        if self.b.func.dfg.value_type(like) == types::F32X4 {
+            self.b.ins().splat(types::F32X4, s)
+        } else {
+            s
+        }
+    }
+
+    /// A unary op (other than `not`) on an `f32` or `f32x4` register.
+    fn float_unary(&mut self, u: UnaryOp, x: Value) -> Value {
+        let vm = self.vm;
+        match u {
+            UnaryOp::Neg => self.b.ins().fneg(x),
+            UnaryOp::Abs => self.b.ins().fabs(x),
+            UnaryOp::Exp => vm.exp(self.b, x),
+            UnaryOp::Log => vm.log(self.b, x),
+            UnaryOp::Sqrt => self.b.ins().sqrt(x),
+            UnaryOp::Rsqrt => {
+                let s = self.b.ins().sqrt(x);
+                let one = self.float_like(x, 1.0);
+                self.b.ins().fdiv(one, s)
+            }
+            UnaryOp::Reciprocal => {
+                let one = self.float_like(x, 1.0);
+                self.b.ins().fdiv(one, x)
+            }
+            UnaryOp::Sin | UnaryOp::Cos => self.trig(u == UnaryOp::Cos, x),
+            UnaryOp::Tanh => vm.tanh(self.b, x),
+            UnaryOp::Sigmoid => vm.sigmoid(self.b, x),
+            UnaryOp::Erf => vm.erf(self.b, x),
+            UnaryOp::Floor => self.b.ins().floor(x),
+            UnaryOp::Ceil => self.b.ins().ceil(x),
+            UnaryOp::Relu => {
+                // x > 0 or NaN keeps x; everything else (-0 included) is +0.
+                let zero = self.float_like(x, 0.0);
+                let keep = self.b.ins().fcmp(FloatCC::UnorderedOrGreaterThan, x, zero);
+                if self.b.func.dfg.value_type(x).is_vector() {
+                    // One `andps` with the mask instead of a three-micro-op blend.
+                    let keep = bitcast(self.b, types::F32X4, keep);
+                    self.b.ins().band(keep, x)
+                } else {
+                    self.b.ins().select(keep, x, zero)
+                }
+            }
+            UnaryOp::Gelu => {
+                // 0.5 x (1 + erf(x / sqrt 2))
+                let c = self.float_like(x, std::f32::consts::FRAC_1_SQRT_2);
+                let s = self.b.ins().fmul(x, c);
+                let erf = vm.erf(self.b, s);
+                self.half_x_one_plus(x, erf)
+            }
+            UnaryOp::GeluTanh => {
+                // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+                let c = self.float_like(x, (2.0f64 / std::f64::consts::PI).sqrt() as f32);
+                let a = self.float_like(x, 0.044715);
+                let x2 = self.b.ins().fmul(x, x);
+                let x3 = self.b.ins().fmul(x2, x);
+                let ax3 = self.b.ins().fmul(a, x3);
+                let inner = self.b.ins().fadd(x, ax3);
+                let inner = self.b.ins().fmul(c, inner);
+                let t = vm.tanh(self.b, inner);
+                self.half_x_one_plus(x, t)
+            }
+            UnaryOp::Silu => {
+                // x / (1 + e^-x), as the reference writes it.
+                let nx = self.b.ins().fneg(x);
+                let ex = vm.exp(self.b, nx);
+                let one = self.float_like(x, 1.0);
+                let den = self.b.ins().fadd(one, ex);
+                self.b.ins().fdiv(x, den)
+            }
+            UnaryOp::Sign if self.b.func.dfg.value_type(x).is_vector() => {
+                // Bitwise: +-1 with x's sign bit, zeroed for +-0 (giving +0), all ones
+                // (a NaN) where x is NaN: six one-micro-op instructions, no blends.
+                let sign_mask = self.splat_i32(i32::MIN);
+                let one = self.splat_i32(1.0f32.to_bits() as i32);
+                let bits = bitcast(self.b, types::I32X4, x);
+                let sign = self.b.ins().band(bits, sign_mask);
+                let unit = self.b.ins().bor(sign, one);
+                let zero = self.float_like(x, 0.0);
+                let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);
+                let nonzero = self.b.ins().bnot(is_zero);
+                let unit = self.b.ins().band(unit, nonzero);
+                let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+                let r = self.b.ins().bor(unit, nan);
+                bitcast(self.b, types::F32X4, r)
+            }
+            UnaryOp::Sign => {
+                let zero = self.float_like(x, 0.0);
+                let one = self.float_like(x, 1.0);
+                let minus = self.float_like(x, -1.0);
+                let pos = self.b.ins().fcmp(FloatCC::GreaterThan, x, zero);
+                let neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
+                let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+                // ±0 gives +0 and NaN stays NaN.
+                let r = self.select_any(nan, x, zero);
+                let r = self.select_any(neg, minus, r);
+                self.select_any(pos, one, r)
+            }
+            UnaryOp::Not => {
+                // Equal to zero (NaN is true, so `not NaN` is false): an `i8` or a lane mask.
+                let zero = self.float_like(x, 0.0);
+                self.b.ins().fcmp(FloatCC::Equal, x, zero)
+            }
+        }
+    }
+
+    /// `sin x` or `cos x`: vector math, and for the rare arguments beyond its accurate
+    /// range (where it returns NaN) a cold path that recomputes those lanes in `f64`.
+    fn trig(&mut self, cos: bool, x: Value) -> Value {
+        let vm = self.vm;
+        let fast = if cos {
+            vm.cos(self.b, x)
+        } else {
+            vm.sin(self.b, x)
+        };
+        let ty = self.b.func.dfg.value_type(x);
+        let ax = self.b.ins().fabs(x);
+        let limit = self.float_like(x, vm.trig_max_arg());
+        let big = self.b.ins().fcmp(FloatCC::GreaterThan, ax, limit);
+        let any = if ty.is_vector() {
+            self.b.ins().vany_true(big)
+        } else {
+            big
+        };
+        let slow = self.b.create_block();
+        let done = self.b.create_block();
+        let result = self.b.append_block_param(done, ty);
+        self.b.set_cold_block(slow);
+        self.b.ins().brif(any, slow, &[], done, &[fast.into()]);
+        self.b.switch_to_block(slow);
+        let helper: extern "C" fn(f32) -> f32 = if cos { f64_cos } else { f64_sin };
+        let sig = match self.trig_sig {
+            Some(s) => s,
+            None => {
+                let mut sig = Signature::new(self.call_conv);
+                sig.params.push(AbiParam::new(types::F32));
+                sig.returns.push(AbiParam::new(types::F32));
+                let s = self.b.import_signature(sig);
+                self.trig_sig = Some(s);
+                s
+            }
+        };
+        let callee = self.b.ins().iconst(self.ptr_type, helper as usize as i64);
+        let exact = if ty.is_vector() {
+            let mut v = fast;
+            for lane in 0..4u8 {
+                let xl = self.b.ins().extractlane(x, lane);
+                let call = self.b.ins().call_indirect(sig, callee, &[xl]);
+                let r = self.b.inst_results(call)[0];
+                v = self.b.ins().insertlane(v, r, lane);
+            }
+            v
+        } else {
+            let call = self.b.ins().call_indirect(sig, callee, &[x]);
+            self.b.inst_results(call)[0]
+        };
+        self.b.ins().jump(done, &[exact.into()]);
+        self.b.switch_to_block(done);
+        result
+    }
+
+    /// `0.5 * x * (1 + t)`, the shape of both gelu forms.
+    fn half_x_one_plus(&mut self, x: Value, t: Value) -> Value {
+        let one = self.float_like(x, 1.0);
+        let half = self.float_like(x, 0.5);
+        let t = self.b.ins().fadd(one, t);
+        let hx = self.b.ins().fmul(half, x);
+        self.b.ins().fmul(hx, t)
+    }
+
+    /// `c ? t : f` for a scalar (`i8` condition) or a vector (mask) `t`.
+    fn select_any(&mut self, c: Value, t: Value, f: Value) -> Value {
+        if self.b.func.dfg.value_type(t).is_vector() {
+            self.vselect(c, t, f)
+        } else {
+            self.b.ins().select(c, t, f)
+        }
+    }
+
+    fn scalar_unary(
+        &mut self,
+        u: UnaryOp,
+        x: Value,
+        from: DType,
+        d: DType,
+    ) -> Result<Value, String> {
+        if u == UnaryOp::Not {
+            let t = self.truth(x, from);
+            return Ok(self.b.ins().bxor_imm_u(t, 1));
+        }
+        Ok(match from.category() {
+            Category::Float => {
+                if d != DType::F32 && u == UnaryOp::Sqrt {
+                    // Correctly rounded: f64 sqrt of a half value, rounded once.
+                    let w = self.b.ins().fpromote(types::F64, x);
+                    let s = self.b.ins().sqrt(w);
+                    round_f64_to(self.b, s, d)
+                } else {
+                    let r = self.float_unary(u, x);
+                    match u {
+                        // Exact in any float format.
+                        UnaryOp::Neg
+                        | UnaryOp::Abs
+                        | UnaryOp::Floor
+                        | UnaryOp::Ceil
+                        | UnaryOp::Sign
+                        | UnaryOp::Relu => r,
+                        _ => round_f32_to(self.b, r, d),
+                    }
+                }
+            }
+            Category::Int => match u {
+                UnaryOp::Neg => self.b.ins().ineg(x),
+                UnaryOp::Abs => self.b.ins().iabs(x),
+                UnaryOp::Relu => {
+                    let zero = iconst(self.b, scalar_type(d), 0);
+                    self.b.ins().smax(x, zero)
+                }
+                UnaryOp::Sign => {
+                    let pos = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, x, 0);
+                    let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
+                    let ty = scalar_type(d);
+                    let pos = self.b.ins().uextend(ty, pos);
+                    let neg = self.b.ins().uextend(ty, neg);
+                    self.b.ins().isub(pos, neg)
+                }
+                UnaryOp::Floor | UnaryOp::Ceil => x,
+                _ => return Err(format!("{} has no integer form", u.name())),
+            },
+            Category::Bool => match u {
+                UnaryOp::Floor | UnaryOp::Ceil => x,
+                _ => return Err(format!("{} is not defined for bool", u.name())),
+            },
+        })
+    }
+
+    /// Emits a call of [`int_pow`] after checking that the exponent is not negative.
+    fn int_pow_call(&mut self, x: Value, y: Value, d: DType) -> Value {
+        let wx = self.widen_to_i64(x);
+        let wy = self.widen_to_i64(y);
+        let negative = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, wy, 0);
+        self.check(
+            negative,
+            "integers to negative integer powers are not allowed".to_string(),
+        );
+        let sig = match self.ipow_sig {
+            Some(s) => s,
+            None => {
+                let mut sig = Signature::new(self.call_conv);
+                sig.params.push(AbiParam::new(types::I64));
+                sig.params.push(AbiParam::new(types::I64));
+                sig.returns.push(AbiParam::new(types::I64));
+                let s = self.b.import_signature(sig);
+                self.ipow_sig = Some(s);
+                s
+            }
+        };
+        let f: extern "C" fn(i64, i64) -> i64 = int_pow;
+        let callee = self.b.ins().iconst(self.ptr_type, f as usize as i64);
+        let call = self.b.ins().call_indirect(sig, callee, &[wx, wy]);
+        let r = self.b.inst_results(call)[0];
+        if d == DType::I32 {
+            self.b.ins().ireduce(types::I32, r)
+        } else {
+            r
+        }
+    }
+
+    fn scalar_binary(
+        &mut self,
+        op: BinaryOp,
+        x: Value,
+        y: Value,
+        from: DType,
+        d: DType,
+    ) -> Result<Value, String> {
+        if op.is_logical() {
+            let p = self.truth(x, from);
+            let q = self.truth(y, from);
+            return Ok(if op == BinaryOp::And {
+                self.b.ins().band(p, q)
+            } else {
+                self.b.ins().bor(p, q)
+            });
+        }
+        if op.is_comparison() {
+            return Ok(match from.category() {
+                Category::Float => self.b.ins().fcmp(float_cc(op), x, y),
+                Category::Int => self.b.ins().icmp(int_cc(op, true), x, y),
+                Category::Bool => self.b.ins().icmp(int_cc(op, false), x, y),
+            });
+        }
+        Ok(match from.category() {
+            Category::Float => {
+                let half = d != DType::F32;
+                if half
+                    && matches!(
+                        op,
+                        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+                    )
+                {
+                    // Exact in f64 for half operands (division: rounded once, innocuously).
+                    let a = self.b.ins().fpromote(types::F64, x);
+                    let c = self.b.ins().fpromote(types::F64, y);
+                    let r = self.float_arith(op, a, c);
+                    round_f64_to(self.b, r, d)
+                } else {
+                    let r = match op {
+                        BinaryOp::Pow => {
+                            let vm = self.vm;
+                            vm.pow(self.b, x, y)
+                        }
+                        BinaryOp::Maximum => {
+                            let vm = self.vm;
+                            vm.maximum(self.b, x, y)
+                        }
+                        BinaryOp::Minimum => {
+                            let vm = self.vm;
+                            vm.minimum(self.b, x, y)
+                        }
+                        _ => self.float_arith(op, x, y),
+                    };
+                    round_f32_to(self.b, r, d)
+                }
+            }
+            Category::Int => match op {
+                BinaryOp::Add => self.b.ins().iadd(x, y),
+                BinaryOp::Sub => self.b.ins().isub(x, y),
+                BinaryOp::Mul => self.b.ins().imul(x, y),
+                BinaryOp::Maximum => self.b.ins().smax(x, y),
+                BinaryOp::Minimum => self.b.ins().smin(x, y),
+                BinaryOp::Pow => self.int_pow_call(x, y, d),
+                _ => return Err(format!("{} has no integer form", op.name())),
+            },
+            Category::Bool => match op {
+                BinaryOp::Maximum => self.b.ins().bor(x, y),
+                BinaryOp::Minimum | BinaryOp::Mul => self.b.ins().band(x, y),
+                _ => return Err(format!("{} is not defined for bool", op.name())),
+            },
+        })
+    }
+
+    fn float_arith(&mut self, op: BinaryOp, x: Value, y: Value) -> Value {
+        match op {
+            BinaryOp::Add => self.b.ins().fadd(x, y),
+            BinaryOp::Sub => self.b.ins().fsub(x, y),
+            BinaryOp::Mul => self.b.ins().fmul(x, y),
+            _ => self.b.ins().fdiv(x, y),
+        }
+    }
+
+    /// `cast` from `from` to `to` on scalar registers (see `ferrite_ir::loops::scalar::cast`).
+    pub(super) fn scalar_cast(&mut self, x: Value, from: DType, to: DType) -> Value {
+        if from == to {
+            return x;
+        }
+        match (from.category(), to.category()) {
+            (Category::Float, Category::Float) => {
+                if to == DType::F32 {
+                    x
+                } else {
+                    round_f32_to(self.b, x, to)
+                }
+            }
+            (Category::Float, Category::Int) => self.b.ins().fcvt_to_sint_sat(scalar_type(to), x),
+            (_, Category::Bool) => self.truth(x, from),
+            (Category::Int, Category::Float) => {
+                if to == DType::F32 {
+                    self.b.ins().fcvt_from_sint(types::F32, x)
+                } else {
+                    // Exact in f64 below 2^53, then rounded once to the half format.
+                    let w = self.b.ins().fcvt_from_sint(types::F64, x);
+                    round_f64_to(self.b, w, to)
+                }
+            }
+            (Category::Int, Category::Int) => {
+                if to == DType::I64 {
+                    self.b.ins().sextend(types::I64, x)
+                } else {
+                    self.b.ins().ireduce(types::I32, x)
+                }
+            }
+            (Category::Bool, Category::Float) => {
+                let w = self.b.ins().uextend(types::I32, x);
+                self.b.ins().fcvt_from_sint(types::F32, w)
+            }
+            (Category::Bool, Category::Int) => self.b.ins().uextend(scalar_type(to), x),
+        }
+    }
+
+    // ---- vector nodes ----
+
+    /// The vector of node `r` for unrolled group `g`: computed lanes, or its splat.
+    pub(super) fn vector_operand(&self, r: ExprRef, g: usize) -> Result<Value, String> {
+        if let Some(v) = self
+            .vvals
+            .get(r.index())
+            .and_then(|v| v.as_ref())
+            .and_then(|v| v.get(g))
+        {
+            return Ok(*v);
+        }
+        self.splat_vals
+            .get(r.index())
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("internal error: t{} has no vector value", r.0))
+    }
+
+    /// Splats the scalar value of node `i` (fixed in the vector loop) into `lanes`.
+    pub(super) fn emit_splat(&mut self, i: usize, lanes: Lanes) -> Result<(), String> {
+        let x = self.scalar_of(ExprRef(i as u32))?;
+        let v = match lanes {
+            Lanes::F32 => self.b.ins().splat(types::F32X4, x),
+            Lanes::I32 => {
+                let x = match self.b.func.dfg.value_type(x) {
+                    types::I64 => self.b.ins().ireduce(types::I32, x),
+                    _ => x,
+                };
+                self.b.ins().splat(types::I32X4, x)
+            }
+            Lanes::Mask => {
+                let w = self.b.ins().uextend(types::I32, x);
+                let m = self.b.ins().ineg(w);
+                self.b.ins().splat(types::I32X4, m)
+            }
+        };
+        self.splat_vals[i] = Some(v);
+        Ok(())
+    }
+
+    fn splat_f32(&mut self, c: f32) -> Value {
+        let s = self.fconst(c);
+        self.b.ins().splat(types::F32X4, s)
+    }
+
+    fn splat_i32(&mut self, c: i32) -> Value {
+        let s = iconst(self.b, types::I32, c as i64);
+        self.b.ins().splat(types::I32X4, s)
+    }
+
+    /// `mask ? t : f` per lane (`mask` an `i32x4` mask).
+    fn vselect(&mut self, mask: Value, t: Value, f: Value) -> Value {
+        let ty = self.b.func.dfg.value_type(t);
+        let m = if ty == types::I32X4 {
+            mask
+        } else {
+            bitcast(self.b, ty, mask)
+        };
+        self.b.ins().bitselect(m, t, f)
+    }
+
+    /// Emits node `i` for unrolled group `g` (elements `4g..4g+4` after the loop
+    /// variable's current value) as a vector of the lanes the plan gave it.
+    pub(super) fn emit_vector_node(&mut self, i: usize, g: usize) -> Result<(), String> {
+        let body = self.body;
+        let node = &body.nodes[i];
+        let lanes_of = |s: &Self, r: &ExprRef| s.lanes.get(r.index()).copied().flatten();
+        let v = match &node.op {
+            ExprOp::Load(l) => {
+                let lanes = self.lanes[i].ok_or("internal error: load without lanes")?;
+                let idx = self.index_value(&l.index)?;
+                let addr = self.element_address(l.buffer, idx)?;
+                let flags = self.flags_for(l.buffer);
+                self.b
+                    .ins()
+                    .load(vector_type(lanes), flags, addr, (16 * g) as i32)
+            }
+            ExprOp::Index(e) => {
+                let v = self.level_var(self.innermost);
+                let (rest, c) =
+                    super::index::split_linear(e, v).ok_or("internal error: index not linear")?;
+                let rest = rest.simplify(&self.ext);
+                // `rest + c*v` at lane 0, computed once per iteration (memoized).
+                let lane0 = rest + IndexExpr::Var(v) * c;
+                let base = self.index_value(&lane0)?;
+                let base = self.b.ins().ireduce(types::I32, base);
+                let base = self.b.ins().splat(types::I32X4, base);
+                let g = g as i64;
+                let step: Vec<u8> = (0..4i64)
+                    .flat_map(|lane| ((c * (4 * g + lane)) as i32).to_le_bytes())
+                    .collect();
+                let k = self.b.func.dfg.constants.insert(step.into());
+                let k = self.b.ins().vconst(types::I32X4, k);
+                self.b.ins().iadd(base, k)
+            }
+            ExprOp::Unary(op, a) => {
+                let x = self.vector_operand(*a, g)?;
+                let from = lanes_of(self, a).ok_or("internal error: operand lanes")?;
+                self.vector_unary(*op, x, from)?
+            }
+            ExprOp::Binary(op, a, b) => {
+                let x = self.vector_operand(*a, g)?;
+                let y = self.vector_operand(*b, g)?;
+                let from = lanes_of(self, a).ok_or("internal error: operand lanes")?;
+                self.vector_binary(*op, x, y, from)?
+            }
+            ExprOp::Where(c, a, b) => {
+                let c = self.vector_operand(*c, g)?;
+                let x = self.vector_operand(*a, g)?;
+                let y = self.vector_operand(*b, g)?;
+                self.vselect(c, x, y)
+            }
+            ExprOp::Cast(a) => {
+                let x = self.vector_operand(*a, g)?;
+                let from = lanes_of(self, a).ok_or("internal error: operand lanes")?;
+                let to = self.lanes[i].ok_or("internal error: cast without lanes")?;
+                self.vector_cast(x, from, to)
+            }
+            ExprOp::Const(_) | ExprOp::Acc(_) | ExprOp::CheckedIndex { .. } => {
+                return Err(format!("internal error: t{i} cannot be vector code"));
+            }
+        };
+        let slot = self.vvals[i].get_or_insert_with(Vec::new);
+        if slot.len() != g {
+            return Err(format!("internal error: t{i} emitted out of group order"));
+        }
+        slot.push(v);
+        Ok(())
+    }
+
+    fn vector_unary(&mut self, op: UnaryOp, x: Value, from: Lanes) -> Result<Value, String> {
+        Ok(match from {
+            // `not` included: a mask of the lanes equal to zero.
+            Lanes::F32 => self.float_unary(op, x),
+            Lanes::I32 => match op {
+                UnaryOp::Neg => self.b.ins().ineg(x),
+                UnaryOp::Abs => self.b.ins().iabs(x),
+                UnaryOp::Relu => {
+                    let zero = self.splat_i32(0);
+                    self.b.ins().smax(x, zero)
+                }
+                UnaryOp::Not => {
+                    let zero = self.splat_i32(0);
+                    self.b.ins().icmp(IntCC::Equal, x, zero)
+                }
+                UnaryOp::Floor | UnaryOp::Ceil => x,
+                _ => return Err(format!("internal error: vector {} of i32", op.name())),
+            },
+            Lanes::Mask => match op {
+                UnaryOp::Not => self.b.ins().bnot(x),
+                _ => x,
+            },
+        })
+    }
+
+    fn vector_truth(&mut self, x: Value, lanes: Lanes) -> Value {
+        match lanes {
+            Lanes::F32 => {
+                let zero = self.splat_f32(0.0);
+                self.b.ins().fcmp(FloatCC::NotEqual, x, zero)
+            }
+            Lanes::I32 => {
+                let zero = self.splat_i32(0);
+                self.b.ins().icmp(IntCC::NotEqual, x, zero)
+            }
+            Lanes::Mask => x,
+        }
+    }
+
+    fn vector_binary(
+        &mut self,
+        op: BinaryOp,
+        x: Value,
+        y: Value,
+        from: Lanes,
+    ) -> Result<Value, String> {
+        if op.is_logical() {
+            let p = self.vector_truth(x, from);
+            let q = self.vector_truth(y, from);
+            return Ok(if op == BinaryOp::And {
+                self.b.ins().band(p, q)
+            } else {
+                self.b.ins().bor(p, q)
+            });
+        }
+        Ok(match from {
+            Lanes::F32 => match op {
+                _ if op.is_comparison() => self.b.ins().fcmp(float_cc(op), x, y),
+                BinaryOp::Pow => {
+                    let vm = self.vm;
+                    vm.pow(self.b, x, y)
+                }
+                BinaryOp::Maximum => {
+                    let vm = self.vm;
+                    vm.maximum(self.b, x, y)
+                }
+                BinaryOp::Minimum => {
+                    let vm = self.vm;
+                    vm.minimum(self.b, x, y)
+                }
+                _ => self.float_arith(op, x, y),
+            },
+            Lanes::I32 => match op {
+                _ if op.is_comparison() => self.b.ins().icmp(int_cc(op, true), x, y),
+                BinaryOp::Add => self.b.ins().iadd(x, y),
+                BinaryOp::Sub => self.b.ins().isub(x, y),
+                BinaryOp::Mul => self.b.ins().imul(x, y),
+                BinaryOp::Maximum => self.b.ins().smax(x, y),
+                BinaryOp::Minimum => self.b.ins().smin(x, y),
+                _ => return Err(format!("internal error: vector {} of i32", op.name())),
+            },
+            Lanes::Mask => match op {
+                BinaryOp::Eq => self.b.ins().icmp(IntCC::Equal, x, y),
+                BinaryOp::Ne => self.b.ins().icmp(IntCC::NotEqual, x, y),
+                BinaryOp::Maximum => self.b.ins().bor(x, y),
+                _ => self.b.ins().band(x, y),
+            },
+        })
+    }
+
+    fn vector_cast(&mut self, x: Value, from: Lanes, to: Lanes) -> Value {
+        match (from, to) {
+            (Lanes::F32, Lanes::I32) => self.b.ins().fcvt_to_sint_sat(types::I32X4, x),
+            (Lanes::I32, Lanes::F32) => self.b.ins().fcvt_from_sint(types::F32X4, x),
+            (_, Lanes::Mask) => self.vector_truth(x, from),
+            (Lanes::Mask, Lanes::F32) => {
+                let one = self.splat_f32(1.0);
+                let one = bitcast(self.b, types::I32X4, one);
+                let bits = self.b.ins().band(x, one);
+                bitcast(self.b, types::F32X4, bits)
+            }
+            (Lanes::Mask, Lanes::I32) => {
+                let one = self.splat_i32(1);
+                self.b.ins().band(x, one)
+            }
+            _ => x,
+        }
+    }
+}

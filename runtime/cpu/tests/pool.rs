@@ -1,0 +1,283 @@
+//! The persistent thread pool: coverage, parallelism, panics, concurrency, shutdown.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ferrite_cpu::{split_range, PoolError, ThreadPool};
+
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn pool_is_send_and_sync() {
+    assert_send_sync::<ThreadPool>();
+}
+
+#[test]
+fn every_chunk_runs_exactly_once() {
+    for threads in [1, 2, 3, 5] {
+        let pool = ThreadPool::new(threads).expect("pool");
+        for n in [0usize, 1, 2, 3, 7, 64, 1000] {
+            let counts: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool.parallel_for(n, |c| {
+                counts[c].fetch_add(1, Ordering::Relaxed);
+            })
+            .expect("no panic");
+            for (c, count) in counts.iter().enumerate() {
+                assert_eq!(
+                    count.load(Ordering::Relaxed),
+                    1,
+                    "threads {threads}, n {n}, chunk {c}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn results_match_serial_computation() {
+    let pool = ThreadPool::new(3).expect("pool");
+    let len = 100_003;
+    let input: Vec<f64> = (0..len).map(|i| (i as f64).sqrt()).collect();
+    let output: Vec<Mutex<f64>> = (0..16).map(|_| Mutex::new(0.0)).collect();
+    // Each chunk sums its part of the range; the parts are disjoint and cover everything.
+    pool.parallel_for(16, |c| {
+        let part: f64 = input[split_range(len, 16, c)].iter().sum();
+        *output[c].lock().unwrap() = part;
+    })
+    .expect("no panic");
+    let parallel: f64 = output.iter().map(|m| *m.lock().unwrap()).sum();
+    let serial: f64 = input.iter().sum();
+    assert!(
+        (parallel - serial).abs() <= 1e-9 * serial,
+        "{parallel} vs {serial}"
+    );
+}
+
+#[test]
+fn split_range_partitions_evenly() {
+    for len in [0usize, 1, 5, 16, 17, 1000] {
+        for n in 1..=9 {
+            let parts: Vec<_> = (0..n).map(|c| split_range(len, n, c)).collect();
+            assert_eq!(parts[0].start, 0);
+            assert_eq!(parts[n - 1].end, len);
+            for w in parts.windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+            }
+            let sizes: Vec<usize> = parts.iter().map(|r| r.len()).collect();
+            let (lo, hi) = (*sizes.iter().min().unwrap(), *sizes.iter().max().unwrap());
+            assert!(hi - lo <= 1, "uneven split of {len} into {n}: {sizes:?}");
+        }
+    }
+    assert_eq!(split_range(10, 3, 5), 10..10);
+}
+
+#[test]
+fn parallel_for_range_covers_the_range() {
+    let pool = ThreadPool::new(2).expect("pool");
+    let hits: Vec<AtomicUsize> = (0..1001).map(|_| AtomicUsize::new(0)).collect();
+    pool.parallel_for_range(hits.len(), 10, |range| {
+        assert!(range.len() >= 10 || range.end == hits.len() || range.is_empty());
+        for i in range {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        }
+    })
+    .expect("no panic");
+    assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+}
+
+#[test]
+fn work_is_spread_over_the_workers() {
+    let pool = ThreadPool::new(2).expect("pool");
+    let ids = Mutex::new(HashSet::new());
+    pool.parallel_for(8, |_| {
+        ids.lock().unwrap().insert(thread::current().id());
+        // Long enough that one thread cannot take every chunk before the other wakes.
+        thread::sleep(Duration::from_millis(20));
+    })
+    .expect("no panic");
+    assert_eq!(
+        ids.lock().unwrap().len(),
+        2,
+        "both threads should have run chunks"
+    );
+}
+
+#[test]
+fn workers_persist_across_calls() {
+    let pool = ThreadPool::new(3).expect("pool");
+    let ids = Mutex::new(HashSet::new());
+    for _ in 0..200 {
+        pool.parallel_for(6, |_| {
+            ids.lock().unwrap().insert(thread::current().id());
+            std::hint::black_box((0..2000).sum::<u64>());
+        })
+        .expect("no panic");
+    }
+    // The caller plus two workers, however many calls: no thread is spawned per call.
+    assert!(ids.lock().unwrap().len() <= 3);
+}
+
+#[test]
+fn dispatch_overhead_is_small() {
+    let pool = ThreadPool::new(2).expect("pool");
+    let calls = 20_000;
+    let start = Instant::now();
+    for _ in 0..calls {
+        pool.parallel_for(2, |c| {
+            std::hint::black_box(c);
+        })
+        .expect("no panic");
+    }
+    let per_call = start.elapsed() / calls;
+    println!("parallel_for(2 chunks, empty task): {per_call:?} per call");
+    // A spawn-per-call design costs tens of microseconds; generous bound for loaded CI.
+    assert!(
+        per_call < Duration::from_micros(200),
+        "{per_call:?} per call"
+    );
+}
+
+#[test]
+fn a_panicking_task_is_an_error_and_the_pool_survives() {
+    let pool = ThreadPool::new(2).expect("pool");
+    let ran = AtomicUsize::new(0);
+    let result = pool.parallel_for(50, |c| {
+        ran.fetch_add(1, Ordering::Relaxed);
+        if c == 7 {
+            panic!("chunk seven failed");
+        }
+    });
+    match result {
+        Err(PoolError::TaskPanicked { chunk, message }) => {
+            assert_eq!(chunk, 7);
+            assert!(message.contains("chunk seven failed"), "{message}");
+        }
+        other => panic!("expected a task panic, got {other:?}"),
+    }
+    // Still works afterwards, on all threads.
+    let count = AtomicUsize::new(0);
+    pool.parallel_for(100, |_| {
+        count.fetch_add(1, Ordering::Relaxed);
+    })
+    .expect("pool still usable");
+    assert_eq!(count.load(Ordering::Relaxed), 100);
+    // Formatted panics carry their message too.
+    let err = pool
+        .parallel_for(3, |c| assert!(c != 2, "bad chunk {c}"))
+        .unwrap_err();
+    assert!(err.to_string().contains("bad chunk 2"), "{err}");
+}
+
+#[test]
+fn usable_from_several_threads_at_once() {
+    let pool = Arc::new(ThreadPool::new(2).expect("pool"));
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let pool = Arc::clone(&pool);
+            thread::spawn(move || {
+                for round in 0..200 {
+                    let n = 1 + (t * 7 + round) % 13;
+                    let sum = AtomicUsize::new(0);
+                    pool.parallel_for(n, |c| {
+                        sum.fetch_add(c + 1, Ordering::Relaxed);
+                    })
+                    .expect("no panic");
+                    assert_eq!(sum.load(Ordering::Relaxed), n * (n + 1) / 2);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("caller thread");
+    }
+}
+
+#[test]
+fn nested_parallel_for_does_not_deadlock() {
+    let pool = ThreadPool::new(2).expect("pool");
+    let total = AtomicUsize::new(0);
+    pool.parallel_for(4, |_| {
+        pool.parallel_for(5, |_| {
+            total.fetch_add(1, Ordering::Relaxed);
+        })
+        .expect("inner");
+    })
+    .expect("outer");
+    assert_eq!(total.load(Ordering::Relaxed), 20);
+}
+
+#[test]
+fn zero_threads_is_an_error_and_drop_joins() {
+    assert_eq!(ThreadPool::new(0).unwrap_err(), PoolError::ZeroThreads);
+    // Creating and dropping pools repeatedly must not leak or hang.
+    for _ in 0..50 {
+        let pool = ThreadPool::new(3).expect("pool");
+        pool.parallel_for(3, |_| {}).expect("no panic");
+    }
+    assert!(
+        ThreadPool::with_default_threads()
+            .expect("default pool")
+            .threads()
+            >= 1
+    );
+}
+
+#[test]
+fn timed_loops_record_every_chunk_on_its_thread() {
+    use ferrite_cpu::pool::ChunkTimes;
+    let pool = ThreadPool::new(2).expect("pool");
+    let origin = Instant::now();
+    let times = ChunkTimes::new(origin);
+    let len = 64;
+    // Each chunk records which OS thread ran it, to check the reported worker index.
+    let ran_on: Vec<Mutex<Option<thread::ThreadId>>> = (0..len).map(|_| Mutex::new(None)).collect();
+    let caller = thread::current().id();
+    let mut n_chunks = 0;
+    let mut saw_both = false;
+    for _ in 0..20 {
+        pool.parallel_for_range_timed(len, 1, &times, |r| {
+            for i in r {
+                *ran_on[i].lock().unwrap() = Some(thread::current().id());
+            }
+            thread::sleep(Duration::from_millis(2));
+        })
+        .expect("no panic");
+        let spans = times.take();
+        let end = origin.elapsed();
+        // 64 points of at least 1 cut into at most 4 chunks per thread: 8.
+        n_chunks = spans.len();
+        let mut chunks: Vec<usize> = spans.iter().map(|s| s.chunk).collect();
+        chunks.sort_unstable();
+        assert_eq!(chunks, (0..8).collect::<Vec<_>>());
+        for s in &spans {
+            assert!(s.worker < 2, "{s:?}");
+            assert!(s.duration >= Duration::from_millis(2), "{s:?}");
+            assert!(s.start + s.duration <= end, "{s:?} ends after {end:?}");
+            let first = split_range(len, 8, s.chunk).start;
+            let id = ran_on[first].lock().unwrap().expect("ran");
+            assert_eq!(s.worker == 0, id == caller, "{s:?}");
+        }
+        for w in 0..2 {
+            let mut mine: Vec<_> = spans.iter().filter(|s| s.worker == w).collect();
+            mine.sort_by_key(|s| s.start);
+            for pair in mine.windows(2) {
+                assert!(
+                    pair[0].start + pair[0].duration <= pair[1].start,
+                    "{pair:?}"
+                );
+            }
+        }
+        saw_both |= spans.iter().any(|s| s.worker == 0) && spans.iter().any(|s| s.worker == 1);
+        if saw_both {
+            break;
+        }
+    }
+    assert_eq!(n_chunks, 8);
+    assert!(saw_both, "the worker never ran a chunk");
+    // The untimed loop records nothing.
+    pool.parallel_for(8, |_| {}).expect("no panic");
+    assert!(times.take().is_empty());
+}

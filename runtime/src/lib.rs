@@ -1,3 +1,0 @@
-pub mod accel;
-pub mod cpu;
-pub mod profile;

@@ -1,0 +1,21 @@
+//! Ferrite's test kit: what more than one crate's tests need, written once.
+//!
+//! * [`examples`]: the repository's example graphs and tile kernels, by name.
+//! * [`random`]: a seeded generator of random well-typed graphs and their inputs.
+//! * [`differential`]: fused and unfused schedules against the reference interpreter.
+//! * [`golden`]: one golden-file harness: compare, show a line diff on drift, re-bless
+//!   with `FERRITE_BLESS=1`.
+//!
+//! This crate is a dev-dependency only; nothing that ships depends on it.
+
+pub mod differential;
+pub mod examples;
+pub mod golden;
+pub mod random;
+
+pub use differential::{check_against_interpreter, primitive};
+pub use examples::{
+    example, example_graph, example_names, example_source, repo_root, tile_example_source,
+};
+pub use golden::{bless_requested, check_golden, diff};
+pub use random::{inputs_for, random_graph, random_graph_with, random_inputs, RandomGraph};
