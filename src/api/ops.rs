@@ -1,4 +1,4 @@
-//! One method per op of the graph IR (DESIGN §2), on [`Tensor`], and the creation ops on
+//! One method per op of the graph IR (docs/graph-format.md), on [`Tensor`], and the creation ops on
 //! [`Graph`].
 //!
 //! Names and argument orders follow PyTorch where it has the op (`index_select(axis,

@@ -1,4 +1,4 @@
-//! The `.fg` text format of the graph IR (DESIGN.md §2): a lexer, a parser that
+//! The `.fg` text format of the graph IR (`docs/graph-format.md`): a lexer, a parser that
 //! types the graph as it reads and reports every mistake as a located
 //! [`Diagnostic`], and a printer whose output parses back to the same graph.
 //!

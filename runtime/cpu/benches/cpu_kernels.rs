@@ -1,0 +1,176 @@
+//! Generated CPU code through the real pipeline (parse, decompose, schedule, compile), in
+//! criterion benches rather than printed from tests:
+//!
+//! - `pointwise_chain_4M`: the `pointwise_chain` example at 2048 x 2048 and the same chain
+//!   without transcendentals, fused into one kernel vs one kernel per op, at 1 and 2 threads;
+//! - `stream_4M`: a memory-bound fused kernel (`x * 1.5 + y`) beside `memcpy` of the same
+//!   bytes, so its share of the copy bandwidth reads off one run;
+//! - `vmath_1M`: transcendental-heavy kernels over 1M `f32` on one thread (per element:
+//!   divide by 2^20), with a plain `x * 1.5` as the memory-bound yardstick;
+//! - `compile_transformer_block`: Cranelift compile time of the example's kernels.
+//!
+//! Every program is checked against the reference interpreter once before it is timed, so
+//! a faster but wrong variant cannot go unnoticed here.
+//!
+//! `cargo bench -p ferrite-cpu --bench cpu_kernels`
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use ferrite_cpu::{CpuOptions, CpuProgram};
+use ferrite_ir::loops::Program;
+use ferrite_ir::{Graph, Tensor};
+use ferrite_passes::decompose::decompose;
+use ferrite_passes::schedule::{schedule, ScheduleOptions};
+
+fn graph(src: &str) -> Graph {
+    ferrite_ir::parse("bench.fg", src).unwrap_or_else(|d| panic!("{d}"))
+}
+
+fn program(g: &Graph, fuse: bool) -> Program {
+    let d = decompose(g).expect("decompose");
+    let opts = if fuse {
+        ScheduleOptions::default()
+    } else {
+        ScheduleOptions::unfused()
+    };
+    schedule(&d, &opts).expect("schedule").program
+}
+
+fn inputs(g: &Graph) -> Vec<Tensor> {
+    g.param_types()
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| Tensor::random(ty, i as u64))
+        .collect()
+}
+
+/// Compiles `g` and checks its first output against the interpreter.
+fn compiled(g: &Graph, fuse: bool, threads: usize, xs: &[Tensor]) -> CpuProgram {
+    let c = CpuProgram::compile(&program(g, fuse), &CpuOptions::with_threads(threads))
+        .expect("compile");
+    let want = ferrite_ir::interpret(g, xs).expect("interpret");
+    let got = c.run(xs).expect("run");
+    got[0]
+        .check_close(&want[0], 1e-4, 1e-5)
+        .unwrap_or_else(|e| panic!("{}: {e}", g.name));
+    c
+}
+
+/// The `pointwise_chain` chain without `tanh`, `log` and `exp`: memory-bound when unfused.
+const ALGEBRAIC_CHAIN: &str = "graph algebraic_chain(x: f32[2048, 2048], y: f32[2048, 2048], bias: f32[2048]) -> f32[2048, 2048] {
+  a = add(x, bias)
+  t = mul(a, 0.5)
+  dt = sub(1.0, mul(t, t))
+  g = mul(add(t, dt), y)
+  m = maximum(abs(g), 1e-3)
+  out = minimum(mul(sign(g), m), 2.0)
+  return out
+}
+";
+
+fn pointwise_chains(c: &mut Criterion) {
+    let chain = graph(
+        &ferrite_testkit::example_source("pointwise_chain")
+            .1
+            .replace("1024", "2048"),
+    );
+    let algebraic = graph(ALGEBRAIC_CHAIN);
+    let mut group = c.benchmark_group("pointwise_chain_4M");
+    group.sample_size(10);
+    for g in [&chain, &algebraic] {
+        let xs = inputs(g);
+        for threads in [1, 2] {
+            for fuse in [true, false] {
+                let p = compiled(g, fuse, threads, &xs);
+                let name = format!(
+                    "{}/{}/{threads}t",
+                    g.name,
+                    if fuse { "fused" } else { "unfused" }
+                );
+                group.bench_function(name, |b| b.iter(|| black_box(p.run(&xs).expect("run"))));
+            }
+        }
+    }
+    group.finish();
+}
+
+fn stream(c: &mut Criterion) {
+    const N: usize = 4 << 20;
+    let g = graph(&format!(
+        "graph axpy(x: f32[{N}], y: f32[{N}]) -> f32[{N}] {{\n  z = add(mul(x, 1.5), y)\n  return z\n}}\n"
+    ));
+    let xs = inputs(&g);
+    let mut group = c.benchmark_group("stream_4M");
+    group.sample_size(20);
+    // x*a+y moves 12 bytes per element; memcpy of 4M f32 moves 8.
+    group.throughput(Throughput::Bytes((N * 12) as u64));
+    for threads in [1, 2] {
+        let p = compiled(&g, true, threads, &xs);
+        group.bench_function(format!("axpy/{threads}t"), |b| {
+            b.iter(|| black_box(p.run(&xs).expect("run")))
+        });
+    }
+    let src: Vec<f32> = (0..N).map(|i| i as f32).collect();
+    let mut dst = vec![0f32; N];
+    group.throughput(Throughput::Bytes((N * 8) as u64));
+    group.bench_function("memcpy", |b| {
+        b.iter(|| {
+            dst.copy_from_slice(&src);
+            black_box(&mut dst);
+        })
+    });
+    group.finish();
+}
+
+const CHAIN: &str = "  a = add(x, bias)
+  t = tanh(mul(a, 0.5))
+  dt = sub(1.0, mul(t, t))
+  g = mul(add(t, dt), y)
+  m = maximum(abs(g), 1e-3)
+  l = log(m)
+  out = minimum(mul(sign(g), exp(mul(l, 0.5))), 2.0)";
+
+fn vmath(c: &mut Criterion) {
+    let cases: &[(&str, &str, bool)] = &[
+        ("copy", "  out = mul(x, 1.5)", true),
+        ("exp", "  out = exp(x)", true),
+        ("exp_wide", "  out = exp(mul(x, 40.0))", true),
+        ("tanh", "  out = tanh(x)", true),
+        ("log", "  out = log(abs(x))", true),
+        ("sigmoid", "  out = sigmoid(x)", true),
+        ("erf", "  out = erf(x)", true),
+        ("sin", "  out = sin(x)", true),
+        ("exp_log", "  out = exp(log(abs(x)))", true),
+        ("chain_fused", CHAIN, true),
+        ("chain_unfused", CHAIN, false),
+    ];
+    let mut group = c.benchmark_group("vmath_1M");
+    group.sample_size(20);
+    group.throughput(Throughput::Elements(1 << 20));
+    for &(name, body, fuse) in cases {
+        let g = graph(&format!(
+            "graph {name}(x: f32[1024, 1024], y: f32[1024, 1024], bias: f32[1024]) -> f32[1024, 1024] {{\n{body}\n  return out\n}}\n"
+        ));
+        let xs = inputs(&g);
+        let p = compiled(&g, fuse, 1, &xs);
+        group.bench_function(name, |b| b.iter(|| black_box(p.run(&xs).expect("run"))));
+    }
+    group.finish();
+}
+
+fn compile_time(c: &mut Criterion) {
+    let g = ferrite_testkit::example_graph("transformer_block");
+    let mut group = c.benchmark_group("compile_transformer_block");
+    group.sample_size(10);
+    for fuse in [true, false] {
+        let p = program(&g, fuse);
+        group.bench_function(if fuse { "fused" } else { "unfused" }, |b| {
+            b.iter(|| {
+                black_box(CpuProgram::compile(&p, &CpuOptions::with_threads(1)).expect("compile"))
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, pointwise_chains, stream, vmath, compile_time);
+criterion_main!(benches);
