@@ -52,6 +52,10 @@ pub fn sim(args: &SimArgs, out: &mut dyn Write) -> CliResult {
         }
     }
     let mut bound = Vec::with_capacity(params.len());
+    // The simulator's working copies of all buffers together are bounded; count them
+    // before any buffer is made, so that many large `zeros:` arguments are refused
+    // rather than exhausting memory.
+    let mut host_left = sim::MAX_DEVICE_HOST_BYTES;
     for p in params {
         let mut given = args.args.iter().filter(|(n, _)| n == &p.name);
         let value = match (given.next(), given.next()) {
@@ -66,7 +70,7 @@ pub fn sim(args: &SimArgs, out: &mut dyn Write) -> CliResult {
                 return Err(CliError::User(format!("--arg `{}` is given twice", p.name)))
             }
         };
-        bound.push(bind(&p.name, p.ty, value)?);
+        bound.push(bind(&p.name, p.ty, value, &mut host_left)?);
     }
 
     let report = sim::run(&machine, &kernel, args.grid, &mut bound)
@@ -99,20 +103,37 @@ pub fn sim(args: &SimArgs, out: &mut dyn Write) -> CliResult {
 }
 
 /// Turns one `--arg` value into a kernel argument of the parameter's type.
-fn bind(name: &str, ty: ParamType, value: &str) -> Result<KernelArg, CliError> {
+fn bind(
+    name: &str,
+    ty: ParamType,
+    value: &str,
+    host_left: &mut u64,
+) -> Result<KernelArg, CliError> {
     let bad = |msg: String| CliError::User(format!("--arg {name}={value}: {msg}"));
+    let mut take = |ty: &TensorType| {
+        let per = if ty.dtype == DType::Bool { 1 } else { 8 };
+        let need = (ty.numel() as u64).saturating_mul(per);
+        if need > *host_left {
+            return Err(bad(format!(
+                "the simulator keeps 8 bytes per element, and this buffer ({ty}, {need} \
+                 bytes) with the ones before it exceeds its limit of {} bytes",
+                sim::MAX_DEVICE_HOST_BYTES
+            )));
+        }
+        *host_left -= need;
+        Ok(())
+    };
     match ty {
         ParamType::Ptr(dtype) => {
             if let Some(shape) = value.strip_prefix("zeros:") {
                 let shape = parse_dims(shape).map_err(bad)?;
                 let ty = TensorType::new(dtype, shape).map_err(bad)?;
-                if ty.size_bytes() > 4 << 30 {
-                    return Err(bad("buffers above 4 GiB are refused".into()));
-                }
+                take(&ty)?;
                 return Ok(KernelArg::Buffer(Tensor::zeros(&ty)));
             }
             let path = PathBuf::from(value);
             let t = npy::decode(&read_file(&path)?).map_err(bad)?;
+            take(&t.ty)?;
             if t.ty.dtype != dtype {
                 return Err(bad(format!(
                     "the parameter is *{dtype} but the file holds {}",

@@ -444,3 +444,79 @@ fn device_errors() {
     assert!(matches!(dev.read(x), Err(SimError::Device { .. })));
     assert_eq!(dev.find("x"), None);
 }
+
+/// Reliability finding F08: the per-loop and per-grid guards multiplied, so a kernel could
+/// keep the simulator busy for hours. Every launch now spends from a budget of work
+/// units, and a launch that exhausts it stops with `SimError::Budget`.
+#[test]
+fn the_simulation_budget_stops_unbounded_kernels() {
+    let nested = kernel(
+        "kernel k(out: *f32) {\n  acc = 0\n  for i in range(0, 16777216) {\n    for j in range(0, 16777216) {\n      acc = acc + 1\n    }\n  }\n  store(out, cast(acc, f32))\n}\n",
+    );
+    let mut dev = sim::Device::new(Machine::mtia2i());
+    dev.limit_work(1 << 20, 1 << 30);
+    let out = dev
+        .upload(
+            "out",
+            &Tensor::from_f32(&[1], vec![0.0]).unwrap(),
+            Placement::Lpddr,
+        )
+        .unwrap();
+    let err = dev
+        .launch(&nested, [1, 1, 1], &[DeviceArg::Buffer(out)])
+        .unwrap_err();
+    assert!(
+        matches!(err, SimError::Budget { limit, .. } if limit == 1 << 20),
+        "{err}"
+    );
+    assert!(err.to_string().contains("budget"), "{err}");
+    assert!(dev.work_spent() > 1 << 20);
+    // A grid of many cheap programs spends the budget too.
+    let store = kernel("kernel k(out: *f32) {\n  store(out, 1.0)\n}\n");
+    let err = dev
+        .launch(&store, [1 << 20, 1, 1], &[DeviceArg::Buffer(out)])
+        .unwrap_err();
+    assert!(matches!(err, SimError::Budget { .. }), "{err}");
+    // What is left of the device's total bounds every later launch.
+    dev.limit_work(1 << 20, dev.work_spent() + 100);
+    let err = dev
+        .launch(&store, [1, 1, 1], &[DeviceArg::Buffer(out)])
+        .unwrap_err();
+    assert!(matches!(err, SimError::Budget { limit: 100, .. }), "{err}");
+    // An ordinary kernel runs well within the default budget.
+    let mut fresh = sim::Device::new(Machine::mtia2i());
+    let out = fresh
+        .upload(
+            "out",
+            &Tensor::from_f32(&[1], vec![0.0]).unwrap(),
+            Placement::Lpddr,
+        )
+        .unwrap();
+    fresh
+        .launch(&store, [64, 1, 1], &[DeviceArg::Buffer(out)])
+        .unwrap();
+}
+
+/// Reliability finding F09: the simulator keeps 8 bytes per element, so a 4 GiB f32
+/// buffer needed an 8 GiB working copy and aborted; buffers are now bounded together
+/// before anything is allocated.
+#[test]
+fn device_buffers_are_bounded_together() {
+    let mut dev = sim::Device::new(Machine::mtia2i());
+    let big = TensorType::new(DType::F32, vec![1 << 29]).unwrap(); // 4 GiB as f64
+    let err = dev
+        .alloc(
+            "a",
+            &TensorType::new(DType::F32, vec![(1 << 29) + 1]).unwrap(),
+            Placement::Lpddr,
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("limit of 4294967296 bytes"),
+        "{err}"
+    );
+    let half = TensorType::new(DType::F32, vec![1 << 28]).unwrap();
+    dev.alloc("b", &half, Placement::Lpddr).unwrap();
+    let err = dev.alloc("c", &big, Placement::Lpddr).unwrap_err();
+    assert!(err.to_string().contains("other buffers take"), "{err}");
+}

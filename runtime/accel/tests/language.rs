@@ -380,3 +380,24 @@ fn checked_constants_fold_and_promote_like_pytorch() {
     // f16 + a float constant stays f16: 1 + 0.0001 rounds back to 1.
     assert_eq!(get(2), vec![1.0]);
 }
+
+/// Reliability finding F07: a 150,000-term `n + n + ...` chain overflowed the stack while
+/// the rejected tree was dropped; the parser now refuses chains deeper than the checker
+/// accepts, with a located error.
+#[test]
+fn a_huge_operator_chain_is_a_located_error() {
+    let terms = vec!["n"; 150_000].join(" + ");
+    let src = format!("kernel k(out: *i32, n: i32) {{\n  v = {terms}\n  store(out, v)\n}}\n");
+    let err = tile::parse_and_check("chain.tile", &src)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("chain.tile:2:") && err.contains("nests deeper than 256"),
+        "{}",
+        &err[..err.len().min(300)]
+    );
+    // A chain within the limit still checks.
+    let terms = vec!["n"; 200].join(" + ");
+    let src = format!("kernel k(out: *i32, n: i32) {{\n  v = {terms}\n  store(out, v)\n}}\n");
+    tile::parse_and_check("chain.tile", &src).unwrap();
+}

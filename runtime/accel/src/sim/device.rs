@@ -2,7 +2,7 @@
 //! and the reports of those launches. [`run`] is the one-launch shortcut.
 
 use super::error::SimError;
-use super::exec::Launch;
+use super::exec::{Launch, MAX_WORK_PER_DEVICE, MAX_WORK_PER_LAUNCH};
 use super::machine::Machine;
 use super::memory::{DeviceBuffer, LineCache, Placement};
 use super::report::{Bytes, DeviceReport, SimReport};
@@ -16,6 +16,11 @@ use ferrite_ir::{DType, Tensor, TensorType};
 /// The most programs one launch may have: a guard against a grid that would keep
 /// the simulator busy for hours.
 pub const MAX_PROGRAMS: usize = 1 << 24;
+
+/// The most host memory a [`Device`]'s buffers may take together (4 GiB). The simulator
+/// keeps every element as an f64 or i64 (8 bytes, one for bool) whatever its dtype, so
+/// this is 512M elements: a buffer beyond it is refused before anything is allocated.
+pub const MAX_DEVICE_HOST_BYTES: u64 = 4 << 30;
 
 /// A buffer on a [`Device`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -66,6 +71,10 @@ pub struct Device {
     machine: Machine,
     buffers: Vec<Option<DeviceBuffer>>,
     report: DeviceReport,
+    /// Work units of the simulation budget spent by every launch so far.
+    work: u64,
+    /// The simulation budget: work units per launch and for all launches together.
+    work_limits: (u64, u64),
 }
 
 impl Device {
@@ -75,7 +84,24 @@ impl Device {
             machine,
             buffers: Vec::new(),
             report: DeviceReport::default(),
+            work: 0,
+            work_limits: (MAX_WORK_PER_LAUNCH, MAX_WORK_PER_DEVICE),
         }
+    }
+
+    /// Lowers the simulation budget (work units per launch, and for all launches of
+    /// this device together) below the defaults [`MAX_WORK_PER_LAUNCH`] and
+    /// [`MAX_WORK_PER_DEVICE`]; larger values are clamped to them.
+    pub fn limit_work(&mut self, per_launch: u64, total: u64) {
+        self.work_limits = (
+            per_launch.min(MAX_WORK_PER_LAUNCH),
+            total.min(MAX_WORK_PER_DEVICE),
+        );
+    }
+
+    /// Work units of the simulation budget spent so far.
+    pub fn work_spent(&self) -> u64 {
+        self.work
     }
 
     /// The machine simulated.
@@ -136,6 +162,24 @@ impl Device {
             Placement::Lpddr => (self.machine.lpddr_bytes, "LPDDR"),
             Placement::Sram => (self.machine.sram_bytes, "SRAM"),
         };
+        let host = host_bytes(ty);
+        let host_used: u64 = self
+            .buffers
+            .iter()
+            .flatten()
+            .map(|b| host_bytes(&b.ty))
+            .sum();
+        if host_used.saturating_add(host) > MAX_DEVICE_HOST_BYTES {
+            return Err(SimError::Device {
+                message: format!(
+                    "buffer `{name}` ({}) needs {host} bytes of simulator memory (the \
+                     simulator keeps 8 bytes per element); with the {host_used} bytes its \
+                     other buffers take, that is more than the limit of {MAX_DEVICE_HOST_BYTES} \
+                     bytes",
+                    ty
+                ),
+            });
+        }
         let used = self.used(placement);
         if used.saturating_add(bytes) > capacity {
             return Err(SimError::Device {
@@ -341,13 +385,27 @@ impl Device {
             bytes: Bytes::default(),
             dot_flops: 0,
             vector_ops: 0,
+            work: 0,
+            work_limit: self
+                .work_limits
+                .0
+                .min(self.work_limits.1.saturating_sub(self.work)),
         };
         let pes = rates.pes;
         let mut cycles = Vec::with_capacity(programs);
+        let mut ran = Ok(());
         for i in 0..programs {
             let pid = [i % grid[0], i / grid[0] % grid[1], i / (grid[0] * grid[1])];
-            cycles.push(launch.run_program(pid, active_in_wave(i, programs, pes))?);
+            match launch.run_program(pid, active_in_wave(i, programs, pes)) {
+                Ok(c) => cycles.push(c),
+                Err(e) => {
+                    ran = Err(e);
+                    break;
+                }
+            }
         }
+        self.work = self.work.saturating_add(launch.work);
+        ran?;
         let (busy, compute) = schedule(&cycles, pes);
         let longest = busy.iter().copied().fold(0.0, f64::max);
         let dot_narrow = dot_is_narrow(kernel);
@@ -375,6 +433,12 @@ impl Device {
         self.report.launches.push(report.clone());
         Ok(report)
     }
+}
+
+/// Host bytes the simulator's copy of a buffer of type `ty` takes.
+fn host_bytes(ty: &TensorType) -> u64 {
+    let per = if ty.dtype == DType::Bool { 1 } else { 8 };
+    (ty.numel() as u64).saturating_mul(per)
 }
 
 /// The number of elements a tensor's data holds.

@@ -37,6 +37,15 @@ pub enum SimError {
         /// What went wrong, naming the statement.
         message: String,
     },
+    /// A launch spent its simulation budget (`sim::MAX_WORK_PER_LAUNCH`, or the rest of
+    /// `sim::MAX_WORK_PER_DEVICE`) and was
+    /// stopped: the kernel does more work than the simulator runs in bounded time.
+    Budget {
+        /// The kernel launched.
+        kernel: String,
+        /// The budget, in work units.
+        limit: u64,
+    },
     /// A device operation failed: unknown buffer, capacity exceeded, wrong type.
     Device {
         /// What is wrong.
@@ -119,6 +128,15 @@ impl fmt::Display for SimError {
                 program: p,
                 message,
             } => write!(f, "kernel `{kernel}`, {}: {message}", program(p)),
+            SimError::Budget { kernel, limit } => write!(
+                f,
+                "kernel `{kernel}`: stopped after {limit} units of simulated work, the \
+                 simulator's budget (per launch, or what was left of the device's; each element computed is one unit, each \
+                 statement {} more, each program {}); use a smaller grid, larger blocks or \
+                 fewer loop iterations",
+                super::exec::STEP_COST,
+                super::exec::PROGRAM_COST
+            ),
             SimError::Device { message } => write!(f, "device: {message}"),
         }
     }

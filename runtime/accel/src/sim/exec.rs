@@ -14,6 +14,25 @@ use std::rc::Rc;
 /// kernel that would keep the simulator busy for hours.
 pub const MAX_LOOP_TRIPS: i128 = 1 << 24;
 
+/// The simulation budget of one launch, in work units: every element a tile operation
+/// computes is one unit (a `dot` of `m x k` by `k x n` is `m * k * n`), and every
+/// statement, expression and loop iteration costs [`STEP_COST`] more, every program
+/// [`PROGRAM_COST`], since the simulator's own overhead per step is that of a few dozen
+/// elements. A launch that would exceed it stops with [`SimError::Budget`]: the
+/// simulator runs in bounded time whatever the kernel. On this project's 2-core
+/// machine a launch that spends the whole budget takes a few seconds.
+pub const MAX_WORK_PER_LAUNCH: u64 = 1 << 32;
+
+/// The simulation budget of a whole [`Device`](super::Device)'s life (a compiled program's
+/// run): launches together spend at most this many work units.
+pub const MAX_WORK_PER_DEVICE: u64 = 1 << 34;
+
+/// Work units of one statement, expression or loop iteration, beside its elements.
+pub const STEP_COST: u64 = 64;
+
+/// Work units of starting one program of a launch.
+pub const PROGRAM_COST: u64 = 1024;
+
 /// A runtime value.
 #[derive(Clone, Debug)]
 enum Val {
@@ -39,6 +58,10 @@ pub(crate) struct Launch<'a> {
     pub bytes: Bytes,
     pub dot_flops: u64,
     pub vector_ops: u64,
+    /// Work units spent so far (see [`MAX_WORK_PER_LAUNCH`]).
+    pub work: u64,
+    /// The work units this launch may spend.
+    pub work_limit: u64,
 }
 
 /// Why a program stopped.
@@ -52,6 +75,8 @@ enum Fault {
         write: bool,
     },
     Message(String),
+    /// The launch spent its simulation budget.
+    Budget,
 }
 
 impl From<String> for Fault {
@@ -102,6 +127,9 @@ impl Launch<'_> {
             };
         }
         let clock = Clock::new(&self.rates, active);
+        if self.charge(PROGRAM_COST).is_err() {
+            return Err(self.budget_error());
+        }
         let mut p = Program {
             launch: self,
             slots,
@@ -113,6 +141,25 @@ impl Launch<'_> {
         match p.block(&kernel.body) {
             Ok(()) => Ok(p.clock.finish()),
             Err(fault) => Err(p.error(fault)),
+        }
+    }
+}
+
+impl Launch<'_> {
+    /// Spends `units` of the launch's simulation budget.
+    fn charge(&mut self, units: u64) -> Run<()> {
+        self.work = self.work.saturating_add(units);
+        if self.work > self.work_limit {
+            Err(Fault::Budget)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn budget_error(&self) -> SimError {
+        SimError::Budget {
+            kernel: self.kernel.name().to_string(),
+            limit: self.work_limit,
         }
     }
 }
@@ -131,6 +178,7 @@ impl Program<'_, '_> {
                 program: self.pid,
                 message,
             },
+            Fault::Budget => self.launch.budget_error(),
             Fault::OutOfBounds {
                 site,
                 lane,
@@ -167,6 +215,7 @@ impl Program<'_, '_> {
     }
 
     fn stmt(&mut self, s: &CStmt) -> Run<()> {
+        self.launch.charge(STEP_COST)?;
         match s {
             CStmt::Assign(slot, e) => {
                 let v = self.eval(e)?;
@@ -207,6 +256,7 @@ impl Program<'_, '_> {
                         elems: Elems::I(vec![v]),
                     }));
                     self.clock.scalar(1.0);
+                    self.launch.charge(STEP_COST)?;
                     self.block(body)?;
                 }
             }
@@ -360,6 +410,7 @@ impl Program<'_, '_> {
             Ty::Token => (DType::Bool, &[][..]),
         };
         let n: usize = shape.iter().product();
+        self.launch.charge(STEP_COST + n as u64)?;
         Ok(match &e.kind {
             CKind::Lit(l) => rc(Tile::lit(dtype, *l)),
             CKind::Slot(s) => self.slots[*s]
@@ -468,6 +519,7 @@ impl Program<'_, '_> {
                 };
                 let (m, k) = (x.shape[0], x.shape[1]);
                 let flops = 2 * m * k * y.shape[1];
+                self.launch.charge((m * k * y.shape[1]) as u64)?;
                 self.clock.dot(flops as f64, is_narrow(x.dtype));
                 self.launch.dot_flops += flops as u64;
                 rc(Tile::dot(&x, &y, c.as_deref())?)

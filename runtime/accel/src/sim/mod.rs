@@ -19,9 +19,11 @@ mod report;
 mod timing;
 mod value;
 
-pub use device::{run, BufferId, Device, DeviceArg, KernelArg, MAX_PROGRAMS};
+pub use device::{
+    run, BufferId, Device, DeviceArg, KernelArg, MAX_DEVICE_HOST_BYTES, MAX_PROGRAMS,
+};
 pub use error::{OutOfBounds, SimError};
-pub use exec::MAX_LOOP_TRIPS;
+pub use exec::{MAX_LOOP_TRIPS, MAX_WORK_PER_DEVICE, MAX_WORK_PER_LAUNCH, PROGRAM_COST, STEP_COST};
 pub use machine::{Machine, PresetError};
 pub use memory::Placement;
 pub use report::{Bytes, DeviceReport, SimReport};

@@ -41,7 +41,7 @@ pub const MAX_TILE_ELEMENTS: usize = 1 << 20;
 
 /// How deep a checked expression may nest (the parser's limit is lower; this
 /// guards kernels built in code).
-const MAX_DEPTH: usize = 256;
+const MAX_DEPTH: usize = super::parser::MAX_EXPRESSION_DEPTH;
 
 /// A type error, located by the span of the offending expression.
 #[derive(Clone, PartialEq, Eq, Debug)]

@@ -33,6 +33,10 @@ use ferrite_ir::{DType, Diagnostic};
 /// parser accepts; deeper input is an error rather than a stack overflow.
 pub const MAX_NESTING: usize = 64;
 
+/// The deepest expression tree the parser builds, chains of binary operators included
+/// (the checker's limit too).
+pub const MAX_EXPRESSION_DEPTH: usize = 256;
+
 /// Parses the one kernel in `src`; errors are located in `file`.
 ///
 /// ```
@@ -366,6 +370,10 @@ impl<'a> Parser<'a> {
     /// Precedence climbing over the levels of [`BinaryOp::precedence`].
     fn binary(&mut self, min_prec: u8) -> PResult<Expr> {
         let mut lhs = self.unary()?;
+        // Each operator of a left-associative chain (`a + b + c ...`) makes the tree one
+        // level deeper without recursing here; bound it, so that a huge chain is an
+        // error rather than a tree too deep to check or even to drop.
+        let mut chain = 0usize;
         loop {
             let Some(op) = self.binary_op() else {
                 return Ok(lhs);
@@ -375,6 +383,16 @@ impl<'a> Parser<'a> {
                 return Ok(lhs);
             }
             let op_at = self.advance()?.start;
+            chain += 1;
+            if self.depth + chain > MAX_EXPRESSION_DEPTH {
+                return self.err(
+                    op_at,
+                    format!(
+                        "expression nests deeper than {MAX_EXPRESSION_DEPTH} levels (a chain of \
+                         {chain} operators); split it into named steps"
+                    ),
+                );
+            }
             self.enter(op_at)?;
             let rhs = self.binary(prec + 1)?;
             self.depth -= 1;
