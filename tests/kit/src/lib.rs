@@ -10,6 +10,7 @@
 
 pub mod differential;
 pub mod examples;
+pub mod fuzz;
 pub mod golden;
 pub mod random;
 

@@ -1,0 +1,132 @@
+//! Fuzz targets for the inputs a user hands Ferrite: `.fg` text, `.npy` bytes and `.tile`
+//! kernels (parsed, checked, and run on the simulator under a small budget). Each runs a
+//! bounded number of mutants of the repository's own files in CI; by hand, for an hour each:
+//!
+//! ```text
+//! FERRITE_FUZZ_SECONDS=3600 cargo test --release --test fuzz -- --test-threads 1 fg_parser
+//! FERRITE_FUZZ_SECONDS=3600 cargo test --release --test fuzz -- --test-threads 1 npy_decoder
+//! FERRITE_FUZZ_SECONDS=3600 cargo test --release --test fuzz -- --test-threads 1 tile_kernels
+//! ```
+//!
+//! The whole pipeline is fuzzed differentially by the random-graph tests
+//! (`FERRITE_FUZZ_CASES=N` on `-p ferrite-passes --test differential`, `-p ferrite-cpu --test
+//! differential` and `-p ferrite-accel --test lower`). The harness is
+//! `ferrite_testkit::fuzz`; failing inputs land in `target/fuzz-findings/`.
+
+use ferrite_accel::{sim, tile};
+use ferrite_ir::{npy, parse_bytes, print, verify, DType, Tensor, TensorType};
+use ferrite_testkit::fuzz::{check_location, corpus, fuzz, Verdict};
+
+fn fg_target(input: &[u8]) -> Verdict {
+    match parse_bytes("fuzz.fg", input) {
+        Ok(g) => {
+            verify(&g).map_err(|e| format!("a parsed graph fails verification: {e}"))?;
+            let printed = print(&g);
+            let again = ferrite_ir::parse("printed.fg", &printed)
+                .map_err(|d| format!("the printed graph does not parse: {d}\n{printed}"))?;
+            if print(&again) != printed {
+                return Err("printing is not a fixed point".into());
+            }
+            Ok(true)
+        }
+        Err(d) => check_location(&d.to_string(), "fuzz.fg", input),
+    }
+}
+
+#[test]
+fn fg_parser() {
+    let seeds = corpus(
+        &[
+            "examples",
+            "tests/parse",
+            "tests/errors",
+            "passes/tests/golden",
+        ],
+        &[".fg"],
+    );
+    let stats = fuzz("fg_parser", &seeds, 20_000, fg_target);
+    assert!(stats.accepted > 0);
+}
+
+fn npy_seeds() -> Vec<Vec<u8>> {
+    let mut seeds = Vec::new();
+    for (i, d) in [
+        DType::F32,
+        DType::F16,
+        DType::Bf16,
+        DType::I32,
+        DType::I64,
+        DType::Bool,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for shape in [vec![], vec![3], vec![2, 3], vec![2, 1, 2]] {
+            let ty = TensorType::new(d, shape).unwrap();
+            seeds.push(npy::encode(&Tensor::random(&ty, i as u64)));
+        }
+    }
+    seeds
+}
+
+fn npy_target(input: &[u8]) -> Verdict {
+    let Ok(t) = npy::decode(input) else {
+        return Ok(false);
+    };
+    {
+        let again = npy::decode(&npy::encode(&t))
+            .map_err(|e| format!("a decoded tensor does not re-decode: {e}"))?;
+        if format!("{:?}", again.to_f64()) != format!("{:?}", t.to_f64()) || again.ty != t.ty {
+            return Err("encode then decode changed the tensor".into());
+        }
+    }
+    Ok(true)
+}
+
+#[test]
+fn npy_decoder() {
+    let stats = fuzz("npy_decoder", &npy_seeds(), 20_000, npy_target);
+    assert!(stats.accepted > 0);
+}
+
+fn tile_target(input: &[u8]) -> Verdict {
+    let Ok(src) = std::str::from_utf8(input) else {
+        return Ok(false);
+    };
+    let k = match tile::parse_and_check("fuzz.tile", src) {
+        Ok(k) => k,
+        Err(d) => return check_location(&d.to_string(), "fuzz.tile", input),
+    };
+    let printed = tile::print(k.kernel());
+    let again = tile::parse("printed.tile", &printed)
+        .map_err(|d| format!("the printed kernel does not parse: {d}\n{printed}"))?;
+    if &again != k.kernel() {
+        return Err(format!("printing changed the kernel:\n{printed}"));
+    }
+    // Run it on small buffers under a small budget: faults are errors, never panics.
+    let mut dev = sim::Device::new(sim::Machine::mtia2i());
+    dev.limit_work(1 << 22, 1 << 23);
+    let mut args = Vec::new();
+    for p in &k.kernel().params {
+        args.push(match p.ty {
+            tile::ParamType::Ptr(d) => {
+                let ty = TensorType::new(d, vec![256]).unwrap();
+                match dev.upload(&p.name, &Tensor::random(&ty, 1), sim::Placement::Lpddr) {
+                    Ok(id) => sim::DeviceArg::Buffer(id),
+                    Err(_) => return Ok(true),
+                }
+            }
+            tile::ParamType::Scalar(d) if d.is_float() => sim::DeviceArg::Float(0.5),
+            tile::ParamType::Scalar(_) => sim::DeviceArg::Int(1),
+        });
+    }
+    let _ = dev.launch(&k, [2, 1, 1], &args);
+    Ok(true)
+}
+
+#[test]
+fn tile_kernels() {
+    let seeds = corpus(&["examples/kernels", "tests/filetests"], &[".tile"]);
+    let stats = fuzz("tile_kernels", &seeds, 5_000, tile_target);
+    assert!(stats.accepted > 0);
+}
