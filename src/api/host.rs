@@ -263,7 +263,9 @@ impl Array {
         rtol: f64,
         atol: f64,
     ) -> std::result::Result<(), String> {
-        self.0.check_close(&expected.0, rtol, atol)
+        self.0
+            .check_close(&expected.0, rtol, atol)
+            .map_err(|e| e.to_string())
     }
 
     /// The IR's host tensor.
