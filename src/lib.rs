@@ -57,7 +57,8 @@
 //!   `Send + Sync`; it runs on inputs by position ([`Compiled::run`],
 //!   [`Compiled::execute`]) or by name ([`Compiled::run_named`]), and profiles itself
 //!   ([`Compiled::profile`], [`Compiled::profile_report`]).
-//! - [`Tensor`]: host data in and out, from and to `Vec`s, slices and `.npy`. It is the one data type of the API.
+//! - [`Tensor`]: host data in and out, from and to `Vec`s, slices and `.npy` (and
+//!   `ndarray` arrays with the `ndarray` feature). It is the one data type of the API.
 //! - [`jit`] and [`Jit`]: Dynamo-style capture with a guard cache and eager fallback
 //!   ([`api::jit`] describes the policy; `FERRITE_LOG=1` logs every compile); [`eager`]
 //!   runs a closure op by op.
@@ -71,7 +72,13 @@
 //! [`ir::Tensor`], which [`Tensor`] wraps); the compiler passes as [`passes`], for the
 //! types [`Compiled`]'s reports are made of. A user needs no other Ferrite crate.
 //! This crate is also the only one that reads files and parses flags (in the
-//! `ferrite` binary).
+//! `ferrite` binary, built with the default `cli` feature).
+//!
+//! # Features
+//!
+//! - `cli` (default): the `ferrite` binary and its dependency on `clap`. The library
+//!   itself does not need it: `ferrite = { default-features = false }` builds without.
+//! - `ndarray`: conversions between [`Tensor`] and `ndarray` arrays.
 #![warn(missing_docs)]
 
 pub mod api;
@@ -93,3 +100,6 @@ pub use ferrite_ir::{
 pub use ferrite_passes as passes;
 /// The `half` crate, for the `f16` and `bf16` element types of [`Tensor`].
 pub use half;
+/// The `ndarray` crate, whose arrays convert from and to [`Tensor`] (the `ndarray` feature).
+#[cfg(feature = "ndarray")]
+pub use ndarray;

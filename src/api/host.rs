@@ -5,8 +5,9 @@
 //! A [`Tensor`] wraps the IR's host tensor ([`ferrite_ir::Tensor`]) and keeps it
 //! well-formed: its element storage always matches its type, because the only ways to
 //! build one are checked. It converts from and to `Vec`s and slices of the element
-//! types ([`Element`]: `f32`, `f16`, `bf16`, `i32`, `i64`, `bool`) and from and to
-//! numpy's `.npy` format, as bytes or as files.
+//! types ([`Element`]: `f32`, `f16`, `bf16`, `i32`, `i64`, `bool`), from and to
+//! numpy's `.npy` format, as bytes or as files, and with the `ndarray` feature from and
+//! to `ndarray` arrays.
 //!
 //! ```
 //! use ferrite::Tensor;

@@ -4,6 +4,7 @@
 //!   poisoned-builder error model;
 //! - `ops.rs`: a method for every op;
 //! - `host.rs`: [`Tensor`](crate::Tensor), host data in and out;
+//! - `ndarray.rs`: conversions between `Tensor` and `ndarray` arrays (the `ndarray` feature);
 //! - `compile.rs`: [`Options`](crate::Options), [`Target`](crate::Target), [`compile`](crate::compile), [`Compiled`](crate::Compiled);
 //! - `jit.rs`: [`jit`](crate::jit), tracing, the guard cache, eager mode;
 //! - `profile.rs`: [`ferrite::profile`](crate::profile), the profiler's reports, re-exported;
@@ -15,6 +16,8 @@ pub mod compile;
 pub mod error;
 pub mod host;
 pub mod jit;
+#[cfg(feature = "ndarray")]
+mod ndarray;
 pub mod ops;
 pub mod profile;
 pub mod sim;
