@@ -564,7 +564,7 @@ fn wrong_inputs_are_typed_errors_on_every_target() {
                 got: DType::I64
             }
         );
-        // Owned arrays work as well as references.
+        // Owned tensors work as well as references.
         let out = exe.run(&[x.clone(), s.clone()]).unwrap();
         assert_eq!(out[0], f32s(&[2, 2], &[10.0, 200.0, 30.0, 400.0]));
     }

@@ -5,7 +5,7 @@
 //! an operator (`+ - * /`, `+= -= *= /=`, unary `-`) records an op in its graph and
 //! returns a handle to the result; nothing is computed.
 //!
-//! Operators take tensors (owned or borrowed) and scalars. On the right any
+//! Operators take `Var`s (owned or borrowed) and scalars. On the right any
 //! [`ScalarValue`] works (`f32`, `f64`, `i32`, `i64`, `bool`); on the left only `f64` and
 //! `i64`, because with two candidate types a bare literal (`1.0 - x`) would leave the
 //! result's type unknown until inference falls back, and `(1.0 - x).relu()` would not
