@@ -7,13 +7,13 @@
 
 mod models;
 
-use ferrite::{Array, Options, Target};
+use ferrite::{Options, Target, Tensor};
 use std::time::{Duration, Instant};
 
 /// The median time of `runs` calls of `f`, after one warm-up call.
 fn time(
     runs: usize,
-    mut f: impl FnMut() -> Result<Vec<Array>, ferrite::Error>,
+    mut f: impl FnMut() -> Result<Vec<Tensor>, ferrite::Error>,
 ) -> Result<Duration, ferrite::Error> {
     f()?;
     let mut times = Vec::with_capacity(runs);
@@ -57,9 +57,7 @@ fn main() -> Result<(), ferrite::Error> {
     let want = eager.run(&inputs)?;
     for exe in [&unfused, &fused] {
         let got = exe.run(&inputs)?;
-        got[0]
-            .check_close(&want[0], 1e-4, 1e-6)
-            .map_err(|message| ferrite::Error::Run { message })?;
+        got[0].check_close(&want[0], 1e-4, 1e-6)?;
     }
     println!(
         "kernels: {} unfused, {} fused",
@@ -83,9 +81,7 @@ fn main() -> Result<(), ferrite::Error> {
     let want = ferrite::eager(&block, &inputs)?;
     for f in [&unfused, &fused] {
         let got = f.run(&inputs)?;
-        got[0]
-            .check_close(&want[0], 1e-3, 1e-4)
-            .map_err(|message| ferrite::Error::Run { message })?;
+        got[0].check_close(&want[0], 1e-3, 1e-4)?;
     }
     report(
         "transformer block, batch 4, sequence 32",

@@ -9,7 +9,7 @@
 
 mod models;
 
-use ferrite::{Array, Options, Target};
+use ferrite::{Options, Target, Tensor};
 use std::time::Instant;
 
 fn main() -> Result<(), ferrite::Error> {
@@ -42,9 +42,7 @@ fn main() -> Result<(), ferrite::Error> {
     // The same graph on the reference interpreter: the oracle.
     let reference =
         ferrite::compile(&g, &Options::default().target(Target::Interp))?.run(&inputs)?;
-    out[0]
-        .check_close(&reference[0], 1e-4, 1e-6)
-        .map_err(|message| ferrite::Error::Run { message })?;
+    out[0].check_close(&reference[0], 1e-4, 1e-6)?;
     assert_eq!(out[1], reference[1], "predicted classes differ");
 
     let classes = out[1].to_vec::<i64>()?;
@@ -53,7 +51,7 @@ fn main() -> Result<(), ferrite::Error> {
     println!("matches the interpreter");
 
     // A wrong input is a typed error, not a panic.
-    let wrong = Array::zeros(&ferrite::f32(&[batch, 100]))?;
+    let wrong = Tensor::zeros(&ferrite::f32(&[batch, 100]))?;
     let err = exe
         .run(&models::with_weights(&wrong, &weights))
         .unwrap_err();

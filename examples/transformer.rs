@@ -9,7 +9,7 @@
 
 mod models;
 
-use ferrite::{Array, Target};
+use ferrite::{Target, Tensor};
 use std::time::Instant;
 
 fn main() -> Result<(), ferrite::Error> {
@@ -31,8 +31,7 @@ fn main() -> Result<(), ferrite::Error> {
         );
         // The same closure, op by op on the interpreter.
         let eager = block.run_eager(&inputs)?;
-        y[0].check_close(&eager[0], 1e-3, 1e-4)
-            .map_err(|message| ferrite::Error::Run { message })?;
+        y[0].check_close(&eager[0], 1e-3, 1e-4)?;
     }
 
     let stats = block.stats();
@@ -49,14 +48,12 @@ fn main() -> Result<(), ferrite::Error> {
     let x = models::uniform(&[2, seq, models::D_MODEL], 2, 1.0);
     let inputs = models::with_weights(&x, &weights);
     let (cpu, sim) = (block.run(&inputs)?, on_sim.run(&inputs)?);
-    sim[0]
-        .check_close(&cpu[0], 1e-4, 1e-4)
-        .map_err(|message| ferrite::Error::Run { message })?;
+    sim[0].check_close(&cpu[0], 1e-4, 1e-4)?;
     println!("the simulator agrees with the CPU on batch 2");
 
     // What the first compile produced.
     let signature: Vec<_> = models::with_weights(
-        &Array::zeros(&ferrite::f32(&[2, seq, models::D_MODEL]))?,
+        &Tensor::zeros(&ferrite::f32(&[2, seq, models::D_MODEL]))?,
         &weights,
     )
     .iter()

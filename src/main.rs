@@ -1,7 +1,8 @@
 //! The `ferrite` binary: parses the command line and dispatches to `cli/`.
 //!
 //! Exit codes: 0 ok, 1 user error (with a message on standard error), 2 internal
-//! error (a bug: a panic or a broken invariant).
+//! error (a bug: a panic or a broken invariant). For an error of the library, its
+//! variant decides ([`ferrite::Error::is_internal`], through `CliError::exit_code`).
 
 mod cli;
 

@@ -6,22 +6,22 @@
 #![allow(clippy::needless_borrows_for_generic_args)]
 
 use ferrite::{
-    compile, compile_ir, concat, where_, Array, DType, Error, Graph, Options, Target, Tensor,
-    TensorType,
+    compile, compile_ir, concat, where_, DType, Error, Graph, Options, Target, Tensor, TensorType,
+    Var,
 };
 use std::path::Path;
 
 /// The inputs every op case may use.
 struct Inputs {
     g: Graph,
-    x: Tensor,
-    y: Tensor,
-    v: Tensor,
-    b: Tensor,
-    idx: Tensor,
-    m: Tensor,
-    gi: Tensor,
-    n: Tensor,
+    x: Var,
+    y: Var,
+    v: Var,
+    b: Var,
+    idx: Var,
+    m: Var,
+    gi: Var,
+    n: Var,
 }
 
 const PARAMS: &str = "x: f32[2, 3], y: f32[2, 3], v: f32[3], b: f32[3], idx: i64[2], m: bool[2, 3], gi: i64[2, 3], n: i32[2, 3]";
@@ -41,7 +41,7 @@ fn inputs() -> Inputs {
     }
 }
 
-type Case = (&'static str, fn(&Inputs) -> Tensor);
+type Case = (&'static str, fn(&Inputs) -> Var);
 
 /// Each method or operator, and the op it must record, as `.fg` text.
 const OPS: &[Case] = &[
@@ -219,7 +219,7 @@ fn every_method_records_its_op() {
 #[test]
 fn scalars_take_the_dtype_of_the_tensor_beside_them() {
     let t = inputs();
-    let cases: Vec<(Tensor, DType)> = vec![
+    let cases: Vec<(Var, DType)> = vec![
         (&t.n * 0.5, DType::F32), // float literal, int tensor: f32
         (&t.n + 1, DType::I32),   // int literal adopts i32
         (&t.n / 2, DType::F32),   // true division
@@ -236,14 +236,14 @@ fn scalars_take_the_dtype_of_the_tensor_beside_them() {
     }
 }
 
-fn f32s(shape: &[usize], values: &[f32]) -> Array {
-    Array::from_slice(shape, values).unwrap()
+fn f32s(shape: &[usize], values: &[f32]) -> Tensor {
+    Tensor::from_slice(shape, values).unwrap()
 }
 
 /// Runs a graph on every target that runs in this build and checks that they agree
 /// with `want` within `tol`.
 #[track_caller]
-fn check_on_every_target(g: &Graph, inputs: &[&Array], want: &[Array], tol: f64) {
+fn check_on_every_target(g: &Graph, inputs: &[&Tensor], want: &[Tensor], tol: f64) {
     for target in Target::ALL {
         let exe = compile(g, &Options::default().target(target))
             .unwrap_or_else(|e| panic!("{target}: {e}"));
@@ -269,14 +269,14 @@ fn operators_compute_hand_checked_values() {
     g.output(&(&n * 2 + 1));
     g.output(&x.gt(0.0).where_(&x, -1.0));
     let x_val = f32s(&[2, 3], &[1.0, -2.0, 4.0, -4.0, 5.0, -0.5]);
-    let n_val = Array::from_vec(&[2, 3], vec![1i32, 2, 3, -4, 5, 6]).unwrap();
+    let n_val = Tensor::from_vec(&[2, 3], vec![1i32, 2, 3, -4, 5, 6]).unwrap();
     let want = vec![
         f32s(&[2, 3], &[1.0, 4.0, -2.0, 6.0, -3.0, 2.5]),
         f32s(&[2, 3], &[3.0, -6.0, 12.0, -12.0, 15.0, -1.5]),
         f32s(&[2, 3], &[1.0, -0.5, 0.25, -0.25, 0.2, -2.0]),
         f32s(&[2, 3], &[-2.0, 1.0, -5.0, 3.0, -6.0, -0.5]),
         f32s(&[2, 3], &[0.5, 1.0, 1.5, -2.0, 2.5, 3.0]),
-        Array::from_vec(&[2, 3], vec![3i32, 5, 7, -7, 11, 13]).unwrap(),
+        Tensor::from_vec(&[2, 3], vec![3i32, 5, 7, -7, 11, 13]).unwrap(),
         f32s(&[2, 3], &[1.0, -1.0, 4.0, -1.0, 5.0, -1.0]),
     ];
     check_on_every_target(&g, &[&x_val, &n_val], &want, 1e-6);
@@ -298,11 +298,11 @@ fn reductions_and_movement_compute_hand_checked_values() {
     g.output(&x.reshape([3, 2]).permute([1, 0]));
     g.output(&(g.arange(0.0, 3.0, 1.0, DType::F32) + &x));
     let x_val = f32s(&[2, 3], &[1.0, -2.0, 3.0, -4.0, 5.0, -6.0]);
-    let idx_val = Array::from_vec(&[3], vec![1i64, 0, 1]).unwrap();
+    let idx_val = Tensor::from_vec(&[3], vec![1i64, 0, 1]).unwrap();
     let want = vec![
         f32s(&[2], &[2.0, -5.0]),
         f32s(&[], &[5.0]),
-        Array::from_vec(&[2], vec![2i64, 1]).unwrap(),
+        Tensor::from_vec(&[2], vec![2i64, 1]).unwrap(),
         f32s(&[1, 3], &[-1.5, 1.5, -1.5]),
         f32s(&[2, 2], &[-2.0, 3.0, 5.0, -6.0]),
         f32s(
@@ -349,10 +349,10 @@ fn normalizations_match_independent_formulas() {
         rms.extend((0..4).map(|i| row[i] / (ms + 1e-6).sqrt() * ws[i]));
     }
     let ty = ferrite::f32(&[2, 4]);
-    let want = [&soft, &ln, &rms].map(|v| Array::from_f64(&ty, v).unwrap());
-    let x_val = Array::from_f64(&ty, &xs).unwrap();
-    let w_val = Array::from_f64(&ferrite::f32(&[4]), &ws).unwrap();
-    let b_val = Array::from_f64(&ferrite::f32(&[4]), &bs).unwrap();
+    let want = [&soft, &ln, &rms].map(|v| Tensor::from_f64(&ty, v).unwrap());
+    let x_val = Tensor::from_f64(&ty, &xs).unwrap();
+    let w_val = Tensor::from_f64(&ferrite::f32(&[4]), &ws).unwrap();
+    let b_val = Tensor::from_f64(&ferrite::f32(&[4]), &bs).unwrap();
     check_on_every_target(&g, &[&x_val, &w_val, &b_val], &want, 1e-5);
 }
 
@@ -400,7 +400,7 @@ fn a_failed_op_poisons_its_results_and_the_first_error_is_reported() {
 #[test]
 fn build_errors_name_the_op_and_the_shapes() {
     #[track_caller]
-    fn first_error(f: impl FnOnce(&Graph, &Tensor)) -> String {
+    fn first_error(f: impl FnOnce(&Graph, &Var)) -> String {
         let g = Graph::new("e");
         let x = g.input("x", ferrite::f32(&[2, 3]));
         f(&g, &x);
@@ -491,11 +491,11 @@ fn tensors_of_different_graphs_do_not_mix() {
     let b = g2.input("b", ferrite::f32(&[2]));
     let c = &a + &b;
     assert!(!c.is_valid());
-    assert!(matches!(g1.check(), Err(Error::ForeignTensor { ref op, .. }) if op == "add"));
+    assert!(matches!(g1.check(), Err(Error::ForeignVar { ref op, .. }) if op == "add"));
     assert!(g2.check().is_ok());
     // Outputting another graph's value is an error too.
     g2.output(&a);
-    assert!(matches!(g2.check(), Err(Error::ForeignTensor { ref op, .. }) if op == "output"));
+    assert!(matches!(g2.check(), Err(Error::ForeignVar { ref op, .. }) if op == "output"));
 }
 
 #[test]
@@ -524,7 +524,7 @@ fn wrong_inputs_are_typed_errors_on_every_target() {
     let x = f32s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
     let s = f32s(&[2], &[10.0, 100.0]);
     let wrong_shape = f32s(&[2, 3], &[0.0; 6]);
-    let wrong_dtype = Array::from_vec(&[2, 2], vec![1i64, 2, 3, 4]).unwrap();
+    let wrong_dtype = Tensor::from_vec(&[2, 2], vec![1i64, 2, 3, 4]).unwrap();
     for target in Target::ALL {
         let exe = compile(&g, &Options::default().target(target)).unwrap();
         assert_eq!(
@@ -564,7 +564,7 @@ fn wrong_inputs_are_typed_errors_on_every_target() {
                 got: DType::I64
             }
         );
-        // Owned arrays work as well as references.
+        // Owned tensors work as well as references.
         let out = exe.run(&[x.clone(), s.clone()]).unwrap();
         assert_eq!(out[0], f32s(&[2, 2], &[10.0, 200.0, 30.0, 400.0]));
     }
@@ -577,8 +577,8 @@ fn run_time_failures_are_errors() {
     let ids = g.input("ids", ferrite::i64(&[2]));
     g.output(&table.index_select(0, &ids));
     let t = f32s(&[3, 2], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
-    let ok = Array::from_vec(&[2], vec![2i64, 0]).unwrap();
-    let bad = Array::from_vec(&[2], vec![2i64, 3]).unwrap();
+    let ok = Tensor::from_vec(&[2], vec![2i64, 0]).unwrap();
+    let bad = Tensor::from_vec(&[2], vec![2i64, 3]).unwrap();
     for target in Target::ALL {
         let exe = compile(&g, &Options::default().target(target)).unwrap();
         let out = exe.run(&[&t, &ok]).unwrap();
@@ -600,7 +600,7 @@ fn chain_graph() -> Graph {
 #[test]
 fn options_select_fusion_threads_and_dumps() {
     let g = chain_graph();
-    let x_val = Array::random(&ferrite::f32(&[64, 64]), 3).unwrap();
+    let x_val = Tensor::random(&ferrite::f32(&[64, 64]), 3).unwrap();
     let fused = compile(&g, &Options::default()).unwrap();
     let unfused = compile(
         &g,
@@ -688,7 +688,7 @@ fn options_select_fusion_threads_and_dumps() {
 #[test]
 fn compiled_reports_its_pipeline_code_and_runs() {
     let g = chain_graph();
-    let x_val = Array::random(&ferrite::f32(&[64, 64]), 5).unwrap();
+    let x_val = Tensor::random(&ferrite::f32(&[64, 64]), 5).unwrap();
     let expected = compile(&g, &Options::default().target(Target::Interp))
         .unwrap()
         .run(&[&x_val])
@@ -719,14 +719,13 @@ fn compiled_reports_its_pipeline_code_and_runs() {
         .unwrap();
     assert!(!unfused.options().fuse);
 
-    // `execute` runs on IR tensors, checked as `run` checks arrays.
-    let ir_x = ferrite::ir::Tensor::random(&ferrite::f32(&[64, 64]), 5);
-    let xs = std::slice::from_ref(&ir_x);
+    // `execute` runs on the same tensors as `run`, checked the same way.
+    let xs = std::slice::from_ref(&x_val);
     let done = fused.execute(xs).unwrap();
     assert!(done.device_report().is_none());
-    let out = Array::try_from(done.into_outputs().remove(0)).unwrap();
+    let out = done.into_outputs().remove(0);
     out.check_close(&expected[0], 1e-5, 1e-5).unwrap();
-    let wrong = ferrite::ir::Tensor::random(&ferrite::f32(&[64, 65]), 5);
+    let wrong = Tensor::random(&ferrite::f32(&[64, 65]), 5).unwrap();
     assert!(matches!(
         fused.execute(&[wrong]).unwrap_err(),
         Error::InputShape { index: 0, .. }
@@ -739,10 +738,14 @@ fn compiled_reports_its_pipeline_code_and_runs() {
     assert!(!text.contains("-- clif"), "{text}");
 
     // Profiling measures every kernel of each schedule.
-    let profile = fused.profile(xs, 2, &mut |_| {}).unwrap();
+    let profile = fused.profile(xs, 2).unwrap();
     assert!(profile.fused);
     assert_eq!(profile.kernels.len(), 1);
-    let profile = unfused.profile(xs, 2, &mut |_| {}).unwrap();
+    let mut done = Vec::new();
+    let profile = unfused
+        .profile_with_progress(xs, 2, &mut |n| done.push(n))
+        .unwrap();
+    assert_eq!(done, [1, 2]);
     assert!(!profile.fused);
     assert_eq!(profile.kernels.len(), 4);
     assert_eq!(profile.peak_intermediate_bytes, 2 * 64 * 64 * 4);
@@ -753,8 +756,7 @@ fn compiled_reports_its_pipeline_code_and_runs() {
     let report = done.device_report().unwrap();
     assert_eq!(report.launches.len(), sim.kernel_count().unwrap());
     assert!(report.cycles() > 0);
-    Array::try_from(done.outputs()[0].clone())
-        .unwrap()
+    done.outputs()[0]
         .check_close(&expected[0], 1e-4, 1e-4)
         .unwrap();
     let kernel = &sim.program().unwrap().kernels[0].name;
@@ -762,21 +764,32 @@ fn compiled_reports_its_pipeline_code_and_runs() {
         .code_text()
         .unwrap()
         .contains(&format!("kernel {kernel}(")));
-    let sim_profile = sim.profile(xs, 1, &mut |_| {}).unwrap();
+    let sim_profile = sim.profile(xs, 1).unwrap();
     assert_eq!(sim_profile.total_cycles, Some(report.cycles()));
 
     // The interpreter runs no pipeline: nothing to report, unfuse or profile.
     let interp = compile(&g, &Options::default().target(Target::Interp)).unwrap();
     assert!(interp.schedule().is_none() && interp.optimize_report().is_none());
     assert!(interp.code_text().is_none() && interp.stage_times().is_empty());
-    assert!(matches!(
-        interp.unfused().unwrap_err(),
-        Error::Compile { .. }
-    ));
-    assert!(matches!(
-        interp.profile(xs, 1, &mut |_| {}).unwrap_err(),
-        Error::Run { .. }
-    ));
+    // Asking for them is the user's mistake, not a compiler bug.
+    let err = interp.unfused().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::WrongTarget {
+                target: Target::Interp,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_internal());
+    let err = interp.profile(xs, 1).unwrap_err();
+    assert!(matches!(err, Error::WrongTarget { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "profiling needs the cpu or sim target; this program is compiled for interp"
+    );
     // The loop-IR evaluator has a schedule but no generated code.
     let loops = compile(&g, &Options::default().target(Target::Loops)).unwrap();
     assert_eq!(loops.kernel_count(), Some(1));
@@ -852,11 +865,11 @@ fn every_example_graph_agrees_with_the_interpreter() {
     for path in files {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let g = ferrite::parse(&name, &std::fs::read_to_string(&path).unwrap()).unwrap();
-        let inputs: Vec<Array> = g
+        let inputs: Vec<Tensor> = g
             .param_types()
             .iter()
             .enumerate()
-            .map(|(i, ty)| Array::random(ty, i as u64).unwrap())
+            .map(|(i, ty)| Tensor::random(ty, i as u64).unwrap())
             .collect();
         let want = compile_ir(&g, &Options::default().target(Target::Interp))
             .unwrap()
@@ -883,8 +896,8 @@ fn compiled_programs_run_from_many_threads_at_once() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<ferrite::Compiled>();
     assert_send_sync::<Graph>();
+    assert_send_sync::<Var>();
     assert_send_sync::<Tensor>();
-    assert_send_sync::<Array>();
     assert_send_sync::<Error>();
 
     let g = Graph::new("mlp");
@@ -892,15 +905,15 @@ fn compiled_programs_run_from_many_threads_at_once() {
     let w = g.input("w", ferrite::f32(&[128, 64]));
     g.output(&(x.matmul(&w).gelu() * 0.5).softmax(-1));
     let exe = compile(&g, &Options::default().threads(2)).unwrap();
-    let w_val = Array::random(&ferrite::f32(&[128, 64]), 99).unwrap();
-    let xs: Vec<Array> = (0..8)
-        .map(|i| Array::random(&ferrite::f32(&[32, 128]), i).unwrap())
+    let w_val = Tensor::random(&ferrite::f32(&[128, 64]), 99).unwrap();
+    let xs: Vec<Tensor> = (0..8)
+        .map(|i| Tensor::random(&ferrite::f32(&[32, 128]), i).unwrap())
         .collect();
-    let serial: Vec<Array> = xs
+    let serial: Vec<Tensor> = xs
         .iter()
         .map(|x| exe.run(&[x, &w_val]).unwrap().remove(0))
         .collect();
-    let parallel: Vec<Vec<Array>> = std::thread::scope(|s| {
+    let parallel: Vec<Vec<Tensor>> = std::thread::scope(|s| {
         let handles: Vec<_> = xs
             .iter()
             .map(|x| {
@@ -923,7 +936,7 @@ fn compiled_programs_run_from_many_threads_at_once() {
 
 #[test]
 fn arrays_convert_from_and_to_vecs_slices_and_npy() {
-    let a = Array::from_vec(&[2, 3], vec![1i32, 2, 3, 4, 5, 6]).unwrap();
+    let a = Tensor::from_vec(&[2, 3], vec![1i32, 2, 3, 4, 5, 6]).unwrap();
     assert_eq!(a.shape(), &[2, 3]);
     assert_eq!(a.dtype(), DType::I32);
     assert_eq!((a.rank(), a.len(), a.is_empty()), (2, 6, false));
@@ -938,46 +951,48 @@ fn arrays_convert_from_and_to_vecs_slices_and_npy() {
     assert_eq!(a.to_string(), "i32[2, 3] [1, 2, 3, 4, 5, 6]");
 
     assert!(matches!(
-        Array::from_vec(&[2, 2], vec![1.0f32; 3]),
+        Tensor::from_vec(&[2, 2], vec![1.0f32; 3]),
         Err(Error::Data { .. })
     ));
-    assert!(Array::full(&[usize::MAX, 2], 0u8 != 0).is_err());
-    assert_eq!(Array::scalar(2.5f32).shape(), &[] as &[usize]);
-    let h = Array::full(&[2], ferrite::half::f16::from_f32(1.5)).unwrap();
+    assert!(Tensor::full(&[usize::MAX, 2], 0u8 != 0).is_err());
+    assert_eq!(Tensor::scalar(2.5f32).shape(), &[] as &[usize]);
+    let h = Tensor::full(&[2], ferrite::half::f16::from_f32(1.5)).unwrap();
     assert_eq!(h.dtype(), DType::F16);
     assert_eq!(h.to_f64_vec(), vec![1.5, 1.5]);
-    let b = Array::from_slice(&[3], &[true, false, true]).unwrap();
+    let b = Tensor::from_slice(&[3], &[true, false, true]).unwrap();
     assert_eq!(b.to_string(), "bool[3] [true, false, true]");
-    let z = Array::zeros(&ferrite::f32(&[20])).unwrap();
+    let z = Tensor::zeros(&ferrite::f32(&[20])).unwrap();
     assert_eq!(z.to_string(), "f32[20] [0, 0, 0, 0, .., 0, 0, 0, 0]");
 
     // .npy bytes and files.
-    for arr in [a.clone(), b.clone(), h.clone(), Array::scalar(7i64)] {
-        assert_eq!(Array::from_npy(&arr.to_npy()).unwrap(), arr);
+    for arr in [a.clone(), b.clone(), h.clone(), Tensor::scalar(7i64)] {
+        assert_eq!(Tensor::from_npy(&arr.to_npy()).unwrap(), arr);
     }
     assert!(matches!(
-        Array::from_npy(b"not npy"),
+        Tensor::from_npy(b"not npy"),
         Err(Error::Npy { .. })
     ));
     let path = std::env::temp_dir().join(format!("ferrite-api-{}.npy", std::process::id()));
     a.write_npy(&path).unwrap();
-    assert_eq!(Array::read_npy(&path).unwrap(), a);
+    assert_eq!(Tensor::read_npy(&path).unwrap(), a);
     std::fs::remove_file(&path).unwrap();
-    assert!(matches!(Array::read_npy(&path), Err(Error::Io { .. })));
+    assert!(matches!(Tensor::read_npy(&path), Err(Error::Io { .. })));
 
     // The IR tensor converts both ways; a malformed one is refused.
     let t: ferrite::ir::Tensor = a.clone().into();
-    assert_eq!(Array::try_from(t.clone()).unwrap(), a);
+    assert_eq!(Tensor::try_from(t.clone()).unwrap(), a);
     let mut broken = t;
     broken.ty.shape = vec![7];
-    assert!(matches!(Array::try_from(broken), Err(Error::Data { .. })));
+    assert!(matches!(Tensor::try_from(broken), Err(Error::Data { .. })));
     let ty = TensorType {
         dtype: DType::F32,
         shape: vec![2],
     };
-    assert!(Array::from_f64(&ty, &[1.0]).is_err());
+    assert!(Tensor::from_f64(&ty, &[1.0]).is_err());
     assert_eq!(
-        Array::from_f64(&ty, &[1.0, 2.0]).unwrap().as_slice::<f32>(),
+        Tensor::from_f64(&ty, &[1.0, 2.0])
+            .unwrap()
+            .as_slice::<f32>(),
         Some(&[1.0f32, 2.0][..])
     );
 }

@@ -1,8 +1,8 @@
 //! End-to-end tests of the `ferrite` binary: exit codes, messages, and the files it writes.
 
 use ferrite::ir::Tensor;
-use ferrite::npy;
-use ferrite::{DType, Data, TensorType};
+use ferrite::ir::{npy, Data};
+use ferrite::{DType, TensorType};
 use std::path::Path;
 
 mod common;
@@ -157,6 +157,81 @@ fn compiled_targets_match_the_interpreter() {
     assert_exit(&o, 1);
     let o = ferrite(&["run", "examples/mlp.fg", "--threads", "0"]);
     assert_exit(&o, 1);
+}
+
+#[test]
+fn every_command_takes_the_targets_that_make_sense_for_it() {
+    // `loops` is the loop-IR evaluator, a target of its own: it runs the pipeline
+    // and evaluates the scheduled program, and agrees with the interpreter.
+    let s = Scratch::new("loops");
+    let mut outputs = Vec::new();
+    for target in ["interp", "loops"] {
+        let dir = s.path(target);
+        let o = ferrite(&[
+            "run",
+            "examples/softmax_rows.fg",
+            "--target",
+            target,
+            "--out",
+            &dir,
+        ]);
+        assert_exit(&o, 0);
+        assert!(
+            stdout(&o).contains(&format!(" on {target}")),
+            "{}",
+            stdout(&o)
+        );
+        outputs.push(read_npy(&format!("{dir}/probs.npy")));
+    }
+    outputs[1].check_close(&outputs[0], 1e-6, 1e-6).unwrap();
+
+    // `compile --target loops` stops after scheduling: no code generator's file.
+    let d = s.path("dump");
+    let o = ferrite(&[
+        "compile",
+        "examples/softmax_rows.fg",
+        "--target",
+        "loops",
+        "--dump",
+        &d,
+    ]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("kernels: 1 "), "{}", stdout(&o));
+    assert!(Path::new(&d).join("04-memory.txt").exists());
+    assert!(!Path::new(&d).join("05-cpu.clif").exists());
+    // The interpreter runs no pipeline, so there is nothing to compile for it: a
+    // usage error that lists the targets `compile` takes, not a silent `loops`.
+    let o = ferrite(&["compile", "examples/softmax_rows.fg", "--target", "interp"]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).contains("[possible values: cpu, sim, loops]"),
+        "{}",
+        stderr(&o)
+    );
+    let o = ferrite(&["compile", "--help"]);
+    assert!(
+        stdout(&o).contains("loops: the loop-IR evaluator"),
+        "{}",
+        stdout(&o)
+    );
+    let o = ferrite(&["run", "examples/softmax_rows.fg", "--target", "gpu"]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).contains("[possible values: cpu, sim, interp, loops]"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn thread_counts_out_of_range_are_user_errors() {
+    // More threads than the library allows is the user's mistake (it used to fail
+    // starting the threads, exit 2, or panic).
+    for threads in ["100000", "18446744073709551615", "0"] {
+        let o = ferrite(&["run", "examples/mlp.fg", "--threads", threads]);
+        assert_exit(&o, 1);
+        assert!(stderr(&o).contains("--threads"), "{}", stderr(&o));
+    }
 }
 
 #[test]

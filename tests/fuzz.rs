@@ -13,7 +13,7 @@
 //! differential` and `-p ferrite-accel --test lower`). The harness is
 //! `ferrite_testkit::fuzz`; failing inputs land in `target/fuzz-findings/`.
 
-use ferrite_accel::{sim, tile};
+use ferrite::sim::{self, tile};
 use ferrite_ir::{npy, parse_bytes, print, verify, DType, Tensor, TensorType};
 use ferrite_testkit::fuzz::{check_location, corpus, fuzz, Verdict};
 

@@ -5,18 +5,18 @@
 #[path = "../examples/models/mod.rs"]
 mod models;
 
-use ferrite::{jit, Array, DType, Error, JitEvent, JitStats, Options, Target, Tensor};
+use ferrite::{jit, DType, Error, JitEvent, JitStats, Options, Target, Tensor, Var};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-fn f32s(shape: &[usize], values: &[f32]) -> Array {
-    Array::from_slice(shape, values).unwrap()
+fn f32s(shape: &[usize], values: &[f32]) -> Tensor {
+    Tensor::from_slice(shape, values).unwrap()
 }
 
-fn ramp(shape: &[usize]) -> Array {
+fn ramp(shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
     let values: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 1.0).collect();
-    Array::from_vec(shape, values).unwrap()
+    Tensor::from_vec(shape, values).unwrap()
 }
 
 /// Collects events instead of printing them.
@@ -32,7 +32,7 @@ fn recorder() -> (Arc<Mutex<Vec<JitEvent>>>, impl Fn(&JitEvent) + Send + Sync) {
 fn a_closure_is_traced_once_per_signature_and_cached() {
     let traces = Arc::new(AtomicUsize::new(0));
     let counter = traces.clone();
-    let f = jit(move |[x, w]: [Tensor; 2]| {
+    let f = jit(move |[x, w]: [Var; 2]| {
         counter.fetch_add(1, Ordering::SeqCst);
         (x.matmul(&w) + 1.0).relu()
     });
@@ -75,7 +75,7 @@ fn a_new_shape_or_dtype_fails_the_guard_and_recompiles() {
         .on_event(hook);
     let a = ramp(&[2, 3]);
     let b = ramp(&[4]);
-    let c = Array::from_vec(&[2, 3], vec![1i64, 2, 3, 4, 5, 6]).unwrap();
+    let c = Tensor::from_vec(&[2, 3], vec![1i64, 2, 3, 4, 5, 6]).unwrap();
     assert_eq!(
         f.run(&[&a]).unwrap()[0].as_slice::<f32>(),
         Some(&[-2.25f32][..])
@@ -129,7 +129,7 @@ fn past_the_cache_limit_new_signatures_run_eagerly_and_say_so_once() {
         .name("limited")
         .cache_limit(2)
         .on_event(hook);
-    let inputs: Vec<Array> = (1..=5).map(|n| ramp(&[n])).collect();
+    let inputs: Vec<Tensor> = (1..=5).map(|n| ramp(&[n])).collect();
     let mut first = Vec::new();
     for x in &inputs {
         first.push(f.run(&[x]).unwrap());
@@ -214,14 +214,14 @@ fn errors_in_the_closure_or_the_inputs_are_returned_and_not_cached() {
         }
     );
     assert_eq!(
-        f.run_eager::<&Array>(&[]).unwrap_err(),
+        f.run_eager::<&Tensor>(&[]).unwrap_err(),
         Error::InputCount {
             expected: 1,
             got: 0
         }
     );
     // A closure may return a Result; its error is the call's error.
-    let g = jit(|[x]| -> ferrite::Result<Tensor> {
+    let g = jit(|[x]| -> ferrite::Result<Var> {
         let ty = x.ty()?;
         if ty.dtype != DType::F32 {
             return Err(Error::Data {
@@ -231,7 +231,7 @@ fn errors_in_the_closure_or_the_inputs_are_returned_and_not_cached() {
         Ok(x.relu())
     })
     .on_event(|_| {});
-    let ints = Array::from_vec(&[1], vec![1i32]).unwrap();
+    let ints = Tensor::from_vec(&[1], vec![1i32]).unwrap();
     assert!(matches!(g.run(&[&ints]), Err(Error::Data { .. })));
     assert_eq!(g.run(&[&ramp(&[2])]).unwrap()[0], f32s(&[2], &[0.0, 0.0]));
 }
@@ -255,7 +255,7 @@ fn closures_return_one_or_several_outputs() {
     let quad = jit(|[a, b]| (a.clone(), b.clone(), &a + &b, &a * &b)).options(opts);
     assert_eq!(quad.run(&[&x, &x]).unwrap().len(), 4);
     // Returning nothing is an error, not a panic.
-    let none = jit(|[_x]: [Tensor; 1]| Vec::<Tensor>::new());
+    let none = jit(|[_x]: [Var; 1]| Vec::<Var>::new());
     assert!(matches!(none.run(&[&x]), Err(Error::NoOutputs { .. })));
 }
 
@@ -266,7 +266,7 @@ fn a_jit_serves_many_threads_and_compiles_each_signature_once() {
     assert_send_sync(&f);
     let w = ramp(&[16, 8]);
     let xs = [ramp(&[4, 16]), ramp(&[6, 16])];
-    let want: Vec<Array> = xs
+    let want: Vec<Tensor> = xs
         .iter()
         .map(|x| f.run_eager(&[x, &w]).unwrap().remove(0))
         .collect();
@@ -325,7 +325,7 @@ fn the_causal_mask_makes_early_positions_ignore_later_ones() {
     for v in &mut changed[(seq - 1) * d..] {
         *v += 0.5;
     }
-    let changed = Array::from_f64(x.ty(), &changed).unwrap();
+    let changed = Tensor::from_f64(x.ty(), &changed).unwrap();
     let a = block
         .run(&models::with_weights(&x, &weights))
         .unwrap()

@@ -6,7 +6,7 @@
 
 #![allow(dead_code)] // each example uses part of this module
 
-use ferrite::{Array, DType, Tensor, TensorType};
+use ferrite::{DType, Tensor, TensorType, Var};
 
 /// Sizes of the inference MLP: 784 -> 512 -> 10 (MNIST-shaped).
 pub const MLP_IN: usize = 784;
@@ -33,7 +33,7 @@ pub fn mlp_graph(batch: usize) -> ferrite::Graph {
 }
 
 /// The MLP's weights, scaled like a trained layer's (uniform in ±1/sqrt(fan_in)).
-pub fn mlp_weights() -> Vec<Array> {
+pub fn mlp_weights() -> Vec<Tensor> {
     vec![
         uniform(&[MLP_IN, MLP_HIDDEN], 1, (MLP_IN as f64).sqrt().recip()),
         uniform(&[MLP_HIDDEN], 2, 0.1),
@@ -57,12 +57,12 @@ pub const D_FF: usize = 4 * D_MODEL;
 /// tensors, for `ferrite::jit`. Inputs: `x [batch, seq, d_model]`, then the weights of
 /// [`block_weights`]. Batch and sequence length come from `x`'s shape, so each new
 /// input shape is a new graph: a recompile.
-pub fn transformer_block() -> impl Fn([Tensor; 11]) -> Tensor + Send + Sync {
+pub fn transformer_block() -> impl Fn([Var; 11]) -> Var + Send + Sync {
     |[x, ln1_w, ln1_b, w_q, w_k, w_v, w_o, ln2_w, ln2_b, w_fc, w_proj]| {
         let (b, s, d) = (x.size(0), x.size(1), x.size(2));
         let dh = d / HEADS;
         // [b, s, d] -> [b, heads, s, dh]
-        let heads = |t: Tensor| t.reshape([b, s, HEADS, dh]).permute([0, 2, 1, 3]);
+        let heads = |t: Var| t.reshape([b, s, HEADS, dh]).permute([0, 2, 1, 3]);
 
         let h = x.layer_norm(&ln1_w, &ln1_b, 1e-5);
         let (q, k, v) = (
@@ -84,7 +84,7 @@ pub fn transformer_block() -> impl Fn([Tensor; 11]) -> Tensor + Send + Sync {
 }
 
 /// The block's weights, in the closure's argument order after `x`.
-pub fn block_weights() -> Vec<Array> {
+pub fn block_weights() -> Vec<Tensor> {
     let d = D_MODEL;
     let s = (d as f64).sqrt().recip();
     vec![
@@ -102,28 +102,28 @@ pub fn block_weights() -> Vec<Array> {
 }
 
 /// A deterministic `f32` tensor uniform in `[-scale, scale)`.
-pub fn uniform(shape: &[usize], seed: u64, scale: f64) -> Array {
+pub fn uniform(shape: &[usize], seed: u64, scale: f64) -> Tensor {
     let ty = TensorType {
         dtype: DType::F32,
         shape: shape.to_vec(),
     };
-    let values: Vec<f64> = Array::random(&ty, seed)
+    let values: Vec<f64> = Tensor::random(&ty, seed)
         .expect("example shapes are small")
         .to_f64_vec()
         .into_iter()
         .map(|v| v * scale)
         .collect();
-    Array::from_f64(&ty, &values).expect("example shapes are small")
+    Tensor::from_f64(&ty, &values).expect("example shapes are small")
 }
 
 /// Normalization weights near 1.
-fn affine_ones(shape: &[usize], seed: u64) -> Array {
+fn affine_ones(shape: &[usize], seed: u64) -> Tensor {
     let u = uniform(shape, seed, 0.1);
     let values: Vec<f64> = u.to_f64_vec().into_iter().map(|v| 1.0 + v).collect();
-    Array::from_f64(u.ty(), &values).expect("example shapes are small")
+    Tensor::from_f64(u.ty(), &values).expect("example shapes are small")
 }
 
-/// Inputs `x` then `weights`, as the `&[&Array]` that `run` takes.
-pub fn with_weights<'a>(x: &'a Array, weights: &'a [Array]) -> Vec<&'a Array> {
+/// Inputs `x` then `weights`, as the `&[&Tensor]` that `run` takes.
+pub fn with_weights<'a>(x: &'a Tensor, weights: &'a [Tensor]) -> Vec<&'a Tensor> {
     std::iter::once(x).chain(weights).collect()
 }

@@ -21,6 +21,6 @@ pub use dtype::{promote, Category, DType};
 pub use graph::{check_declared_outputs, is_valid_name, verify, Graph, Node, ValueId};
 pub use interp::interpret;
 pub use op::{ArgReduceOp, AttrValue, BinaryOp, Op, ReduceOp, Scalar, UnaryOp};
-pub use tensor::{round_to_dtype, Data, SplitMix64, Tensor};
+pub use tensor::{round_to_dtype, Data, Mismatch, SplitMix64, Tensor};
 pub use text::{parse, parse_bytes, print, Diagnostic};
 pub use types::{TensorType, MAX_ELEMENTS, MAX_RANK};

@@ -3,6 +3,7 @@
 use crate::types::TensorType;
 use crate::DType;
 use half::{bf16, f16};
+use std::fmt;
 
 /// Row-major element storage, one variant per dtype.
 #[derive(Clone, PartialEq, Debug)]
@@ -152,13 +153,14 @@ impl Tensor {
     }
 
     /// Compares with `expected` elementwise: `|a - e| <= atol + rtol * |e|`, NaN equal to
-    /// NaN, infinities equal when identical. Returns a description of the worst mismatch.
-    pub fn check_close(&self, expected: &Tensor, rtol: f64, atol: f64) -> Result<(), String> {
+    /// NaN, infinities equal when identical. The error is the type difference or the
+    /// worst mismatching element.
+    pub fn check_close(&self, expected: &Tensor, rtol: f64, atol: f64) -> Result<(), Mismatch> {
         if self.ty != expected.ty {
-            return Err(format!(
-                "type {} differs from expected {}",
-                self.ty, expected.ty
-            ));
+            return Err(Mismatch::Type {
+                got: self.ty.clone(),
+                expected: expected.ty.clone(),
+            });
         }
         let (a, e) = (self.to_f64(), expected.to_f64());
         let mut worst: Option<(usize, f64)> = None;
@@ -177,13 +179,67 @@ impl Tensor {
         }
         match worst {
             None => Ok(()),
-            Some((i, err)) => Err(format!(
-                "element {i} is {} but expected {} (abs error {err:e}, rtol {rtol:e}, atol {atol:e})",
-                a[i], e[i]
-            )),
+            Some((index, abs_error)) => Err(Mismatch::Element {
+                index,
+                got: a[index],
+                expected: e[index],
+                abs_error,
+                rtol,
+                atol,
+            }),
         }
     }
 }
+
+/// Why [`Tensor::check_close`] found two tensors not close.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Mismatch {
+    /// The tensors' types (dtype or shape) differ.
+    Type {
+        /// The compared tensor's type.
+        got: TensorType,
+        /// The expected tensor's type.
+        expected: TensorType,
+    },
+    /// Elements differ beyond the tolerance; this is the one with the largest error.
+    Element {
+        /// Its row-major index.
+        index: usize,
+        /// Its value, widened to f64.
+        got: f64,
+        /// The expected value, widened to f64.
+        expected: f64,
+        /// `|got - expected|` (infinite when one of them is NaN or both are opposite infinities).
+        abs_error: f64,
+        /// The relative tolerance of the comparison.
+        rtol: f64,
+        /// The absolute tolerance of the comparison.
+        atol: f64,
+    },
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mismatch::Type { got, expected } => {
+                write!(f, "type {got} differs from expected {expected}")
+            }
+            Mismatch::Element {
+                index,
+                got,
+                expected,
+                abs_error,
+                rtol,
+                atol,
+            } => write!(
+                f,
+                "element {index} is {got} but expected {expected} (abs error {abs_error:e}, rtol {rtol:e}, atol {atol:e})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Mismatch {}
 
 /// `v` converted to `dtype` exactly as [`Tensor::from_f64`] stores it, read back as
 /// an f64: floats round once to nearest, ties to even (f16 and bf16 too); integers

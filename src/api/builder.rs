@@ -1,11 +1,11 @@
-//! The graph builder: [`Graph`], the symbolic [`Tensor`] handle, and operator overloading.
+//! The graph builder: [`Graph`], the symbolic [`Var`] handle, and operator overloading.
 //!
-//! A [`Tensor`] is a handle to one value of a graph under construction. Calling a method
-//! on it ([`Tensor::matmul`], [`Tensor::relu`], ...; see `ops.rs`) or combining it with
+//! A [`Var`] is a handle to one value of a graph under construction. Calling a method
+//! on it ([`Var::matmul`], [`Var::relu`], ...; see `ops.rs`) or combining it with
 //! an operator (`+ - * /`, `+= -= *= /=`, unary `-`) records an op in its graph and
 //! returns a handle to the result; nothing is computed.
 //!
-//! Operators take tensors (owned or borrowed) and scalars. On the right any
+//! Operators take `Var`s (owned or borrowed) and scalars. On the right any
 //! [`ScalarValue`] works (`f32`, `f64`, `i32`, `i64`, `bool`); on the left only `f64` and
 //! `i64`, because with two candidate types a bare literal (`1.0 - x`) would leave the
 //! result's type unknown until inference falls back, and `(1.0 - x).relu()` would not
@@ -34,7 +34,7 @@
 //! ```
 //!
 //! Handles are cheap to clone (a reference count and an id). A graph is shared by its
-//! handles and guarded by a mutex, so `Graph` and `Tensor` are `Send + Sync`.
+//! handles and guarded by a mutex, so `Graph` and `Var` are `Send + Sync`.
 
 use super::error::{Error, Result};
 use ferrite_ir::op::{BinaryOp, Op, Scalar, UnaryOp};
@@ -68,7 +68,7 @@ fn lock(state: &Shared) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A tensor graph being built: typed inputs, ops recorded through [`Tensor`] handles,
+/// A tensor graph being built: typed inputs, ops recorded through [`Var`] handles,
 /// outputs. Compile it with [`compile`](crate::compile).
 ///
 /// ```
@@ -83,7 +83,8 @@ pub struct Graph {
     pub(crate) state: Shared,
 }
 
-/// A symbolic tensor: one value of a [`Graph`], with a static type.
+/// A symbolic tensor: one value of a [`Graph`], with a static type. It holds no data
+/// (the host data that programs run on is [`Tensor`](crate::Tensor)).
 ///
 /// Methods and operators record ops (see the [module docs](self) for errors). A handle
 /// whose op failed is *poisoned*: it has no type, ops on it are poisoned too, and the
@@ -105,7 +106,7 @@ pub struct Graph {
 /// assert!(g.to_string().contains("softmax(div(matmul(q, transpose(k, dim0=-2, dim1=-1)), 4.0))"));
 /// ```
 #[derive(Clone)]
-pub struct Tensor {
+pub struct Var {
     pub(crate) state: Shared,
     /// `None` when poisoned.
     pub(crate) id: Option<ValueId>,
@@ -118,20 +119,20 @@ pub struct Tensor {
 #[derive(Clone, Debug)]
 pub enum Operand {
     /// A tensor of the same graph.
-    Tensor(Tensor),
+    Var(Var),
     /// A rank-0 literal.
     Scalar(Scalar),
 }
 
-impl From<Tensor> for Operand {
-    fn from(t: Tensor) -> Operand {
-        Operand::Tensor(t)
+impl From<Var> for Operand {
+    fn from(t: Var) -> Operand {
+        Operand::Var(t)
     }
 }
 
-impl From<&Tensor> for Operand {
-    fn from(t: &Tensor) -> Operand {
-        Operand::Tensor(t.clone())
+impl From<&Var> for Operand {
+    fn from(t: &Var) -> Operand {
+        Operand::Var(t.clone())
     }
 }
 
@@ -256,7 +257,7 @@ impl Graph {
     /// (`ferrite::f32(&[64, 784])`). Inputs are passed to `run` in declaration order.
     /// An invalid or repeated name, or a shape over the size limits, is a build error.
     #[track_caller]
-    pub fn input(&self, name: &str, ty: TensorType) -> Tensor {
+    pub fn input(&self, name: &str, ty: TensorType) -> Var {
         let location = Location::caller();
         let mut st = lock(&self.state);
         match st.graph.add_param(name, ty.clone()) {
@@ -281,7 +282,7 @@ impl Graph {
     /// Marks `t` as an output of the graph. Outputs are returned by `run` in the order
     /// they were marked; a value may be an output more than once.
     #[track_caller]
-    pub fn output(&self, t: &Tensor) {
+    pub fn output(&self, t: &Var) {
         let location = Location::caller();
         let adopted = foreign_error(&self.state, std::slice::from_ref(t), "output", location);
         let mut st = lock(&self.state);
@@ -332,8 +333,8 @@ impl Graph {
         Ok(g)
     }
 
-    pub(crate) fn handle(&self, id: Option<ValueId>) -> Tensor {
-        Tensor {
+    pub(crate) fn handle(&self, id: Option<ValueId>) -> Var {
+        Var {
             state: self.state.clone(),
             id,
         }
@@ -342,7 +343,7 @@ impl Graph {
     /// A rank-0 constant: `f32` for floats, `i64` for integers, `bool` for bools.
     /// (Next to a tensor, prefer the scalar itself, `x * 2.0`, which takes the tensor's dtype.)
     #[track_caller]
-    pub fn scalar(&self, value: impl ScalarValue) -> Tensor {
+    pub fn scalar(&self, value: impl ScalarValue) -> Var {
         let location = Location::caller();
         let value = value.to_scalar();
         let mut st = lock(&self.state);
@@ -362,7 +363,7 @@ impl Graph {
 
     /// Records `message` as a build error of `op` and returns a poisoned handle.
     #[track_caller]
-    pub(crate) fn fail(&self, op: &str, operands: Vec<TensorType>, message: String) -> Tensor {
+    pub(crate) fn fail(&self, op: &str, operands: Vec<TensorType>, message: String) -> Var {
         let location = Location::caller();
         lock(&self.state).fail(Error::Build {
             op: op.into(),
@@ -376,12 +377,12 @@ impl Graph {
     /// Records `op` applied to `operands` and returns the result's handle (see the
     /// module docs for what happens on error).
     #[track_caller]
-    pub(crate) fn record(&self, op: Op, operands: &[Operand]) -> Tensor {
+    pub(crate) fn record(&self, op: Op, operands: &[Operand]) -> Var {
         let location = Location::caller();
-        let tensors: Vec<Tensor> = operands
+        let tensors: Vec<Var> = operands
             .iter()
             .filter_map(|o| match o {
-                Operand::Tensor(t) => Some(t.clone()),
+                Operand::Var(t) => Some(t.clone()),
                 Operand::Scalar(_) => None,
             })
             .collect();
@@ -397,7 +398,7 @@ impl Graph {
         let mut ids = Vec::with_capacity(operands.len());
         for (i, o) in operands.iter().enumerate() {
             let id = match o {
-                Operand::Tensor(t) => match t.id {
+                Operand::Var(t) => match t.id {
                     Some(id) => id,
                     None => return self.handle(None),
                 },
@@ -446,18 +447,18 @@ fn scalar_peer(op: &Op, operands: &[Operand], i: usize, g: &ferrite_ir::Graph) -
         _ => 0..operands.len(),
     };
     operands[group].iter().find_map(|o| match o {
-        Operand::Tensor(Tensor { id: Some(id), .. }) => Some(g.ty(*id).dtype),
+        Operand::Var(Var { id: Some(id), .. }) => Some(g.ty(*id).dtype),
         _ => None,
     })
 }
 
 /// The error to record when some of `tensors` belong to another graph than `state`:
 /// that graph's own error if the tensor is poisoned there (so the cause is kept),
-/// otherwise [`Error::ForeignTensor`]. Locks the other graphs one at a time, never
+/// otherwise [`Error::ForeignVar`]. Locks the other graphs one at a time, never
 /// while holding `state`, so two threads mixing graphs cannot deadlock.
 fn foreign_error(
     state: &Shared,
-    tensors: &[Tensor],
+    tensors: &[Var],
     op: &str,
     location: &Location<'_>,
 ) -> Option<Error> {
@@ -467,7 +468,7 @@ fn foreign_error(
     } else {
         None
     };
-    Some(theirs.unwrap_or_else(|| Error::ForeignTensor {
+    Some(theirs.unwrap_or_else(|| Error::ForeignVar {
         op: op.into(),
         location: location_text(location),
     }))
@@ -476,11 +477,11 @@ fn foreign_error(
 /// A poisoned handle in a graph of its own that holds `message`: for calls that have
 /// no graph to record into (`concat` of nothing).
 #[track_caller]
-pub(crate) fn detached_error(op: &str, message: String) -> Tensor {
+pub(crate) fn detached_error(op: &str, message: String) -> Var {
     Graph::new("detached").fail(op, vec![], message)
 }
 
-impl Tensor {
+impl Var {
     /// The graph this tensor belongs to (for creation ops such as [`Graph::full`] inside
     /// a traced closure, which has no `Graph` of its own).
     pub fn graph(&self) -> Graph {
@@ -503,7 +504,7 @@ impl Tensor {
         }
     }
 
-    /// The static shape; empty for a poisoned handle (prefer [`Tensor::size`] for one axis).
+    /// The static shape; empty for a poisoned handle (prefer [`Var::size`] for one axis).
     pub fn shape(&self) -> Vec<usize> {
         self.ty().map(|t| t.shape).unwrap_or_default()
     }
@@ -545,11 +546,11 @@ impl Tensor {
     }
 }
 
-impl fmt::Debug for Tensor {
+impl fmt::Debug for Var {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.id, self.ty()) {
-            (Some(id), Ok(ty)) => write!(f, "Tensor({id}: {ty})"),
-            _ => f.write_str("Tensor(poisoned)"),
+            (Some(id), Ok(ty)) => write!(f, "Var({id}: {ty})"),
+            _ => f.write_str("Var(poisoned)"),
         }
     }
 }
@@ -575,35 +576,35 @@ impl fmt::Display for Graph {
 
 /// Records a binary op between two operands, at least one of which is a tensor.
 #[track_caller]
-pub(crate) fn binary(op: BinaryOp, lhs: Operand, rhs: Operand) -> Tensor {
+pub(crate) fn binary(op: BinaryOp, lhs: Operand, rhs: Operand) -> Var {
     let graph = match (&lhs, &rhs) {
-        (Operand::Tensor(t), _) | (_, Operand::Tensor(t)) => t.graph(),
+        (Operand::Var(t), _) | (_, Operand::Var(t)) => t.graph(),
         _ => return detached_error(op.name(), "at least one operand must be a tensor".into()),
     };
     graph.record(Op::Binary(op), &[lhs, rhs])
 }
 
-/// Implements `Tensor op R`, `&Tensor op R` (R: a tensor or any [`ScalarValue`]),
-/// `f64 op Tensor`, `i64 op Tensor` and `Tensor op= R` for one arithmetic operator.
+/// Implements `Var op R`, `&Var op R` (R: a tensor or any [`ScalarValue`]),
+/// `f64 op Var`, `i64 op Var` and `Var op= R` for one arithmetic operator.
 macro_rules! arithmetic {
     ($Trait:ident, $method:ident, $Assign:ident, $assign:ident, $op:ident) => {
-        impl<R: Into<Operand>> $Trait<R> for Tensor {
-            type Output = Tensor;
+        impl<R: Into<Operand>> $Trait<R> for Var {
+            type Output = Var;
             #[track_caller]
-            fn $method(self, rhs: R) -> Tensor {
-                binary(BinaryOp::$op, Operand::Tensor(self), rhs.into())
+            fn $method(self, rhs: R) -> Var {
+                binary(BinaryOp::$op, Operand::Var(self), rhs.into())
             }
         }
 
-        impl<R: Into<Operand>> $Trait<R> for &Tensor {
-            type Output = Tensor;
+        impl<R: Into<Operand>> $Trait<R> for &Var {
+            type Output = Var;
             #[track_caller]
-            fn $method(self, rhs: R) -> Tensor {
+            fn $method(self, rhs: R) -> Var {
                 binary(BinaryOp::$op, self.into(), rhs.into())
             }
         }
 
-        impl<R: Into<Operand>> $Assign<R> for Tensor {
+        impl<R: Into<Operand>> $Assign<R> for Var {
             #[track_caller]
             fn $assign(&mut self, rhs: R) {
                 *self = binary(BinaryOp::$op, (&*self).into(), rhs.into());
@@ -617,18 +618,18 @@ macro_rules! arithmetic {
     };
     (@scalar $Trait:ident, $method:ident, $op:ident, $($s:ty),*) => {
         $(
-            impl $Trait<Tensor> for $s {
-                type Output = Tensor;
+            impl $Trait<Var> for $s {
+                type Output = Var;
                 #[track_caller]
-                fn $method(self, rhs: Tensor) -> Tensor {
-                    binary(BinaryOp::$op, self.into(), Operand::Tensor(rhs))
+                fn $method(self, rhs: Var) -> Var {
+                    binary(BinaryOp::$op, self.into(), Operand::Var(rhs))
                 }
             }
 
-            impl $Trait<&Tensor> for $s {
-                type Output = Tensor;
+            impl $Trait<&Var> for $s {
+                type Output = Var;
                 #[track_caller]
-                fn $method(self, rhs: &Tensor) -> Tensor {
+                fn $method(self, rhs: &Var) -> Var {
                     binary(BinaryOp::$op, self.into(), rhs.into())
                 }
             }
@@ -641,18 +642,18 @@ arithmetic!(Sub, sub, SubAssign, sub_assign, Sub);
 arithmetic!(Mul, mul, MulAssign, mul_assign, Mul);
 arithmetic!(Div, div, DivAssign, div_assign, Div);
 
-impl Neg for Tensor {
-    type Output = Tensor;
+impl Neg for Var {
+    type Output = Var;
     #[track_caller]
-    fn neg(self) -> Tensor {
+    fn neg(self) -> Var {
         self.graph().record(Op::Unary(UnaryOp::Neg), &[self.into()])
     }
 }
 
-impl Neg for &Tensor {
-    type Output = Tensor;
+impl Neg for &Var {
+    type Output = Var;
     #[track_caller]
-    fn neg(self) -> Tensor {
+    fn neg(self) -> Var {
         self.graph().record(Op::Unary(UnaryOp::Neg), &[self.into()])
     }
 }

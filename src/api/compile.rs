@@ -11,24 +11,30 @@
 
 use super::builder::Graph;
 use super::error::{Error, Result};
-use super::host::Array;
+use super::host::Tensor;
 use ferrite_accel::program::SimProgram;
 use ferrite_accel::sim::{DeviceReport, Machine};
 use ferrite_cpu::{CpuOptions, CpuProgram};
 use ferrite_ir::loops::Program;
-use ferrite_ir::{interpret, print, verify, DType, Tensor, TensorType};
+use ferrite_ir::{interpret, print, verify, TensorType};
 use ferrite_passes::dot::graph_dot;
 use ferrite_passes::optimize::OptimizeReport;
 use ferrite_passes::pipeline::{lower_graph, PipelineOptions, StageRecord};
 use ferrite_passes::schedule::{schedule, ScheduleOptions, Scheduled};
-use ferrite_profile::{profile_cpu, profile_sim, ScheduleProfile};
+use ferrite_profile::{
+    machine_info, machine_roofline, measure_copy_bandwidth, profile_cpu, profile_sim,
+    ProfileReport, ProfileTarget, ScheduleProfile,
+};
 use std::borrow::Borrow;
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-/// Where a compiled program runs.
+/// Where a compiled program runs: the one target type of the library and of every
+/// `ferrite` command's `--target` flag (each command accepts the targets that make
+/// sense for it and lists them in its `--help`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub enum Target {
     /// Native code: loop IR through Cranelift, GEMM through an extern kernel, threads.
@@ -57,6 +63,18 @@ impl Target {
             Target::Loops => "loops",
         }
     }
+
+    /// What the target is, in a few words (the command line's `--help` shows it).
+    pub fn about(self) -> &'static str {
+        match self {
+            Target::Cpu => "native code through the Cranelift JIT",
+            Target::Sim => "tile kernels on the accelerator simulator",
+            Target::Interp => "the reference interpreter on the graph as given (no pipeline)",
+            Target::Loops => {
+                "the loop-IR evaluator on the scheduled program (the pipeline, no code generator)"
+            }
+        }
+    }
 }
 
 impl fmt::Display for Target {
@@ -66,15 +84,29 @@ impl fmt::Display for Target {
 }
 
 impl FromStr for Target {
-    type Err = String;
+    type Err = Error;
 
-    fn from_str(s: &str) -> std::result::Result<Target, String> {
+    /// A target by its [`name`](Target::name); anything else is an [`Error::UnknownTarget`].
+    fn from_str(s: &str) -> Result<Target> {
         Target::ALL
             .into_iter()
             .find(|t| t.name() == s)
-            .ok_or_else(|| format!("unknown target `{s}` (expected cpu, sim, interp or loops)"))
+            .ok_or_else(|| Error::UnknownTarget { name: s.into() })
     }
 }
+
+impl From<ProfileTarget> for Target {
+    /// The target a [`ProfileReport`] was measured on.
+    fn from(t: ProfileTarget) -> Target {
+        match t {
+            ProfileTarget::Cpu => Target::Cpu,
+            ProfileTarget::Sim => Target::Sim,
+        }
+    }
+}
+
+/// The most CPU threads [`Options::threads`] may ask for.
+pub const MAX_THREADS: usize = 1024;
 
 /// How to compile: target, fusion, optimizer, threads, simulated machine, dump directory.
 ///
@@ -89,7 +121,7 @@ pub struct Options {
     pub fuse: bool,
     /// Run the e-graph optimizer (default).
     pub optimize: bool,
-    /// CPU threads; `None` (default) is one per core.
+    /// CPU threads; `None` (default) is one per core. At most [`MAX_THREADS`].
     pub threads: Option<usize>,
     /// Write every stage's text here (created if missing), numbered in pipeline order;
     /// see [`Compiled::dump_files`] for the layout.
@@ -131,7 +163,8 @@ impl Options {
         self
     }
 
-    /// Sets the number of CPU threads (0 counts as 1).
+    /// Sets the number of CPU threads (0 counts as 1; more than [`MAX_THREADS`] is an
+    /// [`Error::InvalidOption`] when compiling).
     pub fn threads(mut self, threads: usize) -> Options {
         self.threads = Some(threads.max(1));
         self
@@ -149,6 +182,17 @@ impl Options {
         self
     }
 
+    /// Checks the options that can be out of range.
+    fn check(&self) -> Result<()> {
+        match self.threads {
+            Some(n) if n > MAX_THREADS => Err(Error::InvalidOption {
+                option: "threads",
+                message: format!("{n} threads asked for, at most {MAX_THREADS} are allowed"),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     fn pipeline(&self) -> PipelineOptions {
         let mut p = PipelineOptions::default();
         p.optimize.enabled = self.optimize;
@@ -160,12 +204,12 @@ impl Options {
 /// Compiles a built graph (its first build error, if any, is returned here).
 ///
 /// ```
-/// use ferrite::{Array, Options, Target};
+/// use ferrite::{Options, Target, Tensor};
 /// let g = ferrite::Graph::new("affine");
 /// let x = g.input("x", ferrite::f32(&[2]));
 /// g.output(&(x * 3.0 - 1.0));
 /// let exe = ferrite::compile(&g, &Options::default().target(Target::Interp))?;
-/// let out = exe.run(&[&Array::from_vec(&[2], vec![1.0f32, 2.0])?])?;
+/// let out = exe.run(&[&Tensor::from_vec(&[2], vec![1.0f32, 2.0])?])?;
 /// assert_eq!(out[0].as_slice::<f32>(), Some(&[2.0, 5.0][..]));
 /// # Ok::<(), ferrite::Error>(())
 /// ```
@@ -181,6 +225,7 @@ pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled> {
 pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compiled> {
     let start = Instant::now();
     verify(graph).map_err(|message| Error::InvalidGraph { message })?;
+    options.check()?;
     let (backend, records) = match options.target {
         Target::Interp => (Backend::Interp, Vec::new()),
         Target::Loops | Target::Cpu | Target::Sim => {
@@ -200,6 +245,7 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
     };
     let mut compiled = Compiled {
         graph: graph.clone(),
+        input_names: param_names(graph),
         options: options.clone(),
         backend,
         stages: records.iter().map(|s| (s.name, s.time)).collect(),
@@ -294,8 +340,11 @@ impl Code {
     }
 }
 
-/// A compiled program: run it on host [`Array`]s, as often as needed, from any number
+/// A compiled program: run it on host [`Tensor`]s, as often as needed, from any number
 /// of threads at once (`Compiled` is `Send + Sync`).
+///
+/// Inputs go in by position ([`Compiled::run`], in the order of
+/// [`Compiled::input_names`]) or by name ([`Compiled::run_named`]).
 ///
 /// It also answers what the compiler did: the stage times, the graphs and the
 /// optimizer report of the pipeline, the schedule (kernels and memory plan), and the
@@ -303,6 +352,8 @@ impl Code {
 #[derive(Debug)]
 pub struct Compiled {
     graph: ferrite_ir::Graph,
+    /// The parameters' names, in order (`%i` for an unnamed one of a hand-built graph).
+    input_names: Vec<String>,
     /// The options it was compiled with, for [`Compiled::unfused`].
     options: Options,
     backend: Backend,
@@ -331,7 +382,8 @@ impl Execution {
         self.outputs
     }
 
-    /// Wall-clock time of the run itself (inputs already checked, outputs not converted).
+    /// Wall-clock time of the run itself (inputs already checked and copied, outputs
+    /// not yet checked).
     pub fn time(&self) -> Duration {
         self.time
     }
@@ -343,93 +395,225 @@ impl Execution {
     }
 }
 
+/// How far [`Compiled::profile_report_with_progress`] has got: each step is reported
+/// as it starts.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum ProfileStep {
+    /// Compiling the unfused baseline.
+    CompilingUnfused,
+    /// The untimed warm-up run of a schedule (CPU).
+    WarmUp {
+        /// The fused schedule, or the unfused baseline.
+        fused: bool,
+    },
+    /// `done` of `runs` timed runs of a schedule are over (CPU).
+    Timed {
+        /// The fused schedule, or the unfused baseline.
+        fused: bool,
+        /// Timed runs over.
+        done: usize,
+        /// Timed runs in all.
+        runs: usize,
+    },
+    /// The one simulated run of a schedule (simulator).
+    Simulating {
+        /// The fused schedule, or the unfused baseline.
+        fused: bool,
+    },
+    /// Measuring the CPU's copy bandwidth, the roofline of the report (CPU).
+    MeasuringBandwidth,
+}
+
 impl Compiled {
-    /// Runs the program: one input per graph input, in declaration order (as `&Array`s
-    /// or `Array`s); returns one `Array` per output. A wrong input count, dtype or shape
-    /// is an [`Error::InputCount`], [`Error::InputDType`] or [`Error::InputShape`].
+    /// Runs the program: one input per graph input, in declaration order (as
+    /// `&Tensor`s or `Tensor`s); returns one tensor per output. A wrong input count,
+    /// dtype or shape is an [`Error::InputCount`], [`Error::InputDType`] or
+    /// [`Error::InputShape`].
     ///
     /// Inputs are copied once into the runtime's own tensors.
-    pub fn run<A: Borrow<Array>>(&self, inputs: &[A]) -> Result<Vec<Array>> {
-        let tensors = check_inputs(&self.graph, inputs)?;
-        self.execute_checked(&tensors)?
-            .outputs
+    pub fn run<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Vec<Tensor>> {
+        self.execute(inputs).map(Execution::into_outputs)
+    }
+
+    /// Runs the program on inputs given by name, in any order:
+    /// `exe.run_named(&[("x", &x), ("w", &w)])`. Every input must be named once: a
+    /// missing, unknown or repeated name is an [`Error::MissingInput`],
+    /// [`Error::UnknownInput`] or [`Error::DuplicateInput`] naming it, so that two
+    /// inputs of the same type cannot be swapped unnoticed.
+    pub fn run_named(&self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor>> {
+        self.run(&self.inputs_by_name(inputs)?)
+    }
+
+    /// Orders inputs given by name as the positional methods ([`Compiled::run`],
+    /// [`Compiled::execute`], [`Compiled::profile`]) take them, with the errors of
+    /// [`Compiled::run_named`].
+    pub fn inputs_by_name<'a>(&self, inputs: &[(&str, &'a Tensor)]) -> Result<Vec<&'a Tensor>> {
+        let index: HashMap<&str, usize> = self
+            .input_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect();
+        let mut ordered: Vec<Option<&Tensor>> = vec![None; self.input_names.len()];
+        for &(name, t) in inputs {
+            let Some(&i) = index.get(name) else {
+                return Err(Error::UnknownInput {
+                    name: name.into(),
+                    inputs: self.input_names.clone(),
+                });
+            };
+            if ordered[i].replace(t).is_some() {
+                return Err(Error::DuplicateInput { name: name.into() });
+            }
+        }
+        ordered
             .into_iter()
-            .map(|t| {
-                Array::try_from(t).map_err(|e| Error::Run {
-                    message: format!(
-                        "internal error: the backend returned a malformed tensor: {e}"
-                    ),
-                })
-            })
+            .zip(&self.input_names)
+            .map(|(t, name)| t.ok_or_else(|| Error::MissingInput { name: name.clone() }))
             .collect()
     }
 
-    /// Runs the program on IR tensors, without copying them, and reports the run
-    /// ([`Execution`]): what `ferrite run` does. Inputs are checked as by
-    /// [`Compiled::run`].
-    pub fn execute(&self, inputs: &[Tensor]) -> Result<Execution> {
-        check_types(
-            &self.graph,
-            inputs.iter().map(|t| (t.ty.dtype, &t.ty.shape[..])),
-        )?;
-        self.execute_checked(inputs)
-    }
-
-    /// Runs the backend on inputs that match the parameters.
-    fn execute_checked(&self, inputs: &[Tensor]) -> Result<Execution> {
+    /// Runs the program and reports the run ([`Execution`]: the outputs, the time of
+    /// the run itself, the simulator's report): what `ferrite run` does. Inputs are
+    /// checked and copied as by [`Compiled::run`].
+    pub fn execute<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Execution> {
+        let inputs = check_inputs(&self.graph, inputs)?;
         let start = Instant::now();
         let (outputs, device_report) = match &self.backend {
-            Backend::Interp => interpret(&self.graph, inputs).map(|o| (o, None)),
+            Backend::Interp => interpret(&self.graph, &inputs).map(|o| (o, None)),
             Backend::Lowered(pipeline, code) => match code {
-                Code::Loops => ferrite_ir::loops::evaluate(&pipeline.scheduled.program, inputs)
+                Code::Loops => ferrite_ir::loops::evaluate(&pipeline.scheduled.program, &inputs)
                     .map(|o| (o, None)),
-                Code::Cpu(p) => p.run(inputs).map(|o| (o, None)),
-                Code::Sim(p) => p.run(inputs).map(|(o, report)| (o, Some(report))),
+                Code::Cpu(p) => p.run(&inputs).map(|o| (o, None)),
+                Code::Sim(p) => p.run(&inputs).map(|(o, report)| (o, Some(report))),
             },
         }
         .map_err(|message| Error::Run { message })?;
+        let time = start.elapsed();
         Ok(Execution {
-            outputs,
-            time: start.elapsed(),
+            outputs: outputs
+                .into_iter()
+                .map(Tensor::from_backend)
+                .collect::<Result<_>>()?,
+            time,
             device_report,
         })
     }
 
-    /// Profiles the program kernel by kernel on IR inputs (checked as by
-    /// [`Compiled::run`]): on [`Target::Cpu`] one warm-up run and then `runs` timed
-    /// runs, each kernel's time being its median, with `progress` called after each
-    /// timed run; on [`Target::Sim`] one simulated run (cycles are deterministic).
-    /// Other targets have no kernels to measure: an [`Error::Run`].
-    pub fn profile(
+    /// Profiles the program kernel by kernel (inputs checked as by [`Compiled::run`]):
+    /// on [`Target::Cpu`] one warm-up run and then `runs` timed runs (at least one),
+    /// each kernel's time being its median; on [`Target::Sim`] one simulated run
+    /// (cycles are deterministic). Other targets have no kernels to measure: an
+    /// [`Error::WrongTarget`].
+    pub fn profile<A: Borrow<Tensor>>(&self, inputs: &[A], runs: usize) -> Result<ScheduleProfile> {
+        self.profile_with_progress(inputs, runs, &mut |_| {})
+    }
+
+    /// [`Compiled::profile`], calling `progress` after each timed run with the number
+    /// of runs done.
+    pub fn profile_with_progress<A: Borrow<Tensor>>(
         &self,
-        inputs: &[Tensor],
+        inputs: &[A],
         runs: usize,
         progress: &mut dyn FnMut(usize),
     ) -> Result<ScheduleProfile> {
-        check_types(
-            &self.graph,
-            inputs.iter().map(|t| (t.ty.dtype, &t.ty.shape[..])),
-        )?;
-        let Backend::Lowered(pipeline, code) = &self.backend else {
-            return Err(self.not_profilable());
-        };
+        let inputs = check_inputs(&self.graph, inputs)?;
+        let (pipeline, code) = self.profilable("profiling")?;
         let fused = self.options.fuse;
         let peak = pipeline.scheduled.memory.peak_bytes() as u64;
         let graph = &pipeline.optimized;
         match code {
-            Code::Cpu(p) => profile_cpu(p, graph, inputs, runs, fused, peak, progress),
-            Code::Sim(p) => profile_sim(p, &pipeline.scheduled.program, graph, inputs, fused, peak),
-            Code::Loops => return Err(self.not_profilable()),
+            Code::Cpu(p) => profile_cpu(p, graph, &inputs, runs, fused, peak, progress),
+            Code::Sim(p) => {
+                profile_sim(p, &pipeline.scheduled.program, graph, &inputs, fused, peak)
+            }
+            Code::Loops => unreachable!("profilable() refuses the loop-IR evaluator"),
         }
         .map_err(|message| Error::Run { message })
     }
 
-    fn not_profilable(&self) -> Error {
-        Error::Run {
-            message: format!(
-                "profiling needs the cpu or sim target; this program is compiled for {}",
-                self.target()
-            ),
+    /// Profiles this program against its unfused baseline ([`Compiled::unfused`]) on
+    /// the same inputs, as `ferrite profile` does: both kernel by kernel as by
+    /// [`Compiled::profile`], with the roofline they are compared against (on the CPU
+    /// the measured copy bandwidth, on the simulator the machine's). Render the report
+    /// with [`crate::profile::render_table`], [`crate::profile::to_json`] or
+    /// [`crate::profile::chrome_trace`].
+    pub fn profile_report<A: Borrow<Tensor>>(
+        &self,
+        inputs: &[A],
+        runs: usize,
+    ) -> Result<ProfileReport> {
+        self.profile_report_with_progress(inputs, runs, &mut |_| {})
+    }
+
+    /// [`Compiled::profile_report`], calling `progress` as each [`ProfileStep`] starts.
+    pub fn profile_report_with_progress<A: Borrow<Tensor>>(
+        &self,
+        inputs: &[A],
+        runs: usize,
+        progress: &mut dyn FnMut(ProfileStep),
+    ) -> Result<ProfileReport> {
+        let (_, code) = self.profilable("a profile report")?;
+        check_types(&self.graph, inputs.iter().map(|t| t.borrow().ty()))?;
+        progress(ProfileStep::CompilingUnfused);
+        let unfused = self.unfused()?;
+        let runs = runs.max(1);
+        let mut measure = |exe: &Compiled, fused: bool| match exe.target() {
+            Target::Sim => {
+                progress(ProfileStep::Simulating { fused });
+                exe.profile(inputs, runs)
+            }
+            _ => {
+                progress(ProfileStep::WarmUp { fused });
+                exe.profile_with_progress(inputs, runs, &mut |done| {
+                    progress(ProfileStep::Timed { fused, done, runs })
+                })
+            }
+        };
+        let fused = measure(self, true)?;
+        let unfused = measure(&unfused, false)?;
+        let graph = self.graph.name.clone();
+        Ok(match code {
+            Code::Cpu(p) => {
+                progress(ProfileStep::MeasuringBandwidth);
+                ProfileReport {
+                    graph,
+                    target: ProfileTarget::Cpu,
+                    runs,
+                    threads: Some(p.threads()),
+                    machine: None,
+                    roofline: measure_copy_bandwidth(p.threads()),
+                    fused,
+                    unfused,
+                }
+            }
+            Code::Sim(p) => ProfileReport {
+                graph,
+                target: ProfileTarget::Sim,
+                runs: 1,
+                threads: None,
+                machine: Some(machine_info(p.machine())),
+                roofline: machine_roofline(p.machine()),
+                fused,
+                unfused,
+            },
+            Code::Loops => unreachable!("profilable() refuses the loop-IR evaluator"),
+        })
+    }
+
+    /// The pipeline and the code to profile, or an [`Error::WrongTarget`] for the
+    /// targets without kernels to measure.
+    fn profilable(&self, operation: &'static str) -> Result<(&Pipeline, &Code)> {
+        match &self.backend {
+            Backend::Lowered(pipeline, code @ (Code::Cpu(_) | Code::Sim(_))) => {
+                Ok((pipeline, code))
+            }
+            _ => Err(Error::WrongTarget {
+                operation,
+                target: self.target(),
+                supported: &[Target::Cpu, Target::Sim],
+            }),
         }
     }
 
@@ -439,12 +623,14 @@ impl Compiled {
     /// rerun, so both programs compute the same graph nodes and their kernels can be
     /// compared one to one, as `ferrite profile` does. Its stage times are its own
     /// schedule and code generation; [`Target::Interp`] has no schedule: an
-    /// [`Error::Compile`].
+    /// [`Error::WrongTarget`].
     pub fn unfused(&self) -> Result<Compiled> {
         let start = Instant::now();
         let Backend::Lowered(pipeline, _) = &self.backend else {
-            return Err(Error::Compile {
-                message: "the interpreter target has no schedule to unfuse".into(),
+            return Err(Error::WrongTarget {
+                operation: "the unfused baseline",
+                target: self.target(),
+                supported: &[Target::Cpu, Target::Sim, Target::Loops],
             });
         };
         let options = Options {
@@ -469,6 +655,7 @@ impl Compiled {
         };
         Ok(Compiled {
             graph: self.graph.clone(),
+            input_names: self.input_names.clone(),
             options,
             backend: Backend::Lowered(Box::new(pipeline), code),
             stages,
@@ -490,6 +677,12 @@ impl Compiled {
     /// The graph it was compiled from.
     pub fn graph(&self) -> &ferrite_ir::Graph {
         &self.graph
+    }
+
+    /// The input names (the graph's parameters), in the order [`Compiled::run`] takes
+    /// them; [`Compiled::run_named`] takes them by these names.
+    pub fn input_names(&self) -> &[String] {
+        &self.input_names
     }
 
     /// The input types, in order.
@@ -610,20 +803,29 @@ fn io_error(path: &Path, e: std::io::Error) -> Error {
     }
 }
 
+/// The name of each parameter of `g`: its name in the graph, or `%i` for an unnamed
+/// parameter of a hand-built graph.
+fn param_names(g: &ferrite_ir::Graph) -> Vec<String> {
+    g.params
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| g.node(p).name.clone().unwrap_or_else(|| format!("%{i}")))
+        .collect()
+}
+
 /// Checks `inputs` against the graph's parameters and copies them for the backends.
-pub(crate) fn check_inputs<A: Borrow<Array>>(
+pub(crate) fn check_inputs<A: Borrow<Tensor>>(
     g: &ferrite_ir::Graph,
     inputs: &[A],
-) -> Result<Vec<Tensor>> {
-    let inputs: Vec<&Array> = inputs.iter().map(Borrow::borrow).collect();
-    check_types(g, inputs.iter().map(|a| (a.dtype(), a.shape())))?;
-    Ok(inputs.into_iter().map(|a| a.as_ir().clone()).collect())
+) -> Result<Vec<ferrite_ir::Tensor>> {
+    check_types(g, inputs.iter().map(|t| t.borrow().ty()))?;
+    Ok(inputs.iter().map(|t| t.borrow().as_ir().clone()).collect())
 }
 
 /// Checks the dtype and shape of each input against the graph's parameters.
 fn check_types<'a>(
     g: &ferrite_ir::Graph,
-    inputs: impl ExactSizeIterator<Item = (DType, &'a [usize])>,
+    inputs: impl ExactSizeIterator<Item = &'a TensorType>,
 ) -> Result<()> {
     if inputs.len() != g.params.len() {
         return Err(Error::InputCount {
@@ -631,7 +833,7 @@ fn check_types<'a>(
             got: inputs.len(),
         });
     }
-    for (index, (&p, (dtype, shape))) in g.params.iter().zip(inputs).enumerate() {
+    for (index, (&p, ty)) in g.params.iter().zip(inputs).enumerate() {
         let want = g.ty(p);
         let name = || {
             g.node(p)
@@ -639,20 +841,20 @@ fn check_types<'a>(
                 .clone()
                 .unwrap_or_else(|| format!("%{index}"))
         };
-        if dtype != want.dtype {
+        if ty.dtype != want.dtype {
             return Err(Error::InputDType {
                 index,
                 name: name(),
                 expected: want.dtype,
-                got: dtype,
+                got: ty.dtype,
             });
         }
-        if shape != want.shape.as_slice() {
+        if ty.shape != want.shape {
             return Err(Error::InputShape {
                 index,
                 name: name(),
                 expected: want.shape.clone(),
-                got: shape.to_vec(),
+                got: ty.shape.clone(),
             });
         }
     }

@@ -3,9 +3,13 @@
 //! Every fallible function of the facade returns [`Result`]. Errors carry what a
 //! user needs to fix the problem: the op and operand types for a build error, the
 //! parameter name and both types for a bad input, the path for an I/O failure.
+//! [`Error::is_internal`] tells the user's mistakes from Ferrite's bugs; the `ferrite`
+//! binary's exit code (1 or 2) is derived from it.
 
+use super::compile::Target;
+use ferrite_accel::sim::PresetError;
 use ferrite_ir::types::ShapeDisplay;
-use ferrite_ir::{DType, TensorType};
+use ferrite_ir::{DType, Mismatch, TensorType};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -28,7 +32,7 @@ pub enum Error {
         location: String,
     },
     /// Tensors of two different graphs were combined in one op.
-    ForeignTensor {
+    ForeignVar {
         /// The op that received them.
         op: String,
         /// The `file:line:col` of the user code that built the op.
@@ -38,6 +42,23 @@ pub enum Error {
     NoOutputs {
         /// The graph's name.
         graph: String,
+    },
+    /// `run_named` was given a name that is not an input of the program.
+    UnknownInput {
+        /// The name given.
+        name: String,
+        /// The program's input names, in order.
+        inputs: Vec<String>,
+    },
+    /// `run_named` was not given a value for this input.
+    MissingInput {
+        /// The input's name.
+        name: String,
+    },
+    /// `run_named` was given this input more than once.
+    DuplicateInput {
+        /// The input's name.
+        name: String,
     },
     /// `run` got a different number of inputs than the graph has parameters.
     InputCount {
@@ -85,6 +106,37 @@ pub enum Error {
         /// The operating system's message.
         message: String,
     },
+    /// A machine preset that does not describe a machine.
+    Preset {
+        /// The preset file.
+        path: PathBuf,
+        /// What is wrong, and on which line.
+        error: PresetError,
+    },
+    /// Two tensors that should be close are not ([`Tensor::check_close`](crate::Tensor::check_close)).
+    NotClose(Mismatch),
+    /// A target name that is not one of `cpu`, `sim`, `interp`, `loops`.
+    UnknownTarget {
+        /// The name given.
+        name: String,
+    },
+    /// An [`Options`](crate::Options) value out of its range.
+    InvalidOption {
+        /// The option (`threads`, ...).
+        option: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
+    /// The program was compiled for a target that cannot do what was asked (profiling
+    /// the interpreter, ...).
+    WrongTarget {
+        /// What was asked, as a noun (`profiling`, `the unfused baseline`).
+        operation: &'static str,
+        /// The program's target.
+        target: Target,
+        /// The targets that can do it.
+        supported: &'static [Target],
+    },
     /// An `ir::Graph` given to [`compile_ir`](crate::compile_ir) fails the verifier.
     InvalidGraph {
         /// The verifier's message.
@@ -100,9 +152,48 @@ pub enum Error {
         /// The executor's message, naming the kernel or node.
         message: String,
     },
+    /// A broken invariant of the facade itself (a backend returned a tensor that does
+    /// not match its type, ...): a bug in Ferrite.
+    Internal {
+        /// What broke.
+        message: String,
+    },
 }
 
 impl Error {
+    /// True when the error is a bug in Ferrite rather than something the user can fix;
+    /// the `ferrite` binary exits with 2 for these and with 1 for the others.
+    ///
+    /// This is the one place that decides. The compiler pipeline and the code
+    /// generators report plain messages today, which count as bugs
+    /// ([`Error::Compile`]); once `ferrite-passes`, `ferrite-cpu` and `ferrite-accel`
+    /// return typed errors, `Error::Compile` carries them and asks their own
+    /// `is_internal()` here.
+    pub fn is_internal(&self) -> bool {
+        match self {
+            Error::Compile { .. } | Error::Internal { .. } => true,
+            Error::Build { .. }
+            | Error::ForeignVar { .. }
+            | Error::NoOutputs { .. }
+            | Error::UnknownInput { .. }
+            | Error::MissingInput { .. }
+            | Error::DuplicateInput { .. }
+            | Error::InputCount { .. }
+            | Error::InputDType { .. }
+            | Error::InputShape { .. }
+            | Error::Data { .. }
+            | Error::Npy { .. }
+            | Error::Io { .. }
+            | Error::Preset { .. }
+            | Error::NotClose(_)
+            | Error::UnknownTarget { .. }
+            | Error::InvalidOption { .. }
+            | Error::WrongTarget { .. }
+            | Error::InvalidGraph { .. }
+            | Error::Run { .. } => false,
+        }
+    }
+
     /// An [`Error::Data`] from a message.
     pub(crate) fn data(message: impl Into<String>) -> Error {
         Error::Data {
@@ -129,7 +220,7 @@ impl fmt::Display for Error {
                 }
                 write!(f, "): {message}")
             }
-            Error::ForeignTensor { op, location } => write!(
+            Error::ForeignVar { op, location } => write!(
                 f,
                 "{location}: {op}: the operands belong to different graphs"
             ),
@@ -137,6 +228,17 @@ impl fmt::Display for Error {
                 f,
                 "graph `{graph}` has no outputs (call `Graph::output` before compiling)"
             ),
+            Error::UnknownInput { name, inputs } => write!(
+                f,
+                "the program has no input `{name}` (its inputs: {})",
+                if inputs.is_empty() {
+                    "none".to_string()
+                } else {
+                    inputs.join(", ")
+                }
+            ),
+            Error::MissingInput { name } => write!(f, "input `{name}` is not given"),
+            Error::DuplicateInput { name } => write!(f, "input `{name}` is given twice"),
             Error::InputCount { expected, got } => write!(
                 f,
                 "expected {expected} input{}, got {got}",
@@ -165,11 +267,41 @@ impl fmt::Display for Error {
             Error::Data { message } => write!(f, "invalid tensor data: {message}"),
             Error::Npy { message } => write!(f, "invalid .npy data: {message}"),
             Error::Io { path, message } => write!(f, "{}: {message}", path.display()),
+            Error::Preset { path, error } => write!(f, "`{}`: {error}", path.display()),
+            Error::NotClose(m) => write!(f, "tensors differ: {m}"),
+            Error::UnknownTarget { name } => write!(
+                f,
+                "unknown target `{name}` (expected cpu, sim, interp or loops)"
+            ),
+            Error::InvalidOption { option, message } => write!(f, "option `{option}`: {message}"),
+            Error::WrongTarget {
+                operation,
+                target,
+                supported,
+            } => {
+                write!(f, "{operation} needs the ")?;
+                for (i, t) in supported.iter().enumerate() {
+                    let sep = match i {
+                        0 => "",
+                        i if i + 1 == supported.len() => " or ",
+                        _ => ", ",
+                    };
+                    write!(f, "{sep}{t}")?;
+                }
+                write!(f, " target; this program is compiled for {target}")
+            }
             Error::InvalidGraph { message } => write!(f, "invalid graph: {message}"),
             Error::Compile { message } => write!(f, "compilation failed: {message}"),
             Error::Run { message } => write!(f, "execution failed: {message}"),
+            Error::Internal { message } => write!(f, "internal error: {message}"),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+impl From<Mismatch> for Error {
+    fn from(m: Mismatch) -> Error {
+        Error::NotClose(m)
+    }
+}

@@ -1,25 +1,27 @@
-//! `Array`: a dense tensor on the host, the values that go into and come out of a
-//! compiled program.
+//! [`Tensor`]: a dense tensor on the host, the data that goes into and comes out of a
+//! compiled program (the symbolic counterpart, which holds no data, is
+//! [`Var`](crate::Var)).
 //!
-//! An [`Array`] wraps the IR's host tensor ([`ferrite_ir::Tensor`]) and keeps it
+//! A [`Tensor`] wraps the IR's host tensor ([`ferrite_ir::Tensor`]) and keeps it
 //! well-formed: its element storage always matches its type, because the only ways to
 //! build one are checked. It converts from and to `Vec`s and slices of the element
-//! types ([`Element`]: `f32`, `f16`, `bf16`, `i32`, `i64`, `bool`) and from and to
-//! numpy's `.npy` format, as bytes or as files.
+//! types ([`Element`]: `f32`, `f16`, `bf16`, `i32`, `i64`, `bool`), from and to
+//! numpy's `.npy` format, as bytes or as files, and with the `ndarray` feature from and
+//! to `ndarray` arrays.
 //!
 //! ```
-//! use ferrite::Array;
-//! let a = Array::from_vec(&[2, 2], vec![1.0f32, 2.0, 3.0, 4.0])?;
+//! use ferrite::Tensor;
+//! let a = Tensor::from_vec(&[2, 2], vec![1.0f32, 2.0, 3.0, 4.0])?;
 //! assert_eq!(a.shape(), &[2, 2]);
 //! assert_eq!(a.as_slice::<f32>(), Some(&[1.0, 2.0, 3.0, 4.0][..]));
-//! let back = Array::from_npy(&a.to_npy())?;
+//! let back = Tensor::from_npy(&a.to_npy())?;
 //! assert_eq!(back, a);
 //! # Ok::<(), ferrite::Error>(())
 //! ```
 
 use super::error::{Error, Result};
 use ferrite_ir::types::check_shape;
-use ferrite_ir::{npy, DType, Data, TensorType};
+use ferrite_ir::{npy, DType, Data, Mismatch, TensorType};
 use half::{bf16, f16};
 use std::fmt;
 use std::path::Path;
@@ -77,16 +79,18 @@ element!(bool, Bool, Bool);
 
 /// A dense, row-major tensor on the host: a [`TensorType`] and its elements.
 ///
-/// Inputs of [`Compiled::run`](crate::Compiled::run) and [`Jit::run`](crate::Jit::run)
-/// are `Array`s, and so are their outputs. `Array` is a checked wrapper around
-/// [`ferrite_ir::Tensor`] (the reference interpreter's host tensor); [`Array::as_ir`],
-/// [`Array::into_ir`] and `TryFrom<ferrite_ir::Tensor>` convert between the two.
+/// Inputs of [`Compiled::run`](crate::Compiled::run),
+/// [`Compiled::execute`](crate::Compiled::execute) and [`Jit::run`](crate::Jit::run)
+/// are `Tensor`s, and so are their outputs. `Tensor` is a checked wrapper around
+/// [`ferrite_ir::Tensor`] (the reference interpreter's host tensor, whose fields are
+/// public); [`Tensor::as_ir`], [`Tensor::into_ir`] and `TryFrom<ferrite_ir::Tensor>`
+/// convert between the two.
 #[derive(Clone, PartialEq, Debug)]
-pub struct Array(ferrite_ir::Tensor);
+pub struct Tensor(ferrite_ir::Tensor);
 
-impl Array {
+impl Tensor {
     /// A tensor of `shape` holding `values` in row-major order.
-    pub fn from_vec<T: Element>(shape: &[usize], values: Vec<T>) -> Result<Array> {
+    pub fn from_vec<T: Element>(shape: &[usize], values: Vec<T>) -> Result<Tensor> {
         let ty = checked_type(T::DTYPE, shape)?;
         if ty.numel() != values.len() {
             return Err(Error::data(format!(
@@ -95,43 +99,43 @@ impl Array {
                 values.len()
             )));
         }
-        Ok(Array(ferrite_ir::Tensor {
+        Ok(Tensor(ferrite_ir::Tensor {
             ty,
             data: T::into_data(values),
         }))
     }
 
     /// A tensor of `shape` holding a copy of `values` in row-major order.
-    pub fn from_slice<T: Element>(shape: &[usize], values: &[T]) -> Result<Array> {
-        Array::from_vec(shape, values.to_vec())
+    pub fn from_slice<T: Element>(shape: &[usize], values: &[T]) -> Result<Tensor> {
+        Tensor::from_vec(shape, values.to_vec())
     }
 
     /// A rank-0 tensor.
-    pub fn scalar<T: Element>(value: T) -> Array {
-        Array(ferrite_ir::Tensor {
+    pub fn scalar<T: Element>(value: T) -> Tensor {
+        Tensor(ferrite_ir::Tensor {
             ty: TensorType::scalar(T::DTYPE),
             data: T::into_data(vec![value]),
         })
     }
 
     /// A tensor of `shape` with every element equal to `value`.
-    pub fn full<T: Element>(shape: &[usize], value: T) -> Result<Array> {
+    pub fn full<T: Element>(shape: &[usize], value: T) -> Result<Tensor> {
         let ty = checked_type(T::DTYPE, shape)?;
-        Ok(Array(ferrite_ir::Tensor {
+        Ok(Tensor(ferrite_ir::Tensor {
             data: T::into_data(vec![value; ty.numel()]),
             ty,
         }))
     }
 
     /// A tensor of type `ty` filled with zeros (`false` for `bool`).
-    pub fn zeros(ty: &TensorType) -> Result<Array> {
+    pub fn zeros(ty: &TensorType) -> Result<Tensor> {
         check_shape(&ty.shape).map_err(Error::data)?;
-        Ok(Array(ferrite_ir::Tensor::zeros(ty)))
+        Ok(Tensor(ferrite_ir::Tensor::zeros(ty)))
     }
 
     /// A tensor of type `ty` from f64 values, rounded to the dtype as a cast does
     /// (floats to nearest, integers toward zero, `bool` is `v != 0`).
-    pub fn from_f64(ty: &TensorType, values: &[f64]) -> Result<Array> {
+    pub fn from_f64(ty: &TensorType, values: &[f64]) -> Result<Tensor> {
         check_shape(&ty.shape).map_err(Error::data)?;
         if ty.numel() != values.len() {
             return Err(Error::data(format!(
@@ -140,14 +144,14 @@ impl Array {
                 values.len()
             )));
         }
-        Ok(Array(ferrite_ir::Tensor::from_f64(ty, values)))
+        Ok(Tensor(ferrite_ir::Tensor::from_f64(ty, values)))
     }
 
     /// Deterministic pseudo-random contents for `ty` from `seed`: floats uniform in
     /// [-1, 1), integers in [0, 10), bools fair (the inputs `ferrite run --seed` uses).
-    pub fn random(ty: &TensorType, seed: u64) -> Result<Array> {
+    pub fn random(ty: &TensorType, seed: u64) -> Result<Tensor> {
         check_shape(&ty.shape).map_err(Error::data)?;
-        Ok(Array(ferrite_ir::Tensor::random(ty, seed)))
+        Ok(Tensor(ferrite_ir::Tensor::random(ty, seed)))
     }
 
     /// Dtype and shape.
@@ -204,7 +208,7 @@ impl Array {
     }
 
     /// The same elements with another shape of the same element count.
-    pub fn reshape(self, shape: &[usize]) -> Result<Array> {
+    pub fn reshape(self, shape: &[usize]) -> Result<Tensor> {
         let ty = checked_type(self.dtype(), shape)?;
         if ty.numel() != self.len() {
             return Err(Error::data(format!(
@@ -213,16 +217,16 @@ impl Array {
                 self.len()
             )));
         }
-        Ok(Array(ferrite_ir::Tensor {
+        Ok(Tensor(ferrite_ir::Tensor {
             ty,
             data: self.0.data,
         }))
     }
 
     /// Decodes `.npy` bytes (any of the layouts `ferrite_ir::npy` accepts).
-    pub fn from_npy(bytes: &[u8]) -> Result<Array> {
+    pub fn from_npy(bytes: &[u8]) -> Result<Tensor> {
         npy::decode(bytes)
-            .map(Array)
+            .map(Tensor)
             .map_err(|message| Error::Npy { message })
     }
 
@@ -232,13 +236,13 @@ impl Array {
     }
 
     /// Reads a `.npy` file.
-    pub fn read_npy(path: impl AsRef<Path>) -> Result<Array> {
+    pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor> {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|e| Error::Io {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        Array::from_npy(&bytes).map_err(|e| match e {
+        Tensor::from_npy(&bytes).map_err(|e| match e {
             Error::Npy { message } => Error::Npy {
                 message: format!("{}: {message}", path.display()),
             },
@@ -256,13 +260,14 @@ impl Array {
     }
 
     /// Compares with `expected` elementwise: `|a - e| <= atol + rtol * |e|` (NaN equals
-    /// NaN). The error describes the worst mismatch, or a type difference.
+    /// NaN). The error is the worst mismatching element, or a type difference; it
+    /// converts into an [`Error::NotClose`] for `?`.
     pub fn check_close(
         &self,
-        expected: &Array,
+        expected: &Tensor,
         rtol: f64,
         atol: f64,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), Mismatch> {
         self.0.check_close(&expected.0, rtol, atol)
     }
 
@@ -276,7 +281,17 @@ impl Array {
         self.0
     }
 
-    fn wrong_element<T: Element>(&self) -> Error {
+    /// A tensor a backend returned: one that does not match its type is a bug.
+    pub(crate) fn from_backend(t: ferrite_ir::Tensor) -> Result<Tensor> {
+        match storage_mismatch(&t) {
+            Some(message) => Err(Error::Internal {
+                message: format!("a backend returned a malformed tensor: {message}"),
+            }),
+            None => Ok(Tensor(t)),
+        }
+    }
+
+    pub(crate) fn wrong_element<T: Element>(&self) -> Error {
         Error::data(format!(
             "the tensor is {} but {} elements were requested",
             self.0.ty,
@@ -312,20 +327,20 @@ fn storage_mismatch(t: &ferrite_ir::Tensor) -> Option<String> {
     None
 }
 
-impl TryFrom<ferrite_ir::Tensor> for Array {
+impl TryFrom<ferrite_ir::Tensor> for Tensor {
     type Error = Error;
 
     /// Checks that the storage matches the type (the IR tensor's fields are public).
-    fn try_from(t: ferrite_ir::Tensor) -> Result<Array> {
+    fn try_from(t: ferrite_ir::Tensor) -> Result<Tensor> {
         match storage_mismatch(&t) {
             Some(message) => Err(Error::Data { message }),
-            None => Ok(Array(t)),
+            None => Ok(Tensor(t)),
         }
     }
 }
 
-impl From<Array> for ferrite_ir::Tensor {
-    fn from(a: Array) -> ferrite_ir::Tensor {
+impl From<Tensor> for ferrite_ir::Tensor {
+    fn from(a: Tensor) -> ferrite_ir::Tensor {
         a.0
     }
 }
@@ -333,7 +348,7 @@ impl From<Array> for ferrite_ir::Tensor {
 /// At most this many elements are shown by `Display`.
 const SHOWN: usize = 8;
 
-impl fmt::Display for Array {
+impl fmt::Display for Tensor {
     /// `f32[2, 2] [1, 2, 3, 4]`, eliding the middle of long tensors.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} [", self.0.ty)?;

@@ -3,13 +3,13 @@
 //!
 //! # How a call runs
 //!
-//! A [`Jit`] wraps a closure `Fn([Tensor; N]) -> outputs`. On [`Jit::run`] the input
+//! A [`Jit`] wraps a closure `Fn([Var; N]) -> outputs`. On [`Jit::run`] the input
 //! *signature* (each input's dtype and shape) is the guard, and the cache maps
 //! signatures to compiled programs:
 //!
 //! 1. **hit**: the signature was compiled before; the compiled program runs;
 //! 2. **miss** with room in the cache: the closure is *traced* (called once with
-//!    symbolic [`Tensor`]s of the input types, which record every op into a fresh
+//!    symbolic [`Var`]s of the input types, which record every op into a fresh
 //!    [`Graph`]), the graph is compiled with the `Jit`'s [`Options`], the
 //!    result cached and run. The first compile is a compile, every later one a
 //!    *recompile*: the guard failed for every cached signature;
@@ -25,7 +25,7 @@
 //! for the same signature: a closure that branches on captured mutable state would be
 //! replayed with the state of its first trace, as with `torch.compile`. Weights are
 //! inputs like any other tensor (the graph IR has no tensor constants, so a captured
-//! host [`Array`] cannot become part of the graph); shapes, flags and sizes may be
+//! host [`Tensor`] cannot become part of the graph); shapes, flags and sizes may be
 //! captured freely.
 //!
 //! # Arity
@@ -33,7 +33,7 @@
 //! The closure takes its inputs as one array, `|[x, w]| ...`: the pattern fixes the
 //! arity (any number, checked at run time against the number of inputs) and lets the
 //! compiler infer the element type, which a trait over closures of 1, 2, 3, ... plain
-//! arguments could not. It returns a [`Tensor`], a tuple of up to four, an array or a
+//! arguments could not. It returns a [`Var`], a tuple of up to four, an array or a
 //! `Vec` of them, or a `Result` of any of these ([`IntoOutputs`]).
 //!
 //! # Observing the cache
@@ -44,10 +44,10 @@
 //! `0`) and the fallback is always reported, once; [`Jit::on_event`] routes every event to
 //! a hook instead.
 
-use super::builder::{Graph, Tensor};
+use super::builder::{Graph, Var};
 use super::compile::{check_inputs, compile_ir, Compiled, Options};
 use super::error::{Error, Result};
-use super::host::Array;
+use super::host::Tensor;
 use ferrite_ir::types::ShapeDisplay;
 use ferrite_ir::{interpret, TensorType};
 use std::borrow::Borrow;
@@ -66,47 +66,47 @@ pub const LOG_ENV: &str = "FERRITE_LOG";
 /// What a traced closure returns: one or more tensors of its graph.
 pub trait IntoOutputs {
     /// The outputs in order, or the error the closure returned.
-    fn into_outputs(self) -> Result<Vec<Tensor>>;
+    fn into_outputs(self) -> Result<Vec<Var>>;
 }
 
-impl IntoOutputs for Tensor {
-    fn into_outputs(self) -> Result<Vec<Tensor>> {
+impl IntoOutputs for Var {
+    fn into_outputs(self) -> Result<Vec<Var>> {
         Ok(vec![self])
     }
 }
 
-impl IntoOutputs for Vec<Tensor> {
-    fn into_outputs(self) -> Result<Vec<Tensor>> {
+impl IntoOutputs for Vec<Var> {
+    fn into_outputs(self) -> Result<Vec<Var>> {
         Ok(self)
     }
 }
 
-impl<const M: usize> IntoOutputs for [Tensor; M] {
-    fn into_outputs(self) -> Result<Vec<Tensor>> {
+impl<const M: usize> IntoOutputs for [Var; M] {
+    fn into_outputs(self) -> Result<Vec<Var>> {
         Ok(self.into())
     }
 }
 
-impl IntoOutputs for (Tensor, Tensor) {
-    fn into_outputs(self) -> Result<Vec<Tensor>> {
+impl IntoOutputs for (Var, Var) {
+    fn into_outputs(self) -> Result<Vec<Var>> {
         Ok(vec![self.0, self.1])
     }
 }
 
-impl IntoOutputs for (Tensor, Tensor, Tensor) {
-    fn into_outputs(self) -> Result<Vec<Tensor>> {
+impl IntoOutputs for (Var, Var, Var) {
+    fn into_outputs(self) -> Result<Vec<Var>> {
         Ok(vec![self.0, self.1, self.2])
     }
 }
 
-impl IntoOutputs for (Tensor, Tensor, Tensor, Tensor) {
-    fn into_outputs(self) -> Result<Vec<Tensor>> {
+impl IntoOutputs for (Var, Var, Var, Var) {
+    fn into_outputs(self) -> Result<Vec<Var>> {
         Ok(vec![self.0, self.1, self.2, self.3])
     }
 }
 
 impl<R: IntoOutputs> IntoOutputs for Result<R> {
-    fn into_outputs(self) -> Result<Vec<Tensor>> {
+    fn into_outputs(self) -> Result<Vec<Var>> {
         self?.into_outputs()
     }
 }
@@ -254,11 +254,11 @@ type Hook = Arc<dyn Fn(&JitEvent) + Send + Sync>;
 /// `Send + Sync` when the closure is: one `Jit` can serve many threads.
 ///
 /// ```
-/// use ferrite::{Array, Options, Target};
+/// use ferrite::{Tensor, Options, Target};
 /// let f = ferrite::jit(|[x, y]| (x * &y).relu() + 1.0)
 ///     .options(Options::default().target(Target::Interp));
-/// let a = Array::from_vec(&[2], vec![1.0f32, -2.0])?;
-/// let b = Array::from_vec(&[2], vec![3.0f32, 4.0])?;
+/// let a = Tensor::from_vec(&[2], vec![1.0f32, -2.0])?;
+/// let b = Tensor::from_vec(&[2], vec![3.0f32, 4.0])?;
 /// assert_eq!(f.run(&[&a, &b])?[0].as_slice::<f32>(), Some(&[4.0, 1.0][..]));
 /// f.run(&[&a, &b])?; // same signature: a cache hit
 /// let s = f.stats();
@@ -280,7 +280,7 @@ pub struct Jit<F, const N: usize> {
 /// as an array, `|[x, w]| x.matmul(&w).relu()`.
 pub fn jit<const N: usize, F, R>(f: F) -> Jit<F, N>
 where
-    F: Fn([Tensor; N]) -> R,
+    F: Fn([Var; N]) -> R,
     R: IntoOutputs,
 {
     Jit {
@@ -296,11 +296,11 @@ where
 }
 
 /// Runs `f` once, eagerly (op by op on the reference interpreter, nothing compiled).
-pub fn eager<const N: usize, F, R, A>(f: F, inputs: &[A]) -> Result<Vec<Array>>
+pub fn eager<const N: usize, F, R, A>(f: F, inputs: &[A]) -> Result<Vec<Tensor>>
 where
-    F: Fn([Tensor; N]) -> R,
+    F: Fn([Var; N]) -> R,
     R: IntoOutputs,
-    A: Borrow<Array>,
+    A: Borrow<Tensor>,
 {
     jit(f).name("eager").run_eager(inputs)
 }
@@ -316,7 +316,7 @@ fn log_enabled() -> bool {
 
 impl<F, R, const N: usize> Jit<F, N>
 where
-    F: Fn([Tensor; N]) -> R,
+    F: Fn([Var; N]) -> R,
     R: IntoOutputs,
 {
     /// Names the function (in graphs, dumps and log lines; default `jit`).
@@ -347,7 +347,7 @@ where
     /// Runs the function on `inputs`: compiled for their signature (compiling on the
     /// first call with it), or eagerly when the cache is full. Errors are those of
     /// tracing (build errors), compiling and [`Compiled::run`].
-    pub fn run<A: Borrow<Array>>(&self, inputs: &[A]) -> Result<Vec<Array>> {
+    pub fn run<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Vec<Tensor>> {
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let signature = signature(inputs, N)?;
         let slot = {
@@ -392,7 +392,7 @@ where
 
     /// Runs the function eagerly on `inputs` (see the [module docs](self)), whatever the
     /// cache holds. Not counted in [`Jit::stats`].
-    pub fn run_eager<A: Borrow<Array>>(&self, inputs: &[A]) -> Result<Vec<Array>> {
+    pub fn run_eager<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Vec<Tensor>> {
         let signature = signature(inputs, N)?;
         self.eager(&signature, inputs)
     }
@@ -407,7 +407,7 @@ where
             });
         }
         let g = Graph::new(self.name.clone());
-        let args: [Tensor; N] =
+        let args: [Var; N] =
             std::array::from_fn(|i| g.input(&format!("arg{i}"), signature[i].clone()));
         for out in (self.f)(args).into_outputs()? {
             g.output(&out);
@@ -477,17 +477,17 @@ where
         }
     }
 
-    fn eager<A: Borrow<Array>>(
+    fn eager<A: Borrow<Tensor>>(
         &self,
         signature: &[TensorType],
         inputs: &[A],
-    ) -> Result<Vec<Array>> {
+    ) -> Result<Vec<Tensor>> {
         let g = self.trace(signature)?;
         let tensors = check_inputs(&g, inputs)?;
         interpret(&g, &tensors)
             .map_err(|message| Error::Run { message })?
             .into_iter()
-            .map(Array::try_from)
+            .map(Tensor::from_backend)
             .collect()
     }
 
@@ -504,7 +504,7 @@ where
 }
 
 /// The guard: each input's type. Checks the count first.
-fn signature<A: Borrow<Array>>(inputs: &[A], n: usize) -> Result<Vec<TensorType>> {
+fn signature<A: Borrow<Tensor>>(inputs: &[A], n: usize) -> Result<Vec<TensorType>> {
     if inputs.len() != n {
         return Err(Error::InputCount {
             expected: n,

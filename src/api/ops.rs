@@ -1,4 +1,4 @@
-//! One method per op of the graph IR (docs/graph-format.md), on [`Tensor`], and the creation ops on
+//! One method per op of the graph IR (docs/graph-format.md), on [`Var`], and the creation ops on
 //! [`Graph`].
 //!
 //! Names and argument orders follow PyTorch where it has the op (`index_select(axis,
@@ -8,7 +8,7 @@
 //! accepts (`[2, -1]`, `&[b, s, d]` with `usize` extents, a `Vec`), and slices take
 //! Rust ranges ([`AxisRange`]: `0..64`, `-3..`, `..`).
 
-use super::builder::{binary, detached_error, Graph, Operand, Tensor};
+use super::builder::{binary, detached_error, Graph, Operand, Var};
 use ferrite_ir::op::{ArgReduceOp, BinaryOp, Op, ReduceOp, UnaryOp};
 use ferrite_ir::DType;
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
@@ -48,7 +48,7 @@ impl DimInt for usize {
 
 /// A list of extents or axes: arrays, slices and `Vec`s of `i32`, `i64` or `usize`.
 /// Integer literals work as they are (`x.reshape([2, -1])`), and so do shapes computed
-/// from [`Tensor::size`] (`x.reshape([b, s, heads, d / heads])`).
+/// from [`Var::size`] (`x.reshape([b, s, heads, d / heads])`).
 pub trait Dims {
     /// The entries as `i64`s.
     fn to_dims(&self) -> Vec<i64>;
@@ -84,7 +84,7 @@ impl<I: DimInt> Dims for &Vec<I> {
     }
 }
 
-/// A range of indices along one axis for [`Tensor::slice`], with Python's conventions:
+/// A range of indices along one axis for [`Var::slice`], with Python's conventions:
 /// negative bounds count from the end and bounds past the end are clamped.
 pub trait AxisRange {
     /// `(start, end)`, `end` exclusive; `i64::MAX` means "to the end".
@@ -143,7 +143,7 @@ macro_rules! unary_methods {
     ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
         $(#[$doc])*
         #[track_caller]
-        pub fn $name(&self) -> Tensor {
+        pub fn $name(&self) -> Var {
             self.unary(UnaryOp::$op)
         }
     )*};
@@ -154,7 +154,7 @@ macro_rules! binary_methods {
     ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
         $(#[$doc])*
         #[track_caller]
-        pub fn $name(&self, other: impl Into<Operand>) -> Tensor {
+        pub fn $name(&self, other: impl Into<Operand>) -> Var {
             binary(BinaryOp::$op, self.into(), other.into())
         }
     )*};
@@ -165,26 +165,26 @@ macro_rules! reduce_methods {
     ($($what:literal $name:ident $all:ident => $op:ident;)*) => {$(
         #[doc = concat!("The ", $what, " over `axes`; `keepdim` keeps them with extent 1.")]
         #[track_caller]
-        pub fn $name(&self, axes: impl Dims, keepdim: bool) -> Tensor {
+        pub fn $name(&self, axes: impl Dims, keepdim: bool) -> Var {
             self.record(Op::Reduce { op: ReduceOp::$op, axes: Some(axes.to_dims()), keepdim })
         }
 
         #[doc = concat!("The ", $what, " of all elements (rank 0).")]
         #[track_caller]
-        pub fn $all(&self) -> Tensor {
+        pub fn $all(&self) -> Var {
             self.record(Op::Reduce { op: ReduceOp::$op, axes: None, keepdim: false })
         }
     )*};
 }
 
-impl Tensor {
+impl Var {
     #[track_caller]
-    fn record(&self, op: Op) -> Tensor {
+    fn record(&self, op: Op) -> Var {
         self.graph().record(op, &[self.into()])
     }
 
     #[track_caller]
-    fn unary(&self, op: UnaryOp) -> Tensor {
+    fn unary(&self, op: UnaryOp) -> Var {
         self.record(Op::Unary(op))
     }
 
@@ -266,16 +266,16 @@ impl Tensor {
 
     /// `where(self, a, b)`: `a` where this `bool` condition holds, else `b`; all three
     /// broadcast, and `a`/`b` may be scalars. (The condition is `self`, unlike PyTorch's
-    /// `Tensor.where`; see also the free function [`where_`].)
+    /// `Var.where`; see also the free function [`where_`].)
     #[track_caller]
-    pub fn where_(&self, a: impl Into<Operand>, b: impl Into<Operand>) -> Tensor {
+    pub fn where_(&self, a: impl Into<Operand>, b: impl Into<Operand>) -> Var {
         self.graph()
             .record(Op::Where, &[self.into(), a.into(), b.into()])
     }
 
     /// The same values as another dtype (floats to integers truncate toward zero).
     #[track_caller]
-    pub fn cast(&self, to: DType) -> Tensor {
+    pub fn cast(&self, to: DType) -> Var {
         self.record(Op::Cast { to })
     }
 
@@ -289,7 +289,7 @@ impl Tensor {
 
     /// The index of the first maximum along `axis` (`i64`).
     #[track_caller]
-    pub fn argmax(&self, axis: i64, keepdim: bool) -> Tensor {
+    pub fn argmax(&self, axis: i64, keepdim: bool) -> Var {
         self.record(Op::ArgReduce {
             op: ArgReduceOp::ArgMax,
             axis: Some(axis),
@@ -299,7 +299,7 @@ impl Tensor {
 
     /// The index of the first minimum along `axis` (`i64`).
     #[track_caller]
-    pub fn argmin(&self, axis: i64, keepdim: bool) -> Tensor {
+    pub fn argmin(&self, axis: i64, keepdim: bool) -> Var {
         self.record(Op::ArgReduce {
             op: ArgReduceOp::ArgMin,
             axis: Some(axis),
@@ -309,7 +309,7 @@ impl Tensor {
 
     /// The flat index of the first maximum (rank 0, `i64`).
     #[track_caller]
-    pub fn argmax_all(&self) -> Tensor {
+    pub fn argmax_all(&self) -> Var {
         self.record(Op::ArgReduce {
             op: ArgReduceOp::ArgMax,
             axis: None,
@@ -319,7 +319,7 @@ impl Tensor {
 
     /// The flat index of the first minimum (rank 0, `i64`).
     #[track_caller]
-    pub fn argmin_all(&self) -> Tensor {
+    pub fn argmin_all(&self) -> Var {
         self.record(Op::ArgReduce {
             op: ArgReduceOp::ArgMin,
             axis: None,
@@ -329,19 +329,19 @@ impl Tensor {
 
     /// Softmax along `axis`.
     #[track_caller]
-    pub fn softmax(&self, axis: i64) -> Tensor {
+    pub fn softmax(&self, axis: i64) -> Var {
         self.record(Op::Softmax { axis })
     }
 
     /// Log-softmax along `axis`.
     #[track_caller]
-    pub fn log_softmax(&self, axis: i64) -> Tensor {
+    pub fn log_softmax(&self, axis: i64) -> Var {
         self.record(Op::LogSoftmax { axis })
     }
 
     /// Layer normalization over the last axis with weight and bias of that extent.
     #[track_caller]
-    pub fn layer_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> Tensor {
+    pub fn layer_norm(&self, weight: &Var, bias: &Var, eps: f64) -> Var {
         self.graph().record(
             Op::LayerNorm { eps },
             &[self.into(), weight.into(), bias.into()],
@@ -350,21 +350,21 @@ impl Tensor {
 
     /// RMS normalization over the last axis with a weight of that extent.
     #[track_caller]
-    pub fn rms_norm(&self, weight: &Tensor, eps: f64) -> Tensor {
+    pub fn rms_norm(&self, weight: &Var, eps: f64) -> Var {
         self.graph()
             .record(Op::RmsNorm { eps }, &[self.into(), weight.into()])
     }
 
     /// Matrix product with numpy/PyTorch batch broadcasting (1-D operands too).
     #[track_caller]
-    pub fn matmul(&self, other: &Tensor) -> Tensor {
+    pub fn matmul(&self, other: &Var) -> Var {
         self.graph()
             .record(Op::MatMul, &[self.into(), other.into()])
     }
 
     /// The same elements in another shape; one extent may be `-1`.
     #[track_caller]
-    pub fn reshape(&self, shape: impl Dims) -> Tensor {
+    pub fn reshape(&self, shape: impl Dims) -> Var {
         self.record(Op::Reshape {
             shape: shape.to_dims(),
         })
@@ -372,7 +372,7 @@ impl Tensor {
 
     /// Reorders the axes: result axis `i` is input axis `dims[i]`.
     #[track_caller]
-    pub fn permute(&self, dims: impl Dims) -> Tensor {
+    pub fn permute(&self, dims: impl Dims) -> Var {
         self.record(Op::Permute {
             dims: dims.to_dims(),
         })
@@ -380,13 +380,13 @@ impl Tensor {
 
     /// Swaps two axes.
     #[track_caller]
-    pub fn transpose(&self, dim0: i64, dim1: i64) -> Tensor {
+    pub fn transpose(&self, dim0: i64, dim1: i64) -> Var {
         self.record(Op::Transpose { dim0, dim1 })
     }
 
     /// Broadcasts to `shape` (`-1` keeps an extent).
     #[track_caller]
-    pub fn expand(&self, shape: impl Dims) -> Tensor {
+    pub fn expand(&self, shape: impl Dims) -> Var {
         self.record(Op::Expand {
             shape: shape.to_dims(),
         })
@@ -394,7 +394,7 @@ impl Tensor {
 
     /// Drops the given axes, which must have extent 1.
     #[track_caller]
-    pub fn squeeze(&self, axes: impl Dims) -> Tensor {
+    pub fn squeeze(&self, axes: impl Dims) -> Var {
         self.record(Op::Squeeze {
             axes: Some(axes.to_dims()),
         })
@@ -402,25 +402,25 @@ impl Tensor {
 
     /// Drops every axis of extent 1.
     #[track_caller]
-    pub fn squeeze_all(&self) -> Tensor {
+    pub fn squeeze_all(&self) -> Var {
         self.record(Op::Squeeze { axes: None })
     }
 
     /// Inserts an axis of extent 1 at position `axis` of the result.
     #[track_caller]
-    pub fn unsqueeze(&self, axis: i64) -> Tensor {
+    pub fn unsqueeze(&self, axis: i64) -> Var {
         self.record(Op::Unsqueeze { axis })
     }
 
     /// The indices `range` along `axis` (`x.slice(-1, ..64)`, `x.slice(0, 2..)`).
     #[track_caller]
-    pub fn slice(&self, axis: i64, range: impl AxisRange) -> Tensor {
+    pub fn slice(&self, axis: i64, range: impl AxisRange) -> Var {
         self.slice_step(axis, range, 1)
     }
 
     /// Every `step`-th index of `range` along `axis` (`step >= 1`).
     #[track_caller]
-    pub fn slice_step(&self, axis: i64, range: impl AxisRange, step: i64) -> Tensor {
+    pub fn slice_step(&self, axis: i64, range: impl AxisRange, step: i64) -> Var {
         let (start, end) = range.bounds();
         self.record(Op::Slice {
             axis,
@@ -433,7 +433,7 @@ impl Tensor {
     /// Pads with `value`: `pads` holds `[before, after]` for each axis, axis 0 first;
     /// negative amounts crop.
     #[track_caller]
-    pub fn pad(&self, pads: impl Dims, value: f64) -> Tensor {
+    pub fn pad(&self, pads: impl Dims, value: f64) -> Var {
         self.record(Op::Pad {
             pads: pads.to_dims(),
             value,
@@ -443,7 +443,7 @@ impl Tensor {
     /// The entries of `self` at the positions in the 1-D integer `index` along `axis`
     /// (embedding lookup: `table.index_select(0, &token_ids)`).
     #[track_caller]
-    pub fn index_select(&self, axis: i64, index: &Tensor) -> Tensor {
+    pub fn index_select(&self, axis: i64, index: &Var) -> Var {
         self.graph()
             .record(Op::IndexSelect { axis }, &[self.into(), index.into()])
     }
@@ -451,14 +451,14 @@ impl Tensor {
     /// Picks along `axis` with an index of the same rank (PyTorch's `take_along_dim`:
     /// the other axes of `index` broadcast against `self`).
     #[track_caller]
-    pub fn gather(&self, axis: i64, index: &Tensor) -> Tensor {
+    pub fn gather(&self, axis: i64, index: &Var) -> Var {
         self.graph()
             .record(Op::Gather { axis }, &[self.into(), index.into()])
     }
 
     /// A tensor of this shape and dtype filled with `value`.
     #[track_caller]
-    pub fn full_like(&self, value: f64) -> Tensor {
+    pub fn full_like(&self, value: f64) -> Var {
         match self.ty() {
             Ok(ty) => self.graph().full(&ty.shape, value, ty.dtype),
             Err(_) => self.clone(),
@@ -467,26 +467,26 @@ impl Tensor {
 
     /// Zeros of this shape and dtype.
     #[track_caller]
-    pub fn zeros_like(&self) -> Tensor {
+    pub fn zeros_like(&self) -> Var {
         self.full_like(0.0)
     }
 
     /// Ones of this shape and dtype.
     #[track_caller]
-    pub fn ones_like(&self) -> Tensor {
+    pub fn ones_like(&self) -> Var {
         self.full_like(1.0)
     }
 }
 
-/// `where(cond, a, b)`: `a` where `cond` holds, else `b` (see [`Tensor::where_`]).
+/// `where(cond, a, b)`: `a` where `cond` holds, else `b` (see [`Var::where_`]).
 #[track_caller]
-pub fn where_(cond: &Tensor, a: impl Into<Operand>, b: impl Into<Operand>) -> Tensor {
+pub fn where_(cond: &Var, a: impl Into<Operand>, b: impl Into<Operand>) -> Var {
     cond.where_(a, b)
 }
 
 /// Joins tensors of the same dtype along `axis`; the other extents must agree.
 #[track_caller]
-pub fn concat(tensors: &[&Tensor], axis: i64) -> Tensor {
+pub fn concat(tensors: &[&Var], axis: i64) -> Var {
     match tensors.first() {
         Some(first) => {
             let operands: Vec<Operand> = tensors.iter().map(|&t| t.into()).collect();
@@ -499,7 +499,7 @@ pub fn concat(tensors: &[&Tensor], axis: i64) -> Tensor {
 impl Graph {
     /// A tensor of `shape` filled with `value` (which must fit `dtype`).
     #[track_caller]
-    pub fn full(&self, shape: impl Dims, value: f64, dtype: DType) -> Tensor {
+    pub fn full(&self, shape: impl Dims, value: f64, dtype: DType) -> Var {
         let dims = shape.to_dims();
         let mut extents = Vec::with_capacity(dims.len());
         for d in dims {
@@ -522,19 +522,19 @@ impl Graph {
 
     /// Zeros of `shape` and `dtype`.
     #[track_caller]
-    pub fn zeros(&self, shape: impl Dims, dtype: DType) -> Tensor {
+    pub fn zeros(&self, shape: impl Dims, dtype: DType) -> Var {
         self.full(shape, 0.0, dtype)
     }
 
     /// Ones of `shape` and `dtype`.
     #[track_caller]
-    pub fn ones(&self, shape: impl Dims, dtype: DType) -> Tensor {
+    pub fn ones(&self, shape: impl Dims, dtype: DType) -> Var {
         self.full(shape, 1.0, dtype)
     }
 
     /// `start, start + step, ..` up to `end` exclusive, as a 1-D tensor of `dtype`.
     #[track_caller]
-    pub fn arange(&self, start: f64, end: f64, step: f64, dtype: DType) -> Tensor {
+    pub fn arange(&self, start: f64, end: f64, step: f64, dtype: DType) -> Var {
         self.record(
             Op::Arange {
                 start,

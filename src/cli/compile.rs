@@ -1,11 +1,16 @@
-//! `ferrite compile FILE [--target cpu|sim] [--no-fuse] [--no-optimize] [--dump DIR]`:
+//! `ferrite compile FILE [--target cpu|sim|loops] [--no-fuse] [--no-optimize] [--dump DIR]`:
 //! run the compiler pipeline and the target's code generator and summarize what they
 //! did; with `--dump`, write every stage as text (the CPU's CLIF and machine code, or
-//! the tile kernels, included).
+//! the tile kernels, included). `--target loops` stops after scheduling: the loop-IR
+//! evaluator runs the scheduled program itself, with no code generator. The
+//! interpreter (`interp`) runs no pipeline, so there is nothing to compile for it.
 
-use super::{compile_graph, compile_options, count, load_graph, CliError, CliResult, Target};
+use super::{
+    compile_graph, compile_options, count, load_graph, target_parser, CliError, CliResult,
+};
 use clap::Args;
-use ferrite_passes::schedule::{schedule, ScheduleOptions};
+use ferrite::passes::schedule::{schedule, ScheduleOptions};
+use ferrite::Target;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -21,8 +26,10 @@ pub struct CompileArgs {
     /// Skip the e-graph optimizer.
     #[arg(long)]
     pub no_optimize: bool,
-    /// The code generator to run after scheduling (`interp` stops after scheduling).
-    #[arg(long, value_enum, default_value_t = Target::Cpu)]
+    /// The code generator to run after scheduling; `loops` runs none and stops after
+    /// scheduling (the interpreter runs no pipeline, so there is nothing to compile for it).
+    #[arg(long, value_parser = target_parser(&[Target::Cpu, Target::Sim, Target::Loops]),
+          default_value_t = Target::Cpu)]
     pub target: Target,
     /// Write each stage as text into DIR (created if missing), numbered in pipeline order.
     #[arg(long, value_name = "DIR")]
@@ -35,12 +42,7 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     let (graph, _) = load_graph(&args.file)?;
     let parse_time = parse_start.elapsed();
 
-    // `interp` has no code generator: the library's `loops` target is the pipeline
-    // alone (the interpreter target would skip the pipeline this command reports on).
-    let target = match args.target {
-        Target::Interp => ferrite::Target::Loops,
-        t => t.api(),
-    };
+    let target = args.target;
     let mut options = compile_options(target, args.no_fuse, args.no_optimize);
     options.dump = args.dump.clone();
     let exe = compile_graph(&graph, &options)?;

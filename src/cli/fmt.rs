@@ -1,6 +1,6 @@
 //! `ferrite fmt FILE [--write]`: print a graph in canonical form.
 //!
-//! The canonical form is the printer's output ([`ferrite_ir::print`]) preceded by
+//! The canonical form is the printer's output ([`ferrite::print`]) preceded by
 //! the file's leading comment block (the comment lines above `graph`, which say what
 //! the file is). The printer does not keep comments inside the graph; `fmt` says so
 //! on standard error, and `--write` refuses to drop them.
@@ -26,7 +26,7 @@ pub fn fmt(args: &FmtArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
     // The parser accepted the bytes, so they are UTF-8.
     let source = String::from_utf8_lossy(&bytes);
     let layout = CommentLayout::of(&source);
-    let text = canonical_text(&layout, &ferrite_ir::print(&graph));
+    let text = canonical_text(&layout, &ferrite::print(&graph));
     let path = args.file.display();
     if !args.write {
         if layout.inner_comments > 0 {

@@ -9,10 +9,11 @@ pub mod run;
 pub mod sim;
 pub mod summary;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use ferrite::{Compiled, Options};
-use ferrite_accel::sim::Machine;
-use ferrite_ir::{Graph, Tensor};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::{Parser, Subcommand};
+use ferrite::ir::Graph;
+use ferrite::sim::Machine;
+use ferrite::{Compiled, Options, Target, Tensor};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -45,31 +46,16 @@ pub enum Command {
     Profile(profile::ProfileArgs),
 }
 
-/// Where a graph runs.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
-pub enum Target {
-    /// The reference interpreter (slow, obviously correct).
-    Interp,
-    /// Native code through the Cranelift JIT.
-    Cpu,
-    /// The accelerator simulator.
-    Sim,
-}
-
-impl Target {
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        self.api().name()
-    }
-
-    /// The library's target of the same name.
-    pub fn api(self) -> ferrite::Target {
-        match self {
-            Target::Interp => ferrite::Target::Interp,
-            Target::Cpu => ferrite::Target::Cpu,
-            Target::Sim => ferrite::Target::Sim,
-        }
-    }
+/// The parser of a command's `--target` flag: it accepts the `targets` that make
+/// sense for the command, lists them in `--help` with what each is, and refuses any
+/// other name as a usage error (exit code 1).
+pub fn target_parser(targets: &'static [Target]) -> impl TypedValueParser<Value = Target> {
+    PossibleValuesParser::new(
+        targets
+            .iter()
+            .map(|t| PossibleValue::new(t.name()).help(t.about())),
+    )
+    .try_map(|name| name.parse::<Target>())
 }
 
 /// Why a command failed; the variant decides the exit code.
@@ -83,6 +69,15 @@ pub enum CliError {
     Rendered(String),
     /// A bug in Ferrite: exit code 2.
     Internal(String),
+    /// A library error, with what the command was doing (`running graph `g` failed`):
+    /// its variant decides ([`ferrite::Error::is_internal`]), exit code 2 for a bug
+    /// and 1 for anything else.
+    Library {
+        /// What failed, in the command's words; `None` when the error says it all.
+        context: Option<String>,
+        /// The library's error.
+        error: ferrite::Error,
+    },
     /// Standard output was closed early (`ferrite fmt x.fg | head`): not an error
     /// worth reporting, exit code 0.
     StdoutClosed,
@@ -95,6 +90,18 @@ impl CliError {
             CliError::StdoutClosed => 0,
             CliError::User(_) | CliError::Rendered(_) => 1,
             CliError::Internal(_) => 2,
+            CliError::Library { error, .. } => match error.is_internal() {
+                true => 2,
+                false => 1,
+            },
+        }
+    }
+
+    /// A library error with what the command was doing.
+    pub fn library(context: impl Into<String>, error: ferrite::Error) -> CliError {
+        CliError::Library {
+            context: Some(context.into()),
+            error,
         }
     }
 
@@ -104,12 +111,44 @@ impl CliError {
         let _ = match self {
             CliError::User(m) => writeln!(err, "error: {m}"),
             CliError::Rendered(m) => writeln!(err, "{}", m.trim_end()),
-            CliError::Internal(m) => writeln!(
-                err,
-                "internal error: {m}\nThis is a bug in Ferrite; please report it with the input that caused it."
-            ),
+            CliError::Internal(m) => writeln!(err, "internal error: {m}\n{BUG}"),
+            CliError::Library { context, error } => {
+                let detail = library_detail(error);
+                let m = match context {
+                    Some(c) => format!("{c}: {detail}"),
+                    None => detail,
+                };
+                match error.is_internal() {
+                    true => writeln!(err, "internal error: {m}\n{BUG}"),
+                    false => writeln!(err, "error: {m}"),
+                }
+            }
             CliError::StdoutClosed => Ok(()),
         };
+    }
+}
+
+/// The line after an internal error's message.
+const BUG: &str = "This is a bug in Ferrite; please report it with the input that caused it.";
+
+/// A library error's message without the prefixes the commands say in their own
+/// words (`execution failed: `, `compilation failed: `, `internal error: `).
+fn library_detail(e: &ferrite::Error) -> String {
+    match e {
+        ferrite::Error::Run { message }
+        | ferrite::Error::Compile { message }
+        | ferrite::Error::Internal { message } => message.clone(),
+        e => e.to_string(),
+    }
+}
+
+impl From<ferrite::Error> for CliError {
+    /// A library error that says it all.
+    fn from(error: ferrite::Error) -> CliError {
+        CliError::Library {
+            context: None,
+            error,
+        }
     }
 }
 
@@ -140,8 +179,8 @@ pub fn load_graph(path: &Path) -> Result<(Graph, Vec<u8>), CliError> {
     let bytes = read_file(path)?;
     let name = path.display().to_string();
     let graph =
-        ferrite_ir::parse_bytes(&name, &bytes).map_err(|d| CliError::Rendered(d.to_string()))?;
-    ferrite_ir::verify(&graph).map_err(|e| {
+        ferrite::parse_bytes(&name, &bytes).map_err(|d| CliError::Rendered(d.to_string()))?;
+    ferrite::verify(&graph).map_err(|e| {
         CliError::Internal(format!(
             "`{name}` parsed into a graph the verifier rejects: {e}"
         ))
@@ -151,17 +190,19 @@ pub fn load_graph(path: &Path) -> Result<(Graph, Vec<u8>), CliError> {
 
 /// The machine a `--machine PRESET` flag names, or the built-in MTIA-2i-like one.
 pub fn load_machine(preset: Option<&Path>) -> Result<Machine, CliError> {
-    let Some(path) = preset else {
-        return Ok(Machine::mtia2i());
-    };
-    let text = String::from_utf8(read_file(path)?)
-        .map_err(|_| CliError::User(format!("`{}` is not UTF-8 text", path.display())))?;
-    Machine::from_preset_str(&text)
-        .map_err(|e| CliError::User(format!("`{}`: {e}", path.display())))
+    match preset {
+        None => Ok(Machine::mtia2i()),
+        Some(path) => ferrite::sim::read_preset(path).map_err(|e| match e {
+            ferrite::Error::Io { path, message } => {
+                CliError::User(format!("cannot read `{}`: {message}", path.display()))
+            }
+            e => e.into(),
+        }),
+    }
 }
 
 /// The compile options of the `--no-fuse` and `--no-optimize` flags, for `target`.
-pub fn compile_options(target: ferrite::Target, no_fuse: bool, no_optimize: bool) -> Options {
+pub fn compile_options(target: Target, no_fuse: bool, no_optimize: bool) -> Options {
     Options::default()
         .target(target)
         .fuse(!no_fuse)
@@ -169,32 +210,26 @@ pub fn compile_options(target: ferrite::Target, no_fuse: bool, no_optimize: bool
 }
 
 /// Compiles a graph the command has loaded (and so verified) through the library,
-/// the one place that turns a graph and options into a runnable program. A failing
-/// pipeline or code generator is a bug (exit code 2); a dump that cannot be written
-/// is the user's to fix. Errors of running the program are the command's to word.
+/// the one place that turns a graph and options into a runnable program. The
+/// error's variant decides the exit code (a failing pipeline or code generator is a
+/// bug); a dump that cannot be written is the user's to fix. Errors of running the
+/// program are the command's to word.
 pub fn compile_graph(graph: &Graph, options: &Options) -> Result<Compiled, CliError> {
     ferrite::compile_ir(graph, options).map_err(|e| match e {
         ferrite::Error::Io { path, message } => {
             CliError::User(format!("cannot write `{}`: {message}", path.display()))
         }
-        ferrite::Error::Compile { message } => CliError::Internal(message),
-        e => CliError::Internal(e.to_string()),
+        e => e.into(),
     })
-}
-
-/// The message of a failed run, without the library's `execution failed: ` prefix
-/// (the commands say what failed in their own words).
-pub fn run_failure(e: ferrite::Error) -> String {
-    match e {
-        ferrite::Error::Run { message } => message,
-        e => e.to_string(),
-    }
 }
 
 /// The input a command makes up for parameter `i` when none is given: reproducible
 /// from the seed (`Tensor::random(type, seed + i)`).
-pub fn random_input(g: &Graph, i: usize, seed: u64) -> Tensor {
-    Tensor::random(g.ty(g.params[i]), seed.wrapping_add(i as u64))
+pub fn random_input(g: &Graph, i: usize, seed: u64) -> Result<Tensor, CliError> {
+    Ok(Tensor::random(
+        g.ty(g.params[i]),
+        seed.wrapping_add(i as u64),
+    )?)
 }
 
 /// `1 param`, `3 params`.
@@ -239,6 +274,15 @@ mod tests {
         assert_eq!(CliError::User("x".into()).exit_code(), 1);
         assert_eq!(CliError::Rendered("x".into()).exit_code(), 1);
         assert_eq!(CliError::Internal("x".into()).exit_code(), 2);
+        let user = ferrite::Error::InputCount {
+            expected: 1,
+            got: 2,
+        };
+        assert_eq!(CliError::from(user).exit_code(), 1);
+        let bug = ferrite::Error::Compile {
+            message: "x".into(),
+        };
+        assert_eq!(CliError::library("compiling", bug).exit_code(), 2);
         let broken: CliError = io::Error::from(io::ErrorKind::BrokenPipe).into();
         assert_eq!(broken.exit_code(), 0);
     }

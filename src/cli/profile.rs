@@ -3,46 +3,31 @@
 //! unfused.
 //!
 //! The graph is compiled once through the library (decompose, optimize, fuse, code
-//! generation); its optimized graph is also scheduled unfused, one kernel per
-//! primitive op ([`ferrite::Compiled::unfused`]), so both schedules compute the same
-//! graph nodes and their rows can be compared. Both are compiled for the target and
-//! run on the same random inputs (parameter `i` is
-//! `Tensor::random(type, seed + i)`, as `ferrite run` makes them). On the CPU each
-//! schedule runs once to warm up and then `--runs` times, and every kernel's time is
-//! its median; on the simulator one run gives deterministic cycles.
+//! generation) and profiled against its unfused baseline, whose optimized graph is
+//! scheduled one kernel per primitive op ([`ferrite::Compiled::profile_report`]), so
+//! both schedules compute the same graph nodes and their rows can be compared. Both
+//! run on the same random inputs (parameter `i` is `Tensor::random(type, seed + i)`,
+//! as `ferrite run` makes them). On the CPU each schedule runs once to warm up and
+//! then `--runs` times, and every kernel's time is its median; on the simulator one
+//! run gives deterministic cycles.
 //!
 //! The table ends with the line `fused vs unfused: X.XXx` (unfused time over fused
-//! time). `--format json` prints the report described in
-//! `ferrite_profile::json` instead; `--trace` writes a Chrome trace.
+//! time). `--format json` prints the report described in [`ferrite::profile::json`]
+//! instead; `--trace` writes a Chrome trace.
 //! Progress goes to standard error, and only when it is a terminal.
 
 use super::{
-    compile_graph, load_graph, load_machine, random_input, run_failure, CliError, CliResult,
+    compile_graph, load_graph, load_machine, random_input, target_parser, CliError, CliResult,
 };
 use clap::{Args, ValueEnum};
-use ferrite::{Compiled, Options};
-use ferrite_accel::sim::Machine;
-use ferrite_cpu::default_thread_count;
-use ferrite_ir::Tensor;
-use ferrite_profile::{
-    chrome_trace, machine_info, machine_roofline, measure_copy_bandwidth, render_table, to_json,
-    ProfileReport, ProfileTarget, ScheduleProfile,
-};
+use ferrite::profile::{chrome_trace, render_table, to_json, ProfileStep};
+use ferrite::{Options, Target, Tensor, MAX_THREADS};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The most input data `profile` creates (4 GiB), as for `ferrite run`.
 const INPUT_BYTES_LIMIT: usize = 4 << 30;
-
-/// Where `profile` runs the schedules.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
-pub enum Target {
-    /// Native code through the Cranelift JIT, wall-clock times.
-    Cpu,
-    /// The accelerator simulator, simulated cycles.
-    Sim,
-}
 
 /// How `profile` prints its report.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
@@ -58,14 +43,15 @@ pub enum Format {
 pub struct ProfileArgs {
     /// The graph file (.fg).
     pub file: PathBuf,
-    /// Where to run.
-    #[arg(long, value_enum, default_value_t = Target::Cpu)]
+    /// Where to run: wall-clock times on the CPU, simulated cycles on the simulator.
+    #[arg(long, value_parser = target_parser(&[Target::Cpu, Target::Sim]),
+          default_value_t = Target::Cpu)]
     pub target: Target,
     /// Timed runs per schedule after one warm-up run (CPU); kernel times are medians.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub runs: u32,
     /// CPU threads (default: one per core).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
     pub threads: Option<u32>,
     /// Write a Chrome trace (open in ui.perfetto.dev or chrome://tracing).
     #[arg(long, value_name = "FILE.json")]
@@ -104,51 +90,54 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
             INPUT_BYTES_LIMIT >> 30
         )));
     }
-    let platform = match args.target {
-        Target::Cpu => Platform::Cpu {
-            threads: args
-                .threads
-                .map_or_else(default_thread_count, |t| t as usize),
-        },
-        Target::Sim => Platform::Sim(load_machine(args.machine.as_deref())?),
-    };
-    let mut progress = Progress::new(err);
-    progress.say("compiling fused");
-    let fused = compile_graph(&graph, &platform.options())?;
-    progress.say("compiling unfused");
-    let unfused = fused
-        .unfused()
-        .map_err(|e| CliError::Internal(format!("compiling the unfused schedule: {e}")))?;
-    let inputs: Vec<Tensor> = (0..graph.params.len())
-        .map(|i| random_input(&graph, i, args.seed))
-        .collect();
-    let fused = measure(&fused, "fused", args, &inputs, &mut progress)?;
-    let unfused = measure(&unfused, "unfused", args, &inputs, &mut progress)?;
-    let report = match platform {
-        Platform::Cpu { threads } => {
-            progress.say("measuring copy bandwidth");
-            ProfileReport {
-                graph: graph.name.clone(),
-                target: ProfileTarget::Cpu,
-                runs: args.runs as usize,
-                threads: Some(threads),
-                machine: None,
-                roofline: measure_copy_bandwidth(threads),
-                fused,
-                unfused,
+    let mut options = Options::default().target(args.target);
+    match args.target {
+        Target::Sim => options = options.machine(load_machine(args.machine.as_deref())?),
+        _ => {
+            if let Some(threads) = args.threads {
+                options = options.threads(threads as usize);
             }
         }
-        Platform::Sim(machine) => ProfileReport {
-            graph: graph.name.clone(),
-            target: ProfileTarget::Sim,
-            runs: 1,
-            threads: None,
-            machine: Some(machine_info(&machine)),
-            roofline: machine_roofline(&machine),
-            fused,
-            unfused,
-        },
-    };
+    }
+    let mut progress = Progress::new(err);
+    progress.say("compiling fused");
+    let fused = compile_graph(&graph, &options)?;
+    let inputs = (0..graph.params.len())
+        .map(|i| random_input(&graph, i, args.seed))
+        .collect::<Result<Vec<Tensor>, _>>()?;
+    let mut step = None;
+    let runs = args.runs as usize;
+    let report = fused
+        .profile_report_with_progress(&inputs, runs, &mut |s| {
+            step = Some(s);
+            match s {
+                ProfileStep::CompilingUnfused => progress.say("compiling unfused"),
+                ProfileStep::WarmUp { fused } => {
+                    progress.say(&format!("running {}: warm-up", label(fused)))
+                }
+                ProfileStep::Timed { fused, done, runs } => {
+                    progress.tick(&format!("running {}: {done}/{runs}", label(fused)))
+                }
+                ProfileStep::Simulating { fused } => {
+                    progress.say(&format!("simulating {}", label(fused)))
+                }
+                ProfileStep::MeasuringBandwidth => progress.say("measuring copy bandwidth"),
+                _ => {}
+            }
+        })
+        .map_err(|e| {
+            let context = match step {
+                Some(ProfileStep::CompilingUnfused) => "compiling the unfused schedule".into(),
+                Some(ProfileStep::WarmUp { fused } | ProfileStep::Timed { fused, .. }) => {
+                    format!("running the {} schedule failed", label(fused))
+                }
+                Some(ProfileStep::Simulating { fused }) => {
+                    format!("simulating the {} schedule failed", label(fused))
+                }
+                _ => "profiling failed".into(),
+            };
+            CliError::library(context, e)
+        })?;
     drop(progress);
 
     if let Some(path) = &args.trace {
@@ -162,52 +151,13 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     Ok(())
 }
 
-/// What the schedules run on, fixed before compiling so that the report states what
-/// the library compiled for.
-enum Platform {
-    /// Native code on this many threads.
-    Cpu { threads: usize },
-    /// The simulated accelerator.
-    Sim(Machine),
-}
-
-impl Platform {
-    /// The library options that compile for this platform.
-    fn options(&self) -> Options {
-        match self {
-            Platform::Cpu { threads } => Options::default()
-                .target(ferrite::Target::Cpu)
-                .threads(*threads),
-            Platform::Sim(machine) => Options::default()
-                .target(ferrite::Target::Sim)
-                .machine(machine.clone()),
-        }
+/// How the status line and errors name a schedule.
+fn label(fused: bool) -> &'static str {
+    if fused {
+        "fused"
+    } else {
+        "unfused"
     }
-}
-
-/// Profiles one compiled schedule kernel by kernel (see [`Compiled::profile`]).
-fn measure(
-    exe: &Compiled,
-    label: &str,
-    args: &ProfileArgs,
-    inputs: &[Tensor],
-    progress: &mut Progress,
-) -> Result<ScheduleProfile, CliError> {
-    let runs = args.runs as usize;
-    let (status, failure) = match args.target {
-        Target::Cpu => (format!("running {label}: warm-up"), "running"),
-        Target::Sim => (format!("simulating {label}"), "simulating"),
-    };
-    progress.say(&status);
-    exe.profile(inputs, runs, &mut |done| {
-        progress.tick(&format!("running {label}: {done}/{runs}"))
-    })
-    .map_err(|e| {
-        CliError::User(format!(
-            "{failure} the {label} schedule failed: {}",
-            run_failure(e)
-        ))
-    })
 }
 
 /// One self-overwriting status line on standard error, shown only when standard

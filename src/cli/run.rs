@@ -1,5 +1,5 @@
-//! `ferrite run FILE [--input NAME=FILE.npy].. [--seed N] [--target T] [--out DIR]`:
-//! run a graph and summarize its outputs.
+//! `ferrite run FILE [--input NAME=FILE.npy].. [--seed N] [--target cpu|sim|interp|loops]
+//! [--out DIR]`: run a graph and summarize its outputs.
 //!
 //! Parameters not given with `--input` get deterministic random values: parameter
 //! `i` is `Tensor::random(type, seed + i)`, so a run is reproducible from its flags.
@@ -7,10 +7,11 @@
 use super::summary::summarize;
 use super::{
     compile_graph, compile_options, count, load_graph, parse_name_eq_path, random_input, read_file,
-    run_failure, CliError, CliResult, Target,
+    target_parser, CliError, CliResult,
 };
 use clap::Args;
-use ferrite_ir::{npy, Graph, Op, Tensor};
+use ferrite::ir::{npy, Graph, Op};
+use ferrite::{Target, Tensor, MAX_THREADS};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -34,27 +35,25 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Where to run the graph.
-    #[arg(long, value_enum, default_value_t = Target::Cpu)]
+    #[arg(long, value_parser = target_parser(&Target::ALL), default_value_t = Target::Cpu)]
     pub target: Target,
     /// Write each output to DIR/<name>.npy, <name> being the returned value's name.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// One kernel per primitive op (the unfused baseline); cpu and sim only.
+    /// One kernel per primitive op (the unfused baseline); not for interp.
     #[arg(long)]
     pub no_fuse: bool,
-    /// Skip the e-graph optimizer; cpu and sim only.
+    /// Skip the e-graph optimizer; not for interp.
     #[arg(long)]
     pub no_optimize: bool,
     /// Threads for the cpu target (default: all cores).
-    #[arg(long, value_name = "N")]
-    pub threads: Option<usize>,
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
+    pub threads: Option<u32>,
 }
 
 /// Runs the graph and prints the summary; see the module docs.
 pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResult {
-    if args.threads == Some(0) {
-        return Err(CliError::User("--threads must be at least 1".into()));
-    }
     let (graph, _) = load_graph(&args.file)?;
     let from_files = match_inputs(&graph, &args.inputs)?;
     // The interpreter's estimate bounds the compiled targets too (they keep fewer
@@ -75,7 +74,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
             }
             None => {
                 random.push(name);
-                random_input(&graph, i, args.seed)
+                random_input(&graph, i, args.seed)?
             }
         };
         inputs.push(tensor);
@@ -83,18 +82,14 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
 
     // The library compiles for the target (the interpreter target keeps the graph as
     // parsed) and runs it; only the run itself is timed.
-    let mut options = compile_options(args.target.api(), args.no_fuse, args.no_optimize);
+    let mut options = compile_options(args.target, args.no_fuse, args.no_optimize);
     if let Some(t) = args.threads {
-        options = options.threads(t);
+        options = options.threads(t as usize);
     }
     let exe = compile_graph(&graph, &options)?;
-    let executed = exe.execute(&inputs).map_err(|e| {
-        CliError::User(format!(
-            "running graph `{}` failed: {}",
-            graph.name,
-            run_failure(e)
-        ))
-    })?;
+    let executed = exe
+        .execute(&inputs)
+        .map_err(|e| CliError::library(format!("running graph `{}` failed", graph.name), e))?;
     let elapsed = executed.time();
     let outputs = executed.outputs();
     if outputs.len() != graph.outputs.len() {
@@ -122,8 +117,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
     }
     let names = output_file_names(&graph);
     for (name, t) in names.iter().zip(outputs) {
-        let (values, stats) = summarize(t);
-        writeln!(out, "{name}: {}\n  {values}\n  {stats}", t.ty)?;
+        let (values, stats) = summarize(t.as_ir());
+        writeln!(out, "{name}: {}\n  {values}\n  {stats}", t.ty())?;
     }
     if let Some(report) = executed.device_report() {
         writeln!(out, "{}", report.to_string().trim_end())?;
@@ -155,7 +150,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
             }
             written.push(name);
             let path = dir.join(format!("{name}.npy"));
-            std::fs::write(&path, npy::encode(t))
+            std::fs::write(&path, t.to_npy())
                 .map_err(|e| CliError::User(format!("cannot write `{}`: {e}", path.display())))?;
             writeln!(out, "wrote {}", path.display())?;
         }
@@ -198,7 +193,7 @@ fn match_inputs<'a>(
 /// Reads one `--input` file and checks it against the parameter's type.
 fn load_input(
     name: &str,
-    ty: &ferrite_ir::TensorType,
+    ty: &ferrite::TensorType,
     path: &Path,
     err: &mut dyn Write,
 ) -> Result<Tensor, CliError> {
@@ -230,12 +225,12 @@ fn load_input(
             t.ty.dtype
         )?;
     }
-    Ok(t)
+    Ok(Tensor::try_from(t)?)
 }
 
 /// The numpy spelling of a dtype, for hints.
-fn numpy_type_name(d: ferrite_ir::DType) -> &'static str {
-    use ferrite_ir::DType::*;
+fn numpy_type_name(d: ferrite::DType) -> &'static str {
+    use ferrite::DType::*;
     match d {
         F32 => "np.float32",
         F16 => "np.float16",

@@ -4,9 +4,10 @@
 
 use super::{load_machine, read_file, CliError, CliResult};
 use clap::Args;
-use ferrite_accel::sim::{self, KernelArg};
-use ferrite_accel::tile::{self, ParamType};
-use ferrite_ir::{npy, DType, Tensor, TensorType};
+use ferrite::ir::{npy, Tensor};
+use ferrite::sim::tile::{self, ParamType};
+use ferrite::sim::{self, KernelArg};
+use ferrite::{DType, TensorType};
 use std::io::Write;
 use std::path::PathBuf;
 

@@ -1,6 +1,6 @@
 //! Short, eyeball-able summaries of tensors: the first few values and min/max/mean.
 
-use ferrite_ir::{Data, Tensor};
+use ferrite::ir::{Data, Tensor};
 use std::fmt::Write;
 
 /// How many leading values a summary shows.
@@ -131,7 +131,7 @@ pub fn format_number(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrite_ir::{DType, TensorType};
+    use ferrite::ir::{DType, TensorType};
 
     #[test]
     fn numbers() {

@@ -34,7 +34,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 fn close(got: &Tensor, want: &Tensor, has_matmul: bool) -> Result<(), String> {
     let (rtol, mut atol) = support::tolerance(want.ty.dtype);
     atol += if has_matmul { 2e-4 } else { 1e-4 } * support::max_abs(want);
-    got.check_close(want, rtol, atol)
+    got.check_close(want, rtol, atol).map_err(|e| e.to_string())
 }
 
 fn run_cases(first_seed: u64, cases: u64, max_ops: usize, composites: bool, big: bool) {
