@@ -234,10 +234,12 @@ fn lowered_kernels_are_readable_and_use_the_memory_hierarchy() {
     let (_, report) = sim.run(&inputs).unwrap();
     let k0 = &report.launches[0];
     assert!(k0.bytes.local_write > 0 && k0.dot_flops == 2 * 64 * 784 * 256);
-    // Every launch is a kernel that parses back from its own text.
+    // Every launch is a kernel that parses back from its own text, to the very
+    // kernel that runs.
     for l in sim.launches() {
         let again = ferrite_accel::tile::parse_and_check("again.tile", &l.text).unwrap();
         assert_eq!(again.name(), l.name);
+        assert_eq!(again.kernel(), l.kernel.kernel());
     }
 }
 

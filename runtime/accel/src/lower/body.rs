@@ -9,21 +9,20 @@
 //!   outside the axis turns the access's offset into -1, so the simulator stops
 //!   with an out-of-bounds error naming the kernel, program and access instead
 //!   of reading a neighbouring row.
-//! - A node used once is written inline into its user; a node used more than
-//!   once, every load and every deep expression are bound to names, and so is
-//!   an expression another stage computes too (see [`Builder::shared`]).
+//! - A node used more than once and every load are bound to names; a node used
+//!   once is offered for sharing ([`Builder::share`]): written in place into its
+//!   user, unless the kernel computes the same expression elsewhere too or it
+//!   nests too deep.
 
-use super::builder::{and, ge, lt, name_expr, where_, Builder};
+use super::builder::{
+    add, and, call, call_kw, ge, int, lt, not, or, param, tuple, where_, Builder, Depth, E,
+};
 use super::frame::{int_tile, plus, sum_terms, terms, Frame, Int};
 use super::ops::{self, lit, TileVal, Val};
-use crate::tile::ast::{Builtin, Expr};
+use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{AccId, Block, BufferId, ExprOp, ExprRef, IndexExpr, Load, StoreOp, Value};
 use ferrite_ir::DType;
 use std::collections::HashMap;
-
-/// Expressions nested deeper than this are bound to a name (the parser limits
-/// nesting, and long lines read badly).
-const MAX_INLINE_DEPTH: u32 = 5;
 
 /// What a stage body sees besides its own nodes.
 pub(super) struct Scope<'a> {
@@ -91,14 +90,17 @@ impl<'a> Body<'a> {
             let v = self.node(b, r)?;
             let load = matches!(self.block.nodes[i].op, ExprOp::Load(_));
             let v = match v {
-                Val::Tile(t)
-                    if load
-                        || uses[i] > 1
-                        || t.depth > MAX_INLINE_DEPTH
-                        || (t.depth > 0 && b.shared(&t.e)) =>
-                {
+                Val::Tile(t) if load || uses[i] > 1 => {
                     let e = b.bind(if load { "x" } else { "t" }, t.e);
-                    Val::Tile(TileVal { e, depth: 0, ..t })
+                    Val::Tile(TileVal {
+                        e,
+                        depth: Depth::ZERO,
+                        ..t
+                    })
+                }
+                Val::Tile(t) => {
+                    let (e, depth) = b.share(t.e, t.depth);
+                    Val::Tile(TileVal { e, depth, ..t })
                 }
                 v => v,
             };
@@ -155,7 +157,7 @@ impl<'a> Body<'a> {
                     e,
                     dtype: self.s.index_dtype,
                     deps,
-                    depth: 1,
+                    depth: Depth::fixed(1),
                 })
             }
             ExprOp::CheckedIndex {
@@ -181,7 +183,7 @@ impl<'a> Body<'a> {
         &self,
         b: &mut Builder,
         guard: &[ferrite_ir::loops::Bound],
-    ) -> Result<Option<(Vec<Expr>, u8)>, String> {
+    ) -> Result<Option<(Vec<E>, u8)>, String> {
         let mut conds = Vec::new();
         let mut deps = 0;
         for bound in guard {
@@ -203,10 +205,10 @@ impl<'a> Body<'a> {
             };
             deps |= dt;
             if need_lo {
-                conds.push(ge(t.clone(), super::builder::int(bound.lo)));
+                conds.push(ge(t.clone(), int(bound.lo)));
             }
             if need_hi {
-                conds.push(lt(t, super::builder::int(bound.hi)));
+                conds.push(lt(t, int(bound.hi)));
             }
         }
         Ok(Some((conds, deps)))
@@ -233,19 +235,13 @@ impl<'a> Body<'a> {
             return Err(format!("a data-dependent index of dtype {vd}"));
         }
         let extent = i64::try_from(extent).unwrap_or(i64::MAX);
-        let inside = and(
-            ge(ve.clone(), super::builder::int(0)),
-            lt(ve.clone(), super::builder::int(extent)),
-        );
+        let inside = and(ge(ve.clone(), int(0)), lt(ve.clone(), int(extent)));
         let held = conds.into_iter().reduce(and);
         let (value_e, ok) = match held {
             None => (ve, inside),
             Some(h) => {
                 let h = b.bind("g", h);
-                (
-                    where_(h.clone(), ve, super::builder::int(0)),
-                    super::builder::or(super::builder::not(h), inside),
-                )
+                (where_(h.clone(), ve, int(0)), or(not(h), inside))
             }
         };
         let deps = vdeps | gdeps;
@@ -256,7 +252,7 @@ impl<'a> Body<'a> {
             e,
             dtype: vd,
             deps,
-            depth: 0,
+            depth: Depth::ZERO,
         }))
     }
 
@@ -282,7 +278,7 @@ impl<'a> Body<'a> {
         b: &mut Builder,
         buffer: BufferId,
         index: &IndexExpr,
-    ) -> Result<(Expr, u8), String> {
+    ) -> Result<(E, u8), String> {
         let buf = self
             .s
             .params
@@ -290,31 +286,25 @@ impl<'a> Body<'a> {
             .ok_or_else(|| format!("internal error: {buffer} is not a parameter"))?;
         let e = self.s.frame.rewrite(index);
         let parts = terms(b, self.s.frame, &e, &|r| self.dynamic(r))?;
-        let base = name_expr(buf);
+        let base = param(buf);
         Ok(match self.ok_flags(index) {
             None => parts
                 .into_iter()
                 .fold((base, 0), |(p, dp), (t, dt)| (plus(p, t), dp | dt)),
             Some((ok, dok)) => {
                 let (sum, ds) = sum_terms(parts);
-                (
-                    super::builder::add(base, where_(ok, sum, super::builder::int(-1))),
-                    ds | dok,
-                )
+                (add(base, where_(ok, sum, int(-1))), ds | dok)
             }
         })
     }
 
     /// `ptr` broadcast to the axes `deps` when it has fewer.
-    fn widen(&self, ptr: Expr, has: u8, deps: u8) -> Expr {
+    fn widen(&self, ptr: E, has: u8, deps: u8) -> E {
         if has == deps {
             return ptr;
         }
         let shape = self.s.frame.shape(deps);
-        super::builder::call(
-            Builtin::BroadcastTo,
-            vec![ptr, super::builder::tuple(&shape)],
-        )
+        call(Builtin::BroadcastTo, vec![ptr, tuple(&shape)])
     }
 
     fn load(&mut self, b: &mut Builder, l: &Load, d: DType) -> Result<Val, String> {
@@ -340,12 +330,12 @@ impl<'a> Body<'a> {
                 kwargs.push(("other", lit(l.other)));
             }
         }
-        let e = super::builder::call_kw(Builtin::Load, args, kwargs);
+        let e = call_kw(Builtin::Load, args, kwargs);
         Ok(Val::Tile(TileVal {
             e,
             dtype: d,
             deps,
-            depth: 1,
+            depth: Depth::fixed(1),
         }))
     }
 
@@ -363,20 +353,17 @@ impl<'a> Body<'a> {
         if let Some(m) = self.s.frame.mask(deps) {
             args.push(b.bind("m", m));
         }
-        b.stmt(super::builder::call(Builtin::Store, args));
+        b.stmt(call(Builtin::Store, args));
         Ok(())
     }
 }
 
 /// A tile of `v` with exactly the axes `deps` (broadcast if it has fewer), of
 /// dtype `d`.
-pub(super) fn broadcast(frame: &Frame, v: &Val, d: DType, deps: u8) -> Expr {
+pub(super) fn broadcast(frame: &Frame, v: &Val, d: DType, deps: u8) -> E {
     let e = ops::typed(v, d);
     if v.deps() == deps {
         return e;
     }
-    super::builder::call(
-        Builtin::BroadcastTo,
-        vec![e, super::builder::tuple(&frame.shape(deps))],
-    )
+    call(Builtin::BroadcastTo, vec![e, tuple(&frame.shape(deps))])
 }

@@ -20,12 +20,12 @@
 
 use super::body::{broadcast, Body, Scope};
 use super::builder::{
-    and, bin, call, call_kw, cast, column, int, name_expr, or, tuple, where_, Builder,
+    and, bin, call, call_kw, cast, column, dtype, int, or, tuple, where_, Builder, Def, Depth, E,
 };
 use super::frame::{Frame, AXIS0, AXIS1};
-use super::kernel::{point_frame, points, Cx, Inner};
 use super::ops::{self, lit, TileVal, Val};
-use crate::tile::ast::{BinaryOp as TBin, Builtin, Expr};
+use super::stage::{point_frame, points, Cx, Inner};
+use crate::tile::ast::{BinaryOp as TBin, Builtin};
 use ferrite_ir::loops::{scalar, AccId, ReduceKind, Reduction, Stage, Value};
 use ferrite_ir::DType;
 use std::collections::HashMap;
@@ -33,11 +33,11 @@ use std::collections::HashMap;
 /// The running state of one accumulator.
 enum Running {
     /// A value combined with each block's partial result.
-    Value { name: Option<String>, dtype: DType },
+    Value { name: Option<Def>, dtype: DType },
     /// The best value so far and its position.
     Arg {
-        best: Option<String>,
-        pos: Option<String>,
+        best: Option<Def>,
+        pos: Option<Def>,
         dtype: DType,
     },
 }
@@ -99,7 +99,7 @@ fn empty(r: &Reduction) -> Value {
     scalar::round_to(v, r.dtype)
 }
 
-fn reduce_axis1(f: Builtin, x: Expr) -> Expr {
+fn reduce_axis1(f: Builtin, x: E) -> E {
     column(call_kw(f, vec![x], vec![("axis", int(1))]))
 }
 
@@ -160,14 +160,14 @@ pub(super) fn emit(
             .map(|n| n.dtype)
             .ok_or_else(|| format!("{} is not a node", r.value))?;
         let rd = running_dtype(r.kind, vd);
-        let full = |b: &mut Builder, hint: &str, v: Value, d: DType| -> Option<String> {
+        let full = |b: &mut Builder, hint: &str, v: Value, d: DType| -> Option<Def> {
             looping.then(|| {
-                b.bind_new(
+                b.var(
                     hint,
                     call_kw(
                         Builtin::Full,
                         vec![tuple(&[outer.blocks[0], 1]), lit(v)],
-                        vec![("dtype", super::builder::dtype(d))],
+                        vec![("dtype", dtype(d))],
                     ),
                 )
             })
@@ -253,7 +253,7 @@ fn block_partial(
         None if block > 1 => broadcast(frame, &v, rd, deps),
         None => ops::typed(&v, rd),
     };
-    let reduce = |f: Builtin, x: Expr| -> Expr {
+    let reduce = |f: Builtin, x: E| -> E {
         if block > 1 {
             reduce_axis1(f, x)
         } else {
@@ -262,7 +262,7 @@ fn block_partial(
     };
     match run {
         Running::Value { name, dtype } => {
-            let (f, combine): (Builtin, fn(Expr, Expr) -> Expr) = match r.kind {
+            let (f, combine): (Builtin, fn(E, E) -> E) = match r.kind {
                 ReduceKind::Sum => (Builtin::Sum, |a, p| bin(TBin::Add, a, p)),
                 ReduceKind::Prod => {
                     if block > 1 {
@@ -276,17 +276,14 @@ fn block_partial(
             };
             let partial = reduce(f, x);
             match name {
-                Some(n) => {
-                    let acc = name_expr(n);
-                    b.assign(n, combine(acc, partial));
-                }
+                Some(n) => b.assign(*n, combine(E::Def(*n), partial)),
                 None => {
                     let hint = if *dtype == r.dtype {
                         format!("{}", r.acc)
                     } else {
                         format!("run{}", r.acc.0)
                     };
-                    *name = Some(b.bind_new(&hint, widen_rows(partial, frame, &v)));
+                    *name = Some(b.var(&hint, widen_rows(partial, frame, &v)));
                 }
             }
         }
@@ -303,7 +300,8 @@ fn block_partial(
             let bp = b.bind("bp", reduce(Builtin::Min, first));
             match (best.as_ref(), pos.as_ref()) {
                 (Some(best), Some(pos)) => {
-                    let (bn, pn) = (name_expr(best), name_expr(pos));
+                    let (best, pos) = (*best, *pos);
+                    let (bn, pn) = (E::Def(best), E::Def(pos));
                     let op = if maximal { TBin::Gt } else { TBin::Lt };
                     let mut better = bin(op, bm.clone(), bn.clone());
                     if dtype.is_float() {
@@ -321,9 +319,8 @@ fn block_partial(
                     b.assign(pos, where_(better, bp, pn));
                 }
                 _ => {
-                    *best =
-                        Some(b.bind_new(&format!("best{}", r.acc.0), widen_rows(bm, frame, &v)));
-                    *pos = Some(b.bind_new(&format!("pos{}", r.acc.0), widen_rows(bp, frame, &v)));
+                    *best = Some(b.var(&format!("best{}", r.acc.0), widen_rows(bm, frame, &v)));
+                    *pos = Some(b.var(&format!("pos{}", r.acc.0), widen_rows(bp, frame, &v)));
                 }
             }
         }
@@ -334,7 +331,7 @@ fn block_partial(
 /// A block's partial result as an accumulator column: reductions of values that
 /// do not vary along the outer axis give one value; broadcast it to `[BO, 1]`
 /// so every accumulator has the same shape.
-fn widen_rows(partial: Expr, frame: &Frame, v: &Val) -> Expr {
+fn widen_rows(partial: E, frame: &Frame, v: &Val) -> E {
     if v.deps() & AXIS0 != 0 || frame.blocks[0] == 1 {
         partial
     } else {
@@ -350,21 +347,21 @@ fn finish(cx: &Cx, b: &mut Builder, r: &Reduction, run: Running) -> Result<Val, 
     let acc = format!("{}", r.acc);
     let e = match run {
         Running::Value { name, dtype } => {
-            let n = name.ok_or("internal error: an accumulator was never set")?;
+            let n = E::Def(name.ok_or("internal error: an accumulator was never set")?);
             if dtype == r.dtype {
-                name_expr(&n)
+                n
             } else if r.dtype == DType::Bool {
-                b.bind(&acc, bin(TBin::Ne, name_expr(&n), int(0)))
+                b.bind(&acc, bin(TBin::Ne, n, int(0)))
             } else {
-                b.bind(&acc, cast(name_expr(&n), r.dtype))
+                b.bind(&acc, cast(n, r.dtype))
             }
         }
         Running::Arg { pos, .. } => {
-            let n = pos.ok_or("internal error: a position was never set")?;
+            let n = E::Def(pos.ok_or("internal error: a position was never set")?);
             if cx.index_dtype == DType::I64 {
-                name_expr(&n)
+                n
             } else {
-                b.bind(&acc, cast(name_expr(&n), DType::I64))
+                b.bind(&acc, cast(n, DType::I64))
             }
         }
     };
@@ -372,7 +369,7 @@ fn finish(cx: &Cx, b: &mut Builder, r: &Reduction, run: Running) -> Result<Val, 
         e,
         dtype: r.dtype,
         deps: AXIS0,
-        depth: 0,
+        depth: Depth::ZERO,
     }))
 }
 
@@ -412,7 +409,7 @@ fn one_point(
         let v = match v {
             Val::Tile(t) => Val::Tile(TileVal {
                 e: b.bind(&format!("{}", r.acc), t.e),
-                depth: 0,
+                depth: Depth::ZERO,
                 ..t
             }),
             lit => lit,
