@@ -237,8 +237,8 @@ fn generate(program: &Program, options: &Options) -> Result<(Code, Option<StageR
         }
         Target::Sim => {
             let machine = options.machine.clone().unwrap_or_else(Machine::mtia2i);
-            let sim =
-                SimProgram::compile(program, &machine).map_err(|e| failed("tile lowering", e))?;
+            let sim = SimProgram::compile(program, &machine)
+                .map_err(|e| failed("tile lowering", e.to_string()))?;
             (Code::Sim(Box::new(sim)), "tile lowering", "kernels.tile")
         }
     };
@@ -384,10 +384,15 @@ impl Compiled {
                 Code::Loops => ferrite_ir::loops::evaluate(&pipeline.scheduled.program, inputs)
                     .map(|o| (o, None)),
                 Code::Cpu(p) => p.run(inputs).map(|o| (o, None)),
-                Code::Sim(p) => p.run(inputs).map(|(o, report)| (o, Some(report))),
+                Code::Sim(p) => p
+                    .run(inputs)
+                    .map(|(o, report)| (o, Some(report)))
+                    .map_err(|e| e.to_string()),
             },
         }
-        .map_err(|message| Error::Run { message })?;
+        .map_err(|e| Error::Run {
+            message: e.to_string(),
+        })?;
         Ok(Execution {
             outputs,
             time: start.elapsed(),
@@ -421,7 +426,9 @@ impl Compiled {
             Code::Sim(p) => profile_sim(p, &pipeline.scheduled.program, graph, inputs, fused, peak),
             Code::Loops => return Err(self.not_profilable()),
         }
-        .map_err(|message| Error::Run { message })
+        .map_err(|e| Error::Run {
+            message: e.to_string(),
+        })
     }
 
     fn not_profilable(&self) -> Error {

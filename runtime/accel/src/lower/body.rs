@@ -19,6 +19,7 @@ use super::builder::{
 };
 use super::frame::{int_tile, plus, sum_terms, terms, Frame, Int};
 use super::ops::{self, lit, TileVal, Val};
+use crate::error::{Error, Result};
 use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{AccId, Block, BufferId, ExprOp, ExprRef, IndexExpr, Load, StoreOp, Value};
 use ferrite_ir::DType;
@@ -56,7 +57,7 @@ impl<'a> Body<'a> {
     }
 
     /// Emits every node `roots` need, in order.
-    pub fn emit(&mut self, b: &mut Builder, roots: &[ExprRef]) -> Result<(), String> {
+    pub fn emit(&mut self, b: &mut Builder, roots: &[ExprRef]) -> Result<()> {
         let n = self.block.nodes.len();
         let mut live = vec![false; n];
         for r in roots {
@@ -110,20 +111,20 @@ impl<'a> Body<'a> {
     }
 
     /// The value of node `r` (emitted by [`Body::emit`]).
-    pub fn val(&self, r: ExprRef) -> Result<Val, String> {
+    pub fn val(&self, r: ExprRef) -> Result<Val> {
         self.vals
             .get(r.index())
             .cloned()
             .flatten()
-            .ok_or_else(|| format!("internal error: {r} was not emitted"))
+            .ok_or_else(|| Error::internal(format!("{r} was not emitted")))
     }
 
     /// The loop-IR dtype of node `r`.
-    pub fn dtype(&self, r: ExprRef) -> Result<DType, String> {
+    pub fn dtype(&self, r: ExprRef) -> Result<DType> {
         self.block
             .get(r)
             .map(|n| n.dtype)
-            .ok_or_else(|| format!("{r} is not a node"))
+            .ok_or_else(|| Error::internal(format!("{r} is not a node")))
     }
 
     fn dynamic(&self, r: ExprRef) -> Option<Int> {
@@ -135,11 +136,11 @@ impl<'a> Body<'a> {
     }
 
     /// The integer tile of a (rewritten) index expression.
-    fn int(&self, b: &mut Builder, e: &IndexExpr) -> Result<Int, String> {
+    fn int(&self, b: &mut Builder, e: &IndexExpr) -> Result<Int> {
         int_tile(b, self.s.frame, e, &|r| self.dynamic(r))
     }
 
-    fn node(&mut self, b: &mut Builder, r: ExprRef) -> Result<Val, String> {
+    fn node(&mut self, b: &mut Builder, r: ExprRef) -> Result<Val> {
         let node = &self.block.nodes[r.index()];
         let d = node.dtype;
         Ok(match &node.op {
@@ -150,7 +151,7 @@ impl<'a> Body<'a> {
                 .accs
                 .get(a)
                 .cloned()
-                .ok_or_else(|| format!("internal error: {a} is read before it is computed"))?,
+                .ok_or_else(|| Error::internal(format!("{a} is read before it is computed")))?,
             ExprOp::Index(e) => {
                 let (e, deps) = self.int(b, &self.s.frame.rewrite(e))?;
                 Val::Tile(TileVal {
@@ -183,7 +184,7 @@ impl<'a> Body<'a> {
         &self,
         b: &mut Builder,
         guard: &[ferrite_ir::loops::Bound],
-    ) -> Result<Option<(Vec<E>, u8)>, String> {
+    ) -> Result<Option<(Vec<E>, u8)>> {
         let mut conds = Vec::new();
         let mut deps = 0;
         for bound in guard {
@@ -221,7 +222,7 @@ impl<'a> Body<'a> {
         value: ExprRef,
         extent: u64,
         guard: &[ferrite_ir::loops::Bound],
-    ) -> Result<Val, String> {
+    ) -> Result<Val> {
         let v = self.val(value)?;
         let Some((conds, gdeps)) = self.guard(b, guard)? else {
             // The guard never holds: the index is never needed.
@@ -232,7 +233,9 @@ impl<'a> Body<'a> {
             Val::Tile(t) => (b.bind("t", t.e.clone()), t.dtype, t.deps),
         };
         if !vd.is_int() {
-            return Err(format!("a data-dependent index of dtype {vd}"));
+            return Err(Error::unsupported(format!(
+                "a data-dependent index of dtype {vd}"
+            )));
         }
         let extent = i64::try_from(extent).unwrap_or(i64::MAX);
         let inside = and(ge(ve.clone(), int(0)), lt(ve.clone(), int(extent)));
@@ -273,17 +276,12 @@ impl<'a> Body<'a> {
     /// The pointer tile `buf + offsets` for an access at `index`, with the axes it
     /// depends on. Offsets of an access with a data-dependent index are -1 where
     /// that index is outside its axis.
-    fn pointer(
-        &self,
-        b: &mut Builder,
-        buffer: BufferId,
-        index: &IndexExpr,
-    ) -> Result<(E, u8), String> {
+    fn pointer(&self, b: &mut Builder, buffer: BufferId, index: &IndexExpr) -> Result<(E, u8)> {
         let buf = self
             .s
             .params
             .get(&buffer)
-            .ok_or_else(|| format!("internal error: {buffer} is not a parameter"))?;
+            .ok_or_else(|| Error::internal(format!("{buffer} is not a parameter")))?;
         let e = self.s.frame.rewrite(index);
         let parts = terms(b, self.s.frame, &e, &|r| self.dynamic(r))?;
         let base = param(buf);
@@ -307,7 +305,7 @@ impl<'a> Body<'a> {
         call(Builtin::BroadcastTo, vec![ptr, tuple(&shape)])
     }
 
-    fn load(&mut self, b: &mut Builder, l: &Load, d: DType) -> Result<Val, String> {
+    fn load(&mut self, b: &mut Builder, l: &Load, d: DType) -> Result<Val> {
         let Some((conds, gdeps)) = self.guard(b, &l.guard)? else {
             return Ok(Val::Lit(l.other, d));
         };
@@ -340,7 +338,7 @@ impl<'a> Body<'a> {
     }
 
     /// Emits one store of a store stage.
-    pub fn store(&self, b: &mut Builder, st: &StoreOp) -> Result<(), String> {
+    pub fn store(&self, b: &mut Builder, st: &StoreOp) -> Result<()> {
         let v = self.val(st.value)?;
         let (ve, vdeps) = match &v {
             Val::Lit(x, _) => (lit(*x), 0),

@@ -17,6 +17,7 @@
 //! that makes it non-negative first: `(x + k*n) // n - k`.
 
 use super::builder::{add, bin, int, mul, sub, Builder, E};
+use crate::error::{Error, Result};
 use crate::tile::ast::BinaryOp;
 use ferrite_ir::loops::{ExprRef, Extents, IndexExpr, Var};
 use std::collections::HashMap;
@@ -121,7 +122,7 @@ pub(super) fn terms(
     frame: &Frame,
     e: &IndexExpr,
     dynamic: &Dynamic,
-) -> Result<Vec<Int>, String> {
+) -> Result<Vec<Int>> {
     match e {
         IndexExpr::Sum(ts) => {
             let mut out = Vec::new();
@@ -160,16 +161,16 @@ pub(super) fn int_tile(
     frame: &Frame,
     e: &IndexExpr,
     dynamic: &Dynamic,
-) -> Result<Int, String> {
+) -> Result<Int> {
     Ok(match e {
         IndexExpr::Const(c) => (int(*c), 0),
         IndexExpr::Var(v) => frame
             .leaves
             .get(v)
             .cloned()
-            .ok_or_else(|| format!("internal error: loop variable {v} has no tile"))?,
+            .ok_or_else(|| Error::internal(format!("loop variable {v} has no tile")))?,
         IndexExpr::Dynamic { value, .. } => dynamic(*value)
-            .ok_or_else(|| format!("internal error: index {value} was not computed"))?,
+            .ok_or_else(|| Error::internal(format!("index {value} was not computed")))?,
         IndexExpr::Sum(ts) => {
             let mut parts = Vec::new();
             for t in ts {
@@ -189,7 +190,9 @@ pub(super) fn int_tile(
             let k = if lo >= 0 {
                 0
             } else if lo == i64::MIN {
-                return Err(format!("cannot bound `{x}` to divide it"));
+                return Err(Error::unsupported(format!(
+                    "cannot bound `{x}` to divide it"
+                )));
             } else {
                 (-lo + n - 1) / n
             };
@@ -198,7 +201,9 @@ pub(super) fn int_tile(
             } else {
                 add(
                     a,
-                    int(k.checked_mul(*n).ok_or("index arithmetic overflows")?),
+                    int(k
+                        .checked_mul(*n)
+                        .ok_or_else(|| Error::unsupported("index arithmetic overflows"))?),
                 )
             };
             let op = if matches!(e, IndexExpr::FloorDiv(..)) {

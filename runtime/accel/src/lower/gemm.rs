@@ -21,6 +21,7 @@ use super::frame::{Frame, AXIS0, AXIS1};
 use super::kernel::emit_stage;
 use super::ops::{TileVal, Val};
 use super::stage::{bytes_per_point, points, Cx};
+use crate::error::{Error, Result};
 use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{AccId, Extents, GemmInfo, GemmOperand, Kernel, Program, Stage, Var};
 use ferrite_ir::DType;
@@ -88,12 +89,12 @@ pub(super) fn lower(
     k: &Kernel,
     g: &GemmInfo,
     b: &mut Builder,
-) -> Result<([usize; 3], String), String> {
+) -> Result<([usize; 3], String)> {
     let dt = cx
         .program
         .buffer(g.lhs.buffer)
         .map(|buf| buf.ty.dtype)
-        .ok_or("internal error: GEMM operand buffer")?;
+        .ok_or_else(|| Error::internal("GEMM operand buffer"))?;
     let batch: usize = g.batch.iter().product();
     let epilogue: usize = k.stages[g.stage + 1..]
         .iter()
@@ -147,7 +148,7 @@ pub(super) fn lower(
             coords[t] = Some(b.bind(&format!("b{t}"), e));
         }
     }
-    let base = |op: &GemmOperand| -> Result<E, String> {
+    let base = |op: &GemmOperand| -> Result<E> {
         let mut p = cx.param(op.buffer)?;
         if op.offset != 0 {
             p = add(p, int(op.offset));
@@ -280,7 +281,7 @@ pub(super) fn lower(
 
     // The epilogue, on the accumulator tile.
     let Stage::Reduce { reductions, .. } = &k.stages[g.stage] else {
-        return Err("internal error: the GEMM stage is not a reduction".into());
+        return Err(Error::internal("the GEMM stage is not a reduction"));
     };
     let acc_dtype = reductions[0].dtype;
     let acc_e = if acc_dtype == DType::F32 {

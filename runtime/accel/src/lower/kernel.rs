@@ -27,12 +27,13 @@ use super::frame::{unflatten, Frame, AXIS0, AXIS1};
 use super::ops::Val;
 use super::reduce;
 use super::stage::{self, bytes_per_point, points, Cx};
+use crate::error::Result;
 use ferrite_ir::loops::{AccId, Extents, IndexExpr, Kernel, ReduceKind, Stage, Var};
 use std::collections::HashMap;
 
 /// Lowers a non-GEMM kernel into `b`; returns the launch grid and a line
 /// describing the blocks.
-pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3], String), String> {
+pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3], String)> {
     let index_bytes = cx.index_dtype.size_bytes();
     let outer = points(&k.domain);
     let has_inner = k.stages.iter().any(|s| points(s.domain()) > 1);
@@ -181,7 +182,7 @@ pub(super) fn emit_stage(
     si: usize,
     stage: &Stage,
     block: usize,
-) -> Result<(), String> {
+) -> Result<()> {
     match stage {
         Stage::Reduce { .. } => reduce::emit(cx, b, outer, accs, si, stage, block),
         Stage::Store { .. } => stage::emit_store(cx, b, outer, accs, si, stage, block),

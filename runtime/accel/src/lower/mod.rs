@@ -34,6 +34,7 @@ mod ops;
 mod reduce;
 mod stage;
 
+use crate::error::{Error, Result};
 use crate::sim::{Machine, Placement};
 use crate::tile::{self, CheckedKernel};
 use ferrite_ir::loops::{BufferId, ExprOp, Kernel, Program, Stage};
@@ -68,7 +69,7 @@ pub fn lower_kernel(
     k: &Kernel,
     machine: &Machine,
     placements: &[Placement],
-) -> Result<Option<TileLaunch>, String> {
+) -> Result<Option<TileLaunch>> {
     if k.domain.contains(&0) {
         return Ok(None);
     }
@@ -112,10 +113,10 @@ pub fn lower_kernel(
     let text = tile::print_located(&mut tile_kernel);
     let file = format!("{name}.tile");
     let mut kernel = tile::check(&tile_kernel).map_err(|e| {
-        format!(
-            "internal error: the lowered kernel `{name}` does not check: {}\n{text}",
+        Error::internal(format!(
+            "the lowered kernel `{name}` does not check: {}\n{text}",
             e.to_diagnostic(&file, &text)
-        )
+        ))
     })?;
     kernel.locate(&file, &text);
     Ok(Some(TileLaunch {

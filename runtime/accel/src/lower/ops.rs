@@ -24,6 +24,7 @@
 use super::builder::{
     self as tb, bin, boolean, call, cast, div, float, int, mul, neg, where_, Builder, Depth, E,
 };
+use crate::error::{Error, Result};
 use crate::tile::ast::{BinaryOp as TBin, Builtin};
 use ferrite_ir::loops::{scalar, Value};
 use ferrite_ir::{BinaryOp, DType, UnaryOp};
@@ -184,14 +185,17 @@ fn builtin(f: Builtin, x: E) -> E {
 }
 
 /// A unary op producing dtype `d`.
-pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Val, String> {
+pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Val> {
     if let Val::Lit(v, _) = x {
-        return Ok(Val::Lit(scalar::unary(u, *v, d)?, d));
+        return Ok(Val::Lit(
+            scalar::unary(u, *v, d).map_err(Error::Unsupported)?,
+            d,
+        ));
     }
     let xd = x.dtype();
-    let float_only = |f: Builtin| -> Result<Val, String> {
+    let float_only = |f: Builtin| -> Result<Val> {
         if !d.is_float() {
-            return Err(format!("{} of {d} values", u.name()));
+            return Err(Error::unsupported(format!("{} of {d} values", u.name())));
         }
         Ok(tile(builtin(f, typed(x, d)), d, &[x]))
     };
@@ -207,7 +211,7 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
             &[x],
         )),
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu if d == DType::Bool => {
-            Err(format!("{} of bool values", u.name()))
+            Err(Error::unsupported(format!("{} of bool values", u.name())))
         }
         UnaryOp::Neg => Ok(tile(neg(typed(x, d)), d, &[x])),
         UnaryOp::Abs => Ok(tile(builtin(Builtin::Abs, typed(x, d)), d, &[x])),
@@ -262,7 +266,7 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
             };
             Ok(tile(narrow(e, d), d, &[x]))
         }
-        _ => Err(format!("{} of {d} values", u.name())),
+        _ => Err(Error::unsupported(format!("{} of {d} values", u.name()))),
     }
 }
 
@@ -283,9 +287,12 @@ pub(super) fn binary(
     y: &Val,
     operand: DType,
     d: DType,
-) -> Result<Val, String> {
+) -> Result<Val> {
     if let (Val::Lit(p, _), Val::Lit(q, _)) = (x, y) {
-        return Ok(Val::Lit(scalar::binary(op, *p, *q, d)?, d));
+        return Ok(Val::Lit(
+            scalar::binary(op, *p, *q, d).map_err(Error::Unsupported)?,
+            d,
+        ));
     }
     if op.is_comparison() {
         let (a, c) = compare_pair(x, y, operand);
@@ -311,7 +318,7 @@ pub(super) fn binary(
         let t = match op {
             BinaryOp::Maximum => TBin::Or,
             BinaryOp::Minimum | BinaryOp::Mul => TBin::And,
-            _ => return Err(format!("{} of bool values", op.name())),
+            _ => return Err(Error::unsupported(format!("{} of bool values", op.name()))),
         };
         let (a, c) = pair(x, y, DType::Bool);
         return Ok(tile(bin(t, a, c), DType::Bool, &[x, y]));
@@ -336,7 +343,7 @@ pub(super) fn binary(
         }
         BinaryOp::Pow if d.is_float() => float_pow(b, x, y, d)?,
         BinaryOp::Pow => int_pow(b, x, y, d)?,
-        _ => return Err(format!("{} of {d} values", op.name())),
+        _ => return Err(Error::unsupported(format!("{} of {d} values", op.name()))),
     })
 }
 
@@ -363,7 +370,7 @@ pub(super) fn convert(x: &Val, d: DType) -> Val {
 }
 
 /// `x ** y` for floats.
-fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val, String> {
+fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
     let w = DType::F32;
     if let Val::Lit(Value::Float(xv), _) = x {
         if *xv == 1.0 {
@@ -468,12 +475,12 @@ fn int_power(b: &mut Builder, base: E, n: u64) -> E {
 }
 
 /// `x ** y` for integers, wrapping.
-fn int_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val, String> {
+fn int_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
     if let Val::Lit(Value::Int(e), _) = y {
         if *e < 0 {
-            return Err(format!(
+            return Err(Error::unsupported(format!(
                 "integers to negative integer powers are not allowed (** {e})"
-            ));
+            )));
         }
         if *e == 0 {
             return Ok(Val::Lit(Value::Int(1), d));

@@ -25,6 +25,7 @@ use super::builder::{
 use super::frame::{Frame, AXIS0, AXIS1};
 use super::ops::{self, lit, TileVal, Val};
 use super::stage::{point_frame, points, Cx, Inner};
+use crate::error::{Error, Result};
 use crate::tile::ast::{BinaryOp as TBin, Builtin};
 use ferrite_ir::loops::{scalar, AccId, ReduceKind, Reduction, Stage, Value};
 use ferrite_ir::DType;
@@ -112,14 +113,14 @@ pub(super) fn emit(
     si: usize,
     stage: &Stage,
     block: usize,
-) -> Result<(), String> {
+) -> Result<()> {
     let Stage::Reduce {
         domain,
         body,
         reductions,
     } = stage
     else {
-        return Err("internal error: not a reduction stage".into());
+        return Err(Error::internal("not a reduction stage"));
     };
     let total = points(domain);
     let names: Vec<String> = reductions
@@ -158,7 +159,7 @@ pub(super) fn emit(
         let vd = body
             .get(r.value)
             .map(|n| n.dtype)
-            .ok_or_else(|| format!("{} is not a node", r.value))?;
+            .ok_or_else(|| Error::internal(format!("{} is not a node", r.value)))?;
         let rd = running_dtype(r.kind, vd);
         let full = |b: &mut Builder, hint: &str, v: Value, d: DType| -> Option<Def> {
             looping.then(|| {
@@ -211,7 +212,7 @@ pub(super) fn emit(
 }
 
 /// The value a reduction combines at each point, in its running dtype.
-fn reduced_value(b: &mut Builder, body: &Body, r: &Reduction, rd: DType) -> Result<Val, String> {
+fn reduced_value(b: &mut Builder, body: &Body, r: &Reduction, rd: DType) -> Result<Val> {
     let v = body.val(r.value)?;
     Ok(match r.rhs {
         None => ops::convert(&v, rd),
@@ -232,7 +233,7 @@ fn block_partial(
     r: &Reduction,
     run: &mut Running,
     total: usize,
-) -> Result<(), String> {
+) -> Result<()> {
     let frame = &inner.frame;
     let block = frame.blocks[1];
     let rd = match run {
@@ -266,7 +267,7 @@ fn block_partial(
                 ReduceKind::Sum => (Builtin::Sum, |a, p| bin(TBin::Add, a, p)),
                 ReduceKind::Prod => {
                     if block > 1 {
-                        return Err("internal error: a product over a block".into());
+                        return Err(Error::internal("a product over a block"));
                     }
                     // One point per block: nothing is reduced, the builtin is unused.
                     (Builtin::Sum, |a, p| bin(TBin::Mul, a, p))
@@ -343,11 +344,11 @@ fn widen_rows(partial: E, frame: &Frame, v: &Val) -> E {
 }
 
 /// The accumulator's final value, in its dtype.
-fn finish(cx: &Cx, b: &mut Builder, r: &Reduction, run: Running) -> Result<Val, String> {
+fn finish(cx: &Cx, b: &mut Builder, r: &Reduction, run: Running) -> Result<Val> {
     let acc = format!("{}", r.acc);
     let e = match run {
         Running::Value { name, dtype } => {
-            let n = E::Def(name.ok_or("internal error: an accumulator was never set")?);
+            let n = E::Def(name.ok_or_else(|| Error::internal("an accumulator was never set"))?);
             if dtype == r.dtype {
                 n
             } else if r.dtype == DType::Bool {
@@ -357,7 +358,7 @@ fn finish(cx: &Cx, b: &mut Builder, r: &Reduction, run: Running) -> Result<Val, 
             }
         }
         Running::Arg { pos, .. } => {
-            let n = E::Def(pos.ok_or("internal error: a position was never set")?);
+            let n = E::Def(pos.ok_or_else(|| Error::internal("a position was never set"))?);
             if cx.index_dtype == DType::I64 {
                 n
             } else {
@@ -381,7 +382,7 @@ fn one_point(
     accs: &mut HashMap<AccId, Val>,
     stage: &Stage,
     reductions: &[Reduction],
-) -> Result<(), String> {
+) -> Result<()> {
     let frame = point_frame(outer, stage);
     let mut values = Vec::new();
     {

@@ -6,6 +6,7 @@ use super::body::{Body, Scope};
 use super::builder::{add, arange, call, cast, int, lt, mul, param, program_id, row, Builder, E};
 use super::frame::{unflatten, Frame, AXIS1};
 use super::ops::Val;
+use crate::error::{Error, Result};
 use crate::sim::{Machine, Placement};
 use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{AccId, BufferId, ExprOp, IndexExpr, Program, Stage, Var, VarKind};
@@ -63,11 +64,11 @@ impl Cx<'_> {
     }
 
     /// The parameter of buffer `id`.
-    pub fn param(&self, id: BufferId) -> Result<E, String> {
+    pub fn param(&self, id: BufferId) -> Result<E> {
         self.params
             .get(&id)
             .map(|n| param(n))
-            .ok_or_else(|| format!("internal error: {id} is not a parameter"))
+            .ok_or_else(|| Error::internal(format!("{id} is not a parameter")))
     }
 }
 
@@ -200,9 +201,9 @@ pub(super) fn emit_store(
     si: usize,
     stage: &Stage,
     block: usize,
-) -> Result<(), String> {
+) -> Result<()> {
     let Stage::Store { body, stores, .. } = stage else {
-        return Err("internal error: not a store stage".into());
+        return Err(Error::internal("not a store stage"));
     };
     let total = points(stage.domain());
     b.comment(&format!(
