@@ -9,10 +9,12 @@
 //! and review the diff; `FERRITE_FILETEST=schedule/softmax` runs only matching files.
 //! A new stage is one line in [`STAGES`] and a function from the case to its output.
 
+use ferrite_ir::loops::parse_program;
 use ferrite_ir::{parse, print, verify, Graph};
 use ferrite_passes::decompose::decompose;
 use ferrite_passes::optimize::{optimize, OptimizeConfig};
 use ferrite_passes::schedule::{schedule, ScheduleOptions, Scheduled};
+use ferrite_testkit::check_round_trip;
 use ferrite_testkit::filetest::{run_dir, Case, Stage};
 use std::path::Path;
 use std::time::Duration;
@@ -24,6 +26,7 @@ const STAGES: &[Stage] = &[
     Stage::new("optimize", optimize_stage),
     Stage::new("schedule", schedule_stage).with_options(&["unfused"]),
     Stage::new("memory", memory_stage).with_options(&["unfused"]),
+    Stage::new("read", read_stage),
 ];
 
 #[test]
@@ -86,11 +89,12 @@ fn scheduled(case: &Case) -> Result<Scheduled, String> {
     s.program
         .verify()
         .map_err(|e| format!("the scheduled program fails verify: {e}"))?;
+    check_round_trip(&s.program)?;
     Ok(s)
 }
 
 /// `schedule`: `.fg` in (decomposed first), the loop-IR program and the fusion
-/// decisions out.
+/// decisions out. The program must also read back from its text.
 fn schedule_stage(case: &Case) -> Result<String, String> {
     let s = scheduled(case)?;
     let mut text = s.program.to_string();
@@ -110,4 +114,10 @@ fn memory_stage(case: &Case) -> Result<String, String> {
         s.program.bytes_moved(),
         s.memory
     ))
+}
+
+/// `read`: loop IR in, the program read (and verified) printed out.
+fn read_stage(case: &Case) -> Result<String, String> {
+    let p = parse_program(case.file, case.input).map_err(|d| d.to_string())?;
+    Ok(p.to_string())
 }
