@@ -1,16 +1,22 @@
 //! The loop-IR text round trip: every program the scheduler makes (from the examples,
 //! the golden graphs and random graphs, fused and unfused) prints, reads back with
 //! `ferrite_ir::loops::parse_program`, prints the same text, equals the original up to
-//! the order of block nodes, and evaluates to the same outputs bit for bit.
+//! the order of block nodes, and (the small ones) evaluates to the same outputs bit
+//! for bit.
 
 use ferrite_ir::loops::{evaluate, Program};
 use ferrite_ir::{Graph, Tensor};
 use ferrite_passes::decompose::decompose;
 use ferrite_passes::schedule::{schedule, ScheduleOptions};
-use ferrite_testkit::{check_round_trip, example, example_names, inputs_for, random_graph_with};
+use ferrite_testkit::{
+    check_round_trip, example, example_names, inputs_for, random_graph_with, random_inputs,
+};
+
+/// Programs of at most this many scalar operations are also evaluated.
+const EVALUATE_OPS: u64 = 1_000_000;
 
 /// Schedules `g` both ways and round-trips both programs; with `inputs`, also checks
-/// that the programs read evaluate as the originals do.
+/// that the programs read evaluate as the originals do (small programs only).
 fn round_trip(name: &str, g: &Graph, inputs: Option<&[Tensor]>) -> Result<(), String> {
     for opts in [ScheduleOptions::default(), ScheduleOptions::unfused()] {
         let label = if opts.fuse { "fused" } else { "unfused" };
@@ -18,7 +24,9 @@ fn round_trip(name: &str, g: &Graph, inputs: Option<&[Tensor]>) -> Result<(), St
             .map_err(|e| format!("{name} ({label}): schedule: {e}"))?
             .program;
         let q = check_round_trip(&p).map_err(|e| format!("{name} ({label}): {e}"))?;
-        if let Some(inputs) = inputs {
+        // The loop evaluator is slow; the larger examples are checked by structure only.
+        let small = p.kernels.iter().map(|k| k.op_count()).sum::<u64>() <= EVALUATE_OPS;
+        if let (Some(inputs), true) = (inputs, small) {
             same_outputs(&p, &q, inputs).map_err(|e| format!("{name} ({label}): {e}"))?;
         }
     }
@@ -47,7 +55,9 @@ fn same_outputs(p: &Program, q: &Program, inputs: &[Tensor]) -> Result<(), Strin
 fn examples_round_trip() {
     let mut failures = Vec::new();
     for name in example_names() {
-        if let Err(e) = round_trip(&name, &example(&name), None) {
+        let g = example(&name);
+        let inputs = random_inputs(&g, 0);
+        if let Err(e) = round_trip(&name, &g, Some(&inputs)) {
             failures.push(e);
         }
     }
