@@ -9,8 +9,11 @@
 //! and review the diff; `FERRITE_FILETEST=schedule/softmax` runs only matching files.
 //! A new stage is one line in [`STAGES`] and a function from the case to its output.
 
-use ferrite_ir::loops::parse_program;
-use ferrite_ir::{parse, print, verify, Graph};
+use ferrite_accel::program::{Intermediates, SimProgram};
+use ferrite_accel::sim::Machine;
+use ferrite_accel::tile;
+use ferrite_ir::loops::{evaluate, parse_program};
+use ferrite_ir::{parse, print, verify, Graph, Tensor};
 use ferrite_passes::decompose::decompose;
 use ferrite_passes::optimize::{optimize, OptimizeConfig};
 use ferrite_passes::schedule::{schedule, ScheduleOptions, Scheduled};
@@ -27,6 +30,7 @@ const STAGES: &[Stage] = &[
     Stage::new("schedule", schedule_stage).with_options(&["unfused"]),
     Stage::new("memory", memory_stage).with_options(&["unfused"]),
     Stage::new("read", read_stage),
+    Stage::new("tile", tile_stage).with_options(&["lpddr"]),
 ];
 
 #[test]
@@ -120,4 +124,41 @@ fn memory_stage(case: &Case) -> Result<String, String> {
 fn read_stage(case: &Case) -> Result<String, String> {
     let p = parse_program(case.file, case.input).map_err(|d| d.to_string())?;
     Ok(p.to_string())
+}
+
+/// `tile`: loop IR in, the program lowered to tile kernels for the default machine
+/// out, as `ferrite compile --target sim --dump` writes it (`05-kernels.tile`).
+/// Intermediates live in SRAM where they fit, or in LPDDR with `lpddr`. Each
+/// kernel must also read back from its text as the kernel that runs, and the
+/// program must compute on the simulator what the loop-IR evaluator computes.
+fn tile_stage(case: &Case) -> Result<String, String> {
+    let p = parse_program(case.file, case.input).map_err(|d| d.to_string())?;
+    let placement = if case.flag("lpddr") {
+        Intermediates::Lpddr
+    } else {
+        Intermediates::SramWhenFits
+    };
+    let sim =
+        SimProgram::compile_with(&p, &Machine::mtia2i(), placement).map_err(|e| e.to_string())?;
+    let text = sim.kernels_text();
+    for l in sim.launches() {
+        let again = tile::parse(&format!("{}.tile", l.name), &l.text)
+            .map_err(|d| format!("the kernel does not read back: {d}"))?;
+        if again != *l.kernel.kernel() {
+            return Err(format!("`{}` reads back as another kernel", l.name));
+        }
+    }
+    let inputs: Vec<Tensor> = p
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| Tensor::random(&p.buffers[b.index()].ty, i as u64 + 1))
+        .collect();
+    let want = evaluate(&p, &inputs)?;
+    let (got, _) = sim.run(&inputs).map_err(|e| format!("{e}\n{text}"))?;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        g.check_close(w, 1e-4, 1e-5)
+            .map_err(|e| format!("output {i} differs from the loop-IR evaluator's: {e}"))?;
+    }
+    Ok(text)
 }
