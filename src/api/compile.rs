@@ -283,8 +283,8 @@ fn generate(program: &Program, options: &Options) -> Result<(Code, Option<StageR
         }
         Target::Sim => {
             let machine = options.machine.clone().unwrap_or_else(Machine::mtia2i);
-            let sim =
-                SimProgram::compile(program, &machine).map_err(|e| failed("tile lowering", e))?;
+            let sim = SimProgram::compile(program, &machine)
+                .map_err(|e| failed("tile lowering", e.to_string()))?;
             (Code::Sim(Box::new(sim)), "tile lowering", "kernels.tile")
         }
     };
@@ -486,7 +486,10 @@ impl Compiled {
                 Code::Loops => ferrite_ir::loops::evaluate(&pipeline.scheduled.program, &inputs)
                     .map(|o| (o, None)),
                 Code::Cpu(p) => p.run(&inputs).map(|o| (o, None)),
-                Code::Sim(p) => p.run(&inputs).map(|(o, report)| (o, Some(report))),
+                Code::Sim(p) => p
+                    .run(&inputs)
+                    .map(|(o, report)| (o, Some(report)))
+                    .map_err(|e| e.to_string()),
             },
         }
         .map_err(|message| Error::Run { message })?;
@@ -530,7 +533,9 @@ impl Compiled {
             }
             Code::Loops => unreachable!("profilable() refuses the loop-IR evaluator"),
         }
-        .map_err(|message| Error::Run { message })
+        .map_err(|e| Error::Run {
+            message: e.to_string(),
+        })
     }
 
     /// Profiles this program against its unfused baseline ([`Compiled::unfused`]) on

@@ -25,7 +25,10 @@
 //! Cranelift; it takes kernels (parsed or built as [`tile::TileKernel`]) and
 //! host [`ferrite_ir::Tensor`]s.
 
+mod error;
 pub mod lower;
 pub mod program;
 pub mod sim;
 pub mod tile;
+
+pub use error::{Error, Result};

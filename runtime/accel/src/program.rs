@@ -32,6 +32,7 @@
 
 use super::lower::{lower_kernel, TileLaunch};
 use super::sim::{self, Device, DeviceArg, DeviceReport, Machine, Placement};
+use crate::error::{Error, Result};
 use ferrite_ir::loops::{BufferId, BufferKind, Program};
 use ferrite_ir::{Tensor, TensorType};
 use std::fmt::Write;
@@ -79,7 +80,7 @@ pub struct SimProgram {
 impl SimProgram {
     /// Lowers every kernel of `program` for `machine`, intermediates in SRAM
     /// where they fit.
-    pub fn compile(program: &Program, machine: &Machine) -> Result<SimProgram, String> {
+    pub fn compile(program: &Program, machine: &Machine) -> Result<SimProgram> {
         SimProgram::compile_with(program, machine, Intermediates::default())
     }
 
@@ -89,17 +90,17 @@ impl SimProgram {
         program: &Program,
         machine: &Machine,
         intermediates: Intermediates,
-    ) -> Result<SimProgram, String> {
-        program
-            .verify()
-            .map_err(|e| format!("program `{}` is invalid: {e}", program.name))?;
+    ) -> Result<SimProgram> {
+        program.verify().map_err(|e| {
+            Error::InvalidProgram(format!("program `{}` is invalid: {e}", program.name))
+        })?;
         let buffers = plan_buffers(program, machine, intermediates);
         let placements: Vec<Placement> = buffers.iter().map(|b| b.placement).collect();
         let mut launches = Vec::with_capacity(program.kernels.len());
         for k in &program.kernels {
             launches.push(
                 lower_kernel(program, k, machine, &placements)
-                    .map_err(|e| format!("kernel {}: {e}", k.name))?,
+                    .map_err(|e| e.context(format_args!("kernel {}", k.name)))?,
             );
         }
         Ok(SimProgram {
@@ -183,71 +184,64 @@ impl SimProgram {
     /// Runs the program on a fresh device: one tensor per graph input (in
     /// order, of the input buffers' types) in, one per output out, and the
     /// simulator's report of every launch.
-    pub fn run(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, DeviceReport), String> {
+    pub fn run(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, DeviceReport)> {
         if inputs.len() != self.inputs.len() {
-            return Err(format!(
+            return Err(Error::Input(format!(
                 "program `{}` takes {} input{}, got {}",
                 self.name,
                 self.inputs.len(),
                 if self.inputs.len() == 1 { "" } else { "s" },
                 inputs.len()
-            ));
+            )));
         }
-        let err = |e: sim::SimError| e.to_string();
         let mut dev = Device::new(self.machine.clone());
         let mut ids: Vec<Option<sim::BufferId>> = vec![None; self.buffers.len()];
         for (i, (&b, t)) in self.inputs.iter().zip(inputs).enumerate() {
             let plan = &self.buffers[b.index()];
             if t.ty != plan.ty {
-                return Err(format!(
+                return Err(Error::Input(format!(
                     "input {i} has type {} but the program expects {}",
                     t.ty, plan.ty
-                ));
+                )));
             }
-            ids[b.index()] = Some(
-                dev.upload(&plan.device_name, t, plan.placement)
-                    .map_err(err)?,
-            );
+            ids[b.index()] = Some(dev.upload(&plan.device_name, t, plan.placement)?);
         }
         for &b in &self.outputs {
             let plan = &self.buffers[b.index()];
-            ids[b.index()] = Some(
-                dev.alloc(&plan.device_name, &plan.ty, plan.placement)
-                    .map_err(err)?,
-            );
+            ids[b.index()] = Some(dev.alloc(&plan.device_name, &plan.ty, plan.placement)?);
         }
         for (ki, launch) in self.launches.iter().enumerate() {
             // Intermediates come to life right before the kernel that writes them.
             for plan in &self.buffers {
                 if plan.live.is_some_and(|(w, _)| w == ki) {
-                    ids[plan.id.index()] = Some(
-                        dev.alloc(&plan.device_name, &plan.ty, plan.placement)
-                            .map_err(err)?,
-                    );
+                    ids[plan.id.index()] =
+                        Some(dev.alloc(&plan.device_name, &plan.ty, plan.placement)?);
                 }
             }
             if let Some(l) = launch {
                 let mut args = Vec::with_capacity(l.args.len());
                 for a in &l.args {
-                    let id = ids[a.index()]
-                        .ok_or_else(|| format!("kernel {}: buffer {a} is not allocated", l.name))?;
+                    let id = ids[a.index()].ok_or_else(|| {
+                        Error::internal(format!("kernel {}: buffer {a} is not allocated", l.name))
+                    })?;
                     args.push(DeviceArg::Buffer(id));
                 }
-                dev.launch(&l.kernel, l.grid, &args).map_err(err)?;
+                dev.launch(&l.kernel, l.grid, &args)?;
             }
             // ... and end right after the last kernel that reads them.
             for plan in &self.buffers {
                 if plan.live.is_some_and(|(_, r)| r == ki) {
                     if let Some(id) = ids[plan.id.index()].take() {
-                        dev.free(id).map_err(err)?;
+                        dev.free(id)?;
                     }
                 }
             }
         }
         let mut outputs = Vec::with_capacity(self.outputs.len());
         for &b in &self.outputs {
-            let id = ids[b.index()].ok_or("an output buffer is missing")?;
-            outputs.push(dev.read(id).map_err(err)?);
+            let id = ids[b.index()]
+                .ok_or_else(|| Error::internal(format!("output buffer {b} is missing")))?;
+            outputs.push(dev.read(id)?);
         }
         Ok((outputs, dev.report().clone()))
     }

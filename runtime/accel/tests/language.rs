@@ -207,6 +207,7 @@ impl Gen {
             })
             .collect();
         TileKernel {
+            comments: Vec::new(),
             name: "random".into(),
             params,
             body: self.stmts(2),

@@ -3,6 +3,7 @@
 
 use ferrite_accel::program::{Intermediates, SimProgram};
 use ferrite_accel::sim::{DeviceReport, Machine};
+use ferrite_accel::Error;
 use ferrite_ir::loops::Program;
 use ferrite_ir::{interpret, DType, Graph, Tensor, TensorType};
 use ferrite_passes::pipeline::{lower_graph, PipelineOptions};
@@ -234,10 +235,12 @@ fn lowered_kernels_are_readable_and_use_the_memory_hierarchy() {
     let (_, report) = sim.run(&inputs).unwrap();
     let k0 = &report.launches[0];
     assert!(k0.bytes.local_write > 0 && k0.dot_flops == 2 * 64 * 784 * 256);
-    // Every launch is a kernel that parses back from its own text.
+    // Every launch is a kernel that parses back from its own text, to the very
+    // kernel that runs.
     for l in sim.launches() {
         let again = ferrite_accel::tile::parse_and_check("again.tile", &l.text).unwrap();
         assert_eq!(again.name(), l.name);
+        assert_eq!(again.kernel(), l.kernel.kernel());
     }
 }
 
@@ -294,13 +297,13 @@ fn wrong_inputs_are_errors() {
     let g = ferrite_testkit::example_graph("mlp");
     let sim = SimProgram::compile(&program(&g, true), &Machine::mtia2i()).unwrap();
     let mut inputs = random_inputs(&g, 1);
-    assert!(sim
-        .run(&inputs[1..])
-        .unwrap_err()
-        .contains("takes 5 inputs"));
+    let err = sim.run(&inputs[1..]).unwrap_err();
+    assert!(matches!(err, Error::Input(_)), "{err:?}");
+    assert!(err.to_string().contains("takes 5 inputs"), "{err}");
     inputs[2] = Tensor::zeros(&TensorType::new(DType::F32, vec![7]).unwrap());
     let err = sim.run(&inputs).unwrap_err();
-    assert!(err.contains("input 2 has type f32[7]"), "{err}");
+    assert!(!err.is_internal());
+    assert!(err.to_string().contains("input 2 has type f32[7]"), "{err}");
 }
 
 #[test]
@@ -514,6 +517,11 @@ fn an_index_out_of_range_is_an_error_naming_the_kernel() {
     assert!(interpret(&g, &[t.clone(), ids.clone()]).is_err());
     let sim = SimProgram::compile(&program(&g, true), &Machine::mtia2i()).unwrap();
     let err = sim.run(&[t, ids]).unwrap_err();
+    assert!(
+        matches!(err, Error::Sim(_)) && !err.is_internal(),
+        "{err:?}"
+    );
+    let err = err.to_string();
     assert!(
         err.contains("out-of-bounds") && err.contains("k0_index_select"),
         "{err}"

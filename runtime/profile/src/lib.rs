@@ -17,11 +17,13 @@
 //! schedules (the caller brings compiled programs and the memory plan's figures), so
 //! it depends on no pass.
 
+mod error;
 pub mod json;
 pub mod report;
 pub mod table;
 pub mod trace;
 
+pub use error::{Error, Result};
 pub use json::{to_json, FORMAT_VERSION};
 pub use report::{
     kernel_ops, median, ChunkSlice, KernelProfile, KernelTrace, MachineInfo, MemoryLevel, OpRef,
@@ -91,10 +93,10 @@ pub fn profile_cpu(
     fused: bool,
     peak_intermediate_bytes: u64,
     progress: &mut dyn FnMut(usize),
-) -> Result<ScheduleProfile, String> {
+) -> Result<ScheduleProfile> {
     let runs = runs.max(1);
     let kernels = &program.program().kernels;
-    program.run(inputs)?;
+    program.run(inputs).map_err(Error::Cpu)?;
     // samples[k][run]: kernel k's time in that run.
     let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); kernels.len()];
     let mut totals = Vec::with_capacity(runs);
@@ -104,14 +106,14 @@ pub fn profile_cpu(
     let mut all_timings = Vec::with_capacity(runs);
     for run in 0..runs {
         let start = Instant::now();
-        let (_, timings) = program.run_profiled(inputs)?;
+        let (_, timings) = program.run_profiled(inputs).map_err(Error::Cpu)?;
         walls.push(start.elapsed().as_secs_f64() * 1e9);
         if timings.len() != kernels.len() {
-            return Err(format!(
+            return Err(Error::Internal(format!(
                 "a profiled run timed {} kernels of {}",
                 timings.len(),
                 kernels.len()
-            ));
+            )));
         }
         let mut total = 0.0;
         for (k, t) in timings.iter().enumerate() {
@@ -222,7 +224,7 @@ pub fn profile_sim(
     inputs: &[Tensor],
     fused: bool,
     peak_intermediate_bytes: u64,
-) -> Result<ScheduleProfile, String> {
+) -> Result<ScheduleProfile> {
     let (_, report) = compiled.run(inputs)?;
     let mut launches = report.launches.iter();
     let mut rows = Vec::with_capacity(program.kernels.len());
@@ -233,18 +235,26 @@ pub fn profile_sim(
             match launches.next() {
                 Some(l) if l.kernel == k.name => Some(l),
                 Some(l) => {
-                    return Err(format!(
+                    return Err(Error::Internal(format!(
                         "the simulator reported launch `{}` where kernel `{}` was expected",
                         l.kernel, k.name
-                    ))
+                    )))
                 }
-                None => return Err(format!("kernel `{}` was not launched", k.name)),
+                None => {
+                    return Err(Error::Internal(format!(
+                        "kernel `{}` was not launched",
+                        k.name
+                    )))
+                }
             }
         };
         rows.push(sim_row(i, k.name.clone(), kernel_ops(graph, k), launch));
     }
     if let Some(extra) = launches.next() {
-        return Err(format!("unexpected launch `{}`", extra.kernel));
+        return Err(Error::Internal(format!(
+            "unexpected launch `{}`",
+            extra.kernel
+        )));
     }
     Ok(ScheduleProfile {
         fused,

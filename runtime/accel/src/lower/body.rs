@@ -9,21 +9,21 @@
 //!   outside the axis turns the access's offset into -1, so the simulator stops
 //!   with an out-of-bounds error naming the kernel, program and access instead
 //!   of reading a neighbouring row.
-//! - A node used once is written inline into its user; a node used more than
-//!   once, every load and every deep expression are bound to names, and so is
-//!   an expression another stage computes too (see [`Builder::shared`]).
+//! - A node used more than once and every load are bound to names; a node used
+//!   once is offered for sharing ([`Builder::share`]): written in place into its
+//!   user, unless the kernel computes the same expression elsewhere too or it
+//!   nests too deep.
 
-use super::builder::{and, ge, lt, name_expr, where_, Builder};
+use super::builder::{
+    add, and, call, call_kw, ge, int, lt, not, or, param, tuple, where_, Builder, Depth, E,
+};
 use super::frame::{int_tile, plus, sum_terms, terms, Frame, Int};
 use super::ops::{self, lit, TileVal, Val};
-use crate::tile::ast::{Builtin, Expr};
+use crate::error::{Error, Result};
+use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{AccId, Block, BufferId, ExprOp, ExprRef, IndexExpr, Load, StoreOp, Value};
 use ferrite_ir::DType;
 use std::collections::HashMap;
-
-/// Expressions nested deeper than this are bound to a name (the parser limits
-/// nesting, and long lines read badly).
-const MAX_INLINE_DEPTH: u32 = 5;
 
 /// What a stage body sees besides its own nodes.
 pub(super) struct Scope<'a> {
@@ -57,7 +57,7 @@ impl<'a> Body<'a> {
     }
 
     /// Emits every node `roots` need, in order.
-    pub fn emit(&mut self, b: &mut Builder, roots: &[ExprRef]) -> Result<(), String> {
+    pub fn emit(&mut self, b: &mut Builder, roots: &[ExprRef]) -> Result<()> {
         let n = self.block.nodes.len();
         let mut live = vec![false; n];
         for r in roots {
@@ -91,14 +91,17 @@ impl<'a> Body<'a> {
             let v = self.node(b, r)?;
             let load = matches!(self.block.nodes[i].op, ExprOp::Load(_));
             let v = match v {
-                Val::Tile(t)
-                    if load
-                        || uses[i] > 1
-                        || t.depth > MAX_INLINE_DEPTH
-                        || (t.depth > 0 && b.shared(&t.e)) =>
-                {
+                Val::Tile(t) if load || uses[i] > 1 => {
                     let e = b.bind(if load { "x" } else { "t" }, t.e);
-                    Val::Tile(TileVal { e, depth: 0, ..t })
+                    Val::Tile(TileVal {
+                        e,
+                        depth: Depth::ZERO,
+                        ..t
+                    })
+                }
+                Val::Tile(t) => {
+                    let (e, depth) = b.share(t.e, t.depth);
+                    Val::Tile(TileVal { e, depth, ..t })
                 }
                 v => v,
             };
@@ -108,20 +111,20 @@ impl<'a> Body<'a> {
     }
 
     /// The value of node `r` (emitted by [`Body::emit`]).
-    pub fn val(&self, r: ExprRef) -> Result<Val, String> {
+    pub fn val(&self, r: ExprRef) -> Result<Val> {
         self.vals
             .get(r.index())
             .cloned()
             .flatten()
-            .ok_or_else(|| format!("internal error: {r} was not emitted"))
+            .ok_or_else(|| Error::internal(format!("{r} was not emitted")))
     }
 
     /// The loop-IR dtype of node `r`.
-    pub fn dtype(&self, r: ExprRef) -> Result<DType, String> {
+    pub fn dtype(&self, r: ExprRef) -> Result<DType> {
         self.block
             .get(r)
             .map(|n| n.dtype)
-            .ok_or_else(|| format!("{r} is not a node"))
+            .ok_or_else(|| Error::internal(format!("{r} is not a node")))
     }
 
     fn dynamic(&self, r: ExprRef) -> Option<Int> {
@@ -133,11 +136,11 @@ impl<'a> Body<'a> {
     }
 
     /// The integer tile of a (rewritten) index expression.
-    fn int(&self, b: &mut Builder, e: &IndexExpr) -> Result<Int, String> {
+    fn int(&self, b: &mut Builder, e: &IndexExpr) -> Result<Int> {
         int_tile(b, self.s.frame, e, &|r| self.dynamic(r))
     }
 
-    fn node(&mut self, b: &mut Builder, r: ExprRef) -> Result<Val, String> {
+    fn node(&mut self, b: &mut Builder, r: ExprRef) -> Result<Val> {
         let node = &self.block.nodes[r.index()];
         let d = node.dtype;
         Ok(match &node.op {
@@ -148,14 +151,14 @@ impl<'a> Body<'a> {
                 .accs
                 .get(a)
                 .cloned()
-                .ok_or_else(|| format!("internal error: {a} is read before it is computed"))?,
+                .ok_or_else(|| Error::internal(format!("{a} is read before it is computed")))?,
             ExprOp::Index(e) => {
                 let (e, deps) = self.int(b, &self.s.frame.rewrite(e))?;
                 Val::Tile(TileVal {
                     e,
                     dtype: self.s.index_dtype,
                     deps,
-                    depth: 1,
+                    depth: Depth::fixed(1),
                 })
             }
             ExprOp::CheckedIndex {
@@ -181,7 +184,7 @@ impl<'a> Body<'a> {
         &self,
         b: &mut Builder,
         guard: &[ferrite_ir::loops::Bound],
-    ) -> Result<Option<(Vec<Expr>, u8)>, String> {
+    ) -> Result<Option<(Vec<E>, u8)>> {
         let mut conds = Vec::new();
         let mut deps = 0;
         for bound in guard {
@@ -203,10 +206,10 @@ impl<'a> Body<'a> {
             };
             deps |= dt;
             if need_lo {
-                conds.push(ge(t.clone(), super::builder::int(bound.lo)));
+                conds.push(ge(t.clone(), int(bound.lo)));
             }
             if need_hi {
-                conds.push(lt(t, super::builder::int(bound.hi)));
+                conds.push(lt(t, int(bound.hi)));
             }
         }
         Ok(Some((conds, deps)))
@@ -219,7 +222,7 @@ impl<'a> Body<'a> {
         value: ExprRef,
         extent: u64,
         guard: &[ferrite_ir::loops::Bound],
-    ) -> Result<Val, String> {
+    ) -> Result<Val> {
         let v = self.val(value)?;
         let Some((conds, gdeps)) = self.guard(b, guard)? else {
             // The guard never holds: the index is never needed.
@@ -230,22 +233,18 @@ impl<'a> Body<'a> {
             Val::Tile(t) => (b.bind("t", t.e.clone()), t.dtype, t.deps),
         };
         if !vd.is_int() {
-            return Err(format!("a data-dependent index of dtype {vd}"));
+            return Err(Error::unsupported(format!(
+                "a data-dependent index of dtype {vd}"
+            )));
         }
         let extent = i64::try_from(extent).unwrap_or(i64::MAX);
-        let inside = and(
-            ge(ve.clone(), super::builder::int(0)),
-            lt(ve.clone(), super::builder::int(extent)),
-        );
+        let inside = and(ge(ve.clone(), int(0)), lt(ve.clone(), int(extent)));
         let held = conds.into_iter().reduce(and);
         let (value_e, ok) = match held {
             None => (ve, inside),
             Some(h) => {
                 let h = b.bind("g", h);
-                (
-                    where_(h.clone(), ve, super::builder::int(0)),
-                    super::builder::or(super::builder::not(h), inside),
-                )
+                (where_(h.clone(), ve, int(0)), or(not(h), inside))
             }
         };
         let deps = vdeps | gdeps;
@@ -256,7 +255,7 @@ impl<'a> Body<'a> {
             e,
             dtype: vd,
             deps,
-            depth: 0,
+            depth: Depth::ZERO,
         }))
     }
 
@@ -277,47 +276,36 @@ impl<'a> Body<'a> {
     /// The pointer tile `buf + offsets` for an access at `index`, with the axes it
     /// depends on. Offsets of an access with a data-dependent index are -1 where
     /// that index is outside its axis.
-    fn pointer(
-        &self,
-        b: &mut Builder,
-        buffer: BufferId,
-        index: &IndexExpr,
-    ) -> Result<(Expr, u8), String> {
+    fn pointer(&self, b: &mut Builder, buffer: BufferId, index: &IndexExpr) -> Result<(E, u8)> {
         let buf = self
             .s
             .params
             .get(&buffer)
-            .ok_or_else(|| format!("internal error: {buffer} is not a parameter"))?;
+            .ok_or_else(|| Error::internal(format!("{buffer} is not a parameter")))?;
         let e = self.s.frame.rewrite(index);
         let parts = terms(b, self.s.frame, &e, &|r| self.dynamic(r))?;
-        let base = name_expr(buf);
+        let base = param(buf);
         Ok(match self.ok_flags(index) {
             None => parts
                 .into_iter()
                 .fold((base, 0), |(p, dp), (t, dt)| (plus(p, t), dp | dt)),
             Some((ok, dok)) => {
                 let (sum, ds) = sum_terms(parts);
-                (
-                    super::builder::add(base, where_(ok, sum, super::builder::int(-1))),
-                    ds | dok,
-                )
+                (add(base, where_(ok, sum, int(-1))), ds | dok)
             }
         })
     }
 
     /// `ptr` broadcast to the axes `deps` when it has fewer.
-    fn widen(&self, ptr: Expr, has: u8, deps: u8) -> Expr {
+    fn widen(&self, ptr: E, has: u8, deps: u8) -> E {
         if has == deps {
             return ptr;
         }
         let shape = self.s.frame.shape(deps);
-        super::builder::call(
-            Builtin::BroadcastTo,
-            vec![ptr, super::builder::tuple(&shape)],
-        )
+        call(Builtin::BroadcastTo, vec![ptr, tuple(&shape)])
     }
 
-    fn load(&mut self, b: &mut Builder, l: &Load, d: DType) -> Result<Val, String> {
+    fn load(&mut self, b: &mut Builder, l: &Load, d: DType) -> Result<Val> {
         let Some((conds, gdeps)) = self.guard(b, &l.guard)? else {
             return Ok(Val::Lit(l.other, d));
         };
@@ -340,17 +328,17 @@ impl<'a> Body<'a> {
                 kwargs.push(("other", lit(l.other)));
             }
         }
-        let e = super::builder::call_kw(Builtin::Load, args, kwargs);
+        let e = call_kw(Builtin::Load, args, kwargs);
         Ok(Val::Tile(TileVal {
             e,
             dtype: d,
             deps,
-            depth: 1,
+            depth: Depth::fixed(1),
         }))
     }
 
     /// Emits one store of a store stage.
-    pub fn store(&self, b: &mut Builder, st: &StoreOp) -> Result<(), String> {
+    pub fn store(&self, b: &mut Builder, st: &StoreOp) -> Result<()> {
         let v = self.val(st.value)?;
         let (ve, vdeps) = match &v {
             Val::Lit(x, _) => (lit(*x), 0),
@@ -363,20 +351,17 @@ impl<'a> Body<'a> {
         if let Some(m) = self.s.frame.mask(deps) {
             args.push(b.bind("m", m));
         }
-        b.stmt(super::builder::call(Builtin::Store, args));
+        b.stmt(call(Builtin::Store, args));
         Ok(())
     }
 }
 
 /// A tile of `v` with exactly the axes `deps` (broadcast if it has fewer), of
 /// dtype `d`.
-pub(super) fn broadcast(frame: &Frame, v: &Val, d: DType, deps: u8) -> Expr {
+pub(super) fn broadcast(frame: &Frame, v: &Val, d: DType, deps: u8) -> E {
     let e = ops::typed(v, d);
     if v.deps() == deps {
         return e;
     }
-    super::builder::call(
-        Builtin::BroadcastTo,
-        vec![e, super::builder::tuple(&frame.shape(deps))],
-    )
+    call(Builtin::BroadcastTo, vec![e, tuple(&frame.shape(deps))])
 }

@@ -16,9 +16,9 @@
 //! (under a pad's guard), the operand is shifted by a multiple of the divisor
 //! that makes it non-negative first: `(x + k*n) // n - k`.
 
-use super::builder::{add, int, mul, Builder};
-use crate::tile::ast::Expr;
-use crate::tile::ast::{BinaryOp, ExprKind};
+use super::builder::{add, bin, int, mul, sub, Builder, E};
+use crate::error::{Error, Result};
+use crate::tile::ast::BinaryOp;
 use ferrite_ir::loops::{ExprRef, Extents, IndexExpr, Var};
 use std::collections::HashMap;
 
@@ -35,13 +35,13 @@ pub(super) struct Frame {
     /// The tile extent along each axis (the second unused at rank 1).
     pub blocks: [usize; 2],
     /// Per axis, the bool tile of lanes inside the domain (`None`: every lane is).
-    pub masks: [Option<Expr>; 2],
+    pub masks: [Option<E>; 2],
     /// Loop-IR variables rewritten in the frame's variables (absent: unchanged).
     pub subst: HashMap<Var, IndexExpr>,
     /// Extents of the frame's variables, for simplification and ranges.
     pub ext: Extents,
     /// The frame's variables as tile expressions, with their dependence.
-    pub leaves: HashMap<Var, (Expr, u8)>,
+    pub leaves: HashMap<Var, (E, u8)>,
 }
 
 impl Frame {
@@ -61,8 +61,8 @@ impl Frame {
 
     /// The domain mask of a value with dependence `deps`, if any lane can be
     /// outside the domain.
-    pub fn mask(&self, deps: u8) -> Option<Expr> {
-        let mut out: Option<Expr> = None;
+    pub fn mask(&self, deps: u8) -> Option<E> {
+        let mut out: Option<E> = None;
         for (axis, bit) in [(0, AXIS0), (1, AXIS1)] {
             if deps & bit != 0 {
                 if let Some(m) = &self.masks[axis] {
@@ -109,7 +109,7 @@ pub(super) fn unflatten(dims: &[usize], flat: &IndexExpr) -> Vec<IndexExpr> {
 }
 
 /// An integer tile expression and the tile axes it depends on.
-pub(super) type Int = (Expr, u8);
+pub(super) type Int = (E, u8);
 
 /// Looks up the tile value of a data-dependent index node.
 pub(super) type Dynamic<'a> = dyn Fn(ExprRef) -> Option<Int> + 'a;
@@ -122,7 +122,7 @@ pub(super) fn terms(
     frame: &Frame,
     e: &IndexExpr,
     dynamic: &Dynamic,
-) -> Result<Vec<Int>, String> {
+) -> Result<Vec<Int>> {
     match e {
         IndexExpr::Sum(ts) => {
             let mut out = Vec::new();
@@ -137,9 +137,9 @@ pub(super) fn terms(
 }
 
 /// `a + b`, written `a - c` when `b` is the negative constant `-c`.
-pub(super) fn plus(a: Expr, b: Expr) -> Expr {
-    match b.kind {
-        ExprKind::Int(c) if c < 0 && c != i64::MIN => super::builder::sub(a, int(-c)),
+pub(super) fn plus(a: E, b: E) -> E {
+    match b {
+        E::Int(c) if c < 0 && c != i64::MIN => sub(a, int(-c)),
         _ => add(a, b),
     }
 }
@@ -161,16 +161,16 @@ pub(super) fn int_tile(
     frame: &Frame,
     e: &IndexExpr,
     dynamic: &Dynamic,
-) -> Result<Int, String> {
+) -> Result<Int> {
     Ok(match e {
         IndexExpr::Const(c) => (int(*c), 0),
         IndexExpr::Var(v) => frame
             .leaves
             .get(v)
             .cloned()
-            .ok_or_else(|| format!("internal error: loop variable {v} has no tile"))?,
+            .ok_or_else(|| Error::internal(format!("loop variable {v} has no tile")))?,
         IndexExpr::Dynamic { value, .. } => dynamic(*value)
-            .ok_or_else(|| format!("internal error: index {value} was not computed"))?,
+            .ok_or_else(|| Error::internal(format!("index {value} was not computed")))?,
         IndexExpr::Sum(ts) => {
             let mut parts = Vec::new();
             for t in ts {
@@ -190,7 +190,9 @@ pub(super) fn int_tile(
             let k = if lo >= 0 {
                 0
             } else if lo == i64::MIN {
-                return Err(format!("cannot bound `{x}` to divide it"));
+                return Err(Error::unsupported(format!(
+                    "cannot bound `{x}` to divide it"
+                )));
             } else {
                 (-lo + n - 1) / n
             };
@@ -199,7 +201,9 @@ pub(super) fn int_tile(
             } else {
                 add(
                     a,
-                    int(k.checked_mul(*n).ok_or("index arithmetic overflows")?),
+                    int(k
+                        .checked_mul(*n)
+                        .ok_or_else(|| Error::unsupported("index arithmetic overflows"))?),
                 )
             };
             let op = if matches!(e, IndexExpr::FloorDiv(..)) {
@@ -207,9 +211,9 @@ pub(super) fn int_tile(
             } else {
                 BinaryOp::Rem
             };
-            let q = Expr::new(ExprKind::Binary(op, Box::new(shifted), Box::new(int(*n))));
+            let q = bin(op, shifted, int(*n));
             let q = if k != 0 && op == BinaryOp::Div {
-                super::builder::sub(q, int(k))
+                sub(q, int(k))
             } else {
                 q
             };
@@ -239,7 +243,7 @@ pub(super) fn magnitude(e: &IndexExpr, ext: &Extents) -> Option<i128> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tile::print_expr;
+    use crate::tile::print;
     use ferrite_ir::loops::VarKind;
 
     fn var(kind: VarKind, index: u32) -> IndexExpr {
@@ -249,7 +253,7 @@ mod tests {
     fn flat_frame(outer: usize) -> Frame {
         let o = Var::outer(0);
         let mut leaves = HashMap::new();
-        leaves.insert(o, (super::super::builder::name_expr("o"), AXIS0));
+        leaves.insert(o, (super::super::builder::param("o"), AXIS0));
         Frame {
             rank: 1,
             blocks: [128, 1],
@@ -277,8 +281,8 @@ mod tests {
         let col = f.rewrite(&var(VarKind::Outer, 1));
         let mut b = Builder::new();
         let (e, deps) = int_tile(&mut b, &f, &col, &|_| None).unwrap();
-        assert_eq!(print_expr(&e), "i");
-        assert!(b.finish(&[], "k", &[]).contains("i = o % 512"));
+        assert!(matches!(e, E::Def(_)));
+        assert!(print(&b.finish(vec![], "k", &[])).contains("  i = o % 512\n"));
         assert_eq!(deps, AXIS0);
     }
 
@@ -290,7 +294,7 @@ mod tests {
         let mut b = Builder::new();
         int_tile(&mut b, &f, &x.clone().floor_div(4), &|_| None).unwrap();
         int_tile(&mut b, &f, &x.modulo(4), &|_| None).unwrap();
-        let text = b.finish(&[], "k", &[]);
+        let text = print(&b.finish(vec![], "k", &[]));
         assert!(text.contains("i = (o - 3 + 4) / 4 - 1"), "{text}");
         assert!(text.contains("i1 = (o - 3 + 4) % 4"), "{text}");
         // Check the identity numerically for the whole range.

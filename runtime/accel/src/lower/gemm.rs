@@ -14,11 +14,15 @@
 //! accumulator tile with `rm[:, None]` and `rn[None, :]` as its row and column.
 
 use super::blocks::{self, GemmNeed};
-use super::builder::{add, call, cast, column, int, lt, mul, name_expr, program_id, row, Builder};
+use super::builder::{
+    add, and, call, cast, column, div, dtype, int, lt, mul, program_id, rem, row, Builder, Depth, E,
+};
 use super::frame::{Frame, AXIS0, AXIS1};
-use super::kernel::{bytes_per_point, emit_stage, param, points, Cx};
+use super::kernel::emit_stage;
 use super::ops::{TileVal, Val};
-use crate::tile::ast::{Builtin, Expr, ExprKind};
+use super::stage::{bytes_per_point, points, Cx};
+use crate::error::{Error, Result};
+use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{AccId, Extents, GemmInfo, GemmOperand, Kernel, Program, Stage, Var};
 use ferrite_ir::DType;
 use std::collections::HashMap;
@@ -50,12 +54,12 @@ pub(super) fn eligible<'a>(p: &Program, k: &'a Kernel) -> Option<&'a GemmInfo> {
     Some(g)
 }
 
-fn tuple_of(items: Vec<Expr>) -> Expr {
-    Expr::new(ExprKind::Tuple(items))
+fn tuple_of(items: Vec<E>) -> E {
+    E::Tuple(items)
 }
 
 /// `e * c`, skipping a multiplication by 1.
-fn scaled(e: Expr, c: i64) -> Expr {
+fn scaled(e: E, c: i64) -> E {
     if c == 1 {
         e
     } else {
@@ -64,16 +68,16 @@ fn scaled(e: Expr, c: i64) -> Expr {
 }
 
 /// `a & b` of optional masks.
-fn both(a: Option<Expr>, b: Option<Expr>) -> Option<Expr> {
+fn both(a: Option<E>, b: Option<E>) -> Option<E> {
     match (a, b) {
-        (Some(a), Some(b)) => Some(super::builder::and(a, b)),
+        (Some(a), Some(b)) => Some(and(a, b)),
         (a, None) => a,
         (None, b) => b,
     }
 }
 
 /// `dma_async(buf, ptrs[, mask])`.
-fn dma(buf: &Expr, ptrs: Expr, mask: Option<Expr>) -> Expr {
+fn dma(buf: &E, ptrs: E, mask: Option<E>) -> E {
     let mut args = vec![buf.clone(), ptrs];
     args.extend(mask);
     call(Builtin::DmaAsync, args)
@@ -85,12 +89,12 @@ pub(super) fn lower(
     k: &Kernel,
     g: &GemmInfo,
     b: &mut Builder,
-) -> Result<([usize; 3], String), String> {
+) -> Result<([usize; 3], String)> {
     let dt = cx
         .program
         .buffer(g.lhs.buffer)
         .map(|buf| buf.ty.dtype)
-        .ok_or("internal error: GEMM operand buffer")?;
+        .ok_or_else(|| Error::internal("GEMM operand buffer"))?;
     let batch: usize = g.batch.iter().product();
     let epilogue: usize = k.stages[g.stage + 1..]
         .iter()
@@ -121,7 +125,7 @@ pub(super) fn lower(
         (!g.n.is_multiple_of(bn)).then(|| b.bind("mn", lt(row(rn.clone()), int(g.n as i64))));
 
     // Batch coordinates of this program's product.
-    let mut coords: Vec<Option<Expr>> = vec![None; g.batch.len()];
+    let mut coords: Vec<Option<E>> = vec![None; g.batch.len()];
     if batch > 1 {
         let z = if cx.index_dtype == DType::I32 {
             program_id(2)
@@ -136,16 +140,16 @@ pub(super) fn lower(
             let stride: usize = g.batch[t + 1..].iter().product();
             let mut e = bz.clone();
             if stride > 1 {
-                e = super::builder::div(e, int(stride as i64));
+                e = div(e, int(stride as i64));
             }
             if t > 0 {
-                e = super::builder::rem(e, int(extent as i64));
+                e = rem(e, int(extent as i64));
             }
             coords[t] = Some(b.bind(&format!("b{t}"), e));
         }
     }
-    let base = |op: &GemmOperand| -> Result<Expr, String> {
-        let mut p = param(cx, op.buffer)?;
+    let base = |op: &GemmOperand| -> Result<E> {
+        let mut p = cx.param(op.buffer)?;
         if op.offset != 0 {
             p = add(p, int(op.offset));
         }
@@ -190,89 +194,86 @@ pub(super) fn lower(
     // The K tail, when K is not a multiple of BK, is masked (and reads zeros).
     let k_tail = !g.k.is_multiple_of(bk);
     let kk = int(g.k as i64);
-    let a_mask = |lanes: &Expr| {
+    let a_mask = |lanes: &E| {
         both(
             m_mask.clone(),
             k_tail.then(|| lt(row(lanes.clone()), kk.clone())),
         )
     };
-    let b_mask = |lanes: &Expr| {
+    let b_mask = |lanes: &E| {
         both(
             k_tail.then(|| lt(column(lanes.clone()), kk.clone())),
             n_mask.clone(),
         )
     };
 
-    let d = super::builder::dtype(dt);
-    let a_buf = name_expr(&b.bind_new(
+    let d = dtype(dt);
+    let a_buf = E::Def(b.var(
         "a_buf",
         call(
             Builtin::LocalAlloc,
             vec![tuple_of(vec![bmc.clone(), bkc.clone()]), d.clone()],
         ),
     ));
-    let b_buf = name_expr(&b.bind_new(
+    let b_buf = E::Def(b.var(
         "b_buf",
         call(
             Builtin::LocalAlloc,
             vec![tuple_of(vec![bkc.clone(), bnc.clone()]), d],
         ),
     ));
-    let acc = b.bind_new(
+    let acc = b.var(
         "acc",
         call(
             Builtin::Zeros,
-            vec![tuple_of(vec![bmc, bnc]), super::builder::dtype(DType::F32)],
+            vec![tuple_of(vec![bmc, bnc]), dtype(DType::F32)],
         ),
     );
     let slices = g.k.div_ceil(bk);
     if slices > 0 {
         b.comment("K in slices of BK through local memory: the next slice is copied while");
         b.comment("this one is multiplied");
-        let ta = b.bind_new("ta", dma(&a_buf, pa.clone(), a_mask(&rk)));
-        let tb = b.bind_new("tb", dma(&b_buf, pb.clone(), b_mask(&rk)));
+        let ta = b.var("ta", dma(&a_buf, pa.clone(), a_mask(&rk)));
+        let tb = b.var("tb", dma(&b_buf, pb.clone(), b_mask(&rk)));
         let wait = |b: &mut Builder| {
-            b.stmt(call(Builtin::DmaWait, vec![name_expr(&ta)]));
-            b.stmt(call(Builtin::DmaWait, vec![name_expr(&tb)]));
+            b.stmt(call(Builtin::DmaWait, vec![E::Def(ta)]));
+            b.stmt(call(Builtin::DmaWait, vec![E::Def(tb)]));
         };
         if slices > 1 {
             let k0 = b.open_loop("k0", int(0), int(((slices - 1) * bk) as i64), bkc.clone());
             wait(b);
-            let x = b.bind_new("x", call(Builtin::LocalLoad, vec![a_buf.clone()]));
-            let y = b.bind_new("y", call(Builtin::LocalLoad, vec![b_buf.clone()]));
+            let x = b.var("x", call(Builtin::LocalLoad, vec![a_buf.clone()]));
+            let y = b.var("y", call(Builtin::LocalLoad, vec![b_buf.clone()]));
             let next = add(k0, bkc);
             let lanes = if k_tail {
                 b.bind("kn", cx.offset_lanes(next.clone(), bk))
             } else {
                 rk.clone()
             };
-            let advance = |p: &Expr, stride: i64| -> Expr {
+            let advance = |p: &E, stride: i64| -> E {
                 if stride == 0 {
                     p.clone()
                 } else {
                     add(p.clone(), scaled(next.clone(), stride))
                 }
             };
-            b.assign(&ta, dma(&a_buf, advance(&pa, a.col_stride), a_mask(&lanes)));
-            b.assign(&tb, dma(&b_buf, advance(&pb, w.row_stride), b_mask(&lanes)));
+            b.assign(ta, dma(&a_buf, advance(&pa, a.col_stride), a_mask(&lanes)));
+            b.assign(tb, dma(&b_buf, advance(&pb, w.row_stride), b_mask(&lanes)));
             b.assign(
-                &acc,
-                call(
-                    Builtin::Dot,
-                    vec![name_expr(&x), name_expr(&y), name_expr(&acc)],
-                ),
+                acc,
+                call(Builtin::Dot, vec![E::Def(x), E::Def(y), E::Def(acc)]),
             );
             b.close_loop();
         }
         wait(b);
         b.assign(
-            &acc,
+            acc,
             call(
                 Builtin::Dot,
                 vec![
                     call(Builtin::LocalLoad, vec![a_buf]),
                     call(Builtin::LocalLoad, vec![b_buf]),
-                    name_expr(&acc),
+                    E::Def(acc),
                 ],
             ),
         );
@@ -280,13 +281,13 @@ pub(super) fn lower(
 
     // The epilogue, on the accumulator tile.
     let Stage::Reduce { reductions, .. } = &k.stages[g.stage] else {
-        return Err("internal error: the GEMM stage is not a reduction".into());
+        return Err(Error::internal("the GEMM stage is not a reduction"));
     };
     let acc_dtype = reductions[0].dtype;
     let acc_e = if acc_dtype == DType::F32 {
-        name_expr(&acc)
+        E::Def(acc)
     } else {
-        b.bind(&format!("{}", g.acc), cast(name_expr(&acc), acc_dtype))
+        b.bind(&format!("{}", g.acc), cast(E::Def(acc), acc_dtype))
     };
     let mut accs: HashMap<AccId, Val> = HashMap::new();
     accs.insert(
@@ -295,7 +296,7 @@ pub(super) fn lower(
             e: acc_e,
             dtype: acc_dtype,
             deps: AXIS0 | AXIS1,
-            depth: 0,
+            depth: Depth::ZERO,
         }),
     );
     let nb = g.batch.len();

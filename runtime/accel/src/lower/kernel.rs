@@ -22,101 +22,18 @@
 //! their identities).
 
 use super::blocks::{self, InnerNeed};
-use super::body::{Body, Scope};
-use super::builder::{add, arange, cast, column, int, lt, name_expr, program_id, row, Builder};
+use super::builder::{column, int, lt, row, Builder};
 use super::frame::{unflatten, Frame, AXIS0, AXIS1};
 use super::ops::Val;
 use super::reduce;
-use crate::sim::{Machine, Placement};
-use crate::tile::ast::Expr;
-use ferrite_ir::loops::{
-    AccId, BufferId, ExprOp, Extents, IndexExpr, Kernel, Program, ReduceKind, Stage, Var, VarKind,
-};
-use ferrite_ir::DType;
+use super::stage::{self, bytes_per_point, points, Cx};
+use crate::error::Result;
+use ferrite_ir::loops::{AccId, Extents, IndexExpr, Kernel, ReduceKind, Stage, Var};
 use std::collections::HashMap;
-
-/// What lowering one kernel shares between its parts.
-pub(super) struct Cx<'a> {
-    pub program: &'a Program,
-    pub machine: &'a Machine,
-    /// The kernel parameter of each buffer it touches.
-    pub params: &'a HashMap<BufferId, String>,
-    /// i32, or i64 when some offset does not fit 31 bits.
-    pub index_dtype: DType,
-    /// Where each buffer of the program lives (by buffer index).
-    pub placements: &'a [Placement],
-}
-
-impl Cx<'_> {
-    /// True when buffer `id` lives in LPDDR (buffers without a placement do).
-    pub fn in_lpddr(&self, id: BufferId) -> bool {
-        self.placements.get(id.index()) != Some(&Placement::Sram)
-    }
-
-    /// The lanes `program_id(axis) * block + arange(0, block)` in the index dtype.
-    pub fn lanes(&self, axis: usize, block: Expr) -> Expr {
-        let ar = super::builder::call(
-            crate::tile::ast::Builtin::Arange,
-            vec![int(0), block.clone()],
-        );
-        if self.index_dtype == DType::I32 {
-            add(super::builder::mul(program_id(axis), block), ar)
-        } else {
-            add(
-                super::builder::mul(cast(program_id(axis), DType::I64), block),
-                cast(ar, DType::I64),
-            )
-        }
-    }
-
-    /// `arange(0, block)` in the index dtype.
-    pub fn lanes_from_zero(&self, block: usize) -> Expr {
-        if self.index_dtype == DType::I32 {
-            arange(block)
-        } else {
-            cast(arange(block), DType::I64)
-        }
-    }
-
-    /// `start + arange(0, block)` in the index dtype.
-    pub fn offset_lanes(&self, start: Expr, block: usize) -> Expr {
-        let ar = arange(block);
-        if self.index_dtype == DType::I32 {
-            add(start, ar)
-        } else {
-            add(start, cast(ar, DType::I64))
-        }
-    }
-}
-
-/// Estimated bytes a stage holds per tile point: every node's value, the offsets
-/// and mask of every access, and the running values of reductions.
-pub(super) fn bytes_per_point(stage: &Stage, index_bytes: usize) -> usize {
-    let mut n = 8;
-    for node in &stage.body().nodes {
-        n += node.dtype.size_bytes().max(1);
-        if matches!(
-            node.op,
-            ExprOp::Load(_) | ExprOp::Index(_) | ExprOp::CheckedIndex { .. }
-        ) {
-            n += index_bytes + 1;
-        }
-    }
-    match stage {
-        Stage::Store { stores, .. } => n += stores.len() * (index_bytes + 1),
-        Stage::Reduce { reductions, .. } => n += reductions.len() * 16,
-    }
-    n
-}
-
-/// The number of points of a domain.
-pub(super) fn points(domain: &[usize]) -> usize {
-    domain.iter().product()
-}
 
 /// Lowers a non-GEMM kernel into `b`; returns the launch grid and a line
 /// describing the blocks.
-pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3], String), String> {
+pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3], String)> {
     let index_bytes = cx.index_dtype.size_bytes();
     let outer = points(&k.domain);
     let has_inner = k.stages.iter().any(|s| points(s.domain()) > 1);
@@ -255,96 +172,6 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
     ))
 }
 
-/// The stage's inner loop variables' kind.
-fn inner_kind(stage: &Stage) -> VarKind {
-    match stage {
-        Stage::Reduce { .. } => VarKind::Reduce,
-        Stage::Store { .. } => VarKind::Store,
-    }
-}
-
-/// The frame of a stage whose inner domain is one point: the outer frame, with
-/// the inner variables (all of extent 1) known to be 0.
-pub(super) fn point_frame(outer: &Frame, stage: &Stage) -> Frame {
-    let mut f = outer.clone();
-    match inner_kind(stage) {
-        VarKind::Reduce => f.ext.reduce = stage.domain().to_vec(),
-        _ => f.ext.store = stage.domain().to_vec(),
-    }
-    f
-}
-
-/// An inner loop over the blocks of a stage's flattened inner domain: opened by
-/// [`Inner::open`], closed by [`Inner::close`].
-pub(super) struct Inner {
-    /// The frame inside: the outer frame plus the inner axis.
-    pub frame: Frame,
-    /// The inner lane tile (`r` or `j`, `[1, BR]`).
-    pub lanes: Expr,
-    /// True when the blocks are iterated by a loop (more than one block).
-    pub looping: bool,
-}
-
-impl Inner {
-    /// Opens the loop (when there is more than one block) and defines the lanes.
-    pub fn open(cx: &Cx, b: &mut Builder, outer: &Frame, stage: &Stage, block: usize) -> Inner {
-        let dims = stage.domain();
-        let total = points(dims);
-        let kind = inner_kind(stage);
-        let letter = if kind == VarKind::Reduce { "r" } else { "j" };
-        let looping = total > block;
-        let start = if looping {
-            Some(b.open_loop(
-                &format!("{letter}b"),
-                int(0),
-                int(total as i64),
-                int(block as i64),
-            ))
-        } else {
-            None
-        };
-        let lanes_expr = match start {
-            Some(s) => cx.offset_lanes(s, block),
-            None => cx.lanes_from_zero(block),
-        };
-        let lanes = b.bind(letter, row(lanes_expr));
-        let mask = (!total.is_multiple_of(block))
-            .then(|| b.bind(&format!("m{letter}"), lt(lanes.clone(), int(total as i64))));
-        let var = Var { kind, index: 0 };
-        let mut frame = outer.clone();
-        frame.blocks[1] = block;
-        frame.masks[1] = mask;
-        frame.leaves.insert(var, (lanes.clone(), AXIS1));
-        for (i, e) in unflatten(dims, &IndexExpr::Var(var))
-            .into_iter()
-            .enumerate()
-        {
-            frame.subst.insert(
-                Var {
-                    kind,
-                    index: i as u32,
-                },
-                e,
-            );
-        }
-        match kind {
-            VarKind::Reduce => frame.ext.reduce = vec![total],
-            _ => frame.ext.store = vec![total],
-        }
-        Inner {
-            frame,
-            lanes,
-            looping,
-        }
-    }
-
-    pub fn close(self, b: &mut Builder) {
-        if self.looping {
-            b.close_loop();
-        }
-    }
-}
-
 /// Emits stage `si` of a kernel in `outer`'s frame, with inner blocks of `block`
 /// points; the accumulators it defines are added to `accs`.
 pub(super) fn emit_stage(
@@ -355,60 +182,9 @@ pub(super) fn emit_stage(
     si: usize,
     stage: &Stage,
     block: usize,
-) -> Result<(), String> {
-    let total = points(stage.domain());
+) -> Result<()> {
     match stage {
         Stage::Reduce { .. } => reduce::emit(cx, b, outer, accs, si, stage, block),
-        Stage::Store { body, stores, .. } => {
-            b.comment(&format!(
-                "stage {si}: store {}{}",
-                stores
-                    .iter()
-                    .map(|s| s.buffer.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if total > 1 {
-                    format!(" over {total} inner points")
-                } else {
-                    String::new()
-                }
-            ));
-            if total == 0 {
-                return Ok(());
-            }
-            let inner = (total > 1).then(|| Inner::open(cx, b, outer, stage, block));
-            let frame = match &inner {
-                Some(i) => i.frame.clone(),
-                None => point_frame(outer, stage),
-            };
-            let scope = Scope {
-                params: cx.params,
-                accs,
-                frame: &frame,
-                index_dtype: cx.index_dtype,
-            };
-            let mut emitted = Body::new(&scope, body);
-            emitted.emit(b, &stage.roots())?;
-            for st in stores {
-                emitted.store(b, st)?;
-            }
-            if let Some(i) = inner {
-                i.close(b);
-            }
-            Ok(())
-        }
+        Stage::Store { .. } => stage::emit_store(cx, b, outer, accs, si, stage, block),
     }
-}
-
-/// The parameter name of buffer `id`.
-pub(super) fn param_name(id: BufferId) -> String {
-    id.to_string()
-}
-
-/// A name expression for a parameter.
-pub(super) fn param(cx: &Cx, id: BufferId) -> Result<Expr, String> {
-    cx.params
-        .get(&id)
-        .map(|n| name_expr(n))
-        .ok_or_else(|| format!("internal error: {id} is not a parameter"))
 }

@@ -6,15 +6,17 @@
 //! - every other kernel is lowered by layout (`kernel.rs`): pointwise kernels
 //!   over blocks of their outer domain (flat, or rows by columns), kernels with
 //!   reductions over `[outer block, inner block]` tiles, with a loop over inner
-//!   blocks when a row does not fit one (`reduce.rs`);
+//!   blocks when a row does not fit one (`reduce.rs`); `stage.rs` holds what
+//!   every stage needs and lowers store stages;
 //! - `frame.rs` turns index expressions (views, pads, concats, gathers) into tile
 //!   arithmetic on offsets; `body.rs` and `ops.rs` turn stage bodies into tile
 //!   expressions with the loop IR's semantics; `blocks.rs` chooses block sizes
 //!   that fit a PE's local memory and spread work over the PEs;
-//! - kernels are written as tile-language text (`builder.rs`), with the loop-IR
-//!   kernel they implement as a comment on top, and parsed and checked like a
-//!   hand-written kernel: the dump is exactly what runs, and the simulator's
-//!   errors point into it.
+//! - `builder.rs` builds the kernel's syntax tree ([`tile::TileKernel`]),
+//!   sharing common subexpressions, with the loop-IR kernel it implements as a
+//!   comment on top. The tree is checked like a hand-written kernel and printed
+//!   once, for the dump: the printer is exact, so the dump is what runs, and
+//!   the simulator's errors point into it.
 //!
 //! [`crate::program::SimProgram`] lowers a whole program and runs it.
 //!
@@ -30,19 +32,21 @@ mod gemm;
 mod kernel;
 mod ops;
 mod reduce;
+mod stage;
 
+use crate::error::{Error, Result};
 use crate::sim::{Machine, Placement};
 use crate::tile::{self, CheckedKernel};
 use ferrite_ir::loops::{BufferId, ExprOp, Kernel, Program, Stage};
 use ferrite_ir::DType;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// One loop-IR kernel lowered to a tile kernel, with its launch.
 #[derive(Clone, Debug)]
 pub struct TileLaunch {
     /// The tile kernel's name (the loop-IR kernel's).
     pub name: String,
-    /// The kernel as tile-language text (what [`TileLaunch::kernel`] was parsed from).
+    /// The kernel as printed (the dump; the simulator's errors point into it).
     pub text: String,
     /// The checked kernel the simulator runs.
     pub kernel: CheckedKernel,
@@ -51,9 +55,6 @@ pub struct TileLaunch {
     /// The loop-IR buffer bound to each pointer parameter, in parameter order.
     pub args: Vec<BufferId>,
 }
-
-/// The most times a kernel is emitted looking for shared expressions.
-const MAX_PASSES: usize = 6;
 
 /// Offsets up to this magnitude are computed in i32 (with headroom for lanes of
 /// partial blocks, which run past the end of a domain).
@@ -68,43 +69,29 @@ pub fn lower_kernel(
     k: &Kernel,
     machine: &Machine,
     placements: &[Placement],
-) -> Result<Option<TileLaunch>, String> {
+) -> Result<Option<TileLaunch>> {
     if k.domain.contains(&0) {
         return Ok(None);
     }
     let args = touched_buffers(k);
     let mut params = HashMap::new();
     for &id in &args {
-        params.insert(id, kernel::param_name(id));
+        params.insert(id, stage::param_name(id));
     }
-    let cx = kernel::Cx {
+    let cx = stage::Cx {
         program: p,
         machine,
         params: &params,
         index_dtype: index_dtype(p, k),
         placements,
     };
-    // Emitted until no stage recomputes what another one computes: each pass
-    // binds the expressions the earlier ones found repeated; binding one renames
-    // the expressions around it, which the next pass then finds (at most a few
-    // passes: expressions nest only so deep before they are bound anyway).
-    let mut repeated = HashSet::new();
-    let mut pass = 0;
-    let (b, grid, note) = loop {
-        let mut b = builder::Builder::binding(repeated.clone());
-        for n in params.values() {
-            b.reserve(n);
-        }
-        let (grid, note) = match gemm::eligible(p, k) {
-            Some(g) => gemm::lower(&cx, k, g, &mut b)?,
-            None => kernel::lower(&cx, k, &mut b)?,
-        };
-        let before = repeated.len();
-        repeated.extend(b.repeated().cloned());
-        pass += 1;
-        if repeated.len() == before || pass == MAX_PASSES {
-            break (b, grid, note);
-        }
+    let mut b = builder::Builder::new();
+    for &id in &args {
+        b.reserve(&params[&id]);
+    }
+    let (grid, note) = match gemm::eligible(p, k) {
+        Some(g) => gemm::lower(&cx, k, g, &mut b)?,
+        None => kernel::lower(&cx, k, &mut b)?,
     };
     let name = kernel_name(&k.name);
     let mut header = vec![format!("{name}: lowered from the loop-IR kernel")];
@@ -122,10 +109,16 @@ pub fn lower_kernel(
             (params[&id].clone(), d)
         })
         .collect();
-    let text = b.finish(&header, &name, &sig);
-    let kernel = tile::parse_and_check(&format!("{name}.tile"), &text).map_err(|d| {
-        format!("internal error: the lowered kernel `{name}` does not check: {d}\n{text}")
+    let mut tile_kernel = b.finish(header, &name, &sig);
+    let text = tile::print_located(&mut tile_kernel);
+    let file = format!("{name}.tile");
+    let mut kernel = tile::check(&tile_kernel).map_err(|e| {
+        Error::internal(format!(
+            "the lowered kernel `{name}` does not check: {}\n{text}",
+            e.to_diagnostic(&file, &text)
+        ))
     })?;
+    kernel.locate(&file, &text);
     Ok(Some(TileLaunch {
         name,
         text,
@@ -179,7 +172,7 @@ fn touched_buffers(k: &Kernel) -> Vec<BufferId> {
 /// i32 offsets when every buffer, domain and index expression of the kernel
 /// stays well inside 31 bits; i64 otherwise.
 fn index_dtype(p: &Program, k: &Kernel) -> DType {
-    let mut biggest: i128 = kernel::points(&k.domain) as i128;
+    let mut biggest: i128 = stage::points(&k.domain) as i128;
     for id in touched_buffers(k) {
         if let Some(b) = p.buffer(id) {
             biggest = biggest.max(b.ty.numel() as i128);
@@ -187,7 +180,7 @@ fn index_dtype(p: &Program, k: &Kernel) -> DType {
     }
     for stage in &k.stages {
         let ext = stage.extents(&k.domain);
-        biggest = biggest.max(kernel::points(stage.domain()) as i128);
+        biggest = biggest.max(stage::points(stage.domain()) as i128);
         let mut exprs = Vec::new();
         for node in &stage.body().nodes {
             match &node.op {

@@ -22,9 +22,10 @@
 //! written with an explicit dtype ([`typed_lit`]).
 
 use super::builder::{
-    self as tb, bin, boolean, call, cast, div, float, int, mul, name_expr, neg, where_, Builder,
+    self as tb, bin, boolean, call, cast, div, float, int, mul, neg, where_, Builder, Depth, E,
 };
-use crate::tile::ast::{BinaryOp as TBin, Builtin, Expr, ExprKind};
+use crate::error::{Error, Result};
+use crate::tile::ast::{BinaryOp as TBin, Builtin};
 use ferrite_ir::loops::{scalar, Value};
 use ferrite_ir::{BinaryOp, DType, UnaryOp};
 
@@ -32,15 +33,15 @@ use ferrite_ir::{BinaryOp, DType, UnaryOp};
 #[derive(Clone, Debug)]
 pub(super) struct TileVal {
     /// The expression (a name once bound).
-    pub e: Expr,
+    pub e: E,
     /// The dtype the expression has in the tile language. It equals the loop-IR
     /// node's dtype except for index arithmetic, computed in i32 when offsets fit
     /// and standing in for the loop IR's i64 index values.
     pub dtype: DType,
     /// The tile axes it varies along.
     pub deps: u8,
-    /// How deeply the expression nests unbound operations.
-    pub depth: u32,
+    /// How deeply the expression nests operations written in place.
+    pub depth: Depth,
 }
 
 /// A value of a stage body: a constant or a tile.
@@ -61,13 +62,6 @@ impl Val {
         }
     }
 
-    fn depth(&self) -> u32 {
-        match self {
-            Val::Lit(..) => 0,
-            Val::Tile(t) => t.depth,
-        }
-    }
-
     /// The dtype of the value as the tile language sees it.
     pub fn dtype(&self) -> DType {
         match self {
@@ -78,17 +72,20 @@ impl Val {
 }
 
 /// A tile value computed from `parts`.
-pub(super) fn tile(e: Expr, dtype: DType, parts: &[&Val]) -> Val {
+pub(super) fn tile(e: E, dtype: DType, parts: &[&Val]) -> Val {
     Val::Tile(TileVal {
         e,
         dtype,
         deps: parts.iter().fold(0, |d, v| d | v.deps()),
-        depth: 1 + parts.iter().map(|v| v.depth()).max().unwrap_or(0),
+        depth: Depth::over(parts.iter().filter_map(|v| match v {
+            Val::Tile(t) => Some(&t.depth),
+            Val::Lit(..) => None,
+        })),
     })
 }
 
 /// A bare literal: it takes the dtype of the tile it meets.
-pub(super) fn lit(v: Value) -> Expr {
+pub(super) fn lit(v: Value) -> E {
     match v {
         Value::Float(x) => float(x),
         Value::Int(x) => int(x),
@@ -97,7 +94,7 @@ pub(super) fn lit(v: Value) -> Expr {
 }
 
 /// A constant written with its dtype, for where no tile gives it one.
-pub(super) fn typed_lit(v: Value, d: DType) -> Expr {
+pub(super) fn typed_lit(v: Value, d: DType) -> E {
     match d {
         DType::F32 | DType::Bool => lit(v),
         DType::I32 => int(integer(v)),
@@ -110,11 +107,7 @@ pub(super) fn typed_lit(v: Value, d: DType) -> Expr {
                 // Too wide for a literal on its own (which is i32): a filled scalar.
                 call(
                     Builtin::Full,
-                    vec![
-                        Expr::new(ExprKind::Tuple(Vec::new())),
-                        int(x),
-                        tb::dtype(DType::I64),
-                    ],
+                    vec![E::Tuple(Vec::new()), int(x), tb::dtype(DType::I64)],
                 )
             }
         }
@@ -131,7 +124,7 @@ fn integer(v: Value) -> i64 {
 }
 
 /// `v` as an expression of exactly dtype `want` (a cast when it has another).
-pub(super) fn typed(v: &Val, want: DType) -> Expr {
+pub(super) fn typed(v: &Val, want: DType) -> E {
     match v {
         Val::Lit(x, _) => typed_lit(scalar::cast(*x, want), want),
         Val::Tile(t) if t.dtype == want => t.e.clone(),
@@ -141,13 +134,13 @@ pub(super) fn typed(v: &Val, want: DType) -> Expr {
 
 /// `v` of dtype `want`, bound to a name when it is compound, for formulas that
 /// use an operand more than once.
-fn named(b: &mut Builder, v: &Val, want: DType) -> Expr {
+fn named(b: &mut Builder, v: &Val, want: DType) -> E {
     b.bind("t", typed(v, want))
 }
 
 /// Two operands of one dtype `want`: a constant beside a tile stays a bare
 /// literal (it takes the tile's dtype).
-fn pair(x: &Val, y: &Val, want: DType) -> (Expr, Expr) {
+fn pair(x: &Val, y: &Val, want: DType) -> (E, E) {
     match (x, y) {
         (Val::Lit(a, _), Val::Tile(_)) => (lit(*a), typed(y, want)),
         (Val::Tile(_), Val::Lit(c, _)) => (typed(x, want), lit(*c)),
@@ -159,8 +152,8 @@ fn pair(x: &Val, y: &Val, want: DType) -> (Expr, Expr) {
 /// Operands of a comparison. Integer tiles compare equal across i32 and i64, so
 /// index arithmetic computed in i32 is compared as it is, unless a constant
 /// beside it does not fit its dtype.
-fn compare_pair(x: &Val, y: &Val, want: DType) -> (Expr, Expr) {
-    let loose = |v: &Val, other: &Val| -> Expr {
+fn compare_pair(x: &Val, y: &Val, want: DType) -> (E, E) {
+    let loose = |v: &Val, other: &Val| -> E {
         match (v, other) {
             (Val::Tile(t), Val::Lit(Value::Int(c), _))
                 if t.dtype == DType::I32 && i32::try_from(*c).is_err() =>
@@ -179,7 +172,7 @@ fn compare_pair(x: &Val, y: &Val, want: DType) -> (Expr, Expr) {
 }
 
 /// The value as a bool: numbers are true when non-zero (NaN included).
-fn truth(x: &Val) -> Expr {
+fn truth(x: &Val) -> E {
     match x {
         Val::Lit(v, _) => boolean(scalar::truth(*v)),
         Val::Tile(t) if t.dtype == DType::Bool => t.e.clone(),
@@ -187,19 +180,22 @@ fn truth(x: &Val) -> Expr {
     }
 }
 
-fn builtin(f: Builtin, x: Expr) -> Expr {
+fn builtin(f: Builtin, x: E) -> E {
     call(f, vec![x])
 }
 
 /// A unary op producing dtype `d`.
-pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Val, String> {
+pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Val> {
     if let Val::Lit(v, _) = x {
-        return Ok(Val::Lit(scalar::unary(u, *v, d)?, d));
+        return Ok(Val::Lit(
+            scalar::unary(u, *v, d).map_err(Error::Unsupported)?,
+            d,
+        ));
     }
     let xd = x.dtype();
-    let float_only = |f: Builtin| -> Result<Val, String> {
+    let float_only = |f: Builtin| -> Result<Val> {
         if !d.is_float() {
-            return Err(format!("{} of {d} values", u.name()));
+            return Err(Error::unsupported(format!("{} of {d} values", u.name())));
         }
         Ok(tile(builtin(f, typed(x, d)), d, &[x]))
     };
@@ -215,7 +211,7 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
             &[x],
         )),
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu if d == DType::Bool => {
-            Err(format!("{} of bool values", u.name()))
+            Err(Error::unsupported(format!("{} of bool values", u.name())))
         }
         UnaryOp::Neg => Ok(tile(neg(typed(x, d)), d, &[x])),
         UnaryOp::Abs => Ok(tile(builtin(Builtin::Abs, typed(x, d)), d, &[x])),
@@ -270,12 +266,12 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
             };
             Ok(tile(narrow(e, d), d, &[x]))
         }
-        _ => Err(format!("{} of {d} values", u.name())),
+        _ => Err(Error::unsupported(format!("{} of {d} values", u.name()))),
     }
 }
 
 /// An f32 expression rounded to `d` when `d` is a half dtype.
-fn narrow(e: Expr, d: DType) -> Expr {
+fn narrow(e: E, d: DType) -> E {
     if d == DType::F32 {
         e
     } else {
@@ -291,9 +287,12 @@ pub(super) fn binary(
     y: &Val,
     operand: DType,
     d: DType,
-) -> Result<Val, String> {
+) -> Result<Val> {
     if let (Val::Lit(p, _), Val::Lit(q, _)) = (x, y) {
-        return Ok(Val::Lit(scalar::binary(op, *p, *q, d)?, d));
+        return Ok(Val::Lit(
+            scalar::binary(op, *p, *q, d).map_err(Error::Unsupported)?,
+            d,
+        ));
     }
     if op.is_comparison() {
         let (a, c) = compare_pair(x, y, operand);
@@ -319,7 +318,7 @@ pub(super) fn binary(
         let t = match op {
             BinaryOp::Maximum => TBin::Or,
             BinaryOp::Minimum | BinaryOp::Mul => TBin::And,
-            _ => return Err(format!("{} of bool values", op.name())),
+            _ => return Err(Error::unsupported(format!("{} of bool values", op.name()))),
         };
         let (a, c) = pair(x, y, DType::Bool);
         return Ok(tile(bin(t, a, c), DType::Bool, &[x, y]));
@@ -344,7 +343,7 @@ pub(super) fn binary(
         }
         BinaryOp::Pow if d.is_float() => float_pow(b, x, y, d)?,
         BinaryOp::Pow => int_pow(b, x, y, d)?,
-        _ => return Err(format!("{} of {d} values", op.name())),
+        _ => return Err(Error::unsupported(format!("{} of {d} values", op.name()))),
     })
 }
 
@@ -371,7 +370,7 @@ pub(super) fn convert(x: &Val, d: DType) -> Val {
 }
 
 /// `x ** y` for floats.
-fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val, String> {
+fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
     let w = DType::F32;
     if let Val::Lit(Value::Float(xv), _) = x {
         if *xv == 1.0 {
@@ -456,8 +455,8 @@ fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val, String>
 }
 
 /// `base ** n` by repeated squaring (`base` is a name: it is used repeatedly).
-fn int_power(b: &mut Builder, base: Expr, n: u64) -> Expr {
-    let mut result: Option<Expr> = None;
+fn int_power(b: &mut Builder, base: E, n: u64) -> E {
+    let mut result: Option<E> = None;
     let mut square = base;
     let mut k = n;
     while k > 0 {
@@ -476,12 +475,12 @@ fn int_power(b: &mut Builder, base: Expr, n: u64) -> Expr {
 }
 
 /// `x ** y` for integers, wrapping.
-fn int_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val, String> {
+fn int_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
     if let Val::Lit(Value::Int(e), _) = y {
         if *e < 0 {
-            return Err(format!(
+            return Err(Error::unsupported(format!(
                 "integers to negative integer powers are not allowed (** {e})"
-            ));
+            )));
         }
         if *e == 0 {
             return Ok(Val::Lit(Value::Int(1), d));
@@ -494,24 +493,24 @@ fn int_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val, String> {
     let bits = if d == DType::I32 { 31 } else { 63 };
     let zero_x = mul(xe.clone(), int(0));
     let zero_y = mul(ye.clone(), int(0));
-    let r = b.bind_new(
+    let r = b.var(
         "pr",
         tb::add(tb::add(zero_x.clone(), zero_y.clone()), int(1)),
     );
-    let base = b.bind_new("pb", tb::add(xe, zero_y));
-    let exp = b.bind_new("pe", tb::add(ye, zero_x));
-    let (rn, bn, en) = (name_expr(&r), name_expr(&base), name_expr(&exp));
+    let base = b.var("pb", tb::add(xe, zero_y));
+    let exp = b.var("pe", tb::add(ye, zero_x));
+    let (rn, bn, en) = (E::Def(r), E::Def(base), E::Def(exp));
     b.open_loop("bit", int(0), int(bits), int(1));
     b.assign(
-        &r,
+        r,
         where_(
             bin(TBin::Ne, tb::rem(en.clone(), int(2)), int(0)),
             mul(rn.clone(), bn.clone()),
             rn.clone(),
         ),
     );
-    b.assign(&base, mul(bn.clone(), bn));
-    b.assign(&exp, div(en, int(2)));
+    b.assign(base, mul(bn.clone(), bn));
+    b.assign(exp, div(en, int(2)));
     b.close_loop();
     Ok(tile(rn, d, &[x, y]))
 }

@@ -20,12 +20,13 @@
 
 use super::body::{broadcast, Body, Scope};
 use super::builder::{
-    and, bin, call, call_kw, cast, column, int, name_expr, or, tuple, where_, Builder,
+    and, bin, call, call_kw, cast, column, dtype, int, or, tuple, where_, Builder, Def, Depth, E,
 };
 use super::frame::{Frame, AXIS0, AXIS1};
-use super::kernel::{point_frame, points, Cx, Inner};
 use super::ops::{self, lit, TileVal, Val};
-use crate::tile::ast::{BinaryOp as TBin, Builtin, Expr};
+use super::stage::{point_frame, points, Cx, Inner};
+use crate::error::{Error, Result};
+use crate::tile::ast::{BinaryOp as TBin, Builtin};
 use ferrite_ir::loops::{scalar, AccId, ReduceKind, Reduction, Stage, Value};
 use ferrite_ir::DType;
 use std::collections::HashMap;
@@ -33,11 +34,11 @@ use std::collections::HashMap;
 /// The running state of one accumulator.
 enum Running {
     /// A value combined with each block's partial result.
-    Value { name: Option<String>, dtype: DType },
+    Value { name: Option<Def>, dtype: DType },
     /// The best value so far and its position.
     Arg {
-        best: Option<String>,
-        pos: Option<String>,
+        best: Option<Def>,
+        pos: Option<Def>,
         dtype: DType,
     },
 }
@@ -99,7 +100,7 @@ fn empty(r: &Reduction) -> Value {
     scalar::round_to(v, r.dtype)
 }
 
-fn reduce_axis1(f: Builtin, x: Expr) -> Expr {
+fn reduce_axis1(f: Builtin, x: E) -> E {
     column(call_kw(f, vec![x], vec![("axis", int(1))]))
 }
 
@@ -112,14 +113,14 @@ pub(super) fn emit(
     si: usize,
     stage: &Stage,
     block: usize,
-) -> Result<(), String> {
+) -> Result<()> {
     let Stage::Reduce {
         domain,
         body,
         reductions,
     } = stage
     else {
-        return Err("internal error: not a reduction stage".into());
+        return Err(Error::internal("not a reduction stage"));
     };
     let total = points(domain);
     let names: Vec<String> = reductions
@@ -158,16 +159,16 @@ pub(super) fn emit(
         let vd = body
             .get(r.value)
             .map(|n| n.dtype)
-            .ok_or_else(|| format!("{} is not a node", r.value))?;
+            .ok_or_else(|| Error::internal(format!("{} is not a node", r.value)))?;
         let rd = running_dtype(r.kind, vd);
-        let full = |b: &mut Builder, hint: &str, v: Value, d: DType| -> Option<String> {
+        let full = |b: &mut Builder, hint: &str, v: Value, d: DType| -> Option<Def> {
             looping.then(|| {
-                b.bind_new(
+                b.var(
                     hint,
                     call_kw(
                         Builtin::Full,
                         vec![tuple(&[outer.blocks[0], 1]), lit(v)],
-                        vec![("dtype", super::builder::dtype(d))],
+                        vec![("dtype", dtype(d))],
                     ),
                 )
             })
@@ -211,7 +212,7 @@ pub(super) fn emit(
 }
 
 /// The value a reduction combines at each point, in its running dtype.
-fn reduced_value(b: &mut Builder, body: &Body, r: &Reduction, rd: DType) -> Result<Val, String> {
+fn reduced_value(b: &mut Builder, body: &Body, r: &Reduction, rd: DType) -> Result<Val> {
     let v = body.val(r.value)?;
     Ok(match r.rhs {
         None => ops::convert(&v, rd),
@@ -232,7 +233,7 @@ fn block_partial(
     r: &Reduction,
     run: &mut Running,
     total: usize,
-) -> Result<(), String> {
+) -> Result<()> {
     let frame = &inner.frame;
     let block = frame.blocks[1];
     let rd = match run {
@@ -253,7 +254,7 @@ fn block_partial(
         None if block > 1 => broadcast(frame, &v, rd, deps),
         None => ops::typed(&v, rd),
     };
-    let reduce = |f: Builtin, x: Expr| -> Expr {
+    let reduce = |f: Builtin, x: E| -> E {
         if block > 1 {
             reduce_axis1(f, x)
         } else {
@@ -262,11 +263,11 @@ fn block_partial(
     };
     match run {
         Running::Value { name, dtype } => {
-            let (f, combine): (Builtin, fn(Expr, Expr) -> Expr) = match r.kind {
+            let (f, combine): (Builtin, fn(E, E) -> E) = match r.kind {
                 ReduceKind::Sum => (Builtin::Sum, |a, p| bin(TBin::Add, a, p)),
                 ReduceKind::Prod => {
                     if block > 1 {
-                        return Err("internal error: a product over a block".into());
+                        return Err(Error::internal("a product over a block"));
                     }
                     // One point per block: nothing is reduced, the builtin is unused.
                     (Builtin::Sum, |a, p| bin(TBin::Mul, a, p))
@@ -276,17 +277,14 @@ fn block_partial(
             };
             let partial = reduce(f, x);
             match name {
-                Some(n) => {
-                    let acc = name_expr(n);
-                    b.assign(n, combine(acc, partial));
-                }
+                Some(n) => b.assign(*n, combine(E::Def(*n), partial)),
                 None => {
                     let hint = if *dtype == r.dtype {
                         format!("{}", r.acc)
                     } else {
                         format!("run{}", r.acc.0)
                     };
-                    *name = Some(b.bind_new(&hint, widen_rows(partial, frame, &v)));
+                    *name = Some(b.var(&hint, widen_rows(partial, frame, &v)));
                 }
             }
         }
@@ -303,7 +301,8 @@ fn block_partial(
             let bp = b.bind("bp", reduce(Builtin::Min, first));
             match (best.as_ref(), pos.as_ref()) {
                 (Some(best), Some(pos)) => {
-                    let (bn, pn) = (name_expr(best), name_expr(pos));
+                    let (best, pos) = (*best, *pos);
+                    let (bn, pn) = (E::Def(best), E::Def(pos));
                     let op = if maximal { TBin::Gt } else { TBin::Lt };
                     let mut better = bin(op, bm.clone(), bn.clone());
                     if dtype.is_float() {
@@ -321,9 +320,8 @@ fn block_partial(
                     b.assign(pos, where_(better, bp, pn));
                 }
                 _ => {
-                    *best =
-                        Some(b.bind_new(&format!("best{}", r.acc.0), widen_rows(bm, frame, &v)));
-                    *pos = Some(b.bind_new(&format!("pos{}", r.acc.0), widen_rows(bp, frame, &v)));
+                    *best = Some(b.var(&format!("best{}", r.acc.0), widen_rows(bm, frame, &v)));
+                    *pos = Some(b.var(&format!("pos{}", r.acc.0), widen_rows(bp, frame, &v)));
                 }
             }
         }
@@ -334,7 +332,7 @@ fn block_partial(
 /// A block's partial result as an accumulator column: reductions of values that
 /// do not vary along the outer axis give one value; broadcast it to `[BO, 1]`
 /// so every accumulator has the same shape.
-fn widen_rows(partial: Expr, frame: &Frame, v: &Val) -> Expr {
+fn widen_rows(partial: E, frame: &Frame, v: &Val) -> E {
     if v.deps() & AXIS0 != 0 || frame.blocks[0] == 1 {
         partial
     } else {
@@ -346,25 +344,25 @@ fn widen_rows(partial: Expr, frame: &Frame, v: &Val) -> Expr {
 }
 
 /// The accumulator's final value, in its dtype.
-fn finish(cx: &Cx, b: &mut Builder, r: &Reduction, run: Running) -> Result<Val, String> {
+fn finish(cx: &Cx, b: &mut Builder, r: &Reduction, run: Running) -> Result<Val> {
     let acc = format!("{}", r.acc);
     let e = match run {
         Running::Value { name, dtype } => {
-            let n = name.ok_or("internal error: an accumulator was never set")?;
+            let n = E::Def(name.ok_or_else(|| Error::internal("an accumulator was never set"))?);
             if dtype == r.dtype {
-                name_expr(&n)
+                n
             } else if r.dtype == DType::Bool {
-                b.bind(&acc, bin(TBin::Ne, name_expr(&n), int(0)))
+                b.bind(&acc, bin(TBin::Ne, n, int(0)))
             } else {
-                b.bind(&acc, cast(name_expr(&n), r.dtype))
+                b.bind(&acc, cast(n, r.dtype))
             }
         }
         Running::Arg { pos, .. } => {
-            let n = pos.ok_or("internal error: a position was never set")?;
+            let n = E::Def(pos.ok_or_else(|| Error::internal("a position was never set"))?);
             if cx.index_dtype == DType::I64 {
-                name_expr(&n)
+                n
             } else {
-                b.bind(&acc, cast(name_expr(&n), DType::I64))
+                b.bind(&acc, cast(n, DType::I64))
             }
         }
     };
@@ -372,7 +370,7 @@ fn finish(cx: &Cx, b: &mut Builder, r: &Reduction, run: Running) -> Result<Val, 
         e,
         dtype: r.dtype,
         deps: AXIS0,
-        depth: 0,
+        depth: Depth::ZERO,
     }))
 }
 
@@ -384,7 +382,7 @@ fn one_point(
     accs: &mut HashMap<AccId, Val>,
     stage: &Stage,
     reductions: &[Reduction],
-) -> Result<(), String> {
+) -> Result<()> {
     let frame = point_frame(outer, stage);
     let mut values = Vec::new();
     {
@@ -412,7 +410,7 @@ fn one_point(
         let v = match v {
             Val::Tile(t) => Val::Tile(TileVal {
                 e: b.bind(&format!("{}", r.acc), t.e),
-                depth: 0,
+                depth: Depth::ZERO,
                 ..t
             }),
             lit => lit,

@@ -1,8 +1,8 @@
 //! The syntax tree of a tile kernel, as written.
 //!
 //! The tree keeps what the author wrote (keyword arguments stay keyword arguments,
-//! `range(n)` becomes `range(0, n)`, `x += 1` becomes `x = x + 1`), so the printer
-//! can reproduce it. Meaning (types, shapes, constant values) is the checker's job:
+//! `range(n)` becomes `range(0, n)`, `x += 1` becomes `x = x + 1`, comments on
+//! lines of their own stay), so the printer can reproduce it. Meaning (types, shapes, constant values) is the checker's job:
 //! see [`check()`](super::check()).
 
 use ferrite_ir::DType;
@@ -41,6 +41,8 @@ impl Span {
 /// A kernel: a name, parameters and a body run once per program of the launch grid.
 #[derive(Clone, PartialEq, Debug)]
 pub struct TileKernel {
+    /// The comment lines above `kernel`, without their `#`.
+    pub comments: Vec<String>,
     /// The kernel's name.
     pub name: String,
     /// Parameters, bound at launch to buffers (pointers) or scalars.
@@ -112,6 +114,9 @@ pub enum StmtKind {
     },
     /// A call whose result is not bound: `store(..)` and `dma_wait(..)`.
     Expr(Expr),
+    /// A comment on a line of its own, without its `#` (comments after code on
+    /// a line are dropped). It does nothing.
+    Comment(String),
 }
 
 /// An expression and its source span.
@@ -205,7 +210,7 @@ impl PartialEq for ExprKind {
 }
 
 /// Prefix operators.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum UnaryOp {
     /// `-x`: negation of a number.
     Neg,
@@ -214,7 +219,7 @@ pub enum UnaryOp {
 }
 
 /// Infix operators, loosest binding first: `|`, `&`, comparisons, `+ -`, `* / %`.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum BinaryOp {
     /// `|`: logical or of bools, bitwise or of integers.
     Or,
@@ -288,7 +293,7 @@ impl BinaryOp {
 }
 
 /// One entry of an index expression.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum IndexItem {
     /// `:` keeps the next axis of the operand.
     Full,

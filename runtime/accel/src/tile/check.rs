@@ -310,6 +310,7 @@ impl Checker<'_> {
             } => self
                 .for_loop(s, var, start, end, step.as_ref(), body)
                 .map(Some),
+            StmtKind::Comment(_) => Ok(None),
             StmtKind::Expr(e) => {
                 let ExprKind::Call { func, args, kwargs } = &e.kind else {
                     return Err(self.error(e.span, "an expression on its own does nothing"));

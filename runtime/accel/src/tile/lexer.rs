@@ -2,7 +2,8 @@
 //!
 //! The parser pulls one token at a time, so the first error in the file is the one
 //! reported. Newlines are tokens because a statement ends at the end of its line;
-//! the parser skips them inside `(..)` and `[..]`.
+//! the parser skips them inside `(..)` and `[..]`. A comment on a line of its own
+//! is a token too (the tree keeps it); a comment after code is skipped.
 
 use ferrite_ir::text::{scan_number, NumberScan};
 
@@ -17,6 +18,9 @@ pub(crate) enum Tok<'a> {
     Float(f64),
     /// A punctuation or operator token, as written (`(`, `<=`, `+=`, ...).
     Punct(&'static str),
+    /// A `#` comment on a line of its own: the text after the `#` (and after one
+    /// space, if one follows it).
+    Comment(&'a str),
     /// The end of a line (a comment runs up to it).
     Newline,
     /// The end of the source.
@@ -57,13 +61,19 @@ const PIPE: &str = "|";
 pub(crate) struct Lexer<'a> {
     src: &'a str,
     pos: usize,
+    /// True until a token other than a newline is read on the current line.
+    line_start: bool,
 }
 
 impl<'a> Lexer<'a> {
     /// A lexer at the start of `src` (a leading byte-order mark is skipped).
     pub fn new(src: &'a str) -> Lexer<'a> {
         let pos = if src.starts_with('\u{feff}') { 3 } else { 0 };
-        Lexer { src, pos }
+        Lexer {
+            src,
+            pos,
+            line_start: true,
+        }
     }
 
     fn peek_char(&self) -> Option<char> {
@@ -83,13 +93,22 @@ impl<'a> Lexer<'a> {
     pub fn next_token(&mut self) -> Result<Token<'a>, LexError> {
         loop {
             self.eat_while(|c| c == ' ' || c == '\t' || c == '\r');
-            if self.peek_char() == Some('#') {
-                self.eat_while(|c| c != '\n');
-            } else {
+            if self.peek_char() != Some('#') {
                 break;
+            }
+            let start = self.pos;
+            self.eat_while(|c| c != '\n');
+            if self.line_start {
+                let text = self.src[start + 1..self.pos].trim_end_matches('\r');
+                return Ok(Token {
+                    tok: Tok::Comment(text.strip_prefix(' ').unwrap_or(text)),
+                    start,
+                    end: self.pos,
+                });
             }
         }
         let start = self.pos;
+        self.line_start = self.peek_char().is_none_or(|c| c == '\n');
         let Some(c) = self.peek_char() else {
             return Ok(Token {
                 tok: Tok::Eof,
@@ -164,6 +183,7 @@ pub(crate) fn describe(tok: &Tok<'_>) -> String {
         Tok::Int(v) => format!("`{v}`"),
         Tok::Float(v) => format!("`{v:?}`"),
         Tok::Punct(p) => format!("`{p}`"),
+        Tok::Comment(_) => "a comment".into(),
         Tok::Newline => "the end of the line".into(),
         Tok::Eof => "the end of the file".into(),
     }
@@ -202,6 +222,24 @@ mod tests {
                 Tok::Ident("y"),
                 Tok::Punct("!="),
                 Tok::Ident("z"),
+            ]
+        );
+    }
+
+    #[test]
+    fn comments_on_lines_of_their_own_are_tokens() {
+        let toks = lex("# head\n  #  two\nx # after\n#\r\n").unwrap();
+        assert_eq!(
+            toks,
+            vec![
+                Tok::Comment("head"),
+                Tok::Newline,
+                Tok::Comment(" two"),
+                Tok::Newline,
+                Tok::Ident("x"),
+                Tok::Newline,
+                Tok::Comment(""),
+                Tok::Newline,
             ]
         );
     }

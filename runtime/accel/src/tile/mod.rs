@@ -19,7 +19,7 @@ pub use ast::{
 };
 pub use check::{check, CheckError, MAX_TILE_ELEMENTS, MAX_TILE_RANK};
 pub use parser::{parse, MAX_NESTING};
-pub use printer::{print, print_expr};
+pub use printer::{print, print_expr, print_located};
 pub use typed::CheckedKernel;
 
 use ferrite_ir::Diagnostic;

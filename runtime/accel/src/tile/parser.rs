@@ -4,13 +4,14 @@
 //! newlines are free, so long calls may wrap):
 //!
 //! ```text
-//! file    := "kernel" NAME "(" [param ("," param)* [","]] ")" block
+//! file    := COMMENT* "kernel" NAME "(" [param ("," param)* [","]] ")" block
 //! param   := NAME ":" ["*"] DTYPE
 //! block   := "{" stmt* "}"
 //! stmt    := "const" NAME "=" expr
 //!          | NAME ("=" | "+=" | "-=" | "*=") expr
 //!          | "for" NAME "in" "range" "(" expr ["," expr ["," expr]] ")" block
 //!          | call
+//!          | COMMENT                  (a `#` comment on a line of its own)
 //! expr    := binary, loosest first: "|"  "&"  (== != < <= > >=)  (+ -)  (* / %)
 //! unary   := ("-" | "!") unary | postfix
 //! postfix := primary ("[" item ("," item)* "]")*        item := ":" | "None"
@@ -165,8 +166,21 @@ impl<'a> Parser<'a> {
         Ok((name.to_string(), Span::new(t.start, t.end)))
     }
 
+    /// Comments on lines of their own, up to the next token of code.
+    fn comments(&mut self) -> PResult<Vec<(String, Span)>> {
+        let mut out = Vec::new();
+        loop {
+            self.skip_newlines()?;
+            let Tok::Comment(text) = self.tok.tok else {
+                return Ok(out);
+            };
+            let t = self.advance()?;
+            out.push((text.to_string(), Span::new(t.start, t.end)));
+        }
+    }
+
     fn kernel(&mut self) -> PResult<TileKernel> {
-        self.skip_newlines()?;
+        let comments = self.comments()?.into_iter().map(|(c, _)| c).collect();
         self.expect_word("kernel")?;
         let (name, span) = self.binding_name("kernel")?;
         self.expect("(")?;
@@ -210,11 +224,12 @@ impl<'a> Parser<'a> {
         }
         self.expect(")")?;
         let body = self.block()?;
-        self.skip_newlines()?;
+        self.comments()?;
         if self.tok.tok != Tok::Eof {
             return self.expected("the end of the file (one kernel per file)");
         }
         Ok(TileKernel {
+            comments,
             name,
             params,
             body,
@@ -227,7 +242,12 @@ impl<'a> Parser<'a> {
         self.expect("{")?;
         let mut body = Vec::new();
         loop {
-            self.skip_newlines()?;
+            for (text, span) in self.comments()? {
+                body.push(Stmt {
+                    kind: StmtKind::Comment(text),
+                    span,
+                });
+            }
             if self.is("}") {
                 break;
             }
@@ -652,7 +672,8 @@ fn next<'a>(lexer: &mut Lexer<'a>, open: usize) -> PResult<Token<'a>> {
             offset: e.offset,
             message: e.message,
         })?;
-        if open == 0 || t.tok != Tok::Newline {
+        // Inside a wrapped call, line ends and comments are free.
+        if open == 0 || !matches!(t.tok, Tok::Newline | Tok::Comment(_)) {
             return Ok(t);
         }
     }
@@ -711,6 +732,25 @@ mod tests {
         assert_eq!(edit_distance("", "abc"), 3);
         assert_eq!(suggest("exq", ["exp", "log"].into_iter()), Some("exp"));
         assert_eq!(suggest("zzzz", ["exp", "log"].into_iter()), None);
+    }
+
+    #[test]
+    fn comments_on_lines_of_their_own_are_kept() {
+        let src = "# doc\n# more\nkernel k(x: *f32) {\n  # first\n  y = load(x, # inside\n    \
+                   # a wrapped call\n    other=1.0)  # after\n  for i in range(0, 2, 1) {\n    \
+                   #\n  }\n}\n# trailing\n";
+        let k = parse("k.tile", src).unwrap();
+        assert_eq!(k.comments, ["doc", "more"]);
+        assert_eq!(k.body[0].kind, StmtKind::Comment("first".into()));
+        assert!(matches!(&k.body[2].kind, StmtKind::For { body, .. }
+            if body[0].kind == StmtKind::Comment(String::new())));
+        let text = crate::tile::print(&k);
+        assert_eq!(
+            text,
+            "# doc\n# more\nkernel k(x: *f32) {\n  # first\n  y = load(x, other=1.0)\n  \
+             for i in range(0, 2, 1) {\n    #\n  }\n}\n"
+        );
+        assert_eq!(parse("k.tile", &text).unwrap(), k);
     }
 
     #[test]

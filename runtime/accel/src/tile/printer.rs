@@ -2,7 +2,9 @@
 //!
 //! Two-space indentation, one statement per line, single spaces around infix
 //! operators, and only the parentheses precedence needs, so `parse(print(k)) == k`
-//! for every kernel (a property test checks it).
+//! for every kernel (a property test checks it). [`print_located`] also records
+//! in every node's span where it was printed, so that the errors of a kernel built
+//! in code point into its printed text.
 
 use super::ast::*;
 use std::fmt::Write;
@@ -16,65 +18,49 @@ use std::fmt::Write;
 /// assert_eq!(text, "kernel k(x: *f32, n: i32) {\n  o = arange(0, 4)\n  store(x + o, cast(o, f32) * -2.0, mask=o < n)\n}\n");
 /// ```
 pub fn print(kernel: &TileKernel) -> String {
-    let mut out = format!("kernel {}(", kernel.name);
-    for (i, p) in kernel.params.iter().enumerate() {
-        if i > 0 {
-            out += ", ";
-        }
-        let _ = match p.ty {
-            ParamType::Ptr(d) => write!(out, "{}: *{d}", p.name),
-            ParamType::Scalar(d) => write!(out, "{}: {d}", p.name),
-        };
+    print_located(&mut kernel.clone())
+}
+
+/// The canonical text of a kernel, with every span of `kernel` set to where its
+/// node is in that text (as if the kernel had been parsed from it).
+pub fn print_located(kernel: &mut TileKernel) -> String {
+    let mut p = Printer::default();
+    for c in &kernel.comments {
+        p.comment(c);
+        p.out.push('\n');
     }
-    out += ") {\n";
-    block(&mut out, &kernel.body, 1);
-    out += "}\n";
-    out
+    p.out += "kernel ";
+    let start = p.out.len();
+    p.out += &kernel.name;
+    kernel.span = Span::new(start, p.out.len());
+    p.out.push('(');
+    for (i, param) in kernel.params.iter_mut().enumerate() {
+        if i > 0 {
+            p.out += ", ";
+        }
+        let start = p.out.len();
+        let _ = match param.ty {
+            ParamType::Ptr(d) => write!(p.out, "{}: *{d}", param.name),
+            ParamType::Scalar(d) => write!(p.out, "{}: {d}", param.name),
+        };
+        param.span = Span::new(start, p.out.len());
+    }
+    p.out += ") {\n";
+    p.block(&mut kernel.body, 1);
+    p.out += "}\n";
+    p.out
 }
 
 /// The canonical text of one expression (used in messages about it).
 pub fn print_expr(e: &Expr) -> String {
-    let mut out = String::new();
-    expr(&mut out, e, 0);
-    out
+    let mut p = Printer::default();
+    p.expr(&mut e.clone(), 0);
+    p.out
 }
 
-fn block(out: &mut String, body: &[Stmt], level: usize) {
-    for s in body {
-        out.extend(std::iter::repeat_n("  ", level));
-        match &s.kind {
-            StmtKind::Const { name, value } => {
-                let _ = write!(out, "const {name} = ");
-                expr(out, value, 0);
-            }
-            StmtKind::Assign { name, value } => {
-                let _ = write!(out, "{name} = ");
-                expr(out, value, 0);
-            }
-            StmtKind::For {
-                var,
-                start,
-                end,
-                step,
-                body,
-            } => {
-                let _ = write!(out, "for {var} in range(");
-                expr(out, start, 0);
-                out.push_str(", ");
-                expr(out, end, 0);
-                if let Some(step) = step {
-                    out.push_str(", ");
-                    expr(out, step, 0);
-                }
-                out.push_str(") {\n");
-                block(out, body, level + 1);
-                out.extend(std::iter::repeat_n("  ", level));
-                out.push('}');
-            }
-            StmtKind::Expr(e) => expr(out, e, 0),
-        }
-        out.push('\n');
-    }
+#[derive(Default)]
+struct Printer {
+    out: String,
 }
 
 /// Binding strength of prefix operators and of postfix indexing.
@@ -100,101 +86,159 @@ fn starts_with_number(e: &Expr) -> bool {
     }
 }
 
-/// Prints `e`, parenthesized when it binds looser than `min`.
-fn expr(out: &mut String, e: &Expr, min: u8) {
-    if precedence(e) < min {
-        out.push('(');
-        expr(out, e, 0);
-        out.push(')');
-        return;
+impl Printer {
+    fn comment(&mut self, text: &str) {
+        self.out.push('#');
+        if !text.is_empty() {
+            self.out.push(' ');
+            self.out += text;
+        }
     }
-    match &e.kind {
-        ExprKind::Int(v) => {
-            let _ = write!(out, "{v}");
-        }
-        ExprKind::Float(v) => float(out, *v),
-        ExprKind::Bool(b) => {
-            let _ = write!(out, "{b}");
-        }
-        ExprKind::Name(n) => out.push_str(n),
-        ExprKind::DType(d) => out.push_str(d.name()),
-        ExprKind::Tuple(items) => {
-            out.push('(');
-            list(out, items);
-            if items.len() == 1 {
-                out.push(',');
-            }
-            out.push(')');
-        }
-        ExprKind::Unary(op, x) => {
-            out.push(match op {
-                UnaryOp::Neg => '-',
-                UnaryOp::Not => '!',
-            });
-            if *op == UnaryOp::Neg && starts_with_number(x) {
-                out.push('(');
-                expr(out, x, 0);
-                out.push(')');
-            } else {
-                expr(out, x, UNARY);
-            }
-        }
-        ExprKind::Binary(op, l, r) => {
-            let p = op.precedence();
-            // Left-associative; comparisons do not chain, so a comparison on the
-            // left of another needs parentheses too.
-            expr(out, l, if op.is_comparison() { p + 1 } else { p });
-            let _ = write!(out, " {} ", op.symbol());
-            expr(out, r, p + 1);
-        }
-        ExprKind::Index(base, items) => {
-            expr(out, base, POSTFIX);
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
+
+    fn block(&mut self, body: &mut [Stmt], level: usize) {
+        for s in body {
+            self.out.extend(std::iter::repeat_n("  ", level));
+            let start = self.out.len();
+            match &mut s.kind {
+                StmtKind::Const { name, value } => {
+                    let _ = write!(self.out, "const {name} = ");
+                    self.expr(value, 0);
                 }
-                out.push_str(match item {
-                    IndexItem::Full => ":",
-                    IndexItem::NewAxis => "None",
+                StmtKind::Assign { name, value } => {
+                    let _ = write!(self.out, "{name} = ");
+                    self.expr(value, 0);
+                }
+                StmtKind::For {
+                    var,
+                    start: first,
+                    end,
+                    step,
+                    body,
+                } => {
+                    let _ = write!(self.out, "for {var} in range(");
+                    self.expr(first, 0);
+                    self.out.push_str(", ");
+                    self.expr(end, 0);
+                    if let Some(step) = step {
+                        self.out.push_str(", ");
+                        self.expr(step, 0);
+                    }
+                    self.out.push_str(") {");
+                    s.span = Span::new(start, self.out.len());
+                    self.out.push('\n');
+                    self.block(body, level + 1);
+                    self.out.extend(std::iter::repeat_n("  ", level));
+                    self.out.push_str("}\n");
+                    continue;
+                }
+                StmtKind::Expr(e) => self.expr(e, 0),
+                StmtKind::Comment(text) => self.comment(text),
+            }
+            s.span = Span::new(start, self.out.len());
+            self.out.push('\n');
+        }
+    }
+
+    /// Prints `e`, parenthesized when it binds looser than `min`.
+    fn expr(&mut self, e: &mut Expr, min: u8) {
+        if precedence(e) < min {
+            self.out.push('(');
+            self.expr(e, 0);
+            self.out.push(')');
+            return;
+        }
+        let start = self.out.len();
+        match &mut e.kind {
+            ExprKind::Int(v) => {
+                let _ = write!(self.out, "{v}");
+            }
+            ExprKind::Float(v) => self.float(*v),
+            ExprKind::Bool(b) => {
+                let _ = write!(self.out, "{b}");
+            }
+            ExprKind::Name(n) => self.out.push_str(n),
+            ExprKind::DType(d) => self.out.push_str(d.name()),
+            ExprKind::Tuple(items) => {
+                self.out.push('(');
+                let one = items.len() == 1;
+                self.list(items);
+                if one {
+                    self.out.push(',');
+                }
+                self.out.push(')');
+            }
+            ExprKind::Unary(op, x) => {
+                self.out.push(match op {
+                    UnaryOp::Neg => '-',
+                    UnaryOp::Not => '!',
                 });
-            }
-            out.push(']');
-        }
-        ExprKind::Call { func, args, kwargs } => {
-            out.push_str(func.name());
-            out.push('(');
-            list(out, args);
-            for (i, (k, v)) in kwargs.iter().enumerate() {
-                if i > 0 || !args.is_empty() {
-                    out.push_str(", ");
+                if *op == UnaryOp::Neg && starts_with_number(x) {
+                    self.out.push('(');
+                    self.expr(x, 0);
+                    self.out.push(')');
+                } else {
+                    self.expr(x, UNARY);
                 }
-                let _ = write!(out, "{k}=");
-                expr(out, v, 0);
             }
-            out.push(')');
+            ExprKind::Binary(op, l, r) => {
+                let p = op.precedence();
+                // Left-associative; comparisons do not chain, so a comparison on the
+                // left of another needs parentheses too.
+                self.expr(l, if op.is_comparison() { p + 1 } else { p });
+                let _ = write!(self.out, " {} ", op.symbol());
+                self.expr(r, p + 1);
+            }
+            ExprKind::Index(base, items) => {
+                self.expr(base, POSTFIX);
+                self.out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push_str(", ");
+                    }
+                    self.out.push_str(match item {
+                        IndexItem::Full => ":",
+                        IndexItem::NewAxis => "None",
+                    });
+                }
+                self.out.push(']');
+            }
+            ExprKind::Call { func, args, kwargs } => {
+                self.out.push_str(func.name());
+                self.out.push('(');
+                let positional = !args.is_empty();
+                self.list(args);
+                for (i, (k, v)) in kwargs.iter_mut().enumerate() {
+                    if i > 0 || positional {
+                        self.out.push_str(", ");
+                    }
+                    let _ = write!(self.out, "{k}=");
+                    self.expr(v, 0);
+                }
+                self.out.push(')');
+            }
+        }
+        e.span = Span::new(start, self.out.len());
+    }
+
+    fn list(&mut self, items: &mut [Expr]) {
+        for (i, x) in items.iter_mut().enumerate() {
+            if i > 0 {
+                self.out.push_str(", ");
+            }
+            self.expr(x, 0);
         }
     }
-}
 
-fn list(out: &mut String, items: &[Expr]) {
-    for (i, x) in items.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
+    /// Floats print so they read back bit for bit: Rust's shortest round-trip form
+    /// (always with a `.` or an exponent, so it lexes as a float), or `inf`/`nan`.
+    fn float(&mut self, v: f64) {
+        let sign = if v.is_sign_negative() { "-" } else { "" };
+        if v.is_nan() {
+            self.out.push_str("nan");
+        } else if v.is_infinite() {
+            let _ = write!(self.out, "{sign}inf");
+        } else {
+            let _ = write!(self.out, "{v:?}");
         }
-        expr(out, x, 0);
-    }
-}
-
-/// Floats print so they read back bit for bit: Rust's shortest round-trip form
-/// (always with a `.` or an exponent, so it lexes as a float), or `inf`/`nan`.
-fn float(out: &mut String, v: f64) {
-    let sign = if v.is_sign_negative() { "-" } else { "" };
-    if v.is_nan() {
-        out.push_str("nan");
-    } else if v.is_infinite() {
-        let _ = write!(out, "{sign}inf");
-    } else {
-        let _ = write!(out, "{v:?}");
     }
 }

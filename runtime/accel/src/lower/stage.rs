@@ -1,0 +1,245 @@
+//! What lowering one stage needs: the kernel's context ([`Cx`]), the frame of a
+//! stage's inner domain ([`Inner`], [`point_frame`]), and store stages.
+//! Reduction stages are `reduce.rs`; `kernel.rs` and `gemm.rs` lay stages out.
+
+use super::body::{Body, Scope};
+use super::builder::{add, arange, call, cast, int, lt, mul, param, program_id, row, Builder, E};
+use super::frame::{unflatten, Frame, AXIS1};
+use super::ops::Val;
+use crate::error::{Error, Result};
+use crate::sim::{Machine, Placement};
+use crate::tile::ast::Builtin;
+use ferrite_ir::loops::{AccId, BufferId, ExprOp, IndexExpr, Program, Stage, Var, VarKind};
+use ferrite_ir::DType;
+use std::collections::HashMap;
+
+/// What lowering one kernel shares between its parts.
+pub(super) struct Cx<'a> {
+    pub program: &'a Program,
+    pub machine: &'a Machine,
+    /// The kernel parameter of each buffer it touches.
+    pub params: &'a HashMap<BufferId, String>,
+    /// i32, or i64 when some offset does not fit 31 bits.
+    pub index_dtype: DType,
+    /// Where each buffer of the program lives (by buffer index).
+    pub placements: &'a [Placement],
+}
+
+impl Cx<'_> {
+    /// True when buffer `id` lives in LPDDR (buffers without a placement do).
+    pub fn in_lpddr(&self, id: BufferId) -> bool {
+        self.placements.get(id.index()) != Some(&Placement::Sram)
+    }
+
+    /// The lanes `program_id(axis) * block + arange(0, block)` in the index dtype.
+    pub fn lanes(&self, axis: usize, block: E) -> E {
+        let ar = call(Builtin::Arange, vec![int(0), block.clone()]);
+        if self.index_dtype == DType::I32 {
+            add(mul(program_id(axis), block), ar)
+        } else {
+            add(
+                mul(cast(program_id(axis), DType::I64), block),
+                cast(ar, DType::I64),
+            )
+        }
+    }
+
+    /// `arange(0, block)` in the index dtype.
+    pub fn lanes_from_zero(&self, block: usize) -> E {
+        if self.index_dtype == DType::I32 {
+            arange(block)
+        } else {
+            cast(arange(block), DType::I64)
+        }
+    }
+
+    /// `start + arange(0, block)` in the index dtype.
+    pub fn offset_lanes(&self, start: E, block: usize) -> E {
+        let ar = arange(block);
+        if self.index_dtype == DType::I32 {
+            add(start, ar)
+        } else {
+            add(start, cast(ar, DType::I64))
+        }
+    }
+
+    /// The parameter of buffer `id`.
+    pub fn param(&self, id: BufferId) -> Result<E> {
+        self.params
+            .get(&id)
+            .map(|n| param(n))
+            .ok_or_else(|| Error::internal(format!("{id} is not a parameter")))
+    }
+}
+
+/// The parameter name of buffer `id`.
+pub(super) fn param_name(id: BufferId) -> String {
+    id.to_string()
+}
+
+/// Estimated bytes a stage holds per tile point: every node's value, the offsets
+/// and mask of every access, and the running values of reductions.
+pub(super) fn bytes_per_point(stage: &Stage, index_bytes: usize) -> usize {
+    let mut n = 8;
+    for node in &stage.body().nodes {
+        n += node.dtype.size_bytes().max(1);
+        if matches!(
+            node.op,
+            ExprOp::Load(_) | ExprOp::Index(_) | ExprOp::CheckedIndex { .. }
+        ) {
+            n += index_bytes + 1;
+        }
+    }
+    match stage {
+        Stage::Store { stores, .. } => n += stores.len() * (index_bytes + 1),
+        Stage::Reduce { reductions, .. } => n += reductions.len() * 16,
+    }
+    n
+}
+
+/// The number of points of a domain.
+pub(super) fn points(domain: &[usize]) -> usize {
+    domain.iter().product()
+}
+
+/// The stage's inner loop variables' kind.
+fn inner_kind(stage: &Stage) -> VarKind {
+    match stage {
+        Stage::Reduce { .. } => VarKind::Reduce,
+        Stage::Store { .. } => VarKind::Store,
+    }
+}
+
+/// The frame of a stage whose inner domain is one point: the outer frame, with
+/// the inner variables (all of extent 1) known to be 0.
+pub(super) fn point_frame(outer: &Frame, stage: &Stage) -> Frame {
+    let mut f = outer.clone();
+    match inner_kind(stage) {
+        VarKind::Reduce => f.ext.reduce = stage.domain().to_vec(),
+        _ => f.ext.store = stage.domain().to_vec(),
+    }
+    f
+}
+
+/// An inner loop over the blocks of a stage's flattened inner domain: opened by
+/// [`Inner::open`], closed by [`Inner::close`].
+pub(super) struct Inner {
+    /// The frame inside: the outer frame plus the inner axis.
+    pub frame: Frame,
+    /// The inner lane tile (`r` or `j`, `[1, BR]`).
+    pub lanes: E,
+    /// True when the blocks are iterated by a loop (more than one block).
+    pub looping: bool,
+}
+
+impl Inner {
+    /// Opens the loop (when there is more than one block) and defines the lanes.
+    pub fn open(cx: &Cx, b: &mut Builder, outer: &Frame, stage: &Stage, block: usize) -> Inner {
+        let dims = stage.domain();
+        let total = points(dims);
+        let kind = inner_kind(stage);
+        let letter = if kind == VarKind::Reduce { "r" } else { "j" };
+        let looping = total > block;
+        let start = if looping {
+            Some(b.open_loop(
+                &format!("{letter}b"),
+                int(0),
+                int(total as i64),
+                int(block as i64),
+            ))
+        } else {
+            None
+        };
+        let lanes_expr = match start {
+            Some(s) => cx.offset_lanes(s, block),
+            None => cx.lanes_from_zero(block),
+        };
+        let lanes = b.bind(letter, row(lanes_expr));
+        let mask = (!total.is_multiple_of(block))
+            .then(|| b.bind(&format!("m{letter}"), lt(lanes.clone(), int(total as i64))));
+        let var = Var { kind, index: 0 };
+        let mut frame = outer.clone();
+        frame.blocks[1] = block;
+        frame.masks[1] = mask;
+        frame.leaves.insert(var, (lanes.clone(), AXIS1));
+        for (i, e) in unflatten(dims, &IndexExpr::Var(var))
+            .into_iter()
+            .enumerate()
+        {
+            frame.subst.insert(
+                Var {
+                    kind,
+                    index: i as u32,
+                },
+                e,
+            );
+        }
+        match kind {
+            VarKind::Reduce => frame.ext.reduce = vec![total],
+            _ => frame.ext.store = vec![total],
+        }
+        Inner {
+            frame,
+            lanes,
+            looping,
+        }
+    }
+
+    pub fn close(self, b: &mut Builder) {
+        if self.looping {
+            b.close_loop();
+        }
+    }
+}
+
+/// Emits store stage `si` in `outer`'s frame, with inner blocks of `block` points.
+pub(super) fn emit_store(
+    cx: &Cx,
+    b: &mut Builder,
+    outer: &Frame,
+    accs: &HashMap<AccId, Val>,
+    si: usize,
+    stage: &Stage,
+    block: usize,
+) -> Result<()> {
+    let Stage::Store { body, stores, .. } = stage else {
+        return Err(Error::internal("not a store stage"));
+    };
+    let total = points(stage.domain());
+    b.comment(&format!(
+        "stage {si}: store {}{}",
+        stores
+            .iter()
+            .map(|s| s.buffer.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        if total > 1 {
+            format!(" over {total} inner points")
+        } else {
+            String::new()
+        }
+    ));
+    if total == 0 {
+        return Ok(());
+    }
+    let inner = (total > 1).then(|| Inner::open(cx, b, outer, stage, block));
+    let frame = match &inner {
+        Some(i) => i.frame.clone(),
+        None => point_frame(outer, stage),
+    };
+    let scope = Scope {
+        params: cx.params,
+        accs,
+        frame: &frame,
+        index_dtype: cx.index_dtype,
+    };
+    let mut emitted = Body::new(&scope, body);
+    emitted.emit(b, &stage.roots())?;
+    for st in stores {
+        emitted.store(b, st)?;
+    }
+    if let Some(i) = inner {
+        i.close(b);
+    }
+    Ok(())
+}
