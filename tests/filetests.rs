@@ -9,7 +9,7 @@
 //! and review the diff; `FERRITE_FILETEST=schedule/softmax` runs only matching files.
 //! A new stage is one line in [`STAGES`] and a function from the case to its output.
 
-use ferrite_ir::loops::parse_program;
+use ferrite_ir::loops::{parse_program, Program};
 use ferrite_ir::{parse, print, verify, Graph};
 use ferrite_passes::decompose::decompose;
 use ferrite_passes::optimize::{optimize, OptimizeConfig};
@@ -116,8 +116,12 @@ fn memory_stage(case: &Case) -> Result<String, String> {
     ))
 }
 
+/// The case's loop-IR input, read and verified (the input of loop-IR stages).
+fn loop_program(case: &Case) -> Result<Program, String> {
+    parse_program(case.file, case.input).map_err(|d| d.to_string())
+}
+
 /// `read`: loop IR in, the program read (and verified) printed out.
 fn read_stage(case: &Case) -> Result<String, String> {
-    let p = parse_program(case.file, case.input).map_err(|d| d.to_string())?;
-    Ok(p.to_string())
+    Ok(loop_program(case)?.to_string())
 }
