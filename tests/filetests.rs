@@ -12,7 +12,7 @@
 use ferrite_accel::program::{Intermediates, SimProgram};
 use ferrite_accel::sim::Machine;
 use ferrite_accel::tile;
-use ferrite_ir::loops::{evaluate, parse_program};
+use ferrite_ir::loops::{evaluate, parse_program, Program};
 use ferrite_ir::{parse, print, verify, Graph, Tensor};
 use ferrite_passes::decompose::decompose;
 use ferrite_passes::optimize::{optimize, OptimizeConfig};
@@ -120,10 +120,14 @@ fn memory_stage(case: &Case) -> Result<String, String> {
     ))
 }
 
+/// The case's loop-IR input, read and verified (the input of loop-IR stages).
+fn loop_program(case: &Case) -> Result<Program, String> {
+    parse_program(case.file, case.input).map_err(|d| d.to_string())
+}
+
 /// `read`: loop IR in, the program read (and verified) printed out.
 fn read_stage(case: &Case) -> Result<String, String> {
-    let p = parse_program(case.file, case.input).map_err(|d| d.to_string())?;
-    Ok(p.to_string())
+    Ok(loop_program(case)?.to_string())
 }
 
 /// `tile`: loop IR in, the program lowered to tile kernels for the default machine

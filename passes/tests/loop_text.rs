@@ -4,12 +4,14 @@
 //! the order of block nodes, and (the small ones) evaluates to the same outputs bit
 //! for bit.
 
-use ferrite_ir::loops::{evaluate, Program};
+use ferrite_ir::loops::{evaluate, parse_program, Program};
 use ferrite_ir::{Graph, Tensor};
 use ferrite_passes::decompose::decompose;
+use ferrite_passes::pipeline::{lower_graph, PipelineOptions};
 use ferrite_passes::schedule::{schedule, ScheduleOptions};
 use ferrite_testkit::{
-    check_round_trip, example, example_names, inputs_for, random_graph_with, random_inputs,
+    check_round_trip, example, example_graph, example_names, inputs_for, random_graph_with,
+    random_inputs,
 };
 
 /// Programs of at most this many scalar operations are also evaluated.
@@ -62,6 +64,27 @@ fn examples_round_trip() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn kernel_dumps_read_back() {
+    // What `ferrite compile --dump` writes as `03-kernels.loop`, comments included.
+    for name in example_names() {
+        let lowered = lower_graph(&example_graph(&name), &PipelineOptions::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let dump = lowered
+            .stages
+            .iter()
+            .find(|s| s.file == "kernels.loop")
+            .expect("a kernels.loop stage");
+        let p = parse_program(&format!("{name}/03-kernels.loop"), &dump.text)
+            .unwrap_or_else(|d| panic!("{d}"));
+        assert_eq!(
+            p.to_string(),
+            lowered.scheduled.program.to_string(),
+            "{name}"
+        );
+    }
 }
 
 #[test]

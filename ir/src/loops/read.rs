@@ -1,7 +1,7 @@
 //! The loop-IR reader: text as the printer writes it (see `print.rs`) back to a
 //! [`Program`], so that passes and backends can be tested text in, text out.
 //!
-//! Reading is the printer's inverse: for any verified program `p`,
+//! Reading is the printer's inverse: for a verified program `p`,
 //! `print(parse_program(print(p))) == print(p)`, and the program read equals `p` up to
 //! the order of the nodes in each block that the text leaves open (nodes written
 //! inline have no number; bound nodes `tK` are placed at position `K` whenever the
@@ -11,8 +11,15 @@
 //! input and output lists, and a GEMM's stage and outer axes when the `gemm` line does
 //! not state them. The program is verified after reading.
 //!
-//! Every error is a [`Diagnostic`] at the offending line and column; no input makes
-//! the reader panic, and expressions nest at most [`MAX_NESTING`] levels deep.
+//! Every error is a [`Diagnostic`] at the offending line and column (a verifier error
+//! at the header of the first kernel at fault); no input makes the reader panic, and
+//! expressions nest at most [`MAX_NESTING`] levels deep.
+//!
+//! What the text does not keep, and so does not come back: the fallback value of a
+//! load without a guard (never used; read as zero), the sign and payload of a
+//! NaN constant, and the shape of index arithmetic the simplifier never leaves (a sum
+//! nested directly in a sum reads flat, and a product negated again, `(x*3)*-1`, reads
+//! as `x*-3` when it is a term of a sum: both print ` - x*3`).
 
 use super::expr::{Block, Bound, ExprNode, ExprOp, ExprRef, Load, Value};
 use super::index::{IndexExpr, Var};
@@ -952,7 +959,7 @@ struct Builder<'p> {
     /// Constants and accumulator reads are shared: the text does not say how many there are.
     shared: HashMap<ExprNode, usize>,
     /// Bound name `tK` -> node, in the order of the bindings.
-    labels: Vec<(u32, usize, usize)>,
+    labels: Vec<(u32, usize)>,
 }
 
 fn parse_value(lit: &Literal, dtype: DType, exact_f64: bool) -> R<Value> {
@@ -1022,8 +1029,8 @@ impl Builder<'_> {
     }
 
     fn label(&self, k: u32, at: usize) -> R<usize> {
-        match self.labels.iter().find(|(l, _, _)| *l == k) {
-            Some((_, t, _)) => Ok(*t),
+        match self.labels.iter().find(|(l, _)| *l == k) {
+            Some((_, t)) => Ok(*t),
             None => err(at, format!("t{k} is not bound before this line")),
         }
     }
@@ -1066,7 +1073,6 @@ impl Builder<'_> {
     }
 
     /// Types `e` and makes its nodes (operands first); returns the node of its value.
-    /// The recursive cases are here, the leaves in [`Builder::leaf`].
     fn build(&mut self, e: &Ast) -> R<usize> {
         let r = |t: usize| ExprRef(t as u32);
         let (dtype, op) = match e {
@@ -1113,7 +1119,13 @@ impl Builder<'_> {
                 (*d, ExprOp::Cast(r(a)))
             }
             Ast::Ref(k, at) => return self.label(*k, *at),
-            _ => return self.leaf(e),
+            Ast::Const(lit) => return self.constant(lit),
+            Ast::Load(l) => return self.load(l),
+            Ast::Acc(a, at) => match self.accs.get(a) {
+                Some(&d) => (d, ExprOp::Acc(AccId(*a))),
+                None => return err(*at, format!("acc{a} is not defined by an earlier stage")),
+            },
+            Ast::Index(ix, at) => (DType::I64, ExprOp::Index(self.resolve(ix, *at)?)),
         };
         Ok(self.push(ExprNode { dtype, op }))
     }
@@ -1140,63 +1152,59 @@ impl Builder<'_> {
         }
     }
 
-    /// Makes the node of a leaf: a constant, an accumulator, an index value or a load.
+    /// The node of a constant: its suffix's dtype or its literal's default.
     #[inline(never)]
-    fn leaf(&mut self, e: &Ast) -> R<usize> {
-        let (dtype, op) = match e {
-            Ast::Const(lit) => {
-                let dtype = match lit.suffix {
-                    Some(s) => match DType::from_name(s) {
-                        Some(d) => d,
-                        None => return err(lit.at, format!("unknown dtype `{s}`")),
-                    },
-                    None => match lit.text {
-                        "true" | "false" => DType::Bool,
-                        t if t.contains(['.', 'e', 'E']) || t == "inf" || t == "nan" => {
-                            default_dtype(Value::Float(0.0))
-                        }
-                        _ => default_dtype(Value::Int(0)),
-                    },
-                };
-                (dtype, ExprOp::Const(parse_value(lit, dtype, false)?))
-            }
-            Ast::Acc(a, at) => match self.accs.get(a) {
-                Some(&d) => (d, ExprOp::Acc(AccId(*a))),
-                None => return err(*at, format!("acc{a} is not defined by an earlier stage")),
+    fn constant(&mut self, lit: &Literal) -> R<usize> {
+        let dtype = match lit.suffix {
+            Some(s) => match DType::from_name(s) {
+                Some(d) => d,
+                None => return err(lit.at, format!("unknown dtype `{s}`")),
             },
-            Ast::Index(ix, at) => (DType::I64, ExprOp::Index(self.resolve(ix, *at)?)),
-            Ast::Load(l) => {
-                let Some(buf) = self.buffers.get(l.buffer as usize) else {
-                    return err(l.at, format!("buf{} is not declared", l.buffer));
-                };
-                let dtype = buf.ty.dtype;
-                let other = match &l.other {
-                    Some(lit) => parse_value(lit, dtype, true)?,
-                    None => Value::zero(dtype),
-                };
-                let load = Load {
-                    buffer: BufferId(l.buffer),
-                    index: self.resolve(&l.index, l.at)?,
-                    guard: self.resolve_guard(&l.guard, l.at)?,
-                    other,
-                };
-                (dtype, ExprOp::Load(load))
-            }
-            _ => return err(0, "internal: not a leaf"),
+            None => match lit.text {
+                "true" | "false" => DType::Bool,
+                t if t.contains(['.', 'e', 'E']) || t == "inf" || t == "nan" => {
+                    default_dtype(Value::Float(0.0))
+                }
+                _ => default_dtype(Value::Int(0)),
+            },
         };
+        let op = ExprOp::Const(parse_value(lit, dtype, false)?);
         Ok(self.push(ExprNode { dtype, op }))
+    }
+
+    /// The node of a load; its dtype is its buffer's.
+    #[inline(never)]
+    fn load(&mut self, l: &LoadAst) -> R<usize> {
+        let Some(buf) = self.buffers.get(l.buffer as usize) else {
+            return err(l.at, format!("buf{} is not declared", l.buffer));
+        };
+        let dtype = buf.ty.dtype;
+        let other = match &l.other {
+            Some(lit) => parse_value(lit, dtype, true)?,
+            None => Value::zero(dtype),
+        };
+        let load = Load {
+            buffer: BufferId(l.buffer),
+            index: self.resolve(&l.index, l.at)?,
+            guard: self.resolve_guard(&l.guard, l.at)?,
+            other,
+        };
+        Ok(self.push(ExprNode {
+            dtype,
+            op: ExprOp::Load(load),
+        }))
     }
 
     /// Binds `tK` to the node of `e`.
     fn bind(&mut self, k: u32, e: &Ast, at: usize) -> R<()> {
-        if self.labels.iter().any(|(l, _, _)| *l == k) {
+        if self.labels.iter().any(|(l, _)| *l == k) {
             return err(at, format!("t{k} is bound twice"));
         }
         let t = self.build(e)?;
-        if let Some((other, _, _)) = self.labels.iter().find(|(_, n, _)| *n == t) {
+        if let Some((other, _)) = self.labels.iter().find(|(_, n)| *n == t) {
             return err(at, format!("t{k} names the same node as t{other}"));
         }
-        self.labels.push((k, t, at));
+        self.labels.push((k, t));
         Ok(())
     }
 
@@ -1207,7 +1215,7 @@ impl Builder<'_> {
         let natural: Vec<usize> = (0..n).collect();
         let mut pinned: Vec<Option<usize>> = vec![None; n];
         let mut is_pinned = vec![false; n];
-        for &(k, t, _) in &self.labels {
+        for &(k, t) in &self.labels {
             match pinned.get_mut(k as usize) {
                 Some(slot @ None) => {
                     *slot = Some(t);
@@ -1505,7 +1513,7 @@ fn kernel(buffers: &[Buffer], id: KernelId, header: &Line, body: &[Line]) -> R<K
         writes: Vec::new(),
     };
     if let Some(l) = gemm_line {
-        k.gemm = Some(gemm(&k, &l)?);
+        k.gemm = Some(gemm(&k, buffers, &l)?);
     }
     (k.reads, k.writes) = k.compute_accesses(buffers);
     for (listed, actual, what) in [(&reads, &k.reads, "reads"), (&writes, &k.writes, "writes")] {
@@ -1867,7 +1875,7 @@ fn stage(buffers: &[Buffer], accs: &mut HashMap<u32, DType>, st: StageText) -> R
 }
 
 /// `gemm acc0 = buf0[0; 6, 1] @ buf1[0; 5, 1]  batch [] m 4 n 5 k 6 [stage S] [axes [..]]`
-fn gemm(k: &Kernel, line: &Line) -> R<GemmInfo> {
+fn gemm(k: &Kernel, buffers: &[Buffer], line: &Line) -> R<GemmInfo> {
     let mut c = Cursor::new(line)?;
     c.expect_word("gemm")?;
     let at = c.at();
@@ -1876,9 +1884,9 @@ fn gemm(k: &Kernel, line: &Line) -> R<GemmInfo> {
         None => return err(at, "expected an accumulator (`acc0`)"),
     };
     c.expect_sym("=")?;
-    let lhs = c.gemm_operand()?;
+    let lhs = c.gemm_operand(buffers)?;
     c.expect_sym("@")?;
-    let rhs = c.gemm_operand()?;
+    let rhs = c.gemm_operand(buffers)?;
     c.expect_word("batch")?;
     let batch = c.usize_list("a batch extent")?;
     c.expect_word("m")?;
@@ -1932,11 +1940,14 @@ fn gemm(k: &Kernel, line: &Line) -> R<GemmInfo> {
 
 impl Cursor<'_> {
     /// `buf0[offset, batch strides..; row stride, col stride]`
-    fn gemm_operand(&mut self) -> R<GemmOperand> {
+    fn gemm_operand(&mut self, buffers: &[Buffer]) -> R<GemmOperand> {
         let at = self.at();
         let Some(b) = numbered(self.ident("a buffer")?, "buf") else {
             return err(at, "expected a buffer (`buf0`)");
         };
+        if buffers.get(b as usize).is_none() {
+            return err(at, format!("buf{b} is not declared"));
+        }
         self.expect_sym("[")?;
         let offset = self.int("an offset")?;
         let mut batch_strides = Vec::new();
