@@ -37,7 +37,7 @@
 //! producer is computed wherever its consumer needs it (a broadcast, softmax's `exp`
 //! in both the sum and the store), which `too-much-recompute` bounds.
 
-use crate::lower::{build_kernel, Layout, LowerError, Plan, SNode};
+use crate::lower::{build_kernel, materialize_gemm_operands, Layout, LowerError, Plan, SNode};
 use ferrite_ir::loops::KernelId;
 use ferrite_ir::{Graph, ValueId};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
@@ -128,7 +128,7 @@ struct Cost {
 
 /// Groups the primitive graph `g` into kernels (see the module docs).
 pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>, String> {
-    let plan = Plan::fused(g)?;
+    let plan = materialize_gemm_operands(Plan::fused(g))?;
     let layout = Layout::provisional(&plan);
     let n = plan.snodes.len();
     let mut dag = StableDiGraph::new();

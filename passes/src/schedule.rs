@@ -1,7 +1,7 @@
 //! The schedule entry point: a primitive graph to a loop-IR program and its memory plan.
 //!
 //! ```text
-//! schedule(g)  =  fuse (or lower, for --no-fuse)  ->  assemble kernels  ->  verify  ->  plan_memory
+//! schedule(g)  =  fuse (or lower_unfused, for --no-fuse)  ->  assemble kernels  ->  verify  ->  plan_memory
 //! ```
 //!
 //! The input must be primitive (run `decompose` first); the output program is
@@ -9,7 +9,7 @@
 //! made or refused.
 
 use crate::fuse::{fuse, FusionDecision, MAX_FUSION_SIZE};
-use crate::lower::{assemble, lower};
+use crate::lower::{assemble, lower_unfused};
 use crate::memory::{plan_memory, MemoryPlan};
 use ferrite_ir::loops::Program;
 use ferrite_ir::{verify, Graph};
@@ -83,7 +83,7 @@ pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled, String> 
         let f = fuse(g, opts.max_fusion_size)?;
         (assemble(&f.plan, &f.groups)?, f.decisions)
     } else {
-        (lower(g)?, Vec::new())
+        (lower_unfused(g)?, Vec::new())
     };
     let memory = plan_memory(&program);
     Ok(Scheduled {
