@@ -78,10 +78,10 @@ const GELU_TANH_CUBIC: f64 = 0.044715;
 /// with [`verify`]; an invalid input graph is an error, never a panic.
 pub fn decompose(g: &Graph) -> Result<Graph, String> {
     verify(g).map_err(|e| format!("decompose: the input graph is invalid: {e}"))?;
-    let mut lower = Lowering::new(&g.name);
+    let mut d = Decomposer::new(&g.name);
     for (i, node) in g.nodes.iter().enumerate() {
-        let start = lower.out.nodes.len();
-        let v = lower.lower(g, i).map_err(|e| {
+        let start = d.out.nodes.len();
+        let v = d.decompose_node(g, i).map_err(|e| {
             let name = node
                 .name
                 .as_deref()
@@ -90,17 +90,15 @@ pub fn decompose(g: &Graph) -> Result<Graph, String> {
             format!("decompose: %{i}{name} ({}): {e}", node.op.name())
         })?;
         let v = match &node.name {
-            Some(name) if !matches!(node.op, Op::Param { .. }) => {
-                lower.bind_name(v, start, name)?
-            }
+            Some(name) if !matches!(node.op, Op::Param { .. }) => d.bind_name(v, start, name)?,
             _ => v,
         };
-        lower.map.push(v);
+        d.map.push(v);
     }
-    let mut out = lower.out;
-    out.outputs = g.outputs.iter().map(|o| lower.map[o.index()]).collect();
+    let mut out = d.out;
+    out.outputs = g.outputs.iter().map(|o| d.map[o.index()]).collect();
     out.declared_outputs = g.declared_outputs.clone();
-    // Dead source nodes were lowered along with the rest (so errors name source ids),
+    // Dead source nodes were decomposed along with the rest (so errors name source ids),
     // and rewrites such as `full` for empty results can leave operands unused.
     let out = out.without_dead_nodes();
     check_result(g, &out)?;
@@ -149,7 +147,7 @@ fn check_result(g: &Graph, out: &Graph) -> Result<(), String> {
 }
 
 /// The graph under construction, with the value map from the source graph.
-struct Lowering {
+struct Decomposer {
     /// The primitive graph being built.
     out: Graph,
     /// `map[i]` is the value in `out` that holds source value `%i`.
@@ -158,9 +156,9 @@ struct Lowering {
     casts: HashMap<(ValueId, DType), ValueId>,
 }
 
-impl Lowering {
-    fn new(name: &str) -> Lowering {
-        Lowering {
+impl Decomposer {
+    fn new(name: &str) -> Decomposer {
+        Decomposer {
             out: Graph::new(name),
             map: Vec::new(),
             casts: HashMap::new(),
@@ -168,7 +166,7 @@ impl Lowering {
     }
 
     /// Emits the primitives for source node `i` and returns the value holding its result.
-    fn lower(&mut self, src: &Graph, i: usize) -> Result<ValueId, String> {
+    fn decompose_node(&mut self, src: &Graph, i: usize) -> Result<ValueId, String> {
         let node = &src.nodes[i];
         let ins: Vec<ValueId> = node.inputs.iter().map(|x| self.map[x.index()]).collect();
         match &node.op {
@@ -231,7 +229,7 @@ impl Lowering {
         }
     }
 
-    /// Gives `name` to the value `v` that lowering a named node produced. Every rewrite
+    /// Gives `name` to the value `v` that decomposing a named node produced. Every rewrite
     /// ends in a node of its own, so `v` is new and unnamed; a rewrite that returned an
     /// existing value would lose the name, which is reported rather than papered over.
     fn bind_name(&mut self, v: ValueId, start: usize, name: &str) -> Result<ValueId, String> {
@@ -425,7 +423,7 @@ impl Lowering {
     }
 
     /// `layer_norm(x, w, b, eps)` (when `centered`) or `rms_norm(x, w, eps)` over the
-    /// last axis; `ins` are the lowered operands.
+    /// last axis; `ins` are the decomposed operands.
     fn norm(
         &mut self,
         ins: &[ValueId],
@@ -474,7 +472,7 @@ impl Lowering {
     fn in_f32(
         &mut self,
         ins: &[ValueId],
-        body: impl FnOnce(&mut Lowering, &[ValueId]) -> Result<ValueId, String>,
+        body: impl FnOnce(&mut Decomposer, &[ValueId]) -> Result<ValueId, String>,
     ) -> Result<ValueId, String> {
         let dt = self.dtype(ins[0]);
         if !matches!(dt, DType::F16 | DType::Bf16) {

@@ -19,6 +19,7 @@ use std::collections::{HashMap, HashSet};
 /// Code generation gives up on expressions nested deeper than this (fusion then
 /// refuses the group with `expression-too-deep`).
 const MAX_DEPTH: usize = 400;
+
 /// Failure inside value generation.
 pub(super) enum Fail {
     Lower(LowerError),
