@@ -24,6 +24,7 @@
 
 mod eval;
 mod expr;
+mod ids;
 mod index;
 mod print;
 mod program;
@@ -31,9 +32,10 @@ pub mod scalar;
 mod verify;
 
 pub use eval::evaluate;
-pub use expr::{Block, Bound, ExprNode, ExprOp, ExprRef, Load, Value};
+pub use expr::{Block, Bound, ExprNode, ExprOp, Load, Value};
+pub use ids::{AccId, BufferId, ExprRef, KernelId};
 pub use index::{Extents, IndexExpr, Var, VarKind};
 pub use program::{
-    AccId, Buffer, BufferAccess, BufferId, BufferKind, GemmInfo, GemmOperand, Kernel, KernelId,
-    Program, ReduceKind, Reduction, Stage, StoreOp,
+    Buffer, BufferAccess, BufferKind, GemmInfo, GemmOperand, Kernel, Program, ReduceKind,
+    Reduction, Stage, StoreOp,
 };

@@ -12,7 +12,8 @@
 //! stage is printed as a block; data-dependent indices are always bound
 //! (`t1 = checked(buf1[i0], 0..10)`), so an index like `buf2[t1*64 + i1]` refers to them.
 
-use super::expr::{Block, ExprOp, ExprRef};
+use super::expr::{Block, ExprOp};
+use super::ids::ExprRef;
 use super::program::{BufferKind, Kernel, Program, Stage};
 use crate::op::{BinaryOp, UnaryOp};
 use std::fmt::{self, Write};

@@ -21,13 +21,15 @@
 
 mod analysis;
 pub mod cost;
+mod egraph;
 mod language;
 mod rules;
 
-use analysis::{TensorAnalysis, TensorEGraph};
+use analysis::TensorAnalysis;
 use egg::{BackoffScheduler, Language, Rewrite, Runner, SimpleScheduler};
+use egraph::{add_graph, extract_graph, TensorEGraph};
 use ferrite_ir::{verify, Graph, Node, Op, ValueId};
-use language::{add_graph, extract_graph, TensorLang};
+use language::TensorLang;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
