@@ -19,13 +19,15 @@
 //!
 //! Architecture invariant: the loop IR knows nothing of the graph passes that produce
 //! it (only the graph's [`ValueId`](crate::ValueId)s, for readers) and nothing of any
-//! backend. [`Program::verify`] states its invariants, [`evaluate`] runs it, and the
-//! `Display` impls print it.
+//! backend. [`Program::verify`] states its invariants, [`evaluate`] runs it, the
+//! `Display` impls print it, and [`Liveness`] says when each buffer must exist (the one
+//! liveness that memory planning and both backends' placement use).
 
 mod eval;
 mod expr;
 mod ids;
 mod index;
+mod liveness;
 mod print;
 mod program;
 pub mod scalar;
@@ -35,6 +37,7 @@ pub use eval::evaluate;
 pub use expr::{Block, Bound, ExprNode, ExprOp, Load, Value};
 pub use ids::{AccId, BufferId, ExprRef, KernelId};
 pub use index::{Extents, IndexExpr, Var, VarKind};
+pub use liveness::{assign_slots, Interval, Liveness, Slot, Slots};
 pub use program::{
     Buffer, BufferAccess, BufferKind, GemmInfo, GemmOperand, Kernel, Program, ReduceKind,
     Reduction, Stage, StoreOp,
