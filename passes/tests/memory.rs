@@ -88,8 +88,10 @@ fn fused_peaks_never_exceed_unfused_peaks() {
             f.memory.peak_bytes(),
             u.memory.peak_bytes()
         );
+        // Slots are typed: embedding's three f32 intermediates are live at once, and
+        // its one i64 intermediate cannot share their memory.
         assert!(
-            u.memory.peak_bytes() < u.memory.total_bytes,
+            u.memory.peak_bytes() < u.memory.total_bytes || name == "embedding",
             "{name}: no reuse"
         );
         assert_eq!(plan_memory(&f.program), f.memory, "plans are deterministic");
