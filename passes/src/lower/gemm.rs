@@ -3,6 +3,7 @@
 
 use super::domain::coords_of;
 use super::refusal::{LowerError, Refusal};
+use crate::error::Error;
 use ferrite_ir::loops::{ExprOp, ExprRef, Extents, GemmInfo, GemmOperand, IndexExpr, Stage, Var};
 use ferrite_ir::{Graph, ValueId};
 
@@ -24,7 +25,7 @@ pub(super) fn gemm_info(
         reductions,
     }) = stages.get(si)
     else {
-        return Err(LowerError::Invalid("internal error: gemm stage".into()));
+        return Err(Error::internal("the matmul's stage is not a reduction").into());
     };
     let ext = Extents {
         outer: outer.to_vec(),
@@ -33,7 +34,7 @@ pub(super) fn gemm_info(
     };
     let red = &reductions[0];
     let (x, Some(y)) = (red.value, red.rhs) else {
-        return Err(LowerError::Invalid("internal error: gemm body".into()));
+        return Err(Error::internal("the matmul's reduction is not a dot product").into());
     };
     let nb = out.len() - (ash.len() >= 2) as usize - (bsh.len() >= 2) as usize;
     // Outer axis of each of batch.., m, n (None for extent 1).

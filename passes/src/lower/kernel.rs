@@ -7,6 +7,7 @@ use super::gemm::gemm_info;
 use super::plan::{Layout, Plan, Role, SNode, MAX_INLINE_CHAIN};
 use super::refusal::{LowerError, Refusal};
 use super::value::{fail_to_error, Fail, KernelBuilder, StageState};
+use crate::error::{Error, Result};
 use ferrite_ir::infer::permutation;
 use ferrite_ir::loops::{
     AccId, BufferId, Extents, IndexExpr, Kernel, KernelId, ReduceKind, Reduction, Stage, StoreOp,
@@ -19,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 /// Repairs a fused plan so every matmul can be a GEMM: a GEMM reads its operands
 /// through strides, so any operand that is not a strided view of a buffer (a padded
 /// view, an arange, ..) is materialized, until none is left.
-pub fn materialize_gemm_operands(mut plan: Plan<'_>) -> Result<Plan<'_>, String> {
+pub fn materialize_gemm_operands(mut plan: Plan<'_>) -> Result<Plan<'_>> {
     let g = plan.g;
     for _ in 0..=2 * g.nodes.len() {
         let mut changed = false;
@@ -39,16 +40,18 @@ pub fn materialize_gemm_operands(mut plan: Plan<'_>) -> Result<Plan<'_>, String>
                         changed = true;
                         break;
                     }
-                    _ => return Err(format!("cannot lower %{}: {r}", v.0)),
+                    _ => return Err(Error::Internal(format!("cannot lower %{}: {r}", v.0))),
                 },
-                Err(LowerError::Invalid(e)) => return Err(e),
+                Err(LowerError::Failed(e)) => return Err(e),
             }
         }
         if !changed {
             return Ok(plan);
         }
     }
-    Err("lowering: materializing matmul operands did not converge".into())
+    Err(Error::internal(
+        "lowering: materializing matmul operands did not converge",
+    ))
 }
 
 /// A store the group must perform.
@@ -85,9 +88,8 @@ pub fn build_kernel(
             SNode::Value(v) => (v, layout.of_value[v.index()]),
             SNode::OutputCopy { output, value } => (value, layout.of_output[output]),
         };
-        let buffer = buffer.ok_or_else(|| {
-            LowerError::Invalid(format!("internal error: %{} has no buffer", value.0))
-        })?;
+        let buffer =
+            buffer.ok_or_else(|| Error::Internal(format!("%{} has no buffer", value.0)))?;
         stores.push(StoreTarget {
             value,
             buffer,
@@ -95,9 +97,7 @@ pub fn build_kernel(
         });
     }
     if stores.is_empty() {
-        return Err(LowerError::Invalid(
-            "internal error: a kernel that stores nothing".into(),
-        ));
+        return Err(Error::internal("a kernel that stores nothing").into());
     }
 
     // Reductions of the group and the outer domain they agree on.

@@ -44,25 +44,26 @@ pub use kernel::{build_kernel, materialize_gemm_operands};
 pub use plan::{Layout, Plan, Role, SNode};
 pub use refusal::{LowerError, Refusal};
 
+use crate::error::{Error, Result};
 use ferrite_ir::loops::{KernelId, Program};
 use ferrite_ir::Graph;
 
 /// Lowers a primitive graph with one kernel per primitive op, every value
 /// materialized (views and output copies included): the `--no-fuse` baseline.
-pub fn lower_unfused(g: &Graph) -> Result<Program, String> {
+pub fn lower_unfused(g: &Graph) -> Result<Program> {
     let plan = Plan::unfused(g);
     let groups: Vec<Vec<usize>> = (0..plan.snodes.len()).map(|s| vec![s]).collect();
     assemble(&plan, &groups)
 }
 
 /// Builds the program for `groups` (each a kernel, in execution order).
-pub fn assemble(plan: &Plan, groups: &[Vec<usize>]) -> Result<Program, String> {
+pub fn assemble(plan: &Plan, groups: &[Vec<usize>]) -> Result<Program> {
     let layout = Layout::for_groups(plan, groups);
     let mut kernels = Vec::with_capacity(groups.len());
     for (i, members) in groups.iter().enumerate() {
         let k = build_kernel(plan, &layout, members, KernelId(i as u32)).map_err(|e| match e {
-            LowerError::Refused(r) => format!("internal error: kernel {i} cannot be built: {r}"),
-            LowerError::Invalid(e) => e,
+            LowerError::Refused(r) => Error::Internal(format!("kernel {i} cannot be built: {r}")),
+            LowerError::Failed(e) => e,
         })?;
         kernels.push(k);
     }
@@ -70,14 +71,16 @@ pub fn assemble(plan: &Plan, groups: &[Vec<usize>]) -> Result<Program, String> {
         .of_output
         .iter()
         .enumerate()
-        .map(|(i, b)| b.ok_or_else(|| format!("output {i} has no buffer")))
-        .collect::<Result<Vec<_>, String>>()?;
+        .map(|(i, b)| b.ok_or_else(|| Error::Internal(format!("output {i} has no buffer"))))
+        .collect::<Result<Vec<_>>>()?;
     let inputs = plan
         .g
         .params
         .iter()
-        .map(|p| layout.of_value[p.index()].ok_or("a parameter has no buffer".to_string()))
-        .collect::<Result<Vec<_>, String>>()?;
+        .map(|p| {
+            layout.of_value[p.index()].ok_or_else(|| Error::internal("a parameter has no buffer"))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let p = Program {
         name: plan.g.name.clone(),
         buffers: layout.buffers,
@@ -86,6 +89,6 @@ pub fn assemble(plan: &Plan, groups: &[Vec<usize>]) -> Result<Program, String> {
         kernels,
     };
     p.verify()
-        .map_err(|e| format!("internal error: lowered program is invalid: {e}"))?;
+        .map_err(|e| Error::Internal(format!("lowered program is invalid: {e}")))?;
     Ok(p)
 }

@@ -1,5 +1,6 @@
 //! Why a group of scheduled nodes cannot be one kernel, and how code generation fails.
 
+use crate::error::Error;
 use ferrite_ir::ValueId;
 
 /// Why a group of nodes cannot be one kernel: a rule name and the particulars.
@@ -34,12 +35,18 @@ impl std::fmt::Display for Refusal {
 pub enum LowerError {
     /// The group is legal as nodes but cannot be one kernel.
     Refused(Refusal),
-    /// The graph itself cannot be lowered (a value that does not fit its dtype, ..).
-    Invalid(String),
+    /// Lowering failed: the graph holds a value that does not fit its dtype, or a bug.
+    Failed(Error),
 }
 
 impl From<Refusal> for LowerError {
     fn from(r: Refusal) -> LowerError {
         LowerError::Refused(r)
+    }
+}
+
+impl From<Error> for LowerError {
+    fn from(e: Error) -> LowerError {
+        LowerError::Failed(e)
     }
 }

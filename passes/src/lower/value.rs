@@ -7,6 +7,7 @@
 use super::domain::{coords_of, reduction_shape, squeeze};
 use super::plan::{Layout, Plan, Role};
 use super::refusal::{LowerError, Refusal};
+use crate::error::{Error, Result};
 use ferrite_ir::infer::{permutation, slice_bounds};
 use ferrite_ir::loops::{
     scalar, AccId, Block, Bound, ExprNode, ExprOp, ExprRef, Extents, IndexExpr, Load, Reduction,
@@ -33,8 +34,15 @@ impl From<Refusal> for Fail {
     }
 }
 
-pub(super) fn invalid(msg: String) -> Fail {
-    Fail::Lower(LowerError::Invalid(msg))
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail::Lower(LowerError::Failed(e))
+    }
+}
+
+/// A failure of value generation that is a bug (the graph was verified).
+pub(super) fn bug(msg: impl Into<String>) -> Fail {
+    Error::internal(msg).into()
 }
 
 /// The stage being generated.
@@ -66,9 +74,7 @@ pub(super) struct KernelBuilder<'a> {
 pub(super) fn fail_to_error(f: Fail) -> LowerError {
     match f {
         Fail::Lower(e) => e,
-        Fail::Pending => LowerError::Invalid(
-            "internal error: a value needs an accumulator of its own stage".into(),
-        ),
+        Fail::Pending => Error::internal("a value needs an accumulator of its own stage").into(),
     }
 }
 
@@ -299,12 +305,8 @@ impl KernelBuilder<'_> {
 
     fn load(&mut self, v: ValueId, coords: &[IndexExpr], guard: &[Bound]) -> Result<ExprRef, Fail> {
         let g = self.plan.g;
-        let buffer = self.layout.of_value[v.index()].ok_or_else(|| {
-            invalid(format!(
-                "internal error: %{} is loaded but has no buffer",
-                v.0
-            ))
-        })?;
+        let buffer = self.layout.of_value[v.index()]
+            .ok_or_else(|| bug(format!("%{} is loaded but has no buffer", v.0)))?;
         let ty = g.ty(v);
         let index = self.flat(coords, &ty.shape);
         Ok(self.push(
@@ -355,12 +357,15 @@ impl KernelBuilder<'_> {
         let g = self.plan.g;
         let node = g.node(v);
         match self.plan.role[v.index()] {
-            Role::Dead => Err(invalid(format!("internal error: %{} is dead", v.0))),
+            Role::Dead => Err(bug(format!("%{} is dead", v.0))),
             Role::Param(_) => self.load(v, coords, guard),
             Role::Scheduled(s) if !self.in_group[s] => self.load(v, coords, guard),
             Role::Literal => {
                 let Op::Literal { value } = node.op else {
-                    return Err(invalid("internal error: literal".into()));
+                    return Err(bug(format!(
+                        "%{} is planned as a literal but is not one",
+                        v.0
+                    )));
                 };
                 let c = literal_value(value, node.ty.dtype);
                 Ok(self.constant(c, node.ty.dtype))
@@ -468,10 +473,7 @@ impl KernelBuilder<'_> {
                 if self.cur.pending.contains(&v) {
                     return Err(Fail::Pending);
                 }
-                Err(invalid(format!(
-                    "internal error: %{} is read before its reduction",
-                    v.0
-                )))
+                Err(bug(format!("%{} is read before its reduction", v.0)))
             }
             Op::Reshape { .. } => {
                 let src_shape = g.ty(ins[0]).shape.clone();
@@ -485,7 +487,7 @@ impl KernelBuilder<'_> {
                 self.value_at(ins[0], &src, guard)
             }
             Op::Permute { dims } => {
-                let perm = permutation("permute", dims, out.len()).map_err(invalid)?;
+                let perm = permutation("permute", dims, out.len()).map_err(bug)?;
                 let mut src = vec![IndexExpr::Const(0); out.len()];
                 for (k, &p) in perm.iter().enumerate() {
                     src[p] = coords[k].clone();
@@ -504,7 +506,7 @@ impl KernelBuilder<'_> {
                 step,
             } => {
                 let own = g.ty(ins[0]).shape.clone();
-                let a = normalize_axis(*axis, own.len()).map_err(invalid)?;
+                let a = normalize_axis(*axis, own.len()).map_err(bug)?;
                 let (lo, _) = slice_bounds(own[a], *start, *end);
                 let mut src = coords.to_vec();
                 src[a] = coords[a].clone() * *step + IndexExpr::Const(lo as i64);
@@ -512,7 +514,7 @@ impl KernelBuilder<'_> {
             }
             Op::Pad { pads, value } => {
                 let own = g.ty(ins[0]).shape.clone();
-                let fill = fill_value(*value, ty.dtype, "pad").map_err(invalid)?;
+                let fill = fill_value(*value, ty.dtype, "pad")?;
                 let src: Vec<IndexExpr> = coords
                     .iter()
                     .enumerate()
@@ -531,7 +533,7 @@ impl KernelBuilder<'_> {
                 self.guarded(ins[0], &src, guard, bounds, fill, ty.dtype)
             }
             Op::Concat { axis } => {
-                let a = normalize_axis(*axis, out.len()).map_err(invalid)?;
+                let a = normalize_axis(*axis, out.len()).map_err(bug)?;
                 let c = coords[a].clone();
                 let (lo, hi) = c.range(&self.cur.ext).unwrap_or((i64::MIN, i64::MAX));
                 // (operand, offset, length) of the operands the coordinate can reach.
@@ -574,7 +576,7 @@ impl KernelBuilder<'_> {
             }
             Op::IndexSelect { axis } => {
                 let own = g.ty(ins[0]).shape.clone();
-                let a = normalize_axis(*axis, own.len()).map_err(invalid)?;
+                let a = normalize_axis(*axis, own.len()).map_err(bug)?;
                 let iv = self.value_at(ins[1], &[coords[a].clone()], guard)?;
                 let dynamic = self.checked_index(iv, own[a], guard);
                 let mut src = coords.to_vec();
@@ -584,7 +586,7 @@ impl KernelBuilder<'_> {
             Op::Gather { axis } => {
                 let own = g.ty(ins[0]).shape.clone();
                 let ishape = g.ty(ins[1]).shape.clone();
-                let a = normalize_axis(*axis, own.len()).map_err(invalid)?;
+                let a = normalize_axis(*axis, own.len()).map_err(bug)?;
                 let ic: Vec<IndexExpr> = ishape
                     .iter()
                     .enumerate()
@@ -614,7 +616,7 @@ impl KernelBuilder<'_> {
                 self.value_at(ins[0], &src, guard)
             }
             Op::Full { value, dtype, .. } => {
-                let fill = fill_value(*value, *dtype, "full").map_err(invalid)?;
+                let fill = fill_value(*value, *dtype, "full")?;
                 Ok(self.constant(fill, *dtype))
             }
             Op::Arange {
@@ -637,13 +639,15 @@ impl KernelBuilder<'_> {
                     Ok(self.push(*dtype, ExprOp::Binary(BinaryOp::Add, m, o)))
                 }
             }
-            Op::Param { .. } | Op::Literal { .. } => {
-                Err(invalid(format!("internal error: %{} computed", v.0)))
-            }
-            other => Err(invalid(format!(
+            Op::Param { .. } | Op::Literal { .. } => Err(bug(format!(
+                "%{} is a parameter or literal, not computed",
+                v.0
+            ))),
+            other => Err(Error::InvalidGraph(format!(
                 "`{}` is not a primitive op; run decompose first",
                 other.name()
-            ))),
+            ))
+            .into()),
         }
     }
 
@@ -746,7 +750,7 @@ fn literal_value(value: Scalar, dtype: DType) -> Value {
 
 /// A `full`/`pad` fill value in `dtype`; values that do not fit are errors, as in the
 /// interpreter (integers out of range, finite floats that overflow).
-fn fill_value(value: f64, dtype: DType, op: &str) -> Result<Value, String> {
+fn fill_value(value: f64, dtype: DType, op: &str) -> Result<Value> {
     let fits = match dtype {
         DType::I32 => value.fract() == 0.0 && value >= i32::MIN as f64 && value <= i32::MAX as f64,
         DType::I64 => value.fract() == 0.0 && value >= -(2f64.powi(63)) && value < 2f64.powi(63),
@@ -759,9 +763,9 @@ fn fill_value(value: f64, dtype: DType, op: &str) -> Result<Value, String> {
         }
     };
     if !fits {
-        return Err(format!(
+        return Err(Error::Unrepresentable(format!(
             "{op}: value {value} cannot be converted to {dtype} without overflow"
-        ));
+        )));
     }
     Ok(scalar::cast(Value::Float(value), dtype))
 }

@@ -2,6 +2,7 @@
 
 use super::analysis::TensorAnalysis;
 use super::language::{Kind, TensorLang};
+use crate::error::{Error, Result};
 use egg::{EGraph, Id};
 use ferrite_ir::infer::infer;
 use ferrite_ir::{Graph, Node, Op, TensorType, ValueId};
@@ -47,7 +48,7 @@ pub fn extract_graph(
     template: &Graph,
     classes: &[Id],
     strict: &[bool],
-) -> Result<Graph, String> {
+) -> Result<Graph> {
     let find = |id: Id| eg.find(id);
     let mut out = Graph {
         name: template.name.clone(),
@@ -166,7 +167,7 @@ pub fn extract_graph(
 
 /// The classes the outputs depend on through the chosen representatives. Fails on a cycle,
 /// which a sound extraction never produces.
-fn live_classes(eg: &TensorEGraph, choice: &Choice, roots: &[Id]) -> Result<HashSet<Id>, String> {
+fn live_classes(eg: &TensorEGraph, choice: &Choice, roots: &[Id]) -> Result<HashSet<Id>> {
     let mut live = HashSet::new();
     let mut stack: Vec<Id> = roots.to_vec();
     while let Some(c) = stack.pop() {
@@ -174,9 +175,11 @@ fn live_classes(eg: &TensorEGraph, choice: &Choice, roots: &[Id]) -> Result<Hash
         if !live.insert(c) {
             continue;
         }
-        let node = choice
-            .get(&c)
-            .ok_or_else(|| format!("optimize: e-class {c} has no extracted representative"))?;
+        let node = choice.get(&c).ok_or_else(|| {
+            Error::Internal(format!(
+                "optimize: e-class {c} has no extracted representative"
+            ))
+        })?;
         stack.extend(node.children.iter().map(|&k| eg.find(k)));
     }
     Ok(live)
@@ -190,7 +193,7 @@ fn emit(
     out: &mut Graph,
     value: &mut HashMap<Id, ValueId>,
     names: &HashMap<Id, String>,
-) -> Result<(), String> {
+) -> Result<()> {
     // (class, next child to visit); `on_stack` detects cycles.
     let mut stack: Vec<(Id, usize)> = vec![(root, 0)];
     let mut on_stack: HashSet<Id> = HashSet::from([root]);
@@ -203,7 +206,7 @@ fn emit(
                 continue;
             }
             if !on_stack.insert(child) {
-                return Err("optimize: extraction produced a cycle".into());
+                return Err(Error::internal("optimize: extraction produced a cycle"));
             }
             stack.push((child, 0));
             continue;
@@ -224,7 +227,9 @@ fn emit(
                 id
             }
             (Op::Param { .. }, _) => {
-                return Err("optimize: a parameter's e-class lost its parameter".into())
+                return Err(Error::internal(
+                    "optimize: a parameter's e-class lost its parameter",
+                ))
             }
             (op, _) => push(out, op.clone(), inputs, names.get(&c).cloned())?,
         };
@@ -236,14 +241,10 @@ fn emit(
 /// Appends a node, inferring its type. Names are unique by construction (the caller hands out
 /// each template name once), and the verifier checks the whole graph afterwards; this avoids
 /// `Graph::add`'s linear name lookup, which would make large graphs quadratic.
-fn push(
-    out: &mut Graph,
-    op: Op,
-    inputs: Vec<ValueId>,
-    name: Option<String>,
-) -> Result<ValueId, String> {
+fn push(out: &mut Graph, op: Op, inputs: Vec<ValueId>, name: Option<String>) -> Result<ValueId> {
     let tys: Vec<&TensorType> = inputs.iter().map(|&v| out.ty(v)).collect();
-    let ty = infer(&op, &tys).map_err(|e| format!("optimize: rebuilt node is ill-typed: {e}"))?;
+    let ty = infer(&op, &tys)
+        .map_err(|e| Error::Internal(format!("optimize: rebuilt node is ill-typed: {e}")))?;
     let id = ValueId(out.nodes.len() as u32);
     out.nodes.push(Node {
         op,
