@@ -53,6 +53,7 @@
 //! Literals are cast by folding: a literal operand that needs another dtype becomes a
 //! new literal of that dtype holding the value the old one had in its own dtype.
 
+use crate::error::{Error, Result};
 use ferrite_ir::infer::reduced_axes;
 use ferrite_ir::types::normalize_axis;
 use ferrite_ir::{
@@ -76,31 +77,29 @@ const GELU_TANH_CUBIC: f64 = 0.044715;
 /// (outputs' included) is kept on the node that now produces its value. Nodes that no
 /// output depends on are dropped (parameters are always kept). The result is checked
 /// with [`verify`]; an invalid input graph is an error, never a panic.
-pub fn decompose(g: &Graph) -> Result<Graph, String> {
-    verify(g).map_err(|e| format!("decompose: the input graph is invalid: {e}"))?;
-    let mut lower = Lowering::new(&g.name);
+pub fn decompose(g: &Graph) -> Result<Graph> {
+    verify(g).map_err(|e| Error::invalid_input("decompose", e))?;
+    let mut d = Decomposer::new(&g.name);
     for (i, node) in g.nodes.iter().enumerate() {
-        let start = lower.out.nodes.len();
-        let v = lower.lower(g, i).map_err(|e| {
+        let start = d.out.nodes.len();
+        let v = d.decompose_node(g, i).map_err(|e| {
             let name = node
                 .name
                 .as_deref()
                 .map(|n| format!(" (`{n}`)"))
                 .unwrap_or_default();
-            format!("decompose: %{i}{name} ({}): {e}", node.op.name())
+            e.context(format_args!("decompose: %{i}{name} ({})", node.op.name()))
         })?;
         let v = match &node.name {
-            Some(name) if !matches!(node.op, Op::Param { .. }) => {
-                lower.bind_name(v, start, name)?
-            }
+            Some(name) if !matches!(node.op, Op::Param { .. }) => d.bind_name(v, start, name)?,
             _ => v,
         };
-        lower.map.push(v);
+        d.map.push(v);
     }
-    let mut out = lower.out;
-    out.outputs = g.outputs.iter().map(|o| lower.map[o.index()]).collect();
+    let mut out = d.out;
+    out.outputs = g.outputs.iter().map(|o| d.map[o.index()]).collect();
     out.declared_outputs = g.declared_outputs.clone();
-    // Dead source nodes were lowered along with the rest (so errors name source ids),
+    // Dead source nodes were decomposed along with the rest (so errors name source ids),
     // and rewrites such as `full` for empty results can leave operands unused.
     let out = out.without_dead_nodes();
     check_result(g, &out)?;
@@ -109,8 +108,9 @@ pub fn decompose(g: &Graph) -> Result<Graph, String> {
 
 /// Checks the postconditions of [`decompose`]: primitive ops only, one operand dtype per
 /// binary op and `where`, a verifier-clean graph, and the original signature.
-fn check_result(g: &Graph, out: &Graph) -> Result<(), String> {
-    let bug = |what: String| format!("decompose produced an invalid graph (a bug): {what}");
+fn check_result(g: &Graph, out: &Graph) -> Result<()> {
+    let bug =
+        |what: String| Error::Internal(format!("decompose produced an invalid graph: {what}"));
     verify(out).map_err(bug)?;
     if g.outputs.len() != out.outputs.len() {
         return Err(bug("the number of outputs changed".into()));
@@ -149,7 +149,7 @@ fn check_result(g: &Graph, out: &Graph) -> Result<(), String> {
 }
 
 /// The graph under construction, with the value map from the source graph.
-struct Lowering {
+struct Decomposer {
     /// The primitive graph being built.
     out: Graph,
     /// `map[i]` is the value in `out` that holds source value `%i`.
@@ -158,9 +158,9 @@ struct Lowering {
     casts: HashMap<(ValueId, DType), ValueId>,
 }
 
-impl Lowering {
-    fn new(name: &str) -> Lowering {
-        Lowering {
+impl Decomposer {
+    fn new(name: &str) -> Decomposer {
+        Decomposer {
             out: Graph::new(name),
             map: Vec::new(),
             casts: HashMap::new(),
@@ -168,15 +168,23 @@ impl Lowering {
     }
 
     /// Emits the primitives for source node `i` and returns the value holding its result.
-    fn lower(&mut self, src: &Graph, i: usize) -> Result<ValueId, String> {
+    fn decompose_node(&mut self, src: &Graph, i: usize) -> Result<ValueId> {
         let node = &src.nodes[i];
         let ins: Vec<ValueId> = node.inputs.iter().map(|x| self.map[x.index()]).collect();
         match &node.op {
             Op::Param { .. } => {
-                let name = node.name.clone().ok_or("a parameter has no name")?;
-                self.out.add_param(name, node.ty.clone())
+                let name = node
+                    .name
+                    .clone()
+                    .ok_or_else(|| Error::internal("a parameter has no name"))?;
+                self.out
+                    .add_param(name, node.ty.clone())
+                    .map_err(Error::internal)
             }
-            Op::Literal { value } => self.out.add_literal(*value, node.ty.dtype),
+            Op::Literal { value } => self
+                .out
+                .add_literal(*value, node.ty.dtype)
+                .map_err(Error::internal),
             Op::Unary(u) => self.unary(*u, ins[0]),
             Op::Binary(b) => self.binary(*b, ins[0], ins[1]),
             Op::Where => {
@@ -201,8 +209,8 @@ impl Lowering {
                 let rank = self.out.ty(ins[0]).rank();
                 let mut dims: Vec<i64> = (0..rank as i64).collect();
                 if rank > 0 {
-                    let a = normalize_axis(*dim0, rank)?;
-                    let b = normalize_axis(*dim1, rank)?;
+                    let a = normalize_axis(*dim0, rank).map_err(Error::internal)?;
+                    let b = normalize_axis(*dim1, rank).map_err(Error::internal)?;
                     dims.swap(a, b);
                 }
                 self.emit(Op::Permute { dims }, &ins)
@@ -231,14 +239,14 @@ impl Lowering {
         }
     }
 
-    /// Gives `name` to the value `v` that lowering a named node produced. Every rewrite
+    /// Gives `name` to the value `v` that decomposing a named node produced. Every rewrite
     /// ends in a node of its own, so `v` is new and unnamed; a rewrite that returned an
     /// existing value would lose the name, which is reported rather than papered over.
-    fn bind_name(&mut self, v: ValueId, start: usize, name: &str) -> Result<ValueId, String> {
+    fn bind_name(&mut self, v: ValueId, start: usize, name: &str) -> Result<ValueId> {
         if v.index() < start || self.out.node(v).name.is_some() {
-            return Err(format!(
-                "decompose: the rewrite of `{name}` reused {v} and so cannot carry its name (a bug)"
-            ));
+            return Err(Error::Internal(format!(
+                "decompose: the rewrite of `{name}` reused {v} and so cannot carry its name"
+            )));
         }
         self.out.nodes[v.index()].name = Some(name.to_string());
         Ok(v)
@@ -249,12 +257,12 @@ impl Lowering {
     }
 
     /// Appends one primitive node.
-    fn emit(&mut self, op: Op, inputs: &[ValueId]) -> Result<ValueId, String> {
-        self.out.add(op, inputs, None)
+    fn emit(&mut self, op: Op, inputs: &[ValueId]) -> Result<ValueId> {
+        self.out.add(op, inputs, None).map_err(Error::internal)
     }
 
     /// A literal of `dtype` holding `v` (an integer, or a float for float dtypes).
-    fn literal(&mut self, v: f64, dtype: DType) -> Result<ValueId, String> {
+    fn literal(&mut self, v: f64, dtype: DType) -> Result<ValueId> {
         let value = if dtype.is_float() {
             Scalar::Float(v)
         } else if dtype == DType::Bool {
@@ -262,12 +270,12 @@ impl Lowering {
         } else {
             Scalar::Int(v as i64)
         };
-        self.out.add_literal(value, dtype)
+        self.out.add_literal(value, dtype).map_err(Error::internal)
     }
 
     /// `v` converted to `to`: `v` itself when it already has that dtype, a folded literal
     /// when `v` is a literal, otherwise a (shared) `cast` node.
-    fn cast(&mut self, v: ValueId, to: DType) -> Result<ValueId, String> {
+    fn cast(&mut self, v: ValueId, to: DType) -> Result<ValueId> {
         let from = self.dtype(v);
         if from == to {
             return Ok(v);
@@ -276,7 +284,10 @@ impl Lowering {
             return Ok(c);
         }
         let c = match self.out.node(v).op {
-            Op::Literal { value } => self.out.add_literal(cast_scalar(value, from, to), to)?,
+            Op::Literal { value } => self
+                .out
+                .add_literal(cast_scalar(value, from, to), to)
+                .map_err(Error::internal)?,
             _ => self.emit(Op::Cast { to }, &[v])?,
         };
         self.casts.insert((v, to), c);
@@ -285,7 +296,7 @@ impl Lowering {
 
     /// A binary op whose operands are first cast to one dtype: the promoted one, or
     /// `f32` for the true division of integers.
-    fn binary(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId, String> {
+    fn binary(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId> {
         let mut common = promote(self.dtype(a), self.dtype(b));
         if op == BinaryOp::Div && !common.is_float() {
             common = DType::F32;
@@ -296,7 +307,7 @@ impl Lowering {
     }
 
     /// `op(x, c)` for a constant `c` of `x`'s dtype.
-    fn binary_const(&mut self, op: BinaryOp, x: ValueId, c: f64) -> Result<ValueId, String> {
+    fn binary_const(&mut self, op: BinaryOp, x: ValueId, c: f64) -> Result<ValueId> {
         let c = self.literal(c, self.dtype(x))?;
         self.binary(op, x, c)
     }
@@ -307,11 +318,11 @@ impl Lowering {
         x: ValueId,
         axes: Option<Vec<i64>>,
         keepdim: bool,
-    ) -> Result<ValueId, String> {
+    ) -> Result<ValueId> {
         self.emit(Op::Reduce { op, axes, keepdim }, &[x])
     }
 
-    fn unary(&mut self, u: UnaryOp, x: ValueId) -> Result<ValueId, String> {
+    fn unary(&mut self, u: UnaryOp, x: ValueId) -> Result<ValueId> {
         // PyTorch: `exp(int_tensor)` is f32; making the cast explicit keeps every
         // remaining transcendental op float-in, float-out.
         let x = if u.is_transcendental() && !self.dtype(x).is_float() {
@@ -360,7 +371,7 @@ impl Lowering {
     }
 
     /// `(x * 0.5) * (1 + t)`, the part both GELU forms share.
-    fn gelu_tail(&mut self, x: ValueId, t: ValueId) -> Result<ValueId, String> {
+    fn gelu_tail(&mut self, x: ValueId, t: ValueId) -> Result<ValueId> {
         let half = self.binary_const(BinaryOp::Mul, x, 0.5)?;
         let one_plus = self.binary_const(BinaryOp::Add, t, 1.0)?;
         self.binary(BinaryOp::Mul, half, one_plus)
@@ -370,7 +381,7 @@ impl Lowering {
     /// is never positive, so nothing overflows, and for `x < 0` the result is
     /// `e / (1 + e)`, accurate even where `1 / (1 + exp(-x))` would overflow to zero.
     /// NaN selects the `e` branch, which is NaN.
-    fn sigmoid(&mut self, x: ValueId) -> Result<ValueId, String> {
+    fn sigmoid(&mut self, x: ValueId) -> Result<ValueId> {
         let dt = self.dtype(x);
         let abs = self.emit(Op::Unary(UnaryOp::Abs), &[x])?;
         let neg = self.emit(Op::Unary(UnaryOp::Neg), &[abs])?;
@@ -383,27 +394,16 @@ impl Lowering {
     }
 
     /// `sum(x, axes, keepdim) / count` for a float `x`.
-    fn mean(
-        &mut self,
-        x: ValueId,
-        axes: Option<Vec<i64>>,
-        keepdim: bool,
-    ) -> Result<ValueId, String> {
+    fn mean(&mut self, x: ValueId, axes: Option<Vec<i64>>, keepdim: bool) -> Result<ValueId> {
         let ty = self.out.ty(x).clone();
-        let reduced = reduced_axes("mean", axes.as_deref(), ty.rank())?;
+        let reduced = reduced_axes("mean", axes.as_deref(), ty.rank()).map_err(Error::internal)?;
         let count: usize = reduced.iter().map(|&a| ty.shape[a]).product();
         let sum = self.reduce(ReduceOp::Sum, x, axes, keepdim)?;
         self.binary_const(BinaryOp::Div, sum, count as f64)
     }
 
     /// `softmax` (or `log_softmax` when `log`) of `x` along `axis`.
-    fn softmax(
-        &mut self,
-        x: ValueId,
-        axis: i64,
-        log: bool,
-        ty: &TensorType,
-    ) -> Result<ValueId, String> {
+    fn softmax(&mut self, x: ValueId, axis: i64, log: bool, ty: &TensorType) -> Result<ValueId> {
         if ty.numel() == 0 {
             return self.empty(ty);
         }
@@ -425,14 +425,14 @@ impl Lowering {
     }
 
     /// `layer_norm(x, w, b, eps)` (when `centered`) or `rms_norm(x, w, eps)` over the
-    /// last axis; `ins` are the lowered operands.
+    /// last axis; `ins` are the decomposed operands.
     fn norm(
         &mut self,
         ins: &[ValueId],
         eps: f64,
         centered: bool,
         ty: &TensorType,
-    ) -> Result<ValueId, String> {
+    ) -> Result<ValueId> {
         if ty.numel() == 0 {
             return self.empty(ty);
         }
@@ -460,7 +460,7 @@ impl Lowering {
     }
 
     /// `full(shape, 0)` of `ty`: the value of an op whose result has no elements.
-    fn empty(&mut self, ty: &TensorType) -> Result<ValueId, String> {
+    fn empty(&mut self, ty: &TensorType) -> Result<ValueId> {
         let op = Op::Full {
             shape: ty.shape.clone(),
             value: 0.0,
@@ -474,8 +474,8 @@ impl Lowering {
     fn in_f32(
         &mut self,
         ins: &[ValueId],
-        body: impl FnOnce(&mut Lowering, &[ValueId]) -> Result<ValueId, String>,
-    ) -> Result<ValueId, String> {
+        body: impl FnOnce(&mut Decomposer, &[ValueId]) -> Result<ValueId>,
+    ) -> Result<ValueId> {
         let dt = self.dtype(ins[0]);
         if !matches!(dt, DType::F16 | DType::Bf16) {
             return body(self, ins);
@@ -483,7 +483,7 @@ impl Lowering {
         let up = ins
             .iter()
             .map(|&v| self.cast(v, DType::F32))
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>>>()?;
         let y = body(self, &up)?;
         self.cast(y, dt)
     }

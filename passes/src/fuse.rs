@@ -37,7 +37,8 @@
 //! producer is computed wherever its consumer needs it (a broadcast, softmax's `exp`
 //! in both the sum and the store), which `too-much-recompute` bounds.
 
-use crate::lower::{build_kernel, Layout, LowerError, Plan, SNode};
+use crate::error::{Error, Result};
+use crate::lower::{build_kernel, materialize_gemm_operands, Layout, LowerError, Plan, SNode};
 use ferrite_ir::loops::KernelId;
 use ferrite_ir::{Graph, ValueId};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
@@ -127,8 +128,8 @@ struct Cost {
 }
 
 /// Groups the primitive graph `g` into kernels (see the module docs).
-pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>, String> {
-    let plan = Plan::fused(g)?;
+pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>> {
+    let plan = materialize_gemm_operands(Plan::fused(g))?;
     let layout = Layout::provisional(&plan);
     let n = plan.snodes.len();
     let mut dag = StableDiGraph::new();
@@ -156,8 +157,8 @@ pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>, String> {
     };
     for s in 0..n {
         f.cost(&[s]).map_err(|e| match e {
-            LowerError::Refused(r) => format!("internal error: node cannot be lowered alone: {r}"),
-            LowerError::Invalid(e) => e,
+            LowerError::Refused(r) => Error::Internal(format!("node cannot be lowered alone: {r}")),
+            LowerError::Failed(e) => e,
         })?;
     }
     for _ in 0..MAX_ROUNDS {
@@ -219,7 +220,7 @@ impl Fuser<'_, '_> {
                 ops: k.op_count(),
             }),
             Err(LowerError::Refused(r)) => Err(r),
-            Err(LowerError::Invalid(e)) => return Err(LowerError::Invalid(e)),
+            Err(LowerError::Failed(e)) => return Err(LowerError::Failed(e)),
         };
         self.cache.insert(key, result.clone());
         result.map_err(LowerError::Refused)
@@ -401,7 +402,7 @@ impl Fuser<'_, '_> {
 
     /// One round: score every candidate, merge the best disjoint ones. Returns whether
     /// anything merged.
-    fn round(&mut self) -> Result<bool, String> {
+    fn round(&mut self) -> Result<bool> {
         let edges: BTreeSet<(usize, usize)> = self.edges().into_iter().collect();
 
         // Candidate pairs: edges, and neighbouring readers of a common buffer.
@@ -467,9 +468,7 @@ impl Fuser<'_, '_> {
             merged.sort_unstable();
             let (ca, cb) = match (self.cost(&ma), self.cost(&mb)) {
                 (Ok(x), Ok(y)) => (x, y),
-                (Err(LowerError::Invalid(e)), _) | (_, Err(LowerError::Invalid(e))) => {
-                    return Err(e)
-                }
+                (Err(LowerError::Failed(e)), _) | (_, Err(LowerError::Failed(e))) => return Err(e),
                 _ => continue,
             };
             let cm = match self.cost(&merged) {
@@ -479,7 +478,7 @@ impl Fuser<'_, '_> {
                     self.refuse(a, b, kind, r.rule, r.detail);
                     continue;
                 }
-                Err(LowerError::Invalid(e)) => return Err(e),
+                Err(LowerError::Failed(e)) => return Err(e),
             };
             let saved = ca.bytes + cb.bytes - cm.bytes;
             if saved <= 0 {

@@ -1,8 +1,11 @@
 pub mod decompose;
 pub mod dot;
+pub mod error;
 pub mod fuse;
 pub mod lower;
 pub mod memory;
 pub mod optimize;
 pub mod pipeline;
 pub mod schedule;
+
+pub use error::{Error, Result};

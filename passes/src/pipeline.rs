@@ -10,6 +10,7 @@
 //! directory lists every stage in pipeline order.
 
 use crate::decompose::decompose;
+use crate::error::{Error, Result};
 use crate::optimize::{optimize, OptimizeConfig, OptimizeReport};
 use crate::schedule::{schedule, ScheduleOptions, Scheduled};
 use ferrite_ir::{print, verify, Graph};
@@ -59,19 +60,20 @@ impl Lowered {
     }
 }
 
-/// Runs `f`, checks its result with `check`, and records the stage.
-fn stage<T>(
+/// Runs `f`, checks its result with `check`, and records the stage. A result that
+/// fails the check is the stage's bug.
+fn stage<T, E: std::fmt::Display>(
     stages: &mut Vec<StageRecord>,
     name: &'static str,
     file: &'static str,
-    f: impl FnOnce() -> Result<T, String>,
-    check: impl FnOnce(&T) -> Result<(), String>,
+    f: impl FnOnce() -> Result<T>,
+    check: impl FnOnce(&T) -> Result<(), E>,
     text: impl FnOnce(&T) -> String,
-) -> Result<T, String> {
+) -> Result<T> {
     let start = Instant::now();
-    let out = f().map_err(|e| format!("{name}: {e}"))?;
+    let out = f().map_err(|e| e.context(name))?;
     let time = start.elapsed();
-    check(&out).map_err(|e| format!("{name} produced an invalid result: {e}"))?;
+    check(&out).map_err(|e| Error::Internal(format!("{name} produced an invalid result: {e}")))?;
     stages.push(StageRecord {
         name,
         time,
@@ -82,8 +84,8 @@ fn stage<T>(
 }
 
 /// Runs decompose, optimize and schedule on a verified graph.
-pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered, String> {
-    verify(g).map_err(|e| format!("the input graph is invalid: {e}"))?;
+pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered> {
+    verify(g).map_err(|e| Error::InvalidGraph(format!("the input graph is invalid: {e}")))?;
     let mut stages = Vec::new();
     let decomposed = stage(
         &mut stages,

@@ -1,15 +1,16 @@
 //! The schedule entry point: a primitive graph to a loop-IR program and its memory plan.
 //!
 //! ```text
-//! schedule(g)  =  fuse (or lower, for --no-fuse)  ->  assemble kernels  ->  verify  ->  plan_memory
+//! schedule(g)  =  fuse (or lower_unfused, for --no-fuse)  ->  assemble kernels  ->  verify  ->  plan_memory
 //! ```
 //!
 //! The input must be primitive (run `decompose` first); the output program is
 //! verified, and the fusion decisions are kept so a dump can say why each fusion was
 //! made or refused.
 
+use crate::error::{Error, Result};
 use crate::fuse::{fuse, FusionDecision, MAX_FUSION_SIZE};
-use crate::lower::{assemble, lower};
+use crate::lower::{assemble, lower_unfused};
 use crate::memory::{plan_memory, MemoryPlan};
 use ferrite_ir::loops::Program;
 use ferrite_ir::{verify, Graph};
@@ -66,24 +67,24 @@ impl Scheduled {
 }
 
 /// Schedules the primitive graph `g` (see the module docs).
-pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled, String> {
-    verify(g).map_err(|e| format!("schedule: the graph is invalid: {e}"))?;
+pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled> {
+    verify(g).map_err(|e| Error::InvalidGraph(format!("schedule: the graph is invalid: {e}")))?;
     if let Some((i, n)) = g
         .nodes
         .iter()
         .enumerate()
         .find(|(_, n)| !n.op.is_primitive())
     {
-        return Err(format!(
+        return Err(Error::InvalidGraph(format!(
             "schedule: %{i} is `{}`, which is not primitive (run decompose first)",
             n.op.name()
-        ));
+        )));
     }
     let (program, decisions) = if opts.fuse {
         let f = fuse(g, opts.max_fusion_size)?;
         (assemble(&f.plan, &f.groups)?, f.decisions)
     } else {
-        (lower(g)?, Vec::new())
+        (lower_unfused(g)?, Vec::new())
     };
     let memory = plan_memory(&program);
     Ok(Scheduled {

@@ -259,7 +259,11 @@ fn a_transposed_or_reshaped_layout_is_stored_directly() {
 fn composite_graphs_are_rejected() {
     let g = ferrite_ir::parse("t.fg", "graph s(x: f32[4]) { return softmax(x) }").unwrap();
     let err = schedule(&g, &ScheduleOptions::default()).unwrap_err();
-    assert!(err.contains("not primitive"), "{err}");
+    assert!(err.to_string().contains("not primitive"), "{err}");
+    assert!(
+        !err.is_internal(),
+        "the caller's mistake, not a bug: {err:?}"
+    );
 }
 
 #[test]

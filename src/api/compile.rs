@@ -229,8 +229,9 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
     let (backend, records) = match options.target {
         Target::Interp => (Backend::Interp, Vec::new()),
         Target::Loops | Target::Cpu | Target::Sim => {
-            let lowered = lower_graph(graph, &options.pipeline())
-                .map_err(|message| Error::Compile { message })?;
+            let lowered = lower_graph(graph, &options.pipeline()).map_err(|e| Error::Compile {
+                message: e.to_string(),
+            })?;
             let mut records = lowered.stages;
             let (code, record) = generate(&lowered.scheduled.program, options)?;
             records.extend(record);

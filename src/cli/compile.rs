@@ -60,7 +60,8 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     let unfused = if args.no_fuse {
         scheduled.clone()
     } else {
-        schedule(optimized, &ScheduleOptions::unfused()).map_err(CliError::Internal)?
+        schedule(optimized, &ScheduleOptions::unfused())
+            .map_err(|e| CliError::Internal(e.to_string()))?
     };
 
     writeln!(

@@ -12,7 +12,8 @@
 //! products). The one difference is float `arange` with a fractional start or step,
 //! computed here in its dtype rather than in f64.
 
-use super::expr::{ExprOp, ExprRef, Value};
+use super::expr::{ExprOp, Value};
+use super::ids::ExprRef;
 use super::index::{Var, VarKind};
 use super::program::{Kernel, Program, ReduceKind, Stage};
 use super::scalar;

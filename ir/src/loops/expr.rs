@@ -5,29 +5,12 @@
 //! node has a dtype and its value is that of the op computed in that dtype: an `f32`
 //! add yields an `f32`, exactly as the reference interpreter rounds once per op.
 
+use super::ids::{AccId, BufferId, ExprRef};
 use super::index::IndexExpr;
-use super::program::{AccId, BufferId};
 use crate::op::{BinaryOp, UnaryOp};
 use crate::DType;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-
-/// A reference to a node of the enclosing [`Block`]; prints as `t3`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
-pub struct ExprRef(pub u32);
-
-impl ExprRef {
-    /// The index into [`Block::nodes`].
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl fmt::Display for ExprRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "t{}", self.0)
-    }
-}
 
 /// A scalar value of the loop IR, in one of the three computation domains: floats
 /// as f64 (holding a value of the node's dtype), integers as i64, or bool.

@@ -25,7 +25,7 @@
 //! (the result of `%` is in `0..n`), so the rules hold for negative operands too,
 //! which appear under the guards of padded loads.
 
-use super::expr::ExprRef;
+use super::ids::ExprRef;
 use std::fmt;
 
 /// Which loop a variable belongs to.

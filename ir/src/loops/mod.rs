@@ -20,11 +20,15 @@
 //! Architecture invariant: the loop IR knows nothing of the graph passes that produce
 //! it (only the graph's [`ValueId`](crate::ValueId)s, for readers) and nothing of any
 //! backend. [`Program::verify`] states its invariants, [`evaluate`] runs it, the
-//! `Display` impls print it and [`parse_program`] reads the printed text back.
+//! `Display` impls print it, [`parse_program`] reads the printed text back, and
+//! [`Liveness`] says when each buffer must exist (the one liveness that memory planning
+//! and both backends' placement use).
 
 mod eval;
 mod expr;
+mod ids;
 mod index;
+mod liveness;
 mod print;
 mod program;
 mod read;
@@ -32,10 +36,12 @@ pub mod scalar;
 mod verify;
 
 pub use eval::evaluate;
-pub use expr::{Block, Bound, ExprNode, ExprOp, ExprRef, Load, Value};
+pub use expr::{Block, Bound, ExprNode, ExprOp, Load, Value};
+pub use ids::{AccId, BufferId, ExprRef, KernelId};
 pub use index::{Extents, IndexExpr, Var, VarKind};
+pub use liveness::{assign_slots, Interval, Liveness, Slot, Slots};
 pub use program::{
-    AccId, Buffer, BufferAccess, BufferId, BufferKind, GemmInfo, GemmOperand, Kernel, KernelId,
-    Program, ReduceKind, Reduction, Stage, StoreOp,
+    Buffer, BufferAccess, BufferKind, GemmInfo, GemmOperand, Kernel, Program, ReduceKind,
+    Reduction, Stage, StoreOp,
 };
 pub use read::{parse_program, MAX_NESTING};

@@ -20,7 +20,8 @@
 //! is headed `store over one point:`; a GEMM's stage and outer axes are stated
 //! (`stage 1`, `axes [1, 0]`) when they are not the ones the kernel implies.
 
-use super::expr::{Block, ExprOp, ExprRef};
+use super::expr::{Block, ExprOp};
+use super::ids::ExprRef;
 use super::index::IndexExpr;
 use super::program::{BufferKind, GemmInfo, Kernel, Program, Stage};
 use crate::op::{BinaryOp, UnaryOp};

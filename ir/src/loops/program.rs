@@ -1,47 +1,10 @@
 //! Programs, buffers, kernels and stages: the structure of the loop IR.
 
-use super::expr::{Block, ExprOp, ExprRef};
+use super::expr::{Block, ExprOp};
+use super::ids::{AccId, BufferId, ExprRef, KernelId};
 use super::index::{Extents, IndexExpr};
 use crate::types::TensorType;
 use crate::{DType, ValueId};
-use std::fmt;
-
-/// A buffer of a [`Program`]; prints as `buf3`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
-pub struct BufferId(pub u32);
-
-impl BufferId {
-    /// The index into [`Program::buffers`].
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl fmt::Display for BufferId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "buf{}", self.0)
-    }
-}
-
-/// A kernel of a [`Program`]; prints as `k3`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
-pub struct KernelId(pub u32);
-
-impl fmt::Display for KernelId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "k{}", self.0)
-    }
-}
-
-/// A reduction accumulator of a kernel; prints as `acc3`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
-pub struct AccId(pub u32);
-
-impl fmt::Display for AccId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "acc{}", self.0)
-    }
-}
 
 /// The role of a buffer.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

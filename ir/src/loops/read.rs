@@ -21,12 +21,13 @@
 //! nested directly in a sum reads flat, and a product negated again, `(x*3)*-1`, reads
 //! as `x*-3` when it is a term of a sum: both print ` - x*3`).
 
-use super::expr::{Block, Bound, ExprNode, ExprOp, ExprRef, Load, Value};
+use super::expr::{Block, Bound, ExprNode, ExprOp, Load, Value};
+use super::ids::{AccId, BufferId, ExprRef, KernelId};
 use super::index::{IndexExpr, Var};
 use super::print::{default_dtype, gemm_outer_axes, gemm_stage, infix, unary_name};
 use super::program::{
-    AccId, Buffer, BufferId, BufferKind, GemmInfo, GemmOperand, Kernel, KernelId, Program,
-    ReduceKind, Reduction, Stage, StoreOp,
+    Buffer, BufferKind, GemmInfo, GemmOperand, Kernel, Program, ReduceKind, Reduction, Stage,
+    StoreOp,
 };
 use super::scalar;
 use crate::op::{BinaryOp, UnaryOp};

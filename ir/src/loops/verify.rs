@@ -10,7 +10,8 @@
 //!   kernels; inputs are never written;
 //! - the recorded reads/writes and GEMM descriptions match the stages.
 
-use super::expr::{Block, ExprOp, ExprRef};
+use super::expr::{Block, ExprOp};
+use super::ids::ExprRef;
 use super::index::{Extents, IndexExpr};
 use super::program::{BufferKind, Kernel, Program, Stage};
 use crate::op::UnaryOp;

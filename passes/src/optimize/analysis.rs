@@ -13,9 +13,6 @@ use egg::{Analysis, DidMerge, EGraph, Id};
 use ferrite_ir::infer::infer;
 use ferrite_ir::{promote, BinaryOp, DType, Op, ReduceOp, Tensor, TensorType, UnaryOp};
 
-/// The e-graph the optimizer works on.
-pub type TensorEGraph = EGraph<TensorLang, TensorAnalysis>;
-
 /// The analysis state: the op table of the e-graph, and any contradiction found while merging.
 #[derive(Default, Debug)]
 pub struct TensorAnalysis {
@@ -39,8 +36,8 @@ pub struct ClassData {
 impl Analysis<TensorLang> for TensorAnalysis {
     type Data = ClassData;
 
-    fn make(eg: &mut TensorEGraph, enode: &TensorLang, _id: Id) -> ClassData {
-        let eg: &TensorEGraph = eg;
+    fn make(eg: &mut EGraph<TensorLang, Self>, enode: &TensorLang, _id: Id) -> ClassData {
+        let eg: &EGraph<TensorLang, Self> = eg;
         let entry = eg.analysis.ops.get(enode.op);
         let inputs: Vec<&ClassData> = enode.children.iter().map(|&c| &eg[c].data).collect();
         let ty = node_type(entry, &inputs);

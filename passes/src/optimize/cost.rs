@@ -32,8 +32,9 @@
 //! changes, which is quadratic on the deep chains that real models are. The result is then
 //! checked against the input with [`graph_cost`], which counts each node of the DAG once.
 
-use super::analysis::{node_type, ClassData, TensorEGraph};
-use super::language::{Choice, TensorLang};
+use super::analysis::{node_type, ClassData};
+use super::egraph::{Choice, TensorEGraph};
+use super::language::TensorLang;
 use egg::{CostFunction, Id};
 use ferrite_ir::{BinaryOp, Graph, Op, TensorType, UnaryOp};
 use std::collections::{HashMap, HashSet, VecDeque};

@@ -21,13 +21,16 @@
 
 mod analysis;
 pub mod cost;
+mod egraph;
 mod language;
 mod rules;
 
-use analysis::{TensorAnalysis, TensorEGraph};
+use crate::error::{Error, Result};
+use analysis::TensorAnalysis;
 use egg::{BackoffScheduler, Language, Rewrite, Runner, SimpleScheduler};
+use egraph::{add_graph, extract_graph, TensorEGraph};
 use ferrite_ir::{verify, Graph, Node, Op, ValueId};
-use language::{add_graph, extract_graph, TensorLang};
+use language::TensorLang;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -146,12 +149,14 @@ pub fn rule_names() -> Vec<&'static str> {
 ///
 /// This isolates a rule's right-hand side, so a test can check it against the left-hand side
 /// with the interpreter; [`optimize`] itself might extract neither.
-pub fn rewrite_once(g: &Graph, rule: &str) -> Result<Option<Graph>, String> {
-    verify(g).map_err(|e| format!("rewrite_once: the input graph is invalid: {e}"))?;
+pub fn rewrite_once(g: &Graph, rule: &str) -> Result<Option<Graph>> {
+    verify(g).map_err(|e| Error::invalid_input("rewrite_once", e))?;
     let rewrite = rules::rewrites()
         .into_iter()
         .find(|r| r.name.as_str() == rule)
-        .ok_or_else(|| format!("rewrite_once: there is no rule named `{rule}`"))?;
+        .ok_or_else(|| {
+            Error::UnknownRule(format!("rewrite_once: there is no rule named `{rule}`"))
+        })?;
     let mut eg = TensorEGraph::new(TensorAnalysis::default());
     let classes = add_graph(&mut eg, g);
     let original: Vec<TensorLang> = eg.classes().flat_map(|c| c.nodes.clone()).collect();
@@ -169,10 +174,10 @@ pub fn rewrite_once(g: &Graph, rule: &str) -> Result<Option<Graph>, String> {
     }
     let eg = runner.egraph;
     if !eg.analysis.conflicts.is_empty() {
-        return Err(format!(
+        return Err(Error::Internal(format!(
             "rewrite_once: `{rule}` merged values that differ: {}",
             eg.analysis.conflicts.join("; ")
-        ));
+        )));
     }
     let original = original
         .into_iter()
@@ -180,7 +185,11 @@ pub fn rewrite_once(g: &Graph, rule: &str) -> Result<Option<Graph>, String> {
         .collect();
     let choice = cost::extract(&eg, &mut cost::PreferNew { original });
     let out = extract_graph(&eg, &choice, g, &classes, &vec![true; g.outputs.len()])?;
-    verify(&out).map_err(|e| format!("rewrite_once: `{rule}` produced an invalid graph: {e}"))?;
+    verify(&out).map_err(|e| {
+        Error::Internal(format!(
+            "rewrite_once: `{rule}` produced an invalid graph: {e}"
+        ))
+    })?;
     Ok(Some(out))
 }
 
@@ -188,9 +197,9 @@ pub fn rewrite_once(g: &Graph, rule: &str) -> Result<Option<Graph>, String> {
 ///
 /// Returns an equivalent graph and a report. Errors only on an invalid input graph, or on an
 /// internal inconsistency (which would be a bug, reported rather than miscompiled).
-pub fn optimize(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeReport), String> {
+pub fn optimize(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeReport)> {
     let start = Instant::now();
-    verify(g).map_err(|e| format!("optimize: the input graph is invalid: {e}"))?;
+    verify(g).map_err(|e| Error::invalid_input("optimize", e))?;
     let cost_before = cost::graph_cost(g);
     let mut report = OptimizeReport {
         stop_reason: "disabled".into(),
@@ -211,16 +220,17 @@ pub fn optimize(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeRepor
         return Ok((g.clone(), report));
     }
     let out = optimize_windows(g, cfg, &mut report)?;
-    verify(&out).map_err(|e| format!("optimize: produced an invalid graph (a bug): {e}"))?;
+    verify(&out)
+        .map_err(|e| Error::Internal(format!("optimize: produced an invalid graph: {e}")))?;
     for (i, (&a, &b)) in g.outputs.iter().zip(&out.outputs).enumerate() {
         if g.ty(a) != out.ty(b) || g.output_name(i) != out.output_name(i) {
-            return Err(format!(
-                "optimize: output {i} changed from `{}`: {} to `{}`: {} (a bug)",
+            return Err(Error::Internal(format!(
+                "optimize: output {i} changed from `{}`: {} to `{}`: {}",
                 g.output_name(i),
                 g.ty(a),
                 out.output_name(i),
                 out.ty(b)
-            ));
+            )));
         }
     }
     report.ops_after = out.op_count();
@@ -231,11 +241,7 @@ pub fn optimize(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeRepor
 
 /// Splits the graph's nodes into windows, optimizes each (while time lasts) and stitches the
 /// results together.
-fn optimize_windows(
-    g: &Graph,
-    cfg: &OptimizeConfig,
-    report: &mut OptimizeReport,
-) -> Result<Graph, String> {
+fn optimize_windows(g: &Graph, cfg: &OptimizeConfig, report: &mut OptimizeReport) -> Result<Graph> {
     let rules = rules::rewrites();
     // The budget is for rewriting: it starts after the input was checked and costed.
     let deadline = Instant::now() + cfg.time_limit;
@@ -307,7 +313,9 @@ fn optimize_windows(
     out.outputs = g
         .outputs
         .iter()
-        .map(|o| map[o.index()].ok_or("optimize: an output was not rebuilt (a bug)"))
+        .map(|o| {
+            map[o.index()].ok_or_else(|| Error::internal("optimize: an output was not rebuilt"))
+        })
         .collect::<Result<_, _>>()?;
     Ok(out)
 }
@@ -378,15 +386,14 @@ fn stitch(
     window: &Graph,
     externals: &[usize],
     exits: &[usize],
-) -> Result<(), String> {
+) -> Result<()> {
     let mut local: Vec<ValueId> = Vec::with_capacity(window.nodes.len());
     for node in &window.nodes {
         let v = match node.op {
             // Earlier windows, which define every value this one uses, are stitched first.
-            Op::Param { index } => externals
-                .get(index)
-                .and_then(|&x| map[x])
-                .ok_or("optimize: a window uses a value no earlier window defines (a bug)")?,
+            Op::Param { index } => externals.get(index).and_then(|&x| map[x]).ok_or_else(|| {
+                Error::internal("optimize: a window uses a value no earlier window defines")
+            })?,
             _ => {
                 let v = ValueId(out.nodes.len() as u32);
                 out.nodes.push(Node {
@@ -420,7 +427,7 @@ fn optimize_region(
     cfg: &OptimizeConfig,
     time: Duration,
     rules: &[Rewrite<TensorLang, TensorAnalysis>],
-) -> Result<(Graph, RegionStats), String> {
+) -> Result<(Graph, RegionStats)> {
     let mut eg = TensorEGraph::new(TensorAnalysis::default());
     let classes = add_graph(&mut eg, g);
     let initial = eg.number_of_classes();
@@ -445,10 +452,10 @@ fn optimize_region(
     };
     let eg = runner.egraph;
     if !eg.analysis.conflicts.is_empty() {
-        return Err(format!(
-            "optimize: rewriting merged values that differ (a bug): {}",
+        return Err(Error::Internal(format!(
+            "optimize: rewriting merged values that differ: {}",
             eg.analysis.conflicts.join("; ")
-        ));
+        )));
     }
     let choice = cost::extract(&eg, &mut cost::CostModel::new(&eg));
     let out = extract_graph(&eg, &choice, g, &classes, strict)?;

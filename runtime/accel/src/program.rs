@@ -33,7 +33,7 @@
 use super::lower::{lower_kernel, TileLaunch};
 use super::sim::{self, Device, DeviceArg, DeviceReport, Machine, Placement};
 use crate::error::{Error, Result};
-use ferrite_ir::loops::{BufferId, BufferKind, Program};
+use ferrite_ir::loops::{BufferId, BufferKind, Liveness, Program};
 use ferrite_ir::{Tensor, TensorType};
 use std::fmt::Write;
 
@@ -257,17 +257,7 @@ fn placement_name(p: Placement) -> &'static str {
 /// Places every buffer (see the module docs).
 fn plan_buffers(p: &Program, m: &Machine, intermediates: Intermediates) -> Vec<BufferPlan> {
     // Lifetimes of intermediates: first writer to last reader.
-    let n = p.buffers.len();
-    let mut live: Vec<Option<(usize, usize)>> = vec![None; n];
-    for (ki, k) in p.kernels.iter().enumerate() {
-        for a in k.writes.iter().chain(&k.reads) {
-            let l = &mut live[a.buffer.index()];
-            *l = Some(match *l {
-                None => (ki, ki),
-                Some((w, r)) => (w.min(ki), r.max(ki)),
-            });
-        }
-    }
+    let live = Liveness::of(p);
     let mut plans: Vec<BufferPlan> = p
         .buffers
         .iter()
@@ -278,7 +268,7 @@ fn plan_buffers(p: &Program, m: &Machine, intermediates: Intermediates) -> Vec<B
             kind: b.kind,
             placement: Placement::Lpddr,
             live: match b.kind {
-                BufferKind::Intermediate => live[b.id.index()],
+                BufferKind::Intermediate => live.get(b.id).map(|iv| (iv.first, iv.last)),
                 _ => None,
             },
         })

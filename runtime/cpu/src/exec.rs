@@ -2,11 +2,13 @@
 //!
 //! [`CpuProgram::compile`] turns every kernel into machine code (see [`super::codegen`]);
 //! GEMM kernels become a call of the extern GEMM plus a JIT'd epilogue
-//! ([`super::codegen::epilogue`]). It also plans storage: intermediates (and GEMM
-//! temporaries) whose lifetimes, from the kernel that writes them to the last kernel
-//! that reads them, do not overlap share a typed storage slot, and buffers that their
-//! writer does not provably cover entirely are zeroed before it runs (the reference
-//! starts every buffer at zero). Storage is kept between runs.
+//! ([`super::codegen::epilogue`]). It also plans storage with the loop IR's liveness
+//! and slot assignment ([`ferrite_ir::loops::assign_slots`], the placement the memory
+//! plan reports): intermediates (and GEMM temporaries) whose lifetimes, from the kernel
+//! that writes them to the last kernel that reads them, do not overlap share a typed
+//! storage slot, and buffers that their writer does not provably cover entirely are
+//! zeroed before it runs (the reference starts every buffer at zero). Storage is kept
+//! between runs.
 //!
 //! [`CpuProgram::run`] checks the inputs, allocates outputs, and runs the steps in order.
 //! A kernel's outer domain is split across the thread pool by ranges when its outer
@@ -22,7 +24,10 @@ use super::codegen::{define_kernel, CodegenOptions, KernelInfo};
 use super::gemm::{gemm, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale};
 use super::jit::{Jit, JitCode, JitOptions};
 use super::pool::{default_thread_count, ChunkSpan, ChunkTimes, ThreadPool};
-use ferrite_ir::loops::{Buffer, BufferId, BufferKind, Extents, Kernel, Program, Stage, Var};
+use ferrite_ir::loops::{
+    assign_slots, Buffer, BufferId, BufferKind, Extents, Kernel, Liveness, Program, Slot, Slots,
+    Stage, Var,
+};
 use ferrite_ir::{DType, Data, Tensor};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -119,7 +124,7 @@ pub struct CpuProgram {
     /// Storage slot of each intermediate or temporary buffer.
     slot_of: Vec<Option<usize>>,
     /// Element type and length of each storage slot.
-    slots: Vec<(DType, usize)>,
+    slots: Vec<Slot>,
     /// Buffers to zero before each step (not provably covered by their writer).
     zero_before: Vec<Vec<BufferId>>,
     /// Storage sets kept for reuse by later runs.
@@ -206,7 +211,7 @@ impl CpuProgram {
                 },
             });
         }
-        let (slot_of, slots) = plan_storage(program, &steps, &buffers);
+        let Slots { slot_of, slots } = plan_storage(program, &steps, &buffers);
         let zero_before = program
             .kernels
             .iter()
@@ -234,6 +239,13 @@ impl CpuProgram {
             pool,
             code,
         })
+    }
+
+    /// Bytes of storage one run allocates for intermediates and GEMM temporaries (the
+    /// memory plan's `peak_bytes` of the program, plus any temporary that found no free
+    /// slot).
+    pub fn storage_bytes(&self) -> usize {
+        self.slots.iter().map(|s| s.bytes()).sum()
     }
 
     /// The program this was compiled from.
@@ -436,7 +448,7 @@ impl CpuProgram {
 
     fn take_storage(&self) -> Vec<Data> {
         let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
-        spare.unwrap_or_else(|| self.slots.iter().map(|&(d, n)| zeros(d, n)).collect())
+        spare.unwrap_or_else(|| self.slots.iter().map(|s| zeros(s.dtype, s.len)).collect())
     }
 
     fn return_storage(&self, storage: Vec<Data>) {
@@ -789,71 +801,17 @@ fn data_addr_mut(d: &mut Data) -> usize {
     }
 }
 
-/// Assigns intermediates and GEMM temporaries to storage slots: buffers of one dtype
-/// whose lifetimes (writer step to last reader step, inclusive) do not overlap share one.
-fn plan_storage(
-    program: &Program,
-    steps: &[Step],
-    buffers: &[Buffer],
-) -> (Vec<Option<usize>>, Vec<(DType, usize)>) {
-    let n = buffers.len();
-    let mut first: Vec<Option<usize>> = vec![None; n];
-    let mut last: Vec<usize> = vec![0; n];
-    let mut touch = |b: BufferId, at: usize, write: bool, first: &mut Vec<Option<usize>>| {
-        if write && first[b.index()].is_none() {
-            first[b.index()] = Some(at);
-        }
-        last[b.index()] = last[b.index()].max(at);
-    };
-    for (si, (k, step)) in program.kernels.iter().zip(steps).enumerate() {
-        for w in &k.writes {
-            touch(w.buffer, si, true, &mut first);
-        }
-        for r in &k.reads {
-            touch(r.buffer, si, false, &mut first);
-        }
+/// Assigns intermediates and GEMM temporaries to storage slots with the loop IR's
+/// liveness and slot assignment, the placement the memory plan reports: a GEMM product
+/// temporary lives during its own step only.
+fn plan_storage(program: &Program, steps: &[Step], buffers: &[Buffer]) -> Slots {
+    let mut live = Liveness::of(program);
+    for (si, step) in steps.iter().enumerate() {
         if let Step::Gemm { plan, .. } = step {
-            touch(plan.product, si, true, &mut first);
+            live.note_write(plan.product, si);
         }
     }
-    let mut order: Vec<usize> = (0..n)
-        .filter(|&b| buffers[b].kind == BufferKind::Intermediate && first[b].is_some())
-        .collect();
-    order.sort_by_key(|&b| (first[b], std::cmp::Reverse(buffers[b].ty.numel())));
-    let mut slot_of = vec![None; n];
-    // Per slot: dtype, length, last step of its current occupant.
-    let mut slots: Vec<(DType, usize, usize)> = Vec::new();
-    for b in order {
-        let (dtype, numel, start) = (
-            buffers[b].ty.dtype,
-            buffers[b].ty.numel(),
-            first[b].unwrap_or(0),
-        );
-        let free = |s: &(DType, usize, usize)| s.0 == dtype && s.2 < start;
-        // Best fit: the smallest free slot that is large enough, else the largest free one.
-        let fit = (0..slots.len())
-            .filter(|&s| free(&slots[s]) && slots[s].1 >= numel)
-            .min_by_key(|&s| slots[s].1)
-            .or_else(|| {
-                (0..slots.len())
-                    .filter(|&s| free(&slots[s]))
-                    .max_by_key(|&s| slots[s].1)
-            });
-        let s = match fit {
-            Some(s) => s,
-            None => {
-                slots.push((dtype, 0, 0));
-                slots.len() - 1
-            }
-        };
-        slots[s].1 = slots[s].1.max(numel);
-        slots[s].2 = last[b];
-        slot_of[b] = Some(s);
-    }
-    (
-        slot_of,
-        slots.into_iter().map(|(d, len, _)| (d, len)).collect(),
-    )
+    assign_slots(buffers, &live)
 }
 
 /// True when running `step` writes every element of `buf` (so stale contents never show).

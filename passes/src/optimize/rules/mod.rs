@@ -21,8 +21,9 @@ mod matmul;
 mod movement;
 mod reductions;
 
-use super::analysis::{fit, same_value, TensorAnalysis, TensorEGraph};
-use super::language::{add_op, constant_op, Kind, TensorLang};
+use super::analysis::{fit, same_value, TensorAnalysis};
+use super::egraph::{add_op, TensorEGraph};
+use super::language::{constant_op, Kind, TensorLang};
 use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
 use ferrite_ir::infer::infer;
 use ferrite_ir::{BinaryOp, DType, Op, TensorType, UnaryOp};

@@ -1,0 +1,426 @@
+//! Kernel assembly: a group of scheduled nodes becomes one kernel (see the module docs
+//! of [`super`]): its outer domain, its reduction stages, its store stages and, for a
+//! matmul, its GEMM description.
+
+use super::domain::{coords_of, is_reduction, reduction_shape, squeeze};
+use super::gemm::gemm_info;
+use super::plan::{Layout, Plan, Role, SNode, MAX_INLINE_CHAIN};
+use super::refusal::{LowerError, Refusal};
+use super::value::{fail_to_error, Fail, KernelBuilder, StageState};
+use crate::error::{Error, Result};
+use ferrite_ir::infer::permutation;
+use ferrite_ir::loops::{
+    AccId, BufferId, Extents, IndexExpr, Kernel, KernelId, ReduceKind, Reduction, Stage, StoreOp,
+    Var,
+};
+use ferrite_ir::types::contiguous_strides;
+use ferrite_ir::{Graph, Op, ValueId};
+use std::collections::{HashMap, HashSet};
+
+/// Repairs a fused plan so every matmul can be a GEMM: a GEMM reads its operands
+/// through strides, so any operand that is not a strided view of a buffer (a padded
+/// view, an arange, ..) is materialized, until none is left.
+pub fn materialize_gemm_operands(mut plan: Plan<'_>) -> Result<Plan<'_>> {
+    let g = plan.g;
+    for _ in 0..=2 * g.nodes.len() {
+        let mut changed = false;
+        for s in 0..plan.snodes.len() {
+            let SNode::Value(v) = plan.snodes[s] else {
+                continue;
+            };
+            if g.node(v).op != Op::MatMul {
+                continue;
+            }
+            let layout = Layout::provisional(&plan);
+            match build_kernel(&plan, &layout, &[s], KernelId(0)) {
+                Ok(_) => {}
+                Err(LowerError::Refused(r)) => match r.culprit {
+                    Some(c) if !matches!(plan.role[c.index()], Role::Scheduled(_)) => {
+                        plan = plan.with_scheduled(c);
+                        changed = true;
+                        break;
+                    }
+                    _ => return Err(Error::Internal(format!("cannot lower %{}: {r}", v.0))),
+                },
+                Err(LowerError::Failed(e)) => return Err(e),
+            }
+        }
+        if !changed {
+            return Ok(plan);
+        }
+    }
+    Err(Error::internal(
+        "lowering: materializing matmul operands did not converge",
+    ))
+}
+
+/// A store the group must perform.
+struct StoreTarget {
+    /// The value stored.
+    value: ValueId,
+    buffer: BufferId,
+    shape: Vec<usize>,
+}
+
+/// Builds the kernel for `members` (scheduled node numbers of `plan`).
+pub fn build_kernel(
+    plan: &Plan,
+    layout: &Layout,
+    members: &[usize],
+    id: KernelId,
+) -> Result<Kernel, LowerError> {
+    let g = plan.g;
+    let mut in_group = vec![false; plan.snodes.len()];
+    for &s in members {
+        in_group[s] = true;
+    }
+    let mut members: Vec<usize> = members.to_vec();
+    members.sort_unstable();
+    members.dedup();
+
+    // What must be written.
+    let mut stores = Vec::new();
+    for &s in &members {
+        if !plan.must_store(s, &|r| in_group[r]) {
+            continue;
+        }
+        let (value, buffer) = match plan.snodes[s] {
+            SNode::Value(v) => (v, layout.of_value[v.index()]),
+            SNode::OutputCopy { output, value } => (value, layout.of_output[output]),
+        };
+        let buffer =
+            buffer.ok_or_else(|| Error::Internal(format!("%{} has no buffer", value.0)))?;
+        stores.push(StoreTarget {
+            value,
+            buffer,
+            shape: g.ty(value).shape.clone(),
+        });
+    }
+    if stores.is_empty() {
+        return Err(Error::internal("a kernel that stores nothing").into());
+    }
+
+    // Reductions of the group and the outer domain they agree on.
+    let reductions: Vec<ValueId> = members
+        .iter()
+        .filter_map(|&s| match plan.snodes[s] {
+            SNode::Value(v) if is_reduction(&g.node(v).op) => Some(v),
+            _ => None,
+        })
+        .collect();
+    let outer = match reductions.first() {
+        Some(&r) => squeeze(&g.ty(r).shape),
+        None => squeeze(&stores[0].shape),
+    };
+    for &r in &reductions {
+        let kept = squeeze(&g.ty(r).shape);
+        if kept != outer {
+            return Err(Refusal::new(
+                "reduction-domains-differ",
+                format!(
+                    "%{} keeps {:?} but %{} keeps {:?}",
+                    reductions[0].0, outer, r.0, kept
+                ),
+            )
+            .into());
+        }
+    }
+    let matmuls: Vec<ValueId> = reductions
+        .iter()
+        .copied()
+        .filter(|&r| g.node(r).op == Op::MatMul)
+        .collect();
+    if !matmuls.is_empty() && reductions.len() > 1 {
+        return Err(Refusal::new(
+            "gemm-with-reduction",
+            format!(
+                "a matmul kernel computes one product and no other reduction (%{} with {} more)",
+                matmuls[0].0,
+                reductions.len() - 1
+            ),
+        )
+        .into());
+    }
+
+    let mut b = KernelBuilder {
+        plan,
+        layout,
+        in_group,
+        outer: outer.clone(),
+        ready: HashMap::new(),
+        next_acc: 0,
+        cur: StageState::default(),
+        depth: 0,
+        touched: HashSet::new(),
+    };
+    for &s in &members {
+        if let SNode::Value(v) = plan.snodes[s] {
+            b.touched.insert(v);
+        }
+    }
+
+    // Where each store goes: one per outer point, or over a reduction's inner domain.
+    enum Placement {
+        /// One write per outer point, at these coordinates of the stored value.
+        Outer(Vec<IndexExpr>),
+        Inner {
+            domain: Vec<usize>,
+            coords: Vec<IndexExpr>,
+        },
+    }
+    let mut placements = Vec::with_capacity(stores.len());
+    for st in &stores {
+        if squeeze(&st.shape) == outer {
+            placements.push(Placement::Outer(coords_of(&st.shape, Var::outer)));
+            continue;
+        }
+        if let Some(coords) = view_coords(plan, st.value, &outer) {
+            placements.push(Placement::Outer(coords));
+            continue;
+        }
+        let found = reductions.iter().find_map(|&r| {
+            let rs = reduction_shape(g, r)?;
+            (rs.input == st.shape).then(|| {
+                let mut next_outer = 0;
+                let mut next_inner = 0;
+                let mut domain = Vec::new();
+                let coords = rs
+                    .input
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &d)| {
+                        if d == 1 {
+                            IndexExpr::Const(0)
+                        } else if rs.axes.contains(&k) {
+                            domain.push(d);
+                            next_inner += 1;
+                            IndexExpr::Var(Var::store(next_inner - 1))
+                        } else {
+                            next_outer += 1;
+                            IndexExpr::Var(Var::outer(next_outer - 1))
+                        }
+                    })
+                    .collect();
+                Placement::Inner { domain, coords }
+            })
+        });
+        match found {
+            Some(p) => placements.push(p),
+            None => {
+                return Err(Refusal::new(
+                    "store-outside-domain",
+                    format!(
+                        "%{} of shape {:?} is neither the outer domain {:?}, a permuted or reshaped view of it, nor a reduced input",
+                        st.value.0, st.shape, outer
+                    ),
+                )
+                .into())
+            }
+        }
+    }
+
+    // Reduction stages, in dependency (value) order.
+    let mut stages: Vec<Stage> = Vec::new();
+    let mut stage_reductions: Vec<Reduction> = Vec::new();
+    let mut gemm_stage: Option<(usize, ValueId)> = None;
+    let mut open_domain: Option<Vec<usize>> = None;
+    let mut sorted = reductions.clone();
+    sorted.sort();
+    for &r in &sorted {
+        let is_mm = g.node(r).op == Op::MatMul;
+        let domain = b.reduction_domain(r);
+        let fits_open = !is_mm && open_domain.as_ref() == Some(&domain);
+        if !fits_open {
+            b.close_reduce_stage(&mut stages, &mut stage_reductions, &mut open_domain);
+            b.open_stage(Extents {
+                outer: outer.clone(),
+                reduce: domain.clone(),
+                store: vec![],
+            });
+            open_domain = Some(domain.clone());
+        }
+        let (value, rhs) = match b.reduction_body(r) {
+            Ok(v) => v,
+            Err(Fail::Pending) if fits_open => {
+                // It reads an accumulator of the open stage: give it its own loop.
+                b.close_reduce_stage(&mut stages, &mut stage_reductions, &mut open_domain);
+                b.open_stage(Extents {
+                    outer: outer.clone(),
+                    reduce: domain.clone(),
+                    store: vec![],
+                });
+                open_domain = Some(domain.clone());
+                b.reduction_body(r).map_err(fail_to_error)?
+            }
+            Err(e) => return Err(fail_to_error(e)),
+        };
+        let acc = AccId(b.next_acc);
+        b.next_acc += 1;
+        let rs = reduction_shape(g, r);
+        let kind = rs.map_or(ReduceKind::Sum, |rs| rs.kind);
+        stage_reductions.push(Reduction {
+            acc,
+            kind,
+            dtype: g.ty(r).dtype,
+            value,
+            rhs,
+        });
+        b.cur.pending.push(r);
+        if is_mm {
+            gemm_stage = Some((stages.len(), r));
+            b.close_reduce_stage(&mut stages, &mut stage_reductions, &mut open_domain);
+        }
+    }
+    b.close_reduce_stage(&mut stages, &mut stage_reductions, &mut open_domain);
+
+    // Store stages: the per-point writes, then one loop per inner domain.
+    let mut outer_stores = Vec::new();
+    // (inner domain, [(store index, coordinates)])
+    type InnerStores = Vec<(usize, Vec<IndexExpr>)>;
+    let mut inner_groups: Vec<(Vec<usize>, InnerStores)> = Vec::new();
+    for (i, p) in placements.into_iter().enumerate() {
+        match p {
+            Placement::Outer(coords) => outer_stores.push((i, coords)),
+            Placement::Inner { domain, coords } => {
+                match inner_groups.iter_mut().find(|(d, _)| *d == domain) {
+                    Some((_, list)) => list.push((i, coords)),
+                    None => inner_groups.push((domain, vec![(i, coords)])),
+                }
+            }
+        }
+    }
+    if !outer_stores.is_empty() {
+        b.open_stage(Extents {
+            outer: outer.clone(),
+            reduce: vec![],
+            store: vec![],
+        });
+        let mut ops = Vec::new();
+        for (i, coords) in outer_stores {
+            ops.push(store_op(&mut b, &stores[i], &coords).map_err(fail_to_error)?);
+        }
+        stages.push(b.close_store_stage(vec![], ops));
+    }
+    for (domain, list) in inner_groups {
+        b.open_stage(Extents {
+            outer: outer.clone(),
+            reduce: vec![],
+            store: domain.clone(),
+        });
+        let mut ops = Vec::new();
+        for (i, coords) in list {
+            ops.push(store_op(&mut b, &stores[i], &coords).map_err(fail_to_error)?);
+        }
+        stages.push(b.close_store_stage(domain, ops));
+    }
+
+    let gemm = match gemm_stage {
+        Some((si, r)) => Some(gemm_info(g, &b.outer, &stages, si, r)?),
+        None => None,
+    };
+
+    let mut nodes: Vec<ValueId> = b.touched.into_iter().collect();
+    nodes.sort();
+    let mut k = Kernel {
+        id,
+        name: kernel_name(g, id, &members, plan),
+        nodes,
+        domain: outer,
+        stages,
+        gemm,
+        reads: vec![],
+        writes: vec![],
+    };
+    (k.reads, k.writes) = k.compute_accesses(&layout.buffers);
+    Ok(k)
+}
+
+/// When `v` is a chain of permutes and reshapes (bijections) over a value whose shape
+/// is the outer domain, the coordinates of `v` at each outer point: writing `v` there
+/// covers every element exactly once. This lets a kernel store a transposed or
+/// reshaped layout directly instead of leaving the copy to another kernel.
+fn view_coords(plan: &Plan, v: ValueId, outer: &[usize]) -> Option<Vec<IndexExpr>> {
+    let g = plan.g;
+    let mut chain = Vec::new();
+    let mut base = v;
+    while squeeze(&g.ty(base).shape) != outer {
+        let n = g.node(base);
+        if !matches!(n.op, Op::Permute { .. } | Op::Reshape { .. })
+            || chain.len() > MAX_INLINE_CHAIN
+        {
+            return None;
+        }
+        chain.push(base);
+        base = n.inputs[0];
+    }
+    if chain.is_empty() {
+        return None;
+    }
+    let ext = Extents {
+        outer: outer.to_vec(),
+        ..Extents::default()
+    };
+    let mut coords = coords_of(&g.ty(base).shape, Var::outer);
+    for &c in chain.iter().rev() {
+        let n = g.node(c);
+        let from = &g.ty(n.inputs[0]).shape;
+        let to = &n.ty.shape;
+        coords = match &n.op {
+            Op::Permute { dims } => {
+                let perm = permutation("permute", dims, to.len()).ok()?;
+                perm.iter().map(|&p| coords[p].clone()).collect()
+            }
+            _ => {
+                let flat = IndexExpr::Sum(
+                    coords
+                        .iter()
+                        .zip(contiguous_strides(from))
+                        .map(|(x, s)| x.clone() * s as i64)
+                        .collect(),
+                );
+                to.iter()
+                    .zip(contiguous_strides(to))
+                    .map(|(&d, s)| flat.clone().floor_div(s as i64).modulo(d.max(1) as i64))
+                    .collect()
+            }
+        };
+        coords = coords.iter().map(|x| x.simplify(&ext)).collect();
+    }
+    Some(coords)
+}
+
+/// `k3_add_relu`: the id and the ops of the group's nodes, at most five.
+fn kernel_name(g: &Graph, id: KernelId, members: &[usize], plan: &Plan) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for &s in members {
+        let n = match plan.snodes[s] {
+            SNode::Value(v) => g.node(v).op.name(),
+            SNode::OutputCopy { .. } => "copy",
+        };
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    let more = names.len() > 5;
+    names.truncate(5);
+    let mut name = format!("{id}_{}", names.join("_"));
+    if more {
+        name.push_str("_etc");
+    }
+    name
+}
+
+/// The write of `st` at `coords`.
+fn store_op(
+    b: &mut KernelBuilder,
+    st: &StoreTarget,
+    coords: &[IndexExpr],
+) -> Result<StoreOp, Fail> {
+    let value = b.value_at(st.value, coords, &[])?;
+    let index = b.flat(coords, &st.shape);
+    Ok(StoreOp {
+        buffer: st.buffer,
+        index,
+        value,
+    })
+}
