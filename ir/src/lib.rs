@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 mod dtype;
+mod error;
 mod graph;
 pub mod infer;
 pub mod interp;
@@ -19,6 +20,7 @@ pub mod text;
 pub mod types;
 
 pub use dtype::{promote, Category, DType};
+pub use error::{Error, Result, TypeError};
 pub use graph::{check_declared_outputs, is_valid_name, verify, Graph, Node, ValueId};
 pub use interp::interpret;
 pub use op::{ArgReduceOp, AttrError, AttrValue, BinaryOp, Op, OpSpec, ReduceOp, Scalar, UnaryOp};

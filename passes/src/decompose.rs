@@ -111,7 +111,7 @@ pub fn decompose(g: &Graph) -> Result<Graph, String> {
 /// binary op and `where`, a verifier-clean graph, and the original signature.
 fn check_result(g: &Graph, out: &Graph) -> Result<(), String> {
     let bug = |what: String| format!("decompose produced an invalid graph (a bug): {what}");
-    verify(out).map_err(bug)?;
+    verify(out).map_err(|e| bug(e.to_string()))?;
     if g.outputs.len() != out.outputs.len() {
         return Err(bug("the number of outputs changed".into()));
     }
@@ -174,9 +174,9 @@ impl Lowering {
         match &node.op {
             Op::Param { .. } => {
                 let name = node.name.clone().ok_or("a parameter has no name")?;
-                self.out.add_param(name, node.ty.clone())
+                Ok(self.out.add_param(name, node.ty.clone())?)
             }
-            Op::Literal { value } => self.out.add_literal(*value, node.ty.dtype),
+            Op::Literal { value } => Ok(self.out.add_literal(*value, node.ty.dtype)?),
             Op::Unary(u) => self.unary(*u, ins[0]),
             Op::Binary(b) => self.binary(*b, ins[0], ins[1]),
             Op::Where => {
@@ -250,7 +250,7 @@ impl Lowering {
 
     /// Appends one primitive node.
     fn emit(&mut self, op: Op, inputs: &[ValueId]) -> Result<ValueId, String> {
-        self.out.add(op, inputs, None)
+        Ok(self.out.add(op, inputs, None)?)
     }
 
     /// A literal of `dtype` holding `v` (an integer, or a float for float dtypes).
@@ -262,7 +262,7 @@ impl Lowering {
         } else {
             Scalar::Int(v as i64)
         };
-        self.out.add_literal(value, dtype)
+        Ok(self.out.add_literal(value, dtype)?)
     }
 
     /// `v` converted to `to`: `v` itself when it already has that dtype, a folded literal

@@ -1490,7 +1490,8 @@ impl KernelBuilder<'_> {
                 self.value_at(ins[0], &src, guard)
             }
             Op::Permute { dims } => {
-                let perm = permutation("permute", dims, out.len()).map_err(invalid)?;
+                let perm =
+                    permutation("permute", dims, out.len()).map_err(|e| invalid(e.to_string()))?;
                 let mut src = vec![IndexExpr::Const(0); out.len()];
                 for (k, &p) in perm.iter().enumerate() {
                     src[p] = coords[k].clone();
@@ -1509,7 +1510,7 @@ impl KernelBuilder<'_> {
                 step,
             } => {
                 let own = g.ty(ins[0]).shape.clone();
-                let a = normalize_axis(*axis, own.len()).map_err(invalid)?;
+                let a = normalize_axis(*axis, own.len()).map_err(|e| invalid(e.to_string()))?;
                 let (lo, _) = slice_bounds(own[a], *start, *end);
                 let mut src = coords.to_vec();
                 src[a] = coords[a].clone() * *step + IndexExpr::Const(lo as i64);
@@ -1536,7 +1537,7 @@ impl KernelBuilder<'_> {
                 self.guarded(ins[0], &src, guard, bounds, fill, ty.dtype)
             }
             Op::Concat { axis } => {
-                let a = normalize_axis(*axis, out.len()).map_err(invalid)?;
+                let a = normalize_axis(*axis, out.len()).map_err(|e| invalid(e.to_string()))?;
                 let c = coords[a].clone();
                 let (lo, hi) = c.range(&self.cur.ext).unwrap_or((i64::MIN, i64::MAX));
                 // (operand, offset, length) of the operands the coordinate can reach.
@@ -1579,7 +1580,7 @@ impl KernelBuilder<'_> {
             }
             Op::IndexSelect { axis } => {
                 let own = g.ty(ins[0]).shape.clone();
-                let a = normalize_axis(*axis, own.len()).map_err(invalid)?;
+                let a = normalize_axis(*axis, own.len()).map_err(|e| invalid(e.to_string()))?;
                 let iv = self.value_at(ins[1], &[coords[a].clone()], guard)?;
                 let dynamic = self.checked_index(iv, own[a], guard);
                 let mut src = coords.to_vec();
@@ -1589,7 +1590,7 @@ impl KernelBuilder<'_> {
             Op::Gather { axis } => {
                 let own = g.ty(ins[0]).shape.clone();
                 let ishape = g.ty(ins[1]).shape.clone();
-                let a = normalize_axis(*axis, own.len()).map_err(invalid)?;
+                let a = normalize_axis(*axis, own.len()).map_err(|e| invalid(e.to_string()))?;
                 let ic: Vec<IndexExpr> = ishape
                     .iter()
                     .enumerate()

@@ -90,7 +90,7 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered, String>
         "decompose",
         "decomposed.fg",
         || decompose(g),
-        verify,
+        |g| Ok(verify(g)?),
         print,
     )?;
     let (optimized, optimize_report) = stage(
@@ -98,7 +98,7 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered, String>
         "optimize",
         "optimized.fg",
         || optimize(&decomposed, &opts.optimize),
-        |(g, _)| verify(g),
+        |(g, _)| Ok(verify(g)?),
         |(g, report)| {
             let mut text = String::new();
             for line in report.to_string().lines() {

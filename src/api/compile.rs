@@ -180,7 +180,9 @@ pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled> {
 /// [`Options::dump`] set, every stage's text is written there before this returns.
 pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compiled> {
     let start = Instant::now();
-    verify(graph).map_err(|message| Error::InvalidGraph { message })?;
+    verify(graph).map_err(|e| Error::InvalidGraph {
+        message: e.to_string(),
+    })?;
     let (backend, records) = match options.target {
         Target::Interp => (Backend::Interp, Vec::new()),
         Target::Loops | Target::Cpu | Target::Sim => {

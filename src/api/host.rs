@@ -301,7 +301,7 @@ fn storage_mismatch(t: &ferrite_ir::Tensor) -> Option<String> {
         Data::Bool(v) => (DType::Bool, v.len()),
     };
     if let Err(e) = check_shape(&t.ty.shape) {
-        return Some(e);
+        return Some(e.to_string());
     }
     if dtype != t.ty.dtype || len != t.ty.numel() {
         return Some(format!(

@@ -105,7 +105,7 @@ fn bind(name: &str, ty: ParamType, value: &str) -> Result<KernelArg, CliError> {
         ParamType::Ptr(dtype) => {
             if let Some(shape) = value.strip_prefix("zeros:") {
                 let shape = parse_dims(shape).map_err(bad)?;
-                let ty = TensorType::new(dtype, shape).map_err(bad)?;
+                let ty = TensorType::new(dtype, shape).map_err(|e| bad(e.to_string()))?;
                 if ty.size_bytes() > 4 << 30 {
                     return Err(bad("buffers above 4 GiB are refused".into()));
                 }

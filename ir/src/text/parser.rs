@@ -31,7 +31,7 @@ use crate::graph::check_declared_outputs;
 use crate::op::{Arity, AttrError, AttrErrorKind, AttrValue, Op, OpSpec, Scalar, OPS};
 use crate::spelling::closest;
 use crate::types::{TensorType, MAX_RANK};
-use crate::{DType, Graph, ValueId};
+use crate::{DType, Error, Graph, ValueId};
 use std::collections::{HashMap, VecDeque};
 
 /// The deepest nesting of calls the parser accepts. Deeper input is an error, not
@@ -732,13 +732,22 @@ impl<'a> Parser<'a> {
                 }
             });
         }
-        let id = self.graph.add(op, &ids, None).map_err(|msg| {
+        let id = self.graph.add(op, &ids, None).map_err(|e| {
+            // A typing error names the attribute at fault, if one is; a few
+            // (size limits) do not start with the op's name.
+            let attribute = match &e {
+                Error::Type(t) => t.attribute,
+                _ => None,
+            };
+            let msg = e.to_string();
             let msg = if msg.starts_with(op_name) {
                 msg
             } else {
                 format!("{op_name}: {msg}")
             };
-            let at = attribute_at_fault(op_name, &msg, attrs).map_or(op_start, |a| a.start);
+            let at = attribute
+                .and_then(|key| attrs.iter().find(|a| a.key == key))
+                .map_or(op_start, |a| a.start);
             Located::new(at, msg)
         })?;
         // The name is set after `add`: the parser has already checked it is new
@@ -904,50 +913,6 @@ fn attribute_error(op_start: usize, e: AttrError, attrs: &[Attr<'_>]) -> Located
         .and_then(|k| attrs.iter().find(|a| a.key == k))
         .map_or(op_start, |a| a.start);
     Located::new(at, e.to_string())
-}
-
-/// The text of the first backquoted word after `marker` in `msg`.
-fn quoted_after<'m>(msg: &'m str, marker: &str) -> Option<&'m str> {
-    let rest = &msg[msg.find(marker)? + marker.len()..];
-    Some(&rest[..rest.find('`')?])
-}
-
-/// The attribute an error message is about, if any: the one it names in
-/// backquotes, or the one its first word (after `op: `) names. Messages about
-/// axes say "axis" whatever the attribute is called, and every reshape or expand
-/// error is about the target shape.
-fn attribute_at_fault<'x, 'a>(
-    op_name: &str,
-    msg: &str,
-    attrs: &'x [Attr<'a>],
-) -> Option<&'x Attr<'a>> {
-    let body = msg
-        .strip_prefix(op_name)
-        .and_then(|r| r.strip_prefix(": "))
-        .unwrap_or(msg);
-    if body.starts_with("missing") {
-        return None;
-    }
-    let find = |key: &str| attrs.iter().find(|a| a.key == key);
-    if let Some(key) = quoted_after(body, "attribute `") {
-        return find(key);
-    }
-    let word = body
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .next()
-        .unwrap_or("");
-    if let Some(a) = find(word) {
-        return Some(a);
-    }
-    if word == "axis" {
-        if let Some(a) = ["axes", "dims", "pads"].into_iter().find_map(find) {
-            return Some(a);
-        }
-    }
-    if op_name == "reshape" || op_name == "expand" {
-        return find("shape");
-    }
-    None
 }
 
 #[cfg(test)]
