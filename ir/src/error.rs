@@ -69,6 +69,11 @@ impl Error {
             e @ (Error::Parse(_) | Error::Attr(_)) => e,
         }
     }
+
+    /// An [`Error::Internal`] from a message.
+    pub(crate) fn internal(message: impl Into<String>) -> Error {
+        Error::Internal(message.into())
+    }
 }
 
 impl From<Error> for String {
@@ -119,5 +124,29 @@ impl From<TypeError> for String {
     /// The message, for callers whose own errors are still strings.
     fn from(e: TypeError) -> String {
         e.message
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_keeps_the_variant_and_the_attribute() {
+        let e = Error::Eval("index 5 out of range".into()).context("`rows` (index_select)");
+        assert_eq!(
+            e,
+            Error::Eval("`rows` (index_select): index 5 out of range".into())
+        );
+        assert!(!e.is_internal());
+        let e = Error::internal("add produced f32[2]").context("%3 (add)");
+        assert!(e.is_internal());
+        assert_eq!(e.to_string(), "%3 (add): add produced f32[2]");
+        let t = TypeError::new("axis 3 is out of range")
+            .on("axis")
+            .context("softmax");
+        assert_eq!(t.attribute, Some("axis"));
+        let e = Error::from(t).context("%1");
+        assert_eq!(e.to_string(), "%1: softmax: axis 3 is out of range");
     }
 }

@@ -114,7 +114,7 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered, String>
         "schedule",
         "kernels.loop",
         || schedule(&optimized, &opts.schedule),
-        |s| s.program.verify(),
+        |s| Ok(s.program.verify()?),
         |s| {
             let mut text = s.program.to_string();
             if !s.decisions.is_empty() {

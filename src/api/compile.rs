@@ -381,10 +381,13 @@ impl Compiled {
     fn execute_checked(&self, inputs: &[Tensor]) -> Result<Execution> {
         let start = Instant::now();
         let (outputs, device_report) = match &self.backend {
-            Backend::Interp => interpret(&self.graph, inputs).map(|o| (o, None)),
+            Backend::Interp => interpret(&self.graph, inputs)
+                .map(|o| (o, None))
+                .map_err(String::from),
             Backend::Lowered(pipeline, code) => match code {
                 Code::Loops => ferrite_ir::loops::evaluate(&pipeline.scheduled.program, inputs)
-                    .map(|o| (o, None)),
+                    .map(|o| (o, None))
+                    .map_err(String::from),
                 Code::Cpu(p) => p.run(inputs).map(|o| (o, None)),
                 Code::Sim(p) => p.run(inputs).map(|(o, report)| (o, Some(report))),
             },

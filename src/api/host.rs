@@ -221,9 +221,9 @@ impl Array {
 
     /// Decodes `.npy` bytes (any of the layouts `ferrite_ir::npy` accepts).
     pub fn from_npy(bytes: &[u8]) -> Result<Array> {
-        npy::decode(bytes)
-            .map(Array)
-            .map_err(|message| Error::Npy { message })
+        npy::decode(bytes).map(Array).map_err(|e| Error::Npy {
+            message: e.to_string(),
+        })
     }
 
     /// Encodes as a version 1.0 `.npy` file (little-endian, C order), as numpy writes it.

@@ -112,7 +112,7 @@ fn bind(name: &str, ty: ParamType, value: &str) -> Result<KernelArg, CliError> {
                 return Ok(KernelArg::Buffer(Tensor::zeros(&ty)));
             }
             let path = PathBuf::from(value);
-            let t = npy::decode(&read_file(&path)?).map_err(bad)?;
+            let t = npy::decode(&read_file(&path)?).map_err(|e| bad(e.to_string()))?;
             if t.ty.dtype != dtype {
                 return Err(bad(format!(
                     "the parameter is *{dtype} but the file holds {}",
