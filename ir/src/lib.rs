@@ -1,8 +1,10 @@
 //! `ferrite-ir`: what a Ferrite program is.
 //!
-//! The graph IR (a typed SSA DAG of tensor ops), its `.fg` text format, the
-//! verifier, the reference interpreter, and host tensors. This crate knows
-//! nothing of e-graphs, Cranelift or the accelerator.
+//! The graph IR (a typed SSA DAG of tensor ops, named with their attributes in
+//! one table, [`op::OPS`]), its `.fg` text format, the verifier, the reference
+//! interpreter, the loop IR, and host tensors. Every fallible function returns
+//! [`Error`], which tells a user's mistake from a bug in Ferrite. This crate
+//! knows nothing of e-graphs, Cranelift or the accelerator.
 #![warn(missing_docs)]
 
 mod dtype;
