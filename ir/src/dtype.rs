@@ -53,6 +53,12 @@ impl DType {
         }
     }
 
+    /// Every dtype's name, as a list for messages: `f32, f16, bf16, i32, i64, bool`.
+    pub fn name_list() -> String {
+        let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+        names.join(", ")
+    }
+
     /// Parses a dtype name as written in `.fg` text.
     pub fn from_name(name: &str) -> Option<DType> {
         DType::ALL.into_iter().find(|d| d.name() == name)

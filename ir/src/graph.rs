@@ -3,7 +3,7 @@
 use crate::infer::infer;
 use crate::op::{Op, Scalar};
 use crate::types::TensorType;
-use crate::DType;
+use crate::{DType, Error, Result, TypeError};
 use std::collections::HashSet;
 use std::fmt;
 
@@ -73,11 +73,7 @@ impl Graph {
     }
 
     /// Appends a parameter. Names must be unique among named values.
-    pub fn add_param(
-        &mut self,
-        name: impl Into<String>,
-        ty: TensorType,
-    ) -> Result<ValueId, String> {
+    pub fn add_param(&mut self, name: impl Into<String>, ty: TensorType) -> Result<ValueId> {
         let name = name.into();
         crate::types::check_shape(&ty.shape)?;
         let index = self.params.len();
@@ -92,9 +88,9 @@ impl Graph {
     }
 
     /// Appends a rank-0 literal of the given dtype.
-    pub fn add_literal(&mut self, value: Scalar, dtype: DType) -> Result<ValueId, String> {
+    pub fn add_literal(&mut self, value: Scalar, dtype: DType) -> Result<ValueId> {
         if let (Scalar::Float(v), false) = (value, dtype.is_float()) {
-            return Err(format!("literal {v} cannot be a {dtype}"));
+            return Err(TypeError::new(format!("literal {v} cannot be a {dtype}")).into());
         }
         self.push(Node {
             op: Op::Literal { value },
@@ -105,18 +101,16 @@ impl Graph {
     }
 
     /// Appends `op(inputs)` with an optional name, inferring (and so checking) its type.
-    pub fn add(
-        &mut self,
-        op: Op,
-        inputs: &[ValueId],
-        name: Option<String>,
-    ) -> Result<ValueId, String> {
+    pub fn add(&mut self, op: Op, inputs: &[ValueId], name: Option<String>) -> Result<ValueId> {
         if matches!(op, Op::Param { .. } | Op::Literal { .. }) {
-            return Err(format!("use add_param/add_literal for {}", op.name()));
+            return Err(Error::InvalidGraph(format!(
+                "use add_param/add_literal for {}",
+                op.name()
+            )));
         }
         for &v in inputs {
             if v.index() >= self.nodes.len() {
-                return Err(format!("operand {v} is not defined"));
+                return Err(Error::InvalidGraph(format!("operand {v} is not defined")));
             }
         }
         let tys: Vec<&TensorType> = inputs.iter().map(|&v| self.ty(v)).collect();
@@ -129,16 +123,18 @@ impl Graph {
         })
     }
 
-    fn push(&mut self, node: Node) -> Result<ValueId, String> {
+    fn push(&mut self, node: Node) -> Result<ValueId> {
         if let Some(name) = &node.name {
             if !is_valid_name(name) {
-                return Err(format!("`{name}` is not a valid name"));
+                return Err(Error::InvalidGraph(format!("`{name}` is not a valid name")));
             }
             if self.find(name).is_some() {
-                return Err(format!("`{name}` is already defined"));
+                return Err(Error::InvalidGraph(format!("`{name}` is already defined")));
             }
         }
-        let id = ValueId(u32::try_from(self.nodes.len()).map_err(|_| "too many nodes")?);
+        let id = u32::try_from(self.nodes.len())
+            .map(ValueId)
+            .map_err(|_| Error::InvalidGraph("too many nodes".into()))?;
         self.nodes.push(node);
         Ok(id)
     }
@@ -240,7 +236,7 @@ pub fn is_valid_name(s: &str) -> bool {
 /// Checks a graph's invariants: operands defined before use, params consistent,
 /// names valid and unique, every node's type equal to what [`infer`] gives, outputs
 /// defined, declared output types matching. Passes call this after they run.
-pub fn verify(g: &Graph) -> Result<(), String> {
+pub fn verify(g: &Graph) -> Result<()> {
     let mut names = HashSet::new();
     let mut param_count = 0;
     for (i, n) in g.nodes.iter().enumerate() {
@@ -251,57 +247,68 @@ pub fn verify(g: &Graph) -> Result<(), String> {
         };
         if let Some(name) = &n.name {
             if !is_valid_name(name) {
-                return Err(format!("{label}: invalid name"));
+                return Err(Error::InvalidGraph(format!("{label}: invalid name")));
             }
             if !names.insert(name.as_str()) {
-                return Err(format!("{label}: name defined twice"));
+                return Err(Error::InvalidGraph(format!("{label}: name defined twice")));
             }
         }
         for &x in &n.inputs {
             if x.index() >= i {
-                return Err(format!(
+                return Err(Error::InvalidGraph(format!(
                     "{label}: operand {x} is not defined before its use"
-                ));
+                )));
             }
         }
-        crate::types::check_shape(&n.ty.shape).map_err(|e| format!("{label}: {e}"))?;
+        crate::types::check_shape(&n.ty.shape)
+            .map_err(|e| Error::InvalidGraph(format!("{label}: {e}")))?;
         match &n.op {
             Op::Param { index } => {
                 if *index != param_count || g.params.get(*index) != Some(&id) {
-                    return Err(format!("{label}: parameter {index} is out of order"));
+                    return Err(Error::InvalidGraph(format!(
+                        "{label}: parameter {index} is out of order"
+                    )));
                 }
                 param_count += 1;
             }
             Op::Literal { value } => {
                 if !n.inputs.is_empty() || n.ty.rank() != 0 {
-                    return Err(format!("{label}: a literal is rank 0 with no operands"));
+                    return Err(Error::InvalidGraph(format!(
+                        "{label}: a literal is rank 0 with no operands"
+                    )));
                 }
                 if matches!(value, Scalar::Float(_)) && !n.ty.dtype.is_float() {
-                    return Err(format!("{label}: float literal typed {}", n.ty.dtype));
+                    return Err(Error::InvalidGraph(format!(
+                        "{label}: float literal typed {}",
+                        n.ty.dtype
+                    )));
                 }
             }
             op => {
                 let tys: Vec<&TensorType> = n.inputs.iter().map(|&x| g.ty(x)).collect();
-                let ty = infer(op, &tys).map_err(|e| format!("{label}: {e}"))?;
+                let ty =
+                    infer(op, &tys).map_err(|e| Error::InvalidGraph(format!("{label}: {e}")))?;
                 if ty != n.ty {
-                    return Err(format!(
+                    return Err(Error::InvalidGraph(format!(
                         "{label}: {} is recorded as {} but infers as {ty}",
                         op.name(),
                         n.ty
-                    ));
+                    )));
                 }
             }
         }
     }
     if param_count != g.params.len() {
-        return Err("the parameter list does not match the param nodes".into());
+        return Err(Error::InvalidGraph(
+            "the parameter list does not match the param nodes".into(),
+        ));
     }
     if g.outputs.is_empty() {
-        return Err("the graph returns nothing".into());
+        return Err(Error::InvalidGraph("the graph returns nothing".into()));
     }
     for &o in &g.outputs {
         if o.index() >= g.nodes.len() {
-            return Err(format!("output {o} is not defined"));
+            return Err(Error::InvalidGraph(format!("output {o} is not defined")));
         }
     }
     if let Some(decl) = &g.declared_outputs {
@@ -311,22 +318,22 @@ pub fn verify(g: &Graph) -> Result<(), String> {
 }
 
 /// Checks a `-> T, T` annotation against the returned values.
-pub fn check_declared_outputs(g: &Graph, decl: &[TensorType]) -> Result<(), String> {
+pub fn check_declared_outputs(g: &Graph, decl: &[TensorType]) -> Result<()> {
     if decl.len() != g.outputs.len() {
-        return Err(format!(
+        return Err(Error::InvalidGraph(format!(
             "the signature declares {} result{} but the graph returns {}",
             decl.len(),
             if decl.len() == 1 { "" } else { "s" },
             g.outputs.len()
-        ));
+        )));
     }
     for (i, (d, &o)) in decl.iter().zip(&g.outputs).enumerate() {
         if d != g.ty(o) {
-            return Err(format!(
+            return Err(Error::InvalidGraph(format!(
                 "result {i} is declared {d} but `{}` is {}",
                 g.output_name(i),
                 g.ty(o)
-            ));
+            )));
         }
     }
     Ok(())

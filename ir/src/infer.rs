@@ -6,25 +6,30 @@
 
 use crate::op::{ArgReduceOp, BinaryOp, Op, ReduceOp, UnaryOp};
 use crate::types::{broadcast_shapes, check_shape, normalize_axis, ShapeDisplay, TensorType};
-use crate::{promote, DType};
+use crate::{promote, DType, TypeError};
 
 /// Infers the result type of `op` applied to operands of types `inputs`.
-/// The error is a sentence naming the op and what is wrong.
-pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
+/// The error is a sentence naming the op and what is wrong, and names the
+/// attribute at fault when an attribute's value is the problem.
+pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
     if let Some(n) = op.arity() {
         if inputs.len() != n {
-            return Err(format!(
+            return Err(TypeError::new(format!(
                 "{} takes {n} operand{}, got {}",
                 op.name(),
                 if n == 1 { "" } else { "s" },
                 inputs.len()
-            ));
+            )));
         }
     }
     let name = op.name();
     let ty = match op {
-        Op::Param { .. } => return Err("param nodes are typed by their declaration".into()),
-        Op::Literal { .. } => return Err("literal nodes are typed by their context".into()),
+        Op::Param { .. } => {
+            return Err(TypeError::new("param nodes are typed by their declaration"))
+        }
+        Op::Literal { .. } => {
+            return Err(TypeError::new("literal nodes are typed by their context"))
+        }
         Op::Unary(u) => {
             let x = inputs[0];
             let dtype = match u {
@@ -33,7 +38,9 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
                 UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sign
                     if x.dtype == DType::Bool =>
                 {
-                    return Err(format!("{name} is not defined for bool tensors"))
+                    return Err(TypeError::new(format!(
+                        "{name} is not defined for bool tensors"
+                    )))
                 }
                 _ => x.dtype,
             };
@@ -41,7 +48,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         }
         Op::Binary(b) => {
             let (x, y) = (inputs[0], inputs[1]);
-            let shape = broadcast_shapes(&x.shape, &y.shape).map_err(|e| format!("{name}: {e}"))?;
+            let shape = broadcast_shapes(&x.shape, &y.shape).map_err(|e| e.context(name))?;
             let common = promote(x.dtype, y.dtype);
             let dtype = if b.is_comparison() || b.is_logical() {
                 DType::Bool
@@ -50,9 +57,9 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             } else if common == DType::Bool
                 && !matches!(b, BinaryOp::Maximum | BinaryOp::Minimum | BinaryOp::Mul)
             {
-                return Err(format!(
+                return Err(TypeError::new(format!(
                     "{name} is not defined for bool tensors (use `or`/`and`, or cast first)"
-                ));
+                )));
             } else {
                 common
             };
@@ -61,13 +68,13 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         Op::Where => {
             let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
             if c.dtype != DType::Bool {
-                return Err(format!(
+                return Err(TypeError::new(format!(
                     "where: the condition must be bool, not {} (compare first, e.g. `gt(x, 0.0)`)",
                     c.dtype
-                ));
+                )));
             }
-            let ab = broadcast_shapes(&a.shape, &b.shape).map_err(|e| format!("where: {e}"))?;
-            let shape = broadcast_shapes(&c.shape, &ab).map_err(|e| format!("where: {e}"))?;
+            let ab = broadcast_shapes(&a.shape, &b.shape).map_err(|e| e.context("where"))?;
+            let shape = broadcast_shapes(&c.shape, &ab).map_err(|e| e.context("where"))?;
             TensorType {
                 dtype: promote(a.dtype, b.dtype),
                 shape,
@@ -80,13 +87,14 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             keepdim,
         } => {
             let x = inputs[0];
-            let reduced = reduced_axes(name, axes.as_deref(), x.rank())?;
+            let reduced =
+                reduced_axes(name, axes.as_deref(), x.rank()).map_err(|e| e.on("axes"))?;
             let dtype = match r {
                 ReduceOp::Mean if !x.dtype.is_float() => {
-                    return Err(format!(
+                    return Err(TypeError::new(format!(
                         "mean needs a float tensor, not {} (cast first)",
                         x.dtype
-                    ))
+                    )))
                 }
                 ReduceOp::Sum | ReduceOp::Prod if !x.dtype.is_float() => DType::I64,
                 _ => x.dtype,
@@ -94,7 +102,9 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             if matches!(r, ReduceOp::Max | ReduceOp::Min)
                 && reduced.iter().any(|&a| x.shape.get(a) == Some(&0))
             {
-                return Err(format!("{name} over an axis of extent 0 has no identity"));
+                return Err(TypeError::new(format!(
+                    "{name} over an axis of extent 0 has no identity"
+                )));
             }
             TensorType {
                 dtype,
@@ -108,12 +118,14 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         } => {
             let x = inputs[0];
             if x.dtype == DType::Bool {
-                return Err(format!("{name} is not defined for bool tensors"));
+                return Err(TypeError::new(format!(
+                    "{name} is not defined for bool tensors"
+                )));
             }
             let shape = match axis {
                 None => {
                     if x.numel() == 0 {
-                        return Err(format!("{name} of an empty tensor"));
+                        return Err(TypeError::new(format!("{name} of an empty tensor")));
                     }
                     if *keepdim {
                         vec![1; x.rank()]
@@ -122,9 +134,9 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
                     }
                 }
                 Some(a) => {
-                    let a = normalize_axis(*a, x.rank()).map_err(|e| format!("{name}: {e}"))?;
+                    let a = normalize_axis(*a, x.rank()).map_err(|e| e.context(name).on("axis"))?;
                     if x.shape.get(a) == Some(&0) {
-                        return Err(format!("{name} over an axis of extent 0"));
+                        return Err(TypeError::new(format!("{name} over an axis of extent 0")));
                     }
                     let axes = if x.rank() == 0 { vec![] } else { vec![a] };
                     reduce_shape(&x.shape, &axes, *keepdim)
@@ -138,7 +150,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         }
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             let x = inputs[0];
-            normalize_axis(*axis, x.rank()).map_err(|e| format!("{name}: {e}"))?;
+            normalize_axis(*axis, x.rank()).map_err(|e| e.context(name).on("axis"))?;
             float_input(name, x)?;
             x.clone()
         }
@@ -146,26 +158,30 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             let x = inputs[0];
             float_input(name, x)?;
             if x.rank() == 0 {
-                return Err(format!("{name} needs a tensor of rank >= 1"));
+                return Err(TypeError::new(format!(
+                    "{name} needs a tensor of rank >= 1"
+                )));
             }
             if !eps.is_finite() || *eps < 0.0 {
-                return Err(format!("{name}: eps must be finite and >= 0"));
+                return Err(
+                    TypeError::new(format!("{name}: eps must be finite and >= 0")).on("eps"),
+                );
             }
             let last = *x.shape.last().unwrap();
             for (i, p) in inputs[1..].iter().enumerate() {
                 let what = if i == 0 { "weight" } else { "bias" };
                 if p.shape != [last] {
-                    return Err(format!(
+                    return Err(TypeError::new(format!(
                         "{name}: {what} must have shape [{last}] (the last axis of {}), not {}",
                         x,
                         ShapeDisplay(&p.shape)
-                    ));
+                    )));
                 }
                 if p.dtype != x.dtype {
-                    return Err(format!(
+                    return Err(TypeError::new(format!(
                         "{name}: {what} dtype {} differs from input dtype {}",
                         p.dtype, x.dtype
-                    ));
+                    )));
                 }
             }
             x.clone()
@@ -173,18 +189,20 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         Op::MatMul => matmul_type(inputs[0], inputs[1])?,
         Op::Reshape { shape } => {
             let x = inputs[0];
-            let out = reshape_target(shape, x.numel())?;
+            let out = reshape_target(shape, x.numel()).map_err(|e| e.on("shape"))?;
             x.with_dtype(x.dtype).with_shape(out)
         }
         Op::Permute { dims } => {
             let x = inputs[0];
-            let perm = permutation(name, dims, x.rank())?;
+            let perm = permutation(name, dims, x.rank()).map_err(|e| e.on("dims"))?;
             x.with_shape(perm.iter().map(|&d| x.shape[d]).collect())
         }
         Op::Transpose { dim0, dim1 } => {
             let x = inputs[0];
-            let a = normalize_axis(*dim0, x.rank()).map_err(|e| format!("{name}: dim0: {e}"))?;
-            let b = normalize_axis(*dim1, x.rank()).map_err(|e| format!("{name}: dim1: {e}"))?;
+            let a = normalize_axis(*dim0, x.rank())
+                .map_err(|e| e.context(format!("{name}: dim0")).on("dim0"))?;
+            let b = normalize_axis(*dim1, x.rank())
+                .map_err(|e| e.context(format!("{name}: dim1")).on("dim1"))?;
             let mut shape = x.shape.clone();
             if x.rank() > 0 {
                 shape.swap(a, b);
@@ -193,19 +211,22 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         }
         Op::Expand { shape } => {
             let x = inputs[0];
-            x.with_shape(expand_target(&x.shape, shape)?)
+            x.with_shape(expand_target(&x.shape, shape).map_err(|e| e.on("shape"))?)
         }
         Op::Squeeze { axes } => {
             let x = inputs[0];
             let shape = match axes {
                 None => x.shape.iter().copied().filter(|&d| d != 1).collect(),
                 Some(axes) => {
-                    let axes = unique_axes(name, axes, x.rank())?;
+                    let axes = unique_axes(name, axes, x.rank()).map_err(|e| e.on("axes"))?;
                     let mut shape = Vec::new();
                     for (i, &d) in x.shape.iter().enumerate() {
                         if axes.contains(&i) {
                             if d != 1 {
-                                return Err(format!("squeeze: axis {i} has extent {d}, not 1"));
+                                return Err(TypeError::new(format!(
+                                    "squeeze: axis {i} has extent {d}, not 1"
+                                ))
+                                .on("axes"));
                             }
                         } else {
                             shape.push(d);
@@ -218,7 +239,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         }
         Op::Unsqueeze { axis } => {
             let x = inputs[0];
-            let a = normalize_axis(*axis, x.rank() + 1).map_err(|e| format!("{name}: {e}"))?;
+            let a = normalize_axis(*axis, x.rank() + 1).map_err(|e| e.context(name).on("axis"))?;
             let mut shape = x.shape.clone();
             shape.insert(a, 1);
             x.with_shape(shape)
@@ -231,11 +252,14 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         } => {
             let x = inputs[0];
             if x.rank() == 0 {
-                return Err("slice needs a tensor of rank >= 1".into());
+                return Err(TypeError::new("slice needs a tensor of rank >= 1"));
             }
-            let a = normalize_axis(*axis, x.rank()).map_err(|e| format!("{name}: {e}"))?;
+            let a = normalize_axis(*axis, x.rank()).map_err(|e| e.context(name).on("axis"))?;
             if *step < 1 {
-                return Err(format!("slice: step must be at least 1, not {step}"));
+                return Err(
+                    TypeError::new(format!("slice: step must be at least 1, not {step}"))
+                        .on("step"),
+                );
             }
             let (lo, hi) = slice_bounds(x.shape[a], *start, *end);
             let len = if hi > lo {
@@ -249,21 +273,21 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         }
         Op::Concat { axis } => {
             if inputs.is_empty() {
-                return Err("concat needs at least one operand".into());
+                return Err(TypeError::new("concat needs at least one operand"));
             }
             let first = inputs[0];
             if first.rank() == 0 {
-                return Err("concat: operands must have rank >= 1".into());
+                return Err(TypeError::new("concat: operands must have rank >= 1"));
             }
-            let a = normalize_axis(*axis, first.rank()).map_err(|e| format!("{name}: {e}"))?;
+            let a = normalize_axis(*axis, first.rank()).map_err(|e| e.context(name).on("axis"))?;
             let mut shape = first.shape.clone();
             shape[a] = 0;
             for (i, t) in inputs.iter().enumerate() {
                 if t.dtype != first.dtype {
-                    return Err(format!(
+                    return Err(TypeError::new(format!(
                         "concat: operand {i} has dtype {}, operand 0 has {}",
                         t.dtype, first.dtype
-                    ));
+                    )));
                 }
                 if t.rank() != first.rank()
                     || t.shape
@@ -272,11 +296,11 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
                         .enumerate()
                         .any(|(j, (x, y))| j != a && x != y)
                 {
-                    return Err(format!(
+                    return Err(TypeError::new(format!(
                         "concat: operand {i} has shape {}, which differs from operand 0's {} off axis {a}",
                         ShapeDisplay(&t.shape),
                         ShapeDisplay(&first.shape)
-                    ));
+                    )));
                 }
                 shape[a] += t.shape[a];
             }
@@ -285,28 +309,31 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
         Op::Pad { pads, value } => {
             let x = inputs[0];
             if pads.len() != 2 * x.rank() {
-                return Err(format!(
+                return Err(TypeError::new(format!(
                     "pad: pads needs 2 amounts per axis ({} for rank {}), got {}",
                     2 * x.rank(),
                     x.rank(),
                     pads.len()
-                ));
+                ))
+                .on("pads"));
             }
             if !x.dtype.is_float() && value.fract() != 0.0 {
-                return Err(format!(
+                return Err(TypeError::new(format!(
                     "pad: value {value} is not representable in {}",
                     x.dtype
-                ));
+                ))
+                .on("value"));
             }
             let mut shape = Vec::with_capacity(x.rank());
             for (i, &d) in x.shape.iter().enumerate() {
                 let n = d as i128 + pads[2 * i] as i128 + pads[2 * i + 1] as i128;
                 if n < 0 || n > crate::types::MAX_ELEMENTS as i128 {
-                    return Err(format!(
+                    return Err(TypeError::new(format!(
                         "pad: axis {i} of extent {d} padded by ({}, {}) has invalid extent {n}",
                         pads[2 * i],
                         pads[2 * i + 1]
-                    ));
+                    ))
+                    .on("pads"));
                 }
                 shape.push(n as usize);
             }
@@ -316,15 +343,15 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             let (x, idx) = (inputs[0], inputs[1]);
             index_dtype(name, idx)?;
             if idx.rank() != 1 {
-                return Err(format!(
+                return Err(TypeError::new(format!(
                     "index_select: the index must be 1-D, not {}",
                     ShapeDisplay(&idx.shape)
-                ));
+                )));
             }
             if x.rank() == 0 {
-                return Err("index_select needs a tensor of rank >= 1".into());
+                return Err(TypeError::new("index_select needs a tensor of rank >= 1"));
             }
-            let a = normalize_axis(*axis, x.rank()).map_err(|e| format!("{name}: {e}"))?;
+            let a = normalize_axis(*axis, x.rank()).map_err(|e| e.context(name).on("axis"))?;
             let mut shape = x.shape.clone();
             shape[a] = idx.shape[0];
             TensorType::new(x.dtype, shape)?
@@ -333,13 +360,13 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             let (x, idx) = (inputs[0], inputs[1]);
             index_dtype(name, idx)?;
             if x.rank() == 0 || idx.rank() != x.rank() {
-                return Err(format!(
+                return Err(TypeError::new(format!(
                     "gather: the index must have the same rank as the input ({}), not {}",
                     x.rank(),
                     idx.rank()
-                ));
+                )));
             }
-            let a = normalize_axis(*axis, x.rank()).map_err(|e| format!("{name}: {e}"))?;
+            let a = normalize_axis(*axis, x.rank()).map_err(|e| e.context(name).on("axis"))?;
             // take_along_dim: all axes but `axis` broadcast against each other.
             let mut shape = Vec::with_capacity(x.rank());
             for i in 0..x.rank() {
@@ -352,11 +379,11 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
                     } else if p == 1 {
                         q
                     } else {
-                        return Err(format!(
+                        return Err(TypeError::new(format!(
                             "gather: index shape {} does not broadcast against input shape {} on axis {i}",
                             ShapeDisplay(&idx.shape),
                             ShapeDisplay(&x.shape)
-                        ));
+                        )));
                     });
                 }
             }
@@ -368,11 +395,12 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             dtype,
         } => {
             if !dtype.is_float() && value.fract() != 0.0 {
-                return Err(format!(
+                return Err(TypeError::new(format!(
                     "full: value {value} is not representable in {dtype}"
-                ));
+                ))
+                .on("value"));
             }
-            TensorType::new(*dtype, shape.clone())?
+            TensorType::new(*dtype, shape.clone()).map_err(|e| e.on("shape"))?
         }
         Op::Arange {
             start,
@@ -381,19 +409,31 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
             dtype,
         } => {
             if !start.is_finite() || !end.is_finite() || !step.is_finite() || *step == 0.0 {
-                return Err("arange: start, end and step must be finite, step non-zero".into());
+                let culprit = if !start.is_finite() {
+                    "start"
+                } else if !end.is_finite() {
+                    "end"
+                } else {
+                    "step"
+                };
+                return Err(TypeError::new(
+                    "arange: start, end and step must be finite, step non-zero",
+                )
+                .on(culprit));
             }
             if *dtype == DType::Bool {
-                return Err("arange: dtype bool is not allowed".into());
+                return Err(TypeError::new("arange: dtype bool is not allowed").on("dtype"));
             }
             let n = ((end - start) / step).ceil().max(0.0);
             if n > crate::types::MAX_ELEMENTS as f64 {
-                return Err(format!("arange: {n} elements exceeds the limit"));
+                return Err(TypeError::new(format!(
+                    "arange: {n} elements exceeds the limit"
+                )));
             }
             TensorType::new(*dtype, vec![n as usize])?
         }
     };
-    check_shape(&ty.shape).map_err(|e| format!("{name}: {e}"))?;
+    check_shape(&ty.shape).map_err(|e| e.context(name))?;
     Ok(ty)
 }
 
@@ -407,35 +447,35 @@ impl TensorType {
     }
 }
 
-fn float_input(name: &str, x: &TensorType) -> Result<(), String> {
+fn float_input(name: &str, x: &TensorType) -> Result<(), TypeError> {
     if x.dtype.is_float() {
         Ok(())
     } else {
-        Err(format!(
+        Err(TypeError::new(format!(
             "{name} needs a float tensor, not {} (cast first)",
             x.dtype
-        ))
+        )))
     }
 }
 
-fn index_dtype(name: &str, idx: &TensorType) -> Result<(), String> {
+fn index_dtype(name: &str, idx: &TensorType) -> Result<(), TypeError> {
     if idx.dtype.is_int() {
         Ok(())
     } else {
-        Err(format!(
+        Err(TypeError::new(format!(
             "{name}: the index must be i32 or i64, not {}",
             idx.dtype
-        ))
+        )))
     }
 }
 
 /// Normalizes and deduplicates a list of axes.
-pub fn unique_axes(name: &str, axes: &[i64], rank: usize) -> Result<Vec<usize>, String> {
+pub fn unique_axes(name: &str, axes: &[i64], rank: usize) -> Result<Vec<usize>, TypeError> {
     let mut out = Vec::with_capacity(axes.len());
     for &a in axes {
-        let n = normalize_axis(a, rank).map_err(|e| format!("{name}: {e}"))?;
+        let n = normalize_axis(a, rank).map_err(|e| e.context(name))?;
         if out.contains(&n) {
-            return Err(format!("{name}: axis {a} appears twice"));
+            return Err(TypeError::new(format!("{name}: axis {a} appears twice")));
         }
         out.push(n);
     }
@@ -443,7 +483,11 @@ pub fn unique_axes(name: &str, axes: &[i64], rank: usize) -> Result<Vec<usize>, 
 }
 
 /// The normalized axes a reduction reduces (`None` means all). A rank-0 input reduces nothing.
-pub fn reduced_axes(name: &str, axes: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, String> {
+pub fn reduced_axes(
+    name: &str,
+    axes: Option<&[i64]>,
+    rank: usize,
+) -> Result<Vec<usize>, TypeError> {
     let mut out = match axes {
         None => (0..rank).collect(),
         Some(axes) => unique_axes(name, axes, rank)?,
@@ -471,64 +515,64 @@ pub fn reduce_shape(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize
 }
 
 /// Validates a permutation of `rank` axes and normalizes negative entries.
-pub fn permutation(name: &str, dims: &[i64], rank: usize) -> Result<Vec<usize>, String> {
+pub fn permutation(name: &str, dims: &[i64], rank: usize) -> Result<Vec<usize>, TypeError> {
     if dims.len() != rank {
-        return Err(format!(
+        return Err(TypeError::new(format!(
             "{name}: dims has {} entries but the tensor has rank {rank}",
             dims.len()
-        ));
+        )));
     }
     let perm = unique_axes(name, dims, rank)
-        .map_err(|e| format!("{e} (dims must be a permutation of 0..{rank})"))?;
+        .map_err(|e| TypeError::new(format!("{e} (dims must be a permutation of 0..{rank})")))?;
     Ok(perm)
 }
 
 /// Resolves a reshape target with at most one `-1` against an element count.
-pub fn reshape_target(shape: &[i64], numel: usize) -> Result<Vec<usize>, String> {
+pub fn reshape_target(shape: &[i64], numel: usize) -> Result<Vec<usize>, TypeError> {
     let mut infer_at = None;
     let mut known: usize = 1;
     for (i, &d) in shape.iter().enumerate() {
         if d == -1 {
             if infer_at.is_some() {
-                return Err("reshape: at most one extent may be -1".into());
+                return Err(TypeError::new("reshape: at most one extent may be -1"));
             }
             infer_at = Some(i);
         } else if d < 0 {
-            return Err(format!("reshape: extent {d} is negative"));
+            return Err(TypeError::new(format!("reshape: extent {d} is negative")));
         } else {
             known = known
                 .checked_mul(d as usize)
                 .filter(|&n| n <= crate::types::MAX_ELEMENTS)
-                .ok_or("reshape: target shape has too many elements")?;
+                .ok_or_else(|| TypeError::new("reshape: target shape has too many elements"))?;
         }
     }
     let mut out: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer_at {
         if known == 0 || !numel.is_multiple_of(known) {
-            return Err(format!(
+            return Err(TypeError::new(format!(
                 "reshape: cannot infer the -1 extent: {numel} elements do not divide into {}",
                 fmt_i64s(shape)
-            ));
+            )));
         }
         out[i] = numel / known;
     } else if known != numel {
-        return Err(format!(
+        return Err(TypeError::new(format!(
             "reshape: target shape {} has {known} elements but the input has {numel}",
             fmt_i64s(shape)
-        ));
+        )));
     }
     check_shape(&out)?;
     Ok(out)
 }
 
 /// Resolves an expand target (`-1` keeps the input extent) and checks it broadcasts.
-pub fn expand_target(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, String> {
+pub fn expand_target(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, TypeError> {
     if shape.len() < from.len() {
-        return Err(format!(
+        return Err(TypeError::new(format!(
             "expand: target rank {} is below the input rank {}",
             shape.len(),
             from.len()
-        ));
+        )));
     }
     let lead = shape.len() - from.len();
     let mut out = Vec::with_capacity(shape.len());
@@ -541,15 +585,17 @@ pub fn expand_target(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, String
         let n = match (d, src) {
             (-1, Some(s)) => s,
             (-1, None) => {
-                return Err(format!(
+                return Err(TypeError::new(format!(
                     "expand: -1 is not allowed for the new leading axis {i}"
-                ))
+                )))
             }
-            (d, _) if d < 0 => return Err(format!("expand: extent {d} is negative")),
+            (d, _) if d < 0 => {
+                return Err(TypeError::new(format!("expand: extent {d} is negative")))
+            }
             (d, Some(s)) if s != 1 && s as i64 != d => {
-                return Err(format!(
+                return Err(TypeError::new(format!(
                 "expand: cannot expand axis {i} of extent {s} to {d} (only extent-1 axes expand)"
-            ))
+            )))
             }
             (d, _) => d as usize,
         };
@@ -569,18 +615,18 @@ pub fn slice_bounds(len: usize, start: i64, end: i64) -> (usize, usize) {
     (clamp(start), clamp(end))
 }
 
-fn matmul_type(a: &TensorType, b: &TensorType) -> Result<TensorType, String> {
+fn matmul_type(a: &TensorType, b: &TensorType) -> Result<TensorType, TypeError> {
     if a.rank() == 0 || b.rank() == 0 {
-        return Err("matmul: operands must have rank >= 1".into());
+        return Err(TypeError::new("matmul: operands must have rank >= 1"));
     }
     if a.dtype != b.dtype {
-        return Err(format!(
+        return Err(TypeError::new(format!(
             "matmul: operand dtypes differ ({} and {}); cast one",
             a.dtype, b.dtype
-        ));
+        )));
     }
     if a.dtype == DType::Bool {
-        return Err("matmul is not defined for bool tensors".into());
+        return Err(TypeError::new("matmul is not defined for bool tensors"));
     }
     // 1-D operands are promoted to matrices and the added axis removed afterwards.
     let a2 = if a.rank() == 1 {
@@ -596,14 +642,14 @@ fn matmul_type(a: &TensorType, b: &TensorType) -> Result<TensorType, String> {
     let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
     let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
     if k != k2 {
-        return Err(format!(
+        return Err(TypeError::new(format!(
             "matmul: inner dimensions differ: {} @ {} ({k} vs {k2})",
             ShapeDisplay(&a.shape),
             ShapeDisplay(&b.shape)
-        ));
+        )));
     }
     let batch = broadcast_shapes(&a2[..a2.len() - 2], &b2[..b2.len() - 2])
-        .map_err(|e| format!("matmul: batch axes: {e}"))?;
+        .map_err(|e| e.context("matmul: batch axes"))?;
     let mut shape = batch;
     if a.rank() > 1 {
         shape.push(m);
@@ -664,6 +710,48 @@ mod tests {
         assert!(reshape_target(&[-1, 0], 12).is_err());
         assert_eq!(expand_target(&[3, 1], &[2, -1, 4]).unwrap(), vec![2, 3, 4]);
         assert!(expand_target(&[3], &[4]).is_err());
+    }
+
+    #[test]
+    fn errors_name_the_attribute_at_fault() {
+        let f = DType::F32;
+        let x = t(f, &[2, 3]);
+        let blame = |op: Op| infer(&op, &[&x]).unwrap_err().attribute;
+        assert_eq!(blame(Op::Softmax { axis: 2 }), Some("axis"));
+        let sum = Op::Reduce {
+            op: ReduceOp::Sum,
+            axes: Some(vec![1, -1]),
+            keepdim: false,
+        };
+        assert_eq!(blame(sum), Some("axes"));
+        assert_eq!(blame(Op::Permute { dims: vec![0, 0] }), Some("dims"));
+        assert_eq!(blame(Op::Reshape { shape: vec![5] }), Some("shape"));
+        assert_eq!(blame(Op::Transpose { dim0: 0, dim1: 2 }), Some("dim1"));
+        assert_eq!(
+            blame(Op::Squeeze {
+                axes: Some(vec![0])
+            }),
+            Some("axes")
+        );
+        let pad = Op::Pad {
+            pads: vec![0, 0],
+            value: 0.0,
+        };
+        assert_eq!(blame(pad), Some("pads"));
+        let arange = Op::Arange {
+            start: 0.0,
+            end: f64::NAN,
+            step: 1.0,
+            dtype: DType::I64,
+        };
+        assert_eq!(infer(&arange, &[]).unwrap_err().attribute, Some("end"));
+        // Operands that do not fit are not an attribute's fault.
+        let e = infer(&Op::MatMul, &[&x, &x]).unwrap_err();
+        assert_eq!(e.attribute, None);
+        assert_eq!(
+            e.message,
+            "matmul: inner dimensions differ: [2, 3] @ [2, 3] (3 vs 2)"
+        );
     }
 
     #[test]

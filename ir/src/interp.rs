@@ -34,7 +34,7 @@ pub use erf::erf;
 use crate::infer::infer;
 use crate::op::{Op, Scalar};
 use crate::types::TensorType;
-use crate::{verify, DType, Data, Graph, Tensor};
+use crate::{verify, DType, Data, Error, Graph, Result, Tensor};
 use std::borrow::Cow;
 
 /// Evaluates `g` on `inputs` (one tensor per parameter, in order) and returns one tensor
@@ -43,27 +43,27 @@ use std::borrow::Cow;
 /// The graph is verified first, and every input must have exactly its parameter's type;
 /// errors name the offending parameter or node. Intermediates are dropped after their
 /// last use, so peak memory is what the graph needs, not the sum of all values.
-pub fn interpret(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    verify(g).map_err(|e| format!("graph `{}` is invalid: {e}", g.name))?;
+pub fn interpret(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    verify(g).map_err(|e| e.context(format!("graph `{}` is invalid", g.name)))?;
     if inputs.len() != g.params.len() {
-        return Err(format!(
+        return Err(Error::Input(format!(
             "graph `{}` takes {} input{}, got {}",
             g.name,
             g.params.len(),
             if g.params.len() == 1 { "" } else { "s" },
             inputs.len()
-        ));
+        )));
     }
     for (i, (&p, t)) in g.params.iter().zip(inputs).enumerate() {
         let name = g.node(p).name.as_deref().unwrap_or("?");
         let declared = g.ty(p);
         if &t.ty != declared {
-            return Err(format!(
+            return Err(Error::Input(format!(
                 "input {i} (`{name}`) has type {} but the parameter is declared {declared}",
                 t.ty
-            ));
+            )));
         }
-        check_data(t).map_err(|e| format!("input {i} (`{name}`): {e}"))?;
+        check_data(t).map_err(|e| e.context(format_args!("input {i} (`{name}`)")))?;
     }
 
     // The last node that reads each value; outputs are read "after" every node.
@@ -84,11 +84,9 @@ pub fn interpret(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
             None => format!("%{i} ({})", node.op.name()),
         };
         let value = match node.op {
-            Op::Param { index } => Cow::Borrowed(
-                inputs
-                    .get(index)
-                    .ok_or_else(|| format!("{label}: no input for parameter {index}"))?,
-            ),
+            Op::Param { index } => Cow::Borrowed(inputs.get(index).ok_or_else(|| {
+                Error::internal(format!("{label}: no input for parameter {index}"))
+            })?),
             _ => {
                 let args = node
                     .inputs
@@ -97,11 +95,12 @@ pub fn interpret(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
                         values
                             .get(x.index())
                             .and_then(|v| v.as_deref())
-                            .ok_or_else(|| format!("{label}: operand {x} has no value"))
+                            .ok_or_else(|| {
+                                Error::internal(format!("{label}: operand {x} has no value"))
+                            })
                     })
-                    .collect::<Result<Vec<&Tensor>, String>>()?;
-                let out =
-                    eval_node(&node.op, &args, &node.ty).map_err(|e| format!("{label}: {e}"))?;
+                    .collect::<Result<Vec<&Tensor>>>()?;
+                let out = eval_node(&node.op, &args, &node.ty).map_err(|e| e.context(&label))?;
                 Cow::Owned(out)
             }
         };
@@ -118,7 +117,7 @@ pub fn interpret(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
             values[o.index()]
                 .as_ref()
                 .map(|v| v.clone().into_owned())
-                .ok_or_else(|| format!("output {o} has no value"))
+                .ok_or_else(|| Error::internal(format!("output {o} has no value")))
         })
         .collect()
 }
@@ -129,17 +128,17 @@ pub fn interpret(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
 ///
 /// The operands are checked against the op's typing rule, and `out` must be the type
 /// [`infer`] gives, so a mismatched call is an error rather than a wrong answer.
-pub fn eval_node(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Tensor, String> {
+pub fn eval_node(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Tensor> {
     for (i, t) in inputs.iter().enumerate() {
-        check_data(t).map_err(|e| format!("{}: operand {i}: {e}", op.name()))?;
+        check_data(t).map_err(|e| e.context(format_args!("{}: operand {i}", op.name())))?;
     }
     match op {
-        Op::Param { index } => Err(format!(
+        Op::Param { index } => Err(Error::Input(format!(
             "parameter {index} has no value of its own (give it as an input to `interpret`)"
-        )),
+        ))),
         Op::Literal { value } => {
             if !inputs.is_empty() {
-                return Err("a literal takes no operands".into());
+                return Err(Error::Input("a literal takes no operands".into()));
             }
             literal(*value, out)
         }
@@ -147,18 +146,18 @@ pub fn eval_node(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Tensor
             let types: Vec<&TensorType> = inputs.iter().map(|t| &t.ty).collect();
             let inferred = infer(op, &types)?;
             if &inferred != out {
-                return Err(format!(
+                return Err(Error::Input(format!(
                     "{}: requested result type {out} differs from the inferred {inferred}",
                     op.name()
-                ));
+                )));
             }
             let result = dispatch(op, inputs, out)?;
             if &result.ty != out || check_data(&result).is_err() {
-                return Err(format!(
-                    "internal error: {} produced {} instead of {out}",
+                return Err(Error::internal(format!(
+                    "{} produced {} instead of {out}",
                     op.name(),
                     result.ty
-                ));
+                )));
             }
             Ok(result)
         }
@@ -166,9 +165,11 @@ pub fn eval_node(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Tensor
 }
 
 /// Routes an op to its implementation; operands and `out` are already type-checked.
-fn dispatch(op: &Op, x: &[&Tensor], out: &TensorType) -> Result<Tensor, String> {
+fn dispatch(op: &Op, x: &[&Tensor], out: &TensorType) -> Result<Tensor> {
     match op {
-        Op::Param { .. } | Op::Literal { .. } => Err(format!("{} is not computed", op.name())),
+        Op::Param { .. } | Op::Literal { .. } => {
+            Err(Error::internal(format!("{} is not computed", op.name())))
+        }
         Op::Unary(u) => elementwise::unary(*u, x[0], out),
         Op::Binary(b) => elementwise::binary(*b, x[0], x[1], out),
         Op::Where => elementwise::select(x[0], x[1], x[2], out),
@@ -204,13 +205,16 @@ fn dispatch(op: &Op, x: &[&Tensor], out: &TensorType) -> Result<Tensor, String> 
 
 /// A literal's value as a rank-0 tensor of `out`'s dtype. Integer literals wrap into
 /// `i32` like any integer result; a float literal cannot be an integer or bool.
-fn literal(value: Scalar, out: &TensorType) -> Result<Tensor, String> {
+fn literal(value: Scalar, out: &TensorType) -> Result<Tensor> {
     if out.rank() != 0 {
-        return Err(format!("a literal is rank 0, not {out}"));
+        return Err(Error::Input(format!("a literal is rank 0, not {out}")));
     }
     match value {
         Scalar::Float(v) if out.dtype.is_float() => Ok(Tensor::from_f64(out, &[v])),
-        Scalar::Float(v) => Err(format!("literal {v} cannot be a {}", out.dtype)),
+        Scalar::Float(v) => Err(Error::Input(format!(
+            "literal {v} cannot be a {}",
+            out.dtype
+        ))),
         Scalar::Int(v) => Ok(elementwise::cast(
             &Tensor::from_i64(&TensorType::scalar(DType::I64), &[v]),
             out.dtype,
@@ -221,7 +225,7 @@ fn literal(value: Scalar, out: &TensorType) -> Result<Tensor, String> {
 
 /// Checks that a tensor's storage matches its type (the fields are public, so a
 /// hand-built tensor can disagree with itself).
-fn check_data(t: &Tensor) -> Result<(), String> {
+fn check_data(t: &Tensor) -> Result<()> {
     let (dtype, len) = match &t.data {
         Data::F32(v) => (DType::F32, v.len()),
         Data::F16(v) => (DType::F16, v.len()),
@@ -231,17 +235,17 @@ fn check_data(t: &Tensor) -> Result<(), String> {
         Data::Bool(v) => (DType::Bool, v.len()),
     };
     if dtype != t.ty.dtype {
-        return Err(format!(
+        return Err(Error::Input(format!(
             "the tensor is typed {} but stores {dtype} elements",
             t.ty
-        ));
+        )));
     }
     if len != t.ty.numel() {
-        return Err(format!(
+        return Err(Error::Input(format!(
             "the tensor is typed {} ({} elements) but stores {len}",
             t.ty,
             t.ty.numel()
-        ));
+        )));
     }
     Ok(())
 }

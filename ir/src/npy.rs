@@ -36,7 +36,7 @@
 //! [`MAX_ELEMENTS`](crate::MAX_ELEMENTS) before anything is allocated.
 
 use crate::types::{ShapeDisplay, TensorType};
-use crate::{DType, Data, Tensor};
+use crate::{DType, Data, Error, Result, Tensor};
 use half::{bf16, f16};
 
 /// The six bytes every `.npy` file starts with.
@@ -154,22 +154,27 @@ fn shape_literal(shape: &[usize]) -> String {
 }
 
 /// Decodes a `.npy` file into a tensor (see the module docs for the accepted types).
-pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
+pub fn decode(bytes: &[u8]) -> Result<Tensor> {
     let header = read_header(bytes)?;
     let elem = Elem::parse(&header.descr)?;
-    let ty = TensorType::new(header.dtype, header.shape.clone())?;
+    // `read_header` has checked the shape against the limits.
+    let ty = TensorType::new(header.dtype, header.shape.clone())
+        .map_err(|e| Error::Npy(format!("the .npy array: {e}")))?;
     let n = ty.numel();
     let payload = &bytes[header.data_offset..];
-    let expected = n
-        .checked_mul(elem.size())
-        .ok_or_else(|| format!("the data of shape {} is too large", ShapeDisplay(&ty.shape)))?;
+    let expected = n.checked_mul(elem.size()).ok_or_else(|| {
+        Error::Npy(format!(
+            "the data of shape {} is too large",
+            ShapeDisplay(&ty.shape)
+        ))
+    })?;
     if payload.len() != expected {
-        return Err(format!(
+        return Err(Error::Npy(format!(
             "an array of shape {} and type {} needs {expected} data bytes, but the file has {}",
             ShapeDisplay(&ty.shape),
             header.descr,
             payload.len()
-        ));
+        )));
     }
     let mut data = elem.decode(payload)?;
     if header.fortran_order && ty.rank() > 1 {
@@ -186,47 +191,56 @@ pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
 }
 
 /// Reads and validates the header of a `.npy` file without touching the data.
-pub fn read_header(bytes: &[u8]) -> Result<Header, String> {
+pub fn read_header(bytes: &[u8]) -> Result<Header> {
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
-        return Err("not a .npy file (it does not start with \\x93NUMPY)".into());
+        return Err(Error::Npy(
+            "not a .npy file (it does not start with \\x93NUMPY)".into(),
+        ));
     }
     let rest = &bytes[MAGIC.len()..];
     let (major, minor) = match rest {
         [major, minor, ..] => (*major, *minor),
-        _ => return Err("truncated .npy header (no version)".into()),
+        _ => return Err(Error::Npy("truncated .npy header (no version)".into())),
     };
     // Version 1.0 has a u16 header length; 2.0 widened it to u32 and 3.0 changed the
     // header text from latin-1 to UTF-8.
     let len_bytes = match (major, minor) {
         (1, 0) => 2,
         (2, 0) | (3, 0) => 4,
-        _ => return Err(format!("unsupported .npy format version {major}.{minor}")),
+        _ => {
+            return Err(Error::Npy(format!(
+                "unsupported .npy format version {major}.{minor}"
+            )))
+        }
     };
     let start = MAGIC.len() + 2 + len_bytes;
     if bytes.len() < start {
-        return Err("truncated .npy header (no header length)".into());
+        return Err(Error::Npy(
+            "truncated .npy header (no header length)".into(),
+        ));
     }
     let header_len = bytes[MAGIC.len() + 2..start]
         .iter()
         .rev()
         .fold(0usize, |acc, &b| (acc << 8) | b as usize);
     if header_len > MAX_HEADER_LEN {
-        return Err(format!(
+        return Err(Error::Npy(format!(
             ".npy header of {header_len} bytes exceeds the limit of {MAX_HEADER_LEN}"
-        ));
+        )));
     }
     let data_offset = start + header_len;
     if bytes.len() < data_offset {
-        return Err(format!(
+        return Err(Error::Npy(format!(
             "truncated .npy header (it declares {header_len} bytes, the file has {})",
             bytes.len() - start
-        ));
+        )));
     }
     let text = std::str::from_utf8(&bytes[start..data_offset])
-        .map_err(|_| ".npy header is not valid text".to_string())?;
+        .map_err(|_| Error::Npy(".npy header is not valid text".into()))?;
     let dict = HeaderParser::new(text).parse()?;
     let elem = Elem::parse(&dict.descr)?;
-    crate::types::check_shape(&dict.shape).map_err(|e| format!("the .npy array: {e}"))?;
+    crate::types::check_shape(&dict.shape)
+        .map_err(|e| Error::Npy(format!("the .npy array: {e}")))?;
     Ok(Header {
         version: (major, minor),
         dtype: elem.dtype(),
@@ -260,8 +274,11 @@ impl<'a> HeaderParser<'a> {
         }
     }
 
-    fn error(&self, what: &str) -> String {
-        format!("malformed .npy header at byte {}: {what}", self.pos)
+    fn error(&self, what: &str) -> Error {
+        Error::Npy(format!(
+            "malformed .npy header at byte {}: {what}",
+            self.pos
+        ))
     }
 
     fn skip_space(&mut self) {
@@ -275,7 +292,7 @@ impl<'a> HeaderParser<'a> {
         self.text.get(self.pos).copied()
     }
 
-    fn expect(&mut self, c: u8) -> Result<(), String> {
+    fn expect(&mut self, c: u8) -> Result<()> {
         if self.peek() == Some(c) {
             self.pos += 1;
             Ok(())
@@ -293,7 +310,7 @@ impl<'a> HeaderParser<'a> {
         found
     }
 
-    fn parse(mut self) -> Result<HeaderDict, String> {
+    fn parse(mut self) -> Result<HeaderDict> {
         let (mut descr, mut fortran, mut shape) = (None, None, None);
         self.expect(b'{')?;
         while !self.eat(b'}') {
@@ -302,9 +319,9 @@ impl<'a> HeaderParser<'a> {
             let dup = match key.as_str() {
                 "descr" => {
                     if self.peek() == Some(b'[') {
-                        return Err(
-                            "structured .npy arrays (a list descr) are not supported".into()
-                        );
+                        return Err(Error::Npy(
+                            "structured .npy arrays (a list descr) are not supported".into(),
+                        ));
                     }
                     descr.replace(self.string()?).is_some()
                 }
@@ -324,7 +341,7 @@ impl<'a> HeaderParser<'a> {
         if self.peek().is_some() {
             return Err(self.error("unexpected text after the header dict"));
         }
-        let missing = |k: &str| format!("malformed .npy header: no {k:?} key");
+        let missing = |k: &str| Error::Npy(format!("malformed .npy header: no {k:?} key"));
         Ok(HeaderDict {
             descr: descr.ok_or_else(|| missing("descr"))?,
             fortran_order: fortran.ok_or_else(|| missing("fortran_order"))?,
@@ -333,7 +350,7 @@ impl<'a> HeaderParser<'a> {
     }
 
     /// A single- or double-quoted string without escapes (numpy never writes any).
-    fn string(&mut self) -> Result<String, String> {
+    fn string(&mut self) -> Result<String> {
         let quote = match self.peek() {
             Some(q @ (b'\'' | b'"')) => q,
             _ => return Err(self.error("expected a quoted string")),
@@ -352,7 +369,7 @@ impl<'a> HeaderParser<'a> {
             .map_err(|_| self.error("string is not valid text"))
     }
 
-    fn boolean(&mut self) -> Result<bool, String> {
+    fn boolean(&mut self) -> Result<bool> {
         self.skip_space();
         for (word, value) in [("True", true), ("False", false)] {
             if self.text[self.pos..].starts_with(word.as_bytes()) {
@@ -365,7 +382,7 @@ impl<'a> HeaderParser<'a> {
 
     /// A tuple of non-negative integers: `()`, `(3,)`, `(2, 3)`. Python 2 era files
     /// write longs as `3L`, which is accepted too.
-    fn tuple(&mut self) -> Result<Vec<usize>, String> {
+    fn tuple(&mut self) -> Result<Vec<usize>> {
         self.expect(b'(')?;
         let mut dims = Vec::new();
         while !self.eat(b')') {
@@ -386,10 +403,10 @@ impl<'a> HeaderParser<'a> {
             }
             dims.push(value);
             if dims.len() > crate::MAX_RANK {
-                return Err(format!(
+                return Err(Error::Npy(format!(
                     "the .npy array has more than {} axes",
                     crate::MAX_RANK
-                ));
+                )));
             }
             if !self.eat(b',') {
                 self.expect(b')')?;
@@ -422,12 +439,12 @@ enum Endian {
 }
 
 impl Elem {
-    fn parse(descr: &str) -> Result<Elem, String> {
+    fn parse(descr: &str) -> Result<Elem> {
         let unsupported = || {
-            format!(
+            Error::Npy(format!(
                 "unsupported .npy element type {descr:?} (Ferrite reads float16/32/64, \
                  int8-64, uint8-64, bool and bfloat16 stored as '<V2')"
-            )
+            ))
         };
         let bytes = descr.as_bytes();
         let (order, kind, size) = match bytes {
@@ -480,7 +497,7 @@ impl Elem {
     }
 
     /// Decodes `payload` (exactly `numel * size` bytes) in storage order.
-    fn decode(self, payload: &[u8]) -> Result<Data, String> {
+    fn decode(self, payload: &[u8]) -> Result<Data> {
         Ok(match self {
             Elem::Float(2, e) => {
                 Data::F16(chunks::<2>(payload, e).map(f16::from_le_bytes).collect())
@@ -516,8 +533,9 @@ impl Elem {
                 let mut out = Vec::with_capacity(payload.len() / 8);
                 for (i, b) in chunks::<8>(payload, e).enumerate() {
                     let v = u64::from_le_bytes(b);
-                    let v = i64::try_from(v)
-                        .map_err(|_| format!("uint64 element {i} ({v}) does not fit in i64"))?;
+                    let v = i64::try_from(v).map_err(|_| {
+                        Error::Npy(format!("uint64 element {i} ({v}) does not fit in i64"))
+                    })?;
                     out.push(v);
                 }
                 Data::I64(out)
@@ -781,7 +799,8 @@ mod tests {
             "{'descr': '<u8', 'fortran_order': False, 'shape': (1,), }",
             &big,
         ))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("does not fit"), "{err}");
     }
 
@@ -839,7 +858,7 @@ mod tests {
             (file("{'descr': '\u{e9}', 'fortran_order': False, 'shape': (1,)}", &[0; 4]), "unsupported"),
         ];
         for (bytes, want) in cases {
-            let err = decode(&bytes).expect_err(want);
+            let err = decode(&bytes).expect_err(want).to_string();
             assert!(err.contains(want), "expected {want:?} in {err:?}");
         }
         // Every truncation of a valid file is an error, never a panic.

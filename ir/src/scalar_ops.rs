@@ -13,6 +13,7 @@
 
 use crate::interp::erf;
 use crate::op::{BinaryOp, UnaryOp};
+use crate::{Error, Result};
 
 /// A unary op on a float. `not` gives its truth value as 0 or 1 (NaN is true), for
 /// completeness; callers compute it on truth values directly.
@@ -66,7 +67,7 @@ pub(crate) fn float_unary(u: UnaryOp, x: f64) -> f64 {
 /// A unary op on an integer, wrapping on overflow (`abs(i64::MIN)` is itself).
 /// Transcendental ops have no integer form: their result dtype is a float, so the
 /// caller converts the operand first.
-pub(crate) fn int_unary(u: UnaryOp, x: i64) -> Result<i64, String> {
+pub(crate) fn int_unary(u: UnaryOp, x: i64) -> Result<i64> {
     Ok(match u {
         UnaryOp::Neg => x.wrapping_neg(),
         UnaryOp::Abs => x.wrapping_abs(),
@@ -75,21 +76,24 @@ pub(crate) fn int_unary(u: UnaryOp, x: i64) -> Result<i64, String> {
         UnaryOp::Floor | UnaryOp::Ceil => x,
         UnaryOp::Not => (x == 0) as i64,
         _ => {
-            return Err(format!(
+            return Err(Error::internal(format!(
                 "{} has no integer form (its result is a float)",
                 u.name()
-            ))
+            )))
         }
     })
 }
 
 /// A unary op on a bool: rounding is the identity and `not` negates; typing rejects
 /// the arithmetic ones.
-pub(crate) fn bool_unary(u: UnaryOp, x: bool) -> Result<bool, String> {
+pub(crate) fn bool_unary(u: UnaryOp, x: bool) -> Result<bool> {
     match u {
         UnaryOp::Floor | UnaryOp::Ceil => Ok(x),
         UnaryOp::Not => Ok(!x),
-        _ => Err(format!("{} is not defined for bool", u.name())),
+        _ => Err(Error::internal(format!(
+            "{} is not defined for bool",
+            u.name()
+        ))),
     }
 }
 
@@ -117,7 +121,7 @@ pub(crate) fn logical(b: BinaryOp, x: bool, y: bool) -> bool {
 
 /// An arithmetic binary op on floats (comparisons and logic are not arithmetic:
 /// see [`compare`] and [`logical`]).
-pub(crate) fn float_binary(b: BinaryOp, x: f64, y: f64) -> Result<f64, String> {
+pub(crate) fn float_binary(b: BinaryOp, x: f64, y: f64) -> Result<f64> {
     Ok(match b {
         BinaryOp::Add => x + y,
         BinaryOp::Sub => x - y,
@@ -128,13 +132,13 @@ pub(crate) fn float_binary(b: BinaryOp, x: f64, y: f64) -> Result<f64, String> {
         BinaryOp::Maximum | BinaryOp::Minimum if x.is_nan() || y.is_nan() => f64::NAN,
         BinaryOp::Maximum => x.max(y),
         BinaryOp::Minimum => x.min(y),
-        _ => return Err(format!("{} is not arithmetic", b.name())),
+        _ => return Err(Error::internal(format!("{} is not arithmetic", b.name()))),
     })
 }
 
 /// An arithmetic binary op on integers, wrapping on overflow. `div` has no integer
 /// form (its result is a float), nor do comparisons and logic.
-pub(crate) fn int_binary(b: BinaryOp, x: i64, y: i64) -> Result<i64, String> {
+pub(crate) fn int_binary(b: BinaryOp, x: i64, y: i64) -> Result<i64> {
     Ok(match b {
         BinaryOp::Add => x.wrapping_add(y),
         BinaryOp::Sub => x.wrapping_sub(y),
@@ -142,27 +146,30 @@ pub(crate) fn int_binary(b: BinaryOp, x: i64, y: i64) -> Result<i64, String> {
         BinaryOp::Pow => int_pow(x, y)?,
         BinaryOp::Maximum => x.max(y),
         BinaryOp::Minimum => x.min(y),
-        _ => return Err(format!("{} has no integer form", b.name())),
+        _ => return Err(Error::internal(format!("{} has no integer form", b.name()))),
     })
 }
 
 /// The arithmetic binary ops PyTorch defines on bools: `maximum` is `or`, `minimum`
 /// and `mul` are `and`.
-pub(crate) fn bool_binary(b: BinaryOp, x: bool, y: bool) -> Result<bool, String> {
+pub(crate) fn bool_binary(b: BinaryOp, x: bool, y: bool) -> Result<bool> {
     match b {
         BinaryOp::Maximum => Ok(x || y),
         BinaryOp::Minimum | BinaryOp::Mul => Ok(x && y),
-        _ => Err(format!("{} is not defined for bool", b.name())),
+        _ => Err(Error::internal(format!(
+            "{} is not defined for bool",
+            b.name()
+        ))),
     }
 }
 
 /// `x ** y` for integers by repeated squaring, wrapping on overflow as PyTorch does;
 /// a negative exponent is an error, as in PyTorch.
-fn int_pow(x: i64, y: i64) -> Result<i64, String> {
+fn int_pow(x: i64, y: i64) -> Result<i64> {
     if y < 0 {
-        return Err(format!(
+        return Err(Error::Eval(format!(
             "integers to negative integer powers are not allowed ({x} ** {y})"
-        ));
+        )));
     }
     let (mut base, mut exp, mut acc) = (x, y as u64, 1i64);
     while exp > 0 {

@@ -50,14 +50,14 @@ impl Tensor {
     }
 
     /// An `f32` tensor from a shape and values.
-    pub fn from_f32(shape: &[usize], values: Vec<f32>) -> Result<Tensor, String> {
+    pub fn from_f32(shape: &[usize], values: Vec<f32>) -> crate::Result<Tensor> {
         let ty = TensorType::new(DType::F32, shape.to_vec())?;
         if ty.numel() != values.len() {
-            return Err(format!(
+            return Err(crate::Error::Input(format!(
                 "shape {ty} needs {} values, got {}",
                 ty.numel(),
                 values.len()
-            ));
+            )));
         }
         Ok(Tensor {
             ty,

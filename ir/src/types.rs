@@ -1,6 +1,6 @@
 //! Tensor types: a dtype and a static shape.
 
-use crate::DType;
+use crate::{DType, TypeError};
 use std::fmt;
 
 /// The largest element count a single tensor may have (2^31). Larger shapes are
@@ -21,7 +21,7 @@ pub struct TensorType {
 
 impl TensorType {
     /// Builds a type, checking rank and element-count limits.
-    pub fn new(dtype: DType, shape: Vec<usize>) -> Result<TensorType, String> {
+    pub fn new(dtype: DType, shape: Vec<usize>) -> Result<TensorType, TypeError> {
         check_shape(&shape)?;
         Ok(TensorType { dtype, shape })
     }
@@ -59,22 +59,22 @@ impl TensorType {
 }
 
 /// Checks a shape against [`MAX_RANK`] and [`MAX_ELEMENTS`] without overflowing.
-pub fn check_shape(shape: &[usize]) -> Result<(), String> {
+pub fn check_shape(shape: &[usize]) -> Result<(), TypeError> {
     if shape.len() > MAX_RANK {
-        return Err(format!(
+        return Err(TypeError::new(format!(
             "rank {} exceeds the limit of {MAX_RANK} axes",
             shape.len()
-        ));
+        )));
     }
     let mut n: usize = 1;
     for &d in shape {
         n = match n.checked_mul(d) {
             Some(n) if n <= MAX_ELEMENTS => n,
             _ => {
-                return Err(format!(
+                return Err(TypeError::new(format!(
                     "shape {} has more than {MAX_ELEMENTS} elements",
                     ShapeDisplay(shape)
-                ))
+                )))
             }
         };
     }
@@ -113,7 +113,7 @@ impl fmt::Display for TensorType {
 }
 
 /// Broadcasts two shapes with numpy/PyTorch rules (align right, 1 stretches).
-pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, TypeError> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
@@ -132,30 +132,30 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> 
         } else if da == 1 {
             db
         } else {
-            return Err(format!(
+            return Err(TypeError::new(format!(
                 "shapes {} and {} do not broadcast (axis {} is {} vs {})",
                 ShapeDisplay(a),
                 ShapeDisplay(b),
                 i as i64 - rank as i64,
                 da,
                 db
-            ));
+            )));
         };
     }
     Ok(out)
 }
 
 /// Resolves a possibly negative axis against a rank (`-1` is the last axis).
-pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, String> {
+pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, TypeError> {
     let r = rank as i64;
     // A rank-0 tensor accepts axis 0 and -1, as in PyTorch.
     let bound = r.max(1);
     if axis < -bound || axis >= bound {
-        return Err(format!(
+        return Err(TypeError::new(format!(
             "axis {axis} is out of range for a tensor of rank {rank} (expected {}..{})",
             -bound,
             bound - 1
-        ));
+        )));
     }
     Ok(if axis < 0 { axis + bound } else { axis } as usize)
 }

@@ -3,8 +3,8 @@
 
 use ferrite_ir::interp::{erf, eval_node};
 use ferrite_ir::{
-    interpret, ArgReduceOp, BinaryOp, DType, Data, Graph, Op, ReduceOp, Scalar, Tensor, TensorType,
-    UnaryOp, ValueId,
+    interpret, ArgReduceOp, BinaryOp, DType, Data, Error, Graph, Op, ReduceOp, Scalar, Tensor,
+    TensorType, UnaryOp, ValueId,
 };
 use std::f64::consts::{E, LN_2, PI};
 use DType::{Bf16, Bool, F16, F32, I32, I64};
@@ -37,7 +37,7 @@ fn bools(shape: &[usize], v: &[bool]) -> Tensor {
 }
 
 /// Builds a graph applying `op` to one parameter per input and interprets it.
-fn run(op: Op, inputs: &[&Tensor]) -> Result<Tensor, String> {
+fn run(op: Op, inputs: &[&Tensor]) -> ferrite_ir::Result<Tensor> {
     let mut g = Graph::new("t");
     let params: Vec<ValueId> = inputs
         .iter()
@@ -61,10 +61,13 @@ fn ok(op: Op, inputs: &[&Tensor]) -> Tensor {
     run(op.clone(), inputs).unwrap_or_else(|e| panic!("{op:?} failed: {e}"))
 }
 
+/// The message of the error that running `op` on `inputs` raises, which must be
+/// the data's fault ([`Error::Eval`]).
 fn err(op: Op, inputs: &[&Tensor]) -> String {
     match run(op.clone(), inputs) {
         Ok(r) => panic!("{op:?} should fail but gave {r:?}"),
-        Err(e) => e,
+        Err(e @ Error::Eval(_)) => e.to_string(),
+        Err(e) => panic!("{op:?} should fail on its data, not with {e:?}"),
     }
 }
 
@@ -1187,32 +1190,39 @@ fn interpret_evaluates_a_whole_graph() {
 #[test]
 fn interpret_rejects_bad_inputs() {
     let g = two_param_graph();
-    let e = interpret(&g, &[x23()]).unwrap_err();
+    // Inputs that do not fit the parameters are the caller's mistake.
+    let input_error = |inputs: &[Tensor]| match interpret(&g, inputs) {
+        Err(e @ Error::Input(_)) => e.to_string(),
+        other => panic!("{other:?}"),
+    };
+    let e = input_error(&[x23()]);
     assert!(e.contains("takes 2 inputs, got 1"), "{e}");
-    let e = interpret(&g, &[x23(), f32s(&[2], &[1.0, 2.0])]).unwrap_err();
+    let e = input_error(&[x23(), f32s(&[2], &[1.0, 2.0])]);
     assert!(
         e.contains("`w`") && e.contains("f32[2]") && e.contains("f32[3]"),
         "{e}"
     );
-    let e = interpret(&g, &[x23(), t(F16, &[3], &[1.0; 3])]).unwrap_err();
+    let e = input_error(&[x23(), t(F16, &[3], &[1.0; 3])]);
     assert!(e.contains("`w`") && e.contains("f16[3]"), "{e}");
     // A hand-built tensor whose storage disagrees with its type.
     let liar = Tensor {
         ty: ty(F32, &[3]),
         data: Data::F32(vec![1.0, 2.0]),
     };
-    let e = interpret(&g, &[x23(), liar]).unwrap_err();
+    let e = input_error(&[x23(), liar]);
     assert!(e.contains("`w`") && e.contains("stores 2"), "{e}");
     let liar = Tensor {
         ty: ty(F32, &[3]),
         data: Data::I32(vec![1, 2, 3]),
     };
-    let e = interpret(&g, &[x23(), liar]).unwrap_err();
+    let e = input_error(&[x23(), liar]);
     assert!(e.contains("i32 elements"), "{e}");
     // An unverifiable graph is an error, not a panic.
     let mut bad = two_param_graph();
     bad.nodes[2].inputs[0] = ValueId(40);
-    assert!(interpret(&bad, &[x23(), f32s(&[3], &[1.0; 3])]).is_err());
+    let e = interpret(&bad, &[x23(), f32s(&[3], &[1.0; 3])]).unwrap_err();
+    assert!(matches!(e, Error::InvalidGraph(_)), "{e:?}");
+    assert!(!e.is_internal());
     // Errors raised while evaluating name the node.
     let mut g = Graph::new("idx");
     let x = g.add_param("x", ty(F32, &[3])).unwrap();
@@ -1222,6 +1232,8 @@ fn interpret_rejects_bad_inputs() {
         .unwrap();
     g.outputs = vec![y];
     let e = interpret(&g, &[f32s(&[3], &[1.0; 3]), ints(I64, &[1], &[5])]).unwrap_err();
+    assert!(matches!(e, Error::Eval(_)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("`rows`") && e.contains("index 5"), "{e}");
 }
 
@@ -1244,7 +1256,8 @@ fn eval_node_evaluates_single_ops() {
     // Params have no value of their own; a wrong result type is refused.
     assert!(eval_node(&Op::Param { index: 0 }, &[], &ty(F32, &[])).is_err());
     let e = eval_node(&unary(UnaryOp::Exp), &[&x23()], &ty(F32, &[3, 2])).unwrap_err();
-    assert!(e.contains("f32[2, 3]"), "{e}");
+    assert!(matches!(e, Error::Input(_)), "{e:?}");
+    assert!(e.to_string().contains("f32[2, 3]"), "{e}");
     assert!(eval_node(&unary(UnaryOp::Exp), &[], &ty(F32, &[])).is_err());
     let b = bools(&[1], &[true]);
     assert!(eval_node(&binary(BinaryOp::Sub), &[&b, &b], &ty(Bool, &[1])).is_err());

@@ -111,7 +111,7 @@ pub fn decompose(g: &Graph) -> Result<Graph> {
 fn check_result(g: &Graph, out: &Graph) -> Result<()> {
     let bug =
         |what: String| Error::Internal(format!("decompose produced an invalid graph: {what}"));
-    verify(out).map_err(bug)?;
+    verify(out).map_err(|e| bug(e.to_string()))?;
     if g.outputs.len() != out.outputs.len() {
         return Err(bug("the number of outputs changed".into()));
     }

@@ -262,7 +262,8 @@ impl Graph {
         let mut st = lock(&self.state);
         match st.graph.add_param(name, ty.clone()) {
             Ok(id) => self.handle(Some(id)),
-            Err(message) => {
+            Err(e) => {
+                let message = e.to_string();
                 st.fail(Error::Build {
                     op: "input".into(),
                     operands: vec![ty],
@@ -329,7 +330,9 @@ impl Graph {
             });
         }
         let g = st.graph.without_dead_nodes();
-        verify(&g).map_err(|message| Error::InvalidGraph { message })?;
+        verify(&g).map_err(|e| Error::InvalidGraph {
+            message: e.to_string(),
+        })?;
         Ok(g)
     }
 
@@ -349,11 +352,11 @@ impl Graph {
         let mut st = lock(&self.state);
         match st.graph.add_literal(value, value.dtype_beside(None)) {
             Ok(id) => self.handle(Some(id)),
-            Err(message) => {
+            Err(e) => {
                 st.fail(Error::Build {
                     op: "scalar".into(),
                     operands: vec![],
-                    message,
+                    message: e.to_string(),
                     location: location_text(location),
                 });
                 self.handle(None)
@@ -406,11 +409,11 @@ impl Graph {
                     let peer = scalar_peer(&op, operands, i, &st.graph);
                     match st.graph.add_literal(*s, s.dtype_beside(peer)) {
                         Ok(id) => id,
-                        Err(message) => {
+                        Err(e) => {
                             st.fail(Error::Build {
                                 op: op.name().into(),
                                 operands: vec![],
-                                message,
+                                message: e.to_string(),
                                 location: location_text(location),
                             });
                             return self.handle(None);
@@ -423,12 +426,12 @@ impl Graph {
         let name = op.name();
         match st.graph.add(op.clone(), &ids, None) {
             Ok(id) => self.handle(Some(id)),
-            Err(message) => {
+            Err(e) => {
                 let operands = ids.iter().map(|&v| st.graph.ty(v).clone()).collect();
                 st.fail(Error::Build {
                     op: name.into(),
                     operands,
-                    message: strip_op(name, &message).to_string(),
+                    message: strip_op(name, &e.to_string()).to_string(),
                     location: location_text(location),
                 });
                 self.handle(None)
@@ -529,7 +532,7 @@ impl Var {
         let message = match ferrite_ir::types::normalize_axis(axis, ty.rank()) {
             Ok(a) if ty.rank() > 0 => return ty.shape[a],
             Ok(_) => "a rank-0 tensor has no axes".to_string(),
-            Err(message) => message,
+            Err(e) => e.to_string(),
         };
         self.graph().fail("size", vec![ty], message);
         1

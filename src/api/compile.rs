@@ -224,7 +224,9 @@ pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled> {
 /// [`Options::dump`] set, every stage's text is written there before this returns.
 pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compiled> {
     let start = Instant::now();
-    verify(graph).map_err(|message| Error::InvalidGraph { message })?;
+    verify(graph).map_err(|e| Error::InvalidGraph {
+        message: e.to_string(),
+    })?;
     options.check()?;
     let (backend, records) = match options.target {
         Target::Interp => (Backend::Interp, Vec::new()),
@@ -482,10 +484,13 @@ impl Compiled {
         let inputs = check_inputs(&self.graph, inputs)?;
         let start = Instant::now();
         let (outputs, device_report) = match &self.backend {
-            Backend::Interp => interpret(&self.graph, &inputs).map(|o| (o, None)),
+            Backend::Interp => interpret(&self.graph, &inputs)
+                .map(|o| (o, None))
+                .map_err(String::from),
             Backend::Lowered(pipeline, code) => match code {
                 Code::Loops => ferrite_ir::loops::evaluate(&pipeline.scheduled.program, &inputs)
-                    .map(|o| (o, None)),
+                    .map(|o| (o, None))
+                    .map_err(String::from),
                 Code::Cpu(p) => p.run(&inputs).map(|o| (o, None)),
                 Code::Sim(p) => p
                     .run(&inputs)

@@ -225,9 +225,9 @@ impl Tensor {
 
     /// Decodes `.npy` bytes (any of the layouts `ferrite_ir::npy` accepts).
     pub fn from_npy(bytes: &[u8]) -> Result<Tensor> {
-        npy::decode(bytes)
-            .map(Tensor)
-            .map_err(|message| Error::Npy { message })
+        npy::decode(bytes).map(Tensor).map_err(|e| Error::Npy {
+            message: e.to_string(),
+        })
     }
 
     /// Encodes as a version 1.0 `.npy` file (little-endian, C order), as numpy writes it.
@@ -316,7 +316,7 @@ fn storage_mismatch(t: &ferrite_ir::Tensor) -> Option<String> {
         Data::Bool(v) => (DType::Bool, v.len()),
     };
     if let Err(e) = check_shape(&t.ty.shape) {
-        return Some(e);
+        return Some(e.to_string());
     }
     if dtype != t.ty.dtype || len != t.ty.numel() {
         return Some(format!(

@@ -485,7 +485,9 @@ where
         let g = self.trace(signature)?;
         let tensors = check_inputs(&g, inputs)?;
         interpret(&g, &tensors)
-            .map_err(|message| Error::Run { message })?
+            .map_err(|e| Error::Run {
+                message: e.to_string(),
+            })?
             .into_iter()
             .map(Tensor::from_backend)
             .collect()

@@ -199,8 +199,8 @@ fn load_input(
 ) -> Result<Tensor, CliError> {
     let bytes = read_file(path)?;
     let bad = |e: String| CliError::User(format!("input `{name}`: `{}`: {e}", path.display()));
-    let header = npy::read_header(&bytes).map_err(bad)?;
-    let t = npy::decode(&bytes).map_err(bad)?;
+    let header = npy::read_header(&bytes).map_err(|e| bad(e.to_string()))?;
+    let t = npy::decode(&bytes).map_err(|e| bad(e.to_string()))?;
     if &t.ty != ty {
         let mut msg = format!(
             "input `{name}` is declared {ty}, but `{}` holds {} (stored as '{}')",

@@ -128,12 +128,12 @@ fn bind(
         ParamType::Ptr(dtype) => {
             if let Some(shape) = value.strip_prefix("zeros:") {
                 let shape = parse_dims(shape).map_err(bad)?;
-                let ty = TensorType::new(dtype, shape).map_err(bad)?;
+                let ty = TensorType::new(dtype, shape).map_err(|e| bad(e.to_string()))?;
                 take(&ty)?;
                 return Ok(KernelArg::Buffer(Tensor::zeros(&ty)));
             }
             let path = PathBuf::from(value);
-            let t = npy::decode(&read_file(&path)?).map_err(bad)?;
+            let t = npy::decode(&read_file(&path)?).map_err(|e| bad(e.to_string()))?;
             take(&t.ty)?;
             if t.ty.dtype != dtype {
                 return Err(bad(format!(

@@ -12,6 +12,7 @@ use crate::op::{BinaryOp, UnaryOp};
 use crate::scalar_ops::{self as ops, i64_to_f64_round_odd};
 use crate::types::TensorType;
 use crate::{promote, Category, DType, Data, Tensor};
+use crate::{Error, Result};
 
 /// A tensor's elements in its computation domain, exactly.
 enum Values {
@@ -60,7 +61,7 @@ pub(super) fn cast(t: &Tensor, to: DType) -> Tensor {
 }
 
 /// A unary op with result type `out`.
-pub(super) fn unary(u: UnaryOp, x: &Tensor, out: &TensorType) -> Result<Tensor, String> {
+pub(super) fn unary(u: UnaryOp, x: &Tensor, out: &TensorType) -> Result<Tensor> {
     if u == UnaryOp::Not {
         return Ok(bool_tensor(out, truth(x).into_iter().map(|b| !b)));
     }
@@ -75,26 +76,21 @@ pub(super) fn unary(u: UnaryOp, x: &Tensor, out: &TensorType) -> Result<Tensor, 
             let v = v
                 .into_iter()
                 .map(|v| ops::int_unary(u, v))
-                .collect::<Result<Vec<i64>, String>>()?;
+                .collect::<Result<Vec<i64>>>()?;
             Ok(Tensor::from_i64(out, &v))
         }
         Values::Bool(v) => {
             let v = v
                 .into_iter()
                 .map(|v| ops::bool_unary(u, v))
-                .collect::<Result<Vec<bool>, String>>()?;
+                .collect::<Result<Vec<bool>>>()?;
             Ok(bool_tensor(out, v))
         }
     }
 }
 
 /// A broadcasting binary op with result type `out`.
-pub(super) fn binary(
-    b: BinaryOp,
-    x: &Tensor,
-    y: &Tensor,
-    out: &TensorType,
-) -> Result<Tensor, String> {
+pub(super) fn binary(b: BinaryOp, x: &Tensor, y: &Tensor, out: &TensorType) -> Result<Tensor> {
     // Comparisons and logic compute in the common dtype; arithmetic in the result dtype,
     // which is the common dtype except for integer `div` (computed in f32).
     let compute = if b.is_comparison() || b.is_logical() {
@@ -129,25 +125,25 @@ pub(super) fn binary(
         (Values::Float(p), Values::Float(q)) => {
             let v = pairs
                 .map(|(i, j)| ops::float_binary(b, p[i], q[j]))
-                .collect::<Result<Vec<f64>, String>>()?;
+                .collect::<Result<Vec<f64>>>()?;
             Ok(Tensor::from_f64(out, &v))
         }
         (Values::Int(p), Values::Int(q)) => {
             let v = pairs
                 .map(|(i, j)| ops::int_binary(b, p[i], q[j]))
-                .collect::<Result<Vec<i64>, String>>()?;
+                .collect::<Result<Vec<i64>>>()?;
             Ok(Tensor::from_i64(out, &v))
         }
         (Values::Bool(p), Values::Bool(q)) => {
             let v = pairs
                 .map(|(i, j)| ops::bool_binary(b, p[i], q[j]))
-                .collect::<Result<Vec<bool>, String>>()?;
+                .collect::<Result<Vec<bool>>>()?;
             Ok(bool_tensor(out, v))
         }
-        _ => Err(format!(
+        _ => Err(Error::internal(format!(
             "{}: operands did not convert to one dtype",
             b.name()
-        )),
+        ))),
     }
 }
 
@@ -158,12 +154,7 @@ fn bool_tensor(out: &TensorType, v: impl IntoIterator<Item = bool>) -> Tensor {
 }
 
 /// `where(cond, a, b)`: all three broadcast; `a` and `b` are cast to the result dtype.
-pub(super) fn select(
-    cond: &Tensor,
-    a: &Tensor,
-    b: &Tensor,
-    out: &TensorType,
-) -> Result<Tensor, String> {
+pub(super) fn select(cond: &Tensor, a: &Tensor, b: &Tensor, out: &TensorType) -> Result<Tensor> {
     let c = truth(cond);
     let (a2, b2) = (cast(a, out.dtype), cast(b, out.dtype));
     // Picking from `a` followed by `b` keeps values bit-exact in their dtype.

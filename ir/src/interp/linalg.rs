@@ -4,9 +4,10 @@
 use super::strided::{broadcast_strides, Offsets};
 use crate::types::{broadcast_shapes, TensorType};
 use crate::Tensor;
+use crate::{Error, Result};
 
 /// `a @ b` with result type `out`; floats accumulate in f64, integers in wrapping i64.
-pub(super) fn matmul(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<Tensor, String> {
+pub(super) fn matmul(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<Tensor> {
     let a_shape = match a.ty.shape.as_slice() {
         [k] => vec![1, *k],
         s => s.to_vec(),
@@ -16,18 +17,18 @@ pub(super) fn matmul(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<Tensor,
         s => s.to_vec(),
     };
     if a_shape.len() < 2 || b_shape.len() < 2 {
-        return Err("matmul: operands must have rank >= 1".into());
+        return Err(Error::internal("matmul: operands must have rank >= 1"));
     }
     let (a_batch, a_mat) = a_shape.split_at(a_shape.len() - 2);
     let (b_batch, b_mat) = b_shape.split_at(b_shape.len() - 2);
     let (m, k, n) = (a_mat[0], a_mat[1], b_mat[1]);
     if b_mat[0] != k {
-        return Err(format!(
+        return Err(Error::internal(format!(
             "matmul: inner dimensions differ ({k} vs {})",
             b_mat[0]
-        ));
+        )));
     }
-    let batch = broadcast_shapes(a_batch, b_batch).map_err(|e| format!("matmul: {e}"))?;
+    let batch = broadcast_shapes(a_batch, b_batch).map_err(|e| e.context("matmul"))?;
     // Offsets of each batch's matrix: broadcast strides count whole matrices.
     let matrix_offsets = |own: &[usize], size: usize| -> Vec<usize> {
         let strides: Vec<usize> = broadcast_strides(own, &batch)

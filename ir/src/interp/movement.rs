@@ -6,6 +6,7 @@ use super::strided::{broadcast_offsets, concat_data, pick, split_at_axis, Offset
 use crate::infer::{permutation, slice_bounds};
 use crate::types::{contiguous_strides, normalize_axis, TensorType};
 use crate::{DType, Tensor};
+use crate::{Error, Result};
 
 fn with_data(out: &TensorType, data: crate::Data) -> Tensor {
     Tensor {
@@ -22,18 +23,13 @@ fn permuted(perm: &[usize], x: &Tensor, out: &TensorType) -> Tensor {
 }
 
 /// `permute(x, dims)`.
-pub(super) fn permute(dims: &[i64], x: &Tensor, out: &TensorType) -> Result<Tensor, String> {
+pub(super) fn permute(dims: &[i64], x: &Tensor, out: &TensorType) -> Result<Tensor> {
     let perm = permutation("permute", dims, x.ty.rank())?;
     Ok(permuted(&perm, x, out))
 }
 
 /// `transpose(x, dim0, dim1)`: the permutation that swaps two axes.
-pub(super) fn transpose(
-    dim0: i64,
-    dim1: i64,
-    x: &Tensor,
-    out: &TensorType,
-) -> Result<Tensor, String> {
+pub(super) fn transpose(dim0: i64, dim1: i64, x: &Tensor, out: &TensorType) -> Result<Tensor> {
     let rank = x.ty.rank();
     let mut perm: Vec<usize> = (0..rank).collect();
     if rank > 0 {
@@ -58,10 +54,10 @@ pub(super) fn slice(
     step: i64,
     x: &Tensor,
     out: &TensorType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor> {
     let a = normalize_axis(axis, x.ty.rank())?;
     if step < 1 || x.ty.rank() == 0 {
-        return Err("slice needs rank >= 1 and step >= 1".into());
+        return Err(Error::internal("slice needs rank >= 1 and step >= 1"));
     }
     let (lo, _) = slice_bounds(x.ty.shape[a], start, end);
     let mut strides = contiguous_strides(&x.ty.shape);
@@ -75,7 +71,7 @@ pub(super) fn slice(
 
 /// `concat(xs.., axis)`: for each block of the axes before `axis`, every operand's
 /// contiguous block in turn.
-pub(super) fn concat(axis: i64, xs: &[&Tensor], out: &TensorType) -> Result<Tensor, String> {
+pub(super) fn concat(axis: i64, xs: &[&Tensor], out: &TensorType) -> Result<Tensor> {
     let all = concat_data(&xs.iter().map(|t| &t.data).collect::<Vec<_>>())?;
     let (outer, _, _) = split_at_axis(&out.shape, axis)?;
     // Where each operand starts in `all`, and how long one of its blocks is.
@@ -97,7 +93,7 @@ pub(super) fn concat(axis: i64, xs: &[&Tensor], out: &TensorType) -> Result<Tens
 /// `value` as a one-element tensor of `dtype`. Integer dtypes reject values outside
 /// their range and floats reject finite values that overflow to infinity, as
 /// PyTorch's checked scalar conversion does.
-fn fill_value(value: f64, dtype: DType, op: &str) -> Result<Tensor, String> {
+fn fill_value(value: f64, dtype: DType, op: &str) -> Result<Tensor> {
     let scalar = TensorType::scalar(dtype);
     let t = Tensor::from_f64(&scalar, &[value]);
     let fits = match dtype {
@@ -110,29 +106,24 @@ fn fill_value(value: f64, dtype: DType, op: &str) -> Result<Tensor, String> {
     if fits {
         Ok(t)
     } else {
-        Err(format!(
+        Err(Error::Eval(format!(
             "{op}: value {value} cannot be converted to {dtype} without overflow"
-        ))
+        )))
     }
 }
 
 /// `pad(x, pads, value)`: output coordinate `c` on axis `i` reads input coordinate
 /// `c - pads[2i]` when that is in range, and `value` otherwise. Negative pads crop.
-pub(super) fn pad(
-    pads: &[i64],
-    value: f64,
-    x: &Tensor,
-    out: &TensorType,
-) -> Result<Tensor, String> {
+pub(super) fn pad(pads: &[i64], value: f64, x: &Tensor, out: &TensorType) -> Result<Tensor> {
     let fill = fill_value(value, x.ty.dtype, "pad")?;
     let shape = &x.ty.shape;
     let rank = shape.len();
     if pads.len() != 2 * rank {
-        return Err(format!(
+        return Err(Error::internal(format!(
             "pad: pads needs {} amounts, got {}",
             2 * rank,
             pads.len()
-        ));
+        )));
     }
     let strides = contiguous_strides(shape);
     // The fill value sits just past the input's elements.
@@ -163,13 +154,13 @@ pub(super) fn pad(
 }
 
 /// Checks one index value against the extent it selects from.
-fn checked_index(op: &str, k: i64, extent: usize) -> Result<usize, String> {
+fn checked_index(op: &str, k: i64, extent: usize) -> Result<usize> {
     if k >= 0 && (k as u64) < extent as u64 {
         Ok(k as usize)
     } else {
-        Err(format!(
+        Err(Error::Eval(format!(
             "{op}: index {k} out of range for axis of extent {extent}"
-        ))
+        )))
     }
 }
 
@@ -180,13 +171,13 @@ pub(super) fn index_select(
     x: &Tensor,
     index: &Tensor,
     out: &TensorType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor> {
     let (outer, len, inner) = split_at_axis(&x.ty.shape, axis)?;
     let picks = index
         .to_i64()
         .into_iter()
         .map(|k| checked_index("index_select", k, len))
-        .collect::<Result<Vec<usize>, String>>()?;
+        .collect::<Result<Vec<usize>>>()?;
     let src = (0..outer).flat_map(|o| {
         picks
             .iter()
@@ -198,16 +189,13 @@ pub(super) fn index_select(
 /// `gather(x, index, axis)` with `take_along_dim` semantics: `out[c] = x[c with
 /// c[axis] replaced by index[c]]`, where `x` and `index` broadcast against each other
 /// on every axis but `axis`.
-pub(super) fn gather(
-    axis: i64,
-    x: &Tensor,
-    index: &Tensor,
-    out: &TensorType,
-) -> Result<Tensor, String> {
+pub(super) fn gather(axis: i64, x: &Tensor, index: &Tensor, out: &TensorType) -> Result<Tensor> {
     let rank = x.ty.rank();
     let a = normalize_axis(axis, rank)?;
     if index.ty.rank() != rank || out.rank() != rank {
-        return Err("gather: the index must have the input's rank".into());
+        return Err(Error::internal(
+            "gather: the index must have the input's rank",
+        ));
     }
     let xs = contiguous_strides(&x.ty.shape);
     let is = contiguous_strides(&index.ty.shape);
@@ -236,12 +224,12 @@ pub(super) fn gather(
     let src = Offsets::new(&out.shape, &x_strides, 0)
         .zip(Offsets::new(&out.shape, &i_strides, 0))
         .map(|(xo, io)| Ok(xo + checked_index("gather", values[io], extent)? * xs[a]))
-        .collect::<Result<Vec<usize>, String>>()?;
+        .collect::<Result<Vec<usize>>>()?;
     Ok(with_data(out, pick(&x.data, src.into_iter())))
 }
 
 /// `full(shape, value, dtype)`.
-pub(super) fn full(value: f64, out: &TensorType) -> Result<Tensor, String> {
+pub(super) fn full(value: f64, out: &TensorType) -> Result<Tensor> {
     let one = fill_value(value, out.dtype, "full")?;
     Ok(with_data(
         out,

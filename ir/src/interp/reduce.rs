@@ -7,6 +7,7 @@ use crate::infer::reduced_axes;
 use crate::op::{ArgReduceOp, ReduceOp};
 use crate::types::{contiguous_strides, TensorType};
 use crate::Tensor;
+use crate::{Error, Result};
 
 /// `sum|mean|max|min|prod(x, axes, keepdim)` with result type `out`.
 pub(super) fn reduce(
@@ -14,7 +15,7 @@ pub(super) fn reduce(
     axes: Option<&[i64]>,
     x: &Tensor,
     out: &TensorType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor> {
     let shape = &x.ty.shape;
     let reduced = reduced_axes(op.name(), axes, shape.len())?;
     // Each input element lands in the output slot found by dropping its reduced
@@ -68,7 +69,9 @@ pub(super) fn reduce(
             ReduceOp::Prod => 1,
             ReduceOp::Max => i64::MIN,
             ReduceOp::Min => i64::MAX,
-            ReduceOp::Mean => return Err("mean needs a float tensor (cast first)".into()),
+            ReduceOp::Mean => {
+                return Err(Error::internal("mean needs a float tensor (cast first)"))
+            }
         };
         let mut acc = vec![init; n_out];
         for (v, s) in x.to_i64().into_iter().zip(slots) {
@@ -92,13 +95,16 @@ pub(super) fn arg_reduce(
     axis: Option<i64>,
     x: &Tensor,
     out: &TensorType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor> {
     let (outer, len, inner) = match axis {
         None => (1, x.len(), 1),
-        Some(a) => split_at_axis(&x.ty.shape, a).map_err(|e| format!("{}: {e}", op.name()))?,
+        Some(a) => split_at_axis(&x.ty.shape, a).map_err(|e| e.context(op.name()))?,
     };
     if len == 0 && outer * inner > 0 {
-        return Err(format!("{} over an axis of extent 0", op.name()));
+        return Err(Error::internal(format!(
+            "{} over an axis of extent 0",
+            op.name()
+        )));
     }
     let want_max = op == ArgReduceOp::ArgMax;
     let result = if x.ty.dtype.is_float() {
@@ -142,12 +148,7 @@ fn arg_extreme<T: PartialOrd + Copy>(
 
 /// `softmax(x, axis)`, or `log_softmax` when `log` is set, computed stably by
 /// subtracting the maximum along the axis first.
-pub(super) fn softmax(
-    axis: i64,
-    log: bool,
-    x: &Tensor,
-    out: &TensorType,
-) -> Result<Tensor, String> {
+pub(super) fn softmax(axis: i64, log: bool, x: &Tensor, out: &TensorType) -> Result<Tensor> {
     let (outer, len, inner) = split_at_axis(&x.ty.shape, axis)?;
     let mut v = x.to_f64();
     for o in 0..outer {
@@ -184,10 +185,10 @@ pub(super) fn layer_norm(
     b: Option<&Tensor>,
     eps: f64,
     out: &TensorType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor> {
     let n = match x.ty.shape.last() {
         Some(&n) => n,
-        None => return Err("normalization needs a tensor of rank >= 1".into()),
+        None => return Err(Error::internal("normalization needs a tensor of rank >= 1")),
     };
     let mut v = x.to_f64();
     let w = w.to_f64();

@@ -4,6 +4,7 @@
 
 use crate::types::{contiguous_strides, normalize_axis};
 use crate::Data;
+use crate::{Error, Result};
 
 /// Walks the multi-indices of `shape` in row-major order and yields
 /// `base + Σ index[i] * strides[i]` for each. Broadcasting is a stride of 0, a
@@ -82,7 +83,7 @@ pub(super) fn broadcast_offsets(shape: &[usize], out: &[usize]) -> Offsets {
 /// Splits `shape` around `axis` into (outer, extent, inner) element counts, so element
 /// `(o, k, i)` lives at `(o * extent + k) * inner + i`. A rank-0 shape is one element
 /// along its only axis, as PyTorch treats dim 0 of a scalar.
-pub(super) fn split_at_axis(shape: &[usize], axis: i64) -> Result<(usize, usize, usize), String> {
+pub(super) fn split_at_axis(shape: &[usize], axis: i64) -> Result<(usize, usize, usize)> {
     if shape.is_empty() {
         normalize_axis(axis, 0)?;
         return Ok((1, 1, 1));
@@ -117,21 +118,21 @@ pub(super) fn pick(data: &Data, src: impl Iterator<Item = usize>) -> Data {
 }
 
 /// The elements of every part, one after another. All parts must share a dtype.
-pub(super) fn concat_data(parts: &[&Data]) -> Result<Data, String> {
+pub(super) fn concat_data(parts: &[&Data]) -> Result<Data> {
     macro_rules! join {
         ($variant:ident) => {{
             let mut out = Vec::new();
             for part in parts {
                 match part {
                     Data::$variant(v) => out.extend_from_slice(v),
-                    _ => return Err("cannot join elements of different dtypes".into()),
+                    _ => return Err(Error::internal("cannot join elements of different dtypes")),
                 }
             }
             Data::$variant(out)
         }};
     }
     Ok(match parts.first() {
-        None => return Err("nothing to join".into()),
+        None => return Err(Error::internal("nothing to join")),
         Some(Data::F32(_)) => join!(F32),
         Some(Data::F16(_)) => join!(F16),
         Some(Data::Bf16(_)) => join!(Bf16),

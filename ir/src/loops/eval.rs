@@ -17,41 +17,45 @@ use super::ids::ExprRef;
 use super::index::{Var, VarKind};
 use super::program::{Kernel, Program, ReduceKind, Stage};
 use super::scalar;
-use crate::{DType, Tensor};
+use crate::{DType, Error, Tensor};
 
 /// Runs `p` on `inputs` (one tensor per graph parameter, of the input buffers'
 /// types) and returns one tensor per graph output.
-pub fn evaluate(p: &Program, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+///
+/// A failure while running is an [`Error::Eval`]: the program is verified first, so
+/// what fails is the data (an index out of range, an integer to a negative power).
+pub fn evaluate(p: &Program, inputs: &[Tensor]) -> crate::Result<Vec<Tensor>> {
     p.verify()
-        .map_err(|e| format!("program `{}` is invalid: {e}", p.name))?;
+        .map_err(|e| e.context(format!("program `{}` is invalid", p.name)))?;
     if inputs.len() != p.inputs.len() {
-        return Err(format!(
+        return Err(Error::Input(format!(
             "program `{}` takes {} inputs, got {}",
             p.name,
             p.inputs.len(),
             inputs.len()
-        ));
+        )));
     }
     let mut memory: Vec<Option<Vec<Value>>> = vec![None; p.buffers.len()];
     for (i, (&b, t)) in p.inputs.iter().zip(inputs).enumerate() {
         let buf = &p.buffers[b.index()];
         if t.ty != buf.ty {
-            return Err(format!(
+            return Err(Error::Input(format!(
                 "input {i} (`{}`) has type {} but the program expects {}",
                 buf.name, t.ty, buf.ty
-            ));
+            )));
         }
         let values = tensor_values(t);
         if values.len() != buf.ty.numel() {
-            return Err(format!(
+            return Err(Error::Input(format!(
                 "input {i} (`{}`) has the wrong element count",
                 buf.name
-            ));
+            )));
         }
         memory[b.index()] = Some(values);
     }
     for k in &p.kernels {
-        run_kernel(p, k, &mut memory).map_err(|e| format!("kernel {}: {e}", k.name))?;
+        run_kernel(p, k, &mut memory)
+            .map_err(|e| Error::Eval(format!("kernel {}: {e}", k.name)))?;
     }
     p.outputs
         .iter()
@@ -59,7 +63,7 @@ pub fn evaluate(p: &Program, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
             let buf = &p.buffers[b.index()];
             let values = memory[b.index()]
                 .as_ref()
-                .ok_or_else(|| format!("output {} was never written", buf.id))?;
+                .ok_or_else(|| Error::internal(format!("output {} was never written", buf.id)))?;
             Ok(to_tensor(&buf.ty, values))
         })
         .collect()

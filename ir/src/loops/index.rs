@@ -26,6 +26,7 @@
 //! which appear under the guards of padded loads.
 
 use super::ids::ExprRef;
+use crate::Error;
 use std::fmt;
 
 /// Which loop a variable belongs to.
@@ -191,14 +192,15 @@ impl IndexExpr {
         &self,
         var: &impl Fn(Var) -> Option<i64>,
         dynamic: &impl Fn(ExprRef) -> Option<i64>,
-    ) -> Result<i64, String> {
-        let overflow = || format!("index arithmetic overflows in `{self}`");
+    ) -> crate::Result<i64> {
+        let overflow = || Error::Eval(format!("index arithmetic overflows in `{self}`"));
         Ok(match self {
             IndexExpr::Const(c) => *c,
-            IndexExpr::Var(v) => var(*v).ok_or_else(|| format!("variable {v} is not in scope"))?,
-            IndexExpr::Dynamic { value, .. } => {
-                dynamic(*value).ok_or_else(|| format!("{value} has no index value"))?
+            IndexExpr::Var(v) => {
+                var(*v).ok_or_else(|| Error::internal(format!("variable {v} is not in scope")))?
             }
+            IndexExpr::Dynamic { value, .. } => dynamic(*value)
+                .ok_or_else(|| Error::internal(format!("{value} has no index value")))?,
             IndexExpr::Sum(ts) => {
                 let mut s: i64 = 0;
                 for t in ts {
@@ -209,7 +211,9 @@ impl IndexExpr {
             IndexExpr::Mul(e, c) => e.eval(var, dynamic)?.checked_mul(*c).ok_or_else(overflow)?,
             IndexExpr::FloorDiv(e, n) | IndexExpr::Mod(e, n) => {
                 if *n <= 0 {
-                    return Err(format!("non-positive divisor in `{self}`"));
+                    return Err(Error::InvalidProgram(format!(
+                        "non-positive divisor in `{self}`"
+                    )));
                 }
                 let x = e.eval(var, dynamic)?;
                 if matches!(self, IndexExpr::FloorDiv(..)) {

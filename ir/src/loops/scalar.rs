@@ -12,6 +12,7 @@ use crate::op::{BinaryOp, UnaryOp};
 use crate::round_to_dtype;
 use crate::scalar_ops::{self as ops, i64_to_f64_round_odd};
 use crate::{Category, DType};
+use crate::{Error, Result};
 
 /// Rounds a float to `dtype` (f32/f16/bf16), wraps an integer to `i32`, and leaves
 /// every other value as it is.
@@ -53,7 +54,7 @@ pub fn cast(v: Value, to: DType) -> Value {
 
 /// A unary op producing a value of `dtype` (the operand has `dtype` too, except for
 /// `not`, which reads any operand as a truth value and yields bool).
-pub fn unary(u: UnaryOp, x: Value, dtype: DType) -> Result<Value, String> {
+pub fn unary(u: UnaryOp, x: Value, dtype: DType) -> Result<Value> {
     if u == UnaryOp::Not {
         return Ok(Value::Bool(!truth(x)));
     }
@@ -67,7 +68,7 @@ pub fn unary(u: UnaryOp, x: Value, dtype: DType) -> Result<Value, String> {
 
 /// A binary op on two operands of one dtype; `dtype` is the result's (bool for
 /// comparisons and logic).
-pub fn binary(b: BinaryOp, x: Value, y: Value, dtype: DType) -> Result<Value, String> {
+pub fn binary(b: BinaryOp, x: Value, y: Value, dtype: DType) -> Result<Value> {
     if b.is_logical() {
         return Ok(Value::Bool(ops::logical(b, truth(x), truth(y))));
     }
@@ -80,7 +81,12 @@ pub fn binary(b: BinaryOp, x: Value, y: Value, dtype: DType) -> Result<Value, St
         (Value::Float(p), Value::Float(q)) => Value::Float(ops::float_binary(b, p, q)?),
         (Value::Int(p), Value::Int(q)) => Value::Int(ops::int_binary(b, p, q)?),
         (Value::Bool(p), Value::Bool(q)) => Value::Bool(ops::bool_binary(b, p, q)?),
-        _ => return Err(format!("{}: operands of different domains", b.name())),
+        _ => {
+            return Err(Error::internal(format!(
+                "{}: operands of different domains",
+                b.name()
+            )))
+        }
     };
     Ok(round_to(r, dtype))
 }

@@ -15,12 +15,17 @@ use super::ids::ExprRef;
 use super::index::{Extents, IndexExpr};
 use super::program::{BufferKind, Kernel, Program, Stage};
 use crate::op::UnaryOp;
-use crate::DType;
+use crate::{DType, Error};
 
 impl Program {
-    /// Checks the program's invariants (see the module docs); the error names the
-    /// kernel, stage and node at fault.
-    pub fn verify(&self) -> Result<(), String> {
+    /// Checks the program's invariants (see the module docs); the error, an
+    /// [`Error::InvalidProgram`], names the kernel, stage and node at fault.
+    pub fn verify(&self) -> crate::Result<()> {
+        self.check().map_err(Error::InvalidProgram)
+    }
+
+    /// The checks of [`Program::verify`]; the error is the message.
+    fn check(&self) -> Result<(), String> {
         for (i, b) in self.buffers.iter().enumerate() {
             if b.id.index() != i {
                 return Err(format!("buffer at position {i} has id {}", b.id));
@@ -413,11 +418,13 @@ mod tests {
             .unwrap();
         let err = copy_program(IndexExpr::Var(Var::outer(0)) + IndexExpr::Const(1))
             .verify()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("outside 0..4"), "{err}");
         let err = copy_program(IndexExpr::Var(Var::reduce(0)))
             .verify()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not in scope"), "{err}");
     }
 
@@ -425,9 +432,13 @@ mod tests {
     fn rejects_mismatched_access_records_and_missing_outputs() {
         let mut p = copy_program(IndexExpr::Var(Var::outer(0)));
         p.kernels[0].reads.clear();
-        assert!(p.verify().unwrap_err().contains("reads/writes"));
+        assert!(p.verify().unwrap_err().to_string().contains("reads/writes"));
         let mut p = copy_program(IndexExpr::Var(Var::outer(0)));
         p.kernels.clear();
-        assert!(p.verify().unwrap_err().contains("never written"));
+        assert!(p
+            .verify()
+            .unwrap_err()
+            .to_string()
+            .contains("never written"));
     }
 }

@@ -28,9 +28,10 @@
 use super::diag::{locate, Diagnostic, Located};
 use super::lexer::{describe, Lexer, Token, TokenKind};
 use crate::graph::check_declared_outputs;
-use crate::op::{AttrValue, Op, Scalar};
+use crate::op::{Arity, AttrError, AttrErrorKind, AttrValue, Op, OpSpec, Scalar, OPS};
+use crate::spelling::closest;
 use crate::types::{TensorType, MAX_RANK};
-use crate::{DType, Graph, ValueId};
+use crate::{DType, Error, Graph, ValueId};
 use std::collections::{HashMap, VecDeque};
 
 /// The deepest nesting of calls the parser accepts. Deeper input is an error, not
@@ -39,92 +40,6 @@ pub const MAX_NESTING: usize = 256;
 
 /// Words that cannot name values: they would read as a keyword or a literal.
 const RESERVED: [&str; 5] = ["return", "true", "false", "inf", "nan"];
-
-/// Every op name `Op::from_call` knows, used to suggest a fix for a misspelled op
-/// (a unit test checks each one is known).
-const OP_NAMES: [&str; 55] = [
-    "neg",
-    "abs",
-    "exp",
-    "log",
-    "sqrt",
-    "rsqrt",
-    "reciprocal",
-    "sin",
-    "cos",
-    "tanh",
-    "sigmoid",
-    "relu",
-    "gelu",
-    "silu",
-    "erf",
-    "floor",
-    "ceil",
-    "sign",
-    "not",
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "pow",
-    "maximum",
-    "minimum",
-    "eq",
-    "ne",
-    "lt",
-    "le",
-    "gt",
-    "ge",
-    "and",
-    "or",
-    "where",
-    "cast",
-    "sum",
-    "mean",
-    "max",
-    "min",
-    "prod",
-    "argmax",
-    "argmin",
-    "softmax",
-    "log_softmax",
-    "layer_norm",
-    "rms_norm",
-    "matmul",
-    "reshape",
-    "permute",
-    "transpose",
-    "expand",
-    "squeeze",
-    "unsqueeze",
-    "slice",
-];
-
-/// The rest of the op names (kept apart only to keep each table readable).
-const MORE_OP_NAMES: [&str; 6] = ["concat", "pad", "index_select", "gather", "full", "arange"];
-
-/// Every attribute name some op knows; suggestions are checked against the op
-/// itself before they are offered.
-const ATTR_NAMES: [&str; 16] = [
-    "approximate",
-    "to",
-    "axes",
-    "keepdim",
-    "axis",
-    "eps",
-    "shape",
-    "dims",
-    "dim0",
-    "dim1",
-    "start",
-    "end",
-    "step",
-    "pads",
-    "value",
-    "dtype",
-];
-
-const DTYPE_LIST: &str = "f32, f16, bf16, i32, i64, bool";
 
 /// Parses one graph from `.fg` source text. `file` names the source in errors.
 pub fn parse(file: &str, source: &str) -> Result<Graph, Diagnostic> {
@@ -400,7 +315,7 @@ impl<'a> Parser<'a> {
             TokenKind::Ident(name) => DType::from_name(name).ok_or_else(|| {
                 Located::new(
                     t.start,
-                    format!("unknown dtype `{name}` (dtypes are {DTYPE_LIST})"),
+                    format!("unknown dtype `{name}` (dtypes are {})", DType::name_list()),
                 )
             })?,
             _ => return Err(self.expected(&t, "a type such as `f32[2, 3]`")),
@@ -683,9 +598,9 @@ impl<'a> Parser<'a> {
         }
         // Unknown ops are reported before their operands are read, so the error
         // is the first one in the text.
-        if matches!(Op::from_call(op_name, &[]), Ok(None)) {
+        let Some(spec) = OpSpec::find(op_name) else {
             return Err(Located::new(t.start, unknown_op_message(op_name)));
-        }
+        };
         self.expect(TokenKind::LParen, "`(`")?;
         let mut operands: Vec<Operand> = Vec::new();
         let mut attrs: Vec<Attr<'a>> = Vec::new();
@@ -736,7 +651,7 @@ impl<'a> Parser<'a> {
             }
         }
         self.depth -= 1;
-        self.build(t.start, op_name, operands, &attrs, bind)
+        self.build(t.start, spec, operands, &attrs, bind)
     }
 
     /// Makes the node of a parsed call: builds the op, checks operands, types the
@@ -744,11 +659,12 @@ impl<'a> Parser<'a> {
     fn build(
         &mut self,
         op_start: usize,
-        op_name: &str,
+        spec: &'static OpSpec,
         operands: Vec<Operand>,
         attrs: &[Attr<'a>],
         bind: Option<&'a str>,
     ) -> Result<ValueId, Located> {
+        let op_name = spec.name;
         let pairs: Vec<(String, AttrValue)> = attrs
             .iter()
             .map(|a| (a.key.to_string(), a.value.clone()))
@@ -756,22 +672,22 @@ impl<'a> Parser<'a> {
         let op = match Op::from_call(op_name, &pairs) {
             Ok(Some(op)) => op,
             Ok(None) => return Err(Located::new(op_start, unknown_op_message(op_name))),
-            Err(msg) => return Err(attribute_error(op_start, op_name, msg, attrs, &pairs)),
+            Err(e) => return Err(attribute_error(op_start, e, attrs)),
         };
         let n = operands.len();
-        match op.arity() {
-            Some(k) if n != k => {
+        let plural = |k: usize| if k == 1 { "" } else { "s" };
+        match spec.arity {
+            Arity::Exactly(k) if n != k => {
                 let at = operands.get(k).map_or(op_start, Operand::start);
-                let s = if k == 1 { "" } else { "s" };
                 return Err(Located::new(
                     at,
-                    format!("{op_name} takes {k} operand{s}, got {n}"),
+                    format!("{op_name} takes {k} operand{}, got {n}", plural(k)),
                 ));
             }
-            None if n == 0 => {
+            Arity::AtLeast(k) if n < k => {
                 return Err(Located::new(
                     op_start,
-                    format!("{op_name} takes at least 1 operand, got 0"),
+                    format!("{op_name} takes at least {k} operand{}, got {n}", plural(k)),
                 ))
             }
             _ => {}
@@ -816,13 +732,22 @@ impl<'a> Parser<'a> {
                 }
             });
         }
-        let id = self.graph.add(op, &ids, None).map_err(|msg| {
+        let id = self.graph.add(op, &ids, None).map_err(|e| {
+            // A typing error names the attribute at fault, if one is; a few
+            // (size limits) do not start with the op's name.
+            let attribute = match &e {
+                Error::Type(t) => t.attribute,
+                _ => None,
+            };
+            let msg = e.to_string();
             let msg = if msg.starts_with(op_name) {
                 msg
             } else {
                 format!("{op_name}: {msg}")
             };
-            let at = attribute_at_fault(op_name, &msg, attrs).map_or(op_start, |a| a.start);
+            let at = attribute
+                .and_then(|key| attrs.iter().find(|a| a.key == key))
+                .map_or(op_start, |a| a.start);
             Located::new(at, msg)
         })?;
         // The name is set after `add`: the parser has already checked it is new
@@ -878,7 +803,8 @@ impl<'a> Parser<'a> {
                     Located::new(
                         t.start,
                         format!(
-                            "`{word}` is not an attribute value: expected a dtype ({DTYPE_LIST}), a number, true/false, a list `[..]` or a \"string\""
+                            "`{word}` is not an attribute value: expected a dtype ({}), a number, true/false, a list `[..]` or a \"string\"",
+                            DType::name_list()
                         ),
                     )
                 })?),
@@ -966,211 +892,32 @@ fn literal_fits(value: Scalar, dtype: DType) -> bool {
 }
 
 fn is_op_name(name: &str) -> bool {
-    matches!(Op::from_call(name, &[]), Ok(Some(_)) | Err(_))
+    OpSpec::find(name).is_some()
 }
 
 fn unknown_op_message(name: &str) -> String {
-    let known = OP_NAMES
-        .iter()
-        .chain(&MORE_OP_NAMES)
-        .copied()
-        .filter(|n| is_op_name(n));
-    match closest(name, known) {
+    match closest(name, OPS.iter().map(|s| s.name)) {
         Some(s) => format!("unknown op `{name}`; did you mean `{s}`?"),
         None => format!("unknown op `{name}`"),
     }
 }
 
-/// The text of the first backquoted word after `marker` in `msg`.
-fn quoted_after<'m>(msg: &'m str, marker: &str) -> Option<&'m str> {
-    let rest = &msg[msg.find(marker)? + marker.len()..];
-    Some(&rest[..rest.find('`')?])
-}
-
-/// Locates and completes an error of [`Op::from_call`]: unknown attributes get a
-/// suggestion, missing ones point at a misspelled attribute if there is one.
-fn attribute_error(
-    op_start: usize,
-    op_name: &str,
-    msg: String,
-    attrs: &[Attr<'_>],
-    pairs: &[(String, AttrValue)],
-) -> Located {
-    if let Some(key) = quoted_after(&msg, "unknown attribute `") {
-        if let Some(i) = attrs.iter().position(|a| a.key == key) {
-            let mut msg = msg.clone();
-            if let Some(s) = suggest_attribute(op_name, pairs, i) {
-                msg += &format!("; did you mean `{s}`?");
-            }
-            return Located::new(attrs[i].start, msg);
-        }
-    }
-    if let Some(key) = quoted_after(&msg, "missing required attribute `") {
-        let typo = attrs
-            .iter()
-            .find(|a| a.key != key && edit_distance(a.key, key) <= threshold(key));
-        if let Some(a) = typo {
-            return Located::new(a.start, format!("{msg} (is `{}` a misspelling?)", a.key));
-        }
-        return Located::new(op_start, msg);
-    }
-    let at = attribute_at_fault(op_name, &msg, attrs).map_or(op_start, |a| a.start);
-    Located::new(at, msg)
-}
-
-/// The attribute an error message is about, if any: the one it names in
-/// backquotes, or the one its first word (after `op: `) names. Messages about
-/// axes say "axis" whatever the attribute is called, and every reshape or expand
-/// error is about the target shape.
-fn attribute_at_fault<'x, 'a>(
-    op_name: &str,
-    msg: &str,
-    attrs: &'x [Attr<'a>],
-) -> Option<&'x Attr<'a>> {
-    let body = msg
-        .strip_prefix(op_name)
-        .and_then(|r| r.strip_prefix(": "))
-        .unwrap_or(msg);
-    if body.starts_with("missing") {
-        return None;
-    }
-    let find = |key: &str| attrs.iter().find(|a| a.key == key);
-    if let Some(key) = quoted_after(body, "attribute `") {
-        return find(key);
-    }
-    let word = body
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .next()
-        .unwrap_or("");
-    if let Some(a) = find(word) {
-        return Some(a);
-    }
-    if word == "axis" {
-        if let Some(a) = ["axes", "dims", "pads"].into_iter().find_map(find) {
-            return Some(a);
-        }
-    }
-    if op_name == "reshape" || op_name == "expand" {
-        return find("shape");
-    }
-    None
-}
-
-/// A known attribute of `op_name` close to the unknown one at `bad`. Whether the op
-/// knows a candidate is asked of [`Op::from_call`] itself, by renaming the
-/// attribute: only an unknown name is reported as unknown.
-fn suggest_attribute(
-    op_name: &str,
-    pairs: &[(String, AttrValue)],
-    bad: usize,
-) -> Option<&'static str> {
-    let key = pairs[bad].0.as_str();
-    let mut best: Option<(usize, &'static str)> = None;
-    for cand in ATTR_NAMES {
-        if pairs.iter().any(|(k, _)| k == cand) {
-            continue;
-        }
-        let d = edit_distance(key, cand);
-        if d > threshold(key) || best.is_some_and(|(bd, _)| bd <= d) {
-            continue;
-        }
-        let mut renamed = pairs.to_vec();
-        renamed[bad].0 = cand.to_string();
-        let unknown = format!("unknown attribute `{cand}`");
-        let known = match Op::from_call(op_name, &renamed) {
-            Err(m) => !m.contains(&unknown),
-            Ok(_) => true,
-        };
-        if known {
-            best = Some((d, cand));
-        }
-    }
-    best.map(|(_, c)| c)
-}
-
-/// How many edits a suggestion for `name` may be away.
-fn threshold(name: &str) -> usize {
-    if name.chars().count() <= 3 {
-        1
-    } else {
-        2
-    }
-}
-
-/// The candidate closest to `name` within [`threshold`] edits; ties go to the
-/// first candidate.
-fn closest<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Option<&'c str> {
-    let mut best: Option<(usize, &str)> = None;
-    for c in candidates {
-        let d = edit_distance(name, c);
-        if d > 0 && d <= threshold(name) && best.is_none_or(|(bd, _)| d < bd) {
-            best = Some((d, c));
-        }
-    }
-    best.map(|(_, c)| c)
-}
-
-/// Levenshtein distance, in chars. Long names (which only hostile input has)
-/// count as far from everything, keeping suggestions cheap.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    if a.len() > 64 || b.len() > 64 {
-        return usize::MAX;
-    }
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for i in 1..=a.len() {
-        cur[0] = i;
-        for j in 1..=b.len() {
-            let subst = prev[j - 1] + usize::from(a[i - 1] != b[j - 1]);
-            cur[j] = subst.min(prev[j] + 1).min(cur[j - 1] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
+/// Locates an error of [`Op::from_call`] at the attribute it names: a missing
+/// attribute at its misspelling if there is one, else at the op.
+fn attribute_error(op_start: usize, e: AttrError, attrs: &[Attr<'_>]) -> Located {
+    let key = match &e.kind {
+        AttrErrorKind::Missing { misspelling } => misspelling.as_deref(),
+        _ => Some(e.attribute.as_str()),
+    };
+    let at = key
+        .and_then(|k| attrs.iter().find(|a| a.key == k))
+        .map_or(op_start, |a| a.start);
+    Located::new(at, e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn op_tables_name_real_ops() {
-        for name in OP_NAMES.iter().chain(&MORE_OP_NAMES) {
-            assert!(is_op_name(name), "{name}");
-        }
-        assert!(!is_op_name("relu6"));
-        // Every attribute name is known to at least one op.
-        for key in ATTR_NAMES {
-            let known = OP_NAMES.iter().chain(&MORE_OP_NAMES).any(|op| {
-                let pairs = [(key.to_string(), AttrValue::Int(0))];
-                !matches!(Op::from_call(op, &pairs), Err(m) if m.contains("unknown attribute"))
-            });
-            assert!(known, "{key}");
-        }
-    }
-
-    #[test]
-    fn edit_distances() {
-        assert_eq!(edit_distance("relu6", "relu"), 1);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("axes", "axis"), 1);
-        assert_eq!(closest("relu6", OP_NAMES.into_iter()), Some("relu"));
-        assert_eq!(closest("frobnicate", OP_NAMES.into_iter()), None);
-    }
-
-    #[test]
-    fn attribute_suggestions_are_known_to_the_op() {
-        let pairs = vec![("axes".to_string(), AttrValue::Int(-1))];
-        assert_eq!(suggest_attribute("softmax", &pairs, 0), Some("axis"));
-        // `sum` knows `axes` and `keepdim` but not `axis`.
-        let pairs = vec![("axs".to_string(), AttrValue::Ints(vec![0]))];
-        assert_eq!(suggest_attribute("sum", &pairs, 0), Some("axes"));
-        let pairs = vec![("stp".to_string(), AttrValue::Int(1))];
-        assert_eq!(suggest_attribute("sum", &pairs, 0), None);
-    }
 
     #[test]
     fn literals_fit_their_dtype() {

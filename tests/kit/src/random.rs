@@ -125,23 +125,11 @@ impl Gen {
         let kind = self.below(if self.composites { 24 } else { 20 });
         let (op, inputs): (Op, Vec<ValueId>) = match kind {
             0..=2 => {
-                let u = self.pick(&[
-                    UnaryOp::Neg,
-                    UnaryOp::Abs,
-                    UnaryOp::Exp,
-                    UnaryOp::Log,
-                    UnaryOp::Sqrt,
-                    UnaryOp::Rsqrt,
-                    UnaryOp::Reciprocal,
-                    UnaryOp::Sin,
-                    UnaryOp::Cos,
-                    UnaryOp::Tanh,
-                    UnaryOp::Erf,
-                    UnaryOp::Floor,
-                    UnaryOp::Ceil,
-                    UnaryOp::Sign,
-                    UnaryOp::Not,
-                ]);
+                let primitive: Vec<UnaryOp> = UnaryOp::ALL
+                    .into_iter()
+                    .filter(|u| !u.is_composite())
+                    .collect();
+                let u = self.pick(&primitive);
                 (Op::Unary(u), vec![x])
             }
             3..=6 => {

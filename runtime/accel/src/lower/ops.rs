@@ -188,7 +188,7 @@ fn builtin(f: Builtin, x: E) -> E {
 pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Val> {
     if let Val::Lit(v, _) = x {
         return Ok(Val::Lit(
-            scalar::unary(u, *v, d).map_err(Error::Unsupported)?,
+            scalar::unary(u, *v, d).map_err(|e| Error::Unsupported(e.to_string()))?,
             d,
         ));
     }
@@ -290,7 +290,7 @@ pub(super) fn binary(
 ) -> Result<Val> {
     if let (Val::Lit(p, _), Val::Lit(q, _)) = (x, y) {
         return Ok(Val::Lit(
-            scalar::binary(op, *p, *q, d).map_err(Error::Unsupported)?,
+            scalar::binary(op, *p, *q, d).map_err(|e| Error::Unsupported(e.to_string()))?,
             d,
         ));
     }
