@@ -317,13 +317,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                 ))
                 .on("pads"));
             }
-            if !x.dtype.is_float() && value.fract() != 0.0 {
-                return Err(TypeError::new(format!(
-                    "pad: value {value} is not representable in {}",
-                    x.dtype
-                ))
-                .on("value"));
-            }
+            check_fill("pad", *value, x.dtype)?;
             let mut shape = Vec::with_capacity(x.rank());
             for (i, &d) in x.shape.iter().enumerate() {
                 let n = d as i128 + pads[2 * i] as i128 + pads[2 * i + 1] as i128;
@@ -394,12 +388,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             value,
             dtype,
         } => {
-            if !dtype.is_float() && value.fract() != 0.0 {
-                return Err(TypeError::new(format!(
-                    "full: value {value} is not representable in {dtype}"
-                ))
-                .on("value"));
-            }
+            check_fill("full", *value, *dtype)?;
             TensorType::new(*dtype, shape.clone()).map_err(|e| e.on("shape"))?
         }
         Op::Arange {
@@ -761,4 +750,35 @@ mod tests {
         assert_eq!(slice_bounds(10, 20, 30), (10, 10));
         assert_eq!(slice_bounds(10, i64::MIN, 3), (0, 3));
     }
+}
+
+/// Whether a `full`/`pad` fill value converts to `dtype` as PyTorch's checked scalar
+/// conversion allows: integers exactly and in range, floats without a finite value
+/// overflowing to infinity (infinities and NaN themselves are fine), bools always.
+pub fn fill_fits(value: f64, dtype: DType) -> bool {
+    match dtype {
+        DType::I32 => value.fract() == 0.0 && value >= i32::MIN as f64 && value <= i32::MAX as f64,
+        // 2^63 itself is the first value past i64::MAX.
+        DType::I64 => value.fract() == 0.0 && value >= -(2f64.powi(63)) && value < 2f64.powi(63),
+        DType::Bool => true,
+        _ => !value.is_finite() || crate::tensor::round_to_dtype(value, dtype).is_finite(),
+    }
+}
+
+/// The typing rule's check of a fill value (reliability finding F01: values no backend can
+/// represent were accepted by `check` and failed later, inside a backend).
+fn check_fill(op: &str, value: f64, dtype: DType) -> Result<(), TypeError> {
+    if !dtype.is_float() && value.fract() != 0.0 {
+        return Err(TypeError::new(format!(
+            "{op}: value {value} is not representable in {dtype}"
+        ))
+        .on("value"));
+    }
+    if !fill_fits(value, dtype) {
+        return Err(TypeError::new(format!(
+            "{op}: value {value} cannot be converted to {dtype} without overflow"
+        ))
+        .on("value"));
+    }
+    Ok(())
 }
