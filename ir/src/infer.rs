@@ -659,6 +659,37 @@ fn fmt_i64s(v: &[i64]) -> String {
     )
 }
 
+/// Whether a `full`/`pad` fill value converts to `dtype` as PyTorch's checked scalar
+/// conversion allows: integers exactly and in range, floats without a finite value
+/// overflowing to infinity (infinities and NaN themselves are fine), bools always.
+pub fn fill_fits(value: f64, dtype: DType) -> bool {
+    match dtype {
+        DType::I32 => value.fract() == 0.0 && value >= i32::MIN as f64 && value <= i32::MAX as f64,
+        // 2^63 itself is the first value past i64::MAX.
+        DType::I64 => value.fract() == 0.0 && value >= -(2f64.powi(63)) && value < 2f64.powi(63),
+        DType::Bool => true,
+        _ => !value.is_finite() || crate::tensor::round_to_dtype(value, dtype).is_finite(),
+    }
+}
+
+/// The typing rule's check of a fill value (reliability finding F01: values no backend can
+/// represent were accepted by `check` and failed later, inside a backend).
+fn check_fill(op: &str, value: f64, dtype: DType) -> Result<(), TypeError> {
+    if !dtype.is_float() && value.fract() != 0.0 {
+        return Err(TypeError::new(format!(
+            "{op}: value {value} is not representable in {dtype}"
+        ))
+        .on("value"));
+    }
+    if !fill_fits(value, dtype) {
+        return Err(TypeError::new(format!(
+            "{op}: value {value} cannot be converted to {dtype} without overflow"
+        ))
+        .on("value"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -750,35 +781,4 @@ mod tests {
         assert_eq!(slice_bounds(10, 20, 30), (10, 10));
         assert_eq!(slice_bounds(10, i64::MIN, 3), (0, 3));
     }
-}
-
-/// Whether a `full`/`pad` fill value converts to `dtype` as PyTorch's checked scalar
-/// conversion allows: integers exactly and in range, floats without a finite value
-/// overflowing to infinity (infinities and NaN themselves are fine), bools always.
-pub fn fill_fits(value: f64, dtype: DType) -> bool {
-    match dtype {
-        DType::I32 => value.fract() == 0.0 && value >= i32::MIN as f64 && value <= i32::MAX as f64,
-        // 2^63 itself is the first value past i64::MAX.
-        DType::I64 => value.fract() == 0.0 && value >= -(2f64.powi(63)) && value < 2f64.powi(63),
-        DType::Bool => true,
-        _ => !value.is_finite() || crate::tensor::round_to_dtype(value, dtype).is_finite(),
-    }
-}
-
-/// The typing rule's check of a fill value (reliability finding F01: values no backend can
-/// represent were accepted by `check` and failed later, inside a backend).
-fn check_fill(op: &str, value: f64, dtype: DType) -> Result<(), TypeError> {
-    if !dtype.is_float() && value.fract() != 0.0 {
-        return Err(TypeError::new(format!(
-            "{op}: value {value} is not representable in {dtype}"
-        ))
-        .on("value"));
-    }
-    if !fill_fits(value, dtype) {
-        return Err(TypeError::new(format!(
-            "{op}: value {value} cannot be converted to {dtype} without overflow"
-        ))
-        .on("value"));
-    }
-    Ok(())
 }
