@@ -33,9 +33,6 @@
 //! - `tile.rs`: a pointwise kernel whose loads stride across rows (a transpose) walks its
 //!   outer domain in 16x16 tiles, so each tile's lines stay in L1.
 //! - `epilogue.rs`: GEMM kernels split into the extern product and a JIT'd epilogue.
-//! - `interleave.rs`: run by [`crate::jit`] after Cranelift's e-graph, it reorders
-//!   each block round-robin over its unrolled groups, so their independent dependency
-//!   chains (a vector `exp` is ~40 instructions deep) overlap instead of running in turn.
 //!
 //! The lanes and tile rewrites apply only to kernels whose outer points write disjoint
 //! elements, since they change the order of the points. The stage reports and `notes` of
@@ -73,7 +70,6 @@ mod disjoint;
 pub mod epilogue;
 mod expr;
 mod index;
-pub(crate) mod interleave;
 mod kernel;
 mod lanes;
 mod stash;

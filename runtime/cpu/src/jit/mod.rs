@@ -20,7 +20,7 @@
 //! Compiling a function is split in two so that a pass of ours can run between Cranelift's
 //! mid-end and its lowering: [`Jit::define`] runs the e-graph pass itself (with an ISA at the
 //! requested `opt_level`), then interleaves the independent unrolled groups of each block
-//! (`codegen::interleave`, which must come after the e-graph because its elaboration lays
+//! (`interleave.rs` in this module, which must come after the e-graph because its elaboration lays
 //! every group out whole), verifies the result again, and hands it to the module, whose ISA
 //! has `opt_level=none` so that the e-graph does not run a second time. With
 //! [`OptLevel::None`] neither pass runs.
@@ -37,7 +37,9 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleError};
 
-use super::codegen::interleave::interleave_groups;
+mod interleave;
+
+use interleave::interleave_groups;
 
 /// Everything that can go wrong between building a function and getting its address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -318,7 +320,7 @@ impl Jit {
 
     /// The mid-end on `self.ctx.func`: Cranelift's e-graph pass (GVN, LICM, algebraic
     /// rewrites), then the interleaving of independent unrolled groups (see
-    /// `codegen::interleave`), which has to come after the e-graph because its elaboration
+    /// `interleave.rs`), which has to come after the e-graph because its elaboration
     /// lays each group out whole again. The module's own ISA has `opt_level=none`, so
     /// compiling does not run the e-graph a second time.
     fn optimize(&mut self, name: &str) -> Result<(), String> {
