@@ -998,6 +998,7 @@ impl KernelBuilder<'_> {
             domain: self.cur.ext.reduce.clone(),
             body,
             reductions,
+            stores: Vec::new(),
         });
         *open = None;
         self.cur = StageState::default();
@@ -1129,6 +1130,7 @@ impl KernelBuilder<'_> {
             domain,
             body,
             reductions,
+            ..
         }) = stages.get(si)
         else {
             return Err(LowerError::Invalid("internal error: gemm stage".into()));

@@ -11,6 +11,15 @@
 //! A node used more than once in a stage is bound to a name (`t3 = ...`) and the
 //! stage is printed as a block; data-dependent indices are always bound
 //! (`t1 = checked(buf1[i0], 0..10)`), so an index like `buf2[t1*64 + i1]` refers to them.
+//! A reduction stage that also writes elements (a backend's stash) is a block whose
+//! writes come before its accumulators:
+//!
+//! ```text
+//! reduce r0 in 0..512:
+//!   t2 = exp(buf0[i0*512 + r0] - acc0)
+//!   buf2[r0] = t2
+//!   acc1 = sum(t2)
+//! ```
 
 use super::expr::{Block, ExprOp, ExprRef};
 use super::program::{BufferKind, Kernel, Program, Stage};
@@ -25,6 +34,7 @@ impl fmt::Display for Program {
                 BufferKind::Input(i) => format!("input {i}"),
                 BufferKind::Output(i) => format!("output {i}"),
                 BufferKind::Intermediate => "intermediate".to_string(),
+                BufferKind::Scratch => "scratch".to_string(),
             };
             writeln!(f, "  {}: {}  {role} `{}`", b.id, b.ty, b.name)?;
         }
@@ -152,11 +162,15 @@ fn write_stage(f: &mut fmt::Formatter<'_>, stage: &Stage, indent: &str) -> fmt::
         body,
         bound: &bound,
     };
+    let line = |s: &super::StoreOp| format!("{}[{}] = {}", s.buffer, s.index, pr.expr(s.value));
     match stage {
         Stage::Reduce {
-            domain, reductions, ..
+            domain,
+            reductions,
+            stores,
+            ..
         } => {
-            if !any_bound && reductions.len() == 1 {
+            if !any_bound && reductions.len() == 1 && stores.is_empty() {
                 let r = &reductions[0];
                 return writeln!(
                     f,
@@ -178,6 +192,9 @@ fn write_stage(f: &mut fmt::Formatter<'_>, stage: &Stage, indent: &str) -> fmt::
             }
             let inner = format!("{indent}  ");
             pr.write_bindings(f, &inner)?;
+            for s in stores {
+                writeln!(f, "{inner}{}", line(s))?;
+            }
             for r in reductions {
                 writeln!(
                     f,
@@ -190,8 +207,6 @@ fn write_stage(f: &mut fmt::Formatter<'_>, stage: &Stage, indent: &str) -> fmt::
             Ok(())
         }
         Stage::Store { domain, stores, .. } => {
-            let line =
-                |s: &super::StoreOp| format!("{}[{}] = {}", s.buffer, s.index, pr.expr(s.value));
             if domain.is_empty() {
                 pr.write_bindings(f, indent)?;
                 for s in stores {

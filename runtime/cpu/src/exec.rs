@@ -467,6 +467,7 @@ impl CpuProgram {
                 let slot = self.slot_of[b.index()].ok_or_else(|| format!("{b} has no storage"))?;
                 data_addr_mut(&mut storage[slot])
             }
+            BufferKind::Scratch => return Err(format!("scratch {b} has no storage")),
         })
     }
 
@@ -580,7 +581,9 @@ impl CpuProgram {
                     self.slot_of[plan.product.index()].ok_or("the product has no storage")?;
                 std::mem::replace(&mut storage[slot], Data::F32(Vec::new()))
             }
-            BufferKind::Input(_) => return Err("a GEMM cannot write an input".into()),
+            BufferKind::Input(_) | BufferKind::Scratch => {
+                return Err("a GEMM cannot write an input".into())
+            }
         };
         let result = {
             let data = |b: BufferId| -> Result<&Data, String> {
@@ -591,7 +594,7 @@ impl CpuProgram {
                 Ok(match buf.kind {
                     BufferKind::Input(i) => &inputs[i].data,
                     BufferKind::Output(o) => &outputs[o].data,
-                    BufferKind::Intermediate => {
+                    BufferKind::Intermediate | BufferKind::Scratch => {
                         &storage[self.slot_of[b.index()]
                             .ok_or_else(|| format!("{b} has no storage"))?]
                     }

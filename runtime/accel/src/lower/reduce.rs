@@ -117,6 +117,7 @@ pub(super) fn emit(
         domain,
         body,
         reductions,
+        ..
     } = stage
     else {
         return Err("internal error: not a reduction stage".into());

@@ -56,6 +56,7 @@ pub fn plan_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Opti
         domain: red_domain,
         body,
         reductions,
+        ..
     }) = kernel.stages.get(g.stage)
     else {
         return None;
@@ -175,6 +176,7 @@ pub fn plan_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Opti
                 domain,
                 body,
                 reductions,
+                stores,
             } = stage
             {
                 let rest: Vec<_> = reductions
@@ -187,6 +189,7 @@ pub fn plan_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Opti
                         domain: domain.clone(),
                         body: body.clone(),
                         reductions: rest,
+                        stores: stores.clone(),
                     });
                 }
             }
