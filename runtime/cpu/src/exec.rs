@@ -1,8 +1,8 @@
 //! Running a whole loop-IR [`Program`] on the CPU: compiled kernels, buffers, threads.
 //!
-//! [`CpuProgram::compile`] turns every kernel into machine code (see [`super::codegen`]);
-//! GEMM kernels become a call of the extern GEMM plus a JIT'd epilogue
-//! ([`super::codegen::epilogue`]). It also plans storage: intermediates (and GEMM
+//! [`CpuProgram::compile`] plans the program ([`crate::plan`]) and turns every planned
+//! kernel into machine code ([`crate::emit`]); a GEMM kernel becomes a call of the extern
+//! GEMM plus a JIT'd epilogue. It also plans storage: intermediates (and GEMM
 //! temporaries) whose lifetimes, from the kernel that writes them to the last kernel
 //! that reads them, do not overlap share a typed storage slot, and buffers that their
 //! writer does not provably cover entirely are zeroed before it runs (the reference
@@ -17,10 +17,10 @@
 //! `CpuProgram` is `Send + Sync`: several threads may run it at once (each run takes its
 //! own storage; the pool serves one run at a time and the others run on their own thread).
 
-use super::codegen::epilogue::{plan_gemm, GemmPlan};
-use super::codegen::{define_kernel, CodegenOptions, KernelInfo};
+use super::emit::{self, KernelInfo};
 use super::gemm::{gemm, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale};
 use super::jit::{Jit, JitCode, JitOptions};
+use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, ChunkSpan, ChunkTimes, ThreadPool};
 use ferrite_ir::loops::{Buffer, BufferId, BufferKind, Extents, Kernel, Program, Stage, Var};
 use ferrite_ir::{DType, Data, Tensor};
@@ -101,7 +101,7 @@ struct JitKernel {
 enum Step {
     Jit(JitKernel),
     Gemm {
-        plan: Box<GemmPlan>,
+        plan: Box<ExternGemm>,
         epilogue: Option<JitKernel>,
     },
     /// A kernel over an empty domain.
@@ -112,7 +112,9 @@ enum Step {
 #[derive(Debug)]
 pub struct CpuProgram {
     program: Program,
-    /// The program's buffers, then GEMM temporaries.
+    /// How the program was planned: the loop IR that was compiled.
+    plan: CpuPlan,
+    /// The planned program's buffers: the program's, then GEMM temporaries and scratch.
     buffers: Vec<Buffer>,
     /// One step per kernel, in order.
     steps: Vec<Step>,
@@ -131,15 +133,14 @@ pub struct CpuProgram {
 /// A generated function: its name in the JIT module and what calling it needs.
 type Compiled = (String, KernelInfo);
 
-/// The signature of every generated kernel (see `codegen`).
+/// The signature of every generated kernel (see `emit`).
 type KernelFn = extern "C" fn(*const usize, i64, i64) -> i32;
 
 impl CpuProgram {
     /// Compiles `program` (which must verify) for this machine.
     pub fn compile(program: &Program, opts: &CpuOptions) -> Result<CpuProgram, String> {
-        program
-            .verify()
-            .map_err(|e| format!("program `{}` is invalid: {e}", program.name))?;
+        let plan =
+            plan_program(program, &opts.codegen, opts.use_gemm).map_err(|e| e.to_string())?;
         if opts.threads == 0 {
             return Err("the CPU backend needs at least one thread".into());
         }
@@ -149,32 +150,25 @@ impl CpuProgram {
             ..JitOptions::default()
         })
         .map_err(|e| e.to_string())?;
-        let mut buffers = program.buffers.clone();
-        // Per kernel: its GEMM plan, and the name and facts of its generated function.
-        let mut planned: Vec<(Option<GemmPlan>, Option<Compiled>)> = Vec::new();
-        for (ki, k) in program.kernels.iter().enumerate() {
-            let fname = format!("k{ki}_{}", sanitize(&k.name));
-            let plan = if opts.use_gemm {
-                plan_gemm(k, &buffers, BufferId(buffers.len() as u32))
-            } else {
-                None
-            };
-            if let Some(t) = plan.as_ref().and_then(|p| p.temp.clone()) {
-                buffers.push(t);
+        let buffers = plan.program.buffers.clone();
+        // Per kernel of the program: its extern GEMM, and the name and facts of its
+        // generated function (a GEMM kernel's epilogue, or the kernel itself).
+        let mut planned: Vec<(Option<ExternGemm>, Option<Compiled>)> =
+            vec![(None, None); program.kernels.len()];
+        for (k, kp) in plan.program.kernels.iter().zip(&plan.kernels) {
+            let source = &program.kernels[kp.source];
+            match &kp.run {
+                Run::ExternGemm(g) => planned[kp.source].0 = Some(g.clone()),
+                Run::Generated(schedule) => {
+                    let fname = format!("k{}_{}", kp.source, sanitize(&source.name));
+                    let (func, info) = emit::function(&jit, &fname, &buffers, k, schedule)
+                        .map_err(|e| format!("kernel {}: {e}", source.name))?;
+                    jit.define(&fname, func)
+                        .map_err(|e| format!("kernel {}: {e}", source.name))?;
+                    planned[kp.source].1 = Some((fname, info));
+                }
+                Run::Nothing => {}
             }
-            // A GEMM kernel compiles only its epilogue; a kernel over an empty domain nothing.
-            let generated = match &plan {
-                Some(p) => p.epilogue.as_ref(),
-                None => Some(k),
-            };
-            let info = match generated {
-                Some(g) if !g.domain.contains(&0) => Some(
-                    define_kernel(&mut jit, &fname, &buffers, g, &opts.codegen)
-                        .map_err(|e| format!("kernel {}: {e}", k.name))?,
-                ),
-                _ => None,
-            };
-            planned.push((plan, info.map(|i| (fname, i))));
         }
         let code = jit.finalize().map_err(|e| e.to_string())?;
         let mut steps = Vec::with_capacity(planned.len());
@@ -225,6 +219,7 @@ impl CpuProgram {
             .collect();
         Ok(CpuProgram {
             program: program.clone(),
+            plan,
             buffers,
             steps,
             slot_of,
@@ -239,6 +234,12 @@ impl CpuProgram {
     /// The program this was compiled from.
     pub fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// How the program was planned: the loop IR that was compiled, with its schedule
+    /// (`ferrite compile --dump` writes it as `05-cpu-plan.loop`).
+    pub fn plan(&self) -> &CpuPlan {
+        &self.plan
     }
 
     /// The number of threads kernels run on.
@@ -270,21 +271,7 @@ impl CpuProgram {
             let jit = match step {
                 Step::Jit(j) => Some(j),
                 Step::Gemm { plan, epilogue } => {
-                    let _ = writeln!(
-                        s,
-                        "  extern gemm {} batch {:?} m {} n {} k {} into {}{}",
-                        plan.dtype,
-                        plan.batch,
-                        plan.m,
-                        plan.n,
-                        plan.k,
-                        plan.product,
-                        if plan.temp.is_some() {
-                            " (temporary)"
-                        } else {
-                            ""
-                        }
-                    );
+                    let _ = writeln!(s, "  {}", plan.describe());
                     epilogue.as_ref()
                 }
                 Step::Nothing => {
@@ -321,7 +308,7 @@ impl CpuProgram {
                 Step::Jit(j) => Some(j),
                 Step::Gemm { plan, epilogue } => {
                     if let Some(g) = &k.gemm {
-                        let _ = writeln!(s, "-- {}", super::codegen::epilogue::describe(g));
+                        let _ = writeln!(s, "-- {}", super::plan::describe_gemm(g));
                     }
                     let _ = writeln!(s, "-- product into {}", plan.product);
                     epilogue.as_ref()
@@ -567,7 +554,7 @@ impl CpuProgram {
 
     fn run_gemm(
         &self,
-        plan: &GemmPlan,
+        plan: &ExternGemm,
         inputs: &[Tensor],
         outputs: &mut [Tensor],
         storage: &mut [Data],
@@ -582,7 +569,7 @@ impl CpuProgram {
                 std::mem::replace(&mut storage[slot], Data::F32(Vec::new()))
             }
             BufferKind::Input(_) | BufferKind::Scratch => {
-                return Err("a GEMM cannot write an input".into())
+                return Err(format!("a GEMM cannot write {}", plan.product))
             }
         };
         let result = {
@@ -621,7 +608,7 @@ impl CpuProgram {
     /// its batch, the others are looped over here.
     fn gemm_batches<T: super::gemm::GemmScalar>(
         &self,
-        plan: &GemmPlan,
+        plan: &ExternGemm,
         a: &[T],
         b: &[T],
         c: &mut [T],

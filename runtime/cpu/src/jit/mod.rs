@@ -418,7 +418,7 @@ fn host_isa(options: &JitOptions, opt_level: OptLevel) -> Result<OwnedTargetIsa,
         "false"
     };
     set(&mut flags, "enable_verifier", verify)?;
-    // Kernels may keep up to 64 KiB of stash scratch in their frame (codegen/stash.rs):
+    // Kernels may keep up to 64 KiB of stash scratch in their frame (plan/stash.rs):
     // probe it page by page so a deep frame can never step over a stack guard page.
     set(&mut flags, "enable_probestack", "true")?;
     set(&mut flags, "probestack_strategy", "inline")?;

@@ -1,4 +1,4 @@
-//! One loop-IR kernel to one Cranelift function: the outer loop, stages, reductions, stores.
+//! One planned kernel to one Cranelift function: the outer loop, stages, reductions, stores.
 //!
 //! The function is `fn(slots: *const *mut u8, begin: i64, end: i64) -> i32`. It runs the
 //! points `begin..end` of the kernel's outer domain, flattened row-major, so a thread pool
@@ -20,13 +20,16 @@
 //! are fixed (loop-invariant code is hoisted by construction), and so is the fixed part
 //! of every index. Accumulators live in registers (Cranelift variables) for the whole
 //! nest; vectorized `f32` reductions keep one `f32x4` accumulator per unrolled group and
-//! fold them at the end.
+//! fold them at the end. What is vectorized, which loads clamp, and which points run as
+//! lanes, the plan's [`Schedule`] says.
 
 use super::convert::round_f64_to;
 use super::expr::scalar_type;
-use super::vectorize::{narrow_i64, plan_vector, Lanes, StageFacts};
-use super::{CodegenOptions, KernelInfo, StageReport};
+use super::KernelInfo;
+use crate::error::{Error, Result};
 use crate::jit::Jit;
+use crate::plan::analysis::{live_nodes, node_indices, Levels};
+use crate::plan::{Lanes, Schedule, StagePlan};
 use crate::vmath::VMath;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
@@ -36,8 +39,8 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use ferrite_ir::loops::{
-    AccId, Block, Buffer, BufferId, ExprOp, Extents, IndexExpr, Kernel, ReduceKind, Reduction,
-    Stage, StoreOp, Var,
+    AccId, Block, Buffer, BufferId, BufferKind, ExprOp, Extents, IndexExpr, Kernel, ReduceKind,
+    Reduction, Stage, StoreOp, Var,
 };
 use ferrite_ir::{Category, DType};
 use std::collections::{HashMap, HashSet};
@@ -95,8 +98,6 @@ pub(super) struct Emitter<'a, 'f> {
     pub(super) accs: HashMap<AccId, Value>,
     /// In a lanes step (see `lanes.rs`): finished accumulators, one `f32x4` per group.
     pub(super) lane_accs: HashMap<AccId, Vec<Value>>,
-    /// Accumulators holding argmax/argmin positions (below 2^31, so they fit `i32` lanes).
-    arg_accs: Vec<AccId>,
     /// Messages of the run-time checks; check `k` returns code `k + 1`.
     pub(super) checks: Vec<String>,
     /// Returns its `i32` parameter: where failed checks go.
@@ -129,113 +130,15 @@ struct AccVars {
 /// would otherwise chain 65,536 `f32` additions per lane).
 const FOLD_EVERY: i64 = 16;
 
-/// How `kernel_function` changed the kernel before emission.
-#[derive(Clone, Copy)]
-struct Rewrites<'a, 'r> {
-    /// Stash scratch rows, placed in the stack frame.
-    scratch: &'r [Buffer],
-    /// Per stage: the stash writes of a reduction stage.
-    reduce_stores: &'a [Vec<StoreOp>],
-    /// Lanes across the last outer axis, when the inner loops stride.
-    outer_lanes: Option<&'r super::lanes::OuterLanes>,
-    /// The kernel the lanes code runs when it also stashes (else the lanes code runs the
-    /// kernel itself).
-    lane_stash: Option<&'a super::stash::LaneStash>,
-}
-
-/// Defines the function `name` computing `kernel` (whose buffers are `buffers`) in `jit`.
-pub fn define_kernel(
-    jit: &mut Jit,
-    name: &str,
-    buffers: &[Buffer],
-    kernel: &Kernel,
-    opts: &CodegenOptions,
-) -> Result<KernelInfo, String> {
-    let (func, info) = kernel_function(jit, name, buffers, kernel, opts)?;
-    jit.define(name, func).map_err(|e| e.to_string())?;
-    Ok(info)
-}
-
-/// Builds (without compiling) the Cranelift function `name` computing `kernel`, for the
-/// ISA of `jit`; [`define_kernel`] verifies and compiles it.
-pub fn kernel_function(
+/// Builds (without compiling) the Cranelift function `name` computing the planned
+/// `kernel` (whose buffers are `buffers`) as `schedule` says, for the ISA of `jit`.
+pub fn function(
     jit: &Jit,
     name: &str,
     buffers: &[Buffer],
     kernel: &Kernel,
-    opts: &CodegenOptions,
-) -> Result<(Function, KernelInfo), String> {
-    check_references(kernel).map_err(|e| format!("kernel {}: {e}", kernel.name))?;
-    let coalesced = super::coalesce::coalesce_pointwise(kernel);
-    let kernel = coalesced.as_ref().unwrap_or(kernel);
-    // Whether outer points may run in parallel is a property of the program's kernel:
-    // tiling only reorders its points, and stash scratch is private to each call.
-    let parallel = super::disjoint::outer_points_write_disjoint(kernel);
-    // Tiles and lanes reorder the outer points; that is only invisible when no two points
-    // write the same element.
-    let tiled = parallel
-        .then(|| super::tile::tile_strided_pointwise(kernel))
-        .flatten();
-    let kernel = tiled.as_ref().map_or(kernel, |(k, _)| k);
-    let no_stores = vec![Vec::new(); kernel.stages.len()];
-    let outer_lanes = if opts.vectorize && parallel {
-        super::lanes::plan_outer_lanes(kernel, &no_stores, opts.unroll)
-    } else {
-        None
-    };
-    let mut stashed = if opts.stash {
-        super::stash::stash_shared(kernel, buffers)
-    } else {
-        None
-    };
-    // With lanes, a stash holds every lane of a group per inner point; if that does not
-    // fit or plan, the lanes run without it (every value is then computed four points at
-    // a time, which beats computing it once per point in scalar code).
-    let mut lane_stash = None;
-    let mut outer_lanes = outer_lanes;
-    if let (Some(plain), Some(s)) = (&outer_lanes, &stashed) {
-        let width = 4 * plain.unroll;
-        let extent = kernel.domain[kernel.domain.len() - 1];
-        let planned = super::stash::lanes_form(s, buffers.len(), width, extent).and_then(|ls| {
-            let p = super::lanes::plan_outer_lanes(&ls.kernel, &ls.reduce_stores, opts.unroll)?;
-            (p.unroll == plain.unroll).then_some((ls, p))
-        });
-        match planned {
-            Some((ls, p)) => {
-                lane_stash = Some(ls);
-                outer_lanes = Some(p);
-            }
-            None => stashed = None,
-        }
-    }
-    let program_buffers = buffers.len();
-    let mut with_scratch;
-    let (kernel, buffers, scratch, reduce_stores, notes) = match &stashed {
-        Some(s) => {
-            with_scratch = buffers.to_vec();
-            with_scratch.extend(s.scratch.iter().cloned());
-            if let Some(ls) = &lane_stash {
-                with_scratch.extend(ls.scratch.iter().map(|(_, b)| b.clone()));
-            }
-            let b = &with_scratch[..];
-            (
-                &s.kernel,
-                b,
-                &s.scratch[..],
-                &s.reduce_stores,
-                s.notes.clone(),
-            )
-        }
-        None => (kernel, buffers, &[][..], &no_stores, Vec::new()),
-    };
-    let mut notes: Vec<String> = tiled.iter().map(|(_, n)| n.clone()).chain(notes).collect();
-    if let (Some(ls), Some(p)) = (&lane_stash, &outer_lanes) {
-        notes.push(format!(
-            "stash rows hold the {} lanes of a group per point in lanes steps ({} bytes)",
-            4 * p.unroll,
-            ls.slot_bytes.iter().sum::<usize>()
-        ));
-    }
+    schedule: &Schedule,
+) -> Result<(Function, KernelInfo)> {
     let ptr_type = jit.pointer_type();
     let signature = jit.signature(&[ptr_type, types::I64, types::I64], &[types::I32]);
     let call_conv = signature.call_conv;
@@ -243,6 +146,11 @@ pub fn kernel_function(
     let mut fctx = FunctionBuilderContext::new();
     let vm = VMath::for_isa(jit.isa());
     let frontend_config = jit.isa().frontend_config();
+    let scratch = |b: &BufferId| {
+        buffers
+            .get(b.index())
+            .is_some_and(|b| b.kind == BufferKind::Scratch)
+    };
     let mut slots: Vec<BufferId> = kernel
         .reads
         .iter()
@@ -255,27 +163,23 @@ pub fn kernel_function(
                 slots.push(l.buffer);
             }
         }
-        if let Stage::Store { stores, .. } = stage {
-            slots.extend(stores.iter().map(|s| s.buffer));
-        }
+        slots.extend(stage.stores().iter().map(|s| s.buffer));
     }
     // Scratch buffers live in the stack frame, not in a slot.
-    slots.retain(|b| b.index() < program_buffers);
+    slots.retain(|b| !scratch(b));
     slots.sort();
     slots.dedup();
     for s in &slots {
         if s.index() >= buffers.len() {
-            return Err(format!("kernel {}: {s} does not exist", kernel.name));
+            return Err(Error::InvalidProgram {
+                message: format!("kernel {}: {s} does not exist", kernel.name),
+            });
         }
     }
     let written: HashSet<BufferId> = kernel
         .stages
         .iter()
-        .flat_map(|s| match s {
-            Stage::Store { stores, .. } => stores.iter().map(|w| w.buffer).collect(),
-            Stage::Reduce { .. } => Vec::new(),
-        })
-        .chain(reduce_stores.iter().flatten().map(|w| w.buffer))
+        .flat_map(|s| s.stores().iter().map(|w| w.buffer))
         .collect();
     let mut b = FunctionBuilder::new(&mut func, &mut fctx);
     let entry = b.create_block();
@@ -310,20 +214,13 @@ pub fn kernel_function(
         index_memo: HashMap::new(),
         accs: HashMap::new(),
         lane_accs: HashMap::new(),
-        arg_accs: Vec::new(),
         checks: Vec::new(),
         err_block,
         ipow_sig: None,
         trig_sig: None,
         has_fma: jit.has_fma(),
     };
-    let rewrites = Rewrites {
-        scratch,
-        reduce_stores,
-        outer_lanes: outer_lanes.as_ref(),
-        lane_stash: lane_stash.as_ref(),
-    };
-    let stages = e.emit_kernel(entry, kernel, &slots, &rewrites, opts)?;
+    e.emit_kernel(entry, kernel, &slots, schedule)?;
     let checks = std::mem::take(&mut e.checks);
     drop(e);
     b.seal_all_blocks();
@@ -333,15 +230,15 @@ pub fn kernel_function(
         kernel: kernel.name.clone(),
         slots,
         checks,
-        stages,
-        parallel,
+        stages: schedule.reports(),
+        parallel: schedule.parallel,
         points: kernel.domain.iter().product(),
         work_per_point: kernel
             .stages
             .iter()
             .map(|s| s.domain().iter().product::<usize>().max(1))
             .sum(),
-        notes,
+        notes: schedule.notes.clone(),
     };
     Ok((func, info))
 }
@@ -355,11 +252,11 @@ impl<'a, 'f> Emitter<'a, 'f> {
         self.loop_vars[level - 1]
     }
 
-    pub(super) fn var_value(&mut self, v: Var) -> Result<Value, String> {
+    pub(super) fn var_value(&mut self, v: Var) -> Result<Value> {
         let var = *self
             .vars
             .get(&v)
-            .ok_or_else(|| format!("variable {v} is not in scope"))?;
+            .ok_or_else(|| Error::internal(format!("variable {v} is not in scope")))?;
         Ok(self.b.use_var(var))
     }
 
@@ -374,15 +271,8 @@ impl<'a, 'f> Emitter<'a, 'f> {
         entry: ClifBlock,
         kernel: &'a Kernel,
         slots: &[BufferId],
-        rewrites: &Rewrites<'a, '_>,
-        opts: &CodegenOptions,
-    ) -> Result<Vec<StageReport>, String> {
-        let Rewrites {
-            scratch,
-            reduce_stores,
-            outer_lanes,
-            lane_stash,
-        } = *rewrites;
+        schedule: &'a Schedule,
+    ) -> Result<()> {
         self.b.switch_to_block(entry);
         let params = self.b.block_params(entry).to_vec();
         let (slot_ptr, begin, end) = (params[0], params[1], params[2]);
@@ -395,20 +285,15 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 .load(self.ptr_type, slot_flags, slot_ptr, offset);
             self.ptrs.insert(buf, p);
         }
-        for (k, buf) in scratch.iter().enumerate() {
-            // 16-byte aligned, like the vectors it holds; room for every lane of a group
-            // when the lanes code stashes too.
-            let bytes = lane_stash
-                .and_then(|ls| ls.slot_bytes.get(k).copied())
-                .unwrap_or(buf.ty.size_bytes())
-                .max(buf.ty.size_bytes()) as u32;
+        for s in &schedule.scratch {
+            // 16-byte aligned, like the vectors it holds.
             let slot = self.b.create_sized_stack_slot(StackSlotData::new(
                 StackSlotKind::ExplicitSlot,
-                bytes,
+                s.bytes as u32,
                 4,
             ));
             let p = self.b.ins().stack_addr(self.ptr_type, slot, 0);
-            self.ptrs.insert(buf.id, p);
+            self.ptrs.insert(s.buffer, p);
         }
         let done = self.b.create_block();
         let body = self.b.create_block();
@@ -423,7 +308,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
             self.b.switch_to_block(self.err_block);
             let code = self.b.block_params(self.err_block)[0];
             self.b.ins().return_(&[code]);
-            return Ok(Vec::new());
+            return Ok(());
         }
         let empty = self
             .b
@@ -456,12 +341,8 @@ impl<'a, 'f> Emitter<'a, 'f> {
         self.b.ins().jump(header, &[]);
         self.b.switch_to_block(header);
 
-        let row_loop = n >= 1
-            && kernel.stages.len() == 1
-            && matches!(&kernel.stages[0], Stage::Store { domain, .. } if domain.is_empty());
-        let mut reports = Vec::with_capacity(kernel.stages.len());
+        let row_loop = n >= 1 && crate::plan::analysis::is_pointwise(kernel);
         self.accs.clear();
-        self.arg_accs.clear();
         let step = if row_loop {
             let last = n - 1;
             for (k, &v) in outer.iter().enumerate().take(last) {
@@ -487,7 +368,8 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 reduce: vec![],
                 store: vec![],
             };
-            reports.push(self.emit_stage(&kernel.stages[0], &[], 0, ext, vec![spec], opts)?);
+            let plan = stage_plan(schedule, 0)?;
+            self.emit_stage(&kernel.stages[0], plan, ext, vec![spec])?;
             let next_last = self.b.ins().iadd(i_last, seg);
             self.b.def_var(outer[last], next_last);
             seg
@@ -497,8 +379,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
             }
             let step_var = self.b.declare_var(types::I64);
             let join = self.b.create_block();
-            let mut lane_reports = None;
-            if let Some(plan) = outer_lanes {
+            if let Some(plan) = &schedule.lanes {
                 // A whole group of points left in the row and in the range: a lanes step.
                 let width = 4 * plan.unroll as i64;
                 let i_last = self.b.use_var(outer[n - 1]);
@@ -519,7 +400,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
                     .brif(whole, lanes_block, &[], scalar_block, &[]);
                 self.b.switch_to_block(lanes_block);
                 self.lane_accs.clear();
-                let (lane_kernel, lane_extra) = match lane_stash {
+                let lane_kernel = match &plan.stash {
                     Some(ls) => {
                         // Lane `l` of inner point `p` lives at `p*width + l` of the slot:
                         // the lanes index `p*width + i_last + l` from a base `i_last`
@@ -531,20 +412,22 @@ impl<'a, 'f> Emitter<'a, 'f> {
                             let slot = *self
                                 .ptrs
                                 .get(scalar_id)
-                                .ok_or("internal error: scratch without a slot")?;
+                                .ok_or_else(|| Error::internal("scratch without a slot"))?;
                             let base = self.b.ins().isub(slot, shift);
                             self.ptrs.insert(lane_buf.id, base);
                         }
-                        (&ls.kernel, &ls.reduce_stores[..])
+                        &ls.kernel
                     }
-                    None => (kernel, reduce_stores),
+                    None => kernel,
                 };
-                let mut lr = Vec::with_capacity(lane_kernel.stages.len());
                 for (si, stage) in lane_kernel.stages.iter().enumerate() {
                     let ext = stage.extents(domain);
                     let loops = self.stage_loops(stage);
-                    let extra = lane_extra.get(si).map_or(&[][..], |v| &v[..]);
-                    lr.push(self.emit_stage_lanes(stage, extra, si, ext, loops, plan)?);
+                    let step = plan
+                        .plans
+                        .get(si)
+                        .ok_or_else(|| Error::internal(format!("lanes stage {si} has no plan")))?;
+                    self.emit_stage_lanes(stage, si, ext, loops, plan, step)?;
                 }
                 self.lane_accs.clear();
                 let i_last = self.b.use_var(outer[n - 1]);
@@ -554,14 +437,12 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 self.b.def_var(step_var, w);
                 self.b.ins().jump(join, &[]);
                 self.b.switch_to_block(scalar_block);
-                lane_reports = Some(lr);
             }
             self.accs.clear();
             for (si, stage) in kernel.stages.iter().enumerate() {
                 let ext = stage.extents(domain);
                 let loops = self.stage_loops(stage);
-                let extra = reduce_stores.get(si).map_or(&[][..], |v| &v[..]);
-                reports.push(self.emit_stage(stage, extra, si, ext, loops, opts)?);
+                self.emit_stage(stage, stage_plan(schedule, si)?, ext, loops)?;
             }
             if n > 0 {
                 let i_last = self.b.use_var(outer[n - 1]);
@@ -572,10 +453,6 @@ impl<'a, 'f> Emitter<'a, 'f> {
             self.b.def_var(step_var, one);
             self.b.ins().jump(join, &[]);
             self.b.switch_to_block(join);
-            if let Some(lr) = lane_reports {
-                // The scalar code only finishes groups; report what runs the bulk.
-                reports = lr;
-            }
             self.b.use_var(step_var)
         };
         let f = self.b.use_var(flat);
@@ -604,15 +481,14 @@ impl<'a, 'f> Emitter<'a, 'f> {
         self.b.switch_to_block(self.err_block);
         let code = self.b.block_params(self.err_block)[0];
         self.b.ins().return_(&[code]);
-        Ok(reports)
+        Ok(())
     }
 
-    /// Resets the per-stage emission state for `stage` (with its extra stash writes)
-    /// over `loops`: returns its body, live nodes, reductions and stores.
+    /// Resets the per-stage emission state for `stage` over `loops`: returns its body,
+    /// live nodes, reductions and stores.
     pub(super) fn begin_stage(
         &mut self,
         stage: &'a Stage,
-        extra_stores: &'a [StoreOp],
         ext: Extents,
         loops: &[LoopSpec],
     ) -> (&'a Block, Vec<bool>, &'a [Reduction], &'a [StoreOp]) {
@@ -631,17 +507,13 @@ impl<'a, 'f> Emitter<'a, 'f> {
         self.svals = vec![None; n];
         self.vvals = vec![None; n];
         self.splat_vals = vec![None; n];
-        self.node_levels = Vec::with_capacity(n);
-        for node in &body.nodes {
-            let level = node_level(node, &self.node_levels, &self.var_levels);
-            self.node_levels.push(level);
-        }
-        let live = live_nodes(stage, extra_stores);
-        let (reductions, stores): (&[Reduction], &[StoreOp]) = match stage {
-            Stage::Reduce { reductions, .. } => (reductions, extra_stores),
-            Stage::Store { stores, .. } => (&[], stores),
+        self.node_levels = Levels::new(body, &self.loop_vars).nodes;
+        let live = live_nodes(stage);
+        let reductions: &[Reduction] = match stage {
+            Stage::Reduce { reductions, .. } => reductions,
+            Stage::Store { .. } => &[],
         };
-        (body, live, reductions, stores)
+        (body, live, reductions, stage.stores())
     }
 
     /// The loops of a stage's inner domain, from 0 to each extent, with fresh variables.
@@ -668,68 +540,29 @@ impl<'a, 'f> Emitter<'a, 'f> {
             .collect()
     }
 
-    /// Emits one stage at the current position (one point of the outer loop, or one row).
+    /// Emits one stage at the current position (one point of the outer loop, or one row)
+    /// as `plan` says.
     fn emit_stage(
         &mut self,
         stage: &'a Stage,
-        extra_stores: &'a [StoreOp],
-        index: usize,
+        plan: &StagePlan,
         ext: Extents,
         loops: Vec<LoopSpec>,
-        opts: &CodegenOptions,
-    ) -> Result<StageReport, String> {
-        let (body, live, reductions, stores) = self.begin_stage(stage, extra_stores, ext, &loops);
+    ) -> Result<()> {
+        let (body, live, reductions, stores) = self.begin_stage(stage, ext, &loops);
         let n = body.nodes.len();
-        let mut report = stage_report(stage, index, &loops);
         let runs = loops.iter().all(|l| l.extent > 0);
         // Reductions start at their identities whether or not the loop runs.
         let acc_vars = self.init_accumulators(reductions, body)?;
         if runs {
-            self.clamped = self.prove_accesses(body, &live, stores)?;
-            let narrow = narrow_i64(body, &self.ext, &self.arg_accs);
-            let plan = if loops.is_empty() {
-                None
-            } else if !opts.vectorize {
-                report.scalar_reason = Some("vectorization disabled".into());
-                None
-            } else {
-                let index_level = |e: &IndexExpr| self.index_level(e);
-                let facts = StageFacts {
-                    body,
-                    levels: &self.node_levels,
-                    live: &live,
-                    narrow: &narrow,
-                    clamped: &self.clamped,
-                    level: loops.len(),
-                    var: loops[loops.len() - 1].var,
-                    index_level: &index_level,
-                    reductions,
-                    stores,
-                };
-                match plan_vector(&facts) {
-                    Ok(p) => Some(p),
-                    Err(why) => {
-                        report.scalar_reason = Some(why);
-                        None
-                    }
-                }
-            };
-            let unroll = opts.unroll.clamp(1, 8);
-            if let Some(p) = &plan {
-                self.lanes = p.lanes.clone();
-                report.vector = Some(format!(
-                    "{}x{unroll}",
-                    if p.lanes.iter().flatten().any(|&l| l == Lanes::F32) {
-                        "f32x4"
-                    } else {
-                        "i32x4"
-                    }
-                ));
-            } else {
-                self.lanes = vec![None; n];
+            self.clamped = plan.clamped.clone();
+            let unroll = plan.unroll;
+            match &plan.vector {
+                Some(p) => self.lanes = p.lanes.clone(),
+                None => self.lanes = vec![None; n],
             }
             let acc_vars =
-                self.init_vector_accumulators(reductions, acc_vars, plan.is_some(), unroll);
+                self.init_vector_accumulators(reductions, acc_vars, plan.vector.is_some(), unroll);
             let parts = self.hoisted_parts(body, &live, stores, loops.len());
             let fold_count = acc_vars.iter().any(|v| v.wide.is_some()).then(|| {
                 let zero = self.b.ins().iconst(types::I64, 0);
@@ -742,7 +575,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 reductions,
                 stores,
                 acc_vars: &acc_vars,
-                splats: plan.as_ref().map(|p| p.splats.clone()),
+                splats: plan.vector.as_ref().map(|p| p.splats.clone()),
                 unroll,
                 fold_count,
             };
@@ -754,7 +587,6 @@ impl<'a, 'f> Emitter<'a, 'f> {
             }
             self.finish_accumulators(reductions, &acc_vars)?;
         } else {
-            report.scalar_reason = Some("the loop is empty".into());
             self.finish_accumulators(reductions, &acc_vars)?;
         }
         self.index_memo.clear();
@@ -763,8 +595,16 @@ impl<'a, 'f> Emitter<'a, 'f> {
         }
         self.var_levels.clear();
         self.loop_vars.clear();
-        Ok(report)
+        Ok(())
     }
+}
+
+/// The plan of stage `index` of the kernel `schedule` belongs to.
+fn stage_plan(schedule: &Schedule, index: usize) -> Result<&StagePlan> {
+    schedule
+        .stages
+        .get(index)
+        .ok_or_else(|| Error::internal(format!("stage {index} has no plan")))
 }
 
 /// The blocks of a counted loop being emitted.
@@ -788,172 +628,7 @@ struct StageCtx<'s> {
     fold_count: Option<Variable>,
 }
 
-/// The report of stage `index` over `loops`, before its vector decision.
-pub(super) fn stage_report(stage: &Stage, index: usize, loops: &[LoopSpec]) -> StageReport {
-    StageReport {
-        stage: index,
-        kind: match stage {
-            Stage::Reduce { .. } => "reduce",
-            Stage::Store { .. } => "store",
-        },
-        loops: loops
-            .iter()
-            .map(|l| format!("{} < {}", l.var, l.extent))
-            .collect::<Vec<_>>()
-            .join(", "),
-        vector: None,
-        scalar_reason: None,
-    }
-}
-
-/// Checks that every node reference of every stage points at an earlier node of the same
-/// body (what the program verifier guarantees), so emission can index bodies freely.
-fn check_references(kernel: &Kernel) -> Result<(), String> {
-    for (si, stage) in kernel.stages.iter().enumerate() {
-        let body = stage.body();
-        for (i, node) in body.nodes.iter().enumerate() {
-            let mut bad = None;
-            node.for_each_operand(&mut |r| {
-                if r.index() >= i {
-                    bad = Some(r);
-                }
-            });
-            if let Some(r) = bad {
-                return Err(format!(
-                    "stage {si}: t{i} uses {r}, which is not defined before it"
-                ));
-            }
-        }
-        if let Some(r) = stage
-            .roots()
-            .into_iter()
-            .find(|r| r.index() >= body.nodes.len())
-        {
-            return Err(format!("stage {si}: {r} is not a node"));
-        }
-    }
-    Ok(())
-}
-
-/// The loop level of a node: the deepest level among its operands and the variables of
-/// its index expressions.
-fn node_level(
-    node: &ferrite_ir::loops::ExprNode,
-    node_levels: &[usize],
-    var_levels: &HashMap<Var, usize>,
-) -> usize {
-    let mut level = 0;
-    node.for_each_operand(&mut |r| {
-        level = level.max(node_levels.get(r.index()).copied().unwrap_or(0))
-    });
-    for e in node_indices(&node.op) {
-        e.for_each_var(&mut |v| level = level.max(var_levels.get(&v).copied().unwrap_or(0)));
-    }
-    level
-}
-
-/// The index expressions a node evaluates.
-pub(super) fn node_indices(op: &ExprOp) -> Vec<&IndexExpr> {
-    match op {
-        ExprOp::Load(l) => std::iter::once(&l.index)
-            .chain(l.guard.iter().map(|g| &g.expr))
-            .collect(),
-        ExprOp::Index(e) => vec![e],
-        ExprOp::CheckedIndex { guard, .. } => guard.iter().map(|g| &g.expr).collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// Nodes whose value some root needs, plus nodes that can fail (checked indices and
-/// integer powers), which the reference evaluates at every point whether used or not.
-pub(super) fn live_nodes(stage: &Stage, extra_stores: &[StoreOp]) -> Vec<bool> {
-    let body = stage.body();
-    let mut live = vec![false; body.nodes.len()];
-    for r in stage
-        .roots()
-        .into_iter()
-        .chain(extra_stores.iter().map(|s| s.value))
-    {
-        if let Some(l) = live.get_mut(r.index()) {
-            *l = true;
-        }
-    }
-    for (i, node) in body.nodes.iter().enumerate() {
-        let can_fail = match &node.op {
-            ExprOp::CheckedIndex { .. } => true,
-            ExprOp::Binary(ferrite_ir::BinaryOp::Pow, _, _) => node.dtype.is_int(),
-            _ => false,
-        };
-        if can_fail {
-            live[i] = true;
-        }
-    }
-    for i in (0..body.nodes.len()).rev() {
-        if live[i] {
-            body.nodes[i].for_each_operand(&mut |r| {
-                if let Some(l) = live.get_mut(r.index()) {
-                    *l = true;
-                }
-            });
-        }
-    }
-    live
-}
-
 impl<'a, 'f> Emitter<'a, 'f> {
-    /// Proves every access of the stage in bounds. Returns, per node, whether a guarded
-    /// load must clamp its index (its range is not provable; the guard discards the value).
-    pub(super) fn prove_accesses(
-        &self,
-        body: &Block,
-        live: &[bool],
-        stores: &[StoreOp],
-    ) -> Result<Vec<bool>, String> {
-        let mut clamped = vec![false; body.nodes.len()];
-        let within = |e: &IndexExpr, numel: usize| match e.range(&self.ext) {
-            Some((lo, hi)) => lo >= 0 && (hi as i128) < numel as i128,
-            None => false,
-        };
-        let describe = |e: &IndexExpr, buf: &Buffer| {
-            let range = match e.range(&self.ext) {
-                Some((lo, hi)) => format!("{lo}..={hi}"),
-                None => "an unbounded range".into(),
-            };
-            format!(
-                "cannot prove index `{e}` of {} (`{}`) in bounds: it spans {range}, the buffer has {} elements",
-                buf.id,
-                buf.name,
-                buf.ty.numel()
-            )
-        };
-        for (i, node) in body.nodes.iter().enumerate() {
-            let ExprOp::Load(l) = &node.op else { continue };
-            if !live[i] {
-                continue;
-            }
-            let buf = self
-                .buffers
-                .get(l.buffer.index())
-                .ok_or_else(|| format!("{} does not exist", l.buffer))?;
-            if !within(&l.index, buf.ty.numel()) {
-                if l.guard.is_empty() {
-                    return Err(format!("t{i}: {}", describe(&l.index, buf)));
-                }
-                clamped[i] = true;
-            }
-        }
-        for s in stores {
-            let buf = self
-                .buffers
-                .get(s.buffer.index())
-                .ok_or_else(|| format!("{} does not exist", s.buffer))?;
-            if !within(&s.index, buf.ty.numel()) {
-                return Err(format!("store: {}", describe(&s.index, buf)));
-            }
-        }
-        Ok(clamped)
-    }
-
     /// The loop-invariant parts of the stage's index expressions, by the level where they
     /// become fixed (emitted there, so inner loops only add the moving part).
     pub(super) fn hoisted_parts(
@@ -985,7 +660,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
     }
 
     /// Scalar nodes fixed at `level`, then the index parts that become fixed there.
-    fn emit_level_nodes(&mut self, ctx: &StageCtx<'_>, level: usize) -> Result<(), String> {
+    fn emit_level_nodes(&mut self, ctx: &StageCtx<'_>, level: usize) -> Result<()> {
         for i in 0..self.body.nodes.len() {
             if ctx.live[i] && self.node_levels[i] == level {
                 self.emit_scalar_node(i)?;
@@ -1033,18 +708,19 @@ impl<'a, 'f> Emitter<'a, 'f> {
         self.b.switch_to_block(lp.exit);
     }
 
-    fn emit_loop(&mut self, ctx: &StageCtx<'_>, level: usize) -> Result<(), String> {
+    fn emit_loop(&mut self, ctx: &StageCtx<'_>, level: usize) -> Result<()> {
         let spec = ctx.loops[level - 1];
         let var = *self
             .vars
             .get(&spec.var)
-            .ok_or_else(|| format!("internal error: {} has no variable", spec.var))?;
+            .ok_or_else(|| Error::internal(format!("{} has no variable", spec.var)))?;
         self.b.def_var(var, spec.start);
         let innermost = level == ctx.loops.len();
         if innermost {
             if let Some(splats) = &ctx.splats {
                 for &i in splats {
-                    let lanes = self.lanes[i].ok_or("internal error: splat without lanes")?;
+                    let lanes =
+                        self.lanes[i].ok_or_else(|| Error::internal("splat without lanes"))?;
                     self.emit_splat(i, lanes)?;
                 }
                 let len = self.b.ins().isub(spec.end, spec.start);
@@ -1090,7 +766,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
 
     // ---- per-point work ----
 
-    fn point_scalar(&mut self, ctx: &StageCtx<'_>) -> Result<(), String> {
+    fn point_scalar(&mut self, ctx: &StageCtx<'_>) -> Result<()> {
         for s in ctx.stores {
             let value = self.scalar_of(s.value)?;
             let dtype = self.buffer_dtype(s.buffer)?;
@@ -1112,7 +788,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
     }
 
     /// The per-point work of unrolled group `g` in vector code.
-    fn point_vector(&mut self, ctx: &StageCtx<'_>, g: usize) -> Result<(), String> {
+    fn point_vector(&mut self, ctx: &StageCtx<'_>, g: usize) -> Result<()> {
         for s in ctx.stores {
             let x = self.vector_operand(s.value, g)?;
             let (addr, flags) = self.store_address(s.buffer, &s.index)?;
@@ -1186,12 +862,15 @@ impl<'a, 'f> Emitter<'a, 'f> {
         &mut self,
         reductions: &[Reduction],
         body: &Block,
-    ) -> Result<Vec<AccVars>, String> {
+    ) -> Result<Vec<AccVars>> {
         let mut out = Vec::with_capacity(reductions.len());
         for r in reductions {
-            let value = body
-                .get(r.value)
-                .ok_or_else(|| format!("{} reduces {}, which is not a node", r.acc, r.value))?;
+            let value = body.get(r.value).ok_or_else(|| {
+                Error::internal(format!(
+                    "{} reduces {}, which is not a node",
+                    r.acc, r.value
+                ))
+            })?;
             let vd = value.dtype;
             let float = vd.category() == Category::Float;
             let acc = if r.kind.is_arg() {
@@ -1383,11 +1062,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
 
     /// Folds vector accumulators into the scalar one and records each accumulator's
     /// final value, rounded to its dtype, for later stages.
-    fn finish_accumulators(
-        &mut self,
-        reductions: &[Reduction],
-        vars: &[AccVars],
-    ) -> Result<(), String> {
+    fn finish_accumulators(&mut self, reductions: &[Reduction], vars: &[AccVars]) -> Result<()> {
         for (r, v) in reductions.iter().zip(vars) {
             if !v.vector.is_empty() {
                 let mut parts: Vec<Value> =
@@ -1436,7 +1111,6 @@ impl<'a, 'f> Emitter<'a, 'f> {
             }
             let acc = self.b.use_var(v.acc);
             let value = if r.kind.is_arg() {
-                self.arg_accs.push(r.acc);
                 acc
             } else {
                 match r.dtype.category() {

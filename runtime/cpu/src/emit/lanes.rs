@@ -1,150 +1,23 @@
-//! Vector lanes across the outer domain, for kernels whose inner loops stride.
+//! Lanes across the outer domain: the emission of a lanes step (the plan's `lanes.rs`
+//! decides which kernels run so, and what is a vector).
 //!
-//! The usual vector code runs a stage's innermost loop four elements at a time, which
-//! needs its accesses contiguous in that loop. A reduction over a leading axis
-//! (`sum(x, axes=[0])` of a row-major `[n, m]`: `acc = sum(r0) x[r0*m + i0]`), a softmax
-//! over a middle axis, or a matmul without the extern GEMM (`x[i0*k + r0] * w[r0*n + i1]`)
-//! strides in its inner loop but is contiguous in the innermost *outer* axis. Those kernels
-//! take four neighbouring outer points (or `4u` with unrolling) as the lanes: every value
-//! that depends on the last outer coordinate is a vector (lane `l` is point `i + l`),
-//! values that do not are scalars splatted where vectors use them, inner loops step one
-//! point at a time, and each reduction keeps one accumulator per lane. Points that do not
-//! fill a group (the end of a row, or of the thread's range) run the scalar code.
-//!
-//! Numerics are the scalar code's, lane by lane: float sums and products accumulate in
-//! `f64` (two `f64x2` halves per vector), products of a dot are exact in `f64`, and each
-//! lane is rounded to `f32` once at the end; max/min keep the first of equal values and
-//! let NaN stick, as the scalar `select` does. The results are therefore bit-identical to
-//! the scalar code and to the reference evaluator.
-//!
-//! The decision reuses [`plan_vector`] with the last outer variable as the vector
-//! variable: a node "is at the vector level" when it depends on that variable.
+//! A step covers `4 * unroll` neighbouring outer points along the last outer axis: every
+//! value that depends on the last outer coordinate is a vector (lane `l` is point
+//! `i + l`), values that do not are scalars splatted where vectors use them, inner loops
+//! step one point at a time, and each reduction keeps one accumulator per lane. Numerics
+//! are the scalar code's, lane by lane: float sums and products accumulate in `f64` (two
+//! `f64x2` halves per vector), products of a dot are exact in `f64`, and each lane is
+//! rounded to `f32` once at the end; max/min keep the first of equal values and let NaN
+//! stick, as the scalar `select` does.
 
-use super::index::{mentions, split_linear};
-use super::kernel::{live_nodes, node_indices, stage_report, Emitter, LoopSpec};
-use super::vectorize::{narrow_i64, plan_vector, Lanes, StageFacts};
-use super::StageReport;
-use crate::codegen::convert::bitcast;
+use super::convert::bitcast;
+use super::kernel::{Emitter, LoopSpec};
+use crate::error::{Error, Result};
+use crate::plan::{OuterLanes, StageLanes, StagePlan};
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, ConstantData, InstBuilder, Value};
 use cranelift_frontend::Variable;
-use ferrite_ir::loops::{
-    ExprOp, Extents, IndexExpr, Kernel, ReduceKind, Reduction, Stage, StoreOp, Var,
-};
-
-/// How a kernel runs with lanes across its last outer axis.
-#[derive(Clone, Debug)]
-pub(super) struct OuterLanes {
-    /// `f32x4` groups per step: a step covers `4 * unroll` outer points.
-    pub unroll: usize,
-    /// Per stage, what is a vector.
-    pub stages: Vec<StageLanes>,
-}
-
-/// The lane plan of one stage.
-#[derive(Clone, Debug)]
-pub(super) struct StageLanes {
-    /// Nodes whose value depends on the last outer coordinate (one vector per group).
-    varies: Vec<bool>,
-    /// The lane form of every vector node and of every splatted scalar.
-    lanes: Vec<Option<Lanes>>,
-    /// Scalar nodes that vector code uses: splatted where they are computed.
-    splats: Vec<bool>,
-}
-
-/// The lanes plan for `kernel`, or `None` when its inner loops vectorize themselves (or
-/// it cannot run with outer lanes). `unroll` is the preferred number of groups per step.
-pub(super) fn plan_outer_lanes(
-    kernel: &Kernel,
-    reduce_stores: &[Vec<StoreOp>],
-    unroll: usize,
-) -> Option<OuterLanes> {
-    let n = kernel.domain.len();
-    if n == 0 || kernel.stages.is_empty() {
-        return None;
-    }
-    let pointwise = kernel.stages.len() == 1 && kernel.stages[0].domain().is_empty();
-    if pointwise {
-        // Runs as a row loop, vectorized along the row already.
-        return None;
-    }
-    let last = Var::outer(n - 1);
-    let extent = kernel.domain[n - 1];
-    let unroll = [unroll.clamp(1, 8), 4, 2, 1]
-        .into_iter()
-        .find(|&u| 4 * u <= extent)?;
-    let mut worth = false;
-    let mut stages = Vec::with_capacity(kernel.stages.len());
-    for (si, stage) in kernel.stages.iter().enumerate() {
-        let extra = reduce_stores.get(si).map_or(&[][..], |v| &v[..]);
-        let body = stage.body();
-        let len = body.nodes.len();
-        let live = live_nodes(stage, extra);
-        let ext = stage.extents(&kernel.domain);
-        let inner = stage.domain().len().checked_sub(1).map(|k| match stage {
-            Stage::Reduce { .. } => Var::reduce(k),
-            Stage::Store { .. } => Var::store(k),
-        });
-        let mut varies = vec![false; len];
-        for (i, node) in body.nodes.iter().enumerate() {
-            let mut v = matches!(node.op, ExprOp::Acc(_));
-            node.for_each_operand(&mut |r| v |= varies.get(r.index()).copied().unwrap_or(false));
-            for e in node_indices(&node.op) {
-                v |= mentions(e, last);
-            }
-            varies[i] = v;
-            if !live[i] || !v {
-                continue;
-            }
-            match &node.op {
-                // Their vector forms step along an inner loop.
-                ExprOp::Index(_) | ExprOp::CheckedIndex { .. } => return None,
-                ExprOp::Load(l) => {
-                    // Worth it when the inner loop could not run as vector code itself.
-                    if let Some(iv) = inner {
-                        if !matches!(split_linear(&l.index, iv), Some((_, 1))) {
-                            worth = true;
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        let levels: Vec<usize> = varies.iter().map(|&v| v as usize).collect();
-        let narrow = narrow_i64(body, &ext, &[]);
-        // Guarded loads that vary are refused by the plan; fixed ones run as scalar code,
-        // which clamps them as the emitter decides.
-        let clamped = vec![false; len];
-        let index_level = |e: &IndexExpr| mentions(e, last) as usize;
-        let (reductions, stores): (&[Reduction], &[StoreOp]) = match stage {
-            Stage::Reduce { reductions, .. } => (reductions, extra),
-            Stage::Store { stores, .. } => (&[], stores),
-        };
-        let facts = StageFacts {
-            body,
-            levels: &levels,
-            live: &live,
-            narrow: &narrow,
-            clamped: &clamped,
-            level: 1,
-            var: last,
-            index_level: &index_level,
-            reductions,
-            stores,
-        };
-        let plan = plan_vector(&facts).ok()?;
-        let mut splats = vec![false; len];
-        for &i in &plan.splats {
-            splats[i] = true;
-        }
-        stages.push(StageLanes {
-            varies,
-            lanes: plan.lanes,
-            splats,
-        });
-    }
-    worth.then_some(OuterLanes { unroll, stages })
-}
+use ferrite_ir::loops::{ExprOp, Extents, IndexExpr, ReduceKind, Reduction, Stage, StoreOp};
 
 /// Accumulator registers of one reduction in lane code.
 enum LaneAcc {
@@ -160,22 +33,17 @@ impl<'a, 'f> Emitter<'a, 'f> {
     pub(super) fn emit_stage_lanes(
         &mut self,
         stage: &'a Stage,
-        extra_stores: &'a [StoreOp],
         index: usize,
         ext: Extents,
         loops: Vec<LoopSpec>,
         outer: &OuterLanes,
-    ) -> Result<StageReport, String> {
+        step: &StagePlan,
+    ) -> Result<()> {
         let plan = &outer.stages[index];
         let unroll = outer.unroll;
-        let (body, live, reductions, stores) = self.begin_stage(stage, extra_stores, ext, &loops);
-        let n = body.nodes.len();
+        let (body, live, reductions, stores) = self.begin_stage(stage, ext, &loops);
         let runs = loops.iter().all(|l| l.extent > 0);
-        self.clamped = if runs {
-            self.prove_accesses(body, &live, stores)?
-        } else {
-            vec![false; n]
-        };
+        self.clamped = step.clamped.clone();
         self.lanes = plan.lanes.clone();
         for (i, node) in body.nodes.iter().enumerate() {
             if let ExprOp::Acc(a) = &node.op {
@@ -184,18 +52,13 @@ impl<'a, 'f> Emitter<'a, 'f> {
                         .lane_accs
                         .get(a)
                         .cloned()
-                        .ok_or_else(|| format!("internal error: {a} has no lane values"))?;
+                        .ok_or_else(|| Error::internal(format!("{a} has no lane values")))?;
                     self.vvals[i] = Some(v);
                 }
             }
         }
         let accs = self.init_lane_accumulators(reductions, unroll);
         let parts = self.hoisted_parts(body, &live, stores, loops.len());
-        let last = Var::outer(self.ext.outer.len() - 1);
-        let report = StageReport {
-            vector: Some(format!("f32x4x{unroll} across {last}")),
-            ..stage_report(stage, index, &loops)
-        };
         let ctx = LaneCtx {
             loops: &loops,
             live: &live,
@@ -222,12 +85,12 @@ impl<'a, 'f> Emitter<'a, 'f> {
         }
         self.var_levels.clear();
         self.loop_vars.clear();
-        Ok(report)
+        Ok(())
     }
 
     /// The nodes fixed at `level`: vector nodes for every group, scalar nodes (splatted
     /// when vector code uses them), then the index parts fixed there.
-    fn emit_lane_level(&mut self, ctx: &LaneCtx<'_>, level: usize) -> Result<(), String> {
+    fn emit_lane_level(&mut self, ctx: &LaneCtx<'_>, level: usize) -> Result<()> {
         for i in 0..self.body.nodes.len() {
             if !ctx.live[i] || self.node_levels[i] != level {
                 continue;
@@ -242,7 +105,8 @@ impl<'a, 'f> Emitter<'a, 'f> {
             } else {
                 self.emit_scalar_node(i)?;
                 if ctx.plan.splats[i] {
-                    let lanes = ctx.plan.lanes[i].ok_or("internal error: splat without lanes")?;
+                    let lanes =
+                        ctx.plan.lanes[i].ok_or_else(|| Error::internal("splat without lanes"))?;
                     self.emit_splat(i, lanes)?;
                 }
             }
@@ -253,12 +117,12 @@ impl<'a, 'f> Emitter<'a, 'f> {
         Ok(())
     }
 
-    fn emit_lane_loop(&mut self, ctx: &LaneCtx<'_>, level: usize) -> Result<(), String> {
+    fn emit_lane_loop(&mut self, ctx: &LaneCtx<'_>, level: usize) -> Result<()> {
         let spec = ctx.loops[level - 1];
         let var = *self
             .vars
             .get(&spec.var)
-            .ok_or_else(|| format!("internal error: {} has no variable", spec.var))?;
+            .ok_or_else(|| Error::internal(format!("{} has no variable", spec.var)))?;
         self.b.def_var(var, spec.start);
         let lp = self.begin_loop(var, spec.end);
         self.emit_lane_level(ctx, level)?;
@@ -273,7 +137,7 @@ impl<'a, 'f> Emitter<'a, 'f> {
     }
 
     /// Stores and accumulates every group at the current inner point.
-    fn point_lanes(&mut self, ctx: &LaneCtx<'_>) -> Result<(), String> {
+    fn point_lanes(&mut self, ctx: &LaneCtx<'_>) -> Result<()> {
         for s in ctx.stores {
             for g in 0..ctx.unroll {
                 let x = self.vector_operand(s.value, g)?;

@@ -13,7 +13,7 @@
 //! `i32` (iotas, checked indices, small constants: see [`narrow_i64`]), and `i32x4` masks
 //! (all ones or zero) for `bool`.
 
-use super::index::split_linear;
+use super::analysis::split_linear;
 use ferrite_ir::loops::{
     AccId, Block, ExprOp, Extents, IndexExpr, ReduceKind, Reduction, StoreOp, Value, Var,
 };
@@ -21,7 +21,7 @@ use ferrite_ir::{BinaryOp, DType, UnaryOp};
 
 /// How a value is held in a 128-bit vector.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Lanes {
+pub enum Lanes {
     /// Four `f32`.
     F32,
     /// Four `i32` (an `i32` value, or an `i64` value known to fit).
@@ -32,7 +32,7 @@ pub(super) enum Lanes {
 
 /// What the innermost loop of one stage needs to run as vector code.
 #[derive(Clone, Debug)]
-pub(super) struct VectorPlan {
+pub struct VectorPlan {
     /// The lane form of every node used by vector code (computed per lane, or splatted).
     pub lanes: Vec<Option<Lanes>>,
     /// Nodes fixed in the vector loop whose value vector code uses: splatted before it.
@@ -40,7 +40,7 @@ pub(super) struct VectorPlan {
 }
 
 /// The facts about one stage that the decision reads.
-pub(super) struct StageFacts<'a> {
+pub struct StageFacts<'a> {
     /// The stage body.
     pub body: &'a Block,
     /// The loop level of every node (0: fixed for the stage).
@@ -64,7 +64,7 @@ pub(super) struct StageFacts<'a> {
 }
 
 /// The lane form of a value of `dtype` (`narrow` for `i64` values that fit in `i32`).
-pub(super) fn lanes_of(dtype: DType, narrow: bool) -> Option<Lanes> {
+pub fn lanes_of(dtype: DType, narrow: bool) -> Option<Lanes> {
     match dtype {
         DType::F32 => Some(Lanes::F32),
         DType::I32 => Some(Lanes::I32),
@@ -77,7 +77,7 @@ pub(super) fn lanes_of(dtype: DType, narrow: bool) -> Option<Lanes> {
 /// For every node: true when it is an `i64` whose value always lies in the `i32` range
 /// (iotas and checked indices of bounded range, small constants, widened `i32`s, and
 /// selections among those). `narrow_accs` lists accumulators known to be small (argmax).
-pub(super) fn narrow_i64(body: &Block, ext: &Extents, narrow_accs: &[AccId]) -> Vec<bool> {
+pub fn narrow_i64(body: &Block, ext: &Extents, narrow_accs: &[AccId]) -> Vec<bool> {
     let fits = |(lo, hi): (i64, i64)| lo >= i32::MIN as i64 && hi <= i32::MAX as i64;
     let mut narrow = vec![false; body.nodes.len()];
     for (i, node) in body.nodes.iter().enumerate() {
@@ -101,7 +101,7 @@ pub(super) fn narrow_i64(body: &Block, ext: &Extents, narrow_accs: &[AccId]) -> 
 }
 
 /// Decides whether the innermost loop of a stage can be vector code; the error says why not.
-pub(super) fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, String> {
+pub fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, String> {
     let n = f.body.nodes.len();
     let lanes_at = |i: usize| lanes_of(f.body.nodes[i].dtype, f.narrow[i]);
     let mut plan = VectorPlan {

@@ -8,7 +8,7 @@
 //! rounded once; integers wrap; casts truncate and saturate. Transcendentals come from
 //! [`VMath`](crate::VMath) (a few ulp; no libm calls), on scalars and on vectors alike.
 //!
-//! Vector code ([`super::vectorize`] decides where) holds `f32x4`, `i32x4` and `i32x4`
+//! Vector code (the plan's `vectorize` step decides where) holds `f32x4`, `i32x4` and `i32x4`
 //! masks; each node produces one vector per unrolled group, so several independent
 //! vectors are in flight.
 
@@ -17,7 +17,8 @@ use super::convert::{
     round_f32_to, round_f64_to,
 };
 use super::kernel::Emitter;
-use super::vectorize::Lanes;
+use crate::error::{Error, Result};
+use crate::plan::Lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Signature, Type, Value};
 use ferrite_ir::loops::{scalar, Bound, ExprOp, ExprRef, IndexExpr, Load, Value as Lit};
@@ -98,12 +99,12 @@ impl Emitter<'_, '_> {
     // ---- shared helpers ----
 
     /// The scalar value of node `r` (computed earlier).
-    pub(super) fn scalar_of(&self, r: ExprRef) -> Result<Value, String> {
+    pub(super) fn scalar_of(&self, r: ExprRef) -> Result<Value> {
         self.svals
             .get(r.index())
             .copied()
             .flatten()
-            .ok_or_else(|| format!("internal error: t{} used before it is computed", r.0))
+            .ok_or_else(|| Error::internal(format!("t{} used before it is computed", r.0)))
     }
 
     /// An integer or bool register widened to `i64` (sign-extending integers).
@@ -116,12 +117,16 @@ impl Emitter<'_, '_> {
     }
 
     /// A scalar constant of `dtype` (floats rounded to the dtype).
-    pub(super) fn constant(&mut self, v: Lit, dtype: DType) -> Result<Value, String> {
+    pub(super) fn constant(&mut self, v: Lit, dtype: DType) -> Result<Value> {
         Ok(match (scalar::round_to(v, dtype), dtype.category()) {
             (Lit::Float(x), Category::Float) => self.b.ins().f32const(x as f32),
             (Lit::Int(x), Category::Int) => iconst(self.b, scalar_type(dtype), x),
             (Lit::Bool(x), Category::Bool) => iconst(self.b, types::I8, x as i64),
-            (other, _) => return Err(format!("constant {other} is not a {dtype}")),
+            (other, _) => {
+                return Err(Error::internal(format!(
+                    "constant {other} is not a {dtype}"
+                )))
+            }
         })
     }
 
@@ -139,11 +144,11 @@ impl Emitter<'_, '_> {
         &mut self,
         buffer: ferrite_ir::loops::BufferId,
         idx: Value,
-    ) -> Result<Value, String> {
+    ) -> Result<Value> {
         let base = *self
             .ptrs
             .get(&buffer)
-            .ok_or_else(|| format!("internal error: {buffer} has no pointer slot"))?;
+            .ok_or_else(|| Error::internal(format!("{buffer} has no pointer slot")))?;
         let size = self.buffer_dtype(buffer)?.size_bytes() as i64;
         let offset = match size {
             1 => idx,
@@ -152,14 +157,11 @@ impl Emitter<'_, '_> {
         Ok(self.b.ins().iadd(base, offset))
     }
 
-    pub(super) fn buffer_dtype(
-        &self,
-        buffer: ferrite_ir::loops::BufferId,
-    ) -> Result<DType, String> {
+    pub(super) fn buffer_dtype(&self, buffer: ferrite_ir::loops::BufferId) -> Result<DType> {
         self.buffers
             .get(buffer.index())
             .map(|b| b.ty.dtype)
-            .ok_or_else(|| format!("{buffer} does not exist"))
+            .ok_or_else(|| Error::internal(format!("{buffer} does not exist")))
     }
 
     /// Loads one element of `dtype` at `addr` into its scalar register form.
@@ -205,14 +207,14 @@ impl Emitter<'_, '_> {
         &mut self,
         buffer: ferrite_ir::loops::BufferId,
         index: &ferrite_ir::loops::IndexExpr,
-    ) -> Result<(Value, MemFlagsData), String> {
+    ) -> Result<(Value, MemFlagsData)> {
         let idx = self.index_value(index)?;
         let addr = self.element_address(buffer, idx)?;
         Ok((addr, MemFlagsData::new().with_notrap()))
     }
 
     /// 1 when every bound of `guard` holds, else 0 (an `i8`).
-    fn guard_value(&mut self, guard: &[Bound]) -> Result<Option<Value>, String> {
+    fn guard_value(&mut self, guard: &[Bound]) -> Result<Option<Value>> {
         let mut all: Option<Value> = None;
         for g in guard {
             let x = self.index_value(&g.expr)?;
@@ -256,7 +258,7 @@ impl Emitter<'_, '_> {
     // ---- scalar nodes ----
 
     /// Emits node `i` of the current stage body as scalar code.
-    pub(super) fn emit_scalar_node(&mut self, i: usize) -> Result<(), String> {
+    pub(super) fn emit_scalar_node(&mut self, i: usize) -> Result<()> {
         let body = self.body;
         let node = &body.nodes[i];
         let d = node.dtype;
@@ -267,7 +269,7 @@ impl Emitter<'_, '_> {
             ExprOp::Acc(a) => *self
                 .accs
                 .get(a)
-                .ok_or_else(|| format!("internal error: {a} is read before its stage"))?,
+                .ok_or_else(|| Error::internal(format!("{a} is read before its stage")))?,
             ExprOp::Index(e) => self.index_value(e)?,
             ExprOp::CheckedIndex {
                 value,
@@ -322,12 +324,12 @@ impl Emitter<'_, '_> {
         Ok(())
     }
 
-    fn emit_load(&mut self, i: usize, l: &Load, d: DType) -> Result<Value, String> {
+    fn emit_load(&mut self, i: usize, l: &Load, d: DType) -> Result<Value> {
         let numel = self
             .buffers
             .get(l.buffer.index())
             .map(|b| b.ty.numel())
-            .ok_or_else(|| format!("{} does not exist", l.buffer))?;
+            .ok_or_else(|| Error::internal(format!("{} does not exist", l.buffer)))?;
         let guard = self.guard_value(&l.guard)?;
         let other = self.constant(l.other, d)?;
         if numel == 0 {
@@ -537,13 +539,7 @@ impl Emitter<'_, '_> {
         }
     }
 
-    fn scalar_unary(
-        &mut self,
-        u: UnaryOp,
-        x: Value,
-        from: DType,
-        d: DType,
-    ) -> Result<Value, String> {
+    fn scalar_unary(&mut self, u: UnaryOp, x: Value, from: DType, d: DType) -> Result<Value> {
         if u == UnaryOp::Not {
             let t = self.truth(x, from);
             return Ok(self.b.ins().bxor_imm_u(t, 1));
@@ -585,11 +581,16 @@ impl Emitter<'_, '_> {
                     self.b.ins().isub(pos, neg)
                 }
                 UnaryOp::Floor | UnaryOp::Ceil => x,
-                _ => return Err(format!("{} has no integer form", u.name())),
+                _ => return Err(Error::internal(format!("{} has no integer form", u.name()))),
             },
             Category::Bool => match u {
                 UnaryOp::Floor | UnaryOp::Ceil => x,
-                _ => return Err(format!("{} is not defined for bool", u.name())),
+                _ => {
+                    return Err(Error::internal(format!(
+                        "{} is not defined for bool",
+                        u.name()
+                    )))
+                }
             },
         })
     }
@@ -633,7 +634,7 @@ impl Emitter<'_, '_> {
         y: Value,
         from: DType,
         d: DType,
-    ) -> Result<Value, String> {
+    ) -> Result<Value> {
         if op.is_logical() {
             let p = self.truth(x, from);
             let q = self.truth(y, from);
@@ -690,12 +691,22 @@ impl Emitter<'_, '_> {
                 BinaryOp::Maximum => self.b.ins().smax(x, y),
                 BinaryOp::Minimum => self.b.ins().smin(x, y),
                 BinaryOp::Pow => self.int_pow_call(x, y, d),
-                _ => return Err(format!("{} has no integer form", op.name())),
+                _ => {
+                    return Err(Error::internal(format!(
+                        "{} has no integer form",
+                        op.name()
+                    )))
+                }
             },
             Category::Bool => match op {
                 BinaryOp::Maximum => self.b.ins().bor(x, y),
                 BinaryOp::Minimum | BinaryOp::Mul => self.b.ins().band(x, y),
-                _ => return Err(format!("{} is not defined for bool", op.name())),
+                _ => {
+                    return Err(Error::internal(format!(
+                        "{} is not defined for bool",
+                        op.name()
+                    )))
+                }
             },
         })
     }
@@ -751,7 +762,7 @@ impl Emitter<'_, '_> {
     // ---- vector nodes ----
 
     /// The vector of node `r` for unrolled group `g`: computed lanes, or its splat.
-    pub(super) fn vector_operand(&self, r: ExprRef, g: usize) -> Result<Value, String> {
+    pub(super) fn vector_operand(&self, r: ExprRef, g: usize) -> Result<Value> {
         if let Some(v) = self
             .vvals
             .get(r.index())
@@ -764,11 +775,11 @@ impl Emitter<'_, '_> {
             .get(r.index())
             .copied()
             .flatten()
-            .ok_or_else(|| format!("internal error: t{} has no vector value", r.0))
+            .ok_or_else(|| Error::internal(format!("t{} has no vector value", r.0)))
     }
 
     /// Splats the scalar value of node `i` (fixed in the vector loop) into `lanes`.
-    pub(super) fn emit_splat(&mut self, i: usize, lanes: Lanes) -> Result<(), String> {
+    pub(super) fn emit_splat(&mut self, i: usize, lanes: Lanes) -> Result<()> {
         let x = self.scalar_of(ExprRef(i as u32))?;
         let v = match lanes {
             Lanes::F32 => self.b.ins().splat(types::F32X4, x),
@@ -812,13 +823,13 @@ impl Emitter<'_, '_> {
 
     /// Emits node `i` for unrolled group `g` (elements `4g..4g+4` after the loop
     /// variable's current value) as a vector of the lanes the plan gave it.
-    pub(super) fn emit_vector_node(&mut self, i: usize, g: usize) -> Result<(), String> {
+    pub(super) fn emit_vector_node(&mut self, i: usize, g: usize) -> Result<()> {
         let body = self.body;
         let node = &body.nodes[i];
         let lanes_of = |s: &Self, r: &ExprRef| s.lanes.get(r.index()).copied().flatten();
         let v = match &node.op {
             ExprOp::Load(l) => {
-                let lanes = self.lanes[i].ok_or("internal error: load without lanes")?;
+                let lanes = self.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
                 let idx = self.index_value(&l.index)?;
                 let addr = self.element_address(l.buffer, idx)?;
                 let flags = self.flags_for(l.buffer);
@@ -828,8 +839,8 @@ impl Emitter<'_, '_> {
             }
             ExprOp::Index(e) => {
                 let v = self.level_var(self.innermost);
-                let (rest, c) =
-                    super::index::split_linear(e, v).ok_or("internal error: index not linear")?;
+                let (rest, c) = crate::plan::analysis::split_linear(e, v)
+                    .ok_or_else(|| Error::internal("index not linear"))?;
                 let rest = rest.simplify(&self.ext);
                 // `rest + c*v` at lane 0, computed once per iteration (memoized).
                 let lane0 = rest + IndexExpr::Var(v) * c;
@@ -846,13 +857,13 @@ impl Emitter<'_, '_> {
             }
             ExprOp::Unary(op, a) => {
                 let x = self.vector_operand(*a, g)?;
-                let from = lanes_of(self, a).ok_or("internal error: operand lanes")?;
+                let from = lanes_of(self, a).ok_or_else(|| Error::internal("operand lanes"))?;
                 self.vector_unary(*op, x, from)?
             }
             ExprOp::Binary(op, a, b) => {
                 let x = self.vector_operand(*a, g)?;
                 let y = self.vector_operand(*b, g)?;
-                let from = lanes_of(self, a).ok_or("internal error: operand lanes")?;
+                let from = lanes_of(self, a).ok_or_else(|| Error::internal("operand lanes"))?;
                 self.vector_binary(*op, x, y, from)?
             }
             ExprOp::Where(c, a, b) => {
@@ -863,23 +874,23 @@ impl Emitter<'_, '_> {
             }
             ExprOp::Cast(a) => {
                 let x = self.vector_operand(*a, g)?;
-                let from = lanes_of(self, a).ok_or("internal error: operand lanes")?;
-                let to = self.lanes[i].ok_or("internal error: cast without lanes")?;
+                let from = lanes_of(self, a).ok_or_else(|| Error::internal("operand lanes"))?;
+                let to = self.lanes[i].ok_or_else(|| Error::internal("cast without lanes"))?;
                 self.vector_cast(x, from, to)
             }
             ExprOp::Const(_) | ExprOp::Acc(_) | ExprOp::CheckedIndex { .. } => {
-                return Err(format!("internal error: t{i} cannot be vector code"));
+                return Err(Error::internal(format!("t{i} cannot be vector code")));
             }
         };
         let slot = self.vvals[i].get_or_insert_with(Vec::new);
         if slot.len() != g {
-            return Err(format!("internal error: t{i} emitted out of group order"));
+            return Err(Error::internal(format!("t{i} emitted out of group order")));
         }
         slot.push(v);
         Ok(())
     }
 
-    fn vector_unary(&mut self, op: UnaryOp, x: Value, from: Lanes) -> Result<Value, String> {
+    fn vector_unary(&mut self, op: UnaryOp, x: Value, from: Lanes) -> Result<Value> {
         Ok(match from {
             // `not` included: a mask of the lanes equal to zero.
             Lanes::F32 => self.float_unary(op, x),
@@ -895,7 +906,7 @@ impl Emitter<'_, '_> {
                     self.b.ins().icmp(IntCC::Equal, x, zero)
                 }
                 UnaryOp::Floor | UnaryOp::Ceil => x,
-                _ => return Err(format!("internal error: vector {} of i32", op.name())),
+                _ => return Err(Error::internal(format!("vector {} of i32", op.name()))),
             },
             Lanes::Mask => match op {
                 UnaryOp::Not => self.b.ins().bnot(x),
@@ -918,13 +929,7 @@ impl Emitter<'_, '_> {
         }
     }
 
-    fn vector_binary(
-        &mut self,
-        op: BinaryOp,
-        x: Value,
-        y: Value,
-        from: Lanes,
-    ) -> Result<Value, String> {
+    fn vector_binary(&mut self, op: BinaryOp, x: Value, y: Value, from: Lanes) -> Result<Value> {
         if op.is_logical() {
             let p = self.vector_truth(x, from);
             let q = self.vector_truth(y, from);
@@ -958,7 +963,7 @@ impl Emitter<'_, '_> {
                 BinaryOp::Mul => self.b.ins().imul(x, y),
                 BinaryOp::Maximum => self.b.ins().smax(x, y),
                 BinaryOp::Minimum => self.b.ins().smin(x, y),
-                _ => return Err(format!("internal error: vector {} of i32", op.name())),
+                _ => return Err(Error::internal(format!("vector {} of i32", op.name()))),
             },
             Lanes::Mask => match op {
                 BinaryOp::Eq => self.b.ins().icmp(IntCC::Equal, x, y),
