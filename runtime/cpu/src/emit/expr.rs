@@ -16,7 +16,7 @@ use super::convert::{
     bf16_bits_to_f32, bitcast, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, iconst,
     round_f32_to, round_f64_to,
 };
-use super::kernel::Emitter;
+use super::state::Emitter;
 use crate::error::{Error, Result};
 use crate::plan::Lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -100,7 +100,8 @@ impl Emitter<'_, '_> {
 
     /// The scalar value of node `r` (computed earlier).
     pub(super) fn scalar_of(&self, r: ExprRef) -> Result<Value> {
-        self.svals
+        self.vals
+            .scalar
             .get(r.index())
             .copied()
             .flatten()
@@ -132,7 +133,7 @@ impl Emitter<'_, '_> {
 
     fn flags_for(&self, buffer: ferrite_ir::loops::BufferId) -> MemFlagsData {
         let flags = MemFlagsData::new().with_notrap();
-        if self.read_only.contains(&buffer) {
+        if self.mem.read_only.contains(&buffer) {
             flags.with_readonly()
         } else {
             flags
@@ -146,6 +147,7 @@ impl Emitter<'_, '_> {
         idx: Value,
     ) -> Result<Value> {
         let base = *self
+            .mem
             .ptrs
             .get(&buffer)
             .ok_or_else(|| Error::internal(format!("{buffer} has no pointer slot")))?;
@@ -158,7 +160,8 @@ impl Emitter<'_, '_> {
     }
 
     pub(super) fn buffer_dtype(&self, buffer: ferrite_ir::loops::BufferId) -> Result<DType> {
-        self.buffers
+        self.mem
+            .buffers
             .get(buffer.index())
             .map(|b| b.ty.dtype)
             .ok_or_else(|| Error::internal(format!("{buffer} does not exist")))
@@ -246,11 +249,11 @@ impl Emitter<'_, '_> {
 
     /// Branches to the kernel's error exit with a new code when `bad` (an `i8`) is set.
     pub(super) fn check(&mut self, bad: Value, message: String) {
-        self.checks.push(message);
-        let code = self.checks.len() as i64;
+        self.exits.checks.push(message);
+        let code = self.exits.checks.len() as i64;
         let code = self.b.ins().iconst(types::I32, code);
         let cont = self.b.create_block();
-        let err = self.err_block;
+        let err = self.exits.err_block;
         self.b.ins().brif(bad, err, &[code.into()], cont, &[]);
         self.b.switch_to_block(cont);
     }
@@ -259,7 +262,7 @@ impl Emitter<'_, '_> {
 
     /// Emits node `i` of the current stage body as scalar code.
     pub(super) fn emit_scalar_node(&mut self, i: usize) -> Result<()> {
-        let body = self.body;
+        let body = self.vals.body;
         let node = &body.nodes[i];
         let d = node.dtype;
         let dt = |r: &ExprRef| body.nodes[r.index()].dtype;
@@ -267,7 +270,8 @@ impl Emitter<'_, '_> {
             ExprOp::Const(c) => self.constant(*c, d)?,
             ExprOp::Load(l) => self.emit_load(i, l, d)?,
             ExprOp::Acc(a) => *self
-                .accs
+                .done
+                .scalar
                 .get(a)
                 .ok_or_else(|| Error::internal(format!("{a} is read before its stage")))?,
             ExprOp::Index(e) => self.index_value(e)?,
@@ -320,12 +324,13 @@ impl Emitter<'_, '_> {
                 self.scalar_cast(x, dt(a), d)
             }
         };
-        self.svals[i] = Some(v);
+        self.vals.scalar[i] = Some(v);
         Ok(())
     }
 
     fn emit_load(&mut self, i: usize, l: &Load, d: DType) -> Result<Value> {
         let numel = self
+            .mem
             .buffers
             .get(l.buffer.index())
             .map(|b| b.ty.numel())
@@ -337,7 +342,7 @@ impl Emitter<'_, '_> {
             return Ok(other);
         }
         let mut idx = self.index_value(&l.index)?;
-        if self.clamped[i] {
+        if self.vals.clamped[i] {
             // The value is discarded when the guard fails, so any in-bounds index will do.
             let zero = self.b.ins().iconst(types::I64, 0);
             let last = self.b.ins().iconst(types::I64, numel as i64 - 1);
@@ -369,7 +374,7 @@ impl Emitter<'_, '_> {
 
     /// A unary op (other than `not`) on an `f32` or `f32x4` register.
     fn float_unary(&mut self, u: UnaryOp, x: Value) -> Value {
-        let vm = self.vm;
+        let vm = self.target.vm;
         match u {
             UnaryOp::Neg => self.b.ins().fneg(x),
             UnaryOp::Abs => self.b.ins().fabs(x),
@@ -469,7 +474,7 @@ impl Emitter<'_, '_> {
     /// `sin x` or `cos x`: vector math, and for the rare arguments beyond its accurate
     /// range (where it returns NaN) a cold path that recomputes those lanes in `f64`.
     fn trig(&mut self, cos: bool, x: Value) -> Value {
-        let vm = self.vm;
+        let vm = self.target.vm;
         let fast = if cos {
             vm.cos(self.b, x)
         } else {
@@ -491,18 +496,21 @@ impl Emitter<'_, '_> {
         self.b.ins().brif(any, slow, &[], done, &[fast.into()]);
         self.b.switch_to_block(slow);
         let helper: extern "C" fn(f32) -> f32 = if cos { f64_cos } else { f64_sin };
-        let sig = match self.trig_sig {
+        let sig = match self.target.trig_sig {
             Some(s) => s,
             None => {
-                let mut sig = Signature::new(self.call_conv);
+                let mut sig = Signature::new(self.target.call_conv);
                 sig.params.push(AbiParam::new(types::F32));
                 sig.returns.push(AbiParam::new(types::F32));
                 let s = self.b.import_signature(sig);
-                self.trig_sig = Some(s);
+                self.target.trig_sig = Some(s);
                 s
             }
         };
-        let callee = self.b.ins().iconst(self.ptr_type, helper as usize as i64);
+        let callee = self
+            .b
+            .ins()
+            .iconst(self.target.ptr_type, helper as usize as i64);
         let exact = if ty.is_vector() {
             let mut v = fast;
             for lane in 0..4u8 {
@@ -531,7 +539,7 @@ impl Emitter<'_, '_> {
     }
 
     /// `c ? t : f` for a scalar (`i8` condition) or a vector (mask) `t`.
-    fn select_any(&mut self, c: Value, t: Value, f: Value) -> Value {
+    pub(super) fn select_any(&mut self, c: Value, t: Value, f: Value) -> Value {
         if self.b.func.dfg.value_type(t).is_vector() {
             self.vselect(c, t, f)
         } else {
@@ -604,20 +612,20 @@ impl Emitter<'_, '_> {
             negative,
             "integers to negative integer powers are not allowed".to_string(),
         );
-        let sig = match self.ipow_sig {
+        let sig = match self.target.ipow_sig {
             Some(s) => s,
             None => {
-                let mut sig = Signature::new(self.call_conv);
+                let mut sig = Signature::new(self.target.call_conv);
                 sig.params.push(AbiParam::new(types::I64));
                 sig.params.push(AbiParam::new(types::I64));
                 sig.returns.push(AbiParam::new(types::I64));
                 let s = self.b.import_signature(sig);
-                self.ipow_sig = Some(s);
+                self.target.ipow_sig = Some(s);
                 s
             }
         };
         let f: extern "C" fn(i64, i64) -> i64 = int_pow;
-        let callee = self.b.ins().iconst(self.ptr_type, f as usize as i64);
+        let callee = self.b.ins().iconst(self.target.ptr_type, f as usize as i64);
         let call = self.b.ins().call_indirect(sig, callee, &[wx, wy]);
         let r = self.b.inst_results(call)[0];
         if d == DType::I32 {
@@ -668,15 +676,15 @@ impl Emitter<'_, '_> {
                 } else {
                     let r = match op {
                         BinaryOp::Pow => {
-                            let vm = self.vm;
+                            let vm = self.target.vm;
                             vm.pow(self.b, x, y)
                         }
                         BinaryOp::Maximum => {
-                            let vm = self.vm;
+                            let vm = self.target.vm;
                             vm.maximum(self.b, x, y)
                         }
                         BinaryOp::Minimum => {
-                            let vm = self.vm;
+                            let vm = self.target.vm;
                             vm.minimum(self.b, x, y)
                         }
                         _ => self.float_arith(op, x, y),
@@ -764,14 +772,16 @@ impl Emitter<'_, '_> {
     /// The vector of node `r` for unrolled group `g`: computed lanes, or its splat.
     pub(super) fn vector_operand(&self, r: ExprRef, g: usize) -> Result<Value> {
         if let Some(v) = self
-            .vvals
+            .vals
+            .vector
             .get(r.index())
             .and_then(|v| v.as_ref())
             .and_then(|v| v.get(g))
         {
             return Ok(*v);
         }
-        self.splat_vals
+        self.vals
+            .splat
             .get(r.index())
             .copied()
             .flatten()
@@ -796,7 +806,7 @@ impl Emitter<'_, '_> {
                 self.b.ins().splat(types::I32X4, m)
             }
         };
-        self.splat_vals[i] = Some(v);
+        self.vals.splat[i] = Some(v);
         Ok(())
     }
 
@@ -824,12 +834,13 @@ impl Emitter<'_, '_> {
     /// Emits node `i` for unrolled group `g` (elements `4g..4g+4` after the loop
     /// variable's current value) as a vector of the lanes the plan gave it.
     pub(super) fn emit_vector_node(&mut self, i: usize, g: usize) -> Result<()> {
-        let body = self.body;
+        let body = self.vals.body;
         let node = &body.nodes[i];
-        let lanes_of = |s: &Self, r: &ExprRef| s.lanes.get(r.index()).copied().flatten();
+        let lanes_of = |s: &Self, r: &ExprRef| s.vals.lanes.get(r.index()).copied().flatten();
         let v = match &node.op {
             ExprOp::Load(l) => {
-                let lanes = self.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
+                let lanes =
+                    self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
                 let idx = self.index_value(&l.index)?;
                 let addr = self.element_address(l.buffer, idx)?;
                 let flags = self.flags_for(l.buffer);
@@ -838,10 +849,10 @@ impl Emitter<'_, '_> {
                     .load(vector_type(lanes), flags, addr, (16 * g) as i32)
             }
             ExprOp::Index(e) => {
-                let v = self.level_var(self.innermost);
+                let v = self.level_var(self.nest.innermost);
                 let (rest, c) = crate::plan::analysis::split_linear(e, v)
                     .ok_or_else(|| Error::internal("index not linear"))?;
-                let rest = rest.simplify(&self.ext);
+                let rest = rest.simplify(&self.nest.ext);
                 // `rest + c*v` at lane 0, computed once per iteration (memoized).
                 let lane0 = rest + IndexExpr::Var(v) * c;
                 let base = self.index_value(&lane0)?;
@@ -875,14 +886,14 @@ impl Emitter<'_, '_> {
             ExprOp::Cast(a) => {
                 let x = self.vector_operand(*a, g)?;
                 let from = lanes_of(self, a).ok_or_else(|| Error::internal("operand lanes"))?;
-                let to = self.lanes[i].ok_or_else(|| Error::internal("cast without lanes"))?;
+                let to = self.vals.lanes[i].ok_or_else(|| Error::internal("cast without lanes"))?;
                 self.vector_cast(x, from, to)
             }
             ExprOp::Const(_) | ExprOp::Acc(_) | ExprOp::CheckedIndex { .. } => {
                 return Err(Error::internal(format!("t{i} cannot be vector code")));
             }
         };
-        let slot = self.vvals[i].get_or_insert_with(Vec::new);
+        let slot = self.vals.vector[i].get_or_insert_with(Vec::new);
         if slot.len() != g {
             return Err(Error::internal(format!("t{i} emitted out of group order")));
         }
@@ -943,15 +954,15 @@ impl Emitter<'_, '_> {
             Lanes::F32 => match op {
                 _ if op.is_comparison() => self.b.ins().fcmp(float_cc(op), x, y),
                 BinaryOp::Pow => {
-                    let vm = self.vm;
+                    let vm = self.target.vm;
                     vm.pow(self.b, x, y)
                 }
                 BinaryOp::Maximum => {
-                    let vm = self.vm;
+                    let vm = self.target.vm;
                     vm.maximum(self.b, x, y)
                 }
                 BinaryOp::Minimum => {
-                    let vm = self.vm;
+                    let vm = self.target.vm;
                     vm.minimum(self.b, x, y)
                 }
                 _ => self.float_arith(op, x, y),

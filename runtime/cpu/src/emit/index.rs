@@ -8,7 +8,7 @@
 //! a multiply and shift) and a signed division with a floor correction otherwise (the
 //! operands of padded loads can be negative under their guards).
 
-use super::kernel::Emitter;
+use super::state::Emitter;
 use crate::error::{Error, Result};
 use crate::plan::analysis::split_linear;
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -16,15 +16,9 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 use ferrite_ir::loops::IndexExpr;
 
 impl Emitter<'_, '_> {
-    /// The loop level an index expression varies at: the deepest level of its variables
-    /// and of the nodes its dynamic parts refer to (0 when it is fixed for the stage).
+    /// The loop level an index expression varies at (see `Levels::index` in the plan).
     pub(super) fn index_level(&self, e: &IndexExpr) -> usize {
-        let mut level = 0;
-        e.for_each_var(&mut |v| level = level.max(self.var_level(v)));
-        e.for_each_ref(&mut |r| {
-            level = level.max(self.node_levels.get(r.index()).copied().unwrap_or(0))
-        });
-        level
+        self.nest.levels.index(e)
     }
 
     /// The loop-invariant parts of `e` with their levels, innermost first: the `rest` of
@@ -37,7 +31,7 @@ impl Emitter<'_, '_> {
         let v = self.level_var(level);
         if let Some((rest, c)) = split_linear(e, v) {
             if c != 0 {
-                let rest = rest.simplify(&self.ext);
+                let rest = rest.simplify(&self.nest.ext);
                 let rest_level = self.index_level(&rest);
                 out.push((rest.clone(), rest_level));
                 self.invariant_parts(&rest, out);
@@ -47,12 +41,12 @@ impl Emitter<'_, '_> {
 
     /// The `i64` value of `e` at the current point (memoized while it stays valid).
     pub(super) fn index_value(&mut self, e: &IndexExpr) -> Result<Value> {
-        if let Some(&(v, _)) = self.index_memo.get(e) {
+        if let Some(&(v, _)) = self.nest.index_memo.get(e) {
             return Ok(v);
         }
         let level = self.index_level(e);
         let value = self.index_uncached(e, level)?;
-        self.index_memo.insert(e.clone(), (value, level));
+        self.nest.index_memo.insert(e.clone(), (value, level));
         Ok(value)
     }
 
@@ -61,7 +55,7 @@ impl Emitter<'_, '_> {
             let v = self.level_var(level);
             if let Some((rest, c)) = split_linear(e, v) {
                 if c != 0 && !matches!(e, IndexExpr::Var(_)) {
-                    let rest = rest.simplify(&self.ext);
+                    let rest = rest.simplify(&self.nest.ext);
                     let r = self.index_value(&rest)?;
                     let x = self.var_value(v)?;
                     let scaled = if c == 1 {
@@ -104,7 +98,7 @@ impl Emitter<'_, '_> {
                     return Err(Error::internal(format!("index `{e}` divides by {n}")));
                 }
                 let (lo, _) = x
-                    .range(&self.ext)
+                    .range(&self.nest.ext)
                     .ok_or_else(|| Error::internal(format!("index `{x}` has no provable range")))?;
                 let xv = self.index_value(x)?;
                 let is_div = matches!(e, IndexExpr::FloorDiv(..));

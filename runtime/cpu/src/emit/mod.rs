@@ -6,14 +6,16 @@
 //! (what is vector code, which points run as lanes, where scratch lives) is the plan's;
 //! this module translates. File by file:
 //!
-//! - `kernel.rs`: the outer loop (coordinates decomposed from `begin` once, then carried),
+//! - `kernel.rs`: the function: slot pointers, stack scratch, the outer loop (coordinates
+//!   decomposed from `begin` once, then carried), the lanes step when the plan has one,
 //!   the stages at each outer point (or, for a pointwise kernel, a loop over the rest of
-//!   the row), loop nests over stage domains, accumulators in registers, stores, and the
-//!   error exit for run-time checks. Every node is emitted at the outermost loop level
-//!   where its inputs are fixed, so loop-invariant work is hoisted by construction.
-//!   Vector loops are unrolled (four `f32x4` groups, sixteen elements per iteration, by
-//!   default), then a one-vector loop and a scalar tail finish the range.
-//! - `lanes.rs`: a lanes step, four (or `4u`) neighbouring outer points as the lanes.
+//!   the row), and the error exit for run-time checks.
+//! - `stage.rs`: one stage, in one path for a point at a time and a lanes step: its loop
+//!   nest, every node at the outermost level where its inputs are fixed (hoisting by
+//!   construction), vector loops unrolled (four `f32x4` groups, sixteen elements per
+//!   iteration, by default) then a one-vector loop and a scalar tail, stores.
+//! - `reduce.rs`: accumulators in registers: scalar, per unrolled vector group, per lane.
+//! - `state.rs`: the emission state, in pieces (target, memory, checks, nest, values).
 //! - `index.rs`: index expressions as `i64` arithmetic; `rest + c*v` accesses compute
 //!   `rest` outside the loop over `v` (strength reduction); floor division and modulo by
 //!   constants become multiply-shift sequences in Cranelift.
@@ -40,7 +42,8 @@
 //! and BLAS: a vectorized `f32` reduction accumulates in `f32` lanes (sixteen partial
 //! results, then a tree; a sum folds its lanes into `f64` every 16 iterations, so no lane
 //! chains more than 16 `f32` additions), and the extern GEMM accumulates in `f32`
-//! (`f16` products too). Lanes across outer points (the plan's `lanes.rs`) accumulate sums in `f64`
+//! (`f16` products too). Lanes across outer points (the plan's `lanes.rs`) accumulate sums in
+//! `f64`
 //! and are bit-identical. The error of the others grows
 //! with the magnitude of the terms rather than of the result: sums and softmax rows
 //! match the reference within `1e-4` relative, and contractions within `2e-4` of the
@@ -50,38 +53,17 @@ mod convert;
 mod expr;
 mod index;
 mod kernel;
-mod lanes;
+mod reduce;
+mod stage;
+mod state;
 
-pub use kernel::function;
+pub use kernel::{function, KernelInfo};
 
 use crate::error::{Error, Result};
 use crate::jit::Jit;
-use crate::plan::{plan_kernel, CodegenOptions, Run, StageReport};
+use crate::plan::{plan_kernel, CodegenOptions, Run};
 use cranelift_codegen::ir::Function;
-use ferrite_ir::loops::{Buffer, BufferId, Kernel};
-
-/// What the executor needs to know about a compiled kernel function.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelInfo {
-    /// The function's name in the JIT module.
-    pub function: String,
-    /// The kernel's name in the program.
-    pub kernel: String,
-    /// `slots[s]` is the buffer whose base pointer goes in slot `s` of the call.
-    pub slots: Vec<BufferId>,
-    /// Run-time check messages: a call returning `k > 0` failed check `checks[k - 1]`.
-    pub checks: Vec<String>,
-    /// One report per stage.
-    pub stages: Vec<StageReport>,
-    /// Whether outer points write disjoint elements, so ranges may run in parallel.
-    pub parallel: bool,
-    /// Points of the outer domain.
-    pub points: usize,
-    /// Inner-loop iterations per outer point (at least 1 per stage), to size work chunks.
-    pub work_per_point: usize,
-    /// Rewrites made before emission (values stashed once per point), one line each.
-    pub notes: Vec<String>,
-}
+use ferrite_ir::loops::{Buffer, Kernel};
 
 /// Plans `kernel` on its own (whose buffers are `buffers`; see
 /// [`plan_kernel`](crate::plan::plan_kernel)) and builds, without compiling, the
