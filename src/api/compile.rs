@@ -231,8 +231,8 @@ fn generate(program: &Program, options: &Options) -> Result<(Code, Option<StageR
                 cpu_options.threads = threads;
             }
             cpu_options.capture_dumps = options.dump.is_some();
-            let cpu =
-                CpuProgram::compile(program, &cpu_options).map_err(|e| failed("cpu codegen", e))?;
+            let cpu = CpuProgram::compile(program, &cpu_options)
+                .map_err(|e| failed("cpu codegen", e.to_string()))?;
             (Code::Cpu(Box::new(cpu)), "cpu codegen", "cpu.clif")
         }
         Target::Sim => {
@@ -383,7 +383,7 @@ impl Compiled {
             Backend::Lowered(pipeline, code) => match code {
                 Code::Loops => ferrite_ir::loops::evaluate(&pipeline.scheduled.program, inputs)
                     .map(|o| (o, None)),
-                Code::Cpu(p) => p.run(inputs).map(|o| (o, None)),
+                Code::Cpu(p) => p.run(inputs).map(|o| (o, None)).map_err(|e| e.to_string()),
                 Code::Sim(p) => p.run(inputs).map(|(o, report)| (o, Some(report))),
             },
         }

@@ -73,11 +73,10 @@ pub enum Error {
         expected: String,
     },
     /// A run-time check of a kernel failed: the data is out of range (a gather index
-    /// past its axis, a negative integer power).
-    #[error("kernel {kernel}: {message}")]
+    /// past its axis, a negative integer power). A run reports it in the context of
+    /// its kernel ([`Error::In`]).
+    #[error("{message}")]
     Check {
-        /// The kernel's name.
-        kernel: String,
         /// The check's message.
         message: String,
     },

@@ -18,6 +18,7 @@
 //! own storage; the pool serves one run at a time and the others run on their own thread).
 
 use super::emit::{self, KernelInfo};
+use super::error::{Error, Result};
 use super::gemm::{gemm, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale};
 use super::jit::{Jit, JitCode, JitOptions};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
@@ -138,18 +139,18 @@ type KernelFn = extern "C" fn(*const usize, i64, i64) -> i32;
 
 impl CpuProgram {
     /// Compiles `program` (which must verify) for this machine.
-    pub fn compile(program: &Program, opts: &CpuOptions) -> Result<CpuProgram, String> {
-        let plan =
-            plan_program(program, &opts.codegen, opts.use_gemm).map_err(|e| e.to_string())?;
+    pub fn compile(program: &Program, opts: &CpuOptions) -> Result<CpuProgram> {
+        let plan = plan_program(program, &opts.codegen, opts.use_gemm)?;
         if opts.threads == 0 {
-            return Err("the CPU backend needs at least one thread".into());
+            return Err(Error::Options {
+                message: "the CPU backend needs at least one thread".into(),
+            });
         }
-        let pool = ThreadPool::new(opts.threads).map_err(|e| e.to_string())?;
+        let pool = ThreadPool::new(opts.threads)?;
         let mut jit = Jit::with_options(JitOptions {
             capture_dumps: opts.capture_dumps,
             ..JitOptions::default()
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         let buffers = plan.program.buffers.clone();
         // Per kernel of the program: its extern GEMM, and the name and facts of its
         // generated function (a GEMM kernel's epilogue, or the kernel itself).
@@ -161,26 +162,28 @@ impl CpuProgram {
                 Run::ExternGemm(g) => planned[kp.source].0 = Some(g.clone()),
                 Run::Generated(schedule) => {
                     let fname = format!("k{}_{}", kp.source, sanitize(&source.name));
-                    let (func, info) = emit::function(&jit, &fname, &buffers, k, schedule)
-                        .map_err(|e| format!("kernel {}: {e}", source.name))?;
-                    jit.define(&fname, func)
-                        .map_err(|e| format!("kernel {}: {e}", source.name))?;
+                    let info = emit::function(&jit, &fname, &buffers, k, schedule)
+                        .and_then(|(func, info)| {
+                            jit.define(&fname, func)?;
+                            Ok(info)
+                        })
+                        .map_err(|e| e.context(format!("kernel {}", source.name)))?;
                     planned[kp.source].1 = Some((fname, info));
                 }
                 Run::Nothing => {}
             }
         }
-        let code = jit.finalize().map_err(|e| e.to_string())?;
+        let code = jit.finalize()?;
         let mut steps = Vec::with_capacity(planned.len());
         for (gemm_plan, info) in planned {
             let jit_kernel = match info {
                 Some((fname, info)) => {
-                    let f = code.function(&fname).map_err(|e| e.to_string())?;
+                    let f = code.function(&fname)?;
                     let ptr = super::jit::HOST_POINTER;
                     let i64t = cranelift_codegen::ir::types::I64;
                     let i32t = cranelift_codegen::ir::types::I32;
                     if !f.has_signature(&[ptr, i64t, i64t], &[i32t]) {
-                        return Err(format!("internal error: {fname} has the wrong signature"));
+                        return Err(Error::internal(format!("{fname} has the wrong signature")));
                     }
                     Some(JitKernel {
                         info,
@@ -248,16 +251,13 @@ impl CpuProgram {
     }
 
     /// Runs the program: one tensor per graph parameter in, one per output out.
-    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.execute(inputs, None)
     }
 
     /// Runs the program and reports each kernel's wall-clock time, start, and the
     /// per-thread spans of its parallel chunks (see [`KernelTiming`]).
-    pub fn run_profiled(
-        &self,
-        inputs: &[Tensor],
-    ) -> Result<(Vec<Tensor>, Vec<KernelTiming>), String> {
+    pub fn run_profiled(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Vec<KernelTiming>)> {
         let mut timings = Vec::with_capacity(self.steps.len());
         let out = self.execute(inputs, Some(&mut timings))?;
         Ok((out, timings))
@@ -356,15 +356,14 @@ impl CpuProgram {
         &self,
         inputs: &[Tensor],
         mut timings: Option<&mut Vec<KernelTiming>>,
-    ) -> Result<Vec<Tensor>, String> {
+    ) -> Result<Vec<Tensor>> {
         let p = &self.program;
         if inputs.len() != p.inputs.len() {
-            return Err(format!(
-                "program `{}` takes {} inputs, got {}",
-                p.name,
-                p.inputs.len(),
-                inputs.len()
-            ));
+            return Err(Error::InputCount {
+                program: p.name.clone(),
+                expected: p.inputs.len(),
+                got: inputs.len(),
+            });
         }
         for (i, (&b, t)) in p.inputs.iter().zip(inputs).enumerate() {
             let buf = &self.buffers[b.index()];
@@ -372,10 +371,12 @@ impl CpuProgram {
                 || data_len(&t.data) != buf.ty.numel()
                 || data_dtype(&t.data) != buf.ty.dtype
             {
-                return Err(format!(
-                    "input {i} (`{}`) has type {} but the program expects {}",
-                    buf.name, t.ty, buf.ty
-                ));
+                return Err(Error::InputType {
+                    index: i,
+                    name: buf.name.clone(),
+                    got: t.ty.to_string(),
+                    expected: buf.ty.to_string(),
+                });
             }
         }
         let mut outputs: Vec<Tensor> = p
@@ -396,13 +397,13 @@ impl CpuProgram {
                 }
                 let Some(origin) = origin else {
                     self.run_step(step, inputs, &mut outputs, &mut storage, None)
-                        .map_err(|e| format!("kernel {}: {e}", kernel.name))?;
+                        .map_err(|e| e.context(format!("kernel {}", kernel.name)))?;
                     continue;
                 };
                 let times = ChunkTimes::new(origin);
                 let start = Instant::now();
                 self.run_step(step, inputs, &mut outputs, &mut storage, Some(&times))
-                    .map_err(|e| format!("kernel {}: {e}", kernel.name))?;
+                    .map_err(|e| e.context(format!("kernel {}", kernel.name)))?;
                 let duration = start.elapsed();
                 if let Some(t) = timings.as_deref_mut() {
                     t.push(KernelTiming {
@@ -442,19 +443,22 @@ impl CpuProgram {
         inputs: &[Tensor],
         outputs: &mut [Tensor],
         storage: &mut [Data],
-    ) -> Result<usize, String> {
+    ) -> Result<usize> {
         let buf = self
             .buffers
             .get(b.index())
-            .ok_or_else(|| format!("{b} does not exist"))?;
+            .ok_or_else(|| Error::internal(format!("{b} does not exist")))?;
         Ok(match buf.kind {
             BufferKind::Input(i) => data_addr(&inputs[i].data),
             BufferKind::Output(o) => data_addr_mut(&mut outputs[o].data),
             BufferKind::Intermediate => {
-                let slot = self.slot_of[b.index()].ok_or_else(|| format!("{b} has no storage"))?;
+                let slot = self.slot_of[b.index()]
+                    .ok_or_else(|| Error::internal(format!("{b} has no storage")))?;
                 data_addr_mut(&mut storage[slot])
             }
-            BufferKind::Scratch => return Err(format!("scratch {b} has no storage")),
+            BufferKind::Scratch => {
+                return Err(Error::internal(format!("scratch {b} has no storage")))
+            }
         })
     }
 
@@ -466,7 +470,7 @@ impl CpuProgram {
         outputs: &mut [Tensor],
         storage: &mut [Data],
         times: Option<&ChunkTimes>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         match step {
             Step::Jit(j) => self.run_jit(j, inputs, outputs, storage, times),
             Step::Nothing => Ok(()),
@@ -494,7 +498,7 @@ impl CpuProgram {
         outputs: &mut [Tensor],
         storage: &mut [Data],
         times: Option<&ChunkTimes>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let info = &j.info;
         if info.points == 0 {
             return Ok(());
@@ -522,8 +526,7 @@ impl CpuProgram {
                     self.pool
                         .parallel_for_range_timed(info.points, min_chunk, times, task)
                 }
-            }
-            .map_err(|e| e.to_string())?;
+            }?;
         } else {
             let start = times.map(|_| Instant::now());
             call(0, info.points);
@@ -533,11 +536,13 @@ impl CpuProgram {
         }
         match failure.into_inner() {
             0 => Ok(()),
-            code => Err(info
-                .checks
-                .get(code as usize - 1)
-                .cloned()
-                .unwrap_or_else(|| format!("failed with code {code}"))),
+            code => Err(Error::Check {
+                message: info
+                    .checks
+                    .get(code as usize - 1)
+                    .cloned()
+                    .unwrap_or_else(|| format!("failed with code {code}")),
+            }),
         }
     }
 
@@ -558,39 +563,42 @@ impl CpuProgram {
         inputs: &[Tensor],
         outputs: &mut [Tensor],
         storage: &mut [Data],
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         // Take the product's storage out, so the operands can be borrowed alongside it.
         let pbuf = &self.buffers[plan.product.index()];
         let mut product = match pbuf.kind {
             BufferKind::Output(o) => std::mem::replace(&mut outputs[o].data, Data::F32(Vec::new())),
             BufferKind::Intermediate => {
-                let slot =
-                    self.slot_of[plan.product.index()].ok_or("the product has no storage")?;
+                let slot = self.slot_of[plan.product.index()]
+                    .ok_or_else(|| Error::internal("the product has no storage"))?;
                 std::mem::replace(&mut storage[slot], Data::F32(Vec::new()))
             }
             BufferKind::Input(_) | BufferKind::Scratch => {
-                return Err(format!("a GEMM cannot write {}", plan.product))
+                return Err(Error::internal(format!(
+                    "a GEMM cannot write {}",
+                    plan.product
+                )))
             }
         };
         let result = {
-            let data = |b: BufferId| -> Result<&Data, String> {
+            let data = |b: BufferId| -> Result<&Data> {
                 let buf = self
                     .buffers
                     .get(b.index())
-                    .ok_or_else(|| format!("{b} does not exist"))?;
+                    .ok_or_else(|| Error::internal(format!("{b} does not exist")))?;
                 Ok(match buf.kind {
                     BufferKind::Input(i) => &inputs[i].data,
                     BufferKind::Output(o) => &outputs[o].data,
                     BufferKind::Intermediate | BufferKind::Scratch => {
                         &storage[self.slot_of[b.index()]
-                            .ok_or_else(|| format!("{b} has no storage"))?]
+                            .ok_or_else(|| Error::internal(format!("{b} has no storage")))?]
                     }
                 })
             };
             match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
                 (Data::F32(a), Data::F32(b), Data::F32(c)) => self.gemm_batches(plan, a, b, c),
                 (Data::F16(a), Data::F16(b), Data::F16(c)) => self.gemm_batches(plan, a, b, c),
-                _ => Err("GEMM operands have unsupported or mismatched dtypes".into()),
+                _ => Err(Error::GemmDType { dtype: plan.dtype }),
             }
         };
         match pbuf.kind {
@@ -612,7 +620,7 @@ impl CpuProgram {
         a: &[T],
         b: &[T],
         c: &mut [T],
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let nb = plan.batch.len();
         let (outer, inner) = if nb == 0 {
             (&[][..], 1)
@@ -646,16 +654,15 @@ impl CpuProgram {
                 oc += x * dense[t] as i64;
             }
             let inner_t = nb.saturating_sub(1);
-            let layout =
-                |offset: i64, batch: isize, row: i64, col: i64| -> Result<MatLayout, String> {
-                    Ok(MatLayout {
-                        offset: usize::try_from(offset)
-                            .map_err(|_| "negative GEMM offset".to_string())?,
-                        batch_stride: batch,
-                        row_stride: row as isize,
-                        col_stride: col as isize,
-                    })
-                };
+            let layout = |offset: i64, batch: isize, row: i64, col: i64| -> Result<MatLayout> {
+                Ok(MatLayout {
+                    offset: usize::try_from(offset)
+                        .map_err(|_| Error::internal("negative GEMM offset"))?,
+                    batch_stride: batch,
+                    row_stride: row as isize,
+                    col_stride: col as isize,
+                })
+            };
             let la = layout(
                 oa,
                 if nb == 0 {
@@ -689,8 +696,7 @@ impl CpuProgram {
                 MatMut::new(c, lc),
                 Scale::overwrite(),
                 parallelism,
-            )
-            .map_err(|e| e.to_string())?;
+            )?;
         }
         Ok(())
     }

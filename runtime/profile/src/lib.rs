@@ -94,7 +94,7 @@ pub fn profile_cpu(
 ) -> Result<ScheduleProfile, String> {
     let runs = runs.max(1);
     let kernels = &program.program().kernels;
-    program.run(inputs)?;
+    program.run(inputs).map_err(|e| e.to_string())?;
     // samples[k][run]: kernel k's time in that run.
     let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); kernels.len()];
     let mut totals = Vec::with_capacity(runs);
@@ -104,7 +104,7 @@ pub fn profile_cpu(
     let mut all_timings = Vec::with_capacity(runs);
     for run in 0..runs {
         let start = Instant::now();
-        let (_, timings) = program.run_profiled(inputs)?;
+        let (_, timings) = program.run_profiled(inputs).map_err(|e| e.to_string())?;
         walls.push(start.elapsed().as_secs_f64() * 1e9);
         if timings.len() != kernels.len() {
             return Err(format!(

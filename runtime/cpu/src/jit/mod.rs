@@ -277,12 +277,9 @@ impl Jit {
         self.ctx.clear();
         self.ctx.func = func;
         self.ctx.set_disasm(self.options.capture_dumps);
-        if let Err(message) = self.optimize(name) {
+        if let Err(e) = self.optimize(name) {
             self.ctx.clear();
-            return Err(JitError::Compile {
-                name: name.to_string(),
-                message,
-            });
+            return Err(e);
         }
         let module = self
             .module
@@ -323,21 +320,25 @@ impl Jit {
     /// `interleave.rs`), which has to come after the e-graph because its elaboration
     /// lays each group out whole again. The module's own ISA has `opt_level=none`, so
     /// compiling does not run the e-graph a second time.
-    fn optimize(&mut self, name: &str) -> Result<(), String> {
+    fn optimize(&mut self, name: &str) -> Result<(), JitError> {
         if self.options.opt_level == OptLevel::None {
             return Ok(());
         }
+        let failed = |message: String| JitError::Compile {
+            name: name.to_string(),
+            message,
+        };
         let mut plane = ControlPlane::default();
         self.ctx
             .optimize(&*self.optimizer, &mut plane)
-            .map_err(|e| print_errors::pretty_error(&self.ctx.func, e))?;
+            .map_err(|e| failed(print_errors::pretty_error(&self.ctx.func, e)))?;
         interleave_groups(&mut self.ctx.func);
         // The reordering is ours, so check its output as strictly as the input.
         verify_function(&self.ctx.func, self.module().isa()).map_err(|errors| {
-            format!(
+            failed(format!(
                 "interleaving `{name}` broke the function:\n{}",
                 print_errors::pretty_verifier_error(&self.ctx.func, None, errors)
-            )
+            ))
         })?;
         Ok(())
     }

@@ -49,7 +49,7 @@ pub use lanes::{OuterLanes, StageLanes};
 pub use schedule::{CpuPlan, ExternGemm, KernelPlan, Run, Schedule, ScratchSlot};
 pub use stage::{StagePlan, StageReport};
 pub use stash::{LaneStash, MAX_SCRATCH_BYTES};
-pub use vectorize::{lanes_of, Lanes, VectorPlan};
+pub use vectorize::{lanes_of, Lanes, NotVectorized, VectorPlan};
 
 use crate::error::{Error, Result};
 use analysis::{check_references, is_pointwise, live_nodes, prove_accesses, stage_loops, Levels};
@@ -582,7 +582,7 @@ fn plan_stage(
         match plan_vector(&facts) {
             Ok(p) => Some(p),
             Err(why) => {
-                report.scalar_reason = Some(why);
+                report.scalar_reason = Some(why.0);
                 None
             }
         }
