@@ -19,14 +19,15 @@
 //!
 //! Architecture invariant: the loop IR knows nothing of the graph passes that produce
 //! it (only the graph's [`ValueId`](crate::ValueId)s, for readers) and nothing of any
-//! backend. [`Program::verify`] states its invariants, [`evaluate`] runs it, and the
-//! `Display` impls print it.
+//! backend. [`Program::verify`] states its invariants, [`evaluate`] runs it, the
+//! `Display` impls print it and [`parse_program`] reads the printed text back.
 
 mod eval;
 mod expr;
 mod index;
 mod print;
 mod program;
+mod read;
 pub mod scalar;
 mod verify;
 
@@ -37,3 +38,4 @@ pub use program::{
     AccId, Buffer, BufferAccess, BufferId, BufferKind, GemmInfo, GemmOperand, Kernel, KernelId,
     Program, ReduceKind, Reduction, Stage, StoreOp,
 };
+pub use read::{parse_program, MAX_NESTING};

@@ -8,9 +8,17 @@
 //!     for j0 in 0..512: buf1[i0*512 + j0] = exp(buf0[i0*512 + j0] - acc0) / acc1
 //! ```
 //!
-//! A node used more than once in a stage is bound to a name (`t3 = ...`) and the
-//! stage is printed as a block; data-dependent indices are always bound
-//! (`t1 = checked(buf1[i0], 0..10)`), so an index like `buf2[t1*64 + i1]` refers to them.
+//! A node used more than once in a stage is bound to a name (`t3 = ...`, `t3` being
+//! node 3 of the stage's block) and the stage is printed as a block; data-dependent
+//! indices are always bound (`t1 = checked(buf1[i0], 0..10)`), so an index like
+//! `buf2[t1*64 + i1]` refers to them.
+//!
+//! The text is complete, so that `read.rs` rebuilds the program from it: a constant
+//! whose dtype is not its literal's default (`f32`, `i64`) says it (`0.5_f16`, `3_i32`);
+//! an index value that does not start with a loop variable is written `index(i0 + 1)`
+//! (`i1*4` and `r0 // 2` stand bare); an empty-domain store stage that follows another
+//! is headed `store over one point:`; a GEMM's stage and outer axes are stated
+//! (`stage 1`, `axes [1, 0]`) when they are not the ones the kernel implies.
 //! A reduction stage that also writes elements (a backend's stash) is a block whose
 //! writes come before its accumulators:
 //!
@@ -22,8 +30,10 @@
 //! ```
 
 use super::expr::{Block, ExprOp, ExprRef};
-use super::program::{BufferKind, Kernel, Program, Stage};
+use super::index::IndexExpr;
+use super::program::{BufferKind, GemmInfo, Kernel, Program, Stage};
 use crate::op::{BinaryOp, UnaryOp};
+use crate::DType;
 use std::fmt::{self, Write};
 
 impl fmt::Display for Program {
@@ -109,7 +119,7 @@ impl fmt::Display for KernelText<'_> {
                 let _ = write!(s, "; {}, {}]", o.row_stride, o.col_stride);
                 s
             };
-            writeln!(
+            write!(
                 f,
                 "  gemm {} = {} @ {}  batch {:?} m {} n {} k {}",
                 g.acc,
@@ -120,17 +130,68 @@ impl fmt::Display for KernelText<'_> {
                 g.n,
                 g.k
             )?;
+            // Stated only when they differ from what the rest implies.
+            if Some(g.stage) != gemm_stage(k, g) {
+                write!(f, " stage {}", g.stage)?;
+            }
+            if g.outer_axes != gemm_outer_axes(g) {
+                let axes: Vec<String> = g
+                    .outer_axes
+                    .iter()
+                    .map(|a| a.map_or("_".to_string(), |a| a.to_string()))
+                    .collect();
+                write!(f, " axes [{}]", axes.join(", "))?;
+            }
+            writeln!(f)?;
         }
         let mut indent = "  ".to_string();
         if !k.domain.is_empty() {
             writeln!(f, "  for {} parallel:", loops("i", &k.domain))?;
             indent.push_str("  ");
         }
+        let mut previous: Option<&Stage> = None;
         for stage in &k.stages {
-            write_stage(f, stage, &indent)?;
+            write_stage(f, stage, previous, &indent)?;
+            previous = Some(stage);
         }
         Ok(())
     }
+}
+
+/// The stage a GEMM replaces when not stated: the first reduction stage defining its
+/// accumulator.
+pub(super) fn gemm_stage(k: &Kernel, g: &GemmInfo) -> Option<usize> {
+    k.stages.iter().position(|s| match s {
+        Stage::Reduce { reductions, .. } => reductions.iter().any(|r| r.acc == g.acc),
+        Stage::Store { .. } => false,
+    })
+}
+
+/// The outer axes of a GEMM when not stated: `batch.., m, n` in order, each axis of
+/// extent 1 dropped from the domain.
+pub(super) fn gemm_outer_axes(g: &GemmInfo) -> Vec<Option<usize>> {
+    let mut next = 0;
+    g.batch
+        .iter()
+        .chain([&g.m, &g.n])
+        .map(|&d| {
+            (d != 1).then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect()
+}
+
+/// An empty-domain store stage prints its lines flat, unless they would read as part
+/// of the store stage before it (or as nothing at all).
+fn needs_store_header(stage: &Stage, previous: Option<&Stage>) -> bool {
+    let Stage::Store { domain, stores, .. } = stage else {
+        return false;
+    };
+    let after_flat_store =
+        matches!(previous, Some(Stage::Store { domain, .. }) if domain.is_empty());
+    domain.is_empty() && (after_flat_store || stores.is_empty())
 }
 
 /// `i0 in 0..64, i1 in 0..8`
@@ -143,7 +204,12 @@ fn loops(prefix: &str, domain: &[usize]) -> String {
         .join(", ")
 }
 
-fn write_stage(f: &mut fmt::Formatter<'_>, stage: &Stage, indent: &str) -> fmt::Result {
+fn write_stage(
+    f: &mut fmt::Formatter<'_>,
+    stage: &Stage,
+    previous: Option<&Stage>,
+    indent: &str,
+) -> fmt::Result {
     let body = stage.body();
     let roots = stage.roots();
     let uses = body.use_counts(&roots);
@@ -207,22 +273,25 @@ fn write_stage(f: &mut fmt::Formatter<'_>, stage: &Stage, indent: &str) -> fmt::
             Ok(())
         }
         Stage::Store { domain, stores, .. } => {
-            if domain.is_empty() {
+            if domain.is_empty() && !needs_store_header(stage, previous) {
                 pr.write_bindings(f, indent)?;
                 for s in stores {
                     writeln!(f, "{indent}{}", line(s))?;
                 }
                 return Ok(());
             }
-            if !any_bound && stores.len() == 1 {
+            if domain.is_empty() {
+                writeln!(f, "{indent}store over one point:")?;
+            } else if !any_bound && stores.len() == 1 {
                 return writeln!(
                     f,
                     "{indent}for {}: {}",
                     loops("j", domain),
                     line(&stores[0])
                 );
+            } else {
+                writeln!(f, "{indent}for {}:", loops("j", domain))?;
             }
-            writeln!(f, "{indent}for {}:", loops("j", domain))?;
             let inner = format!("{indent}  ");
             pr.write_bindings(f, &inner)?;
             for s in stores {
@@ -267,7 +336,16 @@ fn precedence(op: &ExprOp) -> u8 {
     }
 }
 
-fn infix(b: BinaryOp) -> Option<&'static str> {
+/// The name of a unary op in loop-IR text (`gelu_tanh` apart from `gelu`).
+pub(super) fn unary_name(u: UnaryOp) -> &'static str {
+    match u {
+        UnaryOp::GeluTanh => "gelu_tanh",
+        _ => u.name(),
+    }
+}
+
+/// The operator symbol of an infix binary op; the others print as calls (`maximum(a, b)`).
+pub(super) fn infix(b: BinaryOp) -> Option<&'static str> {
     Some(match b {
         BinaryOp::Add => "+",
         BinaryOp::Sub => "-",
@@ -335,10 +413,8 @@ impl Printer<'_> {
         match &n.op {
             ExprOp::Const(v) => constant(*v, n.dtype),
             ExprOp::Acc(a) => a.to_string(),
-            ExprOp::Index(e) => match e {
-                super::IndexExpr::Sum(_) => format!("({e})"),
-                _ => e.to_string(),
-            },
+            ExprOp::Index(e) if starts_with_var(e) => e.to_string(),
+            ExprOp::Index(e) => format!("index({e})"),
             ExprOp::Load(l) => {
                 if l.guard.is_empty() {
                     format!("{}[{}]", l.buffer, l.index)
@@ -367,13 +443,7 @@ impl Printer<'_> {
                     )
                 }
             }
-            ExprOp::Unary(u, a) => {
-                let name = match u {
-                    UnaryOp::GeluTanh => "gelu_tanh",
-                    _ => u.name(),
-                };
-                format!("{name}({})", self.expr(*a))
-            }
+            ExprOp::Unary(u, a) => format!("{}({})", unary_name(*u), self.expr(*a)),
             ExprOp::Binary(b, x, y) => match infix(*b) {
                 Some(sym) => {
                     let p = precedence(&n.op);
@@ -394,12 +464,48 @@ impl Printer<'_> {
     }
 }
 
-/// A constant as written for its dtype: floats of 32 bits or fewer in their shortest
-/// f32 form (`0.7`, not `0.699999988079071`).
-fn constant(v: super::Value, dtype: crate::DType) -> String {
-    match v {
+/// A constant as written for its dtype: floats in their shortest f32 form (`0.7`, not
+/// `0.699999988079071`; every float dtype fits in an f32), with a `_dtype` suffix unless
+/// the dtype is its literal's default (`f32` for floats, `i64` for integers), so the
+/// text says the constant's dtype (`0.5_f16`, `3_i32`).
+fn constant(v: super::Value, dtype: DType) -> String {
+    let text = match v {
         super::Value::Float(x) if x.is_finite() && dtype.is_float() => format!("{:?}", x as f32),
         _ => v.to_string(),
+    };
+    if dtype == default_dtype(v) {
+        text
+    } else {
+        format!("{text}_{dtype}")
+    }
+}
+
+/// The dtype of a constant written without a suffix.
+pub(super) fn default_dtype(v: super::Value) -> DType {
+    match v {
+        super::Value::Float(_) => DType::F32,
+        super::Value::Int(_) => DType::I64,
+        super::Value::Bool(_) => DType::Bool,
+    }
+}
+
+/// Whether index expression `e` prints starting with a loop variable (`i0`, `i1*4`,
+/// `r0 // 2`): such an index value is written bare in a scalar expression. Any other
+/// (`index(i0 + 1)`, `index(3)`, `index(t2)`) is wrapped, so it cannot be mistaken for
+/// a parenthesized expression, an integer constant or a bound node.
+pub(super) fn starts_with_var(e: &IndexExpr) -> bool {
+    match e {
+        IndexExpr::Var(_) => true,
+        IndexExpr::Mul(x, _) => {
+            !matches!(
+                **x,
+                IndexExpr::Sum(_) | IndexExpr::FloorDiv(..) | IndexExpr::Mod(..)
+            ) && starts_with_var(x)
+        }
+        IndexExpr::FloorDiv(x, _) | IndexExpr::Mod(x, _) => {
+            !matches!(**x, IndexExpr::Sum(_)) && starts_with_var(x)
+        }
+        _ => false,
     }
 }
 

@@ -5,17 +5,24 @@
 //! * [`differential`]: fused and unfused schedules against the reference interpreter.
 //! * [`golden`]: one golden-file harness: compare, show a line diff on drift, re-bless
 //!   with `FERRITE_BLESS=1`.
+//! * [`filetest`]: the filetest runner: one text file per case (`test STAGE`, input,
+//!   expected output), run against a table of stages.
+//! * [`loop_text`]: loop-IR print / read round trips.
 //!
 //! This crate is a dev-dependency only; nothing that ships depends on it.
 
 pub mod differential;
 pub mod examples;
+pub mod filetest;
 pub mod golden;
+pub mod loop_text;
 pub mod random;
 
 pub use differential::{check_against_interpreter, primitive};
 pub use examples::{
     example, example_graph, example_names, example_source, repo_root, tile_example_source,
 };
+pub use filetest::{run_dir, Case, Stage};
 pub use golden::{bless_requested, check_golden, diff};
+pub use loop_text::check_round_trip;
 pub use random::{inputs_for, random_graph, random_graph_with, random_inputs, RandomGraph};

@@ -1,0 +1,127 @@
+//! The filetests: every file under `tests/filetests/` names a stage in its `test` line,
+//! gives the stage's input and the expected output (`tests/filetests/README.md`
+//! describes the format). Re-bless after an intended change with
+//!
+//! ```text
+//! FERRITE_BLESS=1 cargo test --test filetests
+//! ```
+//!
+//! and review the diff; `FERRITE_FILETEST=schedule/softmax` runs only matching files.
+//! A new stage is one line in [`STAGES`] and a function from the case to its output.
+
+use ferrite_ir::loops::{parse_program, Program};
+use ferrite_ir::{parse, print, verify, Graph};
+use ferrite_passes::decompose::decompose;
+use ferrite_passes::optimize::{optimize, OptimizeConfig};
+use ferrite_passes::schedule::{schedule, ScheduleOptions, Scheduled};
+use ferrite_testkit::check_round_trip;
+use ferrite_testkit::filetest::{run_dir, Case, Stage};
+use std::path::Path;
+use std::time::Duration;
+
+/// Every stage the filetests may name.
+const STAGES: &[Stage] = &[
+    Stage::new("parse", parse_stage),
+    Stage::new("decompose", decompose_stage),
+    Stage::new("optimize", optimize_stage),
+    Stage::new("schedule", schedule_stage).with_options(&["unfused"]),
+    Stage::new("memory", memory_stage).with_options(&["unfused"]),
+    Stage::new("read", read_stage),
+];
+
+#[test]
+fn filetests() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/filetests");
+    match run_dir(&dir, STAGES) {
+        Ok(n) => eprintln!("{n} filetests passed"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The case's `.fg` input, parsed and verified.
+fn graph(case: &Case) -> Result<Graph, String> {
+    let g = parse(case.file, case.input).map_err(|d| d.to_string())?;
+    verify(&g).map_err(|e| format!("the parsed graph fails verify: {e}"))?;
+    Ok(g)
+}
+
+/// The input graph decomposed to primitive ops.
+fn primitive(case: &Case) -> Result<Graph, String> {
+    decompose(&graph(case)?).map_err(|e| format!("decompose: {e}"))
+}
+
+/// `parse`: `.fg` in, the printed graph out.
+fn parse_stage(case: &Case) -> Result<String, String> {
+    Ok(print(&graph(case)?))
+}
+
+/// `decompose`: `.fg` in, the primitive graph out.
+fn decompose_stage(case: &Case) -> Result<String, String> {
+    let g = primitive(case)?;
+    verify(&g).map_err(|e| format!("the decomposed graph fails verify: {e}"))?;
+    Ok(print(&g))
+}
+
+/// `optimize`: `.fg` in (decomposed first), the optimized graph out. The time limit is
+/// generous so that the result depends on the iteration limit, not on machine load.
+fn optimize_stage(case: &Case) -> Result<String, String> {
+    let cfg = OptimizeConfig {
+        time_limit: Duration::from_secs(60),
+        ..OptimizeConfig::default()
+    };
+    let (g, report) = optimize(&primitive(case)?, &cfg)?;
+    Ok(format!(
+        "# ops: {} before, {} after\n{}",
+        report.ops_before,
+        report.ops_after,
+        print(&g)
+    ))
+}
+
+/// The input graph decomposed and scheduled, fused unless the case sets `unfused`.
+fn scheduled(case: &Case) -> Result<Scheduled, String> {
+    let opts = if case.flag("unfused") {
+        ScheduleOptions::unfused()
+    } else {
+        ScheduleOptions::default()
+    };
+    let s = schedule(&primitive(case)?, &opts)?;
+    s.program
+        .verify()
+        .map_err(|e| format!("the scheduled program fails verify: {e}"))?;
+    check_round_trip(&s.program)?;
+    Ok(s)
+}
+
+/// `schedule`: `.fg` in (decomposed first), the loop-IR program and the fusion
+/// decisions out. The program must also read back from its text.
+fn schedule_stage(case: &Case) -> Result<String, String> {
+    let s = scheduled(case)?;
+    let mut text = s.program.to_string();
+    if !s.decisions.is_empty() {
+        text.push_str("\nfusion decisions:\n");
+        text.push_str(&s.decisions_text());
+    }
+    Ok(text)
+}
+
+/// `memory`: `.fg` in (decomposed and scheduled), the memory plan out.
+fn memory_stage(case: &Case) -> Result<String, String> {
+    let s = scheduled(case)?;
+    Ok(format!(
+        "# kernels: {}, bytes moved: {}\n{}",
+        s.program.kernels.len(),
+        s.program.bytes_moved(),
+        s.memory
+    ))
+}
+
+/// The case's loop-IR input, read and verified (the input of loop-IR stages).
+fn loop_program(case: &Case) -> Result<Program, String> {
+    parse_program(case.file, case.input).map_err(|d| d.to_string())
+}
+
+/// `read`: loop IR in, the program read (and verified) printed out.
+fn read_stage(case: &Case) -> Result<String, String> {
+    Ok(loop_program(case)?.to_string())
+}
