@@ -8,7 +8,7 @@ use support::*;
 
 use ferrite_cpu::plan::Run;
 use ferrite_cpu::{plan_program, CodegenOptions};
-use ferrite_ir::loops::{evaluate, Program};
+use ferrite_ir::loops::{evaluate, parse_program, Program};
 use ferrite_ir::Tensor;
 use ferrite_passes::decompose::decompose;
 use ferrite_testkit::{inputs_for, random_graph_with};
@@ -42,6 +42,11 @@ fn plans_evaluate_the_same(what: &str, p: &Program, inputs: &[Tensor]) {
             .verify()
             .unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
         assert_eq!(plan.kernels.len(), plan.program.kernels.len());
+        // The plan's text is loop IR (the schedule in `#` comments): it reads back.
+        let text = plan.to_string();
+        let back = parse_program("plan.loop", &text)
+            .unwrap_or_else(|d| panic!("{what}: the plan does not read back: {d}\n{text}"));
+        assert_eq!(back.to_string(), plan.program.to_string(), "{what}");
         match (&want, evaluate(&plan.program, inputs)) {
             (Ok(want), Ok(got)) => {
                 for (k, (x, w)) in got.iter().zip(want).enumerate() {
@@ -146,5 +151,5 @@ fn the_plan_text_shows_the_stash_as_loop_ir_and_the_schedule() {
         text.contains("  # extern gemm f32 batch [] m 13 n 36 k 24 into "),
         "{text}"
     );
-    assert!(text.contains(".epilogue("), "{text}");
+    assert!(text.contains("_epilogue("), "{text}");
 }

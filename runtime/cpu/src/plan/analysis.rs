@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use ferrite_ir::loops::{
-    Block, Buffer, ExprNode, ExprOp, Extents, IndexExpr, Kernel, Stage, StoreOp, Var,
+    Block, Buffer, ExprNode, ExprOp, ExprRef, Extents, IndexExpr, Kernel, Stage, StoreOp, Var,
 };
 use std::collections::HashMap;
 
@@ -99,6 +99,40 @@ pub fn live_nodes(stage: &Stage) -> Vec<bool> {
         }
     }
     live
+}
+
+/// Removes the nodes of `stage` that nothing needs (nodes that can fail stay, see
+/// [`live_nodes`]), keeping the others in order and renumbering every reference.
+pub fn drop_dead_nodes(stage: &mut Stage) {
+    let live = live_nodes(stage);
+    let (body, reductions, stores) = match stage {
+        Stage::Reduce {
+            body,
+            reductions,
+            stores,
+            ..
+        } => (body, &mut reductions[..], stores),
+        Stage::Store { body, stores, .. } => (body, &mut [][..], stores),
+    };
+    let mut map: Vec<Option<ExprRef>> = vec![None; body.nodes.len()];
+    let mut kept = Vec::with_capacity(body.nodes.len());
+    for (i, node) in body.nodes.iter().enumerate() {
+        if live[i] {
+            let m = |r: ExprRef| map.get(r.index()).copied().flatten().unwrap_or(r);
+            kept.push(node.map_refs(&m));
+            map[i] = Some(ExprRef(kept.len() as u32 - 1));
+        }
+    }
+    body.nodes = kept;
+    let m = |r: ExprRef| map.get(r.index()).copied().flatten().unwrap_or(r);
+    for r in reductions {
+        r.value = m(r.value);
+        r.rhs = r.rhs.map(m);
+    }
+    for s in stores {
+        s.value = m(s.value);
+        s.index = s.index.map_refs(&m);
+    }
 }
 
 /// The loop levels of one stage's nest (level `k` is the `k`-th loop, outermost first;

@@ -217,7 +217,7 @@ pub fn split_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Opt
         }
         Some(Kernel {
             id: kernel.id,
-            name: format!("{}.epilogue", kernel.name),
+            name: format!("{}_epilogue", kernel.name),
             nodes: kernel.nodes.clone(),
             domain: kernel.domain.clone(),
             stages,

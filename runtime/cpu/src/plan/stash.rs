@@ -25,7 +25,7 @@
 //! bit. Stashes stop at [`MAX_SCRATCH_BYTES`] per kernel (beyond it the kernel recomputes,
 //! as before).
 
-use super::analysis::{live_nodes, node_indices, substitute};
+use super::analysis::{drop_dead_nodes, live_nodes, node_indices, substitute};
 use ferrite_ir::loops::{
     Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, Stage,
     StoreOp, Value, Var, VarKind,
@@ -102,7 +102,21 @@ pub fn stash_shared(kernel: &Kernel, first_id: usize) -> Option<Stashed> {
         }
         break;
     }
-    (!s.scratch.is_empty()).then_some(s)
+    if s.scratch.is_empty() {
+        return None;
+    }
+    // What the stages reading a stash no longer compute goes (nodes that can fail stay).
+    let readers: Vec<usize> = (0..s.kernel.stages.len())
+        .filter(|&si| {
+            s.kernel.stages[si].body().nodes.iter().any(
+                |n| matches!(&n.op, ExprOp::Load(l) if s.scratch.iter().any(|b| b.id == l.buffer)),
+            )
+        })
+        .collect();
+    for si in readers {
+        drop_dead_nodes(&mut s.kernel.stages[si]);
+    }
+    Some(s)
 }
 
 /// Whether node `i` of `body` is a transcendental (the expensive ops of the vector math).
