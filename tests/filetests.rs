@@ -9,7 +9,9 @@
 //! and review the diff; `FERRITE_FILETEST=schedule/softmax` runs only matching files.
 //! A new stage is one line in [`STAGES`] and a function from the case to its output.
 
-use ferrite_ir::loops::{parse_program, Program};
+use ferrite_cpu::{plan_program, CodegenOptions};
+use ferrite_ir::loops::{evaluate, parse_program, Program};
+use ferrite_ir::Tensor;
 use ferrite_ir::{parse, print, verify, Graph};
 use ferrite_passes::decompose::decompose;
 use ferrite_passes::optimize::{optimize, OptimizeConfig};
@@ -27,6 +29,7 @@ const STAGES: &[Stage] = &[
     Stage::new("schedule", schedule_stage).with_options(&["unfused"]),
     Stage::new("memory", memory_stage).with_options(&["unfused"]),
     Stage::new("read", read_stage),
+    Stage::new("cpu-plan", cpu_plan_stage).with_options(&["scalar", "no-stash", "no-gemm"]),
 ];
 
 #[test]
@@ -124,4 +127,49 @@ fn loop_program(case: &Case) -> Result<Program, String> {
 /// `read`: loop IR in, the program read (and verified) printed out.
 fn read_stage(case: &Case) -> Result<String, String> {
     Ok(loop_program(case)?.to_string())
+}
+
+/// `cpu-plan`: loop IR in, the CPU backend's plan out: the planned loop IR, with each
+/// kernel's schedule as `#` lines under its header. `scalar` turns SIMD off, `no-stash`
+/// stashing, `no-gemm` the extern GEMM. The plan must read back from its text and
+/// evaluate to the same bits as the input (on random inputs).
+fn cpu_plan_stage(case: &Case) -> Result<String, String> {
+    let p = loop_program(case)?;
+    let codegen = CodegenOptions {
+        vectorize: !case.flag("scalar"),
+        stash: !case.flag("no-stash"),
+        ..CodegenOptions::default()
+    };
+    let plan = plan_program(&p, &codegen, !case.flag("no-gemm")).map_err(|e| e.to_string())?;
+    let text = plan.to_string();
+    let back = parse_program(case.file, &text)
+        .map_err(|d| format!("the plan does not read back: {d}\n{text}"))?;
+    if back.to_string() != plan.program.to_string() {
+        return Err(format!("the plan reads back as another program:\n{back}"));
+    }
+    let inputs: Vec<Tensor> = p
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Tensor::random(&p.buffers[b.index()].ty, i as u64))
+        .collect();
+    let bits = |r: Result<Vec<Tensor>, String>| -> Result<Vec<Vec<u64>>, String> {
+        Ok(r?
+            .iter()
+            .map(|t| t.to_f64().into_iter().map(f64::to_bits).collect())
+            .collect())
+    };
+    let (want, got) = (
+        bits(evaluate(&p, &inputs).map_err(|e| e.to_string())),
+        bits(evaluate(&plan.program, &inputs).map_err(|e| e.to_string())),
+    );
+    match (want, got) {
+        (Ok(w), Ok(g)) if w == g => Ok(text),
+        (Err(_), Err(_)) => Ok(text),
+        (w, g) => Err(format!(
+            "the plan evaluates differently: {:?} vs {:?}",
+            w.map(|_| "outputs"),
+            g.map(|_| "outputs")
+        )),
+    }
 }
