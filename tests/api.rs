@@ -649,7 +649,8 @@ fn options_select_fusion_threads_and_dumps() {
             "02-optimized.fg",
             "03-kernels.loop",
             "04-memory.txt",
-            "05-cpu.clif",
+            "05-cpu-plan.loop",
+            "06-cpu.clif",
             "graph.dot"
         ]
     );
@@ -662,7 +663,7 @@ fn options_select_fusion_threads_and_dumps() {
         graph_text
     );
     // The CPU stage has the kernel's loop IR and its Cranelift IR.
-    let cpu_text = std::fs::read_to_string(dir.join("05-cpu.clif")).unwrap();
+    let cpu_text = std::fs::read_to_string(dir.join("06-cpu.clif")).unwrap();
     let kernel = &fused.program().unwrap().kernels[0].name;
     assert!(cpu_text.contains(&format!("==== {kernel}")), "{cpu_text}");
     assert!(cpu_text.contains("-- clif"), "{cpu_text}");

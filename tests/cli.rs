@@ -588,7 +588,8 @@ fn compile_summarizes_every_example_and_dumps_each_stage() {
             "02-optimized.fg",
             "03-kernels.loop",
             "04-memory.txt",
-            "05-cpu.clif",
+            "05-cpu-plan.loop",
+            "06-cpu.clif",
             "graph.dot"
         ]
     );
@@ -600,8 +601,14 @@ fn compile_summarizes_every_example_and_dumps_each_stage() {
     let kernels = std::fs::read_to_string(Path::new(&d).join("03-kernels.loop")).unwrap();
     assert_eq!(kernels.matches("\nkernel ").count(), 1, "{kernels}");
     // The CPU dump holds Cranelift IR and machine code for the kernel.
-    let clif = std::fs::read_to_string(Path::new(&d).join("05-cpu.clif")).unwrap();
+    let clif = std::fs::read_to_string(Path::new(&d).join("06-cpu.clif")).unwrap();
     assert!(clif.contains("function"), "{clif}");
+    // Before it, the loop IR the CPU backend compiles, with its schedule.
+    let plan = std::fs::read_to_string(Path::new(&d).join("05-cpu-plan.loop")).unwrap();
+    assert!(
+        plan.contains("\nkernel ") && plan.contains("  # parallel"),
+        "{plan}"
+    );
 
     // On the simulator target the dump ends with the lowered tile kernels, which parse.
     let d2 = dir.path("sim");

@@ -12,6 +12,7 @@
 use ferrite_accel::program::{Intermediates, SimProgram};
 use ferrite_accel::sim::Machine;
 use ferrite_accel::tile;
+use ferrite_cpu::{plan_program, CodegenOptions};
 use ferrite_ir::loops::{evaluate, parse_program, Program};
 use ferrite_ir::{parse, print, verify, Graph, Tensor};
 use ferrite_passes::decompose::decompose;
@@ -30,6 +31,7 @@ const STAGES: &[Stage] = &[
     Stage::new("schedule", schedule_stage).with_options(&["unfused"]),
     Stage::new("memory", memory_stage).with_options(&["unfused"]),
     Stage::new("read", read_stage),
+    Stage::new("cpu-plan", cpu_plan_stage).with_options(&["scalar", "no-stash", "no-gemm"]),
     Stage::new("tile", tile_stage).with_options(&["lpddr"]),
 ];
 
@@ -165,4 +167,49 @@ fn tile_stage(case: &Case) -> Result<String, String> {
             .map_err(|e| format!("output {i} differs from the loop-IR evaluator's: {e}"))?;
     }
     Ok(text)
+}
+
+/// `cpu-plan`: loop IR in, the CPU backend's plan out: the planned loop IR, with each
+/// kernel's schedule as `#` lines under its header. `scalar` turns SIMD off, `no-stash`
+/// stashing, `no-gemm` the extern GEMM. The plan must read back from its text and
+/// evaluate to the same bits as the input (on random inputs).
+fn cpu_plan_stage(case: &Case) -> Result<String, String> {
+    let p = loop_program(case)?;
+    let codegen = CodegenOptions {
+        vectorize: !case.flag("scalar"),
+        stash: !case.flag("no-stash"),
+        ..CodegenOptions::default()
+    };
+    let plan = plan_program(&p, &codegen, !case.flag("no-gemm")).map_err(|e| e.to_string())?;
+    let text = plan.to_string();
+    let back = parse_program(case.file, &text)
+        .map_err(|d| format!("the plan does not read back: {d}\n{text}"))?;
+    if back.to_string() != plan.program.to_string() {
+        return Err(format!("the plan reads back as another program:\n{back}"));
+    }
+    let inputs: Vec<Tensor> = p
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Tensor::random(&p.buffers[b.index()].ty, i as u64))
+        .collect();
+    let bits = |r: Result<Vec<Tensor>, String>| -> Result<Vec<Vec<u64>>, String> {
+        Ok(r?
+            .iter()
+            .map(|t| t.to_f64().into_iter().map(f64::to_bits).collect())
+            .collect())
+    };
+    let (want, got) = (
+        bits(evaluate(&p, &inputs).map_err(|e| e.to_string())),
+        bits(evaluate(&plan.program, &inputs).map_err(|e| e.to_string())),
+    );
+    match (want, got) {
+        (Ok(w), Ok(g)) if w == g => Ok(text),
+        (Err(_), Err(_)) => Ok(text),
+        (w, g) => Err(format!(
+            "the plan evaluates differently: {:?} vs {:?}",
+            w.map(|_| "outputs"),
+            g.map(|_| "outputs")
+        )),
+    }
 }

@@ -280,8 +280,8 @@ fn generate(program: &Program, options: &Options) -> Result<(Code, Option<StageR
                 cpu_options.threads = threads;
             }
             cpu_options.capture_dumps = options.dump.is_some();
-            let cpu =
-                CpuProgram::compile(program, &cpu_options).map_err(|e| failed("cpu codegen", e))?;
+            let cpu = CpuProgram::compile(program, &cpu_options)
+                .map_err(|e| failed("cpu codegen", e.to_string()))?;
             (Code::Cpu(Box::new(cpu)), "cpu codegen", "cpu.clif")
         }
         Target::Sim => {
@@ -491,7 +491,7 @@ impl Compiled {
                 Code::Loops => ferrite_ir::loops::evaluate(&pipeline.scheduled.program, &inputs)
                     .map(|o| (o, None))
                     .map_err(String::from),
-                Code::Cpu(p) => p.run(&inputs).map(|o| (o, None)),
+                Code::Cpu(p) => p.run(&inputs).map(|o| (o, None)).map_err(|e| e.to_string()),
                 Code::Sim(p) => p
                     .run(&inputs)
                     .map(|(o, report)| (o, Some(report)))
@@ -777,8 +777,9 @@ impl Compiled {
     /// `00-parsed.fg`, the graph as given in canonical text (it parses back to the
     /// same graph), then one numbered file per stage (`01-decomposed.fg`,
     /// `02-optimized.fg` with the optimizer's report, `03-kernels.loop` with every
-    /// fusion decision, `04-memory.txt`, and `05-cpu.clif` or `05-kernels.tile` from
-    /// the code generator), and `graph.dot`, the optimized graph with one cluster per
+    /// fusion decision, `04-memory.txt`, and `05-kernels.tile` from the code generator,
+    /// or on the CPU `05-cpu-plan.loop` (the loop IR the CPU backend compiles, with its
+    /// schedule) and `06-cpu.clif`), and `graph.dot`, the optimized graph with one cluster per
     /// kernel (render with `dot -Tsvg`).
     pub fn dump_files(&self) -> &[PathBuf] {
         &self.dump_files
@@ -793,8 +794,15 @@ impl Compiled {
         };
         std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
         let source = std::iter::once(("parsed.fg", print(&self.graph)));
-        let files = source.chain(stages.into_iter().map(|s| (s.file, s.text)));
+        let mut files: Vec<_> = source
+            .chain(stages.into_iter().map(|s| (s.file, s.text)))
+            .collect();
+        if let Backend::Lowered(_, Code::Cpu(p)) = &self.backend {
+            // The CPU plan comes before the code generated from it.
+            files.insert(files.len() - 1, ("cpu-plan.loop", p.plan().to_string()));
+        }
         let mut written = files
+            .into_iter()
             .enumerate()
             .map(|(i, (file, text))| write(dir.join(format!("{i:02}-{file}")), &text))
             .collect::<Result<Vec<_>>>()?;

@@ -171,6 +171,7 @@ fn run_stage(
             domain,
             body,
             reductions,
+            stores,
         } => {
             let mut states: Vec<AccState> = reductions
                 .iter()
@@ -195,6 +196,7 @@ fn run_stage(
             let mut position: i64 = 0;
             for_each_point(domain, |inner| {
                 eval_block(p, body, outer, inner, inner_kind, accs, scratch, memory)?;
+                write_stores(p, stores, outer, inner, inner_kind, scratch, memory)?;
                 for (r, st) in reductions.iter().zip(states.iter_mut()) {
                     let v = scratch
                         .get(r.value.index())
@@ -232,34 +234,47 @@ fn run_stage(
             stores,
         } => for_each_point(domain, |inner| {
             eval_block(p, body, outer, inner, inner_kind, accs, scratch, memory)?;
-            for s in stores {
-                let var = |v: Var| lookup(v, outer, inner, inner_kind);
-                let dynamic = |r: ExprRef| dynamic_value(scratch, r);
-                let at = s.index.eval(&var, &dynamic)?;
-                let value = scratch
-                    .get(s.value.index())
-                    .copied()
-                    .ok_or("stored value is not a node")?;
-                let buf = &p.buffers[s.buffer.index()];
-                let data = memory[s.buffer.index()]
-                    .as_mut()
-                    .ok_or_else(|| format!("{} has no storage", s.buffer))?;
-                let slot = usize::try_from(at)
-                    .ok()
-                    .and_then(|i| data.get_mut(i))
-                    .ok_or_else(|| {
-                        format!(
-                            "store to {} (`{}`): index {at} out of bounds 0..{}",
-                            s.buffer,
-                            buf.name,
-                            buf.ty.numel()
-                        )
-                    })?;
-                *slot = value;
-            }
-            Ok(())
+            write_stores(p, stores, outer, inner, inner_kind, scratch, memory)
         }),
     }
+}
+
+/// Performs a stage's writes at one point, from the values `eval_block` left in `scratch`.
+fn write_stores(
+    p: &Program,
+    stores: &[super::StoreOp],
+    outer: &[i64],
+    inner: &[i64],
+    inner_kind: VarKind,
+    scratch: &[Value],
+    memory: &mut [Option<Vec<Value>>],
+) -> Result<(), String> {
+    for s in stores {
+        let var = |v: Var| lookup(v, outer, inner, inner_kind);
+        let dynamic = |r: ExprRef| dynamic_value(scratch, r);
+        let at = s.index.eval(&var, &dynamic)?;
+        let value = scratch
+            .get(s.value.index())
+            .copied()
+            .ok_or("stored value is not a node")?;
+        let buf = &p.buffers[s.buffer.index()];
+        let data = memory[s.buffer.index()]
+            .as_mut()
+            .ok_or_else(|| format!("{} has no storage", s.buffer))?;
+        let slot = usize::try_from(at)
+            .ok()
+            .and_then(|i| data.get_mut(i))
+            .ok_or_else(|| {
+                format!(
+                    "store to {} (`{}`): index {at} out of bounds 0..{}",
+                    s.buffer,
+                    buf.name,
+                    buf.ty.numel()
+                )
+            })?;
+        *slot = value;
+    }
+    Ok(())
 }
 
 /// The unrounded product of two values of one dtype (f64 holds the product of two

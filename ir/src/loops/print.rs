@@ -19,6 +19,15 @@
 //! (`i1*4` and `r0 // 2` stand bare); an empty-domain store stage that follows another
 //! is headed `store over one point:`; a GEMM's stage and outer axes are stated
 //! (`stage 1`, `axes [1, 0]`) when they are not the ones the kernel implies.
+//! A reduction stage that also writes elements (a backend's stash) is a block whose
+//! writes come before its accumulators:
+//!
+//! ```text
+//! reduce r0 in 0..512:
+//!   t2 = exp(buf0[i0*512 + r0] - acc0)
+//!   buf2[r0] = t2
+//!   acc1 = sum(t2)
+//! ```
 
 use super::expr::{Block, ExprOp};
 use super::ids::ExprRef;
@@ -36,6 +45,7 @@ impl fmt::Display for Program {
                 BufferKind::Input(i) => format!("input {i}"),
                 BufferKind::Output(i) => format!("output {i}"),
                 BufferKind::Intermediate => "intermediate".to_string(),
+                BufferKind::Scratch => "scratch".to_string(),
             };
             writeln!(f, "  {}: {}  {role} `{}`", b.id, b.ty, b.name)?;
         }
@@ -219,11 +229,15 @@ fn write_stage(
         body,
         bound: &bound,
     };
+    let line = |s: &super::StoreOp| format!("{}[{}] = {}", s.buffer, s.index, pr.expr(s.value));
     match stage {
         Stage::Reduce {
-            domain, reductions, ..
+            domain,
+            reductions,
+            stores,
+            ..
         } => {
-            if !any_bound && reductions.len() == 1 {
+            if !any_bound && reductions.len() == 1 && stores.is_empty() {
                 let r = &reductions[0];
                 return writeln!(
                     f,
@@ -245,6 +259,9 @@ fn write_stage(
             }
             let inner = format!("{indent}  ");
             pr.write_bindings(f, &inner)?;
+            for s in stores {
+                writeln!(f, "{inner}{}", line(s))?;
+            }
             for r in reductions {
                 writeln!(
                     f,
@@ -257,8 +274,6 @@ fn write_stage(
             Ok(())
         }
         Stage::Store { domain, stores, .. } => {
-            let line =
-                |s: &super::StoreOp| format!("{}[{}] = {}", s.buffer, s.index, pr.expr(s.value));
             if domain.is_empty() && !needs_store_header(stage, previous) {
                 pr.write_bindings(f, indent)?;
                 for s in stores {

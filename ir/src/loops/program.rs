@@ -2,7 +2,7 @@
 
 use super::expr::{Block, ExprOp};
 use super::ids::{AccId, BufferId, ExprRef, KernelId};
-use super::index::{Extents, IndexExpr};
+use super::index::{Extents, IndexExpr, VarKind};
 use crate::types::TensorType;
 use crate::{DType, ValueId};
 
@@ -15,6 +15,12 @@ pub enum BufferKind {
     Output(usize),
     /// A temporary written by one kernel and read by later ones; the memory plan places it.
     Intermediate,
+    /// Private to each outer point of the one kernel that writes and reads it: values an
+    /// earlier stage stores at this point and a later stage loads back (a backend's
+    /// stash). Each point writes what it reads, so nothing carries from one point to the
+    /// next; a backend may keep one copy per thread (in its stack frame), and the memory
+    /// plan does not place it.
+    Scratch,
 }
 
 /// A dense, row-major tensor in memory.
@@ -108,6 +114,10 @@ pub enum Stage {
         body: Block,
         /// The accumulators, all over the same loop (horizontal fusion of reductions).
         reductions: Vec<Reduction>,
+        /// Writes made at each point besides accumulating, in the same loop: a value
+        /// computed once and kept in a [`BufferKind::Scratch`] buffer for a later stage.
+        /// Empty in the programs fusion makes; a backend's plan adds them.
+        stores: Vec<StoreOp>,
     },
     /// Loops over `domain` (variables `j0, j1, ..`; empty for one write per outer
     /// point) evaluating `body` and writing elements.
@@ -136,6 +146,21 @@ impl Stage {
         }
     }
 
+    /// The stage's element writes (for a reduction stage, those besides accumulating).
+    pub fn stores(&self) -> &[StoreOp] {
+        match self {
+            Stage::Reduce { stores, .. } | Stage::Store { stores, .. } => stores,
+        }
+    }
+
+    /// The kind of the stage's inner loop variables (`r` or `j`).
+    pub fn var_kind(&self) -> VarKind {
+        match self {
+            Stage::Reduce { .. } => VarKind::Reduce,
+            Stage::Store { .. } => VarKind::Store,
+        }
+    }
+
     /// The variable extents in scope inside this stage of a kernel with outer domain `outer`.
     pub fn extents(&self, outer: &[usize]) -> Extents {
         match self {
@@ -155,20 +180,18 @@ impl Stage {
     /// The nodes that the stage's results are taken from (reduced values, stored values
     /// and the dynamic parts of store indices).
     pub fn roots(&self) -> Vec<ExprRef> {
-        match self {
-            Stage::Reduce { reductions, .. } => reductions
-                .iter()
-                .flat_map(|r| std::iter::once(r.value).chain(r.rhs))
-                .collect(),
-            Stage::Store { stores, .. } => {
-                let mut roots = Vec::new();
-                for s in stores {
-                    roots.push(s.value);
-                    s.index.for_each_ref(&mut |r| roots.push(r));
-                }
-                roots
+        let mut roots = Vec::new();
+        if let Stage::Reduce { reductions, .. } = self {
+            for r in reductions {
+                roots.push(r.value);
+                roots.extend(r.rhs);
             }
         }
+        for s in self.stores() {
+            roots.push(s.value);
+            s.index.for_each_ref(&mut |r| roots.push(r));
+        }
+        roots
     }
 }
 
@@ -278,10 +301,8 @@ impl Kernel {
                     note(&mut reads, l.buffer, l.index.range(&ext));
                 }
             }
-            if let Stage::Store { stores, .. } = stage {
-                for s in stores {
-                    note(&mut writes, s.buffer, s.index.range(&ext));
-                }
+            for s in stage.stores() {
+                note(&mut writes, s.buffer, s.index.range(&ext));
             }
         }
         let bytes = |list: Vec<(BufferId, Option<(i64, i64)>)>| -> Vec<BufferAccess> {

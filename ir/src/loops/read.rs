@@ -1380,14 +1380,15 @@ fn buffer_line(line: &Line, index: usize) -> R<Buffer> {
     c.expect_sym(":")?;
     let ty = c.tensor_type()?;
     let at = c.at();
-    let kind = match c.ident("`input`, `output` or `intermediate`")? {
+    let kind = match c.ident("`input`, `output`, `intermediate` or `scratch`")? {
         "input" => BufferKind::Input(c.usize("an input number")?),
         "output" => BufferKind::Output(c.usize("an output number")?),
         "intermediate" => BufferKind::Intermediate,
+        "scratch" => BufferKind::Scratch,
         other => {
             return err(
                 at,
-                format!("`{other}` is not `input`, `output` or `intermediate`"),
+                format!("`{other}` is not `input`, `output`, `intermediate` or `scratch`"),
             )
         }
     };
@@ -1736,6 +1737,8 @@ fn stage(buffers: &[Buffer], accs: &mut HashMap<u32, DType>, st: StageText) -> R
             single,
         } => {
             let mut texts = Vec::new();
+            // Writes besides accumulating (a backend's stash): built as they are read.
+            let mut stores = Vec::new();
             if let Some((acc, kind, dot, at, mut c)) = single {
                 let (value, rhs) = c.reduced(dot)?;
                 c.end()?;
@@ -1750,7 +1753,7 @@ fn stage(buffers: &[Buffer], accs: &mut HashMap<u32, DType>, st: StageText) -> R
             for l in &lines {
                 let mut c = Cursor::new(l)?;
                 let at = c.at();
-                let name = c.ident("a binding or an accumulator")?;
+                let name = c.ident("a binding, a store or an accumulator")?;
                 if let Some(k) = numbered(name, "t") {
                     c.expect_sym("=")?;
                     let e = c.expr(0)?;
@@ -1758,10 +1761,16 @@ fn stage(buffers: &[Buffer], accs: &mut HashMap<u32, DType>, st: StageText) -> R
                     b.bind(k, &e, at)?;
                     continue;
                 }
+                if let Some(buf) = numbered(name, "buf") {
+                    stores.push(store_statement(&mut b, &mut c, buf, at)?);
+                    continue;
+                }
                 let Some(acc) = numbered(name, "acc") else {
                     return err(
                         at,
-                        format!("expected `tN = ..` or `accN = ..`, found `{name}`"),
+                        format!(
+                            "expected `tN = ..`, `bufN[..] = ..` or `accN = ..`, found `{name}`"
+                        ),
                     );
                 };
                 c.expect_sym("=")?;
@@ -1812,6 +1821,7 @@ fn stage(buffers: &[Buffer], accs: &mut HashMap<u32, DType>, st: StageText) -> R
                 domain,
                 body,
                 reductions,
+                stores: store_ops(stores, &map),
             })
         }
         StageText::Store {
@@ -1843,36 +1853,51 @@ fn stage(buffers: &[Buffer], accs: &mut HashMap<u32, DType>, st: StageText) -> R
                         format!("expected `tN = ..` or `bufN[..] = ..`, found `{name}`"),
                     );
                 };
-                if buffers.get(buf as usize).is_none() {
-                    return err(at, format!("buf{buf} is not declared"));
-                }
-                c.expect_sym("[")?;
-                let index = c.index()?;
-                c.expect_sym("]")?;
-                c.expect_sym("=")?;
-                let e = c.expr(0)?;
-                c.end()?;
-                let v = b.build(&e)?;
-                let index = b.resolve(&index, at)?;
-                stores.push((buf, index, v));
+                stores.push(store_statement(&mut b, &mut c, buf, at)?);
             }
             let (body, map) = b.finish();
-            let m = |r: ExprRef| map.get(r.index()).copied().unwrap_or(r);
-            let stores = stores
-                .into_iter()
-                .map(|(buf, index, v)| StoreOp {
-                    buffer: BufferId(buf),
-                    index: index.map_refs(&m),
-                    value: map[v],
-                })
-                .collect();
             Ok(Stage::Store {
                 domain,
                 body,
-                stores,
+                stores: store_ops(stores, &map),
             })
         }
     }
+}
+
+/// The rest of a store statement `bufN[index] = value` after its buffer: builds the
+/// value, and returns the buffer, the index and the value's tentative node.
+fn store_statement(
+    b: &mut Builder,
+    c: &mut Cursor,
+    buf: u32,
+    at: usize,
+) -> R<(u32, IndexExpr, usize)> {
+    if b.buffers.get(buf as usize).is_none() {
+        return err(at, format!("buf{buf} is not declared"));
+    }
+    c.expect_sym("[")?;
+    let index = c.index()?;
+    c.expect_sym("]")?;
+    c.expect_sym("=")?;
+    let e = c.expr(0)?;
+    c.end()?;
+    let v = b.build(&e)?;
+    let index = b.resolve(&index, at)?;
+    Ok((buf, index, v))
+}
+
+/// Store statements with their nodes renumbered as the finished block (`map`) has them.
+fn store_ops(stores: Vec<(u32, IndexExpr, usize)>, map: &[ExprRef]) -> Vec<StoreOp> {
+    let m = |r: ExprRef| map.get(r.index()).copied().unwrap_or(r);
+    stores
+        .into_iter()
+        .map(|(buf, index, v)| StoreOp {
+            buffer: BufferId(buf),
+            index: index.map_refs(&m),
+            value: map[v],
+        })
+        .collect()
 }
 
 /// `gemm acc0 = buf0[0; 6, 1] @ buf1[0; 5, 1]  batch [] m 4 n 5 k 6 [stage S] [axes [..]]`

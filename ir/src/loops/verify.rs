@@ -7,7 +7,10 @@
 //!   index (from the loop extents, [`IndexExpr::range`]) lies inside the buffer, so a
 //!   backend can emit unchecked accesses for them;
 //! - each non-input buffer is written by exactly one kernel and read only by later
-//!   kernels; inputs are never written;
+//!   kernels; inputs are never written. Two exceptions, both made by backends' plans:
+//!   a later kernel may update a buffer in place (it loads an element only in a stage
+//!   that stores it back, at the same index), and a scratch buffer is written and read by
+//!   one kernel, each stage loading it coming after a stage that stores it;
 //! - the recorded reads/writes and GEMM descriptions match the stages.
 
 use super::expr::{Block, ExprOp};
@@ -52,10 +55,14 @@ impl Program {
             self.verify_kernel(k)
                 .map_err(|e| format!("kernel {}: {e}", k.name))?;
             for r in &k.reads {
+                let kind = self.buffers[r.buffer.index()].kind;
                 match writer[r.buffer.index()] {
-                    Some(w) if w < ki => {}
-                    None if matches!(self.buffers[r.buffer.index()].kind, BufferKind::Input(_)) => {
-                    }
+                    // Scratch is read back by the kernel that writes it (the order of its
+                    // stages is checked with the kernel).
+                    None if kind == BufferKind::Scratch
+                        && k.writes.iter().any(|w| w.buffer == r.buffer) => {}
+                    Some(w) if w < ki && kind != BufferKind::Scratch => {}
+                    None if matches!(kind, BufferKind::Input(_)) => {}
                     _ => {
                         return Err(format!(
                             "kernel {} reads {} before any earlier kernel writes it",
@@ -70,10 +77,12 @@ impl Program {
                     return Err(format!("kernel {} writes input buffer {}", k.name, b.id));
                 }
                 if let Some(prev) = writer[w.buffer.index()] {
-                    return Err(format!(
-                        "{} is written by both {} and {}",
-                        b.id, self.kernels[prev].name, k.name
-                    ));
+                    if b.kind == BufferKind::Scratch || !updates_in_place(k, b.id) {
+                        return Err(format!(
+                            "{} is written by both {} and {}",
+                            b.id, self.kernels[prev].name, k.name
+                        ));
+                    }
                 }
                 writer[w.buffer.index()] = Some(ki);
             }
@@ -86,14 +95,50 @@ impl Program {
         Ok(())
     }
 
-    fn verify_kernel(&self, k: &Kernel) -> Result<(), String> {
+    /// Checks one kernel against the program's buffers: everything [`Program::verify`]
+    /// checks of a kernel on its own, that is all but the order of the kernels.
+    pub fn verify_kernel(&self, k: &Kernel) -> Result<(), String> {
         // acc id -> (dtype, defining stage)
         let mut accs: Vec<(super::AccId, DType, usize)> = Vec::new();
+        // Scratch buffers stored by the stages before the current one.
+        let mut scratch_written: Vec<super::BufferId> = Vec::new();
         for (si, stage) in k.stages.iter().enumerate() {
             let ext = stage.extents(&k.domain);
             let body = stage.body();
             self.verify_block(body, &ext, &accs)
                 .map_err(|e| format!("stage {si}: {e}"))?;
+            for node in &body.nodes {
+                if let ExprOp::Load(l) = &node.op {
+                    let scratch = self
+                        .buffer(l.buffer)
+                        .is_some_and(|b| b.kind == BufferKind::Scratch);
+                    if scratch && !scratch_written.contains(&l.buffer) {
+                        return Err(format!(
+                            "stage {si}: loads scratch {} that no earlier stage stores",
+                            l.buffer
+                        ));
+                    }
+                }
+            }
+            for s in stage.stores() {
+                let buf = self
+                    .buffer(s.buffer)
+                    .ok_or_else(|| format!("stage {si}: {} does not exist", s.buffer))?;
+                let node = body
+                    .get(s.value)
+                    .ok_or_else(|| format!("stage {si}: {} is not a node", s.value))?;
+                if node.dtype != buf.ty.dtype {
+                    return Err(format!(
+                        "stage {si}: stores a {} value into {} of {}",
+                        node.dtype, s.buffer, buf.ty
+                    ));
+                }
+                check_index(&s.index, &ext, body, buf.ty.numel())
+                    .map_err(|e| format!("stage {si}: store to {}: {e}", s.buffer))?;
+                if buf.kind == BufferKind::Scratch {
+                    scratch_written.push(s.buffer);
+                }
+            }
             match stage {
                 Stage::Reduce { reductions, .. } => {
                     for r in reductions {
@@ -138,24 +183,7 @@ impl Program {
                         accs.push((r.acc, r.dtype, si));
                     }
                 }
-                Stage::Store { stores, .. } => {
-                    for s in stores {
-                        let buf = self
-                            .buffer(s.buffer)
-                            .ok_or_else(|| format!("stage {si}: {} does not exist", s.buffer))?;
-                        let node = body
-                            .get(s.value)
-                            .ok_or_else(|| format!("stage {si}: {} is not a node", s.value))?;
-                        if node.dtype != buf.ty.dtype {
-                            return Err(format!(
-                                "stage {si}: stores a {} value into {} of {}",
-                                node.dtype, s.buffer, buf.ty
-                            ));
-                        }
-                        check_index(&s.index, &ext, body, buf.ty.numel())
-                            .map_err(|e| format!("stage {si}: store to {}: {e}", s.buffer))?;
-                    }
-                }
+                Stage::Store { .. } => {}
             }
         }
         let (reads, writes) = k.compute_accesses(&self.buffers);
@@ -298,6 +326,32 @@ impl Program {
         }
         Ok(())
     }
+}
+
+/// Whether kernel `k` updates buffer `b` in place: it loads `b` only, unguarded, in a
+/// stage that stores `b` at the same index (equal once simplified), so each point reads
+/// the element it is about to write back.
+fn updates_in_place(k: &Kernel, b: super::BufferId) -> bool {
+    let mut reads = false;
+    for stage in &k.stages {
+        let ext = stage.extents(&k.domain);
+        for node in &stage.body().nodes {
+            let ExprOp::Load(l) = &node.op else { continue };
+            if l.buffer != b {
+                continue;
+            }
+            let at = l.index.simplify(&ext);
+            let written_back = stage
+                .stores()
+                .iter()
+                .any(|s| s.buffer == b && s.index.simplify(&ext) == at);
+            if !l.guard.is_empty() || !written_back {
+                return false;
+            }
+            reads = true;
+        }
+    }
+    reads
 }
 
 /// Checks that `e` only uses variables in scope and dynamic indices that are checked

@@ -23,6 +23,7 @@ pub(super) fn gemm_info(
         domain,
         body,
         reductions,
+        ..
     }) = stages.get(si)
     else {
         return Err(Error::internal("the matmul's stage is not a reduction").into());

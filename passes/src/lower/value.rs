@@ -114,6 +114,7 @@ impl KernelBuilder<'_> {
             domain: self.cur.ext.reduce.clone(),
             body,
             reductions,
+            stores: Vec::new(),
         });
         *open = None;
         self.cur = StageState::default();

@@ -156,6 +156,7 @@ impl SimProgram {
                     Some((w, r)) => format!("intermediate, live k{w}..k{r}"),
                     None => "intermediate, never written".to_string(),
                 },
+                BufferKind::Scratch => "scratch".to_string(),
             };
             let _ = writeln!(
                 out,

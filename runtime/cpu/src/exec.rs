@@ -1,14 +1,13 @@
 //! Running a whole loop-IR [`Program`] on the CPU: compiled kernels, buffers, threads.
 //!
-//! [`CpuProgram::compile`] turns every kernel into machine code (see [`super::codegen`]);
-//! GEMM kernels become a call of the extern GEMM plus a JIT'd epilogue
-//! ([`super::codegen::epilogue`]). It also plans storage with the loop IR's liveness
-//! and slot assignment ([`ferrite_ir::loops::assign_slots`], the placement the memory
-//! plan reports): intermediates (and GEMM temporaries) whose lifetimes, from the kernel
-//! that writes them to the last kernel that reads them, do not overlap share a typed
-//! storage slot, and buffers that their writer does not provably cover entirely are
-//! zeroed before it runs (the reference starts every buffer at zero). Storage is kept
-//! between runs.
+//! [`CpuProgram::compile`] plans the program ([`crate::plan`]) and turns every planned
+//! kernel into machine code ([`crate::emit`]); a GEMM kernel becomes a call of the extern
+//! GEMM plus a JIT'd epilogue. It also plans storage with the loop IR's liveness and slot
+//! assignment ([`ferrite_ir::loops::assign_slots`], the placement the memory plan
+//! reports): intermediates (and GEMM temporaries) whose lifetimes, from the kernel that
+//! writes them to the last kernel that reads them, do not overlap share a typed storage
+//! slot, and buffers that their writer does not provably cover entirely are zeroed before
+//! it runs (the reference starts every buffer at zero). Storage is kept between runs.
 //!
 //! [`CpuProgram::run`] checks the inputs, allocates outputs, and runs the steps in order.
 //! A kernel's outer domain is split across the thread pool by ranges when its outer
@@ -19,10 +18,11 @@
 //! `CpuProgram` is `Send + Sync`: several threads may run it at once (each run takes its
 //! own storage; the pool serves one run at a time and the others run on their own thread).
 
-use super::codegen::epilogue::{plan_gemm, GemmPlan};
-use super::codegen::{define_kernel, CodegenOptions, KernelInfo};
+use super::emit::{self, KernelInfo};
+use super::error::{Error, Result};
 use super::gemm::{gemm, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale};
 use super::jit::{Jit, JitCode, JitOptions};
+use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, ChunkSpan, ChunkTimes, ThreadPool};
 use ferrite_ir::loops::{
     assign_slots, Buffer, BufferId, BufferKind, Extents, Kernel, Liveness, Program, Slot, Slots,
@@ -106,7 +106,7 @@ struct JitKernel {
 enum Step {
     Jit(JitKernel),
     Gemm {
-        plan: Box<GemmPlan>,
+        plan: Box<ExternGemm>,
         epilogue: Option<JitKernel>,
     },
     /// A kernel over an empty domain.
@@ -117,7 +117,9 @@ enum Step {
 #[derive(Debug)]
 pub struct CpuProgram {
     program: Program,
-    /// The program's buffers, then GEMM temporaries.
+    /// How the program was planned: the loop IR that was compiled.
+    plan: CpuPlan,
+    /// The planned program's buffers: the program's, then GEMM temporaries and scratch.
     buffers: Vec<Buffer>,
     /// One step per kernel, in order.
     steps: Vec<Step>,
@@ -136,62 +138,56 @@ pub struct CpuProgram {
 /// A generated function: its name in the JIT module and what calling it needs.
 type Compiled = (String, KernelInfo);
 
-/// The signature of every generated kernel (see `codegen`).
+/// The signature of every generated kernel (see `emit`).
 type KernelFn = extern "C" fn(*const usize, i64, i64) -> i32;
 
 impl CpuProgram {
     /// Compiles `program` (which must verify) for this machine.
-    pub fn compile(program: &Program, opts: &CpuOptions) -> Result<CpuProgram, String> {
-        program
-            .verify()
-            .map_err(|e| format!("program `{}` is invalid: {e}", program.name))?;
+    pub fn compile(program: &Program, opts: &CpuOptions) -> Result<CpuProgram> {
+        let plan = plan_program(program, &opts.codegen, opts.use_gemm)?;
         if opts.threads == 0 {
-            return Err("the CPU backend needs at least one thread".into());
+            return Err(Error::Options {
+                message: "the CPU backend needs at least one thread".into(),
+            });
         }
-        let pool = ThreadPool::new(opts.threads).map_err(|e| e.to_string())?;
+        let pool = ThreadPool::new(opts.threads)?;
         let mut jit = Jit::with_options(JitOptions {
             capture_dumps: opts.capture_dumps,
             ..JitOptions::default()
-        })
-        .map_err(|e| e.to_string())?;
-        let mut buffers = program.buffers.clone();
-        // Per kernel: its GEMM plan, and the name and facts of its generated function.
-        let mut planned: Vec<(Option<GemmPlan>, Option<Compiled>)> = Vec::new();
-        for (ki, k) in program.kernels.iter().enumerate() {
-            let fname = format!("k{ki}_{}", sanitize(&k.name));
-            let plan = if opts.use_gemm {
-                plan_gemm(k, &buffers, BufferId(buffers.len() as u32))
-            } else {
-                None
-            };
-            if let Some(t) = plan.as_ref().and_then(|p| p.temp.clone()) {
-                buffers.push(t);
+        })?;
+        let buffers = plan.program.buffers.clone();
+        // Per kernel of the program: its extern GEMM, and the name and facts of its
+        // generated function (a GEMM kernel's epilogue, or the kernel itself).
+        let mut planned: Vec<(Option<ExternGemm>, Option<Compiled>)> =
+            vec![(None, None); program.kernels.len()];
+        for (k, kp) in plan.program.kernels.iter().zip(&plan.kernels) {
+            let source = &program.kernels[kp.source];
+            match &kp.run {
+                Run::ExternGemm(g) => planned[kp.source].0 = Some(g.clone()),
+                Run::Generated(schedule) => {
+                    let fname = format!("k{}_{}", kp.source, sanitize(&source.name));
+                    let info = emit::function(&jit, &fname, &buffers, k, schedule)
+                        .and_then(|(func, info)| {
+                            jit.define(&fname, func)?;
+                            Ok(info)
+                        })
+                        .map_err(|e| e.context(format!("kernel {}", source.name)))?;
+                    planned[kp.source].1 = Some((fname, info));
+                }
+                Run::Nothing => {}
             }
-            // A GEMM kernel compiles only its epilogue; a kernel over an empty domain nothing.
-            let generated = match &plan {
-                Some(p) => p.epilogue.as_ref(),
-                None => Some(k),
-            };
-            let info = match generated {
-                Some(g) if !g.domain.contains(&0) => Some(
-                    define_kernel(&mut jit, &fname, &buffers, g, &opts.codegen)
-                        .map_err(|e| format!("kernel {}: {e}", k.name))?,
-                ),
-                _ => None,
-            };
-            planned.push((plan, info.map(|i| (fname, i))));
         }
-        let code = jit.finalize().map_err(|e| e.to_string())?;
+        let code = jit.finalize()?;
         let mut steps = Vec::with_capacity(planned.len());
         for (gemm_plan, info) in planned {
             let jit_kernel = match info {
                 Some((fname, info)) => {
-                    let f = code.function(&fname).map_err(|e| e.to_string())?;
+                    let f = code.function(&fname)?;
                     let ptr = super::jit::HOST_POINTER;
                     let i64t = cranelift_codegen::ir::types::I64;
                     let i32t = cranelift_codegen::ir::types::I32;
                     if !f.has_signature(&[ptr, i64t, i64t], &[i32t]) {
-                        return Err(format!("internal error: {fname} has the wrong signature"));
+                        return Err(Error::internal(format!("{fname} has the wrong signature")));
                     }
                     Some(JitKernel {
                         info,
@@ -230,6 +226,7 @@ impl CpuProgram {
             .collect();
         Ok(CpuProgram {
             program: program.clone(),
+            plan,
             buffers,
             steps,
             slot_of,
@@ -253,22 +250,25 @@ impl CpuProgram {
         &self.program
     }
 
+    /// How the program was planned: the loop IR that was compiled, with its schedule
+    /// (`ferrite compile --dump` writes it as `05-cpu-plan.loop`).
+    pub fn plan(&self) -> &CpuPlan {
+        &self.plan
+    }
+
     /// The number of threads kernels run on.
     pub fn threads(&self) -> usize {
         self.pool.threads()
     }
 
     /// Runs the program: one tensor per graph parameter in, one per output out.
-    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.execute(inputs, None)
     }
 
     /// Runs the program and reports each kernel's wall-clock time, start, and the
     /// per-thread spans of its parallel chunks (see [`KernelTiming`]).
-    pub fn run_profiled(
-        &self,
-        inputs: &[Tensor],
-    ) -> Result<(Vec<Tensor>, Vec<KernelTiming>), String> {
+    pub fn run_profiled(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Vec<KernelTiming>)> {
         let mut timings = Vec::with_capacity(self.steps.len());
         let out = self.execute(inputs, Some(&mut timings))?;
         Ok((out, timings))
@@ -282,21 +282,7 @@ impl CpuProgram {
             let jit = match step {
                 Step::Jit(j) => Some(j),
                 Step::Gemm { plan, epilogue } => {
-                    let _ = writeln!(
-                        s,
-                        "  extern gemm {} batch {:?} m {} n {} k {} into {}{}",
-                        plan.dtype,
-                        plan.batch,
-                        plan.m,
-                        plan.n,
-                        plan.k,
-                        plan.product,
-                        if plan.temp.is_some() {
-                            " (temporary)"
-                        } else {
-                            ""
-                        }
-                    );
+                    let _ = writeln!(s, "  {}", plan.describe());
                     epilogue.as_ref()
                 }
                 Step::Nothing => {
@@ -333,7 +319,7 @@ impl CpuProgram {
                 Step::Jit(j) => Some(j),
                 Step::Gemm { plan, epilogue } => {
                     if let Some(g) = &k.gemm {
-                        let _ = writeln!(s, "-- {}", super::codegen::epilogue::describe(g));
+                        let _ = writeln!(s, "-- {}", super::plan::describe_gemm(g));
                     }
                     let _ = writeln!(s, "-- product into {}", plan.product);
                     epilogue.as_ref()
@@ -381,15 +367,14 @@ impl CpuProgram {
         &self,
         inputs: &[Tensor],
         mut timings: Option<&mut Vec<KernelTiming>>,
-    ) -> Result<Vec<Tensor>, String> {
+    ) -> Result<Vec<Tensor>> {
         let p = &self.program;
         if inputs.len() != p.inputs.len() {
-            return Err(format!(
-                "program `{}` takes {} inputs, got {}",
-                p.name,
-                p.inputs.len(),
-                inputs.len()
-            ));
+            return Err(Error::InputCount {
+                program: p.name.clone(),
+                expected: p.inputs.len(),
+                got: inputs.len(),
+            });
         }
         for (i, (&b, t)) in p.inputs.iter().zip(inputs).enumerate() {
             let buf = &self.buffers[b.index()];
@@ -397,10 +382,12 @@ impl CpuProgram {
                 || data_len(&t.data) != buf.ty.numel()
                 || data_dtype(&t.data) != buf.ty.dtype
             {
-                return Err(format!(
-                    "input {i} (`{}`) has type {} but the program expects {}",
-                    buf.name, t.ty, buf.ty
-                ));
+                return Err(Error::InputType {
+                    index: i,
+                    name: buf.name.clone(),
+                    got: t.ty.to_string(),
+                    expected: buf.ty.to_string(),
+                });
             }
         }
         let mut outputs: Vec<Tensor> = p
@@ -421,13 +408,13 @@ impl CpuProgram {
                 }
                 let Some(origin) = origin else {
                     self.run_step(step, inputs, &mut outputs, &mut storage, None)
-                        .map_err(|e| format!("kernel {}: {e}", kernel.name))?;
+                        .map_err(|e| e.context(format!("kernel {}", kernel.name)))?;
                     continue;
                 };
                 let times = ChunkTimes::new(origin);
                 let start = Instant::now();
                 self.run_step(step, inputs, &mut outputs, &mut storage, Some(&times))
-                    .map_err(|e| format!("kernel {}: {e}", kernel.name))?;
+                    .map_err(|e| e.context(format!("kernel {}", kernel.name)))?;
                 let duration = start.elapsed();
                 if let Some(t) = timings.as_deref_mut() {
                     t.push(KernelTiming {
@@ -467,17 +454,21 @@ impl CpuProgram {
         inputs: &[Tensor],
         outputs: &mut [Tensor],
         storage: &mut [Data],
-    ) -> Result<usize, String> {
+    ) -> Result<usize> {
         let buf = self
             .buffers
             .get(b.index())
-            .ok_or_else(|| format!("{b} does not exist"))?;
+            .ok_or_else(|| Error::internal(format!("{b} does not exist")))?;
         Ok(match buf.kind {
             BufferKind::Input(i) => data_addr(&inputs[i].data),
             BufferKind::Output(o) => data_addr_mut(&mut outputs[o].data),
             BufferKind::Intermediate => {
-                let slot = self.slot_of[b.index()].ok_or_else(|| format!("{b} has no storage"))?;
+                let slot = self.slot_of[b.index()]
+                    .ok_or_else(|| Error::internal(format!("{b} has no storage")))?;
                 data_addr_mut(&mut storage[slot])
+            }
+            BufferKind::Scratch => {
+                return Err(Error::internal(format!("scratch {b} has no storage")))
             }
         })
     }
@@ -490,7 +481,7 @@ impl CpuProgram {
         outputs: &mut [Tensor],
         storage: &mut [Data],
         times: Option<&ChunkTimes>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         match step {
             Step::Jit(j) => self.run_jit(j, inputs, outputs, storage, times),
             Step::Nothing => Ok(()),
@@ -518,7 +509,7 @@ impl CpuProgram {
         outputs: &mut [Tensor],
         storage: &mut [Data],
         times: Option<&ChunkTimes>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let info = &j.info;
         if info.points == 0 {
             return Ok(());
@@ -546,8 +537,7 @@ impl CpuProgram {
                     self.pool
                         .parallel_for_range_timed(info.points, min_chunk, times, task)
                 }
-            }
-            .map_err(|e| e.to_string())?;
+            }?;
         } else {
             let start = times.map(|_| Instant::now());
             call(0, info.points);
@@ -557,11 +547,13 @@ impl CpuProgram {
         }
         match failure.into_inner() {
             0 => Ok(()),
-            code => Err(info
-                .checks
-                .get(code as usize - 1)
-                .cloned()
-                .unwrap_or_else(|| format!("failed with code {code}"))),
+            code => Err(Error::Check {
+                message: info
+                    .checks
+                    .get(code as usize - 1)
+                    .cloned()
+                    .unwrap_or_else(|| format!("failed with code {code}")),
+            }),
         }
     }
 
@@ -578,41 +570,46 @@ impl CpuProgram {
 
     fn run_gemm(
         &self,
-        plan: &GemmPlan,
+        plan: &ExternGemm,
         inputs: &[Tensor],
         outputs: &mut [Tensor],
         storage: &mut [Data],
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         // Take the product's storage out, so the operands can be borrowed alongside it.
         let pbuf = &self.buffers[plan.product.index()];
         let mut product = match pbuf.kind {
             BufferKind::Output(o) => std::mem::replace(&mut outputs[o].data, Data::F32(Vec::new())),
             BufferKind::Intermediate => {
-                let slot =
-                    self.slot_of[plan.product.index()].ok_or("the product has no storage")?;
+                let slot = self.slot_of[plan.product.index()]
+                    .ok_or_else(|| Error::internal("the product has no storage"))?;
                 std::mem::replace(&mut storage[slot], Data::F32(Vec::new()))
             }
-            BufferKind::Input(_) => return Err("a GEMM cannot write an input".into()),
+            BufferKind::Input(_) | BufferKind::Scratch => {
+                return Err(Error::internal(format!(
+                    "a GEMM cannot write {}",
+                    plan.product
+                )))
+            }
         };
         let result = {
-            let data = |b: BufferId| -> Result<&Data, String> {
+            let data = |b: BufferId| -> Result<&Data> {
                 let buf = self
                     .buffers
                     .get(b.index())
-                    .ok_or_else(|| format!("{b} does not exist"))?;
+                    .ok_or_else(|| Error::internal(format!("{b} does not exist")))?;
                 Ok(match buf.kind {
                     BufferKind::Input(i) => &inputs[i].data,
                     BufferKind::Output(o) => &outputs[o].data,
-                    BufferKind::Intermediate => {
+                    BufferKind::Intermediate | BufferKind::Scratch => {
                         &storage[self.slot_of[b.index()]
-                            .ok_or_else(|| format!("{b} has no storage"))?]
+                            .ok_or_else(|| Error::internal(format!("{b} has no storage")))?]
                     }
                 })
             };
             match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
                 (Data::F32(a), Data::F32(b), Data::F32(c)) => self.gemm_batches(plan, a, b, c),
                 (Data::F16(a), Data::F16(b), Data::F16(c)) => self.gemm_batches(plan, a, b, c),
-                _ => Err("GEMM operands have unsupported or mismatched dtypes".into()),
+                _ => Err(Error::GemmDType { dtype: plan.dtype }),
             }
         };
         match pbuf.kind {
@@ -630,11 +627,11 @@ impl CpuProgram {
     /// its batch, the others are looped over here.
     fn gemm_batches<T: super::gemm::GemmScalar>(
         &self,
-        plan: &GemmPlan,
+        plan: &ExternGemm,
         a: &[T],
         b: &[T],
         c: &mut [T],
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let nb = plan.batch.len();
         let (outer, inner) = if nb == 0 {
             (&[][..], 1)
@@ -668,16 +665,15 @@ impl CpuProgram {
                 oc += x * dense[t] as i64;
             }
             let inner_t = nb.saturating_sub(1);
-            let layout =
-                |offset: i64, batch: isize, row: i64, col: i64| -> Result<MatLayout, String> {
-                    Ok(MatLayout {
-                        offset: usize::try_from(offset)
-                            .map_err(|_| "negative GEMM offset".to_string())?,
-                        batch_stride: batch,
-                        row_stride: row as isize,
-                        col_stride: col as isize,
-                    })
-                };
+            let layout = |offset: i64, batch: isize, row: i64, col: i64| -> Result<MatLayout> {
+                Ok(MatLayout {
+                    offset: usize::try_from(offset)
+                        .map_err(|_| Error::internal("negative GEMM offset"))?,
+                    batch_stride: batch,
+                    row_stride: row as isize,
+                    col_stride: col as isize,
+                })
+            };
             let la = layout(
                 oa,
                 if nb == 0 {
@@ -711,8 +707,7 @@ impl CpuProgram {
                 MatMut::new(c, lc),
                 Scale::overwrite(),
                 parallelism,
-            )
-            .map_err(|e| e.to_string())?;
+            )?;
         }
         Ok(())
     }

@@ -64,7 +64,7 @@
 //! exponentials, whose arguments are capped so the result stays normal, scale by `2^n` in
 //! one multiply (`exp_bounded`), and `exp` folds its `1 +` into the first scaling FMA.
 //! These shapes matter most in fused kernels: once the unrolled groups are interleaved
-//! (see `codegen::interleave`) a chain of transcendentals is bound by throughput and by the
+//! (see `jit/interleave.rs`) a chain of transcendentals is bound by throughput and by the
 //! latency of one group's chain, which is why `log`'s degree-8 polynomial is evaluated by
 //! Estrin's scheme (four dependent FMAs instead of eight, for two more instructions).
 

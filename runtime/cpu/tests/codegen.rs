@@ -45,7 +45,7 @@ fn program(name: &str, buffers: Vec<Buffer>, mut kernels: Vec<Kernel>) -> Progra
         match b.kind {
             BufferKind::Input(i) => inputs.push((i, b.id)),
             BufferKind::Output(o) => outputs.push((o, b.id)),
-            BufferKind::Intermediate => {}
+            BufferKind::Intermediate | BufferKind::Scratch => {}
         }
     }
     inputs.sort();

@@ -5,7 +5,8 @@
 mod support;
 use support::*;
 
-use ferrite_cpu::codegen::{define_kernel, kernel_function, CodegenOptions};
+use ferrite_cpu::emit::{define_kernel, kernel_function};
+use ferrite_cpu::CodegenOptions;
 use ferrite_cpu::{CpuOptions, CpuProgram, Jit};
 use ferrite_ir::loops::*;
 use ferrite_ir::types::TensorType;
@@ -24,7 +25,7 @@ fn out_of_range_gather_indices_are_errors() {
             for threads in [1, 2] {
                 let c = CpuProgram::compile(&p, &CpuOptions::with_threads(threads)).unwrap();
                 let err = c.run(&inputs).unwrap_err();
-                assert!(err.contains("out of range"), "{err}");
+                assert!(err.to_string().contains("out of range"), "{err}");
             }
         }
     }
@@ -37,7 +38,11 @@ fn out_of_range_gather_indices_are_errors() {
         Tensor::from_i64(&g.param_types()[1], &ids),
     ];
     let c = CpuProgram::compile(&schedule(&g, true), &CpuOptions::with_threads(2)).unwrap();
-    assert!(c.run(&inputs).unwrap_err().contains("out of range"));
+    assert!(c
+        .run(&inputs)
+        .unwrap_err()
+        .to_string()
+        .contains("out of range"));
 }
 
 #[test]
@@ -152,14 +157,14 @@ fn unprovable_accesses_do_not_compile() {
     let mut jit = Jit::new().unwrap();
     let err =
         define_kernel(&mut jit, "shift", &buffers, &k, &CodegenOptions::default()).unwrap_err();
-    assert!(err.contains("cannot prove"), "{err}");
+    assert!(err.to_string().contains("cannot prove"), "{err}");
     // The same for a store.
     let mut body = Block::default();
     let v = load(&mut body, 0, i0.clone());
     let k = store_kernel("shift", vec![8], body, 1, i0 * 2, v);
     let err =
         define_kernel(&mut jit, "shift2", &buffers, &k, &CodegenOptions::default()).unwrap_err();
-    assert!(err.contains("cannot prove"), "{err}");
+    assert!(err.to_string().contains("cannot prove"), "{err}");
 }
 
 #[test]
@@ -267,11 +272,15 @@ fn inputs_are_checked() {
     let p = schedule(&g, true);
     let c = CpuProgram::compile(&p, &CpuOptions::with_threads(1)).unwrap();
     let mut inputs = random_inputs(&g);
-    assert!(c.run(&inputs[1..]).unwrap_err().contains("inputs"));
+    assert!(c
+        .run(&inputs[1..])
+        .unwrap_err()
+        .to_string()
+        .contains("inputs"));
     inputs[0] = Tensor::random(&TensorType::new(DType::F32, vec![64, 785]).unwrap(), 0);
-    assert!(c.run(&inputs).unwrap_err().contains("expects"));
+    assert!(c.run(&inputs).unwrap_err().to_string().contains("expects"));
     inputs[0] = Tensor::random(&TensorType::new(DType::F16, vec![64, 784]).unwrap(), 0);
-    assert!(c.run(&inputs).unwrap_err().contains("expects"));
+    assert!(c.run(&inputs).unwrap_err().to_string().contains("expects"));
 }
 
 #[test]
@@ -463,4 +472,43 @@ fn reordering_rewrites_keep_out_of_overlapping_kernels() {
     let c = CpuProgram::compile(&p, &CpuOptions::with_threads(2)).unwrap();
     assert!(!c.report().contains("tiled"), "{}", c.report());
     assert_eq!(c.run(std::slice::from_ref(&x)).unwrap(), want);
+}
+
+#[test]
+fn errors_say_whether_ferrite_or_the_caller_is_at_fault() {
+    use ferrite_cpu::Error;
+    // Bad data: a gather index past its axis, reported in the context of its kernel.
+    let g = graph("graph e(table: f32[10, 37], ids: i64[5]) -> f32[5, 37] {\n  y = index_select(table, ids, axis=0)\n  return y\n}\n");
+    let c = CpuProgram::compile(&schedule(&g, true), &CpuOptions::with_threads(1)).unwrap();
+    let ids = Tensor::from_i64(&g.param_types()[1], &[0, 3, 10, 9, 1]);
+    let err = c
+        .run(&[Tensor::random(&g.param_types()[0], 1), ids])
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::In { source, .. } if matches!(**source, Error::Check { .. })),
+        "{err:?}"
+    );
+    assert!(!err.is_internal());
+    // Bad inputs and options.
+    let err = c.run(&[]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InputCount {
+                expected: 2,
+                got: 0,
+                ..
+            }
+        ) && !err.is_internal()
+    );
+    let err = CpuProgram::compile(&schedule(&g, true), &CpuOptions::with_threads(0)).unwrap_err();
+    assert!(matches!(err, Error::Options { .. }) && !err.is_internal());
+    // A program that breaks the loop IR's invariants comes from a Ferrite bug.
+    let mut p = schedule(&g, true);
+    p.kernels[0].reads.clear();
+    let err = CpuProgram::compile(&p, &CpuOptions::with_threads(1)).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidProgram { .. }) && err.is_internal(),
+        "{err}"
+    );
 }

@@ -10,8 +10,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The CPU program failed to run (its inputs do not fit it, or the backend failed).
-    #[error("{0}")]
-    Cpu(String),
+    #[error(transparent)]
+    Cpu(#[from] ferrite_cpu::Error),
     /// The simulated program failed to run.
     #[error(transparent)]
     Sim(#[from] ferrite_accel::Error),
@@ -27,7 +27,7 @@ impl Error {
         match self {
             Error::Internal(_) => true,
             Error::Sim(e) => e.is_internal(),
-            Error::Cpu(_) => false,
+            Error::Cpu(e) => e.is_internal(),
         }
     }
 }

@@ -118,6 +118,7 @@ pub(super) fn emit(
         domain,
         body,
         reductions,
+        ..
     } = stage
     else {
         return Err(Error::internal("not a reduction stage"));

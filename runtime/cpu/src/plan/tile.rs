@@ -11,7 +11,8 @@
 //! reorders the points of the outer domain (a bijection), so results are unchanged and
 //! outer points still write disjoint elements.
 
-use super::coalesce::{reindex_pointwise, substitute};
+use super::analysis::substitute;
+use super::coalesce::reindex_pointwise;
 use ferrite_ir::loops::{ExprOp, Extents, IndexExpr, Kernel, Stage, Var};
 
 /// Loads striding at least this many elements along the row axis get tiled.
@@ -19,7 +20,7 @@ const MIN_STRIDE: i64 = 16;
 
 /// `kernel` with two outer axes tiled, and a note saying which, or `None` when it is not a
 /// pointwise kernel with a strided read that tiling fixes.
-pub(super) fn tile_strided_pointwise(kernel: &Kernel) -> Option<(Kernel, String)> {
+pub fn tile_strided_pointwise(kernel: &Kernel) -> Option<(Kernel, String)> {
     let Stage::Store {
         domain: inner,
         body,

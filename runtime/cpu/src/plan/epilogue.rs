@@ -1,47 +1,36 @@
 //! GEMM kernels: the product goes to the extern GEMM, the rest becomes an epilogue kernel.
 //!
 //! A kernel with a [`GemmInfo`] computes `acc = Σ_k lhs * rhs` in a reduction stage and
-//! then a fused epilogue (bias, activation, residual) that reads `acc`. [`plan_gemm`]
+//! then a fused epilogue (bias, activation, residual) that reads `acc`. [`split_gemm`]
 //! checks the description against the reduction it replaces (the loads' affine indices
-//! must be exactly the described strides), then splits the kernel:
+//! must be exactly the described strides), then splits the kernel in two:
 //!
-//! - the product is computed by [`crate::gemm`] into a dense `[batch.., m, n]`
-//!   buffer: straight into the kernel's output when the kernel stores the product at
-//!   exactly that layout (and then the epilogue, if any, updates it in place, each point
-//!   reading and writing only its own element), otherwise into a temporary;
-//! - the epilogue is the kernel without the GEMM reduction, where every read of `acc`
-//!   becomes a load of that buffer. When the kernel only stores the product, there is no
-//!   epilogue at all.
+//! - the *product kernel*, which [`crate::gemm`] runs: the GEMM reduction and a store of
+//!   `acc` into a dense `[batch.., m, n]` buffer: straight into the kernel's output when
+//!   the kernel stores the product at exactly that layout, otherwise into a temporary;
+//! - the *epilogue*, the kernel without the GEMM reduction, where every read of `acc`
+//!   becomes a load of that buffer. Writing into the output, the epilogue updates it in
+//!   place: each point loads its own element and stores it back. When the kernel only
+//!   stores the product, there is no epilogue at all.
 //!
 //! The extern GEMM supports `f32` and `f16`; other dtypes, and descriptions that do not
-//! match the stage, keep the reduction as generated loops (`plan_gemm` returns `None`).
+//! match the stage, keep the reduction as generated loops (`split_gemm` returns `None`).
 
+use super::schedule::ExternGemm;
 use ferrite_ir::loops::{
-    AccId, Buffer, BufferId, BufferKind, ExprNode, ExprOp, Extents, GemmInfo, GemmOperand,
-    IndexExpr, Kernel, Load, ReduceKind, Stage, Value, Var,
+    AccId, Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, Extents, GemmInfo, GemmOperand,
+    IndexExpr, Kernel, Load, ReduceKind, Stage, StoreOp, Value, Var,
 };
 use ferrite_ir::types::{contiguous_strides, TensorType};
 use ferrite_ir::{BinaryOp, DType};
 
-/// A GEMM kernel, split.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GemmPlan {
-    /// Element type of the operands and the product (`f32` or `f16`).
-    pub dtype: DType,
-    /// Extents of the batch axes.
-    pub batch: Vec<usize>,
-    /// Rows of the product.
-    pub m: usize,
-    /// Columns of the product.
-    pub n: usize,
-    /// The contracted extent.
-    pub k: usize,
-    /// The `[batch.., m, k]` operand.
-    pub lhs: GemmOperand,
-    /// The `[batch.., k, n]` operand.
-    pub rhs: GemmOperand,
-    /// Where the dense `[batch.., m, n]` product is written.
-    pub product: BufferId,
+/// A GEMM kernel, split (the kernels' accesses are not yet computed).
+#[derive(Clone, Debug)]
+pub struct GemmSplit {
+    /// The kernel the extern GEMM runs: the product's reduction and its store.
+    pub product_kernel: Kernel,
+    /// The product, for the extern GEMM.
+    pub gemm: ExternGemm,
     /// The temporary holding the product, when it is not the kernel's output.
     pub temp: Option<Buffer>,
     /// The rest of the kernel, reading the product (`None`: the product is the result).
@@ -50,12 +39,13 @@ pub struct GemmPlan {
 
 /// Splits `kernel` (see the module docs). `temp_id` is the id a temporary product
 /// buffer gets if one is needed. `None` when the kernel has no usable GEMM description.
-pub fn plan_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Option<GemmPlan> {
+pub fn split_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Option<GemmSplit> {
     let g = kernel.gemm.as_ref()?;
     let Some(Stage::Reduce {
         domain: red_domain,
         body,
         reductions,
+        ..
     }) = kernel.stages.get(g.stage)
     else {
         return None;
@@ -175,6 +165,7 @@ pub fn plan_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Opti
                 domain,
                 body,
                 reductions,
+                stores,
             } = stage
             {
                 let rest: Vec<_> = reductions
@@ -187,6 +178,7 @@ pub fn plan_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Opti
                         domain: domain.clone(),
                         body: body.clone(),
                         reductions: rest,
+                        stores: stores.clone(),
                     });
                 }
             }
@@ -223,32 +215,76 @@ pub fn plan_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Opti
         for stage in &mut stages {
             replace_acc(stage, g.acc, product, &product_index);
         }
-        let mut all: Vec<Buffer> = buffers.to_vec();
-        if let Some(t) = &temp {
-            all.push(t.clone());
-        }
-        let mut k = Kernel {
+        Some(Kernel {
             id: kernel.id,
-            name: format!("{}.epilogue", kernel.name),
+            name: format!("{}_epilogue", kernel.name),
             nodes: kernel.nodes.clone(),
             domain: kernel.domain.clone(),
             stages,
             gemm: None,
             reads: vec![],
             writes: vec![],
-        };
-        (k.reads, k.writes) = k.compute_accesses(&all);
-        Some(k)
+        })
     };
-    Some(GemmPlan {
+    // The product kernel: the GEMM reduction alone (its body pruned to what it needs),
+    // then the store of `acc` at the dense index.
+    let mut product_body = body.clone();
+    let map = product_body.retain_live(&[r.value].into_iter().chain(r.rhs).collect::<Vec<_>>());
+    let moved = |e: ferrite_ir::loops::ExprRef| map.get(e.index()).copied().flatten();
+    let mut store_body = Block::default();
+    let value = store_body.push(ExprNode {
         dtype,
-        batch: g.batch.clone(),
-        m: g.m,
-        n: g.n,
-        k: g.k,
-        lhs: g.lhs.clone(),
-        rhs: g.rhs.clone(),
-        product,
+        op: ExprOp::Acc(g.acc),
+    });
+    let product_kernel = Kernel {
+        id: kernel.id,
+        name: kernel.name.clone(),
+        nodes: kernel.nodes.clone(),
+        domain: kernel.domain.clone(),
+        stages: vec![
+            Stage::Reduce {
+                domain: red_domain.clone(),
+                body: product_body,
+                reductions: vec![ferrite_ir::loops::Reduction {
+                    value: moved(r.value)?,
+                    rhs: match r.rhs {
+                        Some(rhs) => Some(moved(rhs)?),
+                        None => None,
+                    },
+                    ..r.clone()
+                }],
+                stores: vec![],
+            },
+            Stage::Store {
+                domain: vec![],
+                body: store_body,
+                stores: vec![StoreOp {
+                    buffer: product,
+                    index: product_index,
+                    value,
+                }],
+            },
+        ],
+        gemm: Some(GemmInfo {
+            stage: 0,
+            ..g.clone()
+        }),
+        reads: vec![],
+        writes: vec![],
+    };
+    Some(GemmSplit {
+        product_kernel,
+        gemm: ExternGemm {
+            dtype,
+            batch: g.batch.clone(),
+            m: g.m,
+            n: g.n,
+            k: g.k,
+            lhs: g.lhs.clone(),
+            rhs: g.rhs.clone(),
+            product,
+            temporary: temp.is_some(),
+        },
         temp,
         epilogue,
     })

@@ -13,7 +13,7 @@
 //! `i32` (iotas, checked indices, small constants: see [`narrow_i64`]), and `i32x4` masks
 //! (all ones or zero) for `bool`.
 
-use super::index::split_linear;
+use super::analysis::split_linear;
 use ferrite_ir::loops::{
     AccId, Block, ExprOp, Extents, IndexExpr, ReduceKind, Reduction, StoreOp, Value, Var,
 };
@@ -21,7 +21,7 @@ use ferrite_ir::{BinaryOp, DType, UnaryOp};
 
 /// How a value is held in a 128-bit vector.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Lanes {
+pub enum Lanes {
     /// Four `f32`.
     F32,
     /// Four `i32` (an `i32` value, or an `i64` value known to fit).
@@ -30,9 +30,19 @@ pub(super) enum Lanes {
     Mask,
 }
 
+/// Why a loop stays scalar, for the stage report (`t3: guarded (padded) load`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotVectorized(pub String);
+
+impl std::fmt::Display for NotVectorized {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// What the innermost loop of one stage needs to run as vector code.
 #[derive(Clone, Debug)]
-pub(super) struct VectorPlan {
+pub struct VectorPlan {
     /// The lane form of every node used by vector code (computed per lane, or splatted).
     pub lanes: Vec<Option<Lanes>>,
     /// Nodes fixed in the vector loop whose value vector code uses: splatted before it.
@@ -40,7 +50,7 @@ pub(super) struct VectorPlan {
 }
 
 /// The facts about one stage that the decision reads.
-pub(super) struct StageFacts<'a> {
+pub struct StageFacts<'a> {
     /// The stage body.
     pub body: &'a Block,
     /// The loop level of every node (0: fixed for the stage).
@@ -64,7 +74,7 @@ pub(super) struct StageFacts<'a> {
 }
 
 /// The lane form of a value of `dtype` (`narrow` for `i64` values that fit in `i32`).
-pub(super) fn lanes_of(dtype: DType, narrow: bool) -> Option<Lanes> {
+pub fn lanes_of(dtype: DType, narrow: bool) -> Option<Lanes> {
     match dtype {
         DType::F32 => Some(Lanes::F32),
         DType::I32 => Some(Lanes::I32),
@@ -77,7 +87,7 @@ pub(super) fn lanes_of(dtype: DType, narrow: bool) -> Option<Lanes> {
 /// For every node: true when it is an `i64` whose value always lies in the `i32` range
 /// (iotas and checked indices of bounded range, small constants, widened `i32`s, and
 /// selections among those). `narrow_accs` lists accumulators known to be small (argmax).
-pub(super) fn narrow_i64(body: &Block, ext: &Extents, narrow_accs: &[AccId]) -> Vec<bool> {
+pub fn narrow_i64(body: &Block, ext: &Extents, narrow_accs: &[AccId]) -> Vec<bool> {
     let fits = |(lo, hi): (i64, i64)| lo >= i32::MIN as i64 && hi <= i32::MAX as i64;
     let mut narrow = vec![false; body.nodes.len()];
     for (i, node) in body.nodes.iter().enumerate() {
@@ -101,7 +111,7 @@ pub(super) fn narrow_i64(body: &Block, ext: &Extents, narrow_accs: &[AccId]) -> 
 }
 
 /// Decides whether the innermost loop of a stage can be vector code; the error says why not.
-pub(super) fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, String> {
+pub fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, NotVectorized> {
     let n = f.body.nodes.len();
     let lanes_at = |i: usize| lanes_of(f.body.nodes[i].dtype, f.narrow[i]);
     let mut plan = VectorPlan {
@@ -109,22 +119,28 @@ pub(super) fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, String> {
         splats: Vec::new(),
     };
     let mut uses_fixed = vec![false; n];
-    let need =
-        |r: usize, plan: &mut VectorPlan, uses_fixed: &mut Vec<bool>| -> Result<(), String> {
-            let lanes = lanes_at(r)
-                .ok_or_else(|| format!("t{r} ({}) has no vector form", f.body.nodes[r].dtype))?;
-            if f.levels[r] < f.level {
-                uses_fixed[r] = true;
-            }
-            plan.lanes[r] = Some(lanes);
-            Ok(())
-        };
+    let need = |r: usize,
+                plan: &mut VectorPlan,
+                uses_fixed: &mut Vec<bool>|
+     -> Result<(), NotVectorized> {
+        let lanes = lanes_at(r).ok_or_else(|| {
+            NotVectorized(format!(
+                "t{r} ({}) has no vector form",
+                f.body.nodes[r].dtype
+            ))
+        })?;
+        if f.levels[r] < f.level {
+            uses_fixed[r] = true;
+        }
+        plan.lanes[r] = Some(lanes);
+        Ok(())
+    };
     for i in 0..n {
         if !f.live[i] || f.levels[i] != f.level {
             continue;
         }
         let node = &f.body.nodes[i];
-        let here = |why: String| format!("t{i}: {why}");
+        let here = |why: String| NotVectorized(format!("t{i}: {why}"));
         let lanes =
             lanes_at(i).ok_or_else(|| here(format!("{} values are not vectorized", node.dtype)))?;
         let dtype_of = |r: ferrite_ir::loops::ExprRef| f.body.nodes[r.index()].dtype;
@@ -234,11 +250,11 @@ pub(super) fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, String> {
                 ReduceKind::Sum | ReduceKind::Prod | ReduceKind::Max | ReduceKind::Min
             )
         {
-            return Err(format!(
+            return Err(NotVectorized(format!(
                 "{} reduction of {} is not vectorized",
                 r.kind.name(),
                 r.dtype
-            ));
+            )));
         }
         need(vi, &mut plan, &mut uses_fixed)?;
         if let Some(rhs) = r.rhs {
@@ -249,12 +265,13 @@ pub(super) fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, String> {
         let vi = s.value.index();
         let dtype = f.body.nodes[vi].dtype;
         if !matches!(dtype, DType::F32 | DType::I32) {
-            return Err(format!(
+            return Err(NotVectorized(format!(
                 "store of {dtype} to {} is not vectorized",
                 s.buffer
-            ));
+            )));
         }
-        contiguous(f, &s.index).map_err(|e| format!("store to {}: {e}", s.buffer))?;
+        contiguous(f, &s.index)
+            .map_err(|e| NotVectorized(format!("store to {}: {e}", s.buffer)))?;
         need(vi, &mut plan, &mut uses_fixed)?;
     }
     plan.splats = (0..n).filter(|&i| uses_fixed[i]).collect();
@@ -262,11 +279,20 @@ pub(super) fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, String> {
 }
 
 /// Checks that `index` is `rest + 1*v` with `rest` fixed in the innermost loop.
-fn contiguous(f: &StageFacts<'_>, index: &IndexExpr) -> Result<(), String> {
+fn contiguous(f: &StageFacts<'_>, index: &IndexExpr) -> Result<(), NotVectorized> {
     match split_linear(index, f.var) {
         Some((rest, 1)) if (f.index_level)(&rest) < f.level => Ok(()),
-        Some((_, 0)) => Err(format!("index `{index}` does not move with {}", f.var)),
-        Some((_, c)) if c != 1 => Err(format!("index `{index}` has stride {c} in {}", f.var)),
-        _ => Err(format!("index `{index}` is not contiguous in {}", f.var)),
+        Some((_, 0)) => Err(NotVectorized(format!(
+            "index `{index}` does not move with {}",
+            f.var
+        ))),
+        Some((_, c)) if c != 1 => Err(NotVectorized(format!(
+            "index `{index}` has stride {c} in {}",
+            f.var
+        ))),
+        _ => Err(NotVectorized(format!(
+            "index `{index}` is not contiguous in {}",
+            f.var
+        ))),
     }
 }

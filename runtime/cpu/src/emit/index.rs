@@ -8,58 +8,17 @@
 //! a multiply and shift) and a signed division with a floor correction otherwise (the
 //! operands of padded loads can be negative under their guards).
 
-use super::kernel::Emitter;
+use super::state::Emitter;
+use crate::error::{Error, Result};
+use crate::plan::analysis::split_linear;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
-use ferrite_ir::loops::{IndexExpr, Var};
-
-/// True when `v` occurs anywhere in `e`.
-pub(super) fn mentions(e: &IndexExpr, v: Var) -> bool {
-    let mut found = false;
-    e.for_each_var(&mut |w| found |= w == v);
-    found
-}
-
-/// `e` as `(rest, c)` with `e == rest + c*v` and `rest` free of `v`, when `v` occurs only
-/// outside floor divisions and modulos; `None` otherwise (or on coefficient overflow).
-pub(super) fn split_linear(e: &IndexExpr, v: Var) -> Option<(IndexExpr, i64)> {
-    Some(match e {
-        IndexExpr::Const(_) | IndexExpr::Dynamic { .. } => (e.clone(), 0),
-        IndexExpr::Var(w) if *w == v => (IndexExpr::Const(0), 1),
-        IndexExpr::Var(_) => (e.clone(), 0),
-        IndexExpr::Sum(ts) => {
-            let mut rest = Vec::with_capacity(ts.len());
-            let mut c: i64 = 0;
-            for t in ts {
-                let (r, k) = split_linear(t, v)?;
-                rest.push(r);
-                c = c.checked_add(k)?;
-            }
-            (IndexExpr::Sum(rest), c)
-        }
-        IndexExpr::Mul(x, k) => {
-            let (r, c) = split_linear(x, v)?;
-            (IndexExpr::Mul(Box::new(r), *k), c.checked_mul(*k)?)
-        }
-        IndexExpr::FloorDiv(x, _) | IndexExpr::Mod(x, _) => {
-            if mentions(x, v) {
-                return None;
-            }
-            (e.clone(), 0)
-        }
-    })
-}
+use ferrite_ir::loops::IndexExpr;
 
 impl Emitter<'_, '_> {
-    /// The loop level an index expression varies at: the deepest level of its variables
-    /// and of the nodes its dynamic parts refer to (0 when it is fixed for the stage).
+    /// The loop level an index expression varies at (see `Levels::index` in the plan).
     pub(super) fn index_level(&self, e: &IndexExpr) -> usize {
-        let mut level = 0;
-        e.for_each_var(&mut |v| level = level.max(self.var_level(v)));
-        e.for_each_ref(&mut |r| {
-            level = level.max(self.node_levels.get(r.index()).copied().unwrap_or(0))
-        });
-        level
+        self.nest.levels.index(e)
     }
 
     /// The loop-invariant parts of `e` with their levels, innermost first: the `rest` of
@@ -72,7 +31,7 @@ impl Emitter<'_, '_> {
         let v = self.level_var(level);
         if let Some((rest, c)) = split_linear(e, v) {
             if c != 0 {
-                let rest = rest.simplify(&self.ext);
+                let rest = rest.simplify(&self.nest.ext);
                 let rest_level = self.index_level(&rest);
                 out.push((rest.clone(), rest_level));
                 self.invariant_parts(&rest, out);
@@ -81,22 +40,22 @@ impl Emitter<'_, '_> {
     }
 
     /// The `i64` value of `e` at the current point (memoized while it stays valid).
-    pub(super) fn index_value(&mut self, e: &IndexExpr) -> Result<Value, String> {
-        if let Some(&(v, _)) = self.index_memo.get(e) {
+    pub(super) fn index_value(&mut self, e: &IndexExpr) -> Result<Value> {
+        if let Some(&(v, _)) = self.nest.index_memo.get(e) {
             return Ok(v);
         }
         let level = self.index_level(e);
         let value = self.index_uncached(e, level)?;
-        self.index_memo.insert(e.clone(), (value, level));
+        self.nest.index_memo.insert(e.clone(), (value, level));
         Ok(value)
     }
 
-    fn index_uncached(&mut self, e: &IndexExpr, level: usize) -> Result<Value, String> {
+    fn index_uncached(&mut self, e: &IndexExpr, level: usize) -> Result<Value> {
         if level > 0 {
             let v = self.level_var(level);
             if let Some((rest, c)) = split_linear(e, v) {
                 if c != 0 && !matches!(e, IndexExpr::Var(_)) {
-                    let rest = rest.simplify(&self.ext);
+                    let rest = rest.simplify(&self.nest.ext);
                     let r = self.index_value(&rest)?;
                     let x = self.var_value(v)?;
                     let scaled = if c == 1 {
@@ -136,11 +95,11 @@ impl Emitter<'_, '_> {
             IndexExpr::FloorDiv(x, n) | IndexExpr::Mod(x, n) => {
                 let n = *n;
                 if n <= 0 {
-                    return Err(format!("index `{e}` divides by {n}"));
+                    return Err(Error::internal(format!("index `{e}` divides by {n}")));
                 }
                 let (lo, _) = x
-                    .range(&self.ext)
-                    .ok_or_else(|| format!("index `{x}` has no provable range"))?;
+                    .range(&self.nest.ext)
+                    .ok_or_else(|| Error::internal(format!("index `{x}` has no provable range")))?;
                 let xv = self.index_value(x)?;
                 let is_div = matches!(e, IndexExpr::FloorDiv(..));
                 if lo >= 0 {
@@ -164,32 +123,5 @@ impl Emitter<'_, '_> {
                 }
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ferrite_ir::loops::Extents;
-
-    #[test]
-    fn splits_linear_occurrences_only() {
-        let i = IndexExpr::Var(Var::outer(0));
-        let j = IndexExpr::Var(Var::store(0));
-        let e = i.clone() * 64 + j.clone() * 2 + IndexExpr::Const(3);
-        let (rest, c) = split_linear(&e, Var::store(0)).unwrap();
-        assert_eq!(c, 2);
-        let ext = Extents {
-            outer: vec![16],
-            reduce: vec![],
-            store: vec![64],
-        };
-        assert_eq!(rest.simplify(&ext).to_string(), "i0*64 + 3");
-        assert!(split_linear(&j.clone().floor_div(4), Var::store(0)).is_none());
-        let (rest, c) = split_linear(&(i.clone().modulo(4) + j), Var::store(0)).unwrap();
-        assert_eq!(
-            (rest.simplify(&ext).to_string(), c),
-            ("i0 % 4".to_string(), 1)
-        );
     }
 }

@@ -13,21 +13,19 @@
 //! `pow`) and is structurally equal to a live node of `E` (with `E`'s loop variables
 //! renamed to `L`'s) is *stashed*:
 //!
-//! - `E` also writes the value to a scratch buffer at each point of the domain: a store
-//!   stage gets one more store, a reduction stage a store in [`Stashed::reduce_stores`]
-//!   (the loop IR's reductions have no stores; the code generator emits them in the same
-//!   loop, so the value is computed, written and accumulated in one pass);
+//! - `E` also writes the value to a scratch buffer at each point of the domain (one more
+//!   store of a store stage, or a store of a reduction stage, made in the same loop, so
+//!   the value is computed, written and accumulated in one pass);
 //! - in `L` the node becomes a load of the scratch buffer at the same point.
 //!
-//! The scratch buffer holds one value per point of the inner domain (row-major), so it is
-//! private to one outer point: the code generator places it in the kernel's stack frame,
-//! and threads running other outer points have their own. The value stored is the node's
+//! The scratch buffer ([`BufferKind::Scratch`]) holds one value per point of the inner
+//! domain (row-major), so it is private to one outer point: the code generator places it
+//! in the kernel's stack frame, and threads running other outer points have their own. The value stored is the node's
 //! own, rounded to its dtype as the reference rounds it, so results are unchanged bit for
 //! bit. Stashes stop at [`MAX_SCRATCH_BYTES`] per kernel (beyond it the kernel recomputes,
 //! as before).
 
-use super::coalesce::substitute;
-use super::kernel::{live_nodes, node_indices};
+use super::analysis::{drop_dead_nodes, live_nodes, node_indices, substitute};
 use ferrite_ir::loops::{
     Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, Stage,
     StoreOp, Value, Var, VarKind,
@@ -44,25 +42,22 @@ const MAX_STASHES: usize = 8;
 
 /// A kernel rewritten to compute shared values once.
 #[derive(Clone, Debug)]
-pub(super) struct Stashed {
-    /// The rewritten kernel; its scratch buffers are numbered after the program's.
+pub struct Stashed {
+    /// The rewritten kernel (its accesses not yet recomputed).
     pub kernel: Kernel,
-    /// The scratch buffers (ids `buffers.len()..`), one per stashed value.
+    /// The scratch buffers, one per stashed value, numbered from the id given to
+    /// [`stash_shared`].
     pub scratch: Vec<Buffer>,
-    /// Per stage: writes a reduction stage makes besides accumulating (always empty for
-    /// store stages, whose writes are in the stage).
-    pub reduce_stores: Vec<Vec<StoreOp>>,
     /// One line per stash, for the compile report.
     pub notes: Vec<String>,
 }
 
-/// `kernel` (of a program with `buffers`) with expensive values shared between its stages
-/// computed once, or `None` when there is none.
-pub(super) fn stash_shared(kernel: &Kernel, buffers: &[Buffer]) -> Option<Stashed> {
+/// `kernel` with expensive values shared between its stages computed once, or `None`
+/// when there is none. The scratch buffers get ids from `first_id` on.
+pub fn stash_shared(kernel: &Kernel, first_id: usize) -> Option<Stashed> {
     let mut s = Stashed {
         kernel: kernel.clone(),
         scratch: Vec::new(),
-        reduce_stores: vec![Vec::new(); kernel.stages.len()],
         notes: Vec::new(),
     };
     let mut bytes = 0usize;
@@ -87,12 +82,12 @@ pub(super) fn stash_shared(kernel: &Kernel, buffers: &[Buffer]) -> Option<Stashe
                 if bytes + size > MAX_SCRATCH_BYTES {
                     break 'search;
                 }
-                let id = BufferId((buffers.len() + s.scratch.len()) as u32);
+                let id = BufferId((first_id + s.scratch.len()) as u32);
                 let ty = TensorType::new(DType::F32, vec![points]).ok()?;
                 s.scratch.push(Buffer {
                     id,
                     ty,
-                    kind: BufferKind::Intermediate,
+                    kind: BufferKind::Scratch,
                     name: format!("stash{}", s.scratch.len()),
                 });
                 bytes += size;
@@ -107,7 +102,21 @@ pub(super) fn stash_shared(kernel: &Kernel, buffers: &[Buffer]) -> Option<Stashe
         }
         break;
     }
-    (!s.scratch.is_empty()).then_some(s)
+    if s.scratch.is_empty() {
+        return None;
+    }
+    // What the stages reading a stash no longer compute goes (nodes that can fail stay).
+    let readers: Vec<usize> = (0..s.kernel.stages.len())
+        .filter(|&si| {
+            s.kernel.stages[si].body().nodes.iter().any(
+                |n| matches!(&n.op, ExprOp::Load(l) if s.scratch.iter().any(|b| b.id == l.buffer)),
+            )
+        })
+        .collect();
+    for si in readers {
+        drop_dead_nodes(&mut s.kernel.stages[si]);
+    }
+    Some(s)
 }
 
 /// Whether node `i` of `body` is a transcendental (the expensive ops of the vector math).
@@ -159,8 +168,8 @@ fn find_shared(kernel: &Kernel, ei: usize, li: usize) -> Option<(ExprRef, ExprRe
     let mut table = HashMap::new();
     let e_ids = intern(early.body(), &mut table);
     let l_ids = intern(late.body(), &mut table);
-    let e_live = live_nodes(early, &[]);
-    let l_live = live_nodes(late, &[]);
+    let e_live = live_nodes(early);
+    let l_live = live_nodes(late);
     let mut in_early: HashMap<u32, usize> = HashMap::new();
     for (i, &id) in e_ids.iter().enumerate() {
         if e_live[i] {
@@ -225,16 +234,9 @@ fn flat_index(domain: &[usize], kind: VarKind) -> IndexExpr {
     }
 }
 
-fn stage_var_kind(stage: &Stage) -> VarKind {
-    match stage {
-        Stage::Reduce { .. } => VarKind::Reduce,
-        Stage::Store { .. } => VarKind::Store,
-    }
-}
-
 /// Replaces node `r` of `stage` by a load of `scratch` at the current inner point.
 fn load_from_scratch(stage: &mut Stage, r: ExprRef, scratch: BufferId) {
-    let kind = stage_var_kind(stage);
+    let kind = stage.var_kind();
     let domain = stage.domain().to_vec();
     let body = match stage {
         Stage::Reduce { body, .. } | Stage::Store { body, .. } => body,
@@ -251,15 +253,14 @@ fn load_from_scratch(stage: &mut Stage, r: ExprRef, scratch: BufferId) {
 /// place of node `l` of stage `li`.
 fn apply(s: &mut Stashed, ei: usize, e: ExprRef, li: usize, l: ExprRef, scratch: BufferId) {
     let domain = s.kernel.stages[ei].domain().to_vec();
-    let kind = stage_var_kind(&s.kernel.stages[ei]);
+    let kind = s.kernel.stages[ei].var_kind();
     let write = StoreOp {
         buffer: scratch,
         index: flat_index(&domain, kind),
         value: e,
     };
     match &mut s.kernel.stages[ei] {
-        Stage::Store { stores, .. } => stores.push(write),
-        Stage::Reduce { .. } => s.reduce_stores[ei].push(write),
+        Stage::Store { stores, .. } | Stage::Reduce { stores, .. } => stores.push(write),
     }
     load_from_scratch(&mut s.kernel.stages[li], l, scratch);
 }
@@ -267,13 +268,11 @@ fn apply(s: &mut Stashed, ei: usize, e: ExprRef, li: usize, l: ExprRef, scratch:
 /// A stashed kernel in the form its lanes code runs (see `lanes.rs`): each scratch row
 /// holds `width` lanes per inner point, lane `l` of point `p` at `p*width + l`.
 #[derive(Clone, Debug)]
-pub(super) struct LaneStash {
-    /// The kernel with scratch accesses at `p*width + i_last`.
+pub struct LaneStash {
+    /// The kernel with its scratch accesses at `p*width + i_last`.
     pub kernel: Kernel,
-    /// Per stage: the stash writes of a reduction stage, in the same form.
-    pub reduce_stores: Vec<Vec<StoreOp>>,
     /// `(scalar scratch, lanes scratch)`: the lanes code addresses the scratch through
-    /// its own buffer id, whose base is the slot's minus `i_last` elements; the buffer is
+    /// its own buffer, whose base is the slot's minus `i_last` elements; that buffer is
     /// declared with `(points-1)*width + extent` elements, the range the index spans.
     pub scratch: Vec<(BufferId, Buffer)>,
     /// Bytes of each scratch slot (in the order of `scratch`): `points * width * 4`.
@@ -281,13 +280,9 @@ pub(super) struct LaneStash {
 }
 
 /// The lanes form of `s`, for lane groups of `width` points along the last outer axis
-/// (extent `extent`), or `None` when the scratch rows would exceed the budget.
-pub(super) fn lanes_form(
-    s: &Stashed,
-    buffers: usize,
-    width: usize,
-    extent: usize,
-) -> Option<LaneStash> {
+/// (extent `extent`), with its buffers numbered from `first_id`; `None` when the scratch
+/// rows would exceed the budget.
+pub fn lanes_form(s: &Stashed, first_id: usize, width: usize, extent: usize) -> Option<LaneStash> {
     let slot_bytes: Vec<usize> = s
         .scratch
         .iter()
@@ -300,7 +295,7 @@ pub(super) fn lanes_form(
     let mut scratch = Vec::with_capacity(s.scratch.len());
     let mut id_map = HashMap::new();
     for (k, b) in s.scratch.iter().enumerate() {
-        let id = BufferId((buffers + s.scratch.len() + k) as u32);
+        let id = BufferId((first_id + k) as u32);
         let numel = (b.ty.numel().checked_sub(1)?)
             .checked_mul(width)?
             .checked_add(extent)?;
@@ -310,7 +305,7 @@ pub(super) fn lanes_form(
             Buffer {
                 id,
                 ty,
-                kind: BufferKind::Intermediate,
+                kind: BufferKind::Scratch,
                 name: format!("{}_lanes", b.name),
             },
         ));
@@ -326,8 +321,9 @@ pub(super) fn lanes_form(
     let mut kernel = s.kernel.clone();
     for stage in &mut kernel.stages {
         let (body, stores) = match stage {
-            Stage::Reduce { body, .. } => (body, None),
-            Stage::Store { body, stores, .. } => (body, Some(stores)),
+            Stage::Reduce { body, stores, .. } | Stage::Store { body, stores, .. } => {
+                (body, stores)
+            }
         };
         for node in &mut body.nodes {
             if let ExprOp::Load(l) = &mut node.op {
@@ -337,32 +333,15 @@ pub(super) fn lanes_form(
                 }
             }
         }
-        for st in stores.into_iter().flatten() {
+        for st in stores {
             if let Some(&id) = id_map.get(&st.buffer) {
                 st.buffer = id;
                 st.index = lane_index(&st.index);
             }
         }
     }
-    let reduce_stores = s
-        .reduce_stores
-        .iter()
-        .map(|list| {
-            list.iter()
-                .map(|st| match id_map.get(&st.buffer) {
-                    Some(&id) => StoreOp {
-                        buffer: id,
-                        index: lane_index(&st.index),
-                        value: st.value,
-                    },
-                    None => st.clone(),
-                })
-                .collect()
-        })
-        .collect();
     Some(LaneStash {
         kernel,
-        reduce_stores,
         scratch,
         slot_bytes,
     })

@@ -20,7 +20,7 @@
 //! Compiling a function is split in two so that a pass of ours can run between Cranelift's
 //! mid-end and its lowering: [`Jit::define`] runs the e-graph pass itself (with an ISA at the
 //! requested `opt_level`), then interleaves the independent unrolled groups of each block
-//! (`codegen::interleave`, which must come after the e-graph because its elaboration lays
+//! (`interleave.rs` in this module, which must come after the e-graph because its elaboration lays
 //! every group out whole), verifies the result again, and hands it to the module, whose ISA
 //! has `opt_level=none` so that the e-graph does not run a second time. With
 //! [`OptLevel::None`] neither pass runs.
@@ -37,7 +37,9 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleError};
 
-use super::codegen::interleave::interleave_groups;
+mod interleave;
+
+use interleave::interleave_groups;
 
 /// Everything that can go wrong between building a function and getting its address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -275,12 +277,9 @@ impl Jit {
         self.ctx.clear();
         self.ctx.func = func;
         self.ctx.set_disasm(self.options.capture_dumps);
-        if let Err(message) = self.optimize(name) {
+        if let Err(e) = self.optimize(name) {
             self.ctx.clear();
-            return Err(JitError::Compile {
-                name: name.to_string(),
-                message,
-            });
+            return Err(e);
         }
         let module = self
             .module
@@ -318,24 +317,28 @@ impl Jit {
 
     /// The mid-end on `self.ctx.func`: Cranelift's e-graph pass (GVN, LICM, algebraic
     /// rewrites), then the interleaving of independent unrolled groups (see
-    /// `codegen::interleave`), which has to come after the e-graph because its elaboration
+    /// `interleave.rs`), which has to come after the e-graph because its elaboration
     /// lays each group out whole again. The module's own ISA has `opt_level=none`, so
     /// compiling does not run the e-graph a second time.
-    fn optimize(&mut self, name: &str) -> Result<(), String> {
+    fn optimize(&mut self, name: &str) -> Result<(), JitError> {
         if self.options.opt_level == OptLevel::None {
             return Ok(());
         }
+        let failed = |message: String| JitError::Compile {
+            name: name.to_string(),
+            message,
+        };
         let mut plane = ControlPlane::default();
         self.ctx
             .optimize(&*self.optimizer, &mut plane)
-            .map_err(|e| print_errors::pretty_error(&self.ctx.func, e))?;
+            .map_err(|e| failed(print_errors::pretty_error(&self.ctx.func, e)))?;
         interleave_groups(&mut self.ctx.func);
         // The reordering is ours, so check its output as strictly as the input.
         verify_function(&self.ctx.func, self.module().isa()).map_err(|errors| {
-            format!(
+            failed(format!(
                 "interleaving `{name}` broke the function:\n{}",
                 print_errors::pretty_verifier_error(&self.ctx.func, None, errors)
-            )
+            ))
         })?;
         Ok(())
     }
@@ -416,7 +419,7 @@ fn host_isa(options: &JitOptions, opt_level: OptLevel) -> Result<OwnedTargetIsa,
         "false"
     };
     set(&mut flags, "enable_verifier", verify)?;
-    // Kernels may keep up to 64 KiB of stash scratch in their frame (codegen/stash.rs):
+    // Kernels may keep up to 64 KiB of stash scratch in their frame (plan/stash.rs):
     // probe it page by page so a deep frame can never step over a stack guard page.
     set(&mut flags, "enable_probestack", "true")?;
     set(&mut flags, "probestack_strategy", "inline")?;

@@ -10,7 +10,7 @@
 //! same buffer must share the outer coefficients, and their spans are merged. Kernels
 //! that fail the test run on one thread.
 
-use super::index::split_linear;
+use super::analysis::split_linear;
 use ferrite_ir::loops::{BufferId, Kernel, Stage, Var, VarKind};
 use std::collections::HashMap;
 

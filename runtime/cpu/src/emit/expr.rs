@@ -8,7 +8,7 @@
 //! rounded once; integers wrap; casts truncate and saturate. Transcendentals come from
 //! [`VMath`](crate::VMath) (a few ulp; no libm calls), on scalars and on vectors alike.
 //!
-//! Vector code ([`super::vectorize`] decides where) holds `f32x4`, `i32x4` and `i32x4`
+//! Vector code (the plan's `vectorize` step decides where) holds `f32x4`, `i32x4` and `i32x4`
 //! masks; each node produces one vector per unrolled group, so several independent
 //! vectors are in flight.
 
@@ -16,8 +16,9 @@ use super::convert::{
     bf16_bits_to_f32, bitcast, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, iconst,
     round_f32_to, round_f64_to,
 };
-use super::kernel::Emitter;
-use super::vectorize::Lanes;
+use super::state::Emitter;
+use crate::error::{Error, Result};
+use crate::plan::Lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Signature, Type, Value};
 use ferrite_ir::loops::{scalar, Bound, ExprOp, ExprRef, IndexExpr, Load, Value as Lit};
@@ -98,12 +99,13 @@ impl Emitter<'_, '_> {
     // ---- shared helpers ----
 
     /// The scalar value of node `r` (computed earlier).
-    pub(super) fn scalar_of(&self, r: ExprRef) -> Result<Value, String> {
-        self.svals
+    pub(super) fn scalar_of(&self, r: ExprRef) -> Result<Value> {
+        self.vals
+            .scalar
             .get(r.index())
             .copied()
             .flatten()
-            .ok_or_else(|| format!("internal error: t{} used before it is computed", r.0))
+            .ok_or_else(|| Error::internal(format!("t{} used before it is computed", r.0)))
     }
 
     /// An integer or bool register widened to `i64` (sign-extending integers).
@@ -116,18 +118,22 @@ impl Emitter<'_, '_> {
     }
 
     /// A scalar constant of `dtype` (floats rounded to the dtype).
-    pub(super) fn constant(&mut self, v: Lit, dtype: DType) -> Result<Value, String> {
+    pub(super) fn constant(&mut self, v: Lit, dtype: DType) -> Result<Value> {
         Ok(match (scalar::round_to(v, dtype), dtype.category()) {
             (Lit::Float(x), Category::Float) => self.b.ins().f32const(x as f32),
             (Lit::Int(x), Category::Int) => iconst(self.b, scalar_type(dtype), x),
             (Lit::Bool(x), Category::Bool) => iconst(self.b, types::I8, x as i64),
-            (other, _) => return Err(format!("constant {other} is not a {dtype}")),
+            (other, _) => {
+                return Err(Error::internal(format!(
+                    "constant {other} is not a {dtype}"
+                )))
+            }
         })
     }
 
     fn flags_for(&self, buffer: ferrite_ir::loops::BufferId) -> MemFlagsData {
         let flags = MemFlagsData::new().with_notrap();
-        if self.read_only.contains(&buffer) {
+        if self.mem.read_only.contains(&buffer) {
             flags.with_readonly()
         } else {
             flags
@@ -139,11 +145,12 @@ impl Emitter<'_, '_> {
         &mut self,
         buffer: ferrite_ir::loops::BufferId,
         idx: Value,
-    ) -> Result<Value, String> {
+    ) -> Result<Value> {
         let base = *self
+            .mem
             .ptrs
             .get(&buffer)
-            .ok_or_else(|| format!("internal error: {buffer} has no pointer slot"))?;
+            .ok_or_else(|| Error::internal(format!("{buffer} has no pointer slot")))?;
         let size = self.buffer_dtype(buffer)?.size_bytes() as i64;
         let offset = match size {
             1 => idx,
@@ -152,14 +159,12 @@ impl Emitter<'_, '_> {
         Ok(self.b.ins().iadd(base, offset))
     }
 
-    pub(super) fn buffer_dtype(
-        &self,
-        buffer: ferrite_ir::loops::BufferId,
-    ) -> Result<DType, String> {
-        self.buffers
+    pub(super) fn buffer_dtype(&self, buffer: ferrite_ir::loops::BufferId) -> Result<DType> {
+        self.mem
+            .buffers
             .get(buffer.index())
             .map(|b| b.ty.dtype)
-            .ok_or_else(|| format!("{buffer} does not exist"))
+            .ok_or_else(|| Error::internal(format!("{buffer} does not exist")))
     }
 
     /// Loads one element of `dtype` at `addr` into its scalar register form.
@@ -205,14 +210,14 @@ impl Emitter<'_, '_> {
         &mut self,
         buffer: ferrite_ir::loops::BufferId,
         index: &ferrite_ir::loops::IndexExpr,
-    ) -> Result<(Value, MemFlagsData), String> {
+    ) -> Result<(Value, MemFlagsData)> {
         let idx = self.index_value(index)?;
         let addr = self.element_address(buffer, idx)?;
         Ok((addr, MemFlagsData::new().with_notrap()))
     }
 
     /// 1 when every bound of `guard` holds, else 0 (an `i8`).
-    fn guard_value(&mut self, guard: &[Bound]) -> Result<Option<Value>, String> {
+    fn guard_value(&mut self, guard: &[Bound]) -> Result<Option<Value>> {
         let mut all: Option<Value> = None;
         for g in guard {
             let x = self.index_value(&g.expr)?;
@@ -244,11 +249,11 @@ impl Emitter<'_, '_> {
 
     /// Branches to the kernel's error exit with a new code when `bad` (an `i8`) is set.
     pub(super) fn check(&mut self, bad: Value, message: String) {
-        self.checks.push(message);
-        let code = self.checks.len() as i64;
+        self.exits.checks.push(message);
+        let code = self.exits.checks.len() as i64;
         let code = self.b.ins().iconst(types::I32, code);
         let cont = self.b.create_block();
-        let err = self.err_block;
+        let err = self.exits.err_block;
         self.b.ins().brif(bad, err, &[code.into()], cont, &[]);
         self.b.switch_to_block(cont);
     }
@@ -256,8 +261,8 @@ impl Emitter<'_, '_> {
     // ---- scalar nodes ----
 
     /// Emits node `i` of the current stage body as scalar code.
-    pub(super) fn emit_scalar_node(&mut self, i: usize) -> Result<(), String> {
-        let body = self.body;
+    pub(super) fn emit_scalar_node(&mut self, i: usize) -> Result<()> {
+        let body = self.vals.body;
         let node = &body.nodes[i];
         let d = node.dtype;
         let dt = |r: &ExprRef| body.nodes[r.index()].dtype;
@@ -265,9 +270,10 @@ impl Emitter<'_, '_> {
             ExprOp::Const(c) => self.constant(*c, d)?,
             ExprOp::Load(l) => self.emit_load(i, l, d)?,
             ExprOp::Acc(a) => *self
-                .accs
+                .done
+                .scalar
                 .get(a)
-                .ok_or_else(|| format!("internal error: {a} is read before its stage"))?,
+                .ok_or_else(|| Error::internal(format!("{a} is read before its stage")))?,
             ExprOp::Index(e) => self.index_value(e)?,
             ExprOp::CheckedIndex {
                 value,
@@ -318,16 +324,17 @@ impl Emitter<'_, '_> {
                 self.scalar_cast(x, dt(a), d)
             }
         };
-        self.svals[i] = Some(v);
+        self.vals.scalar[i] = Some(v);
         Ok(())
     }
 
-    fn emit_load(&mut self, i: usize, l: &Load, d: DType) -> Result<Value, String> {
+    fn emit_load(&mut self, i: usize, l: &Load, d: DType) -> Result<Value> {
         let numel = self
+            .mem
             .buffers
             .get(l.buffer.index())
             .map(|b| b.ty.numel())
-            .ok_or_else(|| format!("{} does not exist", l.buffer))?;
+            .ok_or_else(|| Error::internal(format!("{} does not exist", l.buffer)))?;
         let guard = self.guard_value(&l.guard)?;
         let other = self.constant(l.other, d)?;
         if numel == 0 {
@@ -335,7 +342,7 @@ impl Emitter<'_, '_> {
             return Ok(other);
         }
         let mut idx = self.index_value(&l.index)?;
-        if self.clamped[i] {
+        if self.vals.clamped[i] {
             // The value is discarded when the guard fails, so any in-bounds index will do.
             let zero = self.b.ins().iconst(types::I64, 0);
             let last = self.b.ins().iconst(types::I64, numel as i64 - 1);
@@ -367,7 +374,7 @@ impl Emitter<'_, '_> {
 
     /// A unary op (other than `not`) on an `f32` or `f32x4` register.
     fn float_unary(&mut self, u: UnaryOp, x: Value) -> Value {
-        let vm = self.vm;
+        let vm = self.target.vm;
         match u {
             UnaryOp::Neg => self.b.ins().fneg(x),
             UnaryOp::Abs => self.b.ins().fabs(x),
@@ -467,7 +474,7 @@ impl Emitter<'_, '_> {
     /// `sin x` or `cos x`: vector math, and for the rare arguments beyond its accurate
     /// range (where it returns NaN) a cold path that recomputes those lanes in `f64`.
     fn trig(&mut self, cos: bool, x: Value) -> Value {
-        let vm = self.vm;
+        let vm = self.target.vm;
         let fast = if cos {
             vm.cos(self.b, x)
         } else {
@@ -489,18 +496,21 @@ impl Emitter<'_, '_> {
         self.b.ins().brif(any, slow, &[], done, &[fast.into()]);
         self.b.switch_to_block(slow);
         let helper: extern "C" fn(f32) -> f32 = if cos { f64_cos } else { f64_sin };
-        let sig = match self.trig_sig {
+        let sig = match self.target.trig_sig {
             Some(s) => s,
             None => {
-                let mut sig = Signature::new(self.call_conv);
+                let mut sig = Signature::new(self.target.call_conv);
                 sig.params.push(AbiParam::new(types::F32));
                 sig.returns.push(AbiParam::new(types::F32));
                 let s = self.b.import_signature(sig);
-                self.trig_sig = Some(s);
+                self.target.trig_sig = Some(s);
                 s
             }
         };
-        let callee = self.b.ins().iconst(self.ptr_type, helper as usize as i64);
+        let callee = self
+            .b
+            .ins()
+            .iconst(self.target.ptr_type, helper as usize as i64);
         let exact = if ty.is_vector() {
             let mut v = fast;
             for lane in 0..4u8 {
@@ -529,7 +539,7 @@ impl Emitter<'_, '_> {
     }
 
     /// `c ? t : f` for a scalar (`i8` condition) or a vector (mask) `t`.
-    fn select_any(&mut self, c: Value, t: Value, f: Value) -> Value {
+    pub(super) fn select_any(&mut self, c: Value, t: Value, f: Value) -> Value {
         if self.b.func.dfg.value_type(t).is_vector() {
             self.vselect(c, t, f)
         } else {
@@ -537,13 +547,7 @@ impl Emitter<'_, '_> {
         }
     }
 
-    fn scalar_unary(
-        &mut self,
-        u: UnaryOp,
-        x: Value,
-        from: DType,
-        d: DType,
-    ) -> Result<Value, String> {
+    fn scalar_unary(&mut self, u: UnaryOp, x: Value, from: DType, d: DType) -> Result<Value> {
         if u == UnaryOp::Not {
             let t = self.truth(x, from);
             return Ok(self.b.ins().bxor_imm_u(t, 1));
@@ -585,11 +589,16 @@ impl Emitter<'_, '_> {
                     self.b.ins().isub(pos, neg)
                 }
                 UnaryOp::Floor | UnaryOp::Ceil => x,
-                _ => return Err(format!("{} has no integer form", u.name())),
+                _ => return Err(Error::internal(format!("{} has no integer form", u.name()))),
             },
             Category::Bool => match u {
                 UnaryOp::Floor | UnaryOp::Ceil => x,
-                _ => return Err(format!("{} is not defined for bool", u.name())),
+                _ => {
+                    return Err(Error::internal(format!(
+                        "{} is not defined for bool",
+                        u.name()
+                    )))
+                }
             },
         })
     }
@@ -603,20 +612,20 @@ impl Emitter<'_, '_> {
             negative,
             "integers to negative integer powers are not allowed".to_string(),
         );
-        let sig = match self.ipow_sig {
+        let sig = match self.target.ipow_sig {
             Some(s) => s,
             None => {
-                let mut sig = Signature::new(self.call_conv);
+                let mut sig = Signature::new(self.target.call_conv);
                 sig.params.push(AbiParam::new(types::I64));
                 sig.params.push(AbiParam::new(types::I64));
                 sig.returns.push(AbiParam::new(types::I64));
                 let s = self.b.import_signature(sig);
-                self.ipow_sig = Some(s);
+                self.target.ipow_sig = Some(s);
                 s
             }
         };
         let f: extern "C" fn(i64, i64) -> i64 = int_pow;
-        let callee = self.b.ins().iconst(self.ptr_type, f as usize as i64);
+        let callee = self.b.ins().iconst(self.target.ptr_type, f as usize as i64);
         let call = self.b.ins().call_indirect(sig, callee, &[wx, wy]);
         let r = self.b.inst_results(call)[0];
         if d == DType::I32 {
@@ -633,7 +642,7 @@ impl Emitter<'_, '_> {
         y: Value,
         from: DType,
         d: DType,
-    ) -> Result<Value, String> {
+    ) -> Result<Value> {
         if op.is_logical() {
             let p = self.truth(x, from);
             let q = self.truth(y, from);
@@ -667,15 +676,15 @@ impl Emitter<'_, '_> {
                 } else {
                     let r = match op {
                         BinaryOp::Pow => {
-                            let vm = self.vm;
+                            let vm = self.target.vm;
                             vm.pow(self.b, x, y)
                         }
                         BinaryOp::Maximum => {
-                            let vm = self.vm;
+                            let vm = self.target.vm;
                             vm.maximum(self.b, x, y)
                         }
                         BinaryOp::Minimum => {
-                            let vm = self.vm;
+                            let vm = self.target.vm;
                             vm.minimum(self.b, x, y)
                         }
                         _ => self.float_arith(op, x, y),
@@ -690,12 +699,22 @@ impl Emitter<'_, '_> {
                 BinaryOp::Maximum => self.b.ins().smax(x, y),
                 BinaryOp::Minimum => self.b.ins().smin(x, y),
                 BinaryOp::Pow => self.int_pow_call(x, y, d),
-                _ => return Err(format!("{} has no integer form", op.name())),
+                _ => {
+                    return Err(Error::internal(format!(
+                        "{} has no integer form",
+                        op.name()
+                    )))
+                }
             },
             Category::Bool => match op {
                 BinaryOp::Maximum => self.b.ins().bor(x, y),
                 BinaryOp::Minimum | BinaryOp::Mul => self.b.ins().band(x, y),
-                _ => return Err(format!("{} is not defined for bool", op.name())),
+                _ => {
+                    return Err(Error::internal(format!(
+                        "{} is not defined for bool",
+                        op.name()
+                    )))
+                }
             },
         })
     }
@@ -751,24 +770,26 @@ impl Emitter<'_, '_> {
     // ---- vector nodes ----
 
     /// The vector of node `r` for unrolled group `g`: computed lanes, or its splat.
-    pub(super) fn vector_operand(&self, r: ExprRef, g: usize) -> Result<Value, String> {
+    pub(super) fn vector_operand(&self, r: ExprRef, g: usize) -> Result<Value> {
         if let Some(v) = self
-            .vvals
+            .vals
+            .vector
             .get(r.index())
             .and_then(|v| v.as_ref())
             .and_then(|v| v.get(g))
         {
             return Ok(*v);
         }
-        self.splat_vals
+        self.vals
+            .splat
             .get(r.index())
             .copied()
             .flatten()
-            .ok_or_else(|| format!("internal error: t{} has no vector value", r.0))
+            .ok_or_else(|| Error::internal(format!("t{} has no vector value", r.0)))
     }
 
     /// Splats the scalar value of node `i` (fixed in the vector loop) into `lanes`.
-    pub(super) fn emit_splat(&mut self, i: usize, lanes: Lanes) -> Result<(), String> {
+    pub(super) fn emit_splat(&mut self, i: usize, lanes: Lanes) -> Result<()> {
         let x = self.scalar_of(ExprRef(i as u32))?;
         let v = match lanes {
             Lanes::F32 => self.b.ins().splat(types::F32X4, x),
@@ -785,7 +806,7 @@ impl Emitter<'_, '_> {
                 self.b.ins().splat(types::I32X4, m)
             }
         };
-        self.splat_vals[i] = Some(v);
+        self.vals.splat[i] = Some(v);
         Ok(())
     }
 
@@ -812,13 +833,14 @@ impl Emitter<'_, '_> {
 
     /// Emits node `i` for unrolled group `g` (elements `4g..4g+4` after the loop
     /// variable's current value) as a vector of the lanes the plan gave it.
-    pub(super) fn emit_vector_node(&mut self, i: usize, g: usize) -> Result<(), String> {
-        let body = self.body;
+    pub(super) fn emit_vector_node(&mut self, i: usize, g: usize) -> Result<()> {
+        let body = self.vals.body;
         let node = &body.nodes[i];
-        let lanes_of = |s: &Self, r: &ExprRef| s.lanes.get(r.index()).copied().flatten();
+        let lanes_of = |s: &Self, r: &ExprRef| s.vals.lanes.get(r.index()).copied().flatten();
         let v = match &node.op {
             ExprOp::Load(l) => {
-                let lanes = self.lanes[i].ok_or("internal error: load without lanes")?;
+                let lanes =
+                    self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
                 let idx = self.index_value(&l.index)?;
                 let addr = self.element_address(l.buffer, idx)?;
                 let flags = self.flags_for(l.buffer);
@@ -827,10 +849,10 @@ impl Emitter<'_, '_> {
                     .load(vector_type(lanes), flags, addr, (16 * g) as i32)
             }
             ExprOp::Index(e) => {
-                let v = self.level_var(self.innermost);
-                let (rest, c) =
-                    super::index::split_linear(e, v).ok_or("internal error: index not linear")?;
-                let rest = rest.simplify(&self.ext);
+                let v = self.level_var(self.nest.innermost);
+                let (rest, c) = crate::plan::analysis::split_linear(e, v)
+                    .ok_or_else(|| Error::internal("index not linear"))?;
+                let rest = rest.simplify(&self.nest.ext);
                 // `rest + c*v` at lane 0, computed once per iteration (memoized).
                 let lane0 = rest + IndexExpr::Var(v) * c;
                 let base = self.index_value(&lane0)?;
@@ -846,13 +868,13 @@ impl Emitter<'_, '_> {
             }
             ExprOp::Unary(op, a) => {
                 let x = self.vector_operand(*a, g)?;
-                let from = lanes_of(self, a).ok_or("internal error: operand lanes")?;
+                let from = lanes_of(self, a).ok_or_else(|| Error::internal("operand lanes"))?;
                 self.vector_unary(*op, x, from)?
             }
             ExprOp::Binary(op, a, b) => {
                 let x = self.vector_operand(*a, g)?;
                 let y = self.vector_operand(*b, g)?;
-                let from = lanes_of(self, a).ok_or("internal error: operand lanes")?;
+                let from = lanes_of(self, a).ok_or_else(|| Error::internal("operand lanes"))?;
                 self.vector_binary(*op, x, y, from)?
             }
             ExprOp::Where(c, a, b) => {
@@ -863,23 +885,23 @@ impl Emitter<'_, '_> {
             }
             ExprOp::Cast(a) => {
                 let x = self.vector_operand(*a, g)?;
-                let from = lanes_of(self, a).ok_or("internal error: operand lanes")?;
-                let to = self.lanes[i].ok_or("internal error: cast without lanes")?;
+                let from = lanes_of(self, a).ok_or_else(|| Error::internal("operand lanes"))?;
+                let to = self.vals.lanes[i].ok_or_else(|| Error::internal("cast without lanes"))?;
                 self.vector_cast(x, from, to)
             }
             ExprOp::Const(_) | ExprOp::Acc(_) | ExprOp::CheckedIndex { .. } => {
-                return Err(format!("internal error: t{i} cannot be vector code"));
+                return Err(Error::internal(format!("t{i} cannot be vector code")));
             }
         };
-        let slot = self.vvals[i].get_or_insert_with(Vec::new);
+        let slot = self.vals.vector[i].get_or_insert_with(Vec::new);
         if slot.len() != g {
-            return Err(format!("internal error: t{i} emitted out of group order"));
+            return Err(Error::internal(format!("t{i} emitted out of group order")));
         }
         slot.push(v);
         Ok(())
     }
 
-    fn vector_unary(&mut self, op: UnaryOp, x: Value, from: Lanes) -> Result<Value, String> {
+    fn vector_unary(&mut self, op: UnaryOp, x: Value, from: Lanes) -> Result<Value> {
         Ok(match from {
             // `not` included: a mask of the lanes equal to zero.
             Lanes::F32 => self.float_unary(op, x),
@@ -895,7 +917,7 @@ impl Emitter<'_, '_> {
                     self.b.ins().icmp(IntCC::Equal, x, zero)
                 }
                 UnaryOp::Floor | UnaryOp::Ceil => x,
-                _ => return Err(format!("internal error: vector {} of i32", op.name())),
+                _ => return Err(Error::internal(format!("vector {} of i32", op.name()))),
             },
             Lanes::Mask => match op {
                 UnaryOp::Not => self.b.ins().bnot(x),
@@ -918,13 +940,7 @@ impl Emitter<'_, '_> {
         }
     }
 
-    fn vector_binary(
-        &mut self,
-        op: BinaryOp,
-        x: Value,
-        y: Value,
-        from: Lanes,
-    ) -> Result<Value, String> {
+    fn vector_binary(&mut self, op: BinaryOp, x: Value, y: Value, from: Lanes) -> Result<Value> {
         if op.is_logical() {
             let p = self.vector_truth(x, from);
             let q = self.vector_truth(y, from);
@@ -938,15 +954,15 @@ impl Emitter<'_, '_> {
             Lanes::F32 => match op {
                 _ if op.is_comparison() => self.b.ins().fcmp(float_cc(op), x, y),
                 BinaryOp::Pow => {
-                    let vm = self.vm;
+                    let vm = self.target.vm;
                     vm.pow(self.b, x, y)
                 }
                 BinaryOp::Maximum => {
-                    let vm = self.vm;
+                    let vm = self.target.vm;
                     vm.maximum(self.b, x, y)
                 }
                 BinaryOp::Minimum => {
-                    let vm = self.vm;
+                    let vm = self.target.vm;
                     vm.minimum(self.b, x, y)
                 }
                 _ => self.float_arith(op, x, y),
@@ -958,7 +974,7 @@ impl Emitter<'_, '_> {
                 BinaryOp::Mul => self.b.ins().imul(x, y),
                 BinaryOp::Maximum => self.b.ins().smax(x, y),
                 BinaryOp::Minimum => self.b.ins().smin(x, y),
-                _ => return Err(format!("internal error: vector {} of i32", op.name())),
+                _ => return Err(Error::internal(format!("vector {} of i32", op.name()))),
             },
             Lanes::Mask => match op {
                 BinaryOp::Eq => self.b.ins().icmp(IntCC::Equal, x, y),

@@ -9,13 +9,13 @@
 //! shape becomes a single loop. Broadcasts along the last axis (`bias[i_b]`) keep the
 //! axes apart, as they must.
 
-use super::index::{mentions, split_linear};
+use super::analysis::{mentions, split_linear, substitute};
 use ferrite_ir::loops::{Block, Extents, IndexExpr, Kernel, Stage, StoreOp, Var};
 
 /// `kernel` with its innermost outer axes merged where that keeps every index affine, or
 /// `None` when nothing merges (or the kernel is not a single store stage without
 /// inner loops).
-pub(super) fn coalesce_pointwise(kernel: &Kernel) -> Option<Kernel> {
+pub fn coalesce_pointwise(kernel: &Kernel) -> Option<Kernel> {
     let pointwise = kernel.stages.len() == 1
         && matches!(&kernel.stages[0], Stage::Store { domain, .. } if domain.is_empty());
     if !pointwise {
@@ -68,7 +68,7 @@ fn merge_last_two(kernel: &Kernel) -> Option<Kernel> {
 
 /// The single-store-stage `kernel` over a new outer `domain`, with every index expression
 /// (loads, guards, iotas, stores) rewritten by `rewrite`; `None` if it refuses one.
-pub(super) fn reindex_pointwise(
+pub fn reindex_pointwise(
     kernel: &Kernel,
     domain: Vec<usize>,
     mut rewrite: impl FnMut(&IndexExpr) -> Option<IndexExpr>,
@@ -104,18 +104,6 @@ pub(super) fn reindex_pointwise(
         }],
         ..kernel.clone()
     })
-}
-
-/// `e` with every variable `v` for which `with(v)` is `Some` replaced.
-pub(super) fn substitute(e: &IndexExpr, with: &impl Fn(Var) -> Option<IndexExpr>) -> IndexExpr {
-    match e {
-        IndexExpr::Var(v) => with(*v).unwrap_or_else(|| e.clone()),
-        IndexExpr::Const(_) | IndexExpr::Dynamic { .. } => e.clone(),
-        IndexExpr::Sum(ts) => IndexExpr::Sum(ts.iter().map(|t| substitute(t, with)).collect()),
-        IndexExpr::Mul(x, c) => IndexExpr::Mul(Box::new(substitute(x, with)), *c),
-        IndexExpr::FloorDiv(x, c) => IndexExpr::FloorDiv(Box::new(substitute(x, with)), *c),
-        IndexExpr::Mod(x, c) => IndexExpr::Mod(Box::new(substitute(x, with)), *c),
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,402 @@
+//! One planned kernel to one Cranelift function: the outer loop, stages, reductions, stores.
+//!
+//! The function is `fn(slots: *const *mut u8, begin: i64, end: i64) -> i32`. It runs the
+//! points `begin..end` of the kernel's outer domain, flattened row-major, so a thread pool
+//! can hand disjoint ranges to its workers. `slots` holds one base pointer per buffer the
+//! kernel touches (see [`KernelInfo::slots`]). It returns 0, or the 1-based number of the
+//! run-time check that failed (see [`KernelInfo::checks`]).
+//!
+//! The outer coordinates `i0, i1, ..` are decomposed from `begin` once (division by the
+//! extents) and then carried: each step increments the innermost coordinate and wraps
+//! into the next one, branch-free. Two loop shapes exist:
+//!
+//! - a kernel that is a single store stage without inner loops (a pointwise kernel) runs
+//!   its innermost outer axis as the loop: each iteration of the outer loop covers the
+//!   rest of a row (or of the range), and that row loop is what gets vectorized;
+//! - every other kernel runs its stages at each outer point, each stage a loop nest over
+//!   its inner domain whose innermost loop may be vectorized.
+//!
+//! When the plan gives the kernel lanes, each step first tests whether a whole group of
+//! points is left in the row and in the range, and runs it as a lanes step; the other
+//! points run one at a time. The stages themselves are `stage.rs`'s.
+
+use super::stage::Shape;
+use super::state::{Emitter, Exits, Finished, LoopSpec, Memory, Nest, Target, Values};
+use crate::error::{Error, Result};
+use crate::jit::Jit;
+use crate::plan::analysis::is_pointwise;
+use crate::plan::{Schedule, StagePlan, StageReport};
+use crate::vmath::VMath;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{
+    types, Block as ClifBlock, Function, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind,
+};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use ferrite_ir::loops::{Buffer, BufferId, BufferKind, ExprOp, Extents, Kernel, Var};
+use std::collections::{HashMap, HashSet};
+
+/// What the executor needs to know about a compiled kernel function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelInfo {
+    /// The function's name in the JIT module.
+    pub function: String,
+    /// The kernel's name in the program.
+    pub kernel: String,
+    /// `slots[s]` is the buffer whose base pointer goes in slot `s` of the call.
+    pub slots: Vec<BufferId>,
+    /// Run-time check messages: a call returning `k > 0` failed check `checks[k - 1]`.
+    pub checks: Vec<String>,
+    /// One report per stage.
+    pub stages: Vec<StageReport>,
+    /// Whether outer points write disjoint elements, so ranges may run in parallel.
+    pub parallel: bool,
+    /// Points of the outer domain.
+    pub points: usize,
+    /// Inner-loop iterations per outer point (at least 1 per stage), to size work chunks.
+    pub work_per_point: usize,
+    /// Rewrites made before emission (values stashed once per point), one line each.
+    pub notes: Vec<String>,
+}
+
+/// Builds (without compiling) the Cranelift function `name` computing the planned
+/// `kernel` (whose buffers are `buffers`) as `schedule` says, for the ISA of `jit`.
+pub fn function(
+    jit: &Jit,
+    name: &str,
+    buffers: &[Buffer],
+    kernel: &Kernel,
+    schedule: &Schedule,
+) -> Result<(Function, KernelInfo)> {
+    let ptr_type = jit.pointer_type();
+    let signature = jit.signature(&[ptr_type, types::I64, types::I64], &[types::I32]);
+    let call_conv = signature.call_conv;
+    let mut func = jit.new_function(name, signature);
+    let mut fctx = FunctionBuilderContext::new();
+    let vm = VMath::for_isa(jit.isa());
+    let frontend_config = jit.isa().frontend_config();
+    let scratch = |b: &BufferId| {
+        buffers
+            .get(b.index())
+            .is_some_and(|b| b.kind == BufferKind::Scratch)
+    };
+    let mut slots: Vec<BufferId> = kernel
+        .reads
+        .iter()
+        .chain(&kernel.writes)
+        .map(|a| a.buffer)
+        .collect();
+    for stage in &kernel.stages {
+        for node in &stage.body().nodes {
+            if let ExprOp::Load(l) = &node.op {
+                slots.push(l.buffer);
+            }
+        }
+        slots.extend(stage.stores().iter().map(|s| s.buffer));
+    }
+    // Scratch buffers live in the stack frame, not in a slot.
+    slots.retain(|b| !scratch(b));
+    slots.sort();
+    slots.dedup();
+    for s in &slots {
+        if s.index() >= buffers.len() {
+            return Err(Error::InvalidProgram {
+                message: format!("kernel {}: {s} does not exist", kernel.name),
+            });
+        }
+    }
+    let written: HashSet<BufferId> = kernel
+        .stages
+        .iter()
+        .flat_map(|s| s.stores().iter().map(|w| w.buffer))
+        .collect();
+    let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    let err_block = b.create_block();
+    b.append_block_param(err_block, types::I32);
+    b.set_cold_block(err_block);
+    let mut e = Emitter {
+        b: &mut b,
+        target: Target {
+            vm,
+            call_conv,
+            ptr_type,
+            has_fma: jit.has_fma(),
+            ipow_sig: None,
+            trig_sig: None,
+        },
+        mem: Memory {
+            buffers,
+            ptrs: HashMap::new(),
+            read_only: slots
+                .iter()
+                .copied()
+                .filter(|s| !written.contains(s))
+                .collect(),
+        },
+        exits: Exits {
+            checks: Vec::new(),
+            err_block,
+        },
+        nest: Nest::default(),
+        vals: Values::new(),
+        done: Finished::default(),
+    };
+    e.emit_kernel(entry, kernel, &slots, schedule)?;
+    let checks = std::mem::take(&mut e.exits.checks);
+    drop(e);
+    b.seal_all_blocks();
+    b.finalize(frontend_config);
+    let info = KernelInfo {
+        function: name.to_string(),
+        kernel: kernel.name.clone(),
+        slots,
+        checks,
+        stages: schedule.reports(),
+        parallel: schedule.parallel,
+        points: kernel.domain.iter().product(),
+        work_per_point: kernel
+            .stages
+            .iter()
+            .map(|s| s.domain().iter().product::<usize>().max(1))
+            .sum(),
+        notes: schedule.notes.clone(),
+    };
+    Ok((func, info))
+}
+
+impl<'a> Emitter<'a, '_> {
+    /// The whole function body: entry, outer loop, exits.
+    fn emit_kernel(
+        &mut self,
+        entry: ClifBlock,
+        kernel: &'a Kernel,
+        slots: &[BufferId],
+        schedule: &'a Schedule,
+    ) -> Result<()> {
+        self.b.switch_to_block(entry);
+        let params = self.b.block_params(entry).to_vec();
+        let (slot_ptr, begin, end) = (params[0], params[1], params[2]);
+        let slot_flags = MemFlagsData::trusted().with_readonly();
+        for (i, &buf) in slots.iter().enumerate() {
+            let offset = (i * self.target.ptr_type.bytes() as usize) as i32;
+            let p = self
+                .b
+                .ins()
+                .load(self.target.ptr_type, slot_flags, slot_ptr, offset);
+            self.mem.ptrs.insert(buf, p);
+        }
+        for s in &schedule.scratch {
+            // 16-byte aligned, like the vectors it holds.
+            let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+                StackSlotKind::ExplicitSlot,
+                s.bytes as u32,
+                4,
+            ));
+            let p = self.b.ins().stack_addr(self.target.ptr_type, slot, 0);
+            self.mem.ptrs.insert(s.buffer, p);
+        }
+        let done = self.b.create_block();
+        let body = self.b.create_block();
+        if kernel.domain.contains(&0) {
+            // No points: there is nothing to run (and no extent to divide by).
+            self.b.ins().jump(done, &[]);
+            self.b.switch_to_block(done);
+            let ok = self.b.ins().iconst(types::I32, 0);
+            self.b.ins().return_(&[ok]);
+            self.b.switch_to_block(body);
+            self.b.ins().jump(done, &[]);
+            self.b.switch_to_block(self.exits.err_block);
+            let code = self.b.block_params(self.exits.err_block)[0];
+            self.b.ins().return_(&[code]);
+            return Ok(());
+        }
+        let empty = self
+            .b
+            .ins()
+            .icmp(IntCC::SignedGreaterThanOrEqual, begin, end);
+        self.b.ins().brif(empty, done, &[], body, &[]);
+        self.b.switch_to_block(body);
+
+        // The outer coordinates of `begin`, then carried from point to point.
+        let domain = &kernel.domain;
+        let n = domain.len();
+        let flat = self.new_var(types::I64, begin);
+        let mut coords = Vec::with_capacity(n);
+        let mut rest = begin;
+        for k in (0..n).rev() {
+            if k == 0 {
+                coords.push(rest);
+            } else {
+                let d = domain[k] as i64;
+                coords.push(self.b.ins().urem_imm_u(rest, d));
+                rest = self.b.ins().udiv_imm_u(rest, d);
+            }
+        }
+        coords.reverse();
+        let outer: Vec<Variable> = coords
+            .iter()
+            .map(|&c| self.new_var(types::I64, c))
+            .collect();
+        let header = self.b.create_block();
+        self.b.ins().jump(header, &[]);
+        self.b.switch_to_block(header);
+
+        let row_loop = n >= 1 && is_pointwise(kernel);
+        self.done.scalar.clear();
+        let step = if row_loop {
+            let last = n - 1;
+            for (k, &v) in outer.iter().enumerate().take(last) {
+                self.nest.vars.insert(Var::outer(k), v);
+            }
+            let i_last = self.b.use_var(outer[last]);
+            let f = self.b.use_var(flat);
+            let left_in_range = self.b.ins().isub(end, f);
+            let d_last = self.b.ins().iconst(types::I64, domain[last] as i64);
+            let left_in_row = self.b.ins().isub(d_last, i_last);
+            let seg = self.b.ins().smin(left_in_range, left_in_row);
+            let seg_end = self.b.ins().iadd(i_last, seg);
+            let row_var = self.b.declare_var(types::I64);
+            self.nest.vars.insert(Var::outer(last), row_var);
+            let spec = LoopSpec {
+                var: Var::outer(last),
+                extent: domain[last],
+                start: i_last,
+                end: seg_end,
+            };
+            let ext = Extents {
+                outer: domain.clone(),
+                reduce: vec![],
+                store: vec![],
+            };
+            let plan = stage_plan(schedule, 0)?;
+            self.emit_stage(&kernel.stages[0], ext, vec![spec], Shape::Point(plan))?;
+            let next_last = self.b.ins().iadd(i_last, seg);
+            self.b.def_var(outer[last], next_last);
+            seg
+        } else {
+            for (k, &v) in outer.iter().enumerate() {
+                self.nest.vars.insert(Var::outer(k), v);
+            }
+            let step_var = self.b.declare_var(types::I64);
+            let join = self.b.create_block();
+            if let Some(plan) = &schedule.lanes {
+                // A whole group of points left in the row and in the range: a lanes step.
+                let width = 4 * plan.unroll as i64;
+                let i_last = self.b.use_var(outer[n - 1]);
+                let group_end = self.b.ins().iadd_imm_s(i_last, width);
+                let in_row = self.b.ins().icmp_imm_s(
+                    IntCC::SignedLessThanOrEqual,
+                    group_end,
+                    domain[n - 1] as i64,
+                );
+                let f = self.b.use_var(flat);
+                let f_end = self.b.ins().iadd_imm_s(f, width);
+                let in_range = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, f_end, end);
+                let whole = self.b.ins().band(in_row, in_range);
+                let lanes_block = self.b.create_block();
+                let scalar_block = self.b.create_block();
+                self.b
+                    .ins()
+                    .brif(whole, lanes_block, &[], scalar_block, &[]);
+                self.b.switch_to_block(lanes_block);
+                self.done.lanes.clear();
+                let lane_kernel = match &plan.stash {
+                    Some(ls) => {
+                        // Lane `l` of inner point `p` lives at `p*width + l` of the slot:
+                        // the lanes index `p*width + i_last + l` from a base `i_last`
+                        // elements below the slot. The step runs only for
+                        // `i_last + width <= extent`, so every access is in the slot.
+                        let i_last = self.b.use_var(outer[n - 1]);
+                        let shift = self.b.ins().ishl_imm_u(i_last, 2);
+                        for (scalar_id, lane_buf) in &ls.scratch {
+                            let slot = *self
+                                .mem
+                                .ptrs
+                                .get(scalar_id)
+                                .ok_or_else(|| Error::internal("scratch without a slot"))?;
+                            let base = self.b.ins().isub(slot, shift);
+                            self.mem.ptrs.insert(lane_buf.id, base);
+                        }
+                        &ls.kernel
+                    }
+                    None => kernel,
+                };
+                for (si, stage) in lane_kernel.stages.iter().enumerate() {
+                    let ext = stage.extents(domain);
+                    let loops = self.stage_loops(stage);
+                    let step = plan
+                        .plans
+                        .get(si)
+                        .ok_or_else(|| Error::internal(format!("lanes stage {si} has no plan")))?;
+                    let shape = Shape::Lanes {
+                        outer: plan,
+                        stage: &plan.stages[si],
+                        plan: step,
+                    };
+                    self.emit_stage(stage, ext, loops, shape)?;
+                }
+                self.done.lanes.clear();
+                let i_last = self.b.use_var(outer[n - 1]);
+                let next = self.b.ins().iadd_imm_s(i_last, width);
+                self.b.def_var(outer[n - 1], next);
+                let w = self.b.ins().iconst(types::I64, width);
+                self.b.def_var(step_var, w);
+                self.b.ins().jump(join, &[]);
+                self.b.switch_to_block(scalar_block);
+            }
+            self.done.scalar.clear();
+            for (si, stage) in kernel.stages.iter().enumerate() {
+                let ext = stage.extents(domain);
+                let loops = self.stage_loops(stage);
+                let shape = Shape::Point(stage_plan(schedule, si)?);
+                self.emit_stage(stage, ext, loops, shape)?;
+            }
+            if n > 0 {
+                let i_last = self.b.use_var(outer[n - 1]);
+                let next = self.b.ins().iadd_imm_s(i_last, 1);
+                self.b.def_var(outer[n - 1], next);
+            }
+            let one = self.b.ins().iconst(types::I64, 1);
+            self.b.def_var(step_var, one);
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(join);
+            self.b.use_var(step_var)
+        };
+        let f = self.b.use_var(flat);
+        let next = self.b.ins().iadd(f, step);
+        self.b.def_var(flat, next);
+        let more = self.b.ins().icmp(IntCC::SignedLessThan, next, end);
+        let latch = self.b.create_block();
+        self.b.ins().brif(more, latch, &[], done, &[]);
+        self.b.switch_to_block(latch);
+        // Carry: a coordinate that reached its extent wraps to 0 and bumps the next one.
+        for k in (1..n).rev() {
+            let x = self.b.use_var(outer[k]);
+            let wrap = self.b.ins().icmp_imm_s(IntCC::Equal, x, domain[k] as i64);
+            let zero = self.b.ins().iconst(types::I64, 0);
+            let x = self.b.ins().select(wrap, zero, x);
+            self.b.def_var(outer[k], x);
+            let up = self.b.use_var(outer[k - 1]);
+            let carry = self.b.ins().uextend(types::I64, wrap);
+            let up = self.b.ins().iadd(up, carry);
+            self.b.def_var(outer[k - 1], up);
+        }
+        self.b.ins().jump(header, &[]);
+        self.b.switch_to_block(done);
+        let ok = self.b.ins().iconst(types::I32, 0);
+        self.b.ins().return_(&[ok]);
+        self.b.switch_to_block(self.exits.err_block);
+        let code = self.b.block_params(self.exits.err_block)[0];
+        self.b.ins().return_(&[code]);
+        Ok(())
+    }
+}
+
+/// The plan of stage `index` of the kernel `schedule` belongs to.
+fn stage_plan(schedule: &Schedule, index: usize) -> Result<&StagePlan> {
+    schedule
+        .stages
+        .get(index)
+        .ok_or_else(|| Error::internal(format!("stage {index} has no plan")))
+}

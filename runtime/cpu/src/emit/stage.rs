@@ -1,0 +1,345 @@
+//! One stage at the current position: its loop nest, the nodes computed at each level,
+//! and the work done at each point, in one path for the ways a point runs ([`Shape`]):
+//! one point at a time (its innermost loop possibly vector code first), or a lanes step
+//! of several outer points at once.
+//!
+//! Every node is emitted at the outermost loop level where its inputs are fixed, so
+//! loop-invariant work is hoisted by construction, and so is the fixed part of every
+//! index. A vectorized innermost loop runs `4 * unroll` elements per iteration (group by
+//! group, so each group's values die before the next starts), then four, then a scalar
+//! tail.
+
+use super::reduce::Accumulators;
+use super::state::{Emitter, LoopSpec};
+use crate::error::{Error, Result};
+use crate::plan::analysis::{live_nodes, node_indices, Levels};
+use crate::plan::{OuterLanes, StageLanes, StagePlan, VectorPlan};
+use cranelift_codegen::ir::{types, InstBuilder};
+use cranelift_frontend::Variable;
+use ferrite_ir::loops::{Block, ExprOp, Extents, IndexExpr, Reduction, Stage, StoreOp};
+
+/// How the points of a stage run.
+#[derive(Clone, Copy)]
+pub(super) enum Shape<'s> {
+    /// One point at a time, as the plan says; the innermost loop may first run as vector
+    /// code.
+    Point(&'s StagePlan),
+    /// A lanes step (`4 * unroll` neighbouring outer points): the nodes that vary with
+    /// the last outer coordinate are vectors, one per group of four points.
+    Lanes {
+        outer: &'s OuterLanes,
+        stage: &'s StageLanes,
+        plan: &'s StagePlan,
+    },
+}
+
+/// Everything the loop emission of one stage reads.
+struct StageCtx<'s> {
+    loops: &'s [LoopSpec],
+    live: &'s [bool],
+    parts: &'s [Vec<IndexExpr>],
+    reductions: &'s [Reduction],
+    stores: &'s [StoreOp],
+    accs: &'s Accumulators,
+    shape: Shape<'s>,
+}
+
+impl StageCtx<'_> {
+    /// The groups whose per-point work a point of the nest does: the scalar point, or
+    /// every group of a lanes step.
+    fn point_groups(&self) -> Vec<Option<usize>> {
+        match self.shape {
+            Shape::Point(_) => vec![None],
+            Shape::Lanes { outer, .. } => (0..outer.unroll).map(Some).collect(),
+        }
+    }
+}
+
+impl<'a> Emitter<'a, '_> {
+    /// The loops of a stage's inner domain, from 0 to each extent, with fresh variables.
+    pub(super) fn stage_loops(&mut self, stage: &Stage) -> Vec<LoopSpec> {
+        crate::plan::analysis::stage_loops(stage)
+            .into_iter()
+            .map(|(var, d)| {
+                let start = self.b.ins().iconst(types::I64, 0);
+                let end = self.b.ins().iconst(types::I64, d as i64);
+                self.nest.vars.insert(var, self.b.declare_var(types::I64));
+                LoopSpec {
+                    var,
+                    extent: d,
+                    start,
+                    end,
+                }
+            })
+            .collect()
+    }
+
+    /// Emits one stage at the current position (one outer point, a row, or a lanes
+    /// group) over `loops`, as `shape` says.
+    pub(super) fn emit_stage(
+        &mut self,
+        stage: &'a Stage,
+        ext: Extents,
+        loops: Vec<LoopSpec>,
+        shape: Shape<'_>,
+    ) -> Result<()> {
+        let (body, live, reductions, stores) = self.begin_stage(stage, ext, &loops);
+        let n = body.nodes.len();
+        let runs = loops.iter().all(|l| l.extent > 0);
+        let accs = match shape {
+            Shape::Point(plan) => {
+                // Reductions start at their identities whether or not the loop runs.
+                let scalar = self.init_accumulators(reductions, body)?;
+                if runs {
+                    self.vals.clamped = plan.clamped.clone();
+                    self.vals.lanes = match &plan.vector {
+                        Some(p) => p.lanes.clone(),
+                        None => vec![None; n],
+                    };
+                }
+                let vectorized = runs && plan.vector.is_some();
+                self.init_vector_accumulators(reductions, scalar, vectorized, plan.unroll)
+            }
+            Shape::Lanes {
+                outer, stage, plan, ..
+            } => {
+                self.vals.clamped = plan.clamped.clone();
+                self.vals.lanes = stage.lanes.clone();
+                for (i, node) in body.nodes.iter().enumerate() {
+                    if let ExprOp::Acc(a) = &node.op {
+                        if live[i] {
+                            let v = self.done.lanes.get(a).cloned().ok_or_else(|| {
+                                Error::internal(format!("{a} has no lane values"))
+                            })?;
+                            self.vals.vector[i] = Some(v);
+                        }
+                    }
+                }
+                self.init_lane_accumulators(reductions, outer.unroll)
+            }
+        };
+        if runs {
+            let parts = self.hoisted_parts(body, &live, stores, loops.len());
+            let ctx = StageCtx {
+                loops: &loops,
+                live: &live,
+                parts: &parts,
+                reductions,
+                stores,
+                accs: &accs,
+                shape,
+            };
+            self.emit_level(&ctx, 0)?;
+            if loops.is_empty() {
+                self.point(&ctx, &ctx.point_groups())?;
+            } else {
+                self.emit_loop(&ctx, 1)?;
+            }
+        }
+        self.finish_accumulators(reductions, &accs)?;
+        self.nest.index_memo.clear();
+        for l in &loops {
+            self.nest.vars.remove(&l.var);
+        }
+        self.nest.levels = Levels::default();
+        self.nest.loop_vars.clear();
+        Ok(())
+    }
+
+    /// Resets the per-stage emission state for `stage` over `loops`: returns its body,
+    /// live nodes, reductions and stores.
+    fn begin_stage(
+        &mut self,
+        stage: &'a Stage,
+        ext: Extents,
+        loops: &[LoopSpec],
+    ) -> (&'a Block, Vec<bool>, &'a [Reduction], &'a [StoreOp]) {
+        let body = stage.body();
+        let n = body.nodes.len();
+        self.vals.body = body;
+        self.nest.ext = ext;
+        self.nest.loop_vars = loops.iter().map(|l| l.var).collect();
+        self.nest.levels = Levels::new(body, &self.nest.loop_vars);
+        self.nest.innermost = loops.len();
+        self.nest.index_memo.clear();
+        self.vals.scalar = vec![None; n];
+        self.vals.vector = vec![None; n];
+        self.vals.splat = vec![None; n];
+        let live = live_nodes(stage);
+        let reductions: &[Reduction] = match stage {
+            Stage::Reduce { reductions, .. } => reductions,
+            Stage::Store { .. } => &[],
+        };
+        (body, live, reductions, stage.stores())
+    }
+
+    /// The loop-invariant parts of the stage's index expressions, by the level where they
+    /// become fixed (emitted there, so inner loops only add the moving part).
+    fn hoisted_parts(
+        &self,
+        body: &Block,
+        live: &[bool],
+        stores: &[StoreOp],
+        levels: usize,
+    ) -> Vec<Vec<IndexExpr>> {
+        let mut parts: Vec<Vec<IndexExpr>> = vec![Vec::new(); levels + 1];
+        let mut found = Vec::new();
+        for (i, node) in body.nodes.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            for e in node_indices(&node.op) {
+                self.invariant_parts(e, &mut found);
+            }
+        }
+        for s in stores {
+            self.invariant_parts(&s.index, &mut found);
+        }
+        for (e, level) in found {
+            if !parts[level].contains(&e) {
+                parts[level].push(e);
+            }
+        }
+        parts
+    }
+
+    /// The nodes fixed at `level` (for a lanes step: vectors for every group where they
+    /// vary, else scalars, splatted when vector code uses them), then the index parts
+    /// that become fixed there.
+    fn emit_level(&mut self, ctx: &StageCtx<'_>, level: usize) -> Result<()> {
+        for i in 0..self.vals.body.nodes.len() {
+            if !ctx.live[i] || self.node_level(i) != level {
+                continue;
+            }
+            match ctx.shape {
+                Shape::Lanes { outer, stage, .. } if stage.varies[i] => {
+                    // Accumulators of earlier stages already hold their lanes.
+                    if matches!(self.vals.body.nodes[i].op, ExprOp::Acc(_)) {
+                        continue;
+                    }
+                    for g in 0..outer.unroll {
+                        self.emit_vector_node(i, g)?;
+                    }
+                }
+                Shape::Lanes { stage, .. } => {
+                    self.emit_scalar_node(i)?;
+                    if stage.splats[i] {
+                        let lanes =
+                            stage.lanes[i].ok_or_else(|| Error::internal("splat without lanes"))?;
+                        self.emit_splat(i, lanes)?;
+                    }
+                }
+                Shape::Point(_) => self.emit_scalar_node(i)?,
+            }
+        }
+        for e in &ctx.parts[level] {
+            self.index_value(e)?;
+        }
+        Ok(())
+    }
+
+    /// The loop of `level` and everything inside it.
+    fn emit_loop(&mut self, ctx: &StageCtx<'_>, level: usize) -> Result<()> {
+        let spec = ctx.loops[level - 1];
+        let var = *self
+            .nest
+            .vars
+            .get(&spec.var)
+            .ok_or_else(|| Error::internal(format!("{} has no variable", spec.var)))?;
+        self.b.def_var(var, spec.start);
+        let innermost = level == ctx.loops.len();
+        if innermost {
+            if let Shape::Point(StagePlan {
+                vector: Some(vector),
+                unroll,
+                ..
+            }) = ctx.shape
+            {
+                self.emit_vector_loops(ctx, level, var, spec, vector, *unroll)?;
+            }
+        }
+        let lp = self.begin_loop(var, spec.end);
+        self.emit_level(ctx, level)?;
+        if innermost {
+            self.point(ctx, &ctx.point_groups())?;
+        } else {
+            self.emit_loop(ctx, level + 1)?;
+        }
+        self.end_loop(var, 1, lp);
+        self.forget_from(level);
+        Ok(())
+    }
+
+    /// The vector loops over the innermost level: `4 * unroll` elements per iteration,
+    /// then four, leaving the rest to the scalar loop after them.
+    fn emit_vector_loops(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        spec: LoopSpec,
+        vector: &VectorPlan,
+        unroll: usize,
+    ) -> Result<()> {
+        for &i in &vector.splats {
+            let lanes = self.vals.lanes[i].ok_or_else(|| Error::internal("splat without lanes"))?;
+            self.emit_splat(i, lanes)?;
+        }
+        let len = self.b.ins().isub(spec.end, spec.start);
+        let mut shapes = Vec::new();
+        if unroll > 1 {
+            shapes.push(unroll);
+        }
+        shapes.push(1);
+        for u in shapes {
+            let width = 4 * u as i64;
+            let whole = self.b.ins().band_imm_s(len, !(width - 1));
+            let end = self.b.ins().iadd(spec.start, whole);
+            let lp = self.begin_loop(var, end);
+            // Group by group: each group's values die before the next starts, so long
+            // bodies (vector math) do not run out of registers.
+            for g in 0..u {
+                for i in 0..self.vals.body.nodes.len() {
+                    if ctx.live[i] && self.node_level(i) == level {
+                        self.emit_vector_node(i, g)?;
+                    }
+                }
+                self.point(ctx, &[Some(g)])?;
+            }
+            if u == unroll {
+                self.fold_sums(ctx.accs);
+            }
+            self.end_loop(var, width, lp);
+            self.forget_from(level);
+        }
+        Ok(())
+    }
+
+    /// The work of one point of the nest for `groups` (`None`: the scalar point): every
+    /// store, then every reduction's accumulation.
+    fn point(&mut self, ctx: &StageCtx<'_>, groups: &[Option<usize>]) -> Result<()> {
+        for s in ctx.stores {
+            for &g in groups {
+                match g {
+                    None => {
+                        let value = self.scalar_of(s.value)?;
+                        let dtype = self.buffer_dtype(s.buffer)?;
+                        let (addr, flags) = self.store_address(s.buffer, &s.index)?;
+                        self.store_scalar(dtype, flags, value, addr);
+                    }
+                    Some(g) => {
+                        let x = self.vector_operand(s.value, g)?;
+                        let (addr, flags) = self.store_address(s.buffer, &s.index)?;
+                        self.b.ins().store(flags, x, addr, (16 * g) as i32);
+                    }
+                }
+            }
+        }
+        for (ri, r) in ctx.reductions.iter().enumerate() {
+            for &g in groups {
+                self.accumulate(r, ri, ctx.accs, g)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,605 @@
+//! The CPU plan: every rewrite and decision the backend makes before emitting code, as
+//! loop IR to loop IR.
+//!
+//! The plan runs a fixed list of named steps (the tables below). Each takes the program
+//! (or one kernel) and returns it rewritten, together with the [`Schedule`] it decided;
+//! after each step the result is checked by the loop-IR verifier, so a step that breaks
+//! an invariant is caught by name. The output, a [`CpuPlan`], is complete loop IR (the
+//! evaluator runs it to the same results as the input) with the schedule beside it, and
+//! its `Display` is what `ferrite compile --dump` writes as `05-cpu-plan.loop`. The
+//! emitter ([`crate::emit`]) then only translates it to Cranelift.
+//!
+//! The steps, file by file:
+//!
+//! - `epilogue.rs` (`split-gemm`): a matmul kernel becomes the product kernel, run by the
+//!   extern GEMM, and an epilogue kernel reading the product.
+//! - `coalesce.rs`: a pointwise kernel's innermost outer axes merged where every index
+//!   stays affine, so short rows still make long vector loops.
+//! - `disjoint.rs`: whether outer points write disjoint elements (else the kernel runs on
+//!   one thread, and tiles and lanes, which reorder points, are off).
+//! - `tile.rs`: a pointwise kernel whose loads stride across rows (a transpose) walks its
+//!   outer domain in 16x16 tiles, so each tile's lines stay in L1.
+//! - `lanes.rs`: kernels whose inner loops stride (reductions over a leading axis, a
+//!   matmul without the extern GEMM) take four neighbouring outer points as the lanes
+//!   instead, one accumulator per lane, with the scalar code's numerics.
+//! - `stash.rs`: a transcendental that two stages of a kernel both compute (softmax's
+//!   `exp(x - max)` in its sum and its store stage) computed once per outer point into a
+//!   scratch row (a stack slot) that the later stage reads back.
+//! - `vectorize.rs`: the SIMD decision for each stage's innermost loop (contiguous
+//!   accesses, lane-wise ops) or why it stays scalar, with the proof that every access is
+//!   in bounds (`analysis.rs`).
+//!
+//! Architecture Invariant: nothing here knows Cranelift; the plan is loop IR and plain
+//! data, and the emitter depends on it, never the other way.
+
+pub(crate) mod analysis;
+mod coalesce;
+mod disjoint;
+mod epilogue;
+mod lanes;
+mod schedule;
+mod stage;
+mod stash;
+mod tile;
+mod vectorize;
+
+pub use disjoint::outer_points_write_disjoint;
+pub use epilogue::describe as describe_gemm;
+pub use lanes::{OuterLanes, StageLanes};
+pub use schedule::{CpuPlan, ExternGemm, KernelPlan, Run, Schedule, ScratchSlot};
+pub use stage::{StagePlan, StageReport};
+pub use stash::{LaneStash, MAX_SCRATCH_BYTES};
+pub use vectorize::{lanes_of, Lanes, NotVectorized, VectorPlan};
+
+use crate::error::{Error, Result};
+use analysis::{check_references, is_pointwise, live_nodes, prove_accesses, stage_loops, Levels};
+use ferrite_ir::loops::{
+    Buffer, BufferId, Extents, IndexExpr, Kernel, KernelId, Program, Reduction, Stage, Var,
+};
+use stage::stage_report;
+use vectorize::{narrow_i64, plan_vector, StageFacts};
+
+/// How kernels are compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodegenOptions {
+    /// Emit SIMD code for innermost loops where possible.
+    pub vectorize: bool,
+    /// Vector groups per main-loop iteration (1 to 8; 4 keeps enough in flight).
+    pub unroll: usize,
+    /// Compute a transcendental that two stages of a kernel share once per point, into a
+    /// stack scratch row, instead of in both stages (see `stash.rs`).
+    pub stash: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions {
+            vectorize: true,
+            unroll: 4,
+            stash: true,
+        }
+    }
+}
+
+/// A step over the whole program.
+struct ProgramStep {
+    name: &'static str,
+    run: fn(&CpuPlan, &Options) -> Result<CpuPlan>,
+}
+
+/// A step over one generated kernel: its new form (`None`: unchanged), deciding parts of
+/// its schedule on the way.
+struct KernelStep {
+    name: &'static str,
+    run: fn(&Kernel, &mut Schedule, &mut Scope) -> Result<Option<Kernel>>,
+}
+
+/// What a plan is made with.
+struct Options<'a> {
+    codegen: &'a CodegenOptions,
+    /// Run matmul reductions through the extern GEMM.
+    use_gemm: bool,
+}
+
+/// What a kernel step sees besides its kernel: the options, and the program's buffers
+/// (a step that adds scratch buffers appends them).
+struct Scope<'a> {
+    codegen: &'a CodegenOptions,
+    buffers: &'a mut Vec<Buffer>,
+}
+
+/// The program steps, in order.
+const PROGRAM_STEPS: [ProgramStep; 2] = [
+    // matmul kernels: the extern GEMM's product kernel, then an epilogue kernel
+    ProgramStep {
+        name: "split-gemm",
+        run: split_gemm,
+    },
+    // kernels over an empty domain run nothing
+    ProgramStep {
+        name: "skip-empty",
+        run: skip_empty,
+    },
+];
+
+/// The kernel steps, in order, run on every kernel that becomes generated code.
+const KERNEL_STEPS: [KernelStep; 6] = [
+    // pointwise kernels: merge the innermost outer axes while indices stay affine
+    KernelStep {
+        name: "coalesce",
+        run: coalesce,
+    },
+    // may distinct outer points run on different threads?
+    KernelStep {
+        name: "disjoint",
+        run: disjoint,
+    },
+    // parallel pointwise kernels reading across rows: walk 16x16 tiles
+    KernelStep {
+        name: "tile",
+        run: tile,
+    },
+    // parallel kernels whose inner loops stride: outer points as the vector lanes
+    KernelStep {
+        name: "lanes",
+        run: lanes,
+    },
+    // a transcendental two stages compute: once per point, into a scratch row
+    KernelStep {
+        name: "stash",
+        run: stash,
+    },
+    // each innermost loop as SIMD code, or why not; every access proved in bounds
+    KernelStep {
+        name: "vectorize",
+        run: vectorize,
+    },
+];
+
+/// Plans a whole program (which must verify): the program steps, then the kernel steps
+/// on every kernel that runs as generated code, each step verified.
+pub fn plan_program(
+    program: &Program,
+    codegen: &CodegenOptions,
+    use_gemm: bool,
+) -> Result<CpuPlan> {
+    program.verify().map_err(|e| Error::InvalidProgram {
+        message: format!("program `{}` is invalid: {e}", program.name),
+    })?;
+    let opts = Options { codegen, use_gemm };
+    let mut plan = CpuPlan {
+        program: program.clone(),
+        kernels: (0..program.kernels.len())
+            .map(|source| KernelPlan {
+                source,
+                run: Run::Generated(Schedule::default()),
+            })
+            .collect(),
+    };
+    for step in &PROGRAM_STEPS {
+        plan = (step.run)(&plan, &opts)?;
+        verify(&plan, step.name, true)?;
+    }
+    for step in &KERNEL_STEPS {
+        plan = run_kernel_step(&plan, step, &opts)?;
+        verify(&plan, step.name, true)?;
+    }
+    Ok(plan)
+}
+
+/// Plans one kernel on its own (`buffers` are those of its program): the kernel steps,
+/// each verified against the buffers. The kernel need not come from a verified program:
+/// its references and accesses are checked first.
+pub fn plan_kernel(
+    kernel: &Kernel,
+    buffers: &[Buffer],
+    codegen: &CodegenOptions,
+) -> Result<CpuPlan> {
+    check_references(kernel)?;
+    prove_kernel(kernel, buffers).map_err(|e| e.context(format!("kernel {}", kernel.name)))?;
+    // The accesses are derived data, which a kernel built by hand may leave empty.
+    let mut kernel = kernel.clone();
+    (kernel.reads, kernel.writes) = kernel.compute_accesses(buffers);
+    let kernel = &kernel;
+    let opts = Options {
+        codegen,
+        use_gemm: false,
+    };
+    let mut plan = CpuPlan {
+        program: Program {
+            name: kernel.name.clone(),
+            buffers: buffers.to_vec(),
+            inputs: vec![],
+            outputs: vec![],
+            kernels: vec![kernel.clone()],
+        },
+        kernels: vec![KernelPlan {
+            source: 0,
+            run: Run::Generated(Schedule::default()),
+        }],
+    };
+    plan.program
+        .verify_kernel(kernel)
+        .map_err(|e| Error::InvalidProgram {
+            message: format!("kernel {}: {e}", kernel.name),
+        })?;
+    for step in &KERNEL_STEPS {
+        plan = run_kernel_step(&plan, step, &opts)?;
+        verify(&plan, step.name, false)?;
+    }
+    Ok(plan)
+}
+
+/// Checks the plan after `step`: the whole program, or (`whole` false) each kernel on its
+/// own, and the kernels lanes steps run in place of stashing ones.
+fn verify(plan: &CpuPlan, step: &'static str, whole: bool) -> Result<()> {
+    let failed = |message: String| Error::PlanStep { step, message };
+    if whole {
+        plan.program.verify().map_err(|e| failed(e.to_string()))?;
+    } else {
+        for k in &plan.program.kernels {
+            plan.program
+                .verify_kernel(k)
+                .map_err(|e| failed(format!("kernel {}: {e}", k.name)))?;
+        }
+    }
+    for kp in &plan.kernels {
+        if let Run::Generated(Schedule {
+            lanes: Some(OuterLanes {
+                stash: Some(ls), ..
+            }),
+            ..
+        }) = &kp.run
+        {
+            plan.program
+                .verify_kernel(&ls.kernel)
+                .map_err(|e| failed(format!("lanes form of kernel {}: {e}", ls.kernel.name)))?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs a kernel step on every generated kernel of `plan`, recomputing the accesses of
+/// the kernels it rewrites.
+fn run_kernel_step(plan: &CpuPlan, step: &KernelStep, opts: &Options) -> Result<CpuPlan> {
+    let mut out = plan.clone();
+    let Program {
+        buffers, kernels, ..
+    } = &mut out.program;
+    for (k, kp) in kernels.iter_mut().zip(&mut out.kernels) {
+        let Run::Generated(schedule) = &mut kp.run else {
+            continue;
+        };
+        let mut scope = Scope {
+            codegen: opts.codegen,
+            buffers: &mut *buffers,
+        };
+        let rewritten = (step.run)(k, schedule, &mut scope)
+            .map_err(|e| e.context(format!("kernel {}", k.name)))?;
+        if let Some(mut new) = rewritten {
+            (new.reads, new.writes) = new.compute_accesses(buffers);
+            *k = new;
+        }
+    }
+    Ok(out)
+}
+
+/// Proves every access of `kernel` in bounds (see [`prove_accesses`]), for a kernel
+/// that may not have been verified; nothing to prove over an empty domain.
+fn prove_kernel(kernel: &Kernel, buffers: &[Buffer]) -> Result<()> {
+    if kernel.domain.contains(&0) {
+        return Ok(());
+    }
+    for stage in &kernel.stages {
+        if stage.domain().contains(&0) {
+            continue;
+        }
+        let ext = stage.extents(&kernel.domain);
+        prove_accesses(
+            stage.body(),
+            &live_nodes(stage),
+            stage.stores(),
+            &ext,
+            buffers,
+        )?;
+    }
+    Ok(())
+}
+
+// ---- program steps ----
+
+/// `split-gemm`: each matmul kernel the extern GEMM can run becomes its product kernel
+/// and, unless the product is the whole result, an epilogue kernel (`epilogue.rs`).
+fn split_gemm(plan: &CpuPlan, opts: &Options) -> Result<CpuPlan> {
+    if !opts.use_gemm {
+        return Ok(plan.clone());
+    }
+    let mut buffers = plan.program.buffers.clone();
+    let mut kernels = Vec::with_capacity(plan.program.kernels.len());
+    let mut plans = Vec::with_capacity(plan.kernels.len());
+    for (k, kp) in plan.program.kernels.iter().zip(&plan.kernels) {
+        let split = match kp.run {
+            Run::Generated(_) => epilogue::split_gemm(k, &buffers, BufferId(buffers.len() as u32)),
+            _ => None,
+        };
+        let Some(split) = split else {
+            kernels.push(k.clone());
+            plans.push(kp.clone());
+            continue;
+        };
+        buffers.extend(split.temp);
+        kernels.push(split.product_kernel);
+        plans.push(KernelPlan {
+            source: kp.source,
+            run: Run::ExternGemm(split.gemm),
+        });
+        if let Some(e) = split.epilogue {
+            kernels.push(e);
+            plans.push(KernelPlan {
+                source: kp.source,
+                run: Run::Generated(Schedule::default()),
+            });
+        }
+    }
+    for (i, k) in kernels.iter_mut().enumerate() {
+        k.id = KernelId(i as u32);
+        (k.reads, k.writes) = k.compute_accesses(&buffers);
+    }
+    Ok(CpuPlan {
+        program: Program {
+            buffers,
+            kernels,
+            ..plan.program.clone()
+        },
+        kernels: plans,
+    })
+}
+
+/// `skip-empty`: a generated kernel over an empty domain runs nothing.
+fn skip_empty(plan: &CpuPlan, _: &Options) -> Result<CpuPlan> {
+    let mut out = plan.clone();
+    for (k, kp) in out.program.kernels.iter().zip(&mut out.kernels) {
+        if matches!(kp.run, Run::Generated(_)) && k.domain.contains(&0) {
+            kp.run = Run::Nothing;
+        }
+    }
+    Ok(out)
+}
+
+// ---- kernel steps ----
+
+/// `coalesce` (`coalesce.rs`).
+fn coalesce(k: &Kernel, _: &mut Schedule, _: &mut Scope) -> Result<Option<Kernel>> {
+    Ok(coalesce::coalesce_pointwise(k))
+}
+
+/// `disjoint` (`disjoint.rs`): whether the outer points may run in parallel. The
+/// later steps only reorder points or add per-point scratch, so the answer stays true.
+fn disjoint(k: &Kernel, s: &mut Schedule, _: &mut Scope) -> Result<Option<Kernel>> {
+    s.parallel = outer_points_write_disjoint(k);
+    Ok(None)
+}
+
+/// `tile` (`tile.rs`); tiles reorder the outer points, so only parallel kernels tile.
+fn tile(k: &Kernel, s: &mut Schedule, _: &mut Scope) -> Result<Option<Kernel>> {
+    if !s.parallel {
+        return Ok(None);
+    }
+    Ok(tile::tile_strided_pointwise(k).map(|(tiled, note)| {
+        s.notes.push(note);
+        tiled
+    }))
+}
+
+/// `lanes` (`lanes.rs`); lanes reorder the outer points, so only parallel kernels.
+fn lanes(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<Kernel>> {
+    if scope.codegen.vectorize && s.parallel {
+        s.lanes = lanes::plan_outer_lanes(k, scope.codegen.unroll);
+    }
+    Ok(None)
+}
+
+/// `stash` (`stash.rs`). With lanes, a stash holds every lane of a group per inner point;
+/// if that does not fit or plan, the kernel is not stashed and the lanes run without it
+/// (every value is then computed four points at a time, which beats computing it once
+/// per point in scalar code).
+fn stash(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<Kernel>> {
+    if !scope.codegen.stash {
+        return Ok(None);
+    }
+    let first = scope.buffers.len();
+    let Some(stashed) = stash::stash_shared(k, first) else {
+        return Ok(None);
+    };
+    let mut lanes = None;
+    if let Some(plain) = &s.lanes {
+        let width = 4 * plain.unroll;
+        let extent = k.domain[k.domain.len() - 1];
+        let planned = stash::lanes_form(&stashed, first + stashed.scratch.len(), width, extent)
+            .and_then(|ls| {
+                let p = lanes::plan_outer_lanes(&ls.kernel, scope.codegen.unroll)?;
+                (p.unroll == plain.unroll).then_some((ls, p))
+            });
+        match planned {
+            Some(found) => lanes = Some(found),
+            None => return Ok(None),
+        }
+    }
+    scope.buffers.extend(stashed.scratch.iter().cloned());
+    s.notes.extend(stashed.notes.iter().cloned());
+    let slot_bytes = lanes.as_ref().map(|(ls, _)| ls.slot_bytes.clone());
+    if let Some((mut ls, mut p)) = lanes {
+        scope
+            .buffers
+            .extend(ls.scratch.iter().map(|(_, b)| b.clone()));
+        (ls.kernel.reads, ls.kernel.writes) = ls.kernel.compute_accesses(scope.buffers);
+        s.notes.push(format!(
+            "stash rows hold the {} lanes of a group per point in lanes steps ({} bytes)",
+            4 * p.unroll,
+            ls.slot_bytes.iter().sum::<usize>()
+        ));
+        p.stash = Some(ls);
+        s.lanes = Some(p);
+    }
+    s.scratch = stashed
+        .scratch
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let own = b.ty.size_bytes();
+            let lanes = slot_bytes.as_ref().and_then(|v| v.get(i).copied());
+            ScratchSlot {
+                buffer: b.id,
+                bytes: lanes.unwrap_or(own).max(own),
+            }
+        })
+        .collect();
+    Ok(Some(stashed.kernel))
+}
+
+/// `vectorize` (`vectorize.rs`): how each stage's loops run at one outer point (or, for
+/// a pointwise kernel, along a row), and how each stage of a lanes step runs.
+fn vectorize(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<Kernel>> {
+    if k.domain.contains(&0) {
+        // No points: the function returns at once.
+        s.stages.clear();
+        if let Some(l) = &mut s.lanes {
+            l.plans.clear();
+        }
+        return Ok(None);
+    }
+    let opts = scope.codegen;
+    let buffers = &scope.buffers[..];
+    let n = k.domain.len();
+    let row_loop = n >= 1 && is_pointwise(k);
+    let mut arg_accs = Vec::new();
+    let mut stages = Vec::with_capacity(k.stages.len());
+    for (si, stage) in k.stages.iter().enumerate() {
+        let loops = if row_loop {
+            vec![(Var::outer(n - 1), k.domain[n - 1])]
+        } else {
+            stage_loops(stage)
+        };
+        let ext = stage.extents(&k.domain);
+        stages.push(
+            plan_stage(stage, si, loops, &ext, buffers, opts, &arg_accs)
+                .map_err(|e| e.context(format!("stage {si}")))?,
+        );
+        if let Stage::Reduce { reductions, .. } = stage {
+            arg_accs.extend(reductions.iter().filter(|r| r.kind.is_arg()).map(|r| r.acc));
+        }
+    }
+    s.stages = stages;
+    if let Some(l) = &mut s.lanes {
+        let lane_kernel = l.stash.as_ref().map_or(k, |ls| &ls.kernel);
+        let last = Var::outer(n - 1);
+        let mut plans = Vec::with_capacity(lane_kernel.stages.len());
+        for (si, stage) in lane_kernel.stages.iter().enumerate() {
+            let loops = stage_loops(stage);
+            let ext = stage.extents(&k.domain);
+            let clamped = if loops.iter().all(|&(_, d)| d > 0) {
+                prove_accesses(
+                    stage.body(),
+                    &live_nodes(stage),
+                    stage.stores(),
+                    &ext,
+                    buffers,
+                )
+                .map_err(|e| e.context(format!("stage {si}")))?
+            } else {
+                vec![false; stage.body().nodes.len()]
+            };
+            let report = StageReport {
+                vector: Some(format!("f32x4x{} across {last}", l.unroll)),
+                ..stage_report(stage, si, &loops)
+            };
+            plans.push(StagePlan {
+                loops,
+                clamped,
+                vector: None,
+                unroll: l.unroll,
+                report,
+            });
+        }
+        l.plans = plans;
+    }
+    Ok(None)
+}
+
+/// The plan of one stage at one outer point: its accesses proved, its innermost loop
+/// vectorized when it can be (`arg_accs`: the argmax/argmin accumulators of earlier
+/// stages, whose values fit `i32` lanes).
+fn plan_stage(
+    stage: &Stage,
+    index: usize,
+    loops: Vec<(Var, usize)>,
+    ext: &Extents,
+    buffers: &[Buffer],
+    opts: &CodegenOptions,
+    arg_accs: &[ferrite_ir::loops::AccId],
+) -> Result<StagePlan> {
+    let body = stage.body();
+    let unroll = opts.unroll.clamp(1, 8);
+    let mut report = stage_report(stage, index, &loops);
+    if !loops.iter().all(|&(_, d)| d > 0) {
+        report.scalar_reason = Some("the loop is empty".into());
+        return Ok(StagePlan {
+            loops,
+            clamped: vec![false; body.nodes.len()],
+            vector: None,
+            unroll,
+            report,
+        });
+    }
+    let live = live_nodes(stage);
+    let clamped = prove_accesses(body, &live, stage.stores(), ext, buffers)?;
+    let narrow = narrow_i64(body, ext, arg_accs);
+    let vector = if loops.is_empty() {
+        None
+    } else if !opts.vectorize {
+        report.scalar_reason = Some("vectorization disabled".into());
+        None
+    } else {
+        let vars: Vec<Var> = loops.iter().map(|&(v, _)| v).collect();
+        let levels = Levels::new(body, &vars);
+        let index_level = |e: &IndexExpr| levels.index(e);
+        let reductions: &[Reduction] = match stage {
+            Stage::Reduce { reductions, .. } => reductions,
+            Stage::Store { .. } => &[],
+        };
+        let facts = StageFacts {
+            body,
+            levels: &levels.nodes,
+            live: &live,
+            narrow: &narrow,
+            clamped: &clamped,
+            level: loops.len(),
+            var: vars[vars.len() - 1],
+            index_level: &index_level,
+            reductions,
+            stores: stage.stores(),
+        };
+        match plan_vector(&facts) {
+            Ok(p) => Some(p),
+            Err(why) => {
+                report.scalar_reason = Some(why.0);
+                None
+            }
+        }
+    };
+    if let Some(p) = &vector {
+        let shape = if p.lanes.iter().flatten().any(|&l| l == Lanes::F32) {
+            "f32x4"
+        } else {
+            "i32x4"
+        };
+        report.vector = Some(format!("{shape}x{unroll}"));
+    }
+    Ok(StagePlan {
+        loops,
+        clamped,
+        vector,
+        unroll,
+        report,
+    })
+}
