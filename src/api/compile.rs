@@ -233,6 +233,7 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
         Target::Loops | Target::Cpu | Target::Sim => {
             let lowered = lower_graph(graph, &options.pipeline()).map_err(|e| Error::Compile {
                 message: e.to_string(),
+                internal: e.is_internal(),
             })?;
             let mut records = lowered.stages;
             let (code, record) = generate(&lowered.scheduled.program, options)?;
@@ -267,8 +268,9 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
 /// dumping, since the text of a large program is large).
 fn generate(program: &Program, options: &Options) -> Result<(Code, Option<StageRecord>)> {
     let start = Instant::now();
-    let failed = |stage: &str, e: String| Error::Compile {
+    let failed = |stage: &str, e: String, internal: bool| Error::Compile {
         message: format!("{stage}: {e}"),
+        internal,
     };
     let (code, name, file) = match options.target {
         // The loop-IR evaluator runs the program itself. (The interpreter never gets
@@ -281,13 +283,13 @@ fn generate(program: &Program, options: &Options) -> Result<(Code, Option<StageR
             }
             cpu_options.capture_dumps = options.dump.is_some();
             let cpu = CpuProgram::compile(program, &cpu_options)
-                .map_err(|e| failed("cpu codegen", e.to_string()))?;
+                .map_err(|e| failed("cpu codegen", e.to_string(), e.is_internal()))?;
             (Code::Cpu(Box::new(cpu)), "cpu codegen", "cpu.clif")
         }
         Target::Sim => {
             let machine = options.machine.clone().unwrap_or_else(Machine::mtia2i);
             let sim = SimProgram::compile(program, &machine)
-                .map_err(|e| failed("tile lowering", e.to_string()))?;
+                .map_err(|e| failed("tile lowering", e.to_string(), e.is_internal()))?;
             (Code::Sim(Box::new(sim)), "tile lowering", "kernels.tile")
         }
     };
@@ -653,6 +655,7 @@ impl Compiled {
             schedule(&pipeline.optimized, &ScheduleOptions::unfused()).map_err(|e| {
                 Error::Compile {
                     message: format!("schedule: {e}"),
+                    internal: e.is_internal(),
                 }
             })?;
         let mut stages = vec![("schedule", start.elapsed())];

@@ -142,10 +142,14 @@ pub enum Error {
         /// The verifier's message.
         message: String,
     },
-    /// The compiler pipeline or a backend's code generator failed (a bug in Ferrite or a resource limit).
+    /// The compiler pipeline or a backend's code generator failed: a bug in Ferrite, or
+    /// something the user caused (an op a backend cannot run, a kernel that does not fit
+    /// the machine), as the failing crate's own error said.
     Compile {
         /// The pipeline's or backend's message, naming the stage.
         message: String,
+        /// Whether the failing crate called it a bug (its error's `is_internal()`).
+        internal: bool,
     },
     /// Running a compiled program failed (an out-of-range gather index, ...).
     Run {
@@ -164,14 +168,12 @@ impl Error {
     /// True when the error is a bug in Ferrite rather than something the user can fix;
     /// the `ferrite` binary exits with 2 for these and with 1 for the others.
     ///
-    /// This is the one place that decides. The compiler pipeline and the code
-    /// generators report plain messages today, which count as bugs
-    /// ([`Error::Compile`]); once `ferrite-passes`, `ferrite-cpu` and `ferrite-accel`
-    /// return typed errors, `Error::Compile` carries them and asks their own
-    /// `is_internal()` here.
+    /// This is the one place that decides. [`Error::Compile`] carries the verdict of the
+    /// crate that failed (each crate's error enum has its own `is_internal()`).
     pub fn is_internal(&self) -> bool {
         match self {
-            Error::Compile { .. } | Error::Internal { .. } => true,
+            Error::Compile { internal, .. } => *internal,
+            Error::Internal { .. } => true,
             Error::Build { .. }
             | Error::ForeignVar { .. }
             | Error::NoOutputs { .. }
@@ -291,7 +293,7 @@ impl fmt::Display for Error {
                 write!(f, " target; this program is compiled for {target}")
             }
             Error::InvalidGraph { message } => write!(f, "invalid graph: {message}"),
-            Error::Compile { message } => write!(f, "compilation failed: {message}"),
+            Error::Compile { message, .. } => write!(f, "compilation failed: {message}"),
             Error::Run { message } => write!(f, "execution failed: {message}"),
             Error::Internal { message } => write!(f, "internal error: {message}"),
         }

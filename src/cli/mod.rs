@@ -136,7 +136,7 @@ const BUG: &str = "This is a bug in Ferrite; please report it with the input tha
 fn library_detail(e: &ferrite::Error) -> String {
     match e {
         ferrite::Error::Run { message }
-        | ferrite::Error::Compile { message }
+        | ferrite::Error::Compile { message, .. }
         | ferrite::Error::Internal { message } => message.clone(),
         e => e.to_string(),
     }
@@ -281,7 +281,14 @@ mod tests {
         assert_eq!(CliError::from(user).exit_code(), 1);
         let bug = ferrite::Error::Compile {
             message: "x".into(),
+            internal: true,
         };
+        assert_eq!(CliError::library("compiling", bug.clone()).exit_code(), 2);
+        let user = ferrite::Error::Compile {
+            message: "x".into(),
+            internal: false,
+        };
+        assert_eq!(CliError::library("compiling", user).exit_code(), 1);
         assert_eq!(CliError::library("compiling", bug).exit_code(), 2);
         let broken: CliError = io::Error::from(io::ErrorKind::BrokenPipe).into();
         assert_eq!(broken.exit_code(), 0);
