@@ -629,3 +629,65 @@ fn random_graphs_match_the_interpreter_fused_and_unfused() {
         failures.len()
     );
 }
+
+/// Reliability finding F05 (and issue 16's sweep): the simulator's `pow` gave NaN for
+/// `pow(-inf, y)` and `pow(-1, +-inf)`. Every pair of special values, with a tensor
+/// exponent and with literal ones, must match the interpreter (IEEE / PyTorch).
+#[test]
+fn pow_special_values_match_the_interpreter() {
+    let inf = f64::INFINITY;
+    let xs = [
+        -inf,
+        -2.0,
+        -1.0,
+        -0.5,
+        -0.0,
+        0.0,
+        0.5,
+        1.0,
+        2.0,
+        inf,
+        f64::NAN,
+    ];
+    let ys = [
+        -inf,
+        -3.0,
+        -2.5,
+        -1.0,
+        -0.5,
+        0.0,
+        0.5,
+        1.0,
+        2.0,
+        2.5,
+        3.0,
+        inf,
+        f64::NAN,
+    ];
+    let n = xs.len() * ys.len();
+    let (mut x, mut y) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for &a in &xs {
+        for &b in &ys {
+            x.push(a);
+            y.push(b);
+        }
+    }
+    let inputs = vec![tensor(DType::F32, &[n], &x), tensor(DType::F32, &[n], &y)];
+    check_graph(
+        &format!(
+            "graph p(x: f32[{n}], y: f32[{n}]) -> f32[{n}] {{\n  z = pow(x, y)\n  return z\n}}\n"
+        ),
+        Some(inputs),
+    );
+    for e in ["2.5", "-1.5", "3.0", "-3.0", "1e10"] {
+        let inputs = vec![tensor(DType::F32, &[xs.len()], &xs)];
+        check_graph(
+            &format!(
+                "graph p(x: f32[{}]) -> f32[{}] {{\n  z = pow(x, {e})\n  return z\n}}\n",
+                xs.len(),
+                xs.len()
+            ),
+            Some(inputs),
+        );
+    }
+}

@@ -386,10 +386,26 @@ fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
             return Ok(x.clone());
         }
         let t = named(b, x, w);
+        let minus_inf = || bin(TBin::Eq, t.clone(), float(f64::NEG_INFINITY));
         let direct = if e == 0.5 {
-            Some(builtin(Builtin::Sqrt, t.clone()))
+            // IEEE pow(-inf, 0.5) is +inf, where sqrt gives NaN.
+            Some(where_(
+                minus_inf(),
+                float(f64::INFINITY),
+                builtin(Builtin::Sqrt, t.clone()),
+            ))
         } else if e == -0.5 {
-            Some(builtin(Builtin::Rsqrt, t.clone()))
+            // pow(-inf, -0.5) is +0 and pow(-0, -0.5) is +inf, where rsqrt gives NaN
+            // and -inf.
+            Some(where_(
+                minus_inf(),
+                float(0.0),
+                where_(
+                    bin(TBin::Eq, t.clone(), float(0.0)),
+                    float(f64::INFINITY),
+                    builtin(Builtin::Rsqrt, t.clone()),
+                ),
+            ))
         } else if e.fract() == 0.0 && e.abs() <= 64.0 {
             let p = int_power(b, t.clone(), e.abs() as u64);
             Some(if e < 0.0 { div(float(1.0), p) } else { p })
@@ -401,7 +417,8 @@ fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
         }
         if e.is_finite() {
             // exp(e * log|x|), negated for a negative base and an odd e, NaN for a
-            // negative base and a fractional e.
+            // finite negative base and a fractional e (IEEE: pow(-inf, e) is the
+            // magnitude for every e that is not an odd integer).
             let magnitude = builtin(
                 Builtin::Exp,
                 mul(
@@ -409,9 +426,10 @@ fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
                     builtin(Builtin::Log, builtin(Builtin::Abs, t.clone())),
                 ),
             );
-            let negative_base = bin(TBin::Lt, t, float(0.0));
+            let negative_base = bin(TBin::Lt, t.clone(), float(0.0));
             let r = if e.fract() != 0.0 {
-                where_(negative_base, float(f64::NAN), magnitude)
+                let finite_negative = tb::and(negative_base, tb::not(minus_inf()));
+                where_(finite_negative, float(f64::NAN), magnitude)
             } else if (e / 2.0).fract() != 0.0 {
                 let m = b.bind("t", magnitude);
                 where_(negative_base, neg(m.clone()), m)
@@ -443,13 +461,32 @@ fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
         integral.clone(),
         bin(TBin::Ne, builtin(Builtin::Floor, half.clone()), half),
     );
-    let negative = where_(
+    // A fractional exponent of a negative base is NaN, except for a base of -inf (IEEE:
+    // the magnitude). An infinite exponent counts as an even integer.
+    let defined = tb::or(
         integral,
+        bin(TBin::Eq, xt.clone(), float(f64::NEG_INFINITY)),
+    );
+    let negative = where_(
+        defined,
         where_(odd, neg(magnitude.clone()), magnitude.clone()),
         float(f64::NAN),
     );
     let r = where_(bin(TBin::Lt, xt.clone(), float(0.0)), negative, magnitude);
-    let one = tb::or(bin(TBin::Eq, yt, float(0.0)), bin(TBin::Eq, xt, float(1.0)));
+    // pow(x, 0) and pow(1, y) are 1 even for NaN; so is pow(-1, +-inf), where
+    // exp(inf * log 1) would be NaN.
+    let unit_base_inf = tb::and(
+        bin(TBin::Eq, builtin(Builtin::Abs, xt.clone()), float(1.0)),
+        bin(
+            TBin::Eq,
+            builtin(Builtin::Abs, yt.clone()),
+            float(f64::INFINITY),
+        ),
+    );
+    let one = tb::or(
+        tb::or(bin(TBin::Eq, yt, float(0.0)), bin(TBin::Eq, xt, float(1.0))),
+        unit_base_inf,
+    );
     let r = where_(one, float(1.0), r);
     Ok(tile(narrow(r, d), d, &[x, y]))
 }
