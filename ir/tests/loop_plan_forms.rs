@@ -128,6 +128,11 @@ fn a_stash_in_a_reduction_stage_verifies_prints_and_evaluates_the_same() {
         "{text}"
     );
     assert!(text.contains("buf1[i0*8 + j0] = buf2[j0] / acc0"), "{text}");
+    // The reader takes the form back.
+    assert_eq!(
+        parse_program("stash.loop", &text).unwrap().to_string(),
+        text
+    );
     let x = Tensor::random(&plain.buffers[0].ty, 7);
     let want = evaluate(&plain, std::slice::from_ref(&x)).unwrap();
     let got = evaluate(&stashed, &[x]).unwrap();
@@ -215,6 +220,11 @@ fn update(index: IndexExpr) -> Program {
 fn a_later_kernel_may_update_a_buffer_in_place_at_the_index_it_writes() {
     let p = update(var(Var::outer(0)));
     p.verify().unwrap();
+    let text = p.to_string();
+    assert_eq!(
+        parse_program("update.loop", &text).unwrap().to_string(),
+        text
+    );
     let x = Tensor::from_f64(&p.buffers[0].ty, &[0.0, 1.0, 2.0, -1.0, 0.5, 3.0]);
     let y = evaluate(&p, &[x]).unwrap();
     assert_eq!(y[0].to_f64(), vec![1.0, 4.0, 9.0, 0.0, 2.25, 16.0]);

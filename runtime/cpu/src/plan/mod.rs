@@ -108,52 +108,37 @@ struct Scope<'a> {
     buffers: &'a mut Vec<Buffer>,
 }
 
+impl ProgramStep {
+    const fn new(name: &'static str, run: fn(&CpuPlan, &Options) -> Result<CpuPlan>) -> Self {
+        ProgramStep { name, run }
+    }
+}
+
+impl KernelStep {
+    const fn new(
+        name: &'static str,
+        run: fn(&Kernel, &mut Schedule, &mut Scope) -> Result<Option<Kernel>>,
+    ) -> Self {
+        KernelStep { name, run }
+    }
+}
+
 /// The program steps, in order.
+#[rustfmt::skip]
 const PROGRAM_STEPS: [ProgramStep; 2] = [
-    // matmul kernels: the extern GEMM's product kernel, then an epilogue kernel
-    ProgramStep {
-        name: "split-gemm",
-        run: split_gemm,
-    },
-    // kernels over an empty domain run nothing
-    ProgramStep {
-        name: "skip-empty",
-        run: skip_empty,
-    },
+    ProgramStep::new("split-gemm", split_gemm), // matmul kernels: the GEMM's product kernel, then an epilogue
+    ProgramStep::new("skip-empty", skip_empty), // kernels over an empty domain run nothing
 ];
 
 /// The kernel steps, in order, run on every kernel that becomes generated code.
+#[rustfmt::skip]
 const KERNEL_STEPS: [KernelStep; 6] = [
-    // pointwise kernels: merge the innermost outer axes while indices stay affine
-    KernelStep {
-        name: "coalesce",
-        run: coalesce,
-    },
-    // may distinct outer points run on different threads?
-    KernelStep {
-        name: "disjoint",
-        run: disjoint,
-    },
-    // parallel pointwise kernels reading across rows: walk 16x16 tiles
-    KernelStep {
-        name: "tile",
-        run: tile,
-    },
-    // parallel kernels whose inner loops stride: outer points as the vector lanes
-    KernelStep {
-        name: "lanes",
-        run: lanes,
-    },
-    // a transcendental two stages compute: once per point, into a scratch row
-    KernelStep {
-        name: "stash",
-        run: stash,
-    },
-    // each innermost loop as SIMD code, or why not; every access proved in bounds
-    KernelStep {
-        name: "vectorize",
-        run: vectorize,
-    },
+    KernelStep::new("coalesce",  coalesce),  // pointwise kernels: merge innermost outer axes while indices stay affine
+    KernelStep::new("disjoint",  disjoint),  // may distinct outer points run on different threads?
+    KernelStep::new("tile",      tile),      // parallel pointwise kernels reading across rows: 16x16 tiles
+    KernelStep::new("lanes",     lanes),     // parallel kernels whose inner loops stride: outer points as lanes
+    KernelStep::new("stash",     stash),     // a transcendental two stages compute: once per point, in scratch
+    KernelStep::new("vectorize", vectorize), // each innermost loop as SIMD code, or why not; accesses proved
 ];
 
 /// Plans a whole program (which must verify): the program steps, then the kernel steps

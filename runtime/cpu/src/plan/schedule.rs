@@ -176,6 +176,20 @@ impl fmt::Display for CpuPlan {
             for line in lines {
                 writeln!(f, "  # {line}")?;
             }
+            if let Run::Generated(Schedule {
+                lanes: Some(OuterLanes {
+                    stash: Some(ls), ..
+                }),
+                ..
+            }) = &plan.run
+            {
+                // The form lanes steps run, whose stash rows hold every lane of a group.
+                writeln!(f, "  # lanes steps run:")?;
+                let form = p.display_kernel(&ls.kernel).to_string();
+                for line in form.lines().skip(1) {
+                    writeln!(f, "  # {}", line.strip_prefix("  ").unwrap_or(line))?;
+                }
+            }
             f.write_str(rest)?;
         }
         Ok(())
