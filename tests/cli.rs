@@ -550,6 +550,51 @@ fn runtime_errors_and_memory_limits_are_user_errors() {
     );
 }
 
+/// F02: an index into an empty axis made cpu and sim exit 2, and an out-of-range index
+/// whose result is empty was accepted by both.
+#[test]
+fn f02_indices_into_empty_axes_exit_1_on_every_target() {
+    let s = Scratch::new("f02");
+    let ids = |shape: Vec<usize>, v: Vec<i64>| Tensor {
+        ty: TensorType::new(DType::I64, shape).unwrap(),
+        data: Data::I64(v),
+    };
+    let cases = [
+        (
+            "graph g(x: f32[0], i: i64[1]) {\n  y = index_select(x, i, axis=0)\n  return y\n}\n",
+            ids(vec![1], vec![0]),
+        ),
+        (
+            "graph g(x: f32[3, 0], i: i64[3, 2]) {\n  y = gather(x, i, axis=1)\n  return y\n}\n",
+            ids(vec![3, 2], vec![0; 6]),
+        ),
+        (
+            "graph g(x: f32[0, 4], i: i64[2]) {\n  y = index_select(x, i, axis=1)\n  return y\n}\n",
+            ids(vec![2], vec![0, 9]),
+        ),
+    ];
+    for (k, (text, index)) in cases.iter().enumerate() {
+        let fg = s.file(&format!("g{k}.fg"), text);
+        let i = s.file(&format!("i{k}.npy"), npy::encode(index));
+        let input = format!("i={i}");
+        let o = ferrite(&["compile", &fg]);
+        assert_exit(&o, 0);
+        for target in ["interp", "cpu", "sim", "loops"] {
+            for fuse in [&[][..], &["--no-fuse"][..]] {
+                let mut args = vec!["run", &fg, "--input", &input, "--target", target];
+                args.extend_from_slice(fuse);
+                let o = ferrite(&args);
+                assert_exit(&o, 1);
+                assert!(
+                    stderr(&o).starts_with("error: running graph `g` failed: "),
+                    "{k} {target} {fuse:?}: {}",
+                    stderr(&o)
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn compile_summarizes_every_example_and_dumps_each_stage() {
     for ex in examples() {
