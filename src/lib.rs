@@ -87,6 +87,7 @@ pub use api::builder::{
     bf16, bool, f16, f32, i32, i64, tensor_type, Graph, Operand, ScalarValue, Var,
 };
 pub use api::compile::{compile, compile_ir, Compiled, Execution, Options, Target, MAX_THREADS};
+pub use api::compose::{scaled_dot_product_attention, stack};
 pub use api::error::{Error, Result};
 pub use api::host::{Element, Tensor};
 pub use api::jit::{eager, jit, IntoOutputs, Jit, JitEvent, JitStats, DEFAULT_CACHE_LIMIT};

@@ -3,6 +3,8 @@
 //! - `builder.rs`: [`Graph`](crate::Graph), the symbolic [`Var`](crate::Var) handle, operators, the
 //!   poisoned-builder error model;
 //! - `ops.rs`: a method for every op;
+//! - `compose.rs`: conveniences built from the ops, named as PyTorch names them (`split`,
+//!   `stack`, `tril`, `linear`, `scaled_dot_product_attention`, ...);
 //! - `host.rs`: [`Tensor`](crate::Tensor), host data in and out;
 //! - `ndarray.rs`: conversions between `Tensor` and `ndarray` arrays (the `ndarray` feature);
 //! - `compile.rs`: [`Options`](crate::Options), [`Target`](crate::Target), [`compile`](crate::compile), [`Compiled`](crate::Compiled);
@@ -13,6 +15,7 @@
 
 pub mod builder;
 pub mod compile;
+pub mod compose;
 pub mod error;
 pub mod host;
 pub mod jit;
