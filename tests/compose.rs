@@ -108,8 +108,9 @@ fn tril_and_triu_keep_their_triangle_with_any_diagonal() {
             for j in 0..4i64 {
                 let v = xs[b * 12 + i as usize * 4 + j as usize];
                 tril0.push(if j <= i { v } else { 0.0 });
-                triu1.push(if j >= i + 1 { v } else { 0.0 });
-                tril_m1.push(if j <= i - 1 { v } else { 0.0 });
+                // j - i >= 1 and j - i <= -1.
+                triu1.push(if j > i { v } else { 0.0 });
+                tril_m1.push(if j < i { v } else { 0.0 });
             }
         }
     }
@@ -313,7 +314,8 @@ fn scaled_dot_product_attention_matches_the_written_out_formula() {
 
 #[test]
 fn bad_arguments_are_build_errors_naming_the_convenience() {
-    let cases: Vec<(fn(&Graph, &Var), &str)> = vec![
+    type Case = (fn(&Graph, &Var), &'static str);
+    let cases: Vec<Case> = vec![
         (
             |_, x| drop(x.split(0, 0)),
             "split(f32[2, 3]): the split size must be at least 1",

@@ -14,7 +14,10 @@ fn configurations() -> Vec<(Target, bool)> {
     all
 }
 
-fn run_all(g: &Graph, inputs: &[&Tensor]) -> Vec<((Target, bool), Result<Vec<Tensor>, Error>)> {
+/// A configuration and what running in it gave.
+type Outcome = ((Target, bool), Result<Vec<Tensor>, Error>);
+
+fn run_all(g: &Graph, inputs: &[&Tensor]) -> Vec<Outcome> {
     configurations()
         .into_iter()
         .map(|(target, fuse)| {
