@@ -237,6 +237,33 @@ mod tests {
     }
 
     #[test]
+    fn long_lines_are_excerpted_around_the_column() {
+        let line = format!("{}${}", "a".repeat(500), "b".repeat(500));
+        let d = Diagnostic::at("f", &line, 500, "m");
+        assert_eq!((d.line, d.col), (1, 501));
+        assert_eq!(d.line_text.chars().count(), EXCERPT_CHARS + 2);
+        assert_eq!(d.line_text.chars().nth(d.caret - 1), Some('$'));
+        assert!(d.line_text.starts_with('…') && d.line_text.ends_with('…'));
+        // Near the start nothing is cut before the column.
+        let d = Diagnostic::at("f", &line, 3, "m");
+        assert_eq!((d.col, d.caret), (4, 4));
+        assert!(!d.line_text.starts_with('…') && d.line_text.ends_with('…'));
+    }
+
+    #[test]
+    fn long_words_are_abbreviated() {
+        let name = "é".repeat(100);
+        assert_eq!(
+            abbreviate(&format!("undefined value `{name}`, see `x`")),
+            format!(
+                "undefined value `{}…(100 chars)`, see `x`",
+                "é".repeat(WORD_CHARS)
+            )
+        );
+        assert_eq!(abbreviate("short words stay"), "short words stay");
+    }
+
+    #[test]
     fn end_of_file_points_after_the_last_line() {
         let src = "ab\ncd\n";
         let d = Diagnostic::at("f", src, src.len(), "eof");
