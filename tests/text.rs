@@ -407,7 +407,8 @@ proptest! {
             Err(d) => {
                 let lines = bytes.split(|&b| b == b'\n').count();
                 prop_assert!(d.line >= 1 && d.line <= lines, "{d}");
-                prop_assert!(d.col >= 1 && d.col <= d.line_text.chars().count() + 1, "{d}");
+                prop_assert!(d.caret >= 1 && d.caret <= d.line_text.chars().count() + 1, "{d}");
+                prop_assert!(d.col >= d.caret.saturating_sub(1), "{d}");
             }
         }
     }

@@ -73,6 +73,29 @@ pub struct Header {
     pub data_offset: usize,
 }
 
+impl Header {
+    /// The bytes of data the header declares (element count times the stored
+    /// element size): what a well-formed file holds after [`Header::data_offset`].
+    /// Lets a reader check a file's size before reading its data.
+    pub fn data_bytes(&self) -> Result<usize> {
+        let elem = Elem::parse(&self.descr)?;
+        // `read_header` checked the shape against MAX_ELEMENTS, so this fits.
+        let n: usize = self.shape.iter().product();
+        n.checked_mul(elem.size()).ok_or_else(|| {
+            Error::Npy(format!(
+                "the data of shape {} is too large",
+                ShapeDisplay(&self.shape)
+            ))
+        })
+    }
+}
+
+/// The longest prefix of a `.npy` file [`read_header`] may need: the magic, the
+/// version, a 4-byte header length and the longest header accepted. A reader that
+/// hands `read_header` this many bytes (or the whole file, if shorter) gets the
+/// header without reading the data.
+pub const MAX_PREFIX_LEN: usize = MAGIC.len() + 2 + 4 + MAX_HEADER_LEN;
+
 /// The numpy type string [`encode`] writes for a dtype.
 pub fn descr(dtype: DType) -> &'static str {
     match dtype {

@@ -28,11 +28,12 @@ pub(crate) fn closest<'c>(
 /// Levenshtein distance, in chars. Long names (which only hostile input has)
 /// count as far from everything, keeping suggestions cheap.
 pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    if a.len() > 64 || b.len() > 64 {
+    // Checked before anything is copied: a name of megabytes costs nothing.
+    if a.chars().nth(64).is_some() || b.chars().nth(64).is_some() {
         return usize::MAX;
     }
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
     for i in 1..=a.len() {

@@ -12,6 +12,7 @@
 use super::builder::Graph;
 use super::error::{Error, Result};
 use super::host::Tensor;
+use super::memory::{self, default_memory_limit};
 use ferrite_accel::program::SimProgram;
 use ferrite_accel::sim::{DeviceReport, Machine};
 use ferrite_cpu::{CpuOptions, CpuProgram};
@@ -105,8 +106,9 @@ impl From<ProfileTarget> for Target {
     }
 }
 
-/// The most CPU threads [`Options::threads`] may ask for.
-pub const MAX_THREADS: usize = 1024;
+/// The most CPU threads [`Options::threads`] may ask for (the CPU backend's thread
+/// pool refuses more, too).
+pub const MAX_THREADS: usize = ferrite_cpu::MAX_THREADS;
 
 /// How to compile: target, fusion, optimizer, threads, simulated machine, dump directory.
 ///
@@ -129,6 +131,11 @@ pub struct Options {
     /// The machine [`Target::Sim`] simulates; `None` (default) is the built-in
     /// MTIA-2i-like preset, [`Machine::mtia2i`].
     pub machine: Option<Machine>,
+    /// The memory budget of one run, in bytes: a run whose estimated need is larger is
+    /// refused with an [`Error::MemoryBudget`] before it allocates anything. `None`
+    /// (default) is [`default_memory_limit`] (half the physical memory, at most
+    /// 16 GiB); see [`crate::memory`] for what each target's estimate counts.
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for Options {
@@ -140,6 +147,7 @@ impl Default for Options {
             threads: None,
             dump: None,
             machine: None,
+            memory_limit: None,
         }
     }
 }
@@ -180,6 +188,17 @@ impl Options {
     pub fn machine(mut self, machine: Machine) -> Options {
         self.machine = Some(machine);
         self
+    }
+
+    /// Sets the memory budget of one run, in bytes (see [`Options::memory_limit`]).
+    pub fn memory_limit(mut self, bytes: u64) -> Options {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    /// The memory budget of one run: [`Options::memory_limit`], or the default.
+    pub fn memory_budget(&self) -> u64 {
+        self.memory_limit.unwrap_or_else(default_memory_limit)
     }
 
     /// Checks the options that can be out of range.
@@ -251,6 +270,7 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
         graph: graph.clone(),
         input_names: param_names(graph),
         options: options.clone(),
+        run_bytes: run_bytes(graph, &backend),
         backend,
         stages: records.iter().map(|s| (s.name, s.time)).collect(),
         compile_time: Duration::ZERO,
@@ -365,6 +385,20 @@ pub struct Compiled {
     stages: Vec<(&'static str, Duration)>,
     compile_time: Duration,
     dump_files: Vec<PathBuf>,
+    /// The memory one run needs, estimated ([`Compiled::run_memory_bytes`]).
+    run_bytes: u64,
+}
+
+/// The memory one run of `backend` needs, estimated (see [`crate::memory`]).
+fn run_bytes(graph: &ferrite_ir::Graph, backend: &Backend) -> u64 {
+    match backend {
+        Backend::Interp => memory::interp_bytes(graph),
+        Backend::Lowered(pipeline, code) => match code {
+            Code::Loops => memory::loops_bytes(graph, &pipeline.scheduled.program),
+            Code::Cpu(p) => memory::cpu_bytes(graph, p),
+            Code::Sim(p) => memory::sim_bytes(graph, p),
+        },
+    }
 }
 
 /// What one run of a [`Compiled`] program produced: the outputs, how long the run
@@ -483,6 +517,8 @@ impl Compiled {
     /// the run itself, the simulator's report): what `ferrite run` does. Inputs are
     /// checked and copied as by [`Compiled::run`].
     pub fn execute<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Execution> {
+        check_types(&self.graph, inputs.iter().map(|t| t.borrow().ty()))?;
+        self.check_memory()?;
         let inputs = check_inputs(&self.graph, inputs)?;
         let start = Instant::now();
         let (outputs, device_report) = match &self.backend {
@@ -529,6 +565,8 @@ impl Compiled {
         runs: usize,
         progress: &mut dyn FnMut(usize),
     ) -> Result<ScheduleProfile> {
+        check_types(&self.graph, inputs.iter().map(|t| t.borrow().ty()))?;
+        self.check_memory()?;
         let inputs = check_inputs(&self.graph, inputs)?;
         let (pipeline, code) = self.profilable("profiling")?;
         let fused = self.options.fuse;
@@ -571,6 +609,21 @@ impl Compiled {
         check_types(&self.graph, inputs.iter().map(|t| t.borrow().ty()))?;
         progress(ProfileStep::CompilingUnfused);
         let unfused = self.unfused()?;
+        // The fused program keeps its storage for later runs while the unfused one
+        // runs: both count.
+        let needs = self.run_bytes.saturating_add(unfused.run_bytes);
+        let limit = self.options.memory_budget();
+        if needs > limit {
+            return Err(Error::MemoryBudget {
+                what: format!(
+                    "profiling graph `{}` fused and unfused on {}",
+                    self.graph.name,
+                    self.target()
+                ),
+                needs,
+                limit,
+            });
+        }
         let runs = runs.max(1);
         let mut measure = |exe: &Compiled, fused: bool| match exe.target() {
             Target::Sim => {
@@ -667,15 +720,40 @@ impl Compiled {
             optimize_report: pipeline.optimize_report.clone(),
             scheduled,
         };
+        let backend = Backend::Lowered(Box::new(pipeline), code);
         Ok(Compiled {
             graph: self.graph.clone(),
             input_names: self.input_names.clone(),
             options,
-            backend: Backend::Lowered(Box::new(pipeline), code),
+            run_bytes: run_bytes(&self.graph, &backend),
+            backend,
             stages,
             compile_time: start.elapsed(),
             dump_files: Vec::new(),
         })
+    }
+
+    /// The memory one run needs, estimated from the program before it runs: the
+    /// copies of the inputs, the outputs and the target's working memory (see
+    /// [`crate::memory`] for what each target's estimate counts). The caller's own
+    /// input tensors are not counted.
+    pub fn run_memory_bytes(&self) -> u64 {
+        self.run_bytes
+    }
+
+    /// Refuses a run whose [`Compiled::run_memory_bytes`] is over the memory budget
+    /// ([`Options::memory_limit`]) with an [`Error::MemoryBudget`]; the run methods
+    /// call it before allocating anything.
+    pub fn check_memory(&self) -> Result<()> {
+        let limit = self.options.memory_budget();
+        if self.run_bytes > limit {
+            return Err(Error::MemoryBudget {
+                what: format!("running graph `{}` on {}", self.graph.name, self.target()),
+                needs: self.run_bytes,
+                limit,
+            });
+        }
+        Ok(())
     }
 
     /// The target it was compiled for.

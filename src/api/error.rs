@@ -162,6 +162,28 @@ pub enum Error {
         /// What broke.
         message: String,
     },
+    /// A file larger than the limit for reading it whole (see [`crate::files`]).
+    FileTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size in bytes.
+        size: u64,
+        /// The limit in bytes.
+        limit: u64,
+        /// The flag or option that raises the limit (`--max-text-size`).
+        raise: &'static str,
+    },
+    /// Running, or reading an input, would need more memory than the budget
+    /// ([`Options::memory_limit`](crate::Options::memory_limit); checked before
+    /// anything is allocated).
+    MemoryBudget {
+        /// What needs the memory (`running graph `g` on cpu`, `reading `x.npy``).
+        what: String,
+        /// The bytes it needs, as estimated.
+        needs: u64,
+        /// The budget in bytes.
+        limit: u64,
+    },
 }
 
 impl Error {
@@ -192,7 +214,9 @@ impl Error {
             | Error::InvalidOption { .. }
             | Error::WrongTarget { .. }
             | Error::InvalidGraph { .. }
-            | Error::Run { .. } => false,
+            | Error::Run { .. }
+            | Error::FileTooLarge { .. }
+            | Error::MemoryBudget { .. } => false,
         }
     }
 
@@ -296,6 +320,22 @@ impl fmt::Display for Error {
             Error::Compile { message, .. } => write!(f, "compilation failed: {message}"),
             Error::Run { message } => write!(f, "execution failed: {message}"),
             Error::Internal { message } => write!(f, "internal error: {message}"),
+            Error::FileTooLarge {
+                path,
+                size,
+                limit,
+                raise,
+            } => write!(
+                f,
+                "`{}` is {size} bytes, over the limit of {limit} bytes for a file read whole \
+                 (raise it with {raise})",
+                path.display()
+            ),
+            Error::MemoryBudget { what, needs, limit } => write!(
+                f,
+                "{what} needs {needs} bytes, over the memory budget of {limit} bytes \
+                 (raise it with --memory-limit, or Options::memory_limit in the library)"
+            ),
         }
     }
 }

@@ -235,19 +235,10 @@ impl Tensor {
         npy::encode(&self.0)
     }
 
-    /// Reads a `.npy` file.
+    /// Reads a `.npy` file, header first, within the default memory budget
+    /// ([`crate::files::read_npy`] takes another).
     pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor> {
-        let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::Io {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        Tensor::from_npy(&bytes).map_err(|e| match e {
-            Error::Npy { message } => Error::Npy {
-                message: format!("{}: {message}", path.display()),
-            },
-            other => other,
-        })
+        crate::files::read_npy(path, crate::memory::default_memory_limit())
     }
 
     /// Writes a `.npy` file that numpy reads.

@@ -48,6 +48,7 @@ use super::builder::{Graph, Var};
 use super::compile::{check_inputs, compile_ir, Compiled, Options};
 use super::error::{Error, Result};
 use super::host::Tensor;
+use super::memory::interp_bytes;
 use ferrite_ir::types::ShapeDisplay;
 use ferrite_ir::{interpret, TensorType};
 use std::borrow::Borrow;
@@ -483,6 +484,14 @@ where
         inputs: &[A],
     ) -> Result<Vec<Tensor>> {
         let g = self.trace(signature)?;
+        let (needs, limit) = (interp_bytes(&g), self.options.memory_budget());
+        if needs > limit {
+            return Err(Error::MemoryBudget {
+                what: format!("interpreting `{}` eagerly", self.name),
+                needs,
+                limit,
+            });
+        }
         let tensors = check_inputs(&g, inputs)?;
         interpret(&g, &tensors)
             .map_err(|e| Error::Run {

@@ -11,14 +11,18 @@
 //! - `jit.rs`: [`jit`](crate::jit), tracing, the guard cache, eager mode;
 //! - `profile.rs`: [`ferrite::profile`](crate::profile), the profiler's reports, re-exported;
 //! - `sim.rs`: [`ferrite::sim`](crate::sim), the simulator's machines and reports, re-exported;
+//! - `files.rs`: [`ferrite::files`](crate::files), every file read, bounded;
+//! - `memory.rs`: [`ferrite::memory`](crate::memory), the memory budget of a run;
 //! - `error.rs`: [`Error`](crate::Error).
 
 pub mod builder;
 pub mod compile;
 pub mod compose;
 pub mod error;
+pub mod files;
 pub mod host;
 pub mod jit;
+pub mod memory;
 #[cfg(feature = "ndarray")]
 mod ndarray;
 pub mod ops;

@@ -23,6 +23,7 @@
 //! ```
 
 use super::error::{Error, Result};
+use super::files::{read_bounded, DEFAULT_TEXT_LIMIT};
 use std::path::Path;
 
 pub use ferrite_accel::sim::{
@@ -33,15 +34,16 @@ pub use ferrite_accel::sim::{
 pub use ferrite_accel::tile;
 
 /// Reads a machine preset file (`key = value` lines; `runtime/accel/presets/mtia2i.toml`
-/// is the built-in machine's). A file that cannot be read is an [`Error::Io`], one that
-/// is not a valid preset an [`Error::Preset`].
+/// is the built-in machine's). A file that cannot be read (or is not a regular file)
+/// is an [`Error::Io`], one over [`DEFAULT_TEXT_LIMIT`] an [`Error::FileTooLarge`],
+/// one that is not a valid preset an [`Error::Preset`].
 pub fn read_preset(path: impl AsRef<Path>) -> Result<Machine> {
     let path = path.as_ref();
     let io = |message: String| Error::Io {
         path: path.to_path_buf(),
         message,
     };
-    let bytes = std::fs::read(path).map_err(|e| io(e.to_string()))?;
+    let bytes = read_bounded(path, DEFAULT_TEXT_LIMIT, "a smaller preset")?;
     let text = String::from_utf8(bytes).map_err(|_| io("not UTF-8 text".into()))?;
     Machine::from_preset_str(&text).map_err(|error| Error::Preset {
         path: path.to_path_buf(),

@@ -1,6 +1,6 @@
 //! `ferrite check FILE`: parse and verify a graph, print a one-line summary.
 
-use super::{count, load_graph, CliResult};
+use super::{count, load_graph, CliResult, TextLimit};
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,11 +10,13 @@ use std::path::PathBuf;
 pub struct CheckArgs {
     /// The graph file (.fg).
     pub file: PathBuf,
+    #[command(flatten)]
+    pub limit: TextLimit,
 }
 
 /// Prints e.g. `mlp.fg: ok (graph mlp: 4 params, 5 ops, 1 output)`.
 pub fn check(args: &CheckArgs, out: &mut dyn Write) -> CliResult {
-    let (graph, _) = load_graph(&args.file)?;
+    let (graph, _) = load_graph(&args.file, &args.limit)?;
     writeln!(
         out,
         "{}: ok (graph {}: {}, {}, {})",

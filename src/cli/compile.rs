@@ -7,6 +7,7 @@
 
 use super::{
     compile_graph, compile_options, count, load_graph, target_parser, CliError, CliResult,
+    TextLimit,
 };
 use clap::Args;
 use ferrite::passes::schedule::{schedule, ScheduleOptions};
@@ -34,12 +35,14 @@ pub struct CompileArgs {
     /// Write each stage as text into DIR (created if missing), numbered in pipeline order.
     #[arg(long, value_name = "DIR")]
     pub dump: Option<PathBuf>,
+    #[command(flatten)]
+    pub limit: TextLimit,
 }
 
 /// Compiles the graph and prints the summary; see the module docs.
 pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     let parse_start = Instant::now();
-    let (graph, _) = load_graph(&args.file)?;
+    let (graph, _) = load_graph(&args.file, &args.limit)?;
     let parse_time = parse_start.elapsed();
 
     let target = args.target;

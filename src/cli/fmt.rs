@@ -5,7 +5,7 @@
 //! the file is). The printer does not keep comments inside the graph; `fmt` says so
 //! on standard error, and `--write` refuses to drop them.
 
-use super::{count, load_graph, CliError, CliResult};
+use super::{count, load_graph, CliError, CliResult, TextLimit};
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,11 +18,13 @@ pub struct FmtArgs {
     /// Rewrite the file in place instead of printing it.
     #[arg(short, long)]
     pub write: bool,
+    #[command(flatten)]
+    pub limit: TextLimit,
 }
 
 /// Prints the canonical text, or rewrites the file with it.
 pub fn fmt(args: &FmtArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResult {
-    let (graph, bytes) = load_graph(&args.file)?;
+    let (graph, bytes) = load_graph(&args.file, &args.limit)?;
     // The parser accepted the bytes, so they are UTF-8.
     let source = String::from_utf8_lossy(&bytes);
     let layout = CommentLayout::of(&source);

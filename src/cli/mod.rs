@@ -10,7 +10,7 @@ pub mod sim;
 pub mod summary;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use ferrite::ir::Graph;
 use ferrite::sim::Machine;
 use ferrite::{Compiled, Options, Target, Tensor};
@@ -167,16 +167,85 @@ impl From<io::Error> for CliError {
 /// The result of a command.
 pub type CliResult = Result<(), CliError>;
 
-/// Reads a file the user named, with an error that says which one.
-pub fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
-    std::fs::read(path)
-        .map_err(|e| CliError::User(format!("cannot read `{}`: {e}", path.display())))
+/// The flag that bounds the text files a command reads (graphs, kernels, presets).
+#[derive(Args, Debug, Clone)]
+pub struct TextLimit {
+    /// The largest text file read (graph, kernel): bytes, or with a unit (K, M, G: KiB,
+    /// MiB, GiB); larger files are refused before they are read.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "16M")]
+    pub max_text_size: u64,
+}
+
+/// The flag that sets the memory budget of a command that runs something.
+#[derive(Args, Debug, Clone)]
+pub struct MemoryLimit {
+    /// The memory budget: inputs, outputs and the target's working memory (the
+    /// interpreter's f64 copies, the CPU's storage, the simulator's device memory),
+    /// checked before anything is allocated. Bytes, or with a unit (K, M, G, T);
+    /// default: half the physical memory, at most 16G.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_limit: Option<u64>,
+}
+
+impl MemoryLimit {
+    /// The budget in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.memory_limit
+            .unwrap_or_else(ferrite::memory::default_memory_limit)
+    }
+}
+
+/// Parses a size: `4096`, `512K`, `16M`, `2G`, `1T` (binary units; `KiB`, `MB` and a
+/// trailing `B` are accepted too).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let bad = || format!("`{s}` is not a size like 4096, 512M or 16G");
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let shift = match unit.trim_end_matches('b').trim_end_matches('i') {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+/// A library error of reading a file the user named, worded for the command line.
+fn read_error(e: ferrite::Error) -> CliError {
+    match e {
+        ferrite::Error::Io { path, message } => {
+            CliError::User(format!("cannot read `{}`: {message}", path.display()))
+        }
+        e => e.into(),
+    }
+}
+
+/// Reads a text file the user named (at most `limit` bytes), with an error that says
+/// which one.
+pub fn read_file(path: &Path, limit: &TextLimit) -> Result<Vec<u8>, CliError> {
+    ferrite::files::read_bounded(path, limit.max_text_size, "--max-text-size").map_err(read_error)
+}
+
+/// Reads a `.npy` file the user named within `budget` bytes, header first.
+pub fn read_npy(
+    path: &Path,
+    budget: u64,
+) -> Result<(ferrite::ir::npy::Header, ferrite::ir::Tensor), CliError> {
+    ferrite::files::read_npy_with_header(path, budget)
+        .map(|(h, t)| (h, t.into_ir()))
+        .map_err(read_error)
 }
 
 /// Reads, parses and verifies a graph file. Parse errors come back rendered with
 /// their location; a parsed graph that fails the verifier is a bug in the parser.
-pub fn load_graph(path: &Path) -> Result<(Graph, Vec<u8>), CliError> {
-    let bytes = read_file(path)?;
+pub fn load_graph(path: &Path, limit: &TextLimit) -> Result<(Graph, Vec<u8>), CliError> {
+    let bytes = read_file(path, limit)?;
     let name = path.display().to_string();
     let graph =
         ferrite::parse_bytes(&name, &bytes).map_err(|d| CliError::Rendered(d.to_string()))?;
@@ -192,12 +261,7 @@ pub fn load_graph(path: &Path) -> Result<(Graph, Vec<u8>), CliError> {
 pub fn load_machine(preset: Option<&Path>) -> Result<Machine, CliError> {
     match preset {
         None => Ok(Machine::mtia2i()),
-        Some(path) => ferrite::sim::read_preset(path).map_err(|e| match e {
-            ferrite::Error::Io { path, message } => {
-                CliError::User(format!("cannot read `{}`: {message}", path.display()))
-            }
-            e => e.into(),
-        }),
+        Some(path) => ferrite::sim::read_preset(path).map_err(read_error),
     }
 }
 
@@ -260,6 +324,19 @@ mod tests {
         assert!(parse_name_eq_path("x").is_err());
         assert!(parse_name_eq_path("=a.npy").is_err());
         assert!(parse_name_eq_path("x=").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("16M"), Ok(16 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1t"), Ok(1 << 40));
+        assert_eq!(parse_size("512 KB"), Ok(512 << 10));
+        for bad in ["", "M", "1.5G", "-1", "16X", "99999999999999999999"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        assert!(parse_size("99999999999T").is_err());
     }
 
     #[test]

@@ -18,6 +18,7 @@
 
 use super::{
     compile_graph, load_graph, load_machine, random_input, target_parser, CliError, CliResult,
+    MemoryLimit, TextLimit,
 };
 use clap::{Args, ValueEnum};
 use ferrite::profile::{chrome_trace, render_table, to_json, ProfileStep};
@@ -25,9 +26,6 @@ use ferrite::{Options, Target, Tensor, MAX_THREADS};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-/// The most input data `profile` creates (4 GiB), as for `ferrite run`.
-const INPUT_BYTES_LIMIT: usize = 4 << 30;
 
 /// How `profile` prints its report.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
@@ -65,6 +63,10 @@ pub struct ProfileArgs {
     /// A machine preset file for `--target sim` (default: the built-in MTIA-2i-like machine).
     #[arg(long, value_name = "PRESET")]
     pub machine: Option<PathBuf>,
+    #[command(flatten)]
+    pub limit: TextLimit,
+    #[command(flatten)]
+    pub memory: MemoryLimit,
 }
 
 /// Profiles the graph and prints the report; see the module docs.
@@ -81,16 +83,10 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         )),
         _ => {}
     }
-    let (graph, _) = load_graph(&args.file)?;
-    let input_bytes: usize = graph.params.iter().map(|&p| graph.ty(p).size_bytes()).sum();
-    if input_bytes > INPUT_BYTES_LIMIT {
-        return Err(CliError::User(format!(
-            "the parameters of `{}` need {input_bytes} bytes of random inputs, more than the {} GiB `profile` creates",
-            graph.name,
-            INPUT_BYTES_LIMIT >> 30
-        )));
-    }
-    let mut options = Options::default().target(args.target);
+    let (graph, _) = load_graph(&args.file, &args.limit)?;
+    let mut options = Options::default()
+        .target(args.target)
+        .memory_limit(args.memory.bytes());
     match args.target {
         Target::Sim => options = options.machine(load_machine(args.machine.as_deref())?),
         _ => {
@@ -102,6 +98,28 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     let mut progress = Progress::new(err);
     progress.say("compiling fused");
     let fused = compile_graph(&graph, &options)?;
+    // The random inputs and a run share the budget (the library checks the fused and
+    // unfused runs together before they run).
+    let input_bytes: u64 = graph
+        .params
+        .iter()
+        .map(|&p| graph.ty(p).size_bytes() as u64)
+        .sum();
+    let (needs, limit) = (
+        input_bytes.saturating_add(fused.run_memory_bytes()),
+        options.memory_budget(),
+    );
+    if needs > limit {
+        return Err(ferrite::Error::MemoryBudget {
+            what: format!(
+                "profiling graph `{}` on {} with its inputs",
+                graph.name, args.target
+            ),
+            needs,
+            limit,
+        }
+        .into());
+    }
     let inputs = (0..graph.params.len())
         .map(|i| random_input(&graph, i, args.seed))
         .collect::<Result<Vec<Tensor>, _>>()?;

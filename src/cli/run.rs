@@ -6,22 +6,15 @@
 
 use super::summary::summarize;
 use super::{
-    compile_graph, compile_options, count, load_graph, parse_name_eq_path, random_input, read_file,
-    target_parser, CliError, CliResult,
+    compile_graph, compile_options, count, load_graph, parse_name_eq_path, random_input, read_npy,
+    target_parser, CliError, CliResult, MemoryLimit, TextLimit,
 };
 use clap::Args;
-use ferrite::ir::{npy, Graph, Op};
+use ferrite::ir::Graph;
 use ferrite::{Target, Tensor, MAX_THREADS};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-/// The most input data `run` creates or reads (4 GiB): beyond that a typo in a shape
-/// should be an error, not an out-of-memory abort.
-const INPUT_BYTES_LIMIT: u64 = 4 << 30;
-
-/// The most memory the interpreter may need (16 GiB), estimated by [`peak_bytes`].
-const INTERP_BYTES_LIMIT: u64 = 16 << 30;
 
 /// Flags of `ferrite run`.
 #[derive(Args, Debug)]
@@ -50,15 +43,47 @@ pub struct RunArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
     pub threads: Option<u32>,
+    #[command(flatten)]
+    pub limit: TextLimit,
+    #[command(flatten)]
+    pub memory: MemoryLimit,
 }
 
 /// Runs the graph and prints the summary; see the module docs.
 pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResult {
-    let (graph, _) = load_graph(&args.file)?;
+    let (graph, _) = load_graph(&args.file, &args.limit)?;
     let from_files = match_inputs(&graph, &args.inputs)?;
-    // The interpreter's estimate bounds the compiled targets too (they keep fewer
-    // values alive and no f64 copies), so one check guards every target.
-    check_memory(&graph)?;
+
+    // The library compiles for the target (the interpreter target keeps the graph as
+    // parsed) and runs it; only the run itself is timed.
+    let mut options = compile_options(args.target, args.no_fuse, args.no_optimize)
+        .memory_limit(args.memory.bytes());
+    if let Some(t) = args.threads {
+        options = options.threads(t as usize);
+    }
+    let exe = compile_graph(&graph, &options)?;
+    // The inputs this command makes and the run's own memory share one budget,
+    // checked before any input is made or read.
+    let budget = options.memory_budget();
+    let input_bytes: u64 = graph
+        .params
+        .iter()
+        .map(|&p| graph.ty(p).size_bytes() as u64)
+        .sum();
+    let needs = input_bytes.saturating_add(exe.run_memory_bytes());
+    if needs > budget {
+        return Err(ferrite::Error::MemoryBudget {
+            what: format!(
+                "running graph `{}` on {} with its inputs",
+                graph.name, args.target
+            ),
+            needs,
+            limit: budget,
+        }
+        .into());
+    }
+    // What is left over is what decoding a file may use beyond its tensor.
+    let spare = budget - needs;
 
     let mut inputs = Vec::with_capacity(graph.params.len());
     let mut random = Vec::new();
@@ -68,7 +93,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         let ty = graph.ty(p);
         let tensor = match from_files.get(name) {
             Some(path) => {
-                let t = load_input(name, ty, path, err)?;
+                let budget = spare.saturating_add(ty.size_bytes() as u64);
+                let t = load_input(name, ty, path, budget, err)?;
                 loaded.push(format!("{name} from {}", path.display()));
                 t
             }
@@ -80,13 +106,6 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         inputs.push(tensor);
     }
 
-    // The library compiles for the target (the interpreter target keeps the graph as
-    // parsed) and runs it; only the run itself is timed.
-    let mut options = compile_options(args.target, args.no_fuse, args.no_optimize);
-    if let Some(t) = args.threads {
-        options = options.threads(t as usize);
-    }
-    let exe = compile_graph(&graph, &options)?;
     let executed = exe
         .execute(&inputs)
         .map_err(|e| CliError::library(format!("running graph `{}` failed", graph.name), e))?;
@@ -190,17 +209,22 @@ fn match_inputs<'a>(
     Ok(map)
 }
 
-/// Reads one `--input` file and checks it against the parameter's type.
+/// Reads one `--input` file (within `budget` bytes) and checks it against the
+/// parameter's type.
 fn load_input(
     name: &str,
     ty: &ferrite::TensorType,
     path: &Path,
+    budget: u64,
     err: &mut dyn Write,
 ) -> Result<Tensor, CliError> {
-    let bytes = read_file(path)?;
-    let bad = |e: String| CliError::User(format!("input `{name}`: `{}`: {e}", path.display()));
-    let header = npy::read_header(&bytes).map_err(|e| bad(e.to_string()))?;
-    let t = npy::decode(&bytes).map_err(|e| bad(e.to_string()))?;
+    let (header, t) = read_npy(path, budget).map_err(|e| match e {
+        CliError::Library {
+            error: ferrite::Error::Npy { message },
+            ..
+        } => CliError::User(format!("input `{name}`: {message}")),
+        e => e,
+    })?;
     if &t.ty != ty {
         let mut msg = format!(
             "input `{name}` is declared {ty}, but `{}` holds {} (stored as '{}')",
@@ -239,71 +263,6 @@ fn numpy_type_name(d: ferrite::DType) -> &'static str {
         I64 => "np.int64",
         Bool => "np.bool_",
     }
-}
-
-/// Refuses graphs whose inputs or interpretation would need more memory than the limits.
-fn check_memory(g: &Graph) -> Result<(), CliError> {
-    let input_bytes: u64 = g.params.iter().map(|&p| g.ty(p).size_bytes() as u64).sum();
-    if input_bytes > INPUT_BYTES_LIMIT {
-        return Err(CliError::User(format!(
-            "graph `{}` has {} of inputs, more than the limit of {} for `run`",
-            g.name,
-            gib(input_bytes),
-            gib(INPUT_BYTES_LIMIT)
-        )));
-    }
-    let peak = peak_bytes(g);
-    if peak > INTERP_BYTES_LIMIT {
-        return Err(CliError::User(format!(
-            "interpreting graph `{}` needs about {} of memory, more than the limit of {}",
-            g.name,
-            gib(peak),
-            gib(INTERP_BYTES_LIMIT)
-        )));
-    }
-    Ok(())
-}
-
-/// An estimate of the interpreter's peak memory: the inputs, the values alive at
-/// each node (the interpreter drops a value after its last use), and the f64
-/// working copies of the node being computed (its operands and result).
-fn peak_bytes(g: &Graph) -> u64 {
-    let mut last_use = vec![0usize; g.nodes.len()];
-    for (i, n) in g.nodes.iter().enumerate() {
-        for x in &n.inputs {
-            last_use[x.index()] = i;
-        }
-    }
-    for o in &g.outputs {
-        last_use[o.index()] = usize::MAX;
-    }
-    let size = |i: usize| g.nodes[i].ty.size_bytes() as u64;
-    let numel = |i: usize| g.nodes[i].ty.numel() as u64;
-    // Inputs are borrowed for the whole run.
-    let mut live: u64 = g.params.iter().map(|p| size(p.index())).sum();
-    let mut peak = live;
-    for (i, n) in g.nodes.iter().enumerate() {
-        if matches!(n.op, Op::Param { .. }) {
-            continue;
-        }
-        let scratch = 8 * (numel(i) + n.inputs.iter().map(|x| numel(x.index())).sum::<u64>());
-        live += size(i);
-        peak = peak.max(live + scratch);
-        for x in &n.inputs {
-            let x = x.index();
-            if last_use[x] == i && !matches!(g.nodes[x].op, Op::Param { .. }) {
-                live -= size(x);
-                // A value used twice by the same node is freed once.
-                last_use[x] = usize::MAX - 1;
-            }
-        }
-    }
-    peak
-}
-
-/// Bytes as GiB with one decimal.
-fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
 /// The file name (without `.npy`) of each output: [`Graph::output_name`], made

@@ -2,11 +2,12 @@
 //! [--machine PRESET]`: run a hand-written tile kernel on the accelerator simulator and
 //! print its report.
 
-use super::{load_machine, read_file, CliError, CliResult};
+use super::{load_machine, read_file, read_npy, CliError, CliResult, MemoryLimit, TextLimit};
 use clap::Args;
 use ferrite::ir::{npy, Tensor};
 use ferrite::sim::tile::{self, ParamType};
 use ferrite::sim::{self, KernelArg};
+use ferrite::Error;
 use ferrite::{DType, TensorType};
 use std::io::Write;
 use std::path::PathBuf;
@@ -29,11 +30,15 @@ pub struct SimArgs {
     /// A machine preset file (default: the built-in MTIA-2i-like machine).
     #[arg(long, value_name = "PRESET")]
     pub machine: Option<PathBuf>,
+    #[command(flatten)]
+    pub limit: TextLimit,
+    #[command(flatten)]
+    pub memory: MemoryLimit,
 }
 
 /// Runs the kernel and prints the simulator's report.
 pub fn sim(args: &SimArgs, out: &mut dyn Write) -> CliResult {
-    let bytes = read_file(&args.file)?;
+    let bytes = read_file(&args.file, &args.limit)?;
     let name = args.file.display().to_string();
     let src = String::from_utf8(bytes)
         .map_err(|_| CliError::User(format!("`{name}` is not UTF-8 text")))?;
@@ -53,10 +58,16 @@ pub fn sim(args: &SimArgs, out: &mut dyn Write) -> CliResult {
         }
     }
     let mut bound = Vec::with_capacity(params.len());
-    // The simulator's working copies of all buffers together are bounded; count them
-    // before any buffer is made, so that many large `zeros:` arguments are refused
-    // rather than exhausting memory.
-    let mut host_left = sim::MAX_DEVICE_HOST_BYTES;
+    // The simulator's working copies of all buffers together are bounded, and so is
+    // everything together (the host tensors, the device's copies, the widened copy an
+    // upload makes): count each buffer before it is made, so that many large `zeros:`
+    // arguments are refused rather than exhausting memory.
+    let mut left = Left {
+        host: sim::MAX_DEVICE_HOST_BYTES,
+        budget: args.memory.bytes(),
+        limit: args.memory.bytes(),
+        largest: 0,
+    };
     for p in params {
         let mut given = args.args.iter().filter(|(n, _)| n == &p.name);
         let value = match (given.next(), given.next()) {
@@ -71,7 +82,16 @@ pub fn sim(args: &SimArgs, out: &mut dyn Write) -> CliResult {
                 return Err(CliError::User(format!("--arg `{}` is given twice", p.name)))
             }
         };
-        bound.push(bind(&p.name, p.ty, value, &mut host_left)?);
+        bound.push(bind(&p.name, p.ty, value, &mut left)?);
+    }
+    // Uploading a buffer, and reading it back, goes through one f64 or i64 copy.
+    if left.largest > left.budget {
+        return Err(Error::MemoryBudget {
+            what: format!("simulating kernel `{}` with its arguments", kernel.name()),
+            needs: left.limit - left.budget + left.largest,
+            limit: left.limit,
+        }
+        .into());
     }
 
     let report = sim::run(&machine, &kernel, args.grid, &mut bound)
@@ -103,25 +123,44 @@ pub fn sim(args: &SimArgs, out: &mut dyn Write) -> CliResult {
     Ok(())
 }
 
+/// What the buffers bound so far leave of the limits.
+struct Left {
+    /// Of the simulator's cap on its buffers ([`sim::MAX_DEVICE_HOST_BYTES`]).
+    host: u64,
+    /// Of the memory budget.
+    budget: u64,
+    /// The memory budget.
+    limit: u64,
+    /// The largest transient copy of one buffer.
+    largest: u64,
+}
+
 /// Turns one `--arg` value into a kernel argument of the parameter's type.
-fn bind(
-    name: &str,
-    ty: ParamType,
-    value: &str,
-    host_left: &mut u64,
-) -> Result<KernelArg, CliError> {
+fn bind(name: &str, ty: ParamType, value: &str, left: &mut Left) -> Result<KernelArg, CliError> {
     let bad = |msg: String| CliError::User(format!("--arg {name}={value}: {msg}"));
-    let mut take = |ty: &TensorType| {
+    let take = |ty: &TensorType, left: &mut Left| {
         let per = if ty.dtype == DType::Bool { 1 } else { 8 };
-        let need = (ty.numel() as u64).saturating_mul(per);
-        if need > *host_left {
+        let device = (ty.numel() as u64).saturating_mul(per);
+        if device > left.host {
             return Err(bad(format!(
-                "the simulator keeps 8 bytes per element, and this buffer ({ty}, {need} \
+                "the simulator keeps 8 bytes per element, and this buffer ({ty}, {device} \
                  bytes) with the ones before it exceeds its limit of {} bytes",
                 sim::MAX_DEVICE_HOST_BYTES
             )));
         }
-        *host_left -= need;
+        // The host tensor and the device's copy.
+        let needs = device.saturating_add(ty.size_bytes() as u64);
+        if needs > left.budget {
+            return Err(Error::MemoryBudget {
+                what: format!("--arg {name} ({ty}) with the arguments before it"),
+                needs: left.limit - left.budget + needs,
+                limit: left.limit,
+            }
+            .into());
+        }
+        left.host -= device;
+        left.budget -= needs;
+        left.largest = left.largest.max((ty.numel() as u64).saturating_mul(8));
         Ok(())
     };
     match ty {
@@ -129,12 +168,19 @@ fn bind(
             if let Some(shape) = value.strip_prefix("zeros:") {
                 let shape = parse_dims(shape).map_err(bad)?;
                 let ty = TensorType::new(dtype, shape).map_err(|e| bad(e.to_string()))?;
-                take(&ty)?;
+                take(&ty, left)?;
                 return Ok(KernelArg::Buffer(Tensor::zeros(&ty)));
             }
             let path = PathBuf::from(value);
-            let t = npy::decode(&read_file(&path)?).map_err(|e| bad(e.to_string()))?;
-            take(&t.ty)?;
+            let (_, t) = read_npy(&path, left.budget).map_err(|e| match e {
+                CliError::Library {
+                    error: Error::Npy { message },
+                    ..
+                } => bad(message),
+                e => e,
+            })?;
+            // The file's tensor is counted now that its type is known.
+            take(&t.ty, left)?;
             if t.ty.dtype != dtype {
                 return Err(bad(format!(
                     "the parameter is *{dtype} but the file holds {}",

@@ -16,7 +16,7 @@ mod lexer;
 mod parser;
 mod printer;
 
-pub use diag::Diagnostic;
+pub use diag::{abbreviate, Diagnostic, EXCERPT_CHARS, WORD_CHARS};
 pub use lexer::{scan_number, NumberScan};
 pub use parser::{parse, parse_bytes, MAX_NESTING};
 pub use printer::print;

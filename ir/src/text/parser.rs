@@ -25,7 +25,7 @@
 //! nodes, and an alias would be a node with no op. `return`, `true`, `false`, `inf`
 //! and `nan` are reserved and cannot name values.
 
-use super::diag::{locate, Diagnostic, Located};
+use super::diag::{locate, Diagnostic, Located, EXCERPT_CHARS};
 use super::lexer::{describe, Lexer, Token, TokenKind};
 use crate::graph::check_declared_outputs;
 use crate::op::{Arity, AttrError, AttrErrorKind, AttrValue, Op, OpSpec, Scalar, OPS};
@@ -62,17 +62,22 @@ pub fn parse_bytes(file: &str, bytes: &[u8]) -> Result<Graph, Diagnostic> {
                 .iter()
                 .position(|&b| b == b'\n')
                 .map_or(bytes.len(), |i| line_start + i);
-            let line_text = String::from_utf8_lossy(&bytes[line_start..line_end]);
-            Err(Diagnostic {
-                file: file.to_string(),
-                line: prefix.matches('\n').count() + 1,
-                col: prefix[line_start..].chars().count() + 1,
-                message: format!(
+            // The line is shown up to a little past the excerpt (a huge line is never
+            // copied whole), the bad bytes replaced; the replacements all come after
+            // the bad byte, so its offset in the line is unchanged.
+            let shown_end = line_end.min(bad.saturating_add(4 * EXCERPT_CHARS));
+            let shown = String::from_utf8_lossy(&bytes[line_start..shown_end]);
+            Err(Diagnostic::on_line(
+                file,
+                prefix.matches('\n').count() + 1,
+                prefix[line_start..].chars().count() + 1,
+                format!(
                     "invalid UTF-8: byte 0x{:02X} (.fg files are UTF-8 text)",
                     bytes[bad]
                 ),
-                line_text: line_text.trim_end_matches('\r').to_string(),
-            })
+                shown.trim_end_matches('\r'),
+                bad - line_start,
+            ))
         }
     }
 }

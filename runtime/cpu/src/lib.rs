@@ -39,5 +39,5 @@ pub use gemm::{GemmError, GemmScalar, GemmShape, MatLayout, MatMut, MatRef, Para
 pub use jit::{FunctionDump, Jit, JitCode, JitError, JitFunction, JitOptions, OptLevel};
 pub use kernels::{BinaryKernel, KernelError, UnaryKernel};
 pub use plan::{plan_program, CodegenOptions, CpuPlan};
-pub use pool::{default_thread_count, split_range, PoolError, ThreadPool};
+pub use pool::{default_thread_count, split_range, PoolError, ThreadPool, MAX_THREADS};
 pub use vmath::{UnaryFn, VMath};

@@ -47,6 +47,8 @@ pub enum PoolError {
     },
     /// A pool was asked for zero threads.
     ZeroThreads,
+    /// A pool was asked for more than [`MAX_THREADS`] threads.
+    TooManyThreads(usize),
     /// The operating system refused to start a worker thread.
     Spawn(String),
 }
@@ -58,6 +60,10 @@ impl fmt::Display for PoolError {
                 write!(f, "a parallel task panicked in chunk {chunk}: {message}")
             }
             PoolError::ZeroThreads => write!(f, "a thread pool needs at least one thread"),
+            PoolError::TooManyThreads(n) => write!(
+                f,
+                "{n} threads asked for, at most {MAX_THREADS} are allowed"
+            ),
             PoolError::Spawn(m) => write!(f, "cannot start a worker thread: {m}"),
         }
     }
@@ -120,9 +126,14 @@ impl ChunkTimes {
     }
 }
 
-/// The number of threads a pool uses by default: the machine's available parallelism.
+/// The most threads a pool may have: more is refused ([`PoolError::TooManyThreads`])
+/// before any thread is started, rather than exhausting the system's threads.
+pub const MAX_THREADS: usize = 1024;
+
+/// The number of threads a pool uses by default: the machine's available parallelism,
+/// at most [`MAX_THREADS`].
 pub fn default_thread_count() -> usize {
-    thread::available_parallelism().map_or(1, |n| n.get())
+    thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
 }
 
 /// The `chunk`-th of `n_chunks` nearly equal, contiguous parts of `0..len` (the first
@@ -258,6 +269,9 @@ impl ThreadPool {
     pub fn new(threads: usize) -> Result<ThreadPool, PoolError> {
         if threads == 0 {
             return Err(PoolError::ZeroThreads);
+        }
+        if threads > MAX_THREADS {
+            return Err(PoolError::TooManyThreads(threads));
         }
         let shared = Arc::new(Shared {
             state: Mutex::new(State {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ferrite_cpu::{split_range, PoolError, ThreadPool};
+use ferrite_cpu::{default_thread_count, split_range, PoolError, ThreadPool, MAX_THREADS};
 
 fn assert_send_sync<T: Send + Sync>() {}
 
@@ -212,6 +212,15 @@ fn nested_parallel_for_does_not_deadlock() {
 #[test]
 fn zero_threads_is_an_error_and_drop_joins() {
     assert_eq!(ThreadPool::new(0).unwrap_err(), PoolError::ZeroThreads);
+    // Too many threads is refused before any is started (it used to exhaust the
+    // system's threads, or overflow the capacity of the worker list).
+    for n in [MAX_THREADS + 1, usize::MAX] {
+        assert_eq!(
+            ThreadPool::new(n).unwrap_err(),
+            PoolError::TooManyThreads(n)
+        );
+    }
+    assert!(default_thread_count() <= MAX_THREADS);
     // Creating and dropping pools repeatedly must not leak or hang.
     for _ in 0..50 {
         let pool = ThreadPool::new(3).expect("pool");
