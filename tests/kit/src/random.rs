@@ -659,7 +659,7 @@ pub fn edge_inputs_with(rg: &RandomGraph, seed: u64, huge: bool) -> Vec<Tensor> 
         .into_iter()
         .zip(&rg.index_bounds)
         .map(|(t, bound)| {
-            if bound.is_some() || rng.next() % 2 == 0 {
+            if bound.is_some() || rng.next().is_multiple_of(2) {
                 return t;
             }
             let pick = |rng: &mut SplitMix64, n: usize| (rng.next() % n as u64) as usize;
@@ -668,7 +668,7 @@ pub fn edge_inputs_with(rg: &RandomGraph, seed: u64, huge: bool) -> Vec<Tensor> 
                 d if d.is_float() => {
                     let mut v = t.to_f64();
                     for x in v.iter_mut() {
-                        if rng.next() % 4 == 0 {
+                        if rng.next().is_multiple_of(4) {
                             *x = specials[pick(&mut rng, specials.len())];
                         }
                     }
@@ -682,7 +682,7 @@ pub fn edge_inputs_with(rg: &RandomGraph, seed: u64, huge: bool) -> Vec<Tensor> 
                     };
                     let mut v = t.to_i64();
                     for x in v.iter_mut() {
-                        if rng.next() % 4 == 0 {
+                        if rng.next().is_multiple_of(4) {
                             *x = special[pick(&mut rng, special.len())];
                         }
                     }
