@@ -1,8 +1,10 @@
 //! A small mutation fuzzer for stable Rust: structured random inputs for the parsers and
 //! decoders, run for a bounded number of cases in CI and for as long as asked by hand.
 //!
-//! Coverage-guided fuzzers (libFuzzer through cargo-fuzz, AFL++ through the `afl` crate)
-//! need a nightly compiler or a separately built AFL++; this harness needs neither. It
+//! Coverage-guided fuzzers need more than the repository gives: libFuzzer through cargo-fuzz
+//! a nightly compiler, AFL++ through cargo-afl (0.18 installs on stable 1.95 and builds its
+//! own AFL++) a `cargo install` and a separately instrumented build of the stack; this harness
+//! needs neither. It
 //! mutates a seed corpus (the repository's own example and test files) with byte flips,
 //! insertions and deletions of interesting bytes and tokens, splices of two seeds, and
 //! truncations, and calls the target on each input inside `catch_unwind`. A watchdog thread
