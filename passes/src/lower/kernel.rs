@@ -315,6 +315,10 @@ pub fn build_kernel(
     }
 
     let gemm = match gemm_stage {
+        // A matmul with an empty operand (M, N or K of 0) reads nothing: its operands are
+        // constants, not strided views, and its stage is a plain loop over an empty
+        // domain (zeros for K = 0), with no GEMM to call.
+        Some((_, r)) if g.node(r).inputs.iter().any(|&x| g.ty(x).numel() == 0) => None,
         Some((si, r)) => Some(gemm_info(g, &b.outer, &stages, si, r)?),
         None => None,
     };

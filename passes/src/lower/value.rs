@@ -357,7 +357,25 @@ impl KernelBuilder<'_> {
     ) -> Result<ExprRef, Fail> {
         let g = self.plan.g;
         let node = g.node(v);
-        match self.plan.role[v.index()] {
+        let role = self.plan.role[v.index()];
+        // An empty value (an extent 0 anywhere) has no element to read: every point that
+        // reads it is guarded out (pad, concat) or lies in a loop of extent 0 (a reduction
+        // over an empty axis, the kernel that stores it). Its value is never used, so it is
+        // a constant; computing it would build index arithmetic over extent-0 shapes
+        // (a reshape's `i // 0`) that no backend can bound (F03). An accumulator of this
+        // kernel is still read as one, so its stage is built.
+        let own_accumulator = matches!(
+            node.op,
+            Op::Reduce { .. } | Op::ArgReduce { .. } | Op::MatMul
+        ) && match role {
+            Role::Scheduled(s) => self.in_group[s],
+            Role::View | Role::Inline => true,
+            Role::Dead | Role::Param(_) | Role::Literal => false,
+        };
+        if node.ty.numel() == 0 && role != Role::Dead && !own_accumulator {
+            return Ok(self.constant(Value::zero(node.ty.dtype), node.ty.dtype));
+        }
+        match role {
             Role::Dead => Err(bug(format!("%{} is dead", v.0))),
             Role::Param(_) => self.load(v, coords, guard),
             Role::Scheduled(s) if !self.in_group[s] => self.load(v, coords, guard),
@@ -483,7 +501,11 @@ impl KernelBuilder<'_> {
                 let src: Vec<IndexExpr> = src_shape
                     .iter()
                     .zip(&strides)
-                    .map(|(&d, &s)| flat.clone().floor_div(s as i64).modulo(d.max(1) as i64))
+                    .map(|(&d, &s)| {
+                        flat.clone()
+                            .floor_div(s.max(1) as i64)
+                            .modulo(d.max(1) as i64)
+                    })
                     .collect();
                 self.value_at(ins[0], &src, guard)
             }

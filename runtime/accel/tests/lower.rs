@@ -691,3 +691,21 @@ fn pow_special_values_match_the_interpreter() {
         );
     }
 }
+
+/// Found by the whole-pipeline fuzzer (`tests/fuzz.rs`, `pipeline`): an integer `arange`
+/// whose step truncates to 0 is a constant index, and `relu`/`maximum` of it lowered to
+/// `maximum(1, 0)`, which the tile checker rejects (exit 2). Constant indices are literals
+/// now, folded like any constant.
+#[test]
+fn ops_on_a_constant_index_fold() {
+    check_graph(
+        "graph g(x: i32[22]) {\n  t = arange(start=1.0, end=12.0, step=0.5, dtype=i32)\n  \
+         y = add(x, relu(relu(t)))\n  return y\n}",
+        None,
+    );
+    check_graph(
+        "graph g(p: bool[1, 2, 1]) {\n  t = arange(start=4.0, end=12.0, step=0.5, dtype=i32)\n  \
+         y = sign(maximum(slice(where(p, t, t), axis=-2, start=-2, end=3), t))\n  return y\n}",
+        None,
+    );
+}

@@ -1,8 +1,10 @@
 //! A small mutation fuzzer for stable Rust: structured random inputs for the parsers and
 //! decoders, run for a bounded number of cases in CI and for as long as asked by hand.
 //!
-//! Coverage-guided fuzzers (libFuzzer through cargo-fuzz, AFL++ through the `afl` crate)
-//! need a nightly compiler or a separately built AFL++; this harness needs neither. It
+//! Coverage-guided fuzzers need more than the repository gives: libFuzzer through cargo-fuzz
+//! a nightly compiler, AFL++ through cargo-afl (0.18 installs on stable 1.95 and builds its
+//! own AFL++) a `cargo install` and a separately instrumented build of the stack; this harness
+//! needs neither. It
 //! mutates a seed corpus (the repository's own example and test files) with byte flips,
 //! insertions and deletions of interesting bytes and tokens, splices of two seeds, and
 //! truncations, and calls the target on each input inside `catch_unwind`. A watchdog thread
@@ -10,9 +12,13 @@
 //! so a hang is a failure too. Failing inputs are written to
 //! `target/fuzz-findings/<target>/<hash>.bin` and the test fails naming them.
 //!
+//! [`fuzz_generated`] drives a target the same way on generated inputs instead of mutants
+//! (the whole-pipeline target: random graphs printed as `.fg` text).
+//!
 //! Budget (environment): `FERRITE_FUZZ_SECONDS=N` runs each target for N seconds (an hour:
 //! 3600); otherwise `FERRITE_FUZZ_CASES=N` cases (default: the target's CI count).
-//! `FERRITE_FUZZ_SEED=N` changes the random stream.
+//! `FERRITE_FUZZ_SEED=N` changes the random stream. `FERRITE_FUZZ_REPLAY=FILE` runs the
+//! target on that one saved input only (a finding, to debug or minimize it).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -245,6 +251,52 @@ pub fn fuzz(
     target: impl Fn(&[u8]) -> Verdict,
 ) -> FuzzStats {
     assert!(!seeds.is_empty(), "fuzz target {name}: empty seed corpus");
+    drive(
+        name,
+        ci_cases,
+        |rng, case| {
+            if case < seeds.len() as u64 {
+                seeds[case as usize].clone()
+            } else {
+                let a = &seeds[rng.below(seeds.len())];
+                let b = &seeds[rng.below(seeds.len())];
+                mutate(rng, a, b)
+            }
+        },
+        target,
+    )
+}
+
+/// [`fuzz`] on generated inputs: case `i` is `generate(s)` for a seed `s` drawn from the
+/// random stream (so `FERRITE_FUZZ_SEED` gives new cases), under the same budget,
+/// watchdog and findings directory.
+pub fn fuzz_generated(
+    name: &str,
+    ci_cases: u64,
+    generate: impl Fn(u64) -> Vec<u8>,
+    target: impl Fn(&[u8]) -> Verdict,
+) -> FuzzStats {
+    drive(name, ci_cases, |rng, _| generate(rng.next()), target)
+}
+
+fn drive(
+    name: &str,
+    ci_cases: u64,
+    mut next_input: impl FnMut(&mut Rng, u64) -> Vec<u8>,
+    target: impl Fn(&[u8]) -> Verdict,
+) -> FuzzStats {
+    if let Ok(path) = std::env::var("FERRITE_FUZZ_REPLAY") {
+        let input = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let verdict = target(&input);
+        eprintln!("fuzz target {name}: replayed {path}: {verdict:?}");
+        if let Err(why) = verdict {
+            panic!("fuzz target {name} fails on {path}:\n{why}");
+        }
+        return FuzzStats {
+            cases: 1,
+            accepted: u64::from(verdict == Ok(true)),
+        };
+    }
     let seconds = env_u64("FERRITE_FUZZ_SECONDS");
     let cases = env_u64("FERRITE_FUZZ_CASES").unwrap_or(ci_cases);
     let mut rng = Rng(env_u64("FERRITE_FUZZ_SEED").unwrap_or(0x5eed) ^ fnv(name.as_bytes()));
@@ -287,13 +339,7 @@ pub fn fuzz(
             None if stats.cases >= cases => break,
             _ => {}
         }
-        let input = if stats.cases < seeds.len() as u64 {
-            seeds[stats.cases as usize].clone()
-        } else {
-            let a = &seeds[rng.below(seeds.len())];
-            let b = &seeds[rng.below(seeds.len())];
-            mutate(&mut rng, a, b)
-        };
+        let input = next_input(&mut rng, stats.cases);
         if let Ok(mut c) = current.lock() {
             c.clone_from(&input);
         }
@@ -320,10 +366,11 @@ pub fn fuzz(
     std::panic::set_hook(quiet);
     done.store(1, Ordering::Relaxed);
     eprintln!(
-        "fuzz target {name}: {} cases, {} accepted, {} failures",
+        "fuzz target {name}: {} cases, {} accepted, {} failures, {:.1} s",
         stats.cases,
         stats.accepted,
-        failures.len()
+        failures.len(),
+        epoch.elapsed().as_secs_f64()
     );
     if !failures.is_empty() {
         let list: Vec<String> = failures

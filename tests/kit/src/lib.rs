@@ -26,4 +26,7 @@ pub use examples::{
 pub use filetest::{run_dir, Case, Stage};
 pub use golden::{bless_requested, check_golden, diff};
 pub use loop_text::check_round_trip;
-pub use random::{inputs_for, random_graph, random_graph_with, random_inputs, RandomGraph};
+pub use random::{
+    edge_inputs, edge_inputs_with, inputs_for, random_edge_graph, random_graph, random_graph_with,
+    random_inputs, RandomGraph,
+};

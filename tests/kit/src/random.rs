@@ -21,6 +21,10 @@ struct Gen {
     composites: bool,
     /// Some axes thousands long, so reductions and GEMMs loop over blocks.
     big: bool,
+    /// Edge cases ([`random_edge_graph`]): extents 0 and 1 more often, broadcast operands,
+    /// special literals (NaN, infinities, signed zeros, subnormals, huge values, integer
+    /// extremes), pads and slices that empty a tensor, an occasional long axis.
+    edge: bool,
 }
 
 impl Gen {
@@ -36,6 +40,23 @@ impl Gen {
         items[self.below(items.len())]
     }
 
+    /// A new parameter whose shape broadcasts against `xt`: some axes 1, leading axes
+    /// dropped or added.
+    fn broadcast_param(&mut self, xt: &TensorType) -> Option<ValueId> {
+        let mut shape: Vec<usize> = xt
+            .shape
+            .iter()
+            .map(|&d| if self.chance(50) { 1 } else { d })
+            .collect();
+        if !shape.is_empty() && self.chance(30) {
+            shape.drain(..1 + self.below(shape.len()));
+        } else if shape.len() < 4 && self.chance(20) {
+            shape.insert(0, 1 + self.below(3));
+        }
+        let ty = TensorType::new(xt.dtype, shape).ok()?;
+        Some(self.param(ty, None))
+    }
+
     /// A recent value more often than an old one.
     fn value(&mut self) -> ValueId {
         let n = self.values.len();
@@ -49,10 +70,16 @@ impl Gen {
 
     fn shape(&mut self, max_rank: usize) -> Vec<usize> {
         let rank = self.below(max_rank + 1);
+        let (zero, one) = if self.edge { (10, 25) } else { (3, 0) };
         let mut shape: Vec<usize> = (0..rank)
             .map(|_| {
-                if self.chance(3) {
+                if self.chance(zero) {
                     0
+                } else if one > 0 && self.chance(one) {
+                    1
+                } else if self.edge && self.chance(3) {
+                    // An occasional long axis.
+                    300 + self.below(1700)
                 } else if self.chance(15) {
                     6 + self.below(4)
                 } else {
@@ -60,6 +87,13 @@ impl Gen {
                 }
             })
             .collect();
+        if self.edge {
+            // Keep edge-case tensors small: shrink the largest axis until they are.
+            while shape.iter().product::<usize>() > EDGE_MAX_ELEMENTS {
+                let i = (0..rank).max_by_key(|&i| shape[i]).unwrap_or(0);
+                shape[i] /= 2;
+            }
+        }
         // One long axis, the others shrunk until the tensor stays small.
         if self.big && rank > 0 && self.chance(40) {
             let long = self.below(rank);
@@ -100,6 +134,30 @@ impl Gen {
     }
 
     fn literal_for(&mut self, dtype: DType) -> ValueId {
+        if self.edge && self.chance(30) {
+            let value = match dtype {
+                d if d.is_float() => Scalar::Float(self.pick(&SPECIAL_FLOATS)),
+                DType::Bool => Scalar::Bool(self.chance(50)),
+                DType::I32 => Scalar::Int(self.pick(&SPECIAL_I32)),
+                _ => Scalar::Int(self.pick(&SPECIAL_I64)),
+            };
+            // Only what the `.fg` parser accepts beside a tensor of `dtype` (a finite value
+            // must stay finite), so the printed graph parses again.
+            let f = value.as_f64();
+            let fits = !f.is_finite()
+                || match dtype {
+                    // Beyond these, rounding to the dtype overflows.
+                    DType::F16 => f.abs() < 65520.0,
+                    DType::Bf16 => f.abs() < 3.396e38,
+                    DType::F32 => (f as f32).is_finite(),
+                    _ => true,
+                };
+            if fits {
+                if let Ok(v) = self.g.add_literal(value, dtype) {
+                    return v;
+                }
+            }
+        }
         let value = match dtype {
             d if d.is_float() => Scalar::Float(self.pick(&[0.5, -1.25, 2.0, 0.0, 3.0])),
             DType::Bool => Scalar::Bool(self.chance(50)),
@@ -137,7 +195,9 @@ impl Gen {
                 if b == BinaryOp::Pow && !xt.dtype.is_float() {
                     return None; // integer pow of a negative exponent is an error
                 }
-                let y = if self.chance(35) {
+                let y = if self.edge && self.chance(30) {
+                    self.broadcast_param(&xt)?
+                } else if self.chance(35) {
                     self.literal_for(xt.dtype)
                 } else {
                     self.value()
@@ -230,6 +290,15 @@ impl Gen {
             13 => {
                 // Reshape into a random regrouping of the element count.
                 let n = xt.numel();
+                if n == 0 && self.edge {
+                    // An empty value regrouped: any shape with an extent 0.
+                    let mut shape: Vec<i64> = (0..1 + self.below(3))
+                        .map(|_| self.below(4) as i64)
+                        .collect();
+                    let z = self.below(shape.len());
+                    shape[z] = 0;
+                    return self.finish(Op::Reshape { shape }, vec![x]);
+                }
                 if n == 0 {
                     return None;
                 }
@@ -316,7 +385,16 @@ impl Gen {
                 (Op::Concat { axis }, ins)
             }
             18 => {
-                let pads: Vec<i64> = (0..2 * rank).map(|_| self.below(4) as i64 - 1).collect();
+                let pads: Vec<i64> = (0..2 * rank)
+                    .map(|k| {
+                        if self.edge && self.chance(15) {
+                            // Cut an axis away entirely (or nearly).
+                            -(xt.shape[k / 2] as i64) + self.below(2) as i64
+                        } else {
+                            self.below(4) as i64 - 1
+                        }
+                    })
+                    .collect();
                 let value = if xt.dtype.is_float() {
                     self.pick(&[0.0, 1.5, -2.0])
                 } else {
@@ -399,14 +477,54 @@ impl Gen {
                 }
             }
         };
+        self.finish(op, inputs)
+    }
+
+    /// Adds the op; `None` when it does not type-check or its result is too large.
+    fn finish(&mut self, op: Op, inputs: Vec<ValueId>) -> Option<ValueId> {
         let v = self.g.add(op, &inputs, None).ok()?;
         // Keep tensors small so evaluation stays fast.
-        if self.g.ty(v).numel() > if self.big { 40_000 } else { 4096 } {
+        let cap = if self.big {
+            40_000
+        } else if self.edge {
+            EDGE_MAX_ELEMENTS
+        } else {
+            4096
+        };
+        if self.g.ty(v).numel() > cap {
             return None;
         }
         Some(v)
     }
 }
+
+/// The most elements of a tensor in an edge-case graph.
+const EDGE_MAX_ELEMENTS: usize = 8192;
+
+/// Float special values: NaN, infinities, signed zeros, an f32 subnormal, the largest
+/// f16, values that overflow f32 and f16 when added or squared, and ordinary ones.
+pub const SPECIAL_FLOATS: [f64; 14] = [
+    f64::NAN,
+    f64::INFINITY,
+    f64::NEG_INFINITY,
+    0.0,
+    -0.0,
+    1e-40,
+    -1e-45,
+    3e38,
+    -3.4e38,
+    65504.0,
+    1e20,
+    -1.0,
+    0.5,
+    2.0,
+];
+
+/// i32 edge values.
+pub const SPECIAL_I32: [i64; 6] = [i32::MIN as i64, i32::MAX as i64, -1, 0, 1, 65536];
+
+/// i64 edge values.
+pub const SPECIAL_I64: [i64; 7] = [i64::MIN, i64::MAX, -1, 0, 1, 1 << 32, i32::MIN as i64];
 
 /// A random graph from `seed`: a few parameters and up to `max_ops` ops; composite
 /// ops (softmax, layer_norm, gelu, ..) too when `composites` is set.
@@ -417,6 +535,19 @@ pub fn random_graph(seed: u64, max_ops: usize, composites: bool) -> RandomGraph 
 /// [`random_graph`], optionally with one axis of some tensors 1000-6000 long (`big`), so
 /// backends that block long rows (the tile lowering) exercise their block loops.
 pub fn random_graph_with(seed: u64, max_ops: usize, composites: bool, big: bool) -> RandomGraph {
+    generate(seed, max_ops, composites, big, false)
+}
+
+/// A random graph for the whole-pipeline fuzzer: composites included, and the edge cases
+/// the other generators rarely make: extents 0 and 1 often, broadcast operands, special
+/// literals (NaN, infinities, signed zeros, subnormals, huge values, integer extremes),
+/// pads and slices that empty a tensor, an occasional axis hundreds long. Pair it with
+/// [`edge_inputs`].
+pub fn random_edge_graph(seed: u64, max_ops: usize) -> RandomGraph {
+    generate(seed, max_ops, true, false, true)
+}
+
+fn generate(seed: u64, max_ops: usize, composites: bool, big: bool, edge: bool) -> RandomGraph {
     let mut gen = Gen {
         rng: SplitMix64(seed),
         g: Graph::new(format!("random{seed}")),
@@ -424,6 +555,7 @@ pub fn random_graph_with(seed: u64, max_ops: usize, composites: bool, big: bool)
         index_bounds: Vec::new(),
         composites,
         big,
+        edge,
     };
     for _ in 0..1 + gen.below(3) {
         let dtype = gen.dtype();
@@ -497,6 +629,67 @@ pub fn inputs_for(rg: &RandomGraph, seed: u64) -> Vec<Tensor> {
                     Tensor::from_i64(ty, &v)
                 }
                 None => Tensor::random(ty, seed.wrapping_add(i as u64)),
+            }
+        })
+        .collect()
+}
+
+/// [`inputs_for`] with special values mixed in: in about half of the parameters, a quarter
+/// of the elements replaced by NaN, infinities, signed zeros, subnormals, huge values
+/// ([`SPECIAL_FLOATS`]) or integer extremes ([`SPECIAL_I32`], [`SPECIAL_I64`]). Index
+/// parameters stay in range.
+pub fn edge_inputs(rg: &RandomGraph, seed: u64) -> Vec<Tensor> {
+    edge_inputs_with(rg, seed, true)
+}
+
+/// The magnitudes in [`SPECIAL_FLOATS`] that overflow f32 (or f16) arithmetic long before
+/// they overflow the interpreter's f64.
+fn is_huge(x: f64) -> bool {
+    x.is_finite() && x.abs() >= 65504.0
+}
+
+/// [`edge_inputs`], without the huge finite values when `huge` is false: with them, a sum,
+/// product or variance that overflows in f32 on the backends but not in the interpreter's
+/// f64 diverges (reliability finding F14), which hides everything else.
+pub fn edge_inputs_with(rg: &RandomGraph, seed: u64, huge: bool) -> Vec<Tensor> {
+    let specials: Vec<f64> = SPECIAL_FLOATS
+        .into_iter()
+        .filter(|&x| huge || !is_huge(x))
+        .collect();
+    let mut rng = SplitMix64(seed ^ 0xed9e);
+    inputs_for(rg, seed)
+        .into_iter()
+        .zip(&rg.index_bounds)
+        .map(|(t, bound)| {
+            if bound.is_some() || rng.next().is_multiple_of(2) {
+                return t;
+            }
+            let pick = |rng: &mut SplitMix64, n: usize| (rng.next() % n as u64) as usize;
+            match t.ty.dtype {
+                DType::Bool => t,
+                d if d.is_float() => {
+                    let mut v = t.to_f64();
+                    for x in v.iter_mut() {
+                        if rng.next().is_multiple_of(4) {
+                            *x = specials[pick(&mut rng, specials.len())];
+                        }
+                    }
+                    Tensor::from_f64(&t.ty, &v)
+                }
+                d => {
+                    let special: &[i64] = if d == DType::I32 {
+                        &SPECIAL_I32
+                    } else {
+                        &SPECIAL_I64
+                    };
+                    let mut v = t.to_i64();
+                    for x in v.iter_mut() {
+                        if rng.next().is_multiple_of(4) {
+                            *x = special[pick(&mut rng, special.len())];
+                        }
+                    }
+                    Tensor::from_i64(&t.ty, &v)
+                }
             }
         })
         .collect()

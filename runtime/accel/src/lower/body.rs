@@ -187,7 +187,13 @@ impl<'a> Body<'a> {
                 .cloned()
                 .ok_or_else(|| Error::internal(format!("{a} is read before it is computed")))?,
             ExprOp::Index(e) => {
-                let (e, deps) = self.int(b, &self.s.frame.rewrite(e))?;
+                let e = self.s.frame.rewrite(e);
+                // A constant index is a literal, so ops on it fold like any constant's (the
+                // tile checker rejects `maximum` of two constants).
+                if let IndexExpr::Const(c) = e.simplify(&self.s.frame.ext) {
+                    return Ok(Val::Lit(Value::Int(c), d));
+                }
+                let (e, deps) = self.int(b, &e)?;
                 Val::Tile(TileVal {
                     e,
                     dtype: self.s.index_dtype,

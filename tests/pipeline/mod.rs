@@ -1,0 +1,177 @@
+//! The whole-pipeline differential check shared by `tests/empty.rs` and the `pipeline`
+//! target of `tests/fuzz.rs`: one graph and its inputs through the public facade on every
+//! target (the reference interpreter, the loop-IR evaluator, cpu fused and unfused at 1 and
+//! 3 threads, sim fused and unfused), outputs compared with the interpreter under the
+//! tolerances of the backends' own differential tests, and errors compared in kind: a user
+//! error on one target must be a user error on all, and no target may report an internal
+//! error or panic.
+#![allow(dead_code)]
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use ferrite::{compile_ir, Options, Target};
+use ferrite_ir::{DType, Graph, Op, Tensor};
+
+/// How one target ended on one graph.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The outputs.
+    Values(Vec<Tensor>),
+    /// A user error (exit 1), compiling or running.
+    User(String),
+    /// An internal error (exit 2) or a panic: always a finding.
+    Internal(String),
+}
+
+/// Every configuration the graph runs under besides the interpreter, by name.
+pub fn configurations() -> Vec<(String, Options)> {
+    let mut out = Vec::new();
+    for fuse in [true, false] {
+        let f = if fuse { "fused" } else { "unfused" };
+        out.push((
+            format!("loops {f}"),
+            Options::default().target(Target::Loops).fuse(fuse),
+        ));
+        for threads in [1, 3] {
+            out.push((
+                format!("cpu {f} threads {threads}"),
+                Options::default()
+                    .target(Target::Cpu)
+                    .fuse(fuse)
+                    .threads(threads),
+            ));
+        }
+        out.push((
+            format!("sim {f}"),
+            Options::default().target(Target::Sim).fuse(fuse),
+        ));
+    }
+    out
+}
+
+/// Compiles and runs `g` under `options`, catching panics.
+pub fn outcome(g: &Graph, inputs: &[Tensor], options: &Options) -> Outcome {
+    let run = || -> Result<Vec<Tensor>, ferrite::Error> {
+        let c = compile_ir(g, options)?;
+        let ins: Vec<ferrite::Tensor> = inputs
+            .iter()
+            .map(|t| ferrite::Tensor::try_from(t.clone()))
+            .collect::<Result<_, _>>()?;
+        Ok(c.run(&ins)?.into_iter().map(|t| t.into_ir()).collect())
+    };
+    match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(Ok(v)) => Outcome::Values(v),
+        Ok(Err(e)) if e.is_internal() => Outcome::Internal(e.to_string()),
+        Ok(Err(e)) => Outcome::User(e.to_string()),
+        Err(p) => Outcome::Internal(format!(
+            "panic: {}",
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// The largest finite magnitude in `t`.
+fn max_abs(t: &Tensor) -> f64 {
+    t.to_f64()
+        .into_iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0, |m, x| m.max(x.abs()))
+}
+
+/// Compares one output with the interpreter's. Integers and bools exactly; floats with the
+/// tolerances of `runtime/cpu/tests/differential.rs` (the dtype's, plus an absolute term
+/// scaled by the output's magnitude) and, on the simulator, `runtime/accel/tests/lower.rs`'s.
+pub fn close(got: &Tensor, want: &Tensor, sim: bool, has_matmul: bool) -> Result<(), String> {
+    let d = want.ty.dtype;
+    let (rtol, atol) = if !d.is_float() {
+        (0.0, 0.0)
+    } else if sim {
+        let r = match d {
+            DType::F32 => 1e-4,
+            _ => 2e-2,
+        };
+        (r, r * max_abs(want).max(1.0))
+    } else {
+        let (r, a) = match d {
+            DType::F16 => (2e-3, 2e-3),
+            DType::Bf16 => (1.6e-2, 1.6e-2),
+            _ => (1e-4, 1e-5),
+        };
+        (r, a + if has_matmul { 2e-4 } else { 1e-4 } * max_abs(want))
+    };
+    got.check_close(want, rtol, atol).map_err(|e| e.to_string())
+}
+
+/// What [`check`] saw: how many configurations ran to values and how many agreed on a user
+/// error.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Agreement {
+    pub values: usize,
+    pub user_errors: usize,
+}
+
+/// Runs `g` on the interpreter and on every [`configurations`] entry and compares. `Err`
+/// describes the first divergence (or internal error) per configuration.
+pub fn check(g: &Graph, inputs: &[Tensor]) -> Result<Agreement, String> {
+    let want = outcome(g, inputs, &Options::default().target(Target::Interp));
+    let has_matmul = g.nodes.iter().any(|n| matches!(n.op, Op::MatMul));
+    let mut problems = Vec::new();
+    let mut seen = Agreement::default();
+    if let Outcome::Internal(e) = &want {
+        problems.push(format!("interp: internal error: {e}"));
+    }
+    for (name, options) in configurations() {
+        let got = outcome(g, inputs, &options);
+        let sim = options.target == Target::Sim;
+        match (&want, got) {
+            (_, Outcome::Internal(e)) => problems.push(format!("{name}: internal error: {e}")),
+            (Outcome::Values(w), Outcome::Values(v)) => {
+                seen.values += 1;
+                if v.len() != w.len() {
+                    problems.push(format!("{name}: {} outputs, want {}", v.len(), w.len()));
+                }
+                for (i, (a, b)) in v.iter().zip(w).enumerate() {
+                    if let Err(e) = close(a, b, sim, has_matmul) {
+                        problems.push(format!("{name}: output {i}: {e}"));
+                        break;
+                    }
+                }
+            }
+            (Outcome::User(_), Outcome::User(_)) => seen.user_errors += 1,
+            (Outcome::Values(_), Outcome::User(e)) => {
+                problems.push(format!("{name}: user error where interp runs: {e}"))
+            }
+            (Outcome::User(e), Outcome::Values(_)) => problems.push(format!(
+                "{name}: runs where interp reports a user error ({e})"
+            )),
+            (Outcome::Internal(_), _) => {}
+        }
+    }
+    if problems.is_empty() {
+        Ok(seen)
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// The exclusive bound of each parameter's values when it holds the indices of an
+/// `index_select` or `gather` (the extent it indexes, at least 1 so an index into an empty
+/// axis is out of range on every target).
+pub fn index_bounds(g: &Graph) -> Vec<Option<usize>> {
+    let mut bounds = vec![None; g.params.len()];
+    for n in &g.nodes {
+        let axis = match n.op {
+            Op::IndexSelect { axis } | Op::Gather { axis } => axis,
+            _ => continue,
+        };
+        let x = g.ty(n.inputs[0]);
+        let extent = x.shape[axis.rem_euclid(x.rank().max(1) as i64) as usize].max(1);
+        if let Some(i) = g.params.iter().position(|&p| p == n.inputs[1]) {
+            bounds[i] = Some(bounds[i].map_or(extent, |b: usize| b.min(extent)));
+        }
+    }
+    bounds
+}
