@@ -9,7 +9,7 @@
 //! made or refused.
 
 use crate::error::{Error, Result};
-use crate::fuse::{fuse, FusionDecision, MAX_FUSION_SIZE};
+use crate::fuse::{fuse, FusionDecision, FusionStats, MAX_FUSION_SIZE};
 use crate::lower::{assemble, lower_unfused};
 use crate::memory::{plan_memory, MemoryPlan};
 use ferrite_ir::loops::Program;
@@ -53,6 +53,8 @@ pub struct Scheduled {
     pub memory: MemoryPlan,
     /// Every fusion made or refused, in order (empty when not fusing).
     pub decisions: Vec<FusionDecision>,
+    /// How much work the fusion planner did (zero when not fusing).
+    pub fusion_stats: FusionStats,
 }
 
 impl Scheduled {
@@ -80,16 +82,17 @@ pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled> {
             n.op.name()
         )));
     }
-    let (program, decisions) = if opts.fuse {
+    let (program, decisions, fusion_stats) = if opts.fuse {
         let f = fuse(g, opts.max_fusion_size)?;
-        (assemble(&f.plan, &f.groups)?, f.decisions)
+        (assemble(&f.plan, &f.groups)?, f.decisions, f.stats)
     } else {
-        (lower_unfused(g)?, Vec::new())
+        (lower_unfused(g)?, Vec::new(), FusionStats::default())
     };
     let memory = plan_memory(&program);
     Ok(Scheduled {
         program,
         memory,
         decisions,
+        fusion_stats,
     })
 }
