@@ -264,18 +264,21 @@ struct Profile {
     tree: MaxTree,
     /// The live interval (ranks) of each scheduled node's value, if counted and read
     /// outside its group.
-    live: Vec<Option<(usize, usize)>>,
+    live: Vec<Live>,
     /// For each scheduled node: the ranks of the groups reading its value, with how many
     /// of their scheduled nodes do.
     readers: Vec<BTreeMap<usize, usize>>,
 }
+
+/// The live interval (first and last rank) of a value, if it is read outside its group.
+type Live = Option<(usize, usize)>;
 
 /// What [`Fuser::apply`] changed, to take it back.
 struct Undo {
     /// (producer, from rank, to rank) of each reader moved.
     moves: Vec<(usize, usize, usize)>,
     /// (producer, old interval, new interval).
-    intervals: Vec<(usize, Option<(usize, usize)>, Option<(usize, usize)>)>,
+    intervals: Vec<(usize, Live, Live)>,
     /// The rank that no longer holds a kernel.
     gone: usize,
 }
@@ -428,7 +431,7 @@ impl Fuser<'_, '_> {
 
     /// The live interval of scheduled node `s`'s value from the reader ranks, as if
     /// `merged = Some((a, b, at))`: `b` merged into `a` at rank `at`.
-    fn interval(&self, s: usize, merged: Option<(usize, usize, usize)>) -> Option<(usize, usize)> {
+    fn interval(&self, s: usize, merged: Option<(usize, usize, usize)>) -> Live {
         let gi = self.of[s];
         let at = match merged {
             Some((a, b, at)) if gi == a || gi == b => at,
@@ -443,7 +446,7 @@ impl Fuser<'_, '_> {
         last.map(|l| (at, l))
     }
 
-    fn set_interval(&mut self, s: usize, iv: Option<(usize, usize)>) {
+    fn set_interval(&mut self, s: usize, iv: Live) {
         let old = std::mem::replace(&mut self.profile.live[s], iv);
         if old == iv {
             return;
