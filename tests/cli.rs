@@ -765,3 +765,33 @@ fn sim_runs_a_hand_written_kernel_and_reports() {
     assert_exit(&o, 1);
     assert!(stderr(&o).contains("bad.tile:2:"), "{}", stderr(&o));
 }
+
+/// Reliability finding F13: a 20k-op relu chain took 10 s to compile and 100k ops over a
+/// minute, quadratic in the schedule. The fused chain now compiles (64 ops per kernel);
+/// unfused, one Cranelift function per op is past the CPU backend's kernel limit, which
+/// is refused with exit 1 and the limit stated, rather than compiled for minutes.
+#[test]
+fn long_chains_compile_or_are_refused_with_the_kernel_limit() {
+    let s = Scratch::new("long-chain");
+    let n = ferrite::MAX_CPU_KERNELS + 100;
+    let mut src = String::from("graph chain(x: f32[2, 2]) {\n");
+    for i in 0..n {
+        let prev = if i == 0 {
+            "x".to_string()
+        } else {
+            format!("a{}", i - 1)
+        };
+        src += &format!("  a{i} = relu({prev})\n");
+    }
+    src += &format!("  return a{}\n}}\n", n - 1);
+    let f = s.file("chain.fg", src);
+    let fused = ferrite(&["compile", &f]);
+    assert_exit(&fused, 0);
+    let unfused = ferrite(&["compile", "--no-fuse", &f]);
+    assert_exit(&unfused, 1);
+    let e = stderr(&unfused);
+    assert!(
+        e.contains(&format!("has {n} kernels")) && e.contains("at most 16384"),
+        "{e}"
+    );
+}

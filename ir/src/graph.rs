@@ -4,7 +4,7 @@ use crate::infer::infer;
 use crate::op::{Op, Scalar};
 use crate::types::TensorType;
 use crate::{DType, Error, Result, TypeError};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 /// The id of a value (the result of one node). Ids index [`Graph::nodes`]; a node
@@ -51,6 +51,33 @@ pub struct Graph {
     pub outputs: Vec<ValueId>,
     /// The `-> T, T` annotation, when the text had one.
     pub declared_outputs: Option<Vec<TensorType>>,
+    /// Where each name is bound, so adding a named value checks uniqueness in constant
+    /// time (a scan per node made building a graph quadratic). Derived from `nodes`.
+    names: NameIndex,
+}
+
+/// The names of `nodes[..indexed]`, each at its first node. Nodes appended to
+/// [`Graph::nodes`] directly are indexed on the next [`Graph::find`] miss or addition;
+/// names should be given through [`Graph::add`], [`Graph::add_param`] or
+/// [`Graph::set_name`] (a name written into a node directly is seen by [`verify`], not
+/// by the index).
+#[derive(Clone, Default)]
+struct NameIndex {
+    first: HashMap<String, ValueId>,
+    indexed: usize,
+}
+
+/// The index is derived data: two graphs with the same nodes are equal whatever it holds.
+impl PartialEq for NameIndex {
+    fn eq(&self, _: &NameIndex) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for NameIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} names", self.first.len())
+    }
 }
 
 impl Graph {
@@ -124,26 +151,79 @@ impl Graph {
     }
 
     fn push(&mut self, node: Node) -> Result<ValueId> {
+        self.catch_up_names();
         if let Some(name) = &node.name {
-            if !is_valid_name(name) {
-                return Err(Error::InvalidGraph(format!("`{name}` is not a valid name")));
-            }
-            if self.find(name).is_some() {
-                return Err(Error::InvalidGraph(format!("`{name}` is already defined")));
-            }
+            self.check_new_name(name)?;
         }
         let id = u32::try_from(self.nodes.len())
             .map(ValueId)
             .map_err(|_| Error::InvalidGraph("too many nodes".into()))?;
+        if let Some(name) = &node.name {
+            self.names.first.insert(name.clone(), id);
+        }
         self.nodes.push(node);
+        self.names.indexed = self.nodes.len();
         Ok(id)
     }
 
-    /// The value bound to `name`, if any.
+    /// Names value `v` (which has no name yet) `name`, which must be valid and new.
+    pub fn set_name(&mut self, v: ValueId, name: impl Into<String>) -> Result<()> {
+        let name = name.into();
+        self.catch_up_names();
+        match self.nodes.get(v.index()) {
+            None => return Err(Error::InvalidGraph(format!("{v} is not defined"))),
+            Some(n) if n.name.is_some() => {
+                return Err(Error::InvalidGraph(format!("{v} is already named")))
+            }
+            Some(_) => {}
+        }
+        self.check_new_name(&name)?;
+        self.names.first.insert(name.clone(), v);
+        self.nodes[v.index()].name = Some(name);
+        Ok(())
+    }
+
+    fn check_new_name(&self, name: &str) -> Result<()> {
+        if !is_valid_name(name) {
+            return Err(Error::InvalidGraph(format!("`{name}` is not a valid name")));
+        }
+        if self.find(name).is_some() {
+            return Err(Error::InvalidGraph(format!("`{name}` is already defined")));
+        }
+        Ok(())
+    }
+
+    /// Indexes the names of nodes appended to `nodes` directly.
+    fn catch_up_names(&mut self) {
+        let from = self.names.indexed.min(self.nodes.len());
+        for (i, n) in self.nodes.iter().enumerate().skip(from) {
+            if let Some(name) = &n.name {
+                self.names
+                    .first
+                    .entry(name.clone())
+                    .or_insert(ValueId(i as u32));
+            }
+        }
+        self.names.indexed = self.nodes.len();
+    }
+
+    /// The value bound to `name`, if any (the first, in a graph that binds it twice and
+    /// so fails [`verify`]).
     pub fn find(&self, name: &str) -> Option<ValueId> {
-        self.nodes
-            .iter()
-            .position(|n| n.name.as_deref() == Some(name))
+        let named = |i: usize| self.nodes.get(i).and_then(|n| n.name.as_deref()) == Some(name);
+        if let Some(&v) = self.names.first.get(name) {
+            if named(v.index()) {
+                return Some(v);
+            }
+            // The node was renamed or removed behind the index's back.
+            return (0..self.nodes.len())
+                .find(|&i| named(i))
+                .map(|i| ValueId(i as u32));
+        }
+        // Nodes appended directly since the index last caught up.
+        let from = self.names.indexed.min(self.nodes.len());
+        (from..self.nodes.len())
+            .find(|&i| named(i))
             .map(|i| ValueId(i as u32))
     }
 
@@ -202,11 +282,8 @@ impl Graph {
             }
         }
         let mut remap = vec![ValueId(u32::MAX); self.nodes.len()];
-        let mut out = Graph {
-            name: self.name.clone(),
-            declared_outputs: self.declared_outputs.clone(),
-            ..Graph::default()
-        };
+        let mut out = Graph::new(self.name.clone());
+        out.declared_outputs = self.declared_outputs.clone();
         for (i, n) in self.nodes.iter().enumerate() {
             if !live[i] {
                 continue;

@@ -248,7 +248,9 @@ impl Decomposer {
                 "decompose: the rewrite of `{name}` reused {v} and so cannot carry its name"
             )));
         }
-        self.out.nodes[v.index()].name = Some(name.to_string());
+        self.out
+            .set_name(v, name)
+            .map_err(|e| Error::Internal(format!("decompose: naming {v}: {e}")))?;
         Ok(v)
     }
 

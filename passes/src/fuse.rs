@@ -41,10 +41,7 @@ use crate::error::{Error, Result};
 use crate::lower::{build_kernel, materialize_gemm_operands, Layout, LowerError, Plan, SNode};
 use ferrite_ir::loops::KernelId;
 use ferrite_ir::{Graph, ValueId};
-use petgraph::stable_graph::{NodeIndex, StableDiGraph};
-use petgraph::visit::Dfs;
-use petgraph::Direction;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::fmt;
 
 /// Inductor's `max_fusion_size`: the most scheduled nodes one kernel may hold.
@@ -109,7 +106,6 @@ impl fmt::Display for FusionDecision {
         }
     }
 }
-
 /// The result of fusion: the plan, the groups in execution order, and the decisions.
 pub struct Fusion<'g> {
     /// The fused-mode plan the groups refer to.
@@ -118,6 +114,33 @@ pub struct Fusion<'g> {
     pub groups: Vec<Vec<usize>>,
     /// Every decision made, in order.
     pub decisions: Vec<FusionDecision>,
+    /// How much work the planner did.
+    pub stats: FusionStats,
+}
+
+/// Deterministic counts of the fusion planner's work. They grow with a graph as the
+/// planner's running time does, so a test can check that fusion scales near-linearly
+/// without timing it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct FusionStats {
+    /// Rounds of fusion run.
+    pub rounds: usize,
+    /// Candidate pairs examined (scored, refused, or skipped as decided before).
+    pub candidates: usize,
+    /// Dependency edges followed by cycle checks.
+    pub cycle_steps: usize,
+    /// Updates of the live-bytes profile (each a few tree operations).
+    pub profile_updates: usize,
+    /// Groups ordered by full recomputations of the execution order and the live-bytes
+    /// profile: one per round, and one per merge that the order cannot absorb in place.
+    pub reorder_steps: usize,
+}
+
+impl FusionStats {
+    /// All the work counted, as one number.
+    pub fn work(&self) -> usize {
+        self.candidates + self.cycle_steps + self.profile_updates + self.reorder_steps
+    }
 }
 
 /// Static cost of one candidate kernel.
@@ -132,28 +155,41 @@ pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>> {
     let plan = materialize_gemm_operands(Plan::fused(g))?;
     let layout = Layout::provisional(&plan);
     let n = plan.snodes.len();
-    let mut dag = StableDiGraph::new();
-    let node: Vec<Option<NodeIndex>> = (0..n).map(|s| Some(dag.add_node(s))).collect();
+    let mut succ = vec![BTreeSet::new(); n];
+    let mut pred = vec![BTreeSet::new(); n];
     for (s, loads) in plan.loads.iter().enumerate() {
         for v in loads {
-            if let (Some(p), Some(ns)) = (plan.snode_of(*v), node[s]) {
-                if let Some(np) = node[p] {
-                    dag.update_edge(np, ns, ());
-                }
+            if let Some(p) = plan.snode_of(*v) {
+                succ[p].insert(s);
+                pred[s].insert(p);
             }
         }
     }
+    let counted = plan
+        .snodes
+        .iter()
+        .map(|node| match *node {
+            SNode::Value(v) => plan.output_of[v.index()].is_none(),
+            SNode::OutputCopy { .. } => false,
+        })
+        .collect();
     let mut f = Fuser {
         plan: &plan,
         layout: &layout,
         groups: (0..n).map(|s| Some(vec![s])).collect(),
         of: (0..n).collect(),
-        dag,
-        node,
+        succ,
+        pred,
+        rank: (0..n).collect(),
+        counted,
+        profile: Profile::default(),
+        seen: vec![0; n],
+        stamp: 0,
         cache: HashMap::new(),
         decided: HashSet::new(),
         decisions: Vec::new(),
         max_fusion_size: max_fusion_size.max(1),
+        stats: FusionStats::default(),
     };
     for s in 0..n {
         f.cost(&[s]).map_err(|e| match e {
@@ -171,11 +207,13 @@ pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>> {
         .into_iter()
         .filter_map(|gi| f.groups[gi].clone())
         .collect();
+    let stats = f.stats;
     let decisions = f.decisions;
     Ok(Fusion {
         plan,
         groups,
         decisions,
+        stats,
     })
 }
 
@@ -186,15 +224,27 @@ struct Fuser<'a, 'g> {
     groups: Vec<Option<Vec<usize>>>,
     /// The group of each scheduled node.
     of: Vec<usize>,
-    /// Dependencies between groups (producer -> consumer), kept up to date on merges.
-    dag: StableDiGraph<usize, ()>,
-    /// The DAG node of each active group.
-    node: Vec<Option<NodeIndex>>,
+    /// Dependencies between active groups (consumers, producers), kept up to date on
+    /// merges.
+    succ: Vec<BTreeSet<usize>>,
+    pred: Vec<BTreeSet<usize>>,
+    /// Each active group's position in an execution order. Every dependency goes from a
+    /// lower rank to a higher one, so a path search stops at its target's rank, and the
+    /// live-bytes profile is indexed by it.
+    rank: Vec<usize>,
+    /// Whether the value of each scheduled node counts as an intermediate (not an
+    /// output, not an output copy).
+    counted: Vec<bool>,
+    profile: Profile,
+    /// Visit marks of path searches (`stamp` is the current search's).
+    seen: Vec<u32>,
+    stamp: u32,
     cache: HashMap<Vec<usize>, Result<Cost, crate::lower::Refusal>>,
     /// Candidate pairs already decided (by member lists), so refusals are recorded once.
     decided: HashSet<(Vec<usize>, Vec<usize>)>,
     decisions: Vec<FusionDecision>,
     max_fusion_size: usize,
+    stats: FusionStats,
 }
 
 /// A scored candidate.
@@ -205,6 +255,36 @@ struct Candidate {
     saved: i64,
     distance: usize,
 }
+
+/// Live intermediate bytes at each position of the execution order: a value is live
+/// from its kernel to its last reader in another kernel, both included. Kept up to date
+/// under merges, so scoring a merge's effect on the peak costs its own values only.
+#[derive(Default)]
+struct Profile {
+    tree: MaxTree,
+    /// The live interval (ranks) of each scheduled node's value, if counted and read
+    /// outside its group.
+    live: Vec<Live>,
+    /// For each scheduled node: the ranks of the groups reading its value, with how many
+    /// of their scheduled nodes do.
+    readers: Vec<BTreeMap<usize, usize>>,
+}
+
+/// The live interval (first and last rank) of a value, if it is read outside its group.
+type Live = Option<(usize, usize)>;
+
+/// What [`Fuser::apply`] changed, to take it back.
+struct Undo {
+    /// (producer, from rank, to rank) of each reader moved.
+    moves: Vec<(usize, usize, usize)>,
+    /// (producer, old interval, new interval).
+    intervals: Vec<(usize, Live, Live)>,
+    /// The rank that no longer holds a kernel.
+    gone: usize,
+}
+
+/// A position that holds no kernel is pushed this far below any real total.
+const GONE: i64 = 1 << 62;
 
 impl Fuser<'_, '_> {
     /// The static cost of a kernel made of `members` (cached), or why it cannot exist.
@@ -228,16 +308,16 @@ impl Fuser<'_, '_> {
 
     /// Edges producer group -> consumer group.
     fn edges(&self) -> Vec<(usize, usize)> {
-        self.dag
-            .edge_indices()
-            .filter_map(|e| self.dag.edge_endpoints(e))
-            .map(|(x, y)| (self.dag[x], self.dag[y]))
+        self.succ
+            .iter()
+            .enumerate()
+            .flat_map(|(x, ys)| ys.iter().map(move |&y| (x, y)))
             .collect()
     }
 
     /// Active groups in a topological order, earliest graph position first. With
     /// `alias = Some((a, b))`, as if `b` were merged into `a`.
-    fn topological_order(&self, alias: Option<(usize, usize)>) -> Vec<usize> {
+    fn topological_order(&mut self, alias: Option<(usize, usize)>) -> Vec<usize> {
         let map = |g: usize| match alias {
             Some((a, b)) if g == b => a,
             _ => g,
@@ -279,17 +359,16 @@ impl Fuser<'_, '_> {
                 }
             }
         }
+        self.stats.reorder_steps += n;
         order
     }
 
     /// Peak of live intermediate bytes for the groups in topological order (a value is
-    /// live from its kernel to its last reader), optionally as if `b` were merged into `a`.
-    fn peak_live_bytes(&self, alias: Option<(usize, usize)>) -> usize {
-        let map = |g: usize| match alias {
-            Some((a, b)) if g == b => a,
-            _ => g,
-        };
-        let order = self.topological_order(alias);
+    /// live from its kernel to its last reader), as if `b` were merged into `a`: the
+    /// whole computation, for a merge the order cannot absorb in place.
+    fn peak_live_bytes_merged(&mut self, a: usize, b: usize) -> usize {
+        let map = |g: usize| if g == b { a } else { g };
+        let order = self.topological_order(Some((a, b)));
         let mut position = vec![0usize; self.groups.len()];
         for (p, &gi) in order.iter().enumerate() {
             position[gi] = p;
@@ -297,7 +376,7 @@ impl Fuser<'_, '_> {
         let mut delta = vec![0i64; order.len() + 1];
         for (s, node) in self.plan.snodes.iter().enumerate() {
             let SNode::Value(v) = *node else { continue };
-            if self.plan.output_of[v.index()].is_some() {
+            if !self.counted[s] {
                 continue;
             }
             let gi = map(self.of[s]);
@@ -321,27 +400,222 @@ impl Fuser<'_, '_> {
         peak.max(0) as usize
     }
 
-    /// True when merging groups `a` and `b` would make a kernel depend on itself: a
-    /// path between them passes through a third group.
-    fn would_cycle(&self, a: usize, b: usize) -> bool {
-        let (Some(ia), Some(ib)) = (self.node[a], self.node[b]) else {
-            return true;
+    /// Recomputes the execution order, the ranks and the live-bytes profile from scratch.
+    fn reorder(&mut self) {
+        let order = self.topological_order(None);
+        for (p, &gi) in order.iter().enumerate() {
+            self.rank[gi] = p;
+        }
+        let n = self.plan.snodes.len();
+        self.profile = Profile {
+            tree: MaxTree::new(order.len()),
+            live: vec![None; n],
+            readers: vec![BTreeMap::new(); n],
         };
-        self.through_third(ia, ib) || self.through_third(ib, ia)
+        for s in 0..n {
+            let SNode::Value(v) = self.plan.snodes[s] else {
+                continue;
+            };
+            if !self.counted[s] {
+                continue;
+            }
+            for &r in &self.plan.readers[v.index()] {
+                *self.profile.readers[s]
+                    .entry(self.rank[self.of[r]])
+                    .or_default() += 1;
+            }
+            let iv = self.interval(s, None);
+            self.set_interval(s, iv);
+        }
     }
 
-    /// Whether `to` is reachable from `from` other than by their direct edge.
-    fn through_third(&self, from: NodeIndex, to: NodeIndex) -> bool {
-        // One depth-first search from all of `from`'s other successors at once.
-        let mut dfs = Dfs::empty(&self.dag);
-        dfs.stack
-            .extend(self.dag.neighbors(from).filter(|&n| n != to));
-        while let Some(n) = dfs.next(&self.dag) {
-            if n == to {
-                return true;
+    /// The live interval of scheduled node `s`'s value from the reader ranks, as if
+    /// `merged = Some((a, b, at))`: `b` merged into `a` at rank `at`.
+    fn interval(&self, s: usize, merged: Option<(usize, usize, usize)>) -> Live {
+        let gi = self.of[s];
+        let at = match merged {
+            Some((a, b, at)) if gi == a || gi == b => at,
+            _ => self.rank[gi],
+        };
+        let mut ranks = self.profile.readers[s].keys().rev();
+        // Readers at the producer's own rank are in its group; none can come earlier.
+        let last = match ranks.next() {
+            Some(&r) if r == at => ranks.next().copied(),
+            r => r.copied(),
+        };
+        last.map(|l| (at, l))
+    }
+
+    fn set_interval(&mut self, s: usize, iv: Live) {
+        let old = std::mem::replace(&mut self.profile.live[s], iv);
+        if old == iv {
+            return;
+        }
+        let SNode::Value(v) = self.plan.snodes[s] else {
+            return;
+        };
+        let size = self.plan.g.ty(v).size_bytes() as i64;
+        if let Some((lo, hi)) = old {
+            self.profile.tree.add(lo, hi, -size);
+        }
+        if let Some((lo, hi)) = iv {
+            self.profile.tree.add(lo, hi, size);
+        }
+        self.stats.profile_updates += 1;
+    }
+
+    fn move_reader(&mut self, producer: usize, from: usize, to: usize) {
+        let readers = &mut self.profile.readers[producer];
+        if let Some(c) = readers.get_mut(&from) {
+            *c -= 1;
+            if *c == 0 {
+                readers.remove(&from);
             }
         }
-        false
+        *readers.entry(to).or_default() += 1;
+        self.stats.profile_updates += 1;
+    }
+
+    /// Where merging `b` into `a` can run without reordering other kernels: at the
+    /// earlier rank when no producer of the later group comes between them, else at the
+    /// later rank when no consumer of the earlier one does. Returns (rank kept, rank
+    /// freed), or `None` when other kernels would have to move.
+    fn placement(&self, a: usize, b: usize) -> Option<(usize, usize)> {
+        let (first, second) = if self.rank[a] < self.rank[b] {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let (r1, r2) = (self.rank[first], self.rank[second]);
+        if self.pred[second]
+            .iter()
+            .all(|&p| p == first || self.rank[p] < r1)
+        {
+            return Some((r1, r2));
+        }
+        if self.succ[first]
+            .iter()
+            .all(|&c| c == second || self.rank[c] > r2)
+        {
+            return Some((r2, r1));
+        }
+        None
+    }
+
+    /// Applies merging `b` into `a` at rank `at` to the live-bytes profile (the rank
+    /// `gone` then holds no kernel); [`Fuser::undo`] takes it back.
+    fn apply(&mut self, a: usize, b: usize, at: usize, gone: usize) -> Undo {
+        let mut undo = Undo {
+            moves: Vec::new(),
+            intervals: Vec::new(),
+            gone,
+        };
+        let mut affected = Vec::new();
+        for g in [a, b] {
+            let r = self.rank[g];
+            let members = self.groups[g].clone().unwrap_or_default();
+            for m in members {
+                if self.counted[m] {
+                    affected.push(m);
+                }
+                for &v in &self.plan.loads[m] {
+                    let Some(p) = self.plan.snode_of(v) else {
+                        continue;
+                    };
+                    if !self.counted[p] {
+                        continue;
+                    }
+                    affected.push(p);
+                    if r != at {
+                        self.move_reader(p, r, at);
+                        undo.moves.push((p, r, at));
+                    }
+                }
+            }
+        }
+        affected.sort_unstable();
+        affected.dedup();
+        for p in affected {
+            let old = self.profile.live[p];
+            let new = self.interval(p, Some((a, b, at)));
+            if old != new {
+                self.set_interval(p, new);
+                undo.intervals.push((p, old, new));
+            }
+        }
+        self.profile.tree.add(gone, gone, -GONE);
+        undo
+    }
+
+    fn undo(&mut self, undo: Undo) {
+        self.profile.tree.add(undo.gone, undo.gone, GONE);
+        for &(p, old, _) in undo.intervals.iter().rev() {
+            self.set_interval(p, old);
+        }
+        for &(p, from, to) in undo.moves.iter().rev() {
+            self.move_reader(p, to, from);
+        }
+    }
+
+    fn peak(&self) -> usize {
+        self.profile.tree.max().max(0) as usize
+    }
+
+    /// True when merging groups `a` and `b` would make a kernel depend on itself: a
+    /// path between them passes through a third group.
+    fn would_cycle(&mut self, a: usize, b: usize) -> bool {
+        if self.groups[a].is_none() || self.groups[b].is_none() {
+            return true;
+        }
+        self.through_third(a, b) || self.through_third(b, a)
+    }
+
+    /// Whether `to` is reachable from `from` other than by their direct edge. The search
+    /// starts from whichever end has fewer edges and never passes the other end's rank.
+    fn through_third(&mut self, from: usize, to: usize) -> bool {
+        let (lo, hi) = (self.rank[from], self.rank[to]);
+        if lo >= hi {
+            return false;
+        }
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.seen.fill(0);
+            self.stamp = 1;
+        }
+        let forward = self.succ[from].len() <= self.pred[to].len();
+        let (start, goal, next) = if forward {
+            (from, to, &self.succ)
+        } else {
+            (to, from, &self.pred)
+        };
+        let rank = &self.rank;
+        // Strictly between the two ranks: only there can a third group on a path lie.
+        let between = |g: usize| lo < rank[g] && rank[g] < hi;
+        let mut stack: Vec<usize> = Vec::new();
+        let mut steps = 0;
+        for &g in &next[start] {
+            steps += 1;
+            if g != goal && between(g) && self.seen[g] != self.stamp {
+                self.seen[g] = self.stamp;
+                stack.push(g);
+            }
+        }
+        let mut found = false;
+        'search: while let Some(g) = stack.pop() {
+            for &h in &next[g] {
+                steps += 1;
+                if h == goal {
+                    found = true;
+                    break 'search;
+                }
+                if between(h) && self.seen[h] != self.stamp {
+                    self.seen[h] = self.stamp;
+                    stack.push(h);
+                }
+            }
+        }
+        self.stats.cycle_steps += steps;
+        found
     }
 
     /// Merges group `b` into group `a`.
@@ -356,26 +630,19 @@ impl Fuser<'_, '_> {
             ma.extend(mb);
             ma.sort_unstable();
         }
-        if let (Some(ia), Some(ib)) = (self.node[a], self.node[b].take()) {
-            let outgoing: Vec<NodeIndex> = self
-                .dag
-                .neighbors_directed(ib, Direction::Outgoing)
-                .collect();
-            let incoming: Vec<NodeIndex> = self
-                .dag
-                .neighbors_directed(ib, Direction::Incoming)
-                .collect();
-            for n in outgoing {
-                if n != ia {
-                    self.dag.update_edge(ia, n, ());
-                }
+        for c in std::mem::take(&mut self.succ[b]) {
+            self.pred[c].remove(&b);
+            if c != a {
+                self.pred[c].insert(a);
+                self.succ[a].insert(c);
             }
-            for n in incoming {
-                if n != ia {
-                    self.dag.update_edge(n, ia, ());
-                }
+        }
+        for p in std::mem::take(&mut self.pred[b]) {
+            self.succ[p].remove(&b);
+            if p != a {
+                self.succ[p].insert(a);
+                self.pred[a].insert(p);
             }
-            self.dag.remove_node(ib);
         }
     }
 
@@ -403,25 +670,21 @@ impl Fuser<'_, '_> {
     /// One round: score every candidate, merge the best disjoint ones. Returns whether
     /// anything merged.
     fn round(&mut self) -> Result<bool> {
-        let edges: BTreeSet<(usize, usize)> = self.edges().into_iter().collect();
+        self.stats.rounds += 1;
+        self.reorder();
 
         // Candidate pairs: edges, and neighbouring readers of a common buffer.
         let mut pairs: BTreeSet<(usize, usize, bool)> = BTreeSet::new();
-        for &(a, b) in &edges {
+        for (a, b) in self.edges() {
             pairs.insert((a, b, true));
-        }
-        let order = self.topological_order(None);
-        let mut position = vec![usize::MAX; self.groups.len()];
-        for (p, &gi) in order.iter().enumerate() {
-            position[gi] = p;
         }
         for readers in &self.plan.readers {
             let mut gs: Vec<usize> = readers.iter().map(|&r| self.of[r]).collect();
-            gs.sort_by_key(|&gi| position[gi]);
+            gs.sort_by_key(|&gi| self.rank[gi]);
             gs.dedup();
             for w in gs.windows(2) {
                 let (a, b) = (w[0], w[1]);
-                if !edges.contains(&(a, b)) && !edges.contains(&(b, a)) {
+                if !self.succ[a].contains(&b) && !self.succ[b].contains(&a) {
                     pairs.insert((a, b, false));
                 }
             }
@@ -429,6 +692,7 @@ impl Fuser<'_, '_> {
 
         let mut candidates = Vec::new();
         for (a, b, vertical) in pairs {
+            self.stats.candidates += 1;
             let kind = if vertical {
                 FusionKind::Vertical
             } else {
@@ -516,7 +780,7 @@ impl Fuser<'_, '_> {
 
         let mut used = HashSet::new();
         let mut merged_any = false;
-        let mut peak = self.peak_live_bytes(None);
+        let mut peak = self.peak();
         for c in candidates {
             if used.contains(&c.a) || used.contains(&c.b) {
                 continue;
@@ -531,8 +795,21 @@ impl Fuser<'_, '_> {
                 self.refuse(c.a, c.b, c.kind, "would-create-cycle", detail);
                 continue;
             }
-            let after = self.peak_live_bytes(Some((c.a, c.b)));
+            // The merged kernel runs in place of one of the two when the order allows
+            // (the profile is then updated for its values only); otherwise the order is
+            // recomputed.
+            let placed = self.placement(c.a, c.b);
+            let (after, undo) = match placed {
+                Some((at, gone)) => {
+                    let undo = self.apply(c.a, c.b, at, gone);
+                    (self.peak(), Some(undo))
+                }
+                None => (self.peak_live_bytes_merged(c.a, c.b), None),
+            };
             if after > peak {
+                if let Some(undo) = undo {
+                    self.undo(undo);
+                }
                 self.decided.insert((ma, mb));
                 let detail = format!("peak live intermediates {peak} B -> {after} B");
                 self.refuse(c.a, c.b, c.kind, "raises-peak-memory", detail);
@@ -546,11 +823,89 @@ impl Fuser<'_, '_> {
                 refused: None,
             });
             self.merge(c.a, c.b);
+            match placed {
+                Some((at, _)) => self.rank[c.a] = at,
+                None => self.reorder(),
+            }
             peak = after;
             used.insert(c.a);
             used.insert(c.b);
             merged_any = true;
         }
         Ok(merged_any)
+    }
+}
+
+/// A segment tree over positions `0..n` with range addition and the maximum over all
+/// positions (padding positions sit at `-GONE`).
+#[derive(Default)]
+struct MaxTree {
+    size: usize,
+    /// Per tree node: the maximum over its range, including its own `add`.
+    max: Vec<i64>,
+    /// Per tree node: what was added to its whole range.
+    add: Vec<i64>,
+}
+
+impl MaxTree {
+    fn new(n: usize) -> MaxTree {
+        let size = n.max(1).next_power_of_two();
+        let mut max = vec![0i64; 2 * size];
+        for leaf in n..size {
+            max[size + leaf] = -GONE;
+        }
+        for i in (1..size).rev() {
+            max[i] = max[2 * i].max(max[2 * i + 1]);
+        }
+        MaxTree {
+            size,
+            max,
+            add: vec![0; 2 * size],
+        }
+    }
+
+    /// Adds `delta` to positions `lo..=hi`.
+    fn add(&mut self, lo: usize, hi: usize, delta: i64) {
+        if self.max.is_empty() || lo > hi || hi >= self.size {
+            return;
+        }
+        self.add_in(1, 0, self.size - 1, lo, hi, delta);
+    }
+
+    fn add_in(&mut self, node: usize, l: usize, r: usize, lo: usize, hi: usize, delta: i64) {
+        if hi < l || r < lo {
+            return;
+        }
+        if lo <= l && r <= hi {
+            self.add[node] += delta;
+            self.max[node] += delta;
+            return;
+        }
+        let mid = (l + r) / 2;
+        self.add_in(2 * node, l, mid, lo, hi, delta);
+        self.add_in(2 * node + 1, mid + 1, r, lo, hi, delta);
+        self.max[node] = self.add[node] + self.max[2 * node].max(self.max[2 * node + 1]);
+    }
+
+    fn max(&self) -> i64 {
+        self.max.get(1).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MaxTree;
+
+    #[test]
+    fn the_max_tree_adds_ranges() {
+        let mut t = MaxTree::new(5);
+        assert_eq!(t.max(), 0);
+        t.add(1, 3, 10);
+        t.add(3, 4, 5);
+        assert_eq!(t.max(), 15);
+        t.add(3, 3, -100);
+        assert_eq!(t.max(), 10);
+        t.add(0, 4, -20);
+        assert_eq!(t.max(), -10);
     }
 }

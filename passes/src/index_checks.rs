@@ -24,11 +24,8 @@ pub fn add_empty_result_index_checks(g: &Graph) -> Result<Option<Graph>> {
         return Ok(None);
     }
     let internal = |e: ferrite_ir::Error| Error::Internal(format!("index checks: {e}"));
-    let mut out = Graph {
-        name: g.name.clone(),
-        declared_outputs: g.declared_outputs.clone(),
-        ..Graph::default()
-    };
+    let mut out = Graph::new(g.name.clone());
+    out.declared_outputs = g.declared_outputs.clone();
     let mut remap: Vec<ValueId> = Vec::with_capacity(g.nodes.len());
     for (i, n) in g.nodes.iter().enumerate() {
         let inputs: Vec<ValueId> = n.inputs.iter().map(|x| remap[x.index()]).collect();

@@ -12,7 +12,7 @@
 //! made or refused.
 
 use crate::error::{Error, Result};
-use crate::fuse::{fuse, FusionDecision, MAX_FUSION_SIZE};
+use crate::fuse::{fuse, FusionDecision, FusionStats, MAX_FUSION_SIZE};
 use crate::index_checks::add_empty_result_index_checks;
 use crate::lower::{assemble, lower_unfused};
 use crate::memory::{plan_memory, MemoryPlan};
@@ -57,6 +57,8 @@ pub struct Scheduled {
     pub memory: MemoryPlan,
     /// Every fusion made or refused, in order (empty when not fusing).
     pub decisions: Vec<FusionDecision>,
+    /// How much work the fusion planner did (zero when not fusing).
+    pub fusion_stats: FusionStats,
 }
 
 impl Scheduled {
@@ -86,16 +88,17 @@ pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled> {
     }
     let checked = add_empty_result_index_checks(g)?;
     let g = checked.as_ref().unwrap_or(g);
-    let (program, decisions) = if opts.fuse {
+    let (program, decisions, fusion_stats) = if opts.fuse {
         let f = fuse(g, opts.max_fusion_size)?;
-        (assemble(&f.plan, &f.groups)?, f.decisions)
+        (assemble(&f.plan, &f.groups)?, f.decisions, f.stats)
     } else {
-        (lower_unfused(g)?, Vec::new())
+        (lower_unfused(g)?, Vec::new(), FusionStats::default())
     };
     let memory = plan_memory(&program);
     Ok(Scheduled {
         program,
         memory,
         decisions,
+        fusion_stats,
     })
 }

@@ -10,9 +10,9 @@ use super::{
     target_parser, CliError, CliResult, MemoryLimit, TextLimit,
 };
 use clap::Args;
-use ferrite::ir::Graph;
+use ferrite::ir::{Graph, ValueId};
 use ferrite::{Target, Tensor, MAX_THREADS};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -161,13 +161,12 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         std::fs::create_dir_all(dir).map_err(|e| {
             CliError::User(format!("cannot create directory `{}`: {e}", dir.display()))
         })?;
-        let mut written = Vec::new();
+        let mut written = HashSet::new();
         for (name, t) in names.iter().zip(outputs) {
             // A value returned twice has one file.
-            if written.contains(&name) {
+            if !written.insert(name) {
                 continue;
             }
-            written.push(name);
             let path = dir.join(format!("{name}.npy"));
             std::fs::write(&path, t.to_npy())
                 .map_err(|e| CliError::User(format!("cannot write `{}`: {e}", path.display())))?;
@@ -270,18 +269,18 @@ fn numpy_type_name(d: ferrite::DType) -> &'static str {
 /// value of that name.
 fn output_file_names(g: &Graph) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    for i in 0..g.outputs.len() {
+    // The value each name chosen so far belongs to (a lookup, not a scan of every
+    // earlier output, which was quadratic for wide graphs).
+    let mut taken: HashMap<String, ValueId> = HashMap::new();
+    for (i, &v) in g.outputs.iter().enumerate() {
         let base = g.output_name(i);
         let mut name = base.clone();
         let mut k = 1;
-        while names
-            .iter()
-            .zip(&g.outputs)
-            .any(|(n, &v)| *n == name && v != g.outputs[i])
-        {
+        while taken.get(&name).is_some_and(|&w| w != v) {
             name = format!("{base}_{k}");
             k += 1;
         }
+        taken.entry(name.clone()).or_insert(v);
         names.push(name);
     }
     names

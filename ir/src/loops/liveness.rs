@@ -12,6 +12,8 @@
 use super::ids::BufferId;
 use super::program::{Buffer, BufferKind, Program};
 use crate::DType;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
 
 /// The kernels during which a buffer exists: `first..=last`, as kernel indices.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -111,17 +113,27 @@ impl Liveness {
     /// The largest total size of the intermediates among `buffers` that are live during
     /// one kernel (a lower bound on any storage plan).
     pub fn peak_live_bytes(&self, buffers: &[Buffer]) -> usize {
-        (0..self.kernels)
-            .map(|k| {
-                buffers
-                    .iter()
-                    .filter(|b| b.kind == BufferKind::Intermediate)
-                    .filter(|b| self.get(b.id).is_some_and(|iv| iv.contains(k)))
-                    .map(|b| b.ty.size_bytes())
-                    .sum()
-            })
-            .max()
-            .unwrap_or(0)
+        // One sweep over interval ends (a scan of every buffer per kernel is quadratic).
+        let mut delta = vec![0i128; self.kernels + 1];
+        for b in buffers
+            .iter()
+            .filter(|b| b.kind == BufferKind::Intermediate)
+        {
+            let Some(iv) = self.get(b.id) else { continue };
+            if iv.first >= self.kernels || iv.last < iv.first {
+                continue;
+            }
+            let size = b.ty.size_bytes() as i128;
+            delta[iv.first] += size;
+            delta[iv.last.min(self.kernels - 1) + 1] -= size;
+        }
+        let mut live = 0i128;
+        let mut peak = 0i128;
+        for d in &delta[..self.kernels] {
+            live += d;
+            peak = peak.max(live);
+        }
+        usize::try_from(peak).unwrap_or(usize::MAX)
     }
 }
 
@@ -170,36 +182,58 @@ pub fn assign_slots(buffers: &[Buffer], live: &Liveness) -> Slots {
         .collect();
     order.sort_by_key(|&(b, iv)| (iv.first, std::cmp::Reverse(buffers[b].ty.numel())));
     let mut slot_of = vec![None; n];
-    // Per slot: dtype, length, last kernel of its current occupant.
-    let mut slots: Vec<(DType, usize, usize)> = Vec::new();
+    // Per slot: dtype and length.
+    let mut slots: Vec<(DType, usize)> = Vec::new();
+    // Occupied slots by the last kernel of their occupant (a min-heap), and the free
+    // slots of each dtype by (length, slot): finding a slot costs a logarithm, not a
+    // scan of every slot.
+    let mut busy: BinaryHeap<Reverse<(usize, usize)>> = BinaryHeap::new();
+    let mut free: Vec<(DType, BTreeSet<(usize, usize)>)> = Vec::new();
     for (b, iv) in order {
+        while let Some(&Reverse((last, s))) = busy.peek() {
+            if last >= iv.first {
+                break;
+            }
+            busy.pop();
+            let (dtype, len) = slots[s];
+            match free.iter_mut().find(|(d, _)| *d == dtype) {
+                Some((_, set)) => {
+                    set.insert((len, s));
+                }
+                None => free.push((dtype, BTreeSet::from([(len, s)]))),
+            }
+        }
         let (dtype, numel) = (buffers[b].ty.dtype, buffers[b].ty.numel());
-        let free = |s: &(DType, usize, usize)| s.0 == dtype && s.2 < iv.first;
-        // Best fit: the smallest free slot that is large enough, else the largest free one.
-        let fit = (0..slots.len())
-            .filter(|&s| free(&slots[s]) && slots[s].1 >= numel)
-            .min_by_key(|&s| slots[s].1)
-            .or_else(|| {
-                (0..slots.len())
-                    .filter(|&s| free(&slots[s]))
-                    .max_by_key(|&s| slots[s].1)
+        // Best fit: the smallest free slot that is large enough (the first of equals),
+        // else the largest free one (the last of equals).
+        let fit = free
+            .iter_mut()
+            .find(|(d, _)| *d == dtype)
+            .and_then(|(_, set)| {
+                let pick = set
+                    .range((numel, 0)..)
+                    .next()
+                    .or_else(|| set.iter().next_back())
+                    .copied()?;
+                set.remove(&pick);
+                Some(pick.1)
             });
         let s = match fit {
             Some(s) => s,
             None => {
-                slots.push((dtype, 0, 0));
+                slots.push((dtype, 0));
                 slots.len() - 1
             }
         };
         slots[s].1 = slots[s].1.max(numel);
-        slots[s].2 = iv.last;
+        busy.push(Reverse((iv.last, s)));
         slot_of[b] = Some(s);
     }
     Slots {
         slot_of,
         slots: slots
             .into_iter()
-            .map(|(dtype, len, _)| Slot { dtype, len })
+            .map(|(dtype, len)| Slot { dtype, len })
             .collect(),
     }
 }

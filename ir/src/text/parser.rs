@@ -737,29 +737,27 @@ impl<'a> Parser<'a> {
                 }
             });
         }
-        let id = self.graph.add(op, &ids, None).map_err(|e| {
-            // A typing error names the attribute at fault, if one is; a few
-            // (size limits) do not start with the op's name.
-            let attribute = match &e {
-                Error::Type(t) => t.attribute,
-                _ => None,
-            };
-            let msg = e.to_string();
-            let msg = if msg.starts_with(op_name) {
-                msg
-            } else {
-                format!("{op_name}: {msg}")
-            };
-            let at = attribute
-                .and_then(|key| attrs.iter().find(|a| a.key == key))
-                .map_or(op_start, |a| a.start);
-            Located::new(at, msg)
-        })?;
-        // The name is set after `add`: the parser has already checked it is new
-        // (in its own index) and valid (the lexer's name rule is the graph's), and
-        // `add` would check again by scanning every node, which makes parsing
-        // quadratic in the number of statements.
-        self.graph.nodes[id.index()].name = bind.map(str::to_string);
+        let id = self
+            .graph
+            .add(op, &ids, bind.map(str::to_string))
+            .map_err(|e| {
+                // A typing error names the attribute at fault, if one is; a few
+                // (size limits) do not start with the op's name.
+                let attribute = match &e {
+                    Error::Type(t) => t.attribute,
+                    _ => None,
+                };
+                let msg = e.to_string();
+                let msg = if msg.starts_with(op_name) {
+                    msg
+                } else {
+                    format!("{op_name}: {msg}")
+                };
+                let at = attribute
+                    .and_then(|key| attrs.iter().find(|a| a.key == key))
+                    .map_or(op_start, |a| a.start);
+                Located::new(at, msg)
+            })?;
         Ok(id)
     }
 

@@ -24,6 +24,7 @@ pub fn materialize_gemm_operands(mut plan: Plan<'_>) -> Result<Plan<'_>> {
     let g = plan.g;
     for _ in 0..=2 * g.nodes.len() {
         let mut changed = false;
+        let layout = Layout::provisional(&plan);
         for s in 0..plan.snodes.len() {
             let SNode::Value(v) = plan.snodes[s] else {
                 continue;
@@ -31,7 +32,6 @@ pub fn materialize_gemm_operands(mut plan: Plan<'_>) -> Result<Plan<'_>> {
             if g.node(v).op != Op::MatMul {
                 continue;
             }
-            let layout = Layout::provisional(&plan);
             match build_kernel(&plan, &layout, &[s], KernelId(0)) {
                 Ok(_) => {}
                 Err(LowerError::Refused(r)) => match r.culprit {
@@ -70,18 +70,15 @@ pub fn build_kernel(
     id: KernelId,
 ) -> Result<Kernel, LowerError> {
     let g = plan.g;
-    let mut in_group = vec![false; plan.snodes.len()];
-    for &s in members {
-        in_group[s] = true;
-    }
     let mut members: Vec<usize> = members.to_vec();
     members.sort_unstable();
     members.dedup();
+    let in_group = members.clone();
 
     // What must be written.
     let mut stores = Vec::new();
     for &s in &members {
-        if !plan.must_store(s, &|r| in_group[r]) {
+        if !plan.must_store(s, &|r| in_group.binary_search(&r).is_ok()) {
             continue;
         }
         let (value, buffer) = match plan.snodes[s] {

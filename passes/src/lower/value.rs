@@ -60,7 +60,9 @@ pub(super) struct StageState {
 pub(super) struct KernelBuilder<'a> {
     pub(super) plan: &'a Plan<'a>,
     pub(super) layout: &'a Layout,
-    pub(super) in_group: Vec<bool>,
+    /// The group's scheduled nodes, sorted (a lookup by binary search: a flag per
+    /// scheduled node of the plan would make building each kernel cost the whole graph).
+    pub(super) in_group: Vec<usize>,
     /// Outer domain of the kernel.
     pub(super) outer: Vec<usize>,
     /// Accumulators of finished stages.
@@ -368,7 +370,7 @@ impl KernelBuilder<'_> {
             node.op,
             Op::Reduce { .. } | Op::ArgReduce { .. } | Op::MatMul
         ) && match role {
-            Role::Scheduled(s) => self.in_group[s],
+            Role::Scheduled(s) => self.in_group.binary_search(&s).is_ok(),
             Role::View | Role::Inline => true,
             Role::Dead | Role::Param(_) | Role::Literal => false,
         };
@@ -378,7 +380,9 @@ impl KernelBuilder<'_> {
         match role {
             Role::Dead => Err(bug(format!("%{} is dead", v.0))),
             Role::Param(_) => self.load(v, coords, guard),
-            Role::Scheduled(s) if !self.in_group[s] => self.load(v, coords, guard),
+            Role::Scheduled(s) if self.in_group.binary_search(&s).is_err() => {
+                self.load(v, coords, guard)
+            }
             Role::Literal => {
                 let Op::Literal { value } = node.op else {
                     return Err(bug(format!(

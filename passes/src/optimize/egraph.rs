@@ -50,11 +50,8 @@ pub fn extract_graph(
     strict: &[bool],
 ) -> Result<Graph> {
     let find = |id: Id| eg.find(id);
-    let mut out = Graph {
-        name: template.name.clone(),
-        declared_outputs: template.declared_outputs.clone(),
-        ..Graph::default()
-    };
+    let mut out = Graph::new(template.name.clone());
+    out.declared_outputs = template.declared_outputs.clone();
     let mut value: HashMap<Id, ValueId> = HashMap::new();
     for &p in &template.params {
         let node = template.node(p);

@@ -260,11 +260,8 @@ fn optimize_windows(g: &Graph, cfg: &OptimizeConfig, report: &mut OptimizeReport
         prefix.push('_');
     }
 
-    let mut out = Graph {
-        name: g.name.clone(),
-        declared_outputs: g.declared_outputs.clone(),
-        ..Graph::default()
-    };
+    let mut out = Graph::new(g.name.clone());
+    out.declared_outputs = g.declared_outputs.clone();
     let mut map: Vec<Option<ValueId>> = vec![None; n];
     for &p in &g.params {
         map[p.index()] = Some(ValueId(out.nodes.len() as u32));

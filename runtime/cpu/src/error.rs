@@ -86,6 +86,21 @@ pub enum Error {
         /// The product's dtype.
         dtype: DType,
     },
+    /// A program with more kernels than the backend compiles
+    /// ([`crate::exec::MAX_GENERATED_KERNELS`]): each is a Cranelift function, so
+    /// compiling them all would take minutes.
+    #[error(
+        "program `{program}` has {kernels} kernels; the CPU backend compiles at most {limit} \
+         (each is a function of its own): fuse them (without --no-fuse) or split the graph"
+    )]
+    TooManyKernels {
+        /// The program's name.
+        program: String,
+        /// Its kernels.
+        kernels: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A broken invariant of the backend itself.
     #[error("internal error: {0}")]
     Internal(String),
@@ -117,7 +132,8 @@ impl Error {
             | Error::Options { .. }
             | Error::InputCount { .. }
             | Error::InputType { .. }
-            | Error::Check { .. } => false,
+            | Error::Check { .. }
+            | Error::TooManyKernels { .. } => false,
             Error::In { source, .. } => source.is_internal(),
         }
     }

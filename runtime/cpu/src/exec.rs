@@ -135,6 +135,12 @@ pub struct CpuProgram {
     code: JitCode,
 }
 
+/// The most kernels one program may have. Cranelift compiles each kernel as a function
+/// of its own, in about a millisecond, so an unfused program of 100k ops would take
+/// minutes; this bounds a compile to seconds (a fused schedule holds up to 64 ops per
+/// kernel, so fused graphs of a million ops stay under it).
+pub const MAX_GENERATED_KERNELS: usize = 16_384;
+
 /// A generated function: its name in the JIT module and what calling it needs.
 type Compiled = (String, KernelInfo);
 
@@ -144,6 +150,13 @@ type KernelFn = extern "C" fn(*const usize, i64, i64) -> i32;
 impl CpuProgram {
     /// Compiles `program` (which must verify) for this machine.
     pub fn compile(program: &Program, opts: &CpuOptions) -> Result<CpuProgram> {
+        if program.kernels.len() > MAX_GENERATED_KERNELS {
+            return Err(Error::TooManyKernels {
+                program: program.name.clone(),
+                kernels: program.kernels.len(),
+                limit: MAX_GENERATED_KERNELS,
+            });
+        }
         let plan = plan_program(program, &opts.codegen, opts.use_gemm)?;
         if opts.threads == 0 {
             return Err(Error::Options {

@@ -34,7 +34,7 @@ pub mod vmath;
 
 pub use emit::KernelInfo;
 pub use error::{Error, Result};
-pub use exec::{CpuOptions, CpuProgram, KernelTiming};
+pub use exec::{CpuOptions, CpuProgram, KernelTiming, MAX_GENERATED_KERNELS};
 pub use gemm::{GemmError, GemmScalar, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale};
 pub use jit::{FunctionDump, Jit, JitCode, JitError, JitFunction, JitOptions, OptLevel};
 pub use kernels::{BinaryKernel, KernelError, UnaryKernel};
