@@ -91,7 +91,7 @@ pub use api::error::{Error, Result};
 pub use api::host::{Element, Tensor};
 pub use api::jit::{eager, jit, IntoOutputs, Jit, JitEvent, JitStats, DEFAULT_CACHE_LIMIT};
 pub use api::ops::{concat, where_, AxisRange, DimInt, Dims};
-pub use api::{profile, sim};
+pub use api::{onnx, profile, sim};
 
 pub use ferrite_ir as ir;
 pub use ferrite_ir::{

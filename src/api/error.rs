@@ -162,6 +162,13 @@ pub enum Error {
         /// What broke.
         message: String,
     },
+    /// An ONNX model (or `.pb` tensor) that cannot be imported, with the file it came from.
+    Onnx {
+        /// The `.onnx` or `.pb` file, when there is one.
+        path: Option<PathBuf>,
+        /// The importer's error, naming the node, op and opset where it has them.
+        error: ferrite_onnx::Error,
+    },
 }
 
 impl Error {
@@ -174,6 +181,7 @@ impl Error {
         match self {
             Error::Compile { internal, .. } => *internal,
             Error::Internal { .. } => true,
+            Error::Onnx { error, .. } => error.is_internal(),
             Error::Build { .. }
             | Error::ForeignVar { .. }
             | Error::NoOutputs { .. }
@@ -296,6 +304,11 @@ impl fmt::Display for Error {
             Error::Compile { message, .. } => write!(f, "compilation failed: {message}"),
             Error::Run { message } => write!(f, "execution failed: {message}"),
             Error::Internal { message } => write!(f, "internal error: {message}"),
+            Error::Onnx {
+                path: Some(p),
+                error,
+            } => write!(f, "{}: {error}", p.display()),
+            Error::Onnx { path: None, error } => write!(f, "{error}"),
         }
     }
 }

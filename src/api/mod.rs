@@ -9,6 +9,7 @@
 //! - `jit.rs`: [`jit`](crate::jit), tracing, the guard cache, eager mode;
 //! - `profile.rs`: [`ferrite::profile`](crate::profile), the profiler's reports, re-exported;
 //! - `sim.rs`: [`ferrite::sim`](crate::sim), the simulator's machines and reports, re-exported;
+//! - `onnx.rs`: [`ferrite::onnx`](crate::onnx): `.onnx` files in, external data read inside the model's folder;
 //! - `error.rs`: [`Error`](crate::Error).
 
 pub mod builder;
@@ -18,6 +19,7 @@ pub mod host;
 pub mod jit;
 #[cfg(feature = "ndarray")]
 mod ndarray;
+pub mod onnx;
 pub mod ops;
 pub mod profile;
 pub mod sim;

@@ -16,9 +16,7 @@
 //! instead; `--trace` writes a Chrome trace.
 //! Progress goes to standard error, and only when it is a terminal.
 
-use super::{
-    compile_graph, load_graph, load_machine, random_input, target_parser, CliError, CliResult,
-};
+use super::{compile_graph, load_machine, random_input, target_parser, CliError, CliResult};
 use clap::{Args, ValueEnum};
 use ferrite::profile::{chrome_trace, render_table, to_json, ProfileStep};
 use ferrite::{Options, Target, Tensor, MAX_THREADS};
@@ -41,8 +39,11 @@ pub enum Format {
 /// Flags of `ferrite profile`.
 #[derive(Args, Debug)]
 pub struct ProfileArgs {
-    /// The graph file (.fg).
+    /// The graph file (.fg) or ONNX model (.onnx).
     pub file: PathBuf,
+    /// Symbolic dimensions of an ONNX model.
+    #[command(flatten)]
+    pub dims: super::DimArgs,
     /// Where to run: wall-clock times on the CPU, simulated cycles on the simulator.
     #[arg(long, value_parser = target_parser(&[Target::Cpu, Target::Sim]),
           default_value_t = Target::Cpu)]
@@ -81,7 +82,7 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         )),
         _ => {}
     }
-    let (graph, _) = load_graph(&args.file)?;
+    let graph = super::load_any(&args.file, &args.dims, &[])?.graph;
     let input_bytes: usize = graph.params.iter().map(|&p| graph.ty(p).size_bytes()).sum();
     if input_bytes > INPUT_BYTES_LIMIT {
         return Err(CliError::User(format!(

@@ -6,8 +6,8 @@
 
 use super::summary::summarize;
 use super::{
-    compile_graph, compile_options, count, load_graph, parse_name_eq_path, random_input, read_file,
-    target_parser, CliError, CliResult,
+    compile_graph, compile_options, count, load_any, output_file_stem, parse_name_eq_path,
+    random_input, read_file, read_tensor_file, target_parser, CliError, CliResult,
 };
 use clap::Args;
 use ferrite::ir::{npy, Graph, Op};
@@ -26,9 +26,12 @@ const INTERP_BYTES_LIMIT: u64 = 16 << 30;
 /// Flags of `ferrite run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The graph file (.fg).
+    /// The graph file (.fg) or ONNX model (.onnx).
     pub file: PathBuf,
-    /// Take parameter NAME from a .npy file (repeatable); the others are random.
+    /// Symbolic dimensions of an ONNX model.
+    #[command(flatten)]
+    pub dims: super::DimArgs,
+    /// Take parameter NAME from a .npy or ONNX TensorProto .pb file (repeatable); the others are random.
     #[arg(short, long = "input", value_name = "NAME=FILE.npy", value_parser = parse_name_eq_path)]
     pub inputs: Vec<(String, PathBuf)>,
     /// Seed of the random inputs: parameter i gets seed + i.
@@ -54,8 +57,26 @@ pub struct RunArgs {
 
 /// Runs the graph and prints the summary; see the module docs.
 pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResult {
-    let (graph, _) = load_graph(&args.file)?;
-    let from_files = match_inputs(&graph, &args.inputs)?;
+    let source = load_any(&args.file, &args.dims, &args.inputs)?;
+    let graph = source.graph;
+    // ONNX inputs are named as in the model; the graph may spell them otherwise.
+    let given: Vec<(String, PathBuf)> = match &source.onnx {
+        None => args.inputs.clone(),
+        Some(model) => args
+            .inputs
+            .iter()
+            .filter(|(name, _)| !source.bound.contains(name))
+            .map(|(name, path)| {
+                let name = model
+                    .inputs
+                    .iter()
+                    .find(|b| b.onnx == *name)
+                    .map_or(name.clone(), |b| b.name.clone());
+                (name, path.clone())
+            })
+            .collect(),
+    };
+    let from_files = match_inputs(&graph, &given)?;
     // The interpreter's estimate bounds the compiled targets too (they keep fewer
     // values alive and no f64 copies), so one check guards every target.
     check_memory(&graph)?;
@@ -115,7 +136,14 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
     } else {
         writeln!(out, "graph {}: {}", graph.name, sources.join("; "))?;
     }
-    let names = output_file_names(&graph);
+    let names = match &source.onnx {
+        Some(model) => model
+            .outputs
+            .iter()
+            .map(|b| output_file_stem(&b.onnx))
+            .collect(),
+        None => output_file_names(&graph),
+    };
     for (name, t) in names.iter().zip(outputs) {
         let (values, stats) = summarize(t.as_ir());
         writeln!(out, "{name}: {}\n  {values}\n  {stats}", t.ty())?;
@@ -197,6 +225,20 @@ fn load_input(
     path: &Path,
     err: &mut dyn Write,
 ) -> Result<Tensor, CliError> {
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("pb"))
+    {
+        let t = read_tensor_file(name, path)?;
+        if t.ty() != ty {
+            return Err(CliError::User(format!(
+                "input `{name}` is declared {ty}, but `{}` holds {}",
+                path.display(),
+                t.ty()
+            )));
+        }
+        return Ok(t);
+    }
     let bytes = read_file(path)?;
     let bad = |e: String| CliError::User(format!("input `{name}`: `{}`: {e}", path.display()));
     let header = npy::read_header(&bytes).map_err(|e| bad(e.to_string()))?;
