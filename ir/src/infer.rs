@@ -335,20 +335,18 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             TensorType::new(x.dtype, shape)?
         }
         Op::IndexSelect { axis } => {
+            // numpy `take` / ONNX `Gather`: the indexed axis is replaced by the index's
+            // axes, so the result has rank `x.rank() - 1 + index.rank()`.
             let (x, idx) = (inputs[0], inputs[1]);
             index_dtype(name, idx)?;
-            if idx.rank() != 1 {
-                return Err(TypeError::new(format!(
-                    "index_select: the index must be 1-D, not {}",
-                    ShapeDisplay(&idx.shape)
-                )));
-            }
             if x.rank() == 0 {
                 return Err(TypeError::new("index_select needs a tensor of rank >= 1"));
             }
             let a = normalize_axis(*axis, x.rank()).map_err(|e| e.context(name).on("axis"))?;
-            let mut shape = x.shape.clone();
-            shape[a] = idx.shape[0];
+            let mut shape = Vec::with_capacity(x.rank() - 1 + idx.rank());
+            shape.extend_from_slice(&x.shape[..a]);
+            shape.extend_from_slice(&idx.shape);
+            shape.extend_from_slice(&x.shape[a + 1..]);
             TensorType::new(x.dtype, shape)?
         }
         Op::Gather { axis } => {

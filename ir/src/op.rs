@@ -395,7 +395,10 @@ pub enum Op {
         /// Fill value.
         value: f64,
     },
-    /// `index_select(x, index, axis=)`: rows of `x` picked by a 1-D integer index.
+    /// `index_select(x, index, axis=)`: slices of `x` along `axis` picked by an integer
+    /// index of any rank (numpy `take`); the result's shape is
+    /// `x.shape[:axis] + index.shape + x.shape[axis+1:]`. Out-of-range indices, negative
+    /// ones included, are an error.
     IndexSelect {
         /// Axis as written.
         axis: i64,

@@ -1090,6 +1090,97 @@ fn index_select_picks_rows() {
 }
 
 #[test]
+fn index_select_takes_an_index_of_any_rank() {
+    // x[i, j] = 10 * i + j, shape [3, 4].
+    let x = f32s(
+        &[3, 4],
+        &(0..12)
+            .map(|k| (10 * (k / 4) + k % 4) as f64)
+            .collect::<Vec<_>>(),
+    );
+    // A rank-0 index drops the axis: row 2, column 1.
+    let got = ok(Op::IndexSelect { axis: 0 }, &[&x, &ints(I64, &[], &[2])]);
+    exact(&got, &f32s(&[4], &[20.0, 21.0, 22.0, 23.0]));
+    let got = ok(Op::IndexSelect { axis: 1 }, &[&x, &ints(I32, &[], &[1])]);
+    exact(&got, &f32s(&[3], &[1.0, 11.0, 21.0]));
+    // A [2, 2] index along axis 0 (an embedding lookup of [batch, seq] ids): [2, 2, 4].
+    let got = ok(
+        Op::IndexSelect { axis: 0 },
+        &[&x, &ints(I64, &[2, 2], &[2, 0, 1, 1])],
+    );
+    #[rustfmt::skip]
+    let want = [20.0, 21.0, 22.0, 23.0,  0.0, 1.0, 2.0, 3.0,
+                10.0, 11.0, 12.0, 13.0,  10.0, 11.0, 12.0, 13.0];
+    exact(&got, &f32s(&[2, 2, 4], &want));
+    // Along the last axis the index's axes come last: [3, 1, 2].
+    let got = ok(
+        Op::IndexSelect { axis: -1 },
+        &[&x, &ints(I32, &[1, 2], &[3, 0])],
+    );
+    exact(&got, &f32s(&[3, 1, 2], &[3.0, 0.0, 13.0, 10.0, 23.0, 20.0]));
+    // Between axes, and a rank-3 index: x [2, 3, 2] along axis 1 with [1, 2, 1] -> [2, 1, 2, 1, 2].
+    let y = f32s(&[2, 3, 2], &(0..12).map(|k| k as f64).collect::<Vec<_>>());
+    let got = ok(
+        Op::IndexSelect { axis: 1 },
+        &[&y, &ints(I64, &[1, 2, 1], &[2, 0])],
+    );
+    exact(
+        &got,
+        &f32s(
+            &[2, 1, 2, 1, 2],
+            &[4.0, 5.0, 0.0, 1.0, 10.0, 11.0, 6.0, 7.0],
+        ),
+    );
+    // Every index element is checked, even when the result is empty (as PyTorch does).
+    let empty = f32s(&[0, 4], &[]);
+    let e = err(
+        Op::IndexSelect { axis: 1 },
+        &[&empty, &ints(I64, &[2, 1], &[0, 9])],
+    );
+    assert!(
+        e.contains("index 9 out of range for axis of extent 4"),
+        "{e}"
+    );
+    // An empty axis: any index is out of range, an empty index is fine.
+    let none = f32s(&[0], &[]);
+    let e = err(
+        Op::IndexSelect { axis: 0 },
+        &[&none, &ints(I64, &[1, 1], &[0])],
+    );
+    assert!(
+        e.contains("index 0 out of range for axis of extent 0"),
+        "{e}"
+    );
+    let got = ok(
+        Op::IndexSelect { axis: 0 },
+        &[&none, &ints(I64, &[2, 0], &[])],
+    );
+    exact(&got, &f32s(&[2, 0], &[]));
+    // Negative indices are out of range, at any rank.
+    let e = err(Op::IndexSelect { axis: 0 }, &[&x, &ints(I32, &[], &[-1])]);
+    assert!(e.contains("index -1 out of range"), "{e}");
+}
+
+#[test]
+fn index_select_result_shapes_follow_numpy_take() {
+    let shape = |x: &[usize], i: &[usize], axis| {
+        ferrite_ir::infer::infer(&Op::IndexSelect { axis }, &[&ty(F32, x), &ty(I64, i)])
+            .map(|t| t.shape)
+    };
+    assert_eq!(shape(&[5, 6, 7], &[], 1).unwrap(), vec![5, 7]);
+    assert_eq!(shape(&[5, 6, 7], &[2, 3], 0).unwrap(), vec![2, 3, 6, 7]);
+    assert_eq!(shape(&[5, 6, 7], &[2, 3], 1).unwrap(), vec![5, 2, 3, 7]);
+    assert_eq!(
+        shape(&[5, 6, 7], &[2, 3, 4], -1).unwrap(),
+        vec![5, 6, 2, 3, 4]
+    );
+    assert!(shape(&[5], &[1], 1).is_err());
+    assert!(shape(&[], &[1], 0).is_err());
+    // The result's rank is bounded like every type's.
+    assert!(shape(&[2; 9], &[1; 9], 0).is_err());
+}
+
+#[test]
 fn gather_takes_along_an_axis_with_broadcasting() {
     let x = x23();
     let got = ok(Op::Gather { axis: 1 }, &[&x, &ints(I64, &[2, 1], &[2, 0])]);

@@ -2,6 +2,7 @@ pub mod decompose;
 pub mod dot;
 pub mod error;
 pub mod fuse;
+pub mod index_checks;
 pub mod lower;
 pub mod memory;
 pub mod optimize;

@@ -1,8 +1,11 @@
 //! The schedule entry point: a primitive graph to a loop-IR program and its memory plan.
 //!
 //! ```text
-//! schedule(g)  =  fuse (or lower_unfused, for --no-fuse)  ->  assemble kernels  ->  verify  ->  plan_memory
+//! schedule(g)  =  index checks  ->  fuse (or lower_unfused, for --no-fuse)  ->  assemble kernels  ->  verify  ->  plan_memory
 //! ```
+//!
+//! (`index_checks` adds a check kernel for an `index_select` whose result is empty, which no
+//! kernel of its own would check.)
 //!
 //! The input must be primitive (run `decompose` first); the output program is
 //! verified, and the fusion decisions are kept so a dump can say why each fusion was
@@ -10,6 +13,7 @@
 
 use crate::error::{Error, Result};
 use crate::fuse::{fuse, FusionDecision, MAX_FUSION_SIZE};
+use crate::index_checks::add_empty_result_index_checks;
 use crate::lower::{assemble, lower_unfused};
 use crate::memory::{plan_memory, MemoryPlan};
 use ferrite_ir::loops::Program;
@@ -80,6 +84,8 @@ pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled> {
             n.op.name()
         )));
     }
+    let checked = add_empty_result_index_checks(g)?;
+    let g = checked.as_ref().unwrap_or(g);
     let (program, decisions) = if opts.fuse {
         let f = fuse(g, opts.max_fusion_size)?;
         (assemble(&f.plan, &f.groups)?, f.decisions)

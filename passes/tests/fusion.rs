@@ -221,6 +221,37 @@ fn embedding_lookup_is_one_kernel() {
 }
 
 #[test]
+fn batched_embedding_lookup_fuses_with_its_elementwise_consumers() {
+    // [batch, seq] ids into a table, scaled, plus positions picked by a 2-D arange-free
+    // index, then a GELU: the lookups are index expressions of the one kernel.
+    let g = primitive(
+        "graph emb(ids: i64[2, 8], pos: i32[2, 8], tokens: f32[16, 32], positions: f32[10, 32]) {
+           tok = index_select(tokens, ids, axis=0)
+           p = index_select(positions, pos, axis=0)
+           return gelu(add(mul(tok, 4.0), p))
+         }",
+    );
+    let s = fused(&g);
+    assert_eq!(count(&s.program), 1, "{}", s.program);
+    assert_eq!(
+        s.program.kernels[0].domain.iter().product::<usize>(),
+        2 * 8 * 32
+    );
+    let unfused = schedule(&g, &ScheduleOptions::unfused()).unwrap();
+    assert!(count(&unfused.program) > 3, "{}", unfused.program);
+    // A lookup along an inner axis with a rank-2 index, then a reduction over the index's
+    // axes: one kernel whose reduction reads the table through the checked index.
+    let g = primitive(
+        "graph cols(x: f32[4, 12], i: i32[3, 2]) {
+           y = index_select(x, i, axis=1)
+           return sum(exp(y), axes=[1, 2])
+         }",
+    );
+    let s = fused(&g);
+    assert_eq!(count(&s.program), 1, "{}", s.program);
+}
+
+#[test]
 fn examples_fuse_well() {
     for (name, fused_kernels, unfused_kernels) in [
         ("mlp", 2, 5),

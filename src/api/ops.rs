@@ -440,8 +440,11 @@ impl Var {
         })
     }
 
-    /// The entries of `self` at the positions in the 1-D integer `index` along `axis`
-    /// (embedding lookup: `table.index_select(0, &token_ids)`).
+    /// The slices of `self` along `axis` at the positions in the integer `index`, which
+    /// may have any rank: the result's shape is `shape[..axis] + index.shape +
+    /// shape[axis + 1..]` (numpy's `take`; an embedding lookup with `[batch, seq]` ids is
+    /// `table.index_select(0, &ids)`). An index out of range, negative included, is an
+    /// error when the program runs.
     #[track_caller]
     pub fn index_select(&self, axis: i64, index: &Var) -> Var {
         self.graph()

@@ -164,8 +164,11 @@ fn checked_index(op: &str, k: i64, extent: usize) -> Result<usize> {
     }
 }
 
-/// `index_select(x, index, axis)`: entry `j` of the 1-D index picks slice `index[j]`
-/// of `x` along `axis`. Negative indices are out of range, as in PyTorch.
+/// `index_select(x, index, axis)`: entry `j` of the index (any rank, read in row-major
+/// order) picks slice `index[j]` of `x` along `axis`, so the result is
+/// `x.shape[:axis] + index.shape + x.shape[axis+1:]` laid out as outer x picks x inner.
+/// Every index element is checked, even when the result is empty (as PyTorch does);
+/// negative indices are out of range, as in PyTorch.
 pub(super) fn index_select(
     axis: i64,
     x: &Tensor,

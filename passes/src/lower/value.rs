@@ -576,12 +576,18 @@ impl KernelBuilder<'_> {
                 }
             }
             Op::IndexSelect { axis } => {
+                // Output axes a..a+r are the index's; the rest are x's around axis a.
                 let own = g.ty(ins[0]).shape.clone();
+                let r = g.ty(ins[1]).rank();
                 let a = normalize_axis(*axis, own.len()).map_err(bug)?;
-                let iv = self.value_at(ins[1], &[coords[a].clone()], guard)?;
+                let iv = self.value_at(ins[1], &coords[a..a + r], guard)?;
                 let dynamic = self.checked_index(iv, own[a], guard);
-                let mut src = coords.to_vec();
-                src[a] = dynamic;
+                if let Some(r) = empty_axis_check(&dynamic, own[a]) {
+                    return Ok(self.cast(r, ty.dtype));
+                }
+                let mut src = coords[..a].to_vec();
+                src.push(dynamic);
+                src.extend_from_slice(&coords[a + r..]);
                 self.value_at(ins[0], &src, guard)
             }
             Op::Gather { axis } => {
@@ -601,6 +607,9 @@ impl KernelBuilder<'_> {
                     .collect();
                 let iv = self.value_at(ins[1], &ic, guard)?;
                 let dynamic = self.checked_index(iv, own[a], guard);
+                if let Some(r) = empty_axis_check(&dynamic, own[a]) {
+                    return Ok(self.cast(r, ty.dtype));
+                }
                 let src: Vec<IndexExpr> = own
                     .iter()
                     .enumerate()
@@ -769,4 +778,14 @@ fn fill_value(value: f64, dtype: DType, op: &str) -> Result<Value> {
         )));
     }
     Ok(scalar::cast(Value::Float(value), dtype))
+}
+
+/// For an index into an axis of extent 0: the checked-index node, which fails for every
+/// value, so it stands for the result (cast to the result's dtype): the check runs
+/// wherever the value is needed, and the empty operand is never read.
+fn empty_axis_check(dynamic: &IndexExpr, extent: usize) -> Option<ExprRef> {
+    match dynamic {
+        IndexExpr::Dynamic { value, .. } if extent == 0 => Some(*value),
+        _ => None,
+    }
 }

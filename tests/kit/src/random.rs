@@ -336,8 +336,10 @@ impl Gen {
                 }
                 let idt = self.pick(&[DType::I64, DType::I32]);
                 if self.chance(50) {
-                    let k = 1 + self.below(5);
-                    let idx = self.param(TensorType::new(idt, vec![k]).ok()?, Some(extent));
+                    // An index of rank 0 to 2 (numpy `take`), mostly 1-D.
+                    let irank = [1, 1, 0, 2][self.below(4)];
+                    let ishape: Vec<usize> = (0..irank).map(|_| 1 + self.below(5)).collect();
+                    let idx = self.param(TensorType::new(idt, ishape).ok()?, Some(extent));
                     (Op::IndexSelect { axis }, vec![x, idx])
                 } else {
                     let ishape: Vec<usize> = xt

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{AccId, Block, BufferId, ExprOp, ExprRef, IndexExpr, Load, StoreOp, Value};
 use ferrite_ir::DType;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// What a stage body sees besides its own nodes.
 pub(super) struct Scope<'a> {
@@ -44,6 +44,9 @@ pub(super) struct Body<'a> {
     /// For each checked (data-dependent) index node: the bool tile of lanes whose
     /// index is inside its axis.
     ok: HashMap<ExprRef, Int>,
+    /// Checked index nodes whose value is used as data (by arithmetic, a store, a guard)
+    /// and not only in the offsets of accesses, which check it themselves.
+    as_data: HashSet<ExprRef>,
 }
 
 impl<'a> Body<'a> {
@@ -53,6 +56,7 @@ impl<'a> Body<'a> {
             block,
             vals: vec![None; block.nodes.len()],
             ok: HashMap::new(),
+            as_data: HashSet::new(),
         }
     }
 
@@ -83,6 +87,36 @@ impl<'a> Body<'a> {
                 });
             }
         }
+        // Where a checked index is data rather than an offset.
+        let checked = |r: ExprRef| {
+            matches!(
+                self.block.get(r).map(|n| &n.op),
+                Some(ExprOp::CheckedIndex { .. })
+            )
+        };
+        let mut as_data: HashSet<ExprRef> = roots.iter().copied().filter(|&r| checked(r)).collect();
+        for (i, node) in self.block.nodes.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            match &node.op {
+                ExprOp::Load(l) => {
+                    for g in &l.guard {
+                        g.expr.for_each_ref(&mut |r| {
+                            if checked(r) {
+                                as_data.insert(r);
+                            }
+                        });
+                    }
+                }
+                _ => node.for_each_operand(&mut |r| {
+                    if checked(r) {
+                        as_data.insert(r);
+                    }
+                }),
+            }
+        }
+        self.as_data = as_data;
         for i in 0..n {
             if !live[i] {
                 continue;
@@ -249,7 +283,13 @@ impl<'a> Body<'a> {
         };
         let deps = vdeps | gdeps;
         let ok = b.bind("ok", ok);
-        self.ok.insert(r, (ok, deps));
+        self.ok.insert(r, (ok.clone(), deps));
+        if self.as_data.contains(&r) {
+            // No access of this index checks it: read the index again through the check.
+            if let Some(l) = self.source_load(value) {
+                self.probe(b, &l, (ok, deps))?;
+            }
+        }
         let e = b.bind("idx", value_e);
         Ok(Val::Tile(TileVal {
             e,
@@ -257,6 +297,61 @@ impl<'a> Body<'a> {
             deps,
             depth: Depth::ZERO,
         }))
+    }
+
+    /// The first load the value of node `r` is computed from (through its operands).
+    fn source_load(&self, r: ExprRef) -> Option<Load> {
+        let mut stack = vec![r];
+        let mut seen = HashSet::new();
+        while let Some(r) = stack.pop() {
+            if !seen.insert(r) {
+                continue;
+            }
+            let node = self.block.get(r)?;
+            if let ExprOp::Load(l) = &node.op {
+                return Some(l.clone());
+            }
+            node.for_each_operand(&mut |x| stack.push(x));
+        }
+        None
+    }
+
+    /// Reads what `l` reads, with offset -1 on lanes where `ok` (a checked index's flag)
+    /// is false, so the simulator stops there with an out-of-bounds error as it does for
+    /// an access through that index. For checked indices used as data: `index_select`
+    /// of an `arange`, or of an empty axis, reads no buffer through the index.
+    fn probe(&mut self, b: &mut Builder, l: &Load, ok: Int) -> Result<()> {
+        let Some((conds, gdeps)) = self.guard(b, &l.guard)? else {
+            return Ok(());
+        };
+        let buf = self
+            .s
+            .params
+            .get(&l.buffer)
+            .ok_or_else(|| Error::internal(format!("{} is not a parameter", l.buffer)))?;
+        let e = self.s.frame.rewrite(&l.index);
+        let parts = terms(b, self.s.frame, &e, &|r| self.dynamic(r))?;
+        let (sum, ds) = sum_terms(parts);
+        let (flag, fdeps) = match self.ok_flags(&l.index) {
+            None => ok,
+            Some((f, d)) => (and(f, ok.0), d | ok.1),
+        };
+        let ptr = add(param(buf), where_(flag, sum, int(-1)));
+        let pdeps = ds | fdeps;
+        let deps = pdeps | gdeps;
+        let mut mask = self.s.frame.mask(deps);
+        for c in conds {
+            mask = Some(match mask {
+                None => c,
+                Some(m) => and(m, c),
+            });
+        }
+        let mut args = vec![self.widen(ptr, pdeps, deps)];
+        if let Some(m) = mask {
+            args.push(b.bind("m", m));
+        }
+        b.bind("probe", call(Builtin::Load, args));
+        Ok(())
     }
 
     /// The checked-index flags an index expression's data-dependent parts need.
