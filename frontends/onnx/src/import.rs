@@ -13,14 +13,16 @@ use crate::proto::{
 };
 use crate::tensor::{dtype_of, to_tensor, ExternalData};
 use ferrite_ir::interp::eval_node;
-use ferrite_ir::{infer::infer, DType, Data, Graph, Op, Scalar, Tensor, TensorType, ValueId};
+use ferrite_ir::{
+    infer::infer, Constant, DType, Data, Graph, Op, Scalar, Tensor, TensorType, ValueId,
+};
 use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// The oldest default-domain opset Ferrite imports.
 pub const MIN_OPSET: i64 = 7;
-/// The newest default-domain opset Ferrite imports (onnx 1.22's).
-pub const MAX_OPSET: i64 = 25;
+/// The newest default-domain opset Ferrite imports (the newest in onnx 1.22's node tests).
+pub const MAX_OPSET: i64 = 27;
 /// At most this many nodes in a graph.
 pub const MAX_NODES: usize = 1 << 20;
 /// At most this many initializers, inputs or outputs of a graph.
@@ -66,7 +68,7 @@ pub struct Model {
 #[derive(Clone, Debug)]
 pub(crate) enum Val {
     /// Known at import time.
-    Const(Rc<Tensor>),
+    Const(Arc<Tensor>),
     /// Computed by the graph.
     Ir(ValueId),
 }
@@ -113,7 +115,7 @@ impl Ctx {
                 })
                 .collect();
             if let Some(consts) = consts {
-                return Ok(Val::Const(Rc::new(eval_node(&op, &consts, &out)?)));
+                return Ok(Val::Const(Arc::new(eval_node(&op, &consts, &out)?)));
             }
         }
         let ids = args
@@ -123,8 +125,8 @@ impl Ctx {
         Ok(Val::Ir(self.g.add(op, &ids, None)?))
     }
 
-    /// The graph value of `v`: constants become literals (rank 0) or `full` (one value
-    /// repeated); other constant tensors need IR constants.
+    /// The graph value of `v`: constants become literals (rank 0), `full` (one value
+    /// repeated, or no values) or constant tensors.
     pub fn ir(&mut self, v: &Val) -> OpResult<ValueId> {
         let t = match v {
             Val::Ir(id) => return Ok(*id),
@@ -137,6 +139,7 @@ impl Ctx {
                 return Ok(self.g.add_literal(s, dtype)?);
             }
         }
+        let first = first.or(Some(Scalar::Int(0)).filter(|_| t.is_empty()));
         if let Some(s) = first.filter(|_| is_splat(t)) {
             let value = s.as_f64();
             let exact = match s {
@@ -152,16 +155,13 @@ impl Ctx {
                 return Ok(self.g.add(op, &[], None)?);
             }
         }
-        unsupported!(
-            "a constant tensor of type {} is used by a computed value; Ferrite's IR has no constant tensors yet",
-            t.ty
-        )
+        Ok(self.g.add_constant(Constant::new(t.clone()), None)?)
     }
 
     /// A rank-0 constant of `dtype`.
     pub fn scalar(&self, v: f64, dtype: DType) -> Val {
         let ty = TensorType::scalar(dtype);
-        Val::Const(Rc::new(if dtype.is_float() {
+        Val::Const(Arc::new(if dtype.is_float() {
             Tensor::from_f64(&ty, &[v])
         } else {
             Tensor::from_i64(&ty, &[v as i64])
@@ -169,7 +169,7 @@ impl Ctx {
     }
 
     /// The constant value of `v`, or why it is not known at import time.
-    pub fn constant(&self, v: &Val, role: &str) -> OpResult<Rc<Tensor>> {
+    pub fn constant(&self, v: &Val, role: &str) -> OpResult<Arc<Tensor>> {
         match v {
             Val::Const(t) => Ok(t.clone()),
             Val::Ir(id) => match self.params.get(id) {
@@ -442,7 +442,7 @@ pub(crate) fn import_model(
 
     for init in &gp.initializer {
         let t = to_tensor(init, ext)?;
-        values.insert(init.name().to_string(), Val::Const(Rc::new(t)));
+        values.insert(init.name().to_string(), Val::Const(Arc::new(t)));
     }
 
     let mut inputs = Vec::new();
@@ -459,7 +459,7 @@ pub(crate) fn import_model(
                     t.ty
                 )));
             }
-            values.insert(onnx, Val::Const(Rc::new(t.clone())));
+            values.insert(onnx, Val::Const(Arc::new(t.clone())));
             continue;
         }
         let name = names.map(&onnx);

@@ -22,6 +22,9 @@ pub use import::{
 };
 pub use tensor::{check_location, decode_tensor, ExternalData, NoExternalData};
 
+/// The `prost` crate, to encode and decode the [`proto`] messages.
+pub use prost;
+
 use prost::Message;
 
 /// Decodes a serialized `ModelProto` without importing it.

@@ -4,7 +4,7 @@
 use super::{dtype_attr, one};
 use crate::error::{invalid, unsupported, OpResult};
 use crate::import::{Ctx, NodeIn, Val};
-use ferrite_ir::{BinaryOp as B, DType, UnaryOp as U};
+use ferrite_ir::{BinaryOp as B, DType, Tensor, UnaryOp as U};
 
 pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
     let unary = match op {
@@ -62,10 +62,11 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
         "Div" => {
             let y = n.input(1)?;
             same_dtype(ctx, op, &x, y)?;
-            if !dt.is_float() {
-                unsupported!("integer Div is not supported (the IR divides integers as floats)");
+            if dt.is_float() {
+                ctx.div(&x, y)?
+            } else {
+                int_div(ctx, &x, y)?
             }
-            ctx.div(&x, y)?
         }
         "Pow" => {
             let y = n.input(1)?;
@@ -303,6 +304,26 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
         _ => return Ok(None),
     };
     one(y)
+}
+
+/// Integer division truncating toward zero, of constants only: the interpreter divides
+/// in f64, exact for these operands; the IR has no integer division to put in a graph.
+fn int_div(ctx: &mut Ctx, x: &Val, y: &Val) -> OpResult<Val> {
+    let dt = ctx.dtype(x);
+    let (Val::Const(a), Val::Const(b)) = (x, y) else {
+        unsupported!(
+            "integer Div of computed values is not supported (the IR divides integers as floats)"
+        );
+    };
+    let exact = |t: &Tensor| t.to_i64().iter().all(|v| v.unsigned_abs() < 1 << 53);
+    if !exact(a) || !exact(b) {
+        unsupported!("integer Div of values beyond 2^53 is not supported");
+    }
+    if b.to_i64().contains(&0) {
+        invalid!("integer division by zero");
+    }
+    let q = ctx.div(x, y)?;
+    ctx.cast(&q, dt)
 }
 
 fn same_dtype(ctx: &Ctx, op: &str, x: &Val, y: &Val) -> OpResult<()> {

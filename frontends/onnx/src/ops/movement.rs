@@ -8,7 +8,7 @@ use crate::import::{Ctx, NodeIn, Val};
 use crate::tensor::{shape_of, to_tensor, NoExternalData};
 use ferrite_ir::types::broadcast_shapes;
 use ferrite_ir::{BinaryOp as B, DType, Op, Tensor, TensorType};
-use std::rc::Rc;
+use std::sync::Arc;
 
 pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
     match op {
@@ -325,22 +325,22 @@ fn int_tensor(values: &[i64], shape: &[usize]) -> Val {
         dtype: DType::I64,
         shape: shape.to_vec(),
     };
-    Val::Const(Rc::new(Tensor::from_i64(&ty, values)))
+    Val::Const(Arc::new(Tensor::from_i64(&ty, values)))
 }
 
 /// The value of a `Constant` node.
 fn constant(n: &NodeIn) -> OpResult<Val> {
     if let Some(t) = n.tensor("value")? {
-        return Ok(Val::Const(Rc::new(to_tensor(t, &mut NoExternalData)?)));
+        return Ok(Val::Const(Arc::new(to_tensor(t, &mut NoExternalData)?)));
     }
     if n.has("value_float") {
         let v = n.float("value_float", 0.0)?;
         let ty = TensorType::scalar(DType::F32);
-        return Ok(Val::Const(Rc::new(Tensor::from_f64(&ty, &[v]))));
+        return Ok(Val::Const(Arc::new(Tensor::from_f64(&ty, &[v]))));
     }
     if let Some(v) = n.floats("value_floats")? {
         let t = Tensor::from_f32(&[v.len()], v).map_err(crate::error::OpError::from)?;
-        return Ok(Val::Const(Rc::new(t)));
+        return Ok(Val::Const(Arc::new(t)));
     }
     if n.has("value_int") {
         return Ok(int_tensor(&[n.int("value_int", 0)?], &[]));
@@ -377,19 +377,12 @@ pub(crate) fn wrap_negative(ctx: &mut Ctx, idx: &Val, n: usize) -> OpResult<Val>
     ctx.select(&neg, &up, idx)
 }
 
-/// numpy `take` along `a`: the result shape is `x[:a] + idx.shape + x[a+1:]`. The
-/// index is flattened for the IR's 1-D `index_select` and the result reshaped.
+/// numpy `take` along `a` (the IR's `index_select`): the result shape is
+/// `x[:a] + idx.shape + x[a+1:]`, negative indices wrapped first.
 pub(crate) fn gather(ctx: &mut Ctx, x: &Val, idx: &Val, a: usize) -> OpResult<Val> {
-    let xs = ctx.shape(x);
-    let is = ctx.shape(idx);
-    let idx = wrap_negative(ctx, idx, xs[a])?;
-    let count: usize = is.iter().product();
-    let flat = ctx.reshape(&idx, &[count])?;
-    let y = ctx.op(Op::IndexSelect { axis: a as i64 }, &[x, &flat])?;
-    let mut out = xs[..a].to_vec();
-    out.extend_from_slice(&is);
-    out.extend_from_slice(&xs[a + 1..]);
-    ctx.reshape(&y, &out)
+    let n = ctx.shape(x)[a];
+    let idx = wrap_negative(ctx, idx, n)?;
+    ctx.op(Op::IndexSelect { axis: a as i64 }, &[x, &idx])
 }
 
 fn slice(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
