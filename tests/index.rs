@@ -14,7 +14,10 @@ fn configurations() -> Vec<(Target, bool)> {
     all
 }
 
-fn run_all(g: &Graph, inputs: &[&Tensor]) -> Vec<((Target, bool), Result<Vec<Tensor>, Error>)> {
+/// Each target and fusion setting with what it returned.
+type Runs = Vec<((Target, bool), Result<Vec<Tensor>, Error>)>;
+
+fn run_all(g: &Graph, inputs: &[&Tensor]) -> Runs {
     configurations()
         .into_iter()
         .map(|(target, fuse)| {

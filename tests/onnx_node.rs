@@ -219,10 +219,13 @@ fn run_datasets(dir: &Path, bytes: &[u8], proto: &ModelProto) -> Result<[Outcome
         let model = loop {
             match ferrite::onnx::from_bytes(bytes, &options) {
                 Ok(m) => break m,
-                Err(ferrite::Error::Onnx {
-                    error: ferrite_onnx::Error::NeedsValue { input, .. },
-                    ..
-                }) if !options.values.contains_key(&input) => {
+                Err(ferrite::Error::Onnx { error, .. })
+                    if matches!(&*error, ferrite_onnx::Error::NeedsValue { input, .. }
+                        if !options.values.contains_key(input)) =>
+                {
+                    let ferrite_onnx::Error::NeedsValue { input, .. } = *error else {
+                        return Err("unreachable".into());
+                    };
                     let i = input_names
                         .iter()
                         .position(|n| *n == input)

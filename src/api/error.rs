@@ -167,7 +167,7 @@ pub enum Error {
         /// The `.onnx` or `.pb` file, when there is one.
         path: Option<PathBuf>,
         /// The importer's error, naming the node, op and opset where it has them.
-        error: ferrite_onnx::Error,
+        error: Box<ferrite_onnx::Error>,
     },
 }
 

@@ -46,14 +46,18 @@ pub fn load_with(path: impl AsRef<Path>, options: &Options) -> Result<Model> {
     let mut ext = Folder::new(folder)?;
     ferrite_onnx::import(&bytes, options, &mut ext).map_err(|error| Error::Onnx {
         path: Some(path.to_path_buf()),
-        error,
+        error: Box::new(error),
     })
 }
 
 /// Imports a model from bytes; a model with external data is refused (it has no folder).
 pub fn from_bytes(bytes: &[u8], options: &Options) -> Result<Model> {
-    ferrite_onnx::import(bytes, options, &mut ferrite_onnx::NoExternalData)
-        .map_err(|error| Error::Onnx { path: None, error })
+    ferrite_onnx::import(bytes, options, &mut ferrite_onnx::NoExternalData).map_err(|error| {
+        Error::Onnx {
+            path: None,
+            error: Box::new(error),
+        }
+    })
 }
 
 /// Reads a serialized ONNX `TensorProto` (`input_0.pb` of the ONNX node tests).
@@ -62,7 +66,7 @@ pub fn read_tensor(path: impl AsRef<Path>) -> Result<Tensor> {
     let bytes = read_bounded(path, MAX_TENSOR_BYTES)?;
     let t = ferrite_onnx::decode_tensor(&bytes).map_err(|error| Error::Onnx {
         path: Some(path.to_path_buf()),
-        error,
+        error: Box::new(error),
     })?;
     Tensor::try_from(t)
 }

@@ -239,8 +239,10 @@ pub fn load_any(
             bound: vec![],
         });
     }
-    let mut options = ferrite::onnx::Options::default();
-    options.dims = dims.dims.iter().cloned().collect();
+    let mut options = ferrite::onnx::Options {
+        dims: dims.dims.iter().cloned().collect(),
+        ..Default::default()
+    };
     let mut bound = Vec::new();
     loop {
         match ferrite::onnx::load_with(path, &options) {
@@ -251,25 +253,30 @@ pub fn load_any(
                     bound,
                 })
             }
-            Err(ferrite::Error::Onnx {
-                error:
-                    ferrite::onnx::ImportError::NeedsValue {
-                        node,
-                        operand,
-                        input,
-                    },
-                ..
-            }) if !options.values.contains_key(&input) => {
-                let Some((_, file)) = inputs.iter().find(|(n, _)| *n == input) else {
-                    return Err(CliError::User(format!(
-                        "{}: {node}: operand `{operand}` must be known at import time; it is graph input `{input}`: give it with --input {input}=FILE",
-                        path.display()
-                    )));
-                };
-                let t = read_tensor_file(&input, file)?;
-                options.values.insert(input.clone(), t.into_ir());
-                bound.push(input);
-            }
+            Err(ferrite::Error::Onnx { path: p, error }) => match *error {
+                ferrite::onnx::ImportError::NeedsValue {
+                    node,
+                    operand,
+                    input,
+                } if !options.values.contains_key(&input) => {
+                    let Some((_, file)) = inputs.iter().find(|(n, _)| *n == input) else {
+                        return Err(CliError::User(format!(
+                            "{}: {node}: operand `{operand}` must be known at import time; it is graph input `{input}`: give it with --input {input}=FILE",
+                            path.display()
+                        )));
+                    };
+                    let t = read_tensor_file(&input, file)?;
+                    options.values.insert(input.clone(), t.into_ir());
+                    bound.push(input);
+                }
+                error => {
+                    return Err(ferrite::Error::Onnx {
+                        path: p,
+                        error: Box::new(error),
+                    }
+                    .into())
+                }
+            },
             Err(ferrite::Error::Io { path, message }) => {
                 return Err(CliError::User(format!(
                     "cannot read `{}`: {message}",

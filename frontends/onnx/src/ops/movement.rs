@@ -515,7 +515,7 @@ fn split(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Option<Vec<Option<Val>>>> {
                         .map(|i| (dim.saturating_sub(i * chunk)).min(chunk) as i64)
                         .collect()
                 } else {
-                    if dim % parts != 0 {
+                    if !dim.is_multiple_of(parts) {
                         invalid!(
                             "axis {a} of extent {dim} does not split into {parts} equal parts"
                         );
