@@ -206,7 +206,11 @@ fn run_datasets(dir: &Path, bytes: &[u8], proto: &ModelProto) -> Result<[Outcome
     let mut outcomes: [Outcome; 3] = [Ok(()), Ok(()), Ok(())];
     for set in &sets {
         let read = |kind: &str, i: usize| -> Result<Tensor, String> {
-            ferrite::onnx::read_tensor(set.join(format!("{kind}_{i}.pb"))).map_err(short)
+            ferrite::onnx::read_tensor(set.join(format!("{kind}_{i}.pb"))).map_err(|e| match e {
+                // The data set's file, not the machine's path to it.
+                ferrite::Error::Onnx { error, .. } => short(format!("{kind}_{i}.pb: {error}")),
+                e => short(e),
+            })
         };
         let inputs: Vec<Tensor> = (0..input_names.len())
             .map(|i| read("input", i))
