@@ -3,6 +3,7 @@
 use crate::infer::infer;
 use crate::op::{Op, Scalar};
 use crate::types::TensorType;
+use crate::Constant;
 use crate::{DType, Error, Result, TypeError};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -51,6 +52,9 @@ pub struct Graph {
     pub outputs: Vec<ValueId>,
     /// The `-> T, T` annotation, when the text had one.
     pub declared_outputs: Option<Vec<TensorType>>,
+    /// The weights file that named constants are stored in (`weights "FILE"` in text,
+    /// relative to the `.fg` file's folder), when the text had one.
+    pub weights: Option<String>,
     /// Where each name is bound, so adding a named value checks uniqueness in constant
     /// time (a scan per node made building a graph quadratic). Derived from `nodes`.
     names: NameIndex,
@@ -125,6 +129,25 @@ impl Graph {
             ty: TensorType::scalar(dtype),
             name: None,
         })
+    }
+
+    /// Appends a constant tensor (a weight) with an optional name; its type is the tensor's.
+    pub fn add_constant(&mut self, constant: Constant, name: Option<String>) -> Result<ValueId> {
+        constant.check().map_err(Error::InvalidGraph)?;
+        let ty = constant.ty().clone();
+        self.push(Node {
+            op: Op::Constant(constant),
+            inputs: vec![],
+            ty,
+            name,
+        })
+    }
+
+    /// The constant nodes, in node order.
+    pub fn constants(&self) -> impl Iterator<Item = (ValueId, &Constant)> {
+        self.values()
+            .zip(&self.nodes)
+            .filter_map(|(v, n)| Some((v, n.op.constant()?)))
     }
 
     /// Appends `op(inputs)` with an optional name, inferring (and so checking) its type.
@@ -259,11 +282,16 @@ impl Graph {
         self.params.iter().map(|&p| self.ty(p).clone()).collect()
     }
 
-    /// Counts nodes that do work (everything but params and literals).
+    /// Counts nodes that do work (everything but params, literals and constants).
     pub fn op_count(&self) -> usize {
         self.nodes
             .iter()
-            .filter(|n| !matches!(n.op, Op::Param { .. } | Op::Literal { .. }))
+            .filter(|n| {
+                !matches!(
+                    n.op,
+                    Op::Param { .. } | Op::Literal { .. } | Op::Constant(_)
+                )
+            })
             .count()
     }
 
@@ -284,6 +312,7 @@ impl Graph {
         let mut remap = vec![ValueId(u32::MAX); self.nodes.len()];
         let mut out = Graph::new(self.name.clone());
         out.declared_outputs = self.declared_outputs.clone();
+        out.weights = self.weights.clone();
         for (i, n) in self.nodes.iter().enumerate() {
             if !live[i] {
                 continue;
@@ -358,6 +387,16 @@ pub fn verify(g: &Graph) -> Result<()> {
                     return Err(Error::InvalidGraph(format!(
                         "{label}: float literal typed {}",
                         n.ty.dtype
+                    )));
+                }
+            }
+            Op::Constant(c) => {
+                c.check()
+                    .map_err(|e| Error::InvalidGraph(format!("{label}: {e}")))?;
+                if !n.inputs.is_empty() || &n.ty != c.ty() {
+                    return Err(Error::InvalidGraph(format!(
+                        "{label}: a constant has no operands and the type of its tensor ({})",
+                        c.ty()
                     )));
                 }
             }

@@ -30,6 +30,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         Op::Literal { .. } => {
             return Err(TypeError::new("literal nodes are typed by their context"))
         }
+        Op::Constant(c) => c.ty().clone(),
         Op::Unary(u) => {
             let x = inputs[0];
             let dtype = match u {

@@ -87,6 +87,10 @@ pub fn interpret(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             Op::Param { index } => Cow::Borrowed(inputs.get(index).ok_or_else(|| {
                 Error::internal(format!("{label}: no input for parameter {index}"))
             })?),
+            Op::Constant(ref c) => {
+                check_data(c.tensor()).map_err(|e| e.context(&label))?;
+                Cow::Borrowed(c.tensor())
+            }
             _ => {
                 let args = node
                     .inputs
@@ -169,6 +173,10 @@ fn dispatch(op: &Op, x: &[&Tensor], out: &TensorType) -> Result<Tensor> {
     match op {
         Op::Param { .. } | Op::Literal { .. } => {
             Err(Error::internal(format!("{} is not computed", op.name())))
+        }
+        Op::Constant(c) => {
+            check_data(c.tensor())?;
+            Ok(c.tensor().clone())
         }
         Op::Unary(u) => elementwise::unary(*u, x[0], out),
         Op::Binary(b) => elementwise::binary(*b, x[0], x[1], out),

@@ -7,6 +7,7 @@
 //! knows nothing of e-graphs, Cranelift or the accelerator.
 #![warn(missing_docs)]
 
+mod constant;
 mod dtype;
 mod error;
 mod graph;
@@ -21,6 +22,7 @@ mod tensor;
 pub mod text;
 pub mod types;
 
+pub use constant::{Constant, SMALL_CONSTANT};
 pub use dtype::{promote, Category, DType};
 pub use error::{Error, Result, TypeError};
 pub use graph::{check_declared_outputs, is_valid_name, verify, Graph, Node, ValueId};

@@ -10,7 +10,7 @@ mod table;
 pub use attrs::{format_float, AttrError, AttrErrorKind, AttrValue};
 pub use table::{Arity, AttrDefault, AttrSpec, AttrType, OpSpec, Rule, OPS};
 
-use crate::DType;
+use crate::{Constant, DType};
 use table::Kind;
 
 /// Elementwise ops of one operand.
@@ -429,14 +429,19 @@ pub enum Op {
         /// Result dtype.
         dtype: DType,
     },
+    /// A constant tensor (a weight), shared rather than copied when the graph is:
+    /// `constant(name="fc1.weight")` from the graph's weights file, or
+    /// `constant(values=[..], dtype=.., shape=[..])` inline. Like a parameter it takes
+    /// no operands and is typed by its tensor; unlike one, its value is part of the graph.
+    Constant(Constant),
 }
 
 impl Op {
-    /// The op's entry in the [op table](OPS); `None` for params and literals,
-    /// which text does not call.
+    /// The op's entry in the [op table](OPS); `None` for params, literals and
+    /// constants, which are declarations rather than computations.
     pub fn spec(&self) -> Option<&'static OpSpec> {
         let kind = match self {
-            Op::Param { .. } | Op::Literal { .. } => return None,
+            Op::Param { .. } | Op::Literal { .. } | Op::Constant(_) => return None,
             Op::Unary(UnaryOp::GeluTanh) => Kind::Unary(UnaryOp::Gelu),
             Op::Unary(u) => Kind::Unary(*u),
             Op::Binary(b) => Kind::Binary(*b),
@@ -471,6 +476,7 @@ impl Op {
         match (self, self.spec()) {
             (_, Some(spec)) => spec.name,
             (Op::Param { .. }, None) => "param",
+            (Op::Constant(_), None) => "constant",
             (_, None) => "literal",
         }
     }
@@ -489,6 +495,14 @@ impl Op {
             | Op::Squeeze { .. }
             | Op::Unsqueeze { .. } => false,
             _ => true,
+        }
+    }
+
+    /// The constant tensor this op holds, if it is [`Op::Constant`].
+    pub fn constant(&self) -> Option<&Constant> {
+        match self {
+            Op::Constant(c) => Some(c),
+            _ => None,
         }
     }
 

@@ -185,6 +185,11 @@ impl Decomposer {
                 .out
                 .add_literal(*value, node.ty.dtype)
                 .map_err(Error::internal),
+            // The tensor is shared, not copied.
+            Op::Constant(c) => self
+                .out
+                .add_constant(c.clone(), None)
+                .map_err(Error::internal),
             Op::Unary(u) => self.unary(*u, ins[0]),
             Op::Binary(b) => self.binary(*b, ins[0], ins[1]),
             Op::Where => {

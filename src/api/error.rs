@@ -184,6 +184,13 @@ pub enum Error {
         /// The budget in bytes.
         limit: u64,
     },
+    /// An ONNX model (or `.pb` tensor) that cannot be imported, with the file it came from.
+    Onnx {
+        /// The `.onnx` or `.pb` file, when there is one.
+        path: Option<PathBuf>,
+        /// The importer's error, naming the node, op and opset where it has them.
+        error: Box<ferrite_onnx::Error>,
+    },
 }
 
 impl Error {
@@ -196,6 +203,7 @@ impl Error {
         match self {
             Error::Compile { internal, .. } => *internal,
             Error::Internal { .. } => true,
+            Error::Onnx { error, .. } => error.is_internal(),
             Error::Build { .. }
             | Error::ForeignVar { .. }
             | Error::NoOutputs { .. }
@@ -336,6 +344,11 @@ impl fmt::Display for Error {
                 "{what} needs {needs} bytes, over the memory budget of {limit} bytes \
                  (raise it with --memory-limit, or Options::memory_limit in the library)"
             ),
+            Error::Onnx {
+                path: Some(p),
+                error,
+            } => write!(f, "{}: {error}", p.display()),
+            Error::Onnx { path: None, error } => write!(f, "{error}"),
         }
     }
 }

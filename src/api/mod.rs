@@ -13,6 +13,7 @@
 //! - `sim.rs`: [`ferrite::sim`](crate::sim), the simulator's machines and reports, re-exported;
 //! - `files.rs`: [`ferrite::files`](crate::files), every file read, bounded;
 //! - `memory.rs`: [`ferrite::memory`](crate::memory), the memory budget of a run;
+//! - `onnx.rs`: [`ferrite::onnx`](crate::onnx): `.onnx` files in, external data read inside the model's folder;
 //! - `error.rs`: [`Error`](crate::Error).
 
 pub mod builder;
@@ -25,6 +26,7 @@ pub mod jit;
 pub mod memory;
 #[cfg(feature = "ndarray")]
 mod ndarray;
+pub mod onnx;
 pub mod ops;
 pub mod profile;
 pub mod sim;

@@ -6,8 +6,7 @@
 //! interpreter (`interp`) runs no pipeline, so there is nothing to compile for it.
 
 use super::{
-    compile_graph, compile_options, count, load_graph, target_parser, CliError, CliResult,
-    TextLimit,
+    compile_graph, compile_options, count, load_any, target_parser, CliError, CliResult, TextLimit,
 };
 use clap::Args;
 use ferrite::passes::schedule::{schedule, ScheduleOptions};
@@ -19,8 +18,11 @@ use std::time::{Duration, Instant};
 /// Flags of `ferrite compile`.
 #[derive(Args, Debug)]
 pub struct CompileArgs {
-    /// The graph file (.fg).
+    /// The graph file (.fg) or ONNX model (.onnx).
     pub file: PathBuf,
+    /// Symbolic dimensions of an ONNX model.
+    #[command(flatten)]
+    pub dims: super::DimArgs,
     /// One kernel per primitive op, everything materialized (the unfused baseline).
     #[arg(long)]
     pub no_fuse: bool,
@@ -42,7 +44,7 @@ pub struct CompileArgs {
 /// Compiles the graph and prints the summary; see the module docs.
 pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     let parse_start = Instant::now();
-    let (graph, _) = load_graph(&args.file, &args.limit)?;
+    let graph = load_any(&args.file, &args.limit, &args.dims, &[])?.graph;
     let parse_time = parse_start.elapsed();
 
     let target = args.target;

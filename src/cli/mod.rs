@@ -257,6 +257,151 @@ pub fn load_graph(path: &Path, limit: &TextLimit) -> Result<(Graph, Vec<u8>), Cl
     Ok((graph, bytes))
 }
 
+/// The flag of commands that take `.onnx` models: values for symbolic dimensions.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DimArgs {
+    /// The value of a symbolic dimension of an ONNX model (repeatable): --dim batch=1.
+    #[arg(long = "dim", value_name = "NAME=N", value_parser = parse_dim)]
+    pub dims: Vec<(String, usize)>,
+}
+
+/// Parses `NAME=N` for `--dim`.
+pub fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    match s.split_once('=') {
+        Some((name, n)) if !name.is_empty() => n
+            .parse::<usize>()
+            .map(|n| (name.to_string(), n))
+            .map_err(|_| format!("expected NAME=N with N a count, got `{s}`")),
+        _ => Err(format!("expected NAME=N, got `{s}`")),
+    }
+}
+
+/// What a command loaded: the graph, and for an ONNX model its names.
+pub struct Loaded {
+    /// The graph, verified.
+    pub graph: Graph,
+    /// The ONNX model's inputs and outputs under both names; `None` for `.fg`.
+    pub onnx: Option<ferrite::onnx::Model>,
+    /// ONNX inputs whose `--input` value was needed at import time (a shape) and so
+    /// became a constant of the graph.
+    pub bound: Vec<String>,
+}
+
+/// True for a path that names an ONNX model.
+pub fn is_onnx(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+/// Loads a `.fg` graph or a `.onnx` model. For a model, `inputs` (the `--input`
+/// files) supply the values of inputs that an op needs at import time.
+pub fn load_any(
+    path: &Path,
+    limit: &TextLimit,
+    dims: &DimArgs,
+    inputs: &[(String, PathBuf)],
+) -> Result<Loaded, CliError> {
+    if !is_onnx(path) {
+        let (graph, _) = load_graph(path, limit)?;
+        return Ok(Loaded {
+            graph,
+            onnx: None,
+            bound: vec![],
+        });
+    }
+    let mut options = ferrite::onnx::Options {
+        dims: dims.dims.iter().cloned().collect(),
+        ..Default::default()
+    };
+    let mut bound = Vec::new();
+    loop {
+        match ferrite::onnx::load_with(path, &options) {
+            Ok(model) => {
+                return Ok(Loaded {
+                    graph: model.graph.clone(),
+                    onnx: Some(model),
+                    bound,
+                })
+            }
+            Err(ferrite::Error::Onnx { path: p, error }) => match *error {
+                ferrite::onnx::ImportError::NeedsValue {
+                    node,
+                    operand,
+                    input,
+                } if !options.values.contains_key(&input) => {
+                    let Some((_, file)) = inputs.iter().find(|(n, _)| *n == input) else {
+                        return Err(CliError::User(format!(
+                            "{}: {node}: operand `{operand}` must be known at import time; it is graph input `{input}`: give it with --input {input}=FILE",
+                            path.display()
+                        )));
+                    };
+                    let t = read_tensor_file(&input, file, u64::MAX)?;
+                    options.values.insert(input.clone(), t.into_ir());
+                    bound.push(input);
+                }
+                error => {
+                    return Err(ferrite::Error::Onnx {
+                        path: p,
+                        error: Box::new(error),
+                    }
+                    .into())
+                }
+            },
+            Err(ferrite::Error::Io { path, message }) => {
+                return Err(CliError::User(format!(
+                    "cannot read `{}`: {message}",
+                    path.display()
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Reads an input tensor from a `.npy` or an ONNX `TensorProto` (`.pb`) file.
+/// A `.npy` file is read header first, within `budget` bytes.
+pub fn read_tensor_file(name: &str, path: &Path, budget: u64) -> Result<Tensor, CliError> {
+    let bad = |e: String| CliError::User(format!("input `{name}`: `{}`: {e}", path.display()));
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("pb"))
+    {
+        return ferrite::onnx::read_tensor(path).map_err(|e| match e {
+            ferrite::Error::Io { message, .. } => bad(message),
+            ferrite::Error::Onnx { error, .. } => bad(error.to_string()),
+            e => bad(e.to_string()),
+        });
+    }
+    let (_, t) = read_npy(path, budget).map_err(|e| match e {
+        CliError::Library {
+            error: ferrite::Error::Npy { message },
+            ..
+        } => bad(message),
+        e => e,
+    })?;
+    Ok(Tensor::try_from(t)?)
+}
+
+/// An ONNX output name as a file name: every character outside `[A-Za-z0-9_.-]`
+/// replaced by `_` (so no name can leave the output folder or hide as `..`).
+pub fn output_file_stem(onnx: &str) -> String {
+    let s: String = onnx
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.chars().all(|c| c == '.') {
+        format!("_{s}")
+    } else {
+        s
+    }
+}
+
 /// The machine a `--machine PRESET` flag names, or the built-in MTIA-2i-like one.
 pub fn load_machine(preset: Option<&Path>) -> Result<Machine, CliError> {
     match preset {

@@ -17,7 +17,7 @@
 //! Progress goes to standard error, and only when it is a terminal.
 
 use super::{
-    compile_graph, load_graph, load_machine, random_input, target_parser, CliError, CliResult,
+    compile_graph, load_any, load_machine, random_input, target_parser, CliError, CliResult,
     MemoryLimit, TextLimit,
 };
 use clap::{Args, ValueEnum};
@@ -39,8 +39,11 @@ pub enum Format {
 /// Flags of `ferrite profile`.
 #[derive(Args, Debug)]
 pub struct ProfileArgs {
-    /// The graph file (.fg).
+    /// The graph file (.fg) or ONNX model (.onnx).
     pub file: PathBuf,
+    /// Symbolic dimensions of an ONNX model.
+    #[command(flatten)]
+    pub dims: super::DimArgs,
     /// Where to run: wall-clock times on the CPU, simulated cycles on the simulator.
     #[arg(long, value_parser = target_parser(&[Target::Cpu, Target::Sim]),
           default_value_t = Target::Cpu)]
@@ -83,7 +86,7 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         )),
         _ => {}
     }
-    let (graph, _) = load_graph(&args.file, &args.limit)?;
+    let graph = load_any(&args.file, &args.limit, &args.dims, &[])?.graph;
     let mut options = Options::default()
         .target(args.target)
         .memory_limit(args.memory.bytes());

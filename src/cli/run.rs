@@ -6,8 +6,9 @@
 
 use super::summary::summarize;
 use super::{
-    compile_graph, compile_options, count, load_graph, parse_name_eq_path, random_input, read_npy,
-    target_parser, CliError, CliResult, MemoryLimit, TextLimit,
+    compile_graph, compile_options, count, load_any, output_file_stem, parse_name_eq_path,
+    random_input, read_npy, read_tensor_file, target_parser, CliError, CliResult, MemoryLimit,
+    TextLimit,
 };
 use clap::Args;
 use ferrite::ir::{Graph, ValueId};
@@ -19,9 +20,12 @@ use std::path::{Path, PathBuf};
 /// Flags of `ferrite run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The graph file (.fg).
+    /// The graph file (.fg) or ONNX model (.onnx).
     pub file: PathBuf,
-    /// Take parameter NAME from a .npy file (repeatable); the others are random.
+    /// Symbolic dimensions of an ONNX model.
+    #[command(flatten)]
+    pub dims: super::DimArgs,
+    /// Take parameter NAME from a .npy or ONNX TensorProto .pb file (repeatable); the others are random.
     #[arg(short, long = "input", value_name = "NAME=FILE.npy", value_parser = parse_name_eq_path)]
     pub inputs: Vec<(String, PathBuf)>,
     /// Seed of the random inputs: parameter i gets seed + i.
@@ -51,8 +55,26 @@ pub struct RunArgs {
 
 /// Runs the graph and prints the summary; see the module docs.
 pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResult {
-    let (graph, _) = load_graph(&args.file, &args.limit)?;
-    let from_files = match_inputs(&graph, &args.inputs)?;
+    let source = load_any(&args.file, &args.limit, &args.dims, &args.inputs)?;
+    let graph = source.graph;
+    // ONNX inputs are named as in the model; the graph may spell them otherwise.
+    let given: Vec<(String, PathBuf)> = match &source.onnx {
+        None => args.inputs.clone(),
+        Some(model) => args
+            .inputs
+            .iter()
+            .filter(|(name, _)| !source.bound.contains(name))
+            .map(|(name, path)| {
+                let name = model
+                    .inputs
+                    .iter()
+                    .find(|b| b.onnx == *name)
+                    .map_or(name.clone(), |b| b.name.clone());
+                (name, path.clone())
+            })
+            .collect(),
+    };
+    let from_files = match_inputs(&graph, &given)?;
 
     // The library compiles for the target (the interpreter target keeps the graph as
     // parsed) and runs it; only the run itself is timed.
@@ -134,7 +156,14 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
     } else {
         writeln!(out, "graph {}: {}", graph.name, sources.join("; "))?;
     }
-    let names = output_file_names(&graph);
+    let names = match &source.onnx {
+        Some(model) => model
+            .outputs
+            .iter()
+            .map(|b| output_file_stem(&b.onnx))
+            .collect(),
+        None => output_file_names(&graph),
+    };
     for (name, t) in names.iter().zip(outputs) {
         let (values, stats) = summarize(t.as_ir());
         writeln!(out, "{name}: {}\n  {values}\n  {stats}", t.ty())?;
@@ -217,6 +246,20 @@ fn load_input(
     budget: u64,
     err: &mut dyn Write,
 ) -> Result<Tensor, CliError> {
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("pb"))
+    {
+        let t = read_tensor_file(name, path, budget)?;
+        if t.ty() != ty {
+            return Err(CliError::User(format!(
+                "input `{name}` is declared {ty}, but `{}` holds {}",
+                path.display(),
+                t.ty()
+            )));
+        }
+        return Ok(t);
+    }
     let (header, t) = read_npy(path, budget).map_err(|e| match e {
         CliError::Library {
             error: ferrite::Error::Npy { message },

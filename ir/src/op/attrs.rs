@@ -2,7 +2,7 @@
 //! op table, writing them back out, and the typed error of a bad attribute.
 
 use super::table::{AttrDefault, AttrType, Kind, OpSpec, Rule};
-use super::{Op, UnaryOp};
+use super::{Op, Scalar, UnaryOp};
 use crate::spelling::{edit_distance, threshold};
 use crate::DType;
 use std::fmt;
@@ -22,6 +22,9 @@ pub enum AttrValue {
     DType(DType),
     /// `"tanh"`
     Str(String),
+    /// `[0.5, -1, true]`: the `values=` of an inline `constant`, when not every value
+    /// is an integer.
+    Values(Vec<Scalar>),
 }
 
 impl fmt::Display for AttrValue {
@@ -42,6 +45,20 @@ impl fmt::Display for AttrValue {
             }
             AttrValue::DType(d) => write!(f, "{d}"),
             AttrValue::Str(s) => write!(f, "{s:?}"),
+            AttrValue::Values(vs) => {
+                f.write_str("[")?;
+                for (i, v) in vs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    match v {
+                        Scalar::Float(x) => f.write_str(&format_float(*x))?,
+                        Scalar::Int(x) => write!(f, "{x}")?,
+                        Scalar::Bool(x) => write!(f, "{x}")?,
+                    }
+                }
+                f.write_str("]")
+            }
         }
     }
 }
@@ -301,7 +318,12 @@ fn values(op: &Op) -> Vec<Option<AttrValue>> {
     let float = |v: f64| Some(A::Float(v));
     let ints = |v: &Vec<i64>| Some(A::Ints(v.clone()));
     match op {
-        Op::Param { .. } | Op::Literal { .. } | Op::Binary(_) | Op::Where | Op::MatMul => vec![],
+        Op::Param { .. }
+        | Op::Literal { .. }
+        | Op::Constant(_)
+        | Op::Binary(_)
+        | Op::Where
+        | Op::MatMul => vec![],
         Op::Unary(UnaryOp::Gelu) => vec![Some(A::Str("none".into()))],
         Op::Unary(UnaryOp::GeluTanh) => vec![Some(A::Str("tanh".into()))],
         Op::Unary(_) => vec![],

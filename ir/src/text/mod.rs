@@ -15,8 +15,10 @@ mod diag;
 mod lexer;
 mod parser;
 mod printer;
+mod weights;
 
 pub use diag::{abbreviate, Diagnostic, EXCERPT_CHARS, WORD_CHARS};
 pub use lexer::{scan_number, NumberScan};
-pub use parser::{parse, parse_bytes, MAX_NESTING};
-pub use printer::print;
+pub use parser::{parse, parse_bytes, parse_bytes_with, parse_with, MAX_NESTING};
+pub use printer::{print, weights_file};
+pub use weights::{MemoryWeights, NoWeights, WeightSource};

@@ -8,7 +8,7 @@
 //! newlines are free, so long calls and parameter lists may wrap.
 //!
 //! ```text
-//! file    := "graph" NAME "(" [param ("," param)* [","]] ")" ["->" type ("," type)*]
+//! file    := ["weights" STRING] "graph" NAME "(" [param ("," param)* [","]] ")" ["->" type ("," type)*]
 //!            "{" stmt* "return" expr ("," expr)* "}"
 //! param   := NAME ":" type
 //! type    := DTYPE "[" [INT ("," INT)* [","]] "]"
@@ -18,7 +18,13 @@
 //! arg     := expr | KEY "=" value
 //! literal := ["-"] (INT | FLOAT | "inf" | "nan") | "true" | "false"
 //! value   := literal | "[" [["-"] INT ("," ["-"] INT)* [","]] "]" | DTYPE | STRING
+//!          | "[" [literal ("," literal)* [","]] "]"    only as `values=` of `constant`
 //! ```
+//!
+//! `constant(...)` is read here rather than through the op table: it declares a value
+//! (like a parameter) whose tensor comes from its attributes, `name="KEY"` (a tensor
+//! of the `weights` file, fetched through the [`WeightSource`]) or `values=[..]`
+//! (inline), with `dtype=` and `shape=` giving or checking its type.
 //!
 //! A statement binds a call. `y = x` (a bare name) and `y = 2.0` (a literal) are
 //! rejected with an error that says to use the value directly: graph values are
@@ -27,11 +33,12 @@
 
 use super::diag::{locate, Diagnostic, Located, EXCERPT_CHARS};
 use super::lexer::{describe, Lexer, Token, TokenKind};
+use super::weights::{NoWeights, WeightSource};
 use crate::graph::check_declared_outputs;
 use crate::op::{Arity, AttrError, AttrErrorKind, AttrValue, Op, OpSpec, Scalar, OPS};
 use crate::spelling::closest;
 use crate::types::{TensorType, MAX_RANK};
-use crate::{DType, Error, Graph, ValueId};
+use crate::{Constant, DType, Error, Graph, Tensor, ValueId};
 use std::collections::{HashMap, VecDeque};
 
 /// The deepest nesting of calls the parser accepts. Deeper input is an error, not
@@ -41,9 +48,20 @@ pub const MAX_NESTING: usize = 256;
 /// Words that cannot name values: they would read as a keyword or a literal.
 const RESERVED: [&str; 5] = ["return", "true", "false", "inf", "nan"];
 
-/// Parses one graph from `.fg` source text. `file` names the source in errors.
+/// Parses one graph from `.fg` source text. `file` names the source in errors. A graph
+/// that names a weights file is an error here; [`parse_with`] reads those.
 pub fn parse(file: &str, source: &str) -> Result<Graph, Diagnostic> {
-    Parser::new(source)
+    parse_with(file, source, &mut NoWeights)
+}
+
+/// Parses one graph, fetching the tensors its `constant(name=...)` calls refer to from
+/// `weights`. Errors of the source are located at the `weights` line or the constant.
+pub fn parse_with(
+    file: &str,
+    source: &str,
+    weights: &mut dyn WeightSource,
+) -> Result<Graph, Diagnostic> {
+    Parser::new(source, weights)
         .file()
         .map_err(|e| e.into_diagnostic(file, source))
 }
@@ -51,8 +69,17 @@ pub fn parse(file: &str, source: &str) -> Result<Graph, Diagnostic> {
 /// Parses one graph from raw bytes, rejecting input that is not UTF-8 with an
 /// error located at the first bad byte.
 pub fn parse_bytes(file: &str, bytes: &[u8]) -> Result<Graph, Diagnostic> {
+    parse_bytes_with(file, bytes, &mut NoWeights)
+}
+
+/// [`parse_bytes`] with a [`WeightSource`] for the graph's weights file.
+pub fn parse_bytes_with(
+    file: &str,
+    bytes: &[u8],
+    weights: &mut dyn WeightSource,
+) -> Result<Graph, Diagnostic> {
     match std::str::from_utf8(bytes) {
-        Ok(source) => parse(file, source),
+        Ok(source) => parse_with(file, source, weights),
         Err(e) => {
             let bad = e.valid_up_to();
             // The prefix before the first bad byte is valid by definition.
@@ -118,8 +145,11 @@ struct Attr<'a> {
     value: AttrValue,
 }
 
-struct Parser<'a> {
+struct Parser<'a, 'w> {
     src: &'a str,
+    weights: &'w mut dyn WeightSource,
+    /// The file of the `weights` line, once read.
+    weights_file: Option<String>,
     lexer: Lexer<'a>,
     /// Tokens read but not consumed (the parser looks at most two ahead).
     ahead: VecDeque<Token<'a>>,
@@ -129,10 +159,12 @@ struct Parser<'a> {
     depth: usize,
 }
 
-impl<'a> Parser<'a> {
-    fn new(src: &'a str) -> Parser<'a> {
+impl<'a, 'w> Parser<'a, 'w> {
+    fn new(src: &'a str, weights: &'w mut dyn WeightSource) -> Parser<'a, 'w> {
         Parser {
             src,
+            weights,
+            weights_file: None,
             lexer: Lexer::new(src),
             ahead: VecDeque::new(),
             graph: Graph::default(),
@@ -211,7 +243,12 @@ impl<'a> Parser<'a> {
 
     fn file(mut self) -> Result<Graph, Located> {
         self.skip_newlines()?;
-        let t = self.next()?;
+        let mut t = self.next()?;
+        if t.kind == TokenKind::Ident("weights") {
+            self.weights_line()?;
+            self.skip_newlines()?;
+            t = self.next()?;
+        }
         match t.kind {
             TokenKind::Ident("graph") => {}
             TokenKind::Eof => {
@@ -259,6 +296,24 @@ impl<'a> Parser<'a> {
                 ),
             )),
         }
+    }
+
+    /// The rest of `weights "FILE"`: opens the file through the weight source.
+    fn weights_line(&mut self) -> Result<(), Located> {
+        let t = self.next()?;
+        let TokenKind::Str(file) = t.kind else {
+            return Err(self.expected(&t, "the weights file's name in quotes after `weights`"));
+        };
+        self.weights
+            .open(&file)
+            .map_err(|e| Located::new(t.start, format!("weights \"{file}\": {e}")))?;
+        let n = self.peek()?.clone();
+        if !matches!(n.kind, TokenKind::Newline | TokenKind::Eof) {
+            return Err(self.expected(&n, "end of line after the `weights` line"));
+        }
+        self.graph.weights = Some(file.clone());
+        self.weights_file = Some(file);
+        Ok(())
     }
 
     fn params(&mut self) -> Result<(), Located> {
@@ -602,9 +657,11 @@ impl<'a> Parser<'a> {
             ));
         }
         // Unknown ops are reported before their operands are read, so the error
-        // is the first one in the text.
-        let Some(spec) = OpSpec::find(op_name) else {
-            return Err(Located::new(t.start, unknown_op_message(op_name)));
+        // is the first one in the text. `constant` is no entry of the op table.
+        let spec = match OpSpec::find(op_name) {
+            Some(spec) => Some(spec),
+            None if op_name == "constant" => None,
+            None => return Err(Located::new(t.start, unknown_op_message(op_name))),
         };
         self.expect(TokenKind::LParen, "`(`")?;
         let mut operands: Vec<Operand> = Vec::new();
@@ -633,7 +690,11 @@ impl<'a> Parser<'a> {
                         ),
                     ));
                 }
-                let value = self.attr_value()?;
+                let value = if spec.is_none() && key == "values" {
+                    self.value_list()?
+                } else {
+                    self.attr_value()?
+                };
                 attrs.push(Attr {
                     key,
                     start: a.start,
@@ -656,7 +717,10 @@ impl<'a> Parser<'a> {
             }
         }
         self.depth -= 1;
-        self.build(t.start, spec, operands, &attrs, bind)
+        match spec {
+            Some(spec) => self.build(t.start, spec, operands, &attrs, bind),
+            None => self.constant(t.start, &operands, &attrs, bind),
+        }
     }
 
     /// Makes the node of a parsed call: builds the op, checks operands, types the
@@ -823,6 +887,130 @@ impl<'a> Parser<'a> {
         })
     }
 
+    /// The `[..]` of `values=`: literals of any kind. A list of integers only is
+    /// [`AttrValue::Ints`] (exact for `i64`), any other [`AttrValue::Values`].
+    fn value_list(&mut self) -> Result<AttrValue, Located> {
+        let open = self.next()?;
+        if open.kind != TokenKind::LBracket {
+            return Err(self.expected(&open, "a list of values `[..]`"));
+        }
+        let mut out = Vec::new();
+        loop {
+            self.skip_newlines()?;
+            if self.peek()?.kind == TokenKind::RBracket {
+                self.next()?;
+                break;
+            }
+            let t = self.peek()?.clone();
+            match self.operand()? {
+                Operand::Literal { value, .. } => out.push(value),
+                Operand::Value { .. } => {
+                    return Err(Located::new(
+                        t.start,
+                        "a constant's values are literals (numbers, inf, nan, true, false)",
+                    ))
+                }
+            }
+            if !self.separator(TokenKind::RBracket, "`,` or `]` in the list of values")? {
+                break;
+            }
+        }
+        let ints: Option<Vec<i64>> = out
+            .iter()
+            .map(|v| match v {
+                Scalar::Int(i) => Some(*i),
+                _ => None,
+            })
+            .collect();
+        Ok(match ints {
+            Some(ints) => AttrValue::Ints(ints),
+            None => AttrValue::Values(out),
+        })
+    }
+
+    /// Makes the node of `constant(...)`: from the weights file (`name=`) or inline
+    /// (`values=`), typed by `dtype=` and `shape=` when given.
+    fn constant(
+        &mut self,
+        op_start: usize,
+        operands: &[Operand],
+        attrs: &[Attr<'a>],
+        bind: Option<&'a str>,
+    ) -> Result<ValueId, Located> {
+        if let Some(o) = operands.first() {
+            return Err(Located::new(
+                o.start(),
+                "constant takes no operands: its tensor is `name=\"KEY\"` (in the weights file) or `values=[..]`",
+            ));
+        }
+        let decl = read_constant_attrs(attrs)?;
+        let tensor = match (decl.name, decl.values) {
+            (Some(_), Some((_, at))) => {
+                return Err(Located::new(
+                    at,
+                    "constant: give `name=` (a tensor of the weights file) or `values=`, not both",
+                ))
+            }
+            (None, None) => {
+                return Err(Located::new(
+                    op_start,
+                    "constant needs `name=\"KEY\"` (a tensor of the weights file) or `values=[..]`",
+                ))
+            }
+            (None, Some((values, at))) => {
+                let values_at = at;
+                inline_tensor(&values, decl.dtype, decl.shape.as_ref(), values_at)?
+            }
+            (Some((key, at)), None) => {
+                let Some(file) = self.weights_file.clone() else {
+                    return Err(Located::new(
+                        at,
+                        format!(
+                            "constant \"{key}\" refers to the weights file, but the file names none                              (add a line `weights \"FILE.safetensors\"` before `graph`)"
+                        ),
+                    ));
+                };
+                let declared = match (decl.dtype, &decl.shape) {
+                    (Some((d, _)), Some((s, _))) => TensorType::new(d, s.clone()).ok(),
+                    _ => None,
+                };
+                let tensor = self
+                    .weights
+                    .tensor(&file, &key, declared.as_ref())
+                    .map_err(|e| Located::new(at, format!("constant \"{key}\": {e}")))?;
+                if let Some((d, at)) = decl.dtype {
+                    if tensor.ty.dtype != d {
+                        return Err(Located::new(
+                            at,
+                            format!(
+                                "constant \"{key}\" is declared {d} but \"{file}\" holds it as {}",
+                                tensor.ty
+                            ),
+                        ));
+                    }
+                }
+                if let Some((s, at)) = &decl.shape {
+                    if &tensor.ty.shape != s {
+                        return Err(Located::new(
+                            *at,
+                            format!(
+                                "constant \"{key}\" is declared with shape {:?} but \"{file}\" holds it as {}",
+                                s, tensor.ty
+                            ),
+                        ));
+                    }
+                }
+                Constant::named(key, tensor)
+            }
+        };
+        let id = self
+            .graph
+            .add_constant(tensor, None)
+            .map_err(|e| Located::new(op_start, format!("constant: {e}")))?;
+        self.graph.nodes[id.index()].name = bind.map(str::to_string);
+        Ok(id)
+    }
+
     /// The rest of `[0, -1, 2]` after its `[`. Lists do not nest, so `[[` is an
     /// error here rather than a recursion.
     fn int_list(&mut self) -> Result<Vec<i64>, Located> {
@@ -895,14 +1083,156 @@ fn literal_fits(value: Scalar, dtype: DType) -> bool {
 }
 
 fn is_op_name(name: &str) -> bool {
-    OpSpec::find(name).is_some()
+    OpSpec::find(name).is_some() || name == "constant"
 }
 
 fn unknown_op_message(name: &str) -> String {
-    match closest(name, OPS.iter().map(|s| s.name)) {
+    let names = OPS.iter().map(|s| s.name).chain(["constant"]);
+    match closest(name, names) {
         Some(s) => format!("unknown op `{name}`; did you mean `{s}`?"),
         None => format!("unknown op `{name}`"),
     }
+}
+
+/// The attributes of a `constant(...)` call, each with where its key is.
+struct ConstantAttrs {
+    name: Option<(String, usize)>,
+    values: Option<(Vec<Scalar>, usize)>,
+    dtype: Option<(DType, usize)>,
+    shape: Option<(Vec<usize>, usize)>,
+}
+
+/// The attributes `constant` knows, in the order the printer writes them.
+const CONSTANT_ATTRS: [&str; 4] = ["name", "values", "dtype", "shape"];
+
+/// Reads `constant`'s attributes, checking each one's type.
+fn read_constant_attrs(attrs: &[Attr<'_>]) -> Result<ConstantAttrs, Located> {
+    let mut out = ConstantAttrs {
+        name: None,
+        values: None,
+        dtype: None,
+        shape: None,
+    };
+    for a in attrs {
+        let ill = |what: &str| {
+            Located::new(
+                a.start,
+                format!(
+                    "constant: attribute `{}` must be {what}, not `{}`",
+                    a.key, a.value
+                ),
+            )
+        };
+        match (a.key, &a.value) {
+            ("name", AttrValue::Str(s)) => out.name = Some((s.clone(), a.start)),
+            ("name", _) => return Err(ill("a string")),
+            ("values", AttrValue::Ints(v)) => {
+                out.values = Some((v.iter().map(|&i| Scalar::Int(i)).collect(), a.start))
+            }
+            ("values", AttrValue::Values(v)) => out.values = Some((v.clone(), a.start)),
+            ("values", _) => return Err(ill("a list of values")),
+            ("dtype", AttrValue::DType(d)) => out.dtype = Some((*d, a.start)),
+            ("dtype", _) => return Err(ill(&format!("a dtype ({})", DType::name_list()))),
+            ("shape", AttrValue::Ints(v)) => {
+                let dims: Option<Vec<usize>> = v.iter().map(|&d| usize::try_from(d).ok()).collect();
+                let Some(dims) = dims else {
+                    return Err(Located::new(
+                        a.start,
+                        "constant: shape extents must be >= 0",
+                    ));
+                };
+                if dims.len() > MAX_RANK {
+                    return Err(Located::new(
+                        a.start,
+                        format!("constant: rank exceeds the limit of {MAX_RANK} axes"),
+                    ));
+                }
+                out.shape = Some((dims, a.start));
+            }
+            ("shape", _) => return Err(ill("a list of integers")),
+            (key, _) => {
+                let mut msg = format!("constant: unknown attribute `{key}`");
+                if let Some(s) = closest(key, CONSTANT_ATTRS.into_iter()) {
+                    msg += &format!("; did you mean `{s}`?");
+                }
+                return Err(Located::new(a.start, msg));
+            }
+        }
+    }
+    if let (Some((d, _)), Some((s, at))) = (out.dtype, &out.shape) {
+        TensorType::new(d, s.clone()).map_err(|e| Located::new(*at, format!("constant: {e}")))?;
+    }
+    Ok(out)
+}
+
+/// The tensor of `constant(values=[..])`. The dtype defaults as `torch.tensor` picks
+/// one (`bool` for truth values, `i64` for integers, else `f32`), the shape to `[n]`;
+/// every value must fit the dtype, and their count must be the shape's.
+fn inline_tensor(
+    values: &[Scalar],
+    dtype: Option<(DType, usize)>,
+    shape: Option<&(Vec<usize>, usize)>,
+    at: usize,
+) -> Result<Constant, Located> {
+    let dtype = match dtype {
+        Some((d, _)) => d,
+        None if values.iter().all(|v| matches!(v, Scalar::Bool(_))) && !values.is_empty() => {
+            DType::Bool
+        }
+        None if values.iter().all(|v| matches!(v, Scalar::Int(_))) => DType::I64,
+        None => DType::F32,
+    };
+    let (dims, shape_at) = match shape {
+        Some((s, shape_at)) => (s.clone(), *shape_at),
+        None => (vec![values.len()], at),
+    };
+    let ty = TensorType::new(dtype, dims)
+        .map_err(|e| Located::new(shape_at, format!("constant: {e}")))?;
+    if ty.numel() != values.len() {
+        return Err(Located::new(
+            at,
+            format!(
+                "constant: {ty} holds {} value{}, but {} {} given",
+                ty.numel(),
+                if ty.numel() == 1 { "" } else { "s" },
+                values.len(),
+                if values.len() == 1 { "is" } else { "are" }
+            ),
+        ));
+    }
+    for (i, &v) in values.iter().enumerate() {
+        let fits = match (v, dtype) {
+            (Scalar::Float(_), d) if !d.is_float() => false,
+            (Scalar::Int(i), DType::Bool) => i == 0 || i == 1,
+            _ => literal_fits(v, dtype),
+        };
+        if !fits {
+            let shown = match v {
+                Scalar::Float(f) => crate::op::format_float(f),
+                Scalar::Int(i) => i.to_string(),
+                Scalar::Bool(b) => b.to_string(),
+            };
+            return Err(Located::new(
+                at,
+                format!("constant: value {i} (`{shown}`) does not fit in {dtype}"),
+            ));
+        }
+    }
+    let tensor = if dtype.is_float() {
+        let f: Vec<f64> = values.iter().map(|v| v.as_f64()).collect();
+        Tensor::from_f64(&ty, &f)
+    } else {
+        let i: Vec<i64> = values
+            .iter()
+            .map(|v| match v {
+                Scalar::Int(i) => *i,
+                Scalar::Bool(b) => *b as i64,
+                Scalar::Float(f) => *f as i64,
+            })
+            .collect();
+        Tensor::from_i64(&ty, &i)
+    };
+    Ok(Constant::new(tensor))
 }
 
 /// Locates an error of [`Op::from_call`] at the attribute it names: a missing

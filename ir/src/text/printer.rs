@@ -21,7 +21,7 @@
 
 use super::parser::MAX_NESTING;
 use crate::op::{format_float, Op, Scalar};
-use crate::{Graph, ValueId};
+use crate::{Constant, Data, Graph, ValueId};
 use std::collections::HashSet;
 
 /// Prints `g` as `.fg` text (ending with a newline).
@@ -155,7 +155,11 @@ impl<'g> Printer<'g> {
 
     fn print(&self) -> String {
         let g = self.g;
-        let mut out = format!("graph {}(", g.name);
+        let mut out = String::new();
+        if let Some(file) = weights_file(g) {
+            out.push_str(&format!("weights {file:?}\n"));
+        }
+        out.push_str(&format!("graph {}(", g.name));
         for (k, &p) in g.params.iter().enumerate() {
             if k > 0 {
                 out.push_str(", ");
@@ -204,6 +208,10 @@ impl<'g> Printer<'g> {
                 Work::Owned(s) => out.push_str(&s),
                 Work::Call(i) => {
                     let node = &g.nodes[i];
+                    if let Op::Constant(c) = &node.op {
+                        out.push_str(&constant_text(c));
+                        continue;
+                    }
                     out.push_str(node.op.name());
                     out.push('(');
                     // Pushed in reverse: the stack pops them in order.
@@ -258,6 +266,56 @@ impl<'g> Printer<'g> {
                 }
             }
         }
+    }
+}
+
+/// The weights file a printed graph names: its own, or `<graph name>.safetensors`
+/// when it has constants with keys and no file; `None` when nothing refers to one.
+pub fn weights_file(g: &Graph) -> Option<String> {
+    let keyed = g
+        .nodes
+        .iter()
+        .any(|n| n.op.constant().is_some_and(|c| c.key().is_some()));
+    match &g.weights {
+        Some(file) => Some(file.clone()),
+        None if keyed => Some(format!("{}.safetensors", g.name)),
+        None => None,
+    }
+}
+
+/// `constant(name="KEY", dtype=.., shape=[..])` for a constant with a key (its tensor
+/// lives in the weights file), `constant(values=[..], dtype=.., shape=[..])` for one
+/// without: every value written so that it reads back to the same bits.
+fn constant_text(c: &Constant) -> String {
+    let ty = c.ty();
+    let shape: Vec<String> = ty.shape.iter().map(|d| d.to_string()).collect();
+    let typed = format!("dtype={}, shape=[{}]", ty.dtype, shape.join(", "));
+    if let Some(key) = c.key() {
+        return format!("constant(name={key:?}, {typed})");
+    }
+    let t = c.tensor();
+    let values: Vec<String> = match &t.data {
+        Data::F32(v) => v.iter().map(|&x| float32_text(x)).collect(),
+        Data::F16(v) => v.iter().map(|x| float32_text(x.to_f32())).collect(),
+        Data::Bf16(v) => v.iter().map(|x| float32_text(x.to_f32())).collect(),
+        Data::I32(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::I64(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::Bool(v) => v.iter().map(|x| x.to_string()).collect(),
+    };
+    format!("constant(values=[{}], {typed})", values.join(", "))
+}
+
+/// An `f32` (or a narrower float widened to one) as the shortest text that reads back
+/// to it through the parser's f64, or the exact f64 text where rounding twice (decimal
+/// to f64 to f32) would change it.
+fn float32_text(x: f32) -> String {
+    if !x.is_finite() {
+        return format_float(x as f64);
+    }
+    let short = format!("{x:?}");
+    match short.parse::<f64>() {
+        Ok(v) if (v as f32).to_bits() == x.to_bits() => short,
+        _ => format_float(x as f64),
     }
 }
 

@@ -137,6 +137,14 @@ fn fold(entry: &OpEntry, inputs: &[&ClassData], out: &TensorType) -> Option<f64>
     match &entry.op {
         Op::Literal { value } => return fit(value.as_f64(), out.dtype),
         Op::Full { value, .. } => return fit(*value, out.dtype),
+        // A small constant whose elements are all equal folds like a `full`; a large one
+        // is a weight, a leaf (reading it to find out would cost what it saves).
+        Op::Constant(c) if c.is_small() => {
+            let values = c.tensor().to_f64();
+            let first = *values.first()?;
+            let uniform = values.iter().all(|v| v.to_bits() == first.to_bits());
+            return if uniform { fit(first, out.dtype) } else { None };
+        }
         _ => {}
     }
     if inputs.is_empty() {

@@ -76,7 +76,7 @@ pub fn op_cost(op: &Op, inputs: &[&TensorType], out: &TensorType) -> f64 {
     let n = out.numel() as f64;
     let input_elems = inputs.first().map_or(0.0, |t| t.numel() as f64);
     let flops = match op {
-        Op::Param { .. } | Op::Literal { .. } => return 0.0,
+        Op::Param { .. } | Op::Literal { .. } | Op::Constant(_) => return 0.0,
         // Keeping row-major order, a reshape is the simplest view of all.
         Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => return VIEW_COST / 2.0,
         Op::Full { .. }

@@ -53,6 +53,9 @@ pub enum Kind {
     Arange,
     /// Anything no rule looks into (composite ops): carried through as is.
     Opaque,
+    /// A constant tensor: a leaf no rule looks into (the analysis knows the value of a
+    /// small uniform one, so folding goes through it).
+    Constant,
 }
 
 impl Kind {
@@ -77,6 +80,7 @@ impl Kind {
             Op::IndexSelect { .. } | Op::Gather { .. } => Kind::Index,
             Op::Full { .. } => Kind::Full,
             Op::Arange { .. } => Kind::Arange,
+            Op::Constant(_) => Kind::Constant,
             _ => Kind::Opaque,
         }
     }
@@ -103,6 +107,7 @@ impl Kind {
             Kind::Full => (16, 0),
             Kind::Arange => (17, 0),
             Kind::Opaque => (18, 0),
+            Kind::Constant => (19, 0),
         }
     }
 }
@@ -144,7 +149,17 @@ pub struct OpTable {
 impl OpTable {
     /// The id of `op` (typed `leaf_ty` for leaves), adding it if it is new.
     pub fn intern(&mut self, op: Op, leaf_ty: Option<TensorType>) -> OpId {
-        let key = format!("{op:?}|{leaf_ty:?}");
+        // A constant is the same op only as the same shared tensor: its Debug text shows
+        // a large tensor's fingerprint, which is no proof of equality. The table holds the
+        // tensor, so its address is not reused while the key is in use.
+        let key = match &op {
+            Op::Constant(c) => format!(
+                "constant@{:p}|{:?}",
+                std::sync::Arc::as_ptr(c.shared()),
+                c.key()
+            ),
+            _ => format!("{op:?}|{leaf_ty:?}"),
+        };
         if let Some(&id) = self.index.get(&key) {
             return id;
         }

@@ -318,7 +318,7 @@ fn optimize_windows(g: &Graph, cfg: &OptimizeConfig, report: &mut OptimizeReport
 }
 
 /// The window of graph nodes `chunk` as a graph of its own: values from earlier windows become
-/// parameters (`externals`, by original index; literals are copied instead), and the values
+/// parameters (`externals`, by original index; literals and small constants are copied instead), and the values
 /// later nodes or the graph's outputs use become its outputs (`exits`, by original index).
 fn cut_window(
     g: &Graph,
@@ -341,8 +341,14 @@ fn cut_window(
                 None => {
                     let src = &g.nodes[x];
                     let v = ValueId(w.nodes.len() as u32);
-                    if matches!(src.op, Op::Literal { .. }) {
-                        w.nodes.push(src.clone());
+                    // Literals and small constants are copied, so folding sees them;
+                    // a copied constant shares its tensor.
+                    let small = src.op.constant().is_some_and(|c| c.is_small());
+                    if matches!(src.op, Op::Literal { .. }) || small {
+                        w.nodes.push(Node {
+                            name: None,
+                            ..src.clone()
+                        });
                     } else {
                         w.params.push(v);
                         w.nodes.push(Node {

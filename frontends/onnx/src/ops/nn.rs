@@ -1,0 +1,330 @@
+//! Contractions (MatMul, Gemm, Einsum) and normalizations (LayerNormalization,
+//! RMSNormalization, BatchNormalization in inference, InstanceNormalization,
+//! MeanVarianceNormalization, LpNormalization).
+
+use super::{axes, axis, one};
+use crate::error::{invalid, unsupported, OpResult};
+use crate::import::{Ctx, NodeIn, Val};
+use ferrite_ir::{BinaryOp as B, DType, Op, ReduceOp as R, UnaryOp as U};
+
+pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
+    match op {
+        "MatMul" => {
+            let (a, b) = (n.input(0)?, n.input(1)?);
+            one(ctx.op(Op::MatMul, &[a, b])?)
+        }
+        "Gemm" => {
+            let (a, b) = (n.input(0)?, n.input(1)?);
+            let alpha = n.float("alpha", 1.0)?;
+            let beta = n.float("beta", 1.0)?;
+            let a = if n.int("transA", 0)? != 0 {
+                ctx.permute(a, &[1, 0])?
+            } else {
+                a.clone()
+            };
+            let b = if n.int("transB", 0)? != 0 {
+                ctx.permute(b, &[1, 0])?
+            } else {
+                b.clone()
+            };
+            if ctx.rank(&a) != 2 || ctx.rank(&b) != 2 {
+                invalid!("Gemm takes 2-D operands");
+            }
+            let mut y = ctx.op(Op::MatMul, &[&a, &b])?;
+            if alpha != 1.0 {
+                y = ctx.bin_s(B::Mul, &y, alpha)?;
+            }
+            if let Some(c) = n.opt(2) {
+                let c = if beta != 1.0 {
+                    ctx.bin_s(B::Mul, c, beta)?
+                } else {
+                    c.clone()
+                };
+                y = ctx.add(&y, &c)?;
+            }
+            one(y)
+        }
+        "Einsum" => {
+            let eq = n.string("equation", "")?;
+            let all = n.all()?;
+            one(einsum(ctx, &eq, &all)?)
+        }
+        "LayerNormalization" | "RMSNormalization" => {
+            let x = n.input(0)?;
+            let scale = n.input(1)?;
+            let rank = ctx.rank(x);
+            let a = axis(n.int("axis", -1)?, rank, "axis")?;
+            let eps = n.float("epsilon", 1e-5)?;
+            let stash = match n.int("stash_type", 1)? {
+                1 => DType::F32,
+                t => unsupported!("stash_type={t} is not supported"),
+            };
+            let ax: Vec<usize> = (a..rank).collect();
+            let dt = ctx.dtype(x);
+            let xs = ctx.cast(x, stash)?;
+            let (centered, mean) = if op == "LayerNormalization" {
+                let mean = ctx.reduce(R::Mean, &xs, &ax, true)?;
+                (ctx.sub(&xs, &mean)?, Some(mean))
+            } else {
+                (xs.clone(), None)
+            };
+            let sq = ctx.mul(&centered, &centered)?;
+            let var = ctx.reduce(R::Mean, &sq, &ax, true)?;
+            let ve = ctx.bin_s(B::Add, &var, eps)?;
+            let inv = ctx.un(U::Rsqrt, &ve)?;
+            let normed = ctx.mul(&centered, &inv)?;
+            let normed = ctx.cast(&normed, dt)?;
+            let mut y = ctx.mul(&normed, scale)?;
+            if let Some(b) = n.opt(2).filter(|_| op == "LayerNormalization") {
+                y = ctx.add(&y, b)?;
+            }
+            Ok(Some(vec![Some(y), mean, Some(inv)]))
+        }
+        "BatchNormalization" => {
+            if n.int("training_mode", 0)? != 0 || n.outputs() > 1 {
+                unsupported!("BatchNormalization in training mode is not supported");
+            }
+            let x = n.input(0)?;
+            let (scale, b, mean, var) = (n.input(1)?, n.input(2)?, n.input(3)?, n.input(4)?);
+            let eps = n.float("epsilon", 1e-5)?;
+            let rank = ctx.rank(x);
+            if rank < 2 {
+                invalid!("BatchNormalization takes a tensor of rank >= 2");
+            }
+            let c = ctx.shape(x)[1];
+            let mut shape = vec![1; rank - 1];
+            shape[0] = c;
+            let p = |ctx: &mut Ctx, v: &Val| ctx.reshape(v, &shape);
+            let (scale, b, mean, var) = (p(ctx, scale)?, p(ctx, b)?, p(ctx, mean)?, p(ctx, var)?);
+            let ve = ctx.bin_s(B::Add, &var, eps)?;
+            let inv = ctx.un(U::Rsqrt, &ve)?;
+            let d = ctx.sub(x, &mean)?;
+            let y = ctx.mul(&d, &inv)?;
+            let y = ctx.mul(&y, &scale)?;
+            one(ctx.add(&y, &b)?)
+        }
+        "InstanceNormalization" => {
+            let x = n.input(0)?;
+            let (scale, b) = (n.input(1)?, n.input(2)?);
+            let eps = n.float("epsilon", 1e-5)?;
+            let rank = ctx.rank(x);
+            if rank < 3 {
+                invalid!("InstanceNormalization takes a tensor of rank >= 3");
+            }
+            let ax: Vec<usize> = (2..rank).collect();
+            let mean = ctx.reduce(R::Mean, x, &ax, true)?;
+            let d = ctx.sub(x, &mean)?;
+            let sq = ctx.mul(&d, &d)?;
+            let var = ctx.reduce(R::Mean, &sq, &ax, true)?;
+            let ve = ctx.bin_s(B::Add, &var, eps)?;
+            let inv = ctx.un(U::Rsqrt, &ve)?;
+            let y = ctx.mul(&d, &inv)?;
+            let c = ctx.shape(x)[1];
+            let mut shape = vec![1; rank - 1];
+            shape[0] = c;
+            let scale = ctx.reshape(scale, &shape)?;
+            let b = ctx.reshape(b, &shape)?;
+            let y = ctx.mul(&y, &scale)?;
+            one(ctx.add(&y, &b)?)
+        }
+        "MeanVarianceNormalization" => {
+            let x = n.input(0)?;
+            let rank = ctx.rank(x);
+            let list = n.ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
+            let ax = axes(&list, rank, "axis")?;
+            // The ONNX function body: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9).
+            let mean = ctx.reduce(R::Mean, x, &ax, true)?;
+            let mean_sq = ctx.mul(&mean, &mean)?;
+            let sq = ctx.mul(x, x)?;
+            let e_sq = ctx.reduce(R::Mean, &sq, &ax, true)?;
+            let var = ctx.sub(&e_sq, &mean_sq)?;
+            let std = ctx.un(U::Sqrt, &var)?;
+            let std = ctx.bin_s(B::Add, &std, 1e-9)?;
+            let d = ctx.sub(x, &mean)?;
+            one(ctx.div(&d, &std)?)
+        }
+        "LpNormalization" => {
+            let x = n.input(0)?;
+            let a = axis(n.int("axis", -1)?, ctx.rank(x), "axis")?;
+            let norm = match n.int("p", 2)? {
+                1 => {
+                    let ab = ctx.un(U::Abs, x)?;
+                    ctx.reduce(R::Sum, &ab, &[a], true)?
+                }
+                2 => {
+                    let sq = ctx.mul(x, x)?;
+                    let s = ctx.reduce(R::Sum, &sq, &[a], true)?;
+                    ctx.un(U::Sqrt, &s)?
+                }
+                p => invalid!("p={p} is not 1 or 2"),
+            };
+            one(ctx.div(x, &norm)?)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Einsum in the forms that are permutes, sums and one batched matmul: every letter
+/// of an operand distinct, at most two operands. Letters in both operands and the
+/// output are batch axes, in both but not the output contracted, in one only kept
+/// (or summed first when the output lacks them).
+fn einsum(ctx: &mut Ctx, eq: &str, ops: &[&Val]) -> OpResult<Val> {
+    let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
+    let (lhs, out) = match eq.split_once("->") {
+        Some((l, o)) => (l.to_string(), Some(o.to_string())),
+        None => (eq.clone(), None),
+    };
+    if lhs.contains("...") || out.as_deref().is_some_and(|o| o.contains("...")) {
+        unsupported!("Einsum with an ellipsis is not supported");
+    }
+    let terms: Vec<Vec<char>> = lhs.split(',').map(|t| t.chars().collect()).collect();
+    if terms.len() != ops.len() {
+        invalid!(
+            "the equation has {} operands, the node {}",
+            terms.len(),
+            ops.len()
+        );
+    }
+    for (t, v) in terms.iter().zip(ops) {
+        if t.iter().any(|c| !c.is_ascii_alphabetic()) {
+            invalid!(
+                "equation term `{}` has a character that is not a letter",
+                t.iter().collect::<String>()
+            );
+        }
+        if t.len() != ctx.rank(v) {
+            invalid!(
+                "term `{}` has {} letters for an operand of rank {}",
+                t.iter().collect::<String>(),
+                t.len(),
+                ctx.rank(v)
+            );
+        }
+        let mut seen = t.clone();
+        seen.sort();
+        seen.dedup();
+        if seen.len() != t.len() {
+            unsupported!(
+                "Einsum with a repeated letter in one operand (a diagonal) is not supported"
+            );
+        }
+    }
+    let out: Vec<char> = match out {
+        Some(o) => o.chars().collect(),
+        None => {
+            // Implicit output: the letters used once, in alphabetical order.
+            let mut all: Vec<char> = terms.concat();
+            all.sort();
+            let mut once: Vec<char> = all
+                .iter()
+                .copied()
+                .filter(|c| all.iter().filter(|d| *d == c).count() == 1)
+                .collect();
+            once.dedup();
+            once
+        }
+    };
+    let mut extents = std::collections::HashMap::new();
+    for (t, v) in terms.iter().zip(ops) {
+        for (&c, d) in t.iter().zip(ctx.shape(v)) {
+            extents.entry(c).or_insert(d);
+        }
+    }
+    let extent = |c: char| -> Option<usize> { extents.get(&c).copied() };
+    for &c in &out {
+        if extent(c).is_none() {
+            invalid!("output letter `{c}` is in no operand");
+        }
+    }
+    // Sum away the letters that only one operand has and the output lacks.
+    let mut vals: Vec<Val> = Vec::new();
+    let mut letters: Vec<Vec<char>> = Vec::new();
+    for (k, (t, v)) in terms.iter().zip(ops).enumerate() {
+        let others: Vec<char> = terms
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != k)
+            .flat_map(|(_, t)| t.clone())
+            .collect();
+        let drop: Vec<usize> = (0..t.len())
+            .filter(|&i| !out.contains(&t[i]) && !others.contains(&t[i]))
+            .collect();
+        let v = if drop.is_empty() {
+            (*v).clone()
+        } else {
+            ctx.reduce(R::Sum, v, &drop, false)?
+        };
+        letters.push(
+            t.iter()
+                .enumerate()
+                .filter(|(i, _)| !drop.contains(i))
+                .map(|(_, &c)| c)
+                .collect(),
+        );
+        vals.push(v);
+    }
+    let (v, have) = match vals.len() {
+        1 => (vals[0].clone(), letters[0].clone()),
+        2 => {
+            let (a, b) = (&letters[0], &letters[1]);
+            let batch: Vec<char> = a
+                .iter()
+                .copied()
+                .filter(|c| b.contains(c) && out.contains(c))
+                .collect();
+            let contract: Vec<char> = a
+                .iter()
+                .copied()
+                .filter(|c| b.contains(c) && !out.contains(c))
+                .collect();
+            let left: Vec<char> = a.iter().copied().filter(|c| !b.contains(c)).collect();
+            let right: Vec<char> = b.iter().copied().filter(|c| !a.contains(c)).collect();
+            let pos = |t: &[char], cs: &[char]| {
+                cs.iter()
+                    .map(|c| t.iter().position(|d| d == c).unwrap())
+                    .collect::<Vec<_>>()
+            };
+            for &c in &batch {
+                if extent_in(ctx, &vals[0], a, c) != extent_in(ctx, &vals[1], b, c) {
+                    invalid!("letter `{c}` has different extents in the two operands");
+                }
+            }
+            let size = |cs: &[char]| {
+                cs.iter()
+                    .map(|&c| extent(c).unwrap_or(1))
+                    .product::<usize>()
+            };
+            let ext = |cs: &[char]| {
+                cs.iter()
+                    .map(|&c| extent(c).unwrap_or(1))
+                    .collect::<Vec<_>>()
+            };
+            let pa: Vec<usize> = [pos(a, &batch), pos(a, &left), pos(a, &contract)].concat();
+            let pb: Vec<usize> = [pos(b, &batch), pos(b, &contract), pos(b, &right)].concat();
+            let ta = ctx.permute(&vals[0], &pa)?;
+            let tb = ctx.permute(&vals[1], &pb)?;
+            let (nb, nl, nc, nr) = (size(&batch), size(&left), size(&contract), size(&right));
+            let ta = ctx.reshape(&ta, &[nb, nl, nc])?;
+            let tb = ctx.reshape(&tb, &[nb, nc, nr])?;
+            let m = ctx.op(Op::MatMul, &[&ta, &tb])?;
+            let shape = [ext(&batch), ext(&left), ext(&right)].concat();
+            let m = ctx.reshape(&m, &shape)?;
+            (m, [batch, left, right].concat())
+        }
+        k => unsupported!("Einsum of {k} operands is not supported"),
+    };
+    if have.len() != out.len() || out.iter().any(|c| !have.contains(c)) {
+        invalid!("the output letters do not match the operands");
+    }
+    let perm: Vec<usize> = out
+        .iter()
+        .map(|c| have.iter().position(|d| d == c).unwrap())
+        .collect();
+    ctx.permute(&v, &perm)
+}
+
+fn extent_in(ctx: &Ctx, v: &Val, t: &[char], c: char) -> usize {
+    t.iter()
+        .position(|&d| d == c)
+        .map_or(1, |i| ctx.shape(v)[i])
+}

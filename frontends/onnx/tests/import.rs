@@ -1,0 +1,419 @@
+//! The importer on small models built here with prost: names, folding, symbolic
+//! dims, refusals, and hostile files (bad external-data locations, sizes that do not
+//! match the bytes, nesting beyond the decoder's limit).
+
+use ferrite_ir::{interpret, DType, Op, Tensor, TensorType};
+use ferrite_onnx::proto::{
+    attribute_proto::AttributeType, tensor_proto, tensor_shape_proto, type_proto, AttributeProto,
+    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use ferrite_onnx::{import, Error, ExternalData, NoExternalData, Options};
+use prost::Message;
+
+fn value(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|d| tensor_shape_proto::Dimension {
+            value: Some(match d {
+                Ok(v) => tensor_shape_proto::dimension::Value::DimValue(*v),
+                Err(p) => tensor_shape_proto::dimension::Value::DimParam(p.to_string()),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+const F32: i32 = tensor_proto::DataType::Float as i32;
+const I64: i32 = tensor_proto::DataType::Int64 as i32;
+
+fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn model(
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    inits: Vec<TensorProto>,
+) -> Vec<u8> {
+    model_at(17, nodes, inputs, outputs, inits)
+}
+
+fn model_at(
+    opset: i64,
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    inits: Vec<TensorProto>,
+) -> Vec<u8> {
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(opset),
+        }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: nodes,
+            input: inputs,
+            output: outputs,
+            initializer: inits,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+fn ints(name: &str, v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: vec![v.len() as i64],
+        data_type: Some(I64),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
+    Tensor::from_f32(shape, v).unwrap()
+}
+
+#[test]
+fn names_outside_the_syntax_are_mapped_and_kept() {
+    let bytes = model(
+        vec![node("Add", &["x:0", "1y"], &["out/0"])],
+        vec![value("x:0", F32, &[Ok(2)]), value("1y", F32, &[Ok(2)])],
+        vec![value("out/0", F32, &[Ok(2)])],
+        vec![],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    let names: Vec<(&str, &str)> = m
+        .inputs
+        .iter()
+        .map(|b| (b.onnx.as_str(), b.name.as_str()))
+        .collect();
+    assert_eq!(names, [("x:0", "x_0"), ("1y", "_1y")]);
+    assert_eq!(
+        (m.outputs[0].onnx.as_str(), m.outputs[0].name.as_str()),
+        ("out/0", "out_0")
+    );
+    let out = interpret(
+        &m.graph,
+        &[f32s(&[2], vec![1.0, 2.0]), f32s(&[2], vec![10.0, 20.0])],
+    )
+    .unwrap();
+    assert_eq!(out[0], f32s(&[2], vec![11.0, 22.0]));
+}
+
+#[test]
+fn symbolic_dims_need_a_value() {
+    let bytes = model(
+        vec![node("Relu", &["x"], &["y"])],
+        vec![value("x", F32, &[Err("batch"), Ok(3)])],
+        vec![value("y", F32, &[Err("batch"), Ok(3)])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        matches!(&e, Error::SymbolicDim { dim, input, axis: 0 } if dim == "batch" && input == "x"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--dim batch=N"), "{e}");
+    let mut options = Options::default();
+    options.dims.insert("batch".into(), 4);
+    let m = import(&bytes, &options, &mut NoExternalData).unwrap();
+    assert_eq!(m.graph.ty(m.graph.params[0]).shape, [4, 3]);
+}
+
+#[test]
+fn shape_computations_fold_at_import() {
+    // y = Reshape(x, Concat(Shape(x)[0:1], [-1])): the shape is known at import.
+    let mut shape = node("Shape", &["x"], &["s"]);
+    shape.attribute.push(AttributeProto {
+        name: Some("end".into()),
+        i: Some(1),
+        r#type: Some(AttributeType::Int as i32),
+        ..Default::default()
+    });
+    let mut concat = node("Concat", &["s", "minus1"], &["t"]);
+    concat.attribute.push(AttributeProto {
+        name: Some("axis".into()),
+        i: Some(0),
+        r#type: Some(AttributeType::Int as i32),
+        ..Default::default()
+    });
+    let bytes = model(
+        vec![shape, concat, node("Reshape", &["x", "t"], &["y"])],
+        vec![value("x", F32, &[Ok(2), Ok(3), Ok(4)])],
+        vec![value("y", F32, &[Ok(2), Ok(12)])],
+        vec![ints("minus1", &[-1])],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    // One param and one reshape: Shape, Concat and the constants are gone.
+    assert_eq!(m.graph.op_count(), 1);
+    assert!(matches!(
+        m.graph.node(m.graph.outputs[0]).op,
+        Op::Reshape { .. }
+    ));
+}
+
+#[test]
+fn an_operand_needed_at_import_names_the_input() {
+    let bytes = model(
+        vec![node("Reshape", &["x", "shape"], &["y"])],
+        vec![value("x", F32, &[Ok(6)]), value("shape", I64, &[Ok(2)])],
+        vec![value("y", F32, &[Ok(2), Ok(3)])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        matches!(&e, Error::NeedsValue { input, .. } if input == "shape"),
+        "{e}"
+    );
+    let mut options = Options::default();
+    let ty = TensorType::new(DType::I64, vec![2]).unwrap();
+    options
+        .values
+        .insert("shape".into(), Tensor::from_i64(&ty, &[2, 3]));
+    let m = import(&bytes, &options, &mut NoExternalData).unwrap();
+    assert_eq!(m.inputs.len(), 1);
+    assert_eq!(m.graph.ty(m.graph.outputs[0]).shape, [2, 3]);
+}
+
+#[test]
+fn gather_takes_any_rank_and_wraps_negative_indices() {
+    let bytes = model(
+        vec![node("Gather", &["x", "i"], &["y"])],
+        vec![
+            value("x", F32, &[Ok(3), Ok(2)]),
+            value("i", I64, &[Ok(2), Ok(2)]),
+        ],
+        vec![value("y", F32, &[Ok(2), Ok(2), Ok(2)])],
+        vec![],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    let ty = TensorType::new(DType::I64, vec![2, 2]).unwrap();
+    let x = f32s(&[3, 2], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    let out = interpret(&m.graph, &[x, Tensor::from_i64(&ty, &[0, -1, 1, 2])]).unwrap();
+    assert_eq!(
+        out[0],
+        f32s(&[2, 2, 2], vec![0.0, 1.0, 4.0, 5.0, 2.0, 3.0, 4.0, 5.0])
+    );
+}
+
+#[test]
+fn unsupported_ops_name_the_node_and_opset() {
+    let mut n = node("TopK", &["x", "k"], &["v", "i"]);
+    n.name = Some("top".into());
+    let bytes = model(
+        vec![n],
+        vec![value("x", F32, &[Ok(4)]), value("k", I64, &[Ok(1)])],
+        vec![value("v", F32, &[Ok(1)])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "node `top` (TopK, opset 17): op TopK is not supported"
+    );
+    assert!(!e.is_internal());
+}
+
+#[test]
+fn subgraphs_are_refused() {
+    let mut n = node("If", &["c"], &["y"]);
+    n.attribute.push(AttributeProto {
+        name: Some("then_branch".into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(GraphProto::default()),
+        ..Default::default()
+    });
+    let bytes = model(
+        vec![n],
+        vec![value("c", tensor_proto::DataType::Bool as i32, &[])],
+        vec![value("y", F32, &[])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string().contains("node 0 (If, opset 17)") && e.to_string().contains("subgraph"),
+        "{e}"
+    );
+}
+
+#[test]
+fn old_and_future_opsets_are_refused() {
+    for opset in [6, 99] {
+        let bytes = model_at(
+            opset,
+            vec![node("Relu", &["x"], &["y"])],
+            vec![value("x", F32, &[Ok(1)])],
+            vec![value("y", F32, &[Ok(1)])],
+            vec![],
+        );
+        let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&format!("opset {opset} is not supported")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn nesting_beyond_the_decoders_limit_is_an_error() {
+    // Graphs inside attributes inside nodes inside graphs, 200 deep.
+    let mut g = GraphProto::default();
+    for _ in 0..200 {
+        let mut n = node("If", &[], &[]);
+        n.attribute.push(AttributeProto {
+            name: Some("then_branch".into()),
+            g: Some(g),
+            ..Default::default()
+        });
+        g = GraphProto {
+            node: vec![n],
+            ..Default::default()
+        };
+    }
+    let bytes = ModelProto {
+        graph: Some(g),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(matches!(e, Error::Decode(_)), "{e}");
+}
+
+#[test]
+fn tensor_sizes_are_checked_against_the_bytes_before_allocating() {
+    for dims in [vec![1i64 << 40], vec![1 << 20, 1 << 20], vec![-1]] {
+        let t = TensorProto {
+            name: Some("w".into()),
+            dims,
+            data_type: Some(F32),
+            raw_data: Some(vec![0; 8]),
+            ..Default::default()
+        };
+        let bytes = model(
+            vec![node("Identity", &["w"], &["y"])],
+            vec![],
+            vec![value("y", F32, &[])],
+            vec![t],
+        );
+        let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{e}");
+    }
+    // Declared [3] but 8 bytes present.
+    let t = TensorProto {
+        name: Some("w".into()),
+        dims: vec![3],
+        data_type: Some(F32),
+        raw_data: Some(vec![0; 8]),
+        ..Default::default()
+    };
+    let bytes = model(
+        vec![node("Identity", &["w"], &["y"])],
+        vec![],
+        vec![value("y", F32, &[Ok(3)])],
+        vec![t],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(e.to_string().contains("needs 12 bytes"), "{e}");
+}
+
+/// A resolver that records what it was asked for.
+struct Recorder(Vec<String>);
+
+impl ExternalData for Recorder {
+    fn read(&mut self, location: &str, _: u64, length: u64) -> Result<Vec<u8>, String> {
+        self.0.push(location.to_string());
+        Ok(vec![0; length as usize])
+    }
+}
+
+fn external(location: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut entries = vec![StringStringEntryProto {
+        key: Some("location".into()),
+        value: Some(location.into()),
+    }];
+    for (k, v) in extra {
+        entries.push(StringStringEntryProto {
+            key: Some(k.to_string()),
+            value: Some(v.to_string()),
+        });
+    }
+    let t = TensorProto {
+        name: Some("w".into()),
+        dims: vec![2],
+        data_type: Some(F32),
+        data_location: Some(tensor_proto::DataLocation::External as i32),
+        external_data: entries,
+        ..Default::default()
+    };
+    model(
+        vec![node("Identity", &["w"], &["y"])],
+        vec![],
+        vec![value("y", F32, &[Ok(2)])],
+        vec![t],
+    )
+}
+
+#[test]
+fn external_locations_outside_the_folder_are_refused_before_any_read() {
+    for location in [
+        "/etc/passwd",
+        "../secret.bin",
+        "a/../../b",
+        "C:\\x",
+        "",
+        "w\0.bin",
+    ] {
+        let mut r = Recorder(vec![]);
+        let e = import(&external(location, &[]), &Options::default(), &mut r).unwrap_err();
+        assert!(matches!(e, Error::ExternalData { .. }), "{location:?}: {e}");
+        assert!(r.0.is_empty(), "{location:?} was read");
+    }
+    let mut r = Recorder(vec![]);
+    let e = import(
+        &external("w.bin", &[("length", "12")]),
+        &Options::default(),
+        &mut r,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("`length` is 12 bytes"), "{e}");
+    let e = import(
+        &external("w.bin", &[("offset", "-1")]),
+        &Options::default(),
+        &mut r,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("not a byte count"), "{e}");
+    assert!(r.0.is_empty());
+    let m = import(
+        &external("sub/w.bin", &[("offset", "16")]),
+        &Options::default(),
+        &mut r,
+    )
+    .unwrap();
+    assert_eq!(r.0, ["sub/w.bin"]);
+    assert_eq!(m.graph.ty(m.graph.outputs[0]).shape, [2]);
+}

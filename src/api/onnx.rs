@@ -1,0 +1,160 @@
+//! ONNX models in: [`load`] / [`load_with`] a `.onnx` file, or [`from_bytes`].
+//!
+//! The import itself is `ferrite-onnx`'s (no I/O); this module reads the files. A
+//! model is untrusted input: the model file and every external-data file are read
+//! with a size check before the read ([`read_bounded`]), and an external-data
+//! `location` resolves only to a regular file inside the model's folder: no
+//! absolute path, no `..`, no symbolic link that leads out (the path-traversal class
+//! of CVE-2022-25882 and CVE-2024-27318, and the symlink variant CVE-2026-27489).
+//!
+//! ```no_run
+//! let model = ferrite::onnx::load("model.onnx")?;
+//! let exe = ferrite::compile_ir(&model.graph, &ferrite::Options::default())?;
+//! # Ok::<(), ferrite::Error>(())
+//! ```
+
+use super::error::{Error, Result};
+use super::host::Tensor;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// The importer's error, carried by [`Error::Onnx`].
+pub use ferrite_onnx::Error as ImportError;
+pub use ferrite_onnx::{Binding, Model, Options};
+
+/// The largest model file read (protobuf messages are limited to 2 GiB).
+pub const MAX_MODEL_BYTES: u64 = 2 << 30;
+/// The most external data read for one model.
+pub const MAX_EXTERNAL_BYTES: u64 = 16 << 30;
+/// The largest `.pb` tensor file read.
+pub const MAX_TENSOR_BYTES: u64 = 4 << 30;
+
+/// Loads a `.onnx` file with no symbolic dimensions to fill in.
+pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+    load_with(path, &Options::default())
+}
+
+/// Loads a `.onnx` file; external data is read from the model's folder.
+pub fn load_with(path: impl AsRef<Path>, options: &Options) -> Result<Model> {
+    let path = path.as_ref();
+    let bytes = read_bounded(path, MAX_MODEL_BYTES)?;
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut ext = Folder::new(folder)?;
+    ferrite_onnx::import(&bytes, options, &mut ext).map_err(|error| Error::Onnx {
+        path: Some(path.to_path_buf()),
+        error: Box::new(error),
+    })
+}
+
+/// Imports a model from bytes; a model with external data is refused (it has no folder).
+pub fn from_bytes(bytes: &[u8], options: &Options) -> Result<Model> {
+    ferrite_onnx::import(bytes, options, &mut ferrite_onnx::NoExternalData).map_err(|error| {
+        Error::Onnx {
+            path: None,
+            error: Box::new(error),
+        }
+    })
+}
+
+/// Reads a serialized ONNX `TensorProto` (`input_0.pb` of the ONNX node tests).
+pub fn read_tensor(path: impl AsRef<Path>) -> Result<Tensor> {
+    let path = path.as_ref();
+    let bytes = read_bounded(path, MAX_TENSOR_BYTES)?;
+    let t = ferrite_onnx::decode_tensor(&bytes).map_err(|error| Error::Onnx {
+        path: Some(path.to_path_buf()),
+        error: Box::new(error),
+    })?;
+    Tensor::try_from(t)
+}
+
+/// Reads a whole file of at most `limit` bytes: the size is checked before anything
+/// is allocated, and the read stops at the limit should the file grow meanwhile.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    let io = |e: std::io::Error| Error::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    if len > limit {
+        return Err(Error::Io {
+            path: path.to_path_buf(),
+            message: format!("the file has {len} bytes, more than the limit of {limit}"),
+        });
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(Error::Io {
+            path: path.to_path_buf(),
+            message: format!("the file grew past the limit of {limit} bytes while being read"),
+        });
+    }
+    Ok(bytes)
+}
+
+/// External data read from inside one folder.
+struct Folder {
+    root: PathBuf,
+    read: u64,
+}
+
+impl Folder {
+    fn new(folder: &Path) -> Result<Folder> {
+        let root = folder.canonicalize().map_err(|e| Error::Io {
+            path: folder.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok(Folder { root, read: 0 })
+    }
+}
+
+impl ferrite_onnx::ExternalData for Folder {
+    fn read(
+        &mut self,
+        location: &str,
+        offset: u64,
+        length: u64,
+    ) -> std::result::Result<Vec<u8>, String> {
+        ferrite_onnx::check_location(location)?;
+        let path = self.root.join(location);
+        // Canonicalizing resolves every symbolic link on the way: the file it names
+        // must still lie inside the model's folder.
+        let real = path
+            .canonicalize()
+            .map_err(|e| format!("cannot open `{location}`: {e}"))?;
+        if !real.starts_with(&self.root) {
+            return Err(format!("`{location}` leads outside the model's folder"));
+        }
+        let mut file = File::open(&real).map_err(|e| format!("cannot open `{location}`: {e}"))?;
+        let meta = file.metadata().map_err(|e| format!("`{location}`: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!("`{location}` is not a regular file"));
+        }
+        let end = offset
+            .checked_add(length)
+            .ok_or_else(|| format!("offset {offset} + length {length} overflows"))?;
+        if end > meta.len() {
+            return Err(format!(
+                "bytes {offset}..{end} are asked for, but `{location}` has {} bytes",
+                meta.len()
+            ));
+        }
+        if self.read + length > MAX_EXTERNAL_BYTES {
+            return Err(format!(
+                "the model's external data exceeds the limit of {MAX_EXTERNAL_BYTES} bytes"
+            ));
+        }
+        self.read += length;
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| format!("`{location}`: {e}"))?;
+        let mut bytes = vec![0; length as usize];
+        file.read_exact(&mut bytes)
+            .map_err(|e| format!("`{location}`: {e}"))?;
+        Ok(bytes)
+    }
+}
