@@ -5,7 +5,12 @@
 //!
 //! - float ops compute in f64 and round to the result dtype once per op;
 //! - integer ops compute in i64 with wrapping arithmetic, then wrap to the result dtype;
-//! - reductions, normalizations and matmul accumulate in f64 (i64 for integers);
+//! - primitive reductions and matmul accumulate in f64 (i64 for integers) and round
+//!   once;
+//! - the composites built on reductions (`mean`, `softmax`, `log_softmax`,
+//!   `layer_norm`, `rms_norm`) are evaluated as the primitive ops `decompose` makes
+//!   of them, each rounded to its dtype (`composite.rs`), so an intermediate that
+//!   overflows f32 overflows here where it does in PyTorch and in every backend;
 //! - every result has exactly the type [`infer`] gives.
 //!
 //! Choices where PyTorch is undefined or platform-dependent:
@@ -20,8 +25,12 @@
 //!   and computes `start + i * step` in i64, as PyTorch's CPU kernel does; float
 //!   dtypes compute `start + i * step` in f64.
 //! - `pow` of integers with a negative exponent is an error, as in PyTorch.
+//! - `maximum` and `minimum` are IEEE 754-2019's: NaN wins, and `-0 < +0`, so two
+//!   zeros give the same answer in either order (PyTorch's scalar and vector
+//!   kernels disagree there).
 //! - `index_select` and `gather` reject negative indices as out of range.
 
+mod composite;
 mod elementwise;
 mod erf;
 mod linalg;
@@ -32,7 +41,7 @@ mod strided;
 pub use erf::erf;
 
 use crate::infer::infer;
-use crate::op::{Op, Scalar};
+use crate::op::{Op, ReduceOp, Scalar};
 use crate::types::TensorType;
 use crate::{verify, DType, Data, Error, Graph, Result, Tensor};
 use std::borrow::Cow;
@@ -182,12 +191,17 @@ fn dispatch(op: &Op, x: &[&Tensor], out: &TensorType) -> Result<Tensor> {
         Op::Binary(b) => elementwise::binary(*b, x[0], x[1], out),
         Op::Where => elementwise::select(x[0], x[1], x[2], out),
         Op::Cast { to } => Ok(elementwise::cast(x[0], *to)),
+        Op::Reduce {
+            op: ReduceOp::Mean,
+            axes,
+            keepdim,
+        } => composite::mean(axes.as_deref(), *keepdim, x[0]),
         Op::Reduce { op: r, axes, .. } => reduce::reduce(*r, axes.as_deref(), x[0], out),
         Op::ArgReduce { op: r, axis, .. } => reduce::arg_reduce(*r, *axis, x[0], out),
-        Op::Softmax { axis } => reduce::softmax(*axis, false, x[0], out),
-        Op::LogSoftmax { axis } => reduce::softmax(*axis, true, x[0], out),
-        Op::LayerNorm { eps } => reduce::layer_norm(x[0], x[1], Some(x[2]), *eps, out),
-        Op::RmsNorm { eps } => reduce::layer_norm(x[0], x[1], None, *eps, out),
+        Op::Softmax { axis } => composite::softmax(*axis, false, x[0], out),
+        Op::LogSoftmax { axis } => composite::softmax(*axis, true, x[0], out),
+        Op::LayerNorm { eps } => composite::layer_norm(x[0], x[1], Some(x[2]), *eps, out),
+        Op::RmsNorm { eps } => composite::layer_norm(x[0], x[1], None, *eps, out),
         Op::MatMul => linalg::matmul(x[0], x[1], out),
         Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => Ok(Tensor {
             ty: out.clone(),

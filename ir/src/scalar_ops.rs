@@ -128,10 +128,26 @@ pub(crate) fn float_binary(b: BinaryOp, x: f64, y: f64) -> Result<f64> {
         BinaryOp::Mul => x * y,
         BinaryOp::Div => x / y,
         BinaryOp::Pow => x.powf(y),
-        // f64::max/min ignore a NaN operand; PyTorch's maximum/minimum propagate it.
+        // IEEE 754-2019 maximum/minimum: a NaN operand gives NaN (f64::max/min would
+        // ignore it; PyTorch's maximum/minimum propagate it), and -0 < +0, so the
+        // result of two zeros does not depend on their order.
         BinaryOp::Maximum | BinaryOp::Minimum if x.is_nan() || y.is_nan() => f64::NAN,
-        BinaryOp::Maximum => x.max(y),
-        BinaryOp::Minimum => x.min(y),
+        BinaryOp::Maximum if x == y => f64::from_bits(x.to_bits() & y.to_bits()),
+        BinaryOp::Minimum if x == y => f64::from_bits(x.to_bits() | y.to_bits()),
+        BinaryOp::Maximum => {
+            if x > y {
+                x
+            } else {
+                y
+            }
+        }
+        BinaryOp::Minimum => {
+            if x < y {
+                x
+            } else {
+                y
+            }
+        }
         _ => return Err(Error::internal(format!("{} is not arithmetic", b.name()))),
     })
 }
@@ -236,6 +252,11 @@ mod tests {
             .unwrap()
             .is_nan());
         assert!(float_unary(UnaryOp::Relu, f64::NAN).is_nan());
+        for (x, y) in [(0.0, -0.0), (-0.0, 0.0)] {
+            let max = float_binary(BinaryOp::Maximum, x, y).unwrap();
+            let min = float_binary(BinaryOp::Minimum, x, y).unwrap();
+            assert_eq!((max.to_bits(), min.to_bits()), (0, (-0.0f64).to_bits()));
+        }
         assert_eq!(float_unary(UnaryOp::Relu, -0.0).to_bits(), 0);
         assert_eq!(float_unary(UnaryOp::Sign, -0.0).to_bits(), 0);
         assert!(!compare(BinaryOp::Le, f64::NAN, f64::NAN));

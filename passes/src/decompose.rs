@@ -18,7 +18,7 @@
 //! | `mean(x, axes, keepdim)` | `sum(x, axes, keepdim) / count` (`0 / 0` is NaN for empty reductions, as in PyTorch) |
 //! | `softmax(x, axis)` | `e = exp(x - max(x, axis, keepdim))`; `e / sum(e, axis, keepdim)` |
 //! | `log_softmax(x, axis)` | `d = x - max(x, axis, keepdim)`; `d - log(sum(exp(d), axis, keepdim))` |
-//! | `layer_norm(x, w, b, eps)` | `c = x - mean(x)`; `c * rsqrt(mean(c*c) + eps) * w + b` (biased variance) |
+//! | `layer_norm(x, w, b, eps)` | `c = x - sum(x / n)`; `c * rsqrt(mean(c*c) + eps) * w + b` (biased variance) |
 //! | `rms_norm(x, w, eps)` | `x * rsqrt(mean(x*x) + eps) * w` |
 //! | `transpose`, `squeeze`, `unsqueeze` | `permute`, `reshape`, `reshape` |
 //! | `exp(int)` and other transcendental ops of ints | `exp(cast(x, f32))` |
@@ -45,10 +45,17 @@
 //!   no identity.
 //!
 //! - `layer_norm` uses the two-pass algorithm (center, then average the squares), so
-//!   the variance is never a difference of large numbers. The mean itself is held in
-//!   the compute dtype, as in PyTorch's f32 kernel: for a row far from zero relative to
-//!   its spread, each output can be off by about `ulp(mean) / std`. The reference
-//!   interpreter (f64) does not have that error.
+//!   the variance is never a difference of large numbers. The mean is `sum(x / n)`,
+//!   which cannot overflow where `sum(x)` would (PyTorch's kernel keeps a running
+//!   mean, which cannot either), and it is held in the compute dtype, as in PyTorch's
+//!   f32 kernel: for a row far from zero relative to its spread, each output can be
+//!   off by about `ulp(mean) / std`. The variance `sum(c*c) / n` overflows exactly
+//!   where PyTorch's sum of squared deviations does; `rsqrt(inf)` is then 0 and the
+//!   row becomes `b`, as in PyTorch.
+//! - Every intermediate is rounded to its dtype, and the reference interpreter
+//!   evaluates these composites with exactly these formulas and roundings
+//!   (`ferrite_ir::interp`, `composite.rs`), so f32 overflow in `rms_norm`'s `x*x` or
+//!   `mean`'s sum happens in the oracle where it happens in PyTorch and the backends.
 //!
 //! Literals are cast by folding: a literal operand that needs another dtype becomes a
 //! new literal of that dtype holding the value the old one had in its own dtype.
@@ -446,7 +453,10 @@ impl Decomposer {
         self.in_f32(ins, |l, v| {
             let last = Some(vec![-1]);
             let x = if centered {
-                let mean = l.mean(v[0], last.clone(), true)?;
+                // sum(x / n): a mean that cannot overflow (see the module docs).
+                let n = l.out.ty(v[0]).shape.last().copied().unwrap_or(1);
+                let scaled = l.binary_const(BinaryOp::Div, v[0], n as f64)?;
+                let mean = l.reduce(ReduceOp::Sum, scaled, last.clone(), true)?;
                 l.binary(BinaryOp::Sub, v[0], mean)?
             } else {
                 v[0]

@@ -1133,3 +1133,45 @@ fn invalid_graphs_are_errors_not_panics() {
     param(&mut g3, "x", DType::F32, &[3]);
     assert!(decompose(&g3).is_err());
 }
+
+/// The accumulation policy: the interpreter evaluates the composites built on
+/// reductions as exactly the primitives `decompose` makes of them, each rounded to
+/// its dtype, so the two agree bit for bit (NaN equal to NaN), on random rows and on
+/// rows whose intermediates overflow f32 (reliability finding F14).
+#[test]
+fn reducing_composites_evaluate_exactly_as_their_decomposition() {
+    let calls = [
+        "mean(x, axes=[1])",
+        "mean(x, axes=[0, 1], keepdim=true)",
+        "softmax(x, axis=1)",
+        "log_softmax(x, axis=0)",
+        "layer_norm(x, w, b)",
+        "rms_norm(x, w, eps=0.0)",
+    ];
+    for dtype in [DType::F32, DType::F16, DType::Bf16] {
+        for call in calls {
+            let src = format!(
+                "graph g(x: {dtype}[3, 8], w: {dtype}[8], b: {dtype}[8]) {{\n  y = {call}\n  \
+                 return y\n}}\n"
+            );
+            let g = ferrite_ir::parse("policy.fg", &src).unwrap_or_else(|e| panic!("{e}"));
+            let mut sets = random_sets(&g, 3, 3.0);
+            // The F14 rows: squares that overflow f32, a sum past f32's range, a
+            // product that overflows before a zero; then the same near f16's range.
+            let big = match dtype {
+                DType::F32 => [1e20, 3e38, 3.4e38],
+                _ => [1e3, 6e4, 6.5e4],
+            };
+            let mut x = vec![big[0]; 8];
+            x.extend([big[1], big[1], 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+            x.extend([2.0, big[2], 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+            let tys = g.param_types();
+            sets.push(vec![
+                tensor(&tys[0], &x),
+                tensor(&tys[1], &[1.0; 8]),
+                tensor(&tys[2], &[0.0; 8]),
+            ]);
+            check_equivalent(&g, &sets, 0.0, 0.0);
+        }
+    }
+}

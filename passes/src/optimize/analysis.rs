@@ -11,7 +11,8 @@
 use super::language::{OpEntry, OpTable, TensorLang};
 use egg::{Analysis, DidMerge, EGraph, Id};
 use ferrite_ir::infer::infer;
-use ferrite_ir::{promote, BinaryOp, DType, Op, ReduceOp, Tensor, TensorType, UnaryOp};
+use ferrite_ir::loops::{scalar, Value};
+use ferrite_ir::{promote, BinaryOp, DType, Op, ReduceOp, Scalar, Tensor, TensorType, UnaryOp};
 
 /// The analysis state: the op table of the e-graph, and any contradiction found while merging.
 #[derive(Default, Debug)]
@@ -135,6 +136,16 @@ fn truth(b: bool) -> f64 {
 /// The constant value of an e-node, when its operands' values make it one.
 fn fold(entry: &OpEntry, inputs: &[&ClassData], out: &TensorType) -> Option<f64> {
     match &entry.op {
+        // An integer literal of a float dtype rounds once, straight from the integer
+        // (`as f64` first could round twice beyond 2^53), as the interpreter converts it.
+        Op::Literal {
+            value: Scalar::Int(v),
+        } if out.dtype.is_float() => {
+            return match scalar::cast(Value::Int(*v), out.dtype) {
+                Value::Float(f) => Some(f),
+                _ => None,
+            }
+        }
         Op::Literal { value } => return fit(value.as_f64(), out.dtype),
         Op::Full { value, .. } => return fit(*value, out.dtype),
         // A small constant whose elements are all equal folds like a `full`; a large one

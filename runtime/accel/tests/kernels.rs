@@ -429,6 +429,78 @@ fn arithmetic_faults_and_runaway_loops_are_errors() {
 }
 
 #[test]
+fn a_failed_check_names_its_reason_the_check_and_the_lane() {
+    // Lanes the mask switches off are not checked: the value 4 at lane 3 is fine.
+    let src = "kernel k(x: *i32, n: i32) {
+  o = arange(0, 4)
+  m = o < n
+  v = load(x + o, m)
+  # values must stay below 4
+  check(v < 4, m)
+  store(x + o, v + 1, m)
+}
+";
+    let x = Tensor::from_i64(
+        &TensorType::new(DType::I32, vec![4]).unwrap(),
+        &[1, 2, 3, 4],
+    );
+    let mut args = [KernelArg::Buffer(x.clone()), KernelArg::Int(3)];
+    sim::run(&Machine::mtia2i(), &kernel(src), [1, 1, 1], &mut args).unwrap();
+    assert_eq!(buffer(&args, 0).to_i64(), [2, 3, 4, 4]);
+    let mut args = [KernelArg::Buffer(x), KernelArg::Int(4)];
+    assert_eq!(
+        run_err(src, [1, 1, 1], &mut args),
+        "kernel `k`, program (0, 0, 0): values must stay below 4: `check(v < 4, m)` at \
+         test.tile:6:3 failed in lane [3]"
+    );
+    // Without a comment above it, a check is named by its text; a scalar condition
+    // fails as a whole.
+    let bare = "kernel k(x: *i32) {\n  check(program_id(0) < 1)\n}\n";
+    let mut args = [KernelArg::Buffer(Tensor::zeros(
+        &TensorType::new(DType::I32, vec![1]).unwrap(),
+    ))];
+    assert_eq!(
+        run_err(bare, [2, 1, 1], &mut args),
+        "kernel `k`, program (1, 0, 0): `check(program_id(0) < 1)` at test.tile:2:3 failed in \
+         lane []"
+    );
+}
+
+#[test]
+fn pow_follows_the_interpreter_special_values_included() {
+    let src = "kernel k(x: *f32, y: *f32, z: *f32) {
+  o = arange(0, 8)
+  store(z + o, pow(load(x + o), load(y + o)))
+}
+";
+    let ty = TensorType::new(DType::F32, vec![8]).unwrap();
+    let inf = f64::INFINITY;
+    let x = Tensor::from_f64(&ty, &[-0.0, -inf, -1.0, 2.0, f64::NAN, 1.0, -8.0, 10.0]);
+    let y = Tensor::from_f64(
+        &ty,
+        &[-1.0, 0.5, inf, 100.0, 0.0, f64::NAN, 1.0 / 3.0, 10.0],
+    );
+    let mut args = [
+        KernelArg::Buffer(x.clone()),
+        KernelArg::Buffer(y.clone()),
+        KernelArg::Buffer(Tensor::zeros(&ty)),
+    ];
+    sim::run(&Machine::mtia2i(), &kernel(src), [1, 1, 1], &mut args).unwrap();
+    let want = reference(
+        "graph g(x: f32[8], y: f32[8]) {\n  z = pow(x, y)\n  return z\n}\n",
+        &[x, y],
+    );
+    let (got, want) = (buffer(&args, 2).to_f64(), want[0].to_f64());
+    for (a, b) in got.iter().zip(&want) {
+        assert!(
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            "{got:?} {want:?}"
+        );
+    }
+    assert_eq!(want[..4], [f64::NEG_INFINITY, inf, 1.0, 2f64.powi(100)]);
+}
+
+#[test]
 fn device_errors() {
     let mut dev = sim::Device::new(Machine::mtia2i());
     let x = dev.upload("x", &zeros(&[4]), Placement::Lpddr).unwrap();

@@ -873,45 +873,47 @@ impl Emit<'_, '_> {
         self.with_sign_of(v, x)
     }
 
+    /// IEEE 754-2019 `maximum` (or `minimum`): NaN wins, as in `torch.maximum`, and
+    /// -0 < +0, so the result does not depend on the operands' order.
     fn max_min(&mut self, x: Value, y: Value, max: bool) -> Value {
-        // With a constant that is not NaN one instruction does: `maxps c, x` returns x when
-        // x is NaN and when the two are equal (the second operand, as documented, when c is
-        // the first; when c is the second they can only be equal if also bitwise equal,
-        // unless c is zero).
-        let cx = self.known_constant(x).filter(|c| !c.is_nan());
-        let cy = self.known_constant(y).filter(|c| !c.is_nan());
-        let (c, other) = match (cx, cy) {
-            (Some(_), _) => (Some(x), y),
-            (None, Some(c)) if c != 0.0 => (Some(y), x),
-            _ => (None, x),
+        // With a constant that is neither NaN nor zero one instruction does: `maxps c, x`
+        // returns x when x is NaN and when the two are equal, and then they are bitwise
+        // equal.
+        let plain = |c: Option<f32>| c.filter(|c| !c.is_nan() && *c != 0.0);
+        let (cx, cy) = (self.known_constant(x), self.known_constant(y));
+        let c = match (plain(cx), plain(cy)) {
+            (Some(_), _) => Some((x, y)),
+            (None, Some(_)) => Some((y, x)),
+            _ => None,
         };
-        if let Some(c) = c {
+        if let Some((c, other)) = c {
             return if max {
                 self.max_or_nan(c, other)
             } else {
                 self.min_or_nan(c, other)
             };
         }
-        if cy.is_some_and(|c| c == 0.0 && c.is_sign_positive()) {
-            // max(x, +0) keeps x when x > 0 or NaN, else +0 (for x = -0 too): one compare
-            // and one `andps`; min(x, +0) likewise with x < 0.
-            let zero = y;
-            let cc = if max {
-                FloatCC::UnorderedOrGreaterThan
-            } else {
-                FloatCC::UnorderedOrLessThan
-            };
-            let keep = self.cmp(cc, x, zero);
-            return self.keep_where(keep, x);
+        let positive_zero = |c: Option<f32>| c.is_some_and(|c| c == 0.0 && c.is_sign_positive());
+        if max && (positive_zero(cx) || positive_zero(cy)) {
+            // max(x, +0) (relu) keeps x when x > 0 or NaN, else +0 (for x = -0 too): one
+            // compare and one `andps`.
+            let (v, zero) = if positive_zero(cy) { (x, y) } else { (y, x) };
+            let keep = self.cmp(FloatCC::UnorderedOrGreaterThan, v, zero);
+            return self.keep_where(keep, v);
         }
         // `y < x ? x : y` is exactly maxps(x, y) (and `x < y ? x : y` minps), which return
-        // the second operand when either is NaN; lanes where x is NaN are then fixed up.
+        // the second operand when either is NaN or both are zeros; equal lanes take the
+        // `and` of the two (+0 wins a maximum) or their `or` (-0 wins a minimum), and
+        // lanes where x is NaN are then fixed up.
         let first_wins = if max {
             self.cmp(FloatCC::LessThan, y, x)
         } else {
             self.cmp(FloatCC::LessThan, x, y)
         };
         let m = self.select(first_wins, x, y);
+        let equal = self.cmp(FloatCC::Equal, x, y);
+        let both = if max { self.band(x, y) } else { self.bor(x, y) };
+        let m = self.select(equal, both, m);
         let x_nan = self.cmp(FloatCC::Unordered, x, x);
         self.select(x_nan, x, m)
     }

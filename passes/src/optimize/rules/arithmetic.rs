@@ -32,14 +32,14 @@ const CAST: &[Kind] = &[Kind::Cast];
 pub fn rules() -> Vec<Rule> {
     vec![
         Rule::new("mul-one",          MUL,        mul_one),          // x * 1 -> x
-        Rule::new("add-zero",         ADD,        add_zero),         // x + 0 -> x
-        Rule::new("sub-zero",         SUB,        sub_zero),         // x - 0 -> x
+        Rule::new("add-zero",         ADD,        add_zero),         // x + 0 -> x (floats: x + -0.0)
+        Rule::new("sub-zero",         SUB,        sub_zero),         // x - 0 -> x (floats: x - +0.0)
         Rule::new("div-one",          DIV,        div_one),          // x / 1 -> x
         Rule::new("neg-neg",          NEG,        neg_neg),          // -(-x) -> x
         Rule::new("mul-zero-int",     MUL,        mul_zero_int),     // x * 0 -> 0 (integers and bools)
         Rule::new("sub-self-int",     SUB,        sub_self_int),     // x - x -> 0 (integers)
         Rule::new("mul-neg-one",      MUL,        mul_neg_one),      // x * -1 -> -x
-        Rule::new("zero-sub",         SUB,        zero_sub),         // 0 - x -> -x
+        Rule::new("zero-sub",         SUB,        zero_sub),         // 0 - x -> -x (floats: -0.0 - x)
         Rule::new("add-neg",          ADD,        add_neg),          // x + -y -> x - y
         Rule::new("sub-neg",          SUB,        sub_neg),          // x - -y -> x + y
         Rule::new("neg-sub",          NEG,        neg_sub),          // -(x - y) -> y - x
@@ -48,12 +48,11 @@ pub fn rules() -> Vec<Rule> {
         Rule::new("pow-zero",         POW,        pow_zero),         // x ** 0 -> 1
         Rule::new("pow-one",          POW,        pow_one),          // x ** 1 -> x
         Rule::new("pow-two",          POW,        pow_two),          // x ** 2 -> x * x
-        Rule::new("pow-half",         POW,        pow_half),         // x ** 0.5 -> sqrt(x)
         Rule::new("pow-neg-one",      POW,        pow_neg_one),      // x ** -1 -> reciprocal(x) (floats)
         Rule::new("one-div",          DIV,        one_div),          // 1 / x -> reciprocal(x)
         Rule::new("reciprocal-sqrt",  RECIPROCAL, reciprocal_sqrt),  // reciprocal(sqrt(x)) -> rsqrt(x)
         Rule::new("div-sqrt",         DIV,        div_sqrt),         // y / sqrt(x) -> y * rsqrt(x) (floats)
-        Rule::new("div-const",        DIV,        div_const),        // x / c -> x * (1/c) (floats, c constant)
+        Rule::new("div-const",        DIV,        div_const),        // x / c -> x * (1/c) (floats, c a power of two)
         Rule::new("mul-const-chain",  MUL,        mul_const_chain),  // (x * c1) * c2 -> x * (c1*c2)
         Rule::new("add-const-chain",  ADD_SUB,    add_const_chain),  // (x ± c1) ± c2 -> x + (±c1 ± c2)
         Rule::new("factor-mul",       ADD_SUB,    factor_mul),       // a*b ± a*c -> a * (b ± c)
@@ -70,9 +69,19 @@ fn mul_one(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
     }
 }
 
+/// Whether `c` is a zero that leaves `x` unchanged: for floats only the zero of the
+/// given sign does (`-0 + +0` is `+0`, so `x + 0` is not `x`; `x + -0` is, and so is
+/// `x - +0`).
+fn is_identity_zero(ctx: &Ctx, x: Id, c: Id, negative: bool) -> bool {
+    match ctx.konst(c) {
+        Some(v) if v == 0.0 => !ctx.is_float(x) || v.is_sign_negative() == negative,
+        _ => false,
+    }
+}
+
 fn add_zero(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
     for (x, c) in with_constant(ctx, n) {
-        if ctx.is(c, 0.0) {
+        if is_identity_zero(ctx, x, c, true) {
             out.push(Term::Class(x));
         }
     }
@@ -80,7 +89,7 @@ fn add_zero(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
 
 fn sub_zero(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
     let (x, c) = operands(n);
-    if ctx.is(c, 0.0) {
+    if is_identity_zero(ctx, x, c, false) {
         out.push(Term::Class(x));
     }
 }
@@ -127,7 +136,8 @@ fn mul_neg_one(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
 
 fn zero_sub(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
     let (c, x) = operands(n);
-    if ctx.is(c, 0.0) {
+    // Floats: `+0 - +0` is `+0`, not `-(+0)`; `-0 - x` is `-x` for every x.
+    if is_identity_zero(ctx, x, c, true) {
         out.push(Term::unary(U::Neg, Term::Class(x)));
     }
 }
@@ -201,12 +211,6 @@ fn pow_two(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
     }
 }
 
-fn pow_half(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
-    if let Some(x) = pow_base(ctx, n, 0.5) {
-        out.push(Term::unary(U::Sqrt, Term::Class(x)));
-    }
-}
-
 fn pow_neg_one(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
     // Integer x ** -1 is a run-time error, which a reciprocal would hide.
     match pow_base(ctx, n, -1.0) {
@@ -261,7 +265,14 @@ fn div_const(ctx: &Ctx, class: Id, n: &TensorLang, out: &mut Vec<Term>) {
     let Some(r) = fit(1.0 / cv, ty.dtype) else {
         return;
     };
-    if r.is_finite() && r.abs() >= min_normal(ty.dtype) && precise_enough(r, 1.0 / cv, ty.dtype) {
+    // Only an exact reciprocal (c a power of two, no mantissa bits): `x * (1/c)` then rounds the same
+    // real number `x / c` does, so the result is bit for bit the division's; a rounded
+    // reciprocal would be an ulp off (`x / 3`).
+    if r.is_finite()
+        && r.abs() >= min_normal(ty.dtype)
+        && r == 1.0 / cv
+        && cv.abs().to_bits() << 12 == 0
+    {
         let recip = Term::constant(r, &tc.with_dtype(ty.dtype));
         out.push(Term::binary(B::Mul, Term::Class(x), recip));
     }

@@ -30,7 +30,7 @@ const ALL_REDUCE: &[Kind] = &[
 #[rustfmt::skip]
 pub fn rules() -> Vec<Rule> {
     vec![
-        Rule::new("sum-scalar-factor",    SUM,         sum_scalar_factor),    // sum(x * c) -> sum(x) * c (c a scalar)
+        Rule::new("sum-scalar-factor",    SUM,         sum_scalar_factor),    // sum(x * c) -> sum(x) * c (c a scalar; floats: |c| >= 1)
         Rule::new("extremum-pos-factor",  MAX_MIN,     extremum_pos_factor),  // max(x * c) -> max(x) * c (c > 0 constant)
         Rule::new("sum-of-broadcast",     SUM,         sum_of_broadcast),     // sum(expand(x)) over expanded axes -> sum(x) * n
         Rule::new("reduce-reduce",        SUM_MAX_MIN, reduce_reduce),        // sum(sum(x, a1), a2) -> sum(x, a1 ∪ a2)
@@ -56,12 +56,28 @@ fn sum_scalar_factor(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
     {
         return;
     }
+    let float = ctx.is_float(m);
     let op = ctx.op(n).clone();
     for mul in ctx.nodes(m, Kind::Binary(B::Mul)) {
         for (x, c) in scalar_factors(ctx, mul) {
+            // A float factor below 1 in magnitude would move an f32 overflow into the
+            // sum (`sum(x * 0.125)` fits where `sum(x)` does not); at or above 1 every
+            // partial sum of the original is the larger, so none is introduced.
+            if float && !constant_of(ctx, &c).is_some_and(|v| v.is_finite() && v.abs() >= 1.0) {
+                continue;
+            }
             let sum = Term::apply(op.clone(), Term::Class(x));
             out.push(Term::binary(B::Mul, sum, c));
         }
+    }
+}
+
+/// The value of a constant factor, if it is one.
+fn constant_of(ctx: &Ctx, c: &Term) -> Option<f64> {
+    match c {
+        Term::Class(id) => ctx.konst(*id),
+        Term::Const { value, .. } => Some(*value),
+        Term::Op(..) => None,
     }
 }
 
@@ -73,12 +89,7 @@ fn extremum_pos_factor(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
     let op = ctx.op(n).clone();
     for mul in ctx.nodes(m, Kind::Binary(B::Mul)) {
         for (x, c) in scalar_factors(ctx, mul) {
-            let positive = match &c {
-                Term::Class(id) => ctx.konst(*id),
-                Term::Const { value, .. } => Some(*value),
-                Term::Op(..) => None,
-            }
-            .is_some_and(|v| v > 0.0 && v.is_finite());
+            let positive = constant_of(ctx, &c).is_some_and(|v| v > 0.0 && v.is_finite());
             if positive {
                 out.push(Term::binary(
                     B::Mul,

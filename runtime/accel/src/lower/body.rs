@@ -22,7 +22,7 @@ use super::ops::{self, lit, TileVal, Val};
 use crate::error::{Error, Result};
 use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{AccId, Block, BufferId, ExprOp, ExprRef, IndexExpr, Load, StoreOp, Value};
-use ferrite_ir::DType;
+use ferrite_ir::{BinaryOp, DType};
 use std::collections::{HashMap, HashSet};
 
 /// What a stage body sees besides its own nodes.
@@ -209,13 +209,36 @@ impl<'a> Body<'a> {
             ExprOp::Unary(u, a) => ops::unary(b, *u, &self.val(*a)?, d)?,
             ExprOp::Binary(op, x, y) => {
                 let operand = self.dtype(*x)?;
-                ops::binary(b, *op, &self.val(*x)?, &self.val(*y)?, operand, d)?
+                let (xv, yv) = (self.val(*x)?, self.val(*y)?);
+                if *op == BinaryOp::Pow && d.is_int() {
+                    self.check_exponent(b, &xv, &yv);
+                }
+                ops::binary(b, *op, &xv, &yv, operand, d)?
             }
             ExprOp::Where(c, x, y) => {
                 ops::select(&self.val(*c)?, &self.val(*x)?, &self.val(*y)?, d)
             }
             ExprOp::Cast(x) => ops::convert(&self.val(*x)?, d),
         })
+    }
+
+    /// An integer `pow` of a negative exponent is a run-time error on every target,
+    /// as in PyTorch: a `check` that the exponent is not negative in every lane
+    /// that is on (a literal exponent needs none, or fails wherever `x` is on).
+    fn check_exponent(&self, b: &mut Builder, x: &Val, y: &Val) {
+        let cond = match y {
+            Val::Lit(Value::Int(e), _) if *e >= 0 => return,
+            Val::Lit(Value::Bool(_), _) => return,
+            Val::Lit(v, _) => ge(lit(*v), int(0)),
+            Val::Tile(t) => ge(t.e.clone(), int(0)),
+        };
+        let mut args = vec![b.bind("nonnegative_exponent", cond)];
+        if let Some(m) = self.s.frame.mask(x.deps() | y.deps()) {
+            args.push(b.bind("m", m));
+        }
+        // The comment right above a check is its reason in the error.
+        b.comment("integers to negative integer powers are not allowed");
+        b.stmt(call(Builtin::Check, args));
     }
 
     /// The conditions of a guard (`lo <= e < hi` each) that can fail, and the axes

@@ -7,11 +7,10 @@
 //! values so the expansion rounds once at the end:
 //!
 //! ```text
-//! reciprocal(x) -> 1.0 / x            sign(x)  -> where(x > 0, 1, where(x < 0, -1, x))
+//! reciprocal(x) -> 1.0 / x            sign(x)  -> where(x > 0, 1, where(x < 0, -1, x - x))
 //! gelu(x)       -> 0.5*x*(1 + erf(x/sqrt 2))         silu(x) -> x * sigmoid(x)
-//! pow(x, y)     -> x*x, sqrt(x), 1/x, .. for constant exponents; else
-//!                  exp(y * log|x|) with the sign of an odd integral y, NaN for a
-//!                  negative base and a fractional y, and 1 for y == 0 or x == 1
+//! pow(x, y)     -> x*x, 1/x for the exponents 2, -1; else pow(x, y), the
+//!                  builtin (C99/IEEE special values, as the interpreter)
 //! not(x)        -> x == 0 (numbers)   and/or of numbers -> (x != 0) & (y != 0)
 //! max/min/mul of bools -> | & &
 //! ```
@@ -231,8 +230,13 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
         UnaryOp::Floor | UnaryOp::Ceil => Ok(x.clone()),
         UnaryOp::Reciprocal if d.is_float() => Ok(tile(div(float(1.0), typed(x, d)), d, &[x])),
         UnaryOp::Sign if d.is_float() => {
+            // `t - t` is +0 for either zero and NaN for NaN.
             let t = named(b, x, d);
-            let inner = where_(bin(TBin::Lt, t.clone(), float(0.0)), float(-1.0), t.clone());
+            let inner = where_(
+                bin(TBin::Lt, t.clone(), float(0.0)),
+                float(-1.0),
+                tb::sub(t.clone(), t.clone()),
+            );
             Ok(tile(
                 where_(bin(TBin::Gt, t, float(0.0)), float(1.0), inner),
                 d,
@@ -289,6 +293,10 @@ pub(super) fn binary(
     d: DType,
 ) -> Result<Val> {
     if let (Val::Lit(p, _), Val::Lit(q, _)) = (x, y) {
+        if op == BinaryOp::Pow && d.is_int() && scalar::binary(op, *p, *q, d).is_err() {
+            // A negative exponent: the kernel's `check` of it fails first.
+            return Ok(Val::Lit(Value::Int(0), d));
+        }
         return Ok(Val::Lit(
             scalar::binary(op, *p, *q, d).map_err(|e| Error::Unsupported(e.to_string()))?,
             d,
@@ -369,7 +377,9 @@ pub(super) fn convert(x: &Val, d: DType) -> Val {
     }
 }
 
-/// `x ** y` for floats.
+/// `x ** y` for floats: the `pow` builtin (computed as the interpreter computes
+/// it, C99/IEEE special values included), or for the exponents whose direct
+/// form rounds the same (0, 1, 2, -1), that form.
 fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
     let w = DType::F32;
     if let Val::Lit(Value::Float(xv), _) = x {
@@ -385,110 +395,23 @@ fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
         if e == 1.0 {
             return Ok(x.clone());
         }
-        let t = named(b, x, w);
-        let minus_inf = || bin(TBin::Eq, t.clone(), float(f64::NEG_INFINITY));
-        let direct = if e == 0.5 {
-            // IEEE pow(-inf, 0.5) is +inf, where sqrt gives NaN.
-            Some(where_(
-                minus_inf(),
-                float(f64::INFINITY),
-                builtin(Builtin::Sqrt, t.clone()),
-            ))
-        } else if e == -0.5 {
-            // pow(-inf, -0.5) is +0 and pow(-0, -0.5) is +inf, where rsqrt gives NaN
-            // and -inf.
-            Some(where_(
-                minus_inf(),
-                float(0.0),
-                where_(
-                    bin(TBin::Eq, t.clone(), float(0.0)),
-                    float(f64::INFINITY),
-                    builtin(Builtin::Rsqrt, t.clone()),
-                ),
-            ))
-        } else if e.fract() == 0.0 && e.abs() <= 64.0 {
-            let p = int_power(b, t.clone(), e.abs() as u64);
-            Some(if e < 0.0 { div(float(1.0), p) } else { p })
-        } else {
-            None
-        };
-        if let Some(e) = direct {
-            return Ok(tile(narrow(e, d), d, &[x]));
-        }
-        if e.is_finite() {
-            // exp(e * log|x|), negated for a negative base and an odd e, NaN for a
-            // finite negative base and a fractional e (IEEE: pow(-inf, e) is the
-            // magnitude for every e that is not an odd integer).
-            let magnitude = builtin(
-                Builtin::Exp,
-                mul(
-                    float(e),
-                    builtin(Builtin::Log, builtin(Builtin::Abs, t.clone())),
-                ),
-            );
-            let negative_base = bin(TBin::Lt, t.clone(), float(0.0));
-            let r = if e.fract() != 0.0 {
-                let finite_negative = tb::and(negative_base, tb::not(minus_inf()));
-                where_(finite_negative, float(f64::NAN), magnitude)
-            } else if (e / 2.0).fract() != 0.0 {
-                let m = b.bind("t", magnitude);
-                where_(negative_base, neg(m.clone()), m)
+        if e == 2.0 || e == -1.0 {
+            let t = typed(x, d);
+            let r = if e == 2.0 {
+                let t = b.bind("t", t);
+                mul(t.clone(), t)
             } else {
-                magnitude
+                div(float(1.0), t)
             };
-            return Ok(tile(narrow(r, d), d, &[x]));
+            return Ok(tile(r, d, &[x]));
         }
     }
-    // The general case: both may vary.
-    let xt = named(b, x, w);
-    let yt = named(b, y, w);
-    let magnitude = b.bind(
-        "t",
-        builtin(
-            Builtin::Exp,
-            mul(
-                yt.clone(),
-                builtin(Builtin::Log, builtin(Builtin::Abs, xt.clone())),
-            ),
-        ),
-    );
-    let integral = b.bind(
-        "t",
-        bin(TBin::Eq, builtin(Builtin::Floor, yt.clone()), yt.clone()),
-    );
-    let half = mul(yt.clone(), float(0.5));
-    let odd = tb::and(
-        integral.clone(),
-        bin(TBin::Ne, builtin(Builtin::Floor, half.clone()), half),
-    );
-    // A fractional exponent of a negative base is NaN, except for a base of -inf (IEEE:
-    // the magnitude). An infinite exponent counts as an even integer.
-    let defined = tb::or(
-        integral,
-        bin(TBin::Eq, xt.clone(), float(f64::NEG_INFINITY)),
-    );
-    let negative = where_(
-        defined,
-        where_(odd, neg(magnitude.clone()), magnitude.clone()),
-        float(f64::NAN),
-    );
-    let r = where_(bin(TBin::Lt, xt.clone(), float(0.0)), negative, magnitude);
-    // pow(x, 0) and pow(1, y) are 1 even for NaN; so is pow(-1, +-inf), where
-    // exp(inf * log 1) would be NaN.
-    let unit_base_inf = tb::and(
-        bin(TBin::Eq, builtin(Builtin::Abs, xt.clone()), float(1.0)),
-        bin(
-            TBin::Eq,
-            builtin(Builtin::Abs, yt.clone()),
-            float(f64::INFINITY),
-        ),
-    );
-    let one = tb::or(
-        tb::or(bin(TBin::Eq, yt, float(0.0)), bin(TBin::Eq, xt, float(1.0))),
-        unit_base_inf,
-    );
-    let r = where_(one, float(1.0), r);
-    Ok(tile(narrow(r, d), d, &[x, y]))
+    let (xe, ye) = pair(x, y, w);
+    Ok(tile(
+        narrow(call(Builtin::Pow, vec![xe, ye]), d),
+        d,
+        &[x, y],
+    ))
 }
 
 /// `base ** n` by repeated squaring (`base` is a name: it is used repeatedly).
@@ -515,9 +438,8 @@ fn int_power(b: &mut Builder, base: E, n: u64) -> E {
 fn int_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
     if let Val::Lit(Value::Int(e), _) = y {
         if *e < 0 {
-            return Err(Error::unsupported(format!(
-                "integers to negative integer powers are not allowed (** {e})"
-            )));
+            // Never stored: the kernel's `check` of the exponent fails first.
+            return Ok(Val::Lit(Value::Int(0), d));
         }
         if *e == 0 {
             return Ok(Val::Lit(Value::Int(1), d));

@@ -7,6 +7,7 @@ use super::report::Bytes;
 use super::timing::{Clock, Rates, Traffic};
 use super::value::{expand, Elems, PtrTile, Tile};
 use crate::tile::typed::{CExpr, CKind, CStmt, CheckedKernel, Ty};
+use ferrite_ir::types::{broadcast_shapes, ShapeDisplay};
 use ferrite_ir::DType;
 use std::rc::Rc;
 
@@ -279,6 +280,41 @@ impl Program<'_, '_> {
                 self.launch.bytes.lpddr_write += traffic.lpddr;
                 self.launch.bytes.sram_write += traffic.sram;
                 self.clock.post(traffic);
+            }
+            CStmt::Check {
+                cond,
+                mask,
+                site,
+                reason,
+            } => {
+                let c = self.tile(cond)?;
+                let mut shape = c.shape.clone();
+                let m = match mask {
+                    Some(m) => {
+                        let t = self.tile(m)?;
+                        shape = broadcast_shapes(&c.shape, &t.shape)
+                            .map_err(|e| Fault::Message(e.to_string()))?;
+                        let Elems::B(v) = &t.elems else {
+                            return Err(Fault::Message("a mask that is not bool".into()));
+                        };
+                        Some(expand(v, &t.shape, &shape).into_owned())
+                    }
+                    None => None,
+                };
+                let Elems::B(v) = &c.elems else {
+                    return Err(Fault::Message("a check of a value that is not bool".into()));
+                };
+                let v = expand(v, &c.shape, &shape);
+                self.vector(v.len(), &[DType::Bool]);
+                let failed = (0..v.len()).find(|&i| !v[i] && m.as_ref().is_none_or(|m| m[i]));
+                if let Some(lane) = failed {
+                    let why = reason.as_ref().map_or(String::new(), |r| format!("{r}: "));
+                    return Err(Fault::Message(format!(
+                        "{why}{} failed in lane {}",
+                        self.site_text(*site),
+                        ShapeDisplay(&unravel(lane, &shape))
+                    )));
+                }
             }
             CStmt::DmaWait(t) => {
                 let Val::Token(id) = self.eval(t)? else {

@@ -7,6 +7,7 @@
 //! interpretation of the kernel per element.
 
 use crate::tile::typed::{BinOp, Lit, ReduceOp, UnOp};
+use ferrite_ir::loops::{scalar, Value};
 use ferrite_ir::{DType, Tensor, TensorType};
 use std::borrow::Cow;
 
@@ -245,11 +246,16 @@ impl Tile {
                 )
             }
             Elems::F(v) => Elems::B(v.iter().map(|&x| x != 0.0).collect()),
-            Elems::I(v) if d.is_float() => {
-                let mut out: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-                round_floats(d, &mut out);
-                Elems::F(out)
-            }
+            // Rounded once, straight to `d` (through f32 first, bf16 could round twice),
+            // exactly as the loop IR converts.
+            Elems::I(v) if d.is_float() => Elems::F(
+                v.iter()
+                    .map(|&x| match scalar::cast(Value::Int(x), d) {
+                        Value::Float(f) => f as f32,
+                        _ => f32::NAN,
+                    })
+                    .collect(),
+            ),
             Elems::I(v) if d.is_int() => {
                 let mut out = v.clone();
                 wrap_ints(d, &mut out);
@@ -503,19 +509,30 @@ impl Tile {
     }
 }
 
+/// IEEE 754-2019 `maximum`, as PyTorch's `maximum` on NaN: NaN wins, and -0 < +0.
 fn nan_max(a: f32, b: f32) -> f32 {
     if a.is_nan() || b.is_nan() {
         f32::NAN
+    } else if a == b {
+        // Equal: the same value, or zeros of either sign (+0 wins).
+        f32::from_bits(a.to_bits() & b.to_bits())
+    } else if a > b {
+        a
     } else {
-        a.max(b)
+        b
     }
 }
 
+/// IEEE 754-2019 `minimum`: NaN wins, and -0 < +0.
 fn nan_min(a: f32, b: f32) -> f32 {
     if a.is_nan() || b.is_nan() {
         f32::NAN
+    } else if a == b {
+        f32::from_bits(a.to_bits() | b.to_bits())
+    } else if a < b {
+        a
     } else {
-        a.min(b)
+        b
     }
 }
 
@@ -540,6 +557,8 @@ fn float_binary(op: BinOp, x: &[f32], y: &[f32], out: DType) -> OpResult<Elems> 
         BinOp::Rem => |p, q| p % q,
         BinOp::Max => nan_max,
         BinOp::Min => nan_min,
+        // In f64, rounded once: the reference interpreter's `pow` exactly.
+        BinOp::Pow => |p, q| (p as f64).powf(q as f64) as f32,
         _ => return Err(format!("{op:?} of float tiles")),
     };
     let mut v: Vec<f32> = x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();

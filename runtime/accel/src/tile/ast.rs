@@ -398,6 +398,11 @@ builtins! {
     DmaWait = "dma_wait"("token" true),
     /// `local_load(buf)`: reads a local buffer as a tile.
     LocalLoad = "local_load"("buf" true),
+    /// `check(cond, mask)`: stops the program with an error naming the check when
+    /// `cond` is false in a lane the mask leaves on (a run-time check of the data).
+    Check = "check"("cond" true, "mask" false),
+    /// `pow(x, y)`: elementwise `x ** y` of float tiles, with C99/IEEE special values.
+    Pow = "pow"("x" true, "y" true),
 }
 
 impl Builtin {

@@ -90,6 +90,7 @@ pub fn check(kernel: &TileKernel) -> Result<CheckedKernel, CheckError> {
         sites: Vec::new(),
         allocs: Vec::new(),
         depth: 0,
+        comment_above: None,
     };
     if let Some(why) = reserved(&kernel.name) {
         return Err(c.error(kernel.span, format!("`{}` {why}", kernel.name)));
@@ -205,6 +206,9 @@ struct Checker<'k> {
     sites: Vec<Site>,
     allocs: Vec<Alloc>,
     depth: usize,
+    /// The comment on the line right above the statement being checked: a
+    /// `check`'s reason.
+    comment_above: Option<String>,
 }
 
 type CResult<T> = Result<T, CheckError>;
@@ -232,9 +236,14 @@ impl Checker<'_> {
 
     fn block(&mut self, body: &[Stmt]) -> CResult<Vec<CStmt>> {
         let mut out = Vec::new();
+        let mut above = None;
         for s in body {
+            self.comment_above = above.take();
             if let Some(c) = self.stmt(s)? {
                 out.push(c);
+            }
+            if let StmtKind::Comment(text) = &s.kind {
+                above = Some(text.clone());
             }
         }
         Ok(out)
@@ -317,6 +326,7 @@ impl Checker<'_> {
                 };
                 match func {
                     Builtin::Store => self.store(e, args, kwargs).map(Some),
+                    Builtin::Check => self.check_call(e, args, kwargs).map(Some),
                     Builtin::DmaWait => {
                         let a = self.bind_args(*func, args, kwargs, e.span)?;
                         let t = self.value(a[0].unwrap_or(e), "a token")?;

@@ -82,6 +82,7 @@ pub(crate) enum BinOp {
     Or,
     Max,
     Min,
+    Pow,
 }
 
 /// Reductions along an axis.
@@ -164,6 +165,14 @@ pub(crate) enum CStmt {
         site: usize,
     },
     DmaWait(CExpr),
+    /// `check(cond, mask)`: a run-time check; `site` names it in the error, with the
+    /// comment right above it as the reason.
+    Check {
+        cond: CExpr,
+        mask: Option<CExpr>,
+        site: usize,
+        reason: Option<String>,
+    },
 }
 
 /// A memory access in the source, named in runtime errors.

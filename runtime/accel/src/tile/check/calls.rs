@@ -35,6 +35,50 @@ impl Checker<'_> {
         })
     }
 
+    /// `check(cond, mask)`: `cond` a bool tile or scalar, `mask` a bool tile that
+    /// broadcasts with it.
+    pub(super) fn check_call(
+        &mut self,
+        e: &Expr,
+        args: &[Expr],
+        kwargs: &[(String, Expr)],
+    ) -> CResult<CStmt> {
+        let a = self.bind_args(Builtin::Check, args, kwargs, e.span)?;
+        let Some(ce) = a[0] else {
+            return Err(self.error(e.span, "check needs a condition"));
+        };
+        let cv = self.expr(ce)?;
+        let cond = self.to_dtype_checked(cv, DType::Bool, ce.span, "check: the condition")?;
+        let mask = match a[1] {
+            None => None,
+            Some(me) => {
+                let mv = self.expr(me)?;
+                let m = self.to_dtype_checked(mv, DType::Bool, me.span, "check: the mask")?;
+                let (Ty::Tile(_, cs), Ty::Tile(_, ms)) = (&cond.ty, &m.ty) else {
+                    return Err(self.error(me.span, "check: the mask must be a tile"));
+                };
+                if broadcast_shapes(cs, ms).is_err() {
+                    return Err(self.error(
+                        me.span,
+                        format!(
+                            "check: the mask {} does not broadcast with the condition {}",
+                            m.ty, cond.ty
+                        ),
+                    ));
+                }
+                Some(m)
+            }
+        };
+        let site = self.site(e);
+        let reason = self.comment_above.take();
+        Ok(CStmt::Check {
+            cond,
+            mask,
+            site,
+            reason,
+        })
+    }
+
     pub(super) fn call(
         &mut self,
         e: &Expr,
@@ -268,6 +312,17 @@ impl Checker<'_> {
                 };
                 self.elementwise2(op, func.name(), l, r, span)?
             }
+            Builtin::Pow => {
+                let (l, r) = (self.expr(arg(0))?, self.expr(arg(1))?);
+                let v = self.elementwise2(BinOp::Pow, "pow", l, r, span)?;
+                if !matches!(&v.ty, Ty::Tile(d, _) if d.is_float()) {
+                    return Err(self.error(
+                        span,
+                        format!("`pow` needs float operands, got {} (cast first)", v.ty),
+                    ));
+                }
+                v
+            }
             Builtin::Where => {
                 let cv = self.expr(arg(0))?;
                 let c = self.to_dtype_checked(cv, DType::Bool, arg(0).span, "where's condition")?;
@@ -375,7 +430,7 @@ impl Checker<'_> {
                 let site = self.site(e);
                 self.mk(CKind::LocalLoad { buf: b(buf), site }, Ty::Tile(d, s), span)?
             }
-            Builtin::Store | Builtin::DmaWait => {
+            Builtin::Store | Builtin::DmaWait | Builtin::Check => {
                 return Err(self.error(
                     span,
                     format!("`{}` returns nothing; call it as a statement", func.name()),
