@@ -9,6 +9,8 @@
 //! - `jit.rs`: [`jit`](crate::jit), tracing, the guard cache, eager mode;
 //! - `profile.rs`: [`ferrite::profile`](crate::profile), the profiler's reports, re-exported;
 //! - `sim.rs`: [`ferrite::sim`](crate::sim), the simulator's machines and reports, re-exported;
+//! - `weights.rs`: [`load`](crate::load) and [`save`](crate::save): `.fg` files with a
+//!   safetensors weights file beside them (the only place that reads one);
 //! - `error.rs`: [`Error`](crate::Error).
 
 pub mod builder;
@@ -21,3 +23,4 @@ mod ndarray;
 pub mod ops;
 pub mod profile;
 pub mod sim;
+pub mod weights;

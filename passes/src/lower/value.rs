@@ -359,7 +359,7 @@ impl KernelBuilder<'_> {
         let node = g.node(v);
         match self.plan.role[v.index()] {
             Role::Dead => Err(bug(format!("%{} is dead", v.0))),
-            Role::Param(_) => self.load(v, coords, guard),
+            Role::Param(_) | Role::Constant(_) => self.load(v, coords, guard),
             Role::Scheduled(s) if !self.in_group[s] => self.load(v, coords, guard),
             Role::Literal => {
                 let Op::Literal { value } = node.op else {
@@ -640,8 +640,8 @@ impl KernelBuilder<'_> {
                     Ok(self.push(*dtype, ExprOp::Binary(BinaryOp::Add, m, o)))
                 }
             }
-            Op::Param { .. } | Op::Literal { .. } => Err(bug(format!(
-                "%{} is a parameter or literal, not computed",
+            Op::Param { .. } | Op::Literal { .. } | Op::Constant(_) => Err(bug(format!(
+                "%{} is a parameter, literal or constant, not computed",
                 v.0
             ))),
             other => Err(Error::InvalidGraph(format!(
