@@ -70,13 +70,13 @@ fn a_good_weights_file_runs_and_bad_ones_are_located_errors() {
         (
             "w.safetensors",
             "constant(name=\"w\", dtype=i64)",
-            "3:25",
+            "3:26",
             "is declared i64",
         ),
         (
             "w.safetensors",
             "constant(name=\"w\", shape=[4])",
-            "3:25",
+            "3:26",
             "declared with shape [4]",
         ),
         (
