@@ -48,8 +48,8 @@ fn constants_feed_reductions_and_index_select_tables() {
     let table = g.constant("table", &t(&[10, 8], 4));
     let scale = g.constant("scale", &t(&[8], 5));
     let e = table.index_select(0, &ids) * &scale;
-    g.output(&e.sum(&[1], false));
-    g.output(&table.max(&[0], true));
+    g.output(&e.sum([1], false));
+    g.output(&table.max([0], true));
     let ids = Tensor::from_vec(&[6], vec![0i64, 3, 9, 3, 1, 7]).unwrap();
     check_everywhere(&g, &[&ids]);
 }

@@ -481,6 +481,7 @@ mod tests {
             inputs: vec![BufferId(0)],
             outputs: vec![BufferId(1)],
             kernels: vec![k],
+            constants: vec![],
         }
     }
 
