@@ -111,6 +111,7 @@ fn normalize(stash: bool) -> Program {
         inputs: vec![BufferId(0)],
         outputs: vec![BufferId(1)],
         kernels: vec![k],
+        constants: vec![],
     }
 }
 
@@ -213,6 +214,7 @@ fn update(index: IndexExpr) -> Program {
         inputs: vec![BufferId(0)],
         outputs: vec![BufferId(1)],
         kernels,
+        constants: vec![],
     }
 }
 

@@ -343,6 +343,42 @@ impl Graph {
         }
     }
 
+    /// A constant tensor (a weight) baked into the graph under `name`: it is no input
+    /// (`run` does not take it), the compiled program owns it, and [`save`](crate::save)
+    /// writes it to the weights file as tensor `name`. The data is shared, not copied,
+    /// when the graph is compiled. A `name` that is a valid value name also names the
+    /// value in `.fg` text; a repeated one is a build error.
+    ///
+    /// ```
+    /// let g = ferrite::Graph::new("affine");
+    /// let x = g.input("x", ferrite::f32(&[2]));
+    /// let w = g.constant("w", &ferrite::Tensor::from_vec(&[2], vec![2.0f32, 3.0])?);
+    /// g.output(&(x * &w));
+    /// let exe = ferrite::compile(&g, &ferrite::Options::default())?;
+    /// let out = exe.run(&[&ferrite::Tensor::from_vec(&[2], vec![1.0f32, 1.0])?])?;
+    /// assert_eq!(out[0].as_slice::<f32>(), Some(&[2.0, 3.0][..]));
+    /// # Ok::<(), ferrite::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn constant(&self, name: &str, tensor: &crate::Tensor) -> Var {
+        let location = Location::caller();
+        let mut st = lock(&self.state);
+        let constant = ferrite_ir::Constant::named(name, tensor.as_ir().clone());
+        let value_name = ferrite_ir::is_valid_name(name).then(|| name.to_string());
+        match st.graph.add_constant(constant, value_name) {
+            Ok(id) => self.handle(Some(id)),
+            Err(e) => {
+                st.fail(Error::Build {
+                    op: "constant".into(),
+                    operands: vec![tensor.ty().clone()],
+                    message: format!("`{name}`: {e}"),
+                    location: location_text(location),
+                });
+                self.handle(None)
+            }
+        }
+    }
+
     /// A rank-0 constant: `f32` for floats, `i64` for integers, `bool` for bools.
     /// (Next to a tensor, prefer the scalar itself, `x * 2.0`, which takes the tensor's dtype.)
     #[track_caller]

@@ -99,6 +99,11 @@ pub enum Error {
         /// What is wrong with them.
         message: String,
     },
+    /// `.fg` text (or its weights file) with a mistake: the rendered, located diagnostic.
+    Parse {
+        /// `file:line:col: error: ...` with the line and a caret.
+        message: String,
+    },
     /// Reading or writing a file failed.
     Io {
         /// The file or directory.
@@ -216,6 +221,7 @@ impl Error {
             | Error::Data { .. }
             | Error::Npy { .. }
             | Error::Io { .. }
+            | Error::Parse { .. }
             | Error::Preset { .. }
             | Error::NotClose(_)
             | Error::UnknownTarget { .. }
@@ -301,6 +307,7 @@ impl fmt::Display for Error {
             Error::Data { message } => write!(f, "invalid tensor data: {message}"),
             Error::Npy { message } => write!(f, "invalid .npy data: {message}"),
             Error::Io { path, message } => write!(f, "{}: {message}", path.display()),
+            Error::Parse { message } => f.write_str(message),
             Error::Preset { path, error } => write!(f, "`{}`: {error}", path.display()),
             Error::NotClose(m) => write!(f, "tensors differ: {m}"),
             Error::UnknownTarget { name } => write!(

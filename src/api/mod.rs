@@ -14,6 +14,8 @@
 //! - `files.rs`: [`ferrite::files`](crate::files), every file read, bounded;
 //! - `memory.rs`: [`ferrite::memory`](crate::memory), the memory budget of a run;
 //! - `onnx.rs`: [`ferrite::onnx`](crate::onnx): `.onnx` files in, external data read inside the model's folder;
+//! - `weights.rs`: [`load`](crate::load) and [`save`](crate::save): `.fg` files with a
+//!   safetensors weights file beside them (the only place that reads one);
 //! - `error.rs`: [`Error`](crate::Error).
 
 pub mod builder;
@@ -30,3 +32,4 @@ pub mod onnx;
 pub mod ops;
 pub mod profile;
 pub mod sim;
+pub mod weights;

@@ -247,8 +247,11 @@ pub fn read_npy(
 pub fn load_graph(path: &Path, limit: &TextLimit) -> Result<(Graph, Vec<u8>), CliError> {
     let bytes = read_file(path, limit)?;
     let name = path.display().to_string();
-    let graph =
-        ferrite::parse_bytes(&name, &bytes).map_err(|d| CliError::Rendered(d.to_string()))?;
+    // The weights file, if the graph names one, is read from the graph's folder.
+    let graph = ferrite::api::weights::parse_file(path, &bytes).map_err(|e| match e {
+        ferrite::Error::Parse { message } => CliError::Rendered(message),
+        e => e.into(),
+    })?;
     ferrite::verify(&graph).map_err(|e| {
         CliError::Internal(format!(
             "`{name}` parsed into a graph the verifier rejects: {e}"

@@ -53,6 +53,16 @@ pub fn evaluate(p: &Program, inputs: &[Tensor]) -> crate::Result<Vec<Tensor>> {
         }
         memory[b.index()] = Some(values);
     }
+    for b in &p.buffers {
+        if let super::BufferKind::Constant(c) = b.kind {
+            // `verify` checked that the constant exists and has the buffer's type.
+            let constant = p
+                .constants
+                .get(c)
+                .ok_or_else(|| Error::internal(format!("{} has no constant", b.id)))?;
+            memory[b.id.index()] = Some(tensor_values(constant.tensor()));
+        }
+    }
     for k in &p.kernels {
         run_kernel(p, k, &mut memory)
             .map_err(|e| Error::Eval(format!("kernel {}: {e}", k.name)))?;

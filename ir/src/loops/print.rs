@@ -46,8 +46,18 @@ impl fmt::Display for Program {
                 BufferKind::Output(i) => format!("output {i}"),
                 BufferKind::Intermediate => "intermediate".to_string(),
                 BufferKind::Scratch => "scratch".to_string(),
+                BufferKind::Constant(i) => format!("constant {i}"),
             };
-            writeln!(f, "  {}: {}  {role} `{}`", b.id, b.ty, b.name)?;
+            write!(f, "  {}: {}  {role} `{}`", b.id, b.ty, b.name)?;
+            // The data is not printed (weights are large); its fingerprint tells
+            // constants apart in a dump.
+            match b.kind {
+                BufferKind::Constant(i) => match self.constants.get(i) {
+                    Some(c) => writeln!(f, "  # {:016x}", c.fingerprint())?,
+                    None => writeln!(f, "  # missing")?,
+                },
+                _ => writeln!(f)?,
+            }
         }
         for k in &self.kernels {
             writeln!(f)?;

@@ -13,6 +13,10 @@ pub enum BufferKind {
     Input(usize),
     /// Holds graph output number `.0`; written by exactly one kernel.
     Output(usize),
+    /// Holds [`Program::constants`]`[.0]`, a constant tensor of the graph (a weight):
+    /// read-only like an input, but bound when the program is built rather than passed
+    /// in. The memory plan does not place it; a backend keeps it with the program.
+    Constant(usize),
     /// A temporary written by one kernel and read by later ones; the memory plan places it.
     Intermediate,
     /// Private to each outer point of the one kernel that writes and reads it: values an
@@ -382,6 +386,9 @@ pub struct Program {
     pub outputs: Vec<BufferId>,
     /// The kernels in execution order.
     pub kernels: Vec<Kernel>,
+    /// The constant tensors that [`BufferKind::Constant`] buffers hold, shared with the
+    /// graph (never copied).
+    pub constants: Vec<crate::Constant>,
 }
 
 impl Program {

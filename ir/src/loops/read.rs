@@ -1365,6 +1365,7 @@ fn read(text: &str) -> R<(Program, Vec<usize>)> {
         inputs,
         outputs,
         kernels,
+        constants: Vec::new(),
     };
     Ok((program, headers))
 }
@@ -1385,6 +1386,11 @@ fn buffer_line(line: &Line, index: usize) -> R<Buffer> {
         "output" => BufferKind::Output(c.usize("an output number")?),
         "intermediate" => BufferKind::Intermediate,
         "scratch" => BufferKind::Scratch,
+        // The printer leaves a constant's data out, so text cannot rebuild it.
+        "constant" => return err(
+            at,
+            "a constant buffer cannot be read from text: the printed program leaves its data out",
+        ),
         other => {
             return err(
                 at,

@@ -46,6 +46,22 @@ impl Program {
                 _ => return Err(format!("output {i} is {b}, which is not output buffer {i}")),
             }
         }
+        for b in &self.buffers {
+            if let BufferKind::Constant(c) = b.kind {
+                match self.constants.get(c) {
+                    Some(k) if k.ty() == &b.ty => {}
+                    Some(k) => {
+                        return Err(format!(
+                            "{} is {} but constant {c} is {}",
+                            b.id,
+                            b.ty,
+                            k.ty()
+                        ))
+                    }
+                    None => return Err(format!("{} holds constant {c}, which is missing", b.id)),
+                }
+            }
+        }
         // writer[b] = kernel index that writes buffer b.
         let mut writer: Vec<Option<usize>> = vec![None; self.buffers.len()];
         for (ki, k) in self.kernels.iter().enumerate() {
@@ -62,7 +78,7 @@ impl Program {
                     None if kind == BufferKind::Scratch
                         && k.writes.iter().any(|w| w.buffer == r.buffer) => {}
                     Some(w) if w < ki && kind != BufferKind::Scratch => {}
-                    None if matches!(kind, BufferKind::Input(_)) => {}
+                    None if matches!(kind, BufferKind::Input(_) | BufferKind::Constant(_)) => {}
                     _ => {
                         return Err(format!(
                             "kernel {} reads {} before any earlier kernel writes it",
@@ -75,6 +91,9 @@ impl Program {
                 let b = &self.buffers[w.buffer.index()];
                 if matches!(b.kind, BufferKind::Input(_)) {
                     return Err(format!("kernel {} writes input buffer {}", k.name, b.id));
+                }
+                if matches!(b.kind, BufferKind::Constant(_)) {
+                    return Err(format!("kernel {} writes constant buffer {}", k.name, b.id));
                 }
                 if let Some(prev) = writer[w.buffer.index()] {
                     if b.kind == BufferKind::Scratch || !updates_in_place(k, b.id) {
@@ -462,6 +481,7 @@ mod tests {
             inputs: vec![BufferId(0)],
             outputs: vec![BufferId(1)],
             kernels: vec![k],
+            constants: vec![],
         }
     }
 

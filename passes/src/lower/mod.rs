@@ -87,6 +87,7 @@ pub fn assemble(plan: &Plan, groups: &[Vec<usize>]) -> Result<Program> {
         inputs,
         outputs,
         kernels,
+        constants: layout.constants,
     };
     p.verify()
         .map_err(|e| Error::Internal(format!("lowered program is invalid: {e}")))?;

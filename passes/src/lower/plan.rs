@@ -16,6 +16,9 @@ pub enum Role {
     Dead,
     /// Graph parameter `.0`: loaded from its input buffer.
     Param(usize),
+    /// Constant `.0` of the program (numbered in node order among live constants):
+    /// loaded from its read-only constant buffer, like a parameter bound at compile time.
+    Constant(usize),
     /// A literal: a constant in the consumer's expression.
     Literal,
     /// A movement op inlined as index arithmetic into each consumer.
@@ -70,6 +73,7 @@ impl<'g> Plan<'g> {
                 _ if !live[i] => Role::Dead,
                 Op::Param { index } => Role::Param(index),
                 Op::Literal { .. } => Role::Literal,
+                Op::Constant(_) => Role::Constant(0),
                 _ => Role::Scheduled(0),
             })
             .collect();
@@ -93,6 +97,7 @@ impl<'g> Plan<'g> {
                 _ if !live[i] => Role::Dead,
                 Op::Param { index } => Role::Param(index),
                 Op::Literal { .. } => Role::Literal,
+                Op::Constant(_) => Role::Constant(0),
                 Op::Full { .. } | Op::Arange { .. } => Role::Inline,
                 _ if n.op.is_movement() => Role::View,
                 _ if n.op.is_elementwise() && inline_operands => Role::Inline,
@@ -124,10 +129,18 @@ impl<'g> Plan<'g> {
     /// numbers in `roles` are recomputed).
     fn with_roles(g: &'g Graph, mut role: Vec<Role>) -> Plan<'g> {
         let mut snodes = Vec::new();
+        let mut constants = 0;
         for (i, r) in role.iter_mut().enumerate() {
-            if let Role::Scheduled(s) = r {
-                *s = snodes.len();
-                snodes.push(SNode::Value(ValueId(i as u32)));
+            match r {
+                Role::Scheduled(s) => {
+                    *s = snodes.len();
+                    snodes.push(SNode::Value(ValueId(i as u32)));
+                }
+                Role::Constant(c) => {
+                    *c = constants;
+                    constants += 1;
+                }
+                _ => {}
             }
         }
         let mut output_of = vec![None; g.nodes.len()];
@@ -145,7 +158,9 @@ impl<'g> Plan<'g> {
         let mut sources: Vec<Vec<ValueId>> = vec![Vec::new(); g.nodes.len()];
         for (i, n) in g.nodes.iter().enumerate() {
             sources[i] = match role[i] {
-                Role::Param(_) | Role::Scheduled(_) => vec![ValueId(i as u32)],
+                Role::Param(_) | Role::Constant(_) | Role::Scheduled(_) => {
+                    vec![ValueId(i as u32)]
+                }
                 Role::View | Role::Inline => {
                     let mut s: Vec<ValueId> = n
                         .inputs
@@ -240,6 +255,8 @@ pub struct Layout {
     pub of_value: Vec<Option<BufferId>>,
     /// The buffer of each graph output position.
     pub of_output: Vec<Option<BufferId>>,
+    /// The constant tensors, by the number of their [`Role::Constant`].
+    pub constants: Vec<ferrite_ir::Constant>,
 }
 
 impl Layout {
@@ -249,10 +266,20 @@ impl Layout {
             buffers: Vec::new(),
             of_value: vec![None; g.nodes.len()],
             of_output: vec![None; g.outputs.len()],
+            constants: Vec::new(),
         };
         for (i, &p) in g.params.iter().enumerate() {
             let id = l.push(g.ty(p).clone(), BufferKind::Input(i), value_name(g, p));
             l.of_value[p.index()] = Some(id);
+        }
+        for (i, r) in plan.role.iter().enumerate() {
+            let (Role::Constant(c), Op::Constant(k)) = (r, &g.nodes[i].op) else {
+                continue;
+            };
+            let v = ValueId(i as u32);
+            let id = l.push(g.ty(v).clone(), BufferKind::Constant(*c), value_name(g, v));
+            l.of_value[i] = Some(id);
+            l.constants.push(k.clone());
         }
         l
     }

@@ -372,14 +372,14 @@ impl KernelBuilder<'_> {
         ) && match role {
             Role::Scheduled(s) => self.in_group.binary_search(&s).is_ok(),
             Role::View | Role::Inline => true,
-            Role::Dead | Role::Param(_) | Role::Literal => false,
+            Role::Dead | Role::Param(_) | Role::Constant(_) | Role::Literal => false,
         };
         if node.ty.numel() == 0 && role != Role::Dead && !own_accumulator {
             return Ok(self.constant(Value::zero(node.ty.dtype), node.ty.dtype));
         }
         match role {
             Role::Dead => Err(bug(format!("%{} is dead", v.0))),
-            Role::Param(_) => self.load(v, coords, guard),
+            Role::Param(_) | Role::Constant(_) => self.load(v, coords, guard),
             Role::Scheduled(s) if self.in_group.binary_search(&s).is_err() => {
                 self.load(v, coords, guard)
             }
@@ -675,8 +675,8 @@ impl KernelBuilder<'_> {
                     Ok(self.push(*dtype, ExprOp::Binary(BinaryOp::Add, m, o)))
                 }
             }
-            Op::Param { .. } | Op::Literal { .. } => Err(bug(format!(
-                "%{} is a parameter or literal, not computed",
+            Op::Param { .. } | Op::Literal { .. } | Op::Constant(_) => Err(bug(format!(
+                "%{} is a parameter, literal or constant, not computed",
                 v.0
             ))),
             other => Err(Error::InvalidGraph(format!(

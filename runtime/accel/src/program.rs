@@ -75,6 +75,8 @@ pub struct SimProgram {
     outputs: Vec<BufferId>,
     /// Per loop-IR kernel, in order: its tile kernel, or `None` when it has no work.
     launches: Vec<Option<TileLaunch>>,
+    /// The constant tensors of the program's constant buffers, shared with the graph.
+    constants: Vec<ferrite_ir::Constant>,
 }
 
 impl SimProgram {
@@ -110,6 +112,7 @@ impl SimProgram {
             inputs: program.inputs.clone(),
             outputs: program.outputs.clone(),
             launches,
+            constants: program.constants.clone(),
         })
     }
 
@@ -151,6 +154,7 @@ impl SimProgram {
         for b in &self.buffers {
             let role = match b.kind {
                 BufferKind::Input(i) => format!("input {i}"),
+                BufferKind::Constant(i) => format!("constant {i}"),
                 BufferKind::Output(i) => format!("output {i}"),
                 BufferKind::Intermediate => match b.live {
                     Some((w, r)) => format!("intermediate, live k{w}..k{r}"),
@@ -206,6 +210,16 @@ impl SimProgram {
                 )));
             }
             ids[b.index()] = Some(dev.upload(&plan.device_name, t, plan.placement)?);
+        }
+        // Constants are in device memory when the program is loaded, before any launch.
+        for plan in &self.buffers {
+            if let BufferKind::Constant(c) = plan.kind {
+                let constant = self.constants.get(c).ok_or_else(|| {
+                    Error::internal(format!("{} holds constant {c}, which is missing", plan.id))
+                })?;
+                ids[plan.id.index()] =
+                    Some(dev.upload(&plan.device_name, constant.tensor(), plan.placement)?);
+            }
         }
         for &b in &self.outputs {
             let plan = &self.buffers[b.index()];

@@ -474,6 +474,13 @@ impl CpuProgram {
             .ok_or_else(|| Error::internal(format!("{b} does not exist")))?;
         Ok(match buf.kind {
             BufferKind::Input(i) => data_addr(&inputs[i].data),
+            // Owned by the program (shared with the graph); kernels only read it.
+            BufferKind::Constant(c) => {
+                let constant = self.program.constants.get(c).ok_or_else(|| {
+                    Error::internal(format!("{b} holds constant {c}, which is missing"))
+                })?;
+                data_addr(&constant.tensor().data)
+            }
             BufferKind::Output(o) => data_addr_mut(&mut outputs[o].data),
             BufferKind::Intermediate => {
                 let slot = self.slot_of[b.index()]
@@ -597,7 +604,7 @@ impl CpuProgram {
                     .ok_or_else(|| Error::internal("the product has no storage"))?;
                 std::mem::replace(&mut storage[slot], Data::F32(Vec::new()))
             }
-            BufferKind::Input(_) | BufferKind::Scratch => {
+            BufferKind::Input(_) | BufferKind::Constant(_) | BufferKind::Scratch => {
                 return Err(Error::internal(format!(
                     "a GEMM cannot write {}",
                     plan.product
@@ -612,6 +619,15 @@ impl CpuProgram {
                     .ok_or_else(|| Error::internal(format!("{b} does not exist")))?;
                 Ok(match buf.kind {
                     BufferKind::Input(i) => &inputs[i].data,
+                    BufferKind::Constant(c) => {
+                        &self
+                            .program
+                            .constants
+                            .get(c)
+                            .ok_or_else(|| Error::internal(format!("{b} has no constant")))?
+                            .tensor()
+                            .data
+                    }
                     BufferKind::Output(o) => &outputs[o].data,
                     BufferKind::Intermediate | BufferKind::Scratch => {
                         &storage[self.slot_of[b.index()]

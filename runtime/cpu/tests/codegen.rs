@@ -45,7 +45,7 @@ fn program(name: &str, buffers: Vec<Buffer>, mut kernels: Vec<Kernel>) -> Progra
         match b.kind {
             BufferKind::Input(i) => inputs.push((i, b.id)),
             BufferKind::Output(o) => outputs.push((o, b.id)),
-            BufferKind::Intermediate | BufferKind::Scratch => {}
+            BufferKind::Intermediate | BufferKind::Scratch | BufferKind::Constant(_) => {}
         }
     }
     inputs.sort();
@@ -56,6 +56,7 @@ fn program(name: &str, buffers: Vec<Buffer>, mut kernels: Vec<Kernel>) -> Progra
         inputs: inputs.into_iter().map(|x| x.1).collect(),
         outputs: outputs.into_iter().map(|x| x.1).collect(),
         kernels,
+        constants: vec![],
     };
     p.verify().unwrap();
     p

@@ -137,6 +137,7 @@ fn finish(
         inputs,
         outputs,
         kernels,
+        constants: vec![],
     };
     p.verify().unwrap();
     p

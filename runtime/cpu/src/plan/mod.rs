@@ -197,6 +197,7 @@ pub fn plan_kernel(
             inputs: vec![],
             outputs: vec![],
             kernels: vec![kernel.clone()],
+            constants: vec![],
         },
         kernels: vec![KernelPlan {
             source: 0,
