@@ -541,9 +541,31 @@ fn maximum_minimum_propagate_nan() {
                 "max/min({x}, {y}) must be NaN"
             );
         } else if x == y {
-            // Equal (including -0 vs +0): the second operand, as documented.
-            assert_eq!(max[i].to_bits(), y.to_bits());
-            assert_eq!(min[i].to_bits(), y.to_bits());
+            // Equal: IEEE 754-2019 orders -0 below +0, so the maximum is -0 only when both
+            // are, and the minimum +0 only when both are.
+            let (pos, neg) = (x.abs(), -x.abs());
+            let any_pos = x.is_sign_positive() || y.is_sign_positive();
+            let any_neg = x.is_sign_negative() || y.is_sign_negative();
+            let want_max = if x == 0.0 {
+                if any_pos {
+                    pos
+                } else {
+                    neg
+                }
+            } else {
+                x
+            };
+            let want_min = if x == 0.0 {
+                if any_neg {
+                    neg
+                } else {
+                    pos
+                }
+            } else {
+                x
+            };
+            assert_eq!(max[i].to_bits(), want_max.to_bits(), "max({x}, {y})");
+            assert_eq!(min[i].to_bits(), want_min.to_bits(), "min({x}, {y})");
         } else {
             assert_eq!(max[i], x.max(y), "max({x}, {y})");
             assert_eq!(min[i], x.min(y), "min({x}, {y})");

@@ -50,7 +50,18 @@ fn expected(x: f32, y: f32, max: bool) -> f32 {
         return f32::NAN;
     }
     if x == y {
-        return y;
+        // IEEE 754-2019 maximum/minimum order -0 below +0; equal nonzero values are one value.
+        if x != 0.0 {
+            return x;
+        }
+        let both_neg = x.is_sign_negative() && y.is_sign_negative();
+        let both_pos = x.is_sign_positive() && y.is_sign_positive();
+        return match (max, both_neg, both_pos) {
+            (true, true, _) => -0.0,
+            (true, false, _) => 0.0,
+            (false, _, true) => 0.0,
+            (false, _, false) => -0.0,
+        };
     }
     if (x > y) == max {
         x
