@@ -2,7 +2,7 @@
 //!
 //! The import itself is `ferrite-onnx`'s (no I/O); this module reads the files. A
 //! model is untrusted input: the model file and every external-data file are read
-//! with a size check before the read ([`read_bounded`]), and an external-data
+//! with a size check before the read ([`read_bounded`](super::files::read_bounded)), and an external-data
 //! `location` resolves only to a regular file inside the model's folder: no
 //! absolute path, no `..`, no symbolic link that leads out (the path-traversal class
 //! of CVE-2022-25882 and CVE-2024-27318, and the symlink variant CVE-2026-27489).
@@ -14,9 +14,8 @@
 //! ```
 
 use super::error::{Error, Result};
+use super::files::{read_bounded, InputFile};
 use super::host::Tensor;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// The importer's error, carried by [`Error::Onnx`].
@@ -38,7 +37,7 @@ pub fn load(path: impl AsRef<Path>) -> Result<Model> {
 /// Loads a `.onnx` file; external data is read from the model's folder.
 pub fn load_with(path: impl AsRef<Path>, options: &Options) -> Result<Model> {
     let path = path.as_ref();
-    let bytes = read_bounded(path, MAX_MODEL_BYTES)?;
+    let bytes = read_bounded(path, MAX_MODEL_BYTES, "a smaller model")?;
     let folder = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -63,38 +62,12 @@ pub fn from_bytes(bytes: &[u8], options: &Options) -> Result<Model> {
 /// Reads a serialized ONNX `TensorProto` (`input_0.pb` of the ONNX node tests).
 pub fn read_tensor(path: impl AsRef<Path>) -> Result<Tensor> {
     let path = path.as_ref();
-    let bytes = read_bounded(path, MAX_TENSOR_BYTES)?;
+    let bytes = read_bounded(path, MAX_TENSOR_BYTES, "a smaller tensor file")?;
     let t = ferrite_onnx::decode_tensor(&bytes).map_err(|error| Error::Onnx {
         path: Some(path.to_path_buf()),
         error: Box::new(error),
     })?;
     Tensor::try_from(t)
-}
-
-/// Reads a whole file of at most `limit` bytes: the size is checked before anything
-/// is allocated, and the read stops at the limit should the file grow meanwhile.
-pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
-    let io = |e: std::io::Error| Error::Io {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    };
-    let file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    if len > limit {
-        return Err(Error::Io {
-            path: path.to_path_buf(),
-            message: format!("the file has {len} bytes, more than the limit of {limit}"),
-        });
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
-    if bytes.len() as u64 > limit {
-        return Err(Error::Io {
-            path: path.to_path_buf(),
-            message: format!("the file grew past the limit of {limit} bytes while being read"),
-        });
-    }
-    Ok(bytes)
 }
 
 /// External data read from inside one folder.
@@ -130,18 +103,15 @@ impl ferrite_onnx::ExternalData for Folder {
         if !real.starts_with(&self.root) {
             return Err(format!("`{location}` leads outside the model's folder"));
         }
-        let mut file = File::open(&real).map_err(|e| format!("cannot open `{location}`: {e}"))?;
-        let meta = file.metadata().map_err(|e| format!("`{location}`: {e}"))?;
-        if !meta.is_file() {
-            return Err(format!("`{location}` is not a regular file"));
-        }
+        // Stat first: a FIFO or device is refused before it is opened (it could block).
+        let mut file = InputFile::open(&real).map_err(|e| format!("`{location}`: {e}"))?;
+        let len = file.len();
         let end = offset
             .checked_add(length)
             .ok_or_else(|| format!("offset {offset} + length {length} overflows"))?;
-        if end > meta.len() {
+        if end > len {
             return Err(format!(
-                "bytes {offset}..{end} are asked for, but `{location}` has {} bytes",
-                meta.len()
+                "bytes {offset}..{end} are asked for, but `{location}` has {len} bytes"
             ));
         }
         if self.read + length > MAX_EXTERNAL_BYTES {
@@ -150,11 +120,7 @@ impl ferrite_onnx::ExternalData for Folder {
             ));
         }
         self.read += length;
-        file.seek(SeekFrom::Start(offset))
-            .map_err(|e| format!("`{location}`: {e}"))?;
-        let mut bytes = vec![0; length as usize];
-        file.read_exact(&mut bytes)
-            .map_err(|e| format!("`{location}`: {e}"))?;
-        Ok(bytes)
+        file.read_range(offset, length)
+            .map_err(|e| format!("`{location}`: {e}"))
     }
 }
