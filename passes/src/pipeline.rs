@@ -5,6 +5,9 @@
 //! decompose  ->  optimize (egg)  ->  schedule (fuse + memory plan)
 //! ```
 //!
+//! The texts are made only when [`PipelineOptions::texts`] asks for them (a dump): printing
+//! a model's graph with its constants costs more than optimizing it.
+//!
 //! Parsing happens before (in the facade, which owns I/O) and code generation after
 //! (in `ferrite-cpu` and `ferrite-accel`); both append their own [`StageRecord`]s so that a dump
 //! directory lists every stage in pipeline order.
@@ -23,6 +26,8 @@ pub struct PipelineOptions {
     pub optimize: OptimizeConfig,
     /// Fusion on or off, and the fusion size cap.
     pub schedule: ScheduleOptions,
+    /// Whether each stage's text is made (for `--dump`); off, [`StageRecord::text`] is empty.
+    pub texts: bool,
 }
 
 /// One stage of a compile: its name, how long it took and what it produced, as text.
@@ -34,7 +39,7 @@ pub struct StageRecord {
     pub time: Duration,
     /// File name for `--dump DIR` (numbered in pipeline order by the writer).
     pub file: &'static str,
-    /// The stage's output as text.
+    /// The stage's output as text; empty unless [`PipelineOptions::texts`] was set.
     pub text: String,
 }
 
@@ -64,6 +69,7 @@ impl Lowered {
 /// fails the check is the stage's bug.
 fn stage<T, E: std::fmt::Display>(
     stages: &mut Vec<StageRecord>,
+    texts: bool,
     name: &'static str,
     file: &'static str,
     f: impl FnOnce() -> Result<T>,
@@ -78,7 +84,7 @@ fn stage<T, E: std::fmt::Display>(
         name,
         time,
         file,
-        text: text(&out),
+        text: if texts { text(&out) } else { String::new() },
     });
     Ok(out)
 }
@@ -89,6 +95,7 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered> {
     let mut stages = Vec::new();
     let decomposed = stage(
         &mut stages,
+        opts.texts,
         "decompose",
         "decomposed.fg",
         || decompose(g),
@@ -97,6 +104,7 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered> {
     )?;
     let (optimized, optimize_report) = stage(
         &mut stages,
+        opts.texts,
         "optimize",
         "optimized.fg",
         || optimize(&decomposed, &opts.optimize),
@@ -113,6 +121,7 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered> {
     )?;
     let scheduled = stage(
         &mut stages,
+        opts.texts,
         "schedule",
         "kernels.loop",
         || schedule(&optimized, &opts.schedule),
@@ -134,7 +143,11 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered> {
         name: "memory plan",
         time: Duration::ZERO,
         file: "memory.txt",
-        text: scheduled.memory.to_string(),
+        text: if opts.texts {
+            scheduled.memory.to_string()
+        } else {
+            String::new()
+        },
     });
     Ok(Lowered {
         decomposed,

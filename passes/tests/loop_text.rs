@@ -70,8 +70,12 @@ fn examples_round_trip() {
 fn kernel_dumps_read_back() {
     // What `ferrite compile --dump` writes as `03-kernels.loop`, comments included.
     for name in example_names() {
-        let lowered = lower_graph(&example_graph(&name), &PipelineOptions::default())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let texts = PipelineOptions {
+            texts: true,
+            ..PipelineOptions::default()
+        };
+        let lowered =
+            lower_graph(&example_graph(&name), &texts).unwrap_or_else(|e| panic!("{name}: {e}"));
         let dump = lowered
             .stages
             .iter()

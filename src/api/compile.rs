@@ -216,6 +216,7 @@ impl Options {
         let mut p = PipelineOptions::default();
         p.optimize.enabled = self.optimize;
         p.schedule.fuse = self.fuse;
+        p.texts = self.dump.is_some();
         p
     }
 }
