@@ -29,9 +29,7 @@ fn value(name: &str, elem: i32, dims: &[usize]) -> ValueInfoProto {
                     dim: dims
                         .iter()
                         .map(|&d| tensor_shape_proto::Dimension {
-                            value: Some(tensor_shape_proto::dimension::Value::DimValue(
-                                d as i64,
-                            )),
+                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d as i64)),
                             ..Default::default()
                         })
                         .collect(),
@@ -226,7 +224,10 @@ fn rotary_embedding_runs_on_every_target() {
                 "RotaryEmbedding",
                 &["x", "cos", "sin", "pos"],
                 &["y"],
-                vec![int("interleaved", interleaved), int("rotary_embedding_dim", 4)],
+                vec![
+                    int("interleaved", interleaved),
+                    int("rotary_embedding_dim", 4),
+                ],
             )],
             vec![
                 value("x", F32, &[2, 2, 3, 8]),

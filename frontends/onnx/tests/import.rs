@@ -450,8 +450,15 @@ fn attention_decomposes_into_matmuls_and_a_softmax() {
     let m = attention(4, 2, vec![int_attr("is_causal", 1)]).unwrap();
     let ops: Vec<&str> = m.graph.nodes.iter().map(|n| n.op.name()).collect();
     assert_eq!(ops.iter().filter(|o| **o == "matmul").count(), 2, "{ops:?}");
-    assert_eq!(ops.iter().filter(|o| **o == "softmax").count(), 1, "{ops:?}");
-    assert!(ops.contains(&"where"), "the causal mask is a where: {ops:?}");
+    assert_eq!(
+        ops.iter().filter(|o| **o == "softmax").count(),
+        1,
+        "{ops:?}"
+    );
+    assert!(
+        ops.contains(&"where"),
+        "the causal mask is a where: {ops:?}"
+    );
     // Causal: the first query sees the first key only, so it gets V's first row.
     let q = Tensor::random(&TensorType::new(DType::F32, vec![1, 4, 2, 4]).unwrap(), 1);
     let k = Tensor::random(&TensorType::new(DType::F32, vec![1, 2, 3, 4]).unwrap(), 2);
@@ -472,7 +479,12 @@ fn attention_decomposes_into_matmuls_and_a_softmax() {
 #[test]
 fn attention_attributes_out_of_range_are_named_errors() {
     let cases = [
-        (4, 2, vec![int_attr("is_causal", 2)], "`is_causal` must be 0 or 1"),
+        (
+            4,
+            2,
+            vec![int_attr("is_causal", 2)],
+            "`is_causal` must be 0 or 1",
+        ),
         (
             4,
             2,
@@ -480,8 +492,18 @@ fn attention_attributes_out_of_range_are_named_errors() {
             "`qk_matmul_output_mode` must be 0, 1, 2 or 3",
         ),
         (3, 2, vec![], "3 heads are not a multiple of K's and V's 2"),
-        (4, 2, vec![int_attr("q_num_heads", 3)], "`q_num_heads` does not match"),
-        (4, 2, vec![int_attr("kv_num_heads", 0)], "`kv_num_heads` must be positive"),
+        (
+            4,
+            2,
+            vec![int_attr("q_num_heads", 3)],
+            "`q_num_heads` does not match",
+        ),
+        (
+            4,
+            2,
+            vec![int_attr("kv_num_heads", 0)],
+            "`kv_num_heads` must be positive",
+        ),
     ];
     for (hq, hk, attrs, want) in cases {
         let e = attention(hq, hk, attrs).unwrap_err();
@@ -573,11 +595,18 @@ fn layout_and_indexing_ops_name_bad_attributes() {
     let mut s2d = node("SpaceToDepth", &["x"], &["y"]);
     s2d.attribute = vec![int_attr("blocksize", -1)];
     let e = one_node(13, s2d, &[("x", &[1, 1, 2, 2])], vec![]).unwrap_err();
-    assert!(e.to_string().contains("`blocksize` must be positive"), "{e}");
+    assert!(
+        e.to_string().contains("`blocksize` must be positive"),
+        "{e}"
+    );
     let mut lrn = node("LRN", &["x"], &["y"]);
     lrn.attribute = vec![];
     let e = one_node(13, lrn, &[("x", &[1, 3, 2, 2])], vec![]).unwrap_err();
-    assert!(e.to_string().contains("(LRN, opset 13): attribute `size` is required"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("(LRN, opset 13): attribute `size` is required"),
+        "{e}"
+    );
     let mut oh = node("OneHot", &["i", "depth", "values"], &["y"]);
     oh.attribute = vec![int_attr("axis", 3)];
     let e = one_node(

@@ -23,7 +23,14 @@ fn float(ctx: &Ctx, v: f64, dtype: DType) -> Val {
 }
 
 /// `x[.., start:end:step]` along `axis`.
-fn slice(ctx: &mut Ctx, x: &Val, axis: usize, start: usize, end: usize, step: usize) -> OpResult<Val> {
+fn slice(
+    ctx: &mut Ctx,
+    x: &Val,
+    axis: usize,
+    start: usize,
+    end: usize,
+    step: usize,
+) -> OpResult<Val> {
     let op = Op::Slice {
         axis: axis as i64,
         start: start as i64,
@@ -121,7 +128,13 @@ fn attention(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         invalid!("K's head size {} is not Q's {head}", sk[3]);
     }
     if sv[1] != sk[1] || sv[2] != sk[2] {
-        invalid!("V's heads and sequence ({}, {}) are not K's ({}, {})", sv[1], sv[2], sk[1], sk[2]);
+        invalid!(
+            "V's heads and sequence ({}, {}) are not K's ({}, {})",
+            sv[1],
+            sv[2],
+            sk[1],
+            sk[2]
+        );
     }
     let scale = if n.has("scale") {
         n.float("scale", 0.0)?
@@ -167,7 +180,10 @@ fn attention(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         }
         let is_bool = ctx.dtype(m) == DType::Bool;
         if !is_bool && ctx.dtype(m) != dt {
-            invalid!("attn_mask must be bool or Q's dtype {dt}, not {}", ctx.ty(m));
+            invalid!(
+                "attn_mask must be bool or Q's dtype {dt}, not {}",
+                ctx.ty(m)
+            );
         }
         let m = if last < total {
             let mut pads = vec![0; 2 * ms.len()];
@@ -197,7 +213,10 @@ fn attention(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
     }
     if let Some(len) = nonpad {
         if !matches!(ctx.dtype(len), DType::I64 | DType::I32) || ctx.shape(len) != [batch] {
-            invalid!("nonpad_kv_seqlen must be an integer vector of {batch}, not {}", ctx.ty(len));
+            invalid!(
+                "nonpad_kv_seqlen must be an integer vector of {batch}, not {}",
+                ctx.ty(len)
+            );
         }
         let len = ctx.cast(len, DType::I64)?;
         let len = ctx.reshape(&len, &[batch, 1, 1, 1])?;
@@ -271,7 +290,12 @@ fn attention(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
     } else {
         y
     };
-    Ok(vec![Some(y), Some(present_k), Some(present_v), Some(qk_out)])
+    Ok(vec![
+        Some(y),
+        Some(present_k),
+        Some(present_v),
+        Some(qk_out),
+    ])
 }
 
 /// `RotaryEmbedding`: rotates the first `rotary_embedding_dim` features of every head

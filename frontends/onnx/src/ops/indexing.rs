@@ -31,7 +31,10 @@ fn one_hot(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     }
     let depth = depth as i64;
     if ctx.shape(values) != [2] {
-        invalid!("values must hold two values [off, on], not {}", ctx.ty(values));
+        invalid!(
+            "values must hold two values [off, on], not {}",
+            ctx.ty(values)
+        );
     }
     if ctx.dtype(idx) == DType::Bool {
         invalid!("indices must be numeric, not {}", ctx.ty(idx));

@@ -9,8 +9,8 @@ mod indexing;
 mod losses;
 mod movement;
 mod nn;
-mod reduce;
 mod order;
+mod reduce;
 mod spatial;
 
 use crate::error::{invalid, unsupported, OpResult};

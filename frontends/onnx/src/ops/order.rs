@@ -110,7 +110,10 @@ fn top_k(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
     if !matches!(n.int("sorted", 1)?, 0 | 1) {
         invalid!("attribute `sorted` must be 0 or 1");
     }
-    if len.checked_mul(len).is_none_or(|sq| sq > ferrite_ir::types::MAX_ELEMENTS) {
+    if len
+        .checked_mul(len)
+        .is_none_or(|sq| sq > ferrite_ir::types::MAX_ELEMENTS)
+    {
         unsupported!("TopK over an axis of {len} is too large for the quadratic decomposition");
     }
     // x_i at axis a, x_j at axis a + 1.
@@ -123,7 +126,11 @@ fn top_k(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         // NaN is larger than every number and equal to NaN.
         let nan_i = ctx.bin(B::Ne, &xi, &xi)?;
         let nan_j = ctx.bin(B::Ne, &xj, &xj)?;
-        let (first, second) = if largest { (&nan_j, &nan_i) } else { (&nan_i, &nan_j) };
+        let (first, second) = if largest {
+            (&nan_j, &nan_i)
+        } else {
+            (&nan_i, &nan_j)
+        };
         let not_second = ctx.un(ferrite_ir::UnaryOp::Not, second)?;
         let nan_wins = ctx.bin(B::And, first, &not_second)?;
         better = ctx.bin(B::Or, &better, &nan_wins)?;

@@ -39,7 +39,10 @@ fn depth_space(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Val> {
     let (b, c, h, w) = (s[0], s[1], s[2], s[3]);
     if op == "DepthToSpace" {
         if c % (bs * bs) != 0 {
-            invalid!("{c} channels are not a multiple of blocksize^2 = {}", bs * bs);
+            invalid!(
+                "{c} channels are not a multiple of blocksize^2 = {}",
+                bs * bs
+            );
         }
         let c2 = c / (bs * bs);
         let (tmp, perm) = match n.string("mode", "DCR")?.as_str() {
@@ -67,7 +70,10 @@ fn lrn(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     let x = n.input(0)?;
     let s = ctx.shape(x);
     if s.len() < 3 {
-        invalid!("the input must have rank >= 3 ([N, C, ...]), not {}", ctx.ty(x));
+        invalid!(
+            "the input must have rank >= 3 ([N, C, ...]), not {}",
+            ctx.ty(x)
+        );
     }
     let size = match n.int("size", 0)? {
         z if z > 0 => z as usize,
