@@ -54,7 +54,7 @@ fn heads_attr(n: &NodeIn, name: &str) -> OpResult<Option<usize>> {
 /// `[B, S, heads * size]` to `[B, heads, S, size]`.
 fn split_heads(ctx: &mut Ctx, x: &Val, heads: usize, role: &str) -> OpResult<Val> {
     let s = ctx.shape(x);
-    if s[2] % heads != 0 {
+    if !s[2].is_multiple_of(heads) {
         invalid!(
             "{role}'s hidden size {} is not a multiple of its {heads} heads",
             s[2]
@@ -241,7 +241,7 @@ fn attention(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         let x = ctx.op(Op::Expand { shape }, &[&x])?;
         ctx.reshape(&x, &[s[0], hq, s[2], s[3]])
     };
-    if hq % hk != 0 {
+    if hk == 0 || !hq.is_multiple_of(hk) {
         invalid!("Q's {hq} heads are not a multiple of K's and V's {hk}");
     }
     let kr = repeat(ctx, &present_k)?;
@@ -315,7 +315,7 @@ fn rotary_embedding(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
             let Some(h) = heads_attr(n, "num_heads")? else {
                 invalid!("a 3-D input needs the attribute `num_heads`");
             };
-            if shape[2] % h != 0 {
+            if !shape[2].is_multiple_of(h) {
                 invalid!("hidden size {} is not a multiple of {h} heads", shape[2]);
             }
             ctx.reshape(x, &[shape[0], shape[1], h, shape[2] / h])?
@@ -325,7 +325,7 @@ fn rotary_embedding(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     let s4 = ctx.shape(&x4);
     let head = s4[3];
     let dim = match n.int("rotary_embedding_dim", 0)? {
-        0 if head % 2 == 0 => head,
+        0 if head.is_multiple_of(2) => head,
         0 => invalid!("the head size {head} is odd: give an even `rotary_embedding_dim`"),
         d if d > 0 && d as usize <= head && d % 2 == 0 => d as usize,
         d => invalid!(
@@ -418,7 +418,7 @@ fn group_normalization(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
         g => invalid!("attribute `num_groups` must be positive, not {g}"),
     };
     let c = shape[1];
-    if c % groups != 0 {
+    if !c.is_multiple_of(groups) {
         invalid!("{c} channels do not divide into {groups} groups");
     }
     let eps = n.float("epsilon", 1e-5)?;

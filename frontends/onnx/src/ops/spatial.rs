@@ -38,7 +38,7 @@ fn depth_space(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Val> {
     };
     let (b, c, h, w) = (s[0], s[1], s[2], s[3]);
     if op == "DepthToSpace" {
-        if c % (bs * bs) != 0 {
+        if !c.is_multiple_of(bs * bs) {
             invalid!(
                 "{c} channels are not a multiple of blocksize^2 = {}",
                 bs * bs
@@ -54,7 +54,7 @@ fn depth_space(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Val> {
         let y = ctx.permute(&y, &perm)?;
         ctx.reshape(&y, &[b, c2, h * bs, w * bs])
     } else {
-        if h % bs != 0 || w % bs != 0 {
+        if !h.is_multiple_of(bs) || !w.is_multiple_of(bs) {
             invalid!("height {h} and width {w} must be multiples of blocksize {bs}");
         }
         let y = ctx.reshape(x, &[b, c, h / bs, bs, w / bs, bs])?;
