@@ -279,7 +279,7 @@ impl Var {
         } else {
             self.cast(DType::I64)
         };
-        let terms = keep.where_(&x.unsqueeze(a as i64), zero_of(x.dtype()));
+        let terms = keep.where_(x.unsqueeze(a as i64), zero_of(x.dtype()));
         terms.sum([a as i64 + 1], false)
     }
 
