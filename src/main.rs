@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             Command::Sim(a) => cli::sim::sim(a, &mut out),
             Command::Run(a) => cli::run::run(a, &mut out, &mut err),
             Command::Profile(a) => cli::profile::profile(a, &mut out, &mut err),
+            Command::Convert(a) => cli::convert::convert(a, &mut out),
         };
         result.and_then(|()| out.flush().map_err(CliError::from))
     }));

@@ -1,5 +1,5 @@
 //! The builder's conveniences (`split`, `chunk`, `stack`, `flatten`, `tril`/`triu`,
-//! `masked_fill`, `clamp`, `var`, `linear`, `scaled_dot_product_attention`): each against
+//! `masked_fill`, `clamp`, `var`, `linear`, `scaled_dot_product_attention`, `cumsum`): each against
 //! values computed by hand here, on every target, fused and unfused; that they are built from
 //! the IR's ops (no new op); and their build errors.
 
@@ -130,6 +130,43 @@ fn tril_and_triu_keep_their_triangle_with_any_diagonal() {
     check_everywhere(&g, &[&f32s(&[2, 3, 4], &xs), &n_val], &want, 0.0);
     assert!(op_names(&g).contains(&"arange"));
     assert!(op_names(&g).contains(&"where"));
+}
+
+#[test]
+fn cumsum_sums_prefixes_and_onnx_variants_on_every_target() {
+    let g = Graph::new("cumsum");
+    let x = g.input("x", ferrite::f32(&[2, 3, 4]));
+    let n = g.input("n", ferrite::i32(&[5]));
+    g.output(&x.cumsum(1));
+    g.output(&x.cumsum_ext(-1, true, false));
+    g.output(&x.cumsum_ext(0, false, true));
+    g.output(&x.cumsum_ext(2, true, true));
+    g.output(&n.cumsum(0));
+    let xs: Vec<f64> = (0..24).map(|k| (k as f64 - 7.0) * 0.5).collect();
+    let at = |b: usize, i: usize, j: usize| xs[b * 12 + i * 4 + j];
+    let (mut rows, mut excl, mut rev0, mut rev_excl) = (vec![], vec![], vec![], vec![]);
+    for b in 0..2 {
+        for i in 0..3 {
+            for j in 0..4 {
+                rows.push((0..=i).map(|r| at(b, r, j)).sum::<f64>());
+                excl.push((0..j).map(|c| at(b, i, c)).sum::<f64>());
+                rev0.push((b..2).map(|d| at(d, i, j)).sum::<f64>());
+                rev_excl.push((j + 1..4).map(|c| at(b, i, c)).sum::<f64>());
+            }
+        }
+    }
+    let want = [
+        f32s(&[2, 3, 4], &rows),
+        f32s(&[2, 3, 4], &excl),
+        f32s(&[2, 3, 4], &rev0),
+        f32s(&[2, 3, 4], &rev_excl),
+        // Integers sum in i64, as in PyTorch.
+        Tensor::from_f64(&ferrite::i64(&[5]), &[3.0, 2.0, 6.0, 16.0, 15.0]).unwrap(),
+    ];
+    let n_val = Tensor::from_f64(&ferrite::i32(&[5]), &[3.0, -1.0, 4.0, 10.0, -1.0]).unwrap();
+    check_everywhere(&g, &[&f32s(&[2, 3, 4], &xs), &n_val], &want, 1e-6);
+    assert!(op_names(&g).contains(&"where"));
+    assert!(op_names(&g).contains(&"sum"));
 }
 
 #[test]
@@ -337,6 +374,11 @@ fn bad_arguments_are_build_errors_naming_the_convenience() {
             |_, x| drop(x.sum_all().tril(0)),
             "tril(f32[]): needs rank >= 2, not 0",
         ),
+        (
+            |_, x| drop(x.sum_all().cumsum(0)),
+            "cumsum(f32[]): needs rank >= 1",
+        ),
+        (|_, x| drop(x.cumsum(2)), "cumsum(f32[2, 3]): axis 2"),
         (
             |_, x| drop(x.clamp(None, None)),
             "clamp(f32[2, 3]): needs at least one of min and max",

@@ -230,6 +230,59 @@ impl Var {
         self.var(axes, correction, false)
     }
 
+    /// The running sum along `axis` (PyTorch's `cumsum`; an integer or bool tensor sums
+    /// in `i64`, as PyTorch does): element `i` is the sum of elements `0..=i`.
+    #[track_caller]
+    pub fn cumsum(&self, axis: i64) -> Var {
+        self.cumsum_with("cumsum", axis, false, false)
+    }
+
+    /// [`Var::cumsum`] with ONNX `CumSum`'s options: `exclusive` leaves element `i` out of
+    /// its own sum (the first sum is 0), `reverse` sums from the end (`i..` rather than
+    /// `..=i`).
+    ///
+    /// Built as a sum over a triangle: `sum_j where(j <= i, x[j], 0)`, which adds the
+    /// same terms in the same order as a sequential scan (plus zeros), so decompose,
+    /// the optimizer and fusion see a `where` and a `sum` that fuse into one kernel. The
+    /// work is quadratic in the axis's extent.
+    #[track_caller]
+    pub fn cumsum_ext(&self, axis: i64, exclusive: bool, reverse: bool) -> Var {
+        self.cumsum_with("cumsum", axis, exclusive, reverse)
+    }
+
+    #[track_caller]
+    fn cumsum_with(&self, op: &str, axis: i64, exclusive: bool, reverse: bool) -> Var {
+        let ty = match self.typed() {
+            Ok(ty) => ty,
+            Err(p) => return p,
+        };
+        if ty.rank() == 0 {
+            return self.reject(op, "needs rank >= 1".into());
+        }
+        let a = match self.axis_of(op, axis, ty.rank()) {
+            Ok(a) => a,
+            Err(p) => return p,
+        };
+        let n = ty.shape[a];
+        // keep[i, j]: whether x[j] is in sum i.
+        let keep = match (exclusive, reverse) {
+            (false, false) => triangle_mask(&self.graph(), n, n, 0, true),
+            (true, false) => triangle_mask(&self.graph(), n, n, -1, true),
+            (false, true) => triangle_mask(&self.graph(), n, n, 0, false),
+            (true, true) => triangle_mask(&self.graph(), n, n, 1, false),
+        };
+        let mut shape = vec![n as i64, n as i64];
+        shape.extend(std::iter::repeat_n(1, ty.rank() - a - 1));
+        let keep = keep.reshape(shape);
+        let x = if ty.dtype.is_float() {
+            self.clone()
+        } else {
+            self.cast(DType::I64)
+        };
+        let terms = keep.where_(x.unsqueeze(a as i64), zero_of(x.dtype()));
+        terms.sum([a as i64 + 1], false)
+    }
+
     /// `self @ weight^T + bias`, with `weight` of shape `[out, in]` and an optional `bias`
     /// of shape `[out]` (PyTorch's `nn.functional.linear`).
     #[track_caller]

@@ -279,7 +279,8 @@ fn to_bytes(t: &Tensor) -> Bytes {
 /// Writes `g` as `.fg` text to `path` and its weights to `<stem>.safetensors` beside it,
 /// so that [`load`] reads the same graph back. Constants with a key go to the weights
 /// file under it; large constants without one get a key (their value's name, else
-/// `const<N>`); small ones are written inline. Nothing is written anywhere else.
+/// `const<N>`); small ones are written inline. Nothing is written anywhere else: a
+/// path with a `..` component or a target that is a symlink is refused.
 pub fn save(g: &Graph, path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
     let io = |p: &Path, e: &dyn std::fmt::Display| Error::Io {
@@ -291,6 +292,7 @@ pub fn save(g: &Graph, path: impl AsRef<Path>) -> Result<()> {
         .and_then(|s| s.to_str())
         .filter(|s| !s.is_empty())
         .ok_or_else(|| io(path, &"the graph file needs a name"))?;
+    check_target(path)?;
     let file = format!("{stem}.safetensors");
     let mut g = g.clone();
     let mut keyed: BTreeMap<String, Arc<Tensor>> = BTreeMap::new();
@@ -329,7 +331,55 @@ pub fn save(g: &Graph, path: impl AsRef<Path>) -> Result<()> {
         let bytes = safetensors::serialize(tensors.iter().map(|(k, b)| (k.as_str(), b)), None)
             .map_err(|e| io(path, &format!("cannot encode the weights: {e}")))?;
         let sidecar = path.with_file_name(&file);
-        std::fs::write(&sidecar, bytes).map_err(|e| io(&sidecar, &e))?;
+        check_target(&sidecar)?;
+        write_inside(&sidecar, &bytes)?;
     }
-    std::fs::write(path, text).map_err(|e| io(path, &e))
+    write_inside(path, text.as_bytes())
+}
+
+/// Refuses a target of [`save`] that could lead outside its folder: a path with a `..`
+/// component, a symbolic link, or anything but a regular file.
+fn check_target(path: &Path) -> Result<()> {
+    let refuse = |why: &str| {
+        Err(Error::Io {
+            path: path.to_path_buf(),
+            message: format!("refusing to write: {why}"),
+        })
+    };
+    if path.components().any(|c| c == Component::ParentDir) {
+        return refuse("the path has a `..` component");
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            refuse("it is a symbolic link, which could lead outside the folder")
+        }
+        Ok(m) if !m.is_file() => refuse("it exists and is not a regular file"),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `bytes` to `path`, a target [`check_target`] accepted, without ever writing
+/// outside its folder (the ONNX `save_external_data` path-traversal class,
+/// CVE-2025-51480): the bytes go to a fresh file beside the target (`create_new`, which
+/// never follows a link) that is then renamed over it, so a link put there meanwhile is
+/// replaced, not written through.
+fn write_inside(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io = |p: &Path, e: std::io::Error| Error::Io {
+        path: p.to_path_buf(),
+        message: e.to_string(),
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp)
+        .map_err(|e| io(&temp, e))?;
+    let written = std::io::Write::write_all(&mut file, bytes);
+    drop(file);
+    if let Err(e) = written.and_then(|()| std::fs::rename(&temp, path)) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(io(path, e));
+    }
+    Ok(())
 }

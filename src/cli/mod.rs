@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod compile;
+pub mod convert;
 pub mod fmt;
 pub mod profile;
 pub mod run;
@@ -44,6 +45,8 @@ pub enum Command {
     Run(run::RunArgs),
     /// Profile the fused and the unfused schedule kernel by kernel; Chrome trace with --trace.
     Profile(profile::ProfileArgs),
+    /// Convert an ONNX model to a .fg graph with its weights in a safetensors file beside it.
+    Convert(convert::ConvertArgs),
 }
 
 /// The parser of a command's `--target` flag: it accepts the `targets` that make

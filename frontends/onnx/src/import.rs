@@ -177,11 +177,37 @@ impl Ctx {
                     operand: role.to_string(),
                     input: input.clone(),
                 }),
-                None => unsupported!(
-                    "operand `{role}` is computed by the graph, but Ferrite needs it at import time (shapes are static)"
-                ),
+                None => match self.input_behind(*id) {
+                    // Computed from a graph input only: with that input's value it folds.
+                    Some(input) => Err(OpError::NeedsValue {
+                        operand: role.to_string(),
+                        input,
+                    }),
+                    None => unsupported!(
+                        "operand `{role}` is computed by the graph, but Ferrite needs it at import time (shapes are static)"
+                    ),
+                },
             },
         }
+    }
+
+    /// The first graph input (in graph order) that `id` is computed from, if any. A
+    /// value needed at import time that depends on inputs folds once they are given,
+    /// one at a time (`Range(0, Size(x) - 1)` with `x`'s value).
+    fn input_behind(&self, id: ValueId) -> Option<String> {
+        let mut seen = vec![false; self.g.nodes.len()];
+        let mut stack = vec![id];
+        let mut found: Option<ValueId> = None;
+        while let Some(v) = stack.pop() {
+            if std::mem::replace(&mut seen[v.index()], true) {
+                continue;
+            }
+            if self.params.contains_key(&v) {
+                found = Some(found.map_or(v, |f| f.min(v)));
+            }
+            stack.extend(self.g.node(v).inputs.iter().copied());
+        }
+        found.and_then(|v| self.params.get(&v).cloned())
     }
 
     /// The integer values of a constant operand (shapes, axes, pads).

@@ -221,18 +221,18 @@ fn gather_takes_any_rank_and_wraps_negative_indices() {
 
 #[test]
 fn unsupported_ops_name_the_node_and_opset() {
-    let mut n = node("TopK", &["x", "k"], &["v", "i"]);
-    n.name = Some("top".into());
+    let mut n = node("Unique", &["x"], &["v"]);
+    n.name = Some("uniq".into());
     let bytes = model(
         vec![n],
-        vec![value("x", F32, &[Ok(4)]), value("k", I64, &[Ok(1)])],
+        vec![value("x", F32, &[Ok(4)])],
         vec![value("v", F32, &[Ok(1)])],
         vec![],
     );
     let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "node `top` (TopK, opset 17): op TopK is not supported"
+        "node `uniq` (Unique, opset 17): op Unique is not supported"
     );
     assert!(!e.is_internal());
 }
@@ -416,4 +416,280 @@ fn external_locations_outside_the_folder_are_refused_before_any_read() {
     .unwrap();
     assert_eq!(r.0, ["sub/w.bin"]);
     assert_eq!(m.graph.ty(m.graph.outputs[0]).shape, [2]);
+}
+
+fn int_attr(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+/// An Attention node of opset 23 on 4-D `q` [1, hq, 2, 4] and `k`, `v` [1, hk, 3, 4].
+fn attention(hq: i64, hk: i64, attrs: Vec<AttributeProto>) -> Result<ferrite_onnx::Model, Error> {
+    let mut n = node("Attention", &["q", "k", "v"], &["y"]);
+    n.attribute = attrs;
+    let bytes = model_at(
+        23,
+        vec![n],
+        vec![
+            value("q", F32, &[Ok(1), Ok(hq), Ok(2), Ok(4)]),
+            value("k", F32, &[Ok(1), Ok(hk), Ok(3), Ok(4)]),
+            value("v", F32, &[Ok(1), Ok(hk), Ok(3), Ok(4)]),
+        ],
+        vec![value("y", F32, &[Ok(1), Ok(hq), Ok(2), Ok(4)])],
+        vec![],
+    );
+    import(&bytes, &Options::default(), &mut NoExternalData)
+}
+
+#[test]
+fn attention_decomposes_into_matmuls_and_a_softmax() {
+    let m = attention(4, 2, vec![int_attr("is_causal", 1)]).unwrap();
+    let ops: Vec<&str> = m.graph.nodes.iter().map(|n| n.op.name()).collect();
+    assert_eq!(ops.iter().filter(|o| **o == "matmul").count(), 2, "{ops:?}");
+    assert_eq!(
+        ops.iter().filter(|o| **o == "softmax").count(),
+        1,
+        "{ops:?}"
+    );
+    assert!(
+        ops.contains(&"where"),
+        "the causal mask is a where: {ops:?}"
+    );
+    // Causal: the first query sees the first key only, so it gets V's first row.
+    let q = Tensor::random(&TensorType::new(DType::F32, vec![1, 4, 2, 4]).unwrap(), 1);
+    let k = Tensor::random(&TensorType::new(DType::F32, vec![1, 2, 3, 4]).unwrap(), 2);
+    let v = Tensor::random(&TensorType::new(DType::F32, vec![1, 2, 3, 4]).unwrap(), 3);
+    let y = interpret(&m.graph, &[q, k, v.clone()]).unwrap();
+    let (y, v) = (y[0].to_f64(), v.to_f64());
+    // Query heads 0 and 1 share KV head 0, heads 2 and 3 KV head 1.
+    for h in 0..4 {
+        let kv = h / 2;
+        for d in 0..4 {
+            let got = y[h * 8 + d];
+            let want = v[kv * 12 + d];
+            assert!((got - want).abs() < 1e-6, "head {h}: {got} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn attention_attributes_out_of_range_are_named_errors() {
+    let cases = [
+        (
+            4,
+            2,
+            vec![int_attr("is_causal", 2)],
+            "`is_causal` must be 0 or 1",
+        ),
+        (
+            4,
+            2,
+            vec![int_attr("qk_matmul_output_mode", 7)],
+            "`qk_matmul_output_mode` must be 0, 1, 2 or 3",
+        ),
+        (3, 2, vec![], "3 heads are not a multiple of K's and V's 2"),
+        (
+            4,
+            2,
+            vec![int_attr("q_num_heads", 3)],
+            "`q_num_heads` does not match",
+        ),
+        (
+            4,
+            2,
+            vec![int_attr("kv_num_heads", 0)],
+            "`kv_num_heads` must be positive",
+        ),
+    ];
+    for (hq, hk, attrs, want) in cases {
+        let e = attention(hq, hk, attrs).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("node 0 (Attention, opset 23): "), "{msg}");
+        assert!(msg.contains(want), "{msg}");
+        assert!(!e.is_internal());
+    }
+}
+
+#[test]
+fn rotary_embedding_and_group_normalization_check_their_attributes() {
+    let mut n = node("RotaryEmbedding", &["x", "c", "s"], &["y"]);
+    n.attribute = vec![int_attr("rotary_embedding_dim", 3)];
+    let bytes = model_at(
+        23,
+        vec![n],
+        vec![
+            value("x", F32, &[Ok(1), Ok(2), Ok(3), Ok(4)]),
+            value("c", F32, &[Ok(1), Ok(3), Ok(2)]),
+            value("s", F32, &[Ok(1), Ok(3), Ok(2)]),
+        ],
+        vec![value("y", F32, &[Ok(1), Ok(2), Ok(3), Ok(4)])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(RotaryEmbedding, opset 23): attribute `rotary_embedding_dim` must be even"),
+        "{e}"
+    );
+    let mut n = node("GroupNormalization", &["x", "s", "b"], &["y"]);
+    n.attribute = vec![int_attr("num_groups", 3)];
+    let bytes = model_at(
+        21,
+        vec![n],
+        vec![
+            value("x", F32, &[Ok(1), Ok(4), Ok(2)]),
+            value("s", F32, &[Ok(4)]),
+            value("b", F32, &[Ok(4)]),
+        ],
+        vec![value("y", F32, &[Ok(1), Ok(4), Ok(2)])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(GroupNormalization, opset 21): 4 channels do not divide into 3 groups"),
+        "{e}"
+    );
+}
+
+/// Imports one node on inputs of the given shapes (all f32 unless named in `i64s`).
+fn one_node(
+    opset: i64,
+    n: NodeProto,
+    inputs: &[(&str, &[i64])],
+    inits: Vec<TensorProto>,
+) -> Result<ferrite_onnx::Model, Error> {
+    let ins = inputs
+        .iter()
+        .map(|(name, dims)| {
+            let dims: Vec<Result<i64, &str>> = dims.iter().map(|&d| Ok(d)).collect();
+            value(name, F32, &dims)
+        })
+        .collect();
+    let outs = n
+        .output
+        .iter()
+        .map(|o| ValueInfoProto {
+            name: Some(o.clone()),
+            ..Default::default()
+        })
+        .collect();
+    let bytes = model_at(opset, vec![n], ins, outs, inits);
+    import(&bytes, &Options::default(), &mut NoExternalData)
+}
+
+#[test]
+fn layout_and_indexing_ops_name_bad_attributes() {
+    let mut d2s = node("DepthToSpace", &["x"], &["y"]);
+    d2s.attribute = vec![int_attr("blocksize", 2)];
+    let e = one_node(13, d2s, &[("x", &[1, 6, 2, 2])], vec![]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(DepthToSpace, opset 13): 6 channels are not a multiple of blocksize^2 = 4"),
+        "{e}"
+    );
+    let mut s2d = node("SpaceToDepth", &["x"], &["y"]);
+    s2d.attribute = vec![int_attr("blocksize", -1)];
+    let e = one_node(13, s2d, &[("x", &[1, 1, 2, 2])], vec![]).unwrap_err();
+    assert!(
+        e.to_string().contains("`blocksize` must be positive"),
+        "{e}"
+    );
+    let mut lrn = node("LRN", &["x"], &["y"]);
+    lrn.attribute = vec![];
+    let e = one_node(13, lrn, &[("x", &[1, 3, 2, 2])], vec![]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(LRN, opset 13): attribute `size` is required"),
+        "{e}"
+    );
+    let mut oh = node("OneHot", &["i", "depth", "values"], &["y"]);
+    oh.attribute = vec![int_attr("axis", 3)];
+    let e = one_node(
+        11,
+        oh,
+        &[("i", &[2, 2])],
+        vec![ints("depth", &[4]), ints("values", &[0, 1])],
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(OneHot, opset 11): attribute `axis` 3 is out of range"),
+        "{e}"
+    );
+    let g = node("GatherND", &["x", "i"], &["y"]);
+    let e = one_node(13, g, &[("x", &[2, 2])], vec![ints("i", &[0, 1, 1])]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(GatherND, opset 13): index tuples of 3 entries do not fit data of rank 2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn gather_nd_wraps_negative_entries_and_refuses_out_of_range_ones() {
+    // data [2, 3]; tuples (1, -1) and (0, 2); then (0, 3), whose flat offset 3 would be
+    // in range but whose entry is not.
+    let idx = TensorProto {
+        name: Some("i".into()),
+        dims: vec![2, 2],
+        data_type: Some(I64),
+        int64_data: vec![1, -1, 0, 2],
+        ..Default::default()
+    };
+    let g = node("GatherND", &["x", "i"], &["y"]);
+    let m = one_node(13, g.clone(), &[("x", &[2, 3])], vec![idx.clone()]).unwrap();
+    let x = f32s(&[2, 3], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    let y = interpret(&m.graph, std::slice::from_ref(&x)).unwrap();
+    assert_eq!(y[0].to_f64(), [5.0, 2.0]);
+    let mut bad = idx;
+    bad.int64_data = vec![1, -1, 0, 3];
+    let m = one_node(13, g, &[("x", &[2, 3])], vec![bad]).unwrap();
+    let e = interpret(&m.graph, &[x]).unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
+}
+
+#[test]
+fn top_k_breaks_ties_by_the_lower_index_and_orders_nan_largest() {
+    let k = ints("k", &[3]);
+    let x = f32s(&[6], vec![1.0, f32::NAN, 3.0, 1.0, 3.0, -2.0]);
+    for (largest, want_v, want_i) in [
+        (1, vec![f64::NAN, 3.0, 3.0], vec![1, 2, 4]),
+        (0, vec![-2.0, 1.0, 1.0], vec![5, 0, 3]),
+    ] {
+        let mut n = node("TopK", &["x", "k"], &["v", "i"]);
+        n.attribute = vec![int_attr("largest", largest)];
+        let m = one_node(11, n, &[("x", &[6])], vec![k.clone()]).unwrap();
+        let y = interpret(&m.graph, std::slice::from_ref(&x)).unwrap();
+        let v = y[0].to_f64();
+        assert_eq!(v.len(), 3);
+        for (a, b) in v.iter().zip(&want_v) {
+            assert!(a == b || (a.is_nan() && b.is_nan()), "{v:?} vs {want_v:?}");
+        }
+        assert_eq!(y[1].to_i64(), want_i);
+    }
+    let mut n = node("TopK", &["x", "k"], &["v", "i"]);
+    n.attribute = vec![int_attr("axis", 0)];
+    let e = one_node(11, n, &[("x", &[2])], vec![k]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(TopK, opset 11): K = 3 is not in 0..=2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn cum_sum_names_bad_flags() {
+    let mut n = node("CumSum", &["x", "a"], &["y"]);
+    n.attribute = vec![int_attr("exclusive", 2)];
+    let e = one_node(14, n, &[("x", &[3])], vec![ints("a", &[0])]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(CumSum, opset 14): attribute `exclusive` must be 0 or 1, not 2"),
+        "{e}"
+    );
 }

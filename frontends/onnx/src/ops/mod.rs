@@ -2,11 +2,16 @@
 //! attribute value, that the IR cannot express exactly is refused with a message
 //! that says what, never approximated.
 
+mod attention;
+mod creation;
 mod elementwise;
+mod indexing;
 mod losses;
 mod movement;
 mod nn;
+mod order;
 mod reduce;
+mod spatial;
 
 use crate::error::{invalid, unsupported, OpResult};
 use crate::import::{Ctx, NodeIn, Val};
@@ -28,6 +33,21 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = losses::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = attention::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = creation::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = indexing::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = spatial::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = order::import(ctx, n, op)? {
         return Ok(r);
     }
     match op {

@@ -1,0 +1,115 @@
+//! Ops over the channel and spatial axes of `[N, C, ...]` tensors that are movement
+//! or reductions: DepthToSpace, SpaceToDepth (reshape, permute, reshape),
+//! GlobalMaxPool (a max over the spatial axes) and LRN (a sum of shifted squares).
+//! Pooling proper, Conv and Resize are not here.
+
+use super::one;
+use crate::error::{invalid, OpResult};
+use crate::import::{Ctx, NodeIn, Val};
+use ferrite_ir::{BinaryOp as B, Op, ReduceOp as R};
+
+pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
+    match op {
+        "DepthToSpace" | "SpaceToDepth" => one(depth_space(ctx, n, op)?),
+        "GlobalMaxPool" => {
+            let x = n.input(0)?;
+            let rank = ctx.rank(x);
+            if rank < 3 {
+                invalid!("the input must have rank >= 3 ([N, C, ...]), not {rank}");
+            }
+            let ax: Vec<usize> = (2..rank).collect();
+            one(ctx.reduce(R::Max, x, &ax, true)?)
+        }
+        "LRN" => one(lrn(ctx, n)?),
+        _ => Ok(None),
+    }
+}
+
+fn depth_space(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Val> {
+    let x = n.input(0)?;
+    let s = ctx.shape(x);
+    if s.len() != 4 {
+        invalid!("the input must be 4-D, not {}", ctx.ty(x));
+    }
+    let bs = match n.int("blocksize", 0)? {
+        b if b > 0 => b as usize,
+        _ if !n.has("blocksize") => invalid!("attribute `blocksize` is required"),
+        b => invalid!("attribute `blocksize` must be positive, not {b}"),
+    };
+    let (b, c, h, w) = (s[0], s[1], s[2], s[3]);
+    if op == "DepthToSpace" {
+        if !c.is_multiple_of(bs * bs) {
+            invalid!(
+                "{c} channels are not a multiple of blocksize^2 = {}",
+                bs * bs
+            );
+        }
+        let c2 = c / (bs * bs);
+        let (tmp, perm) = match n.string("mode", "DCR")?.as_str() {
+            "DCR" => ([b, bs, bs, c2, h, w], [0, 3, 4, 1, 5, 2]),
+            "CRD" => ([b, c2, bs, bs, h, w], [0, 1, 4, 2, 5, 3]),
+            m => invalid!("attribute `mode` must be DCR or CRD, not {m:?}"),
+        };
+        let y = ctx.reshape(x, &tmp)?;
+        let y = ctx.permute(&y, &perm)?;
+        ctx.reshape(&y, &[b, c2, h * bs, w * bs])
+    } else {
+        if !h.is_multiple_of(bs) || !w.is_multiple_of(bs) {
+            invalid!("height {h} and width {w} must be multiples of blocksize {bs}");
+        }
+        let y = ctx.reshape(x, &[b, c, h / bs, bs, w / bs, bs])?;
+        let y = ctx.permute(&y, &[0, 3, 5, 1, 2, 4])?;
+        ctx.reshape(&y, &[b, c * bs * bs, h / bs, w / bs])
+    }
+}
+
+/// `x / (bias + alpha / size * sum of x^2 over the channel window)^beta`, the window
+/// of channel c being `c - floor((size-1)/2) ..= c + ceil((size-1)/2)` clipped to the
+/// channels: a zero-padded square summed over `size` shifted slices.
+fn lrn(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
+    let x = n.input(0)?;
+    let s = ctx.shape(x);
+    if s.len() < 3 {
+        invalid!(
+            "the input must have rank >= 3 ([N, C, ...]), not {}",
+            ctx.ty(x)
+        );
+    }
+    let size = match n.int("size", 0)? {
+        z if z > 0 => z as usize,
+        _ if !n.has("size") => invalid!("attribute `size` is required"),
+        z => invalid!("attribute `size` must be positive, not {z}"),
+    };
+    let alpha = n.float("alpha", 1e-4)?;
+    let beta = n.float("beta", 0.75)?;
+    let bias = n.float("bias", 1.0)?;
+    let c = s[1];
+    let before = (size - 1) / 2;
+    let after = size - 1 - before;
+    let sq = ctx.mul(x, x)?;
+    let mut pads = vec![0i64; 2 * s.len()];
+    pads[2] = before as i64;
+    pads[3] = after as i64;
+    let padded = ctx.op(Op::Pad { pads, value: 0.0 }, &[&sq])?;
+    let mut sum: Option<Val> = None;
+    for k in 0..size {
+        let part = ctx.op(
+            Op::Slice {
+                axis: 1,
+                start: k as i64,
+                end: (k + c) as i64,
+                step: 1,
+            },
+            &[&padded],
+        )?;
+        sum = Some(match sum {
+            Some(t) => ctx.add(&t, &part)?,
+            None => part,
+        });
+    }
+    let sum = sum.expect("size >= 1");
+    let d = ctx.bin_s(B::Mul, &sum, alpha / size as f64)?;
+    let d = ctx.bin_s(B::Add, &d, bias)?;
+    let d = ctx.bin_s(B::Pow, &d, beta)?;
+    ctx.div(x, &d)
+}
