@@ -24,9 +24,22 @@
 //! every group out whole), verifies the result again, and hands it to the module, whose ISA
 //! has `opt_level=none` so that the e-graph does not run a second time. With
 //! [`OptLevel::None`] neither pass runs.
+//!
+//! Identical functions are compiled once per process. A model repeats each layer's kernels
+//! once per layer, and Cranelift's compile (the mid-end, lowering, register allocation) is
+//! most of a kernel's cost, so [`Jit::define`] keys every function by its CLIF text (its
+//! name left out: the text is Cranelift's complete, round-tripping form of the function,
+//! and generated kernels reach their buffers only through their arguments and call helpers
+//! at absolute addresses) together with the ISA's flags and the options. A function whose key
+//! was defined before in the same module becomes another name for that code; one that a live
+//! [`JitCode`] of an earlier module holds is borrowed from it (the new `JitCode` keeps that
+//! module alive). A module that captures dumps shares within itself only, so that every
+//! function it lists has its dump. [`JitCode::stats`] counts what was compiled and what
+//! was shared.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{types, Function, Signature, Type, UserFuncName};
@@ -144,8 +157,52 @@ pub struct Jit {
     ctx: Context,
     builder_ctx: FunctionBuilderContext,
     options: JitOptions,
-    functions: Vec<(String, FuncId)>,
+    /// Every defined name, in definition order, and where its code is.
+    functions: Vec<(String, Definition)>,
     dumps: Vec<FunctionDump>,
+    /// The ISA's flags and the options, the part of a sharing key that is not the function.
+    fingerprint: String,
+    /// Sharing keys of the functions compiled into this module, for later definitions here
+    /// and, once finalized, for other modules.
+    compiled_keys: HashMap<String, FuncId>,
+    /// Earlier modules whose code this one's functions use.
+    borrowed: Vec<Arc<FrozenModule>>,
+    /// Sharing keys of the functions borrowed from them.
+    borrowed_keys: HashMap<String, JitFunctionInfo>,
+    stats: JitStats,
+}
+
+/// Where a defined function's code is.
+#[derive(Debug, Clone)]
+enum Definition {
+    /// Compiled into this module (possibly under another name too).
+    Compiled(FuncId),
+    /// Finalized code of an earlier module, kept alive through `Jit::borrowed`.
+    Borrowed(JitFunctionInfo),
+}
+
+/// How the functions of one module came to be: compiled, or shared (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JitStats {
+    /// Functions Cranelift compiled.
+    pub compiled: usize,
+    /// Definitions that repeated a function defined earlier in the same module.
+    pub shared_in_module: usize,
+    /// Functions taken from another live module (each counted once).
+    pub shared_across_modules: usize,
+}
+
+/// A compiled function that a finalized module offers to later modules.
+struct SharedFunction {
+    module: Weak<FrozenModule>,
+    info: JitFunctionInfo,
+}
+
+/// The process-wide table of shareable functions, by sharing key. Entries of freed modules
+/// are dropped whenever a module registers its own.
+fn shared_functions() -> &'static Mutex<HashMap<String, SharedFunction>> {
+    static SHARED: OnceLock<Mutex<HashMap<String, SharedFunction>>> = OnceLock::new();
+    SHARED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 impl Jit {
@@ -156,8 +213,19 @@ impl Jit {
 
     /// A module for the host ISA.
     pub fn with_options(options: JitOptions) -> Result<Jit, JitError> {
-        let optimizer = host_isa(&options, options.opt_level)?;
-        let isa = host_isa(&options, OptLevel::None)?;
+        let optimizer = cached_host_isa(&options, options.opt_level)?;
+        let isa = cached_host_isa(&options, OptLevel::None)?;
+        let fingerprint = format!(
+            "{}\n{}\nopt_level={:?} verify_after_passes={}\n",
+            isa.flags(),
+            isa.isa_flags()
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+            options.opt_level,
+            options.verify_after_passes,
+        );
         let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         Ok(Jit {
             module: Some(JITModule::new(builder)),
@@ -167,6 +235,11 @@ impl Jit {
             options,
             functions: Vec::new(),
             dumps: Vec::new(),
+            fingerprint,
+            compiled_keys: HashMap::new(),
+            borrowed: Vec::new(),
+            borrowed_keys: HashMap::new(),
+            stats: JitStats::default(),
         })
     }
 
@@ -254,10 +327,16 @@ impl Jit {
         self.define(name, func)
     }
 
-    /// Verifies `func`, compiles it and adds it to the module under `name`.
-    pub fn define(&mut self, name: &str, func: Function) -> Result<(), JitError> {
+    /// Verifies `func`, compiles it and adds it to the module under `name`; or, when an
+    /// identical function was compiled before (see the module docs), adds `name` for that
+    /// code instead.
+    pub fn define(&mut self, name: &str, mut func: Function) -> Result<(), JitError> {
         if self.functions.iter().any(|(n, _)| n == name) {
             return Err(JitError::DuplicateName(name.to_string()));
+        }
+        let key = self.sharing_key(&mut func);
+        if self.reuse(name, &key) {
+            return Ok(());
         }
         if let Err(errors) = verify_function(&func, self.module().isa()) {
             return Err(JitError::Verifier {
@@ -311,8 +390,72 @@ impl Jit {
             });
         }
         self.ctx.clear();
-        self.functions.push((name.to_string(), id));
+        self.functions
+            .push((name.to_string(), Definition::Compiled(id)));
+        self.compiled_keys.insert(key, id);
+        self.stats.compiled += 1;
         Ok(())
+    }
+
+    /// The sharing key of `func`: the fingerprint and the function's text without its name.
+    fn sharing_key(&self, func: &mut Function) -> String {
+        let name = std::mem::replace(&mut func.name, UserFuncName::testcase("shared"));
+        let mut key = self.fingerprint.clone();
+        key.push_str(&func.display().to_string());
+        func.name = name;
+        key
+    }
+
+    /// Defines `name` as a function compiled before under `key`, in this module or in a
+    /// live earlier one; false when there is none.
+    fn reuse(&mut self, name: &str, key: &str) -> bool {
+        if let Some(&id) = self.compiled_keys.get(key) {
+            if self.options.capture_dumps {
+                let first = self.functions.iter().find_map(|(n, d)| match d {
+                    Definition::Compiled(f) if *f == id => Some(n.clone()),
+                    _ => None,
+                });
+                if let Some(dump) = first.and_then(|n| self.dumps.iter().find(|d| d.name == n)) {
+                    let dump = FunctionDump {
+                        name: name.to_string(),
+                        ..dump.clone()
+                    };
+                    self.dumps.push(dump);
+                }
+            }
+            self.functions
+                .push((name.to_string(), Definition::Compiled(id)));
+            self.stats.shared_in_module += 1;
+            return true;
+        }
+        if let Some(info) = self.borrowed_keys.get(key) {
+            self.functions
+                .push((name.to_string(), Definition::Borrowed(info.clone())));
+            self.stats.shared_in_module += 1;
+            return true;
+        }
+        if self.options.capture_dumps {
+            return false;
+        }
+        let table = shared_functions()
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(shared) = table.get(key) else {
+            return false;
+        };
+        let Some(module) = shared.module.upgrade() else {
+            return false;
+        };
+        let info = shared.info.clone();
+        drop(table);
+        if !self.borrowed.iter().any(|m| Arc::ptr_eq(m, &module)) {
+            self.borrowed.push(module);
+        }
+        self.borrowed_keys.insert(key.to_string(), info.clone());
+        self.functions
+            .push((name.to_string(), Definition::Borrowed(info)));
+        self.stats.shared_across_modules += 1;
+        true
     }
 
     /// The mid-end on `self.ctx.func`: Cranelift's e-graph pass (GVN, LICM, algebraic
@@ -354,20 +497,43 @@ impl Jit {
             unsafe { module.free_memory() };
             return Err(module_error("", e));
         }
-        let mut functions = HashMap::new();
-        for (name, id) in &self.functions {
-            let address = module.get_finalized_function(*id) as usize;
-            let signature = module
+        let compiled = |id: FuncId| JitFunctionInfo {
+            address: module.get_finalized_function(id) as usize,
+            signature: module
                 .declarations()
-                .get_function_decl(*id)
+                .get_function_decl(id)
                 .signature
-                .clone();
-            functions.insert(name.clone(), JitFunctionInfo { address, signature });
+                .clone(),
+        };
+        let mut functions = HashMap::new();
+        for (name, definition) in &self.functions {
+            let info = match definition {
+                Definition::Compiled(id) => compiled(*id),
+                Definition::Borrowed(info) => info.clone(),
+            };
+            functions.insert(name.clone(), info);
+        }
+        let offered: Vec<(String, JitFunctionInfo)> = std::mem::take(&mut self.compiled_keys)
+            .into_iter()
+            .map(|(key, id)| (key, compiled(id)))
+            .collect();
+        let module = Arc::new(FrozenModule(Some(module)));
+        if !offered.is_empty() {
+            let mut table = shared_functions()
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            table.retain(|_, f| f.module.strong_count() > 0);
+            for (key, info) in offered {
+                let module = Arc::downgrade(&module);
+                table.insert(key, SharedFunction { module, info });
+            }
         }
         Ok(JitCode {
-            module: Some(FrozenModule(module)),
+            module,
+            borrowed: std::mem::take(&mut self.borrowed),
             functions,
             dumps: std::mem::take(&mut self.dumps),
+            stats: self.stats,
         })
     }
 }
@@ -397,6 +563,24 @@ pub fn isa_has_fma(isa: &dyn TargetIsa) -> bool {
     isa.isa_flags()
         .iter()
         .any(|v| v.name == "has_fma" && v.as_bool() == Some(true))
+}
+
+/// [`host_isa`], built once per process for each combination of settings: detecting the
+/// host and building the ISA is a fixed cost of every compile otherwise.
+fn cached_host_isa(options: &JitOptions, opt_level: OptLevel) -> Result<OwnedTargetIsa, JitError> {
+    type Key = (bool, bool);
+    static ISAS: OnceLock<Mutex<HashMap<Key, OwnedTargetIsa>>> = OnceLock::new();
+    let key = (opt_level == OptLevel::Speed, options.verify_after_passes);
+    let mut isas = ISAS
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(isa) = isas.get(&key) {
+        return Ok(isa.clone());
+    }
+    let isa = host_isa(options, opt_level)?;
+    isas.insert(key, isa.clone());
+    Ok(isa)
 }
 
 fn host_isa(options: &JitOptions, opt_level: OptLevel) -> Result<OwnedTargetIsa, JitError> {
@@ -444,21 +628,42 @@ struct JitFunctionInfo {
     signature: Signature,
 }
 
-/// The finalized `JITModule`, kept only so that its memory can be freed on drop.
-struct FrozenModule(JITModule);
+/// The finalized `JITModule`, kept only so that its memory can be freed when the last
+/// [`JitCode`] using it (its own, or one that borrowed functions from it) is dropped.
+struct FrozenModule(Option<JITModule>);
 
 // SAFETY: after `finalize_definitions` the module is never touched again except by
-// `JitCode::drop`, which owns it; its interior `RefCell` and raw code pointers are
-// therefore never accessed concurrently, and the code pages themselves are read-only.
+// `FrozenModule::drop`, which runs once, when the last `Arc` goes; its interior `RefCell`
+// and raw code pointers are therefore never accessed concurrently, and the code pages
+// themselves are read-only.
 unsafe impl Send for FrozenModule {}
-// SAFETY: no method of `JitCode` reaches into the module through `&self` (see above).
+// SAFETY: nothing reaches into the module through `&self` (see above).
 unsafe impl Sync for FrozenModule {}
 
-/// Finalized machine code: owns the executable memory; `Send + Sync`.
+impl Drop for FrozenModule {
+    fn drop(&mut self) {
+        if let Some(module) = self.0.take() {
+            // SAFETY: every address handed out is a `JitFunction` borrowing a `JitCode` that
+            // holds an `Arc` of this module (its own or a borrowed one), so no caller can hold
+            // one past this point without an `unsafe` block of its own that promised to keep
+            // that `JitCode` alive while calling it; and the shared-function table holds only
+            // `Weak` references.
+            unsafe { module.free_memory() };
+        }
+    }
+}
+
+/// Finalized machine code: keeps the executable memory alive; `Send + Sync`.
 pub struct JitCode {
-    module: Option<FrozenModule>,
+    /// The module this `Jit` compiled.
+    #[allow(dead_code)] // held for its drop
+    module: Arc<FrozenModule>,
+    /// Earlier modules whose functions this one uses.
+    #[allow(dead_code)] // held for their drop
+    borrowed: Vec<Arc<FrozenModule>>,
     functions: HashMap<String, JitFunctionInfo>,
     dumps: Vec<FunctionDump>,
+    stats: JitStats,
 }
 
 impl JitCode {
@@ -486,6 +691,11 @@ impl JitCode {
     pub fn dump(&self, name: &str) -> Option<&FunctionDump> {
         self.dumps.iter().find(|d| d.name == name)
     }
+
+    /// How many functions were compiled and how many shared (see the module docs).
+    pub fn stats(&self) -> JitStats {
+        self.stats
+    }
 }
 
 impl fmt::Debug for JitCode {
@@ -493,17 +703,6 @@ impl fmt::Debug for JitCode {
         f.debug_struct("JitCode")
             .field("functions", &self.function_names())
             .finish()
-    }
-}
-
-impl Drop for JitCode {
-    fn drop(&mut self) {
-        if let Some(FrozenModule(module)) = self.module.take() {
-            // SAFETY: every address handed out is a `JitFunction` borrowing `self`, so no
-            // caller can hold one past this point without an `unsafe` block of its own that
-            // promised to keep the `JitCode` alive while calling it.
-            unsafe { module.free_memory() };
-        }
     }
 }
 
