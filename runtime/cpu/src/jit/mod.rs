@@ -27,10 +27,12 @@
 //!
 //! Identical functions are compiled once per process. A model repeats each layer's kernels
 //! once per layer, and Cranelift's compile (the mid-end, lowering, register allocation) is
-//! most of a kernel's cost, so [`Jit::define`] keys every function by its CLIF text (its
-//! name left out: the text is Cranelift's complete, round-tripping form of the function,
-//! and generated kernels reach their buffers only through their arguments and call helpers
-//! at absolute addresses) together with the ISA's flags and the options. A function whose key
+//! most of a kernel's cost, so [`Jit::define`] keys every function by its body, Cranelift's
+//! `FunctionStencil` (everything but the name; hashed, then compared whole, so a hash
+//! collision cannot alias two functions; generated kernels reach their buffers only through
+//! their arguments and call helpers at absolute addresses, and a function that names other
+//! functions is not shared), together with the ISA's flags and the options. (Printing the
+//! CLIF text as the key cost a third of codegen.) A function whose key
 //! was defined before in the same module becomes another name for that code; one that a live
 //! [`JitCode`] of an earlier module holds is borrowed from it (the new `JitCode` keeps that
 //! module alive). A module that captures dumps shares within itself only, so that every
@@ -39,9 +41,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::ir::function::FunctionStencil;
 use cranelift_codegen::ir::{types, Function, Signature, Type, UserFuncName};
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
@@ -161,14 +165,14 @@ pub struct Jit {
     functions: Vec<(String, Definition)>,
     dumps: Vec<FunctionDump>,
     /// The ISA's flags and the options, the part of a sharing key that is not the function.
-    fingerprint: String,
-    /// Sharing keys of the functions compiled into this module, for later definitions here
+    fingerprint: Arc<str>,
+    /// The functions compiled into this module, by body hash, for later definitions here
     /// and, once finalized, for other modules.
-    compiled_keys: HashMap<String, FuncId>,
+    compiled_keys: HashMap<u64, Vec<(Arc<FunctionStencil>, FuncId)>>,
     /// Earlier modules whose code this one's functions use.
     borrowed: Vec<Arc<FrozenModule>>,
-    /// Sharing keys of the functions borrowed from them.
-    borrowed_keys: HashMap<String, JitFunctionInfo>,
+    /// The functions borrowed from them, by body hash.
+    borrowed_keys: HashMap<u64, Vec<(Arc<FunctionStencil>, JitFunctionInfo)>>,
     stats: JitStats,
 }
 
@@ -194,15 +198,61 @@ pub struct JitStats {
 
 /// A compiled function that a finalized module offers to later modules.
 struct SharedFunction {
+    fingerprint: Arc<str>,
+    body: Arc<FunctionStencil>,
     module: Weak<FrozenModule>,
     info: JitFunctionInfo,
 }
 
-/// The process-wide table of shareable functions, by sharing key. Entries of freed modules
+type SharedTable = HashMap<u64, Vec<SharedFunction>>;
+
+/// The process-wide table of shareable functions, by body hash. Entries of freed modules
 /// are dropped whenever a module registers its own.
-fn shared_functions() -> &'static Mutex<HashMap<String, SharedFunction>> {
-    static SHARED: OnceLock<Mutex<HashMap<String, SharedFunction>>> = OnceLock::new();
+fn shared_functions() -> &'static Mutex<SharedTable> {
+    static SHARED: OnceLock<Mutex<SharedTable>> = OnceLock::new();
     SHARED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// A fast non-cryptographic hash (FxHash's multiply-rotate) of a function body; equal
+/// hashes are confirmed by comparing the bodies, so its quality only affects speed.
+#[derive(Default)]
+struct BodyHasher(u64);
+
+impl Hasher for BodyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let word = u64::from_le_bytes(c.try_into().expect("eight bytes"));
+            self.write_u64(word);
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
 }
 
 impl Jit {
@@ -215,7 +265,7 @@ impl Jit {
     pub fn with_options(options: JitOptions) -> Result<Jit, JitError> {
         let optimizer = cached_host_isa(&options, options.opt_level)?;
         let isa = cached_host_isa(&options, OptLevel::None)?;
-        let fingerprint = format!(
+        let fingerprint: Arc<str> = Arc::from(format!(
             "{}\n{}\nopt_level={:?} verify_after_passes={}\n",
             isa.flags(),
             isa.isa_flags()
@@ -225,7 +275,7 @@ impl Jit {
                 .join(" "),
             options.opt_level,
             options.verify_after_passes,
-        );
+        ));
         let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         Ok(Jit {
             module: Some(JITModule::new(builder)),
@@ -330,14 +380,17 @@ impl Jit {
     /// Verifies `func`, compiles it and adds it to the module under `name`; or, when an
     /// identical function was compiled before (see the module docs), adds `name` for that
     /// code instead.
-    pub fn define(&mut self, name: &str, mut func: Function) -> Result<(), JitError> {
+    pub fn define(&mut self, name: &str, func: Function) -> Result<(), JitError> {
         if self.functions.iter().any(|(n, _)| n == name) {
             return Err(JitError::DuplicateName(name.to_string()));
         }
-        let key = self.sharing_key(&mut func);
-        if self.reuse(name, &key) {
-            return Ok(());
+        let key = sharing_key(&func);
+        if let Some(hash) = key {
+            if self.reuse(name, hash, &func.stencil) {
+                return Ok(());
+            }
         }
+        let body = key.map(|hash| (hash, Arc::new(func.stencil.clone())));
         if let Err(errors) = verify_function(&func, self.module().isa()) {
             return Err(JitError::Verifier {
                 name: name.to_string(),
@@ -392,24 +445,22 @@ impl Jit {
         self.ctx.clear();
         self.functions
             .push((name.to_string(), Definition::Compiled(id)));
-        self.compiled_keys.insert(key, id);
+        if let Some((hash, body)) = body {
+            self.compiled_keys.entry(hash).or_default().push((body, id));
+        }
         self.stats.compiled += 1;
         Ok(())
     }
 
-    /// The sharing key of `func`: the fingerprint and the function's text without its name.
-    fn sharing_key(&self, func: &mut Function) -> String {
-        let name = std::mem::replace(&mut func.name, UserFuncName::testcase("shared"));
-        let mut key = self.fingerprint.clone();
-        key.push_str(&func.display().to_string());
-        func.name = name;
-        key
-    }
-
-    /// Defines `name` as a function compiled before under `key`, in this module or in a
+    /// Defines `name` as a function compiled before with this body, in this module or in a
     /// live earlier one; false when there is none.
-    fn reuse(&mut self, name: &str, key: &str) -> bool {
-        if let Some(&id) = self.compiled_keys.get(key) {
+    fn reuse(&mut self, name: &str, hash: u64, body: &FunctionStencil) -> bool {
+        let local = self
+            .compiled_keys
+            .get(&hash)
+            .and_then(|v| v.iter().find(|(b, _)| **b == *body))
+            .map(|&(_, id)| id);
+        if let Some(id) = local {
             if self.options.capture_dumps {
                 let first = self.functions.iter().find_map(|(n, d)| match d {
                     Definition::Compiled(f) if *f == id => Some(n.clone()),
@@ -428,9 +479,14 @@ impl Jit {
             self.stats.shared_in_module += 1;
             return true;
         }
-        if let Some(info) = self.borrowed_keys.get(key) {
+        let borrowed = self
+            .borrowed_keys
+            .get(&hash)
+            .and_then(|v| v.iter().find(|(b, _)| **b == *body))
+            .map(|(_, info)| info.clone());
+        if let Some(info) = borrowed {
             self.functions
-                .push((name.to_string(), Definition::Borrowed(info.clone())));
+                .push((name.to_string(), Definition::Borrowed(info)));
             self.stats.shared_in_module += 1;
             return true;
         }
@@ -440,18 +496,24 @@ impl Jit {
         let table = shared_functions()
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Some(shared) = table.get(key) else {
-            return false;
-        };
-        let Some(module) = shared.module.upgrade() else {
-            return false;
-        };
-        let info = shared.info.clone();
+        let found = table.get(&hash).and_then(|v| {
+            v.iter().find_map(|f| {
+                let same = f.fingerprint == self.fingerprint && *f.body == *body;
+                let module = f.module.upgrade().filter(|_| same)?;
+                Some((module, f.info.clone(), f.body.clone()))
+            })
+        });
         drop(table);
+        let Some((module, info, body)) = found else {
+            return false;
+        };
         if !self.borrowed.iter().any(|m| Arc::ptr_eq(m, &module)) {
             self.borrowed.push(module);
         }
-        self.borrowed_keys.insert(key.to_string(), info.clone());
+        self.borrowed_keys
+            .entry(hash)
+            .or_default()
+            .push((body, info.clone()));
         self.functions
             .push((name.to_string(), Definition::Borrowed(info)));
         self.stats.shared_across_modules += 1;
@@ -513,19 +575,28 @@ impl Jit {
             };
             functions.insert(name.clone(), info);
         }
-        let offered: Vec<(String, JitFunctionInfo)> = std::mem::take(&mut self.compiled_keys)
-            .into_iter()
-            .map(|(key, id)| (key, compiled(id)))
-            .collect();
+        let offered: Vec<(u64, Arc<FunctionStencil>, JitFunctionInfo)> =
+            std::mem::take(&mut self.compiled_keys)
+                .into_iter()
+                .flat_map(|(hash, v)| v.into_iter().map(move |(body, id)| (hash, body, id)))
+                .map(|(hash, body, id)| (hash, body, compiled(id)))
+                .collect();
         let module = Arc::new(FrozenModule(Some(module)));
         if !offered.is_empty() {
             let mut table = shared_functions()
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            table.retain(|_, f| f.module.strong_count() > 0);
-            for (key, info) in offered {
-                let module = Arc::downgrade(&module);
-                table.insert(key, SharedFunction { module, info });
+            table.retain(|_, v| {
+                v.retain(|f| f.module.strong_count() > 0);
+                !v.is_empty()
+            });
+            for (hash, body, info) in offered {
+                table.entry(hash).or_default().push(SharedFunction {
+                    fingerprint: self.fingerprint.clone(),
+                    body,
+                    module: Arc::downgrade(&module),
+                    info,
+                });
             }
         }
         Ok(JitCode {
@@ -546,6 +617,17 @@ impl Drop for Jit {
             unsafe { module.free_memory() };
         }
     }
+}
+
+/// The hash of `func`'s body for sharing, or `None` when it must not be shared: it refers
+/// to functions by name, which resolve per module.
+fn sharing_key(func: &Function) -> Option<u64> {
+    if !func.params.user_named_funcs().is_empty() {
+        return None;
+    }
+    let mut h = BodyHasher::default();
+    func.stencil.hash(&mut h);
+    Some(h.finish())
 }
 
 fn module_error(name: &str, e: ModuleError) -> JitError {
