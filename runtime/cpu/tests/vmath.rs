@@ -635,7 +635,7 @@ fn exp_never_computes_with_subnormals() {
         "MXCSR flags {flags:#x}"
     );
     assert!(out.iter().any(|y| y.is_subnormal()));
-    assert!(out.iter().any(|&y| y == 0.0));
+    assert!(out.contains(&0.0));
     assert!(out.iter().any(|y| y.is_normal()));
     for (&x, &y) in xs.iter().zip(&out) {
         let want = (x as f64).exp();

@@ -58,7 +58,7 @@ pub fn tile_example_source(name: &str) -> (String, String) {
 /// shape, for compile-time benches and the tests that identical layers compile once.
 pub fn decoder_source(layers: usize, seq: usize, d_model: usize, heads: usize) -> String {
     use std::fmt::Write;
-    assert!(layers > 0 && heads > 0 && d_model % heads == 0);
+    assert!(layers > 0 && heads > 0 && d_model.is_multiple_of(heads));
     let (d, ff, hd) = (d_model, 4 * d_model, d_model / heads);
     let mut params = vec![format!("x: f32[{seq}, {d}]")];
     for l in 0..layers {
