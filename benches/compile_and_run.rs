@@ -2,6 +2,8 @@
 //!
 //! - `compile/<stage>`: each compiler stage on the transformer block example (parse,
 //!   decompose, optimize, schedule, CPU codegen), and the whole pipeline;
+//! - `compile_decoder_12/{cpu_codegen,end_to_end}`: a 12-layer GPT-2-small-shaped decoder
+//!   (`ferrite_testkit::decoder_source`), codegen alone and the whole pipeline;
 //! - `pointwise_chain_4m/{fused,unfused}`: the pointwise chain at 2048 x 2048 (4M elements)
 //!   on the CPU target, one kernel against one kernel per op; criterion's throughput is the
 //!   bytes the fused kernel must move (two inputs read, one output written);
@@ -49,6 +51,33 @@ fn compile_stages(c: &mut Criterion) {
     });
     group.bench_function("cpu_codegen", |b| {
         b.iter(|| CpuProgram::compile(black_box(&s.program), &CpuOptions::default()).unwrap())
+    });
+    group.bench_function("end_to_end", |b| {
+        b.iter(|| {
+            let g = parse(&path, black_box(&src)).unwrap();
+            let l = lower_graph(&g, &PipelineOptions::default()).unwrap();
+            CpuProgram::compile(&l.scheduled.program, &CpuOptions::default()).unwrap()
+        })
+    });
+    group.finish();
+}
+
+/// The whole pipeline on a 12-layer GPT-2-small-shaped decoder (sequence 128, width 768,
+/// 12 heads): parse, decompose, optimize, schedule and CPU codegen. Every layer's kernels are
+/// alike, so codegen compiles one layer's functions; the others reuse them. The process-wide
+/// sharing of functions between live programs is kept out of the measurement by dropping
+/// each program before the next compile.
+fn compile_decoder(c: &mut Criterion) {
+    let src = ferrite_testkit::decoder_source(12, 128, 768, 12);
+    let path = "decoder_12.fg".to_string();
+    let g = parse(&path, &src).unwrap();
+    let l = lower_graph(&g, &PipelineOptions::default()).unwrap();
+    let mut group = c.benchmark_group("compile_decoder_12");
+    group.sample_size(10);
+    group.bench_function("cpu_codegen", |b| {
+        b.iter(|| {
+            CpuProgram::compile(black_box(&l.scheduled.program), &CpuOptions::default()).unwrap()
+        })
     });
     group.bench_function("end_to_end", |b| {
         b.iter(|| {
@@ -127,5 +156,11 @@ fn mlp_vs_raw_gemm(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, compile_stages, pointwise_chain, mlp_vs_raw_gemm);
+criterion_group!(
+    benches,
+    compile_stages,
+    compile_decoder,
+    pointwise_chain,
+    mlp_vs_raw_gemm
+);
 criterion_main!(benches);

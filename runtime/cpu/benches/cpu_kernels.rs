@@ -134,6 +134,8 @@ fn vmath(c: &mut Criterion) {
         ("copy", "  out = mul(x, 1.5)", true),
         ("exp", "  out = exp(x)", true),
         ("exp_wide", "  out = exp(mul(x, 40.0))", true),
+        // Every result subnormal (arguments in [-100, -92]).
+        ("exp_subnormal", "  out = exp(sub(mul(x, 4.0), 96.0))", true),
         ("tanh", "  out = tanh(x)", true),
         ("log", "  out = log(abs(x))", true),
         ("sigmoid", "  out = sigmoid(x)", true),

@@ -362,6 +362,12 @@ impl CpuProgram {
         self.code.dump(&j.info.function).map(|d| d.vcode.as_str())
     }
 
+    /// How many of the program's generated functions Cranelift compiled, and how many
+    /// reused an identical function (of this program or of another live one).
+    pub fn jit_stats(&self) -> super::jit::JitStats {
+        self.code.stats()
+    }
+
     /// The compile reports of kernel number `kernel`'s generated function, if it has one.
     pub fn kernel_info(&self, kernel: usize) -> Option<&KernelInfo> {
         match self.steps.get(kernel)? {

@@ -36,7 +36,7 @@ pub use emit::KernelInfo;
 pub use error::{Error, Result};
 pub use exec::{CpuOptions, CpuProgram, KernelTiming, MAX_GENERATED_KERNELS};
 pub use gemm::{GemmError, GemmScalar, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale};
-pub use jit::{FunctionDump, Jit, JitCode, JitError, JitFunction, JitOptions, OptLevel};
+pub use jit::{FunctionDump, Jit, JitCode, JitError, JitFunction, JitOptions, JitStats, OptLevel};
 pub use kernels::{BinaryKernel, KernelError, UnaryKernel};
 pub use plan::{plan_program, CodegenOptions, CpuPlan};
 pub use pool::{default_thread_count, split_range, PoolError, ThreadPool, MAX_THREADS};

@@ -8,7 +8,7 @@
 //!
 //! | function  | method                                                                          | max error (FMA / no FMA) |
 //! |-----------|---------------------------------------------------------------------------------|--------------------------|
-//! | `exp`     | `n = round(x/ln2)`, Cody-Waite `r = x - n ln2`, `1 + r + r^2 P(r)`, scale by `2^n` in two steps (gradual underflow rounds once) | 0.98 / 0.92 ulp |
+//! | `exp`     | `n = round(x/ln2)`, Cody-Waite `r = x - n ln2`, `1 + r + r^2 P(r)`, scale by `2^n` in two steps; subnormal results as the integer `round((1 + q) 2^(n+149))`, their bit pattern (no subnormal arithmetic, same bits) | 0.98 / 0.92 ulp |
 //! | `log`     | scale subnormals, `x = 2^e m` with `m` in `[sqrt(1/2), sqrt(2))` (by subtracting the bits of `sqrt(1/2)`), `log(1+f) = f - f^2/2 + f^3 P(f)`, `P` by Estrin's scheme | 0.79 / 0.78 ulp |
 //! | `sin/cos` | `q = round(x 2/pi)`, Cody-Waite `r = x - q pi/2` (exact first step with FMA), sin/cos polynomials, quadrant select | 1.72, 1.62 / 2.33, 2.09 ulp |
 //! | `tanh`    | `m / (m + 2)` with `m = expm1(2 abs(x))` (`2^n q + (2^n - 1)`, `q = e^r - 1`: no cancellation near 0), `2 abs(x)` capped at 20; sign copied | 2.46 / 2.33 ulp |
@@ -32,8 +32,9 @@
 //! series, far more accurate than `f32` needs.
 //!
 //! Special values follow libm: `exp(±inf) = inf, 0`; overflow gives `inf`, underflow
-//! subnormals then `0` (inputs below -104, e.g. masked `-inf` scores, select 0 without
-//! any underflowing multiply, which x86 executes through a slow microcode assist);
+//! subnormals then `0` (inputs below -104, e.g. masked `-inf` scores, select 0; no lane
+//! of `exp` executes an operation with a subnormal result, which x86 runs through a slow
+//! microcode assist, so its speed does not depend on how far its results underflow);
 //! `log(0) = -inf`, `log(x<0) = NaN`, `log(inf) = inf`; `tanh` and `erf` saturate to `±1`
 //! and keep `-0`; `sin(-0) = -0`; NaN in gives NaN out everywhere (pow: except
 //! `pow(1, NaN) = pow(NaN, 0) = 1`, as in C). Which NaN is not specified (`log` of a
@@ -618,11 +619,13 @@ impl Emit<'_, '_> {
 
     /// `e^x` for every input. `may_overflow: false` promises `x <= 0` or NaN (sigmoid).
     fn exp_general(&mut self, x: Value, may_overflow: bool) -> Value {
-        // Lanes below EXP_LO (whose result rounds to 0) compute exp(0) instead and are zeroed
-        // at the end: clamping them to EXP_LO would make the last scaling multiply underflow,
-        // and on x86 every underflowing multiply takes a microcode assist (~100 cycles), which
-        // made exp of masked (-inf) attention scores 15x slower than of ordinary inputs.
-        // NaN lanes compare false and pass through both the mask and the clamp.
+        // No lane executes a floating-point operation whose result is subnormal: on x86
+        // each one takes a microcode assist (~100 cycles) unless flush-to-zero is on, which
+        // made exp of masked (-inf) attention scores 15x slower than of ordinary inputs,
+        // and exp of inputs in [-104, -87.3] as slow. Lanes below EXP_LO (whose result
+        // rounds to 0) compute exp(0) instead and are zeroed at the end; lanes whose result
+        // is subnormal build its bits with integer operations (below). NaN lanes compare
+        // false and pass through both the mask and the clamp.
         let lo = self.f(EXP_LO);
         let vanishes = self.cmp(FloatCC::LessThan, x, lo);
         let mut x = self.zero_where(vanishes, x);
@@ -630,19 +633,52 @@ impl Emit<'_, '_> {
             let hi = self.f(EXP_HI);
             x = self.min_or_nan(hi, x);
         }
-        let (q, shifted_bits) = self.expm1_reduced(x);
-        // n is in [-150, 129]: 2^n may not be a normal f32, 2^(n/2) always is, and the first
-        // multiply is exact, so results in the subnormal range are rounded only once.
-        // (Multiplies, not integer adds to y's exponent field: NaN must stay NaN.)
+        let (q, n, shifted_bits) = self.expm1_reduced_n(x);
         let ni = self.rounded_int(shifted_bits);
-        let n1 = self.b.ins().sshr_imm_u(ni, 1);
-        let n2 = self.b.ins().isub(ni, n1);
+        // n is in [-150, 129]. For n >= -125 the result is normal: 2^n may not be a normal
+        // f32 but 2^(n/2) always is, and the first multiply is exact, so an overflowing
+        // result rounds once. (Multiplies, not integer adds to y's exponent field: NaN must
+        // stay NaN.) Lanes with a smaller n compute this with n = -125, and discard it.
+        let normal_min = self.i(-125);
+        let n_normal = self.b.ins().smax(ni, normal_min);
+        let n1 = self.b.ins().sshr_imm_u(n_normal, 1);
+        let n2 = self.b.ins().isub(n_normal, n1);
         let s1 = self.pow2(n1);
         let s2 = self.pow2(n2);
         // (1 + q) 2^n1 as q 2^n1 + 2^n1: the same single rounding, one instruction less.
         let y = self.mul_add(q, s1, s1);
         let y = self.mul(y, s2);
+        // For n <= -126 the result is below 2^-125, where f32 values are the multiples
+        // k 2^-149 (subnormal below 2^-126), and the bits of k 2^-149 are the integer k
+        // itself. So m = (1 + q) 2^(n + 149), a normal number below 2^24, rounded to an
+        // integer (nearest, ties to even: as the multiply into the subnormal range rounds)
+        // is the result's bit pattern. Lanes with a larger n compute this with n = -126.
+        let sub_max = self.i(-126);
+        let n_sub = self.b.ins().smin(ni, sub_max);
+        let biased = self.i(149 + 127);
+        let e = self.b.ins().iadd(n_sub, biased);
+        let e = self.b.ins().ishl_imm_u(e, 23);
+        let scale = self.float(e);
+        let m = self.mul_add(q, scale, scale);
+        let k = self.b.ins().nearest(m);
+        let k = self.exact_int(k);
+        let k = self.float(k);
+        // The float n is an exact integer (or NaN, which compares false).
+        let threshold = self.f(-125.5);
+        let subnormal = self.cmp(FloatCC::LessThan, n, threshold);
+        let y = self.select(subnormal, k, y);
         self.zero_where(vanishes, y)
+    }
+
+    /// The `i32x4` of an `f32x4` whose lanes are integers in `i32`'s range.
+    fn exact_int(&mut self, v: Value) -> Value {
+        if cfg!(target_arch = "x86_64") {
+            // One `cvttps2dq` (the saturating conversion adds a NaN and overflow fix-up
+            // that these lanes do not need).
+            self.b.ins().x86_cvtt2dq(types::I32X4, v)
+        } else {
+            self.b.ins().fcvt_to_sint_sat(types::I32X4, v)
+        }
     }
 
     /// `e^x` for `x` in `[-87, 88]` or NaN, whose result is a normal number: one scaling.
@@ -675,6 +711,12 @@ impl Emit<'_, '_> {
 
     /// `e^r - 1 = r + r^2 P(r)` with `r = x - n ln2`, and the rounding bits of `n`.
     fn expm1_reduced(&mut self, x: Value) -> (Value, Value) {
+        let (q, _, shifted_bits) = self.expm1_reduced_n(x);
+        (q, shifted_bits)
+    }
+
+    /// [`Self::expm1_reduced`], and `n` as `f32x4`.
+    fn expm1_reduced_n(&mut self, x: Value) -> (Value, Value, Value) {
         let log2e = self.f(LOG2_E);
         let (n, shifted_bits) = self.round_product(x, log2e);
         // r = x - n ln2, exactly in the first step (n * LN2_HI is exact).
@@ -684,7 +726,7 @@ impl Emit<'_, '_> {
         let r = self.mul_add(n, c2, r);
         let p = self.poly(r, &EXP_P);
         let r2 = self.mul(r, r);
-        (self.mul_add(p, r2, r), shifted_bits)
+        (self.mul_add(p, r2, r), n, shifted_bits)
     }
 
     /// Splits positive `x` into `m * 2^e` with `m` in `[sqrt(1/2), sqrt(2))`; returns `f = m - 1`

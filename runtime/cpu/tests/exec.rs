@@ -513,3 +513,57 @@ fn errors_say_whether_ferrite_or_the_caller_is_at_fault() {
         "{err}"
     );
 }
+
+/// Distinct generated functions of a compiled program, however they were obtained.
+fn distinct_functions(c: &CpuProgram) -> usize {
+    let s = c.jit_stats();
+    s.compiled + s.shared_across_modules
+}
+
+#[test]
+fn identical_layers_compile_once() {
+    // Layers past the first and before the last are alike: each adds kernels but no new
+    // generated function. (Counted as functions, not time.)
+    let layers = |n| graph(&ferrite_testkit::decoder_source(n, 8, 32, 2));
+    let opts = CpuOptions::with_threads(1);
+    let three = CpuProgram::compile(&schedule(&layers(3), true), &opts).unwrap();
+    let five = CpuProgram::compile(&schedule(&layers(5), true), &opts).unwrap();
+    let (s3, s5) = (three.jit_stats(), five.jit_stats());
+    assert!(s3.shared_in_module > 0, "{s3:?}");
+    assert_eq!(distinct_functions(&three), distinct_functions(&five));
+    assert!(s5.shared_in_module > s3.shared_in_module, "{s3:?} {s5:?}");
+    // The five-layer program found every function in the live three-layer one.
+    assert_eq!(s5.compiled, 0, "{s5:?}");
+
+    // Sharing changes no result.
+    let g = layers(5);
+    let inputs = random_inputs(&g);
+    let want = ferrite_ir::interpret(&g, &inputs).unwrap();
+    let got = five.run(&inputs).unwrap();
+    let (rtol, atol) = tolerance(DType::F32);
+    got[0]
+        .check_close(&want[0], rtol, atol + 2e-4 * max_abs(&want[0]))
+        .unwrap();
+    // And the borrowed code outlives the program that compiled it.
+    drop(three);
+    let again = five.run(&inputs).unwrap();
+    assert_eq!(again[0], got[0]);
+}
+
+#[test]
+fn programs_with_dumps_keep_a_dump_per_kernel() {
+    let g = graph(&ferrite_testkit::decoder_source(3, 8, 32, 2));
+    let mut opts = CpuOptions::with_threads(1);
+    opts.capture_dumps = true;
+    let c = CpuProgram::compile(&schedule(&g, true), &opts).unwrap();
+    assert_eq!(c.jit_stats().shared_across_modules, 0);
+    assert!(c.jit_stats().shared_in_module > 0);
+    for k in 0..c.program().kernels.len() {
+        if c.kernel_info(k).is_some() {
+            assert!(
+                c.disassembly(k).is_some_and(|d| !d.is_empty()),
+                "kernel {k}"
+            );
+        }
+    }
+}

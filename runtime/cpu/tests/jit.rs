@@ -226,3 +226,115 @@ fn elementwise_kernels_for_every_length_and_unroll() {
         Err(KernelError::Jit(JitError::UnknownFunction(_)))
     ));
 }
+
+/// Defines `name(a: i64, b: i64) -> i64 { a * b + c }`.
+fn define_mul_add_c(jit: &mut Jit, name: &str, c: i64) {
+    let sig = jit.signature(&[types::I64, types::I64], &[types::I64]);
+    jit.define_with(name, sig, |b| {
+        let block = b.create_block();
+        b.append_block_params_for_function_params(block);
+        b.switch_to_block(block);
+        let (x, y) = (b.block_params(block)[0], b.block_params(block)[1]);
+        let p = b.ins().imul(x, y);
+        let r = b.ins().iadd_imm_s(p, c);
+        b.ins().return_(&[r]);
+    })
+    .expect("valid function");
+}
+
+#[test]
+fn identical_functions_are_compiled_once_per_module() {
+    // The constant makes these functions unlike any other test's, which may run at the
+    // same time and share through the process-wide table.
+    let mut jit = Jit::new().unwrap();
+    define_mul_add_c(&mut jit, "first", 7_001);
+    define_mul_add_c(&mut jit, "second", 7_001);
+    define_mul_add_c(&mut jit, "other", 7_002);
+    let code = jit.finalize().unwrap();
+    let stats = code.stats();
+    assert_eq!(
+        (
+            stats.compiled,
+            stats.shared_in_module,
+            stats.shared_across_modules
+        ),
+        (2, 1, 0),
+        "{stats:?}"
+    );
+    assert_eq!(code.function_names(), vec!["first", "other", "second"]);
+    assert_eq!(
+        code.function("first").unwrap().as_ptr(),
+        code.function("second").unwrap().as_ptr()
+    );
+    assert_eq!(call_mul_add(&code, "second", 6, 7), 7_043);
+    assert_eq!(call_mul_add(&code, "other", 6, 7), 7_044);
+}
+
+#[test]
+fn live_modules_share_functions_and_stay_alive_for_their_borrowers() {
+    let mut a = Jit::new().unwrap();
+    define_mul_add_c(&mut a, "f", 8_001);
+    let a = a.finalize().unwrap();
+    assert_eq!(a.stats().compiled, 1);
+
+    let mut b = Jit::new().unwrap();
+    define_mul_add_c(&mut b, "g", 8_001);
+    define_mul_add_c(&mut b, "h", 8_002);
+    let b = b.finalize().unwrap();
+    let stats = b.stats();
+    assert_eq!(
+        (
+            stats.compiled,
+            stats.shared_in_module,
+            stats.shared_across_modules
+        ),
+        (1, 0, 1),
+        "{stats:?}"
+    );
+    assert_eq!(
+        a.function("f").unwrap().as_ptr(),
+        b.function("g").unwrap().as_ptr()
+    );
+    // `b` keeps `a`'s code alive after `a` is dropped.
+    drop(a);
+    assert_eq!(call_mul_add(&b, "g", 2, 3), 8_007);
+
+    // A module capturing dumps shares only within itself, so each function has its dump.
+    let mut c = Jit::with_options(JitOptions {
+        capture_dumps: true,
+        ..JitOptions::default()
+    })
+    .unwrap();
+    define_mul_add_c(&mut c, "p", 8_001);
+    define_mul_add_c(&mut c, "q", 8_001);
+    let c = c.finalize().unwrap();
+    let stats = c.stats();
+    assert_eq!(
+        (
+            stats.compiled,
+            stats.shared_in_module,
+            stats.shared_across_modules
+        ),
+        (1, 1, 0),
+        "{stats:?}"
+    );
+    assert!(c.dump("q").is_some_and(|d| d.clif.contains("imul")));
+    assert_eq!(call_mul_add(&c, "q", 1, 1), 8_002);
+}
+
+#[test]
+fn options_are_part_of_the_sharing_key() {
+    let mut a = Jit::new().unwrap();
+    define_mul_add_c(&mut a, "f", 9_001);
+    let a = a.finalize().unwrap();
+    let mut b = Jit::with_options(JitOptions {
+        opt_level: OptLevel::None,
+        ..JitOptions::default()
+    })
+    .unwrap();
+    define_mul_add_c(&mut b, "f", 9_001);
+    let b = b.finalize().unwrap();
+    assert_eq!(b.stats().compiled, 1);
+    assert_eq!(call_mul_add(&b, "f", 1, 2), 9_003);
+    drop(a);
+}

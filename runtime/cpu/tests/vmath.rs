@@ -598,3 +598,50 @@ fn maximum_is_maxps_plus_nan_fixup() {
         "unexpected long fmax sequence:\n{vcode}"
     );
 }
+
+/// `exp` executes no floating-point operation with a subnormal result or operand, so x86
+/// never runs it through the microcode assist that made it slow on underflowing inputs:
+/// the MXCSR's sticky underflow and denormal-operand flags stay clear over inputs whose
+/// results are normal, subnormal and zero (counted as flags, not time).
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[allow(deprecated)] // _mm_getcsr / _mm_setcsr: there is no other stable way to read them
+fn exp_never_computes_with_subnormals() {
+    use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+    const DENORMAL_OPERAND: u32 = 1 << 1;
+    const UNDERFLOW: u32 = 1 << 4;
+    let (_, code) = host_vmath();
+    let kernel = UnaryKernel::new(&code, "exp").expect("kernel");
+    // -110 to -80 in small steps, so every lane kind is hit, with odd lengths for the tail.
+    let xs: Vec<f32> = (0..30_001).map(|i| -110.0 + i as f32 * 1e-3).collect();
+    let mut out = vec![0.0f32; xs.len()];
+    // SAFETY: reading and writing the calling thread's MXCSR; only the sticky exception
+    // flags (bits 0-5) are cleared, the rounding and masking modes are kept.
+    let before = unsafe {
+        let csr = _mm_getcsr();
+        _mm_setcsr(csr & !0x3f);
+        csr
+    };
+    kernel.run(&xs, &mut out).expect("run");
+    // SAFETY: as above; the flags the caller had are restored.
+    let flags = unsafe {
+        let flags = _mm_getcsr() & 0x3f;
+        _mm_setcsr(before);
+        flags
+    };
+    assert_eq!(
+        flags & (UNDERFLOW | DENORMAL_OPERAND),
+        0,
+        "MXCSR flags {flags:#x}"
+    );
+    assert!(out.iter().any(|y| y.is_subnormal()));
+    assert!(out.contains(&0.0));
+    assert!(out.iter().any(|y| y.is_normal()));
+    for (&x, &y) in xs.iter().zip(&out) {
+        let want = (x as f64).exp();
+        assert!(
+            ulp_error(y, want) <= bound(UnaryFn::Exp),
+            "exp({x:e}) = {y:e}"
+        );
+    }
+}

@@ -21,7 +21,8 @@ pub mod random;
 
 pub use differential::{check_against_interpreter, primitive};
 pub use examples::{
-    example, example_graph, example_names, example_source, repo_root, tile_example_source,
+    decoder_source, example, example_graph, example_names, example_source, repo_root,
+    tile_example_source,
 };
 pub use filetest::{run_dir, Case, Stage};
 pub use golden::{bless_requested, check_golden, diff};

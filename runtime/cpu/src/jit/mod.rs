@@ -24,11 +24,28 @@
 //! every group out whole), verifies the result again, and hands it to the module, whose ISA
 //! has `opt_level=none` so that the e-graph does not run a second time. With
 //! [`OptLevel::None`] neither pass runs.
+//!
+//! Identical functions are compiled once per process. A model repeats each layer's kernels
+//! once per layer, and Cranelift's compile (the mid-end, lowering, register allocation) is
+//! most of a kernel's cost, so [`Jit::define`] keys every function by its body, Cranelift's
+//! `FunctionStencil` (everything but the name; hashed, then compared whole, so a hash
+//! collision cannot alias two functions; generated kernels reach their buffers only through
+//! their arguments and call helpers at absolute addresses, and a function that names other
+//! functions is not shared), together with the ISA's flags and the options. (Printing the
+//! CLIF text as the key cost a third of codegen.) A function whose key
+//! was defined before in the same module becomes another name for that code; one that a live
+//! [`JitCode`] of an earlier module holds is borrowed from it (the new `JitCode` keeps that
+//! module alive). A module that captures dumps shares within itself only, so that every
+//! function it lists has its dump. [`JitCode::stats`] counts what was compiled and what
+//! was shared.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::ir::function::FunctionStencil;
 use cranelift_codegen::ir::{types, Function, Signature, Type, UserFuncName};
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
@@ -144,8 +161,98 @@ pub struct Jit {
     ctx: Context,
     builder_ctx: FunctionBuilderContext,
     options: JitOptions,
-    functions: Vec<(String, FuncId)>,
+    /// Every defined name, in definition order, and where its code is.
+    functions: Vec<(String, Definition)>,
     dumps: Vec<FunctionDump>,
+    /// The ISA's flags and the options, the part of a sharing key that is not the function.
+    fingerprint: Arc<str>,
+    /// The functions compiled into this module, by body hash, for later definitions here
+    /// and, once finalized, for other modules.
+    compiled_keys: HashMap<u64, Vec<(Arc<FunctionStencil>, FuncId)>>,
+    /// Earlier modules whose code this one's functions use.
+    borrowed: Vec<Arc<FrozenModule>>,
+    /// The functions borrowed from them, by body hash.
+    borrowed_keys: HashMap<u64, Vec<(Arc<FunctionStencil>, JitFunctionInfo)>>,
+    stats: JitStats,
+}
+
+/// Where a defined function's code is.
+#[derive(Debug, Clone)]
+enum Definition {
+    /// Compiled into this module (possibly under another name too).
+    Compiled(FuncId),
+    /// Finalized code of an earlier module, kept alive through `Jit::borrowed`.
+    Borrowed(JitFunctionInfo),
+}
+
+/// How the functions of one module came to be: compiled, or shared (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JitStats {
+    /// Functions Cranelift compiled.
+    pub compiled: usize,
+    /// Definitions that repeated a function defined earlier in the same module.
+    pub shared_in_module: usize,
+    /// Functions taken from another live module (each counted once).
+    pub shared_across_modules: usize,
+}
+
+/// A compiled function that a finalized module offers to later modules.
+struct SharedFunction {
+    fingerprint: Arc<str>,
+    body: Arc<FunctionStencil>,
+    module: Weak<FrozenModule>,
+    info: JitFunctionInfo,
+}
+
+type SharedTable = HashMap<u64, Vec<SharedFunction>>;
+
+/// The process-wide table of shareable functions, by body hash. Entries of freed modules
+/// are dropped whenever a module registers its own.
+fn shared_functions() -> &'static Mutex<SharedTable> {
+    static SHARED: OnceLock<Mutex<SharedTable>> = OnceLock::new();
+    SHARED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// A fast non-cryptographic hash (FxHash's multiply-rotate) of a function body; equal
+/// hashes are confirmed by comparing the bodies, so its quality only affects speed.
+#[derive(Default)]
+struct BodyHasher(u64);
+
+impl Hasher for BodyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let word = u64::from_le_bytes(c.try_into().expect("eight bytes"));
+            self.write_u64(word);
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
 }
 
 impl Jit {
@@ -156,8 +263,19 @@ impl Jit {
 
     /// A module for the host ISA.
     pub fn with_options(options: JitOptions) -> Result<Jit, JitError> {
-        let optimizer = host_isa(&options, options.opt_level)?;
-        let isa = host_isa(&options, OptLevel::None)?;
+        let optimizer = cached_host_isa(&options, options.opt_level)?;
+        let isa = cached_host_isa(&options, OptLevel::None)?;
+        let fingerprint: Arc<str> = Arc::from(format!(
+            "{}\n{}\nopt_level={:?} verify_after_passes={}\n",
+            isa.flags(),
+            isa.isa_flags()
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+            options.opt_level,
+            options.verify_after_passes,
+        ));
         let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         Ok(Jit {
             module: Some(JITModule::new(builder)),
@@ -167,6 +285,11 @@ impl Jit {
             options,
             functions: Vec::new(),
             dumps: Vec::new(),
+            fingerprint,
+            compiled_keys: HashMap::new(),
+            borrowed: Vec::new(),
+            borrowed_keys: HashMap::new(),
+            stats: JitStats::default(),
         })
     }
 
@@ -254,11 +377,20 @@ impl Jit {
         self.define(name, func)
     }
 
-    /// Verifies `func`, compiles it and adds it to the module under `name`.
+    /// Verifies `func`, compiles it and adds it to the module under `name`; or, when an
+    /// identical function was compiled before (see the module docs), adds `name` for that
+    /// code instead.
     pub fn define(&mut self, name: &str, func: Function) -> Result<(), JitError> {
         if self.functions.iter().any(|(n, _)| n == name) {
             return Err(JitError::DuplicateName(name.to_string()));
         }
+        let key = sharing_key(&func);
+        if let Some(hash) = key {
+            if self.reuse(name, hash, &func.stencil) {
+                return Ok(());
+            }
+        }
+        let body = key.map(|hash| (hash, Arc::new(func.stencil.clone())));
         if let Err(errors) = verify_function(&func, self.module().isa()) {
             return Err(JitError::Verifier {
                 name: name.to_string(),
@@ -311,8 +443,81 @@ impl Jit {
             });
         }
         self.ctx.clear();
-        self.functions.push((name.to_string(), id));
+        self.functions
+            .push((name.to_string(), Definition::Compiled(id)));
+        if let Some((hash, body)) = body {
+            self.compiled_keys.entry(hash).or_default().push((body, id));
+        }
+        self.stats.compiled += 1;
         Ok(())
+    }
+
+    /// Defines `name` as a function compiled before with this body, in this module or in a
+    /// live earlier one; false when there is none.
+    fn reuse(&mut self, name: &str, hash: u64, body: &FunctionStencil) -> bool {
+        let local = self
+            .compiled_keys
+            .get(&hash)
+            .and_then(|v| v.iter().find(|(b, _)| **b == *body))
+            .map(|&(_, id)| id);
+        if let Some(id) = local {
+            if self.options.capture_dumps {
+                let first = self.functions.iter().find_map(|(n, d)| match d {
+                    Definition::Compiled(f) if *f == id => Some(n.clone()),
+                    _ => None,
+                });
+                if let Some(dump) = first.and_then(|n| self.dumps.iter().find(|d| d.name == n)) {
+                    let dump = FunctionDump {
+                        name: name.to_string(),
+                        ..dump.clone()
+                    };
+                    self.dumps.push(dump);
+                }
+            }
+            self.functions
+                .push((name.to_string(), Definition::Compiled(id)));
+            self.stats.shared_in_module += 1;
+            return true;
+        }
+        let borrowed = self
+            .borrowed_keys
+            .get(&hash)
+            .and_then(|v| v.iter().find(|(b, _)| **b == *body))
+            .map(|(_, info)| info.clone());
+        if let Some(info) = borrowed {
+            self.functions
+                .push((name.to_string(), Definition::Borrowed(info)));
+            self.stats.shared_in_module += 1;
+            return true;
+        }
+        if self.options.capture_dumps {
+            return false;
+        }
+        let table = shared_functions()
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let found = table.get(&hash).and_then(|v| {
+            v.iter().find_map(|f| {
+                let same = f.fingerprint == self.fingerprint && *f.body == *body;
+                let module = f.module.upgrade().filter(|_| same)?;
+                Some((module, f.info.clone(), f.body.clone()))
+            })
+        });
+        drop(table);
+        let Some((module, info, body)) = found else {
+            return false;
+        };
+        if !self.borrowed.iter().any(|m| Arc::ptr_eq(m, &module)) {
+            self.borrowed.push(module);
+        }
+        self.borrowed_keys
+            .entry(hash)
+            .or_default()
+            .push((body, info.clone()));
+        self.functions
+            .push((name.to_string(), Definition::Borrowed(info)));
+        self.stats.shared_across_modules += 1;
+        true
     }
 
     /// The mid-end on `self.ctx.func`: Cranelift's e-graph pass (GVN, LICM, algebraic
@@ -354,20 +559,52 @@ impl Jit {
             unsafe { module.free_memory() };
             return Err(module_error("", e));
         }
-        let mut functions = HashMap::new();
-        for (name, id) in &self.functions {
-            let address = module.get_finalized_function(*id) as usize;
-            let signature = module
+        let compiled = |id: FuncId| JitFunctionInfo {
+            address: module.get_finalized_function(id) as usize,
+            signature: module
                 .declarations()
-                .get_function_decl(*id)
+                .get_function_decl(id)
                 .signature
-                .clone();
-            functions.insert(name.clone(), JitFunctionInfo { address, signature });
+                .clone(),
+        };
+        let mut functions = HashMap::new();
+        for (name, definition) in &self.functions {
+            let info = match definition {
+                Definition::Compiled(id) => compiled(*id),
+                Definition::Borrowed(info) => info.clone(),
+            };
+            functions.insert(name.clone(), info);
+        }
+        let offered: Vec<(u64, Arc<FunctionStencil>, JitFunctionInfo)> =
+            std::mem::take(&mut self.compiled_keys)
+                .into_iter()
+                .flat_map(|(hash, v)| v.into_iter().map(move |(body, id)| (hash, body, id)))
+                .map(|(hash, body, id)| (hash, body, compiled(id)))
+                .collect();
+        let module = Arc::new(FrozenModule(Some(module)));
+        if !offered.is_empty() {
+            let mut table = shared_functions()
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            table.retain(|_, v| {
+                v.retain(|f| f.module.strong_count() > 0);
+                !v.is_empty()
+            });
+            for (hash, body, info) in offered {
+                table.entry(hash).or_default().push(SharedFunction {
+                    fingerprint: self.fingerprint.clone(),
+                    body,
+                    module: Arc::downgrade(&module),
+                    info,
+                });
+            }
         }
         Ok(JitCode {
-            module: Some(FrozenModule(module)),
+            module,
+            borrowed: std::mem::take(&mut self.borrowed),
             functions,
             dumps: std::mem::take(&mut self.dumps),
+            stats: self.stats,
         })
     }
 }
@@ -380,6 +617,17 @@ impl Drop for Jit {
             unsafe { module.free_memory() };
         }
     }
+}
+
+/// The hash of `func`'s body for sharing, or `None` when it must not be shared: it refers
+/// to functions by name, which resolve per module.
+fn sharing_key(func: &Function) -> Option<u64> {
+    if !func.params.user_named_funcs().is_empty() {
+        return None;
+    }
+    let mut h = BodyHasher::default();
+    func.stencil.hash(&mut h);
+    Some(h.finish())
 }
 
 fn module_error(name: &str, e: ModuleError) -> JitError {
@@ -397,6 +645,24 @@ pub fn isa_has_fma(isa: &dyn TargetIsa) -> bool {
     isa.isa_flags()
         .iter()
         .any(|v| v.name == "has_fma" && v.as_bool() == Some(true))
+}
+
+/// [`host_isa`], built once per process for each combination of settings: detecting the
+/// host and building the ISA is a fixed cost of every compile otherwise.
+fn cached_host_isa(options: &JitOptions, opt_level: OptLevel) -> Result<OwnedTargetIsa, JitError> {
+    type Key = (bool, bool);
+    static ISAS: OnceLock<Mutex<HashMap<Key, OwnedTargetIsa>>> = OnceLock::new();
+    let key = (opt_level == OptLevel::Speed, options.verify_after_passes);
+    let mut isas = ISAS
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(isa) = isas.get(&key) {
+        return Ok(isa.clone());
+    }
+    let isa = host_isa(options, opt_level)?;
+    isas.insert(key, isa.clone());
+    Ok(isa)
 }
 
 fn host_isa(options: &JitOptions, opt_level: OptLevel) -> Result<OwnedTargetIsa, JitError> {
@@ -444,21 +710,42 @@ struct JitFunctionInfo {
     signature: Signature,
 }
 
-/// The finalized `JITModule`, kept only so that its memory can be freed on drop.
-struct FrozenModule(JITModule);
+/// The finalized `JITModule`, kept only so that its memory can be freed when the last
+/// [`JitCode`] using it (its own, or one that borrowed functions from it) is dropped.
+struct FrozenModule(Option<JITModule>);
 
 // SAFETY: after `finalize_definitions` the module is never touched again except by
-// `JitCode::drop`, which owns it; its interior `RefCell` and raw code pointers are
-// therefore never accessed concurrently, and the code pages themselves are read-only.
+// `FrozenModule::drop`, which runs once, when the last `Arc` goes; its interior `RefCell`
+// and raw code pointers are therefore never accessed concurrently, and the code pages
+// themselves are read-only.
 unsafe impl Send for FrozenModule {}
-// SAFETY: no method of `JitCode` reaches into the module through `&self` (see above).
+// SAFETY: nothing reaches into the module through `&self` (see above).
 unsafe impl Sync for FrozenModule {}
 
-/// Finalized machine code: owns the executable memory; `Send + Sync`.
+impl Drop for FrozenModule {
+    fn drop(&mut self) {
+        if let Some(module) = self.0.take() {
+            // SAFETY: every address handed out is a `JitFunction` borrowing a `JitCode` that
+            // holds an `Arc` of this module (its own or a borrowed one), so no caller can hold
+            // one past this point without an `unsafe` block of its own that promised to keep
+            // that `JitCode` alive while calling it; and the shared-function table holds only
+            // `Weak` references.
+            unsafe { module.free_memory() };
+        }
+    }
+}
+
+/// Finalized machine code: keeps the executable memory alive; `Send + Sync`.
 pub struct JitCode {
-    module: Option<FrozenModule>,
+    /// The module this `Jit` compiled.
+    #[allow(dead_code)] // held for its drop
+    module: Arc<FrozenModule>,
+    /// Earlier modules whose functions this one uses.
+    #[allow(dead_code)] // held for their drop
+    borrowed: Vec<Arc<FrozenModule>>,
     functions: HashMap<String, JitFunctionInfo>,
     dumps: Vec<FunctionDump>,
+    stats: JitStats,
 }
 
 impl JitCode {
@@ -486,6 +773,11 @@ impl JitCode {
     pub fn dump(&self, name: &str) -> Option<&FunctionDump> {
         self.dumps.iter().find(|d| d.name == name)
     }
+
+    /// How many functions were compiled and how many shared (see the module docs).
+    pub fn stats(&self) -> JitStats {
+        self.stats
+    }
 }
 
 impl fmt::Debug for JitCode {
@@ -493,17 +785,6 @@ impl fmt::Debug for JitCode {
         f.debug_struct("JitCode")
             .field("functions", &self.function_names())
             .finish()
-    }
-}
-
-impl Drop for JitCode {
-    fn drop(&mut self) {
-        if let Some(FrozenModule(module)) = self.module.take() {
-            // SAFETY: every address handed out is a `JitFunction` borrowing `self`, so no
-            // caller can hold one past this point without an `unsafe` block of its own that
-            // promised to keep the `JitCode` alive while calling it.
-            unsafe { module.free_memory() };
-        }
     }
 }
 
