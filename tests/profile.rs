@@ -471,5 +471,9 @@ fn profiles_run_on_inputs_from_files() {
     }
     let o = ferrite(&["profile", "examples/mlp.fg", "--input", &given]);
     assert_exit(&o, 1);
-    assert!(stderr(&o).contains("no parameter `logits`"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no parameter `logits`"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -184,4 +184,3 @@ fn numpy_type_name(d: ferrite::DType) -> &'static str {
         Bool => "np.bool_",
     }
 }
-

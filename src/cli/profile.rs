@@ -21,8 +21,8 @@
 
 use super::inputs::{check_names, given_inputs, make_inputs};
 use super::{
-    compile_graph, load_any, load_machine, parse_name_eq_path, target_parser, CliError,
-    CliResult, MemoryLimit, TextLimit,
+    compile_graph, load_any, load_machine, parse_name_eq_path, target_parser, CliError, CliResult,
+    MemoryLimit, TextLimit,
 };
 use clap::{Args, ValueEnum};
 use ferrite::profile::{chrome_trace, render_table, to_json, ProfileStep};

@@ -4,8 +4,8 @@
 //! Parameters not given with `--input` get deterministic random values: parameter
 //! `i` is `Tensor::random(type, seed + i)`, so a run is reproducible from its flags.
 
-use super::summary::summarize;
 use super::inputs::{check_names, given_inputs, make_inputs, Inputs};
+use super::summary::summarize;
 use super::{
     compile_graph, compile_options, count, load_any, output_file_stem, parse_name_eq_path,
     target_parser, CliError, CliResult, MemoryLimit, TextLimit,
