@@ -435,3 +435,45 @@ fn compile_dump_writes_graph_dot_with_a_cluster_per_kernel() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// `--input NAME=FILE` profiles on the user's values (the peer harness passes its
+/// inputs this way); a wrong name, shape or file is a user error naming it.
+#[test]
+fn profiles_run_on_inputs_from_files() {
+    let scratch = Scratch::new("profile-inputs");
+    let dir = scratch.path("out");
+    let o = ferrite(&["run", "examples/softmax_rows.fg", "--out", &dir]);
+    assert_exit(&o, 0);
+    // softmax keeps its input's shape: its output is a valid `logits`.
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(files.len(), 1);
+    let file = files[0].as_ref().unwrap().path().display().to_string();
+    let given = format!("logits={file}");
+    let o = ferrite(&[
+        "profile",
+        "examples/softmax_rows.fg",
+        "--input",
+        &given,
+        "--runs",
+        "2",
+        "--format",
+        "json",
+    ]);
+    assert_exit(&o, 0);
+    assert_eq!(parse_json(&stdout(&o))["format"], "ferrite-profile");
+    for (flag, says) in [
+        (format!("nope={file}"), "no parameter `nope`"),
+        ("x=/does/not/exist.npy".to_string(), "exist.npy"),
+    ] {
+        let o = ferrite(&["profile", "examples/softmax_rows.fg", "--input", &flag]);
+        assert_exit(&o, 1);
+        assert!(stderr(&o).contains(says), "{flag}: {}", stderr(&o));
+    }
+    let o = ferrite(&["profile", "examples/mlp.fg", "--input", &given]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).contains("no parameter `logits`"),
+        "{}",
+        stderr(&o)
+    );
+}

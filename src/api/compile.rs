@@ -15,7 +15,7 @@ use super::host::Tensor;
 use super::memory::{self, default_memory_limit};
 use ferrite_accel::program::SimProgram;
 use ferrite_accel::sim::{DeviceReport, Machine};
-use ferrite_cpu::{CpuOptions, CpuProgram};
+use ferrite_cpu::{CpuOptions, CpuProgram, InputTensors, OutputTensors};
 use ferrite_ir::loops::Program;
 use ferrite_ir::{interpret, print, verify, TensorType};
 use ferrite_passes::dot::graph_dot;
@@ -123,7 +123,9 @@ pub struct Options {
     pub fuse: bool,
     /// Run the e-graph optimizer (default).
     pub optimize: bool,
-    /// CPU threads; `None` (default) is one per core. At most [`MAX_THREADS`].
+    /// CPU threads; `None` (default) is `FERRITE_NUM_THREADS` when set, else one per
+    /// core. At most [`MAX_THREADS`]. Every program runs on the process's one thread
+    /// pool, using this many of its threads (the pool grows to the largest count asked).
     pub threads: Option<usize>,
     /// Write every stage's text here (created if missing), numbered in pipeline order;
     /// see [`Compiled::dump_files`] for the layout.
@@ -136,6 +138,10 @@ pub struct Options {
     /// (default) is [`default_memory_limit`] (half the physical memory, at most
     /// 16 GiB); see [`crate::memory`] for what each target's estimate counts.
     pub memory_limit: Option<u64>,
+    /// On [`Target::Cpu`], flush denormals to zero (FTZ + DAZ) while the program runs,
+    /// on the calling thread and the pool's, restored after (default off, as in
+    /// PyTorch and ONNX Runtime; ARCHITECTURE.md's Numerics section says what changes).
+    pub flush_denormals: bool,
 }
 
 impl Default for Options {
@@ -148,6 +154,7 @@ impl Default for Options {
             dump: None,
             machine: None,
             memory_limit: None,
+            flush_denormals: false,
         }
     }
 }
@@ -190,6 +197,12 @@ impl Options {
         self
     }
 
+    /// Turns flushing denormals on or off (see [`Options::flush_denormals`]).
+    pub fn flush_denormals(mut self, on: bool) -> Options {
+        self.flush_denormals = on;
+        self
+    }
+
     /// Sets the memory budget of one run, in bytes (see [`Options::memory_limit`]).
     pub fn memory_limit(mut self, bytes: u64) -> Options {
         self.memory_limit = Some(bytes);
@@ -203,6 +216,12 @@ impl Options {
 
     /// Checks the options that can be out of range.
     fn check(&self) -> Result<()> {
+        if self.threads.is_none() && self.target == Target::Cpu {
+            ferrite_cpu::threads_from_env().map_err(|e| Error::InvalidOption {
+                option: "threads",
+                message: e.to_string(),
+            })?;
+        }
         match self.threads {
             Some(n) if n > MAX_THREADS => Err(Error::InvalidOption {
                 option: "threads",
@@ -303,6 +322,7 @@ fn generate(program: &Program, options: &Options) -> Result<(Code, Option<StageR
                 cpu_options.threads = threads;
             }
             cpu_options.capture_dumps = options.dump.is_some();
+            cpu_options.flush_denormals = options.flush_denormals;
             let cpu = CpuProgram::compile(program, &cpu_options)
                 .map_err(|e| failed("cpu codegen", e.to_string(), e.is_internal()))?;
             (Code::Cpu(Box::new(cpu)), "cpu codegen", "cpu.clif")
@@ -471,9 +491,64 @@ impl Compiled {
     /// dtype or shape is an [`Error::InputCount`], [`Error::InputDType`] or
     /// [`Error::InputShape`].
     ///
-    /// Inputs are copied once into the runtime's own tensors.
+    /// On [`Target::Cpu`] the inputs are read in place (never copied) and the outputs
+    /// are fresh tensors; [`Compiled::run_into`] writes into tensors the caller keeps.
+    /// The other targets copy the inputs once into their own tensors.
     pub fn run<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Vec<Tensor>> {
         self.execute(inputs).map(Execution::into_outputs)
+    }
+
+    /// Runs the program into outputs the caller owns (one per graph output, of its type:
+    /// [`Compiled::new_outputs`] makes them), like ONNX Runtime's IOBinding. On
+    /// [`Target::Cpu`] the inputs are read in place and the outputs written in place,
+    /// and a warm run (same program, same output tensors) allocates nothing: the
+    /// program keeps its intermediates between runs. Other targets run as by
+    /// [`Compiled::run`] and copy their results in. A wrong output count or type is an
+    /// [`Error::OutputCount`] or [`Error::OutputType`].
+    pub fn run_into<A: Borrow<Tensor>>(&self, inputs: &[A], outputs: &mut [Tensor]) -> Result<()> {
+        check_types(&self.graph, inputs.iter().map(|t| t.borrow().ty()))?;
+        let types = self.output_types_iter();
+        if outputs.len() != self.graph.outputs.len() {
+            return Err(Error::OutputCount {
+                expected: self.graph.outputs.len(),
+                got: outputs.len(),
+            });
+        }
+        for (index, (t, want)) in outputs.iter().zip(types).enumerate() {
+            if t.ty() != want {
+                return Err(Error::OutputType {
+                    index,
+                    expected: want.clone(),
+                    got: t.ty().clone(),
+                });
+            }
+        }
+        self.check_memory()?;
+        match &self.backend {
+            Backend::Lowered(_, Code::Cpu(p)) => p
+                .run_into(&Borrowed(inputs), &mut BorrowedMut(outputs))
+                .map_err(|e| Error::Run {
+                    message: e.to_string(),
+                }),
+            _ => {
+                for (out, t) in outputs.iter_mut().zip(self.run(inputs)?) {
+                    *out = t;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Zero tensors of the output types, to pass to [`Compiled::run_into`].
+    pub fn new_outputs(&self) -> Vec<Tensor> {
+        self.output_types_iter()
+            .map(|ty| Tensor::from_backend(ferrite_ir::Tensor::zeros(ty)))
+            .collect::<Result<_>>()
+            .unwrap_or_default()
+    }
+
+    fn output_types_iter(&self) -> impl Iterator<Item = &TensorType> {
+        self.graph.outputs.iter().map(|&o| self.graph.ty(o))
     }
 
     /// Runs the program on inputs given by name, in any order:
@@ -520,6 +595,22 @@ impl Compiled {
     pub fn execute<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Execution> {
         check_types(&self.graph, inputs.iter().map(|t| t.borrow().ty()))?;
         self.check_memory()?;
+        if let Backend::Lowered(_, Code::Cpu(p)) = &self.backend {
+            // Read in place: no copy of the inputs.
+            let start = Instant::now();
+            let outputs = p.run_borrowed(&Borrowed(inputs)).map_err(|e| Error::Run {
+                message: e.to_string(),
+            })?;
+            let time = start.elapsed();
+            return Ok(Execution {
+                outputs: outputs
+                    .into_iter()
+                    .map(Tensor::from_backend)
+                    .collect::<Result<_>>()?,
+                time,
+                device_report: None,
+            });
+        }
         let inputs = check_inputs(&self.graph, inputs)?;
         let start = Instant::now();
         let (outputs, device_report) = match &self.backend {
@@ -568,14 +659,14 @@ impl Compiled {
     ) -> Result<ScheduleProfile> {
         check_types(&self.graph, inputs.iter().map(|t| t.borrow().ty()))?;
         self.check_memory()?;
-        let inputs = check_inputs(&self.graph, inputs)?;
         let (pipeline, code) = self.profilable("profiling")?;
         let fused = self.options.fuse;
         let peak = pipeline.scheduled.memory.peak_bytes() as u64;
         let graph = &pipeline.optimized;
         match code {
-            Code::Cpu(p) => profile_cpu(p, graph, &inputs, runs, fused, peak, progress),
+            Code::Cpu(p) => profile_cpu(p, graph, &Borrowed(inputs), runs, fused, peak, progress),
             Code::Sim(p) => {
+                let inputs = check_inputs(&self.graph, inputs)?;
                 profile_sim(p, &pipeline.scheduled.program, graph, &inputs, fused, peak)
             }
             Code::Loops => unreachable!("profilable() refuses the loop-IR evaluator"),
@@ -912,6 +1003,33 @@ fn param_names(g: &ferrite_ir::Graph) -> Vec<String> {
         .enumerate()
         .map(|(i, &p)| g.node(p).name.clone().unwrap_or_else(|| format!("%{i}")))
         .collect()
+}
+
+/// Inputs borrowed in place for the CPU backend.
+struct Borrowed<'a, A>(&'a [A]);
+
+impl<A: Borrow<Tensor>> InputTensors for Borrowed<'_, A> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn tensor(&self, i: usize) -> &ferrite_ir::Tensor {
+        self.0[i].borrow().as_ir()
+    }
+}
+
+/// Caller-owned outputs written in place by the CPU backend (which keeps their types).
+struct BorrowedMut<'a>(&'a mut [Tensor]);
+
+impl OutputTensors for BorrowedMut<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn tensor(&self, i: usize) -> &ferrite_ir::Tensor {
+        self.0[i].as_ir()
+    }
+    fn tensor_mut(&mut self, i: usize) -> &mut ferrite_ir::Tensor {
+        self.0[i].as_ir_mut()
+    }
 }
 
 /// Checks `inputs` against the graph's parameters and copies them for the backends.

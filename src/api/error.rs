@@ -67,6 +67,22 @@ pub enum Error {
         /// The number of inputs given.
         got: usize,
     },
+    /// `run_into` got a different number of output tensors than the graph has outputs.
+    OutputCount {
+        /// The number of outputs.
+        expected: usize,
+        /// The number of output tensors given.
+        got: usize,
+    },
+    /// An output tensor given to `run_into` differs in type from its output.
+    OutputType {
+        /// Position of the output.
+        index: usize,
+        /// The output's type.
+        expected: TensorType,
+        /// The tensor's type.
+        got: TensorType,
+    },
     /// An input's dtype differs from its parameter's.
     InputDType {
         /// Position of the input.
@@ -216,6 +232,8 @@ impl Error {
             | Error::MissingInput { .. }
             | Error::DuplicateInput { .. }
             | Error::InputCount { .. }
+            | Error::OutputCount { .. }
+            | Error::OutputType { .. }
             | Error::InputDType { .. }
             | Error::InputShape { .. }
             | Error::Data { .. }
@@ -279,6 +297,15 @@ impl fmt::Display for Error {
             ),
             Error::MissingInput { name } => write!(f, "input `{name}` is not given"),
             Error::DuplicateInput { name } => write!(f, "input `{name}` is given twice"),
+            Error::OutputCount { expected, got } => write!(
+                f,
+                "the graph has {expected} outputs, {got} output tensors were given"
+            ),
+            Error::OutputType {
+                index,
+                expected,
+                got,
+            } => write!(f, "output {index} is {expected}, the tensor given is {got}"),
             Error::InputCount { expected, got } => write!(
                 f,
                 "expected {expected} input{}, got {got}",

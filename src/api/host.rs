@@ -267,6 +267,12 @@ impl Tensor {
         &self.0
     }
 
+    /// The IR's host tensor, for a backend to write its elements in place (its type
+    /// stays: backends check it and never change it).
+    pub(crate) fn as_ir_mut(&mut self) -> &mut ferrite_ir::Tensor {
+        &mut self.0
+    }
+
     /// Unwraps into the IR's host tensor.
     pub fn into_ir(self) -> ferrite_ir::Tensor {
         self.0

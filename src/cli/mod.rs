@@ -5,6 +5,7 @@ pub mod check;
 pub mod compile;
 pub mod convert;
 pub mod fmt;
+pub mod inputs;
 pub mod profile;
 pub mod run;
 pub mod sim;

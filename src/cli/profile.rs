@@ -1,13 +1,16 @@
-//! `ferrite profile FILE [--target cpu|sim] [--runs N] [--threads N] [--trace FILE.json]
-//! [--format table|json] [--seed N] [--machine PRESET]`: where the time goes, fused and
-//! unfused.
+//! `ferrite profile FILE [--input NAME=FILE.npy].. [--target cpu|sim] [--runs N]
+//! [--threads N] [--trace FILE.json] [--format table|json] [--seed N] [--machine PRESET]`:
+//! where the time goes, fused and unfused.
 //!
 //! The graph is compiled once through the library (decompose, optimize, fuse, code
 //! generation) and profiled against its unfused baseline, whose optimized graph is
 //! scheduled one kernel per primitive op ([`ferrite::Compiled::profile_report`]), so
 //! both schedules compute the same graph nodes and their rows can be compared. Both
-//! run on the same random inputs (parameter `i` is `Tensor::random(type, seed + i)`,
-//! as `ferrite run` makes them). On the CPU each schedule runs once to warm up and
+//! run on the same inputs, made as `ferrite run` makes them: parameters given with
+//! `--input NAME=FILE` (`.npy` or ONNX `.pb`) are read from their files, the others are
+//! random (parameter `i` is `Tensor::random(type, seed + i)`). Transcendental kernels
+//! and softmax take value-dependent time, so a comparison with another runtime should
+//! pass that runtime's inputs. On the CPU each schedule runs once to warm up and
 //! then `--runs` times, and every kernel's time is its median; on the simulator one
 //! run gives deterministic cycles.
 //!
@@ -16,13 +19,14 @@
 //! instead; `--trace` writes a Chrome trace.
 //! Progress goes to standard error, and only when it is a terminal.
 
+use super::inputs::{check_names, given_inputs, make_inputs};
 use super::{
-    compile_graph, load_any, load_machine, random_input, target_parser, CliError, CliResult,
+    compile_graph, load_any, load_machine, parse_name_eq_path, target_parser, CliError, CliResult,
     MemoryLimit, TextLimit,
 };
 use clap::{Args, ValueEnum};
 use ferrite::profile::{chrome_trace, render_table, to_json, ProfileStep};
-use ferrite::{Options, Target, Tensor, MAX_THREADS};
+use ferrite::{Options, Target, MAX_THREADS};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -44,6 +48,9 @@ pub struct ProfileArgs {
     /// Symbolic dimensions of an ONNX model.
     #[command(flatten)]
     pub dims: super::DimArgs,
+    /// Take parameter NAME from a .npy or ONNX TensorProto .pb file (repeatable); the others are random.
+    #[arg(short, long = "input", value_name = "NAME=FILE.npy", value_parser = parse_name_eq_path)]
+    pub inputs: Vec<(String, PathBuf)>,
     /// Where to run: wall-clock times on the CPU, simulated cycles on the simulator.
     #[arg(long, value_parser = target_parser(&[Target::Cpu, Target::Sim]),
           default_value_t = Target::Cpu)]
@@ -60,7 +67,7 @@ pub struct ProfileArgs {
     /// Print tables or JSON.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Seed of the random inputs: parameter i gets seed + i.
+    /// Seed of the random inputs (those not given with --input): parameter i gets seed + i.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// A machine preset file for `--target sim` (default: the built-in MTIA-2i-like machine).
@@ -86,7 +93,10 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         )),
         _ => {}
     }
-    let graph = load_any(&args.file, &args.limit, &args.dims, &[])?.graph;
+    let source = load_any(&args.file, &args.limit, &args.dims, &args.inputs)?;
+    let given = given_inputs(&source, &args.inputs);
+    let graph = source.graph;
+    check_names(&graph, &given)?;
     let mut options = Options::default()
         .target(args.target)
         .memory_limit(args.memory.bytes());
@@ -101,7 +111,7 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     let mut progress = Progress::new(err);
     progress.say("compiling fused");
     let fused = compile_graph(&graph, &options)?;
-    // The random inputs and a run share the budget (the library checks the fused and
+    // The inputs and a run share the budget (the library checks the fused and
     // unfused runs together before they run).
     let input_bytes: u64 = graph
         .params
@@ -123,9 +133,8 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         }
         .into());
     }
-    let inputs = (0..graph.params.len())
-        .map(|i| random_input(&graph, i, args.seed))
-        .collect::<Result<Vec<Tensor>, _>>()?;
+    // What is left over is what decoding a file may use beyond its tensor.
+    let inputs = make_inputs(&graph, &given, args.seed, limit - needs, progress.notes())?.tensors;
     let mut step = None;
     let runs = args.runs as usize;
     let report = fused
@@ -215,6 +224,15 @@ impl<'a> Progress<'a> {
             self.shown = true;
             self.last = Some(Instant::now());
         }
+    }
+
+    /// Where a note (a line of its own) goes: the status line is erased first.
+    fn notes(&mut self) -> &mut dyn Write {
+        if self.shown {
+            let _ = write!(self.err, "\r\x1b[2K");
+            self.shown = false;
+        }
+        &mut *self.err
     }
 
     /// Shows `status` unless the last status went up less than an interval ago.

@@ -4,18 +4,18 @@
 //! Parameters not given with `--input` get deterministic random values: parameter
 //! `i` is `Tensor::random(type, seed + i)`, so a run is reproducible from its flags.
 
+use super::inputs::{check_names, given_inputs, make_inputs, Inputs};
 use super::summary::summarize;
 use super::{
     compile_graph, compile_options, count, load_any, output_file_stem, parse_name_eq_path,
-    random_input, read_npy, read_tensor_file, target_parser, CliError, CliResult, MemoryLimit,
-    TextLimit,
+    target_parser, CliError, CliResult, MemoryLimit, TextLimit,
 };
 use clap::Args;
 use ferrite::ir::{Graph, ValueId};
-use ferrite::{Target, Tensor, MAX_THREADS};
+use ferrite::{Target, MAX_THREADS};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Flags of `ferrite run`.
 #[derive(Args, Debug)]
@@ -56,25 +56,9 @@ pub struct RunArgs {
 /// Runs the graph and prints the summary; see the module docs.
 pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResult {
     let source = load_any(&args.file, &args.limit, &args.dims, &args.inputs)?;
-    let graph = source.graph;
-    // ONNX inputs are named as in the model; the graph may spell them otherwise.
-    let given: Vec<(String, PathBuf)> = match &source.onnx {
-        None => args.inputs.clone(),
-        Some(model) => args
-            .inputs
-            .iter()
-            .filter(|(name, _)| !source.bound.contains(name))
-            .map(|(name, path)| {
-                let name = model
-                    .inputs
-                    .iter()
-                    .find(|b| b.onnx == *name)
-                    .map_or(name.clone(), |b| b.name.clone());
-                (name, path.clone())
-            })
-            .collect(),
-    };
-    let from_files = match_inputs(&graph, &given)?;
+    let given = given_inputs(&source, &args.inputs);
+    let graph = source.graph.clone();
+    check_names(&graph, &given)?;
 
     // The library compiles for the target (the interpreter target keeps the graph as
     // parsed) and runs it; only the run itself is timed.
@@ -107,26 +91,11 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
     // What is left over is what decoding a file may use beyond its tensor.
     let spare = budget - needs;
 
-    let mut inputs = Vec::with_capacity(graph.params.len());
-    let mut random = Vec::new();
-    let mut loaded = Vec::new();
-    for (i, &p) in graph.params.iter().enumerate() {
-        let name = param_name(&graph, i);
-        let ty = graph.ty(p);
-        let tensor = match from_files.get(name) {
-            Some(path) => {
-                let budget = spare.saturating_add(ty.size_bytes() as u64);
-                let t = load_input(name, ty, path, budget, err)?;
-                loaded.push(format!("{name} from {}", path.display()));
-                t
-            }
-            None => {
-                random.push(name);
-                random_input(&graph, i, args.seed)?
-            }
-        };
-        inputs.push(tensor);
-    }
+    let Inputs {
+        tensors: inputs,
+        loaded,
+        random,
+    } = make_inputs(&graph, &given, args.seed, spare, err)?;
 
     let executed = exe
         .execute(&inputs)
@@ -203,108 +172,6 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         }
     }
     Ok(())
-}
-
-/// The name of parameter `i` (parsed graphs name every parameter).
-fn param_name(g: &Graph, i: usize) -> &str {
-    g.node(g.params[i]).name.as_deref().unwrap_or("?")
-}
-
-/// Checks the `--input` names against the parameters: each must name one, once.
-fn match_inputs<'a>(
-    g: &Graph,
-    inputs: &'a [(String, PathBuf)],
-) -> Result<HashMap<&'a str, &'a Path>, CliError> {
-    let mut map = HashMap::new();
-    for (name, path) in inputs {
-        let known = (0..g.params.len()).any(|i| param_name(g, i) == name);
-        if !known {
-            let params: Vec<&str> = (0..g.params.len()).map(|i| param_name(g, i)).collect();
-            return Err(CliError::User(format!(
-                "--input {name}=...: graph `{}` has no parameter `{name}` (its parameters: {})",
-                g.name,
-                if params.is_empty() {
-                    "none".to_string()
-                } else {
-                    params.join(", ")
-                }
-            )));
-        }
-        if map.insert(name.as_str(), path.as_path()).is_some() {
-            return Err(CliError::User(format!("--input `{name}` is given twice")));
-        }
-    }
-    Ok(map)
-}
-
-/// Reads one `--input` file (within `budget` bytes) and checks it against the
-/// parameter's type.
-fn load_input(
-    name: &str,
-    ty: &ferrite::TensorType,
-    path: &Path,
-    budget: u64,
-    err: &mut dyn Write,
-) -> Result<Tensor, CliError> {
-    if path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("pb"))
-    {
-        let t = read_tensor_file(name, path, budget)?;
-        if t.ty() != ty {
-            return Err(CliError::User(format!(
-                "input `{name}` is declared {ty}, but `{}` holds {}",
-                path.display(),
-                t.ty()
-            )));
-        }
-        return Ok(t);
-    }
-    let (header, t) = read_npy(path, budget).map_err(|e| match e {
-        CliError::Library {
-            error: ferrite::Error::Npy { message },
-            ..
-        } => CliError::User(format!("input `{name}`: {message}")),
-        e => e,
-    })?;
-    if &t.ty != ty {
-        let mut msg = format!(
-            "input `{name}` is declared {ty}, but `{}` holds {} (stored as '{}')",
-            path.display(),
-            t.ty,
-            header.descr
-        );
-        if t.ty.shape == ty.shape {
-            msg.push_str(&format!(
-                "; convert it first, e.g. numpy's `a.astype({})`",
-                numpy_type_name(ty.dtype)
-            ));
-        }
-        return Err(CliError::User(msg));
-    }
-    if header.converts {
-        writeln!(
-            err,
-            "note: input `{name}`: `{}` stores '{}'; converted to {}",
-            path.display(),
-            header.descr,
-            t.ty.dtype
-        )?;
-    }
-    Ok(Tensor::try_from(t)?)
-}
-
-/// The numpy spelling of a dtype, for hints.
-fn numpy_type_name(d: ferrite::DType) -> &'static str {
-    use ferrite::DType::*;
-    match d {
-        F32 => "np.float32",
-        F16 => "np.float16",
-        Bf16 => "ml_dtypes.bfloat16",
-        I32 => "np.int32",
-        I64 => "np.int64",
-        Bool => "np.bool_",
-    }
 }
 
 /// The file name (without `.npy`) of each output: [`Graph::output_name`], made

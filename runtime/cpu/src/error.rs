@@ -72,6 +72,28 @@ pub enum Error {
         /// The type expected.
         expected: String,
     },
+    /// A run into caller-owned outputs got the wrong number of them.
+    #[error("program `{program}` has {expected} outputs, {got} output tensors were given")]
+    OutputCount {
+        /// The program's name.
+        program: String,
+        /// Outputs it has.
+        expected: usize,
+        /// Output tensors given.
+        got: usize,
+    },
+    /// A run into caller-owned outputs got an output tensor of the wrong type.
+    #[error("output {index} (`{name}`) has type {got} but the program writes {expected}")]
+    OutputType {
+        /// The output's position.
+        index: usize,
+        /// The output buffer's name.
+        name: String,
+        /// The type given.
+        got: String,
+        /// The type the program writes.
+        expected: String,
+    },
     /// A run-time check of a kernel failed: the data is out of range (a gather index
     /// past its axis, a negative integer power). A run reports it in the context of
     /// its kernel ([`Error::In`]).
@@ -132,6 +154,8 @@ impl Error {
             | Error::Options { .. }
             | Error::InputCount { .. }
             | Error::InputType { .. }
+            | Error::OutputCount { .. }
+            | Error::OutputType { .. }
             | Error::Check { .. }
             | Error::TooManyKernels { .. } => false,
             Error::In { source, .. } => source.is_internal(),

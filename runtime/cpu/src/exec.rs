@@ -9,26 +9,39 @@
 //! slot, and buffers that their writer does not provably cover entirely are zeroed before
 //! it runs (the reference starts every buffer at zero). Storage is kept between runs.
 //!
-//! [`CpuProgram::run`] checks the inputs, allocates outputs, and runs the steps in order.
+//! [`CpuProgram::run`] checks the inputs, allocates outputs, and runs the steps in order;
+//! [`CpuProgram::run_into`] writes into outputs the caller owns and keeps, so that a
+//! warm run allocates nothing: inputs are read in place (any [`InputTensors`]: a slice
+//! of tensors or of references to them), storage sets (intermediates, GEMM temporaries,
+//! the kernels' argument arrays) are kept by the program and reused, and buffers that
+//! must start at zero are cleared in parallel by the team that then uses them.
 //! A kernel's outer domain is split across the thread pool by ranges when its outer
 //! points write disjoint elements; chunks are sized so each has enough inner work to
 //! amortize dispatch. A kernel whose run-time check fails (an out-of-range gather index)
 //! makes `run` return an error naming the kernel and the check.
 //!
+//! Every program runs on the process's one thread pool ([`crate::pool::global_pool`]),
+//! on a team of its first `threads` threads; a GEMM is cut into blocks on the same
+//! team ([`crate::gemm::plan_split`]), never on threads of the library's own. With
+//! [`CpuOptions::flush_denormals`] the caller and the team's workers flush denormals
+//! for the run ([`crate::denormals`]).
+//!
 //! `CpuProgram` is `Send + Sync`: several threads may run it at once (each run takes its
 //! own storage; the pool serves one run at a time and the others run on their own thread).
 
+use super::denormals::FlushDenormals;
 use super::emit::{self, KernelInfo};
 use super::error::{Error, Result};
-use super::gemm::{gemm, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale};
+use super::gemm::{gemm_nd, BatchAxes, MatLayout, MatMut, MatRef, Parallelism, Scale};
 use super::jit::{Jit, JitCode, JitOptions};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
-use super::pool::{default_thread_count, ChunkSpan, ChunkTimes, ThreadPool};
+use super::pool::{default_thread_count, global_pool, ChunkSpan, ChunkTimes, Team, ThreadPool};
 use ferrite_ir::loops::{
     assign_slots, Buffer, BufferId, BufferKind, Extents, Kernel, Liveness, Program, Slot, Slots,
     Stage, Var,
 };
 use ferrite_ir::{DType, Data, Tensor};
+use std::borrow::Borrow;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
@@ -49,6 +62,100 @@ pub struct CpuOptions {
     pub use_gemm: bool,
     /// Keep each kernel's CLIF and machine code for [`CpuProgram::dump`].
     pub capture_dumps: bool,
+    /// Flush denormals to zero (FTZ + DAZ) while the program runs: on the calling thread
+    /// and the pool's workers, restored after. Off by default (see [`crate::denormals`]).
+    pub flush_denormals: bool,
+}
+
+/// The inputs of a run, read in place: one tensor per program input, in order.
+/// Implemented for slices of tensors and of anything that borrows one (`&[Tensor]`,
+/// `&[&Tensor]`), so callers that hold their inputs elsewhere pass references and
+/// nothing is copied.
+pub trait InputTensors {
+    /// The number of inputs.
+    fn count(&self) -> usize;
+    /// Input `i` (`i < count()`).
+    fn tensor(&self, i: usize) -> &Tensor;
+}
+
+impl<T: Borrow<Tensor>> InputTensors for [T] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn tensor(&self, i: usize) -> &Tensor {
+        self[i].borrow()
+    }
+}
+
+impl<T: Borrow<Tensor>> InputTensors for Vec<T> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn tensor(&self, i: usize) -> &Tensor {
+        self[i].borrow()
+    }
+}
+
+/// The outputs of a run into caller-owned tensors: one per program output, in order,
+/// each of the output's type; the run overwrites their elements (never their types).
+pub trait OutputTensors {
+    /// The number of outputs.
+    fn count(&self) -> usize;
+    /// Output `i` (`i < count()`).
+    fn tensor(&self, i: usize) -> &Tensor;
+    /// Output `i`, to write (`i < count()`).
+    fn tensor_mut(&mut self, i: usize) -> &mut Tensor;
+}
+
+impl OutputTensors for [Tensor] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn tensor(&self, i: usize) -> &Tensor {
+        &self[i]
+    }
+    fn tensor_mut(&mut self, i: usize) -> &mut Tensor {
+        &mut self[i]
+    }
+}
+
+impl OutputTensors for Vec<Tensor> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn tensor(&self, i: usize) -> &Tensor {
+        &self[i]
+    }
+    fn tensor_mut(&mut self, i: usize) -> &mut Tensor {
+        &mut self[i]
+    }
+}
+
+/// A sized handle on any [`OutputTensors`], so the run's internals take `&mut dyn`.
+struct OutputsMut<'a, O: ?Sized>(&'a mut O);
+
+impl<O: OutputTensors + ?Sized> OutputTensors for OutputsMut<'_, O> {
+    fn count(&self) -> usize {
+        self.0.count()
+    }
+    fn tensor(&self, i: usize) -> &Tensor {
+        self.0.tensor(i)
+    }
+    fn tensor_mut(&mut self, i: usize) -> &mut Tensor {
+        self.0.tensor_mut(i)
+    }
+}
+
+/// A sized handle on any [`InputTensors`], so the run's internals take `&dyn`.
+struct InputsRef<'a, I: ?Sized>(&'a I);
+
+impl<I: InputTensors + ?Sized> InputTensors for InputsRef<'_, I> {
+    fn count(&self) -> usize {
+        self.0.count()
+    }
+    fn tensor(&self, i: usize) -> &Tensor {
+        self.0.tensor(i)
+    }
 }
 
 impl Default for CpuOptions {
@@ -58,6 +165,7 @@ impl Default for CpuOptions {
             codegen: CodegenOptions::default(),
             use_gemm: true,
             capture_dumps: false,
+            flush_denormals: false,
         }
     }
 }
@@ -107,6 +215,8 @@ enum Step {
     Jit(JitKernel),
     Gemm {
         plan: Box<ExternGemm>,
+        /// The dense strides of the product's batch axes (it is stored row-major).
+        product_batch_strides: Vec<i64>,
         epilogue: Option<JitKernel>,
     },
     /// A kernel over an empty domain.
@@ -130,9 +240,22 @@ pub struct CpuProgram {
     /// Buffers to zero before each step (not provably covered by their writer).
     zero_before: Vec<Vec<BufferId>>,
     /// Storage sets kept for reuse by later runs.
-    spare: Mutex<Vec<Vec<Data>>>,
-    pool: ThreadPool,
+    spare: Mutex<Vec<Storage>>,
+    /// The process's pool; runs use its first `threads` threads.
+    pool: &'static ThreadPool,
+    threads: usize,
+    flush_denormals: bool,
+    /// The most slots any generated kernel takes (the length of `Storage::addrs`).
+    max_slots: usize,
     code: JitCode,
+}
+
+/// What one run works in, kept between runs: the storage slots, and the array of
+/// buffer addresses handed to each generated kernel.
+#[derive(Debug)]
+struct Storage {
+    slots: Vec<Data>,
+    addrs: Vec<usize>,
 }
 
 /// The most kernels one program may have. Cranelift compiles each kernel as a function
@@ -163,7 +286,7 @@ impl CpuProgram {
                 message: "the CPU backend needs at least one thread".into(),
             });
         }
-        let pool = ThreadPool::new(opts.threads)?;
+        let pool = global_pool(opts.threads)?;
         let mut jit = Jit::with_options(JitOptions {
             capture_dumps: opts.capture_dumps,
             ..JitOptions::default()
@@ -210,10 +333,20 @@ impl CpuProgram {
                 None => None,
             };
             steps.push(match gemm_plan {
-                Some(plan) => Step::Gemm {
-                    plan: Box::new(plan),
-                    epilogue: jit_kernel,
-                },
+                Some(plan) => {
+                    let dims: Vec<usize> =
+                        plan.batch.iter().copied().chain([plan.m, plan.n]).collect();
+                    let mut strides: Vec<i64> = ferrite_ir::types::contiguous_strides(&dims)
+                        .into_iter()
+                        .map(|s| s as i64)
+                        .collect();
+                    strides.truncate(plan.batch.len());
+                    Step::Gemm {
+                        plan: Box::new(plan),
+                        product_batch_strides: strides,
+                        epilogue: jit_kernel,
+                    }
+                }
                 None => match jit_kernel {
                     Some(j) => Step::Jit(j),
                     None => Step::Nothing,
@@ -230,13 +363,25 @@ impl CpuProgram {
                     .writes
                     .iter()
                     .map(|w| w.buffer)
-                    .filter(|&b| slot_of[b.index()].is_some())
+                    .filter(|&b| {
+                        slot_of[b.index()].is_some()
+                            || matches!(buffers[b.index()].kind, BufferKind::Output(_))
+                    })
                     .filter(|&b| !writes_every_element(k, step, &buffers[b.index()]))
                     .collect();
                 z.sort();
                 z
             })
             .collect();
+        let max_slots = steps
+            .iter()
+            .flat_map(|s| match s {
+                Step::Jit(j) => Some(j.info.slots.len()),
+                Step::Gemm { epilogue, .. } => epilogue.as_ref().map(|j| j.info.slots.len()),
+                Step::Nothing => None,
+            })
+            .max()
+            .unwrap_or(0);
         Ok(CpuProgram {
             program: program.clone(),
             plan,
@@ -247,6 +392,9 @@ impl CpuProgram {
             zero_before,
             spare: Mutex::new(Vec::new()),
             pool,
+            threads: opts.threads,
+            flush_denormals: opts.flush_denormals,
+            max_slots,
             code,
         })
     }
@@ -269,22 +417,101 @@ impl CpuProgram {
         &self.plan
     }
 
-    /// The number of threads kernels run on.
+    /// The number of threads kernels run on (a team of the process's pool).
     pub fn threads(&self) -> usize {
-        self.pool.threads()
+        self.threads
+    }
+
+    /// Whether runs flush denormals ([`CpuOptions::flush_denormals`]).
+    pub fn flushes_denormals(&self) -> bool {
+        self.flush_denormals
     }
 
     /// Runs the program: one tensor per graph parameter in, one per output out.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        self.execute(inputs, None)
+        let mut outputs = self.new_outputs();
+        self.execute(&InputsRef(inputs), &mut outputs, true, None)?;
+        Ok(outputs)
+    }
+
+    /// [`CpuProgram::run`] on any [`InputTensors`] (references to tensors held
+    /// elsewhere, say), read in place.
+    pub fn run_borrowed<I: InputTensors + ?Sized>(&self, inputs: &I) -> Result<Vec<Tensor>> {
+        let mut outputs = self.new_outputs();
+        self.execute(&InputsRef(inputs), &mut outputs, true, None)?;
+        Ok(outputs)
+    }
+
+    /// Runs the program on inputs read in place, writing its outputs into `outputs`
+    /// (one per program output, of its type; see [`CpuProgram::new_outputs`]), which
+    /// the caller keeps for the next run: a warm run allocates nothing.
+    pub fn run_into<I: InputTensors + ?Sized, O: OutputTensors + ?Sized>(
+        &self,
+        inputs: &I,
+        outputs: &mut O,
+    ) -> Result<()> {
+        let outputs = &mut OutputsMut(outputs);
+        self.check_outputs(outputs)?;
+        self.execute(&InputsRef(inputs), outputs, false, None)
+    }
+
+    /// Zero tensors of the program's output types, for [`CpuProgram::run_into`].
+    pub fn new_outputs(&self) -> Vec<Tensor> {
+        self.program
+            .outputs
+            .iter()
+            .map(|&b| Tensor::zeros(&self.buffers[b.index()].ty))
+            .collect()
     }
 
     /// Runs the program and reports each kernel's wall-clock time, start, and the
     /// per-thread spans of its parallel chunks (see [`KernelTiming`]).
     pub fn run_profiled(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Vec<KernelTiming>)> {
+        let mut outputs = self.new_outputs();
         let mut timings = Vec::with_capacity(self.steps.len());
-        let out = self.execute(inputs, Some(&mut timings))?;
-        Ok((out, timings))
+        self.execute(&InputsRef(inputs), &mut outputs, true, Some(&mut timings))?;
+        Ok((outputs, timings))
+    }
+
+    /// [`CpuProgram::run_profiled`] into caller-owned outputs, as [`CpuProgram::run_into`].
+    pub fn run_profiled_into<I: InputTensors + ?Sized, O: OutputTensors + ?Sized>(
+        &self,
+        inputs: &I,
+        outputs: &mut O,
+    ) -> Result<Vec<KernelTiming>> {
+        let outputs = &mut OutputsMut(outputs);
+        self.check_outputs(outputs)?;
+        let mut timings = Vec::with_capacity(self.steps.len());
+        self.execute(&InputsRef(inputs), outputs, false, Some(&mut timings))?;
+        Ok(timings)
+    }
+
+    /// Checks caller-owned outputs against the program's output types.
+    fn check_outputs(&self, outputs: &dyn OutputTensors) -> Result<()> {
+        let p = &self.program;
+        if outputs.count() != p.outputs.len() {
+            return Err(Error::OutputCount {
+                program: p.name.clone(),
+                expected: p.outputs.len(),
+                got: outputs.count(),
+            });
+        }
+        for (i, &b) in p.outputs.iter().enumerate() {
+            let t = outputs.tensor(i);
+            let buf = &self.buffers[b.index()];
+            if t.ty != buf.ty
+                || data_len(&t.data) != buf.ty.numel()
+                || data_dtype(&t.data) != buf.ty.dtype
+            {
+                return Err(Error::OutputType {
+                    index: i,
+                    name: buf.name.clone(),
+                    got: t.ty.to_string(),
+                    expected: buf.ty.to_string(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// How each kernel was compiled: GEMM or loops, and per stage vector or scalar (why).
@@ -294,7 +521,7 @@ impl CpuProgram {
             let _ = writeln!(s, "{}:", k.name);
             let jit = match step {
                 Step::Jit(j) => Some(j),
-                Step::Gemm { plan, epilogue } => {
+                Step::Gemm { plan, epilogue, .. } => {
                     let _ = writeln!(s, "  {}", plan.describe());
                     epilogue.as_ref()
                 }
@@ -330,7 +557,7 @@ impl CpuProgram {
             let _ = writeln!(s, "{}", self.program.display_kernel(k));
             let jit = match step {
                 Step::Jit(j) => Some(j),
-                Step::Gemm { plan, epilogue } => {
+                Step::Gemm { plan, epilogue, .. } => {
                     if let Some(g) = &k.gemm {
                         let _ = writeln!(s, "-- {}", super::plan::describe_gemm(g));
                     }
@@ -382,20 +609,25 @@ impl CpuProgram {
         matches!(self.steps.get(kernel), Some(Step::Gemm { .. }))
     }
 
+    /// Runs every step into `outputs`; `fresh` says they were just allocated as zeros
+    /// (so the outputs that need zeroing are zero already).
     fn execute(
         &self,
-        inputs: &[Tensor],
+        inputs: &dyn InputTensors,
+        outputs: &mut dyn OutputTensors,
+        fresh: bool,
         mut timings: Option<&mut Vec<KernelTiming>>,
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<()> {
         let p = &self.program;
-        if inputs.len() != p.inputs.len() {
+        if inputs.count() != p.inputs.len() {
             return Err(Error::InputCount {
                 program: p.name.clone(),
                 expected: p.inputs.len(),
-                got: inputs.len(),
+                got: inputs.count(),
             });
         }
-        for (i, (&b, t)) in p.inputs.iter().zip(inputs).enumerate() {
+        for (i, &b) in p.inputs.iter().enumerate() {
+            let t = inputs.tensor(i);
             let buf = &self.buffers[b.index()];
             if t.ty != buf.ty
                 || data_len(&t.data) != buf.ty.numel()
@@ -409,11 +641,8 @@ impl CpuProgram {
                 });
             }
         }
-        let mut outputs: Vec<Tensor> = p
-            .outputs
-            .iter()
-            .map(|&b| Tensor::zeros(&self.buffers[b.index()].ty))
-            .collect();
+        let _mode = FlushDenormals::enter(self.flush_denormals);
+        let team = self.pool.team(self.threads, self.flush_denormals);
         let mut storage = self.take_storage();
         // Profiled runs measure every kernel and chunk from here; unprofiled runs read
         // no clock at all.
@@ -421,18 +650,24 @@ impl CpuProgram {
         let result = (|| {
             for (si, (step, kernel)) in self.steps.iter().zip(&p.kernels).enumerate() {
                 for &b in &self.zero_before[si] {
-                    if let Some(slot) = self.slot_of[b.index()] {
-                        zero_prefix(&mut storage[slot], self.buffers[b.index()].ty.numel());
+                    let buf = &self.buffers[b.index()];
+                    let bytes = buf.ty.numel() * buf.ty.dtype.size_bytes();
+                    match (buf.kind, self.slot_of[b.index()]) {
+                        (_, Some(slot)) => zero(team, &mut storage.slots[slot], bytes)?,
+                        (BufferKind::Output(o), None) if !fresh => {
+                            zero(team, &mut outputs.tensor_mut(o).data, bytes)?
+                        }
+                        _ => {}
                     }
                 }
                 let Some(origin) = origin else {
-                    self.run_step(step, inputs, &mut outputs, &mut storage, None)
+                    self.run_step(step, team, inputs, outputs, &mut storage, None)
                         .map_err(|e| e.context(format!("kernel {}", kernel.name)))?;
                     continue;
                 };
                 let times = ChunkTimes::new(origin);
                 let start = Instant::now();
-                self.run_step(step, inputs, &mut outputs, &mut storage, Some(&times))
+                self.run_step(step, team, inputs, outputs, &mut storage, Some(&times))
                     .map_err(|e| e.context(format!("kernel {}", kernel.name)))?;
                 let duration = start.elapsed();
                 if let Some(t) = timings.as_deref_mut() {
@@ -449,15 +684,20 @@ impl CpuProgram {
             Ok(())
         })();
         self.return_storage(storage);
-        result.map(|()| outputs)
+        result
     }
 
-    fn take_storage(&self) -> Vec<Data> {
+    fn take_storage(&self) -> Storage {
         let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
-        spare.unwrap_or_else(|| self.slots.iter().map(|s| zeros(s.dtype, s.len)).collect())
+        // A new set is left untouched (`calloc`'d pages are mapped when first written):
+        // the kernels that write a buffer first touch it, on the threads that run them.
+        spare.unwrap_or_else(|| Storage {
+            slots: self.slots.iter().map(|s| zeros(s.dtype, s.len)).collect(),
+            addrs: Vec::with_capacity(self.max_slots),
+        })
     }
 
-    fn return_storage(&self, storage: Vec<Data>) {
+    fn return_storage(&self, storage: Storage) {
         if let Ok(mut s) = self.spare.lock() {
             // Keep a few sets for concurrent callers; more would only hold memory.
             if s.len() < 4 {
@@ -470,8 +710,8 @@ impl CpuProgram {
     fn address(
         &self,
         b: BufferId,
-        inputs: &[Tensor],
-        outputs: &mut [Tensor],
+        inputs: &dyn InputTensors,
+        outputs: &mut dyn OutputTensors,
         storage: &mut [Data],
     ) -> Result<usize> {
         let buf = self
@@ -479,7 +719,7 @@ impl CpuProgram {
             .get(b.index())
             .ok_or_else(|| Error::internal(format!("{b} does not exist")))?;
         Ok(match buf.kind {
-            BufferKind::Input(i) => data_addr(&inputs[i].data),
+            BufferKind::Input(i) => data_addr(&inputs.tensor(i).data),
             // Owned by the program (shared with the graph); kernels only read it.
             BufferKind::Constant(c) => {
                 let constant = self.program.constants.get(c).ok_or_else(|| {
@@ -487,7 +727,7 @@ impl CpuProgram {
                 })?;
                 data_addr(&constant.tensor().data)
             }
-            BufferKind::Output(o) => data_addr_mut(&mut outputs[o].data),
+            BufferKind::Output(o) => data_addr_mut(&mut outputs.tensor_mut(o).data),
             BufferKind::Intermediate => {
                 let slot = self.slot_of[b.index()]
                     .ok_or_else(|| Error::internal(format!("{b} has no storage")))?;
@@ -503,25 +743,37 @@ impl CpuProgram {
     fn run_step(
         &self,
         step: &Step,
-        inputs: &[Tensor],
-        outputs: &mut [Tensor],
-        storage: &mut [Data],
+        team: Team<'_>,
+        inputs: &dyn InputTensors,
+        outputs: &mut dyn OutputTensors,
+        storage: &mut Storage,
         times: Option<&ChunkTimes>,
     ) -> Result<()> {
         match step {
-            Step::Jit(j) => self.run_jit(j, inputs, outputs, storage, times),
+            Step::Jit(j) => self.run_jit(j, team, inputs, outputs, storage, times),
             Step::Nothing => Ok(()),
-            Step::Gemm { plan, epilogue } => {
+            Step::Gemm {
+                plan,
+                product_batch_strides,
+                epilogue,
+            } => {
                 let start = times.map(|_| Instant::now());
-                let gemm = self.run_gemm(plan, inputs, outputs, storage);
+                let gemm = self.run_gemm(
+                    plan,
+                    product_batch_strides,
+                    team,
+                    inputs,
+                    outputs,
+                    &mut storage.slots,
+                );
                 if let (Some(times), Some(start)) = (times, start) {
-                    // The GEMM library threads internally; its call is one span of the
+                    // The GEMM's blocks run on the team; its call is one span of the
                     // calling thread.
                     times.record(0, 0, start);
                 }
                 gemm?;
                 match epilogue {
-                    Some(j) => self.run_jit(j, inputs, outputs, storage, times),
+                    Some(j) => self.run_jit(j, team, inputs, outputs, storage, times),
                     None => Ok(()),
                 }
             }
@@ -531,18 +783,28 @@ impl CpuProgram {
     fn run_jit(
         &self,
         j: &JitKernel,
-        inputs: &[Tensor],
-        outputs: &mut [Tensor],
-        storage: &mut [Data],
+        team: Team<'_>,
+        inputs: &dyn InputTensors,
+        outputs: &mut dyn OutputTensors,
+        storage: &mut Storage,
         times: Option<&ChunkTimes>,
     ) -> Result<()> {
         let info = &j.info;
         if info.points == 0 {
             return Ok(());
         }
-        let mut addrs = Vec::with_capacity(info.slots.len());
+        // The argument array is the storage set's own (reused, never reallocated: it
+        // was made with room for the largest kernel).
+        let mut addrs = std::mem::take(&mut storage.addrs);
+        addrs.clear();
         for &b in &info.slots {
-            addrs.push(self.address(b, inputs, outputs, storage)?);
+            match self.address(b, inputs, outputs, &mut storage.slots) {
+                Ok(a) => addrs.push(a),
+                Err(e) => {
+                    storage.addrs = addrs;
+                    return Err(e);
+                }
+            }
         }
         // Sizes are what the code was compiled for: inputs were checked, outputs and
         // storage are allocated from the same types.
@@ -554,23 +816,23 @@ impl CpuProgram {
                 let _ = failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
             }
         };
-        if info.parallel && self.pool.threads() > 1 && info.points > 1 {
+        let ran = if info.parallel && team.threads() > 1 && info.points > 1 {
             let min_chunk = (MIN_CHUNK_WORK / info.work_per_point.max(1)).max(1);
             let task = |r: std::ops::Range<usize>| call(r.start, r.end);
             match times {
-                None => self.pool.parallel_for_range(info.points, min_chunk, task),
-                Some(times) => {
-                    self.pool
-                        .parallel_for_range_timed(info.points, min_chunk, times, task)
-                }
-            }?;
+                None => team.parallel_for_range(info.points, min_chunk, task),
+                Some(times) => team.parallel_for_range_timed(info.points, min_chunk, times, task),
+            }
         } else {
             let start = times.map(|_| Instant::now());
             call(0, info.points);
             if let (Some(times), Some(start)) = (times, start) {
                 times.record(0, 0, start);
             }
-        }
+            Ok(())
+        };
+        storage.addrs = addrs;
+        ran?;
         match failure.into_inner() {
             0 => Ok(()),
             code => Err(Error::Check {
@@ -594,17 +856,22 @@ impl CpuProgram {
         unsafe { std::mem::transmute::<*const u8, KernelFn>(j.address as *const u8) }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_gemm(
         &self,
         plan: &ExternGemm,
-        inputs: &[Tensor],
-        outputs: &mut [Tensor],
+        product_batch_strides: &[i64],
+        team: Team<'_>,
+        inputs: &dyn InputTensors,
+        outputs: &mut dyn OutputTensors,
         storage: &mut [Data],
     ) -> Result<()> {
         // Take the product's storage out, so the operands can be borrowed alongside it.
         let pbuf = &self.buffers[plan.product.index()];
         let mut product = match pbuf.kind {
-            BufferKind::Output(o) => std::mem::replace(&mut outputs[o].data, Data::F32(Vec::new())),
+            BufferKind::Output(o) => {
+                std::mem::replace(&mut outputs.tensor_mut(o).data, Data::F32(Vec::new()))
+            }
             BufferKind::Intermediate => {
                 let slot = self.slot_of[plan.product.index()]
                     .ok_or_else(|| Error::internal("the product has no storage"))?;
@@ -624,7 +891,7 @@ impl CpuProgram {
                     .get(b.index())
                     .ok_or_else(|| Error::internal(format!("{b} does not exist")))?;
                 Ok(match buf.kind {
-                    BufferKind::Input(i) => &inputs[i].data,
+                    BufferKind::Input(i) => &inputs.tensor(i).data,
                     BufferKind::Constant(c) => {
                         &self
                             .program
@@ -634,21 +901,26 @@ impl CpuProgram {
                             .tensor()
                             .data
                     }
-                    BufferKind::Output(o) => &outputs[o].data,
+                    BufferKind::Output(o) => &outputs.tensor(o).data,
                     BufferKind::Intermediate | BufferKind::Scratch => {
                         &storage[self.slot_of[b.index()]
                             .ok_or_else(|| Error::internal(format!("{b} has no storage")))?]
                     }
                 })
             };
+            let c_strides = product_batch_strides;
             match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
-                (Data::F32(a), Data::F32(b), Data::F32(c)) => self.gemm_batches(plan, a, b, c),
-                (Data::F16(a), Data::F16(b), Data::F16(c)) => self.gemm_batches(plan, a, b, c),
+                (Data::F32(a), Data::F32(b), Data::F32(c)) => {
+                    gemm_batches(plan, c_strides, team, a, b, c)
+                }
+                (Data::F16(a), Data::F16(b), Data::F16(c)) => {
+                    gemm_batches(plan, c_strides, team, a, b, c)
+                }
                 _ => Err(Error::GemmDType { dtype: plan.dtype }),
             }
         };
         match pbuf.kind {
-            BufferKind::Output(o) => outputs[o].data = product,
+            BufferKind::Output(o) => outputs.tensor_mut(o).data = product,
             _ => {
                 if let Some(slot) = self.slot_of[plan.product.index()] {
                     storage[slot] = product;
@@ -657,95 +929,78 @@ impl CpuProgram {
         }
         result
     }
+}
 
-    /// Runs the product batch by batch: the innermost batch axis goes to the library as
-    /// its batch, the others are looped over here.
-    fn gemm_batches<T: super::gemm::GemmScalar>(
-        &self,
-        plan: &ExternGemm,
-        a: &[T],
-        b: &[T],
-        c: &mut [T],
-    ) -> Result<()> {
-        let nb = plan.batch.len();
-        let (outer, inner) = if nb == 0 {
-            (&[][..], 1)
-        } else {
-            (&plan.batch[..nb - 1], plan.batch[nb - 1])
-        };
-        let dense = ferrite_ir::types::contiguous_strides(
-            &plan
-                .batch
-                .iter()
-                .copied()
-                .chain([plan.m, plan.n])
-                .collect::<Vec<_>>(),
-        );
-        let count: usize = outer.iter().product();
-        let parallelism = if self.pool.threads() > 1 {
-            Parallelism::Pool(&self.pool)
-        } else {
-            Parallelism::None
-        };
-        let stride = |s: &[i64], t: usize| -> isize { s.get(t).copied().unwrap_or(0) as isize };
-        for flat in 0..count {
-            // Coordinates of this outer batch index, and each operand's offset for them.
-            let mut rest = flat;
-            let (mut oa, mut ob, mut oc) = (plan.lhs.offset, plan.rhs.offset, 0i64);
-            for t in (0..outer.len()).rev() {
-                let x = (rest % outer[t]) as i64;
-                rest /= outer[t];
-                oa += x * plan.lhs.batch_strides[t];
-                ob += x * plan.rhs.batch_strides[t];
-                oc += x * dense[t] as i64;
-            }
-            let inner_t = nb.saturating_sub(1);
-            let layout = |offset: i64, batch: isize, row: i64, col: i64| -> Result<MatLayout> {
-                Ok(MatLayout {
-                    offset: usize::try_from(offset)
-                        .map_err(|_| Error::internal("negative GEMM offset"))?,
-                    batch_stride: batch,
-                    row_stride: row as isize,
-                    col_stride: col as isize,
-                })
-            };
-            let la = layout(
-                oa,
-                if nb == 0 {
-                    0
-                } else {
-                    stride(&plan.lhs.batch_strides, inner_t)
-                },
-                plan.lhs.row_stride,
-                plan.lhs.col_stride,
-            )?;
-            let lb = layout(
-                ob,
-                if nb == 0 {
-                    0
-                } else {
-                    stride(&plan.rhs.batch_strides, inner_t)
-                },
-                plan.rhs.row_stride,
-                plan.rhs.col_stride,
-            )?;
-            let lc = layout(
-                oc,
-                if nb == 0 { 0 } else { dense[inner_t] as isize },
-                plan.n as i64,
-                1,
-            )?;
-            gemm(
-                GemmShape::batched(inner, plan.m, plan.n, plan.k),
-                MatRef::new(a, la),
-                MatRef::new(b, lb),
-                MatMut::new(c, lc),
-                Scale::overwrite(),
-                parallelism,
-            )?;
-        }
-        Ok(())
+/// Runs a planned product through [`gemm_nd`]: every batch axis strided on its own, the
+/// whole cut into blocks across the team (one single-threaded library call per block),
+/// or run on the calling thread when small ([`crate::gemm::plan_split`]).
+fn gemm_batches<T: super::gemm::GemmScalar>(
+    plan: &ExternGemm,
+    c_batch_strides: &[i64],
+    team: Team<'_>,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+) -> Result<()> {
+    let layout = |offset: i64, row: i64, col: i64| -> Result<MatLayout> {
+        Ok(MatLayout {
+            offset: usize::try_from(offset).map_err(|_| Error::internal("negative GEMM offset"))?,
+            batch_stride: 0,
+            row_stride: row as isize,
+            col_stride: col as isize,
+        })
+    };
+    let la = layout(plan.lhs.offset, plan.lhs.row_stride, plan.lhs.col_stride)?;
+    let lb = layout(plan.rhs.offset, plan.rhs.row_stride, plan.rhs.col_stride)?;
+    let lc = layout(0, plan.n as i64, 1)?;
+    let axes = BatchAxes {
+        extents: &plan.batch,
+        a: &plan.lhs.batch_strides,
+        b: &plan.rhs.batch_strides,
+        c: c_batch_strides,
+    };
+    gemm_nd(
+        axes,
+        (plan.m, plan.n, plan.k),
+        MatRef::new(a, la),
+        MatRef::new(b, lb),
+        MatMut::new(c, lc),
+        Scale::overwrite(),
+        Parallelism::Team(team),
+    )?;
+    Ok(())
+}
+
+/// The product's storage, shared by the blocks of a split GEMM (see `gemm_batches`).
+#[derive(Clone, Copy)]
+struct SharedMut<T>(*mut T);
+
+// SAFETY: the blocks that share it write disjoint elements (see `gemm_batches`).
+unsafe impl<T: Send> Send for SharedMut<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for SharedMut<T> {}
+
+/// Zeroes the first `bytes` bytes of `d` (zero is all-zero bits in every dtype), in
+/// parallel on the team when there is enough of it.
+fn zero(team: Team<'_>, d: &mut Data, bytes: usize) -> Result<()> {
+    /// Bytes a thread clears at least: below this a single `memset` is quicker.
+    const MIN_ZERO_BYTES: usize = 256 * 1024;
+    let len = data_len(d) * data_dtype(d).size_bytes();
+    let bytes = bytes.min(len);
+    let base = SharedMut(data_addr_mut(d) as *mut u8);
+    let clear = |r: std::ops::Range<usize>| {
+        let base = base;
+        // SAFETY: `base` points at `len >= bytes` bytes of `d`, borrowed mutably for
+        // this call; the ranges handed out are disjoint parts of `0..bytes`; all-zero
+        // bytes are a valid value of every element type `Data` holds.
+        unsafe { std::ptr::write_bytes(base.0.add(r.start), 0, r.len()) }
+    };
+    if team.threads() > 1 && bytes >= 2 * MIN_ZERO_BYTES {
+        team.parallel_for_range(bytes, MIN_ZERO_BYTES, clear)?;
+    } else {
+        clear(0..bytes);
     }
+    Ok(())
 }
 
 /// A kernel name usable as a symbol.
@@ -774,17 +1029,6 @@ fn zeros(dtype: DType, n: usize) -> Data {
 
 fn half_zero() -> gemm::f16 {
     gemm::f16::ZERO
-}
-
-fn zero_prefix(d: &mut Data, n: usize) {
-    match d {
-        Data::F32(v) => v.iter_mut().take(n).for_each(|x| *x = 0.0),
-        Data::F16(v) => v.iter_mut().take(n).for_each(|x| *x = half_zero()),
-        Data::Bf16(v) => v.iter_mut().take(n).for_each(|x| *x = Default::default()),
-        Data::I32(v) => v.iter_mut().take(n).for_each(|x| *x = 0),
-        Data::I64(v) => v.iter_mut().take(n).for_each(|x| *x = 0),
-        Data::Bool(v) => v.iter_mut().take(n).for_each(|x| *x = false),
-    }
 }
 
 fn data_len(d: &Data) -> usize {

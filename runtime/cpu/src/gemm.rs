@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use super::pool::{PoolError, ThreadPool};
+use super::pool::{split_range, PoolError, Team, ThreadPool};
 
 /// The half-precision type the `f16` products use (`half::f16`).
 pub use gemm::f16;
@@ -243,11 +243,119 @@ impl<T: GemmScalar> Scale<T> {
 pub enum Parallelism<'p> {
     /// Everything on the calling thread.
     None,
-    /// Use `pool.threads()` threads: when there are at least that many batches, whole
-    /// products are spread over the pool (each single-threaded); otherwise each product of
-    /// at least `MIN_SPLIT_MACS` multiply-adds is split along its longer side into one
-    /// block per pool thread, and smaller ones run on the calling thread.
+    /// The whole pool, as [`Parallelism::Team`] with all its threads.
     Pool(&'p ThreadPool),
+    /// The team's threads, split by [`plan_split`]: batches, then blocks of rows or
+    /// columns, each block a single-threaded library call on one of the team's threads
+    /// (the library never starts threads of its own). Small products run on the caller.
+    Team(Team<'p>),
+}
+
+/// How a (batched) product is cut into independent blocks for the pool: every batch
+/// index is cut into `row_parts` x `col_parts` blocks of `C`, each computed by one
+/// single-threaded library call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmSplit {
+    /// Products in the batch.
+    pub batch: usize,
+    /// Blocks of rows per product.
+    pub row_parts: usize,
+    /// Blocks of columns per product.
+    pub col_parts: usize,
+}
+
+/// Multiply-adds below which a whole (batched) product runs on the calling thread:
+/// handing out blocks costs a few microseconds.
+pub const MIN_PARALLEL_MACS: usize = 4 << 20;
+
+/// Multiply-adds a block should have at least. A 64x256x256 product (4M) cut in two
+/// row halves ran no faster than whole on two threads (each half packs all of `B`),
+/// while 64x688x256 (11M) gained; blocks of columns pack only their part of `B`.
+pub const MIN_TASK_MACS: usize = 2 << 20;
+
+/// Row blocks are multiples of this (a few micro-kernel heights), column blocks of
+/// [`COL_ALIGN`], so that no block ends in a ragged sliver.
+const ROW_ALIGN: usize = 16;
+const COL_ALIGN: usize = 64;
+
+/// The split of `shape` across `threads` threads, or `None` to run it on the calling
+/// thread (one thread, or under [`MIN_PARALLEL_MACS`] in all). Otherwise about one
+/// block per thread, none under [`MIN_TASK_MACS`], taken from the batch first (whole
+/// products need no repeated packing), then from the longer of the rows and columns,
+/// then from the other.
+pub fn plan_split(shape: GemmShape, threads: usize) -> Option<GemmSplit> {
+    let GemmShape { batch, m, n, k } = shape;
+    let macs = m.saturating_mul(n).saturating_mul(k);
+    let total = macs.saturating_mul(batch);
+    if threads <= 1 || total < MIN_PARALLEL_MACS || macs == 0 {
+        return None;
+    }
+    let blocks = threads.min(total / MIN_TASK_MACS).max(1);
+    if blocks <= 1 {
+        return None;
+    }
+    if batch >= blocks {
+        return Some(GemmSplit {
+            batch,
+            row_parts: 1,
+            col_parts: 1,
+        });
+    }
+    // Blocks wanted per product, bounded by its size and by the alignment.
+    let per_product = blocks.div_ceil(batch).min((macs / MIN_TASK_MACS).max(1));
+    let (row_max, col_max) = (m.div_ceil(ROW_ALIGN), n.div_ceil(COL_ALIGN));
+    let (mut row_parts, mut col_parts);
+    if m >= n {
+        row_parts = per_product.min(row_max);
+        col_parts = (per_product / row_parts).min(col_max);
+    } else {
+        col_parts = per_product.min(col_max);
+        row_parts = (per_product / col_parts).min(row_max);
+    }
+    row_parts = row_parts.max(1);
+    col_parts = col_parts.max(1);
+    if batch == 1 && row_parts * col_parts == 1 {
+        return None;
+    }
+    Some(GemmSplit {
+        batch,
+        row_parts,
+        col_parts,
+    })
+}
+
+impl GemmSplit {
+    /// The number of blocks.
+    pub fn tasks(&self) -> usize {
+        self.batch * self.row_parts * self.col_parts
+    }
+
+    /// Block `t`: its batch index and its ranges of rows and columns of `C` (`m x n`).
+    pub fn block(
+        &self,
+        t: usize,
+        m: usize,
+        n: usize,
+    ) -> (usize, std::ops::Range<usize>, std::ops::Range<usize>) {
+        let per = self.row_parts * self.col_parts;
+        let (p, rest) = (t / per, t % per);
+        let (i, j) = (rest / self.col_parts, rest % self.col_parts);
+        (
+            p,
+            aligned_part(m, ROW_ALIGN, self.row_parts, i),
+            aligned_part(n, COL_ALIGN, self.col_parts, j),
+        )
+    }
+}
+
+/// Part `i` of `parts` of `0..len`, cut at multiples of `align` (the last part takes
+/// the remainder).
+fn aligned_part(len: usize, align: usize, parts: usize, i: usize) -> std::ops::Range<usize> {
+    if parts <= 1 {
+        return 0..len;
+    }
+    let units = split_range(len.div_ceil(align), parts, i);
+    (units.start * align).min(len)..(units.end * align).min(len)
 }
 
 /// Why a product was refused.
@@ -266,6 +374,8 @@ pub enum GemmError {
     OverlappingOutput,
     /// The parallel batch loop failed.
     Pool(PoolError),
+    /// [`gemm_nd`]'s batch axes disagree in number, or are more than [`MAX_BATCH_AXES`].
+    BatchAxes,
 }
 
 impl fmt::Display for GemmError {
@@ -287,6 +397,10 @@ impl fmt::Display for GemmError {
                 )
             }
             GemmError::Pool(e) => write!(f, "matmul: {e}"),
+            GemmError::BatchAxes => write!(
+                f,
+                "matmul batch axes: as many strides as extents, at most {MAX_BATCH_AXES}"
+            ),
         }
     }
 }
@@ -295,6 +409,28 @@ impl std::error::Error for GemmError {}
 
 /// One dimension of an operand: its extent and stride.
 type Dim = (usize, isize);
+
+/// The most batch axes [`gemm_nd`] takes (a tensor's rank bounds them).
+pub const MAX_BATCH_AXES: usize = 16;
+
+/// The most dimensions of an operand: its batch axes, rows and columns.
+const MAX_DIMS: usize = MAX_BATCH_AXES + 2;
+
+/// The batch axes of a product whose operands are strided independently along each:
+/// element `[p0, .., pr, i, j]` of an operand is at `offset + sum(p_t * strides[t]) +
+/// i * row_stride + j * col_stride`, with the operand's [`MatLayout`] giving `offset`,
+/// `row_stride` and `col_stride` (its `batch_stride` is not used).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchAxes<'s> {
+    /// The extent of each batch axis.
+    pub extents: &'s [usize],
+    /// `A`'s stride along each batch axis.
+    pub a: &'s [i64],
+    /// `B`'s stride along each batch axis.
+    pub b: &'s [i64],
+    /// `C`'s stride along each batch axis.
+    pub c: &'s [i64],
+}
 
 /// The lowest and highest element index reached by `offset + sum(i_d * stride_d)`.
 fn reach(offset: usize, dims: &[Dim]) -> (i128, i128) {
@@ -333,15 +469,23 @@ fn check_bounds(
 
 /// Whether distinct indices always map to distinct elements. Sufficient condition: ordered by
 /// stride magnitude, each stride steps over everything the smaller dimensions can reach.
+/// (An operand has three dimensions; the check allocates nothing, as a steady-state run
+/// must not.)
 fn is_injective(dims: &[Dim]) -> bool {
-    let mut dims: Vec<(usize, u128)> = dims
-        .iter()
-        .filter(|&&(extent, _)| extent > 1)
-        .map(|&(extent, stride)| (extent, stride.unsigned_abs() as u128))
-        .collect();
-    dims.sort_by_key(|&(_, stride)| stride);
+    let mut sorted = [(0usize, 0u128); MAX_DIMS];
+    if dims.len() > MAX_DIMS {
+        return false;
+    }
+    for (s, &(extent, stride)) in sorted.iter_mut().zip(dims) {
+        *s = (extent, stride.unsigned_abs() as u128);
+    }
+    let sorted = &mut sorted[..dims.len()];
+    sorted.sort_unstable_by_key(|&(_, stride)| stride);
     let mut reached: u128 = 0;
-    for (extent, stride) in dims {
+    for &mut (extent, stride) in sorted {
+        if extent <= 1 {
+            continue;
+        }
         if stride <= reached {
             return false;
         }
@@ -349,12 +493,6 @@ fn is_injective(dims: &[Dim]) -> bool {
     }
     true
 }
-
-/// Multiply-adds below which one product runs on one thread. Through the library's own
-/// (rayon) threads a 64x256x256 product (4M) took 119 µs on two threads against 76 µs on
-/// one; split into blocks on the pool it takes the same as on one (~68 µs), while a
-/// 64x688x256 product (11M) gains (llama_mlp on two threads: ~630 -> ~490 µs).
-const MIN_SPLIT_MACS: usize = 8 << 20;
 
 /// A pointer that may cross to pool threads.
 #[derive(Clone, Copy)]
@@ -410,11 +548,111 @@ pub fn gemm<T: GemmScalar>(
     if T::WIDEN {
         return gemm_widened(shape, a, b, c, scale, parallelism);
     }
+    let base =
+        |layout: &MatLayout, p: usize| layout.offset as isize + p as isize * layout.batch_stride;
+    let bases = |p: usize| (base(&la, p), base(&lb, p), base(&lc, p));
+    run_blocks(shape, &bases, a, b, c, scale, parallelism)
+}
 
-    // Element [p, 0, 0] of each operand is accessed and so in bounds (checked above).
-    let base = |layout: &MatLayout, p: usize| {
-        (layout.offset as isize + p as isize * layout.batch_stride) as usize
+/// `C[p] = alpha * A[p] @ B[p] + beta * C[p]` for every index `p` of the batch axes
+/// `axes` (each operand strided along each axis on its own; see [`BatchAxes`]), cut
+/// across the pool as [`gemm`] does, the flattened batch being one batch.
+pub fn gemm_nd<T: GemmScalar>(
+    axes: BatchAxes<'_>,
+    (m, n, k): (usize, usize, usize),
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    c: MatMut<'_, T>,
+    scale: Scale<T>,
+    parallelism: Parallelism<'_>,
+) -> Result<(), GemmError> {
+    let r = axes.extents.len();
+    if r > MAX_BATCH_AXES || axes.a.len() != r || axes.b.len() != r || axes.c.len() != r {
+        return Err(GemmError::BatchAxes);
+    }
+    let (la, lb, lc) = (a.layout, b.layout, c.layout);
+    let mut dims = [(0usize, 0isize); MAX_DIMS];
+    let mut operand = |strides: &[i64], rows: Dim, cols: Dim| -> [(usize, isize); MAX_DIMS] {
+        for (d, (&e, &s)) in dims.iter_mut().zip(axes.extents.iter().zip(strides)) {
+            *d = (e, s as isize);
+        }
+        dims[r] = rows;
+        dims[r + 1] = cols;
+        dims
     };
+    let a_dims = operand(axes.a, (m, la.row_stride), (k, la.col_stride));
+    let b_dims = operand(axes.b, (k, lb.row_stride), (n, lb.col_stride));
+    let c_dims = operand(axes.c, (m, lc.row_stride), (n, lc.col_stride));
+    check_bounds("a", a.data.len(), &la, &a_dims[..r + 2])?;
+    check_bounds("b", b.data.len(), &lb, &b_dims[..r + 2])?;
+    check_bounds("c", c.data.len(), &lc, &c_dims[..r + 2])?;
+    let batch: usize = axes.extents.iter().product();
+    if batch == 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    if !is_injective(&c_dims[..r + 2]) {
+        return Err(GemmError::OverlappingOutput);
+    }
+    // Each operand's offset for flat batch index `p` (the last axis varying fastest).
+    let bases = |p: usize| {
+        let mut rest = p;
+        let (mut oa, mut ob, mut oc) = (la.offset as isize, lb.offset as isize, lc.offset as isize);
+        for t in (0..r).rev() {
+            let x = (rest % axes.extents[t]) as isize;
+            rest /= axes.extents[t];
+            oa += x * axes.a[t] as isize;
+            ob += x * axes.b[t] as isize;
+            oc += x * axes.c[t] as isize;
+        }
+        (oa, ob, oc)
+    };
+    if k == 0 || T::WIDEN {
+        // One product at a time through `gemm`, which handles these cases.
+        let (a_data, b_data) = (a.data, b.data);
+        let c_data = c.data;
+        for p in 0..batch {
+            let (oa, ob, oc) = bases(p);
+            let one = |l: MatLayout, o: isize| MatLayout {
+                offset: o as usize,
+                batch_stride: 0,
+                ..l
+            };
+            gemm(
+                GemmShape::new(m, n, k),
+                MatRef::new(a_data, one(la, oa)),
+                MatRef::new(b_data, one(lb, ob)),
+                MatMut::new(&mut *c_data, one(lc, oc)),
+                scale,
+                parallelism,
+            )?;
+        }
+        return Ok(());
+    }
+    run_blocks(
+        GemmShape::batched(batch, m, n, k),
+        &bases,
+        a,
+        b,
+        c,
+        scale,
+        parallelism,
+    )
+}
+
+/// Runs a checked product (bounds and injectivity proven by the caller for every batch
+/// index, `k > 0`, no widening): batch index `p`'s operands start at `bases(p)`; the
+/// work is cut by [`plan_split`] across the team, or runs on the calling thread.
+fn run_blocks<T: GemmScalar>(
+    shape: GemmShape,
+    bases: &(dyn Fn(usize) -> (isize, isize, isize) + Sync),
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    c: MatMut<'_, T>,
+    scale: Scale<T>,
+    parallelism: Parallelism<'_>,
+) -> Result<(), GemmError> {
+    let GemmShape { batch, m, n, k } = shape;
+    let (la, lb, lc) = (a.layout, b.layout, c.layout);
     let a_ptr = SharedPtr(a.data.as_ptr().cast_mut());
     let b_ptr = SharedPtr(b.data.as_ptr().cast_mut());
     let c_ptr = SharedPtr(c.data.as_mut_ptr());
@@ -422,11 +660,12 @@ pub fn gemm<T: GemmScalar>(
     let run_block = |p: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
         let (a_ptr, b_ptr, c_ptr) = (a_ptr, b_ptr, c_ptr);
         let (r0, c0) = (rows.start as isize, cols.start as isize);
-        // SAFETY: `check_bounds` proved that every element the library reads from A[p] and
-        // B[p] and writes to C[p] (with these strides, from these bases) is inside its slice;
-        // a block of rows and columns touches a subset of those elements. C does not alias
-        // A or B (it is borrowed mutably); `is_injective` proved C's elements distinct, so
-        // no two writes race, across concurrently run batches or blocks of one product.
+        let (ba, bb, bc) = bases(p);
+        // SAFETY: the caller proved that every element the library reads from A[p] and
+        // B[p] and writes to C[p] (with these strides, from these bases) is inside its
+        // slice; a block of rows and columns touches a subset of those elements. C does
+        // not alias A or B (it is borrowed mutably); its elements were proved distinct,
+        // so no two writes race, across concurrently run batches or blocks of one product.
         unsafe {
             gemm::gemm(
                 rows.len(),
@@ -434,21 +673,21 @@ pub fn gemm<T: GemmScalar>(
                 k,
                 c_ptr
                     .0
-                    .wrapping_add(base(&lc, p))
+                    .wrapping_offset(bc)
                     .wrapping_offset(r0 * lc.row_stride + c0 * lc.col_stride),
                 lc.col_stride,
                 lc.row_stride,
                 scale.beta != T::ZERO,
                 a_ptr
                     .0
-                    .wrapping_add(base(&la, p))
+                    .wrapping_offset(ba)
                     .wrapping_offset(r0 * la.row_stride)
                     .cast_const(),
                 la.col_stride,
                 la.row_stride,
                 b_ptr
                     .0
-                    .wrapping_add(base(&lb, p))
+                    .wrapping_offset(bb)
                     .wrapping_offset(c0 * lb.col_stride)
                     .cast_const(),
                 lb.col_stride,
@@ -462,37 +701,25 @@ pub fn gemm<T: GemmScalar>(
             )
         }
     };
-    let run_one = |p: usize| run_block(p, 0..m, 0..n);
-    match parallelism {
-        Parallelism::Pool(pool) if pool.threads() > 1 && batch >= pool.threads() => {
-            pool.parallel_for(batch, run_one).map_err(GemmError::Pool)
-        }
-        Parallelism::Pool(pool) if pool.threads() > 1 && m * n * k >= MIN_SPLIT_MACS => {
-            // One product split along its longer side into a block per thread, on the
-            // pool's threads (awake already) rather than the library's own.
-            let (len, split_rows) = if m >= n { (m, true) } else { (n, false) };
-            let parts = pool.threads().min(len);
-            let chunk = len.div_ceil(parts);
-            for p in 0..batch {
-                pool.parallel_for(parts, |t| {
-                    let (s, e) = ((t * chunk).min(len), ((t + 1) * chunk).min(len));
-                    if s < e {
-                        if split_rows {
-                            run_block(p, s..e, 0..n);
-                        } else {
-                            run_block(p, 0..m, s..e);
-                        }
-                    }
-                })
-                .map_err(GemmError::Pool)?;
+    let team = match parallelism {
+        Parallelism::None => None,
+        Parallelism::Pool(pool) => Some(pool.all()),
+        Parallelism::Team(team) => Some(team),
+    };
+    let split = team.and_then(|team| Some((team, plan_split(shape, team.threads())?)));
+    let ran = match split {
+        Some((team, split)) => team.parallel_for(split.tasks(), |t| {
+            let (p, rows, cols) = split.block(t, m, n);
+            if !rows.is_empty() && !cols.is_empty() {
+                run_block(p, rows, cols);
             }
+        }),
+        None => {
+            (0..batch).for_each(|p| run_block(p, 0..m, 0..n));
             Ok(())
         }
-        _ => {
-            (0..batch).for_each(run_one);
-            Ok(())
-        }
-    }
+    };
+    ran.map_err(GemmError::Pool)
 }
 
 /// The index of element `[p, i, j]` of an operand whose reach was checked in bounds.
@@ -589,6 +816,55 @@ mod tests {
         assert!(!is_injective(&[(2, 0), (3, 4), (4, 1)]));
         assert!(!is_injective(&[(3, 3), (4, 1)]));
         assert!(is_injective(&[(3, -4), (4, -1)]));
+    }
+
+    /// Every split covers each element of `C` exactly once, stays serial when small or
+    /// on one thread, and never hands out more blocks than threads (nor tiny ones).
+    #[test]
+    fn splits_cover_the_product_once() {
+        let shapes = [
+            GemmShape::batched(1, 3, 5, 7),
+            GemmShape::batched(1, 64, 256, 256),
+            GemmShape::batched(1, 64, 688, 256),
+            GemmShape::batched(12, 128, 64, 128),
+            GemmShape::batched(2, 1000, 1000, 1000),
+            GemmShape::batched(3, 4096, 17, 512),
+            GemmShape::batched(1, 17, 4096, 512),
+        ];
+        for shape in shapes {
+            for threads in [1, 2, 3, 7, 16] {
+                let Some(split) = plan_split(shape, threads) else {
+                    let macs = shape.batch * shape.m * shape.n * shape.k;
+                    assert!(threads == 1 || macs < 2 * MIN_TASK_MACS || shape.batch == 1);
+                    continue;
+                };
+                assert!(threads > 1);
+                assert!(split.tasks() > 1, "{shape:?} {threads}: {split:?}");
+                assert!(
+                    split.row_parts * split.col_parts <= threads,
+                    "{shape:?} {threads}: {split:?}"
+                );
+                let (m, n) = (shape.m, shape.n);
+                let mut seen = vec![0u8; shape.batch * m * n];
+                for t in 0..split.tasks() {
+                    let (p, rows, cols) = split.block(t, m, n);
+                    for i in rows {
+                        for j in cols.clone() {
+                            seen[(p * m + i) * n + j] += 1;
+                        }
+                    }
+                }
+                assert!(
+                    seen.iter().all(|&c| c == 1),
+                    "{shape:?} {threads}: {split:?}"
+                );
+            }
+        }
+        assert_eq!(
+            plan_split(GemmShape::batched(1, 64, 256, 256), 16).map(|s| s.tasks()),
+            Some(2)
+        );
+        assert_eq!(plan_split(GemmShape::batched(1, 8, 8, 8), 16), None);
     }
 
     #[test]

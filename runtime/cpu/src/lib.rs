@@ -12,7 +12,9 @@
 //!   reduction, a few ulp from the correctly rounded result, no libm calls.
 //! * [`kernels`]: hand-built elementwise loops (`f32x4`, unrolled, scalar tail) with safe
 //!   runners: the yardstick for tests and benchmarks, and a template for the emitter.
-//! * [`pool`]: a persistent thread pool for splitting a kernel's outer loop.
+//! * [`pool`]: the process's persistent thread pool, which splits kernels' outer loops
+//!   and GEMM blocks; programs run on a [`Team`] of its threads.
+//! * [`denormals`]: the flush-to-zero / denormals-are-zero mode of a run.
 //! * [`gemm`]: strided, batched matrix multiplication through the `gemm` crate.
 //! * [`exec`]: [`CpuProgram`], a whole compiled program: kernels, storage, threads, run.
 //!
@@ -22,6 +24,7 @@
 //! borrowed tasks to workers, and at the `gemm` FFI-like boundary; each block states why
 //! it holds.
 
+pub mod denormals;
 pub mod emit;
 pub mod error;
 pub mod exec;
@@ -32,12 +35,21 @@ pub mod plan;
 pub mod pool;
 pub mod vmath;
 
+pub use denormals::FlushDenormals;
 pub use emit::KernelInfo;
 pub use error::{Error, Result};
-pub use exec::{CpuOptions, CpuProgram, KernelTiming, MAX_GENERATED_KERNELS};
-pub use gemm::{GemmError, GemmScalar, GemmShape, MatLayout, MatMut, MatRef, Parallelism, Scale};
+pub use exec::{
+    CpuOptions, CpuProgram, InputTensors, KernelTiming, OutputTensors, MAX_GENERATED_KERNELS,
+};
+pub use gemm::{
+    gemm_nd, plan_split, BatchAxes, GemmError, GemmScalar, GemmShape, GemmSplit, MatLayout, MatMut,
+    MatRef, Parallelism, Scale,
+};
 pub use jit::{FunctionDump, Jit, JitCode, JitError, JitFunction, JitOptions, JitStats, OptLevel};
 pub use kernels::{BinaryKernel, KernelError, UnaryKernel};
 pub use plan::{plan_program, CodegenOptions, CpuPlan};
-pub use pool::{default_thread_count, split_range, PoolError, ThreadPool, MAX_THREADS};
+pub use pool::{
+    default_thread_count, global_pool, split_range, threads_from_env, PoolError, Team, ThreadPool,
+    MAX_THREADS, NUM_THREADS_VAR,
+};
 pub use vmath::{UnaryFn, VMath};

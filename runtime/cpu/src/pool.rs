@@ -15,16 +15,24 @@
 //!   unclaimed chunks are skipped, and `parallel_for` returns [`PoolError::TaskPanicked`]
 //!   once every worker has left the job. Chunks already running finish normally.
 //! * Dropping the pool stops and joins its workers.
+//! * A [`Team`] is a view of the pool limited to its first `threads` threads (the caller
+//!   and workers `1..threads`), optionally flushing denormals on its workers for the
+//!   job ([`crate::denormals`]); workers outside the team skip its jobs. Programs
+//!   compiled for fewer threads than the pool has run on such a team.
+//! * [`global_pool`] is the one pool of the process, shared by every compiled program
+//!   and by the GEMM: it starts with `FERRITE_NUM_THREADS` threads (or one per core)
+//!   and grows, never shrinks, when a program asks for more ([`ThreadPool::grow`]).
 //! * For profiling, [`ThreadPool::parallel_for_timed`] records which thread ran each
 //!   chunk, when and for how long, into a [`ChunkTimes`]. Worker 0 is the thread that
 //!   called the loop, workers `1..threads` the pool's own threads. The untimed entry
 //!   points read no clock and take no lock per chunk.
 
+use crate::denormals::FlushDenormals;
 use std::fmt;
 use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -51,6 +59,8 @@ pub enum PoolError {
     TooManyThreads(usize),
     /// The operating system refused to start a worker thread.
     Spawn(String),
+    /// `FERRITE_NUM_THREADS` is not a number.
+    BadCount(String),
 }
 
 impl fmt::Display for PoolError {
@@ -65,6 +75,10 @@ impl fmt::Display for PoolError {
                 "{n} threads asked for, at most {MAX_THREADS} are allowed"
             ),
             PoolError::Spawn(m) => write!(f, "cannot start a worker thread: {m}"),
+            PoolError::BadCount(v) => write!(
+                f,
+                "{NUM_THREADS_VAR}={v:?} is not a thread count (1 to {MAX_THREADS})"
+            ),
         }
     }
 }
@@ -130,10 +144,61 @@ impl ChunkTimes {
 /// before any thread is started, rather than exhausting the system's threads.
 pub const MAX_THREADS: usize = 1024;
 
-/// The number of threads a pool uses by default: the machine's available parallelism,
-/// at most [`MAX_THREADS`].
+/// The environment variable that sets the default number of threads.
+pub const NUM_THREADS_VAR: &str = "FERRITE_NUM_THREADS";
+
+/// The number of threads used by default: `FERRITE_NUM_THREADS` when it is set to a
+/// count in `1..=MAX_THREADS`, else the machine's available parallelism, at most
+/// [`MAX_THREADS`]. (An invalid value is ignored here; [`threads_from_env`] reports it,
+/// and the `ferrite` library refuses it.)
 pub fn default_thread_count() -> usize {
-    thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
+    threads_from_env()
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)))
+}
+
+/// `FERRITE_NUM_THREADS` as a thread count: `None` when unset (or empty), an error
+/// naming the value when it is not a count in `1..=MAX_THREADS`.
+pub fn threads_from_env() -> Result<Option<usize>, PoolError> {
+    let Some(value) = std::env::var_os(NUM_THREADS_VAR) else {
+        return Ok(None);
+    };
+    let text = value.to_string_lossy();
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match text.parse::<usize>() {
+        Ok(0) => Err(PoolError::ZeroThreads),
+        Ok(n) if n > MAX_THREADS => Err(PoolError::TooManyThreads(n)),
+        Ok(n) => Ok(Some(n)),
+        Err(_) => Err(PoolError::BadCount(text.to_string())),
+    }
+}
+
+/// The process's thread pool, started on first use with [`default_thread_count`]
+/// threads and grown to `threads` if it has fewer. Every compiled program runs on it.
+pub fn global_pool(threads: usize) -> Result<&'static ThreadPool, PoolError> {
+    static POOL: OnceLock<ThreadPool> = OnceLock::new();
+    if threads == 0 {
+        return Err(PoolError::ZeroThreads);
+    }
+    if threads > MAX_THREADS {
+        return Err(PoolError::TooManyThreads(threads));
+    }
+    let pool = match POOL.get() {
+        Some(pool) => pool,
+        None => {
+            let pool = ThreadPool::new(default_thread_count().max(threads))?;
+            // Another thread may have won the race; its pool is grown below.
+            let _ = POOL.set(pool);
+            POOL.get()
+                .ok_or_else(|| PoolError::Spawn("the global pool vanished".into()))?
+        }
+    };
+    pool.grow(threads)?;
+    Ok(pool)
 }
 
 /// The `chunk`-th of `n_chunks` nearly equal, contiguous parts of `0..len` (the first
@@ -152,10 +217,21 @@ pub fn split_range(len: usize, n_chunks: usize, chunk: usize) -> Range<usize> {
 /// A persistent pool of worker threads. `Send + Sync`: share it by reference or `Arc`.
 pub struct ThreadPool {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    /// The workers, numbered `1..=workers.len()`; only ever added to (under this lock).
+    workers: Mutex<Vec<JoinHandle<()>>>,
     /// Held by the thread whose job is published; see the module docs for contention.
     submit: Mutex<()>,
+    /// Workers plus the caller: `workers.len() + 1`, readable without the lock.
+    threads: AtomicUsize,
+}
+
+/// The first `threads` threads of a pool, flushing denormals on its workers or not: the
+/// part of the pool one program runs on. Cheap to copy; see the module docs.
+#[derive(Clone, Copy, Debug)]
+pub struct Team<'p> {
+    pool: &'p ThreadPool,
     threads: usize,
+    flush_denormals: bool,
 }
 
 struct Shared {
@@ -171,6 +247,10 @@ struct Shared {
 struct State {
     generation: u64,
     job: Option<JobPtr>,
+    /// The published job's team size: workers numbered at or above it skip the job.
+    team: usize,
+    /// Whether the published job's workers flush denormals while they run it.
+    flush_denormals: bool,
     /// Workers currently inside `job`.
     active: usize,
     sleeping: usize,
@@ -277,6 +357,8 @@ impl ThreadPool {
             state: Mutex::new(State {
                 generation: 0,
                 job: None,
+                team: 0,
+                flush_denormals: false,
                 active: 0,
                 sleeping: 0,
                 shutdown: false,
@@ -285,22 +367,54 @@ impl ThreadPool {
             workers_left: Condvar::new(),
             generation: AtomicU64::new(0),
         });
-        let mut pool = ThreadPool {
+        let pool = ThreadPool {
             shared,
-            workers: Vec::with_capacity(threads - 1),
+            workers: Mutex::new(Vec::with_capacity(threads - 1)),
             submit: Mutex::new(()),
-            threads,
+            threads: AtomicUsize::new(1),
         };
-        for i in 1..threads {
-            let shared = Arc::clone(&pool.shared);
-            let handle = thread::Builder::new()
-                .name(format!("ferrite-worker-{i}"))
-                .spawn(move || worker_loop(&shared, i))
-                .map_err(|e| PoolError::Spawn(e.to_string()))?;
-            // On error, dropping `pool` joins the workers started so far.
-            pool.workers.push(handle);
-        }
+        // On error, dropping `pool` joins the workers started so far.
+        pool.grow(threads)?;
         Ok(pool)
+    }
+
+    /// Starts workers until the pool has at least `threads` threads (at most
+    /// [`MAX_THREADS`]); a pool never shrinks. Jobs in flight are not disturbed: a new
+    /// worker joins from the next job on.
+    pub fn grow(&self, threads: usize) -> Result<(), PoolError> {
+        if threads > MAX_THREADS {
+            return Err(PoolError::TooManyThreads(threads));
+        }
+        let mut workers = lock(&self.workers);
+        while workers.len() + 1 < threads {
+            let index = workers.len() + 1;
+            let shared = Arc::clone(&self.shared);
+            // The worker waits for jobs published after it started.
+            let seen = lock(&self.shared.state).generation;
+            let handle = thread::Builder::new()
+                .name(format!("ferrite-worker-{index}"))
+                .spawn(move || worker_loop(&shared, index, seen))
+                .map_err(|e| PoolError::Spawn(e.to_string()))?;
+            workers.push(handle);
+            self.threads.store(workers.len() + 1, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// The first `threads` threads of the pool (all of them if it has fewer), with
+    /// denormals flushed on the workers during each job when `flush_denormals` is set
+    /// (the caller sets its own mode: see [`FlushDenormals`]).
+    pub fn team(&self, threads: usize, flush_denormals: bool) -> Team<'_> {
+        Team {
+            pool: self,
+            threads: threads.clamp(1, self.threads()),
+            flush_denormals,
+        }
+    }
+
+    /// The whole pool as a team, not flushing denormals.
+    pub fn all(&self) -> Team<'_> {
+        self.team(self.threads(), false)
     }
 
     /// A pool with [`default_thread_count`] threads.
@@ -310,7 +424,97 @@ impl ThreadPool {
 
     /// The total number of threads (workers plus the calling thread).
     pub fn threads(&self) -> usize {
+        self.threads.load(Ordering::Acquire)
+    }
+
+    /// [`Team::parallel_for`] on the whole pool.
+    pub fn parallel_for<F>(&self, n_chunks: usize, task: F) -> Result<(), PoolError>
+    where
+        F: Fn(usize) + Sync,
+    {
+        self.all().parallel_for(n_chunks, task)
+    }
+
+    /// [`Team::parallel_for_timed`] on the whole pool.
+    pub fn parallel_for_timed<F>(
+        &self,
+        n_chunks: usize,
+        times: &ChunkTimes,
+        task: F,
+    ) -> Result<(), PoolError>
+    where
+        F: Fn(usize) + Sync,
+    {
+        self.all().parallel_for_timed(n_chunks, times, task)
+    }
+
+    /// [`Team::parallel_for_range`] on the whole pool.
+    pub fn parallel_for_range<F>(
+        &self,
+        len: usize,
+        min_chunk_len: usize,
+        task: F,
+    ) -> Result<(), PoolError>
+    where
+        F: Fn(Range<usize>) + Sync,
+    {
+        self.all().parallel_for_range(len, min_chunk_len, task)
+    }
+
+    /// [`Team::parallel_for_range_timed`] on the whole pool.
+    pub fn parallel_for_range_timed<F>(
+        &self,
+        len: usize,
+        min_chunk_len: usize,
+        times: &ChunkTimes,
+        task: F,
+    ) -> Result<(), PoolError>
+    where
+        F: Fn(Range<usize>) + Sync,
+    {
+        self.all()
+            .parallel_for_range_timed(len, min_chunk_len, times, task)
+    }
+
+    fn publish(&self, job: &Job<'_>, team: usize, flush_denormals: bool) {
+        // Erase the job's lifetime for the workers; `retire` restores the guarantee.
+        let ptr = JobPtr((job as *const Job<'_>).cast::<Job<'static>>());
+        let mut state = lock(&self.shared.state);
+        state.generation += 1;
+        state.job = Some(ptr);
+        state.team = team;
+        state.flush_denormals = flush_denormals;
+        self.shared
+            .generation
+            .store(state.generation, Ordering::Release);
+        if state.sleeping > 0 {
+            self.shared.work_ready.notify_all();
+        }
+    }
+
+    /// Waits until no worker is inside the published job, then unpublishes it.
+    fn retire(&self) {
+        let mut state = lock(&self.shared.state);
+        while state.active > 0 {
+            state = self
+                .shared
+                .workers_left
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.job = None;
+    }
+}
+
+impl Team<'_> {
+    /// The number of threads of the team (the caller's included).
+    pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Whether the team's workers flush denormals during its jobs.
+    pub fn flushes_denormals(&self) -> bool {
+        self.flush_denormals
     }
 
     /// Runs `task(chunk)` once for every `chunk in 0..n_chunks`, in parallel, and returns when
@@ -345,11 +549,12 @@ impl ThreadPool {
         times: Option<&ChunkTimes>,
     ) -> Result<(), PoolError> {
         let job = Job::new(task, n_chunks, times);
-        if n_chunks <= 1 || self.workers.is_empty() {
+        if n_chunks <= 1 || self.threads <= 1 {
             job.run(0);
             return job.into_result();
         }
-        let _guard = match self.submit.try_lock() {
+        let pool = self.pool;
+        let _guard = match pool.submit.try_lock() {
             Ok(guard) => guard,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => {
@@ -358,9 +563,9 @@ impl ThreadPool {
                 return job.into_result();
             }
         };
-        self.publish(&job);
+        pool.publish(&job, self.threads, self.flush_denormals);
         job.run(0);
-        self.retire();
+        pool.retire();
         job.into_result()
     }
 
@@ -402,38 +607,10 @@ impl ThreadPool {
         let by_size = len.div_ceil(min_chunk_len.max(1));
         by_size.min(self.threads * CHUNKS_PER_THREAD).max(1)
     }
-
-    fn publish(&self, job: &Job<'_>) {
-        // Erase the job's lifetime for the workers; `retire` restores the guarantee.
-        let ptr = JobPtr((job as *const Job<'_>).cast::<Job<'static>>());
-        let mut state = lock(&self.shared.state);
-        state.generation += 1;
-        state.job = Some(ptr);
-        self.shared
-            .generation
-            .store(state.generation, Ordering::Release);
-        if state.sleeping > 0 {
-            self.shared.work_ready.notify_all();
-        }
-    }
-
-    /// Waits until no worker is inside the published job, then unpublishes it.
-    fn retire(&self) {
-        let mut state = lock(&self.shared.state);
-        while state.active > 0 {
-            state = self
-                .shared
-                .workers_left
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        state.job = None;
-    }
 }
 
 /// The loop of worker thread number `index` (1-based; 0 is the submitting caller).
-fn worker_loop(shared: &Shared, index: usize) {
-    let mut seen = 0u64;
+fn worker_loop(shared: &Shared, index: usize, mut seen: u64) {
     loop {
         let spin_start = Instant::now();
         let mut polls = 0u32;
@@ -460,12 +637,19 @@ fn worker_loop(shared: &Shared, index: usize) {
         seen = state.generation;
         // The job may already be retired if the others finished it before we woke.
         let Some(job) = state.job else { continue };
+        // A worker outside the job's team leaves it to the others.
+        if index >= state.team {
+            continue;
+        }
+        let flush = state.flush_denormals;
         state.active += 1;
         drop(state);
         // SAFETY: the job stays published, and so alive, until `active` returns to zero
         // (see `JobPtr`); we incremented it under the lock while the job was published.
         let job: &Job<'_> = unsafe { &*job.0 };
+        let mode = FlushDenormals::enter(flush);
         job.run(index);
+        drop(mode);
         let mut state = lock(&shared.state);
         state.active -= 1;
         if state.active == 0 {
@@ -483,7 +667,8 @@ impl Drop for ThreadPool {
         }
         // Bump the generation so that spinning workers stop polling and see the shutdown.
         self.shared.generation.fetch_add(1, Ordering::Release);
-        for handle in self.workers.drain(..) {
+        let workers = std::mem::take(&mut *lock(&self.workers));
+        for handle in workers {
             // Workers catch task panics, so a join error cannot carry anything useful.
             let _ = handle.join();
         }
@@ -493,7 +678,7 @@ impl Drop for ThreadPool {
 impl fmt::Debug for ThreadPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThreadPool")
-            .field("threads", &self.threads)
+            .field("threads", &self.threads())
             .finish()
     }
 }

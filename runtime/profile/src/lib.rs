@@ -34,7 +34,7 @@ pub use trace::chrome_trace;
 
 use ferrite_accel::program::SimProgram;
 use ferrite_accel::sim::{Machine, SimReport};
-use ferrite_cpu::CpuProgram;
+use ferrite_cpu::{CpuProgram, InputTensors};
 use ferrite_ir::loops::Program;
 use ferrite_ir::{Graph, Tensor};
 use std::time::{Duration, Instant};
@@ -85,10 +85,10 @@ pub fn measure_copy_bandwidth(threads: usize) -> Roofline {
 /// (at least one). `graph` is the graph the program was scheduled from (for the op
 /// names), `peak_intermediate_bytes` the memory plan's arena size. `progress` is
 /// called after every timed run with the number done.
-pub fn profile_cpu(
+pub fn profile_cpu<I: InputTensors + ?Sized>(
     program: &CpuProgram,
     graph: &Graph,
-    inputs: &[Tensor],
+    inputs: &I,
     runs: usize,
     fused: bool,
     peak_intermediate_bytes: u64,
@@ -96,7 +96,10 @@ pub fn profile_cpu(
 ) -> Result<ScheduleProfile> {
     let runs = runs.max(1);
     let kernels = &program.program().kernels;
-    program.run(inputs).map_err(Error::Cpu)?;
+    // Outputs are made once and written again by every run, as a caller that binds its
+    // outputs does: timed runs measure the steady state, not fresh allocations.
+    let mut outputs = program.new_outputs();
+    program.run_into(inputs, &mut outputs).map_err(Error::Cpu)?;
     // samples[k][run]: kernel k's time in that run.
     let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); kernels.len()];
     let mut totals = Vec::with_capacity(runs);
@@ -106,7 +109,9 @@ pub fn profile_cpu(
     let mut all_timings = Vec::with_capacity(runs);
     for run in 0..runs {
         let start = Instant::now();
-        let (_, timings) = program.run_profiled(inputs).map_err(Error::Cpu)?;
+        let timings = program
+            .run_profiled_into(inputs, &mut outputs)
+            .map_err(Error::Cpu)?;
         walls.push(start.elapsed().as_secs_f64() * 1e9);
         if timings.len() != kernels.len() {
             return Err(Error::Internal(format!(
