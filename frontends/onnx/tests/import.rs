@@ -417,3 +417,19 @@ fn external_locations_outside_the_folder_are_refused_before_any_read() {
     assert_eq!(r.0, ["sub/w.bin"]);
     assert_eq!(m.graph.ty(m.graph.outputs[0]).shape, [2]);
 }
+
+/// Found by the `onnx_models` fuzz target: an output declared with a shape its nodes do not
+/// compute is an invalid model (exit 1, naming the output), not an internal error.
+#[test]
+fn an_output_declared_with_the_wrong_shape_is_invalid() {
+    let bytes = model(
+        vec![node("Relu", &["x"], &["y"])],
+        vec![value("x", F32, &[Ok(2), Ok(3)])],
+        vec![value("y", F32, &[Ok(3), Ok(3)])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(!e.is_internal(), "{e}");
+    assert!(matches!(e, Error::Invalid(_)), "{e:?}");
+    assert!(e.to_string().contains("output `y`"), "{e}");
+}
