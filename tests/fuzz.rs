@@ -247,20 +247,35 @@ fn onnx_built_seeds() -> Vec<Vec<u8>> {
         onnx_model(
             vec![
                 onnx_node("Reshape", &["x", "s"], &["r"], vec![]),
-                onnx_node("Transpose", &["r"], &["y"], vec![ints_attr("perm", &[1, 0])]),
+                onnx_node(
+                    "Transpose",
+                    &["r"],
+                    &["y"],
+                    vec![ints_attr("perm", &[1, 0])],
+                ),
             ],
             vec![v("x", F32, &[2, 3, 4])],
             vec![v("y", F32, &[4, 6])],
             vec![i64_init("s", &[6, 4])],
         ),
         onnx_model(
-            vec![onnx_node("Gather", &["x", "i"], &["y"], vec![int_attr("axis", 0)])],
+            vec![onnx_node(
+                "Gather",
+                &["x", "i"],
+                &["y"],
+                vec![int_attr("axis", 0)],
+            )],
             vec![v("x", F32, &[5, 3])],
             vec![v("y", F32, &[2, 3])],
             vec![i64_init("i", &[4, 0])],
         ),
         onnx_model(
-            vec![onnx_node("Gather", &["x", "i"], &["y"], vec![int_attr("axis", 1)])],
+            vec![onnx_node(
+                "Gather",
+                &["x", "i"],
+                &["y"],
+                vec![int_attr("axis", 1)],
+            )],
             vec![v("x", F32, &[2, 4]), v("i", I64, &[3])],
             vec![v("y", F32, &[2, 3])],
             vec![],
@@ -314,11 +329,16 @@ fn onnx_seeds() -> Vec<Vec<u8>> {
         .or_else(|| {
             let cache = std::env::var_os("XDG_CACHE_HOME")
                 .map(std::path::PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache"))
+                })?;
             Some(cache.join("ferrite/onnx-1.22.0/onnx/backend/test/data/node"))
         });
     if let Some(Ok(entries)) = dir.map(std::fs::read_dir) {
-        let mut paths: Vec<_> = entries.flatten().map(|e| e.path().join("model.onnx")).collect();
+        let mut paths: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path().join("model.onnx"))
+            .collect();
         paths.sort();
         for p in paths {
             if let Ok(bytes) = std::fs::read(&p) {
@@ -359,7 +379,10 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
             .memory_limit(ONNX_MEMORY_LIMIT);
         pipeline::outcome(g, &inputs, &options)
     };
-    let has_matmul = g.nodes.iter().any(|n| matches!(n.op, ferrite_ir::Op::MatMul));
+    let has_matmul = g
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, ferrite_ir::Op::MatMul));
     use pipeline::Outcome::*;
     match (on(Target::Interp), on(Target::Cpu)) {
         (Internal(e), _) => Err(format!("interp: internal error: {e}")),

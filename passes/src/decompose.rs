@@ -527,7 +527,11 @@ fn cast_scalar(value: Scalar, from: DType, to: DType) -> Scalar {
         // dtype is its infinity, as the cast computes it (a literal must fit its dtype).
         match Scalar::Int(v) {
             s if s.fits(to) => s,
-            _ => Scalar::Float(if v < 0 { f64::NEG_INFINITY } else { f64::INFINITY }),
+            _ => Scalar::Float(if v < 0 {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            }),
         }
     } else {
         scalar_of(&Tensor::from_i64(&target, &[v]))
