@@ -473,6 +473,16 @@ fn build_errors_name_the_op_and_the_shapes() {
             first_error(|g, x| g.output(&concat(&[], 0).add(x))),
             "concat(): needs at least one operand",
         ),
+        // A literal that does not fit the dtype it takes is the parser's error too
+        // (tests/errors/literal_overflows_f16.fg), not an infinity or a wrap.
+        (
+            first_error(|g, _| drop(g.input("h", ferrite::f16(&[2])) * 3e38)),
+            "mul(): literal `3e38` does not fit in f16",
+        ),
+        (
+            first_error(|g, _| drop(g.input("i", ferrite::i32(&[2])) + (1i64 << 31))),
+            "add(): literal `2147483648` does not fit in i32",
+        ),
     ];
     for (got, want) in cases {
         assert!(got.contains(want), "`{got}` should contain `{want}`");

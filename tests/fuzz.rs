@@ -7,7 +7,16 @@
 //! FERRITE_FUZZ_SECONDS=3600 cargo test --release --test fuzz -- --test-threads 1 npy_decoder
 //! FERRITE_FUZZ_SECONDS=3600 cargo test --release --test fuzz -- --test-threads 1 tile_kernels
 //! FERRITE_FUZZ_SECONDS=3600 cargo test --release --test fuzz -- --test-threads 1 pipeline
+//! FERRITE_FUZZ_SECONDS=3600 cargo test --release --test fuzz -- --test-threads 1 onnx_models
 //! ```
+//!
+//! `onnx_models` mutates valid ONNX models (small ones built here and, when
+//! `scripts/fetch-onnx-node-tests.sh` has cached them, every node test's `model.onnx`) at
+//! the protobuf level (`ferrite_testkit::protobuf`: varints, lengths, dims, data sizes,
+//! attribute values, names, field and node order) and holds the importer to its promises
+//! (`targets::onnx_import`: a refusal is a user error naming the node and op, an import
+//! verifies); a model that imports runs on the interpreter and on cpu under a 256 MiB
+//! memory budget, and the two agree (values within tolerance, or a user error on both).
 //!
 //! `pipeline` is the whole pipeline, differentially: random graphs from
 //! `ferrite_testkit::random_edge_graph` (composites, extents 0 and 1, broadcasting, special
@@ -31,10 +40,18 @@
 mod pipeline;
 mod targets;
 
-use ferrite_ir::{npy, print, DType, Tensor, TensorType};
+use ferrite::{Options, Target};
+use ferrite_ir::{npy, print, SplitMix64, Tensor, TensorType};
+use ferrite_onnx::prost::Message;
+use ferrite_onnx::proto::{
+    attribute_proto::AttributeType, tensor_proto, tensor_shape_proto, type_proto, AttributeProto,
+    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
+    TypeProto, ValueInfoProto,
+};
 use ferrite_testkit::fuzz::{corpus, fuzz, fuzz_generated, Verdict};
-use ferrite_testkit::{edge_inputs_with, random_edge_graph, RandomGraph};
-use targets::{fg_target, npy_target, tile_target};
+use ferrite_testkit::random::FUZZ_DTYPES;
+use ferrite_testkit::{edge_inputs_with, protobuf, random_edge_graph, RandomGraph};
+use targets::{fg_target, npy_target, onnx_import, tile_target};
 
 #[test]
 fn fg_parser() {
@@ -53,17 +70,7 @@ fn fg_parser() {
 
 fn npy_seeds() -> Vec<Vec<u8>> {
     let mut seeds = Vec::new();
-    for (i, d) in [
-        DType::F32,
-        DType::F16,
-        DType::Bf16,
-        DType::I32,
-        DType::I64,
-        DType::Bool,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, &d) in FUZZ_DTYPES.iter().enumerate() {
         for shape in [vec![], vec![3], vec![2, 3], vec![2, 1, 2]] {
             let ty = TensorType::new(d, shape).unwrap();
             seeds.push(npy::encode(&Tensor::random(&ty, i as u64)));
@@ -113,5 +120,311 @@ fn pipeline_target(input: &[u8]) -> Verdict {
 #[test]
 fn pipeline() {
     let stats = fuzz_generated("pipeline", 100, pipeline_case, pipeline_target);
+    assert!(stats.accepted > 0);
+}
+
+const F32: i32 = tensor_proto::DataType::Float as i32;
+const I64: i32 = tensor_proto::DataType::Int64 as i32;
+
+fn value_info(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|&d| tensor_shape_proto::Dimension {
+            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+            ..Default::default()
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn onnx_node(op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        name: Some(format!("{op}_{}", outputs[0])),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        attribute: attrs,
+        ..Default::default()
+    }
+}
+
+fn int_attr(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn i64_init(name: &str, v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: vec![v.len() as i64],
+        data_type: Some(I64),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn f32_init(name: &str, dims: &[i64], raw: bool) -> TensorProto {
+    let n: i64 = dims.iter().product();
+    let v: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 1.0).collect();
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(F32),
+        raw_data: raw.then(|| v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        float_data: if raw { vec![] } else { v },
+        ..Default::default()
+    }
+}
+
+fn onnx_model(
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    inits: Vec<TensorProto>,
+) -> Vec<u8> {
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: nodes,
+            input: inputs,
+            output: outputs,
+            initializer: inits,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// Small valid models over the importer's main paths: broadcasting, initializers (raw and
+/// typed data), shapes and axes known at import, attributes, indices from a graph input.
+fn onnx_built_seeds() -> Vec<Vec<u8>> {
+    let v = value_info;
+    vec![
+        onnx_model(
+            vec![onnx_node("Add", &["x", "y"], &["z"], vec![])],
+            vec![v("x", F32, &[2, 3]), v("y", F32, &[3])],
+            vec![v("z", F32, &[2, 3])],
+            vec![],
+        ),
+        onnx_model(
+            vec![
+                onnx_node("MatMul", &["x", "w"], &["h"], vec![]),
+                onnx_node("Relu", &["h"], &["y"], vec![]),
+            ],
+            vec![v("x", F32, &[2, 4])],
+            vec![v("y", F32, &[2, 3])],
+            vec![f32_init("w", &[4, 3], true)],
+        ),
+        onnx_model(
+            vec![
+                onnx_node("Reshape", &["x", "s"], &["r"], vec![]),
+                onnx_node(
+                    "Transpose",
+                    &["r"],
+                    &["y"],
+                    vec![ints_attr("perm", &[1, 0])],
+                ),
+            ],
+            vec![v("x", F32, &[2, 3, 4])],
+            vec![v("y", F32, &[4, 6])],
+            vec![i64_init("s", &[6, 4])],
+        ),
+        onnx_model(
+            vec![onnx_node(
+                "Gather",
+                &["x", "i"],
+                &["y"],
+                vec![int_attr("axis", 0)],
+            )],
+            vec![v("x", F32, &[5, 3])],
+            vec![v("y", F32, &[2, 3])],
+            vec![i64_init("i", &[4, 0])],
+        ),
+        onnx_model(
+            vec![onnx_node(
+                "Gather",
+                &["x", "i"],
+                &["y"],
+                vec![int_attr("axis", 1)],
+            )],
+            vec![v("x", F32, &[2, 4]), v("i", I64, &[3])],
+            vec![v("y", F32, &[2, 3])],
+            vec![],
+        ),
+        onnx_model(
+            vec![
+                onnx_node("Softmax", &["x"], &["s"], vec![int_attr("axis", -1)]),
+                onnx_node(
+                    "ReduceSum",
+                    &["s", "a"],
+                    &["y"],
+                    vec![int_attr("keepdims", 1)],
+                ),
+            ],
+            vec![v("x", F32, &[2, 5])],
+            vec![v("y", F32, &[2, 1])],
+            vec![i64_init("a", &[1])],
+        ),
+        onnx_model(
+            vec![
+                onnx_node("Concat", &["x", "c"], &["k"], vec![int_attr("axis", 0)]),
+                onnx_node("Slice", &["k", "st", "en", "ax"], &["y"], vec![]),
+            ],
+            vec![v("x", F32, &[2, 3])],
+            vec![v("y", F32, &[3, 2])],
+            vec![
+                f32_init("c", &[2, 3], false),
+                i64_init("st", &[1, 1]),
+                i64_init("en", &[4, 3]),
+                i64_init("ax", &[0, 1]),
+            ],
+        ),
+        onnx_model(
+            vec![
+                onnx_node("Pad", &["x", "p"], &["q"], vec![]),
+                onnx_node("Mul", &["q", "q"], &["y"], vec![]),
+            ],
+            vec![v("x", F32, &[2, 2])],
+            vec![v("y", F32, &[4, 3])],
+            vec![i64_init("p", &[1, 0, 1, 1])],
+        ),
+    ]
+}
+
+/// The seed models: [`onnx_built_seeds`] and the cached node tests' models (at most 64 KiB
+/// each).
+fn onnx_seeds() -> Vec<Vec<u8>> {
+    let mut seeds = onnx_built_seeds();
+    let dir = std::env::var_os("FERRITE_ONNX_NODE_TESTS")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(std::path::PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache"))
+                })?;
+            Some(cache.join("ferrite/onnx-1.22.0/onnx/backend/test/data/node"))
+        });
+    if let Some(Ok(entries)) = dir.map(std::fs::read_dir) {
+        let mut paths: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path().join("model.onnx"))
+            .collect();
+        paths.sort();
+        for p in paths {
+            if let Ok(bytes) = std::fs::read(&p) {
+                if bytes.len() <= 64 << 10 {
+                    seeds.push(bytes);
+                }
+            }
+        }
+    }
+    seeds
+}
+
+/// The memory budget an imported model runs under: big enough for every seed, small
+/// enough that a mutant's huge shape is refused before it allocates.
+const ONNX_MEMORY_LIMIT: u64 = 256 << 20;
+
+/// Imports a model and, when it imports, runs it on the interpreter and on cpu.
+fn onnx_models_target(input: &[u8]) -> Verdict {
+    let Some(model) = onnx_import(input)? else {
+        return Ok(false);
+    };
+    let g = model.graph;
+    // The harness makes the inputs; it keeps them small (the product's budget bounds the rest).
+    let elements: usize = g.params.iter().map(|&p| g.ty(p).numel()).sum();
+    if elements > 1 << 20 {
+        return Ok(true);
+    }
+    let rg = RandomGraph {
+        index_bounds: pipeline::index_bounds(&g),
+        graph: g,
+    };
+    let inputs = edge_inputs_with(&rg, fnv(input), false);
+    let g = &rg.graph;
+    let on = |t: Target| {
+        let options = Options::default()
+            .target(t)
+            .threads(2)
+            .memory_limit(ONNX_MEMORY_LIMIT);
+        pipeline::outcome(g, &inputs, &options)
+    };
+    let has_matmul = g
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, ferrite_ir::Op::MatMul));
+    use pipeline::Outcome::*;
+    match (on(Target::Interp), on(Target::Cpu)) {
+        (Internal(e), _) => Err(format!("interp: internal error: {e}")),
+        (_, Internal(e)) => Err(format!("cpu: internal error: {e}")),
+        (Values(want), Values(got)) => {
+            if want.len() != got.len() {
+                return Err(format!("cpu: {} outputs, want {}", got.len(), want.len()));
+            }
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                pipeline::close(a, b, false, has_matmul)
+                    .map_err(|e| format!("cpu: output {i}: {e}"))?;
+            }
+            Ok(true)
+        }
+        (User(_), User(_)) => Ok(true),
+        // The two targets estimate their working memory differently: one may be over the
+        // budget where the other is not.
+        (User(e), Values(_)) | (Values(_), User(e)) if e.contains("memory budget") => Ok(true),
+        (User(e), Values(_)) => Err(format!("cpu runs where interp reports a user error: {e}")),
+        (Values(_), User(e)) => Err(format!("cpu: user error where interp runs: {e}")),
+    }
+}
+
+#[test]
+fn onnx_models() {
+    let seeds = onnx_seeds();
+    for (i, s) in onnx_built_seeds().iter().enumerate() {
+        assert!(
+            matches!(onnx_models_target(s), Ok(true)),
+            "built seed {i} must import and run: {:?}",
+            onnx_models_target(s)
+        );
+    }
+    let stats = fuzz_generated(
+        "onnx_models",
+        300,
+        |s| {
+            let mut rng = SplitMix64(s);
+            let seed = &seeds[(rng.next() % seeds.len() as u64) as usize];
+            protobuf::mutate(seed, &mut rng)
+        },
+        onnx_models_target,
+    );
     assert!(stats.accepted > 0);
 }

@@ -118,10 +118,21 @@ impl Graph {
         Ok(id)
     }
 
-    /// Appends a rank-0 literal of the given dtype.
+    /// Appends a rank-0 literal of the given dtype. Its value must fit the dtype, as in
+    /// the parser ([`Scalar::fits`]): `3e38` is no `f16`, `2^31` no `i32`.
     pub fn add_literal(&mut self, value: Scalar, dtype: DType) -> Result<ValueId> {
         if let (Scalar::Float(v), false) = (value, dtype.is_float()) {
             return Err(TypeError::new(format!("literal {v} cannot be a {dtype}")).into());
+        }
+        if !value.fits(dtype) {
+            let shown = match value {
+                Scalar::Float(v) => format!("{v:?}"),
+                Scalar::Int(i) => i.to_string(),
+                Scalar::Bool(b) => b.to_string(),
+            };
+            return Err(
+                TypeError::new(format!("literal `{shown}` does not fit in {dtype}")).into(),
+            );
         }
         self.push(Node {
             op: Op::Literal { value },

@@ -251,6 +251,24 @@ pub enum Scalar {
 }
 
 impl Scalar {
+    /// True if the literal keeps its value (up to rounding) as a `dtype` scalar. As in
+    /// PyTorch's parser of literals, an integer too large for an `i32` tensor or a finite
+    /// number that overflows an `f16` is an error rather than a silent wrap or infinity.
+    /// (Whether a float may be an integer at all is the caller's rule.)
+    pub fn fits(self, dtype: DType) -> bool {
+        let v = self.as_f64();
+        match dtype {
+            DType::I32 => match self {
+                Scalar::Int(i) => i32::try_from(i).is_ok(),
+                _ => true,
+            },
+            DType::F16 => !v.is_finite() || half::f16::from_f64(v).is_finite(),
+            DType::Bf16 => !v.is_finite() || half::bf16::from_f64(v).is_finite(),
+            DType::F32 => !v.is_finite() || (v as f32).is_finite(),
+            DType::I64 | DType::Bool => true,
+        }
+    }
+
     /// The value as an f64 (bools are 0 and 1).
     pub fn as_f64(self) -> f64 {
         match self {

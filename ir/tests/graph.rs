@@ -82,3 +82,47 @@ fn the_index_does_not_make_graphs_unequal() {
     b.params = a.params.clone();
     assert_eq!(a, b);
 }
+
+/// A literal added through the API must fit its dtype exactly as one the parser reads
+/// (tests/errors/literal_overflows_f16.fg): `3e38` is no `f16` and `2^31` no `i32`,
+/// where they used to become an infinity or wrap on the way to a backend.
+#[test]
+fn literals_added_through_the_api_must_fit_their_dtype() {
+    use ferrite_ir::Scalar;
+    let mut g = Graph::new("g");
+    for (value, dtype, want) in [
+        (
+            Scalar::Float(3e38),
+            DType::F16,
+            "literal `3e38` does not fit in f16",
+        ),
+        (
+            Scalar::Float(1e39),
+            DType::F32,
+            "literal `1e39` does not fit in f32",
+        ),
+        (
+            Scalar::Int(1 << 31),
+            DType::I32,
+            "literal `2147483648` does not fit in i32",
+        ),
+    ] {
+        let e = g.add_literal(value, dtype).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+        let src = format!(
+            "graph g(x: {dtype}[2]) {{\n  y = mul(x, {})\n  return y\n}}\n",
+            match value {
+                Scalar::Int(i) => i.to_string(),
+                v => format!("{:?}", v.as_f64()),
+            }
+        );
+        let d = parse("lit.fg", &src).unwrap_err().to_string();
+        assert!(d.contains("does not fit in"), "{d}");
+    }
+    // What fits is kept: the largest f16, infinities, i32's extremes.
+    g.add_literal(Scalar::Float(65504.0), DType::F16).unwrap();
+    g.add_literal(Scalar::Float(f64::NEG_INFINITY), DType::F16)
+        .unwrap();
+    g.add_literal(Scalar::Int(i32::MIN as i64), DType::I32)
+        .unwrap();
+}

@@ -523,8 +523,16 @@ fn cast_scalar(value: Scalar, from: DType, to: DType) -> Scalar {
     let v = stored.to_i64()[0];
     if to.is_float() {
         // An integer literal of a float dtype rounds once, straight from the integer
-        // (going through f64 first could round twice beyond 2^53).
-        Scalar::Int(v)
+        // (going through f64 first could round twice beyond 2^53); one too large for the
+        // dtype is its infinity, as the cast computes it (a literal must fit its dtype).
+        match Scalar::Int(v) {
+            s if s.fits(to) => s,
+            _ => Scalar::Float(if v < 0 {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            }),
+        }
     } else {
         scalar_of(&Tensor::from_i64(&target, &[v]))
     }

@@ -1175,3 +1175,22 @@ fn reducing_composites_evaluate_exactly_as_their_decomposition() {
         }
     }
 }
+
+/// Folding `cast` of an integer literal to a half dtype that it overflows gives the
+/// infinity the cast computes, not a literal that does not fit its dtype (which
+/// `Graph::add_literal` refuses, as the parser does).
+#[test]
+fn a_folded_cast_of_a_large_integer_to_f16_is_infinite() {
+    let mut g = Graph::new("g");
+    let x = param(&mut g, "x", DType::F16, &[2]);
+    let big = g.add_literal(Scalar::Int(-100_000), DType::I64).unwrap();
+    let c = add(&mut g, Op::Cast { to: DType::F16 }, &[big]);
+    let y = add(&mut g, bin(BinaryOp::Add), &[x, c]);
+    g.outputs = vec![y];
+    let d = decompose(&g).unwrap();
+    verify(&d).unwrap();
+    let input = tensor(&ty(DType::F16, &[2]), &[1.0, 2.0]);
+    let out = interpret(&d, std::slice::from_ref(&input)).unwrap();
+    assert_eq!(out[0].to_f64(), vec![f64::NEG_INFINITY; 2]);
+    assert_eq!(out, interpret(&g, &[input]).unwrap());
+}

@@ -1,11 +1,13 @@
-//! The fuzz targets of `tests/fuzz.rs` for the `.fg` parser, the `.npy` decoder and the
-//! `.tile` parser, checker and simulator, shared with the coverage-guided targets of
-//! `fuzz/` (cargo-afl), which include this file. It uses `ferrite_ir` and `ferrite_accel`
-//! directly (not the facade), so `fuzz/` builds without the CPU backend.
+//! The fuzz targets of `tests/fuzz.rs` for the `.fg` parser, the `.npy` decoder, the
+//! `.tile` parser, checker and simulator, and the ONNX importer, shared with the
+//! coverage-guided targets of `fuzz/` (cargo-afl), which include this file. It uses
+//! `ferrite_ir`, `ferrite_accel` and `ferrite_onnx` directly (not the facade), so `fuzz/`
+//! builds without the CPU backend.
 #![allow(dead_code)]
 
 use ferrite_accel::{sim, tile};
 use ferrite_ir::{npy, parse_bytes, print, verify, Tensor, TensorType};
+use ferrite_onnx::{Error as OnnxError, NoExternalData, Options as OnnxOptions};
 use ferrite_testkit::fuzz::{check_location, Verdict};
 
 pub fn fg_target(input: &[u8]) -> Verdict {
@@ -71,4 +73,44 @@ pub fn tile_target(input: &[u8]) -> Verdict {
     }
     let _ = dev.launch(&k, [2, 1, 1], &args);
     Ok(true)
+}
+
+/// Imports `input` as an ONNX model. A refusal must be a user error (not the importer's
+/// internal error), name the node and its op when it is about a node, and stay short; an
+/// imported graph must pass the IR's verifier and print as `.fg` text that parses back.
+/// `Ok(None)` is a refusal.
+pub fn onnx_import(input: &[u8]) -> Result<Option<ferrite_onnx::Model>, String> {
+    let mut options = OnnxOptions::default();
+    // Symbolic dims of the node tests and of mutants get a small value.
+    for d in ["N", "batch", "M", "K", "seq", "a", "b", "c"] {
+        options.dims.insert(d.into(), 2);
+    }
+    match ferrite_onnx::import(input, &options, &mut NoExternalData) {
+        Ok(m) => {
+            verify(&m.graph).map_err(|e| format!("an imported graph fails verification: {e}"))?;
+            Ok(Some(m))
+        }
+        Err(e) if e.is_internal() => Err(format!("internal error on a model: {e}")),
+        Err(e) => {
+            let text = e.to_string();
+            if let OnnxError::Node { node, .. } = &e {
+                if !text.contains(&node.op_type) {
+                    return Err(format!("a node error does not name its op: {text}"));
+                }
+            }
+            if text.len() > 4 * input.len() + 4096 {
+                return Err(format!(
+                    "a {} byte error for a {} byte model",
+                    text.len(),
+                    input.len()
+                ));
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// [`onnx_import`] as a verdict: accepted when the model imports.
+pub fn onnx_target(input: &[u8]) -> Verdict {
+    onnx_import(input).map(|m| m.is_some())
 }

@@ -692,4 +692,19 @@ fn cum_sum_names_bad_flags() {
             .contains("(CumSum, opset 14): attribute `exclusive` must be 0 or 1, not 2"),
         "{e}"
     );
+
+/// Found by the `onnx_models` fuzz target: an output declared with a shape its nodes do not
+/// compute is an invalid model (exit 1, naming the output), not an internal error.
+#[test]
+fn an_output_declared_with_the_wrong_shape_is_invalid() {
+    let bytes = model(
+        vec![node("Relu", &["x"], &["y"])],
+        vec![value("x", F32, &[Ok(2), Ok(3)])],
+        vec![value("y", F32, &[Ok(3), Ok(3)])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(!e.is_internal(), "{e}");
+    assert!(matches!(e, Error::Invalid(_)), "{e:?}");
+    assert!(e.to_string().contains("output `y`"), "{e}");
 }

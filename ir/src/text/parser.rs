@@ -833,7 +833,7 @@ impl<'a, 'w> Parser<'a, 'w> {
         start: usize,
         end: usize,
     ) -> Result<ValueId, Located> {
-        if !literal_fits(value, dtype) {
+        if !value.fits(dtype) {
             return Err(Located::new(
                 start,
                 format!(
@@ -1065,23 +1065,6 @@ fn int_value(v: u64, negative: bool, offset: usize) -> Result<i64, Located> {
     })
 }
 
-/// True if a literal keeps its value (up to rounding) as a `dtype` scalar. As in
-/// PyTorch, an integer too large for an `i32` tensor or a number that overflows
-/// an `f16` is an error rather than a silent wrap or infinity.
-fn literal_fits(value: Scalar, dtype: DType) -> bool {
-    let v = value.as_f64();
-    match dtype {
-        DType::I32 => match value {
-            Scalar::Int(i) => i32::try_from(i).is_ok(),
-            _ => true,
-        },
-        DType::F16 => !v.is_finite() || half::f16::from_f64(v).is_finite(),
-        DType::Bf16 => !v.is_finite() || half::bf16::from_f64(v).is_finite(),
-        DType::F32 => !v.is_finite() || (v as f32).is_finite(),
-        DType::I64 | DType::Bool => true,
-    }
-}
-
 fn is_op_name(name: &str) -> bool {
     OpSpec::find(name).is_some() || name == "constant"
 }
@@ -1204,7 +1187,7 @@ fn inline_tensor(
         let fits = match (v, dtype) {
             (Scalar::Float(_), d) if !d.is_float() => false,
             (Scalar::Int(i), DType::Bool) => i == 0 || i == 1,
-            _ => literal_fits(v, dtype),
+            _ => v.fits(dtype),
         };
         if !fits {
             let shown = match v {
@@ -1254,14 +1237,14 @@ mod tests {
 
     #[test]
     fn literals_fit_their_dtype() {
-        assert!(literal_fits(Scalar::Int(1 << 31), DType::I64));
-        assert!(!literal_fits(Scalar::Int(1 << 31), DType::I32));
-        assert!(literal_fits(Scalar::Int(-(1 << 31)), DType::I32));
-        assert!(literal_fits(Scalar::Float(65504.0), DType::F16));
-        assert!(!literal_fits(Scalar::Float(1e5), DType::F16));
-        assert!(literal_fits(Scalar::Float(f64::INFINITY), DType::F16));
-        assert!(!literal_fits(Scalar::Float(1e39), DType::F32));
-        assert!(literal_fits(Scalar::Float(1e38), DType::Bf16));
+        assert!(Scalar::Int(1 << 31).fits(DType::I64));
+        assert!(!Scalar::Int(1 << 31).fits(DType::I32));
+        assert!(Scalar::Int(-(1 << 31)).fits(DType::I32));
+        assert!(Scalar::Float(65504.0).fits(DType::F16));
+        assert!(!Scalar::Float(1e5).fits(DType::F16));
+        assert!(Scalar::Float(f64::INFINITY).fits(DType::F16));
+        assert!(!Scalar::Float(1e39).fits(DType::F32));
+        assert!(Scalar::Float(1e38).fits(DType::Bf16));
     }
 
     #[test]

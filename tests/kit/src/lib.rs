@@ -8,6 +8,7 @@
 //! * [`filetest`]: the filetest runner: one text file per case (`test STAGE`, input,
 //!   expected output), run against a table of stages.
 //! * [`loop_text`]: loop-IR print / read round trips.
+//! * [`fuzz`]: the mutation fuzzer; [`protobuf`]: its mutations of protobuf messages (ONNX models).
 //!
 //! This crate is a dev-dependency only; nothing that ships depends on it.
 
@@ -17,6 +18,7 @@ pub mod filetest;
 pub mod fuzz;
 pub mod golden;
 pub mod loop_text;
+pub mod protobuf;
 pub mod random;
 
 pub use differential::{check_against_interpreter, primitive};

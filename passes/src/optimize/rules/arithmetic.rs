@@ -53,9 +53,9 @@ pub fn rules() -> Vec<Rule> {
         Rule::new("reciprocal-sqrt",  RECIPROCAL, reciprocal_sqrt),  // reciprocal(sqrt(x)) -> rsqrt(x)
         Rule::new("div-sqrt",         DIV,        div_sqrt),         // y / sqrt(x) -> y * rsqrt(x) (floats)
         Rule::new("div-const",        DIV,        div_const),        // x / c -> x * (1/c) (floats, c a power of two)
-        Rule::new("mul-const-chain",  MUL,        mul_const_chain),  // (x * c1) * c2 -> x * (c1*c2)
-        Rule::new("add-const-chain",  ADD_SUB,    add_const_chain),  // (x ± c1) ± c2 -> x + (±c1 ± c2)
-        Rule::new("factor-mul",       ADD_SUB,    factor_mul),       // a*b ± a*c -> a * (b ± c)
+        Rule::new("mul-const-chain",  MUL,        mul_const_chain),  // (x * c1) * c2 -> x * (c1*c2) (floats: exact scalings only)
+        Rule::new("add-const-chain",  ADD_SUB,    add_const_chain),  // (x ± c1) ± c2 -> x + (±c1 ± c2) (integers)
+        Rule::new("factor-mul",       ADD_SUB,    factor_mul),       // a*b ± a*c -> a * (b ± c) (integers)
         Rule::new("cast-same",        CAST,       cast_same),        // cast(x, to=dtype of x) -> x
         Rule::new("cast-cast",        CAST,       cast_cast),        // cast(cast(x, to=a), to=b) -> cast(x, to=b) (x -> a exact)
     ]
@@ -300,7 +300,21 @@ fn combine(ctx: &Ctx, class: Id, v: f64) -> Option<Term> {
         .then(|| Term::constant(folded, &TensorType::scalar(dtype)))
 }
 
+/// True when `(x * c1) * c2` is `x * (c1 * c2)` bit for bit for every float `x`, special
+/// values included: when one factor is ±1 (negation is exact and rounding symmetric), or
+/// both are powers of two of magnitude at least 1 (scaling up is exact until it overflows,
+/// and the chain overflows where the single product does). Anything else rounds twice or
+/// overflows or underflows in the middle (`(x * 1e30) * 1e-30`, `(x * 0.5) * 0.5` on a
+/// subnormal), so the integer-only rule would not be the interpreter's answer.
+fn exact_float_scaling(v1: f64, v2: f64) -> bool {
+    let power_of_two_up = |v: f64| v.is_finite() && v.abs() >= 1.0 && v.abs().to_bits() << 12 == 0;
+    v1.abs() == 1.0 || v2.abs() == 1.0 || (power_of_two_up(v1) && power_of_two_up(v2))
+}
+
 fn mul_const_chain(ctx: &Ctx, class: Id, n: &TensorLang, out: &mut Vec<Term>) {
+    let Some(dtype) = ctx.dtype(class) else {
+        return;
+    };
     let (a, b) = operands(n);
     for (inner, c2) in [(a, b), (b, a)] {
         let Some(v2) = scalar_const(ctx, c2) else {
@@ -309,7 +323,9 @@ fn mul_const_chain(ctx: &Ctx, class: Id, n: &TensorLang, out: &mut Vec<Term>) {
         for m in ctx.nodes(inner, Kind::Binary(B::Mul)) {
             let (p, q) = operands(m);
             for (x, c1) in [(p, q), (q, p)] {
-                let folded = scalar_const(ctx, c1).and_then(|v1| combine(ctx, class, v1 * v2));
+                let folded = scalar_const(ctx, c1)
+                    .filter(|&v1| !dtype.is_float() || exact_float_scaling(v1, v2))
+                    .and_then(|v1| combine(ctx, class, v1 * v2));
                 if let Some(c) = folded {
                     out.push(Term::binary(B::Mul, Term::Class(x), c));
                 }
@@ -336,7 +352,12 @@ fn offsets(ctx: &Ctx, node: &TensorLang) -> Vec<(Id, f64)> {
     out
 }
 
+/// Integers only: their addition wraps, so it re-associates exactly; float addition rounds
+/// at every step (`(1 + 1e8) - 1e8` is 0 in f32, not 1).
 fn add_const_chain(ctx: &Ctx, class: Id, n: &TensorLang, out: &mut Vec<Term>) {
+    if ctx.dtype(class).is_none_or(|d| d.is_float()) {
+        return;
+    }
     for (inner, v2) in offsets(ctx, n) {
         for kind in [Kind::Binary(B::Add), Kind::Binary(B::Sub)] {
             for m in ctx.nodes(inner, kind) {
@@ -364,7 +385,13 @@ fn cofactors(ctx: &Ctx, id: Id, a: Id) -> Vec<Id> {
     out
 }
 
-fn factor_mul(ctx: &Ctx, _: Id, n: &TensorLang, out: &mut Vec<Term>) {
+/// Integers only: wrapping arithmetic distributes exactly; in floats `a*b + a*c` and
+/// `a * (b + c)` round differently and overflow differently (`2*3e38 - 2*3e38` is NaN,
+/// `2 * (3e38 - 3e38)` is 0).
+fn factor_mul(ctx: &Ctx, class: Id, n: &TensorLang, out: &mut Vec<Term>) {
+    if ctx.dtype(class).is_none_or(|d| d.is_float()) {
+        return;
+    }
     let op = if n.kind == Kind::Binary(B::Sub) {
         B::Sub
     } else {
