@@ -1066,19 +1066,20 @@ fn int_value(v: u64, negative: bool, offset: usize) -> Result<i64, Located> {
 }
 
 /// True if a literal keeps its value (up to rounding) as a `dtype` scalar. As in
-/// PyTorch, an integer too large for an `i32` tensor or a number that overflows
-/// an `f16` is an error rather than a silent wrap or infinity.
+/// PyTorch, an integer outside an integer tensor's range (`300` beside a `u8`, `-1`
+/// beside a `u32`) or a number that overflows an `f16` is an error rather than a
+/// silent wrap or infinity.
 fn literal_fits(value: Scalar, dtype: DType) -> bool {
     let v = value.as_f64();
     match dtype {
-        DType::I32 => match value {
-            Scalar::Int(i) => i32::try_from(i).is_ok(),
-            _ => true,
-        },
         DType::F16 => !v.is_finite() || half::f16::from_f64(v).is_finite(),
         DType::Bf16 => !v.is_finite() || half::bf16::from_f64(v).is_finite(),
         DType::F32 => !v.is_finite() || (v as f32).is_finite(),
-        DType::I64 | DType::Bool => true,
+        DType::F64 | DType::Bool => true,
+        _ => match (value, dtype.int_range()) {
+            (Scalar::Int(i), Some((lo, hi))) => (lo..=hi).contains(&(i as i128)),
+            _ => true,
+        },
     }
 }
 
@@ -1256,6 +1257,12 @@ mod tests {
     fn literals_fit_their_dtype() {
         assert!(literal_fits(Scalar::Int(1 << 31), DType::I64));
         assert!(!literal_fits(Scalar::Int(1 << 31), DType::I32));
+        assert!(!literal_fits(Scalar::Int(256), DType::U8));
+        assert!(literal_fits(Scalar::Int(255), DType::U8));
+        assert!(!literal_fits(Scalar::Int(-1), DType::U64));
+        assert!(!literal_fits(Scalar::Int(-129), DType::I8));
+        assert!(literal_fits(Scalar::Int(-32768), DType::I16));
+        assert!(literal_fits(Scalar::Float(1e300), DType::F64));
         assert!(literal_fits(Scalar::Int(-(1 << 31)), DType::I32));
         assert!(literal_fits(Scalar::Float(65504.0), DType::F16));
         assert!(!literal_fits(Scalar::Float(1e5), DType::F16));
