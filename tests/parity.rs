@@ -101,6 +101,19 @@ fn specials(d: DType) -> Specials {
             ])
         }
         DType::Bool => return Specials::Int(vec![0, 1]),
+        DType::F64 => (f64::MAX, f64::MIN_POSITIVE, f64::from_bits(1)),
+        // The narrow and unsigned integers: small values and the ends of the range
+        // (u64's top half does not fit the i64 of this table).
+        d => {
+            let (lo, hi) = d.int_range().expect("an integer dtype");
+            let hi = hi.min(i64::MAX as i128) as i64;
+            let lo = lo as i64;
+            let mut v = vec![0, 1, 2, 3, 7, hi, hi - 1, lo];
+            if lo < 0 {
+                v.extend([-1, -2, -7, lo + 1]);
+            }
+            return Specials::Int(v);
+        }
     };
     Specials::Float(vec![
         f64::NAN,

@@ -95,14 +95,7 @@ impl Constant {
 
 /// The dtype and length of some storage.
 fn storage(data: &Data) -> (DType, usize) {
-    match data {
-        Data::F32(v) => (DType::F32, v.len()),
-        Data::F16(v) => (DType::F16, v.len()),
-        Data::Bf16(v) => (DType::Bf16, v.len()),
-        Data::I32(v) => (DType::I32, v.len()),
-        Data::I64(v) => (DType::I64, v.len()),
-        Data::Bool(v) => (DType::Bool, v.len()),
-    }
+    (data.dtype(), data.len())
 }
 
 /// True if two tensors have the same type and the same bits (so a NaN equals itself
@@ -152,14 +145,7 @@ impl Constant {
             }
         };
         eat(t.ty.to_string().as_bytes());
-        match &t.data {
-            Data::F32(v) => v.iter().for_each(|x| eat(&x.to_bits().to_le_bytes())),
-            Data::F16(v) => v.iter().for_each(|x| eat(&x.to_bits().to_le_bytes())),
-            Data::Bf16(v) => v.iter().for_each(|x| eat(&x.to_bits().to_le_bytes())),
-            Data::I32(v) => v.iter().for_each(|x| eat(&x.to_le_bytes())),
-            Data::I64(v) => v.iter().for_each(|x| eat(&x.to_le_bytes())),
-            Data::Bool(v) => v.iter().for_each(|x| eat(&[*x as u8])),
-        }
+        eat(&t.data.to_le_bytes());
         h
     }
 }

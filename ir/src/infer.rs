@@ -97,6 +97,8 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                         x.dtype
                     )))
                 }
+                // PyTorch sums and multiplies integers in i64 (u64 stays u64).
+                ReduceOp::Sum | ReduceOp::Prod if x.dtype == DType::U64 => DType::U64,
                 ReduceOp::Sum | ReduceOp::Prod if !x.dtype.is_float() => DType::I64,
                 _ => x.dtype,
             };
@@ -662,12 +664,12 @@ fn fmt_i64s(v: &[i64]) -> String {
 /// conversion allows: integers exactly and in range, floats without a finite value
 /// overflowing to infinity (infinities and NaN themselves are fine), bools always.
 pub fn fill_fits(value: f64, dtype: DType) -> bool {
-    match dtype {
-        DType::I32 => value.fract() == 0.0 && value >= i32::MIN as f64 && value <= i32::MAX as f64,
-        // 2^63 itself is the first value past i64::MAX.
-        DType::I64 => value.fract() == 0.0 && value >= -(2f64.powi(63)) && value < 2f64.powi(63),
-        DType::Bool => true,
-        _ => !value.is_finite() || crate::tensor::round_to_dtype(value, dtype).is_finite(),
+    match dtype.int_range() {
+        // One past the top of each range is a power of two, exact in f64 (2^63 is the
+        // first value past i64::MAX, where `i64::MAX as f64` would round up to it).
+        Some((lo, hi)) => value.fract() == 0.0 && value >= lo as f64 && value < (hi + 1) as f64,
+        None if dtype == DType::Bool => true,
+        None => !value.is_finite() || crate::tensor::round_to_dtype(value, dtype).is_finite(),
     }
 }
 

@@ -43,7 +43,7 @@ pub use erf::erf;
 use crate::infer::infer;
 use crate::op::{Op, ReduceOp, Scalar};
 use crate::types::TensorType;
-use crate::{verify, DType, Data, Error, Graph, Result, Tensor};
+use crate::{verify, DType, Error, Graph, Result, Tensor};
 use std::borrow::Cow;
 
 /// Evaluates `g` on `inputs` (one tensor per parameter, in order) and returns one tensor
@@ -248,14 +248,7 @@ fn literal(value: Scalar, out: &TensorType) -> Result<Tensor> {
 /// Checks that a tensor's storage matches its type (the fields are public, so a
 /// hand-built tensor can disagree with itself).
 fn check_data(t: &Tensor) -> Result<()> {
-    let (dtype, len) = match &t.data {
-        Data::F32(v) => (DType::F32, v.len()),
-        Data::F16(v) => (DType::F16, v.len()),
-        Data::Bf16(v) => (DType::Bf16, v.len()),
-        Data::I32(v) => (DType::I32, v.len()),
-        Data::I64(v) => (DType::I64, v.len()),
-        Data::Bool(v) => (DType::Bool, v.len()),
-    };
+    let (dtype, len) = (t.data.dtype(), t.data.len());
     if dtype != t.ty.dtype {
         return Err(Error::Input(format!(
             "the tensor is typed {} but stores {dtype} elements",

@@ -17,18 +17,16 @@
 //! | `i32`  | `<i4`  | |
 //! | `i64`  | `<i8`  | |
 //! | `bool` | `\|b1` | one byte per element, 0 or 1 |
+//! | `f64`  | `<f8`  | |
+//! | `i8`, `i16` | `\|i1`, `<i2` | |
+//! | `u8`, `u16`, `u32`, `u64` | `\|u1`, `<u2`, `<u4`, `<u8` | |
 //!
 //! **Reading** accepts versions 1.0, 2.0 and 3.0, either byte order, and Fortran
 //! order (the data is reordered to C order: `np.save(p, a.T)` writes Fortran order).
-//! Element types map to Ferrite dtypes as follows; every conversion except `<f8` is
-//! exact:
-//!
-//! - `f2` → `f16`, `f4` → `f32`, `V2` → `bf16` (see above);
-//! - `f8` → `f32`, rounding to nearest (values beyond the f32 range become ±inf),
-//!   because numpy's default float type is float64 and Ferrite computes in f32;
-//! - `i1`, `i2`, `i4`, `u1`, `u2` → `i32`; `i8`, `u4` → `i64`; `u8` → `i64` when every
-//!   value fits, an error otherwise;
-//! - `b1` → `bool` (any non-zero byte is true, as when numpy views such bytes).
+//! Every element type maps to the Ferrite dtype of the same kind and size, exactly:
+//! `f2`, `f4`, `f8`, `i1` to `i8`, `u1` to `u8`, `b1` → `bool` (any non-zero byte is
+//! true, as when numpy views such bytes), and `V2` → `bf16` (see above). Converting to
+//! a graph's declared dtype is the caller's business.
 //!
 //! Anything else (complex numbers, strings, structured arrays, Python objects) is an
 //! error. Decoding never panics: header sizes, the shape and the data length are
@@ -37,7 +35,6 @@
 
 use crate::types::{ShapeDisplay, TensorType};
 use crate::{DType, Data, Error, Result, Tensor};
-use half::{bf16, f16};
 
 /// The six bytes every `.npy` file starts with.
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -66,9 +63,6 @@ pub struct Header {
     pub shape: Vec<usize>,
     /// The dtype the data decodes to.
     pub dtype: DType,
-    /// True when decoding changes the stored element type (the byte order does not
-    /// count): `<f8` narrowed to `f32`, `<i2` widened to `i32`, and so on.
-    pub converts: bool,
     /// Offset of the first data byte.
     pub data_offset: usize,
 }
@@ -105,6 +99,13 @@ pub fn descr(dtype: DType) -> &'static str {
         DType::I32 => "<i4",
         DType::I64 => "<i8",
         DType::Bool => "|b1",
+        DType::F64 => "<f8",
+        DType::I8 => "|i1",
+        DType::U8 => "|u1",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
+        DType::U32 => "<u4",
+        DType::U64 => "<u8",
     }
 }
 
@@ -112,14 +113,7 @@ pub fn descr(dtype: DType) -> &'static str {
 /// header numpy itself would write. The dtype is taken from the data, which a
 /// well-formed tensor keeps equal to `t.ty.dtype`.
 pub fn encode(t: &Tensor) -> Vec<u8> {
-    let dtype = match &t.data {
-        Data::F32(_) => DType::F32,
-        Data::F16(_) => DType::F16,
-        Data::Bf16(_) => DType::Bf16,
-        Data::I32(_) => DType::I32,
-        Data::I64(_) => DType::I64,
-        Data::Bool(_) => DType::Bool,
-    };
+    let dtype = t.data.dtype();
     let shape = &t.ty.shape;
     let mut dict = format!(
         "{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
@@ -143,24 +137,7 @@ pub fn encode(t: &Tensor) -> Vec<u8> {
     out.extend_from_slice(dict.as_bytes());
     out.resize(out.len() + pad, b' ');
     out.push(b'\n');
-    match &t.data {
-        Data::F32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::F16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::Bf16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::Bool(v) => out.extend(v.iter().map(|&b| b as u8)),
-    }
+    out.extend_from_slice(&t.data.to_le_bytes());
     out
 }
 
@@ -208,6 +185,13 @@ pub fn decode(bytes: &[u8]) -> Result<Tensor> {
             Data::I32(v) => Data::I32(fortran_to_c(&v, &ty.shape)),
             Data::I64(v) => Data::I64(fortran_to_c(&v, &ty.shape)),
             Data::Bool(v) => Data::Bool(fortran_to_c(&v, &ty.shape)),
+            Data::F64(v) => Data::F64(fortran_to_c(&v, &ty.shape)),
+            Data::I8(v) => Data::I8(fortran_to_c(&v, &ty.shape)),
+            Data::U8(v) => Data::U8(fortran_to_c(&v, &ty.shape)),
+            Data::I16(v) => Data::I16(fortran_to_c(&v, &ty.shape)),
+            Data::U16(v) => Data::U16(fortran_to_c(&v, &ty.shape)),
+            Data::U32(v) => Data::U32(fortran_to_c(&v, &ty.shape)),
+            Data::U64(v) => Data::U64(fortran_to_c(&v, &ty.shape)),
         };
     }
     Ok(Tensor { ty, data })
@@ -267,7 +251,6 @@ pub fn read_header(bytes: &[u8]) -> Result<Header> {
     Ok(Header {
         version: (major, minor),
         dtype: elem.dtype(),
-        converts: elem.converts(),
         descr: dict.descr,
         fortran_order: dict.fortran_order,
         shape: dict.shape,
@@ -507,82 +490,41 @@ impl Elem {
     fn dtype(self) -> DType {
         match self {
             Elem::Float(2, _) => DType::F16,
-            Elem::Float(..) => DType::F32,
-            Elem::Int(8, _) | Elem::UInt(4 | 8, _) => DType::I64,
-            Elem::Int(..) | Elem::UInt(..) => DType::I32,
+            Elem::Float(4, _) => DType::F32,
+            Elem::Float(..) => DType::F64,
+            Elem::Int(1, _) => DType::I8,
+            Elem::Int(2, _) => DType::I16,
+            Elem::Int(4, _) => DType::I32,
+            Elem::Int(..) => DType::I64,
+            Elem::UInt(1, _) => DType::U8,
+            Elem::UInt(2, _) => DType::U16,
+            Elem::UInt(4, _) => DType::U32,
+            Elem::UInt(..) => DType::U64,
             Elem::Bool => DType::Bool,
             Elem::Bf16 => DType::Bf16,
         }
     }
 
-    fn converts(self) -> bool {
-        self.size() != self.dtype().size_bytes() || matches!(self, Elem::UInt(..))
-    }
-
     /// Decodes `payload` (exactly `numel * size` bytes) in storage order.
     fn decode(self, payload: &[u8]) -> Result<Data> {
-        Ok(match self {
-            Elem::Float(2, e) => {
-                Data::F16(chunks::<2>(payload, e).map(f16::from_le_bytes).collect())
-            }
-            Elem::Float(4, e) => {
-                Data::F32(chunks::<4>(payload, e).map(f32::from_le_bytes).collect())
-            }
-            Elem::Float(_, e) => Data::F32(
-                chunks::<8>(payload, e)
-                    .map(|b| f64::from_le_bytes(b) as f32)
-                    .collect(),
-            ),
-            Elem::Int(1, _) => Data::I32(payload.iter().map(|&b| b as i8 as i32).collect()),
-            Elem::Int(2, e) => Data::I32(
-                chunks::<2>(payload, e)
-                    .map(|b| i16::from_le_bytes(b) as i32)
-                    .collect(),
-            ),
-            Elem::Int(4, e) => Data::I32(chunks::<4>(payload, e).map(i32::from_le_bytes).collect()),
-            Elem::Int(_, e) => Data::I64(chunks::<8>(payload, e).map(i64::from_le_bytes).collect()),
-            Elem::UInt(1, _) => Data::I32(payload.iter().map(|&b| b as i32).collect()),
-            Elem::UInt(2, e) => Data::I32(
-                chunks::<2>(payload, e)
-                    .map(|b| u16::from_le_bytes(b) as i32)
-                    .collect(),
-            ),
-            Elem::UInt(4, e) => Data::I64(
-                chunks::<4>(payload, e)
-                    .map(|b| u32::from_le_bytes(b) as i64)
-                    .collect(),
-            ),
-            Elem::UInt(_, e) => {
-                let mut out = Vec::with_capacity(payload.len() / 8);
-                for (i, b) in chunks::<8>(payload, e).enumerate() {
-                    let v = u64::from_le_bytes(b);
-                    let v = i64::try_from(v).map_err(|_| {
-                        Error::Npy(format!("uint64 element {i} ({v}) does not fit in i64"))
-                    })?;
-                    out.push(v);
-                }
-                Data::I64(out)
-            }
-            Elem::Bool => Data::Bool(payload.iter().map(|&b| b != 0).collect()),
-            Elem::Bf16 => Data::Bf16(
-                chunks::<2>(payload, Endian::Little)
-                    .map(bf16::from_le_bytes)
-                    .collect(),
-            ),
-        })
-    }
-}
-
-/// The elements of `payload` as little-endian byte arrays (big-endian ones reversed).
-fn chunks<const N: usize>(payload: &[u8], endian: Endian) -> impl Iterator<Item = [u8; N]> + '_ {
-    payload.chunks_exact(N).map(move |c| {
-        let mut a = [0u8; N];
-        a.copy_from_slice(c);
-        if endian == Endian::Big {
-            a.reverse();
+        if self == Elem::Bool {
+            return Ok(Data::Bool(payload.iter().map(|&b| b != 0).collect()));
         }
-        a
-    })
+        let endian = match self {
+            Elem::Float(_, e) | Elem::Int(_, e) | Elem::UInt(_, e) => e,
+            Elem::Bool | Elem::Bf16 => Endian::Little,
+        };
+        let little: Vec<u8> = if endian == Endian::Big {
+            payload
+                .chunks_exact(self.size())
+                .flat_map(|c| c.iter().rev().copied())
+                .collect()
+        } else {
+            payload.to_vec()
+        };
+        Data::from_le_bytes(self.dtype(), &little)
+            .ok_or_else(|| Error::internal("npy: the payload is not a whole number of elements"))
+    }
 }
 
 /// Reorders elements stored in Fortran order (first axis fastest) into C order.
@@ -615,6 +557,7 @@ fn fortran_to_c<T: Copy>(src: &[T], shape: &[usize]) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::{bf16, f16};
 
     /// Builds a v1.0 file from a header dict and data, padding like numpy.
     fn file(dict: &str, data: &[u8]) -> Vec<u8> {
@@ -699,7 +642,6 @@ mod tests {
                 let header = read_header(&bytes).unwrap();
                 assert_eq!(header.data_offset % ALIGN, 0);
                 assert_eq!(header.descr, descr(dtype));
-                assert!(!header.converts);
                 assert_eq!(decode(&bytes).unwrap(), t, "{ty}");
             }
         }
@@ -755,14 +697,13 @@ mod tests {
             &f8,
         ))
         .unwrap();
-        assert!(h.converts);
-        assert_eq!(h.dtype, DType::F32);
+        assert_eq!(h.dtype, DType::F64);
         let t = decode(&file(
             "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }",
             &f8,
         ))
         .unwrap();
-        assert_eq!(t.data, Data::F32(vec![1.5, -0.1f32, f32::INFINITY]));
+        assert_eq!(t.data, Data::F64(vec![1.5, -0.1, 1e300]));
 
         let be: Vec<u8> = [1.0f32, -2.5]
             .iter()
@@ -791,19 +732,19 @@ mod tests {
             b"\xff\x05",
         ))
         .unwrap();
-        assert_eq!(t.data, Data::I32(vec![-1, 5]));
+        assert_eq!(t.data, Data::I8(vec![-1, 5]));
         let t = decode(&file(
             "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), }",
             b"\xff\x05",
         ))
         .unwrap();
-        assert_eq!(t.data, Data::I32(vec![255, 5]));
+        assert_eq!(t.data, Data::U8(vec![255, 5]));
         let t = decode(&file(
             "{'descr': '<u4', 'fortran_order': False, 'shape': (1,), }",
             b"\xff\xff\xff\xff",
         ))
         .unwrap();
-        assert_eq!(t.data, Data::I64(vec![u32::MAX as i64]));
+        assert_eq!(t.data, Data::U32(vec![u32::MAX]));
         let t = decode(&file(
             "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
             b"\x00\x01\x07",
@@ -817,14 +758,13 @@ mod tests {
         .unwrap();
         assert_eq!(t.data, Data::F16(vec![f16::ONE]));
 
-        let big = u64::MAX.to_le_bytes();
-        let err = decode(&file(
-            "{'descr': '<u8', 'fortran_order': False, 'shape': (1,), }",
+        let big = u64::MAX.to_be_bytes();
+        let t = decode(&file(
+            "{'descr': '>u8', 'fortran_order': False, 'shape': (1,), }",
             &big,
         ))
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("does not fit"), "{err}");
+        .unwrap();
+        assert_eq!(t.data, Data::U64(vec![u64::MAX]));
     }
 
     #[test]

@@ -258,14 +258,16 @@ impl Scalar {
     pub fn fits(self, dtype: DType) -> bool {
         let v = self.as_f64();
         match dtype {
-            DType::I32 => match self {
-                Scalar::Int(i) => i32::try_from(i).is_ok(),
-                _ => true,
-            },
             DType::F16 => !v.is_finite() || half::f16::from_f64(v).is_finite(),
             DType::Bf16 => !v.is_finite() || half::bf16::from_f64(v).is_finite(),
             DType::F32 => !v.is_finite() || (v as f32).is_finite(),
-            DType::I64 | DType::Bool => true,
+            DType::F64 | DType::Bool => true,
+            // An integer outside an integer tensor's range (`300` beside a `u8`, `-1`
+            // beside a `u32`) is an error rather than a silent wrap.
+            _ => match (self, dtype.int_range()) {
+                (Scalar::Int(i), Some((lo, hi))) => (lo..=hi).contains(&(i as i128)),
+                _ => true,
+            },
         }
     }
 

@@ -5,9 +5,11 @@
 //! interpreter cannot drift from it.
 //!
 //! Each op is defined per computation domain: floats in f64, integers in wrapping
-//! i64, bools as bools. Callers convert the operands into the domain first and round
+//! i128 (which holds every value of every integer dtype, `u64` included), bools as bools. Callers convert the operands into the domain first and round
 //! the result to its dtype afterwards (floats with [`round_to_dtype`], integers by
-//! wrapping into `i32`), once per op.
+//! wrapping into their dtype, [`DType::wrap_int`]), once per op.
+//!
+//! [`DType::wrap_int`]: crate::DType::wrap_int
 //!
 //! [`round_to_dtype`]: crate::round_to_dtype
 
@@ -67,14 +69,14 @@ pub(crate) fn float_unary(u: UnaryOp, x: f64) -> f64 {
 /// A unary op on an integer, wrapping on overflow (`abs(i64::MIN)` is itself).
 /// Transcendental ops have no integer form: their result dtype is a float, so the
 /// caller converts the operand first.
-pub(crate) fn int_unary(u: UnaryOp, x: i64) -> Result<i64> {
+pub(crate) fn int_unary(u: UnaryOp, x: i128) -> Result<i128> {
     Ok(match u {
         UnaryOp::Neg => x.wrapping_neg(),
         UnaryOp::Abs => x.wrapping_abs(),
         UnaryOp::Relu => x.max(0),
         UnaryOp::Sign => x.signum(),
         UnaryOp::Floor | UnaryOp::Ceil => x,
-        UnaryOp::Not => (x == 0) as i64,
+        UnaryOp::Not => (x == 0) as i128,
         _ => {
             return Err(Error::internal(format!(
                 "{} has no integer form (its result is a float)",
@@ -154,7 +156,7 @@ pub(crate) fn float_binary(b: BinaryOp, x: f64, y: f64) -> Result<f64> {
 
 /// An arithmetic binary op on integers, wrapping on overflow. `div` has no integer
 /// form (its result is a float), nor do comparisons and logic.
-pub(crate) fn int_binary(b: BinaryOp, x: i64, y: i64) -> Result<i64> {
+pub(crate) fn int_binary(b: BinaryOp, x: i128, y: i128) -> Result<i128> {
     Ok(match b {
         BinaryOp::Add => x.wrapping_add(y),
         BinaryOp::Sub => x.wrapping_sub(y),
@@ -181,13 +183,15 @@ pub(crate) fn bool_binary(b: BinaryOp, x: bool, y: bool) -> Result<bool> {
 
 /// `x ** y` for integers by repeated squaring, wrapping on overflow as PyTorch does;
 /// a negative exponent is an error, as in PyTorch.
-fn int_pow(x: i64, y: i64) -> Result<i64> {
+fn int_pow(x: i128, y: i128) -> Result<i128> {
     if y < 0 {
         return Err(Error::Eval(format!(
             "integers to negative integer powers are not allowed ({x} ** {y})"
         )));
     }
-    let (mut base, mut exp, mut acc) = (x, y as u64, 1i64);
+    // Wrapping modulo 2^128 is wrapping modulo 2^64 and below, so the caller's wrap
+    // into the result dtype gives the result of the dtype's own wrapping arithmetic.
+    let (mut base, mut exp, mut acc) = (x, y as u128, 1i128);
     while exp > 0 {
         if exp & 1 == 1 {
             acc = acc.wrapping_mul(base);
@@ -198,43 +202,30 @@ fn int_pow(x: i64, y: i64) -> Result<i64> {
     Ok(acc)
 }
 
-/// `v` as an f64 rounded to odd: exact below 2^53, otherwise truncated to 53 bits
-/// with the last bit set when anything was cut off. Rounding that value again to a
-/// format of at most 51 bits (f32, f16, bf16) gives the correctly rounded result of
-/// `v`, where `v as f64` followed by a second rounding could land on a tie the exact
-/// value was not on.
-pub(crate) fn i64_to_f64_round_odd(v: i64) -> f64 {
-    let m = v.unsigned_abs();
-    let bits = 64 - m.leading_zeros();
-    if bits <= 53 {
-        return v as f64;
-    }
-    let shift = bits - 53;
-    let mut kept = m >> shift;
-    if m & ((1u64 << shift) - 1) != 0 {
-        kept |= 1;
-    }
-    // `kept` has 53 bits, so it and the power of two are exact in f64.
-    let magnitude = kept as f64 * (1u64 << shift) as f64;
-    if v < 0 {
-        -magnitude
-    } else {
-        magnitude
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn round_to_odd_keeps_sticky_bits() {
-        assert_eq!(i64_to_f64_round_odd(5), 5.0);
-        assert_eq!(i64_to_f64_round_odd(-(1 << 60)), -(2f64.powi(60)));
+        assert_eq!(crate::i128_to_f64_round_odd(5), 5.0);
+        assert_eq!(
+            crate::i128_to_f64_round_odd(-(1i128 << 60)),
+            -(2f64.powi(60))
+        );
         // 2^60 + 1 keeps a set last bit: 2^60 + 2^(60-52).
-        assert_eq!(i64_to_f64_round_odd((1 << 60) + 1), 2f64.powi(60) + 256.0);
-        assert_eq!(i64_to_f64_round_odd(i64::MIN), -(2f64.powi(63)));
-        assert_eq!(i64_to_f64_round_odd(i64::MAX), 2f64.powi(63) - 1024.0);
+        assert_eq!(
+            crate::i128_to_f64_round_odd((1 << 60) + 1),
+            2f64.powi(60) + 256.0
+        );
+        assert_eq!(
+            crate::i128_to_f64_round_odd(i64::MIN as i128),
+            -(2f64.powi(63))
+        );
+        assert_eq!(
+            crate::i128_to_f64_round_odd(i64::MAX as i128),
+            2f64.powi(63) - 1024.0
+        );
     }
 
     #[test]
@@ -242,7 +233,15 @@ mod tests {
         assert_eq!(int_pow(3, 4).unwrap(), 81);
         assert_eq!(int_pow(-2, 3).unwrap(), -8);
         assert_eq!(int_pow(7, 0).unwrap(), 1);
-        assert_eq!(int_pow(2, 64).unwrap(), 0);
+        assert_eq!(crate::DType::I64.wrap_int(int_pow(2, 64).unwrap()), 0);
+        assert_eq!(
+            crate::DType::U8.wrap_int(int_pow(3, 7).unwrap()),
+            2187 % 256
+        );
+        assert_eq!(
+            crate::DType::U64.wrap_int(int_pow(-1, 3).unwrap()),
+            u64::MAX as i128
+        );
         assert!(int_pow(2, -1).is_err());
     }
 
@@ -270,7 +269,8 @@ mod tests {
         assert!(int_unary(UnaryOp::Exp, 1).is_err());
         assert!(bool_unary(UnaryOp::Neg, true).is_err());
         assert!(bool_binary(BinaryOp::Add, true, true).is_err());
-        assert_eq!(int_unary(UnaryOp::Abs, i64::MIN).unwrap(), i64::MIN);
+        let abs_min = int_unary(UnaryOp::Abs, i64::MIN as i128).unwrap();
+        assert_eq!(crate::DType::I64.wrap_int(abs_min), i64::MIN as i128);
         assert!(bool_binary(BinaryOp::Maximum, false, true).unwrap());
     }
 }

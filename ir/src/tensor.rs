@@ -20,6 +20,126 @@ pub enum Data {
     I64(Vec<i64>),
     /// `bool` elements.
     Bool(Vec<bool>),
+    /// `f64` elements.
+    F64(Vec<f64>),
+    /// `i8` elements.
+    I8(Vec<i8>),
+    /// `u8` elements.
+    U8(Vec<u8>),
+    /// `i16` elements.
+    I16(Vec<i16>),
+    /// `u16` elements.
+    U16(Vec<u16>),
+    /// `u32` elements.
+    U32(Vec<u32>),
+    /// `u64` elements.
+    U64(Vec<u64>),
+}
+
+impl Data {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Data::F32(_) => DType::F32,
+            Data::F16(_) => DType::F16,
+            Data::Bf16(_) => DType::Bf16,
+            Data::I32(_) => DType::I32,
+            Data::I64(_) => DType::I64,
+            Data::Bool(_) => DType::Bool,
+            Data::F64(_) => DType::F64,
+            Data::I8(_) => DType::I8,
+            Data::U8(_) => DType::U8,
+            Data::I16(_) => DType::I16,
+            Data::U16(_) => DType::U16,
+            Data::U32(_) => DType::U32,
+            Data::U64(_) => DType::U64,
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Data::F32(v) => v.len(),
+            Data::F16(v) => v.len(),
+            Data::Bf16(v) => v.len(),
+            Data::I32(v) => v.len(),
+            Data::I64(v) => v.len(),
+            Data::Bool(v) => v.len(),
+            Data::F64(v) => v.len(),
+            Data::I8(v) => v.len(),
+            Data::U8(v) => v.len(),
+            Data::I16(v) => v.len(),
+            Data::U16(v) => v.len(),
+            Data::U32(v) => v.len(),
+            Data::U64(v) => v.len(),
+        }
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements as little-endian bytes (floats by their bits, bools as 0 or 1).
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        macro_rules! le {
+            ($v:expr) => {
+                $v.iter().flat_map(|x| x.to_le_bytes()).collect()
+            };
+        }
+        match self {
+            Data::F32(v) => le!(v),
+            Data::F16(v) => le!(v),
+            Data::Bf16(v) => le!(v),
+            Data::I32(v) => le!(v),
+            Data::I64(v) => le!(v),
+            Data::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+            Data::F64(v) => le!(v),
+            Data::I8(v) => le!(v),
+            Data::U8(v) => v.clone(),
+            Data::I16(v) => le!(v),
+            Data::U16(v) => le!(v),
+            Data::U32(v) => le!(v),
+            Data::U64(v) => le!(v),
+        }
+    }
+
+    /// Elements of `dtype` from little-endian bytes, or `None` when the length is not
+    /// a whole number of elements or a bool byte is neither 0 nor 1.
+    pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<Data> {
+        let size = dtype.size_bytes();
+        if bytes.len() % size != 0 {
+            return None;
+        }
+        macro_rules! le {
+            ($t:ty) => {
+                bytes
+                    .chunks_exact(size)
+                    .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk of the element size")))
+                    .collect()
+            };
+        }
+        Some(match dtype {
+            DType::F32 => Data::F32(le!(f32)),
+            DType::F16 => Data::F16(le!(f16)),
+            DType::Bf16 => Data::Bf16(le!(bf16)),
+            DType::I32 => Data::I32(le!(i32)),
+            DType::I64 => Data::I64(le!(i64)),
+            DType::Bool => {
+                if bytes.iter().any(|&b| b > 1) {
+                    return None;
+                }
+                Data::Bool(bytes.iter().map(|&b| b == 1).collect())
+            }
+            DType::F64 => Data::F64(le!(f64)),
+            DType::I8 => Data::I8(le!(i8)),
+            DType::U8 => Data::U8(bytes.to_vec()),
+            DType::I16 => Data::I16(le!(i16)),
+            DType::U16 => Data::U16(le!(u16)),
+            DType::U32 => Data::U32(le!(u32)),
+            DType::U64 => Data::U64(le!(u64)),
+        })
+    }
 }
 
 /// A dense tensor on the host.
@@ -42,6 +162,13 @@ impl Tensor {
             DType::I32 => Data::I32(vec![0; n]),
             DType::I64 => Data::I64(vec![0; n]),
             DType::Bool => Data::Bool(vec![false; n]),
+            DType::F64 => Data::F64(vec![0.0; n]),
+            DType::I8 => Data::I8(vec![0; n]),
+            DType::U8 => Data::U8(vec![0; n]),
+            DType::I16 => Data::I16(vec![0; n]),
+            DType::U16 => Data::U16(vec![0; n]),
+            DType::U32 => Data::U32(vec![0; n]),
+            DType::U64 => Data::U64(vec![0; n]),
         };
         Tensor {
             ty: ty.clone(),
@@ -76,6 +203,13 @@ impl Tensor {
             DType::I32 => Data::I32(values.iter().map(|&v| v as i32).collect()),
             DType::I64 => Data::I64(values.iter().map(|&v| v as i64).collect()),
             DType::Bool => Data::Bool(values.iter().map(|&v| v != 0.0).collect()),
+            DType::F64 => Data::F64(values.to_vec()),
+            DType::I8 => Data::I8(values.iter().map(|&v| v as i8).collect()),
+            DType::U8 => Data::U8(values.iter().map(|&v| v as u8).collect()),
+            DType::I16 => Data::I16(values.iter().map(|&v| v as i16).collect()),
+            DType::U16 => Data::U16(values.iter().map(|&v| v as u16).collect()),
+            DType::U32 => Data::U32(values.iter().map(|&v| v as u32).collect()),
+            DType::U64 => Data::U64(values.iter().map(|&v| v as u64).collect()),
         };
         Tensor {
             ty: ty.clone(),
@@ -83,16 +217,37 @@ impl Tensor {
         }
     }
 
-    /// Builds a tensor of `ty` from i64 values (floats round to nearest, i32 wraps
+    /// Builds a tensor of `ty` from i64 values (floats round to nearest, integers wrap
     /// as a C cast does, bools are `v != 0`).
     pub fn from_i64(ty: &TensorType, values: &[i64]) -> Tensor {
-        assert_eq!(ty.numel(), values.len(), "from_i64: element count");
+        let wide: Vec<i128> = values.iter().map(|&v| v as i128).collect();
+        Tensor::from_i128(ty, &wide)
+    }
+
+    /// Builds a tensor of `ty` from integers (floats round once to nearest even,
+    /// integers wrap as a C cast does, bools are `v != 0`).
+    pub fn from_i128(ty: &TensorType, values: &[i128]) -> Tensor {
+        assert_eq!(ty.numel(), values.len(), "from_i128: element count");
+        macro_rules! wrap {
+            ($t:ty) => {
+                values.iter().map(|&v| v as $t).collect()
+            };
+        }
         let data = match ty.dtype {
-            DType::I32 => Data::I32(values.iter().map(|&v| v as i32).collect()),
-            DType::I64 => Data::I64(values.to_vec()),
+            DType::I8 => Data::I8(wrap!(i8)),
+            DType::U8 => Data::U8(wrap!(u8)),
+            DType::I16 => Data::I16(wrap!(i16)),
+            DType::U16 => Data::U16(wrap!(u16)),
+            DType::I32 => Data::I32(wrap!(i32)),
+            DType::U32 => Data::U32(wrap!(u32)),
+            DType::I64 => Data::I64(wrap!(i64)),
+            DType::U64 => Data::U64(wrap!(u64)),
             DType::Bool => Data::Bool(values.iter().map(|&v| v != 0).collect()),
-            _ => {
-                let f: Vec<f64> = values.iter().map(|&v| v as f64).collect();
+            DType::F64 => Data::F64(values.iter().map(|&v| v as f64).collect()),
+            DType::F32 => Data::F32(values.iter().map(|&v| v as f32).collect()),
+            DType::F16 | DType::Bf16 => {
+                // Rounding to odd in f64 keeps the second rounding exact.
+                let f: Vec<f64> = values.iter().map(|&v| i128_to_f64_round_odd(v)).collect();
                 return Tensor::from_f64(ty, &f);
             }
         };
@@ -112,25 +267,66 @@ impl Tensor {
         self.len() == 0
     }
 
-    /// Every element widened to f64 (exact for all dtypes except i64 beyond 2^53).
+    /// Every element widened to f64 (exact for all dtypes except 64-bit integers
+    /// beyond 2^53, which round to nearest).
     pub fn to_f64(&self) -> Vec<f64> {
+        macro_rules! widen {
+            ($v:expr) => {
+                $v.iter().map(|&x| x as f64).collect()
+            };
+        }
         match &self.data {
-            Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::F32(v) => widen!(v),
             Data::F16(v) => v.iter().map(|&x| x.to_f64()).collect(),
             Data::Bf16(v) => v.iter().map(|&x| x.to_f64()).collect(),
-            Data::I32(v) => v.iter().map(|&x| x as f64).collect(),
-            Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            Data::I32(v) => widen!(v),
+            Data::I64(v) => widen!(v),
             Data::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+            Data::F64(v) => v.clone(),
+            Data::I8(v) => widen!(v),
+            Data::U8(v) => widen!(v),
+            Data::I16(v) => widen!(v),
+            Data::U16(v) => widen!(v),
+            Data::U32(v) => widen!(v),
+            Data::U64(v) => widen!(v),
         }
     }
 
-    /// Every element as i64 (floats truncate toward zero).
+    /// Every element as i64 (floats truncate toward zero and saturate, `u64` beyond
+    /// `i64::MAX` saturates), for indices and sizes.
     pub fn to_i64(&self) -> Vec<i64> {
         match &self.data {
-            Data::I32(v) => v.iter().map(|&x| x as i64).collect(),
             Data::I64(v) => v.clone(),
-            Data::Bool(v) => v.iter().map(|&x| x as i64).collect(),
-            _ => self.to_f64().into_iter().map(|x| x as i64).collect(),
+            Data::F32(_) | Data::F16(_) | Data::Bf16(_) | Data::F64(_) => {
+                self.to_f64().into_iter().map(|x| x as i64).collect()
+            }
+            _ => self
+                .to_i128()
+                .into_iter()
+                .map(|x| x.clamp(i64::MIN as i128, i64::MAX as i128) as i64)
+                .collect(),
+        }
+    }
+
+    /// Every element as i128: exact for every integer dtype and bool; floats truncate
+    /// toward zero and saturate (NaN is 0).
+    pub fn to_i128(&self) -> Vec<i128> {
+        macro_rules! widen {
+            ($v:expr) => {
+                $v.iter().map(|&x| x as i128).collect()
+            };
+        }
+        match &self.data {
+            Data::I8(v) => widen!(v),
+            Data::U8(v) => widen!(v),
+            Data::I16(v) => widen!(v),
+            Data::U16(v) => widen!(v),
+            Data::I32(v) => widen!(v),
+            Data::U32(v) => widen!(v),
+            Data::I64(v) => widen!(v),
+            Data::U64(v) => widen!(v),
+            Data::Bool(v) => widen!(v),
+            _ => self.to_f64().into_iter().map(|x| x as i128).collect(),
         }
     }
 
@@ -140,7 +336,7 @@ impl Tensor {
         let mut rng = SplitMix64(seed);
         let n = ty.numel();
         match ty.dtype {
-            DType::I32 | DType::I64 | DType::Bool => {
+            d if !d.is_float() => {
                 let m = if ty.dtype == DType::Bool { 2 } else { 10 };
                 let v: Vec<i64> = (0..n).map(|_| (rng.next() % m) as i64).collect();
                 Tensor::from_i64(ty, &v)
@@ -252,9 +448,41 @@ pub fn round_to_dtype(v: f64, dtype: DType) -> f64 {
         DType::F32 => v as f32 as f64,
         DType::F16 => f64_to_f16(v).to_f64(),
         DType::Bf16 => f64_to_bf16(v).to_f64(),
+        DType::F64 => v,
         DType::I32 => v as i32 as f64,
         DType::I64 => v as i64 as f64,
+        DType::I8 => v as i8 as f64,
+        DType::U8 => v as u8 as f64,
+        DType::I16 => v as i16 as f64,
+        DType::U16 => v as u16 as f64,
+        DType::U32 => v as u32 as f64,
+        DType::U64 => v as u64 as f64,
         DType::Bool => (v != 0.0) as u8 as f64,
+    }
+}
+
+/// `v` as an f64 rounded to odd: exact below 2^53, otherwise truncated to 53 bits
+/// with the last bit set when anything was cut off. Rounding that value again to a
+/// format of at most 51 bits (f32, f16, bf16) gives the correctly rounded result of
+/// `v`, where `v as f64` followed by a second rounding could land on a tie the exact
+/// value was not on.
+pub fn i128_to_f64_round_odd(v: i128) -> f64 {
+    let m = v.unsigned_abs();
+    let bits = 128 - m.leading_zeros();
+    if bits <= 53 {
+        return v as f64;
+    }
+    let shift = bits - 53;
+    let mut kept = m >> shift;
+    if m & ((1u128 << shift) - 1) != 0 {
+        kept |= 1;
+    }
+    // `kept` has 53 bits, so it and the power of two are exact in f64.
+    let magnitude = kept as f64 * 2f64.powi(shift as i32);
+    if v < 0 {
+        -magnitude
+    } else {
+        magnitude
     }
 }
 

@@ -1470,3 +1470,116 @@ fn large_tensors_interpret() {
     let want: f64 = v.iter().map(|&x| x + 1.0).sum();
     close(&out[0], &f32s(&[], &[want]), 1e-5);
 }
+
+/// The narrow, unsigned and 64-bit dtypes: integer arithmetic wraps in the operands'
+/// dtype, unsigned values compare and reduce as unsigned (u64 beyond i64::MAX
+/// included), f64 computes without an f32 rounding, and casts saturate from floats.
+#[test]
+fn narrow_unsigned_and_f64_dtypes() {
+    use DType::{F64, I16, I8, U16, U32, U64, U8};
+    let u8s = |v: Vec<u8>| Tensor {
+        ty: ty(U8, &[v.len()]),
+        data: Data::U8(v),
+    };
+    let u64s = |v: Vec<u64>| Tensor {
+        ty: ty(U64, &[v.len()]),
+        data: Data::U64(v),
+    };
+    // u8 wraps: 250 + 10 = 4, 3 - 5 = 254, 16 * 17 = 16, -1 = 255.
+    let a = u8s(vec![250, 3, 16, 1]);
+    let b = u8s(vec![10, 5, 17, 0]);
+    assert_eq!(
+        ok(binary(BinaryOp::Add), &[&a, &b]).data,
+        Data::U8(vec![4, 8, 33, 1])
+    );
+    assert_eq!(
+        ok(binary(BinaryOp::Sub), &[&a, &b]).data,
+        Data::U8(vec![240, 254, 255, 1])
+    );
+    assert_eq!(
+        ok(binary(BinaryOp::Mul), &[&a, &b]).data,
+        Data::U8(vec![196, 15, 16, 0])
+    );
+    assert_eq!(
+        ok(unary(UnaryOp::Neg), &[&a]).data,
+        Data::U8(vec![6, 253, 240, 255])
+    );
+    // Unsigned comparison and max: 250 > 10.
+    assert_eq!(
+        ok(binary(BinaryOp::Gt), &[&a, &b]).data,
+        Data::Bool(vec![true, false, false, true])
+    );
+    assert_eq!(
+        ok(binary(BinaryOp::Maximum), &[&a, &b]).data,
+        Data::U8(vec![250, 5, 17, 1])
+    );
+    // u64 above i64::MAX stays unsigned: it is the larger, and sums wrap modulo 2^64.
+    let big = u64s(vec![u64::MAX, 1 << 63]);
+    let small = u64s(vec![1, 1 << 63]);
+    assert_eq!(
+        ok(binary(BinaryOp::Gt), &[&big, &small]).data,
+        Data::Bool(vec![true, false])
+    );
+    assert_eq!(
+        ok(binary(BinaryOp::Add), &[&big, &small]).data,
+        Data::U64(vec![0, 0])
+    );
+    let max = ok(reduce(ReduceOp::Max, Some(&[0]), false), &[&big]);
+    assert_eq!(max.data, Data::U64(vec![u64::MAX]));
+    let to_f32 = ok(Op::Cast { to: F32 }, &[&big]);
+    assert_eq!(
+        to_f32.data,
+        Data::F32(vec![18446744073709551616.0, 9223372036854775808.0])
+    );
+    // i8 wraps: -128 - 1 = 127, abs(-128) = -128.
+    let i = Tensor::from_i64(&ty(I8, &[2]), &[-128, 100]);
+    let one = Tensor::from_i64(&ty(I8, &[2]), &[1, 100]);
+    assert_eq!(
+        ok(binary(BinaryOp::Sub), &[&i, &one]).data,
+        Data::I8(vec![127, 0])
+    );
+    assert_eq!(
+        ok(unary(UnaryOp::Abs), &[&i]).data,
+        Data::I8(vec![-128, 100])
+    );
+    // Mixed signedness promotes as PyTorch does: u8 + i8 is i16.
+    let mixed = ok(binary(BinaryOp::Add), &[&u8s(vec![255, 0]), &i]);
+    assert_eq!(mixed.data, Data::I16(vec![127, 100]));
+    // f64: 0.1 + 0.2 is the f64 sum, not rounded through f32.
+    let x = t(F64, &[1], &[0.1]);
+    let y = t(F64, &[1], &[0.2]);
+    assert_eq!(
+        ok(binary(BinaryOp::Add), &[&x, &y]).data,
+        Data::F64(vec![0.1 + 0.2])
+    );
+    assert_eq!(
+        ok(unary(UnaryOp::Exp), &[&x]).data,
+        Data::F64(vec![0.1f64.exp()])
+    );
+    // Float to integer truncates toward zero and saturates into the dtype's range
+    // (NaN is 0), as the i32 and i64 casts do.
+    let f = t(F64, &[5], &[-2.7, 300.0, -1.0, NAN, 1e30]);
+    assert_eq!(
+        ok(Op::Cast { to: U8 }, &[&f]).data,
+        Data::U8(vec![0, 255, 0, 0, 255])
+    );
+    assert_eq!(
+        ok(Op::Cast { to: I16 }, &[&f]).data,
+        Data::I16(vec![-2, 300, -1, 0, 32767])
+    );
+    assert_eq!(
+        ok(Op::Cast { to: U64 }, &[&f]).data,
+        Data::U64(vec![0, 300, 0, 0, u64::MAX])
+    );
+    // Integer to integer wraps: 300 as u8 is 44; -1 as u32 is u32::MAX; as u16, 65535.
+    let w = Tensor::from_i64(&ty(I32, &[2]), &[300, -1]);
+    assert_eq!(ok(Op::Cast { to: U8 }, &[&w]).data, Data::U8(vec![44, 255]));
+    assert_eq!(
+        ok(Op::Cast { to: U32 }, &[&w]).data,
+        Data::U32(vec![300, u32::MAX])
+    );
+    assert_eq!(
+        ok(Op::Cast { to: U16 }, &[&w]).data,
+        Data::U16(vec![300, 65535])
+    );
+}

@@ -76,6 +76,13 @@ element!(bf16, Bf16, Bf16);
 element!(i32, I32, I32);
 element!(i64, I64, I64);
 element!(bool, Bool, Bool);
+element!(f64, F64, F64);
+element!(i8, I8, I8);
+element!(u8, U8, U8);
+element!(i16, I16, I16);
+element!(u16, U16, U16);
+element!(u32, U32, U32);
+element!(u64, U64, U64);
 
 /// A dense, row-major tensor on the host: a [`TensorType`] and its elements.
 ///
@@ -304,14 +311,7 @@ fn checked_type(dtype: DType, shape: &[usize]) -> Result<TensorType> {
 
 /// Storage that disagrees with its type, described; `None` when it agrees.
 fn storage_mismatch(t: &ferrite_ir::Tensor) -> Option<String> {
-    let (dtype, len) = match &t.data {
-        Data::F32(v) => (DType::F32, v.len()),
-        Data::F16(v) => (DType::F16, v.len()),
-        Data::Bf16(v) => (DType::Bf16, v.len()),
-        Data::I32(v) => (DType::I32, v.len()),
-        Data::I64(v) => (DType::I64, v.len()),
-        Data::Bool(v) => (DType::Bool, v.len()),
-    };
+    let (dtype, len) = (t.data.dtype(), t.data.len());
     if let Err(e) = check_shape(&t.ty.shape) {
         return Some(e.to_string());
     }
@@ -350,6 +350,7 @@ impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} [", self.0.ty)?;
         let values = self.0.to_f64();
+        let ints = self.0.to_i128();
         let show = |f: &mut fmt::Formatter<'_>, i: usize| -> fmt::Result {
             if i > 0 {
                 f.write_str(", ")?;
@@ -358,8 +359,9 @@ impl fmt::Display for Tensor {
             // that reads back as that f32, not as its f64 widening.
             match self.dtype() {
                 DType::Bool => write!(f, "{}", values[i] != 0.0),
-                DType::I32 | DType::I64 => write!(f, "{}", values[i] as i64),
-                DType::F32 | DType::F16 | DType::Bf16 => write!(f, "{}", values[i] as f32),
+                d if d.is_int() => write!(f, "{}", ints[i]),
+                DType::F64 => write!(f, "{}", values[i]),
+                _ => write!(f, "{}", values[i] as f32),
             }
         };
         if values.len() <= SHOWN {

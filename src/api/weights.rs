@@ -13,7 +13,6 @@
 use crate::{Error, Result};
 use ferrite_ir::text::{parse_bytes_with, WeightSource};
 use ferrite_ir::{Constant, DType, Data, Graph, Tensor, TensorType};
-use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -179,6 +178,13 @@ fn to_tensor(dtype: Dtype, shape: &[usize], bytes: &[u8]) -> std::result::Result
         Dtype::I32 => (DType::I32, 4),
         Dtype::I64 => (DType::I64, 8),
         Dtype::BOOL => (DType::Bool, 1),
+        Dtype::F64 => (DType::F64, 8),
+        Dtype::I8 => (DType::I8, 1),
+        Dtype::U8 => (DType::U8, 1),
+        Dtype::I16 => (DType::I16, 2),
+        Dtype::U16 => (DType::U16, 2),
+        Dtype::U32 => (DType::U32, 4),
+        Dtype::U64 => (DType::U64, 8),
         other => {
             return Err(format!(
                 "dtype {other:?} is not one Ferrite has ({})",
@@ -194,44 +200,13 @@ fn to_tensor(dtype: Dtype, shape: &[usize], bytes: &[u8]) -> std::result::Result
             bytes.len()
         ));
     }
-    let data = match dt {
-        DType::F32 => Data::F32(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        ),
-        DType::F16 => Data::F16(
-            bytes
-                .chunks_exact(2)
-                .map(|c| f16::from_le_bytes([c[0], c[1]]))
-                .collect(),
-        ),
-        DType::Bf16 => Data::Bf16(
-            bytes
-                .chunks_exact(2)
-                .map(|c| bf16::from_le_bytes([c[0], c[1]]))
-                .collect(),
-        ),
-        DType::I32 => Data::I32(
-            bytes
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        ),
-        DType::I64 => Data::I64(
-            bytes
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .collect(),
-        ),
-        DType::Bool => {
-            if let Some(b) = bytes.iter().find(|&&b| b > 1) {
-                return Err(format!("a bool is 0 or 1, not {b}"));
-            }
-            Data::Bool(bytes.iter().map(|&b| b == 1).collect())
+    if dt == DType::Bool {
+        if let Some(b) = bytes.iter().find(|&&b| b > 1) {
+            return Err(format!("a bool is 0 or 1, not {b}"));
         }
-    };
+    }
+    let data = Data::from_le_bytes(dt, bytes)
+        .ok_or_else(|| format!("{ty}: the bytes are not whole elements"))?;
     Ok(Tensor { ty, data })
 }
 
@@ -258,17 +233,22 @@ impl View for &Bytes {
 }
 
 fn to_bytes(t: &Tensor) -> Bytes {
-    let (dtype, data): (Dtype, Vec<u8>) = match &t.data {
-        Data::F32(v) => (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        Data::F16(v) => (Dtype::F16, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        Data::Bf16(v) => (
-            Dtype::BF16,
-            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ),
-        Data::I32(v) => (Dtype::I32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        Data::I64(v) => (Dtype::I64, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        Data::Bool(v) => (Dtype::BOOL, v.iter().map(|&x| x as u8).collect()),
+    let dtype = match t.ty.dtype {
+        DType::F32 => Dtype::F32,
+        DType::F16 => Dtype::F16,
+        DType::Bf16 => Dtype::BF16,
+        DType::I32 => Dtype::I32,
+        DType::I64 => Dtype::I64,
+        DType::Bool => Dtype::BOOL,
+        DType::F64 => Dtype::F64,
+        DType::I8 => Dtype::I8,
+        DType::U8 => Dtype::U8,
+        DType::I16 => Dtype::I16,
+        DType::U16 => Dtype::U16,
+        DType::U32 => Dtype::U32,
+        DType::U64 => Dtype::U64,
     };
+    let data = t.data.to_le_bytes();
     Bytes {
         dtype,
         shape: t.ty.shape.clone(),

@@ -145,6 +145,19 @@ fn load_input(
         } => CliError::User(format!("input `{name}`: {message}")),
         e => e,
     })?;
+    let t = match converted(&t, ty) {
+        Some(c) => {
+            writeln!(
+                err,
+                "note: input `{name}`: `{}` stores '{}'; converted to {}",
+                path.display(),
+                header.descr,
+                ty.dtype
+            )?;
+            c
+        }
+        None => t,
+    };
     if &t.ty != ty {
         let mut msg = format!(
             "input `{name}` is declared {ty}, but `{}` holds {} (stored as '{}')",
@@ -160,15 +173,6 @@ fn load_input(
         }
         return Err(CliError::User(msg));
     }
-    if header.converts {
-        writeln!(
-            err,
-            "note: input `{name}`: `{}` stores '{}'; converted to {}",
-            path.display(),
-            header.descr,
-            t.ty.dtype
-        )?;
-    }
     Ok(Tensor::try_from(t)?)
 }
 
@@ -182,5 +186,35 @@ fn numpy_type_name(d: ferrite::DType) -> &'static str {
         I32 => "np.int32",
         I64 => "np.int64",
         Bool => "np.bool_",
+        F64 => "np.float64",
+        I8 => "np.int8",
+        U8 => "np.uint8",
+        I16 => "np.int16",
+        U16 => "np.uint16",
+        U32 => "np.uint32",
+        U64 => "np.uint64",
     }
+}
+
+/// `t` converted to the declared type `ty` where numpy's defaults make a file's
+/// type differ harmlessly: float64 data for a float input (rounded once), or integers
+/// of another width for an integer input when every value fits; `None` otherwise.
+fn converted(t: &ferrite::ir::Tensor, ty: &ferrite::ir::TensorType) -> Option<ferrite::ir::Tensor> {
+    let (from, to) = (t.ty.dtype, ty.dtype);
+    if t.ty.shape != ty.shape || from == to {
+        return None;
+    }
+    let target = t.ty.with_dtype(to);
+    if from == ferrite::DType::F64 && to.is_float() {
+        return Some(ferrite::ir::Tensor::from_f64(&target, &t.to_f64()));
+    }
+    let (lo, hi) = to.int_range()?;
+    if !from.is_int() {
+        return None;
+    }
+    let values = t.to_i128();
+    values
+        .iter()
+        .all(|v| (lo..=hi).contains(v))
+        .then(|| ferrite::ir::Tensor::from_i128(&target, &values))
 }

@@ -237,6 +237,14 @@ fn first_value(t: &Tensor) -> Option<Scalar> {
         Data::I32(v) => Scalar::Int(*v.first()? as i64),
         Data::I64(v) => Scalar::Int(*v.first()?),
         Data::Bool(v) => Scalar::Bool(*v.first()?),
+        Data::F64(v) => Scalar::Float(*v.first()?),
+        Data::I8(v) => Scalar::Int(*v.first()? as i64),
+        Data::U8(v) => Scalar::Int(*v.first()? as i64),
+        Data::I16(v) => Scalar::Int(*v.first()? as i64),
+        Data::U16(v) => Scalar::Int(*v.first()? as i64),
+        Data::U32(v) => Scalar::Int(*v.first()? as i64),
+        // A literal is at most an i64.
+        Data::U64(v) => Scalar::Int(i64::try_from(*v.first()?).ok()?),
     })
 }
 
@@ -251,6 +259,13 @@ fn is_splat(t: &Tensor) -> bool {
         Data::I32(v) => same(v, |a, b| a == b),
         Data::I64(v) => same(v, |a, b| a == b),
         Data::Bool(v) => same(v, |a, b| a == b),
+        Data::F64(v) => same(v, |a, b| a.to_bits() == b.to_bits()),
+        Data::I8(v) => same(v, |a, b| a == b),
+        Data::U8(v) => same(v, |a, b| a == b),
+        Data::I16(v) => same(v, |a, b| a == b),
+        Data::U16(v) => same(v, |a, b| a == b),
+        Data::U32(v) => same(v, |a, b| a == b),
+        Data::U64(v) => same(v, |a, b| a == b),
     }
 }
 

@@ -69,6 +69,13 @@ pub fn dtype_of(elem_type: i32) -> std::result::Result<DType, String> {
         Ok(T::Int32) => Ok(DType::I32),
         Ok(T::Int64) => Ok(DType::I64),
         Ok(T::Bool) => Ok(DType::Bool),
+        Ok(T::Double) => Ok(DType::F64),
+        Ok(T::Int8) => Ok(DType::I8),
+        Ok(T::Uint8) => Ok(DType::U8),
+        Ok(T::Int16) => Ok(DType::I16),
+        Ok(T::Uint16) => Ok(DType::U16),
+        Ok(T::Uint32) => Ok(DType::U32),
+        Ok(T::Uint64) => Ok(DType::U64),
         Ok(t) => Err(format!(
             "element type {} is not supported (Ferrite has {})",
             t.as_str_name(),
@@ -88,6 +95,13 @@ pub fn elem_type_of(dtype: DType) -> i32 {
         DType::I32 => T::Int32,
         DType::I64 => T::Int64,
         DType::Bool => T::Bool,
+        DType::F64 => T::Double,
+        DType::I8 => T::Int8,
+        DType::U8 => T::Uint8,
+        DType::I16 => T::Int16,
+        DType::U16 => T::Uint16,
+        DType::U32 => T::Uint32,
+        DType::U64 => T::Uint64,
     }) as i32
 }
 
@@ -189,34 +203,12 @@ fn read_external(
     Ok(bytes)
 }
 
+/// `raw_data` as elements (the caller checked its length): little-endian, bools one
+/// byte each, non-zero true.
 fn from_le_bytes(dtype: DType, b: &[u8]) -> Data {
     match dtype {
-        DType::F32 => Data::F32(
-            b.chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        DType::F16 => Data::F16(
-            b.chunks_exact(2)
-                .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-        ),
-        DType::Bf16 => Data::Bf16(
-            b.chunks_exact(2)
-                .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-        ),
-        DType::I32 => Data::I32(
-            b.chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        DType::I64 => Data::I64(
-            b.chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
         DType::Bool => Data::Bool(b.iter().map(|&x| x != 0).collect()),
+        _ => Data::from_le_bytes(dtype, b).expect("raw_data holds whole elements"),
     }
 }
 
@@ -263,30 +255,42 @@ fn from_fields(t: &TensorProto, dtype: DType, n: usize) -> std::result::Result<D
                     .collect(),
             )
         }
+        DType::F64 => {
+            count(t.double_data.len(), "double_data")?;
+            Data::F64(t.double_data.clone())
+        }
+        // The narrow integers are stored one per int32 (the low bits), u32 and u64 in
+        // uint64_data, as onnx.proto specifies.
+        DType::I8 => {
+            count(t.int32_data.len(), "int32_data")?;
+            Data::I8(t.int32_data.iter().map(|&x| x as i8).collect())
+        }
+        DType::U8 => {
+            count(t.int32_data.len(), "int32_data")?;
+            Data::U8(t.int32_data.iter().map(|&x| x as u8).collect())
+        }
+        DType::I16 => {
+            count(t.int32_data.len(), "int32_data")?;
+            Data::I16(t.int32_data.iter().map(|&x| x as i16).collect())
+        }
+        DType::U16 => {
+            count(t.int32_data.len(), "int32_data")?;
+            Data::U16(t.int32_data.iter().map(|&x| x as u16).collect())
+        }
+        DType::U32 => {
+            count(t.uint64_data.len(), "uint64_data")?;
+            Data::U32(t.uint64_data.iter().map(|&x| x as u32).collect())
+        }
+        DType::U64 => {
+            count(t.uint64_data.len(), "uint64_data")?;
+            Data::U64(t.uint64_data.clone())
+        }
     })
 }
 
 /// Encodes a host tensor as a `TensorProto` with `raw_data` (for tests and tools).
 pub fn from_tensor(name: &str, t: &Tensor) -> TensorProto {
-    let mut raw = Vec::with_capacity(t.ty.size_bytes());
-    match &t.data {
-        Data::F32(v) => v
-            .iter()
-            .for_each(|x| raw.extend_from_slice(&x.to_le_bytes())),
-        Data::F16(v) => v
-            .iter()
-            .for_each(|x| raw.extend_from_slice(&x.to_bits().to_le_bytes())),
-        Data::Bf16(v) => v
-            .iter()
-            .for_each(|x| raw.extend_from_slice(&x.to_bits().to_le_bytes())),
-        Data::I32(v) => v
-            .iter()
-            .for_each(|x| raw.extend_from_slice(&x.to_le_bytes())),
-        Data::I64(v) => v
-            .iter()
-            .for_each(|x| raw.extend_from_slice(&x.to_le_bytes())),
-        Data::Bool(v) => raw.extend(v.iter().map(|&b| b as u8)),
-    }
+    let raw = t.data.to_le_bytes();
     TensorProto {
         dims: t.ty.shape.iter().map(|&d| d as i64).collect(),
         data_type: Some(elem_type_of(t.ty.dtype)),

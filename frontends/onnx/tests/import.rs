@@ -692,6 +692,7 @@ fn cum_sum_names_bad_flags() {
             .contains("(CumSum, opset 14): attribute `exclusive` must be 0 or 1, not 2"),
         "{e}"
     );
+}
 
 /// Found by the `onnx_models` fuzz target: an output declared with a shape its nodes do not
 /// compute is an invalid model (exit 1, naming the output), not an internal error.

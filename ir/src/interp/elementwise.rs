@@ -3,28 +3,29 @@
 //! Operands are first cast to the dtype the op computes in (the promoted common dtype,
 //! or the float result dtype of `div` and transcendental ops on integers, as PyTorch's
 //! TensorIterator does), then computed in one of three domains: f64 for floats
-//! (rounded once to the result dtype), wrapping i64 for integers, or bool. What an
+//! (rounded once to the result dtype), wrapping i128 for integers (wrapped into the
+//! result dtype), or bool. What an
 //! op computes on each element is defined once, in `scalar_ops`, which the loop IR
 //! applies too.
 
 use super::strided::{broadcast_offsets, concat_data, pick};
 use crate::op::{BinaryOp, UnaryOp};
-use crate::scalar_ops::{self as ops, i64_to_f64_round_odd};
+use crate::scalar_ops as ops;
 use crate::types::TensorType;
-use crate::{promote, Category, DType, Data, Tensor};
+use crate::{promote, DType, Data, Tensor};
 use crate::{Error, Result};
 
 /// A tensor's elements in its computation domain, exactly.
 enum Values {
     Float(Vec<f64>),
-    Int(Vec<i64>),
+    Int(Vec<i128>),
     Bool(Vec<bool>),
 }
 
 fn values(t: &Tensor) -> Values {
     match &t.data {
         Data::Bool(v) => Values::Bool(v.clone()),
-        Data::I32(_) | Data::I64(_) => Values::Int(t.to_i64()),
+        _ if t.ty.dtype.is_int() => Values::Int(t.to_i128()),
         _ => Values::Float(t.to_f64()),
     }
 }
@@ -39,7 +40,7 @@ fn truth(t: &Tensor) -> Vec<bool> {
 }
 
 /// Converts `t` to dtype `to`, as `cast` and implicit promotion do. Floats to integers
-/// truncate toward zero and saturate (NaN is 0); integers wrap into `i32`; anything to
+/// truncate toward zero and saturate (NaN is 0); integers wrap into their dtype; anything to
 /// `bool` is `!= 0`; every conversion into a float dtype rounds once, to nearest even.
 pub(super) fn cast(t: &Tensor, to: DType) -> Tensor {
     let ty = t.ty.with_dtype(to);
@@ -47,13 +48,9 @@ pub(super) fn cast(t: &Tensor, to: DType) -> Tensor {
         return t.clone();
     }
     match (&t.data, to.category()) {
-        // i64 -> f64 may round, and a second rounding to f32/bf16 could then land on a
-        // tie the exact value was not on; rounding to odd first makes the pair exact.
-        (Data::I64(v), Category::Float) => {
-            let wide: Vec<f64> = v.iter().map(|&x| i64_to_f64_round_odd(x)).collect();
-            Tensor::from_f64(&ty, &wide)
-        }
-        (Data::I32(_) | Data::I64(_) | Data::Bool(_), _) => Tensor::from_i64(&ty, &t.to_i64()),
+        // Integers convert exactly to i128; `from_i128` then rounds once (floats),
+        // wraps (integers) or tests `!= 0` (bool).
+        _ if !t.ty.dtype.is_float() => Tensor::from_i128(&ty, &t.to_i128()),
         // Float sources widen to f64 exactly; `from_f64` then rounds once (floats),
         // saturates and truncates (`as` casts to integers), or tests `!= 0` (bool).
         _ => Tensor::from_f64(&ty, &t.to_f64()),
@@ -76,8 +73,8 @@ pub(super) fn unary(u: UnaryOp, x: &Tensor, out: &TensorType) -> Result<Tensor> 
             let v = v
                 .into_iter()
                 .map(|v| ops::int_unary(u, v))
-                .collect::<Result<Vec<i64>>>()?;
-            Ok(Tensor::from_i64(out, &v))
+                .collect::<Result<Vec<i128>>>()?;
+            Ok(Tensor::from_i128(out, &v))
         }
         Values::Bool(v) => {
             let v = v
@@ -131,8 +128,8 @@ pub(super) fn binary(b: BinaryOp, x: &Tensor, y: &Tensor, out: &TensorType) -> R
         (Values::Int(p), Values::Int(q)) => {
             let v = pairs
                 .map(|(i, j)| ops::int_binary(b, p[i], q[j]))
-                .collect::<Result<Vec<i64>>>()?;
-            Ok(Tensor::from_i64(out, &v))
+                .collect::<Result<Vec<i128>>>()?;
+            Ok(Tensor::from_i128(out, &v))
         }
         (Values::Bool(p), Values::Bool(q)) => {
             let v = pairs

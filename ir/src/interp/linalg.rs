@@ -49,14 +49,14 @@ pub(super) fn matmul(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<Tensor>
         }
         Ok(Tensor::from_f64(out, &acc))
     } else {
-        let (av, bv) = (a.to_i64(), b.to_i64());
-        let mut acc = vec![0i64; a_offs.len() * m * n];
+        let (av, bv) = (a.to_i128(), b.to_i128());
+        let mut acc = vec![0i128; a_offs.len() * m * n];
         for ((ao, bo), c) in pairs.zip(acc.chunks_mut((m * n).max(1))) {
             dims.accumulate(&av[ao..], &bv[bo..], c, |s, x, y| {
                 *s = s.wrapping_add(x.wrapping_mul(y))
             });
         }
-        Ok(Tensor::from_i64(out, &acc))
+        Ok(Tensor::from_i128(out, &acc))
     }
 }
 

@@ -63,12 +63,14 @@ pub(super) fn reduce(
         let init = match op {
             ReduceOp::Sum => 0,
             ReduceOp::Prod => 1,
-            ReduceOp::Max => i64::MIN,
-            ReduceOp::Min => i64::MAX,
+            // The identities of max and min are the ends of the dtype's range.
+            // (Bool keeps the i64 ends, which read as true.)
+            ReduceOp::Max => out.dtype.int_range().map_or(i64::MIN as i128, |(lo, _)| lo),
+            ReduceOp::Min => out.dtype.int_range().map_or(i64::MAX as i128, |(_, hi)| hi),
             ReduceOp::Mean => return Err(Error::internal("mean is a composite")),
         };
         let mut acc = vec![init; n_out];
-        for (v, s) in x.to_i64().into_iter().zip(slots) {
+        for (v, s) in x.to_i128().into_iter().zip(slots) {
             let a = &mut acc[s];
             *a = match op {
                 ReduceOp::Sum => a.wrapping_add(v),
@@ -77,7 +79,7 @@ pub(super) fn reduce(
                 _ => (*a).min(v),
             };
         }
-        Ok(Tensor::from_i64(out, &acc))
+        Ok(Tensor::from_i128(out, &acc))
     }
 }
 
@@ -104,7 +106,7 @@ pub(super) fn arg_reduce(
     let result = if x.ty.dtype.is_float() {
         arg_extreme(&x.to_f64(), |v| v.is_nan(), want_max, (outer, len, inner))
     } else {
-        arg_extreme(&x.to_i64(), |_| false, want_max, (outer, len, inner))
+        arg_extreme(&x.to_i128(), |_| false, want_max, (outer, len, inner))
     };
     Ok(Tensor::from_i64(out, &result))
 }

@@ -107,6 +107,13 @@ macro_rules! map_data {
             Data::I32($v) => Data::I32($body),
             Data::I64($v) => Data::I64($body),
             Data::Bool($v) => Data::Bool($body),
+            Data::F64($v) => Data::F64($body),
+            Data::I8($v) => Data::I8($body),
+            Data::U8($v) => Data::U8($body),
+            Data::I16($v) => Data::I16($body),
+            Data::U16($v) => Data::U16($body),
+            Data::U32($v) => Data::U32($body),
+            Data::U64($v) => Data::U64($body),
         }
     };
 }
@@ -139,6 +146,13 @@ pub(super) fn concat_data(parts: &[&Data]) -> Result<Data> {
         Some(Data::I32(_)) => join!(I32),
         Some(Data::I64(_)) => join!(I64),
         Some(Data::Bool(_)) => join!(Bool),
+        Some(Data::F64(_)) => join!(F64),
+        Some(Data::I8(_)) => join!(I8),
+        Some(Data::U8(_)) => join!(U8),
+        Some(Data::I16(_)) => join!(I16),
+        Some(Data::U16(_)) => join!(U16),
+        Some(Data::U32(_)) => join!(U32),
+        Some(Data::U64(_)) => join!(U64),
     })
 }
 

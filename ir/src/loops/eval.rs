@@ -83,7 +83,7 @@ pub fn evaluate(p: &Program, inputs: &[Tensor]) -> crate::Result<Vec<Tensor>> {
 fn tensor_values(t: &Tensor) -> Vec<Value> {
     match t.ty.dtype.category() {
         crate::Category::Float => t.to_f64().into_iter().map(Value::Float).collect(),
-        crate::Category::Int => t.to_i64().into_iter().map(Value::Int).collect(),
+        crate::Category::Int => t.to_i128().into_iter().map(Value::Int).collect(),
         crate::Category::Bool => t
             .to_i64()
             .into_iter()
@@ -97,15 +97,15 @@ fn to_tensor(ty: &crate::TensorType, values: &[Value]) -> Tensor {
         let v: Vec<f64> = values.iter().map(|v| v.as_f64()).collect();
         Tensor::from_f64(ty, &v)
     } else {
-        let v: Vec<i64> = values
+        let v: Vec<i128> = values
             .iter()
             .map(|v| match v {
                 Value::Int(x) => *x,
-                Value::Bool(b) => *b as i64,
-                Value::Float(x) => *x as i64,
+                Value::Bool(b) => *b as i128,
+                Value::Float(x) => *x as i128,
             })
             .collect();
-        Tensor::from_i64(ty, &v)
+        Tensor::from_i128(ty, &v)
     }
 }
 
@@ -139,7 +139,7 @@ fn for_each_point(
 #[derive(Clone, Copy)]
 enum AccState {
     Float(f64),
-    Int(i64),
+    Int(i128),
     /// Best value, its position, whether any value was seen.
     Arg(Value, i64, bool),
 }
@@ -198,8 +198,12 @@ fn run_stage(
                     (kind, _) => AccState::Int(match kind {
                         ReduceKind::Sum => 0,
                         ReduceKind::Prod => 1,
-                        ReduceKind::Max => i64::MIN,
-                        _ => i64::MAX,
+                        // The identities of max and min are the ends of the dtype's range.
+                        // (Bool keeps the i64 ends, which read as true.)
+                        ReduceKind::Max => {
+                            r.dtype.int_range().map_or(i64::MIN as i128, |(lo, _)| lo)
+                        }
+                        _ => r.dtype.int_range().map_or(i64::MAX as i128, |(_, hi)| hi),
                     }),
                 })
                 .collect();
@@ -232,7 +236,7 @@ fn run_stage(
                     AccState::Float(x) => Value::Float(x),
                     AccState::Int(x) if r.dtype == DType::Bool => Value::Bool(x != 0),
                     AccState::Int(x) => Value::Int(x),
-                    AccState::Arg(_, pos, _) => Value::Int(pos),
+                    AccState::Arg(_, pos, _) => Value::Int(pos as i128),
                 };
                 accs.push((r.acc, r.dtype, scalar::round_to(v, r.dtype)));
             }
@@ -312,8 +316,8 @@ fn combine(kind: ReduceKind, st: &mut AccState, v: Value, position: i64) {
         AccState::Int(a) => {
             let x = match v {
                 Value::Int(x) => x,
-                Value::Bool(b) => b as i64,
-                Value::Float(x) => x as i64,
+                Value::Bool(b) => b as i128,
+                Value::Float(x) => x as i128,
             };
             *a = match kind {
                 ReduceKind::Sum => a.wrapping_add(x),
@@ -368,7 +372,7 @@ fn lookup(v: Var, outer: &[i64], inner: &[i64], inner_kind: VarKind) -> Option<i
 
 fn dynamic_value(scratch: &[Value], r: ExprRef) -> Option<i64> {
     match scratch.get(r.index()) {
-        Some(Value::Int(x)) => Some(*x),
+        Some(Value::Int(x)) => i64::try_from(*x).ok(),
         _ => None,
     }
 }
@@ -437,7 +441,7 @@ fn eval_block(
                 .find(|(x, _, _)| x == a)
                 .map(|(_, _, v)| *v)
                 .ok_or_else(|| format!("{here} reads {a} before it is computed"))?,
-            ExprOp::Index(e) => Value::Int(e.eval(&var, &|r| dynamic_value(scratch, r))?),
+            ExprOp::Index(e) => Value::Int(e.eval(&var, &|r| dynamic_value(scratch, r))? as i128),
             ExprOp::CheckedIndex {
                 value,
                 extent,
@@ -450,7 +454,7 @@ fn eval_block(
                         Value::Int(x) => x,
                         other => return Err(format!("{here}: index {other} is not an integer")),
                     };
-                    if v < 0 || v as u64 >= *extent {
+                    if v < 0 || v as u128 >= *extent as u128 {
                         return Err(format!(
                             "index {v} out of range for an axis of extent {extent}"
                         ));

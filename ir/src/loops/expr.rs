@@ -13,7 +13,8 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 
 /// A scalar value of the loop IR, in one of the three computation domains: floats
-/// as f64 (holding a value of the node's dtype), integers as i64, or bool.
+/// as f64 (holding a value of the node's dtype), integers as i128 (which holds every
+/// value of every integer dtype, `u64` included), or bool.
 ///
 /// Equality and hashing are bitwise for floats, so constants can be deduplicated
 /// (`NaN == NaN`, `0.0 != -0.0`).
@@ -22,7 +23,7 @@ pub enum Value {
     /// A float of any float dtype.
     Float(f64),
     /// An integer of any integer dtype.
-    Int(i64),
+    Int(i128),
     /// A bool.
     Bool(bool),
 }

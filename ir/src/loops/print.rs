@@ -476,11 +476,13 @@ impl Printer<'_> {
 }
 
 /// A constant as written for its dtype: floats in their shortest f32 form (`0.7`, not
-/// `0.699999988079071`; every float dtype fits in an f32), with a `_dtype` suffix unless
+/// `0.699999988079071`; every float dtype but f64 fits in an f32), f64 in its shortest
+/// f64 form, with a `_dtype` suffix unless
 /// the dtype is its literal's default (`f32` for floats, `i64` for integers), so the
 /// text says the constant's dtype (`0.5_f16`, `3_i32`).
 fn constant(v: super::Value, dtype: DType) -> String {
     let text = match v {
+        super::Value::Float(x) if x.is_finite() && dtype == DType::F64 => format!("{x:?}"),
         super::Value::Float(x) if x.is_finite() && dtype.is_float() => format!("{:?}", x as f32),
         _ => v.to_string(),
     };

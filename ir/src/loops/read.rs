@@ -971,7 +971,7 @@ fn parse_value(lit: &Literal, dtype: DType, exact_f64: bool) -> R<Value> {
         ("nan", crate::Category::Float) => Value::Float(f64::NAN),
         (t, crate::Category::Float) if t.bytes().next().is_some_and(|b| b.is_ascii_digit()) => {
             // Constants print in their shortest f32 form, `other` values as f64.
-            let x = if exact_f64 {
+            let x = if exact_f64 || dtype == DType::F64 {
                 t.parse::<f64>().ok()
             } else {
                 t.parse::<f32>().ok().map(f64::from)
@@ -987,14 +987,13 @@ fn parse_value(lit: &Literal, dtype: DType, exact_f64: bool) -> R<Value> {
                 Err(_) => return err(at, format!("integer `{t}` is too large")),
             };
             let v = if lit.negative { -v } else { v };
-            let fits = match dtype {
-                DType::I32 => i32::try_from(v).is_ok(),
-                _ => i64::try_from(v).is_ok(),
-            };
+            let fits = dtype
+                .int_range()
+                .is_some_and(|(lo, hi)| (lo..=hi).contains(&v));
             if !fits {
                 return err(at, format!("{v} does not fit in {dtype}"));
             }
-            return Ok(Value::Int(v as i64));
+            return Ok(Value::Int(v));
         }
         (t, _) => return err(at, format!("`{t}` is not a {dtype} value")),
     };

@@ -3,23 +3,24 @@
 //! The per-element definitions are the reference interpreter's own (the crate's
 //! `scalar_ops` module, which both use); this module dispatches on the value's domain
 //! and rounds once to the node's dtype: floats compute in f64 and round with
-//! [`round_to_dtype`], integers compute in wrapping i64 and wrap to the node's dtype,
+//! [`round_to_dtype`], integers compute in wrapping i128 and wrap to the node's dtype,
 //! casts truncate and saturate from float to integer. The evaluator uses them, and
 //! backends can use them to fold constants.
 
 use super::expr::Value;
 use crate::op::{BinaryOp, UnaryOp};
 use crate::round_to_dtype;
-use crate::scalar_ops::{self as ops, i64_to_f64_round_odd};
+use crate::scalar_ops as ops;
+use crate::tensor::i128_to_f64_round_odd;
 use crate::{Category, DType};
 use crate::{Error, Result};
 
-/// Rounds a float to `dtype` (f32/f16/bf16), wraps an integer to `i32`, and leaves
-/// every other value as it is.
+/// Rounds a float to `dtype`, wraps an integer into `dtype`, and leaves every other
+/// value as it is.
 pub fn round_to(v: Value, dtype: DType) -> Value {
     match v {
         Value::Float(x) if dtype.is_float() => Value::Float(round_to_dtype(x, dtype)),
-        Value::Int(x) if dtype == DType::I32 => Value::Int(x as i32 as i64),
+        Value::Int(x) if dtype.is_int() => Value::Int(dtype.wrap_int(x)),
         _ => v,
     }
 }
@@ -34,20 +35,19 @@ pub fn truth(v: Value) -> bool {
 }
 
 /// Converts `v` to `to`, as `cast` does: float to integer truncates toward zero and
-/// saturates (NaN is 0), integers wrap into `i32`, anything to bool is `!= 0`, and
-/// conversions into floats round once to nearest even.
+/// saturates into the dtype's range (NaN is 0), integers wrap into their dtype,
+/// anything to bool is `!= 0`, and conversions into floats round once to nearest even.
 pub fn cast(v: Value, to: DType) -> Value {
     match (v, to.category()) {
         (Value::Float(x), Category::Float) => round_to(Value::Float(x), to),
-        (Value::Float(x), Category::Int) => Value::Int(if to == DType::I32 {
-            x as i32 as i64
-        } else {
-            x as i64
-        }),
-        (Value::Int(x), Category::Float) => round_to(Value::Float(i64_to_f64_round_odd(x)), to),
+        (Value::Float(x), Category::Int) => Value::Int(to.saturate_int(x as i128)),
+        // i128 to f64 is one rounding; to a narrower float, rounding to odd first
+        // keeps the second rounding exact.
+        (Value::Int(x), Category::Float) if to == DType::F64 => Value::Float(x as f64),
+        (Value::Int(x), Category::Float) => round_to(Value::Float(i128_to_f64_round_odd(x)), to),
         (Value::Int(x), Category::Int) => round_to(Value::Int(x), to),
         (Value::Bool(b), Category::Float) => Value::Float(b as u8 as f64),
-        (Value::Bool(b), Category::Int) => Value::Int(b as i64),
+        (Value::Bool(b), Category::Int) => Value::Int(b as i128),
         (_, Category::Bool) => Value::Bool(truth(v)),
     }
 }
@@ -105,7 +105,7 @@ mod tests {
         assert_eq!(cast(Value::Float(-2.7), DType::I64), Value::Int(-2));
         assert_eq!(
             cast(Value::Float(1e20), DType::I32),
-            Value::Int(i32::MAX as i64)
+            Value::Int(i32::MAX as i128)
         );
         assert_eq!(cast(Value::Float(f64::NAN), DType::Bool), Value::Bool(true));
         assert_eq!(cast(Value::Bool(true), DType::F16), Value::Float(1.0));
@@ -136,12 +136,12 @@ mod tests {
         assert_eq!(
             binary(
                 BinaryOp::Add,
-                Value::Int(i32::MAX as i64),
+                Value::Int(i32::MAX as i128),
                 Value::Int(1),
                 DType::I32
             )
             .unwrap(),
-            Value::Int(i32::MIN as i64)
+            Value::Int(i32::MIN as i128)
         );
         assert!(binary(BinaryOp::Pow, Value::Int(2), Value::Int(-1), DType::I64).is_err());
         assert_eq!(unary(UnaryOp::Sign, f(-0.0), DType::F32).unwrap(), f(0.0));

@@ -593,7 +593,7 @@ mod tests {
         let e = error("cast", &[("to", AttrValue::Int(1))]);
         assert_eq!(
             e.to_string(),
-            "cast: attribute `to` must be a dtype (f32, f16, bf16, i32, i64, bool), not `1`"
+            "cast: attribute `to` must be a dtype (f32, f16, bf16, i32, i64, bool, f64, i8, u8, i16, u16, u32, u64), not `1`"
         );
         let cases: [(&str, &str, AttrValue, &str); 4] = [
             (

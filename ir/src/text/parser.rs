@@ -1239,6 +1239,12 @@ mod tests {
     fn literals_fit_their_dtype() {
         assert!(Scalar::Int(1 << 31).fits(DType::I64));
         assert!(!Scalar::Int(1 << 31).fits(DType::I32));
+        assert!(!Scalar::Int(256).fits(DType::U8));
+        assert!(Scalar::Int(255).fits(DType::U8));
+        assert!(!Scalar::Int(-1).fits(DType::U64));
+        assert!(!Scalar::Int(-129).fits(DType::I8));
+        assert!(Scalar::Int(-32768).fits(DType::I16));
+        assert!(Scalar::Float(1e300).fits(DType::F64));
         assert!(Scalar::Int(-(1 << 31)).fits(DType::I32));
         assert!(Scalar::Float(65504.0).fits(DType::F16));
         assert!(!Scalar::Float(1e5).fits(DType::F16));

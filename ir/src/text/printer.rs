@@ -301,6 +301,13 @@ fn constant_text(c: &Constant) -> String {
         Data::I32(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::I64(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::Bool(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::F64(v) => v.iter().map(|&x| crate::op::format_float(x)).collect(),
+        Data::I8(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U8(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::I16(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U16(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U32(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U64(v) => v.iter().map(|x| x.to_string()).collect(),
     };
     format!("constant(values=[{}], {typed})", values.join(", "))
 }

@@ -588,7 +588,7 @@ impl KernelBuilder<'_> {
                         None => part,
                         Some(rest) => {
                             let at = self.push(DType::I64, ExprOp::Index(c.clone()));
-                            let end = self.constant(Value::Int(off + len), DType::I64);
+                            let end = self.constant(Value::Int((off + len) as i128), DType::I64);
                             let cond =
                                 self.push(DType::Bool, ExprOp::Binary(BinaryOp::Lt, at, end));
                             self.push(ty.dtype, ExprOp::Where(cond, part, rest))
@@ -701,7 +701,7 @@ impl KernelBuilder<'_> {
         }
         let known = match self.cur.block.get(at).map(|n| &n.op) {
             Some(ExprOp::Index(e)) => Some(e.clone()),
-            Some(ExprOp::Const(Value::Int(c))) => Some(IndexExpr::Const(*c)),
+            Some(ExprOp::Const(Value::Int(c))) => i64::try_from(*c).ok().map(IndexExpr::Const),
             _ => None,
         };
         if let Some(e) = known {
@@ -758,8 +758,8 @@ impl KernelBuilder<'_> {
         let mut cond: Option<ExprRef> = None;
         for b in &bounds {
             let at = self.push(DType::I64, ExprOp::Index(b.expr.clone()));
-            let lo = self.constant(Value::Int(b.lo), DType::I64);
-            let hi = self.constant(Value::Int(b.hi), DType::I64);
+            let lo = self.constant(Value::Int(b.lo as i128), DType::I64);
+            let hi = self.constant(Value::Int(b.hi as i128), DType::I64);
             let ge = self.push(DType::Bool, ExprOp::Binary(BinaryOp::Ge, at, lo));
             let lt = self.push(DType::Bool, ExprOp::Binary(BinaryOp::Lt, at, hi));
             let both = self.push(DType::Bool, ExprOp::Binary(BinaryOp::And, ge, lt));
@@ -779,7 +779,7 @@ impl KernelBuilder<'_> {
 fn literal_value(value: Scalar, dtype: DType) -> Value {
     match value {
         Scalar::Float(v) => scalar::round_to(Value::Float(v), dtype),
-        Scalar::Int(v) => scalar::cast(Value::Int(v), dtype),
+        Scalar::Int(v) => scalar::cast(Value::Int(v as i128), dtype),
         Scalar::Bool(b) => scalar::cast(Value::Bool(b), dtype),
     }
 }

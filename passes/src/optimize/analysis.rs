@@ -104,15 +104,17 @@ const EXACT_INT: f64 = 9_007_199_254_740_992.0; // 2^53
 /// `v` rounded to `dtype` as the interpreter stores it, or `None` if an integer dtype cannot hold
 /// it exactly (not integral, out of range, or beyond exact f64 integers).
 pub fn fit(v: f64, dtype: DType) -> Option<f64> {
-    match dtype {
-        DType::F32 | DType::F16 | DType::Bf16 => {
+    match dtype.int_range() {
+        _ if dtype.is_float() => {
             Some(Tensor::from_f64(&TensorType::scalar(dtype), &[v]).to_f64()[0])
         }
-        DType::I32 => {
-            (v.fract() == 0.0 && v >= i32::MIN as f64 && v <= i32::MAX as f64).then_some(v)
-        }
-        DType::I64 => (v.fract() == 0.0 && v.abs() < EXACT_INT).then_some(v),
-        DType::Bool => (v == 0.0 || v == 1.0).then_some(v),
+        // Every range end below 2^53 is exact in f64; wider ranges are cut at 2^53.
+        Some((lo, hi)) => (v.fract() == 0.0
+            && v >= (lo as f64).max(-EXACT_INT)
+            && v <= (hi as f64).min(EXACT_INT)
+            && v.abs() < EXACT_INT)
+            .then_some(v),
+        None => (v == 0.0 || v == 1.0).then_some(v),
     }
 }
 
@@ -141,7 +143,7 @@ fn fold(entry: &OpEntry, inputs: &[&ClassData], out: &TensorType) -> Option<f64>
         Op::Literal {
             value: Scalar::Int(v),
         } if out.dtype.is_float() => {
-            return match scalar::cast(Value::Int(*v), out.dtype) {
+            return match scalar::cast(Value::Int(*v as i128), out.dtype) {
                 Value::Float(f) => Some(f),
                 _ => None,
             }
@@ -176,6 +178,11 @@ fn fold(entry: &OpEntry, inputs: &[&ClassData], out: &TensorType) -> Option<f64>
         Op::Cast { to } => cast_value(x, x_ty.dtype, *to),
         Op::Reduce { op, .. } => {
             let n = x_ty.numel().checked_div(out.numel()).unwrap_or(0) as f64;
+            // An f64 sum or product rounds at every step of the interpreter's f64
+            // accumulation, which `x * n` (one rounding) does not reproduce.
+            if out.dtype == DType::F64 && n > 1.0 && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
+                return None;
+            }
             match op {
                 ReduceOp::Sum => fit(x * n, out.dtype),
                 ReduceOp::Prod if out.dtype.is_float() => fit(x.powf(n), out.dtype),
@@ -190,6 +197,10 @@ fn fold(entry: &OpEntry, inputs: &[&ClassData], out: &TensorType) -> Option<f64>
         Op::ArgReduce { .. } => Some(0.0),
         Op::MatMul => {
             let k = *x_ty.shape.last()? as f64;
+            // As for sums: an f64 dot product rounds at every step.
+            if out.dtype == DType::F64 && k > 1.0 {
+                return None;
+            }
             fit(x * vals[1].1 * k, out.dtype)
         }
         Op::Reshape { .. }

@@ -280,6 +280,7 @@ impl CpuProgram {
                 limit: MAX_GENERATED_KERNELS,
             });
         }
+        check_dtypes(program)?;
         let plan = plan_program(program, &opts.codegen, opts.use_gemm)?;
         if opts.threads == 0 {
             return Err(Error::Options {
@@ -1016,63 +1017,86 @@ fn sanitize(name: &str) -> String {
         .collect()
 }
 
-fn zeros(dtype: DType, n: usize) -> Data {
-    match dtype {
-        DType::F32 => Data::F32(vec![0.0; n]),
-        DType::F16 => Data::F16(vec![half_zero(); n]),
-        DType::Bf16 => Data::Bf16(vec![Default::default(); n]),
-        DType::I32 => Data::I32(vec![0; n]),
-        DType::I64 => Data::I64(vec![0; n]),
-        DType::Bool => Data::Bool(vec![false; n]),
-    }
+/// The dtypes code generation handles: floats computed in f32 registers, `i32`,
+/// `i64` and bool.
+fn compiles(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::F32 | DType::F16 | DType::Bf16 | DType::I32 | DType::I64 | DType::Bool
+    )
 }
 
-fn half_zero() -> gemm::f16 {
-    gemm::f16::ZERO
+/// Refuses a program that stores or computes a dtype code generation does not handle,
+/// naming the first buffer or kernel where it appears.
+fn check_dtypes(program: &Program) -> Result<()> {
+    for b in &program.buffers {
+        if !compiles(b.ty.dtype) {
+            return Err(Error::UnsupportedDType {
+                dtype: b.ty.dtype,
+                place: format!("buffer `{}`", b.name),
+            });
+        }
+    }
+    for k in &program.kernels {
+        for stage in &k.stages {
+            let nodes = stage.body().nodes.iter().map(|n| n.dtype);
+            let accs = match stage {
+                ferrite_ir::loops::Stage::Reduce { reductions, .. } => {
+                    reductions.iter().map(|r| r.dtype).collect()
+                }
+                ferrite_ir::loops::Stage::Store { .. } => vec![],
+            };
+            if let Some(dtype) = nodes.chain(accs).find(|&d| !compiles(d)) {
+                return Err(Error::UnsupportedDType {
+                    dtype,
+                    place: format!("kernel `{}`", k.name),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn zeros(dtype: DType, n: usize) -> Data {
+    ferrite_ir::Tensor::zeros(&ferrite_ir::TensorType::new(dtype, vec![n]).expect("a valid shape"))
+        .data
+}
+
+/// Applies `$body` to the vector inside any `Data` variant.
+macro_rules! each_data {
+    ($d:expr, $v:ident => $body:expr) => {
+        match $d {
+            Data::F32($v) => $body,
+            Data::F16($v) => $body,
+            Data::Bf16($v) => $body,
+            Data::I32($v) => $body,
+            Data::I64($v) => $body,
+            Data::Bool($v) => $body,
+            Data::F64($v) => $body,
+            Data::I8($v) => $body,
+            Data::U8($v) => $body,
+            Data::I16($v) => $body,
+            Data::U16($v) => $body,
+            Data::U32($v) => $body,
+            Data::U64($v) => $body,
+        }
+    };
 }
 
 fn data_len(d: &Data) -> usize {
-    match d {
-        Data::F32(v) => v.len(),
-        Data::F16(v) => v.len(),
-        Data::Bf16(v) => v.len(),
-        Data::I32(v) => v.len(),
-        Data::I64(v) => v.len(),
-        Data::Bool(v) => v.len(),
-    }
+    d.len()
 }
 
 fn data_dtype(d: &Data) -> DType {
-    match d {
-        Data::F32(_) => DType::F32,
-        Data::F16(_) => DType::F16,
-        Data::Bf16(_) => DType::Bf16,
-        Data::I32(_) => DType::I32,
-        Data::I64(_) => DType::I64,
-        Data::Bool(_) => DType::Bool,
-    }
+    d.dtype()
 }
 
 fn data_addr(d: &Data) -> usize {
-    match d {
-        Data::F32(v) => v.as_ptr() as usize,
-        Data::F16(v) => v.as_ptr() as usize,
-        Data::Bf16(v) => v.as_ptr() as usize,
-        Data::I32(v) => v.as_ptr() as usize,
-        Data::I64(v) => v.as_ptr() as usize,
-        Data::Bool(v) => v.as_ptr() as usize,
-    }
+    each_data!(d, v => v.as_ptr() as usize)
 }
 
 fn data_addr_mut(d: &mut Data) -> usize {
-    match d {
-        Data::F32(v) => v.as_mut_ptr() as usize,
-        Data::F16(v) => v.as_mut_ptr() as usize,
-        Data::Bf16(v) => v.as_mut_ptr() as usize,
-        Data::I32(v) => v.as_mut_ptr() as usize,
-        Data::I64(v) => v.as_mut_ptr() as usize,
-        Data::Bool(v) => v.as_mut_ptr() as usize,
-    }
+    each_data!(d, v => v.as_mut_ptr() as usize)
 }
 
 /// Assigns intermediates and GEMM temporaries to storage slots with the loop IR's

@@ -191,7 +191,7 @@ impl<'a> Body<'a> {
                 // A constant index is a literal, so ops on it fold like any constant's (the
                 // tile checker rejects `maximum` of two constants).
                 if let IndexExpr::Const(c) = e.simplify(&self.s.frame.ext) {
-                    return Ok(Val::Lit(Value::Int(c), d));
+                    return Ok(Val::Lit(Value::Int(c as i128), d));
                 }
                 let (e, deps) = self.int(b, &e)?;
                 Val::Tile(TileVal {

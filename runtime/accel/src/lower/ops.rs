@@ -87,7 +87,7 @@ pub(super) fn tile(e: E, dtype: DType, parts: &[&Val]) -> Val {
 pub(super) fn lit(v: Value) -> E {
     match v {
         Value::Float(x) => float(x),
-        Value::Int(x) => int(x),
+        Value::Int(x) => int(x as i64),
         Value::Bool(b) => boolean(b),
     }
 }
@@ -97,7 +97,11 @@ pub(super) fn typed_lit(v: Value, d: DType) -> E {
     match d {
         DType::F32 | DType::Bool => lit(v),
         DType::I32 => int(integer(v)),
-        DType::F16 | DType::Bf16 => cast(lit(v), d),
+        // Lowering refuses the dtypes the tile language lacks before it gets here.
+        DType::F16 | DType::Bf16 | DType::F64 => cast(lit(v), d),
+        DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::U32 | DType::U64 => {
+            cast(int(integer(v)), d)
+        }
         DType::I64 => {
             let x = integer(v);
             if i32::try_from(x).is_ok() {
@@ -116,7 +120,7 @@ pub(super) fn typed_lit(v: Value, d: DType) -> E {
 /// An integer constant's value (exact: `as_f64` would round wide values).
 fn integer(v: Value) -> i64 {
     match v {
-        Value::Int(x) => x,
+        Value::Int(x) => x as i64,
         Value::Bool(b) => b as i64,
         Value::Float(x) => x as i64,
     }

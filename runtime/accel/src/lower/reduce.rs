@@ -64,11 +64,11 @@ fn identity(kind: ReduceKind, d: DType) -> Value {
         } else {
             f64::INFINITY
         }),
-        _ => Value::Int(match (d, low) {
-            (DType::I32, true) => i32::MIN as i64,
-            (DType::I32, false) => i32::MAX as i64,
-            (_, true) => i64::MIN,
-            (_, false) => i64::MAX,
+        _ => Value::Int(match (d.int_range(), low) {
+            (Some((lo, _)), true) => lo,
+            (Some((_, hi)), false) => hi,
+            (None, true) => i64::MIN as i128,
+            (None, false) => i64::MAX as i128,
         }),
     }
 }
@@ -86,11 +86,13 @@ fn empty(r: &Reduction) -> Value {
             _ => f64::INFINITY,
         })
     } else {
-        let x = match r.kind {
-            ReduceKind::Sum => 0,
-            ReduceKind::Prod => 1,
-            ReduceKind::Max => i64::MIN,
-            _ => i64::MAX,
+        let x = match (r.kind, r.dtype.int_range()) {
+            (ReduceKind::Sum, _) => 0,
+            (ReduceKind::Prod, _) => 1,
+            (ReduceKind::Max, Some((lo, _))) => lo,
+            (_, Some((_, hi))) => hi,
+            (ReduceKind::Max, None) => i64::MIN as i128,
+            (_, None) => i64::MAX as i128,
         };
         if r.dtype == DType::Bool {
             return Value::Bool(x != 0);

@@ -443,15 +443,7 @@ fn host_bytes(ty: &TensorType) -> u64 {
 
 /// The number of elements a tensor's data holds.
 fn data_len(t: &Tensor) -> usize {
-    use ferrite_ir::Data;
-    match &t.data {
-        Data::F32(v) => v.len(),
-        Data::F16(v) => v.len(),
-        Data::Bf16(v) => v.len(),
-        Data::I32(v) => v.len(),
-        Data::I64(v) => v.len(),
-        Data::Bool(v) => v.len(),
-    }
+    t.data.len()
 }
 
 /// True when the kernel's dots take f16/bf16 inputs (or it has none): the peak

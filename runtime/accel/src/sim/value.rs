@@ -250,7 +250,7 @@ impl Tile {
             // exactly as the loop IR converts.
             Elems::I(v) if d.is_float() => Elems::F(
                 v.iter()
-                    .map(|&x| match scalar::cast(Value::Int(x), d) {
+                    .map(|&x| match scalar::cast(Value::Int(x as i128), d) {
                         Value::Float(f) => f as f32,
                         _ => f32::NAN,
                     })

@@ -20,6 +20,24 @@ pub use ast::{
 pub use check::{check, CheckError, MAX_TILE_ELEMENTS, MAX_TILE_RANK};
 pub use parser::{parse, MAX_NESTING};
 pub use printer::{print, print_expr, print_located};
+
+use ferrite_ir::DType;
+
+/// The dtypes of the tile language (and of the simulated machine's memory): `f64` and
+/// the narrow and unsigned integers have no type here.
+pub const DTYPES: [DType; 6] = [
+    DType::F32,
+    DType::F16,
+    DType::Bf16,
+    DType::I32,
+    DType::I64,
+    DType::Bool,
+];
+
+/// The tile-language dtype named `name`.
+pub fn dtype_from_name(name: &str) -> Option<DType> {
+    DType::from_name(name).filter(|d| DTYPES.contains(d))
+}
 pub use typed::CheckedKernel;
 
 use ferrite_ir::Diagnostic;

@@ -199,7 +199,7 @@ impl<'a> Parser<'a> {
                 self.advance()?;
             }
             let dtype = match self.tok.tok {
-                Tok::Ident(s) => DType::from_name(s),
+                Tok::Ident(s) => super::dtype_from_name(s),
                 _ => None,
             };
             let Some(dtype) = dtype else {
@@ -562,8 +562,8 @@ impl<'a> Parser<'a> {
                             "`None` is only allowed inside an index: `x[:, None]`",
                         )
                     }
-                    w if DType::from_name(w).is_some() => {
-                        ExprKind::DType(DType::from_name(w).unwrap_or(DType::F32))
+                    w if super::dtype_from_name(w).is_some() => {
+                        ExprKind::DType(super::dtype_from_name(w).unwrap_or(DType::F32))
                     }
                     w if Builtin::from_name(w).is_some() => {
                         return self

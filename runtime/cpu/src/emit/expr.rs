@@ -28,9 +28,11 @@ use ferrite_ir::{BinaryOp, Category, DType, UnaryOp};
 pub(super) fn scalar_type(dtype: DType) -> Type {
     match dtype {
         DType::F32 | DType::F16 | DType::Bf16 => types::F32,
-        DType::I32 => types::I32,
-        DType::I64 => types::I64,
-        DType::Bool => types::I8,
+        DType::F64 => types::F64,
+        DType::I32 | DType::U32 => types::I32,
+        DType::I64 | DType::U64 => types::I64,
+        DType::I16 | DType::U16 => types::I16,
+        DType::Bool | DType::I8 | DType::U8 => types::I8,
     }
 }
 
@@ -121,7 +123,7 @@ impl Emitter<'_, '_> {
     pub(super) fn constant(&mut self, v: Lit, dtype: DType) -> Result<Value> {
         Ok(match (scalar::round_to(v, dtype), dtype.category()) {
             (Lit::Float(x), Category::Float) => self.b.ins().f32const(x as f32),
-            (Lit::Int(x), Category::Int) => iconst(self.b, scalar_type(dtype), x),
+            (Lit::Int(x), Category::Int) => iconst(self.b, scalar_type(dtype), x as i64),
             (Lit::Bool(x), Category::Bool) => iconst(self.b, types::I8, x as i64),
             (other, _) => {
                 return Err(Error::internal(format!(

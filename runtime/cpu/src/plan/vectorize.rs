@@ -97,7 +97,7 @@ pub fn narrow_i64(body: &Block, ext: &Extents, narrow_accs: &[AccId]) -> Vec<boo
         let dt = |r: ferrite_ir::loops::ExprRef| body.nodes.get(r.index()).map(|n| n.dtype);
         let nr = |r: ferrite_ir::loops::ExprRef| narrow.get(r.index()).copied().unwrap_or(false);
         narrow[i] = match &node.op {
-            ExprOp::Const(Value::Int(v)) => fits((*v, *v)),
+            ExprOp::Const(Value::Int(v)) => i64::try_from(*v).is_ok_and(|v| fits((v, v))),
             ExprOp::Index(e) => e.range(ext).is_some_and(fits),
             ExprOp::CheckedIndex { extent, .. } => *extent <= i32::MAX as u64 + 1,
             ExprOp::Cast(a) => matches!(dt(*a), Some(DType::I32 | DType::Bool)) || nr(*a),
