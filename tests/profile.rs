@@ -463,7 +463,7 @@ fn profiles_run_on_inputs_from_files() {
     assert_eq!(parse_json(&stdout(&o))["format"], "ferrite-profile");
     for (flag, says) in [
         (format!("nope={file}"), "no parameter `nope`"),
-        ("x=/does/not/exist.npy".to_string(), "exist.npy"),
+        ("logits=/does/not/exist.npy".to_string(), "exist.npy"),
     ] {
         let o = ferrite(&["profile", "examples/softmax_rows.fg", "--input", &flag]);
         assert_exit(&o, 1);

@@ -683,7 +683,7 @@ fn next<'a>(lexer: &mut Lexer<'a>, open: usize) -> PResult<Token<'a>> {
 pub(crate) fn reserved(name: &str) -> Option<&'static str> {
     if KEYWORDS.contains(&name) {
         Some("is a keyword")
-    } else if DType::from_name(name).is_some() {
+    } else if super::dtype_from_name(name).is_some() {
         Some("is a dtype")
     } else if Builtin::from_name(name).is_some() {
         Some("is a builtin function")
