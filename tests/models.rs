@@ -17,23 +17,22 @@ fn close(got: &Tensor, want: &Tensor) -> Result<(), String> {
     }
     let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
     let big = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    let mut worst = (0usize, 0.0f64);
+    // The element furthest outside the tolerance (NaN counts as infinitely far).
+    let mut worst: Option<(usize, f64)> = None;
     for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
         let excess = (a - b).abs() - (1e-4 * big + 1e-3 * b.abs());
-        if !(excess <= 0.0) && (excess.is_nan() || excess > worst.1) {
-            worst = (
-                i,
-                if excess.is_nan() {
-                    f64::INFINITY
-                } else {
-                    excess
-                },
-            );
+        let excess = if excess.is_nan() {
+            f64::INFINITY
+        } else {
+            excess
+        };
+        if excess > 0.0 && worst.is_none_or(|(_, e)| excess > e) {
+            worst = Some((i, excess));
         }
     }
     match worst {
-        (_, e) if e == 0.0 => Ok(()),
-        (i, _) => Err(format!("element {i}: got {}, want {}", g[i], w[i])),
+        None => Ok(()),
+        Some((i, _)) => Err(format!("element {i}: got {}, want {}", g[i], w[i])),
     }
 }
 

@@ -108,7 +108,7 @@ impl Data {
     /// a whole number of elements or a bool byte is neither 0 nor 1.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<Data> {
         let size = dtype.size_bytes();
-        if bytes.len() % size != 0 {
+        if !bytes.len().is_multiple_of(size) {
             return None;
         }
         macro_rules! le {

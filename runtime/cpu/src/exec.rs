@@ -990,6 +990,9 @@ fn zero(team: Team<'_>, d: &mut Data, bytes: usize) -> Result<()> {
     let bytes = bytes.min(len);
     let base = SharedMut(data_addr_mut(d) as *mut u8);
     let clear = |r: std::ops::Range<usize>| {
+        // Moves the whole `SharedMut` (which is Send) into the closure, not its raw
+        // pointer field (which is not), as disjoint capture otherwise would.
+        #[allow(clippy::redundant_locals)]
         let base = base;
         // SAFETY: `base` points at `len >= bytes` bytes of `d`, borrowed mutably for
         // this call; the ranges handed out are disjoint parts of `0..bytes`; all-zero
