@@ -487,6 +487,21 @@ impl CpuProgram {
         Ok(timings)
     }
 
+    /// The first of `tensor(0..)` whose type or data does not match buffer `ids[i]`, as
+    /// (index, buffer name, its type, the buffer's type).
+    fn first_mismatch<'t>(
+        &self,
+        ids: &[BufferId],
+        tensor: impl Fn(usize) -> &'t Tensor,
+    ) -> Option<(usize, String, String, String)> {
+        ids.iter().enumerate().find_map(|(i, &b)| {
+            let (t, buf) = (tensor(i), &self.buffers[b.index()]);
+            let fits =
+                t.ty == buf.ty && t.data.len() == buf.ty.numel() && t.data.dtype() == buf.ty.dtype;
+            (!fits).then(|| (i, buf.name.clone(), t.ty.to_string(), buf.ty.to_string()))
+        })
+    }
+
     /// Checks caller-owned outputs against the program's output types.
     fn check_outputs(&self, outputs: &dyn OutputTensors) -> Result<()> {
         let p = &self.program;
@@ -497,20 +512,15 @@ impl CpuProgram {
                 got: outputs.count(),
             });
         }
-        for (i, &b) in p.outputs.iter().enumerate() {
-            let t = outputs.tensor(i);
-            let buf = &self.buffers[b.index()];
-            if t.ty != buf.ty
-                || data_len(&t.data) != buf.ty.numel()
-                || data_dtype(&t.data) != buf.ty.dtype
-            {
-                return Err(Error::OutputType {
-                    index: i,
-                    name: buf.name.clone(),
-                    got: t.ty.to_string(),
-                    expected: buf.ty.to_string(),
-                });
-            }
+        if let Some((index, name, got, expected)) =
+            self.first_mismatch(&p.outputs, |i| outputs.tensor(i))
+        {
+            return Err(Error::OutputType {
+                index,
+                name,
+                got,
+                expected,
+            });
         }
         Ok(())
     }
@@ -627,20 +637,15 @@ impl CpuProgram {
                 got: inputs.count(),
             });
         }
-        for (i, &b) in p.inputs.iter().enumerate() {
-            let t = inputs.tensor(i);
-            let buf = &self.buffers[b.index()];
-            if t.ty != buf.ty
-                || data_len(&t.data) != buf.ty.numel()
-                || data_dtype(&t.data) != buf.ty.dtype
-            {
-                return Err(Error::InputType {
-                    index: i,
-                    name: buf.name.clone(),
-                    got: t.ty.to_string(),
-                    expected: buf.ty.to_string(),
-                });
-            }
+        if let Some((index, name, got, expected)) =
+            self.first_mismatch(&p.inputs, |i| inputs.tensor(i))
+        {
+            return Err(Error::InputType {
+                index,
+                name,
+                got,
+                expected,
+            });
         }
         let _mode = FlushDenormals::enter(self.flush_denormals);
         let team = self.pool.team(self.threads, self.flush_denormals);
@@ -986,7 +991,7 @@ unsafe impl<T: Send> Sync for SharedMut<T> {}
 fn zero(team: Team<'_>, d: &mut Data, bytes: usize) -> Result<()> {
     /// Bytes a thread clears at least: below this a single `memset` is quicker.
     const MIN_ZERO_BYTES: usize = 256 * 1024;
-    let len = data_len(d) * data_dtype(d).size_bytes();
+    let len = d.len() * d.dtype().size_bytes();
     let bytes = bytes.min(len);
     let base = SharedMut(data_addr_mut(d) as *mut u8);
     let clear = |r: std::ops::Range<usize>| {
@@ -1084,14 +1089,6 @@ macro_rules! each_data {
             Data::U64($v) => $body,
         }
     };
-}
-
-fn data_len(d: &Data) -> usize {
-    d.len()
-}
-
-fn data_dtype(d: &Data) -> DType {
-    d.dtype()
 }
 
 fn data_addr(d: &Data) -> usize {
