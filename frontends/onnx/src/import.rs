@@ -31,6 +31,10 @@ pub const MAX_VALUES: usize = 1 << 20;
 pub const MAX_NODE_ARITY: usize = 1 << 12;
 /// Constant results up to this many elements are folded at import; larger ones become graph ops.
 pub const FOLD_LIMIT: usize = 1 << 24;
+/// At most this many bytes of constants are made by folding during one import (the
+/// interpreter's working copies of one fold are bounded by [`FOLD_LIMIT`]); past it, nodes
+/// become graph ops, which the run's memory budget then bounds.
+pub const FOLD_BUDGET: u64 = 2 << 30;
 
 /// What the importer needs from the user.
 #[derive(Clone, Debug, Default)]
@@ -40,6 +44,8 @@ pub struct Options {
     /// Graph inputs whose values are known at import time (a `Reshape`'s shape fed
     /// as an input): they become constants instead of parameters.
     pub values: HashMap<String, Tensor>,
+    /// Bytes of constants folding may make (default [`FOLD_BUDGET`]).
+    pub fold_budget: Option<u64>,
 }
 
 /// A graph value under its two names.
@@ -78,6 +84,9 @@ pub(crate) struct Ctx {
     pub g: Graph,
     /// Parameter values and their ONNX input names, for `NeedsValue` errors.
     params: HashMap<ValueId, String>,
+    /// Bytes of constants folding has made so far, and how many it may make.
+    folded: u64,
+    fold_budget: u64,
 }
 
 impl Ctx {
@@ -106,7 +115,8 @@ impl Ctx {
         let tys: Vec<TensorType> = args.iter().map(|a| self.ty(a)).collect();
         let refs: Vec<&TensorType> = tys.iter().collect();
         let out = infer(&op, &refs)?;
-        if out.numel() <= FOLD_LIMIT {
+        let bytes = (out.numel() as u64).saturating_mul(out.dtype.size_bytes() as u64);
+        if out.numel() <= FOLD_LIMIT && self.folded.saturating_add(bytes) <= self.fold_budget {
             let consts: Option<Vec<&Tensor>> = args
                 .iter()
                 .map(|a| match a {
@@ -115,6 +125,7 @@ impl Ctx {
                 })
                 .collect();
             if let Some(consts) = consts {
+                self.folded += bytes;
                 return Ok(Val::Const(Arc::new(eval_node(&op, &consts, &out)?)));
             }
         }
@@ -477,6 +488,8 @@ pub(crate) fn import_model(
     let mut ctx = Ctx {
         g: Graph::new(name),
         params: HashMap::new(),
+        folded: 0,
+        fold_budget: options.fold_budget.unwrap_or(FOLD_BUDGET),
     };
     let mut names = Names::new();
     let mut values: HashMap<String, Val> = HashMap::new();

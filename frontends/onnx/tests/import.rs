@@ -709,3 +709,39 @@ fn an_output_declared_with_the_wrong_shape_is_invalid() {
     assert!(matches!(e, Error::Invalid(_)), "{e:?}");
     assert!(e.to_string().contains("output `y`"), "{e}");
 }
+
+#[test]
+fn folding_stops_at_its_budget_and_the_rest_runs_in_the_graph() {
+    // a1 = c + c, a2 = a1 + c, ..., a8 = a7 + c over a 512-element i64 initializer (4 KiB):
+    // every node folds by default; under a 12 KiB budget three fold and five stay ops.
+    let c: Vec<i64> = (0..512).collect();
+    let mut nodes = vec![node("Add", &["c", "c"], &["a1"])];
+    for i in 2..=8 {
+        let (prev, out) = (format!("a{}", i - 1), format!("a{i}"));
+        nodes.push(node("Add", &[&prev, "c"], &[&out]));
+    }
+    let bytes = model(
+        nodes,
+        vec![],
+        vec![value("a8", I64, &[Ok(512)])],
+        vec![ints("c", &c)],
+    );
+    let adds = |g: &ferrite_ir::Graph| g.nodes.iter().filter(|n| n.op == Op::Binary(ferrite_ir::BinaryOp::Add)).count();
+    let folded = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    assert_eq!(adds(&folded.graph), 0);
+    let options = Options {
+        fold_budget: Some(3 * 4096),
+        ..Default::default()
+    };
+    let bounded = import(&bytes, &options, &mut NoExternalData).unwrap();
+    assert_eq!(adds(&bounded.graph), 5);
+    let want = Tensor::from_i64(
+        &TensorType {
+            dtype: DType::I64,
+            shape: vec![512],
+        },
+        &c.iter().map(|v| v * 9).collect::<Vec<_>>(),
+    );
+    assert_eq!(interpret(&folded.graph, &[]).unwrap()[0], want);
+    assert_eq!(interpret(&bounded.graph, &[]).unwrap()[0], want);
+}
