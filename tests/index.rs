@@ -209,3 +209,35 @@ fn f02_indices_into_an_empty_axis_are_out_of_range_everywhere() {
         assert_eq!(got[0].ty().shape, vec![2, 0, 3], "{config:?}");
     }
 }
+
+/// An index op whose result is read only in part (a slice of it, an elementwise op of it
+/// sliced, an index into it) still checks every index, as the interpreter does: a fused
+/// kernel that computes only the picked rows used to accept an out-of-range index elsewhere.
+#[test]
+fn indices_of_a_result_read_only_in_part_are_checked_everywhere() {
+    let x_val = Tensor::from_f64(&ferrite::f32(&[4, 3]), &[0.0; 12]).unwrap();
+    let bad = ints(DType::I64, &[3], &[0, 9, 1]);
+    let good = ints(DType::I64, &[3], &[3, 0, 1]);
+    let graphs: Vec<Graph> = (0..4)
+        .map(|case| {
+            let g = Graph::new("partial");
+            let x = g.input("x", ferrite::f32(&[4, 3]));
+            let i = g.input("i", ferrite::i64(&[3]));
+            let y = x.index_select(0, &i);
+            let out = match case {
+                0 => y.slice(0, 0..1),
+                1 => (y.exp() + 1.0).reshape([9]).slice(0, 0..2),
+                2 => y.index_select(0, &g.arange(0.0, 1.0, 1.0, DType::I64)),
+                _ => x.gather(0, &i.reshape([3, 1])).slice(0, 2..3),
+            };
+            g.output(&out);
+            g
+        })
+        .collect();
+    for g in &graphs {
+        rejected_everywhere(g, &[&x_val, &bad], "out of range");
+        for (config, got) in run_all(g, &[&x_val, &good]) {
+            got.unwrap_or_else(|e| panic!("{config:?}: {e}"));
+        }
+    }
+}

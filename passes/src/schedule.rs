@@ -4,8 +4,8 @@
 //! schedule(g)  =  index checks  ->  fuse (or lower_unfused, for --no-fuse)  ->  assemble kernels  ->  verify  ->  plan_memory
 //! ```
 //!
-//! (`index_checks` adds a check kernel for an `index_select` whose result is empty, which no
-//! kernel of its own would check.)
+//! (`index_checks` adds a check kernel for an index op whose result is empty or read only in
+//! part, whose index no kernel of its own would check in full.)
 //!
 //! The input must be primitive (run `decompose` first); the output program is
 //! verified, and the fusion decisions are kept so a dump can say why each fusion was
@@ -13,7 +13,7 @@
 
 use crate::error::{Error, Result};
 use crate::fuse::{fuse, FusionDecision, FusionStats, MAX_FUSION_SIZE};
-use crate::index_checks::add_empty_result_index_checks;
+use crate::index_checks::add_index_checks;
 use crate::lower::{assemble, lower_unfused};
 use crate::memory::{plan_memory, MemoryPlan};
 use ferrite_ir::loops::Program;
@@ -86,7 +86,7 @@ pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled> {
             n.op.name()
         )));
     }
-    let checked = add_empty_result_index_checks(g)?;
+    let checked = add_index_checks(g)?;
     let g = checked.as_ref().unwrap_or(g);
     let (program, decisions, fusion_stats) = if opts.fuse {
         let f = fuse(g, opts.max_fusion_size)?;
