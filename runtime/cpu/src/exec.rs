@@ -290,6 +290,7 @@ impl CpuProgram {
         let pool = global_pool(opts.threads)?;
         let mut jit = Jit::with_options(JitOptions {
             capture_dumps: opts.capture_dumps,
+            compile_threads: opts.threads,
             ..JitOptions::default()
         })?;
         let buffers = plan.program.buffers.clone();

@@ -338,3 +338,50 @@ fn options_are_part_of_the_sharing_key() {
     assert_eq!(call_mul_add(&b, "f", 1, 2), 9_003);
     drop(a);
 }
+
+#[test]
+fn functions_compile_on_several_threads_at_finalize() {
+    let options = JitOptions {
+        compile_threads: 4,
+        ..JitOptions::default()
+    };
+    let mut jit = Jit::with_options(options).unwrap();
+    // Constants unlike any other test's (the process-wide sharing table).
+    for c in 0..40 {
+        define_mul_add_c(&mut jit, &format!("f{c}"), 9_100 + c);
+    }
+    define_mul_add_c(&mut jit, "again", 9_100);
+    let code = jit.finalize().unwrap();
+    let stats = code.stats();
+    assert_eq!((stats.compiled, stats.shared_in_module), (40, 1), "{stats:?}");
+    for c in 0..40 {
+        assert_eq!(call_mul_add(&code, &format!("f{c}"), 6, 7), 9_142 + c);
+    }
+    assert_eq!(call_mul_add(&code, "again", 2, 3), 9_106);
+}
+
+#[test]
+fn a_rejected_function_leaves_the_pending_ones_intact() {
+    let options = JitOptions {
+        compile_threads: 3,
+        ..JitOptions::default()
+    };
+    let mut jit = Jit::with_options(options).unwrap();
+    define_mul_add_c(&mut jit, "fine", 9_200);
+    // A function the verifier rejects fails at `define` in the deferred mode too (returning
+    // an i64 where the signature says i32), and the function pending before it still compiles.
+    let sig = jit.signature(&[types::I64], &[types::I64]);
+    let e = jit
+        .define_with("broken", sig, |b| {
+            let block = b.create_block();
+            b.append_block_params_for_function_params(block);
+            b.switch_to_block(block);
+            let x = b.block_params(block)[0];
+            let narrow = b.ins().ireduce(types::I32, x);
+            b.ins().return_(&[narrow]);
+        })
+        .unwrap_err();
+    assert!(matches!(&e, JitError::Verifier { name, .. } if name == "broken"), "{e}");
+    let code = jit.finalize().unwrap();
+    assert_eq!(call_mul_add(&code, "fine", 1, 1), 9_201);
+}

@@ -52,7 +52,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{print_errors, verify_function, Context};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{FuncId, Linkage, Module, ModuleError};
+use cranelift_module::{FuncId, Linkage, Module, ModuleError, ModuleReloc};
 
 mod interleave;
 
@@ -125,6 +125,10 @@ pub struct JitOptions {
     pub capture_dumps: bool,
     /// Let Cranelift run its verifier again after its own passes (we always verify the input).
     pub verify_after_passes: bool,
+    /// Threads that compile the module's functions. With more than one, [`Jit::define`]
+    /// only verifies and declares a function, and [`Jit::finalize`] compiles every pending
+    /// one on up to this many threads (a module that captures dumps compiles at `define`).
+    pub compile_threads: usize,
 }
 
 impl Default for JitOptions {
@@ -133,8 +137,23 @@ impl Default for JitOptions {
             opt_level: OptLevel::Speed,
             capture_dumps: false,
             verify_after_passes: false,
+            compile_threads: 1,
         }
     }
+}
+
+/// A function defined but not compiled yet (see [`JitOptions::compile_threads`]).
+struct Pending {
+    name: String,
+    id: FuncId,
+    func: Function,
+}
+
+/// A compiled function's machine code, ready for `define_function_bytes`.
+struct MachineCode {
+    alignment: u64,
+    bytes: Vec<u8>,
+    relocs: Vec<ModuleReloc>,
 }
 
 /// The text forms of one compiled function, for `--dump`.
@@ -173,6 +192,8 @@ pub struct Jit {
     borrowed: Vec<Arc<FrozenModule>>,
     /// The functions borrowed from them, by body hash.
     borrowed_keys: HashMap<u64, Vec<(Arc<FunctionStencil>, JitFunctionInfo)>>,
+    /// Functions declared but not compiled yet, in definition order.
+    pending: Vec<Pending>,
     stats: JitStats,
 }
 
@@ -289,6 +310,7 @@ impl Jit {
             compiled_keys: HashMap::new(),
             borrowed: Vec::new(),
             borrowed_keys: HashMap::new(),
+            pending: Vec::new(),
             stats: JitStats::default(),
         })
     }
@@ -406,6 +428,20 @@ impl Jit {
             .module_mut()
             .declare_function(name, Linkage::Export, &func.signature)
             .map_err(|e| module_error(name, e))?;
+        if self.options.compile_threads > 1 && !self.options.capture_dumps {
+            self.pending.push(Pending {
+                name: name.to_string(),
+                id,
+                func,
+            });
+            self.functions
+                .push((name.to_string(), Definition::Compiled(id)));
+            if let Some((hash, body)) = body {
+                self.compiled_keys.entry(hash).or_default().push((body, id));
+            }
+            self.stats.compiled += 1;
+            return Ok(());
+        }
         self.ctx.clear();
         self.ctx.func = func;
         self.ctx.set_disasm(self.options.capture_dumps);
@@ -520,36 +556,76 @@ impl Jit {
         true
     }
 
-    /// The mid-end on `self.ctx.func`: Cranelift's e-graph pass (GVN, LICM, algebraic
-    /// rewrites), then the interleaving of independent unrolled groups (see
-    /// `interleave.rs`), which has to come after the e-graph because its elaboration
-    /// lays each group out whole again. The module's own ISA has `opt_level=none`, so
-    /// compiling does not run the e-graph a second time.
+    /// The mid-end on `self.ctx.func` (see [`optimize_function`]).
     fn optimize(&mut self, name: &str) -> Result<(), JitError> {
-        if self.options.opt_level == OptLevel::None {
+        let isa = self
+            .module
+            .as_ref()
+            .expect("the module lives until finalize consumes the Jit")
+            .isa();
+        optimize_function(&mut self.ctx, &*self.optimizer, isa, self.options.opt_level, name)
+    }
+
+    /// Compiles every pending function, on up to `compile_threads` threads, and adds its
+    /// code to the module. The first failure, in definition order, is the error.
+    fn compile_pending(&mut self) -> Result<(), JitError> {
+        let pending = std::mem::take(&mut self.pending);
+        if pending.is_empty() {
             return Ok(());
         }
-        let failed = |message: String| JitError::Compile {
-            name: name.to_string(),
-            message,
-        };
-        let mut plane = ControlPlane::default();
-        self.ctx
-            .optimize(&*self.optimizer, &mut plane)
-            .map_err(|e| failed(print_errors::pretty_error(&self.ctx.func, e)))?;
-        interleave_groups(&mut self.ctx.func);
-        // The reordering is ours, so check its output as strictly as the input.
-        verify_function(&self.ctx.func, self.module().isa()).map_err(|errors| {
-            failed(format!(
-                "interleaving `{name}` broke the function:\n{}",
-                print_errors::pretty_verifier_error(&self.ctx.func, None, errors)
-            ))
-        })?;
+        let threads = self.options.compile_threads.clamp(1, pending.len());
+        let module = self
+            .module
+            .as_ref()
+            .expect("the module lives until finalize consumes the Jit");
+        let (optimizer, isa, opt_level) = (&*self.optimizer, module.isa(), self.options.opt_level);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let mut results: Vec<Option<Result<MachineCode, JitError>>> =
+            (0..pending.len()).map(|_| None).collect();
+        let done: Vec<Vec<(usize, Result<MachineCode, JitError>)>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut ctx = Context::new();
+                        let mut out = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(p) = pending.get(i) else { break };
+                            ctx.clear();
+                            ctx.func = p.func.clone();
+                            out.push((i, compile_function(&mut ctx, optimizer, isa, opt_level, p)));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| {
+                    w.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        for (i, r) in done.into_iter().flatten() {
+            results[i] = Some(r);
+        }
+        let module = self
+            .module
+            .as_mut()
+            .expect("the module lives until finalize consumes the Jit");
+        for (p, r) in pending.iter().zip(results) {
+            let code = r.expect("every pending function was compiled")?;
+            module
+                .define_function_bytes(p.id, code.alignment, &code.bytes, &code.relocs)
+                .map_err(|e| module_error(&p.name, e))?;
+        }
         Ok(())
     }
 
     /// Makes every defined function executable and freezes the module.
     pub fn finalize(mut self) -> Result<JitCode, JitError> {
+        self.compile_pending()?;
         let mut module = self
             .module
             .take()
@@ -617,6 +693,73 @@ impl Drop for Jit {
             unsafe { module.free_memory() };
         }
     }
+}
+
+/// The mid-end on `ctx.func`: Cranelift's e-graph pass (GVN, LICM, algebraic rewrites)
+/// with `optimizer`, then the interleaving of independent unrolled groups (see
+/// `interleave.rs`), which has to come after the e-graph because its elaboration lays each
+/// group out whole again, and a second verification against `isa`. The module's own ISA has
+/// `opt_level=none`, so compiling does not run the e-graph a second time.
+fn optimize_function(
+    ctx: &mut Context,
+    optimizer: &dyn TargetIsa,
+    isa: &dyn TargetIsa,
+    opt_level: OptLevel,
+    name: &str,
+) -> Result<(), JitError> {
+    if opt_level == OptLevel::None {
+        return Ok(());
+    }
+    let failed = |message: String| JitError::Compile {
+        name: name.to_string(),
+        message,
+    };
+    let mut plane = ControlPlane::default();
+    ctx.optimize(optimizer, &mut plane)
+        .map_err(|e| failed(print_errors::pretty_error(&ctx.func, e)))?;
+    interleave_groups(&mut ctx.func);
+    // The reordering is ours, so check its output as strictly as the input.
+    verify_function(&ctx.func, isa).map_err(|errors| {
+        failed(format!(
+            "interleaving `{name}` broke the function:\n{}",
+            print_errors::pretty_verifier_error(&ctx.func, None, errors)
+        ))
+    })?;
+    Ok(())
+}
+
+/// Optimizes and compiles `ctx.func` (pending as `p`) to machine code, as the module's
+/// `define_function` would, so that it can run on another thread.
+fn compile_function(
+    ctx: &mut Context,
+    optimizer: &dyn TargetIsa,
+    isa: &dyn TargetIsa,
+    opt_level: OptLevel,
+    p: &Pending,
+) -> Result<MachineCode, JitError> {
+    optimize_function(ctx, optimizer, isa, opt_level, &p.name)?;
+    let mut plane = ControlPlane::default();
+    let alignment = ctx
+        .compile(isa, &mut plane)
+        .map_err(|e| JitError::Compile {
+            name: p.name.clone(),
+            message: print_errors::pretty_error(e.func, e.inner),
+        })?
+        .buffer
+        .alignment as u64;
+    let code = ctx
+        .compiled_code()
+        .expect("a function that compiled has its code");
+    Ok(MachineCode {
+        alignment,
+        bytes: code.code_buffer().to_vec(),
+        relocs: code
+            .buffer
+            .relocs()
+            .iter()
+            .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, p.id))
+            .collect(),
+    })
 }
 
 /// The hash of `func`'s body for sharing, or `None` when it must not be shared: it refers
