@@ -15,6 +15,7 @@ use ferrite_ir::loops::{
 };
 use ferrite_ir::types::{contiguous_strides, normalize_axis};
 use ferrite_ir::{promote, BinaryOp, DType, Op, Scalar, ValueId};
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet};
 
 /// Code generation gives up on expressions nested deeper than this (fusion then
@@ -50,8 +51,10 @@ pub(super) fn bug(msg: impl Into<String>) -> Fail {
 pub(super) struct StageState {
     pub(super) block: Block,
     pub(super) ext: Extents,
-    pub(super) cse: HashMap<ExprNode, ExprRef>,
-    pub(super) memo: HashMap<(ValueId, Vec<IndexExpr>, Vec<Bound>), ExprRef>,
+    /// Keyed by whole expression and index trees, so hashed with Fx rather than SipHash
+    /// (the lookups were a tenth of scheduling a model).
+    pub(super) cse: FxHashMap<ExprNode, ExprRef>,
+    pub(super) memo: FxHashMap<(ValueId, Vec<IndexExpr>, Vec<Bound>), ExprRef>,
     /// Reductions whose accumulators this (reduction) stage defines.
     pub(super) pending: Vec<ValueId>,
 }
