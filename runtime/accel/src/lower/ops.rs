@@ -97,27 +97,22 @@ pub(super) fn typed_lit(v: Value, d: DType) -> E {
     match d {
         DType::F32 | DType::Bool => lit(v),
         DType::I32 => int(integer(v)),
-        // Lowering refuses the dtypes the tile language lacks before it gets here.
         DType::F16 | DType::Bf16 | DType::F64 => cast(lit(v), d),
-        DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::U32 | DType::U64 => {
-            cast(int(integer(v)), d)
-        }
-        DType::I64 => {
+        _ => {
+            // A `u64` beyond `i64::MAX` is written as its bits.
             let x = integer(v);
             if i32::try_from(x).is_ok() {
-                cast(int(x), DType::I64)
+                cast(int(x), d)
             } else {
                 // Too wide for a literal on its own (which is i32): a filled scalar.
-                call(
-                    Builtin::Full,
-                    vec![E::Tuple(Vec::new()), int(x), tb::dtype(DType::I64)],
-                )
+                call(Builtin::Full, vec![E::Tuple(Vec::new()), int(x), tb::dtype(d)])
             }
         }
     }
 }
 
-/// An integer constant's value (exact: `as_f64` would round wide values).
+/// An integer constant's value (exact: `as_f64` would round wide values; a `u64`
+/// beyond `i64::MAX` gives its bits).
 fn integer(v: Value) -> i64 {
     match v {
         Value::Int(x) => x as i64,
@@ -163,7 +158,7 @@ fn compare_pair(x: &Val, y: &Val, want: DType) -> (E, E) {
             {
                 typed(v, want)
             }
-            (Val::Tile(t), _) if t.dtype.is_int() && want.is_int() => t.e.clone(),
+            (Val::Tile(t), _) if is_index(t.dtype) && is_index(want) => t.e.clone(),
             _ => typed(v, want),
         }
     };
@@ -172,6 +167,11 @@ fn compare_pair(x: &Val, y: &Val, want: DType) -> (E, E) {
         (Val::Tile(_), Val::Lit(c, _)) => (loose(x, y), lit(*c)),
         _ => (loose(x, y), loose(y, x)),
     }
+}
+
+/// True for the dtypes index arithmetic computes in.
+fn is_index(d: DType) -> bool {
+    matches!(d, DType::I32 | DType::I64)
 }
 
 /// The value as a bool: numbers are true when non-zero (NaN included).
@@ -254,8 +254,8 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
             Ok(tile(tb::sub(pos, negative), d, &[x]))
         }
         UnaryOp::Gelu | UnaryOp::GeluTanh | UnaryOp::Silu if d.is_float() => {
-            // In f32, rounded once to a half dtype at the end.
-            let t = named(b, x, DType::F32);
+            // In f32 (f64 for f64), rounded once to a half dtype at the end.
+            let t = named(b, x, wide(d));
             let half_x = mul(float(0.5), t.clone());
             let e = match u {
                 UnaryOp::Gelu => mul(
@@ -278,9 +278,19 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
     }
 }
 
-/// An f32 expression rounded to `d` when `d` is a half dtype.
+/// The dtype formulas on `d` values compute in: f32 for the half dtypes and f32,
+/// f64 for f64.
+fn wide(d: DType) -> DType {
+    if d == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// An expression computed in [`wide`]`(d)` rounded to `d` when `d` is a half dtype.
 fn narrow(e: E, d: DType) -> E {
-    if d == DType::F32 {
+    if d == wide(d) {
         e
     } else {
         cast(e, d)
@@ -385,7 +395,7 @@ pub(super) fn convert(x: &Val, d: DType) -> Val {
 /// it, C99/IEEE special values included), or for the exponents whose direct
 /// form rounds the same (0, 1, 2, -1), that form.
 fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
-    let w = DType::F32;
+    let w = wide(d);
     if let Val::Lit(Value::Float(xv), _) = x {
         if *xv == 1.0 {
             return Ok(Val::Lit(Value::Float(1.0), d));
@@ -453,7 +463,8 @@ fn int_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
     }
     // A varying exponent: square-and-multiply over its bits in a scalar loop.
     let (xe, ye) = (typed(x, d), typed(y, d));
-    let bits = if d == DType::I32 { 31 } else { 63 };
+    // Every bit of a non-negative exponent (negative ones fail the kernel's check).
+    let bits = 8 * d.size_bytes() as i64 - i64::from(!d.is_unsigned());
     let zero_x = mul(xe.clone(), int(0));
     let zero_y = mul(ye.clone(), int(0));
     let r = b.var(
