@@ -39,7 +39,10 @@ fn every_dtype_parses_prints_and_checks() {
         tile::parse_and_check("d.tile", &src).unwrap_or_else(|e| panic!("{d}: {e}"));
         // A dtype's name is reserved: no variable can take it.
         let e = tile::parse("r.tile", &format!("kernel k() {{\n  {d} = 1\n}}\n")).unwrap_err();
-        assert_eq!(e.message, format!("`{d}` is a dtype and cannot name a variable"));
+        assert_eq!(
+            e.message,
+            format!("`{d}` is a dtype and cannot name a variable")
+        );
     }
     // Constants next to narrow integers must fit them; a 64-bit integer takes any.
     let src = "kernel k(x: *u8, y: *u64) {\n  v = load(x + arange(0, 4)) + 300\n}\n";

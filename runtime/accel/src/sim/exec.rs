@@ -380,8 +380,7 @@ impl Program<'_, '_> {
 
     /// Charges vector work on `elems` elements of the given dtypes.
     fn vector(&mut self, elems: usize, dtypes: &[DType]) {
-        self.clock
-            .vector(elems, super::timing::Width::of(dtypes));
+        self.clock.vector(elems, super::timing::Width::of(dtypes));
         self.launch.vector_ops += elems as u64;
     }
 

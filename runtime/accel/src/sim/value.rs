@@ -275,15 +275,11 @@ impl Tile {
                     Elems::F(v.iter().map(|&x| f(x) as f32).collect())
                 }
             }
-            Elems::I(v) if d.is_int() => Elems::I(
-                v.iter()
-                    .map(|&x| int_bits(d, int_value(src, x)))
-                    .collect(),
-            ),
-            Elems::I(v) => Elems::B(v.iter().map(|&x| x != 0).collect()),
-            Elems::B(v) if d == DType::F64 => {
-                Elems::D(v.iter().map(|&x| x as u8 as f64).collect())
+            Elems::I(v) if d.is_int() => {
+                Elems::I(v.iter().map(|&x| int_bits(d, int_value(src, x))).collect())
             }
+            Elems::I(v) => Elems::B(v.iter().map(|&x| x != 0).collect()),
+            Elems::B(v) if d == DType::F64 => Elems::D(v.iter().map(|&x| x as u8 as f64).collect()),
             Elems::B(v) if d.is_float() => Elems::F(v.iter().map(|&x| x as u8 as f32).collect()),
             Elems::B(v) if d.is_int() => Elems::I(v.iter().map(|&x| x as i64).collect()),
             Elems::B(v) => Elems::B(v.clone()),
@@ -333,11 +329,7 @@ impl Tile {
                     _ => return Err(format!("{op:?} of an integer tile")),
                 };
                 let d = self.dtype;
-                Elems::I(
-                    v.iter()
-                        .map(|&x| int_bits(d, f(int_value(d, x))))
-                        .collect(),
-                )
+                Elems::I(v.iter().map(|&x| int_bits(d, f(int_value(d, x)))).collect())
             }
             Elems::B(v) => match op {
                 UnOp::Not => Elems::B(v.iter().map(|&x| !x).collect()),
@@ -583,7 +575,14 @@ impl Tile {
 
 /// `out[i, j] (+)= x[i, :] . y[:, j]` for row-major `x` (`k` columns) and `y` (`n`
 /// columns), with `fma` adding one product.
-fn matmul_into<T: Copy>(out: &mut [T], x: &[T], y: &[T], k: usize, n: usize, fma: impl Fn(&mut T, T, T)) {
+fn matmul_into<T: Copy>(
+    out: &mut [T],
+    x: &[T],
+    y: &[T],
+    k: usize,
+    n: usize,
+    fma: impl Fn(&mut T, T, T),
+) {
     for (i, row) in out.chunks_exact_mut(n.max(1)).enumerate() {
         for (kk, &aik) in x[i * k..(i + 1) * k].iter().enumerate() {
             let brow = &y[kk * n..(kk + 1) * n];
@@ -817,6 +816,120 @@ mod tests {
         assert_eq!(
             f.cast(DType::I32).elems,
             Elems::I(vec![0, i32::MAX as i64, -2])
+        );
+    }
+
+    fn ints(d: DType, v: &[i128]) -> Tile {
+        Tile {
+            dtype: d,
+            shape: vec![v.len()],
+            elems: Elems::I(v.iter().map(|&x| int_bits(d, x)).collect()),
+        }
+    }
+
+    fn values(t: &Tile) -> Vec<i128> {
+        let Elems::I(v) = &t.elems else { panic!() };
+        v.iter().map(|&x| int_value(t.dtype, x)).collect()
+    }
+
+    #[test]
+    fn unsigned_and_narrow_integers_wrap_compare_and_convert_as_the_interpreter() {
+        let big = u64::MAX as i128;
+        let u = ints(DType::U64, &[big, 1 << 63, 3]);
+        let one = ints(DType::U64, &[1, 1, 1]);
+        // Above i64::MAX is still greater, and wraps past u64::MAX.
+        let gt = Tile::binary(BinOp::Gt, &u, &one, DType::Bool, &[3]).unwrap();
+        assert_eq!(gt.elems, Elems::B(vec![true, true, true]));
+        let sum = Tile::binary(BinOp::Add, &u, &one, DType::U64, &[3]).unwrap();
+        assert_eq!(values(&sum), vec![0, (1 << 63) + 1, 4]);
+        let q = Tile::binary(
+            BinOp::Div,
+            &u,
+            &ints(DType::U64, &[2, 2, 2]),
+            DType::U64,
+            &[3],
+        );
+        assert_eq!(values(&q.unwrap()), vec![big / 2, 1 << 62, 1]);
+        assert_eq!(values(&u.reduce(ReduceOp::Max, None).unwrap()), vec![big]);
+        // Rounded once from the exact value: u64::MAX is 2^64 in f32 and f64.
+        let Elems::F(f) = u.cast(DType::F32).elems else {
+            panic!()
+        };
+        assert_eq!(f, vec![18446744073709551616.0, 9223372036854775808.0, 3.0]);
+        let Elems::D(f) = u.cast(DType::F64).elems else {
+            panic!()
+        };
+        assert_eq!(f[0], 18446744073709551616.0);
+        // u8 wraps; i8 of 200 is -56; u8 of -1 is 255.
+        let b = ints(DType::U8, &[250, 200, 0]);
+        let s = Tile::binary(
+            BinOp::Add,
+            &b,
+            &ints(DType::U8, &[10, 100, 0]),
+            DType::U8,
+            &[3],
+        );
+        assert_eq!(values(&s.unwrap()), vec![4, 44, 0]);
+        assert_eq!(values(&b.cast(DType::I8)), vec![-6, -56, 0]);
+        assert_eq!(values(&ints(DType::I16, &[-1]).cast(DType::U8)), vec![255]);
+        assert_eq!(
+            values(&ints(DType::I8, &[-128]).unary(UnOp::Neg).unwrap()),
+            vec![-128]
+        );
+        // Floats to integers truncate and saturate into the target's range.
+        let f = Tile {
+            dtype: DType::F64,
+            shape: vec![4],
+            elems: Elems::D(vec![-1.5, 300.7, f64::NAN, 1e30]),
+        };
+        assert_eq!(values(&f.cast(DType::U8)), vec![0, 255, 0, 255]);
+        assert_eq!(
+            values(&f.cast(DType::I16)),
+            vec![-1, 300, 0, i16::MAX as i128]
+        );
+        assert_eq!(values(&f.cast(DType::U64)), vec![0, 300, 0, big]);
+        // f64 to f16 rounds once: just above half-way between two f16 values rounds
+        // up, where rounding through f32 first would land on the tie and round to even.
+        let above_tie = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
+        let t = Tile {
+            dtype: DType::F64,
+            shape: vec![1],
+            elems: Elems::D(vec![above_tie]),
+        };
+        let Elems::F(h) = t.cast(DType::F16).elems else {
+            panic!()
+        };
+        assert_eq!(h, vec![1.0 + 2f32.powi(-10)]);
+    }
+
+    #[test]
+    fn integer_dots_accumulate_in_i32_and_f64_dots_in_f64() {
+        let a = Tile {
+            dtype: DType::I8,
+            shape: vec![1, 2],
+            elems: Elems::I(vec![127, 127]),
+        };
+        let b = Tile {
+            dtype: DType::I8,
+            shape: vec![2, 1],
+            elems: Elems::I(vec![127, 2]),
+        };
+        let d = Tile::dot(&a, &b, None).unwrap();
+        assert_eq!((d.dtype, d.elems), (DType::I32, Elems::I(vec![127 * 129])));
+        let x = Tile {
+            dtype: DType::F64,
+            shape: vec![1, 2],
+            elems: Elems::D(vec![1e8, 1.0]),
+        };
+        let y = Tile {
+            dtype: DType::F64,
+            shape: vec![2, 1],
+            elems: Elems::D(vec![1.0, 3.0]),
+        };
+        let d = Tile::dot(&x, &y, None).unwrap();
+        assert_eq!(
+            (d.dtype, d.elems),
+            (DType::F64, Elems::D(vec![100_000_003.0]))
         );
     }
 

@@ -503,7 +503,9 @@ impl Checker<'_> {
             // its bits, as in C); a narrower one only the literals it holds.
             (Const::Int(v), DType::I64 | DType::U64) => Lit::I(v),
             (Const::Int(v), _) if d.is_int() => {
-                if d.int_range().is_some_and(|(lo, hi)| (lo..=hi).contains(&(v as i128))) {
+                if d.int_range()
+                    .is_some_and(|(lo, hi)| (lo..=hi).contains(&(v as i128)))
+                {
                     Lit::I(v)
                 } else {
                     return Err(self.error(
