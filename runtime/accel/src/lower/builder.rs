@@ -656,6 +656,12 @@ pub(super) fn float(v: f64) -> E {
     E::Float(if v.is_nan() { f64::NAN } else { v }.to_bits())
 }
 
+/// A float literal of exactly `v`, for f64 values (which [`float`]'s short f32
+/// form would change).
+pub(super) fn float_exact(v: f64) -> E {
+    E::Float(if v.is_nan() { f64::NAN } else { v }.to_bits())
+}
+
 /// A kernel parameter.
 pub(super) fn param(name: &str) -> E {
     E::Param(name.to_string())

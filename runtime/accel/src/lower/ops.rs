@@ -11,6 +11,12 @@
 //! gelu(x)       -> 0.5*x*(1 + erf(x/sqrt 2))         silu(x) -> x * sigmoid(x)
 //! pow(x, y)     -> x*x, 1/x for the exponents 2, -1; else pow(x, y), the
 //!                  builtin (C99/IEEE special values, as the interpreter)
+//! trunc_divide, fmod of integers -> x / y, x % y (C's, toward zero)
+//! floor_divide, remainder of integers -> q - 1, r + y where r != 0 and the signs
+//!                  of r and y differ (a zero divisor: the kernel's check; those
+//!                  lanes divide by 1)
+//! floor_divide, trunc_divide, remainder, fmod of floats -> in f64 from x % y
+//!                  (fmod), CPython's formulas, rounded once to the dtype
 //! not(x)        -> x == 0 (numbers)   and/or of numbers -> (x != 0) & (y != 0)
 //! max/min/mul of bools -> | & &
 //! ```
@@ -21,7 +27,8 @@
 //! written with an explicit dtype ([`typed_lit`]).
 
 use super::builder::{
-    self as tb, bin, boolean, call, cast, div, float, int, mul, neg, where_, Builder, Depth, E,
+    self as tb, and, bin, boolean, call, cast, div, float, int, lt, mul, neg, where_, Builder,
+    Depth, E,
 };
 use crate::error::{Error, Result};
 use crate::tile::ast::{BinaryOp as TBin, Builtin};
@@ -92,12 +99,26 @@ pub(super) fn lit(v: Value) -> E {
     }
 }
 
+/// A bare literal that meets a tile of dtype `d`: [`lit`], but f64 values keep
+/// every bit.
+pub(super) fn lit_as(v: Value, d: DType) -> E {
+    match v {
+        Value::Float(x) if d == DType::F64 => tb::float_exact(x),
+        _ => lit(v),
+    }
+}
+
 /// A constant written with its dtype, for where no tile gives it one.
 pub(super) fn typed_lit(v: Value, d: DType) -> E {
     match d {
         DType::F32 | DType::Bool => lit(v),
         DType::I32 => int(integer(v)),
-        DType::F16 | DType::Bf16 | DType::F64 => cast(lit(v), d),
+        DType::F16 | DType::Bf16 => cast(lit(v), d),
+        // A literal alone is f32: an f64 constant is a filled scalar, to keep its bits.
+        DType::F64 => call(
+            Builtin::Full,
+            vec![E::Tuple(Vec::new()), lit_as(v, d), tb::dtype(d)],
+        ),
         _ => {
             // A `u64` beyond `i64::MAX` is written as its bits.
             let x = integer(v);
@@ -105,7 +126,10 @@ pub(super) fn typed_lit(v: Value, d: DType) -> E {
                 cast(int(x), d)
             } else {
                 // Too wide for a literal on its own (which is i32): a filled scalar.
-                call(Builtin::Full, vec![E::Tuple(Vec::new()), int(x), tb::dtype(d)])
+                call(
+                    Builtin::Full,
+                    vec![E::Tuple(Vec::new()), int(x), tb::dtype(d)],
+                )
             }
         }
     }
@@ -140,9 +164,9 @@ fn named(b: &mut Builder, v: &Val, want: DType) -> E {
 /// literal (it takes the tile's dtype).
 fn pair(x: &Val, y: &Val, want: DType) -> (E, E) {
     match (x, y) {
-        (Val::Lit(a, _), Val::Tile(_)) => (lit(*a), typed(y, want)),
-        (Val::Tile(_), Val::Lit(c, _)) => (typed(x, want), lit(*c)),
-        (Val::Lit(..), Val::Lit(c, _)) => (typed(x, want), lit(*c)),
+        (Val::Lit(a, _), Val::Tile(_)) => (lit_as(*a, want), typed(y, want)),
+        (Val::Tile(_), Val::Lit(c, _)) => (typed(x, want), lit_as(*c, want)),
+        (Val::Lit(..), Val::Lit(c, _)) => (typed(x, want), lit_as(*c, want)),
         _ => (typed(x, want), typed(y, want)),
     }
 }
@@ -163,8 +187,8 @@ fn compare_pair(x: &Val, y: &Val, want: DType) -> (E, E) {
         }
     };
     match (x, y) {
-        (Val::Lit(a, _), Val::Tile(_)) => (lit(*a), loose(y, x)),
-        (Val::Tile(_), Val::Lit(c, _)) => (loose(x, y), lit(*c)),
+        (Val::Lit(a, _), Val::Tile(_)) => (lit_as(*a, want), loose(y, x)),
+        (Val::Tile(_), Val::Lit(c, _)) => (loose(x, y), lit_as(*c, want)),
         _ => (loose(x, y), loose(y, x)),
     }
 }
@@ -307,8 +331,9 @@ pub(super) fn binary(
     d: DType,
 ) -> Result<Val> {
     if let (Val::Lit(p, _), Val::Lit(q, _)) = (x, y) {
-        if op == BinaryOp::Pow && d.is_int() && scalar::binary(op, *p, *q, d).is_err() {
-            // A negative exponent: the kernel's `check` of it fails first.
+        let checked = op == BinaryOp::Pow || op.is_integer_division();
+        if checked && d.is_int() && scalar::binary(op, *p, *q, d).is_err() {
+            // A negative exponent or a zero divisor: the kernel's `check` fails first.
             return Ok(Val::Lit(Value::Int(0), d));
         }
         return Ok(Val::Lit(
@@ -365,6 +390,8 @@ pub(super) fn binary(
         }
         BinaryOp::Pow if d.is_float() => float_pow(b, x, y, d)?,
         BinaryOp::Pow => int_pow(b, x, y, d)?,
+        _ if op.is_integer_division() && d.is_int() => int_division(b, op, x, y, d),
+        _ if op.is_integer_division() && d.is_float() => float_division(b, op, x, y, d),
         _ => return Err(Error::unsupported(format!("{} of {d} values", op.name()))),
     })
 }
@@ -389,6 +416,97 @@ pub(super) fn convert(x: &Val, d: DType) -> Val {
         Val::Tile(t) if t.dtype == d => x.clone(),
         Val::Tile(t) => tile(cast(t.e.clone(), d), d, &[x]),
     }
+}
+
+/// `floor_divide`, `trunc_divide`, `remainder` or `fmod` of integers of dtype `d`.
+/// The tile language's `/` and `%` round toward zero (and wrap `MIN / -1` to
+/// `MIN`, as the interpreter's wrap does); the floor forms move by one where the
+/// remainder is not zero and its sign differs from the divisor's. A zero divisor
+/// is the kernel's `check` (`body.rs`); the lanes that hold one divide by 1 so
+/// that a masked-off lane cannot fault.
+fn int_division(b: &mut Builder, op: BinaryOp, x: &Val, y: &Val, d: DType) -> Val {
+    let xe = named(b, x, d);
+    let ye = match y {
+        Val::Lit(v, _) if scalar::truth(*v) => typed(y, d),
+        Val::Lit(..) => typed_lit(Value::Int(1), d),
+        Val::Tile(_) => {
+            let t = named(b, y, d);
+            b.bind("t", where_(bin(TBin::Eq, t.clone(), int(0)), int(1), t))
+        }
+    };
+    let q = || div(xe.clone(), ye.clone());
+    let r = || tb::rem(xe.clone(), ye.clone());
+    let e = match op {
+        BinaryOp::TruncDivide => q(),
+        BinaryOp::Fmod => r(),
+        BinaryOp::FloorDivide if d.is_unsigned() => q(),
+        BinaryOp::Remainder if d.is_unsigned() => r(),
+        _ => {
+            let r = b.bind("r", r());
+            let differ = and(
+                bin(TBin::Ne, r.clone(), int(0)),
+                bin(TBin::Ne, lt(r.clone(), int(0)), lt(ye.clone(), int(0))),
+            );
+            if op == BinaryOp::FloorDivide {
+                where_(differ, tb::sub(q(), int(1)), q())
+            } else {
+                where_(differ, tb::add(r.clone(), ye), r)
+            }
+        }
+    };
+    tile(e, d, &[x, y])
+}
+
+/// `floor_divide`, `trunc_divide`, `remainder` or `fmod` of floats of dtype `d`,
+/// computed in f64 with the interpreter's (CPython's) formulas and rounded once:
+/// `fmod` is `%`; `floor_divide` comes from the exact `fmod`, its zero quotient
+/// signed as `x / y`, and a zero divisor gives `x / y`.
+fn float_division(b: &mut Builder, op: BinaryOp, x: &Val, y: &Val, d: DType) -> Val {
+    let w = DType::F64;
+    let (xe, ye) = (named(b, x, w), named(b, y, w));
+    let zero = || float(0.0);
+    let e = match op {
+        BinaryOp::Fmod => tb::rem(xe, ye),
+        BinaryOp::TruncDivide => {
+            let q = b.bind("q", div(xe, ye));
+            where_(
+                lt(q.clone(), zero()),
+                builtin(Builtin::Ceil, q.clone()),
+                builtin(Builtin::Floor, q),
+            )
+        }
+        BinaryOp::Remainder => {
+            let r = b.bind("r", tb::rem(xe, ye.clone()));
+            let differ = and(
+                bin(TBin::Ne, r.clone(), zero()),
+                bin(TBin::Ne, lt(ye.clone(), zero()), lt(r.clone(), zero())),
+            );
+            where_(differ, tb::add(r.clone(), ye), r)
+        }
+        _ => {
+            let r = b.bind("r", tb::rem(xe.clone(), ye.clone()));
+            let q0 = b.bind("q", div(tb::sub(xe.clone(), r.clone()), ye.clone()));
+            let differ = and(
+                bin(TBin::Ne, r.clone(), zero()),
+                bin(TBin::Ne, lt(ye.clone(), zero()), lt(r, zero())),
+            );
+            let q1 = b.bind("q", where_(differ, tb::sub(q0.clone(), float(1.0)), q0));
+            let f = b.bind("f", builtin(Builtin::Floor, q1.clone()));
+            let rounded = where_(
+                bin(TBin::Gt, tb::sub(q1.clone(), f.clone()), float(0.5)),
+                tb::add(f.clone(), float(1.0)),
+                f,
+            );
+            // The sign of x / y (finite and not NaN where the quotient is 0): that
+            // of its reciprocal, which tells -0 from +0.
+            let s = b.bind("s", div(xe, ye.clone()));
+            let negative = lt(div(float(1.0), s.clone()), zero());
+            let signed_zero = where_(negative, float(-0.0), zero());
+            let q = where_(bin(TBin::Eq, q1, zero()), signed_zero, rounded);
+            where_(bin(TBin::Eq, ye, zero()), s, q)
+        }
+    };
+    tile(if d == w { e } else { cast(e, d) }, d, &[x, y])
 }
 
 /// `x ** y` for floats: the `pow` builtin (computed as the interpreter computes
