@@ -738,22 +738,19 @@ fn int_binary(op: BinOp, x: &[i64], y: &[i64], d: DType, out: DType) -> OpResult
         BinOp::Ne => Some(|p, q| p != q),
         _ => None,
     };
+    if matches!(d, DType::I32 | DType::I64) && matches!(out, DType::I32 | DType::I64 | DType::Bool)
+    {
+        // Offsets and indices: the signed 32/64-bit values are their bits, so i64
+        // arithmetic wrapped once gives the result without widening every lane.
+        return signed_binary(op, x, y, out);
+    }
     let v = |bits: i64| int_value(d, bits);
     if let Some(f) = cmp {
         return Ok(Elems::B(
             x.iter().zip(y).map(|(&p, &q)| f(v(p), v(q))).collect(),
         ));
     }
-    if matches!(op, BinOp::Div | BinOp::Rem) && y.contains(&0) {
-        return Err(format!(
-            "integer {} by zero",
-            if op == BinOp::Div {
-                "division"
-            } else {
-                "remainder"
-            }
-        ));
-    }
+    nonzero_divisors(op, y)?;
     let f: fn(i128, i128) -> i128 = match op {
         BinOp::Add => i128::wrapping_add,
         BinOp::Sub => i128::wrapping_sub,
@@ -773,6 +770,56 @@ fn int_binary(op: BinOp, x: &[i64], y: &[i64], d: DType, out: DType) -> OpResult
             .map(|(&p, &q)| int_bits(out, f(v(p), v(q))))
             .collect(),
     ))
+}
+
+/// An integer `/` or `%` by zero is an error (of any lane: the lowering divides
+/// masked-off lanes by 1).
+fn nonzero_divisors(op: BinOp, y: &[i64]) -> OpResult<()> {
+    if matches!(op, BinOp::Div | BinOp::Rem) && y.contains(&0) {
+        let what = if op == BinOp::Div {
+            "division"
+        } else {
+            "remainder"
+        };
+        return Err(format!("integer {what} by zero"));
+    }
+    Ok(())
+}
+
+/// [`int_binary`] of i32 or i64 operands, in i64.
+fn signed_binary(op: BinOp, x: &[i64], y: &[i64], out: DType) -> OpResult<Elems> {
+    let cmp: Option<fn(i64, i64) -> bool> = match op {
+        BinOp::Lt => Some(|p, q| p < q),
+        BinOp::Le => Some(|p, q| p <= q),
+        BinOp::Gt => Some(|p, q| p > q),
+        BinOp::Ge => Some(|p, q| p >= q),
+        BinOp::Eq => Some(|p, q| p == q),
+        BinOp::Ne => Some(|p, q| p != q),
+        _ => None,
+    };
+    if let Some(f) = cmp {
+        return Ok(Elems::B(x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect()));
+    }
+    nonzero_divisors(op, y)?;
+    let f: fn(i64, i64) -> i64 = match op {
+        BinOp::Add => i64::wrapping_add,
+        BinOp::Sub => i64::wrapping_sub,
+        BinOp::Mul => i64::wrapping_mul,
+        BinOp::Div => i64::wrapping_div,
+        BinOp::Rem => i64::wrapping_rem,
+        BinOp::And => |p, q| p & q,
+        BinOp::Or => |p, q| p | q,
+        BinOp::Max => i64::max,
+        BinOp::Min => i64::min,
+        _ => return Err(format!("{op:?} of integer tiles")),
+    };
+    let mut v: Vec<i64> = x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+    if out == DType::I32 {
+        for r in &mut v {
+            *r = *r as i32 as i64;
+        }
+    }
+    Ok(Elems::I(v))
 }
 
 #[cfg(test)]
