@@ -145,3 +145,32 @@ fn the_simulator_reduces_casts_and_multiplies_every_dtype_as_the_interpreter_doe
         }
     }
 }
+
+/// f64 constants on the simulator were written as f32's short form (`1.4285715` for
+/// the f64 value of the f32 nearest 1/0.7) or as an f32 literal cast to f64 (`0.1`
+/// became 0.10000000149011612): they keep every bit now, beside a tile and alone.
+#[test]
+fn regression_f64_constants_keep_their_bits_on_the_simulator() {
+    let g = graph(
+        "graph g(x: f64[4], c: bool[4]) {
+  a = add(x, 1.4285714626312256)
+  b = where(c, x, 0.1)
+  m = mul(x, 0.30000001192092896)
+  f = full(shape=[4], value=0.1, dtype=f64)
+  return a, b, m, f
+}",
+    );
+    let x = Tensor::from_vec(&[4], vec![0.0f64, 1.0, -2.5, 1e-300]).unwrap();
+    let c = Tensor::from_vec(&[4], vec![true, false, true, false]).unwrap();
+    let want = compile_ir(&g, &Options::default().target(Target::Interp))
+        .unwrap()
+        .run(&[&x, &c])
+        .unwrap();
+    for fuse in [true, false] {
+        let got = compile_ir(&g, &Options::default().target(Target::Sim).fuse(fuse))
+            .unwrap()
+            .run(&[&x, &c])
+            .unwrap();
+        assert_eq!(got, want, "fuse {fuse}");
+    }
+}
