@@ -1,9 +1,11 @@
-//! `f64` and the narrow and unsigned integers through the face: the interpreter and
-//! the loop-IR evaluator compute them (wrapping, unsigned comparison, exact f64), and
-//! the CPU and the simulator refuse them with a user error naming the dtype, never a
+//! `f64` and the narrow and unsigned integers through the face: the interpreter, the
+//! loop-IR evaluator and the simulator compute them (wrapping, unsigned comparison,
+//! exact f64; on the simulator fused and unfused, reductions, casts and matmuls
+//! included), and the CPU refuses them with a user error naming the dtype, never a
 //! wrong answer or a panic.
 
 use ferrite::{compile_ir, Options, Target, Tensor};
+use ferrite_ir::{DType, TensorType};
 
 fn graph(source: &str) -> ferrite::ir::Graph {
     ferrite::parse("dtypes.fg", source).unwrap_or_else(|d| panic!("{d}"))
@@ -23,7 +25,7 @@ fn the_interpreter_and_loops_compute_the_new_dtypes() {
     let a = Tensor::from_vec(&[4], vec![250u8, 3, 200, 0]).unwrap();
     let b = Tensor::from_vec(&[4], vec![10u8, 5, 100, 255]).unwrap();
     let c = Tensor::from_vec(&[2], vec![0.2f64, 1e300]).unwrap();
-    for target in [Target::Interp, Target::Loops] {
+    for target in [Target::Interp, Target::Loops, Target::Sim] {
         let exe = compile_ir(&g, &Options::default().target(target)).unwrap();
         let out = exe.run(&[&a, &b, &c]).unwrap();
         assert_eq!(
@@ -43,19 +45,17 @@ fn the_interpreter_and_loops_compute_the_new_dtypes() {
 }
 
 #[test]
-fn the_backends_refuse_what_they_do_not_compute() {
+fn the_cpu_refuses_what_it_does_not_compute() {
     let g = graph(WRAP);
-    for target in [Target::Cpu, Target::Sim] {
-        let err = compile_ir(&g, &Options::default().target(target))
-            .map(|_| ())
-            .unwrap_err();
-        assert!(!err.is_internal(), "{target}: {err}");
-        let msg = err.to_string();
-        assert!(
-            msg.contains("u8") || msg.contains("f64") || msg.contains("i8") || msg.contains("i16"),
-            "{target}: {msg}"
-        );
-    }
+    let err = compile_ir(&g, &Options::default().target(Target::Cpu))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(!err.is_internal(), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("u8") || msg.contains("f64") || msg.contains("i8") || msg.contains("i16"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -77,4 +77,100 @@ fn literals_must_fit_their_integer_dtype() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("does not fit in u32"), "{e}");
+}
+
+/// Values of `d` spread over its whole range (both ends and `u64` above `i64::MAX`
+/// included, so sums and products wrap), or f64 values of mixed sign and size.
+fn spread(d: DType, shape: &[usize], salt: i128) -> Tensor {
+    let ty = TensorType::new(d, shape.to_vec()).unwrap();
+    let n = ty.numel() as i128;
+    let t = match d.int_range() {
+        Some((lo, hi)) => {
+            let span = hi - lo + 1;
+            let v: Vec<i128> = (0..n)
+                .map(|i| lo + (i * 2_654_435_761 + salt * 97 + 13).rem_euclid(span))
+                .collect();
+            ferrite_ir::Tensor::from_i128(&ty, &v)
+        }
+        None => {
+            let v: Vec<f64> = (0..n)
+                .map(|i| ((i * 7919 + salt * 31) % 200 - 100) as f64 * 0.37e3)
+                .collect();
+            ferrite_ir::Tensor::from_f64(&ty, &v)
+        }
+    };
+    Tensor::try_from(t).unwrap()
+}
+
+#[test]
+fn the_simulator_reduces_casts_and_multiplies_every_dtype_as_the_interpreter_does() {
+    use DType::*;
+    for d in [F64, I8, U8, I16, U16, U32, U64, I32, I64] {
+        let float = d.is_float();
+        let mean = if float {
+            "  a = mean(x, axes=[0])\n"
+        } else {
+            ""
+        };
+        let src = format!(
+            "graph g(x: {d}[5, 37], y: {d}[37, 3]) {{\n  s = sum(x, axes=[1])\n  \
+             p = prod(x, axes=[0])\n  mx = max(x, axes=[1])\n  mn = min(x)\n  \
+             am = argmax(x, axis=1)\n  m = matmul(x, y)\n  r = relu(m)\n{mean}  \
+             c = cast(add(x, x), to=f32)\n  h = cast(x, to=f16)\n  b = cast(x, to=bf16)\n  \
+             u = cast(x, to=u64)\n  q = cast(mul(x, x), to=i8)\n  \
+             return s, p, mx, mn, am, m, r, c, h, b, u, q{}\n}}\n",
+            if float { ", a" } else { "" }
+        );
+        let g = graph(&src);
+        let (x, y) = (spread(d, &[5, 37], 1), spread(d, &[37, 3], 2));
+        let want = compile_ir(&g, &Options::default().target(Target::Interp))
+            .unwrap()
+            .run(&[&x, &y])
+            .unwrap();
+        for fuse in [true, false] {
+            let exe = compile_ir(&g, &Options::default().target(Target::Sim).fuse(fuse))
+                .unwrap_or_else(|e| panic!("{d}, fuse {fuse}: {e}"));
+            let got = exe.run(&[&x, &y]).unwrap_or_else(|e| panic!("{d}: {e}"));
+            for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                let (a, b) = (a.as_ir(), b.as_ir());
+                assert_eq!(a.ty, b.ty, "{d}, fuse {fuse}, output {k}");
+                if b.ty.dtype.is_float() && float {
+                    // f64 sums and products in another order: a few ulp.
+                    a.check_close(b, 1e-12, 0.0)
+                        .unwrap_or_else(|m| panic!("{d}, fuse {fuse}, output {k}: {m}"));
+                } else {
+                    assert_eq!(a, b, "{d}, fuse {fuse}, output {k}");
+                }
+            }
+        }
+    }
+}
+
+/// f64 constants on the simulator were written as f32's short form (`1.4285715` for
+/// the f64 value of the f32 nearest 1/0.7) or as an f32 literal cast to f64 (`0.1`
+/// became 0.10000000149011612): they keep every bit now, beside a tile and alone.
+#[test]
+fn regression_f64_constants_keep_their_bits_on_the_simulator() {
+    let g = graph(
+        "graph g(x: f64[4], c: bool[4]) {
+  a = add(x, 1.4285714626312256)
+  b = where(c, x, 0.1)
+  m = mul(x, 0.30000001192092896)
+  f = full(shape=[4], value=0.1, dtype=f64)
+  return a, b, m, f
+}",
+    );
+    let x = Tensor::from_vec(&[4], vec![0.0f64, 1.0, -2.5, 1e-300]).unwrap();
+    let c = Tensor::from_vec(&[4], vec![true, false, true, false]).unwrap();
+    let want = compile_ir(&g, &Options::default().target(Target::Interp))
+        .unwrap()
+        .run(&[&x, &c])
+        .unwrap();
+    for fuse in [true, false] {
+        let got = compile_ir(&g, &Options::default().target(Target::Sim).fuse(fuse))
+            .unwrap()
+            .run(&[&x, &c])
+            .unwrap();
+        assert_eq!(got, want, "fuse {fuse}");
+    }
 }

@@ -131,6 +131,16 @@ pub enum BinaryOp {
     Div,
     /// `a ** b`
     Pow,
+    /// division rounded toward negative infinity (`torch.floor_divide`, Python `//`)
+    FloorDivide,
+    /// division rounded toward zero (`torch.div(rounding_mode="trunc")`, C `/` on integers)
+    TruncDivide,
+    /// the remainder of `floor_divide`, with the sign of the divisor (`torch.remainder`,
+    /// Python `%`)
+    Remainder,
+    /// the remainder of `trunc_divide`, with the sign of the dividend (`torch.fmod`, C
+    /// `fmod` and `%`)
+    Fmod,
     /// elementwise maximum (NaN-propagating)
     Maximum,
     /// elementwise minimum (NaN-propagating)
@@ -155,12 +165,16 @@ pub enum BinaryOp {
 
 impl BinaryOp {
     /// Every binary op.
-    pub const ALL: [BinaryOp; 15] = [
+    pub const ALL: [BinaryOp; 19] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
         BinaryOp::Div,
         BinaryOp::Pow,
+        BinaryOp::FloorDivide,
+        BinaryOp::TruncDivide,
+        BinaryOp::Remainder,
+        BinaryOp::Fmod,
         BinaryOp::Maximum,
         BinaryOp::Minimum,
         BinaryOp::Eq,
@@ -189,6 +203,15 @@ impl BinaryOp {
     /// Logical ops: operands are read as truth values, the result is `bool`.
     pub fn is_logical(self) -> bool {
         matches!(self, BinaryOp::And | BinaryOp::Or)
+    }
+
+    /// The rounding divisions and their remainders: on integers, a zero divisor is a
+    /// run-time error.
+    pub fn is_integer_division(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::FloorDivide | BinaryOp::TruncDivide | BinaryOp::Remainder | BinaryOp::Fmod
+        )
     }
 }
 

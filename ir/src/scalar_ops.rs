@@ -130,6 +130,10 @@ pub(crate) fn float_binary(b: BinaryOp, x: f64, y: f64) -> Result<f64> {
         BinaryOp::Mul => x * y,
         BinaryOp::Div => x / y,
         BinaryOp::Pow => x.powf(y),
+        BinaryOp::FloorDivide => float_floor_divide(x, y),
+        BinaryOp::TruncDivide => (x / y).trunc(),
+        BinaryOp::Remainder => float_remainder(x, y),
+        BinaryOp::Fmod => x % y,
         // IEEE 754-2019 maximum/minimum: a NaN operand gives NaN (f64::max/min would
         // ignore it; PyTorch's maximum/minimum propagate it), and -0 < +0, so the
         // result of two zeros does not depend on their order.
@@ -154,6 +158,65 @@ pub(crate) fn float_binary(b: BinaryOp, x: f64, y: f64) -> Result<f64> {
     })
 }
 
+/// `x // y` on floats, as PyTorch (and CPython) compute it: from the exact `fmod`, so
+/// that `floor_divide(x, y) * y + remainder(x, y)` is as close to `x` as rounding allows,
+/// rounded to the nearest integer where the quotient of the remainder's removal is not
+/// one; a zero divisor gives IEEE's `x / y` (an infinity or NaN).
+fn float_floor_divide(x: f64, y: f64) -> f64 {
+    if y == 0.0 {
+        return x / y;
+    }
+    let r = x % y;
+    let mut q = (x - r) / y;
+    if r != 0.0 && (y < 0.0) != (r < 0.0) {
+        q -= 1.0;
+    }
+    if q == 0.0 {
+        return 0f64.copysign(x / y);
+    }
+    let f = q.floor();
+    if q - f > 0.5 {
+        f + 1.0
+    } else {
+        f
+    }
+}
+
+/// `x % y` with the sign of `y` on floats (`torch.remainder`): `fmod`, moved by one
+/// divisor when the signs differ.
+fn float_remainder(x: f64, y: f64) -> f64 {
+    let r = x % y;
+    if r != 0.0 && (y < 0.0) != (r < 0.0) {
+        r + y
+    } else {
+        r
+    }
+}
+
+/// An integer division or remainder ([`BinaryOp::is_integer_division`]) of operands of
+/// one integer dtype. A zero divisor is a run-time error, as in PyTorch; the quotient
+/// `MIN / -1` is `-MIN`, which the caller's wrap into the dtype makes `MIN` again.
+pub(crate) fn int_division(b: BinaryOp, x: i128, y: i128) -> Result<i128> {
+    if y == 0 {
+        return Err(Error::Eval(format!(
+            "integer division by zero in {} ({x} by {y})",
+            b.name()
+        )));
+    }
+    // Every operand lies in a dtype of at most 64 bits, so nothing here overflows i128.
+    let (q, r) = (x / y, x % y);
+    let signs_differ = r != 0 && ((r < 0) != (y < 0));
+    Ok(match b {
+        BinaryOp::TruncDivide => q,
+        BinaryOp::Fmod => r,
+        BinaryOp::FloorDivide if signs_differ => q - 1,
+        BinaryOp::FloorDivide => q,
+        BinaryOp::Remainder if signs_differ => r + y,
+        BinaryOp::Remainder => r,
+        _ => return Err(Error::internal(format!("{} is not a division", b.name()))),
+    })
+}
+
 /// An arithmetic binary op on integers, wrapping on overflow. `div` has no integer
 /// form (its result is a float), nor do comparisons and logic.
 pub(crate) fn int_binary(b: BinaryOp, x: i128, y: i128) -> Result<i128> {
@@ -162,6 +225,7 @@ pub(crate) fn int_binary(b: BinaryOp, x: i128, y: i128) -> Result<i128> {
         BinaryOp::Sub => x.wrapping_sub(y),
         BinaryOp::Mul => x.wrapping_mul(y),
         BinaryOp::Pow => int_pow(x, y)?,
+        _ if b.is_integer_division() => int_division(b, x, y)?,
         BinaryOp::Maximum => x.max(y),
         BinaryOp::Minimum => x.min(y),
         _ => return Err(Error::internal(format!("{} has no integer form", b.name()))),
@@ -260,6 +324,56 @@ mod tests {
         assert_eq!(float_unary(UnaryOp::Sign, -0.0).to_bits(), 0);
         assert!(!compare(BinaryOp::Le, f64::NAN, f64::NAN));
         assert!(compare(BinaryOp::Ne, f64::NAN, f64::NAN));
+    }
+
+    #[test]
+    fn integer_division_rounds_as_pytorch() {
+        use BinaryOp::{FloorDivide as F, Fmod as M, Remainder as R, TruncDivide as T};
+        let cases = [(7, 2), (-7, 2), (7, -2), (-7, -2), (6, 3), (-6, 3), (0, -5)];
+        let want = [
+            (3, 3, 1, 1),
+            (-4, -3, 1, -1),
+            (-4, -3, -1, 1),
+            (3, 3, -1, -1),
+            (2, 2, 0, 0),
+            (-2, -2, 0, 0),
+            (0, 0, 0, 0),
+        ];
+        for ((x, y), (f, t, r, m)) in cases.into_iter().zip(want) {
+            let got = [F, T, R, M].map(|b| int_division(b, x, y).unwrap());
+            assert_eq!(got, [f, t, r, m], "{x} by {y}");
+        }
+        // MIN / -1 wraps; its remainders are 0.
+        let min = i64::MIN as i128;
+        for b in [F, T] {
+            let q = int_division(b, min, -1).unwrap();
+            assert_eq!(crate::DType::I64.wrap_int(q), min);
+        }
+        assert_eq!(int_division(R, min, -1).unwrap(), 0);
+        for b in [F, T, R, M] {
+            let e = int_division(b, 3, 0).unwrap_err().to_string();
+            assert!(
+                e.contains("division by zero") && e.contains(b.name()),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn float_division_rounds_as_pytorch() {
+        use BinaryOp::{FloorDivide as F, Fmod as M, Remainder as R, TruncDivide as T};
+        let f = |b, x, y| float_binary(b, x, y).unwrap();
+        assert_eq!(f(F, -7.5, 2.0), -4.0);
+        assert_eq!(f(T, -7.5, 2.0), -3.0);
+        assert_eq!(f(R, -7.5, 2.0), 0.5);
+        assert_eq!(f(M, -7.5, 2.0), -1.5);
+        assert_eq!(f(R, 5.0, -3.0), -1.0);
+        assert_eq!(f(F, 1.0, 0.0), f64::INFINITY);
+        assert!(f(R, 1.0, 0.0).is_nan() && f(M, 1.0, 0.0).is_nan());
+        // A zero quotient keeps the sign of the true quotient.
+        assert_eq!(f(F, 0.0, -3.0).to_bits(), (-0.0f64).to_bits());
+        // Python: 0.3 // 0.1 == 2.0 (0.3 is a little less than three 0.1s).
+        assert_eq!(f(F, 0.3, 0.1), 2.0);
     }
 
     #[test]

@@ -1436,18 +1436,97 @@ fn every_elementwise_op_on_every_dtype_has_its_inferred_type() {
         }
         for &e in &dtypes {
             let y = Tensor::random(&ty(e, &[3]), 100 + k as u64);
+            // The divisions by zero of integers are errors, tested on their own.
+            let nonzero: Vec<f64> = y
+                .to_f64()
+                .into_iter()
+                .map(|v| if v == 0.0 { 1.0 } else { v })
+                .collect();
+            let y_nonzero = Tensor::from_f64(&y.ty, &nonzero);
             for b in BinaryOp::ALL {
+                let y = if b.is_integer_division() {
+                    &y_nonzero
+                } else {
+                    &y
+                };
                 let mut g = Graph::new("p");
                 let p = g.add_param("x", x.ty.clone()).unwrap();
                 let q = g.add_param("y", y.ty.clone()).unwrap();
                 if g.add(binary(b), &[p, q], None).is_ok() {
-                    ok(binary(b), &[&x, &y]);
+                    ok(binary(b), &[&x, y]);
                 }
             }
             let got = ok(cast(e), &[&x]);
             assert_eq!(got.ty.dtype, e);
         }
     }
+}
+
+#[test]
+fn integer_divisions_round_as_pytorch() {
+    use BinaryOp::{FloorDivide, Fmod, Remainder, TruncDivide};
+    let x = ints(I32, &[4], &[7, -7, 7, -7]);
+    let y = ints(I32, &[4], &[2, 2, -2, -2]);
+    let cases = [
+        (FloorDivide, [3, -4, -4, 3]),
+        (TruncDivide, [3, -3, -3, 3]),
+        (Remainder, [1, 1, -1, -1]),
+        (Fmod, [1, -1, 1, -1]),
+    ];
+    for (b, want) in cases {
+        let got = ok(binary(b), &[&x, &y]);
+        assert_eq!(got, ints(I32, &[4], &want), "{}", b.name());
+    }
+    // Unsigned and narrow dtypes keep their own range; i8 MIN / -1 wraps.
+    let u = ints(DType::U8, &[2], &[250, 7]);
+    let v = ints(DType::U8, &[2], &[7, 250]);
+    assert_eq!(
+        ok(binary(FloorDivide), &[&u, &v]),
+        ints(DType::U8, &[2], &[35, 0])
+    );
+    assert_eq!(
+        ok(binary(Remainder), &[&u, &v]),
+        ints(DType::U8, &[2], &[5, 7])
+    );
+    let m = ints(DType::I8, &[1], &[-128]);
+    let n = ints(DType::I8, &[1], &[-1]);
+    assert_eq!(ok(binary(TruncDivide), &[&m, &n]), m);
+    assert_eq!(ok(binary(Fmod), &[&m, &n]), ints(DType::I8, &[1], &[0]));
+    // An integer and a float promote to the float.
+    let f = f32s(&[1], &[-2.0]);
+    let r = ok(binary(Remainder), &[&ints(I64, &[1], &[5]), &f]);
+    assert_eq!(r, f32s(&[1], &[-1.0]));
+}
+
+#[test]
+fn integer_division_by_zero_is_an_error_naming_the_op() {
+    let x = ints(I64, &[2], &[1, 2]);
+    let y = ints(I64, &[2], &[1, 0]);
+    for b in [
+        BinaryOp::FloorDivide,
+        BinaryOp::TruncDivide,
+        BinaryOp::Remainder,
+        BinaryOp::Fmod,
+    ] {
+        let e = err(binary(b), &[&x, &y]);
+        assert!(
+            e.contains("division by zero") && e.contains(b.name()),
+            "{e}"
+        );
+    }
+    // Floats divide by zero as IEEE says.
+    let f = f32s(&[2], &[1.0, -1.0]);
+    let z = f32s(&[2], &[0.0, 0.0]);
+    let q = ok(binary(BinaryOp::FloorDivide), &[&f, &z]).to_f64();
+    assert_eq!(q, vec![INF, -INF]);
+    assert!(ok(binary(BinaryOp::Fmod), &[&f, &z]).to_f64()[0].is_nan());
+}
+
+#[test]
+fn divisions_of_bools_are_type_errors() {
+    let b = bools(&[1], &[true]);
+    let e = type_err(binary(BinaryOp::FloorDivide), &[&b, &b]);
+    assert!(e.contains("floor_divide") && e.contains("bool"), "{e}");
 }
 
 #[test]

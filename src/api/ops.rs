@@ -242,6 +242,15 @@ impl Var {
         div => Div;
         /// `self ** other`.
         pow => Pow;
+        /// Division rounded toward -inf (`torch.floor_divide`, Python `//`); an integer
+        /// division by zero is a run-time error.
+        floor_divide => FloorDivide;
+        /// Division rounded toward zero (`torch.div(rounding_mode="trunc")`).
+        trunc_divide => TruncDivide;
+        /// The remainder with the sign of the divisor (`torch.remainder`, Python `%`).
+        remainder => Remainder;
+        /// The remainder with the sign of the dividend (`torch.fmod`, C `fmod`).
+        fmod => Fmod;
         /// The elementwise maximum (NaN-propagating).
         maximum => Maximum;
         /// The elementwise minimum (NaN-propagating).

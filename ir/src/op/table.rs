@@ -231,7 +231,7 @@ const ARG_REDUCE: &[AttrSpec] = &[absent("axis", Int), opt("keepdim", D::Bool(fa
 /// Every op `.fg` text can call. Suggestions for a misspelled name go to the
 /// first of the closest, so the order is part of the language.
 #[rustfmt::skip]
-pub static OPS: [OpSpec; 61] = [
+pub static OPS: [OpSpec; 65] = [
     //  name            builds                             operands     attributes
     op("neg",           K::Unary(UnaryOp::Neg),            Exactly(1),  NONE),
     op("abs",           K::Unary(UnaryOp::Abs),            Exactly(1),  NONE),
@@ -259,6 +259,10 @@ pub static OPS: [OpSpec; 61] = [
     op("mul",           K::Binary(BinaryOp::Mul),          Exactly(2),  NONE),
     op("div",           K::Binary(BinaryOp::Div),          Exactly(2),  NONE),
     op("pow",           K::Binary(BinaryOp::Pow),          Exactly(2),  NONE),
+    op("floor_divide",  K::Binary(BinaryOp::FloorDivide),  Exactly(2),  NONE),
+    op("trunc_divide",  K::Binary(BinaryOp::TruncDivide),  Exactly(2),  NONE),
+    op("remainder",     K::Binary(BinaryOp::Remainder),    Exactly(2),  NONE),
+    op("fmod",          K::Binary(BinaryOp::Fmod),         Exactly(2),  NONE),
     op("maximum",       K::Binary(BinaryOp::Maximum),      Exactly(2),  NONE),
     op("minimum",       K::Binary(BinaryOp::Minimum),      Exactly(2),  NONE),
     op("eq",            K::Binary(BinaryOp::Eq),           Exactly(2),  NONE),

@@ -263,6 +263,21 @@ fn fold_binary(
             let e = u32::try_from(b as i64).ok()?;
             (a as i64).checked_pow(e)? as f64
         }
+        // The divisions fold with the interpreter's own definition; an integer zero
+        // divisor is a run-time error, so it is left to run.
+        BinaryOp::FloorDivide | BinaryOp::TruncDivide | BinaryOp::Remainder | BinaryOp::Fmod => {
+            use ferrite_ir::loops::{scalar, Value};
+            let v = if common.is_float() {
+                scalar::binary(op, Value::Float(a), Value::Float(b), common)
+            } else {
+                scalar::binary(op, Value::Int(a as i128), Value::Int(b as i128), common)
+            };
+            match v.ok()? {
+                Value::Float(v) => v,
+                Value::Int(v) => v as f64,
+                Value::Bool(_) => return None,
+            }
+        }
         BinaryOp::Maximum if nan => f64::NAN,
         BinaryOp::Maximum => a.max(b),
         BinaryOp::Minimum if nan => f64::NAN,
@@ -318,6 +333,33 @@ mod tests {
         assert_eq!(
             fold_binary(BinaryOp::Div, (&i32s, 7.0), (&i32s, 2.0), DType::F32),
             Some(3.5)
+        );
+        // Integer divisions fold exactly, except by zero (a run-time error).
+        assert_eq!(
+            fold_binary(
+                BinaryOp::FloorDivide,
+                (&i32s, -7.0),
+                (&i32s, 2.0),
+                DType::I32
+            ),
+            Some(-4.0)
+        );
+        assert_eq!(
+            fold_binary(BinaryOp::Remainder, (&i32s, 7.0), (&i32s, -2.0), DType::I32),
+            Some(-1.0)
+        );
+        assert_eq!(
+            fold_binary(BinaryOp::Fmod, (&i32s, 7.0), (&i32s, 0.0), DType::I32),
+            None
+        );
+        assert_eq!(
+            fold_binary(
+                BinaryOp::TruncDivide,
+                (&f32s, -7.5),
+                (&f32s, 2.0),
+                DType::F32
+            ),
+            Some(-3.0)
         );
         // Overflowing i32 arithmetic is left to run time (it wraps there).
         assert_eq!(

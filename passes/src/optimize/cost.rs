@@ -65,6 +65,7 @@ fn unary_weight(u: UnaryOp) -> f64 {
 fn binary_weight(b: BinaryOp) -> f64 {
     match b {
         BinaryOp::Div => 4.0,
+        BinaryOp::FloorDivide | BinaryOp::TruncDivide | BinaryOp::Remainder | BinaryOp::Fmod => 8.0,
         BinaryOp::Pow => 8.0,
         _ => 1.0,
     }

@@ -1061,6 +1061,18 @@ fn check_dtypes(program: &Program) -> Result<()> {
                     place: format!("kernel `{}`", k.name),
                 });
             }
+            let body = stage.body();
+            for n in &body.nodes {
+                if let ferrite_ir::loops::ExprOp::Binary(b, x, _) = n.op {
+                    if b.is_integer_division() {
+                        return Err(Error::UnsupportedOp {
+                            op: b.name(),
+                            dtype: body.nodes[x.index()].dtype,
+                            place: format!("kernel `{}`", k.name),
+                        });
+                    }
+                }
+            }
         }
     }
     Ok(())

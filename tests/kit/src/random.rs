@@ -189,6 +189,10 @@ impl Gen {
                 if b == BinaryOp::Pow && !xt.dtype.is_float() {
                     return None; // integer pow of a negative exponent is an error
                 }
+                if b.is_integer_division() {
+                    // Zero divisors are errors; tests/parity.rs covers these ops.
+                    return None;
+                }
                 let y = if self.edge && self.chance(30) {
                     self.broadcast_param(&xt)?
                 } else if self.chance(35) {

@@ -135,7 +135,7 @@ pub(super) struct GemmNeed {
     pub batch: usize,
     /// Bytes per operand element.
     pub elem: usize,
-    /// True for f16/bf16 operands (the dot engine's faster rate).
+    /// True for f16, bf16, i8 and u8 operands (the dot engine's faster rates).
     pub narrow: bool,
     /// Whether each operand lives in LPDDR (else in SRAM).
     pub lpddr: [bool; 2],

@@ -15,12 +15,13 @@
 //!   nests too deep.
 
 use super::builder::{
-    add, and, call, call_kw, ge, int, lt, not, or, param, tuple, where_, Builder, Depth, E,
+    add, and, bin, boolean, call, call_kw, cast, ge, int, lt, not, or, param, tuple, where_,
+    Builder, Depth, E,
 };
 use super::frame::{int_tile, plus, sum_terms, terms, Frame, Int};
 use super::ops::{self, lit, TileVal, Val};
 use crate::error::{Error, Result};
-use crate::tile::ast::Builtin;
+use crate::tile::ast::{BinaryOp as TBin, Builtin};
 use ferrite_ir::loops::{AccId, Block, BufferId, ExprOp, ExprRef, IndexExpr, Load, StoreOp, Value};
 use ferrite_ir::{BinaryOp, DType};
 use std::collections::{HashMap, HashSet};
@@ -213,6 +214,9 @@ impl<'a> Body<'a> {
                 if *op == BinaryOp::Pow && d.is_int() {
                     self.check_exponent(b, &xv, &yv);
                 }
+                if op.is_integer_division() && d.is_int() {
+                    self.check_divisor(b, *op, &xv, &yv);
+                }
                 ops::binary(b, *op, &xv, &yv, operand, d)?
             }
             ExprOp::Where(c, x, y) => {
@@ -238,6 +242,24 @@ impl<'a> Body<'a> {
         }
         // The comment right above a check is its reason in the error.
         b.comment("integers to negative integer powers are not allowed");
+        b.stmt(call(Builtin::Check, args));
+    }
+
+    /// An integer division by zero is a run-time error on every target, as in
+    /// PyTorch: a `check` that the divisor is not zero in every lane that is on (a
+    /// literal divisor needs none, or fails wherever `x` is on).
+    fn check_divisor(&self, b: &mut Builder, op: BinaryOp, x: &Val, y: &Val) {
+        let cond = match y {
+            Val::Lit(v, _) if ferrite_ir::loops::scalar::truth(*v) => return,
+            Val::Lit(..) => boolean(false),
+            Val::Tile(t) => bin(TBin::Ne, t.e.clone(), int(0)),
+        };
+        let mut args = vec![b.bind("nonzero_divisor", cond)];
+        if let Some(m) = self.s.frame.mask(x.deps() | y.deps()) {
+            args.push(b.bind("m", m));
+        }
+        // The comment right above a check is its reason in the error.
+        b.comment(&format!("integer division by zero in {}", op.name()));
         b.stmt(call(Builtin::Check, args));
     }
 
@@ -293,6 +315,13 @@ impl<'a> Body<'a> {
         };
         let (ve, vd, vdeps) = match &v {
             Val::Lit(x, d) => (lit(*x), *d, 0),
+            // An index of a narrow or unsigned dtype is compared in i64, where the
+            // extent fits (a u64 beyond i64::MAX is negative there: out of range too).
+            Val::Tile(t) if t.dtype.is_int() && !matches!(t.dtype, DType::I32 | DType::I64) => (
+                b.bind("t", cast(t.e.clone(), DType::I64)),
+                DType::I64,
+                t.deps,
+            ),
             Val::Tile(t) => (b.bind("t", t.e.clone()), t.dtype, t.deps),
         };
         if !vd.is_int() {
@@ -465,7 +494,7 @@ impl<'a> Body<'a> {
     pub fn store(&self, b: &mut Builder, st: &StoreOp) -> Result<()> {
         let v = self.val(st.value)?;
         let (ve, vdeps) = match &v {
-            Val::Lit(x, _) => (lit(*x), 0),
+            Val::Lit(x, d) => (ops::lit_as(*x, *d), 0),
             Val::Tile(t) => (t.e.clone(), t.deps),
         };
         let (ptr, pdeps) = self.pointer(b, st.buffer, &st.index)?;

@@ -620,7 +620,8 @@ impl Names {
     fn fresh(&mut self, d: Def, hint: &str) -> String {
         let mut name = hint.to_string();
         let mut n = 1;
-        while self.taken.contains(&name) {
+        // A numbered hint can spell a dtype (`i8`, `u16`) or another reserved word.
+        while self.taken.contains(&name) || crate::tile::reserved(&name).is_some() {
             name = format!("{hint}{n}");
             n += 1;
         }
@@ -652,6 +653,12 @@ pub(super) fn float(v: f64) -> E {
             }
         }
     }
+    E::Float(if v.is_nan() { f64::NAN } else { v }.to_bits())
+}
+
+/// A float literal of exactly `v`, for f64 values (which [`float`]'s short f32
+/// form would change).
+pub(super) fn float_exact(v: f64) -> E {
     E::Float(if v.is_nan() { f64::NAN } else { v }.to_bits())
 }
 

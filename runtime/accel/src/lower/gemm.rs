@@ -27,14 +27,14 @@ use ferrite_ir::loops::{AccId, Extents, GemmInfo, GemmOperand, Kernel, Program, 
 use ferrite_ir::DType;
 use std::collections::HashMap;
 
-/// The kernel's GEMM when it can run on the dot engine: float operands of one
-/// dtype, the reduction a single dot product, and every other stage an
+/// The kernel's GEMM when it can run on the dot engine: numeric operands of one
+/// dtype (floats, and integers, which the dot engine accumulates in i32 or i64), the reduction a single dot product, and every other stage an
 /// epilogue of one point per output element. Anything else runs as a plain
 /// reduction.
 pub(super) fn eligible<'a>(p: &Program, k: &'a Kernel) -> Option<&'a GemmInfo> {
     let g = k.gemm.as_ref()?;
     let (a, b) = (p.buffer(g.lhs.buffer)?, p.buffer(g.rhs.buffer)?);
-    if a.ty.dtype != b.ty.dtype || !a.ty.dtype.is_float() {
+    if a.ty.dtype != b.ty.dtype || crate::tile::dot_dtype(a.ty.dtype).is_none() {
         return None;
     }
     let Stage::Reduce { reductions, .. } = k.stages.get(g.stage)? else {
@@ -108,7 +108,7 @@ pub(super) fn lower(
             k: g.k,
             batch,
             elem: dt.size_bytes(),
-            narrow: dt != DType::F32,
+            narrow: matches!(dt, DType::F16 | DType::Bf16 | DType::I8 | DType::U8),
             lpddr: [cx.in_lpddr(g.lhs.buffer), cx.in_lpddr(g.rhs.buffer)],
             epilogue_bytes_per_point: epilogue,
         },
@@ -222,11 +222,13 @@ pub(super) fn lower(
             vec![tuple_of(vec![bkc.clone(), bnc.clone()]), d],
         ),
     ));
+    let dot_dtype = crate::tile::dot_dtype(dt)
+        .ok_or_else(|| Error::internal("a GEMM of operands the dot engine does not take"))?;
     let acc = b.var(
         "acc",
         call(
             Builtin::Zeros,
-            vec![tuple_of(vec![bmc, bnc]), dtype(DType::F32)],
+            vec![tuple_of(vec![bmc, bnc]), dtype(dot_dtype)],
         ),
     );
     let slices = g.k.div_ceil(bk);
@@ -284,7 +286,9 @@ pub(super) fn lower(
         return Err(Error::internal("the GEMM stage is not a reduction"));
     };
     let acc_dtype = reductions[0].dtype;
-    let acc_e = if acc_dtype == DType::F32 {
+    // The dot engine's accumulator wraps (integers) or rounds (floats) once into
+    // the loop IR's: an i32 sum of i8 products modulo 2^8 is the i8 sum.
+    let acc_e = if acc_dtype == dot_dtype {
         E::Def(acc)
     } else {
         b.bind(&format!("{}", g.acc), cast(E::Def(acc), acc_dtype))

@@ -60,46 +60,6 @@ pub struct TileLaunch {
 /// partial blocks, which run past the end of a domain).
 const I32_OFFSETS: i128 = 1 << 30;
 
-/// True for the dtypes the tile language has ([`crate::tile::DTYPES`]).
-fn in_tile_language(d: DType) -> bool {
-    crate::tile::DTYPES.contains(&d)
-}
-
-/// Refuses a kernel that reads, writes or computes a dtype the tile language (and so
-/// the simulated machine) has no type for: `f64`, the narrow and the unsigned integers.
-fn check_dtypes(p: &Program, k: &Kernel) -> Result<()> {
-    let refuse = |d: DType, place: String| {
-        Error::Unsupported(format!(
-            "kernel `{}`: the accelerator has no {d} type ({place}); run the graph with \
-             --target interp",
-            k.name
-        ))
-    };
-    for id in touched_buffers(k) {
-        if let Some(b) = p.buffer(id) {
-            if !in_tile_language(b.ty.dtype) {
-                return Err(refuse(b.ty.dtype, format!("buffer `{}`", b.name)));
-            }
-        }
-    }
-    for stage in &k.stages {
-        if let Some(n) = stage
-            .body()
-            .nodes
-            .iter()
-            .find(|n| !in_tile_language(n.dtype))
-        {
-            return Err(refuse(n.dtype, "a value it computes".into()));
-        }
-        if let ferrite_ir::loops::Stage::Reduce { reductions, .. } = stage {
-            if let Some(r) = reductions.iter().find(|r| !in_tile_language(r.dtype)) {
-                return Err(refuse(r.dtype, "an accumulator".into()));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Lowers kernel `k` of program `p` for `machine`, given where each buffer of
 /// the program lives (`placements[i]` for buffer `i`; a missing entry means
 /// LPDDR), which decides how block sizes trade compute for traffic; `None` when
@@ -113,7 +73,6 @@ pub fn lower_kernel(
     if k.domain.contains(&0) {
         return Ok(None);
     }
-    check_dtypes(p, k)?;
     let args = touched_buffers(k);
     let mut params = HashMap::new();
     for &id in &args {

@@ -11,6 +11,12 @@
 //! gelu(x)       -> 0.5*x*(1 + erf(x/sqrt 2))         silu(x) -> x * sigmoid(x)
 //! pow(x, y)     -> x*x, 1/x for the exponents 2, -1; else pow(x, y), the
 //!                  builtin (C99/IEEE special values, as the interpreter)
+//! trunc_divide, fmod of integers -> x / y, x % y (C's, toward zero)
+//! floor_divide, remainder of integers -> q - 1, r + y where r != 0 and the signs
+//!                  of r and y differ (a zero divisor: the kernel's check; those
+//!                  lanes divide by 1)
+//! floor_divide, trunc_divide, remainder, fmod of floats -> in f64 from x % y
+//!                  (fmod), CPython's formulas, rounded once to the dtype
 //! not(x)        -> x == 0 (numbers)   and/or of numbers -> (x != 0) & (y != 0)
 //! max/min/mul of bools -> | & &
 //! ```
@@ -21,7 +27,8 @@
 //! written with an explicit dtype ([`typed_lit`]).
 
 use super::builder::{
-    self as tb, bin, boolean, call, cast, div, float, int, mul, neg, where_, Builder, Depth, E,
+    self as tb, and, bin, boolean, call, cast, div, float, int, lt, mul, neg, where_, Builder,
+    Depth, E,
 };
 use crate::error::{Error, Result};
 use crate::tile::ast::{BinaryOp as TBin, Builtin};
@@ -92,32 +99,44 @@ pub(super) fn lit(v: Value) -> E {
     }
 }
 
+/// A bare literal that meets a tile of dtype `d`: [`lit`], but f64 values keep
+/// every bit.
+pub(super) fn lit_as(v: Value, d: DType) -> E {
+    match v {
+        Value::Float(x) if d == DType::F64 => tb::float_exact(x),
+        _ => lit(v),
+    }
+}
+
 /// A constant written with its dtype, for where no tile gives it one.
 pub(super) fn typed_lit(v: Value, d: DType) -> E {
     match d {
         DType::F32 | DType::Bool => lit(v),
         DType::I32 => int(integer(v)),
-        // Lowering refuses the dtypes the tile language lacks before it gets here.
-        DType::F16 | DType::Bf16 | DType::F64 => cast(lit(v), d),
-        DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::U32 | DType::U64 => {
-            cast(int(integer(v)), d)
-        }
-        DType::I64 => {
+        DType::F16 | DType::Bf16 => cast(lit(v), d),
+        // A literal alone is f32: an f64 constant is a filled scalar, to keep its bits.
+        DType::F64 => call(
+            Builtin::Full,
+            vec![E::Tuple(Vec::new()), lit_as(v, d), tb::dtype(d)],
+        ),
+        _ => {
+            // A `u64` beyond `i64::MAX` is written as its bits.
             let x = integer(v);
             if i32::try_from(x).is_ok() {
-                cast(int(x), DType::I64)
+                cast(int(x), d)
             } else {
                 // Too wide for a literal on its own (which is i32): a filled scalar.
                 call(
                     Builtin::Full,
-                    vec![E::Tuple(Vec::new()), int(x), tb::dtype(DType::I64)],
+                    vec![E::Tuple(Vec::new()), int(x), tb::dtype(d)],
                 )
             }
         }
     }
 }
 
-/// An integer constant's value (exact: `as_f64` would round wide values).
+/// An integer constant's value (exact: `as_f64` would round wide values; a `u64`
+/// beyond `i64::MAX` gives its bits).
 fn integer(v: Value) -> i64 {
     match v {
         Value::Int(x) => x as i64,
@@ -145,9 +164,9 @@ fn named(b: &mut Builder, v: &Val, want: DType) -> E {
 /// literal (it takes the tile's dtype).
 fn pair(x: &Val, y: &Val, want: DType) -> (E, E) {
     match (x, y) {
-        (Val::Lit(a, _), Val::Tile(_)) => (lit(*a), typed(y, want)),
-        (Val::Tile(_), Val::Lit(c, _)) => (typed(x, want), lit(*c)),
-        (Val::Lit(..), Val::Lit(c, _)) => (typed(x, want), lit(*c)),
+        (Val::Lit(a, _), Val::Tile(_)) => (lit_as(*a, want), typed(y, want)),
+        (Val::Tile(_), Val::Lit(c, _)) => (typed(x, want), lit_as(*c, want)),
+        (Val::Lit(..), Val::Lit(c, _)) => (typed(x, want), lit_as(*c, want)),
         _ => (typed(x, want), typed(y, want)),
     }
 }
@@ -163,15 +182,20 @@ fn compare_pair(x: &Val, y: &Val, want: DType) -> (E, E) {
             {
                 typed(v, want)
             }
-            (Val::Tile(t), _) if t.dtype.is_int() && want.is_int() => t.e.clone(),
+            (Val::Tile(t), _) if is_index(t.dtype) && is_index(want) => t.e.clone(),
             _ => typed(v, want),
         }
     };
     match (x, y) {
-        (Val::Lit(a, _), Val::Tile(_)) => (lit(*a), loose(y, x)),
-        (Val::Tile(_), Val::Lit(c, _)) => (loose(x, y), lit(*c)),
+        (Val::Lit(a, _), Val::Tile(_)) => (lit_as(*a, want), loose(y, x)),
+        (Val::Tile(_), Val::Lit(c, _)) => (loose(x, y), lit_as(*c, want)),
         _ => (loose(x, y), loose(y, x)),
     }
+}
+
+/// True for the dtypes index arithmetic computes in.
+fn is_index(d: DType) -> bool {
+    matches!(d, DType::I32 | DType::I64)
 }
 
 /// The value as a bool: numbers are true when non-zero (NaN included).
@@ -254,8 +278,8 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
             Ok(tile(tb::sub(pos, negative), d, &[x]))
         }
         UnaryOp::Gelu | UnaryOp::GeluTanh | UnaryOp::Silu if d.is_float() => {
-            // In f32, rounded once to a half dtype at the end.
-            let t = named(b, x, DType::F32);
+            // In f32 (f64 for f64), rounded once to a half dtype at the end.
+            let t = named(b, x, wide(d));
             let half_x = mul(float(0.5), t.clone());
             let e = match u {
                 UnaryOp::Gelu => mul(
@@ -278,9 +302,19 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
     }
 }
 
-/// An f32 expression rounded to `d` when `d` is a half dtype.
+/// The dtype formulas on `d` values compute in: f32 for the half dtypes and f32,
+/// f64 for f64.
+fn wide(d: DType) -> DType {
+    if d == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// An expression computed in [`wide`]`(d)` rounded to `d` when `d` is a half dtype.
 fn narrow(e: E, d: DType) -> E {
-    if d == DType::F32 {
+    if d == wide(d) {
         e
     } else {
         cast(e, d)
@@ -297,8 +331,9 @@ pub(super) fn binary(
     d: DType,
 ) -> Result<Val> {
     if let (Val::Lit(p, _), Val::Lit(q, _)) = (x, y) {
-        if op == BinaryOp::Pow && d.is_int() && scalar::binary(op, *p, *q, d).is_err() {
-            // A negative exponent: the kernel's `check` of it fails first.
+        let checked = op == BinaryOp::Pow || op.is_integer_division();
+        if checked && d.is_int() && scalar::binary(op, *p, *q, d).is_err() {
+            // A negative exponent or a zero divisor: the kernel's `check` fails first.
             return Ok(Val::Lit(Value::Int(0), d));
         }
         return Ok(Val::Lit(
@@ -355,6 +390,8 @@ pub(super) fn binary(
         }
         BinaryOp::Pow if d.is_float() => float_pow(b, x, y, d)?,
         BinaryOp::Pow => int_pow(b, x, y, d)?,
+        _ if op.is_integer_division() && d.is_int() => int_division(b, op, x, y, d),
+        _ if op.is_integer_division() && d.is_float() => float_division(b, op, x, y, d),
         _ => return Err(Error::unsupported(format!("{} of {d} values", op.name()))),
     })
 }
@@ -381,11 +418,102 @@ pub(super) fn convert(x: &Val, d: DType) -> Val {
     }
 }
 
+/// `floor_divide`, `trunc_divide`, `remainder` or `fmod` of integers of dtype `d`.
+/// The tile language's `/` and `%` round toward zero (and wrap `MIN / -1` to
+/// `MIN`, as the interpreter's wrap does); the floor forms move by one where the
+/// remainder is not zero and its sign differs from the divisor's. A zero divisor
+/// is the kernel's `check` (`body.rs`); the lanes that hold one divide by 1 so
+/// that a masked-off lane cannot fault.
+fn int_division(b: &mut Builder, op: BinaryOp, x: &Val, y: &Val, d: DType) -> Val {
+    let xe = named(b, x, d);
+    let ye = match y {
+        Val::Lit(v, _) if scalar::truth(*v) => typed(y, d),
+        Val::Lit(..) => typed_lit(Value::Int(1), d),
+        Val::Tile(_) => {
+            let t = named(b, y, d);
+            b.bind("t", where_(bin(TBin::Eq, t.clone(), int(0)), int(1), t))
+        }
+    };
+    let q = || div(xe.clone(), ye.clone());
+    let r = || tb::rem(xe.clone(), ye.clone());
+    let e = match op {
+        BinaryOp::TruncDivide => q(),
+        BinaryOp::Fmod => r(),
+        BinaryOp::FloorDivide if d.is_unsigned() => q(),
+        BinaryOp::Remainder if d.is_unsigned() => r(),
+        _ => {
+            let r = b.bind("r", r());
+            let differ = and(
+                bin(TBin::Ne, r.clone(), int(0)),
+                bin(TBin::Ne, lt(r.clone(), int(0)), lt(ye.clone(), int(0))),
+            );
+            if op == BinaryOp::FloorDivide {
+                where_(differ, tb::sub(q(), int(1)), q())
+            } else {
+                where_(differ, tb::add(r.clone(), ye), r)
+            }
+        }
+    };
+    tile(e, d, &[x, y])
+}
+
+/// `floor_divide`, `trunc_divide`, `remainder` or `fmod` of floats of dtype `d`,
+/// computed in f64 with the interpreter's (CPython's) formulas and rounded once:
+/// `fmod` is `%`; `floor_divide` comes from the exact `fmod`, its zero quotient
+/// signed as `x / y`, and a zero divisor gives `x / y`.
+fn float_division(b: &mut Builder, op: BinaryOp, x: &Val, y: &Val, d: DType) -> Val {
+    let w = DType::F64;
+    let (xe, ye) = (named(b, x, w), named(b, y, w));
+    let zero = || float(0.0);
+    let e = match op {
+        BinaryOp::Fmod => tb::rem(xe, ye),
+        BinaryOp::TruncDivide => {
+            let q = b.bind("q", div(xe, ye));
+            where_(
+                lt(q.clone(), zero()),
+                builtin(Builtin::Ceil, q.clone()),
+                builtin(Builtin::Floor, q),
+            )
+        }
+        BinaryOp::Remainder => {
+            let r = b.bind("r", tb::rem(xe, ye.clone()));
+            let differ = and(
+                bin(TBin::Ne, r.clone(), zero()),
+                bin(TBin::Ne, lt(ye.clone(), zero()), lt(r.clone(), zero())),
+            );
+            where_(differ, tb::add(r.clone(), ye), r)
+        }
+        _ => {
+            let r = b.bind("r", tb::rem(xe.clone(), ye.clone()));
+            let q0 = b.bind("q", div(tb::sub(xe.clone(), r.clone()), ye.clone()));
+            let differ = and(
+                bin(TBin::Ne, r.clone(), zero()),
+                bin(TBin::Ne, lt(ye.clone(), zero()), lt(r, zero())),
+            );
+            let q1 = b.bind("q", where_(differ, tb::sub(q0.clone(), float(1.0)), q0));
+            let f = b.bind("f", builtin(Builtin::Floor, q1.clone()));
+            let rounded = where_(
+                bin(TBin::Gt, tb::sub(q1.clone(), f.clone()), float(0.5)),
+                tb::add(f.clone(), float(1.0)),
+                f,
+            );
+            // The sign of x / y (finite and not NaN where the quotient is 0): that
+            // of its reciprocal, which tells -0 from +0.
+            let s = b.bind("s", div(xe, ye.clone()));
+            let negative = lt(div(float(1.0), s.clone()), zero());
+            let signed_zero = where_(negative, float(-0.0), zero());
+            let q = where_(bin(TBin::Eq, q1, zero()), signed_zero, rounded);
+            where_(bin(TBin::Eq, ye, zero()), s, q)
+        }
+    };
+    tile(if d == w { e } else { cast(e, d) }, d, &[x, y])
+}
+
 /// `x ** y` for floats: the `pow` builtin (computed as the interpreter computes
 /// it, C99/IEEE special values included), or for the exponents whose direct
 /// form rounds the same (0, 1, 2, -1), that form.
 fn float_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
-    let w = DType::F32;
+    let w = wide(d);
     if let Val::Lit(Value::Float(xv), _) = x {
         if *xv == 1.0 {
             return Ok(Val::Lit(Value::Float(1.0), d));
@@ -453,7 +581,8 @@ fn int_pow(b: &mut Builder, x: &Val, y: &Val, d: DType) -> Result<Val> {
     }
     // A varying exponent: square-and-multiply over its bits in a scalar loop.
     let (xe, ye) = (typed(x, d), typed(y, d));
-    let bits = if d == DType::I32 { 31 } else { 63 };
+    // Every bit of a non-negative exponent (negative ones fail the kernel's check).
+    let bits = 8 * d.size_bytes() as i64 - i64::from(!d.is_unsigned());
     let zero_x = mul(xe.clone(), int(0));
     let zero_y = mul(ye.clone(), int(0));
     let r = b.var(

@@ -46,7 +46,7 @@ enum Running {
 /// The dtype an accumulator runs in, for values of dtype `v`.
 fn running_dtype(kind: ReduceKind, v: DType) -> DType {
     match kind {
-        ReduceKind::Sum | ReduceKind::Prod if v.is_float() => DType::F32,
+        ReduceKind::Sum | ReduceKind::Prod if v.is_float() && v != DType::F64 => DType::F32,
         _ if v == DType::Bool => DType::I32,
         _ => v,
     }

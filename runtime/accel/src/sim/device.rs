@@ -332,6 +332,15 @@ impl Device {
                             )))
                         }
                         DType::Bool => Lit::B(v == 1),
+                        _ if d.int_range().is_some_and(|(lo, hi)| {
+                            !(lo..=hi).contains(&(v as i128)) && d != DType::U64
+                        }) =>
+                        {
+                            return Err(bad(format!(
+                                "argument `{}` is {d} but {v} does not fit",
+                                p.name
+                            )))
+                        }
                         _ if d.is_int() => Lit::I(v),
                         _ => Lit::F(v as f64),
                     };
@@ -408,7 +417,6 @@ impl Device {
         ran?;
         let (busy, compute) = schedule(&cycles, pes);
         let longest = busy.iter().copied().fold(0.0, f64::max);
-        let dot_narrow = dot_is_narrow(kernel);
         let report = SimReport {
             kernel: name,
             machine: self.machine.name.clone(),
@@ -423,12 +431,7 @@ impl Device {
             vector_ops: launch.vector_ops,
             pe_busy_cycles: busy.iter().map(|c| c.ceil() as u64).collect(),
             pe_compute_cycles: compute.iter().map(|c| c.ceil() as u64).collect(),
-            peak_dot_flops_per_cycle: pes as f64
-                * if dot_narrow {
-                    rates.dot_f16
-                } else {
-                    rates.dot_f32
-                },
+            peak_dot_flops_per_cycle: pes as f64 * rates.dot(dot_dtype(kernel)),
         };
         self.report.launches.push(report.clone());
         Ok(report)
@@ -446,26 +449,26 @@ fn data_len(t: &Tensor) -> usize {
     t.data.len()
 }
 
-/// True when the kernel's dots take f16/bf16 inputs (or it has none): the peak
-/// its efficiency is measured against.
-fn dot_is_narrow(kernel: &CheckedKernel) -> bool {
+/// The input dtype of the kernel's dots (f16 when it has none), whose rate is the
+/// peak its efficiency is measured against.
+fn dot_dtype(kernel: &CheckedKernel) -> DType {
     use crate::tile::typed::{CExpr, CKind, CStmt, Ty};
-    fn expr(e: &CExpr) -> Option<bool> {
+    fn expr(e: &CExpr) -> Option<DType> {
         if let CKind::Dot(a, ..) = &e.kind {
             if let Ty::Tile(d, _) = a.ty {
-                return Some(d != DType::F32);
+                return Some(d);
             }
         }
         None
     }
-    fn walk(body: &[CStmt]) -> Option<bool> {
+    fn walk(body: &[CStmt]) -> Option<DType> {
         body.iter().find_map(|s| match s {
             CStmt::Assign(_, e) => expr(e),
             CStmt::For { body, .. } => walk(body),
             _ => None,
         })
     }
-    walk(&kernel.body).unwrap_or(true)
+    walk(&kernel.body).unwrap_or(DType::F16)
 }
 
 /// Runs one launch of `kernel` on a fresh device: buffers are uploaded to LPDDR

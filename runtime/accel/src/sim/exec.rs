@@ -2,7 +2,7 @@
 //! timing charged to a [`Clock`] as it goes.
 
 use super::error::{OutOfBounds, SimError};
-use super::memory::{gather, is_narrow, scatter, DeviceBuffer, LineCache, OutOfRange};
+use super::memory::{gather, scatter, DeviceBuffer, LineCache, OutOfRange};
 use super::report::Bytes;
 use super::timing::{Clock, Rates, Traffic};
 use super::value::{expand, Elems, PtrTile, Tile};
@@ -380,8 +380,7 @@ impl Program<'_, '_> {
 
     /// Charges vector work on `elems` elements of the given dtypes.
     fn vector(&mut self, elems: usize, dtypes: &[DType]) {
-        self.clock
-            .vector(elems, dtypes.iter().all(|&d| is_narrow(d)));
+        self.clock.vector(elems, super::timing::Width::of(dtypes));
         self.launch.vector_ops += elems as u64;
     }
 
@@ -556,7 +555,7 @@ impl Program<'_, '_> {
                 let (m, k) = (x.shape[0], x.shape[1]);
                 let flops = 2 * m * k * y.shape[1];
                 self.launch.charge((m * k * y.shape[1]) as u64)?;
-                self.clock.dot(flops as f64, is_narrow(x.dtype));
+                self.clock.dot(flops as f64, x.dtype);
                 self.launch.dot_flops += flops as u64;
                 rc(Tile::dot(&x, &y, c.as_deref())?)
             }

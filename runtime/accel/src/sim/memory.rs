@@ -17,7 +17,7 @@
 
 use super::timing::Traffic;
 use super::value::{Elems, Tile};
-use ferrite_ir::{DType, TensorType};
+use ferrite_ir::TensorType;
 
 /// Where a buffer lives.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -158,6 +158,8 @@ pub(crate) fn gather(
     let elems = match (&buf.elems, other.map(|t| &t.elems)) {
         (Elems::F(v), Some(Elems::F(o))) => Elems::F(fill(v, offsets, Some(o), 0.0, &mut active)?),
         (Elems::F(v), _) => Elems::F(fill(v, offsets, None, 0.0, &mut active)?),
+        (Elems::D(v), Some(Elems::D(o))) => Elems::D(fill(v, offsets, Some(o), 0.0, &mut active)?),
+        (Elems::D(v), _) => Elems::D(fill(v, offsets, None, 0.0, &mut active)?),
         (Elems::I(v), Some(Elems::I(o))) => Elems::I(fill(v, offsets, Some(o), 0, &mut active)?),
         (Elems::I(v), _) => Elems::I(fill(v, offsets, None, 0, &mut active)?),
         (Elems::B(v), Some(Elems::B(o))) => {
@@ -204,9 +206,10 @@ pub(crate) fn scatter(
         }
     }
     // After the conversion above both sides have the storage class of the
-    // buffer's dtype, so one of the first three arms always applies.
+    // buffer's dtype, so one of the first four arms always applies.
     match (&mut buf.elems, &values.elems) {
         (Elems::F(d), Elems::F(s)) => put(d, s, &lanes),
+        (Elems::D(d), Elems::D(s)) => put(d, s, &lanes),
         (Elems::I(d), Elems::I(s)) => put(d, s, &lanes),
         (Elems::B(d), Elems::B(s)) => put(d, s, &lanes),
         _ => {}
@@ -224,14 +227,10 @@ pub(crate) fn scatter(
     })
 }
 
-/// True for dtypes the vector engine processes at its narrow (f16) rate.
-pub(crate) fn is_narrow(d: DType) -> bool {
-    matches!(d, DType::F16 | DType::Bf16 | DType::Bool)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrite_ir::DType;
 
     fn buffer(placement: Placement) -> DeviceBuffer {
         DeviceBuffer {

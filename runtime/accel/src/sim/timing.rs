@@ -5,8 +5,11 @@
 //! - the **instruction stream** (`t`): vector work (elementwise, reductions,
 //!   `arange`, casts, `where`, transposes) costs `ceil(elements / rate)` cycles,
 //!   where the rate is the chip's vector TFLOPS divided by PEs and clock (one op
-//!   per element); a `dot` costs `2*M*N*K / rate` cycles at the dot engine's
-//!   rate for its input dtype; reading a local buffer costs its bytes at the
+//!   per element): the f16 rate when every dtype involved is at most 16 bits
+//!   wide (f16, bf16, bool, i8, u8, i16, u16), a quarter of the f32 rate when one
+//!   is f64 ([`F64_FRACTION`]), the f32 rate otherwise; a `dot` costs
+//!   `2*M*N*K / rate` cycles at the dot engine's rate for its input dtype
+//!   ([`Rates::dot`]); reading a local buffer costs its bytes at the
 //!   local memory bandwidth; each loop iteration costs one scalar cycle. Address
 //!   arithmetic (pointer + offsets, indexing, broadcasting) is free: it is the
 //!   DMA engine's address generation, not vector work;
@@ -28,6 +31,38 @@
 //! plus the launch overhead.
 
 use super::machine::Machine;
+use ferrite_ir::DType;
+
+/// ASSUMED: the fraction of the f32 rate at which the vector and dot engines do
+/// f64 work. The chip publishes no f64 figure; an inference accelerator of this
+/// kind has no f64 datapath, and a quarter is what emulating a 64-bit
+/// multiply-add with 32-bit lanes costs at the least (GPUs without an f64 unit
+/// run it at 1/32 to 1/64; a quarter keeps f64 graphs plausible, not fast).
+pub(crate) const F64_FRACTION: f64 = 0.25;
+
+/// How wide the elements of a piece of vector work are, which sets its rate.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Width {
+    /// Every element 16 bits or less (f16, bf16, bool, i8, u8, i16, u16).
+    Narrow,
+    /// 32-bit elements, and 64-bit integers (two 32-bit lanes, as i64 always was).
+    Full,
+    /// f64 elements.
+    Double,
+}
+
+impl Width {
+    /// The width class of work on elements of `dtypes` (the widest decides).
+    pub fn of(dtypes: &[DType]) -> Width {
+        if dtypes.contains(&DType::F64) {
+            Width::Double
+        } else if dtypes.iter().all(|d| d.size_bytes() <= 2) {
+            Width::Narrow
+        } else {
+            Width::Full
+        }
+    }
+}
 
 /// Bytes a transfer moves at each global memory level.
 #[derive(Clone, Copy, Default, Debug, PartialEq)]
@@ -60,6 +95,19 @@ pub(crate) struct Rates {
 }
 
 impl Rates {
+    /// Dot-engine flops per cycle per PE for inputs of dtype `d`: the published
+    /// f16/bf16 rate, the preset's f32 rate, twice the f16 rate for i8 and u8
+    /// (the chip's published INT8 figure, 354 TOPS, with i32 accumulation), and
+    /// ASSUMED: the f32 rate for the wider integers, [`F64_FRACTION`] of it for f64.
+    pub fn dot(&self, d: DType) -> f64 {
+        match d {
+            DType::F16 | DType::Bf16 => self.dot_f16,
+            DType::I8 | DType::U8 => 2.0 * self.dot_f16,
+            DType::F64 => self.dot_f32 * F64_FRACTION,
+            _ => self.dot_f32,
+        }
+    }
+
     pub fn new(m: &Machine) -> Rates {
         let hz = m.clock_hz();
         let per_pe = |tera: f64| tera * 1e12 / m.pes() as f64 / hz;
@@ -88,8 +136,7 @@ pub(crate) struct Clock {
     compute: f64,
     vector_f32: f64,
     vector_f16: f64,
-    dot_f16: f64,
-    dot_f32: f64,
+    rates: Rates,
     local: f64,
     lpddr_share: f64,
     sram_share: f64,
@@ -105,29 +152,28 @@ impl Clock {
             compute: 0.0,
             vector_f32: r.vector_f32,
             vector_f16: r.vector_f16,
-            dot_f16: r.dot_f16,
-            dot_f32: r.dot_f32,
+            rates: r.clone(),
             local: r.local,
             lpddr_share: (r.lpddr / active).min(r.local),
             sram_share: (r.sram / active).min(r.local),
         }
     }
 
-    /// Vector work on `elems` elements; `narrow` when all data is f16/bf16/bool.
-    pub fn vector(&mut self, elems: usize, narrow: bool) {
-        let rate = if narrow {
-            self.vector_f16
-        } else {
-            self.vector_f32
+    /// Vector work on `elems` elements of width `w`.
+    pub fn vector(&mut self, elems: usize, w: Width) {
+        let rate = match w {
+            Width::Narrow => self.vector_f16,
+            Width::Full => self.vector_f32,
+            Width::Double => self.vector_f32 * F64_FRACTION,
         };
         let c = (elems as f64 / rate).ceil();
         self.t += c;
         self.compute += c;
     }
 
-    /// Dot-engine work; `narrow` for f16/bf16 inputs.
-    pub fn dot(&mut self, flops: f64, narrow: bool) {
-        let rate = if narrow { self.dot_f16 } else { self.dot_f32 };
+    /// Dot-engine work on inputs of dtype `d`.
+    pub fn dot(&mut self, flops: f64, d: DType) {
+        let rate = self.rates.dot(d);
         let c = (flops / rate).ceil();
         self.t += c;
         self.compute += c;
@@ -217,14 +263,14 @@ mod tests {
             lpddr: 4000,
             sram: 0,
         });
-        c.vector(3200, false);
+        c.vector(3200, Width::Full);
         assert_eq!(c.finish(), (200.0, 100.0));
         let mut c = Clock::new(&r, 4);
         let done = c.post(Traffic {
             lpddr: 4000,
             sram: 0,
         });
-        c.vector(3200, false);
+        c.vector(3200, Width::Full);
         c.wait(done);
         assert_eq!(c.finish(), (100.0, 100.0));
         // A posted store still ends the program only when it has drained.

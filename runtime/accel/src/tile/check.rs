@@ -499,32 +499,27 @@ impl Checker<'_> {
             (Const::Bool(v), DType::Bool) => Lit::B(v),
             (Const::Int(v), DType::Bool) => Lit::B(v != 0),
             (Const::Float(v), DType::Bool) => Lit::B(v != 0.0),
-            (Const::Int(v), DType::I32) => match i32::try_from(v) {
-                Ok(_) => Lit::I(v),
-                Err(_) => {
+            // A 64-bit integer takes any literal (a negative one beside `u64` is
+            // its bits, as in C); a narrower one only the literals it holds.
+            (Const::Int(v), DType::I64 | DType::U64) => Lit::I(v),
+            (Const::Int(v), _) if d.is_int() => {
+                if d.int_range()
+                    .is_some_and(|(lo, hi)| (lo..=hi).contains(&(v as i128)))
+                {
+                    Lit::I(v)
+                } else {
                     return Err(self.error(
                         span,
                         format!(
-                            "the constant {v} does not fit in i32; cast the other operand to i64"
+                            "the constant {v} does not fit in {d}; cast the other operand to i64"
                         ),
-                    ))
+                    ));
                 }
-            },
-            (Const::Int(v), _) if d.is_int() => Lit::I(v),
-            (Const::Bool(v), _) if d.is_int() => Lit::I(v as i64),
-            (Const::Float(v), _) if d.is_int() => {
-                // As a cast would: truncate toward zero, saturate, NaN is 0.
-                let (lo, hi) = if d == DType::I32 {
-                    (i32::MIN as f64, i32::MAX as f64)
-                } else {
-                    (i64::MIN as f64, i64::MAX as f64)
-                };
-                Lit::I(if v.is_nan() {
-                    0
-                } else {
-                    v.trunc().clamp(lo, hi) as i64
-                })
             }
+            (Const::Bool(v), _) if d.is_int() => Lit::I(v as i64),
+            // As a cast would: truncate toward zero, saturate, NaN is 0 (`u64`
+            // keeps the bits of its value).
+            (Const::Float(v), _) if d.is_int() => Lit::I(d.saturate_int(v as i128) as i64),
             (Const::Int(v), _) => Lit::F(v as f64),
             (Const::Float(v), _) => Lit::F(v),
             (Const::Bool(v), _) => Lit::F(v as u8 as f64),

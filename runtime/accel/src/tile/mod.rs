@@ -23,21 +23,31 @@ pub use printer::{print, print_expr, print_located};
 
 use ferrite_ir::DType;
 
-/// The dtypes of the tile language (and of the simulated machine's memory): `f64` and
-/// the narrow and unsigned integers have no type here.
-pub const DTYPES: [DType; 6] = [
-    DType::F32,
-    DType::F16,
-    DType::Bf16,
-    DType::I32,
-    DType::I64,
-    DType::Bool,
-];
+/// The dtypes of the tile language (and of the simulated machine's memory): every
+/// dtype of the IR, so that every graph has a kernel. Their names are reserved
+/// words: no parameter, constant or variable can be called `i8` or `f64`.
+pub const DTYPES: [DType; 13] = DType::ALL;
 
 /// The tile-language dtype named `name`.
 pub fn dtype_from_name(name: &str) -> Option<DType> {
     DType::from_name(name).filter(|d| DTYPES.contains(d))
 }
+
+/// The dtype `dot` of two tiles of dtype `d` accumulates in and returns, as the
+/// dot engines do: f32 for f32, f16 and bf16 inputs, f64 for f64, i32 for the
+/// integers up to 32 bits (the int8 engine's accumulator; a result wraps, so it is
+/// exact modulo the inputs' width), i64 for the 64-bit ones. `None` for bool.
+pub fn dot_dtype(d: DType) -> Option<DType> {
+    Some(match d {
+        DType::Bool => return None,
+        DType::F64 => DType::F64,
+        d if d.is_float() => DType::F32,
+        d if d.size_bytes() <= 4 => DType::I32,
+        _ => DType::I64,
+    })
+}
+
+pub(crate) use parser::reserved;
 pub use typed::CheckedKernel;
 
 use ferrite_ir::Diagnostic;

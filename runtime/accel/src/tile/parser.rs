@@ -203,7 +203,8 @@ impl<'a> Parser<'a> {
                 _ => None,
             };
             let Some(dtype) = dtype else {
-                return self.expected("a dtype (f32, f16, bf16, i32, i64, bool)");
+                let names: Vec<&str> = super::DTYPES.iter().map(|d| d.name()).collect();
+                return self.expected(&format!("a dtype ({})", names.join(", ")));
             };
             let end = self.advance()?.end;
             params.push(Param {

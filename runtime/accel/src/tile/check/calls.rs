@@ -235,16 +235,17 @@ impl Checker<'_> {
                         ),
                     ));
                 }
-                if dx != dy || !dx.is_float() {
+                let acc_dtype = crate::tile::dot_dtype(*dx).filter(|_| dx == dy);
+                let Some(acc_dtype) = acc_dtype else {
                     return Err(self.error(
                         span,
                         format!(
-                            "dot needs two float tiles of one dtype, got {} and {}",
+                            "dot needs two numeric tiles of one dtype, got {} and {}",
                             x.ty, y.ty
                         ),
                     ));
-                }
-                let out = Ty::Tile(DType::F32, vec![sx[0], sy[1]]);
+                };
+                let out = Ty::Tile(acc_dtype, vec![sx[0], sy[1]]);
                 let acc = match a[2] {
                     None => None,
                     Some(ae) => {
