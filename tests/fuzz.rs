@@ -27,7 +27,9 @@
 //! the backends' differential tolerances, errors of the same kind everywhere (a user error on
 //! one target is one on all; an internal error or panic anywhere is a failure). Its findings
 //! are `.fg` text; `FERRITE_FUZZ_REPLAY=target/fuzz-findings/pipeline/HASH.bin cargo test
-//! --test fuzz pipeline` reruns one with the same inputs (derived from the text).
+//! --test fuzz pipeline` reruns one with the same inputs (derived from the text). For an
+//! `onnx_models` finding, `FERRITE_FUZZ_DUMP=DIR` with the replay also writes the inputs to
+//! `DIR/NAME.npy`, so that `ferrite run` reproduces it.
 //! `FERRITE_FUZZ_NO_HUGE=1` leaves the huge finite inputs (1e20, 3e38, 65504) out: with them,
 //! sums, products and variances that overflow f32 on the backends but not the interpreter's
 //! f64 diverge (reliability finding F14, open), which hides everything else.
@@ -360,7 +362,7 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
     let Some(model) = onnx_import(input)? else {
         return Ok(false);
     };
-    let g = model.graph;
+    let g = model.graph.clone();
     // The harness makes the inputs; it keeps them small (the product's budget bounds the rest).
     let elements: usize = g.params.iter().map(|&p| g.ty(p).numel()).sum();
     if elements > 1 << 20 {
@@ -372,6 +374,18 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
     };
     let inputs = edge_inputs_with(&rg, fnv(input), false);
     let g = &rg.graph;
+    // `FERRITE_FUZZ_DUMP=DIR` with `FERRITE_FUZZ_REPLAY`: the inputs as `.npy` files, so
+    // that a finding replays with `ferrite run model.onnx --input NAME=DIR/NAME.npy`.
+    if let Some(dir) = std::env::var_os("FERRITE_FUZZ_DUMP") {
+        let dir = std::path::PathBuf::from(dir);
+        let _ = std::fs::create_dir_all(&dir);
+        for (binding, t) in model.inputs.iter().zip(&inputs) {
+            let _ = std::fs::write(
+                dir.join(format!("{}.npy", binding.name)),
+                ferrite_ir::npy::encode(t),
+            );
+        }
+    }
     let on = |t: Target| {
         let options = Options::default()
             .target(t)
