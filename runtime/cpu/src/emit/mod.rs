@@ -21,6 +21,8 @@
 //!   constants become multiply-shift sequences in Cranelift.
 //! - `expr.rs`: scalar and `f32x4`/`i32x4` emission of every node kind and dtype, with the
 //!   reference evaluator's rounding rules; transcendentals from [`crate::vmath`].
+//! - `dtypes.rs`: scalar code of `f64`, the narrow and unsigned integers, every cast, and
+//!   the integer divisions (with their run-time check of the divisor).
 //! - `convert.rs`: `f16`/`bf16` conversions and rounding as integer bit manipulation.
 //!
 //! Safety by construction: before any access is emitted the plan bounds its index range
@@ -50,6 +52,7 @@
 //! output's magnitude (the tolerances the tests use).
 
 mod convert;
+mod dtypes;
 mod expr;
 mod index;
 mod kernel;
