@@ -10,8 +10,11 @@
 //!   zero, within the dtype's epsilon in absolute terms), with NaN where the
 //!   interpreter gives NaN, the same infinities, and the sign of a zero kept when the
 //!   operands are themselves ±0 or ±inf;
-//! - an op the interpreter rejects on the data (an integer to a negative power) is a
-//!   run-time error, not an internal one, on every target.
+//! - an op the interpreter rejects on the data (an integer to a negative power, an
+//!   integer division by zero) is a run-time error, not an internal one, on every target.
+//!
+//! The simulator is compared on the dtypes and ops it compiles (`SIM_DTYPES`, not the
+//! rounding divisions); the CPU on all of them.
 //!
 //! Binary ops are tested on every pair of special values (the two operands are the
 //! outer product of the table) and with each special value as a literal on either
@@ -19,9 +22,26 @@
 
 use ferrite::{compile_ir, Options, Target};
 use ferrite_ir::op::{AttrValue, OPS};
-use ferrite_ir::{BinaryOp, DType, Graph, Op, Tensor, TensorType, UnaryOp};
+use ferrite_ir::{promote, BinaryOp, DType, Graph, Op, Tensor, TensorType, UnaryOp};
 
-const DTYPES: [DType; 6] = [
+const DTYPES: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::Bf16,
+    DType::F64,
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+    DType::Bool,
+];
+
+/// The dtypes the simulator compiles (the others it refuses, for now).
+const SIM_DTYPES: [DType; 6] = [
     DType::F32,
     DType::F16,
     DType::Bf16,
@@ -29,6 +49,10 @@ const DTYPES: [DType; 6] = [
     DType::I64,
     DType::Bool,
 ];
+
+fn on_sim(dtypes: &[DType]) -> bool {
+    dtypes.iter().all(|d| SIM_DTYPES.contains(d))
+}
 
 /// The special values of a dtype, as f64 (exact in the dtype) or as i64.
 enum Specials {
@@ -211,6 +235,8 @@ struct Case {
     /// For each output, for each element, whether its operands were all ±0 or ±inf
     /// (so the sign of a zero result is kept even by an approximate op).
     special_operands: Vec<Vec<bool>>,
+    /// Whether the simulator is compared too (see `SIM_DTYPES`).
+    sim: bool,
 }
 
 fn is_zero_or_inf(d: DType, s: &Specials, i: usize) -> bool {
@@ -235,6 +261,7 @@ fn unary_cases(name: &str, call: &str, compare: Compare, out: &mut Vec<Case>) {
             inputs: vec![tensor(d, &s, &(0..n).collect::<Vec<_>>())],
             compare,
             special_operands: vec![(0..n).map(|i| is_zero_or_inf(d, &s, i)).collect()],
+            sim: on_sim(&[d]),
         });
     }
 }
@@ -328,6 +355,10 @@ fn binary_cases(
         ],
         compare,
         special_operands,
+        sim: on_sim(&[dx, dy])
+            && !BinaryOp::ALL
+                .iter()
+                .any(|b| b.is_integer_division() && b.name() == op),
     });
 }
 
@@ -344,6 +375,13 @@ fn dtype_pairs() -> Vec<(DType, DType)> {
         (I64, Bf16),
         (Bool, F32),
         (Bool, I32),
+        (U8, I8),
+        (U32, I64),
+        (U64, F64),
+        (I16, F32),
+        (U16, F16),
+        (Bool, U8),
+        (I8, F64),
     ]);
     v
 }
@@ -386,10 +424,14 @@ fn all_cases() -> Vec<Case> {
                 };
                 for (dx, dy) in dtype_pairs() {
                     let sy = specials(dy);
-                    // An integer to a negative power is an error: tested apart.
-                    let int_pow = b == BinaryOp::Pow && dx.is_int() && dy.is_int();
+                    // An integer to a negative power, an integer division by zero: errors,
+                    // tested apart.
+                    let ints = !promote(dx, dy).is_float();
+                    let int_pow = b == BinaryOp::Pow && ints;
+                    let int_div = b.is_integer_division() && ints;
                     let keep = |_: usize, j: usize| match &sy {
                         Specials::Int(v) if int_pow => v[j] >= 0,
+                        Specials::Int(v) if int_div => v[j] != 0,
                         _ => true,
                     };
                     binary_cases(spec.name, dx, dy, compare, &keep, &mut cases);
@@ -422,6 +464,7 @@ fn all_cases() -> Vec<Case> {
                         ],
                         compare: Compare::Exact,
                         special_operands: vec![vec![false; n]; 2],
+                        sim: on_sim(&[d]),
                     });
                 }
             }
@@ -430,21 +473,30 @@ fn all_cases() -> Vec<Case> {
                 for from in DTYPES {
                     let s = specials(from);
                     let n = len(&s);
-                    let body: String = DTYPES
-                        .iter()
-                        .map(|to| format!("  y_{to} = cast(x, to={to})\n"))
-                        .collect();
-                    let names: Vec<String> = DTYPES.iter().map(|to| format!("y_{to}")).collect();
-                    cases.push(Case {
-                        name: format!("cast({from} -> *)"),
-                        src: format!(
-                            "graph g(x: {from}[{n}]) {{\n{body}  return {}\n}}\n",
-                            names.join(", ")
-                        ),
-                        inputs: vec![tensor(from, &s, &(0..n).collect::<Vec<_>>())],
-                        compare: Compare::Exact,
-                        special_operands: vec![vec![false; n]; DTYPES.len()],
-                    });
+                    // The simulator's dtypes as targets, then the others.
+                    let (sim_to, rest): (Vec<DType>, Vec<DType>) =
+                        DTYPES.iter().partition(|d| SIM_DTYPES.contains(d));
+                    for (group, to_all) in [("sim dtypes", sim_to), ("others", rest)] {
+                        let body: String = to_all
+                            .iter()
+                            .map(|to| format!("  y_{to} = cast(x, to={to})\n"))
+                            .collect();
+                        let names: Vec<String> =
+                            to_all.iter().map(|to| format!("y_{to}")).collect();
+                        let mut involved = to_all.clone();
+                        involved.push(from);
+                        cases.push(Case {
+                            name: format!("cast({from} -> {group})"),
+                            src: format!(
+                                "graph g(x: {from}[{n}]) {{\n{body}  return {}\n}}\n",
+                                names.join(", ")
+                            ),
+                            inputs: vec![tensor(from, &s, &(0..n).collect::<Vec<_>>())],
+                            compare: Compare::Exact,
+                            special_operands: vec![vec![false; n]; to_all.len()],
+                            sim: on_sim(&involved),
+                        });
+                    }
                 }
             }
             _ => {}
@@ -453,7 +505,7 @@ fn all_cases() -> Vec<Case> {
     // neg .. not, add .. or, where, cast: the op table's elementwise ops.
     assert_eq!(
         kinds_seen,
-        19 + 15 + 2,
+        19 + 19 + 2,
         "an elementwise op was added: give it special values"
     );
     cases
@@ -462,6 +514,7 @@ fn all_cases() -> Vec<Case> {
 /// The ulp of `|v|` in dtype `d` (the spacing of floats at that magnitude).
 fn ulp(v: f64, d: DType) -> f64 {
     let (mant, min_exp) = match d {
+        DType::F64 => (52, -1022),
         DType::F16 => (10, -14),
         DType::Bf16 => (7, -126),
         _ => (23, -126),
@@ -476,6 +529,7 @@ fn ulp(v: f64, d: DType) -> f64 {
 
 fn epsilon(d: DType) -> f64 {
     match d {
+        DType::F64 => 2f64.powi(-52),
         DType::F16 => 2f64.powi(-10),
         DType::Bf16 => 2f64.powi(-7),
         _ => 2f64.powi(-23),
@@ -532,6 +586,9 @@ fn every_elementwise_op_agrees_with_the_interpreter_on_special_values() {
             .unwrap()
             .run(&inputs);
         for target in [Target::Cpu, Target::Sim] {
+            if target == Target::Sim && !case.sim {
+                continue;
+            }
             let got = compile_ir(&g, &Options::default().target(target).threads(1))
                 .and_then(|exe| exe.run(&inputs));
             match (&want, got) {
@@ -616,5 +673,42 @@ fn regression_integer_pow_of_a_negative_exponent_fails_on_every_target() {
             !e.is_internal() && e.to_string().contains("negative integer powers"),
             "{target}: {e}"
         );
+    }
+}
+
+/// An integer division or remainder by zero is the interpreter's run-time error (a user
+/// error, exit 1) on every target, wherever the zero sits in the tensor; the simulator,
+/// which has no lowering of these ops yet, refuses them as a user error too.
+#[test]
+fn integer_division_by_zero_fails_on_every_target() {
+    for op in ["floor_divide", "trunc_divide", "remainder", "fmod"] {
+        let src = format!(
+            "graph g(a: i32[37], b: i32[37]) {{\n  y = {op}(a, sub(b, 1))\n  return y\n}}\n"
+        );
+        let g = ferrite_ir::parse("div0.fg", &src).unwrap();
+        let a = ferrite::Tensor::from_vec(&[37], (0..37).map(|i| i % 9 - 4).collect()).unwrap();
+        let fine = ferrite::Tensor::from_vec(&[37], (0..37).map(|i| 2 + i % 4).collect()).unwrap();
+        let mut bad: Vec<i32> = (0..37).map(|i| 2 + i % 4).collect();
+        bad[36] = 1;
+        let bad = ferrite::Tensor::from_vec(&[37], bad).unwrap();
+        let want = compile_ir(&g, &Options::default().target(Target::Interp))
+            .unwrap()
+            .run(&[&a, &fine])
+            .unwrap();
+        for target in Target::ALL {
+            let exe = match compile_ir(&g, &Options::default().target(target)) {
+                Ok(exe) => exe,
+                Err(e) => {
+                    assert!(target == Target::Sim && !e.is_internal(), "{target}: {e}");
+                    continue;
+                }
+            };
+            assert_eq!(exe.run(&[&a, &fine]).unwrap(), want, "{target}");
+            let e = exe.run(&[&a, &bad]).expect_err(target.name());
+            assert!(
+                !e.is_internal() && e.to_string().contains("division by zero"),
+                "{target}: {e}"
+            );
+        }
     }
 }
