@@ -921,6 +921,9 @@ impl CpuProgram {
                 (Data::F16(a), Data::F16(b), Data::F16(c)) => {
                     gemm_batches(plan, c_strides, team, a, b, c)
                 }
+                (Data::F64(a), Data::F64(b), Data::F64(c)) => {
+                    gemm_batches(plan, c_strides, team, a, b, c)
+                }
                 _ => Err(Error::GemmDType { dtype: plan.dtype }),
             }
         };

@@ -333,3 +333,19 @@ fn integer_division_by_zero_is_a_run_time_error_naming_the_op() {
         }
     }
 }
+
+#[test]
+fn f64_products_take_the_extern_gemm_and_integer_ones_loops() {
+    for (d, gemm) in [("f64", true), ("i32", false), ("u8", false)] {
+        let g = graph(&format!(
+            "graph mm(a: {d}[64, 96], b: {d}[96, 80]) {{\n  y = matmul(a, b)\n  return y\n}}\n"
+        ));
+        let c = CpuProgram::compile(&schedule(&g, true), &CpuOptions::with_threads(1)).unwrap();
+        assert_eq!(
+            c.report().contains("extern gemm"),
+            gemm,
+            "{d}:\n{}",
+            c.report()
+        );
+    }
+}

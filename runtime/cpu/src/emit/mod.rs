@@ -44,7 +44,7 @@
 //! and BLAS: a vectorized `f32` reduction accumulates in `f32` lanes (sixteen partial
 //! results, then a tree; a sum folds its lanes into `f64` every 16 iterations, so no lane
 //! chains more than 16 `f32` additions), and the extern GEMM accumulates in `f32`
-//! (`f16` products too). Lanes across outer points (the plan's `lanes.rs`) accumulate sums in
+//! (`f16` products too; `f64` products in `f64`). Lanes across outer points (the plan's `lanes.rs`) accumulate sums in
 //! `f64`
 //! and are bit-identical. The error of the others grows
 //! with the magnitude of the terms rather than of the result: sums and softmax rows
