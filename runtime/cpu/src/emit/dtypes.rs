@@ -9,9 +9,9 @@
 //! reference's wrap into the dtype does; what depends on signedness (comparisons,
 //! `maximum`/`minimum`, widening, division, casts) reads the dtype.
 //!
-//! An `f64` lives in an `f64` register. Its add, sub, mul, div, sqrt, floor and ceil are
-//! single IEEE operations, exactly the reference's. Its transcendental and composite ops
-//! (`exp log sin cos tanh erf sigmoid gelu silu relu sign`), `pow`, `maximum`/`minimum`
+//! An `f64` lives in an `f64` register. Its add, sub, mul, div, sqrt, floor, ceil, relu,
+//! sign, maximum and minimum are inline IEEE operations, exactly the reference's. Its
+//! transcendental and composite ops (`exp log sin cos tanh erf sigmoid gelu silu`), `pow`
 //! and the float divisions call the reference's own scalar definition
 //! ([`ferrite_ir::loops::scalar`], Rust's libm) through a scalar helper: bit-identical
 //! to the interpreter, never computed in `f32`, and slower than vector math (there is no
@@ -19,11 +19,11 @@
 //! `f32`/`f16`/`bf16` compute in `f64` through the same helper and round once, as the
 //! reference does.
 
-use super::convert::{iconst, round_f64_to};
+use super::convert::{bitcast, iconst, round_f64_to};
 use super::expr::scalar_type;
 use super::state::Emitter;
 use crate::error::{Error, Result};
-use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, AbiParam, InstBuilder, Signature, Type, Value};
 use ferrite_ir::loops::{scalar, Value as Lit};
 use ferrite_ir::{BinaryOp, Category, DType, UnaryOp};
@@ -184,6 +184,24 @@ impl Emitter<'_, '_> {
                 let one = self.b.ins().f64const(1.0);
                 self.b.ins().fdiv(one, s)
             }
+            UnaryOp::Relu => {
+                // x > 0 or NaN keeps x; everything else (-0 included) is +0.
+                let zero = self.b.ins().f64const(0.0);
+                let keep = self.b.ins().fcmp(FloatCC::UnorderedOrGreaterThan, x, zero);
+                self.b.ins().select(keep, x, zero)
+            }
+            UnaryOp::Sign => {
+                let zero = self.b.ins().f64const(0.0);
+                let one = self.b.ins().f64const(1.0);
+                let minus = self.b.ins().f64const(-1.0);
+                let pos = self.b.ins().fcmp(FloatCC::GreaterThan, x, zero);
+                let neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
+                let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+                // ±0 gives +0 and NaN stays NaN.
+                let r = self.b.ins().select(nan, x, zero);
+                let r = self.b.ins().select(neg, minus, r);
+                self.b.ins().select(pos, one, r)
+            }
             _ => self.f64_unary_call(u, x),
         }
     }
@@ -195,8 +213,34 @@ impl Emitter<'_, '_> {
             BinaryOp::Sub => self.b.ins().fsub(x, y),
             BinaryOp::Mul => self.b.ins().fmul(x, y),
             BinaryOp::Div => self.b.ins().fdiv(x, y),
+            BinaryOp::Maximum | BinaryOp::Minimum => self.f64_extreme(b == BinaryOp::Maximum, x, y),
             _ => self.f64_binary_call(b, x, y),
         }
+    }
+
+    /// IEEE 754-2019 `maximum`/`minimum` of two `f64`s, as the reference: NaN if either
+    /// is, and of two equal values (±0) the bits and-ed (max) or or-ed (min).
+    fn f64_extreme(&mut self, max: bool, x: Value, y: Value) -> Value {
+        let cc = if max {
+            FloatCC::GreaterThan
+        } else {
+            FloatCC::LessThan
+        };
+        let beyond = self.b.ins().fcmp(cc, x, y);
+        let pick = self.b.ins().select(beyond, x, y);
+        let xb = bitcast(self.b, types::I64, x);
+        let yb = bitcast(self.b, types::I64, y);
+        let both = if max {
+            self.b.ins().band(xb, yb)
+        } else {
+            self.b.ins().bor(xb, yb)
+        };
+        let both = bitcast(self.b, types::F64, both);
+        let equal = self.b.ins().fcmp(FloatCC::Equal, x, y);
+        let r = self.b.ins().select(equal, both, pick);
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, x, y);
+        let q = self.b.ins().f64const(f64::NAN);
+        self.b.ins().select(nan, q, r)
     }
 
     /// A float division of `f32`-register operands (`f32`, `f16`, `bf16`): in `f64`
@@ -368,9 +412,7 @@ impl Emitter<'_, '_> {
                 } else {
                     self.b.ins().f32const(0.0)
                 };
-                self.b
-                    .ins()
-                    .fcmp(cranelift_codegen::ir::condcodes::FloatCC::NotEqual, x, zero)
+                self.b.ins().fcmp(FloatCC::NotEqual, x, zero)
             }
             Category::Int => self.b.ins().icmp_imm_s(IntCC::NotEqual, x, 0),
             Category::Bool => x,
