@@ -415,9 +415,6 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
         // The two targets estimate their working memory differently: one may be over the
         // budget where the other is not.
         (User(e), Values(_)) | (Values(_), User(e)) if e.contains("memory budget") => Ok(true),
-        // The CPU backend refuses the dtypes it does not compute yet (f64, i8, u8, i16,
-        // u16, u32, u64), naming the dtype: a documented gap, not a disagreement.
-        (Values(_), User(e)) if e.contains("the CPU backend does not compute") => Ok(true),
         (User(e), Values(_)) => Err(format!("cpu runs where interp reports a user error: {e}")),
         (Values(_), User(e)) => Err(format!("cpu: user error where interp runs: {e}")),
     }

@@ -10,49 +10,16 @@
 //!   zero, within the dtype's epsilon in absolute terms), with NaN where the
 //!   interpreter gives NaN, the same infinities, and the sign of a zero kept when the
 //!   operands are themselves ±0 or ±inf;
-//! - an op the interpreter rejects on the data (an integer to a negative power) is a
-//!   run-time error, not an internal one, on every target.
+//! - an op the interpreter rejects on the data (an integer to a negative power, an
+//!   integer division by zero) is a run-time error, not an internal one, on every target.
 //!
-//! Every dtype runs on the simulator; the CPU backend runs the cases whose dtypes
-//! it computes ([`CPU_DTYPES`]).
-//!
-//! Binary ops are tested on every pair of special values (the two operands are the
-//! outer product of the table) and with each special value as a literal on either
-//! side, which takes the backends' constant-operand paths (`pow(x, 0.5)`, ...).
+//! Every dtype and op runs on both backends.
 
 use ferrite::{compile_ir, Options, Target};
 use ferrite_ir::op::{AttrValue, OPS};
-use ferrite_ir::{BinaryOp, DType, Graph, Op, Tensor, TensorType, UnaryOp};
+use ferrite_ir::{promote, BinaryOp, DType, Graph, Op, Tensor, TensorType, UnaryOp};
 
 const DTYPES: [DType; 13] = DType::ALL;
-
-/// The dtypes the CPU backend computes (its code generation for the others is
-/// not on this branch yet): a case using any other runs on the simulator only.
-const CPU_DTYPES: [DType; 6] = [
-    DType::F32,
-    DType::F16,
-    DType::Bf16,
-    DType::I32,
-    DType::I64,
-    DType::Bool,
-];
-
-/// The ops the CPU backend refuses on this branch (its code generation for them
-/// is not here yet): a case using one runs on the simulator only.
-const NOT_ON_CPU: [&str; 4] = ["floor_divide", "trunc_divide", "remainder", "fmod"];
-
-/// The targets compared with the interpreter on the graph `src`.
-fn targets(src: &str) -> Vec<Target> {
-    let mut words = src.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
-    let cpu = words.all(|w| {
-        DType::from_name(w).is_none_or(|d| CPU_DTYPES.contains(&d)) && !NOT_ON_CPU.contains(&w)
-    });
-    if cpu {
-        vec![Target::Cpu, Target::Sim]
-    } else {
-        vec![Target::Sim]
-    }
-}
 
 /// The special values of a dtype, as f64 (exact in the dtype) or as i64.
 enum Specials {
@@ -384,6 +351,10 @@ fn dtype_pairs() -> Vec<(DType, DType)> {
         (U64, F32),
         (Bf16, F64),
         (Bool, U64),
+        (U8, I8),
+        (U64, F64),
+        (I16, F32),
+        (Bool, U8),
     ]);
     v
 }
@@ -426,9 +397,9 @@ fn all_cases() -> Vec<Case> {
                 };
                 for (dx, dy) in dtype_pairs() {
                     let sy = specials(dy);
-                    // An integer to a negative power, or divided by zero, is an error:
+                    // An integer to a negative power, an integer division by zero: errors,
                     // tested apart.
-                    let ints = dx.is_int() && dy.is_int();
+                    let ints = !promote(dx, dy).is_float();
                     let int_pow = b == BinaryOp::Pow && ints;
                     let int_div = b.is_integer_division() && ints;
                     let keep = |_: usize, j: usize| match &sy {
@@ -506,9 +477,9 @@ fn all_cases() -> Vec<Case> {
 /// The ulp of `|v|` in dtype `d` (the spacing of floats at that magnitude).
 fn ulp(v: f64, d: DType) -> f64 {
     let (mant, min_exp) = match d {
+        DType::F64 => (52, -1022),
         DType::F16 => (10, -14),
         DType::Bf16 => (7, -126),
-        DType::F64 => (52, -1022),
         _ => (23, -126),
     };
     let e = if v == 0.0 {
@@ -521,9 +492,9 @@ fn ulp(v: f64, d: DType) -> f64 {
 
 fn epsilon(d: DType) -> f64 {
     match d {
+        DType::F64 => 2f64.powi(-52),
         DType::F16 => 2f64.powi(-10),
         DType::Bf16 => 2f64.powi(-7),
-        DType::F64 => 2f64.powi(-52),
         _ => 2f64.powi(-23),
     }
 }
@@ -577,7 +548,7 @@ fn every_elementwise_op_agrees_with_the_interpreter_on_special_values() {
         let want = compile_ir(&g, &Options::default().target(Target::Interp))
             .unwrap()
             .run(&inputs);
-        for target in targets(&case.src) {
+        for target in [Target::Cpu, Target::Sim] {
             let got = compile_ir(&g, &Options::default().target(target).threads(1))
                 .and_then(|exe| exe.run(&inputs));
             match (&want, got) {
@@ -666,12 +637,12 @@ fn regression_integer_pow_of_a_negative_exponent_fails_on_every_target() {
 }
 
 /// Integer division by zero (`floor_divide`, `trunc_divide`, `remainder`, `fmod`) is
-/// the interpreter's run-time error on the simulator too (a user error, exit 1,
-/// through the kernel's `check`), for a divisor in a tensor and a literal one; lanes
+/// the interpreter's run-time error on the CPU and the simulator (a user error, exit 1;
+/// on the simulator through the kernel's `check`), for a divisor in a tensor and a literal one; lanes
 /// past the end of a tensor, which load 0, are no error; and `MIN / -1` wraps.
 #[test]
-fn integer_division_by_zero_fails_on_the_simulator_as_in_the_interpreter() {
-    for op in NOT_ON_CPU {
+fn integer_division_by_zero_fails_on_both_backends_fused_and_unfused() {
+    for op in ["floor_divide", "trunc_divide", "remainder", "fmod"] {
         for d in ["i8", "u16", "i32", "u64", "i64"] {
             let tensor_divisor =
                 format!("graph g(a: {d}[37], b: {d}[37]) {{\n  y = {op}(a, b)\n  return y\n}}\n");
@@ -698,10 +669,13 @@ fn integer_division_by_zero_fails_on_the_simulator_as_in_the_interpreter() {
                 .unwrap()
                 .run(&[&a, &ok])
                 .unwrap();
-            for fuse in [true, false] {
-                let opts = Options::default().target(Target::Sim).fuse(fuse);
+            for (target, fuse) in [Target::Cpu, Target::Sim]
+                .into_iter()
+                .flat_map(|t| [(t, true), (t, false)])
+            {
+                let opts = Options::default().target(target).fuse(fuse);
                 let exe = compile_ir(&g, &opts).unwrap();
-                assert_eq!(exe.run(&[&a, &ok]).unwrap(), want, "{op}({d}), fuse {fuse}");
+                assert_eq!(exe.run(&[&a, &ok]).unwrap(), want, "{op}({d}) on {target}, fuse {fuse}");
                 let e = exe.run(&[&a, &bad]).expect_err(op);
                 assert!(
                     !e.is_internal() && e.to_string().contains("integer division by zero"),
@@ -728,13 +702,47 @@ fn integer_division_by_zero_fails_on_the_simulator_as_in_the_interpreter() {
     .unwrap();
     let a = ferrite::Tensor::from_vec(&[2], vec![i64::MIN, -7]).unwrap();
     let b = ferrite::Tensor::from_vec(&[2], vec![-1i64, 2]).unwrap();
-    let got = compile_ir(&g, &Options::default().target(Target::Sim))
-        .unwrap()
-        .run(&[&a, &b])
-        .unwrap();
     let v = |x: [i64; 2]| ferrite::Tensor::from_vec(&[2], x.to_vec()).unwrap();
-    assert_eq!(
-        got,
-        vec![v([i64::MIN, -4]), v([i64::MIN, -3]), v([0, 1]), v([0, -1])]
-    );
+    for target in [Target::Cpu, Target::Sim] {
+        let got = compile_ir(&g, &Options::default().target(target))
+            .unwrap()
+            .run(&[&a, &b])
+            .unwrap();
+        assert_eq!(
+            got,
+            vec![v([i64::MIN, -4]), v([i64::MIN, -3]), v([0, 1]), v([0, -1])],
+            "{target}"
+        );
+    }
+}
+
+/// An integer division or remainder by zero is the interpreter's run-time error (a user
+/// error, exit 1) on every target, wherever the zero sits in the tensor.
+#[test]
+fn integer_division_by_zero_fails_on_every_target() {
+    for op in ["floor_divide", "trunc_divide", "remainder", "fmod"] {
+        let src = format!(
+            "graph g(a: i32[37], b: i32[37]) {{\n  y = {op}(a, sub(b, 1))\n  return y\n}}\n"
+        );
+        let g = ferrite_ir::parse("div0.fg", &src).unwrap();
+        let a = ferrite::Tensor::from_vec(&[37], (0..37).map(|i| i % 9 - 4).collect()).unwrap();
+        let fine = ferrite::Tensor::from_vec(&[37], (0..37).map(|i| 2 + i % 4).collect()).unwrap();
+        let mut bad: Vec<i32> = (0..37).map(|i| 2 + i % 4).collect();
+        bad[36] = 1;
+        let bad = ferrite::Tensor::from_vec(&[37], bad).unwrap();
+        let want = compile_ir(&g, &Options::default().target(Target::Interp))
+            .unwrap()
+            .run(&[&a, &fine])
+            .unwrap();
+        for target in Target::ALL {
+            let exe = compile_ir(&g, &Options::default().target(target))
+                .unwrap_or_else(|e| panic!("{target}: {e}"));
+            assert_eq!(exe.run(&[&a, &fine]).unwrap(), want, "{target}");
+            let e = exe.run(&[&a, &bad]).expect_err(target.name());
+            assert!(
+                !e.is_internal() && e.to_string().contains("division by zero"),
+                "{target}: {e}"
+            );
+        }
+    }
 }

@@ -745,3 +745,55 @@ fn folding_stops_at_its_budget_and_the_rest_runs_in_the_graph() {
     assert_eq!(interpret(&folded.graph, &[]).unwrap()[0], want);
     assert_eq!(interpret(&bounded.graph, &[]).unwrap()[0], want);
 }
+
+#[test]
+fn integer_div_truncates_and_mod_follows_its_fmod_attribute() {
+    let mut fmod = node("Mod", &["a", "b"], &["f"]);
+    fmod.attribute.push(int_attr("fmod", 1));
+    let bytes = model(
+        vec![
+            node("Div", &["a", "b"], &["q"]),
+            node("Mod", &["a", "b"], &["r"]),
+            fmod,
+        ],
+        vec![value("a", I64, &[Ok(4)]), value("b", I64, &[Ok(4)])],
+        vec![
+            value("q", I64, &[Ok(4)]),
+            value("r", I64, &[Ok(4)]),
+            value("f", I64, &[Ok(4)]),
+        ],
+        vec![],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    let ty = TensorType::new(DType::I64, vec![4]).unwrap();
+    let a = Tensor::from_i64(&ty, &[7, -7, 7, -7]);
+    let b = Tensor::from_i64(&ty, &[2, 2, -2, -2]);
+    let out = interpret(&m.graph, &[a.clone(), b]).unwrap();
+    assert_eq!(out[0], Tensor::from_i64(&ty, &[3, -3, -3, 3]));
+    assert_eq!(out[1], Tensor::from_i64(&ty, &[1, 1, -1, -1]));
+    assert_eq!(out[2], Tensor::from_i64(&ty, &[1, -1, 1, -1]));
+    // A zero divisor is the run's error, naming the op.
+    let zero = Tensor::from_i64(&ty, &[1, 0, 1, 1]);
+    let e = interpret(&m.graph, &[a, zero]).unwrap_err().to_string();
+    assert!(e.contains("division by zero"), "{e}");
+}
+
+#[test]
+fn float_mod_is_fmod_or_the_python_remainder() {
+    let mut fmod = node("Mod", &["a", "b"], &["f"]);
+    fmod.attribute.push(int_attr("fmod", 1));
+    let bytes = model(
+        vec![node("Mod", &["a", "b"], &["r"]), fmod],
+        vec![value("a", F32, &[Ok(2)]), value("b", F32, &[Ok(2)])],
+        vec![value("r", F32, &[Ok(2)]), value("f", F32, &[Ok(2)])],
+        vec![],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    let out = interpret(
+        &m.graph,
+        &[f32s(&[2], vec![-7.5, 5.0]), f32s(&[2], vec![2.0, -3.0])],
+    )
+    .unwrap();
+    assert_eq!(out[0], f32s(&[2], vec![0.5, -1.0]));
+    assert_eq!(out[1], f32s(&[2], vec![-1.5, 2.0]));
+}

@@ -102,31 +102,6 @@ pub enum Error {
         /// The check's message.
         message: String,
     },
-    /// A program computes a dtype the backend does not compile yet (`f64`, the narrow
-    /// and the unsigned integers: the interpreter runs them).
-    #[error(
-        "the CPU backend does not compute {dtype} yet ({place}); run the graph with \
-         --target interp"
-    )]
-    UnsupportedDType {
-        /// The dtype.
-        dtype: DType,
-        /// Where it appears (a buffer, or a kernel's expression).
-        place: String,
-    },
-    /// A program computes an op the backend does not compile yet.
-    #[error(
-        "the CPU backend does not compute {op} of {dtype} yet ({place}); run the graph with \
-         --target interp"
-    )]
-    UnsupportedOp {
-        /// The op's name.
-        op: &'static str,
-        /// The dtype of its operands.
-        dtype: DType,
-        /// The kernel where it appears.
-        place: String,
-    },
     /// A GEMM operand or product of a dtype the extern GEMM does not take.
     #[error("GEMM operands have unsupported or mismatched dtypes ({dtype})")]
     GemmDType {
@@ -182,8 +157,6 @@ impl Error {
             | Error::OutputCount { .. }
             | Error::OutputType { .. }
             | Error::Check { .. }
-            | Error::UnsupportedDType { .. }
-            | Error::UnsupportedOp { .. }
             | Error::TooManyKernels { .. } => false,
             Error::In { source, .. } => source.is_internal(),
         }

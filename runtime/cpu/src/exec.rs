@@ -280,7 +280,6 @@ impl CpuProgram {
                 limit: MAX_GENERATED_KERNELS,
             });
         }
-        check_dtypes(program)?;
         let plan = plan_program(program, &opts.codegen, opts.use_gemm)?;
         if opts.threads == 0 {
             return Err(Error::Options {
@@ -923,6 +922,9 @@ impl CpuProgram {
                 (Data::F16(a), Data::F16(b), Data::F16(c)) => {
                     gemm_batches(plan, c_strides, team, a, b, c)
                 }
+                (Data::F64(a), Data::F64(b), Data::F64(c)) => {
+                    gemm_batches(plan, c_strides, team, a, b, c)
+                }
                 _ => Err(Error::GemmDType { dtype: plan.dtype }),
             }
         };
@@ -1024,58 +1026,6 @@ fn sanitize(name: &str) -> String {
             }
         })
         .collect()
-}
-
-/// The dtypes code generation handles: floats computed in f32 registers, `i32`,
-/// `i64` and bool.
-fn compiles(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::F32 | DType::F16 | DType::Bf16 | DType::I32 | DType::I64 | DType::Bool
-    )
-}
-
-/// Refuses a program that stores or computes a dtype code generation does not handle,
-/// naming the first buffer or kernel where it appears.
-fn check_dtypes(program: &Program) -> Result<()> {
-    for b in &program.buffers {
-        if !compiles(b.ty.dtype) {
-            return Err(Error::UnsupportedDType {
-                dtype: b.ty.dtype,
-                place: format!("buffer `{}`", b.name),
-            });
-        }
-    }
-    for k in &program.kernels {
-        for stage in &k.stages {
-            let nodes = stage.body().nodes.iter().map(|n| n.dtype);
-            let accs = match stage {
-                ferrite_ir::loops::Stage::Reduce { reductions, .. } => {
-                    reductions.iter().map(|r| r.dtype).collect()
-                }
-                ferrite_ir::loops::Stage::Store { .. } => vec![],
-            };
-            if let Some(dtype) = nodes.chain(accs).find(|&d| !compiles(d)) {
-                return Err(Error::UnsupportedDType {
-                    dtype,
-                    place: format!("kernel `{}`", k.name),
-                });
-            }
-            let body = stage.body();
-            for n in &body.nodes {
-                if let ferrite_ir::loops::ExprOp::Binary(b, x, _) = n.op {
-                    if b.is_integer_division() {
-                        return Err(Error::UnsupportedOp {
-                            op: b.name(),
-                            dtype: body.nodes[x.index()].dtype,
-                            place: format!("kernel `{}`", k.name),
-                        });
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 fn zeros(dtype: DType, n: usize) -> Data {

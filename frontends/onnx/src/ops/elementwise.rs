@@ -4,7 +4,7 @@
 use super::{dtype_attr, one};
 use crate::error::{invalid, unsupported, OpResult};
 use crate::import::{Ctx, NodeIn, Val};
-use ferrite_ir::{BinaryOp as B, DType, Tensor, UnaryOp as U};
+use ferrite_ir::{BinaryOp as B, DType, UnaryOp as U};
 
 pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
     let unary = match op {
@@ -65,16 +65,20 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
             if dt.is_float() {
                 ctx.div(&x, y)?
             } else {
-                int_div(ctx, &x, y)?
+                // C's division of integers: toward zero; by zero a run-time error.
+                ctx.bin(B::TruncDivide, &x, y)?
             }
         }
         "Mod" => {
             let y = n.input(1)?;
             same_dtype(ctx, op, &x, y)?;
-            if dt.is_float() {
-                unsupported!("Mod of floats is not supported (no exact fmod in the IR)");
-            }
-            int_mod(ctx, &x, y, n.int("fmod", 0)? != 0)?
+            // fmod=1: C's fmod (the dividend's sign); else Python's % (the divisor's).
+            let b = if n.int("fmod", 0)? != 0 {
+                B::Fmod
+            } else {
+                B::Remainder
+            };
+            ctx.bin(b, &x, y)?
         }
         "Pow" => {
             let y = n.input(1)?;
@@ -312,42 +316,6 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
         _ => return Ok(None),
     };
     one(y)
-}
-
-/// Integer division of constants only (the IR has no integer division to put in a
-/// graph): the interpreter divides into an f32, whose truncation (or floor) is exact
-/// while the operands stay below 2^24 in magnitude; larger ones are refused.
-fn int_divide(ctx: &mut Ctx, x: &Val, y: &Val, op: &str) -> OpResult<Val> {
-    let (Val::Const(a), Val::Const(b)) = (x, y) else {
-        unsupported!(
-            "integer {op} of computed values is not supported (the IR divides integers as floats)"
-        );
-    };
-    let small = |t: &Tensor| t.to_i64().iter().all(|v| v.unsigned_abs() < 1 << 24);
-    if !small(a) || !small(b) {
-        unsupported!("integer {op} of values beyond 2^24 is not supported");
-    }
-    if b.to_i64().contains(&0) {
-        invalid!("integer division by zero");
-    }
-    ctx.div(x, y)
-}
-
-/// `Div` of integers: truncation toward zero.
-fn int_div(ctx: &mut Ctx, x: &Val, y: &Val) -> OpResult<Val> {
-    let q = int_divide(ctx, x, y, "Div")?;
-    ctx.cast(&q, ctx.dtype(x))
-}
-
-/// `Mod` of integers: the remainder of floor division (the divisor's sign), or of
-/// truncating division with `fmod=1` (the dividend's sign).
-fn int_mod(ctx: &mut Ctx, x: &Val, y: &Val, fmod: bool) -> OpResult<Val> {
-    let dt = ctx.dtype(x);
-    let q = int_divide(ctx, x, y, "Mod")?;
-    let q = if fmod { q } else { ctx.un(U::Floor, &q)? };
-    let q = ctx.cast(&q, dt)?;
-    let qb = ctx.mul(&q, y)?;
-    ctx.sub(x, &qb)
 }
 
 fn same_dtype(ctx: &Ctx, op: &str, x: &Val, y: &Val) -> OpResult<()> {

@@ -1,7 +1,9 @@
 //! Scalar and vector emission of loop-IR nodes, per dtype.
 //!
 //! Scalars live in registers as `f32` (for `f32`, `f16` and `bf16`: a half value is held
-//! as the `f32` of the same number), `i32`, `i64` and `i8` (a `bool` is 0 or 1). Each
+//! as the `f32` of the same number), `f64`, and integers of their dtype's width (`i8` for
+//! `i8`, `u8` and `bool`, a `bool` being 0 or 1); `dtypes.rs` emits the `f64`, narrow and
+//! unsigned cases and every cast. Each
 //! node computes in its dtype exactly as [`ferrite_ir::loops::scalar`] says: `f32` add,
 //! sub, mul, div and sqrt are correctly rounded in hardware (the same result as the
 //! reference's `f64` op rounded to `f32`); half-precision arithmetic is done in `f64` and
@@ -122,6 +124,7 @@ impl Emitter<'_, '_> {
     /// A scalar constant of `dtype` (floats rounded to the dtype).
     pub(super) fn constant(&mut self, v: Lit, dtype: DType) -> Result<Value> {
         Ok(match (scalar::round_to(v, dtype), dtype.category()) {
+            (Lit::Float(x), Category::Float) if dtype == DType::F64 => self.b.ins().f64const(x),
             (Lit::Float(x), Category::Float) => self.b.ins().f32const(x as f32),
             (Lit::Int(x), Category::Int) => iconst(self.b, scalar_type(dtype), x as i64),
             (Lit::Bool(x), Category::Bool) => iconst(self.b, types::I8, x as i64),
@@ -239,14 +242,7 @@ impl Emitter<'_, '_> {
 
     /// A value's truth (`!= 0`; NaN is true) as an `i8` 0/1.
     fn truth(&mut self, x: Value, dtype: DType) -> Value {
-        match dtype.category() {
-            Category::Float => {
-                let zero = self.b.ins().f32const(0.0);
-                self.b.ins().fcmp(FloatCC::NotEqual, x, zero)
-            }
-            Category::Int => self.b.ins().icmp_imm_s(IntCC::NotEqual, x, 0),
-            Category::Bool => x,
-        }
+        self.truth_of(x, dtype)
     }
 
     /// Branches to the kernel's error exit with a new code when `bad` (an `i8`) is set.
@@ -555,6 +551,7 @@ impl Emitter<'_, '_> {
             return Ok(self.b.ins().bxor_imm_u(t, 1));
         }
         Ok(match from.category() {
+            Category::Float if from == DType::F64 => self.f64_unary(u, x),
             Category::Float => {
                 if d != DType::F32 && u == UnaryOp::Sqrt {
                     // Correctly rounded: f64 sqrt of a half value, rounded once.
@@ -575,24 +572,7 @@ impl Emitter<'_, '_> {
                     }
                 }
             }
-            Category::Int => match u {
-                UnaryOp::Neg => self.b.ins().ineg(x),
-                UnaryOp::Abs => self.b.ins().iabs(x),
-                UnaryOp::Relu => {
-                    let zero = iconst(self.b, scalar_type(d), 0);
-                    self.b.ins().smax(x, zero)
-                }
-                UnaryOp::Sign => {
-                    let pos = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, x, 0);
-                    let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
-                    let ty = scalar_type(d);
-                    let pos = self.b.ins().uextend(ty, pos);
-                    let neg = self.b.ins().uextend(ty, neg);
-                    self.b.ins().isub(pos, neg)
-                }
-                UnaryOp::Floor | UnaryOp::Ceil => x,
-                _ => return Err(Error::internal(format!("{} has no integer form", u.name()))),
-            },
+            Category::Int => self.int_unary(u, x, d)?,
             Category::Bool => match u {
                 UnaryOp::Floor | UnaryOp::Ceil => x,
                 _ => {
@@ -606,9 +586,9 @@ impl Emitter<'_, '_> {
     }
 
     /// Emits a call of [`int_pow`] after checking that the exponent is not negative.
-    fn int_pow_call(&mut self, x: Value, y: Value, d: DType) -> Value {
-        let wx = self.widen_to_i64(x);
-        let wy = self.widen_to_i64(y);
+    pub(super) fn int_pow_call(&mut self, x: Value, y: Value, d: DType) -> Value {
+        let wx = self.int_to_i64(x, d);
+        let wy = self.int_to_i64(y, d);
         let negative = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, wy, 0);
         self.check(
             negative,
@@ -630,11 +610,7 @@ impl Emitter<'_, '_> {
         let callee = self.b.ins().iconst(self.target.ptr_type, f as usize as i64);
         let call = self.b.ins().call_indirect(sig, callee, &[wx, wy]);
         let r = self.b.inst_results(call)[0];
-        if d == DType::I32 {
-            self.b.ins().ireduce(types::I32, r)
-        } else {
-            r
-        }
+        self.i64_to_int(r, d)
     }
 
     fn scalar_binary(
@@ -657,11 +633,13 @@ impl Emitter<'_, '_> {
         if op.is_comparison() {
             return Ok(match from.category() {
                 Category::Float => self.b.ins().fcmp(float_cc(op), x, y),
-                Category::Int => self.b.ins().icmp(int_cc(op, true), x, y),
+                Category::Int => self.b.ins().icmp(int_cc(op, !from.is_unsigned()), x, y),
                 Category::Bool => self.b.ins().icmp(int_cc(op, false), x, y),
             });
         }
         Ok(match from.category() {
+            Category::Float if from == DType::F64 => self.f64_binary(op, x, y),
+            Category::Float if op.is_integer_division() => self.narrow_float_division(op, x, y, d),
             Category::Float => {
                 let half = d != DType::F32;
                 if half
@@ -694,20 +672,7 @@ impl Emitter<'_, '_> {
                     round_f32_to(self.b, r, d)
                 }
             }
-            Category::Int => match op {
-                BinaryOp::Add => self.b.ins().iadd(x, y),
-                BinaryOp::Sub => self.b.ins().isub(x, y),
-                BinaryOp::Mul => self.b.ins().imul(x, y),
-                BinaryOp::Maximum => self.b.ins().smax(x, y),
-                BinaryOp::Minimum => self.b.ins().smin(x, y),
-                BinaryOp::Pow => self.int_pow_call(x, y, d),
-                _ => {
-                    return Err(Error::internal(format!(
-                        "{} has no integer form",
-                        op.name()
-                    )))
-                }
-            },
+            Category::Int => self.int_binary(op, x, y, from)?,
             Category::Bool => match op {
                 BinaryOp::Maximum => self.b.ins().bor(x, y),
                 BinaryOp::Minimum | BinaryOp::Mul => self.b.ins().band(x, y),
@@ -732,41 +697,7 @@ impl Emitter<'_, '_> {
 
     /// `cast` from `from` to `to` on scalar registers (see `ferrite_ir::loops::scalar::cast`).
     pub(super) fn scalar_cast(&mut self, x: Value, from: DType, to: DType) -> Value {
-        if from == to {
-            return x;
-        }
-        match (from.category(), to.category()) {
-            (Category::Float, Category::Float) => {
-                if to == DType::F32 {
-                    x
-                } else {
-                    round_f32_to(self.b, x, to)
-                }
-            }
-            (Category::Float, Category::Int) => self.b.ins().fcvt_to_sint_sat(scalar_type(to), x),
-            (_, Category::Bool) => self.truth(x, from),
-            (Category::Int, Category::Float) => {
-                if to == DType::F32 {
-                    self.b.ins().fcvt_from_sint(types::F32, x)
-                } else {
-                    // Exact in f64 below 2^53, then rounded once to the half format.
-                    let w = self.b.ins().fcvt_from_sint(types::F64, x);
-                    round_f64_to(self.b, w, to)
-                }
-            }
-            (Category::Int, Category::Int) => {
-                if to == DType::I64 {
-                    self.b.ins().sextend(types::I64, x)
-                } else {
-                    self.b.ins().ireduce(types::I32, x)
-                }
-            }
-            (Category::Bool, Category::Float) => {
-                let w = self.b.ins().uextend(types::I32, x);
-                self.b.ins().fcvt_from_sint(types::F32, w)
-            }
-            (Category::Bool, Category::Int) => self.b.ins().uextend(scalar_type(to), x),
-        }
+        self.cast_any(x, from, to)
     }
 
     // ---- vector nodes ----

@@ -124,6 +124,7 @@ pub fn function(
             has_fma: jit.has_fma(),
             ipow_sig: None,
             trig_sig: None,
+            helper_sigs: HashMap::new(),
         },
         mem: Memory {
             buffers,

@@ -21,6 +21,8 @@
 //!   constants become multiply-shift sequences in Cranelift.
 //! - `expr.rs`: scalar and `f32x4`/`i32x4` emission of every node kind and dtype, with the
 //!   reference evaluator's rounding rules; transcendentals from [`crate::vmath`].
+//! - `dtypes.rs`: scalar code of `f64`, the narrow and unsigned integers, every cast, and
+//!   the integer divisions (with their run-time check of the divisor).
 //! - `convert.rs`: `f16`/`bf16` conversions and rounding as integer bit manipulation.
 //!
 //! Safety by construction: before any access is emitted the plan bounds its index range
@@ -42,7 +44,7 @@
 //! and BLAS: a vectorized `f32` reduction accumulates in `f32` lanes (sixteen partial
 //! results, then a tree; a sum folds its lanes into `f64` every 16 iterations, so no lane
 //! chains more than 16 `f32` additions), and the extern GEMM accumulates in `f32`
-//! (`f16` products too). Lanes across outer points (the plan's `lanes.rs`) accumulate sums in
+//! (`f16` products too; `f64` products in `f64`). Lanes across outer points (the plan's `lanes.rs`) accumulate sums in
 //! `f64`
 //! and are bit-identical. The error of the others grows
 //! with the magnitude of the terms rather than of the result: sums and softmax rows
@@ -50,6 +52,7 @@
 //! output's magnitude (the tolerances the tests use).
 
 mod convert;
+mod dtypes;
 mod expr;
 mod index;
 mod kernel;

@@ -14,7 +14,7 @@ use super::expr::scalar_type;
 use super::state::Emitter;
 use crate::error::{Error, Result};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, ConstantData, InstBuilder, Value};
+use cranelift_codegen::ir::{types, ConstantData, InstBuilder, Type, Value};
 use cranelift_frontend::Variable;
 use ferrite_ir::loops::{Block, ReduceKind, Reduction};
 use ferrite_ir::{Category, DType};
@@ -216,19 +216,25 @@ impl Emitter<'_, '_> {
             })?;
             let vd = value.dtype;
             let float = vd.category() == Category::Float;
+            // A u64 compares unsigned, from its own extremes (0 and all ones).
+            let (int_lo, int_hi) = if vd == DType::U64 {
+                (0, -1)
+            } else {
+                (i64::MIN, i64::MAX)
+            };
             let acc = if r.kind.is_arg() {
                 let (best_ty, best_init) = if float {
                     let inf = if r.kind == ReduceKind::ArgMax {
-                        f32::NEG_INFINITY
+                        f64::NEG_INFINITY
                     } else {
-                        f32::INFINITY
+                        f64::INFINITY
                     };
-                    (types::F32, self.b.ins().f32const(inf))
+                    self.float_init(vd, inf)
                 } else {
                     let init = if r.kind == ReduceKind::ArgMax {
-                        i64::MIN
+                        int_lo
                     } else {
-                        i64::MAX
+                        int_hi
                     };
                     (types::I64, self.b.ins().iconst(types::I64, init))
                 };
@@ -246,12 +252,12 @@ impl Emitter<'_, '_> {
                 let init = match (float, r.kind) {
                     (true, ReduceKind::Sum) => self.b.ins().f64const(0.0),
                     (true, ReduceKind::Prod) => self.b.ins().f64const(1.0),
-                    (true, ReduceKind::Max) => self.b.ins().f32const(f32::NEG_INFINITY),
-                    (true, _) => self.b.ins().f32const(f32::INFINITY),
+                    (true, ReduceKind::Max) => self.float_init(vd, f64::NEG_INFINITY).1,
+                    (true, _) => self.float_init(vd, f64::INFINITY).1,
                     (false, ReduceKind::Sum) => self.b.ins().iconst(types::I64, 0),
                     (false, ReduceKind::Prod) => self.b.ins().iconst(types::I64, 1),
-                    (false, ReduceKind::Max) => self.b.ins().iconst(types::I64, i64::MIN),
-                    (false, _) => self.b.ins().iconst(types::I64, i64::MAX),
+                    (false, ReduceKind::Max) => self.b.ins().iconst(types::I64, int_lo),
+                    (false, _) => self.b.ins().iconst(types::I64, int_hi),
                 };
                 let ty = self.b.func.dfg.value_type(init);
                 AccVars {
@@ -330,11 +336,12 @@ impl Emitter<'_, '_> {
                 let settled = self.b.ins().bxor_imm_u(best_nan, 1);
                 (x, self.b.ins().band(better, settled))
             } else {
-                let w = self.widen_to_i64(x);
-                let cc = if kind == ReduceKind::ArgMax {
-                    IntCC::SignedGreaterThan
-                } else {
-                    IntCC::SignedLessThan
+                let w = self.int_to_i64(x, value_dtype);
+                let cc = match (kind == ReduceKind::ArgMax, value_dtype == DType::U64) {
+                    (true, false) => IntCC::SignedGreaterThan,
+                    (false, false) => IntCC::SignedLessThan,
+                    (true, true) => IntCC::UnsignedGreaterThan,
+                    (false, true) => IntCC::UnsignedLessThan,
                 };
                 (w, self.b.ins().icmp(cc, w, best))
             };
@@ -350,7 +357,7 @@ impl Emitter<'_, '_> {
         let next = if float {
             match kind {
                 ReduceKind::Sum | ReduceKind::Prod => {
-                    let w = self.b.ins().fpromote(types::F64, x);
+                    let w = self.float_to_f64(x);
                     if kind == ReduceKind::Sum {
                         self.b.ins().fadd(acc, w)
                     } else {
@@ -360,11 +367,14 @@ impl Emitter<'_, '_> {
                 _ => self.nan_sticky_extreme(kind, acc, x),
             }
         } else {
-            let w = self.widen_to_i64(x);
+            let w = self.int_to_i64(x, value_dtype);
+            let unsigned = value_dtype == DType::U64;
             match kind {
                 ReduceKind::Sum => self.b.ins().iadd(acc, w),
                 ReduceKind::Prod => self.b.ins().imul(acc, w),
+                ReduceKind::Max if unsigned => self.b.ins().umax(acc, w),
                 ReduceKind::Max => self.b.ins().smax(acc, w),
+                _ if unsigned => self.b.ins().umin(acc, w),
                 _ => self.b.ins().smin(acc, w),
             }
         };
@@ -376,13 +386,13 @@ impl Emitter<'_, '_> {
     fn accumulate_product(&mut self, value_dtype: DType, vars: &AccVars, x: Value, y: Value) {
         let acc = self.b.use_var(vars.acc);
         let next = if value_dtype.category() == Category::Float {
-            let a = self.b.ins().fpromote(types::F64, x);
-            let c = self.b.ins().fpromote(types::F64, y);
+            let a = self.float_to_f64(x);
+            let c = self.float_to_f64(y);
             let p = self.b.ins().fmul(a, c);
             self.b.ins().fadd(acc, p)
         } else {
-            let a = self.widen_to_i64(x);
-            let c = self.widen_to_i64(y);
+            let a = self.int_to_i64(x, value_dtype);
+            let c = self.int_to_i64(y, value_dtype);
             let p = self.b.ins().imul(a, c);
             self.b.ins().iadd(acc, p)
         };
@@ -472,16 +482,11 @@ impl Emitter<'_, '_> {
             } else {
                 match r.dtype.category() {
                     Category::Float => match r.kind {
+                        ReduceKind::Sum | ReduceKind::Prod if r.dtype == DType::F64 => acc,
                         ReduceKind::Sum | ReduceKind::Prod => round_f64_to(self.b, acc, r.dtype),
                         _ => acc,
                     },
-                    Category::Int => {
-                        if r.dtype == DType::I32 {
-                            self.b.ins().ireduce(types::I32, acc)
-                        } else {
-                            acc
-                        }
-                    }
+                    Category::Int => self.i64_to_int(acc, r.dtype),
                     Category::Bool => self.b.ins().icmp_imm_s(IntCC::NotEqual, acc, 0),
                 }
             };
@@ -489,6 +494,16 @@ impl Emitter<'_, '_> {
             self.done.scalar.insert(r.acc, value);
         }
         Ok(())
+    }
+
+    /// The register type of a float accumulator of values of `dtype` compared by value
+    /// (max, min, arg), and the constant `c` in it.
+    fn float_init(&mut self, dtype: DType, c: f64) -> (Type, Value) {
+        if dtype == DType::F64 {
+            (types::F64, self.b.ins().f64const(c))
+        } else {
+            (types::F32, self.b.ins().f32const(c as f32))
+        }
     }
 
     /// Combines two `f32` partial results of a vectorized reduction.

@@ -69,8 +69,8 @@ pub fn node_indices(op: &ExprOp) -> Vec<&IndexExpr> {
     }
 }
 
-/// Nodes whose value some root needs, plus nodes that can fail (checked indices and
-/// integer powers), which the reference evaluates at every point whether used or not.
+/// Nodes whose value some root needs, plus nodes that can fail (checked indices,
+/// integer powers and integer divisions), which the reference evaluates at every point whether used or not.
 pub fn live_nodes(stage: &Stage) -> Vec<bool> {
     let body = stage.body();
     let mut live = vec![false; body.nodes.len()];
@@ -83,6 +83,7 @@ pub fn live_nodes(stage: &Stage) -> Vec<bool> {
         let can_fail = match &node.op {
             ExprOp::CheckedIndex { .. } => true,
             ExprOp::Binary(ferrite_ir::BinaryOp::Pow, _, _) => node.dtype.is_int(),
+            ExprOp::Binary(b, _, _) if b.is_integer_division() => node.dtype.is_int(),
             _ => false,
         };
         if can_fail {

@@ -13,8 +13,9 @@
 //!   place: each point loads its own element and stores it back. When the kernel only
 //!   stores the product, there is no epilogue at all.
 //!
-//! The extern GEMM supports `f32` and `f16`; other dtypes, and descriptions that do not
-//! match the stage, keep the reduction as generated loops (`split_gemm` returns `None`).
+//! The extern GEMM supports `f32`, `f64` and `f16`; other dtypes (the integers), and
+//! descriptions that do not match the stage, keep the reduction as generated loops
+//! (`split_gemm` returns `None`).
 
 use super::schedule::ExternGemm;
 use ferrite_ir::loops::{
@@ -54,7 +55,7 @@ pub fn split_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Opt
         .iter()
         .find(|r| r.acc == g.acc && r.kind == ReduceKind::Sum)?;
     let dtype = r.dtype;
-    if !matches!(dtype, DType::F32 | DType::F16) {
+    if !matches!(dtype, DType::F32 | DType::F64 | DType::F16) {
         return None;
     }
     // The product is a dot reduction `value * rhs` (or, equivalently, a sum of products).

@@ -190,7 +190,8 @@ pub fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, NotVectorized> {
             ExprOp::Binary(op, x, y) => {
                 let from = dtype_of(*x);
                 let ok = match lanes_at(x.index()) {
-                    Some(Lanes::F32) => true,
+                    // The rounding divisions compute in f64 (a scalar helper).
+                    Some(Lanes::F32) => !op.is_integer_division(),
                     Some(Lanes::I32) => {
                         op.is_comparison()
                             || op.is_logical()
