@@ -7,6 +7,10 @@
 //!   bytes, so its share of the copy bandwidth reads off one run;
 //! - `vmath_1M`: transcendental-heavy kernels over 1M `f32` on one thread (per element:
 //!   divide by 2^20), with a plain `x * 1.5` as the memory-bound yardstick;
+//! - `wide_16K`: the JIT'd `f32x4` vector math (`narrow`) beside the rustc-compiled wide
+//!   routines of `ferrite_cpu::wide` at each width the CPU has, over 16K `f32` (L2-resident),
+//!   and `x * sigmoid(x)` fused in one JIT kernel beside wide `sigmoid` on 1K blocks then a
+//!   multiply (what a call from the JIT loop on a stashed block would do);
 //! - `compile_transformer_block`: Cranelift compile time of the example's kernels.
 //!
 //! Every program is checked against the reference interpreter once before it is timed, so
@@ -15,7 +19,8 @@
 //! `cargo bench -p ferrite-cpu --bench cpu_kernels`
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use ferrite_cpu::{CpuOptions, CpuProgram};
+use ferrite_cpu::kernels::define_elementwise_f32;
+use ferrite_cpu::{CpuOptions, CpuProgram, Isa, Jit, UnaryFn, UnaryKernel, VMath};
 use ferrite_ir::loops::Program;
 use ferrite_ir::{Graph, Tensor};
 use ferrite_passes::decompose::decompose;
@@ -159,6 +164,74 @@ fn vmath(c: &mut Criterion) {
     group.finish();
 }
 
+fn wide(c: &mut Criterion) {
+    const N: usize = 16 << 10;
+    const BLOCK: usize = 1024;
+    let fns = [
+        UnaryFn::Exp,
+        UnaryFn::Log,
+        UnaryFn::Tanh,
+        UnaryFn::Erf,
+        UnaryFn::Sigmoid,
+    ];
+    let mut jit = Jit::new().expect("host JIT");
+    let vm = VMath::for_isa(jit.isa());
+    for f in fns {
+        define_elementwise_f32(&mut jit, f.name(), 1, 4, &|b, v| vm.unary(b, f, v[0]))
+            .expect("kernel compiles");
+    }
+    define_elementwise_f32(&mut jit, "silu", 1, 4, &|b, v| {
+        let s = vm.sigmoid(b, v[0]);
+        cranelift_codegen::ir::InstBuilder::fmul(b.ins(), v[0], s)
+    })
+    .expect("kernel compiles");
+    let code = jit.finalize().expect("finalize");
+    // Arguments in [-10, 10] (log: their absolute values).
+    let xs: Vec<f32> = (0..N)
+        .map(|i| (i as f32 * 0.618_034).sin() * 10.0)
+        .collect();
+    let positive: Vec<f32> = xs.iter().map(|x| x.abs()).collect();
+    let mut out = vec![0.0f32; N];
+    let widths: Vec<Isa> = [Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|isa| isa.supported())
+        .collect();
+    let mut group = c.benchmark_group("wide_16K");
+    group.sample_size(30);
+    group.throughput(Throughput::Elements(N as u64));
+    for f in fns {
+        let src = if f == UnaryFn::Log { &positive } else { &xs };
+        let kernel = UnaryKernel::new(&code, f.name()).expect("kernel");
+        group.bench_function(format!("{}/narrow", f.name()), |b| {
+            b.iter(|| kernel.run(black_box(src), &mut out).expect("run"))
+        });
+        for &isa in &widths {
+            let routine = ferrite_cpu::wide::routine(f, isa).expect("routine");
+            group.bench_function(format!("{}/{}", f.name(), isa.name()), |b| {
+                b.iter(|| routine(black_box(src), &mut out))
+            });
+        }
+    }
+    let silu = UnaryKernel::new(&code, "silu").expect("kernel");
+    group.bench_function("silu/narrow_fused", |b| {
+        b.iter(|| silu.run(black_box(&xs), &mut out).expect("run"))
+    });
+    for &isa in &widths {
+        let sigmoid = ferrite_cpu::wide::routine(UnaryFn::Sigmoid, isa).expect("routine");
+        group.bench_function(format!("silu/{}_blocks", isa.name()), |b| {
+            b.iter(|| {
+                for (x, o) in black_box(&xs).chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+                    sigmoid(x, o);
+                    for (o, x) in o.iter_mut().zip(x) {
+                        *o *= x;
+                    }
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
 fn compile_time(c: &mut Criterion) {
     let g = ferrite_testkit::example_graph("transformer_block");
     let mut group = c.benchmark_group("compile_transformer_block");
@@ -174,5 +247,5 @@ fn compile_time(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, pointwise_chains, stream, vmath, compile_time);
+criterion_group!(benches, pointwise_chains, stream, vmath, wide, compile_time);
 criterion_main!(benches);

@@ -10,6 +10,8 @@
 //! * [`vmath`]: exp, log, tanh, erf, sigmoid, sin, cos, pow, maximum and minimum emitted
 //!   as Cranelift IR on `f32x4` (or `f32`) values: polynomial approximations with range
 //!   reduction, a few ulp from the correctly rounded result, no libm calls.
+//! * [`wide`]: the same algorithms compiled by rustc for AVX2 and AVX-512, over slices,
+//!   bit-identical to [`vmath`]'s; the width is chosen at run time (`FERRITE_CPU_ISA`).
 //! * [`kernels`]: hand-built elementwise loops (`f32x4`, unrolled, scalar tail) with safe
 //!   runners: the yardstick for tests and benchmarks, and a template for the emitter.
 //! * [`pool`]: the process's persistent thread pool, which splits kernels' outer loops
@@ -34,6 +36,7 @@ pub mod kernels;
 pub mod plan;
 pub mod pool;
 pub mod vmath;
+pub mod wide;
 
 pub use denormals::FlushDenormals;
 pub use emit::KernelInfo;
@@ -53,3 +56,4 @@ pub use pool::{
     MAX_THREADS, NUM_THREADS_VAR,
 };
 pub use vmath::{UnaryFn, VMath};
+pub use wide::{Isa, WideFn, ISA_VAR};

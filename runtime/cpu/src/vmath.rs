@@ -8,7 +8,7 @@
 //!
 //! | function  | method                                                                          | max error (FMA / no FMA) |
 //! |-----------|---------------------------------------------------------------------------------|--------------------------|
-//! | `exp`     | `n = round(x/ln2)`, Cody-Waite `r = x - n ln2`, `1 + r + r^2 P(r)`, scale by `2^n` in two steps; subnormal results as the integer `round((1 + q) 2^(n+149))`, their bit pattern (no subnormal arithmetic, same bits) | 0.98 / 0.92 ulp |
+//! | `exp`     | `n = round(x/ln2)`, Cody-Waite `r = x - n ln2`, `1 + r + r^2 P(r)`, scale by `2^n` in two steps; subnormal results as the integer `round((1 + q) 2^(n+149))` (the second step scaled by `2^149` more), their bit pattern (no subnormal arithmetic, same bits) | 0.98 / 0.92 ulp |
 //! | `log`     | scale subnormals, `x = 2^e m` with `m` in `[sqrt(1/2), sqrt(2))` (by subtracting the bits of `sqrt(1/2)`), `log(1+f) = f - f^2/2 + f^3 P(f)`, `P` by Estrin's scheme | 0.79 / 0.78 ulp |
 //! | `sin/cos` | `q = round(x 2/pi)`, Cody-Waite `r = x - q pi/2` (exact first step with FMA), sin/cos polynomials, quadrant select | 1.72, 1.62 / 2.33, 2.09 ulp |
 //! | `tanh`    | `m / (m + 2)` with `m = expm1(2 abs(x))` (`2^n q + (2^n - 1)`, `q = e^r - 1`: no cancellation near 0), `2 abs(x)` capped at 20; sign copied | 2.46 / 2.33 ulp |
@@ -32,7 +32,8 @@
 //! series, far more accurate than `f32` needs.
 //!
 //! Special values follow libm: `exp(±inf) = inf, 0`; overflow gives `inf`, underflow
-//! subnormals then `0` (inputs below -104, e.g. masked `-inf` scores, select 0; no lane
+//! subnormals then `0` (inputs below -104, e.g. masked `-inf` scores, are clamped to -104,
+//! whose result rounds to 0; no lane
 //! of `exp` executes an operation with a subnormal result, which x86 runs through a slow
 //! microcode assist, so its speed does not depend on how far its results underflow);
 //! `log(0) = -inf`, `log(x<0) = NaN`, `log(inf) = inf`; `tanh` and `erf` saturate to `±1`
@@ -56,9 +57,9 @@
 //! # Instruction shapes
 //!
 //! On current x86 cores a blend (`vpblendvb`/`vblendvps`) is three micro-ops, a compare or
-//! a bitwise op one. So selects against zero are `andps`/`andnps` with the mask (`exp`'s
-//! vanishing lanes, `log`'s subnormal exponent correction), clamps whose NaN must pass are
-//! one `minps c, x` (`exp`'s overflow clamp, `tanh`'s and `erf`'s caps), rounding to an
+//! a bitwise op one. So selects against zero are `andps` with the mask (`exp`'s subnormal
+//! scaling, `log`'s subnormal exponent correction), clamps whose NaN must pass are
+//! one `minps c, x` or `maxps c, x` (`exp`'s clamps, `tanh`'s and `erf`'s caps), rounding to an
 //! integer fuses the product into the magic-number addition with FMA, `log` sends `+inf`
 //! through one `maxps` (`max(r, x - f32::MAX)`, as `log x > x - f32::MAX` for finite `x`)
 //! and negative inputs to NaN with one `orps` of the mask, and `tanh`'s and `erf`'s
@@ -144,91 +145,101 @@ pub struct VMath {
 
 // ---- constants -------------------------------------------------------------------------
 
-const SIGN_MASK: i32 = i32::MIN;
-const ABS_MASK: i32 = i32::MAX;
-/// `1.5 * 2^23`: adding it to `|v| < 2^22` rounds `v` to an integer held in the low mantissa bits.
-const ROUND_MAGIC: f32 = 12_582_912.0;
-const LOG2_E: f32 = std::f32::consts::LOG2_E;
-/// `ln 2` split so that `n * LN2_HI` is exact for `|n| < 2^15` (Cephes' split).
-const LN2_HI: f32 = 355.0 / 512.0;
-const LN2_LO: f32 = -2.121_944_4e-4;
-/// `exp` input range: below `EXP_LO` the result rounds to 0 (`e^-104 < 2^-150`) and is
-/// selected directly; above `EXP_HI` the input is clamped and the result overflows to inf.
-const EXP_LO: f32 = -104.0;
-const EXP_HI: f32 = 89.0;
-/// `e^r = 1 + r + r^2 P(r)` on `|r| <= ln2/2`; relative error of the fit 3.1e-9.
-const EXP_P: [f32; 5] = [
-    4.999_999_4e-1,
-    1.666_652_1e-1,
-    4.166_839e-2,
-    8.368_716e-3,
-    1.381_460_2e-3,
-];
-/// `log(1+f) = f - f^2/2 + f^3 P(f)` on `f in [sqrt(1/2)-1, sqrt(2)-1]`; fit error 7.5e-10.
-const LOG_P: [f32; 9] = [
-    3.333_331_3e-1,
-    -2.500_001e-1,
-    2.000_211_9e-1,
-    -1.666_799_6e-1,
-    1.421_955_2e-1,
-    -1.240_558_85e-1,
-    1.188_816_35e-1,
-    -1.167_565_66e-1,
-    6.746_643e-2,
-];
-const SQRT_HALF: f32 = std::f32::consts::FRAC_1_SQRT_2;
-/// `sin r = r + r^3 S(r^2)` on `|r| <= 1`; fit error 5.9e-11. The range is wider than
-/// `pi/4` because for large `|x|` the rounded `x * 2/pi` can pick a neighbouring quadrant.
-const SIN_S: [f32; 4] = [
-    -1.666_666_7e-1,
-    8.333_316e-3,
-    -1.983_611_6e-4,
-    2.694_809_8e-6,
-];
-/// `cos r = 1 - r^2/2 + r^4 C(r^2)` on `|r| <= 1`; fit error 2.5e-12.
-const COS_C: [f32; 4] = [
-    4.166_666_8e-2,
-    -1.388_886_5e-3,
-    2.479_590_3e-5,
-    -2.698_391_5e-7,
-];
-const TWO_OVER_PI: f32 = std::f32::consts::FRAC_2_PI;
-/// `pi/2 = P1 + P2 + P3` to ~96 bits, each the nearest `f32` to the remainder (FMA path:
-/// `fma(q, -P1, x)` is exact for every integer `q`, the later steps round once each).
-const PIO2_FMA: [f32; 3] = [1.570_796_4, -4.371_139e-8, -1.715_124_5e-15];
-/// `pi/2` in parts for hosts without FMA: the first three have 11 significant bits, so
-/// `q * part` is exact for `|q| < 2^13`; the last carries the remainder (to ~2^-63).
-const PIO2_NO_FMA: [f32; 4] = [1.570_312_5, 4.837_513e-4, 7.549_533_6e-8, 2.563_344e-12];
-/// `tanh x` rounds to 1 for `x > 9.01` (`2 e^-2x < 2^-25`); capping `2x` at 20 keeps
-/// `e^2x` normal while `m / (m + 2)` with `m = e^20 - 1` still rounds to exactly 1.
-/// From here on `tanh` is computed as `1 - 2/(m + 2)` (see `Emit::tanh`): tanh(0.625) = 0.555.
-const TANH_SPLIT: f32 = 0.625;
+use constants::*;
 
-const TANH_EXP_CAP: f32 = 20.0;
-/// `erf x = x + x A(x^2)` on `|x| <= 0.875`; fit error 2.0e-10.
-const ERF_A: [f32; 7] = [
-    1.283_791_7e-1,
-    -3.761_263_5e-1,
-    1.128_373_3e-1,
-    -2.686_158_6e-2,
-    5.206_748e-3,
-    -8.211_109_7e-4,
-    8.675_414_6e-5,
-];
-const ERF_SMALL: f32 = 0.875;
-/// `erf x = 1 - exp(-H(x - 0.875))` on `[0.875, 4]`, `H ~ -log(erfc)`; expanded at the low
-/// end so the terms do not cancel where `erfc` is large; erf error of the fit 1.9e-9.
-const ERF_H: [f32; 7] = [
-    1.532_824_4,
-    2.430_219,
-    8.265_527e-1,
-    4.683_907e-2,
-    -1.119_975_65e-2,
-    2.037_062_8e-3,
-    -2.009_964_4e-4,
-];
-/// erf rounds to 1 in `f32` well below this, so larger inputs are clamped to it.
-const ERF_CLAMP: f32 = 4.0;
+/// The constants of the algorithms, shared with their wide versions in [`crate::wide`].
+pub(crate) mod constants {
+    pub(crate) const SIGN_MASK: i32 = i32::MIN;
+    pub(crate) const ABS_MASK: i32 = i32::MAX;
+    /// `1.5 * 2^23`: adding it to `|v| < 2^22` rounds `v` to an integer held in the low mantissa bits.
+    pub(crate) const ROUND_MAGIC: f32 = 12_582_912.0;
+    pub(crate) const LOG2_E: f32 = std::f32::consts::LOG2_E;
+    /// `ln 2` split so that `n * LN2_HI` is exact for `|n| < 2^15` (Cephes' split).
+    pub(crate) const LN2_HI: f32 = 355.0 / 512.0;
+    pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
+    /// `exp` input range: below `EXP_LO` the result rounds to 0 (`e^-104 < 2^-150`) and is
+    /// selected directly; above `EXP_HI` the input is clamped and the result overflows to inf.
+    pub(crate) const EXP_LO: f32 = -104.0;
+    pub(crate) const EXP_HI: f32 = 89.0;
+    /// `e^r = 1 + r + r^2 P(r)` on `|r| <= ln2/2`; relative error of the fit 3.1e-9.
+    pub(crate) const EXP_P: [f32; 5] = [
+        4.999_999_4e-1,
+        1.666_652_1e-1,
+        4.166_839e-2,
+        8.368_716e-3,
+        1.381_460_2e-3,
+    ];
+    /// `log(1+f) = f - f^2/2 + f^3 P(f)` on `f in [sqrt(1/2)-1, sqrt(2)-1]`; fit error 7.5e-10.
+    pub(crate) const LOG_P: [f32; 9] = [
+        3.333_331_3e-1,
+        -2.500_001e-1,
+        2.000_211_9e-1,
+        -1.666_799_6e-1,
+        1.421_955_2e-1,
+        -1.240_558_85e-1,
+        1.188_816_35e-1,
+        -1.167_565_66e-1,
+        6.746_643e-2,
+    ];
+    pub(crate) const SQRT_HALF: f32 = std::f32::consts::FRAC_1_SQRT_2;
+    /// `sin r = r + r^3 S(r^2)` on `|r| <= 1`; fit error 5.9e-11. The range is wider than
+    /// `pi/4` because for large `|x|` the rounded `x * 2/pi` can pick a neighbouring quadrant.
+    pub(crate) const SIN_S: [f32; 4] = [
+        -1.666_666_7e-1,
+        8.333_316e-3,
+        -1.983_611_6e-4,
+        2.694_809_8e-6,
+    ];
+    /// `cos r = 1 - r^2/2 + r^4 C(r^2)` on `|r| <= 1`; fit error 2.5e-12.
+    pub(crate) const COS_C: [f32; 4] = [
+        4.166_666_8e-2,
+        -1.388_886_5e-3,
+        2.479_590_3e-5,
+        -2.698_391_5e-7,
+    ];
+    pub(crate) const TWO_OVER_PI: f32 = std::f32::consts::FRAC_2_PI;
+    /// `pi/2 = P1 + P2 + P3` to ~96 bits, each the nearest `f32` to the remainder (FMA path:
+    /// `fma(q, -P1, x)` is exact for every integer `q`, the later steps round once each).
+    pub(crate) const PIO2_FMA: [f32; 3] = [1.570_796_4, -4.371_139e-8, -1.715_124_5e-15];
+    /// `pi/2` in parts for hosts without FMA: the first three have 11 significant bits, so
+    /// `q * part` is exact for `|q| < 2^13`; the last carries the remainder (to ~2^-63).
+    pub(crate) const PIO2_NO_FMA: [f32; 4] =
+        [1.570_312_5, 4.837_513e-4, 7.549_533_6e-8, 2.563_344e-12];
+    /// `tanh x` rounds to 1 for `x > 9.01` (`2 e^-2x < 2^-25`); capping `2x` at 20 keeps
+    /// `e^2x` normal while `m / (m + 2)` with `m = e^20 - 1` still rounds to exactly 1.
+    /// From here on `tanh` is computed as `1 - 2/(m + 2)` (see `Emit::tanh`): tanh(0.625) = 0.555.
+    pub(crate) const TANH_SPLIT: f32 = 0.625;
+
+    pub(crate) const TANH_EXP_CAP: f32 = 20.0;
+    /// `erf x = x + x A(x^2)` on `|x| <= 0.875`; fit error 2.0e-10.
+    pub(crate) const ERF_A: [f32; 7] = [
+        1.283_791_7e-1,
+        -3.761_263_5e-1,
+        1.128_373_3e-1,
+        -2.686_158_6e-2,
+        5.206_748e-3,
+        -8.211_109_7e-4,
+        8.675_414_6e-5,
+    ];
+    pub(crate) const ERF_SMALL: f32 = 0.875;
+    /// `erf x = 1 - exp(-H(x - 0.875))` on `[0.875, 4]`, `H ~ -log(erfc)`; expanded at the low
+    /// end so the terms do not cancel where `erfc` is large; erf error of the fit 1.9e-9.
+    pub(crate) const ERF_H: [f32; 7] = [
+        1.532_824_4,
+        2.430_219,
+        8.265_527e-1,
+        4.683_907e-2,
+        -1.119_975_65e-2,
+        2.037_062_8e-3,
+        -2.009_964_4e-4,
+    ];
+    /// erf rounds to 1 in `f32` well below this, so larger inputs are clamped to it.
+    pub(crate) const ERF_CLAMP: f32 = 4.0;
+    /// `exp` results for `n < -125.5` (`n <= -126`) may be subnormal and are built as integers.
+    pub(crate) const EXP_SUBNORMAL_N: f32 = -125.5;
+    /// The extra scaling `2^149` that makes a subnormal result's multiples of `2^-149` integers.
+    pub(crate) const EXP_SUBNORMAL_SHIFT: i32 = 149;
+}
 
 impl VMath {
     /// Vector math using fused multiply-add when `use_fma` (which needs an ISA that has it).
@@ -488,18 +499,6 @@ impl Emit<'_, '_> {
         self.select(above, hi, x)
     }
 
-    /// `mask ? 0 : v` per lane, as one `andnps` (a blend is three micro-ops).
-    fn zero_where(&mut self, mask: Value, v: Value) -> Value {
-        let ty = self.b.func.dfg.value_type(v);
-        let mask = if self.b.func.dfg.value_type(mask) == ty {
-            mask
-        } else {
-            self.cast(ty, mask)
-        };
-        let keep = self.b.ins().bnot(mask);
-        self.b.ins().band(v, keep)
-    }
-
     /// `mask ? v : 0` per lane, as one `andps`.
     fn keep_where(&mut self, mask: Value, v: Value) -> Value {
         let ty = self.b.func.dfg.value_type(v);
@@ -622,52 +621,44 @@ impl Emit<'_, '_> {
         // No lane executes a floating-point operation whose result is subnormal: on x86
         // each one takes a microcode assist (~100 cycles) unless flush-to-zero is on, which
         // made exp of masked (-inf) attention scores 15x slower than of ordinary inputs,
-        // and exp of inputs in [-104, -87.3] as slow. Lanes below EXP_LO (whose result
-        // rounds to 0) compute exp(0) instead and are zeroed at the end; lanes whose result
-        // is subnormal build its bits with integer operations (below). NaN lanes compare
-        // false and pass through both the mask and the clamp.
+        // and exp of inputs in [-104, -87.3] as slow. Lanes whose result may be subnormal
+        // build its bits with integer operations (below); so inputs below EXP_LO can be
+        // clamped to it (one `maxps`): their integer result rounds to 0 (e^-104 is 0.485
+        // of 2^-149). NaN lanes pass through both clamps.
         let lo = self.f(EXP_LO);
-        let vanishes = self.cmp(FloatCC::LessThan, x, lo);
-        let mut x = self.zero_where(vanishes, x);
+        let mut x = self.max_or_nan(lo, x);
         if may_overflow {
             let hi = self.f(EXP_HI);
             x = self.min_or_nan(hi, x);
         }
         let (q, n, shifted_bits) = self.expm1_reduced_n(x);
         let ni = self.rounded_int(shifted_bits);
-        // n is in [-150, 129]. For n >= -125 the result is normal: 2^n may not be a normal
-        // f32 but 2^(n/2) always is, and the first multiply is exact, so an overflowing
-        // result rounds once. (Multiplies, not integer adds to y's exponent field: NaN must
-        // stay NaN.) Lanes with a smaller n compute this with n = -125, and discard it.
-        let normal_min = self.i(-125);
-        let n_normal = self.b.ins().smax(ni, normal_min);
-        let n1 = self.b.ins().sshr_imm_u(n_normal, 1);
-        let n2 = self.b.ins().isub(n_normal, n1);
+        // n is in [-150, 129]: 2^n may not be a normal f32, 2^(n/2) always is, and the first
+        // multiply is exact, so an overflowing result rounds once. (Multiplies, not integer
+        // adds to y's exponent field: NaN must stay NaN.)
+        let n1 = self.b.ins().sshr_imm_u(ni, 1);
+        let n2 = self.b.ins().isub(ni, n1);
         let s1 = self.pow2(n1);
-        let s2 = self.pow2(n2);
         // (1 + q) 2^n1 as q 2^n1 + 2^n1: the same single rounding, one instruction less.
-        let y = self.mul_add(q, s1, s1);
-        let y = self.mul(y, s2);
+        let y1 = self.mul_add(q, s1, s1);
         // For n <= -126 the result is below 2^-125, where f32 values are the multiples
         // k 2^-149 (subnormal below 2^-126), and the bits of k 2^-149 are the integer k
-        // itself. So m = (1 + q) 2^(n + 149), a normal number below 2^24, rounded to an
+        // itself. Those lanes scale by 2^(n2 + 149) instead of 2^n2, which gives the normal
+        // m = (1 + q) 2^(n + 149) < 2^24 with the same rounding as y1; m rounded to an
         // integer (nearest, ties to even: as the multiply into the subnormal range rounds)
-        // is the result's bit pattern. Lanes with a larger n compute this with n = -126.
-        let sub_max = self.i(-126);
-        let n_sub = self.b.ins().smin(ni, sub_max);
-        let biased = self.i(149 + 127);
-        let e = self.b.ins().iadd(n_sub, biased);
-        let e = self.b.ins().ishl_imm_u(e, 23);
-        let scale = self.float(e);
-        let m = self.mul_add(q, scale, scale);
-        let k = self.b.ins().nearest(m);
+        // is the result's bit pattern. (The float n is an exact integer, or NaN, which
+        // compares false.)
+        let threshold = self.f(EXP_SUBNORMAL_N);
+        let subnormal = self.cmp(FloatCC::LessThan, n, threshold);
+        let shift = self.i(EXP_SUBNORMAL_SHIFT);
+        let shift = self.keep_where(subnormal, shift);
+        let n2 = self.b.ins().iadd(n2, shift);
+        let s2 = self.pow2(n2);
+        let y = self.mul(y1, s2);
+        let k = self.b.ins().nearest(y);
         let k = self.exact_int(k);
         let k = self.float(k);
-        // The float n is an exact integer (or NaN, which compares false).
-        let threshold = self.f(-125.5);
-        let subnormal = self.cmp(FloatCC::LessThan, n, threshold);
-        let y = self.select(subnormal, k, y);
-        self.zero_where(vanishes, y)
+        self.select(subnormal, k, y)
     }
 
     /// The `i32x4` of an `f32x4` whose lanes are integers in `i32`'s range.

@@ -1,0 +1,689 @@
+//! Full-width vector math compiled by rustc: the algorithms of [`crate::vmath`] on 256-bit
+//! (AVX2 + FMA) and 512-bit (AVX-512F) vectors, which Cranelift cannot emit (it gives
+//! 128-bit vectors on x86-64).
+//!
+//! Each routine is the same sequence of operations as its `f32x4` Cranelift counterpart
+//! with FMA (same constants, same order, same selects), so it gives the same bits lane for
+//! lane (NaN payloads aside, which no target specifies); `tests/wide.rs` checks that over a
+//! sweep of bit patterns and special values, at every width the host supports. A routine
+//! maps a slice to a slice of the same length; the tail shorter than a vector is padded
+//! into a stack buffer, so it gets the same bits too. The routines keep no state: they are
+//! reentrant and may run on any number of threads at once.
+//!
+//! The width is chosen once per process ([`Isa::host`]): the widest the CPU has, capped by
+//! the environment variable `FERRITE_CPU_ISA` (`sse`, `avx2` or `avx512`; `sse` means no
+//! wide routine, so callers use the Cranelift code). Asking for a width the CPU lacks
+//! gives the widest it has.
+//!
+//! Only `exp`, `log`, `tanh`, `erf` and `sigmoid` have wide routines (the functions of
+//! [`UnaryFn`] whose vector math is pure `f32` lane arithmetic).
+
+use std::sync::OnceLock;
+
+use crate::vmath::UnaryFn;
+
+/// The environment variable that caps the vector width of the wide routines.
+pub const ISA_VAR: &str = "FERRITE_CPU_ISA";
+
+/// A vector width for the wide routines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// 128-bit SSE: no wide routine (Cranelift's `f32x4` code).
+    Sse,
+    /// 256-bit AVX2 with FMA.
+    Avx2,
+    /// 512-bit AVX-512F.
+    Avx512,
+}
+
+impl Isa {
+    /// Every width, narrowest first.
+    pub const ALL: [Isa; 3] = [Isa::Sse, Isa::Avx2, Isa::Avx512];
+
+    /// The name `FERRITE_CPU_ISA` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Sse => "sse",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Parses a `FERRITE_CPU_ISA` value.
+    pub fn parse(s: &str) -> Option<Isa> {
+        Isa::ALL
+            .into_iter()
+            .find(|isa| isa.name().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// Whether this CPU can run routines of this width.
+    pub fn supported(self) -> bool {
+        match self {
+            Isa::Sse => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => is_x86_feature_detected!("avx512f"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The widest supported width.
+    pub fn widest() -> Isa {
+        Isa::ALL
+            .into_iter()
+            .rev()
+            .find(|isa| isa.supported())
+            .unwrap_or(Isa::Sse)
+    }
+
+    /// The process's width: [`Isa::widest`], capped by `FERRITE_CPU_ISA` when it is set to
+    /// a known name (an unknown name is ignored). Read once.
+    pub fn host() -> Isa {
+        static HOST: OnceLock<Isa> = OnceLock::new();
+        *HOST.get_or_init(|| {
+            let widest = Isa::widest();
+            match std::env::var(ISA_VAR).ok().as_deref().and_then(Isa::parse) {
+                Some(cap) => cap.min(widest),
+                None => widest,
+            }
+        })
+    }
+}
+
+/// A wide routine: `out[i] = f(xs[i])`. Panics if the lengths differ.
+pub type WideFn = fn(&[f32], &mut [f32]);
+
+/// The routine for `f` at width `isa`, if there is one and this CPU supports the width.
+pub fn routine(f: UnaryFn, isa: Isa) -> Option<WideFn> {
+    if !isa.supported() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let pick = |avx2: WideFn, avx512: WideFn| match isa {
+            Isa::Sse => None,
+            Isa::Avx2 => Some(avx2),
+            Isa::Avx512 => Some(avx512),
+        };
+        match f {
+            UnaryFn::Exp => pick(avx2::exp_slice, avx512::exp_slice),
+            UnaryFn::Log => pick(avx2::log_slice, avx512::log_slice),
+            UnaryFn::Tanh => pick(avx2::tanh_slice, avx512::tanh_slice),
+            UnaryFn::Erf => pick(avx2::erf_slice, avx512::erf_slice),
+            UnaryFn::Sigmoid => pick(avx2::sigmoid_slice, avx512::sigmoid_slice),
+            UnaryFn::Sin | UnaryFn::Cos => None,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = f;
+        None
+    }
+}
+
+/// The algorithms, written once over the helpers each width's module defines (`V` the
+/// float vector, `M` its lane mask). Each line mirrors a line of `vmath.rs`'s `Emit`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! algorithms {
+    ($feature:literal, $detected:expr) => {
+        use crate::vmath::constants::*;
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn poly(x: V, c: &[f32]) -> V {
+            let (&last, rest) = c.split_last().expect("a polynomial has coefficients");
+            let mut acc = f(last);
+            for &k in rest.iter().rev() {
+                acc = fma(acc, x, f(k));
+            }
+            acc
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn poly_estrin9(x: V, x2: V, c: &[f32; 9]) -> V {
+            let a0 = fma(f(c[1]), x, f(c[0]));
+            let a1 = fma(f(c[3]), x, f(c[2]));
+            let a2 = fma(f(c[5]), x, f(c[4]));
+            let a3 = fma(f(c[7]), x, f(c[6]));
+            let x4 = mul(x2, x2);
+            let b0 = fma(a1, x2, a0);
+            let b1 = fma(a3, x2, a2);
+            let t = fma(f(c[8]), x4, b1);
+            fma(t, x4, b0)
+        }
+
+        /// `(round(x/ln2) as float, q = e^r - 1, bits(magic) + n)`.
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn expm1_reduced_n(x: V) -> (V, V, V) {
+            let magic = f(ROUND_MAGIC);
+            let shifted = fma(x, f(LOG2_E), magic);
+            let n = sub(shifted, magic);
+            let r = fma(n, f(-LN2_HI), x);
+            let r = fma(n, f(-LN2_LO), r);
+            let p = poly(r, &EXP_P);
+            let r2 = mul(r, r);
+            (n, fma(p, r2, r), shifted)
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn pow2(n: V) -> V {
+            shl23(iadd(n, i(127)))
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn exp_general(x: V, may_overflow: bool) -> V {
+            let mut x = max(f(EXP_LO), x);
+            if may_overflow {
+                x = min(f(EXP_HI), x);
+            }
+            let (n, q, shifted) = expm1_reduced_n(x);
+            let ni = isub(shifted, i(ROUND_MAGIC.to_bits() as i32));
+            let n1 = sar1(ni);
+            let n2 = isub(ni, n1);
+            let s1 = pow2(n1);
+            let y1 = fma(q, s1, s1);
+            let subnormal = lt(n, f(EXP_SUBNORMAL_N));
+            let n2 = iadd(n2, keep_i(subnormal, EXP_SUBNORMAL_SHIFT));
+            let y = mul(y1, pow2(n2));
+            let k = cvtt_nearest(y);
+            select(subnormal, k, y)
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn exp_bounded(x: V) -> V {
+            let (_, q, shifted) = expm1_reduced_n(x);
+            let scale = iadd(shl23(shifted), i(1.0f32.to_bits() as i32));
+            fma(q, scale, scale)
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn expm1_bounded(x: V) -> V {
+            let (_, q, shifted) = expm1_reduced_n(x);
+            let scale = iadd(shl23(shifted), i(1.0f32.to_bits() as i32));
+            let scale_m1 = sub(scale, f(1.0));
+            fma(scale, q, scale_m1)
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn exp(x: V) -> V {
+            exp_general(x, true)
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn sigmoid(x: V) -> V {
+            let a = abs(x);
+            let zero = f(0.0);
+            let e = exp_general(sub(zero, a), false);
+            let one = f(1.0);
+            let numerator = select(ge(x, zero), one, e);
+            div(numerator, add(one, e))
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn tanh(x: V) -> V {
+            let a = abs(x);
+            let two_a = min(f(TANH_EXP_CAP), add(a, a));
+            let m = expm1_bounded(two_a);
+            let two = f(2.0);
+            let d = add(m, two);
+            let big = ge(a, f(TANH_SPLIT));
+            let q = div(select(big, two, m), d);
+            let v = select(big, sub(f(1.0), q), q);
+            bor(v, bxor(x, a))
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn erf(x: V) -> V {
+            let a = abs(x);
+            let z = mul(a, a);
+            let small_value = fma(a, poly(z, &ERF_A), a);
+            let small_limit = f(ERF_SMALL);
+            let t = sub(min(f(ERF_CLAMP), a), small_limit);
+            let h = poly(t, &ERF_H);
+            let e = exp_bounded(sub(f(0.0), h));
+            let large_value = sub(f(1.0), e);
+            let v = select(lt(a, small_limit), small_value, large_value);
+            bor(v, band(x, i(SIGN_MASK)))
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn log(x: V) -> V {
+            // split_log_argument
+            let subnormal = lt(x, f(f32::MIN_POSITIVE));
+            let xs = select(subnormal, mul(x, f(8_388_608.0)), x);
+            let sqrt_half_bits = i(SQRT_HALF.to_bits() as i32);
+            let shifted = isub(xs, sqrt_half_bits);
+            let e = isub(sar23(shifted), keep_i(subnormal, 23));
+            let m = iadd(band(shifted, i(0x007f_ffff)), sqrt_half_bits);
+            let fr = sub(m, f(1.0));
+            let e = int_to_float(e);
+            // log
+            let z = mul(fr, fr);
+            let p = poly_estrin9(fr, z, &LOG_P);
+            let y = mul(mul(fr, z), p);
+            let y = fma(e, f(LN2_LO), y);
+            let y = fma(z, f(-0.5), y);
+            let r = add(fr, y);
+            let r = fma(e, f(LN2_HI), r);
+            let r = max(r, sub(x, f(f32::MAX)));
+            let zero = f(0.0);
+            let r = bor(r, mask_bits(not_ge(x, zero)));
+            select(eq(x, zero), f(f32::NEG_INFINITY), r)
+        }
+
+        slice_fn!(exp_slice, exp, $feature, $detected);
+        slice_fn!(log_slice, log, $feature, $detected);
+        slice_fn!(tanh_slice, tanh, $feature, $detected);
+        slice_fn!(erf_slice, erf, $feature, $detected);
+        slice_fn!(sigmoid_slice, sigmoid, $feature, $detected);
+    };
+}
+
+/// A safe slice routine around the vector function `$f`, checking the CPU feature once
+/// per call (the routine is only handed out when it is present, see [`routine`]).
+#[cfg(target_arch = "x86_64")]
+macro_rules! slice_fn {
+    ($name:ident, $f:ident, $feature:literal, $detected:expr) => {
+        pub(super) fn $name(xs: &[f32], out: &mut [f32]) {
+            assert_eq!(
+                xs.len(),
+                out.len(),
+                "wide routine: input and output lengths"
+            );
+            assert!($detected, concat!("wide routine needs ", $feature));
+            // SAFETY: the CPU has the feature (checked above).
+            unsafe { run(xs, out) }
+
+            #[target_feature(enable = $feature)]
+            fn run(xs: &[f32], out: &mut [f32]) {
+                let full = xs.len() / LANES * LANES;
+                for (x, o) in xs[..full]
+                    .chunks_exact(LANES)
+                    .zip(out[..full].chunks_exact_mut(LANES))
+                {
+                    store(o, $f(load(x)));
+                }
+                if full < xs.len() {
+                    let mut buf = [0.0f32; LANES];
+                    let tail = xs.len() - full;
+                    buf[..tail].copy_from_slice(&xs[full..]);
+                    let v = $f(load(&buf));
+                    store(&mut buf, v);
+                    out[full..].copy_from_slice(&buf[..tail]);
+                }
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    type V = __m512;
+    type M = __mmask16;
+    const LANES: usize = 16;
+
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn load(x: &[f32]) -> V {
+        assert!(x.len() >= LANES);
+        // SAFETY: 16 floats are readable at x (checked); loadu has no alignment need.
+        unsafe { _mm512_loadu_ps(x.as_ptr()) }
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn store(o: &mut [f32], v: V) {
+        assert!(o.len() >= LANES);
+        // SAFETY: 16 floats are writable at o (checked).
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) }
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn f(c: f32) -> V {
+        _mm512_set1_ps(c)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn i(c: i32) -> V {
+        _mm512_castsi512_ps(_mm512_set1_epi32(c))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn bits(v: V) -> __m512i {
+        _mm512_castps_si512(v)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn float(v: __m512i) -> V {
+        _mm512_castsi512_ps(v)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn add(a: V, b: V) -> V {
+        _mm512_add_ps(a, b)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn sub(a: V, b: V) -> V {
+        _mm512_sub_ps(a, b)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn mul(a: V, b: V) -> V {
+        _mm512_mul_ps(a, b)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn div(a: V, b: V) -> V {
+        _mm512_div_ps(a, b)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn fma(a: V, b: V, c: V) -> V {
+        _mm512_fmadd_ps(a, b, c)
+    }
+    /// `c < x ? c : x` (`minps c, x`: NaN `x` passes).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn min(c: V, x: V) -> V {
+        _mm512_min_ps(c, x)
+    }
+    /// `x < c ? c : x` (`maxps c, x`: NaN `x` passes).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn max(c: V, x: V) -> V {
+        _mm512_max_ps(c, x)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn lt(a: V, b: V) -> M {
+        _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn ge(a: V, b: V) -> M {
+        _mm512_cmp_ps_mask::<_CMP_GE_OQ>(a, b)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn eq(a: V, b: V) -> M {
+        _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(a, b)
+    }
+    /// `a < b` or unordered.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn not_ge(a: V, b: V) -> M {
+        _mm512_cmp_ps_mask::<_CMP_NGE_UQ>(a, b)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn select(m: M, t: V, e: V) -> V {
+        _mm512_mask_blend_ps(m, e, t)
+    }
+    /// All ones where `m`, else zero.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn mask_bits(m: M) -> V {
+        float(_mm512_maskz_set1_epi32(m, -1))
+    }
+    /// The integer `c` where `m`, else zero.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn keep_i(m: M, c: i32) -> V {
+        float(_mm512_maskz_set1_epi32(m, c))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn band(a: V, b: V) -> V {
+        float(_mm512_and_si512(bits(a), bits(b)))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn bor(a: V, b: V) -> V {
+        float(_mm512_or_si512(bits(a), bits(b)))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn bxor(a: V, b: V) -> V {
+        float(_mm512_xor_si512(bits(a), bits(b)))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn abs(x: V) -> V {
+        band(x, i(i32::MAX))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn iadd(a: V, b: V) -> V {
+        float(_mm512_add_epi32(bits(a), bits(b)))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn isub(a: V, b: V) -> V {
+        float(_mm512_sub_epi32(bits(a), bits(b)))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn shl23(a: V) -> V {
+        float(_mm512_slli_epi32::<23>(bits(a)))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn sar1(a: V) -> V {
+        float(_mm512_srai_epi32::<1>(bits(a)))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn sar23(a: V) -> V {
+        float(_mm512_srai_epi32::<23>(bits(a)))
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn int_to_float(a: V) -> V {
+        _mm512_cvtepi32_ps(bits(a))
+    }
+    /// The bits of the integer nearest to `v` (ties to even), for `v` in `i32`'s range.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn cvtt_nearest(v: V) -> V {
+        let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+        float(_mm512_cvttps_epi32(r))
+    }
+
+    algorithms!("avx512f", is_x86_feature_detected!("avx512f"));
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    type V = __m256;
+    type M = __m256;
+    const LANES: usize = 8;
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn load(x: &[f32]) -> V {
+        assert!(x.len() >= LANES);
+        // SAFETY: 8 floats are readable at x (checked); loadu has no alignment need.
+        unsafe { _mm256_loadu_ps(x.as_ptr()) }
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn store(o: &mut [f32], v: V) {
+        assert!(o.len() >= LANES);
+        // SAFETY: 8 floats are writable at o (checked).
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) }
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn f(c: f32) -> V {
+        _mm256_set1_ps(c)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn i(c: i32) -> V {
+        _mm256_castsi256_ps(_mm256_set1_epi32(c))
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn bits(v: V) -> __m256i {
+        _mm256_castps_si256(v)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn float(v: __m256i) -> V {
+        _mm256_castsi256_ps(v)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn add(a: V, b: V) -> V {
+        _mm256_add_ps(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn sub(a: V, b: V) -> V {
+        _mm256_sub_ps(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn mul(a: V, b: V) -> V {
+        _mm256_mul_ps(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn div(a: V, b: V) -> V {
+        _mm256_div_ps(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn fma(a: V, b: V, c: V) -> V {
+        _mm256_fmadd_ps(a, b, c)
+    }
+    /// `c < x ? c : x` (`minps c, x`: NaN `x` passes).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn min(c: V, x: V) -> V {
+        _mm256_min_ps(c, x)
+    }
+    /// `x < c ? c : x` (`maxps c, x`: NaN `x` passes).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn max(c: V, x: V) -> V {
+        _mm256_max_ps(c, x)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn lt(a: V, b: V) -> M {
+        _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn ge(a: V, b: V) -> M {
+        _mm256_cmp_ps::<_CMP_GE_OQ>(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn eq(a: V, b: V) -> M {
+        _mm256_cmp_ps::<_CMP_EQ_OQ>(a, b)
+    }
+    /// `a < b` or unordered.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn not_ge(a: V, b: V) -> M {
+        _mm256_cmp_ps::<_CMP_NGE_UQ>(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn select(m: M, t: V, e: V) -> V {
+        _mm256_blendv_ps(e, t, m)
+    }
+    /// All ones where `m`, else zero.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn mask_bits(m: M) -> V {
+        m
+    }
+    /// The integer `c` where `m`, else zero.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn keep_i(m: M, c: i32) -> V {
+        band(m, i(c))
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn band(a: V, b: V) -> V {
+        _mm256_and_ps(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn bor(a: V, b: V) -> V {
+        _mm256_or_ps(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn bxor(a: V, b: V) -> V {
+        _mm256_xor_ps(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn abs(x: V) -> V {
+        band(x, i(i32::MAX))
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn iadd(a: V, b: V) -> V {
+        float(_mm256_add_epi32(bits(a), bits(b)))
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn isub(a: V, b: V) -> V {
+        float(_mm256_sub_epi32(bits(a), bits(b)))
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn shl23(a: V) -> V {
+        float(_mm256_slli_epi32::<23>(bits(a)))
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn sar1(a: V) -> V {
+        float(_mm256_srai_epi32::<1>(bits(a)))
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn sar23(a: V) -> V {
+        float(_mm256_srai_epi32::<23>(bits(a)))
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn int_to_float(a: V) -> V {
+        _mm256_cvtepi32_ps(bits(a))
+    }
+    /// The bits of the integer nearest to `v` (ties to even), for `v` in `i32`'s range.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn cvtt_nearest(v: V) -> V {
+        let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+        float(_mm256_cvttps_epi32(r))
+    }
+
+    algorithms!(
+        "avx2,fma",
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    );
+}
