@@ -78,6 +78,9 @@ pub(crate) struct Ctx {
     pub g: Graph,
     /// Parameter values and their ONNX input names, for `NeedsValue` errors.
     params: HashMap<ValueId, String>,
+    /// ONNX nodes imported so far, counting each unrolled copy of a subgraph's nodes:
+    /// bounded by [`MAX_NODES`] so that unrolling cannot grow without limit.
+    pub imported: usize,
 }
 
 impl Ctx {
@@ -359,6 +362,17 @@ impl<'a> NodeIn<'a> {
         }
     }
 
+    /// A subgraph attribute (If's branches, Loop's and Scan's body).
+    pub fn graph(&self, name: &str) -> OpResult<&'a crate::proto::GraphProto> {
+        match self
+            .attr(name, AttributeType::Graph)?
+            .and_then(|a| a.g.as_ref())
+        {
+            Some(g) => Ok(g),
+            None => invalid!("attribute `{name}` is required"),
+        }
+    }
+
     pub fn tensor(&self, name: &str) -> OpResult<Option<&'a crate::proto::TensorProto>> {
         Ok(self
             .attr(name, AttributeType::Tensor)?
@@ -477,6 +491,7 @@ pub(crate) fn import_model(
     let mut ctx = Ctx {
         g: Graph::new(name),
         params: HashMap::new(),
+        imported: 0,
     };
     let mut names = Names::new();
     let mut values: HashMap<String, Val> = HashMap::new();
@@ -512,56 +527,24 @@ pub(crate) fn import_model(
         values.insert(onnx.clone(), Val::Ir(id));
         inputs.push(Binding { onnx, name });
     }
+    let mut scope = Scope {
+        vals: values,
+        parent: None,
+    };
 
-    for (index, node) in gp.node.iter().enumerate() {
-        let domain = match node.domain() {
-            "" | "ai.onnx" => "",
-            d => d,
-        };
-        let node_opset = opsets.get(domain).copied().unwrap_or(opset);
-        let r = NodeRef {
-            index,
-            name: Some(node.name().to_string()).filter(|n| !n.is_empty()),
-            op_type: if domain.is_empty() {
-                node.op_type().to_string()
-            } else {
-                format!("{domain}.{}", node.op_type())
-            },
-            opset: node_opset,
-        };
-        let outs =
-            import_node(&mut ctx, node, domain, node_opset, &values).map_err(|e| match e {
-                OpError::Invalid(message) => Error::Node {
-                    node: r.clone(),
-                    message,
-                    unsupported: false,
-                },
-                OpError::Unsupported(message) => Error::Node {
-                    node: r.clone(),
-                    message,
-                    unsupported: true,
-                },
-                OpError::NeedsValue { operand, input } => Error::NeedsValue {
-                    node: r.clone(),
-                    operand,
-                    input,
-                },
-                OpError::Other(e) => e,
-            })?;
-        for (name, v) in node.output.iter().zip(outs) {
-            if let (false, Some(v)) = (name.is_empty(), v) {
-                values.insert(name.clone(), v);
-            }
-        }
-    }
+    let mut env = Env {
+        opsets: &opsets,
+        opset,
+        ext,
+    };
+    import_nodes(&mut ctx, &gp.node, &mut env, &mut scope)?;
 
     let mut outputs = Vec::new();
     for vi in &gp.output {
         let onnx = vi.name().to_string();
-        let v = values
+        let v = scope
             .get(&onnx)
-            .ok_or_else(|| Error::Invalid(format!("graph output `{onnx}` is never computed")))?
-            .clone();
+            .ok_or_else(|| Error::Invalid(format!("graph output `{onnx}` is never computed")))?;
         let id = ctx.ir(&v).map_err(|e| match e {
             OpError::Invalid(m) | OpError::Unsupported(m) => {
                 Error::Unsupported(format!("output `{onnx}`: {m}"))
@@ -600,6 +583,92 @@ pub(crate) fn import_model(
         outputs,
         opset,
     })
+}
+
+/// The opsets a graph's nodes are imported under, and where external data is read.
+pub(crate) struct Env<'a> {
+    /// Domain (`""` for the default one) to opset version.
+    pub opsets: &'a HashMap<String, i64>,
+    /// The default domain's opset.
+    pub opset: i64,
+    pub ext: &'a mut dyn ExternalData,
+}
+
+/// The values visible to a graph's nodes: its own, then those of the graphs around
+/// it (a subgraph reads outer values by name).
+pub(crate) struct Scope<'p> {
+    pub vals: HashMap<String, Val>,
+    pub parent: Option<&'p Scope<'p>>,
+}
+
+impl Scope<'_> {
+    pub fn get(&self, name: &str) -> Option<Val> {
+        match self.vals.get(name) {
+            Some(v) => Some(v.clone()),
+            None => self.parent.and_then(|p| p.get(name)),
+        }
+    }
+}
+
+/// Imports `nodes` in order, each reading its operands from `scope` and adding its
+/// results there.
+pub(crate) fn import_nodes(
+    ctx: &mut Ctx,
+    nodes: &[NodeProto],
+    env: &mut Env,
+    scope: &mut Scope,
+) -> Result<()> {
+    for (index, node) in nodes.iter().enumerate() {
+        let domain = match node.domain() {
+            "" | "ai.onnx" => "",
+            d => d,
+        };
+        let node_opset = env.opsets.get(domain).copied().unwrap_or(env.opset);
+        let r = NodeRef {
+            index,
+            name: Some(node.name().to_string()).filter(|n| !n.is_empty()),
+            op_type: if domain.is_empty() {
+                node.op_type().to_string()
+            } else {
+                format!("{domain}.{}", node.op_type())
+            },
+            opset: node_opset,
+        };
+        ctx.imported += 1;
+        if ctx.imported > MAX_NODES {
+            return Err(Error::Node {
+                node: r,
+                message: format!(
+                    "the model unrolls to more than {MAX_NODES} nodes, more than Ferrite imports"
+                ),
+                unsupported: true,
+            });
+        }
+        let outs = import_node(ctx, node, domain, node_opset, env, scope).map_err(|e| match e {
+            OpError::Invalid(message) => Error::Node {
+                node: r.clone(),
+                message,
+                unsupported: false,
+            },
+            OpError::Unsupported(message) => Error::Node {
+                node: r.clone(),
+                message,
+                unsupported: true,
+            },
+            OpError::NeedsValue { operand, input } => Error::NeedsValue {
+                node: r.clone(),
+                operand,
+                input,
+            },
+            OpError::Other(e) => e,
+        })?;
+        for (name, v) in node.output.iter().zip(outs) {
+            if let (false, Some(v)) = (name.is_empty(), v) {
+                scope.vals.insert(name.clone(), v);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The type of a graph input, with symbolic dims taken from the options.
@@ -721,7 +790,8 @@ fn import_node(
     node: &NodeProto,
     domain: &str,
     opset: i64,
-    values: &HashMap<String, Val>,
+    env: &mut Env,
+    scope: &Scope,
 ) -> OpResult<Vec<Option<Val>>> {
     if node.input.len() > MAX_NODE_ARITY
         || node.output.len() > MAX_NODE_ARITY
@@ -729,12 +799,13 @@ fn import_node(
     {
         invalid!("the node has more than {MAX_NODE_ARITY} operands, results or attributes");
     }
+    let control = domain.is_empty() && matches!(node.op_type(), "If" | "Loop" | "Scan");
     if !domain.is_empty() {
         unsupported!("operator domain `{domain}` is not supported");
     }
     let mut attrs = HashMap::new();
     for a in &node.attribute {
-        if a.g.is_some() || !a.graphs.is_empty() {
+        if !a.graphs.is_empty() || (a.g.is_some() && !control) {
             unsupported!(
                 "attribute `{}` is a subgraph; control flow (If, Loop, Scan) is not supported",
                 a.name()
@@ -752,8 +823,8 @@ fn import_node(
         if name.is_empty() {
             inputs.push(None);
         } else {
-            match values.get(name) {
-                Some(v) => inputs.push(Some(v.clone())),
+            match scope.get(name) {
+                Some(v) => inputs.push(Some(v)),
                 None => invalid!("operand `{name}` is not defined before the node"),
             }
         }
@@ -764,7 +835,11 @@ fn import_node(
         opset,
         attrs,
     };
-    let mut outs = crate::ops::import(ctx, &n)?;
+    let mut outs = if control {
+        crate::ops::control::import(ctx, &n, env, scope)?
+    } else {
+        crate::ops::import(ctx, &n)?
+    };
     if outs.len() < n.outputs() {
         // Every declared result must be produced: one left out would be read as missing later.
         let missing = n.outputs();

@@ -237,26 +237,252 @@ fn unsupported_ops_name_the_node_and_opset() {
     assert!(!e.is_internal());
 }
 
-#[test]
-fn subgraphs_are_refused() {
-    let mut n = node("If", &["c"], &["y"]);
-    n.attribute.push(AttributeProto {
-        name: Some("then_branch".into()),
+fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
         r#type: Some(AttributeType::Graph as i32),
-        g: Some(GraphProto::default()),
+        g: Some(g),
         ..Default::default()
-    });
+    }
+}
+
+fn body(nodes: Vec<NodeProto>, inputs: &[&str], outputs: &[&str]) -> GraphProto {
+    let untyped = |n: &&str| ValueInfoProto {
+        name: Some(n.to_string()),
+        ..Default::default()
+    };
+    GraphProto {
+        name: Some("body".into()),
+        node: nodes,
+        input: inputs.iter().map(untyped).collect(),
+        output: outputs.iter().map(untyped).collect(),
+        ..Default::default()
+    }
+}
+
+/// `Loop(M, "", y)` whose body adds the outer `x` to `y` and also emits `y` as a scan output.
+fn accumulate(trips: TensorProto) -> Vec<u8> {
+    let b = body(
+        vec![
+            node("Identity", &["c_in"], &["c_out"]),
+            node("Add", &["y_in", "x"], &["y_out"]),
+            node("Identity", &["y_out"], &["scan"]),
+        ],
+        &["i", "c_in", "y_in"],
+        &["c_out", "y_out", "scan"],
+    );
+    let mut l = node("Loop", &["M", "", "y"], &["y_final", "ys"]);
+    l.attribute.push(graph_attr("body", b));
+    model(
+        vec![l],
+        vec![value("x", F32, &[Ok(2)]), value("y", F32, &[Ok(2)])],
+        vec![
+            value("y_final", F32, &[Ok(2)]),
+            value("ys", F32, &[Ok(3), Ok(2)]),
+        ],
+        vec![trips],
+    )
+}
+
+fn scalar_i64(name: &str, v: i64) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: vec![],
+        data_type: Some(I64),
+        int64_data: vec![v],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn loops_with_a_known_trip_count_unroll_and_read_outer_values() {
+    let mut trips = scalar_i64("M", 3);
+    let m = import(
+        &accumulate(trips.clone()),
+        &Options::default(),
+        &mut NoExternalData,
+    )
+    .unwrap();
+    let x = f32s(&[2], vec![1.0, 10.0]);
+    let y = f32s(&[2], vec![0.5, 0.0]);
+    let out = interpret(&m.graph, &[x, y]).unwrap();
+    assert_eq!(out[0].to_f64(), [3.5, 30.0]);
+    assert_eq!(out[1].ty.shape, [3, 2]);
+    assert_eq!(out[1].to_f64(), [1.5, 10.0, 2.5, 20.0, 3.5, 30.0]);
+    // Past the unroll bound: a named error, not an import that never ends.
+    trips.int64_data = vec![5000];
+    let e = import(&accumulate(trips), &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string().contains("node 0 (Loop, opset 17)")
+            && e.to_string().contains("more than 4096 iterations"),
+        "{e}"
+    );
+    assert!(!e.is_internal());
+}
+
+#[test]
+fn control_flow_that_depends_on_data_is_refused_by_name() {
+    // A trip count fed by the graph.
+    let b = body(
+        vec![node("Identity", &["c_in"], &["c_out"])],
+        &["i", "c_in"],
+        &["c_out"],
+    );
+    let mut l = node("Loop", &["M", ""], &[]);
+    l.attribute.push(graph_attr("body", b));
+    let bytes = model(
+        vec![l, node("Identity", &["M"], &["y"])],
+        vec![value("M", I64, &[])],
+        vec![value("y", I64, &[])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string().contains("node 0 (Loop, opset 17)")
+            && e.to_string()
+                .contains("trip count `M` is computed by the graph"),
+        "{e}"
+    );
+    // An If on a computed condition whose branches differ in shape.
+    let then_b = body(vec![node("Identity", &["a"], &["t"])], &[], &["t"]);
+    let else_b = body(vec![node("Identity", &["b"], &["e"])], &[], &["e"]);
+    let mut n = node("If", &["c"], &["y"]);
+    n.attribute = vec![
+        graph_attr("then_branch", then_b),
+        graph_attr("else_branch", else_b),
+    ];
     let bytes = model(
         vec![n],
-        vec![value("c", tensor_proto::DataType::Bool as i32, &[])],
+        vec![
+            value("c", tensor_proto::DataType::Bool as i32, &[]),
+            value("a", F32, &[Ok(2)]),
+            value("b", F32, &[Ok(3)]),
+        ],
         vec![value("y", F32, &[])],
         vec![],
     );
     let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
     assert!(
-        e.to_string().contains("node 0 (If, opset 17)") && e.to_string().contains("subgraph"),
+        e.to_string().contains("node 0 (If, opset 17)")
+            && e.to_string()
+                .contains("the branches compute f32[2] and f32[3]"),
         "{e}"
     );
+    // An error inside a branch names the branch and its node.
+    let then_b = body(vec![node("Frobnicate", &["a"], &["t"])], &[], &["t"]);
+    let else_b = body(vec![node("Identity", &["a"], &["e"])], &[], &["e"]);
+    let mut n = node("If", &["c"], &["y"]);
+    n.attribute = vec![
+        graph_attr("then_branch", then_b),
+        graph_attr("else_branch", else_b),
+    ];
+    let bytes = model(
+        vec![n],
+        vec![
+            value("c", tensor_proto::DataType::Bool as i32, &[]),
+            value("a", F32, &[Ok(2)]),
+        ],
+        vec![value("y", F32, &[])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "in `then_branch`, node 0 (Frobnicate, opset 17): op Frobnicate is not supported"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn if_inlines_a_known_branch_and_selects_on_a_computed_one() {
+    let then_b = body(vec![node("Neg", &["a"], &["t"])], &[], &["t"]);
+    let else_b = body(vec![node("Identity", &["a"], &["e"])], &[], &["e"]);
+    let mut n = node("If", &["c"], &["y"]);
+    n.attribute = vec![
+        graph_attr("then_branch", then_b),
+        graph_attr("else_branch", else_b),
+    ];
+    let bool_in = || value("c", tensor_proto::DataType::Bool as i32, &[]);
+    let bytes = model(
+        vec![n.clone()],
+        vec![bool_in(), value("a", F32, &[Ok(2)])],
+        vec![value("y", F32, &[Ok(2)])],
+        vec![],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    let a = f32s(&[2], vec![1.0, -2.0]);
+    for (c, want) in [(true, [-1.0, 2.0]), (false, [1.0, -2.0])] {
+        let c = Tensor::from_i64(&TensorType::scalar(DType::Bool), &[c as i64]);
+        let out = interpret(&m.graph, &[c, a.clone()]).unwrap();
+        assert_eq!(out[0].to_f64(), want);
+    }
+    // With the condition known, only the branch taken is in the graph.
+    let cond = TensorProto {
+        name: Some("c".into()),
+        dims: vec![],
+        data_type: Some(tensor_proto::DataType::Bool as i32),
+        int32_data: vec![0],
+        ..Default::default()
+    };
+    let bytes = model(
+        vec![n],
+        vec![value("a", F32, &[Ok(2)])],
+        vec![value("y", F32, &[Ok(2)])],
+        vec![cond],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    assert!(m
+        .graph
+        .nodes
+        .iter()
+        .all(|n| !matches!(n.op, Op::Unary(_) | Op::Where)));
+}
+
+#[test]
+fn scan_reverses_inputs_and_outputs_by_direction() {
+    // A running sum over x read backwards, its outputs written backwards too.
+    let b = body(
+        vec![
+            node("Add", &["s_in", "x_t"], &["s_out"]),
+            node("Identity", &["s_out"], &["o"]),
+        ],
+        &["s_in", "x_t"],
+        &["s_out", "o"],
+    );
+    let mut n = node("Scan", &["s", "x"], &["s_final", "os"]);
+    n.attribute = vec![
+        graph_attr("body", b),
+        int_attr("num_scan_inputs", 1),
+        AttributeProto {
+            name: Some("scan_input_directions".into()),
+            r#type: Some(AttributeType::Ints as i32),
+            ints: vec![1],
+            ..Default::default()
+        },
+        AttributeProto {
+            name: Some("scan_output_directions".into()),
+            r#type: Some(AttributeType::Ints as i32),
+            ints: vec![1],
+            ..Default::default()
+        },
+    ];
+    let bytes = model(
+        vec![n],
+        vec![value("s", F32, &[Ok(1)]), value("x", F32, &[Ok(3), Ok(1)])],
+        vec![
+            value("s_final", F32, &[Ok(1)]),
+            value("os", F32, &[Ok(3), Ok(1)]),
+        ],
+        vec![],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    let s = f32s(&[1], vec![0.0]);
+    let x = f32s(&[3, 1], vec![1.0, 2.0, 4.0]);
+    let out = interpret(&m.graph, &[s, x]).unwrap();
+    assert_eq!(out[0].to_f64(), [7.0]);
+    // Iterations see 4, 2, 1: sums 4, 6, 7, written from the end.
+    assert_eq!(out[1].to_f64(), [7.0, 6.0, 4.0]);
 }
 
 #[test]

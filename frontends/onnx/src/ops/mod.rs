@@ -3,6 +3,7 @@
 //! that says what, never approximated.
 
 mod attention;
+pub(crate) mod control;
 mod creation;
 mod elementwise;
 mod indexing;
@@ -51,7 +52,6 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     match op {
-        "If" | "Loop" | "Scan" => unsupported!("control flow ({op}) is not supported"),
         o if o.starts_with("Sequence")
             || o.starts_with("Optional")
             || o == "SplitToSequence"
