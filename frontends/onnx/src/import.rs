@@ -439,9 +439,18 @@ pub(crate) fn import_model(
             opset = Some(o.version());
         }
     }
-    let opset = opset.ok_or_else(|| {
-        Error::Invalid("the model imports no opset of the default ONNX domain".into())
-    })?;
+    // A model of another domain only (the training optimizers) needs no default opset.
+    let uses_default =
+        |g: &crate::proto::GraphProto| g.node.iter().any(|n| matches!(n.domain(), "" | "ai.onnx"));
+    let opset = match opset {
+        Some(o) => o,
+        None if model.graph.as_ref().is_some_and(|g| !uses_default(g)) => MAX_OPSET,
+        None => {
+            return Err(Error::Invalid(
+                "the model imports no opset of the default ONNX domain".into(),
+            ))
+        }
+    };
     if !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
         return Err(Error::Unsupported(format!(
             "opset {opset} is not supported (Ferrite imports opsets {MIN_OPSET} to {MAX_OPSET})"
@@ -800,7 +809,7 @@ fn import_node(
         invalid!("the node has more than {MAX_NODE_ARITY} operands, results or attributes");
     }
     let control = domain.is_empty() && matches!(node.op_type(), "If" | "Loop" | "Scan");
-    if !domain.is_empty() {
+    if !domain.is_empty() && domain != crate::ops::training::DOMAIN {
         unsupported!("operator domain `{domain}` is not supported");
     }
     let mut attrs = HashMap::new();
@@ -837,6 +846,8 @@ fn import_node(
     };
     let mut outs = if control {
         crate::ops::control::import(ctx, &n, env, scope)?
+    } else if !domain.is_empty() {
+        crate::ops::training::import(ctx, &n)?
     } else {
         crate::ops::import(ctx, &n)?
     };

@@ -13,6 +13,7 @@ mod nn;
 mod order;
 mod reduce;
 mod spatial;
+pub(crate) mod training;
 
 use crate::error::{invalid, unsupported, OpResult};
 use crate::import::{Ctx, NodeIn, Val};
