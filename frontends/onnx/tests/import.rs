@@ -935,3 +935,64 @@ fn an_output_declared_with_the_wrong_shape_is_invalid() {
     assert!(matches!(e, Error::Invalid(_)), "{e:?}");
     assert!(e.to_string().contains("output `y`"), "{e}");
 }
+
+fn scatter(op: &str, reduction: &str, idx: &[i64], upd: Vec<f32>) -> Result<Vec<f64>, String> {
+    let mut n = node(op, &["x", "i", "u"], &["y"]);
+    n.attribute.push(AttributeProto {
+        name: Some("reduction".into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(reduction.as_bytes().to_vec()),
+        ..Default::default()
+    });
+    let mut i = ints("i", idx);
+    let k = idx.len() as i64;
+    i.dims = if op == "ScatterND" {
+        vec![k, 1]
+    } else {
+        vec![k]
+    };
+    let m = one_node(18, n, &[("x", &[4]), ("u", &[k])], vec![i]).map_err(|e| e.to_string())?;
+    let x = f32s(&[4], vec![1.0, 2.0, 3.0, 4.0]);
+    let u = f32s(&[k as usize], upd);
+    interpret(&m.graph, &[x, u])
+        .map(|y| y[0].to_f64())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn scatters_reduce_duplicates_and_refuse_out_of_range_indices() {
+    for op in ["ScatterElements", "ScatterND"] {
+        // The last duplicate wins without a reduction; negative indices count from the end.
+        let y = scatter(op, "none", &[1, -1, 1], vec![10.0, 20.0, 30.0]).unwrap();
+        assert_eq!(y, [1.0, 30.0, 3.0, 20.0], "{op}");
+        let y = scatter(op, "add", &[1, 1, 0], vec![10.0, 20.0, 30.0]).unwrap();
+        assert_eq!(y, [31.0, 32.0, 3.0, 4.0], "{op}");
+        let y = scatter(op, "mul", &[2, 2], vec![2.0, 5.0]).unwrap();
+        assert_eq!(y, [1.0, 2.0, 30.0, 4.0], "{op}");
+        let y = scatter(op, "max", &[0, 0, 3], vec![-5.0, 7.0, 0.0]).unwrap();
+        assert_eq!(y, [7.0, 2.0, 3.0, 4.0], "{op}");
+        let y = scatter(op, "min", &[0, 0, 3], vec![5.0, 7.0, 0.0]).unwrap();
+        assert_eq!(y, [1.0, 2.0, 3.0, 0.0], "{op}");
+        let e = scatter(op, "none", &[4], vec![1.0]).unwrap_err();
+        assert!(e.contains("out of range"), "{op}: {e}");
+        let e = scatter(op, "avg", &[0], vec![1.0]).unwrap_err();
+        assert!(
+            e.contains(&format!("({op}, opset 18): reduction=\"avg\"")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn scatter_elements_covers_part_of_the_other_axes() {
+    // data [2, 3], indices [1, 2] along axis 1: row 1 and column 2 stay data.
+    let mut n = node("ScatterElements", &["x", "i", "u"], &["y"]);
+    n.attribute.push(int_attr("axis", 1));
+    let mut i = ints("i", &[2, 0]);
+    i.dims = vec![1, 2];
+    let m = one_node(13, n, &[("x", &[2, 3]), ("u", &[1, 2])], vec![i]).unwrap();
+    let x = f32s(&[2, 3], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    let u = f32s(&[1, 2], vec![10.0, 20.0]);
+    let y = interpret(&m.graph, &[x, u]).unwrap();
+    assert_eq!(y[0].to_f64(), [20.0, 1.0, 10.0, 3.0, 4.0, 5.0]);
+}

@@ -12,6 +12,7 @@ mod movement;
 mod nn;
 mod order;
 mod reduce;
+mod scatter;
 mod spatial;
 pub(crate) mod training;
 
@@ -50,6 +51,9 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = order::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = scatter::import(ctx, n, op)? {
         return Ok(r);
     }
     match op {
