@@ -340,7 +340,7 @@ fn control_flow_that_depends_on_data_is_refused_by_name() {
     assert!(
         e.to_string().contains("node 0 (Loop, opset 17)")
             && e.to_string()
-                .contains("trip count `M` is computed by the graph"),
+                .contains("operand `M` must be known at import time, but it is graph input `M`"),
         "{e}"
     );
     // An If on a computed condition whose branches differ in shape.
@@ -995,4 +995,53 @@ fn scatter_elements_covers_part_of_the_other_axes() {
     let u = f32s(&[1, 2], vec![10.0, 20.0]);
     let y = interpret(&m.graph, &[x, u]).unwrap();
     assert_eq!(y[0].to_f64(), [20.0, 1.0, 10.0, 3.0, 4.0, 5.0]);
+}
+
+fn pad(mode: &str, shape: &[i64], pads: &[i64], x: Vec<f32>) -> Vec<f64> {
+    let mut n = node("Pad", &["x", "p"], &["y"]);
+    n.attribute.push(AttributeProto {
+        name: Some("mode".into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(mode.as_bytes().to_vec()),
+        ..Default::default()
+    });
+    let m = one_node(18, n, &[("x", shape)], vec![ints("p", pads)]).unwrap();
+    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    interpret(&m.graph, &[f32s(&dims, x)]).unwrap()[0].to_f64()
+}
+
+#[test]
+fn pad_modes_follow_numpy_past_the_axis_length() {
+    // Pads longer than the axis reflect and wrap again, as numpy's `pad` does.
+    let x = || vec![1.0, 2.0, 3.0];
+    assert_eq!(
+        pad("reflect", &[3], &[4, 2], x()),
+        [1.0, 2.0, 3.0, 2.0, 1.0, 2.0, 3.0, 2.0, 1.0]
+    );
+    assert_eq!(
+        pad("edge", &[3], &[4, 2], x()),
+        [1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 3.0, 3.0, 3.0]
+    );
+    assert_eq!(
+        pad("wrap", &[3], &[4, 2], x()),
+        [3.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 1.0, 2.0]
+    );
+    // Two axes: ONNX lists every begin, then every end.
+    assert_eq!(
+        pad("reflect", &[2, 2], &[1, 0, 0, 3], vec![1.0, 2.0, 3.0, 4.0]),
+        [3.0, 4.0, 3.0, 4.0, 3.0, 1.0, 2.0, 1.0, 2.0, 1.0, 3.0, 4.0, 3.0, 4.0, 3.0]
+    );
+    let mut n = node("Pad", &["x", "p"], &["y"]);
+    n.attribute.push(AttributeProto {
+        name: Some("mode".into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(b"edge".to_vec()),
+        ..Default::default()
+    });
+    let e = one_node(18, n, &[("x", &[0, 2])], vec![ints("p", &[1, 0, 0, 0])]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(Pad, opset 18): mode=\"edge\" cannot pad axis 0, which is empty"),
+        "{e}"
+    );
 }

@@ -166,11 +166,8 @@ fn loop_(ctx: &mut Ctx, n: &NodeIn, env: &mut Env, scope: &Scope) -> OpResult<Ve
     let trips = match n.opt(0) {
         None => None,
         Some(m) => {
-            let t = ctx.constant(m, "M").map_err(|_| {
-                OpError::Unsupported(
-                    "the trip count `M` is computed by the graph; Ferrite unrolls loops whose trip count is known at import time".into(),
-                )
-            })?;
+            // Needed at import time: from a graph input, it folds once that input is given.
+            let t = ctx.constant(m, "M")?;
             if t.len() != 1 {
                 invalid!("the trip count must hold one value, not {}", t.ty);
             }
@@ -179,12 +176,10 @@ fn loop_(ctx: &mut Ctx, n: &NodeIn, env: &mut Env, scope: &Scope) -> OpResult<Ve
     };
     let mut cond = match n.opt(1) {
         None => true,
-        Some(c) => match known_bool(ctx, c, "cond")? {
-            Some(c) => c,
-            None => unsupported!(
-                "the condition `cond` is computed by the graph; Ferrite unrolls loops whose condition is known at import time"
-            ),
-        },
+        Some(c) => {
+            let t = ctx.constant(c, "cond")?;
+            known_bool(ctx, &Val::Const(t), "cond")?.unwrap_or(true)
+        }
     };
     let mut carried: Vec<Val> = (2..n.inputs.len())
         .map(|i| n.input(i).cloned())
@@ -266,17 +261,6 @@ fn scan(ctx: &mut Ctx, n: &NodeIn, env: &mut Env, scope: &Scope) -> OpResult<Vec
     // Opset 8 has a leading optional `sequence_lens` and a batch axis on everything.
     let v8 = n.opset < 9;
     let first = usize::from(v8);
-    if v8 {
-        if let Some(l) = n.opt(0) {
-            // Every sequence at full length is the only case whose shape is static.
-            let lens = ctx.constant(l, "sequence_lens").map_err(|_| {
-                OpError::Unsupported(
-                    "`sequence_lens` is computed by the graph; Ferrite needs every sequence at full length".into(),
-                )
-            })?;
-            let _ = lens; // checked against the length below
-        }
-    }
     let operands: Vec<Val> = (first..n.inputs.len())
         .map(|i| n.input(i).cloned())
         .collect::<OpResult<_>>()?;
