@@ -378,7 +378,7 @@ fn softplus(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
 
 /// Round half to even: `floor(x)`, plus one above the half, and at the half exactly
 /// when the floor is odd. Every step is exact in the float type.
-fn round_half_even(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
+pub(super) fn round_half_even(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
     let f = ctx.un(U::Floor, x)?;
     let f1 = ctx.bin_s(B::Add, &f, 1.0)?;
     let diff = ctx.sub(x, &f)?;

@@ -11,6 +11,7 @@ mod losses;
 mod movement;
 mod nn;
 mod order;
+mod quant;
 mod reduce;
 mod scatter;
 mod spatial;
@@ -54,6 +55,9 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = scatter::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = quant::import(ctx, n, op)? {
         return Ok(r);
     }
     match op {
