@@ -14,6 +14,7 @@ mod order;
 mod quant;
 mod reduce;
 mod scatter;
+mod select;
 mod spatial;
 pub(crate) mod training;
 
@@ -58,6 +59,9 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = quant::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = select::import(ctx, n, op)? {
         return Ok(r);
     }
     match op {

@@ -11,14 +11,22 @@ use ferrite_ir::{BinaryOp as B, Op, ReduceOp as R};
 pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
     match op {
         "DepthToSpace" | "SpaceToDepth" => one(depth_space(ctx, n, op)?),
-        "GlobalMaxPool" => {
+        "GlobalMaxPool" | "GlobalAveragePool" => {
             let x = n.input(0)?;
             let rank = ctx.rank(x);
             if rank < 3 {
                 invalid!("the input must have rank >= 3 ([N, C, ...]), not {rank}");
             }
             let ax: Vec<usize> = (2..rank).collect();
-            one(ctx.reduce(R::Max, x, &ax, true)?)
+            let r = if op == "GlobalMaxPool" {
+                R::Max
+            } else {
+                if !ctx.dtype(x).is_float() {
+                    invalid!("the input must be float, not {}", ctx.ty(x));
+                }
+                R::Mean
+            };
+            one(ctx.reduce(r, x, &ax, true)?)
         }
         "LRN" => one(lrn(ctx, n)?),
         _ => Ok(None),
