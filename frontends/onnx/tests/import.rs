@@ -1045,3 +1045,43 @@ fn pad_modes_follow_numpy_past_the_axis_length() {
         "{e}"
     );
 }
+
+#[test]
+fn inverse_trigonometric_functions_are_accurate_to_a_few_f32_ulp() {
+    let mut xs: Vec<f32> = (-2000..=2000).map(|i| i as f32 / 1000.0).collect();
+    xs.extend([
+        1e-30,
+        -3e-8,
+        1e4,
+        -1e7,
+        3e38,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ]);
+    let n = xs.len();
+    type Reference = fn(f32) -> f32;
+    let ops: [(&str, Reference); 3] = [
+        ("Atan", f32::atan),
+        ("Asin", f32::asin),
+        ("Acos", f32::acos),
+    ];
+    for (op, reference) in ops {
+        let m = one_node(22, node(op, &["x"], &["y"]), &[("x", &[n as i64])], vec![]).unwrap();
+        let y = interpret(&m.graph, &[f32s(&[n], xs.clone())]).unwrap();
+        for (&x, &got) in xs.iter().zip(&y[0].to_f64()) {
+            let want = reference(x) as f64;
+            if want.is_nan() {
+                assert!(got.is_nan(), "{op}({x}) = {got}, want NaN");
+                continue;
+            }
+            let ulp = (want.abs() as f32).max(f32::MIN_POSITIVE).to_bits();
+            let ulp = (f32::from_bits(ulp + 1) - f32::from_bits(ulp)) as f64;
+            assert!(
+                (got - want).abs() <= 4.0 * ulp,
+                "{op}({x}) = {got}, want {want} ({} ulp)",
+                (got - want).abs() / ulp
+            );
+        }
+    }
+}
