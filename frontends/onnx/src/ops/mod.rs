@@ -16,6 +16,7 @@ mod reduce;
 mod scatter;
 mod select;
 mod spatial;
+mod spectral;
 pub(crate) mod training;
 
 use crate::error::{invalid, unsupported, OpResult};
@@ -62,6 +63,9 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = select::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = spectral::import(ctx, n, op)? {
         return Ok(r);
     }
     match op {
