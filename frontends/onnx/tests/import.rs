@@ -1085,3 +1085,38 @@ fn inverse_trigonometric_functions_are_accurate_to_a_few_f32_ulp() {
         }
     }
 }
+
+fn einsum(eq: &str, inputs: &[(&str, &[i64])], values: Vec<Tensor>) -> Vec<f64> {
+    let names: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+    let mut n = node("Einsum", &names, &["y"]);
+    n.attribute.push(AttributeProto {
+        name: Some("equation".into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(eq.as_bytes().to_vec()),
+        ..Default::default()
+    });
+    let m = one_node(12, n, inputs, vec![]).unwrap();
+    interpret(&m.graph, &values).unwrap()[0].to_f64()
+}
+
+#[test]
+fn einsum_takes_ellipses_and_diagonals() {
+    // A batch of diagonals; NaN off the diagonal does not leak into it.
+    let x = f32s(
+        &[2, 2, 2],
+        vec![1.0, f32::NAN, 3.0, 4.0, 5.0, 6.0, f32::INFINITY, 8.0],
+    );
+    assert_eq!(
+        einsum("...ii->...i", &[("x", &[2, 2, 2])], vec![x.clone()]),
+        [1.0, 4.0, 5.0, 8.0]
+    );
+    // Implicit output: the trace of each matrix, the ellipsis first.
+    assert_eq!(einsum("...ii", &[("x", &[2, 2, 2])], vec![x]), [5.0, 13.0]);
+    // The ellipsis of one operand broadcasts against the other's letters.
+    let a = f32s(&[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let b = f32s(&[3], vec![1.0, 0.0, -1.0]);
+    assert_eq!(
+        einsum("...j,j->...", &[("a", &[2, 3]), ("b", &[3])], vec![a, b]),
+        [-2.0, -2.0]
+    );
+}

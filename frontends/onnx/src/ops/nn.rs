@@ -175,7 +175,18 @@ fn einsum(ctx: &mut Ctx, eq: &str, ops: &[&Val]) -> OpResult<Val> {
         None => (eq.clone(), None),
     };
     if lhs.contains("...") || out.as_deref().is_some_and(|o| o.contains("...")) {
-        unsupported!("Einsum with an ellipsis is not supported");
+        return einsum_ellipsis(ctx, &lhs, out.as_deref(), ops);
+    }
+    let terms: Vec<Vec<char>> = lhs.split(',').map(|t| t.chars().collect()).collect();
+    if terms.len() == ops.len()
+        && terms.iter().any(|t| {
+            let mut u = t.clone();
+            u.sort();
+            u.dedup();
+            u.len() != t.len()
+        })
+    {
+        return einsum_diagonals(ctx, &terms, out.as_deref(), ops);
     }
     let terms: Vec<Vec<char>> = lhs.split(',').map(|t| t.chars().collect()).collect();
     if terms.len() != ops.len() {
@@ -327,4 +338,135 @@ fn extent_in(ctx: &Ctx, v: &Val, t: &[char], c: char) -> usize {
     t.iter()
         .position(|&d| d == c)
         .map_or(1, |i| ctx.shape(v)[i])
+}
+
+/// An ellipsis stands for the dims that the letters leave, right-aligned across the
+/// operands (numpy's broadcasting); each becomes a letter the equation does not use.
+/// Without `->`, the output is the ellipsis, then the letters used once.
+fn einsum_ellipsis(ctx: &mut Ctx, lhs: &str, out: Option<&str>, ops: &[&Val]) -> OpResult<Val> {
+    let terms: Vec<&str> = lhs.split(',').collect();
+    if terms.len() != ops.len() {
+        invalid!(
+            "the equation has {} operands, the node {}",
+            terms.len(),
+            ops.len()
+        );
+    }
+    let free: Vec<char> = ('A'..='Z')
+        .chain('a'..='z')
+        .filter(|c| !lhs.contains(*c) && !out.is_some_and(|o| o.contains(*c)))
+        .collect();
+    let mut counts = Vec::with_capacity(terms.len());
+    for (t, v) in terms.iter().zip(ops) {
+        let letters = t.replace("...", "").chars().count();
+        let dots = t.matches("...").count();
+        let r = ctx.rank(v);
+        counts.push(match dots {
+            0 => 0,
+            1 if r >= letters => r - letters,
+            1 => invalid!("term `{t}` has more letters than its operand's rank {r}"),
+            _ => invalid!("term `{t}` has more than one ellipsis"),
+        });
+    }
+    let most = counts.iter().copied().max().unwrap_or(0);
+    if most > free.len() {
+        unsupported!("an ellipsis of {most} dims leaves too few free letters");
+    }
+    let ell: String = free[..most].iter().collect();
+    let mut new_terms = Vec::with_capacity(terms.len());
+    for (t, &c) in terms.iter().zip(&counts) {
+        new_terms.push(t.replace("...", &ell[most - c..]));
+    }
+    let new_out = match out {
+        Some(o) => {
+            if o.matches("...").count() > 1 {
+                invalid!("the output `{o}` has more than one ellipsis");
+            }
+            o.replace("...", &ell)
+        }
+        None => {
+            let all: String = terms.concat().replace("...", "");
+            let mut once: Vec<char> = all
+                .chars()
+                .filter(|c| all.chars().filter(|d| d == c).count() == 1)
+                .collect();
+            once.sort();
+            format!("{ell}{}", once.iter().collect::<String>())
+        }
+    };
+    let eq = format!("{}->{new_out}", new_terms.join(","));
+    einsum(ctx, &eq, ops)
+}
+
+/// A letter repeated within one operand takes that operand's diagonal first:
+/// `where(i == j, x, 0)` summed over the second axis (the terms added are zeros, so the
+/// diagonal is exact), until every letter of each operand is distinct.
+fn einsum_diagonals(
+    ctx: &mut Ctx,
+    terms: &[Vec<char>],
+    out: Option<&str>,
+    ops: &[&Val],
+) -> OpResult<Val> {
+    let implicit_out = match out {
+        Some(o) => o.to_string(),
+        None => {
+            // numpy's implicit output counts every occurrence, diagonals included.
+            let all: Vec<char> = terms.concat();
+            let mut once: Vec<char> = all
+                .iter()
+                .copied()
+                .filter(|c| all.iter().filter(|d| *d == c).count() == 1)
+                .collect();
+            once.sort();
+            once.into_iter().collect()
+        }
+    };
+    let mut vals = Vec::with_capacity(ops.len());
+    let mut new_terms = Vec::with_capacity(ops.len());
+    for (t, v) in terms.iter().zip(ops) {
+        if t.len() != ctx.rank(v) {
+            invalid!(
+                "term `{}` has {} letters for an operand of rank {}",
+                t.iter().collect::<String>(),
+                t.len(),
+                ctx.rank(v)
+            );
+        }
+        let mut t = t.clone();
+        let mut v = (*v).clone();
+        while let Some((i, j)) = (0..t.len())
+            .flat_map(|i| (i + 1..t.len()).map(move |j| (i, j)))
+            .find(|&(i, j)| t[i] == t[j])
+        {
+            let shape = ctx.shape(&v);
+            if shape[i] != shape[j] {
+                invalid!(
+                    "letter `{}` has extents {} and {}",
+                    t[i],
+                    shape[i],
+                    shape[j]
+                );
+            }
+            let r = shape.len();
+            let d = shape[i];
+            let mut si = vec![1; r];
+            si[i] = d;
+            let mut sj = vec![1; r];
+            sj[j] = d;
+            let ai = ctx.arange(0, d as i64, 1)?;
+            let ai = ctx.reshape(&ai, &si)?;
+            let aj = ctx.arange(0, d as i64, 1)?;
+            let aj = ctx.reshape(&aj, &sj)?;
+            let eye = ctx.bin(ferrite_ir::BinaryOp::Eq, &ai, &aj)?;
+            let zero = ctx.scalar(0.0, ctx.dtype(&v));
+            let m = ctx.select(&eye, &v, &zero)?;
+            v = ctx.reduce(R::Sum, &m, &[j], false)?;
+            t.remove(j);
+        }
+        vals.push(v);
+        new_terms.push(t.into_iter().collect::<String>());
+    }
+    let eq = format!("{}->{implicit_out}", new_terms.join(","));
+    let refs: Vec<&Val> = vals.iter().collect();
+    einsum(ctx, &eq, &refs)
 }
