@@ -1120,3 +1120,39 @@ fn einsum_takes_ellipses_and_diagonals() {
         [-2.0, -2.0]
     );
 }
+
+#[test]
+fn bit_shifts_wrap_on_the_left_and_refuse_a_shift_past_the_width() {
+    const U8: i32 = tensor_proto::DataType::Uint8 as i32;
+    let run = |dir: &str, x: &[i64], y: &[i64]| {
+        let mut n = node("BitShift", &["x", "y"], &["z"]);
+        n.attribute.push(AttributeProto {
+            name: Some("direction".into()),
+            r#type: Some(AttributeType::String as i32),
+            s: Some(dir.as_bytes().to_vec()),
+            ..Default::default()
+        });
+        let k = x.len() as i64;
+        let bytes = model_at(
+            11,
+            vec![n],
+            vec![value("x", U8, &[Ok(k)]), value("y", U8, &[Ok(k)])],
+            vec![value("z", U8, &[Ok(k)])],
+            vec![],
+        );
+        let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+        let ty = TensorType::new(DType::U8, vec![x.len()]).unwrap();
+        let (x, y) = (Tensor::from_i64(&ty, x), Tensor::from_i64(&ty, y));
+        interpret(&m.graph, &[x, y]).map(|z| z[0].to_i64())
+    };
+    assert_eq!(
+        run("LEFT", &[200, 1, 3], &[1, 7, 0]).unwrap(),
+        [144, 128, 3]
+    );
+    assert_eq!(
+        run("RIGHT", &[255, 200, 3], &[7, 3, 0]).unwrap(),
+        [1, 25, 3]
+    );
+    let e = run("LEFT", &[1], &[8]).unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
+}

@@ -3,6 +3,7 @@
 //! that says what, never approximated.
 
 mod attention;
+mod bits;
 pub(crate) mod control;
 mod creation;
 mod elementwise;
@@ -66,6 +67,9 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = spectral::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = bits::import(ctx, n, op)? {
         return Ok(r);
     }
     match op {
