@@ -1156,3 +1156,46 @@ fn bit_shifts_wrap_on_the_left_and_refuse_a_shift_past_the_width() {
     let e = run("LEFT", &[1], &[8]).unwrap_err();
     assert!(e.to_string().contains("out of range"), "{e}");
 }
+
+#[test]
+fn unique_folds_once_its_operand_is_known() {
+    let mut n = node("Unique", &["x"], &["y", "i", "inv", "c"]);
+    n.attribute.push(int_attr("sorted", 0));
+    let outs: Vec<ValueInfoProto> = ["y", "i", "inv", "c"]
+        .iter()
+        .map(|o| ValueInfoProto {
+            name: Some(o.to_string()),
+            ..Default::default()
+        })
+        .collect();
+    let bytes = model_at(
+        11,
+        vec![n.clone()],
+        vec![value("x", I64, &[Ok(6)])],
+        outs.clone(),
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        matches!(&e, Error::NeedsValue { input, .. } if input == "x"),
+        "{e}"
+    );
+    let mut options = Options::default();
+    let ty = TensorType::new(DType::I64, vec![6]).unwrap();
+    options
+        .values
+        .insert("x".into(), Tensor::from_i64(&ty, &[2, 1, 1, 3, 4, 3]));
+    let m = import(&bytes, &options, &mut NoExternalData).unwrap();
+    let out = interpret(&m.graph, &[]).unwrap();
+    assert_eq!(out[0].to_i64(), [2, 1, 3, 4]);
+    assert_eq!(out[1].to_i64(), [0, 1, 3, 4]);
+    assert_eq!(out[2].to_i64(), [0, 1, 1, 2, 3, 2]);
+    assert_eq!(out[3].to_i64(), [1, 2, 2, 1]);
+    n.attribute.clear();
+    let bytes = model_at(11, vec![n], vec![value("x", I64, &[Ok(6)])], outs, vec![]);
+    let m = import(&bytes, &options, &mut NoExternalData).unwrap();
+    let out = interpret(&m.graph, &[]).unwrap();
+    assert_eq!(out[0].to_i64(), [1, 2, 3, 4]);
+    assert_eq!(out[1].to_i64(), [1, 0, 3, 4]);
+    assert_eq!(out[2].to_i64(), [1, 0, 0, 2, 3, 2]);
+}

@@ -7,6 +7,7 @@ mod bits;
 pub(crate) mod control;
 mod creation;
 mod elementwise;
+mod fold;
 mod indexing;
 mod losses;
 mod movement;
@@ -70,6 +71,9 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = bits::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = fold::import(ctx, n, op)? {
         return Ok(r);
     }
     match op {
