@@ -17,6 +17,7 @@ pub const MAX_DFT_MATRIX: usize = 1 << 24;
 pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
     match op {
         "DFT" => one(dft(ctx, n)?),
+        "STFT" => one(stft(ctx, n)?),
         _ => Ok(None),
     }
 }
@@ -97,6 +98,21 @@ fn dft(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     if size == 0 {
         invalid!("the transform length is 0");
     }
+    transform(ctx, x, a, size, inverse, onesided)
+}
+
+/// The DFT of `x` (last dim 1 or 2) along `a`, of length `size`.
+fn transform(
+    ctx: &mut Ctx,
+    x: &Val,
+    a: usize,
+    size: usize,
+    inverse: bool,
+    onesided: bool,
+) -> OpResult<Val> {
+    let dt = ctx.dtype(x);
+    let shape = ctx.shape(x);
+    let rank = shape.len();
     // Input positions read and output positions written along the axis.
     let (inp, out) = match (inverse, onesided) {
         (false, false) => (size, size),
@@ -208,4 +224,53 @@ fn dft(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
             ctx.op(Op::Concat { axis: last }, &[&re, &im])
         }
     }
+}
+
+/// STFT: frames `[f * step, f * step + length)` gathered into `[batch, frames, length, c]`,
+/// times the window, then the DFT of each frame (one-sided by default).
+fn stft(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
+    let x = n.input(0)?;
+    let dt = ctx.dtype(x);
+    let shape = ctx.shape(x);
+    if shape.len() != 3 || !matches!(shape[2], 1 | 2) || !dt.is_float() {
+        invalid!(
+            "the signal must be float [batch, length, 1 or 2], not {}",
+            ctx.ty(x)
+        );
+    }
+    let step = ctx.number(n.input(1)?, "frame_step")?;
+    if !(step >= 1.0) {
+        invalid!("frame_step must be positive, not {step}");
+    }
+    let step = step as usize;
+    let window = n.opt(2).cloned();
+    let length = match (n.opt(3), &window) {
+        (Some(l), _) => ctx.number(l, "frame_length")? as i64,
+        (None, Some(w)) => ctx.shape(w).first().copied().unwrap_or(0) as i64,
+        (None, None) => shape[1] as i64,
+    };
+    let len = shape[1];
+    if length < 1 || length as usize > len {
+        invalid!("frame_length {length} does not fit the signal's {len}");
+    }
+    let length = length as usize;
+    if let Some(w) = &window {
+        if ctx.shape(w) != [length] {
+            invalid!("the window is {}, not of frame_length {length}", ctx.ty(w));
+        }
+    }
+    let frames = (len - length) / step + 1;
+    let idx: Vec<i64> = (0..frames)
+        .flat_map(|f| (0..length).map(move |t| (f * step + t) as i64))
+        .collect();
+    let ty = TensorType::new(DType::I64, vec![frames, length])?;
+    let idx = Val::Const(Arc::new(Tensor::from_i64(&ty, &idx)));
+    let mut fr = ctx.op(Op::IndexSelect { axis: 1 }, &[x, &idx])?;
+    if let Some(w) = &window {
+        let w = ctx.cast(w, dt)?;
+        let w = ctx.reshape(&w, &[1, 1, length, 1])?;
+        fr = ctx.mul(&fr, &w)?;
+    }
+    let onesided = n.int("onesided", 1)? != 0;
+    transform(ctx, &fr, 2, length, false, onesided)
 }
