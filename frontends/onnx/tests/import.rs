@@ -1199,3 +1199,28 @@ fn unique_folds_once_its_operand_is_known() {
     assert_eq!(out[1].to_i64(), [1, 0, 3, 4]);
     assert_eq!(out[2].to_i64(), [1, 0, 0, 2, 3, 2]);
 }
+
+#[test]
+fn det_expands_small_matrices_and_refuses_larger_ones() {
+    let m = one_node(
+        22,
+        node("Det", &["x"], &["y"]),
+        &[("x", &[2, 3, 3])],
+        vec![],
+    )
+    .unwrap();
+    let x = f32s(
+        &[2, 3, 3],
+        vec![
+            2.0, 0.0, 1.0, 1.0, 3.0, 2.0, 1.0, 1.0, 1.0, // det 2*1 - 0 + 1*(1 - 3) = 0
+            1.0, 2.0, 3.0, 0.0, 1.0, 4.0, 5.0, 6.0, 0.0, // det 1
+        ],
+    );
+    assert_eq!(interpret(&m.graph, &[x]).unwrap()[0].to_f64(), [0.0, 1.0]);
+    let e = one_node(22, node("Det", &["x"], &["y"]), &[("x", &[4, 4])], vec![]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(Det, opset 22): Det of 4x4 matrices is not supported"),
+        "{e}"
+    );
+}

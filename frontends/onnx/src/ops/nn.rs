@@ -143,6 +143,7 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
             let d = ctx.sub(x, &mean)?;
             one(ctx.div(&d, &std)?)
         }
+        "Det" => one(det(ctx, n.input(0)?)?),
         "LpNormalization" => {
             let x = n.input(0)?;
             let a = axis(n.int("axis", -1)?, ctx.rank(x), "axis")?;
@@ -158,7 +159,11 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
                 }
                 p => invalid!("p={p} is not 1 or 2"),
             };
-            one(ctx.div(x, &norm)?)
+            // A zero norm gives 0, not 0/0 (onnx's reference: where(norm == 0, 0, x / norm)).
+            let q = ctx.div(x, &norm)?;
+            let zero = ctx.bin_s(B::Eq, &norm, 0.0)?;
+            let z = ctx.scalar(0.0, ctx.dtype(x));
+            one(ctx.select(&zero, &z, &q)?)
         }
         _ => Ok(None),
     }
@@ -469,4 +474,66 @@ fn einsum_diagonals(
     let eq = format!("{}->{implicit_out}", new_terms.join(","));
     let refs: Vec<&Val> = vals.iter().collect();
     einsum(ctx, &eq, &refs)
+}
+
+/// `x[.., i, j]` as a `[..]` value.
+fn entry(ctx: &mut Ctx, x: &Val, i: usize, j: usize) -> OpResult<Val> {
+    let r = ctx.rank(x) as i64;
+    let mut v = x.clone();
+    for (ax, k) in [(r - 2, i), (r - 1, j)] {
+        v = ctx.op(
+            Op::Slice {
+                axis: ax,
+                start: k as i64,
+                end: k as i64 + 1,
+                step: 1,
+            },
+            &[&v],
+        )?;
+    }
+    ctx.op(
+        Op::Squeeze {
+            axes: Some(vec![r - 2, r - 1]),
+        },
+        &[&v],
+    )
+}
+
+/// Det of 1x1, 2x2 and 3x3 matrices (batched) by cofactor expansion; larger ones
+/// would need a pivoted LU and are refused.
+pub(super) fn det(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
+    let s = ctx.shape(x);
+    let r = s.len();
+    if r < 2 || s[r - 1] != s[r - 2] || !ctx.dtype(x).is_float() {
+        invalid!("the input must be float [.., n, n], not {}", ctx.ty(x));
+    }
+    let n = s[r - 1];
+    let e = |ctx: &mut Ctx, i: usize, j: usize| entry(ctx, x, i, j);
+    // a*d - b*c of entries (i0, j0) (i0, j1) (i1, j0) (i1, j1).
+    let minor = |ctx: &mut Ctx, i0: usize, i1: usize, j0: usize, j1: usize| -> OpResult<Val> {
+        let (a, b) = (e(ctx, i0, j0)?, e(ctx, i0, j1)?);
+        let (c, d) = (e(ctx, i1, j0)?, e(ctx, i1, j1)?);
+        let ad = ctx.mul(&a, &d)?;
+        let bc = ctx.mul(&b, &c)?;
+        ctx.sub(&ad, &bc)
+    };
+    match n {
+        1 => e(ctx, 0, 0),
+        2 => minor(ctx, 0, 1, 0, 1),
+        3 => {
+            let mut acc: Option<Val> = None;
+            for (j, (j0, j1)) in [(1, 2), (0, 2), (0, 1)].into_iter().enumerate() {
+                let m = minor(ctx, 1, 2, j0, j1)?;
+                let a = e(ctx, 0, j)?;
+                let t = ctx.mul(&a, &m)?;
+                acc = Some(match acc {
+                    None => t,
+                    Some(s) if j == 1 => ctx.sub(&s, &t)?,
+                    Some(s) => ctx.add(&s, &t)?,
+                });
+            }
+            Ok(acc.expect("three terms"))
+        }
+        _ => unsupported!("Det of {n}x{n} matrices is not supported (only up to 3x3)"),
+    }
 }
