@@ -816,7 +816,7 @@ fn import_node(
     for a in &node.attribute {
         if !a.graphs.is_empty() || (a.g.is_some() && !control) {
             unsupported!(
-                "attribute `{}` is a subgraph; control flow (If, Loop, Scan) is not supported",
+                "attribute `{}` is a subgraph, which Ferrite imports only for If, Loop and Scan",
                 a.name()
             );
         }

@@ -1224,3 +1224,21 @@ fn det_expands_small_matrices_and_refuses_larger_ones() {
         "{e}"
     );
 }
+
+#[test]
+fn subgraphs_of_other_ops_are_refused() {
+    let mut n = node("SequenceMap", &["x"], &["y"]);
+    n.attribute
+        .push(graph_attr("body", body(vec![], &["a"], &["a"])));
+    let bytes = model(
+        vec![n],
+        vec![value("x", F32, &[Ok(1)])],
+        vec![value("y", F32, &[Ok(1)])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string().contains("node 0 (SequenceMap, opset 17): attribute `body` is a subgraph, which Ferrite imports only for If, Loop and Scan"),
+        "{e}"
+    );
+}

@@ -239,7 +239,7 @@ fn stft(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
         );
     }
     let step = ctx.number(n.input(1)?, "frame_step")?;
-    if !(step >= 1.0) {
+    if step.is_nan() || step < 1.0 {
         invalid!("frame_step must be positive, not {step}");
     }
     let step = step as usize;
