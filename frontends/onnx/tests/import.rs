@@ -221,8 +221,8 @@ fn gather_takes_any_rank_and_wraps_negative_indices() {
 
 #[test]
 fn unsupported_ops_name_the_node_and_opset() {
-    let mut n = node("Unique", &["x"], &["v"]);
-    n.name = Some("uniq".into());
+    let mut n = node("MaxUnpool", &["x"], &["v"]);
+    n.name = Some("unpool".into());
     let bytes = model(
         vec![n],
         vec![value("x", F32, &[Ok(4)])],
@@ -232,7 +232,7 @@ fn unsupported_ops_name_the_node_and_opset() {
     let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "node `uniq` (Unique, opset 17): op Unique is not supported"
+        "node `unpool` (MaxUnpool, opset 17): op MaxUnpool is not supported"
     );
     assert!(!e.is_internal());
 }
