@@ -78,11 +78,29 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
         }
         "Pow" => {
             let y = n.input(1)?;
-            if !dt.is_float() {
-                unsupported!("integer Pow is not supported");
+            let ydt = ctx.dtype(y);
+            if dt == DType::Bool || ydt == DType::Bool {
+                invalid!("Pow takes numbers, not bool");
             }
-            let y = ctx.cast(y, dt)?;
-            ctx.bin(B::Pow, &x, &y)?
+            if dt.is_float() {
+                let y = ctx.cast(y, dt)?;
+                ctx.bin(B::Pow, &x, &y)?
+            } else if ydt.is_float() {
+                // numpy: an integer array to a float power is f64, then cast back (truncated).
+                let xf = ctx.cast(&x, DType::F64)?;
+                let yf = ctx.cast(y, DType::F64)?;
+                let p = ctx.bin(B::Pow, &xf, &yf)?;
+                ctx.cast(&p, dt)?
+            } else if ydt == dt {
+                // Integer powers wrap in the dtype; a negative exponent is a run-time error.
+                ctx.bin(B::Pow, &x, y)?
+            } else {
+                // Mixed integer types: in i64, whose wrapping agrees with x's on its bits.
+                let xi = ctx.cast(&x, DType::I64)?;
+                let yi = ctx.cast(y, DType::I64)?;
+                let p = ctx.bin(B::Pow, &xi, &yi)?;
+                ctx.cast(&p, dt)?
+            }
         }
         "Sum" | "Mean" | "Max" | "Min" => {
             let all = n.all()?;
