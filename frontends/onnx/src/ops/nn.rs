@@ -81,11 +81,20 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
             Ok(Some(vec![Some(y), mean, Some(inv)]))
         }
         "BatchNormalization" => {
-            if n.int("training_mode", 0)? != 0 || n.outputs() > 1 {
-                unsupported!("BatchNormalization in training mode is not supported");
+            let training = n.int("training_mode", 0)? != 0;
+            if n.opset < 14 && n.outputs() > 1 {
+                unsupported!(
+                    "BatchNormalization in training mode is not supported before opset 14"
+                );
             }
             let x = n.input(0)?;
             let (scale, b, mean, var) = (n.input(1)?, n.input(2)?, n.input(3)?, n.input(4)?);
+            if n.opset >= 14 && training {
+                return Ok(Some(batch_norm_training(ctx, n, x, [scale, b, mean, var])?));
+            }
+            if n.outputs() > 1 {
+                invalid!("running mean and variance are results only in training mode");
+            }
             let eps = n.float("epsilon", 1e-5)?;
             let rank = ctx.rank(x);
             if rank < 2 {
@@ -536,4 +545,48 @@ pub(super) fn det(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
         }
         _ => unsupported!("Det of {n}x{n} matrices is not supported (only up to 3x3)"),
     }
+}
+
+/// BatchNormalization with training_mode=1 (opset 14+): the batch's own mean and
+/// (biased) variance over every axis but 1 normalize x; the running statistics are
+/// `running * momentum + batch * (1 - momentum)`, as onnx's reference computes them.
+fn batch_norm_training(
+    ctx: &mut Ctx,
+    n: &NodeIn,
+    x: &Val,
+    [scale, b, mean, var]: [&Val; 4],
+) -> OpResult<Vec<Option<Val>>> {
+    let eps = n.float("epsilon", 1e-5)?;
+    let momentum = n.float("momentum", 0.9)?;
+    let rank = ctx.rank(x);
+    if rank < 2 || !ctx.dtype(x).is_float() {
+        invalid!(
+            "BatchNormalization takes a float tensor of rank >= 2, not {}",
+            ctx.ty(x)
+        );
+    }
+    let c = ctx.shape(x)[1];
+    let ax: Vec<usize> = (0..rank).filter(|&a| a != 1).collect();
+    let bm = ctx.reduce(R::Mean, x, &ax, true)?;
+    let d = ctx.sub(x, &bm)?;
+    let sq = ctx.mul(&d, &d)?;
+    let bv = ctx.reduce(R::Mean, &sq, &ax, true)?;
+    let ve = ctx.bin_s(B::Add, &bv, eps)?;
+    let inv = ctx.un(U::Rsqrt, &ve)?;
+    let mut shape = vec![1; rank];
+    shape[1] = c;
+    let (sc, bb) = (ctx.reshape(scale, &shape)?, ctx.reshape(b, &shape)?);
+    let y = ctx.mul(&d, &inv)?;
+    let y = ctx.mul(&y, &sc)?;
+    let y = ctx.add(&y, &bb)?;
+    let running = |ctx: &mut Ctx, old: &Val, batch: &Val| -> OpResult<Val> {
+        let batch = ctx.reshape(batch, &[c])?;
+        let old = ctx.reshape(old, &[c])?;
+        let o = ctx.bin_s(B::Mul, &old, momentum)?;
+        let nb = ctx.bin_s(B::Mul, &batch, 1.0 - momentum)?;
+        ctx.add(&o, &nb)
+    };
+    let rm = running(ctx, mean, &bm)?;
+    let rv = running(ctx, var, &bv)?;
+    Ok(vec![Some(y), Some(rm), Some(rv)])
 }
