@@ -1242,3 +1242,33 @@ fn subgraphs_of_other_ops_are_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn tensor_scatter_wraps_when_circular_and_refuses_a_linear_write_past_the_end() {
+    let run = |mode: &str, w: i64| {
+        let mut n = node("TensorScatter", &["c", "u", "w"], &["y"]);
+        n.attribute = vec![
+            int_attr("axis", 1),
+            AttributeProto {
+                name: Some("mode".into()),
+                r#type: Some(AttributeType::String as i32),
+                s: Some(mode.as_bytes().to_vec()),
+                ..Default::default()
+            },
+        ];
+        let m = one_node(
+            24,
+            n,
+            &[("c", &[1, 4]), ("u", &[1, 2])],
+            vec![ints("w", &[w])],
+        )
+        .unwrap();
+        let c = f32s(&[1, 4], vec![0.0, 1.0, 2.0, 3.0]);
+        let u = f32s(&[1, 2], vec![10.0, 20.0]);
+        interpret(&m.graph, &[c, u]).map(|y| y[0].to_f64())
+    };
+    assert_eq!(run("linear", 1).unwrap(), [0.0, 10.0, 20.0, 3.0]);
+    assert_eq!(run("circular", 3).unwrap(), [20.0, 1.0, 2.0, 10.0]);
+    let e = run("linear", 3).unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
+}

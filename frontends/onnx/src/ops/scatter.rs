@@ -1,5 +1,5 @@
 //! Scatters as compositions: `ScatterElements` (and the old `Scatter`) and
-//! `ScatterND`, with reductions none/add/mul/max/min.
+//! `ScatterND`, with reductions none/add/mul/max/min, and TensorScatter.
 //!
 //! Every output position `p` along the scatter axis compares itself with every index
 //! (a `[.., D[axis], I[axis], ..]` tensor of hits): `add`/`mul`/`max`/`min` reduce
@@ -39,8 +39,87 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
             let red = reduction(n)?;
             one(scatter_nd(ctx, data, idx, upd, red)?)
         }
+        "TensorScatter" => one(tensor_scatter(ctx, n)?),
         _ => Ok(None),
     }
+}
+
+/// TensorScatter (a KV-cache write): position `p` of the cache along `axis` takes
+/// `update[p - w[b]]` where that is inside the update (modulo the cache length in
+/// circular mode), else keeps the cache. The write offsets go through an `index_select`,
+/// so a linear write past the cache's end (an error in onnx's reference) is a run-time
+/// error here too.
+fn tensor_scatter(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
+    let (cache, upd) = (n.input(0)?, n.input(1)?);
+    let cs = ctx.shape(cache);
+    let us = ctx.shape(upd);
+    let r = cs.len();
+    if r < 2 || us.len() != r || ctx.dtype(cache) != ctx.dtype(upd) {
+        invalid!(
+            "cache {} and update {} do not fit",
+            ctx.ty(cache),
+            ctx.ty(upd)
+        );
+    }
+    let a = axis(n.int("axis", -2)?, r, "axis")?;
+    if a == 0 {
+        invalid!("axis 0 is the batch axis");
+    }
+    for d in 0..r {
+        if (d != a && cs[d] != us[d]) || (d == a && us[d] > cs[d]) {
+            invalid!(
+                "update {} does not fit cache {} on axis {d}",
+                ctx.ty(upd),
+                ctx.ty(cache)
+            );
+        }
+    }
+    let circular = match n.string("mode", "linear")?.as_str() {
+        "linear" => false,
+        "circular" => true,
+        m => invalid!("mode=\"{m}\" is neither linear nor circular"),
+    };
+    let (b, m, len) = (cs[0], cs[a], us[a]);
+    if len == 0 {
+        return Ok(cache.clone());
+    }
+    let w = match n.opt(2) {
+        Some(w) => {
+            if ctx.shape(w) != [b] || !matches!(ctx.dtype(w), DType::I32 | DType::I64) {
+                invalid!("write_indices must be an integer [{b}], not {}", ctx.ty(w));
+            }
+            let w = ctx.cast(w, DType::I64)?;
+            // Offsets a write can start at: [0, m - len] linear, [0, m) circular.
+            let room = if circular { m } else { m - len + 1 };
+            let ok = ctx.arange(0, room as i64, 1)?;
+            ctx.op(Op::IndexSelect { axis: 0 }, &[&ok, &w])?
+        }
+        None => ctx.scalar(0.0, DType::I64),
+    };
+    let mut wshape = vec![1; r];
+    wshape[0] = if n.opt(2).is_some() { b } else { 1 };
+    let w = ctx.reshape(&w, &wshape)?;
+    let mut pshape = vec![1; r];
+    pshape[a] = m;
+    let p = ctx.arange(0, m as i64, 1)?;
+    let p = ctx.reshape(&p, &pshape)?;
+    let mut j = ctx.sub(&p, &w)?;
+    if circular {
+        let neg = ctx.bin_s(B::Lt, &j, 0.0)?;
+        let up = ctx.bin_s(B::Add, &j, m as f64)?;
+        j = ctx.select(&neg, &up, &j)?;
+    }
+    let lo = ctx.bin_s(B::Ge, &j, 0.0)?;
+    let hi = ctx.bin_s(B::Lt, &j, len as f64)?;
+    let inside = ctx.bin(B::And, &lo, &hi)?;
+    let zero = ctx.scalar(0.0, DType::I64);
+    let jc = ctx.select(&inside, &j, &zero)?;
+    let mut full = vec![1i64; r];
+    full[0] = b as i64;
+    full[a] = m as i64;
+    let jc = ctx.op(Op::Expand { shape: full }, &[&jc])?;
+    let g = ctx.op(Op::Gather { axis: a as i64 }, &[upd, &jc])?;
+    ctx.select(&inside, &g, cache)
 }
 
 fn reduction(n: &NodeIn) -> OpResult<Red> {
