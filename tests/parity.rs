@@ -675,7 +675,11 @@ fn integer_division_by_zero_fails_on_both_backends_fused_and_unfused() {
             {
                 let opts = Options::default().target(target).fuse(fuse);
                 let exe = compile_ir(&g, &opts).unwrap();
-                assert_eq!(exe.run(&[&a, &ok]).unwrap(), want, "{op}({d}) on {target}, fuse {fuse}");
+                assert_eq!(
+                    exe.run(&[&a, &ok]).unwrap(),
+                    want,
+                    "{op}({d}) on {target}, fuse {fuse}"
+                );
                 let e = exe.run(&[&a, &bad]).expect_err(op);
                 assert!(
                     !e.is_internal() && e.to_string().contains("integer division by zero"),

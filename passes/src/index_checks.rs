@@ -134,7 +134,11 @@ fn constant_in_range(g: &Graph, node: &Node, axis: i64) -> bool {
     };
     let extent = x.shape[a] as i64;
     match &g.nodes[node.inputs[1].index()].op {
-        Op::Constant(c) => c.tensor().to_i64().iter().all(|&i| (0..extent).contains(&i)),
+        Op::Constant(c) => c
+            .tensor()
+            .to_i64()
+            .iter()
+            .all(|&i| (0..extent).contains(&i)),
         _ => false,
     }
 }

@@ -87,6 +87,9 @@ pub(crate) struct Ctx {
     /// Bytes of constants folding has made so far, and how many it may make.
     folded: u64,
     fold_budget: u64,
+    /// ONNX nodes imported so far, counting each unrolled copy of a subgraph's nodes:
+    /// bounded by [`MAX_NODES`] so that unrolling cannot grow without limit.
+    pub imported: usize,
 }
 
 impl Ctx {
@@ -370,6 +373,17 @@ impl<'a> NodeIn<'a> {
         }
     }
 
+    /// A subgraph attribute (If's branches, Loop's and Scan's body).
+    pub fn graph(&self, name: &str) -> OpResult<&'a crate::proto::GraphProto> {
+        match self
+            .attr(name, AttributeType::Graph)?
+            .and_then(|a| a.g.as_ref())
+        {
+            Some(g) => Ok(g),
+            None => invalid!("attribute `{name}` is required"),
+        }
+    }
+
     pub fn tensor(&self, name: &str) -> OpResult<Option<&'a crate::proto::TensorProto>> {
         Ok(self
             .attr(name, AttributeType::Tensor)?
@@ -436,9 +450,18 @@ pub(crate) fn import_model(
             opset = Some(o.version());
         }
     }
-    let opset = opset.ok_or_else(|| {
-        Error::Invalid("the model imports no opset of the default ONNX domain".into())
-    })?;
+    // A model of another domain only (the training optimizers) needs no default opset.
+    let uses_default =
+        |g: &crate::proto::GraphProto| g.node.iter().any(|n| matches!(n.domain(), "" | "ai.onnx"));
+    let opset = match opset {
+        Some(o) => o,
+        None if model.graph.as_ref().is_some_and(|g| !uses_default(g)) => MAX_OPSET,
+        None => {
+            return Err(Error::Invalid(
+                "the model imports no opset of the default ONNX domain".into(),
+            ))
+        }
+    };
     if !(MIN_OPSET..=MAX_OPSET).contains(&opset) {
         return Err(Error::Unsupported(format!(
             "opset {opset} is not supported (Ferrite imports opsets {MIN_OPSET} to {MAX_OPSET})"
@@ -490,6 +513,7 @@ pub(crate) fn import_model(
         params: HashMap::new(),
         folded: 0,
         fold_budget: options.fold_budget.unwrap_or(FOLD_BUDGET),
+        imported: 0,
     };
     let mut names = Names::new();
     let mut values: HashMap<String, Val> = HashMap::new();
@@ -525,56 +549,24 @@ pub(crate) fn import_model(
         values.insert(onnx.clone(), Val::Ir(id));
         inputs.push(Binding { onnx, name });
     }
+    let mut scope = Scope {
+        vals: values,
+        parent: None,
+    };
 
-    for (index, node) in gp.node.iter().enumerate() {
-        let domain = match node.domain() {
-            "" | "ai.onnx" => "",
-            d => d,
-        };
-        let node_opset = opsets.get(domain).copied().unwrap_or(opset);
-        let r = NodeRef {
-            index,
-            name: Some(node.name().to_string()).filter(|n| !n.is_empty()),
-            op_type: if domain.is_empty() {
-                node.op_type().to_string()
-            } else {
-                format!("{domain}.{}", node.op_type())
-            },
-            opset: node_opset,
-        };
-        let outs =
-            import_node(&mut ctx, node, domain, node_opset, &values).map_err(|e| match e {
-                OpError::Invalid(message) => Error::Node {
-                    node: r.clone(),
-                    message,
-                    unsupported: false,
-                },
-                OpError::Unsupported(message) => Error::Node {
-                    node: r.clone(),
-                    message,
-                    unsupported: true,
-                },
-                OpError::NeedsValue { operand, input } => Error::NeedsValue {
-                    node: r.clone(),
-                    operand,
-                    input,
-                },
-                OpError::Other(e) => e,
-            })?;
-        for (name, v) in node.output.iter().zip(outs) {
-            if let (false, Some(v)) = (name.is_empty(), v) {
-                values.insert(name.clone(), v);
-            }
-        }
-    }
+    let mut env = Env {
+        opsets: &opsets,
+        opset,
+        ext,
+    };
+    import_nodes(&mut ctx, &gp.node, &mut env, &mut scope)?;
 
     let mut outputs = Vec::new();
     for vi in &gp.output {
         let onnx = vi.name().to_string();
-        let v = values
+        let v = scope
             .get(&onnx)
-            .ok_or_else(|| Error::Invalid(format!("graph output `{onnx}` is never computed")))?
-            .clone();
+            .ok_or_else(|| Error::Invalid(format!("graph output `{onnx}` is never computed")))?;
         let id = ctx.ir(&v).map_err(|e| match e {
             OpError::Invalid(m) | OpError::Unsupported(m) => {
                 Error::Unsupported(format!("output `{onnx}`: {m}"))
@@ -613,6 +605,92 @@ pub(crate) fn import_model(
         outputs,
         opset,
     })
+}
+
+/// The opsets a graph's nodes are imported under, and where external data is read.
+pub(crate) struct Env<'a> {
+    /// Domain (`""` for the default one) to opset version.
+    pub opsets: &'a HashMap<String, i64>,
+    /// The default domain's opset.
+    pub opset: i64,
+    pub ext: &'a mut dyn ExternalData,
+}
+
+/// The values visible to a graph's nodes: its own, then those of the graphs around
+/// it (a subgraph reads outer values by name).
+pub(crate) struct Scope<'p> {
+    pub vals: HashMap<String, Val>,
+    pub parent: Option<&'p Scope<'p>>,
+}
+
+impl Scope<'_> {
+    pub fn get(&self, name: &str) -> Option<Val> {
+        match self.vals.get(name) {
+            Some(v) => Some(v.clone()),
+            None => self.parent.and_then(|p| p.get(name)),
+        }
+    }
+}
+
+/// Imports `nodes` in order, each reading its operands from `scope` and adding its
+/// results there.
+pub(crate) fn import_nodes(
+    ctx: &mut Ctx,
+    nodes: &[NodeProto],
+    env: &mut Env,
+    scope: &mut Scope,
+) -> Result<()> {
+    for (index, node) in nodes.iter().enumerate() {
+        let domain = match node.domain() {
+            "" | "ai.onnx" => "",
+            d => d,
+        };
+        let node_opset = env.opsets.get(domain).copied().unwrap_or(env.opset);
+        let r = NodeRef {
+            index,
+            name: Some(node.name().to_string()).filter(|n| !n.is_empty()),
+            op_type: if domain.is_empty() {
+                node.op_type().to_string()
+            } else {
+                format!("{domain}.{}", node.op_type())
+            },
+            opset: node_opset,
+        };
+        ctx.imported += 1;
+        if ctx.imported > MAX_NODES {
+            return Err(Error::Node {
+                node: r,
+                message: format!(
+                    "the model unrolls to more than {MAX_NODES} nodes, more than Ferrite imports"
+                ),
+                unsupported: true,
+            });
+        }
+        let outs = import_node(ctx, node, domain, node_opset, env, scope).map_err(|e| match e {
+            OpError::Invalid(message) => Error::Node {
+                node: r.clone(),
+                message,
+                unsupported: false,
+            },
+            OpError::Unsupported(message) => Error::Node {
+                node: r.clone(),
+                message,
+                unsupported: true,
+            },
+            OpError::NeedsValue { operand, input } => Error::NeedsValue {
+                node: r.clone(),
+                operand,
+                input,
+            },
+            OpError::Other(e) => e,
+        })?;
+        for (name, v) in node.output.iter().zip(outs) {
+            if let (false, Some(v)) = (name.is_empty(), v) {
+                scope.vals.insert(name.clone(), v);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The type of a graph input, with symbolic dims taken from the options.
@@ -734,7 +812,8 @@ fn import_node(
     node: &NodeProto,
     domain: &str,
     opset: i64,
-    values: &HashMap<String, Val>,
+    env: &mut Env,
+    scope: &Scope,
 ) -> OpResult<Vec<Option<Val>>> {
     if node.input.len() > MAX_NODE_ARITY
         || node.output.len() > MAX_NODE_ARITY
@@ -742,14 +821,15 @@ fn import_node(
     {
         invalid!("the node has more than {MAX_NODE_ARITY} operands, results or attributes");
     }
-    if !domain.is_empty() {
+    let control = domain.is_empty() && matches!(node.op_type(), "If" | "Loop" | "Scan");
+    if !domain.is_empty() && domain != crate::ops::training::DOMAIN {
         unsupported!("operator domain `{domain}` is not supported");
     }
     let mut attrs = HashMap::new();
     for a in &node.attribute {
-        if a.g.is_some() || !a.graphs.is_empty() {
+        if !a.graphs.is_empty() || (a.g.is_some() && !control) {
             unsupported!(
-                "attribute `{}` is a subgraph; control flow (If, Loop, Scan) is not supported",
+                "attribute `{}` is a subgraph, which Ferrite imports only for If, Loop and Scan",
                 a.name()
             );
         }
@@ -765,8 +845,8 @@ fn import_node(
         if name.is_empty() {
             inputs.push(None);
         } else {
-            match values.get(name) {
-                Some(v) => inputs.push(Some(v.clone())),
+            match scope.get(name) {
+                Some(v) => inputs.push(Some(v)),
                 None => invalid!("operand `{name}` is not defined before the node"),
             }
         }
@@ -777,7 +857,13 @@ fn import_node(
         opset,
         attrs,
     };
-    let mut outs = crate::ops::import(ctx, &n)?;
+    let mut outs = if control {
+        crate::ops::control::import(ctx, &n, env, scope)?
+    } else if !domain.is_empty() {
+        crate::ops::training::import(ctx, &n)?
+    } else {
+        crate::ops::import(ctx, &n)?
+    };
     if outs.len() < n.outputs() {
         // Every declared result must be produced: one left out would be read as missing later.
         let missing = n.outputs();

@@ -17,8 +17,8 @@ pub mod tensor;
 
 pub use error::{Error, NodeRef, Result};
 pub use import::{
-    Binding, Model, Options, FOLD_BUDGET, FOLD_LIMIT, MAX_NODES, MAX_NODE_ARITY, MAX_OPSET, MAX_VALUES,
-    MIN_OPSET,
+    Binding, Model, Options, FOLD_BUDGET, FOLD_LIMIT, MAX_NODES, MAX_NODE_ARITY, MAX_OPSET,
+    MAX_VALUES, MIN_OPSET,
 };
 pub use tensor::{check_location, decode_tensor, ExternalData, NoExternalData};
 

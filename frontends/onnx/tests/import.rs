@@ -221,8 +221,8 @@ fn gather_takes_any_rank_and_wraps_negative_indices() {
 
 #[test]
 fn unsupported_ops_name_the_node_and_opset() {
-    let mut n = node("Unique", &["x"], &["v"]);
-    n.name = Some("uniq".into());
+    let mut n = node("MaxUnpool", &["x"], &["v"]);
+    n.name = Some("unpool".into());
     let bytes = model(
         vec![n],
         vec![value("x", F32, &[Ok(4)])],
@@ -232,31 +232,257 @@ fn unsupported_ops_name_the_node_and_opset() {
     let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "node `uniq` (Unique, opset 17): op Unique is not supported"
+        "node `unpool` (MaxUnpool, opset 17): op MaxUnpool is not supported"
+    );
+    assert!(!e.is_internal());
+}
+
+fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    }
+}
+
+fn body(nodes: Vec<NodeProto>, inputs: &[&str], outputs: &[&str]) -> GraphProto {
+    let untyped = |n: &&str| ValueInfoProto {
+        name: Some(n.to_string()),
+        ..Default::default()
+    };
+    GraphProto {
+        name: Some("body".into()),
+        node: nodes,
+        input: inputs.iter().map(untyped).collect(),
+        output: outputs.iter().map(untyped).collect(),
+        ..Default::default()
+    }
+}
+
+/// `Loop(M, "", y)` whose body adds the outer `x` to `y` and also emits `y` as a scan output.
+fn accumulate(trips: TensorProto) -> Vec<u8> {
+    let b = body(
+        vec![
+            node("Identity", &["c_in"], &["c_out"]),
+            node("Add", &["y_in", "x"], &["y_out"]),
+            node("Identity", &["y_out"], &["scan"]),
+        ],
+        &["i", "c_in", "y_in"],
+        &["c_out", "y_out", "scan"],
+    );
+    let mut l = node("Loop", &["M", "", "y"], &["y_final", "ys"]);
+    l.attribute.push(graph_attr("body", b));
+    model(
+        vec![l],
+        vec![value("x", F32, &[Ok(2)]), value("y", F32, &[Ok(2)])],
+        vec![
+            value("y_final", F32, &[Ok(2)]),
+            value("ys", F32, &[Ok(3), Ok(2)]),
+        ],
+        vec![trips],
+    )
+}
+
+fn scalar_i64(name: &str, v: i64) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: vec![],
+        data_type: Some(I64),
+        int64_data: vec![v],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn loops_with_a_known_trip_count_unroll_and_read_outer_values() {
+    let mut trips = scalar_i64("M", 3);
+    let m = import(
+        &accumulate(trips.clone()),
+        &Options::default(),
+        &mut NoExternalData,
+    )
+    .unwrap();
+    let x = f32s(&[2], vec![1.0, 10.0]);
+    let y = f32s(&[2], vec![0.5, 0.0]);
+    let out = interpret(&m.graph, &[x, y]).unwrap();
+    assert_eq!(out[0].to_f64(), [3.5, 30.0]);
+    assert_eq!(out[1].ty.shape, [3, 2]);
+    assert_eq!(out[1].to_f64(), [1.5, 10.0, 2.5, 20.0, 3.5, 30.0]);
+    // Past the unroll bound: a named error, not an import that never ends.
+    trips.int64_data = vec![5000];
+    let e = import(&accumulate(trips), &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string().contains("node 0 (Loop, opset 17)")
+            && e.to_string().contains("more than 4096 iterations"),
+        "{e}"
     );
     assert!(!e.is_internal());
 }
 
 #[test]
-fn subgraphs_are_refused() {
+fn control_flow_that_depends_on_data_is_refused_by_name() {
+    // A trip count fed by the graph.
+    let b = body(
+        vec![node("Identity", &["c_in"], &["c_out"])],
+        &["i", "c_in"],
+        &["c_out"],
+    );
+    let mut l = node("Loop", &["M", ""], &[]);
+    l.attribute.push(graph_attr("body", b));
+    let bytes = model(
+        vec![l, node("Identity", &["M"], &["y"])],
+        vec![value("M", I64, &[])],
+        vec![value("y", I64, &[])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string().contains("node 0 (Loop, opset 17)")
+            && e.to_string()
+                .contains("operand `M` must be known at import time, but it is graph input `M`"),
+        "{e}"
+    );
+    // An If on a computed condition whose branches differ in shape.
+    let then_b = body(vec![node("Identity", &["a"], &["t"])], &[], &["t"]);
+    let else_b = body(vec![node("Identity", &["b"], &["e"])], &[], &["e"]);
     let mut n = node("If", &["c"], &["y"]);
-    n.attribute.push(AttributeProto {
-        name: Some("then_branch".into()),
-        r#type: Some(AttributeType::Graph as i32),
-        g: Some(GraphProto::default()),
-        ..Default::default()
-    });
+    n.attribute = vec![
+        graph_attr("then_branch", then_b),
+        graph_attr("else_branch", else_b),
+    ];
     let bytes = model(
         vec![n],
-        vec![value("c", tensor_proto::DataType::Bool as i32, &[])],
+        vec![
+            value("c", tensor_proto::DataType::Bool as i32, &[]),
+            value("a", F32, &[Ok(2)]),
+            value("b", F32, &[Ok(3)]),
+        ],
         vec![value("y", F32, &[])],
         vec![],
     );
     let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
     assert!(
-        e.to_string().contains("node 0 (If, opset 17)") && e.to_string().contains("subgraph"),
+        e.to_string().contains("node 0 (If, opset 17)")
+            && e.to_string()
+                .contains("the branches compute f32[2] and f32[3]"),
         "{e}"
     );
+    // An error inside a branch names the branch and its node.
+    let then_b = body(vec![node("Frobnicate", &["a"], &["t"])], &[], &["t"]);
+    let else_b = body(vec![node("Identity", &["a"], &["e"])], &[], &["e"]);
+    let mut n = node("If", &["c"], &["y"]);
+    n.attribute = vec![
+        graph_attr("then_branch", then_b),
+        graph_attr("else_branch", else_b),
+    ];
+    let bytes = model(
+        vec![n],
+        vec![
+            value("c", tensor_proto::DataType::Bool as i32, &[]),
+            value("a", F32, &[Ok(2)]),
+        ],
+        vec![value("y", F32, &[])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "in `then_branch`, node 0 (Frobnicate, opset 17): op Frobnicate is not supported"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn if_inlines_a_known_branch_and_selects_on_a_computed_one() {
+    let then_b = body(vec![node("Neg", &["a"], &["t"])], &[], &["t"]);
+    let else_b = body(vec![node("Identity", &["a"], &["e"])], &[], &["e"]);
+    let mut n = node("If", &["c"], &["y"]);
+    n.attribute = vec![
+        graph_attr("then_branch", then_b),
+        graph_attr("else_branch", else_b),
+    ];
+    let bool_in = || value("c", tensor_proto::DataType::Bool as i32, &[]);
+    let bytes = model(
+        vec![n.clone()],
+        vec![bool_in(), value("a", F32, &[Ok(2)])],
+        vec![value("y", F32, &[Ok(2)])],
+        vec![],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    let a = f32s(&[2], vec![1.0, -2.0]);
+    for (c, want) in [(true, [-1.0, 2.0]), (false, [1.0, -2.0])] {
+        let c = Tensor::from_i64(&TensorType::scalar(DType::Bool), &[c as i64]);
+        let out = interpret(&m.graph, &[c, a.clone()]).unwrap();
+        assert_eq!(out[0].to_f64(), want);
+    }
+    // With the condition known, only the branch taken is in the graph.
+    let cond = TensorProto {
+        name: Some("c".into()),
+        dims: vec![],
+        data_type: Some(tensor_proto::DataType::Bool as i32),
+        int32_data: vec![0],
+        ..Default::default()
+    };
+    let bytes = model(
+        vec![n],
+        vec![value("a", F32, &[Ok(2)])],
+        vec![value("y", F32, &[Ok(2)])],
+        vec![cond],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    assert!(m
+        .graph
+        .nodes
+        .iter()
+        .all(|n| !matches!(n.op, Op::Unary(_) | Op::Where)));
+}
+
+#[test]
+fn scan_reverses_inputs_and_outputs_by_direction() {
+    // A running sum over x read backwards, its outputs written backwards too.
+    let b = body(
+        vec![
+            node("Add", &["s_in", "x_t"], &["s_out"]),
+            node("Identity", &["s_out"], &["o"]),
+        ],
+        &["s_in", "x_t"],
+        &["s_out", "o"],
+    );
+    let mut n = node("Scan", &["s", "x"], &["s_final", "os"]);
+    n.attribute = vec![
+        graph_attr("body", b),
+        int_attr("num_scan_inputs", 1),
+        AttributeProto {
+            name: Some("scan_input_directions".into()),
+            r#type: Some(AttributeType::Ints as i32),
+            ints: vec![1],
+            ..Default::default()
+        },
+        AttributeProto {
+            name: Some("scan_output_directions".into()),
+            r#type: Some(AttributeType::Ints as i32),
+            ints: vec![1],
+            ..Default::default()
+        },
+    ];
+    let bytes = model(
+        vec![n],
+        vec![value("s", F32, &[Ok(1)]), value("x", F32, &[Ok(3), Ok(1)])],
+        vec![
+            value("s_final", F32, &[Ok(1)]),
+            value("os", F32, &[Ok(3), Ok(1)]),
+        ],
+        vec![],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    let s = f32s(&[1], vec![0.0]);
+    let x = f32s(&[3, 1], vec![1.0, 2.0, 4.0]);
+    let out = interpret(&m.graph, &[s, x]).unwrap();
+    assert_eq!(out[0].to_f64(), [7.0]);
+    // Iterations see 4, 2, 1: sums 4, 6, 7, written from the end.
+    assert_eq!(out[1].to_f64(), [7.0, 6.0, 4.0]);
 }
 
 #[test]
@@ -726,7 +952,12 @@ fn folding_stops_at_its_budget_and_the_rest_runs_in_the_graph() {
         vec![value("a8", I64, &[Ok(512)])],
         vec![ints("c", &c)],
     );
-    let adds = |g: &ferrite_ir::Graph| g.nodes.iter().filter(|n| n.op == Op::Binary(ferrite_ir::BinaryOp::Add)).count();
+    let adds = |g: &ferrite_ir::Graph| {
+        g.nodes
+            .iter()
+            .filter(|n| n.op == Op::Binary(ferrite_ir::BinaryOp::Add))
+            .count()
+    };
     let folded = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
     assert_eq!(adds(&folded.graph), 0);
     let options = Options {
@@ -796,4 +1027,341 @@ fn float_mod_is_fmod_or_the_python_remainder() {
     .unwrap();
     assert_eq!(out[0], f32s(&[2], vec![0.5, -1.0]));
     assert_eq!(out[1], f32s(&[2], vec![-1.5, 2.0]));
+}
+
+fn scatter(op: &str, reduction: &str, idx: &[i64], upd: Vec<f32>) -> Result<Vec<f64>, String> {
+    let mut n = node(op, &["x", "i", "u"], &["y"]);
+    n.attribute.push(AttributeProto {
+        name: Some("reduction".into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(reduction.as_bytes().to_vec()),
+        ..Default::default()
+    });
+    let mut i = ints("i", idx);
+    let k = idx.len() as i64;
+    i.dims = if op == "ScatterND" {
+        vec![k, 1]
+    } else {
+        vec![k]
+    };
+    let m = one_node(18, n, &[("x", &[4]), ("u", &[k])], vec![i]).map_err(|e| e.to_string())?;
+    let x = f32s(&[4], vec![1.0, 2.0, 3.0, 4.0]);
+    let u = f32s(&[k as usize], upd);
+    interpret(&m.graph, &[x, u])
+        .map(|y| y[0].to_f64())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn scatters_reduce_duplicates_and_refuse_out_of_range_indices() {
+    for op in ["ScatterElements", "ScatterND"] {
+        // The last duplicate wins without a reduction; negative indices count from the end.
+        let y = scatter(op, "none", &[1, -1, 1], vec![10.0, 20.0, 30.0]).unwrap();
+        assert_eq!(y, [1.0, 30.0, 3.0, 20.0], "{op}");
+        let y = scatter(op, "add", &[1, 1, 0], vec![10.0, 20.0, 30.0]).unwrap();
+        assert_eq!(y, [31.0, 32.0, 3.0, 4.0], "{op}");
+        let y = scatter(op, "mul", &[2, 2], vec![2.0, 5.0]).unwrap();
+        assert_eq!(y, [1.0, 2.0, 30.0, 4.0], "{op}");
+        let y = scatter(op, "max", &[0, 0, 3], vec![-5.0, 7.0, 0.0]).unwrap();
+        assert_eq!(y, [7.0, 2.0, 3.0, 4.0], "{op}");
+        let y = scatter(op, "min", &[0, 0, 3], vec![5.0, 7.0, 0.0]).unwrap();
+        assert_eq!(y, [1.0, 2.0, 3.0, 0.0], "{op}");
+        let e = scatter(op, "none", &[4], vec![1.0]).unwrap_err();
+        assert!(e.contains("out of range"), "{op}: {e}");
+        let e = scatter(op, "avg", &[0], vec![1.0]).unwrap_err();
+        assert!(
+            e.contains(&format!("({op}, opset 18): reduction=\"avg\"")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn scatter_elements_covers_part_of_the_other_axes() {
+    // data [2, 3], indices [1, 2] along axis 1: row 1 and column 2 stay data.
+    let mut n = node("ScatterElements", &["x", "i", "u"], &["y"]);
+    n.attribute.push(int_attr("axis", 1));
+    let mut i = ints("i", &[2, 0]);
+    i.dims = vec![1, 2];
+    let m = one_node(13, n, &[("x", &[2, 3]), ("u", &[1, 2])], vec![i]).unwrap();
+    let x = f32s(&[2, 3], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    let u = f32s(&[1, 2], vec![10.0, 20.0]);
+    let y = interpret(&m.graph, &[x, u]).unwrap();
+    assert_eq!(y[0].to_f64(), [20.0, 1.0, 10.0, 3.0, 4.0, 5.0]);
+}
+
+fn pad(mode: &str, shape: &[i64], pads: &[i64], x: Vec<f32>) -> Vec<f64> {
+    let mut n = node("Pad", &["x", "p"], &["y"]);
+    n.attribute.push(AttributeProto {
+        name: Some("mode".into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(mode.as_bytes().to_vec()),
+        ..Default::default()
+    });
+    let m = one_node(18, n, &[("x", shape)], vec![ints("p", pads)]).unwrap();
+    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    interpret(&m.graph, &[f32s(&dims, x)]).unwrap()[0].to_f64()
+}
+
+#[test]
+fn pad_modes_follow_numpy_past_the_axis_length() {
+    // Pads longer than the axis reflect and wrap again, as numpy's `pad` does.
+    let x = || vec![1.0, 2.0, 3.0];
+    assert_eq!(
+        pad("reflect", &[3], &[4, 2], x()),
+        [1.0, 2.0, 3.0, 2.0, 1.0, 2.0, 3.0, 2.0, 1.0]
+    );
+    assert_eq!(
+        pad("edge", &[3], &[4, 2], x()),
+        [1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 3.0, 3.0, 3.0]
+    );
+    assert_eq!(
+        pad("wrap", &[3], &[4, 2], x()),
+        [3.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 1.0, 2.0]
+    );
+    // Two axes: ONNX lists every begin, then every end.
+    assert_eq!(
+        pad("reflect", &[2, 2], &[1, 0, 0, 3], vec![1.0, 2.0, 3.0, 4.0]),
+        [3.0, 4.0, 3.0, 4.0, 3.0, 1.0, 2.0, 1.0, 2.0, 1.0, 3.0, 4.0, 3.0, 4.0, 3.0]
+    );
+    let mut n = node("Pad", &["x", "p"], &["y"]);
+    n.attribute.push(AttributeProto {
+        name: Some("mode".into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(b"edge".to_vec()),
+        ..Default::default()
+    });
+    let e = one_node(18, n, &[("x", &[0, 2])], vec![ints("p", &[1, 0, 0, 0])]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(Pad, opset 18): mode=\"edge\" cannot pad axis 0, which is empty"),
+        "{e}"
+    );
+}
+
+#[test]
+fn inverse_trigonometric_functions_are_accurate_to_a_few_f32_ulp() {
+    let mut xs: Vec<f32> = (-2000..=2000).map(|i| i as f32 / 1000.0).collect();
+    xs.extend([
+        1e-30,
+        -3e-8,
+        1e4,
+        -1e7,
+        3e38,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ]);
+    let n = xs.len();
+    type Reference = fn(f32) -> f32;
+    let ops: [(&str, Reference); 3] = [
+        ("Atan", f32::atan),
+        ("Asin", f32::asin),
+        ("Acos", f32::acos),
+    ];
+    for (op, reference) in ops {
+        let m = one_node(22, node(op, &["x"], &["y"]), &[("x", &[n as i64])], vec![]).unwrap();
+        let y = interpret(&m.graph, &[f32s(&[n], xs.clone())]).unwrap();
+        for (&x, &got) in xs.iter().zip(&y[0].to_f64()) {
+            let want = reference(x) as f64;
+            if want.is_nan() {
+                assert!(got.is_nan(), "{op}({x}) = {got}, want NaN");
+                continue;
+            }
+            let ulp = (want.abs() as f32).max(f32::MIN_POSITIVE).to_bits();
+            let ulp = (f32::from_bits(ulp + 1) - f32::from_bits(ulp)) as f64;
+            assert!(
+                (got - want).abs() <= 4.0 * ulp,
+                "{op}({x}) = {got}, want {want} ({} ulp)",
+                (got - want).abs() / ulp
+            );
+        }
+    }
+}
+
+fn einsum(eq: &str, inputs: &[(&str, &[i64])], values: Vec<Tensor>) -> Vec<f64> {
+    let names: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+    let mut n = node("Einsum", &names, &["y"]);
+    n.attribute.push(AttributeProto {
+        name: Some("equation".into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(eq.as_bytes().to_vec()),
+        ..Default::default()
+    });
+    let m = one_node(12, n, inputs, vec![]).unwrap();
+    interpret(&m.graph, &values).unwrap()[0].to_f64()
+}
+
+#[test]
+fn einsum_takes_ellipses_and_diagonals() {
+    // A batch of diagonals; NaN off the diagonal does not leak into it.
+    let x = f32s(
+        &[2, 2, 2],
+        vec![1.0, f32::NAN, 3.0, 4.0, 5.0, 6.0, f32::INFINITY, 8.0],
+    );
+    assert_eq!(
+        einsum("...ii->...i", &[("x", &[2, 2, 2])], vec![x.clone()]),
+        [1.0, 4.0, 5.0, 8.0]
+    );
+    // Implicit output: the trace of each matrix, the ellipsis first.
+    assert_eq!(einsum("...ii", &[("x", &[2, 2, 2])], vec![x]), [5.0, 13.0]);
+    // The ellipsis of one operand broadcasts against the other's letters.
+    let a = f32s(&[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let b = f32s(&[3], vec![1.0, 0.0, -1.0]);
+    assert_eq!(
+        einsum("...j,j->...", &[("a", &[2, 3]), ("b", &[3])], vec![a, b]),
+        [-2.0, -2.0]
+    );
+}
+
+#[test]
+fn bit_shifts_wrap_on_the_left_and_refuse_a_shift_past_the_width() {
+    const U8: i32 = tensor_proto::DataType::Uint8 as i32;
+    let run = |dir: &str, x: &[i64], y: &[i64]| {
+        let mut n = node("BitShift", &["x", "y"], &["z"]);
+        n.attribute.push(AttributeProto {
+            name: Some("direction".into()),
+            r#type: Some(AttributeType::String as i32),
+            s: Some(dir.as_bytes().to_vec()),
+            ..Default::default()
+        });
+        let k = x.len() as i64;
+        let bytes = model_at(
+            11,
+            vec![n],
+            vec![value("x", U8, &[Ok(k)]), value("y", U8, &[Ok(k)])],
+            vec![value("z", U8, &[Ok(k)])],
+            vec![],
+        );
+        let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+        let ty = TensorType::new(DType::U8, vec![x.len()]).unwrap();
+        let (x, y) = (Tensor::from_i64(&ty, x), Tensor::from_i64(&ty, y));
+        interpret(&m.graph, &[x, y]).map(|z| z[0].to_i64())
+    };
+    assert_eq!(
+        run("LEFT", &[200, 1, 3], &[1, 7, 0]).unwrap(),
+        [144, 128, 3]
+    );
+    assert_eq!(
+        run("RIGHT", &[255, 200, 3], &[7, 3, 0]).unwrap(),
+        [1, 25, 3]
+    );
+    let e = run("LEFT", &[1], &[8]).unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
+}
+
+#[test]
+fn unique_folds_once_its_operand_is_known() {
+    let mut n = node("Unique", &["x"], &["y", "i", "inv", "c"]);
+    n.attribute.push(int_attr("sorted", 0));
+    let outs: Vec<ValueInfoProto> = ["y", "i", "inv", "c"]
+        .iter()
+        .map(|o| ValueInfoProto {
+            name: Some(o.to_string()),
+            ..Default::default()
+        })
+        .collect();
+    let bytes = model_at(
+        11,
+        vec![n.clone()],
+        vec![value("x", I64, &[Ok(6)])],
+        outs.clone(),
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        matches!(&e, Error::NeedsValue { input, .. } if input == "x"),
+        "{e}"
+    );
+    let mut options = Options::default();
+    let ty = TensorType::new(DType::I64, vec![6]).unwrap();
+    options
+        .values
+        .insert("x".into(), Tensor::from_i64(&ty, &[2, 1, 1, 3, 4, 3]));
+    let m = import(&bytes, &options, &mut NoExternalData).unwrap();
+    let out = interpret(&m.graph, &[]).unwrap();
+    assert_eq!(out[0].to_i64(), [2, 1, 3, 4]);
+    assert_eq!(out[1].to_i64(), [0, 1, 3, 4]);
+    assert_eq!(out[2].to_i64(), [0, 1, 1, 2, 3, 2]);
+    assert_eq!(out[3].to_i64(), [1, 2, 2, 1]);
+    n.attribute.clear();
+    let bytes = model_at(11, vec![n], vec![value("x", I64, &[Ok(6)])], outs, vec![]);
+    let m = import(&bytes, &options, &mut NoExternalData).unwrap();
+    let out = interpret(&m.graph, &[]).unwrap();
+    assert_eq!(out[0].to_i64(), [1, 2, 3, 4]);
+    assert_eq!(out[1].to_i64(), [1, 0, 3, 4]);
+    assert_eq!(out[2].to_i64(), [1, 0, 0, 2, 3, 2]);
+}
+
+#[test]
+fn det_expands_small_matrices_and_refuses_larger_ones() {
+    let m = one_node(
+        22,
+        node("Det", &["x"], &["y"]),
+        &[("x", &[2, 3, 3])],
+        vec![],
+    )
+    .unwrap();
+    let x = f32s(
+        &[2, 3, 3],
+        vec![
+            2.0, 0.0, 1.0, 1.0, 3.0, 2.0, 1.0, 1.0, 1.0, // det 2*1 - 0 + 1*(1 - 3) = 0
+            1.0, 2.0, 3.0, 0.0, 1.0, 4.0, 5.0, 6.0, 0.0, // det 1
+        ],
+    );
+    assert_eq!(interpret(&m.graph, &[x]).unwrap()[0].to_f64(), [0.0, 1.0]);
+    let e = one_node(22, node("Det", &["x"], &["y"]), &[("x", &[4, 4])], vec![]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(Det, opset 22): Det of 4x4 matrices is not supported"),
+        "{e}"
+    );
+}
+
+#[test]
+fn subgraphs_of_other_ops_are_refused() {
+    let mut n = node("SequenceMap", &["x"], &["y"]);
+    n.attribute
+        .push(graph_attr("body", body(vec![], &["a"], &["a"])));
+    let bytes = model(
+        vec![n],
+        vec![value("x", F32, &[Ok(1)])],
+        vec![value("y", F32, &[Ok(1)])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(
+        e.to_string().contains("node 0 (SequenceMap, opset 17): attribute `body` is a subgraph, which Ferrite imports only for If, Loop and Scan"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tensor_scatter_wraps_when_circular_and_refuses_a_linear_write_past_the_end() {
+    let run = |mode: &str, w: i64| {
+        let mut n = node("TensorScatter", &["c", "u", "w"], &["y"]);
+        n.attribute = vec![
+            int_attr("axis", 1),
+            AttributeProto {
+                name: Some("mode".into()),
+                r#type: Some(AttributeType::String as i32),
+                s: Some(mode.as_bytes().to_vec()),
+                ..Default::default()
+            },
+        ];
+        let m = one_node(
+            24,
+            n,
+            &[("c", &[1, 4]), ("u", &[1, 2])],
+            vec![ints("w", &[w])],
+        )
+        .unwrap();
+        let c = f32s(&[1, 4], vec![0.0, 1.0, 2.0, 3.0]);
+        let u = f32s(&[1, 2], vec![10.0, 20.0]);
+        interpret(&m.graph, &[c, u]).map(|y| y[0].to_f64())
+    };
+    assert_eq!(run("linear", 1).unwrap(), [0.0, 10.0, 20.0, 3.0]);
+    assert_eq!(run("circular", 3).unwrap(), [20.0, 1.0, 2.0, 10.0]);
+    let e = run("linear", 3).unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
 }

@@ -353,7 +353,11 @@ fn functions_compile_on_several_threads_at_finalize() {
     define_mul_add_c(&mut jit, "again", 9_100);
     let code = jit.finalize().unwrap();
     let stats = code.stats();
-    assert_eq!((stats.compiled, stats.shared_in_module), (40, 1), "{stats:?}");
+    assert_eq!(
+        (stats.compiled, stats.shared_in_module),
+        (40, 1),
+        "{stats:?}"
+    );
     for c in 0..40 {
         assert_eq!(call_mul_add(&code, &format!("f{c}"), 6, 7), 9_142 + c);
     }
@@ -381,7 +385,10 @@ fn a_rejected_function_leaves_the_pending_ones_intact() {
             b.ins().return_(&[narrow]);
         })
         .unwrap_err();
-    assert!(matches!(&e, JitError::Verifier { name, .. } if name == "broken"), "{e}");
+    assert!(
+        matches!(&e, JitError::Verifier { name, .. } if name == "broken"),
+        "{e}"
+    );
     let code = jit.finalize().unwrap();
     assert_eq!(call_mul_add(&code, "fine", 1, 1), 9_201);
 }

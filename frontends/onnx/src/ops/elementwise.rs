@@ -82,11 +82,29 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
         }
         "Pow" => {
             let y = n.input(1)?;
-            if !dt.is_float() {
-                unsupported!("integer Pow is not supported");
+            let ydt = ctx.dtype(y);
+            if dt == DType::Bool || ydt == DType::Bool {
+                invalid!("Pow takes numbers, not bool");
             }
-            let y = ctx.cast(y, dt)?;
-            ctx.bin(B::Pow, &x, &y)?
+            if dt.is_float() {
+                let y = ctx.cast(y, dt)?;
+                ctx.bin(B::Pow, &x, &y)?
+            } else if ydt.is_float() {
+                // numpy: an integer array to a float power is f64, then cast back (truncated).
+                let xf = ctx.cast(&x, DType::F64)?;
+                let yf = ctx.cast(y, DType::F64)?;
+                let p = ctx.bin(B::Pow, &xf, &yf)?;
+                ctx.cast(&p, dt)?
+            } else if ydt == dt {
+                // Integer powers wrap in the dtype; a negative exponent is a run-time error.
+                ctx.bin(B::Pow, &x, y)?
+            } else {
+                // Mixed integer types: in i64, whose wrapping agrees with x's on its bits.
+                let xi = ctx.cast(&x, DType::I64)?;
+                let yi = ctx.cast(y, DType::I64)?;
+                let p = ctx.bin(B::Pow, &xi, &yi)?;
+                ctx.cast(&p, dt)?
+            }
         }
         "Sum" | "Mean" | "Max" | "Min" => {
             let all = n.all()?;
@@ -109,6 +127,36 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
             acc
         }
         "Identity" => x,
+        "Atan" | "Asin" | "Acos" => {
+            float(op, dt)?;
+            if dt == DType::F64 {
+                unsupported!("{op} of f64 is not supported (the composition is accurate to f32)");
+            }
+            let xf = ctx.cast(&x, DType::F32)?;
+            let one = ctx.scalar(1.0, DType::F32);
+            let y = match op {
+                "Atan" => atan(ctx, &xf)?,
+                // asin(x) = atan(x / sqrt((1 - x)(1 + x))): +-pi/2 at +-1, NaN past them.
+                "Asin" => {
+                    let a = ctx.sub(&one, &xf)?;
+                    let b = ctx.add(&one, &xf)?;
+                    let p = ctx.mul(&a, &b)?;
+                    let r = ctx.un(U::Sqrt, &p)?;
+                    let q = ctx.div(&xf, &r)?;
+                    atan(ctx, &q)?
+                }
+                // acos(x) = 2 atan(sqrt((1 - x) / (1 + x))): no cancellation near 1; pi at -1.
+                _ => {
+                    let a = ctx.sub(&one, &xf)?;
+                    let b = ctx.add(&one, &xf)?;
+                    let q = ctx.div(&a, &b)?;
+                    let r = ctx.un(U::Sqrt, &q)?;
+                    let t = atan(ctx, &r)?;
+                    ctx.bin_s(B::Mul, &t, 2.0)?
+                }
+            };
+            ctx.cast(&y, dt)?
+        }
         "Tan" => {
             float(op, dt)?;
             let s = ctx.un(U::Sin, &x)?;
@@ -346,7 +394,7 @@ fn softplus(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
 
 /// Round half to even: `floor(x)`, plus one above the half, and at the half exactly
 /// when the floor is odd. Every step is exact in the float type.
-fn round_half_even(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
+pub(super) fn round_half_even(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
     let f = ctx.un(U::Floor, x)?;
     let f1 = ctx.bin_s(B::Add, &f, 1.0)?;
     let diff = ctx.sub(x, &f)?;
@@ -361,4 +409,45 @@ fn round_half_even(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
     // floor(x) + 1 of NaN and infinities: keep x itself there.
     let finite = ctx.bin(B::Eq, &diff, &diff)?;
     ctx.select(&finite, &r, x)
+}
+
+/// atan of f32 as Cephes' `atanf` computes it (about 2 ulp over the whole range):
+/// |x| reduced to [0, tan(pi/8)] by `-1/|x|` (above tan(3pi/8)) or `(|x|-1)/(|x|+1)`
+/// (above tan(pi/8)), an odd polynomial there, the offset (pi/2 or pi/4) added back
+/// and the sign restored. Infinities give +-pi/2, NaN stays NaN.
+fn atan(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
+    let dt = DType::F32;
+    let ax = ctx.un(U::Abs, x)?;
+    let big = ctx.bin_s(B::Gt, &ax, 2.414_213_562_373_095)?;
+    let mid = ctx.bin_s(B::Gt, &ax, 0.414_213_562_373_095)?;
+    let one = ctx.scalar(1.0, dt);
+    let inv = ctx.div(&one, &ax)?;
+    let inv = ctx.un(U::Neg, &inv)?;
+    let num = ctx.sub(&ax, &one)?;
+    let den = ctx.add(&ax, &one)?;
+    let red = ctx.div(&num, &den)?;
+    let r = ctx.select(&mid, &red, &ax)?;
+    let r = ctx.select(&big, &inv, &r)?;
+    let (pio2, pio4, zero) = (
+        ctx.scalar(std::f64::consts::FRAC_PI_2, dt),
+        ctx.scalar(std::f64::consts::FRAC_PI_4, dt),
+        ctx.scalar(0.0, dt),
+    );
+    let off = ctx.select(&mid, &pio4, &zero)?;
+    let off = ctx.select(&big, &pio2, &off)?;
+    let z = ctx.mul(&r, &r)?;
+    let p = ctx.bin_s(B::Mul, &z, 8.053_744_495_38e-2)?;
+    let p = ctx.bin_s(B::Sub, &p, 1.387_768_560_32e-1)?;
+    let p = ctx.mul(&p, &z)?;
+    let p = ctx.bin_s(B::Add, &p, 1.997_771_064_78e-1)?;
+    let p = ctx.mul(&p, &z)?;
+    let p = ctx.bin_s(B::Sub, &p, 3.333_294_915_39e-1)?;
+    let p = ctx.mul(&p, &z)?;
+    let p = ctx.mul(&p, &r)?;
+    let p = ctx.add(&p, &r)?;
+    let y = ctx.add(&off, &p)?;
+    // The sign of x (atan is odd); -0 gives +0, NaN stays NaN.
+    let neg = ctx.bin_s(B::Lt, x, 0.0)?;
+    let ny = ctx.un(U::Neg, &y)?;
+    ctx.select(&neg, &ny, &y)
 }

@@ -3,15 +3,23 @@
 //! that says what, never approximated.
 
 mod attention;
+mod bits;
+pub(crate) mod control;
 mod creation;
 mod elementwise;
+mod fold;
 mod indexing;
 mod losses;
 mod movement;
 mod nn;
 mod order;
+mod quant;
 mod reduce;
+mod scatter;
+mod select;
 mod spatial;
+mod spectral;
+pub(crate) mod training;
 
 use crate::error::{invalid, unsupported, OpResult};
 use crate::import::{Ctx, NodeIn, Val};
@@ -50,8 +58,25 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
     if let Some(r) = order::import(ctx, n, op)? {
         return Ok(r);
     }
+    if let Some(r) = scatter::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = quant::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = select::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = spectral::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = bits::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = fold::import(ctx, n, op)? {
+        return Ok(r);
+    }
     match op {
-        "If" | "Loop" | "Scan" => unsupported!("control flow ({op}) is not supported"),
         o if o.starts_with("Sequence")
             || o.starts_with("Optional")
             || o == "SplitToSequence"

@@ -109,8 +109,16 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
                 Some(t) => ctx.number(t, "training_mode")? != 0.0,
                 None => false,
             };
-            if training || n.int("is_test", 1)? == 0 && n.opset < 7 {
-                unsupported!("Dropout in training mode is not supported");
+            // In training mode a ratio of 0 drops nothing: only random drops are refused.
+            let drops = training
+                && match n.opt(1) {
+                    Some(r) => ctx.number(r, "ratio")? != 0.0,
+                    None => true,
+                };
+            if drops || n.int("is_test", 1)? == 0 && n.opset < 7 {
+                unsupported!(
+                    "Dropout in training mode (with a ratio other than 0) is not supported"
+                );
             }
             let mask = if n.outputs() > 1 {
                 let shape = ctx.shape(&x);
@@ -455,8 +463,8 @@ fn pad(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     let x = n.input(0)?;
     let r = ctx.rank(x);
     let mode = n.string("mode", "constant")?;
-    if mode != "constant" {
-        unsupported!("mode=\"{mode}\" is not supported (only constant padding)");
+    if !matches!(mode.as_str(), "constant" | "reflect" | "edge" | "wrap") {
+        invalid!("mode=\"{mode}\" is not one of constant, reflect, edge, wrap");
     }
     let (pads, value) = if n.opset < 11 {
         let pads = n.ints("pads")?.unwrap_or_default();
@@ -482,7 +490,44 @@ fn pad(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
         ir[2 * a] = pads[i];
         ir[2 * a + 1] = pads[i + ax.len()];
     }
-    ctx.op(Op::Pad { pads: ir, value }, &[x])
+    if mode == "constant" {
+        return ctx.op(Op::Pad { pads: ir, value }, &[x]);
+    }
+    // reflect, edge, wrap: each axis gathers its source positions (numpy's `pad`).
+    let mut y = x.clone();
+    for a in 0..r {
+        let (before, after) = (ir[2 * a], ir[2 * a + 1]);
+        if before == 0 && after == 0 {
+            continue;
+        }
+        let len = ctx.shape(&y)[a] as i64;
+        let out = len + before + after;
+        if out < 0 {
+            invalid!("pads {before}, {after} crop more than the {len} elements of axis {a}");
+        }
+        if len == 0 && out > 0 {
+            invalid!("mode=\"{mode}\" cannot pad axis {a}, which is empty");
+        }
+        let src: Vec<i64> = (-before..len + after)
+            .map(|j| match mode.as_str() {
+                "edge" => j.clamp(0, len - 1),
+                "wrap" => j.rem_euclid(len),
+                _ if len == 1 => 0,
+                _ => {
+                    let m = j.abs() % (2 * (len - 1));
+                    if m < len {
+                        m
+                    } else {
+                        2 * (len - 1) - m
+                    }
+                }
+            })
+            .collect();
+        let ty = TensorType::new(DType::I64, vec![src.len()])?;
+        let idx = Val::Const(Arc::new(Tensor::from_i64(&ty, &src)));
+        y = ctx.op(Op::IndexSelect { axis: a as i64 }, &[&y, &idx])?;
+    }
+    Ok(y)
 }
 
 fn split(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Option<Vec<Option<Val>>>> {

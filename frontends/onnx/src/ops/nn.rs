@@ -81,11 +81,20 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
             Ok(Some(vec![Some(y), mean, Some(inv)]))
         }
         "BatchNormalization" => {
-            if n.int("training_mode", 0)? != 0 || n.outputs() > 1 {
-                unsupported!("BatchNormalization in training mode is not supported");
+            let training = n.int("training_mode", 0)? != 0;
+            if n.opset < 14 && n.outputs() > 1 {
+                unsupported!(
+                    "BatchNormalization in training mode is not supported before opset 14"
+                );
             }
             let x = n.input(0)?;
             let (scale, b, mean, var) = (n.input(1)?, n.input(2)?, n.input(3)?, n.input(4)?);
+            if n.opset >= 14 && training {
+                return Ok(Some(batch_norm_training(ctx, n, x, [scale, b, mean, var])?));
+            }
+            if n.outputs() > 1 {
+                invalid!("running mean and variance are results only in training mode");
+            }
             let eps = n.float("epsilon", 1e-5)?;
             let rank = ctx.rank(x);
             if rank < 2 {
@@ -143,6 +152,7 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
             let d = ctx.sub(x, &mean)?;
             one(ctx.div(&d, &std)?)
         }
+        "Det" => one(det(ctx, n.input(0)?)?),
         "LpNormalization" => {
             let x = n.input(0)?;
             let a = axis(n.int("axis", -1)?, ctx.rank(x), "axis")?;
@@ -158,7 +168,11 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
                 }
                 p => invalid!("p={p} is not 1 or 2"),
             };
-            one(ctx.div(x, &norm)?)
+            // A zero norm gives 0, not 0/0 (onnx's reference: where(norm == 0, 0, x / norm)).
+            let q = ctx.div(x, &norm)?;
+            let zero = ctx.bin_s(B::Eq, &norm, 0.0)?;
+            let z = ctx.scalar(0.0, ctx.dtype(x));
+            one(ctx.select(&zero, &z, &q)?)
         }
         _ => Ok(None),
     }
@@ -175,7 +189,18 @@ fn einsum(ctx: &mut Ctx, eq: &str, ops: &[&Val]) -> OpResult<Val> {
         None => (eq.clone(), None),
     };
     if lhs.contains("...") || out.as_deref().is_some_and(|o| o.contains("...")) {
-        unsupported!("Einsum with an ellipsis is not supported");
+        return einsum_ellipsis(ctx, &lhs, out.as_deref(), ops);
+    }
+    let terms: Vec<Vec<char>> = lhs.split(',').map(|t| t.chars().collect()).collect();
+    if terms.len() == ops.len()
+        && terms.iter().any(|t| {
+            let mut u = t.clone();
+            u.sort();
+            u.dedup();
+            u.len() != t.len()
+        })
+    {
+        return einsum_diagonals(ctx, &terms, out.as_deref(), ops);
     }
     let terms: Vec<Vec<char>> = lhs.split(',').map(|t| t.chars().collect()).collect();
     if terms.len() != ops.len() {
@@ -327,4 +352,241 @@ fn extent_in(ctx: &Ctx, v: &Val, t: &[char], c: char) -> usize {
     t.iter()
         .position(|&d| d == c)
         .map_or(1, |i| ctx.shape(v)[i])
+}
+
+/// An ellipsis stands for the dims that the letters leave, right-aligned across the
+/// operands (numpy's broadcasting); each becomes a letter the equation does not use.
+/// Without `->`, the output is the ellipsis, then the letters used once.
+fn einsum_ellipsis(ctx: &mut Ctx, lhs: &str, out: Option<&str>, ops: &[&Val]) -> OpResult<Val> {
+    let terms: Vec<&str> = lhs.split(',').collect();
+    if terms.len() != ops.len() {
+        invalid!(
+            "the equation has {} operands, the node {}",
+            terms.len(),
+            ops.len()
+        );
+    }
+    let free: Vec<char> = ('A'..='Z')
+        .chain('a'..='z')
+        .filter(|c| !lhs.contains(*c) && !out.is_some_and(|o| o.contains(*c)))
+        .collect();
+    let mut counts = Vec::with_capacity(terms.len());
+    for (t, v) in terms.iter().zip(ops) {
+        let letters = t.replace("...", "").chars().count();
+        let dots = t.matches("...").count();
+        let r = ctx.rank(v);
+        counts.push(match dots {
+            0 => 0,
+            1 if r >= letters => r - letters,
+            1 => invalid!("term `{t}` has more letters than its operand's rank {r}"),
+            _ => invalid!("term `{t}` has more than one ellipsis"),
+        });
+    }
+    let most = counts.iter().copied().max().unwrap_or(0);
+    if most > free.len() {
+        unsupported!("an ellipsis of {most} dims leaves too few free letters");
+    }
+    let ell: String = free[..most].iter().collect();
+    let mut new_terms = Vec::with_capacity(terms.len());
+    for (t, &c) in terms.iter().zip(&counts) {
+        new_terms.push(t.replace("...", &ell[most - c..]));
+    }
+    let new_out = match out {
+        Some(o) => {
+            if o.matches("...").count() > 1 {
+                invalid!("the output `{o}` has more than one ellipsis");
+            }
+            o.replace("...", &ell)
+        }
+        None => {
+            let all: String = terms.concat().replace("...", "");
+            let mut once: Vec<char> = all
+                .chars()
+                .filter(|c| all.chars().filter(|d| d == c).count() == 1)
+                .collect();
+            once.sort();
+            format!("{ell}{}", once.iter().collect::<String>())
+        }
+    };
+    let eq = format!("{}->{new_out}", new_terms.join(","));
+    einsum(ctx, &eq, ops)
+}
+
+/// A letter repeated within one operand takes that operand's diagonal first:
+/// `where(i == j, x, 0)` summed over the second axis (the terms added are zeros, so the
+/// diagonal is exact), until every letter of each operand is distinct.
+fn einsum_diagonals(
+    ctx: &mut Ctx,
+    terms: &[Vec<char>],
+    out: Option<&str>,
+    ops: &[&Val],
+) -> OpResult<Val> {
+    let implicit_out = match out {
+        Some(o) => o.to_string(),
+        None => {
+            // numpy's implicit output counts every occurrence, diagonals included.
+            let all: Vec<char> = terms.concat();
+            let mut once: Vec<char> = all
+                .iter()
+                .copied()
+                .filter(|c| all.iter().filter(|d| *d == c).count() == 1)
+                .collect();
+            once.sort();
+            once.into_iter().collect()
+        }
+    };
+    let mut vals = Vec::with_capacity(ops.len());
+    let mut new_terms = Vec::with_capacity(ops.len());
+    for (t, v) in terms.iter().zip(ops) {
+        if t.len() != ctx.rank(v) {
+            invalid!(
+                "term `{}` has {} letters for an operand of rank {}",
+                t.iter().collect::<String>(),
+                t.len(),
+                ctx.rank(v)
+            );
+        }
+        let mut t = t.clone();
+        let mut v = (*v).clone();
+        while let Some((i, j)) = (0..t.len())
+            .flat_map(|i| (i + 1..t.len()).map(move |j| (i, j)))
+            .find(|&(i, j)| t[i] == t[j])
+        {
+            let shape = ctx.shape(&v);
+            if shape[i] != shape[j] {
+                invalid!(
+                    "letter `{}` has extents {} and {}",
+                    t[i],
+                    shape[i],
+                    shape[j]
+                );
+            }
+            let r = shape.len();
+            let d = shape[i];
+            let mut si = vec![1; r];
+            si[i] = d;
+            let mut sj = vec![1; r];
+            sj[j] = d;
+            let ai = ctx.arange(0, d as i64, 1)?;
+            let ai = ctx.reshape(&ai, &si)?;
+            let aj = ctx.arange(0, d as i64, 1)?;
+            let aj = ctx.reshape(&aj, &sj)?;
+            let eye = ctx.bin(ferrite_ir::BinaryOp::Eq, &ai, &aj)?;
+            let zero = ctx.scalar(0.0, ctx.dtype(&v));
+            let m = ctx.select(&eye, &v, &zero)?;
+            v = ctx.reduce(R::Sum, &m, &[j], false)?;
+            t.remove(j);
+        }
+        vals.push(v);
+        new_terms.push(t.into_iter().collect::<String>());
+    }
+    let eq = format!("{}->{implicit_out}", new_terms.join(","));
+    let refs: Vec<&Val> = vals.iter().collect();
+    einsum(ctx, &eq, &refs)
+}
+
+/// `x[.., i, j]` as a `[..]` value.
+fn entry(ctx: &mut Ctx, x: &Val, i: usize, j: usize) -> OpResult<Val> {
+    let r = ctx.rank(x) as i64;
+    let mut v = x.clone();
+    for (ax, k) in [(r - 2, i), (r - 1, j)] {
+        v = ctx.op(
+            Op::Slice {
+                axis: ax,
+                start: k as i64,
+                end: k as i64 + 1,
+                step: 1,
+            },
+            &[&v],
+        )?;
+    }
+    ctx.op(
+        Op::Squeeze {
+            axes: Some(vec![r - 2, r - 1]),
+        },
+        &[&v],
+    )
+}
+
+/// Det of 1x1, 2x2 and 3x3 matrices (batched) by cofactor expansion; larger ones
+/// would need a pivoted LU and are refused.
+pub(super) fn det(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
+    let s = ctx.shape(x);
+    let r = s.len();
+    if r < 2 || s[r - 1] != s[r - 2] || !ctx.dtype(x).is_float() {
+        invalid!("the input must be float [.., n, n], not {}", ctx.ty(x));
+    }
+    let n = s[r - 1];
+    let e = |ctx: &mut Ctx, i: usize, j: usize| entry(ctx, x, i, j);
+    // a*d - b*c of entries (i0, j0) (i0, j1) (i1, j0) (i1, j1).
+    let minor = |ctx: &mut Ctx, i0: usize, i1: usize, j0: usize, j1: usize| -> OpResult<Val> {
+        let (a, b) = (e(ctx, i0, j0)?, e(ctx, i0, j1)?);
+        let (c, d) = (e(ctx, i1, j0)?, e(ctx, i1, j1)?);
+        let ad = ctx.mul(&a, &d)?;
+        let bc = ctx.mul(&b, &c)?;
+        ctx.sub(&ad, &bc)
+    };
+    match n {
+        1 => e(ctx, 0, 0),
+        2 => minor(ctx, 0, 1, 0, 1),
+        3 => {
+            let mut acc: Option<Val> = None;
+            for (j, (j0, j1)) in [(1, 2), (0, 2), (0, 1)].into_iter().enumerate() {
+                let m = minor(ctx, 1, 2, j0, j1)?;
+                let a = e(ctx, 0, j)?;
+                let t = ctx.mul(&a, &m)?;
+                acc = Some(match acc {
+                    None => t,
+                    Some(s) if j == 1 => ctx.sub(&s, &t)?,
+                    Some(s) => ctx.add(&s, &t)?,
+                });
+            }
+            Ok(acc.expect("three terms"))
+        }
+        _ => unsupported!("Det of {n}x{n} matrices is not supported (only up to 3x3)"),
+    }
+}
+
+/// BatchNormalization with training_mode=1 (opset 14+): the batch's own mean and
+/// (biased) variance over every axis but 1 normalize x; the running statistics are
+/// `running * momentum + batch * (1 - momentum)`, as onnx's reference computes them.
+fn batch_norm_training(
+    ctx: &mut Ctx,
+    n: &NodeIn,
+    x: &Val,
+    [scale, b, mean, var]: [&Val; 4],
+) -> OpResult<Vec<Option<Val>>> {
+    let eps = n.float("epsilon", 1e-5)?;
+    let momentum = n.float("momentum", 0.9)?;
+    let rank = ctx.rank(x);
+    if rank < 2 || !ctx.dtype(x).is_float() {
+        invalid!(
+            "BatchNormalization takes a float tensor of rank >= 2, not {}",
+            ctx.ty(x)
+        );
+    }
+    let c = ctx.shape(x)[1];
+    let ax: Vec<usize> = (0..rank).filter(|&a| a != 1).collect();
+    let bm = ctx.reduce(R::Mean, x, &ax, true)?;
+    let d = ctx.sub(x, &bm)?;
+    let sq = ctx.mul(&d, &d)?;
+    let bv = ctx.reduce(R::Mean, &sq, &ax, true)?;
+    let ve = ctx.bin_s(B::Add, &bv, eps)?;
+    let inv = ctx.un(U::Rsqrt, &ve)?;
+    let mut shape = vec![1; rank];
+    shape[1] = c;
+    let (sc, bb) = (ctx.reshape(scale, &shape)?, ctx.reshape(b, &shape)?);
+    let y = ctx.mul(&d, &inv)?;
+    let y = ctx.mul(&y, &sc)?;
+    let y = ctx.add(&y, &bb)?;
+    let running = |ctx: &mut Ctx, old: &Val, batch: &Val| -> OpResult<Val> {
+        let batch = ctx.reshape(batch, &[c])?;
+        let old = ctx.reshape(old, &[c])?;
+        let o = ctx.bin_s(B::Mul, &old, momentum)?;
+        let nb = ctx.bin_s(B::Mul, &batch, 1.0 - momentum)?;
+        ctx.add(&o, &nb)
+    };
+    let rm = running(ctx, mean, &bm)?;
+    let rv = running(ctx, var, &bv)?;
+    Ok(vec![Some(y), Some(rm), Some(rv)])
 }

@@ -5,6 +5,7 @@
 //!   being `j <= i` (or `j < i` exclusive, `j >= i` / `j > i` in reverse). The same terms
 //!   are added in the same order as a sequential scan, plus zeros, and the `where` and the
 //!   `sum` fuse into one kernel. This is the composition the builder's `cumsum` makes.
+//!   CumProd is the same triangle under a product, with ones for the terms left out.
 //! - TopK by ranks: the rank of `x[i]` is the number of `j` that come before it (larger,
 //!   or equal with `j < i`, NaN largest, as PyTorch orders), the index of the `p`-th
 //!   result is the `i` of rank `p`, and the values are gathered at those indices.
@@ -17,7 +18,8 @@ use ferrite_ir::{BinaryOp as B, DType, Op, ReduceOp as R};
 
 pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
     match op {
-        "CumSum" => one(cumsum(ctx, n)?),
+        "CumSum" => one(cumulative(ctx, n, R::Sum)?),
+        "CumProd" => one(cumulative(ctx, n, R::Prod)?),
         "TopK" => Ok(Some(top_k(ctx, n)?)),
         _ => Ok(None),
     }
@@ -31,7 +33,8 @@ fn flag(n: &NodeIn, name: &str) -> OpResult<bool> {
     }
 }
 
-fn cumsum(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
+/// CumSum (`r` = sum) and CumProd (`r` = prod, the terms left out are ones).
+fn cumulative(ctx: &mut Ctx, n: &NodeIn, r: R) -> OpResult<Val> {
     let x = n.input(0)?;
     let ax = ctx.ints(n.input(1)?, "axis")?;
     let [ax] = ax[..] else {
@@ -63,9 +66,9 @@ fn cumsum(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     };
     let keep = grid(ctx, &keep, len, rank, a)?;
     let xu = ctx.op(Op::Unsqueeze { axis: a as i64 }, &[x])?;
-    let zero = ctx.scalar(0.0, dt);
-    let terms = ctx.select(&keep, &xu, &zero)?;
-    ctx.reduce(R::Sum, &terms, &[a + 1], false)
+    let identity = ctx.scalar(if r == R::Prod { 1.0 } else { 0.0 }, dt);
+    let terms = ctx.select(&keep, &xu, &identity)?;
+    ctx.reduce(r, &terms, &[a + 1], false)
 }
 
 /// `[n, n, 1, ..]` with `1`s for the axes after `a`: the (i, j) grid of an axis at `a`

@@ -33,7 +33,35 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
             }
             let zero_size = list.iter().any(|&a| ctx.shape(&x)[a] == 0);
             if zero_size && matches!(op, "ReduceMax" | "ReduceMin" | "ReduceLogSumExp") {
-                unsupported!("{op} over an empty axis is not supported");
+                // Opset 18 defines the empty reduction as the identity: the lowest value
+                // for max and log-sum-exp (log 0), the highest for min.
+                if n.opset < 18 {
+                    unsupported!("{op} over an empty axis is undefined before opset 18");
+                }
+                let dt = ctx.dtype(&x);
+                let Some(value) = empty_identity(op, dt) else {
+                    unsupported!("{op} over an empty axis of {dt}: its identity is not exact as a fill value");
+                };
+                let shape: Vec<usize> = ctx
+                    .shape(&x)
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(a, &d)| match (list.contains(&a), keep) {
+                        (false, _) => Some(d),
+                        (true, true) => Some(1),
+                        (true, false) => None,
+                    })
+                    .collect();
+                let y = ctx.g.add(
+                    Op::Full {
+                        shape,
+                        value,
+                        dtype: dt,
+                    },
+                    &[],
+                    None,
+                )?;
+                return one(Val::Ir(y));
             }
             one(reduce_family(ctx, op, &x, &list, keep)?)
         }
@@ -174,4 +202,23 @@ fn reduce_family(ctx: &mut Ctx, op: &str, x: &Val, ax: &[usize], keep: bool) -> 
         }
         _ => invalid!("{op} is not a reduction"),
     })
+}
+
+/// ReduceMax and ReduceLogSumExp of nothing: the lowest value of `dt`; ReduceMin: the highest.
+/// `None` where that value has no exact f64 (the fill value of `full`).
+fn empty_identity(op: &str, dt: DType) -> Option<f64> {
+    let (lo, hi) = match dt {
+        DType::I8 => (i8::MIN as f64, i8::MAX as f64),
+        DType::U8 => (0.0, u8::MAX as f64),
+        DType::I16 => (i16::MIN as f64, i16::MAX as f64),
+        DType::U16 => (0.0, u16::MAX as f64),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        DType::U32 => (0.0, u32::MAX as f64),
+        DType::I64 | DType::U64 if op == "ReduceMin" => return None,
+        DType::I64 => (i64::MIN as f64, 0.0),
+        DType::U64 => (0.0, 0.0),
+        DType::Bool => (0.0, 1.0),
+        _ => (f64::NEG_INFINITY, f64::INFINITY),
+    };
+    Some(if op == "ReduceMin" { hi } else { lo })
 }

@@ -1,26 +1,37 @@
 //! Ops over the channel and spatial axes of `[N, C, ...]` tensors that are movement
 //! or reductions: DepthToSpace, SpaceToDepth (reshape, permute, reshape),
-//! GlobalMaxPool (a max over the spatial axes) and LRN (a sum of shifted squares).
+//! GlobalMaxPool and GlobalAveragePool (a max or mean over the spatial axes), LRN (a
+//! sum of shifted squares) and AffineGrid (constant base coordinates times theta).
 //! Pooling proper, Conv and Resize are not here.
 
 use super::one;
 use crate::error::{invalid, OpResult};
 use crate::import::{Ctx, NodeIn, Val};
-use ferrite_ir::{BinaryOp as B, Op, ReduceOp as R};
+use ferrite_ir::{BinaryOp as B, Op, ReduceOp as R, Tensor, TensorType};
+use std::sync::Arc;
 
 pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
     match op {
         "DepthToSpace" | "SpaceToDepth" => one(depth_space(ctx, n, op)?),
-        "GlobalMaxPool" => {
+        "GlobalMaxPool" | "GlobalAveragePool" => {
             let x = n.input(0)?;
             let rank = ctx.rank(x);
             if rank < 3 {
                 invalid!("the input must have rank >= 3 ([N, C, ...]), not {rank}");
             }
             let ax: Vec<usize> = (2..rank).collect();
-            one(ctx.reduce(R::Max, x, &ax, true)?)
+            let r = if op == "GlobalMaxPool" {
+                R::Max
+            } else {
+                if !ctx.dtype(x).is_float() {
+                    invalid!("the input must be float, not {}", ctx.ty(x));
+                }
+                R::Mean
+            };
+            one(ctx.reduce(r, x, &ax, true)?)
         }
         "LRN" => one(lrn(ctx, n)?),
+        "AffineGrid" => one(affine_grid(ctx, n)?),
         _ => Ok(None),
     }
 }
@@ -112,4 +123,68 @@ fn lrn(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     let d = ctx.bin_s(B::Add, &d, bias)?;
     let d = ctx.bin_s(B::Pow, &d, beta)?;
     ctx.div(x, &d)
+}
+
+/// AffineGrid: the normalized coordinates of every output position (x over W, y over
+/// H, z over D, then 1, as onnx's reference lays them out; computed in f64, rounded
+/// once) as a constant `[positions, k + 1]`, times each `theta^T`.
+pub(super) fn affine_grid(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
+    let theta = n.input(0)?;
+    let size = ctx.ints(n.input(1)?, "size")?;
+    let align = n.int("align_corners", 0)? != 0;
+    let dt = ctx.dtype(theta);
+    let k = match size.len() {
+        4 => 2,
+        5 => 3,
+        l => invalid!("size must have 4 or 5 entries, not {l}"),
+    };
+    let ts = ctx.shape(theta);
+    if !dt.is_float() || ts.len() != 3 || ts[1] != k || ts[2] != k + 1 || ts[0] as i64 != size[0] {
+        invalid!(
+            "theta must be float [{}, {k}, {}], not {}",
+            size[0],
+            k + 1,
+            ctx.ty(theta)
+        );
+    }
+    if size.iter().any(|&d| d < 1) {
+        invalid!("size {size:?} has an entry below 1");
+    }
+    let spatial: Vec<usize> = size[2..].iter().map(|&d| d as usize).collect();
+    let coord = |i: usize, len: usize| -> f64 {
+        if align {
+            if len == 1 {
+                -1.0
+            } else {
+                -1.0 + i as f64 * (2.0 / (len - 1) as f64)
+            }
+        } else {
+            let step = 2.0 / len as f64;
+            -1.0 + step / 2.0 + i as f64 * step
+        }
+    };
+    let positions: usize = spatial.iter().product();
+    let mut base = Vec::with_capacity(positions * (k + 1));
+    for p in 0..positions {
+        // Row-major position over the spatial dims, last (W) fastest.
+        let mut rem = p;
+        let mut idx = vec![0; k];
+        for d in (0..k).rev() {
+            idx[d] = rem % spatial[d];
+            rem /= spatial[d];
+        }
+        // x over the last dim first, then y, then z.
+        for d in (0..k).rev() {
+            base.push(coord(idx[d], spatial[d]));
+        }
+        base.push(1.0);
+    }
+    let ty = TensorType::new(dt, vec![positions, k + 1])?;
+    let base = Val::Const(Arc::new(Tensor::from_f64(&ty, &base)));
+    let tt = ctx.permute(theta, &[0, 2, 1])?;
+    let g = ctx.op(Op::MatMul, &[&base, &tt])?;
+    let mut out = vec![ts[0]];
+    out.extend(&spatial);
+    out.push(k);
+    ctx.reshape(&g, &out)
 }

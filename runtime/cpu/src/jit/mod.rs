@@ -563,7 +563,13 @@ impl Jit {
             .as_ref()
             .expect("the module lives until finalize consumes the Jit")
             .isa();
-        optimize_function(&mut self.ctx, &*self.optimizer, isa, self.options.opt_level, name)
+        optimize_function(
+            &mut self.ctx,
+            &*self.optimizer,
+            isa,
+            self.options.opt_level,
+            name,
+        )
     }
 
     /// Compiles every pending function, on up to `compile_threads` threads, and adds its
