@@ -104,6 +104,19 @@ impl Ctx {
         self.ty(v).shape
     }
 
+    /// The extent of axis `a` of `v`, or an error naming the axis when `v` has no such axis
+    /// (a model whose operand has a smaller rank than the op needs).
+    pub fn dim(&self, v: &Val, a: usize) -> OpResult<usize> {
+        let shape = self.shape(v);
+        match shape.get(a) {
+            Some(&d) => Ok(d),
+            None => Err(crate::error::OpError::Invalid(format!(
+                "an operand of rank {} has no axis {a}",
+                shape.len()
+            ))),
+        }
+    }
+
     pub fn dtype(&self, v: &Val) -> DType {
         self.ty(v).dtype
     }

@@ -1365,3 +1365,60 @@ fn tensor_scatter_wraps_when_circular_and_refuses_a_linear_write_past_the_end() 
     let e = run("linear", 3).unwrap_err();
     assert!(e.to_string().contains("out of range"), "{e}");
 }
+
+/// Found by the `onnx_models` fuzz target: operands of a smaller rank than the op needs, or
+/// no operands at all, made the importer index past a shape (a panic) instead of naming
+/// the node.
+#[test]
+fn ops_given_too_few_operands_or_axes_are_errors_naming_the_node() {
+    let cases = [
+        (
+            vec![node("Concat", &[], &["y"])],
+            vec![],
+            vec![value("y", F32, &[Ok(1)])],
+            "Concat",
+        ),
+        (
+            vec![node("Sum", &[], &["y"])],
+            vec![],
+            vec![value("y", F32, &[Ok(1)])],
+            "Sum",
+        ),
+        (
+            vec![{
+                let mut n = node("NegativeLogLikelihoodLoss", &["x", "t", "w"], &["y"]);
+                n.attribute.push(int_attr("ignore_index", 7));
+                n
+            }],
+            vec![
+                value("x", F32, &[Ok(2), Ok(3)]),
+                value("t", I64, &[Ok(2)]),
+                value("w", F32, &[]),
+            ],
+            vec![value("y", F32, &[])],
+            "NegativeLogLikelihoodLoss",
+        ),
+    ];
+    for (nodes, inputs, outputs, op) in cases {
+        let bytes = model(nodes, inputs, outputs, vec![]);
+        let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+        assert!(e.to_string().contains(op), "{op}: {e}");
+    }
+    // ArgMax with select_last_index of a rank-0 operand: its one element.
+    let mut argmax = node("ArgMax", &["x"], &["y"]);
+    argmax.attribute.push(int_attr("select_last_index", 1));
+    argmax.attribute.push(int_attr("keepdims", 0));
+    let bytes = model(
+        vec![argmax],
+        vec![value("x", F32, &[])],
+        vec![value("y", I64, &[])],
+        vec![],
+    );
+    match import(&bytes, &Options::default(), &mut NoExternalData) {
+        Ok(m) => {
+            let out = interpret(&m.graph, &[f32s(&[], vec![5.0])]).unwrap();
+            assert_eq!(out[0].to_i64(), vec![0]);
+        }
+        Err(e) => assert!(e.to_string().contains("ArgMax"), "{e}"),
+    }
+}

@@ -161,7 +161,7 @@ fn attention(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
     };
     let present_k = cat(ctx, past_k, &k4, "past_key")?;
     let present_v = cat(ctx, past_v, &v4, "past_value")?;
-    let total = ctx.shape(&present_k)[2];
+    let total = ctx.dim(&present_k, 2)?;
     let past = total - sk[2];
 
     // The additive bias: the mask (padded with -inf up to the total length), the causal
@@ -230,7 +230,7 @@ fn attention(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
     }
 
     // Grouped-query attention: each KV head serves `hq / hk` consecutive query heads.
-    let hk = ctx.shape(&present_k)[1];
+    let hk = ctx.dim(&present_k, 1)?;
     let repeat = |ctx: &mut Ctx, x: &Val| -> OpResult<Val> {
         if hq == hk {
             return Ok(x.clone());
@@ -284,7 +284,7 @@ fn attention(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
     let y = ctx.op(Op::MatMul, &[&probs, &vp])?;
     let y = ctx.cast(&y, dt)?;
     let y = if rank == 3 {
-        let dv = ctx.shape(&y)[3];
+        let dv = ctx.dim(&y, 3)?;
         let y = ctx.permute(&y, &[0, 2, 1, 3])?;
         ctx.reshape(&y, &[batch, q_len, hq * dv])?
     } else {

@@ -311,7 +311,7 @@ fn scan(ctx: &mut Ctx, n: &NodeIn, env: &mut Env, scope: &Scope) -> OpResult<Vec
             )?;
             if let Some(l) = n.opt(0) {
                 let lens = ctx.constant(l, "sequence_lens")?.to_i64();
-                let len = ctx.shape(&ops[n_state])[0] as i64;
+                let len = ctx.dim(&ops[n_state], 0)? as i64;
                 if lens.get(b) != Some(&len) {
                     unsupported!(
                         "`sequence_lens` is {lens:?}; Ferrite needs every sequence at full length {len}"
@@ -380,7 +380,7 @@ fn scan_once(
     let mut len = None;
     for (j, x) in inputs.iter().enumerate() {
         let a = crate::ops::axis(in_axes[j], ctx.rank(x), "scan input axis")?;
-        let l = ctx.shape(x)[a];
+        let l = ctx.dim(x, a)?;
         if len.is_some_and(|len| len != l) {
             invalid!("the scan inputs have different lengths");
         }

@@ -113,7 +113,10 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
                 "Min" => B::Minimum,
                 _ => B::Add,
             };
-            let mut acc = all[0].clone();
+            let Some(first) = all.first() else {
+                invalid!("{op} needs at least one input");
+            };
+            let mut acc = (*first).clone();
             for v in &all[1..] {
                 same_dtype(ctx, op, &acc, v)?;
                 acc = ctx.bin(b, &acc, v)?;

@@ -242,7 +242,10 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
         }
         "Concat" => {
             let all = n.all()?;
-            let r = ctx.rank(all[0]);
+            let Some(first) = all.first() else {
+                invalid!("Concat needs at least one input");
+            };
+            let r = ctx.rank(first);
             let a = axis(n.int("axis", i64::MIN)?, r, "axis").or_else(|e| {
                 if !n.has("axis") {
                     invalid!("attribute `axis` is required")
@@ -388,7 +391,7 @@ pub(crate) fn wrap_negative(ctx: &mut Ctx, idx: &Val, n: usize) -> OpResult<Val>
 /// numpy `take` along `a` (the IR's `index_select`): the result shape is
 /// `x[:a] + idx.shape + x[a+1:]`, negative indices wrapped first.
 pub(crate) fn gather(ctx: &mut Ctx, x: &Val, idx: &Val, a: usize) -> OpResult<Val> {
-    let n = ctx.shape(x)[a];
+    let n = ctx.dim(x, a)?;
     let idx = wrap_negative(ctx, idx, n)?;
     ctx.op(Op::IndexSelect { axis: a as i64 }, &[x, &idx])
 }
@@ -500,7 +503,7 @@ fn pad(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
         if before == 0 && after == 0 {
             continue;
         }
-        let len = ctx.shape(&y)[a] as i64;
+        let len = ctx.dim(&y, a)? as i64;
         let out = len + before + after;
         if out < 0 {
             invalid!("pads {before}, {after} crop more than the {len} elements of axis {a}");

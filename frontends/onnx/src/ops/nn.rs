@@ -100,7 +100,7 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
             if rank < 2 {
                 invalid!("BatchNormalization takes a tensor of rank >= 2");
             }
-            let c = ctx.shape(x)[1];
+            let c = ctx.dim(x, 1)?;
             let mut shape = vec![1; rank - 1];
             shape[0] = c;
             let p = |ctx: &mut Ctx, v: &Val| ctx.reshape(v, &shape);
@@ -128,7 +128,7 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
             let ve = ctx.bin_s(B::Add, &var, eps)?;
             let inv = ctx.un(U::Rsqrt, &ve)?;
             let y = ctx.mul(&d, &inv)?;
-            let c = ctx.shape(x)[1];
+            let c = ctx.dim(x, 1)?;
             let mut shape = vec![1; rank - 1];
             shape[0] = c;
             let scale = ctx.reshape(scale, &shape)?;
@@ -351,7 +351,7 @@ fn einsum(ctx: &mut Ctx, eq: &str, ops: &[&Val]) -> OpResult<Val> {
 fn extent_in(ctx: &Ctx, v: &Val, t: &[char], c: char) -> usize {
     t.iter()
         .position(|&d| d == c)
-        .map_or(1, |i| ctx.shape(v)[i])
+        .map_or(1, |i| ctx.shape(v).get(i).copied().unwrap_or(1))
 }
 
 /// An ellipsis stands for the dims that the letters leave, right-aligned across the
@@ -565,7 +565,7 @@ fn batch_norm_training(
             ctx.ty(x)
         );
     }
-    let c = ctx.shape(x)[1];
+    let c = ctx.dim(x, 1)?;
     let ax: Vec<usize> = (0..rank).filter(|&a| a != 1).collect();
     let bm = ctx.reduce(R::Mean, x, &ax, true)?;
     let d = ctx.sub(x, &bm)?;

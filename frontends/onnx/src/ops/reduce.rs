@@ -86,11 +86,12 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
                     &[x],
                 )
             };
-            if !last {
+            // One element (a rank-0 operand): its first extremum is its last.
+            if !last || rank == 0 {
                 return one(arg(ctx, x)?);
             }
             // The last extremum is the first one of the reversed axis.
-            let len = ctx.shape(x)[a] as i64;
+            let len = ctx.dim(x, a)? as i64;
             let rev = ctx.arange(len - 1, -1, -1)?;
             let xr = ctx.op(Op::IndexSelect { axis: a as i64 }, &[x, &rev])?;
             let i = arg(ctx, &xr)?;
@@ -133,7 +134,7 @@ fn normalize(ctx: &mut Ctx, op: &str, x: &Val, a: usize) -> OpResult<Val> {
                 },
                 &[x],
             )?;
-            let len = ctx.shape(x)[a];
+            let len = ctx.dim(x, a)?;
             let r = ctx.arange(0, len as i64, 1)?;
             let mut shape = vec![1; ctx.rank(x)];
             shape[a] = len;

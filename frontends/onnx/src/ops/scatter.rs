@@ -259,7 +259,7 @@ fn scatter_elements(
     // Data's own values beyond the covered region, concatenated axis by axis.
     let mut out = out;
     for ax in 0..r {
-        let n = ctx.shape(&out)[ax];
+        let n = ctx.dim(&out, ax)?;
         if n < d[ax] {
             let mut rest = data.clone();
             for (bx, &m) in i.iter().enumerate() {

@@ -39,7 +39,7 @@ fn compress(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
         let numel = ctx.ty(x).numel();
         (ctx.reshape(x, &[numel])?, 0)
     };
-    let len = ctx.shape(&x)[a];
+    let len = ctx.dim(&x, a)?;
     let keep: Vec<i64> = cond
         .to_f64()
         .iter()
@@ -71,7 +71,7 @@ fn center_crop_pad(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
         if t < 0 {
             invalid!("shape entry {t} is negative");
         }
-        let d = ctx.shape(&y)[a] as i64;
+        let d = ctx.dim(&y, a)? as i64;
         if t < d {
             let start = (d - t) / 2;
             y = ctx.op(

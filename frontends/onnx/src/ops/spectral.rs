@@ -35,7 +35,7 @@ fn matrix(rows: usize, cols: usize, dt: DType, f: impl Fn(usize, usize) -> f64) 
 /// `x` along its last axis cut or zero-padded to `len`.
 fn fit(ctx: &mut Ctx, x: &Val, len: usize) -> OpResult<Val> {
     let r = ctx.rank(x);
-    let have = ctx.shape(x)[r - 1];
+    let have = ctx.dim(x, r - 1)?;
     if have > len {
         ctx.op(
             Op::Slice {
