@@ -6,7 +6,9 @@
 //!   (from a finished `ir::Function`) or [`Jit::define_with`] (which hands out a
 //!   `FunctionBuilder`). Every function is checked by `cranelift_codegen::verify_function`
 //!   before it is compiled, so a codegen bug is a [`JitError::Verifier`] naming the function,
-//!   not a crash inside Cranelift. With [`JitOptions::capture_dumps`] the input CLIF, the
+//!   not a crash inside Cranelift. With [`JitOptions::compile_threads`] above 1, `define` only
+//!   verifies and declares a function, and [`Jit::finalize`] compiles the pending ones on
+//!   that many threads (Cranelift compiles each function independently) before it links. With [`JitOptions::capture_dumps`] the input CLIF, the
 //!   optimized CLIF and the register-allocated machine code (`vcode`) are kept for `--dump`.
 //! * [`JitCode`] is what [`Jit::finalize`] returns: the code is made executable, the module
 //!   is frozen, and the handle is `Send + Sync` so kernels can run on pool threads. It owns the
