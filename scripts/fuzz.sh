@@ -68,7 +68,8 @@ fi
 
 out="target/afl/$target"
 rm -rf "$out"
-AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_AUTORESUME=0 \
+mkdir -p target/afl  # afl-fuzz makes only the last component
+AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_NO_AFFINITY=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_AUTORESUME=0 \
     nice -n 19 cargo afl fuzz -V "$seconds" -t 20000 -i "$corpus" -o "$out" \
     "target/release/$target" > "target/afl-$target.log" 2>&1 || true
 stats="$out/default/fuzzer_stats"
