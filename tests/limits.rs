@@ -281,6 +281,78 @@ fn huge_names_and_lines_give_short_diagnostics() {
     assert!(d.to_string().len() < 1000, "{} bytes", d.to_string().len());
 }
 
+/// What the CLI prints about a graph (its summaries and its errors) abbreviates names of
+/// megabytes: a valid graph named by a hostile file cannot make output of megabytes.
+#[test]
+fn huge_graph_and_value_names_give_short_output() {
+    let s = Scratch::new("limits-names");
+    let (g, y) = ("g".repeat(1_000_000), "y".repeat(1_000_000));
+    let src = format!(
+        "graph {g}(x: f32[4], i: i64[2]) {{\n  {y} = index_select(x, i, axis=0)\n  return {y}\n}}\n"
+    );
+    let file = s.file("names.fg", src);
+    let ok = s.file(
+        "i.npy",
+        npy::encode(&ferrite::ir::Tensor::from_i64(
+            &ferrite::ir::TensorType {
+                dtype: ferrite::ir::DType::I64,
+                shape: vec![2],
+            },
+            &[0, 3],
+        )),
+    );
+    let bad = s.file(
+        "bad.npy",
+        npy::encode(&ferrite::ir::Tensor::from_i64(
+            &ferrite::ir::TensorType {
+                dtype: ferrite::ir::DType::I64,
+                shape: vec![2],
+            },
+            &[0, 9],
+        )),
+    );
+    let runs: Vec<(Vec<String>, i32)> = vec![
+        (vec!["check".into(), file.clone()], 0),
+        (vec!["compile".into(), file.clone()], 0),
+        (
+            vec![
+                "run".into(),
+                file.clone(),
+                "--input".into(),
+                format!("i={ok}"),
+            ],
+            0,
+        ),
+        (
+            vec![
+                "run".into(),
+                file.clone(),
+                "--input".into(),
+                format!("i={bad}"),
+            ],
+            1,
+        ),
+        (
+            vec![
+                "run".into(),
+                file.clone(),
+                "--target".into(),
+                "interp".into(),
+                "--input".into(),
+                format!("i={bad}"),
+            ],
+            1,
+        ),
+    ];
+    for (args, code) in runs {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = ferrite(&args);
+        assert_exit(&o, code);
+        let printed = o.stdout.len() + o.stderr.len();
+        assert!(printed < 20_000, "{args:?}: {printed} bytes");
+    }
+}
+
 /// A graph with a 4 MiB input.
 const BIG: &str = "graph big(x: f32[1024, 1024]) {\n  return exp(x)\n}\n";
 

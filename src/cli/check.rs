@@ -24,7 +24,7 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> CliResult {
         out,
         "{}: ok (graph {}: {}, {}, {})",
         args.file.display(),
-        graph.name,
+        super::short(&graph.name),
         count(graph.params.len(), "param"),
         count(graph.op_count(), "op"),
         count(graph.outputs.len(), "output"),

@@ -72,7 +72,7 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     writeln!(
         out,
         "graph {}: {}, {}, {}",
-        graph.name,
+        super::short(&graph.name),
         count(graph.params.len(), "param"),
         count(graph.op_count(), "op"),
         count(graph.outputs.len(), "output")

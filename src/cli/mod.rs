@@ -109,19 +109,20 @@ impl CliError {
         }
     }
 
-    /// Writes the message for the user to `err` (standard error).
+    /// Writes the message for the user to `err` (standard error), with any word longer
+    /// than [`LONG_WORD`] chars abbreviated.
     pub fn report(&self, err: &mut dyn io::Write) {
         // A failure to write to stderr leaves nothing better to do than exit.
         let _ = match self {
-            CliError::User(m) => writeln!(err, "error: {m}"),
-            CliError::Rendered(m) => writeln!(err, "{}", m.trim_end()),
-            CliError::Internal(m) => writeln!(err, "internal error: {m}\n{BUG}"),
+            CliError::User(m) => writeln!(err, "error: {}", short(m)),
+            CliError::Rendered(m) => writeln!(err, "{}", short(m.trim_end())),
+            CliError::Internal(m) => writeln!(err, "internal error: {}\n{BUG}", short(m)),
             CliError::Library { context, error } => {
                 let detail = library_detail(error);
-                let m = match context {
+                let m = short(&match context {
                     Some(c) => format!("{c}: {detail}"),
                     None => detail,
-                };
+                });
                 match error.is_internal() {
                     true => writeln!(err, "internal error: {m}\n{BUG}"),
                     false => writeln!(err, "error: {m}"),
@@ -130,6 +131,15 @@ impl CliError {
             CliError::StdoutClosed => Ok(()),
         };
     }
+}
+
+/// Words (names, paths) longer than this many chars are abbreviated in what the CLI prints
+/// about a graph: far above any real path or name, far below a hostile one of megabytes.
+pub const LONG_WORD: usize = 1024;
+
+/// `text` with every word over [`LONG_WORD`] chars abbreviated.
+pub fn short(text: &str) -> String {
+    ferrite::ir::text::abbreviate_words(text, LONG_WORD)
 }
 
 /// The line after an internal error's message.

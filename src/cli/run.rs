@@ -121,9 +121,10 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         ));
     }
     if sources.is_empty() {
-        writeln!(out, "graph {}: no inputs", graph.name)?;
+        writeln!(out, "graph {}: no inputs", super::short(&graph.name))?;
     } else {
-        writeln!(out, "graph {}: {}", graph.name, sources.join("; "))?;
+        let sources = super::short(&sources.join("; "));
+        writeln!(out, "graph {}: {sources}", super::short(&graph.name))?;
     }
     let names = match &source.onnx {
         Some(model) => model
@@ -135,7 +136,12 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
     };
     for (name, t) in names.iter().zip(outputs) {
         let (values, stats) = summarize(t.as_ir());
-        writeln!(out, "{name}: {}\n  {values}\n  {stats}", t.ty())?;
+        writeln!(
+            out,
+            "{}: {}\n  {values}\n  {stats}",
+            super::short(name),
+            t.ty()
+        )?;
     }
     if let Some(report) = executed.device_report() {
         writeln!(out, "{}", report.to_string().trim_end())?;

@@ -130,13 +130,21 @@ fn excerpt(line: &str, at: usize) -> (String, usize) {
 /// followed by `…` and its length (`qqqq…(10000000 chars)`). Words are runs of chars
 /// other than white space, quotes and brackets, so a quoted name keeps its quotes.
 pub fn abbreviate(text: &str) -> String {
+    abbreviate_words(text, WORD_CHARS)
+}
+
+/// [`abbreviate`] with another bound: every word longer than `limit` chars is cut to
+/// that many, followed by `…` and its length. The CLI passes its messages and summaries
+/// through this with a bound that real paths and names stay under, so that a graph with a
+/// name of megabytes cannot make a message of megabytes.
+pub fn abbreviate_words(text: &str, limit: usize) -> String {
     let is_word = |c: char| !c.is_whitespace() && !"`'\"()[]{},:;".contains(c);
     let mut out = String::with_capacity(text.len().min(4 * EXCERPT_CHARS));
     let mut rest = text;
     while !rest.is_empty() {
         let word_len = rest.find(|c: char| !is_word(c)).unwrap_or(rest.len());
         let (word, after) = rest.split_at(word_len);
-        match word.char_indices().nth(WORD_CHARS) {
+        match word.char_indices().nth(limit) {
             Some((cut, _)) => {
                 out.push_str(&word[..cut]);
                 out.push_str(&format!("…({} chars)", word.chars().count()));

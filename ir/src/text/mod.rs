@@ -17,7 +17,7 @@ mod parser;
 mod printer;
 mod weights;
 
-pub use diag::{abbreviate, Diagnostic, EXCERPT_CHARS, WORD_CHARS};
+pub use diag::{abbreviate, abbreviate_words, Diagnostic, EXCERPT_CHARS, WORD_CHARS};
 pub use lexer::{scan_number, NumberScan};
 pub use parser::{parse, parse_bytes, parse_bytes_with, parse_with, MAX_NESTING};
 pub use printer::{print, weights_file};
