@@ -272,6 +272,14 @@ fn huge_names_and_lines_give_short_diagnostics() {
     let at = caret_line.chars().position(|c| c == '^').unwrap() - 2;
     assert_eq!(d.line_text.chars().nth(at), Some('$'), "{d}");
 
+    // Found by AFL++ (fg_parser): a string attribute of control chars and backslashes, each
+    // escaped in the message, made a diagnostic six times the size of its input.
+    let attr = format!("tan{}", "\u{11}".repeat(20_000));
+    let src =
+        format!("graph g(x: f32[8]) {{\n  a = gelu(x, approximate=\"{attr}\")\n  return a\n}}\n");
+    let d = ferrite::parse("attr.fg", &src).unwrap_err();
+    assert!(d.to_string().len() < 4000, "{} bytes", d.to_string().len());
+
     // The tile language and the loop-IR reader share the diagnostics.
     let kernel = format!("kernel k(x: *f32) {{\n  store(x, {name})\n}}\n");
     let d = ferrite::sim::tile::parse_and_check("long.tile", &kernel).unwrap_err();

@@ -1422,3 +1422,27 @@ fn ops_given_too_few_operands_or_axes_are_errors_naming_the_node() {
         Err(e) => assert!(e.to_string().contains("ArgMax"), "{e}"),
     }
 }
+
+/// Found by AFL++ (onnx_import): an LRN of `size` 215365631 unrolled that many slices and
+/// ran for minutes. Past the channels a window adds only zeros, so it now costs 2C - 1
+/// slices at most, with the same result.
+#[test]
+fn lrn_with_a_window_wider_than_the_channels_costs_the_channels() {
+    let mut lrn = node("LRN", &["x"], &["y"]);
+    lrn.attribute.push(int_attr("size", 1 << 28));
+    let bytes = model(
+        vec![lrn],
+        vec![value("x", F32, &[Ok(1), Ok(3), Ok(1), Ok(1)])],
+        vec![value("y", F32, &[Ok(1), Ok(3), Ok(1), Ok(1)])],
+        vec![],
+    );
+    let m = import(&bytes, &Options::default(), &mut NoExternalData).unwrap();
+    assert!(m.graph.nodes.len() < 100, "{} nodes", m.graph.nodes.len());
+    let x = f32s(&[1, 3, 1, 1], vec![1.0, 2.0, 3.0]);
+    let y = interpret(&m.graph, &[x]).unwrap()[0].to_f64();
+    // Every window covers all three channels: sum 14, d = (1 + 1e-4 * 14 / 2^28)^0.75.
+    let d = (1.0 + 1e-4 * 14.0 / (1u64 << 28) as f64).powf(0.75);
+    for (got, x) in y.iter().zip([1.0, 2.0, 3.0]) {
+        assert!((got - x / d).abs() < 1e-6, "{got} vs {}", x / d);
+    }
+}

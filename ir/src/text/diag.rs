@@ -28,7 +28,8 @@ pub struct Diagnostic {
     pub line: usize,
     /// Column of the error, 1-based, counted in chars (not bytes).
     pub col: usize,
-    /// What is wrong; a word longer than [`WORD_CHARS`] is abbreviated.
+    /// What is wrong; a word longer than [`WORD_CHARS`] is abbreviated, and the whole is at
+    /// most [`MESSAGE_CHARS`] chars.
     pub message: String,
     /// The text of the offending line, without its line terminator; a line longer
     /// than [`EXCERPT_CHARS`] is cut around the column, with `…` where it was cut.
@@ -67,7 +68,7 @@ impl Diagnostic {
             file: file.to_string(),
             line,
             col,
-            message: abbreviate(&message),
+            message: cut(&abbreviate(&message), MESSAGE_CHARS),
             line_text,
             caret,
         }
@@ -124,6 +125,19 @@ fn excerpt(line: &str, at: usize) -> (String, usize) {
         text.push('…');
     }
     (text, caret)
+}
+
+/// The most chars of a diagnostic's message: a message that quotes the input (a string
+/// attribute of control chars, each escaped as `\u{11}`) can otherwise be several times
+/// longer than the input, even with every word abbreviated.
+pub const MESSAGE_CHARS: usize = 1000;
+
+/// `text` cut to `limit` chars, followed by `…` and its length when it was longer.
+fn cut(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
+        Some((at, _)) => format!("{}…({} chars)", &text[..at], text.chars().count()),
+        None => text.to_string(),
+    }
 }
 
 /// `text` with every word longer than [`WORD_CHARS`] chars cut to that many and

@@ -17,7 +17,9 @@ mod parser;
 mod printer;
 mod weights;
 
-pub use diag::{abbreviate, abbreviate_words, Diagnostic, EXCERPT_CHARS, WORD_CHARS};
+pub use diag::{
+    abbreviate, abbreviate_words, Diagnostic, EXCERPT_CHARS, MESSAGE_CHARS, WORD_CHARS,
+};
 pub use lexer::{scan_number, NumberScan};
 pub use parser::{parse, parse_bytes, parse_bytes_with, parse_with, MAX_NESTING};
 pub use printer::{print, weights_file};

@@ -95,15 +95,17 @@ fn lrn(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     let beta = n.float("beta", 0.75)?;
     let bias = n.float("bias", 1.0)?;
     let c = s[1];
-    let before = (size - 1) / 2;
-    let after = size - 1 - before;
+    // A window reaching past every channel adds only padding zeros: at most c - 1 on
+    // each side matter, so a hostile `size` of 2^28 costs no more than 2c - 1 slices.
+    let before = ((size - 1) / 2).min(c.saturating_sub(1));
+    let after = (size - 1 - (size - 1) / 2).min(c.saturating_sub(1));
     let sq = ctx.mul(x, x)?;
     let mut pads = vec![0i64; 2 * s.len()];
     pads[2] = before as i64;
     pads[3] = after as i64;
     let padded = ctx.op(Op::Pad { pads, value: 0.0 }, &[&sq])?;
     let mut sum: Option<Val> = None;
-    for k in 0..size {
+    for k in 0..before + after + 1 {
         let part = ctx.op(
             Op::Slice {
                 axis: 1,
