@@ -301,6 +301,7 @@ fn drive(
     let cases = env_u64("FERRITE_FUZZ_CASES").unwrap_or(ci_cases);
     let mut rng = Rng(env_u64("FERRITE_FUZZ_SEED").unwrap_or(0x5eed) ^ fnv(name.as_bytes()));
     let deadline = seconds.map(|s| Instant::now() + Duration::from_secs(s));
+    let inflight = std::env::var_os("FERRITE_FUZZ_INFLIGHT").map(PathBuf::from);
 
     // The watchdog: the case in flight and when it started.
     let started = Arc::new(AtomicU64::new(0));
@@ -342,6 +343,11 @@ fn drive(
         let input = next_input(&mut rng, stats.cases);
         if let Ok(mut c) = current.lock() {
             c.clone_from(&input);
+        }
+        // An abort (an allocation failure) kills the process before any verdict: with
+        // `FERRITE_FUZZ_INFLIGHT=FILE` each case is written there first, so it survives.
+        if let Some(path) = &inflight {
+            let _ = std::fs::write(path, &input);
         }
         started.store(epoch.elapsed().as_millis().max(1) as u64, Ordering::Relaxed);
         let verdict = catch_unwind(AssertUnwindSafe(|| target(&input)));
