@@ -1446,3 +1446,20 @@ fn lrn_with_a_window_wider_than_the_channels_costs_the_channels() {
         assert!((got - x / d).abs() < 1e-6, "{got} vs {}", x / d);
     }
 }
+
+/// Found by the `onnx_models` fuzz target (an out-of-memory abort): a Split with
+/// `num_outputs` of 2^40 built a list of that many part sizes.
+#[test]
+fn split_into_more_parts_than_a_node_can_have_is_an_error() {
+    let mut split = node("Split", &["x"], &["a", "b"]);
+    split.attribute.push(int_attr("num_outputs", 1 << 40));
+    let bytes = model_at(
+        18,
+        vec![split],
+        vec![value("x", F32, &[Ok(4)])],
+        vec![value("a", F32, &[Ok(2)]), value("b", F32, &[Ok(2)])],
+        vec![],
+    );
+    let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
+    assert!(e.to_string().contains("Split"), "{e}");
+}

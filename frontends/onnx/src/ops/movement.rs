@@ -556,6 +556,13 @@ fn split(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Option<Vec<Option<Val>>>> {
                 if parts < 1 {
                     invalid!("cannot split into {parts} parts");
                 }
+                // One part per output: a `num_outputs` of 2^40 would be a list of 8 TiB.
+                if parts > crate::MAX_NODE_ARITY as i64 {
+                    invalid!(
+                        "cannot split into {parts} parts (at most {} outputs)",
+                        crate::MAX_NODE_ARITY
+                    );
+                }
                 let parts = parts as usize;
                 if n.opset >= 18 && n.has("num_outputs") {
                     let chunk = dim.div_ceil(parts);
