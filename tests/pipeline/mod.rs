@@ -143,17 +143,21 @@ pub fn precision(g: &Graph, want: DType) -> DType {
 /// inf or NaN in one order and a finite value in another (ARCHITECTURE, accumulation
 /// policy).
 pub fn order_dependent(g: &Graph) -> bool {
-    g.nodes.iter().any(|n| {
-        matches!(
-            n.op,
-            Op::MatMul
-                | Op::Reduce { .. }
-                | Op::Softmax { .. }
-                | Op::LogSoftmax { .. }
-                | Op::LayerNorm { .. }
-                | Op::RmsNorm { .. }
-        )
-    })
+    g.nodes.iter().any(|n| accumulates(&n.op))
+}
+
+/// A matmul or a reduction (composites built on one included): an op whose f32 result
+/// depends on the order it accumulates in.
+fn accumulates(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::MatMul
+            | Op::Reduce { .. }
+            | Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+    )
 }
 
 /// Which outputs of `g` take a discontinuous function of an order-dependent value (a
@@ -169,16 +173,7 @@ pub fn flips(g: &Graph) -> Vec<bool> {
         let ins: Vec<usize> = node.inputs.iter().map(|x| x.index()).collect();
         let any_od = ins.iter().any(|&i| od[i]);
         flip[v] = ins.iter().any(|&i| flip[i]);
-        od[v] = any_od
-            || matches!(
-                node.op,
-                Op::MatMul
-                    | Op::Reduce { .. }
-                    | Op::Softmax { .. }
-                    | Op::LogSoftmax { .. }
-                    | Op::LayerNorm { .. }
-                    | Op::RmsNorm { .. }
-            );
+        od[v] = any_od || accumulates(&node.op);
         let discontinuous = match &node.op {
             Op::Binary(b) => matches!(
                 b,
