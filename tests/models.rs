@@ -2,6 +2,8 @@
 //! `examples/onnx/`, exported from PyTorch by `scripts/export-models.py`, run on the
 //! interpreter, the CPU backend (fused and unfused, 1 and 3 threads) and the simulator,
 //! against the outputs ONNX Runtime gave for the same inputs (committed beside them).
+//! The same for the recurrent layers under `tests/onnx/recurrent/`, written by
+//! `scripts/gen-recurrent-cases.py` with the attributes the ONNX node tests leave out.
 //!
 //! Tolerance: the ONNX node tests' (`|got - want| <= 1e-4 * max(1, max|want|) + 1e-3 *
 //! |want|`), since a model is a chain of such ops and each output is compared at its end.
@@ -37,9 +39,15 @@ fn close(got: &Tensor, want: &Tensor) -> Result<(), String> {
 }
 
 fn check_model(name: &str) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/onnx")
-        .join(name);
+    check_dir(
+        name,
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/onnx")
+            .join(name),
+    );
+}
+
+fn check_dir(name: &str, dir: &Path) {
     let model = ferrite::onnx::load(dir.join("model.onnx"))
         .unwrap_or_else(|e| panic!("{name}: import failed: {e}"));
     let inputs: Vec<Tensor> = model
@@ -104,6 +112,30 @@ fn bert_matches_onnx_runtime() {
 #[test]
 fn llama_matches_onnx_runtime() {
     check_model(MODELS[2]);
+}
+
+#[test]
+fn recurrent_layers_match_onnx_runtime() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/recurrent");
+    let mut cases: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    cases.sort();
+    // One case per op at least, so a lost folder cannot pass silently.
+    for op in ["rnn_", "gru_", "lstm_"] {
+        assert!(
+            cases
+                .iter()
+                .any(|c| c.file_name().unwrap().to_str().unwrap().starts_with(op)),
+            "no {op} case under {}",
+            root.display()
+        );
+    }
+    for dir in cases {
+        let name = dir.file_name().unwrap().to_str().unwrap().to_string();
+        check_dir(&name, &dir);
+    }
 }
 
 /// The committed data still says what the test reads: every model's inputs and

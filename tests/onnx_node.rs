@@ -76,6 +76,7 @@ fn family(op: &str) -> &'static str {
         "Cast" | "CastLike" | "BitCast" => "cast",
         "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => "loss",
         "Attention" | "RotaryEmbedding" => "attention",
+        "RNN" | "GRU" | "LSTM" => "recurrent",
         o if o.contains("Conv")
             || o.contains("Pool")
             || o == "MaxUnpool"

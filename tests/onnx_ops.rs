@@ -372,3 +372,84 @@ fn convert_refuses_to_write_through_links_or_up_the_tree() {
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "keep");
     assert_eq!(std::fs::read_to_string(&weights).unwrap(), "keep");
 }
+
+fn strings(name: &str, v: &[&str]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Strings as i32),
+        strings: v.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        ..Default::default()
+    }
+}
+
+fn string(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(v.as_bytes().to_vec()),
+        ..Default::default()
+    }
+}
+
+/// A bad attribute of a recurrent layer is an import error naming the node, its op and
+/// the attribute; the gates' shapes are checked against `hidden_size`.
+#[test]
+fn recurrent_layers_refuse_bad_attributes_by_name() {
+    let rnn = |attrs: Vec<AttributeProto>, w_rows: usize| {
+        model(
+            14,
+            vec![node("RNN", &["X", "W", "R"], &["Y"], attrs)],
+            vec![
+                value("X", F32, &[2, 1, 3]),
+                value("W", F32, &[1, w_rows, 3]),
+                value("R", F32, &[1, w_rows, w_rows]),
+            ],
+            vec![untyped("Y")],
+            vec![],
+        )
+    };
+    let cases = [
+        (
+            rnn(
+                vec![int("hidden_size", 4), string("direction", "sideways")],
+                4,
+            ),
+            "direction must be forward, reverse or bidirectional",
+        ),
+        (
+            rnn(
+                vec![int("hidden_size", 4), strings("activations", &["Gauss"])],
+                4,
+            ),
+            "activation function `Gauss` is not supported",
+        ),
+        (
+            rnn(
+                vec![
+                    int("hidden_size", 4),
+                    strings("activations", &["Tanh", "Relu"]),
+                ],
+                4,
+            ),
+            "`activations` lists 2 functions",
+        ),
+        (
+            rnn(vec![int("hidden_size", 5)], 4),
+            "W has shape [1, 4, 3], expected [1, 5, 3]",
+        ),
+        (
+            rnn(vec![int("hidden_size", 4), float("clip", -1.0)], 4),
+            "clip must be positive",
+        ),
+    ];
+    let dir = scratch("recurrent-errors");
+    for (i, (bytes, want)) in cases.into_iter().enumerate() {
+        let path = dir.join(format!("m{i}.onnx"));
+        std::fs::write(&path, bytes).unwrap();
+        let e = ferrite::onnx::load(&path)
+            .err()
+            .expect("import must fail")
+            .to_string();
+        assert!(e.contains(want) && e.contains("RNN"), "case {i}: {e}");
+    }
+}

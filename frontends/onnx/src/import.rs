@@ -376,6 +376,20 @@ impl<'a> NodeIn<'a> {
             .map(|a| a.floats.clone()))
     }
 
+    pub fn strings(&self, name: &str) -> OpResult<Option<Vec<String>>> {
+        let Some(a) = self.attr(name, AttributeType::Strings)? else {
+            return Ok(None);
+        };
+        let mut out = Vec::with_capacity(a.strings.len());
+        for s in &a.strings {
+            match std::str::from_utf8(s) {
+                Ok(s) => out.push(s.to_string()),
+                Err(_) => invalid!("attribute `{name}` holds a string that is not UTF-8"),
+            }
+        }
+        Ok(Some(out))
+    }
+
     pub fn string(&self, name: &str, default: &str) -> OpResult<String> {
         match self.attr(name, AttributeType::String)? {
             None => Ok(default.to_string()),

@@ -385,7 +385,7 @@ fn float(op: &str, dt: DType) -> OpResult<()> {
 }
 
 /// `log(1 + e^x)` without overflow: `max(x, 0) + log(1 + e^-|x|)`.
-fn softplus(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
+pub(super) fn softplus(ctx: &mut Ctx, x: &Val) -> OpResult<Val> {
     let a = ctx.un(U::Abs, x)?;
     let na = ctx.un(U::Neg, &a)?;
     let e = ctx.un(U::Exp, &na)?;

@@ -14,6 +14,7 @@ mod movement;
 mod nn;
 mod order;
 mod quant;
+mod recurrent;
 mod reduce;
 mod scatter;
 mod select;
@@ -68,6 +69,9 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = spectral::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = recurrent::import(ctx, n, op)? {
         return Ok(r);
     }
     if let Some(r) = bits::import(ctx, n, op)? {
