@@ -447,8 +447,7 @@ fn recurrent_layers_refuse_bad_attributes_by_name() {
         let path = dir.join(format!("m{i}.onnx"));
         std::fs::write(&path, bytes).unwrap();
         let e = ferrite::onnx::load(&path)
-            .err()
-            .expect("import must fail")
+            .expect_err("import must fail")
             .to_string();
         assert!(e.contains(want) && e.contains("RNN"), "case {i}: {e}");
     }

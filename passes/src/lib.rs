@@ -1,3 +1,4 @@
+pub mod autodiff;
 pub mod decompose;
 pub mod dot;
 pub mod error;

@@ -5,6 +5,7 @@ pub mod check;
 pub mod compile;
 pub mod convert;
 pub mod fmt;
+pub mod grad;
 pub mod inputs;
 pub mod profile;
 pub mod run;
@@ -48,6 +49,8 @@ pub enum Command {
     Profile(profile::ProfileArgs),
     /// Convert an ONNX model to a .fg graph with its weights in a safetensors file beside it.
     Convert(convert::ConvertArgs),
+    /// Differentiate a graph: print its joint forward + backward graph (reverse-mode autodiff).
+    Grad(grad::GradArgs),
 }
 
 /// The parser of a command's `--target` flag: it accepts the `targets` that make

@@ -1,0 +1,984 @@
+//! Reverse-mode automatic differentiation on the graph IR.
+//!
+//! [`grad`] turns a graph with a scalar loss into the joint forward + backward graph: the
+//! original nodes, then one backward pass over them in reverse order that applies each
+//! node's vector-Jacobian product (VJP) rule, summing the cotangents of values used more
+//! than once. The result returns the original outputs followed by the gradient of the loss
+//! with respect to each requested value. [`vjp`] does the same for any outputs, with one
+//! cotangent parameter per output (`grad_<output>`), as AOTAutograd's joint graph does.
+//!
+//! Only floating-point values carry gradients; integer and bool values (indices, masks,
+//! comparisons) stop them, as in PyTorch. Ops with a zero derivative almost everywhere
+//! (`floor`, `ceil`, `sign`, the integer divisions) contribute nothing. Where PyTorch
+//! defines a subgradient, the rule follows it: `relu` has 0 at 0, `abs` has `sign(x)`, ties
+//! of `maximum`/`minimum` split the cotangent in halves, ties of a `max`/`min` reduction
+//! share it evenly, `pow`'s exponent gradient is 0 where the base is 0 and the exponent is
+//! not negative, and `prod` is exact when elements are zero.
+//!
+//! Composite ops get their own rules where those are cheaper than differentiating their
+//! decomposition: `softmax`, `log_softmax`, `layer_norm` and `rms_norm` (recomputing their
+//! statistics from the saved input). The gradient of `index_select` and `gather` (a
+//! scatter-add) is a one-hot contraction, dense in the indexed axis.
+//!
+//! The joint graph is an ordinary graph: it verifies, prints as `.fg`, and every pass and
+//! backend takes it. Which forward values the backward reads (the saved activations) is
+//! left to the later passes; nothing is rematerialized here.
+
+use crate::error::{Error, Result};
+use ferrite_ir::types::{broadcast_shapes, normalize_axis};
+use ferrite_ir::{
+    verify, BinaryOp as B, DType, Graph, Op, ReduceOp as R, Scalar, TensorType, UnaryOp as U,
+    ValueId,
+};
+use std::collections::HashMap;
+
+/// The joint graph of `g` for the scalar loss `g.outputs[loss]`: `g`'s outputs, then
+/// `d loss / d v` for each `v` of `wrt` (with `v`'s type), named `grad_<name>` where
+/// `v` has a name.
+///
+/// `wrt` holds float values of `g` (parameters, constants or any intermediate value). A
+/// value the loss does not depend on gets a zero gradient.
+pub fn grad(g: &Graph, loss: usize, wrt: &[ValueId]) -> Result<Graph> {
+    verify(g).map_err(|e| Error::invalid_input("grad", e))?;
+    let Some(&l) = g.outputs.get(loss) else {
+        return Err(Error::InvalidGraph(format!(
+            "grad: the graph has {} outputs, so output {loss} cannot be the loss",
+            g.outputs.len()
+        )));
+    };
+    let lt = g.ty(l).clone();
+    if lt.rank() != 0 || !lt.dtype.is_float() {
+        return Err(Error::InvalidGraph(format!(
+            "grad: the loss (output {loss}) must be a float scalar, not {lt}; reduce it first \
+             (e.g. `sum` or `mean`), or use vjp with a cotangent"
+        )));
+    }
+    let mut out = g.clone();
+    let one = out
+        .add_literal(Scalar::Float(1.0), lt.dtype)
+        .map_err(ir("grad"))?;
+    let grads = Backward::new(&mut out, wrt)?.run(vec![(l, one)])?;
+    finish(out, g, wrt, grads)
+}
+
+/// The joint graph of `g` for cotangents of its outputs: one new parameter
+/// `grad_<output>` per float output (after `g`'s parameters, in output order), and
+/// results `g`'s outputs followed by the vector-Jacobian product for each value of `wrt`.
+pub fn vjp(g: &Graph, wrt: &[ValueId]) -> Result<Graph> {
+    verify(g).map_err(|e| Error::invalid_input("vjp", e))?;
+    let mut out = g.clone();
+    let mut seeds = Vec::new();
+    for (i, &o) in g.outputs.iter().enumerate() {
+        let ty = g.ty(o).clone();
+        if !ty.dtype.is_float() {
+            continue;
+        }
+        let name = fresh(&out, &format!("grad_{}", g.output_name(i)));
+        let p = out.add_param(name, ty).map_err(ir("vjp"))?;
+        seeds.push((o, p));
+    }
+    let grads = Backward::new(&mut out, wrt)?.run(seeds)?;
+    finish(out, g, wrt, grads)
+}
+
+fn finish(mut out: Graph, g: &Graph, wrt: &[ValueId], grads: Vec<ValueId>) -> Result<Graph> {
+    for (&v, &d) in wrt.iter().zip(&grads) {
+        if let Some(name) = &g.node(v).name {
+            let name = format!("grad_{name}");
+            if out.node(d).name.is_none() && out.find(&name).is_none() {
+                out.set_name(d, name).map_err(ir("grad"))?;
+            }
+        }
+        out.outputs.push(d);
+    }
+    out.declared_outputs = None;
+    verify(&out).map_err(|e| Error::internal(format!("grad produced an invalid graph: {e}")))?;
+    Ok(out)
+}
+
+/// A name like `base` that `g` does not bind yet.
+fn fresh(g: &Graph, base: &str) -> String {
+    let base: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if g.find(&base).is_none() {
+        return base;
+    }
+    (1..)
+        .map(|i| format!("{base}_{i}"))
+        .find(|n| g.find(n).is_none())
+        .unwrap()
+}
+
+fn ir(pass: &'static str) -> impl Fn(ferrite_ir::Error) -> Error {
+    move |e| Error::internal(format!("{pass}: {e}"))
+}
+
+/// The backward pass over a graph being extended in place.
+struct Backward<'g> {
+    g: &'g mut Graph,
+    /// Nodes of the forward graph (ids below this) that depend on a `wrt` value through
+    /// float values: only they need cotangents.
+    forward: usize,
+    depends: Vec<bool>,
+    wrt: Vec<ValueId>,
+    adj: HashMap<ValueId, ValueId>,
+}
+
+impl<'g> Backward<'g> {
+    fn new(g: &'g mut Graph, wrt: &[ValueId]) -> Result<Backward<'g>> {
+        let forward = g.nodes.len();
+        let mut depends = vec![false; forward];
+        for &v in wrt {
+            if v.index() >= forward {
+                return Err(Error::InvalidGraph(format!(
+                    "grad: {v} is not a value of the graph"
+                )));
+            }
+            let ty = g.ty(v);
+            if !ty.dtype.is_float() {
+                return Err(Error::InvalidGraph(format!(
+                    "grad: {} is {ty}; only float values have gradients",
+                    describe(g, v)
+                )));
+            }
+            depends[v.index()] = true;
+        }
+        for (i, n) in g.nodes.iter().enumerate() {
+            if n.ty.dtype.is_float() && n.inputs.iter().any(|v| depends[v.index()]) {
+                depends[i] = true;
+            }
+        }
+        Ok(Backward {
+            g,
+            forward,
+            depends,
+            wrt: wrt.to_vec(),
+            adj: HashMap::new(),
+        })
+    }
+
+    fn run(mut self, seeds: Vec<(ValueId, ValueId)>) -> Result<Vec<ValueId>> {
+        for (v, d) in seeds {
+            self.accumulate(v, d)?;
+        }
+        for i in (0..self.forward).rev() {
+            let v = ValueId(i as u32);
+            let Some(&d) = self.adj.get(&v) else {
+                continue;
+            };
+            // A wrt value's own inputs need nothing for it (it may be an intermediate).
+            if !self.depends[i] || self.node_inputs_independent(i) {
+                continue;
+            }
+            self.node(v, d).map_err(|e| {
+                let name = self
+                    .g
+                    .node(v)
+                    .name
+                    .as_deref()
+                    .map(|n| format!(" (`{n}`)"))
+                    .unwrap_or_default();
+                e.context(format!("grad of {v}{name}, {}", self.g.node(v).op.name()))
+            })?;
+        }
+        let wrt = self.wrt.clone();
+        let mut grads = Vec::with_capacity(wrt.len());
+        for v in wrt {
+            let d = match self.adj.get(&v) {
+                Some(&d) => d,
+                None => {
+                    let ty = self.g.ty(v).clone();
+                    self.full(&ty.shape, 0.0, ty.dtype)?
+                }
+            };
+            grads.push(d);
+        }
+        Ok(grads)
+    }
+
+    fn node_inputs_independent(&self, i: usize) -> bool {
+        !self.g.nodes[i]
+            .inputs
+            .iter()
+            .any(|v| self.depends[v.index()])
+    }
+
+    /// Whether operand `v` wants a cotangent.
+    fn wants(&self, v: ValueId) -> bool {
+        v.index() < self.forward && self.depends[v.index()]
+    }
+
+    fn accumulate(&mut self, v: ValueId, d: ValueId) -> Result<()> {
+        if !self.wants(v) {
+            return Ok(());
+        }
+        let ty = self.g.ty(v).clone();
+        let d = self.sum_to(d, &ty.shape)?;
+        let d = self.cast(d, ty.dtype)?;
+        let d = match self.adj.get(&v) {
+            Some(&prev) => self.bin(B::Add, prev, d)?,
+            None => d,
+        };
+        self.adj.insert(v, d);
+        Ok(())
+    }
+
+    // Builders.
+
+    fn add(&mut self, op: Op, inputs: &[ValueId]) -> Result<ValueId> {
+        self.g.add(op, inputs, None).map_err(ir("grad"))
+    }
+
+    fn ty(&self, v: ValueId) -> TensorType {
+        self.g.ty(v).clone()
+    }
+
+    fn shape(&self, v: ValueId) -> Vec<usize> {
+        self.g.ty(v).shape.clone()
+    }
+
+    fn lit(&mut self, x: f64, dtype: DType) -> Result<ValueId> {
+        self.g
+            .add_literal(Scalar::Float(x), dtype)
+            .map_err(ir("grad"))
+    }
+
+    fn full(&mut self, shape: &[usize], value: f64, dtype: DType) -> Result<ValueId> {
+        self.add(
+            Op::Full {
+                shape: shape.to_vec(),
+                value,
+                dtype,
+            },
+            &[],
+        )
+    }
+
+    fn un(&mut self, u: U, x: ValueId) -> Result<ValueId> {
+        self.add(Op::Unary(u), &[x])
+    }
+
+    fn bin(&mut self, b: B, x: ValueId, y: ValueId) -> Result<ValueId> {
+        self.add(Op::Binary(b), &[x, y])
+    }
+
+    /// `x <b> c`, `c` a literal of `x`'s dtype.
+    fn bin_s(&mut self, b: B, x: ValueId, c: f64) -> Result<ValueId> {
+        let dt = self.ty(x).dtype;
+        let c = self.lit(c, dt)?;
+        self.bin(b, x, c)
+    }
+
+    fn mul(&mut self, x: ValueId, y: ValueId) -> Result<ValueId> {
+        self.bin(B::Mul, x, y)
+    }
+
+    fn sub(&mut self, x: ValueId, y: ValueId) -> Result<ValueId> {
+        self.bin(B::Sub, x, y)
+    }
+
+    fn neg(&mut self, x: ValueId) -> Result<ValueId> {
+        self.un(U::Neg, x)
+    }
+
+    fn select(&mut self, c: ValueId, a: ValueId, b: ValueId) -> Result<ValueId> {
+        self.add(Op::Where, &[c, a, b])
+    }
+
+    /// `where(c, d, 0)`.
+    fn keep(&mut self, c: ValueId, d: ValueId) -> Result<ValueId> {
+        let z = self.lit(0.0, self.ty(d).dtype)?;
+        self.select(c, d, z)
+    }
+
+    fn cast(&mut self, x: ValueId, to: DType) -> Result<ValueId> {
+        if self.ty(x).dtype == to {
+            return Ok(x);
+        }
+        self.add(Op::Cast { to }, &[x])
+    }
+
+    fn reshape(&mut self, x: ValueId, shape: &[usize]) -> Result<ValueId> {
+        if self.shape(x) == shape {
+            return Ok(x);
+        }
+        let shape = shape.iter().map(|&d| d as i64).collect();
+        self.add(Op::Reshape { shape }, &[x])
+    }
+
+    fn expand(&mut self, x: ValueId, shape: &[usize]) -> Result<ValueId> {
+        if self.shape(x) == shape {
+            return Ok(x);
+        }
+        let shape = shape.iter().map(|&d| d as i64).collect();
+        self.add(Op::Expand { shape }, &[x])
+    }
+
+    fn sum(&mut self, x: ValueId, axes: &[usize], keepdim: bool) -> Result<ValueId> {
+        self.reduce(R::Sum, x, axes, keepdim)
+    }
+
+    fn reduce(&mut self, r: R, x: ValueId, axes: &[usize], keepdim: bool) -> Result<ValueId> {
+        let dt = self.ty(x).dtype;
+        let axes = Some(axes.iter().map(|&a| a as i64).collect());
+        let y = self.add(
+            Op::Reduce {
+                op: r,
+                axes,
+                keepdim,
+            },
+            &[x],
+        )?;
+        self.cast(y, dt)
+    }
+
+    fn mean_last(&mut self, x: ValueId) -> Result<ValueId> {
+        let last = self.ty(x).rank() - 1;
+        self.reduce(R::Mean, x, &[last], true)
+    }
+
+    fn matmul(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
+        self.add(Op::MatMul, &[a, b])
+    }
+
+    /// The last two axes swapped.
+    fn mt(&mut self, x: ValueId) -> Result<ValueId> {
+        self.add(Op::Transpose { dim0: -2, dim1: -1 }, &[x])
+    }
+
+    fn pad(&mut self, x: ValueId, pads: Vec<i64>) -> Result<ValueId> {
+        if pads.iter().all(|&p| p == 0) {
+            return Ok(x);
+        }
+        self.add(Op::Pad { pads, value: 0.0 }, &[x])
+    }
+
+    fn slice(&mut self, x: ValueId, axis: usize, start: usize, len: usize) -> Result<ValueId> {
+        if start == 0 && self.shape(x)[axis] == len {
+            return Ok(x);
+        }
+        self.add(
+            Op::Slice {
+                axis: axis as i64,
+                start: start as i64,
+                end: (start + len) as i64,
+                step: 1,
+            },
+            &[x],
+        )
+    }
+
+    /// `d` summed over the axes that broadcasting added or stretched, to `shape`.
+    fn sum_to(&mut self, d: ValueId, shape: &[usize]) -> Result<ValueId> {
+        let ds = self.shape(d);
+        if ds == shape {
+            return Ok(d);
+        }
+        if ds.len() < shape.len() {
+            // A cotangent of lower rank than its value (a literal seed): broadcast it.
+            return self.expand(d, shape);
+        }
+        let lead = ds.len() - shape.len();
+        let mut axes: Vec<usize> = (0..lead).collect();
+        for (i, &t) in shape.iter().enumerate() {
+            if t == 1 && ds[lead + i] != 1 {
+                axes.push(lead + i);
+            } else if t != ds[lead + i] {
+                if ds[lead + i] == 1 {
+                    // Stretch instead (the value broadcast against a smaller cotangent).
+                    let full = broadcast_shapes(&ds, shape)
+                        .map_err(|e| Error::internal(format!("grad: cotangent shape: {e}")))?;
+                    let e = self.expand(d, &full)?;
+                    return self.sum_to(e, shape);
+                }
+                return Err(Error::internal(format!(
+                    "grad: a cotangent of shape {ds:?} does not reduce to {shape:?}"
+                )));
+            }
+        }
+        let s = if axes.is_empty() {
+            d
+        } else {
+            self.sum(d, &axes, true)?
+        };
+        self.reshape(s, shape)
+    }
+
+    /// The cotangents of one node's operands, given its result's `d`.
+    fn node(&mut self, v: ValueId, d: ValueId) -> Result<()> {
+        let node = self.g.node(v).clone();
+        let xs = node.inputs.clone();
+        let dt = node.ty.dtype;
+        match &node.op {
+            Op::Param { .. }
+            | Op::Literal { .. }
+            | Op::Full { .. }
+            | Op::Arange { .. }
+            | Op::Constant(_)
+            | Op::ArgReduce { .. } => Ok(()),
+            Op::Unary(u) => {
+                let x = xs[0];
+                let dx = match u {
+                    U::Neg => Some(self.neg(d)?),
+                    U::Abs => {
+                        let s = self.un(U::Sign, x)?;
+                        Some(self.mul(d, s)?)
+                    }
+                    U::Exp => Some(self.mul(d, v)?),
+                    U::Log => Some(self.bin(B::Div, d, x)?),
+                    U::Sqrt => {
+                        let two_y = self.bin_s(B::Mul, v, 2.0)?;
+                        Some(self.bin(B::Div, d, two_y)?)
+                    }
+                    U::Rsqrt => {
+                        // d/dx x^-1/2 = -1/2 y^3
+                        let y2 = self.mul(v, v)?;
+                        let y3 = self.mul(y2, v)?;
+                        let k = self.bin_s(B::Mul, y3, -0.5)?;
+                        Some(self.mul(d, k)?)
+                    }
+                    U::Reciprocal => {
+                        let y2 = self.mul(v, v)?;
+                        let k = self.mul(d, y2)?;
+                        Some(self.neg(k)?)
+                    }
+                    U::Sin => {
+                        let c = self.un(U::Cos, x)?;
+                        Some(self.mul(d, c)?)
+                    }
+                    U::Cos => {
+                        let s = self.un(U::Sin, x)?;
+                        let k = self.mul(d, s)?;
+                        Some(self.neg(k)?)
+                    }
+                    U::Tanh => {
+                        let y2 = self.mul(v, v)?;
+                        let one = self.lit(1.0, dt)?;
+                        let k = self.sub(one, y2)?;
+                        Some(self.mul(d, k)?)
+                    }
+                    U::Sigmoid => {
+                        let one = self.lit(1.0, dt)?;
+                        let om = self.sub(one, v)?;
+                        let k = self.mul(v, om)?;
+                        Some(self.mul(d, k)?)
+                    }
+                    U::Relu => {
+                        let pos = self.bin_s(B::Gt, x, 0.0)?;
+                        Some(self.keep(pos, d)?)
+                    }
+                    U::Gelu => {
+                        // Phi(x) + x phi(x)
+                        let xs2 = self.bin_s(B::Mul, x, std::f64::consts::FRAC_1_SQRT_2)?;
+                        let e = self.un(U::Erf, xs2)?;
+                        let e1 = self.bin_s(B::Add, e, 1.0)?;
+                        let cdf = self.bin_s(B::Mul, e1, 0.5)?;
+                        let x2 = self.mul(x, x)?;
+                        let h = self.bin_s(B::Mul, x2, -0.5)?;
+                        let ex = self.un(U::Exp, h)?;
+                        let pdf = self.bin_s(
+                            B::Mul,
+                            ex,
+                            0.5 * std::f64::consts::FRAC_2_SQRT_PI
+                                * std::f64::consts::FRAC_1_SQRT_2,
+                        )?;
+                        let xp = self.mul(x, pdf)?;
+                        let k = self.bin(B::Add, cdf, xp)?;
+                        Some(self.mul(d, k)?)
+                    }
+                    U::GeluTanh => {
+                        // y = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi)
+                        let c = (2.0 / std::f64::consts::PI).sqrt();
+                        let x2 = self.mul(x, x)?;
+                        let x3 = self.mul(x2, x)?;
+                        let t3 = self.bin_s(B::Mul, x3, 0.044715)?;
+                        let inner = self.bin(B::Add, x, t3)?;
+                        let u = self.bin_s(B::Mul, inner, c)?;
+                        let t = self.un(U::Tanh, u)?;
+                        let t1 = self.bin_s(B::Add, t, 1.0)?;
+                        let left = self.bin_s(B::Mul, t1, 0.5)?;
+                        let t2 = self.mul(t, t)?;
+                        let one = self.lit(1.0, dt)?;
+                        let sech2 = self.sub(one, t2)?;
+                        let dx2 = self.bin_s(B::Mul, x2, 3.0 * 0.044715)?;
+                        let du = self.bin_s(B::Add, dx2, 1.0)?;
+                        let du = self.bin_s(B::Mul, du, c)?;
+                        let hx = self.bin_s(B::Mul, x, 0.5)?;
+                        let r = self.mul(hx, sech2)?;
+                        let r = self.mul(r, du)?;
+                        let k = self.bin(B::Add, left, r)?;
+                        Some(self.mul(d, k)?)
+                    }
+                    U::Silu => {
+                        // s (1 + x (1 - s))
+                        let s = self.un(U::Sigmoid, x)?;
+                        let one = self.lit(1.0, dt)?;
+                        let om = self.sub(one, s)?;
+                        let xo = self.mul(x, om)?;
+                        let k = self.bin_s(B::Add, xo, 1.0)?;
+                        let k = self.mul(s, k)?;
+                        Some(self.mul(d, k)?)
+                    }
+                    U::Erf => {
+                        let x2 = self.mul(x, x)?;
+                        let n = self.neg(x2)?;
+                        let e = self.un(U::Exp, n)?;
+                        let k = self.bin_s(B::Mul, e, std::f64::consts::FRAC_2_SQRT_PI)?;
+                        Some(self.mul(d, k)?)
+                    }
+                    U::Floor | U::Ceil | U::Sign | U::Not => None,
+                };
+                if let Some(dx) = dx {
+                    self.accumulate(x, dx)?;
+                }
+                Ok(())
+            }
+            Op::Binary(b) => {
+                let (a, c) = (xs[0], xs[1]);
+                let (da, db) = match b {
+                    B::Add => (Some(d), Some(d)),
+                    B::Sub => (Some(d), Some(self.neg(d)?)),
+                    B::Mul => (
+                        self.wants(a).then(|| self.mul(d, c)).transpose()?,
+                        self.wants(c).then(|| self.mul(d, a)).transpose()?,
+                    ),
+                    B::Div => {
+                        let da = self.wants(a).then(|| self.bin(B::Div, d, c)).transpose()?;
+                        let db = if self.wants(c) {
+                            // -a/b^2 = -y/b
+                            let q = self.bin(B::Div, v, c)?;
+                            let k = self.mul(d, q)?;
+                            Some(self.neg(k)?)
+                        } else {
+                            None
+                        };
+                        (da, db)
+                    }
+                    B::Pow => {
+                        let da = if self.wants(a) {
+                            let e1 = self.bin_s(B::Sub, c, 1.0)?;
+                            let p = self.bin(B::Pow, a, e1)?;
+                            let k = self.mul(c, p)?;
+                            Some(self.mul(d, k)?)
+                        } else {
+                            None
+                        };
+                        let db = if self.wants(c) {
+                            let l = self.un(U::Log, a)?;
+                            let k = self.mul(v, l)?;
+                            let k = self.mul(d, k)?;
+                            // 0 where the base is 0 and the exponent is not negative.
+                            let z = self.bin_s(B::Eq, a, 0.0)?;
+                            let nn = self.bin_s(B::Ge, c, 0.0)?;
+                            let m = self.bin(B::And, z, nn)?;
+                            let zero = self.lit(0.0, self.ty(k).dtype)?;
+                            Some(self.select(m, zero, k)?)
+                        } else {
+                            None
+                        };
+                        (da, db)
+                    }
+                    B::Remainder | B::Fmod => {
+                        let db = if self.wants(c) {
+                            let q = if *b == B::Remainder {
+                                B::FloorDivide
+                            } else {
+                                B::TruncDivide
+                            };
+                            let q = self.bin(q, a, c)?;
+                            let k = self.mul(d, q)?;
+                            Some(self.neg(k)?)
+                        } else {
+                            None
+                        };
+                        (Some(d), db)
+                    }
+                    B::Maximum | B::Minimum => {
+                        let wins = if *b == B::Maximum { B::Gt } else { B::Lt };
+                        let half = self.bin_s(B::Mul, d, 0.5)?;
+                        let tie = self.bin(B::Eq, a, c)?;
+                        let a_wins = self.bin(wins, a, c)?;
+                        let c_wins = self.bin(wins, c, a)?;
+                        let da = self.keep(a_wins, d)?;
+                        let da = self.select(tie, half, da)?;
+                        let db = self.keep(c_wins, d)?;
+                        let db = self.select(tie, half, db)?;
+                        (Some(da), Some(db))
+                    }
+                    B::FloorDivide
+                    | B::TruncDivide
+                    | B::Eq
+                    | B::Ne
+                    | B::Lt
+                    | B::Le
+                    | B::Gt
+                    | B::Ge
+                    | B::And
+                    | B::Or => (None, None),
+                };
+                if let Some(da) = da {
+                    self.accumulate(a, da)?;
+                }
+                if let Some(db) = db {
+                    self.accumulate(c, db)?;
+                }
+                Ok(())
+            }
+            Op::Where => {
+                let (cond, a, b) = (xs[0], xs[1], xs[2]);
+                if self.wants(a) {
+                    let da = self.keep(cond, d)?;
+                    self.accumulate(a, da)?;
+                }
+                if self.wants(b) {
+                    let z = self.lit(0.0, dt)?;
+                    let db = self.select(cond, z, d)?;
+                    self.accumulate(b, db)?;
+                }
+                Ok(())
+            }
+            Op::Cast { .. } => {
+                let x = xs[0];
+                let from = self.ty(x).dtype;
+                if from.is_float() {
+                    let dx = self.cast(d, from)?;
+                    self.accumulate(x, dx)?;
+                }
+                Ok(())
+            }
+            Op::Reduce { op, axes, keepdim } => {
+                let x = xs[0];
+                let xt = self.ty(x);
+                let rank = xt.rank();
+                let axes: Vec<usize> = match axes {
+                    None => (0..rank).collect(),
+                    Some(list) => list
+                        .iter()
+                        .map(|&a| normalize_axis(a, rank))
+                        .collect::<std::result::Result<_, _>>()
+                        .map_err(|e| Error::internal(format!("grad: {e}")))?,
+                };
+                let mut kshape = xt.shape.clone();
+                for &a in &axes {
+                    kshape[a] = 1;
+                }
+                let dk = if *keepdim {
+                    d
+                } else {
+                    self.reshape(d, &kshape)?
+                };
+                let dx = match op {
+                    R::Sum => self.expand(dk, &xt.shape)?,
+                    R::Mean => {
+                        let count: usize = axes.iter().map(|&a| xt.shape[a]).product();
+                        let e = self.expand(dk, &xt.shape)?;
+                        self.bin_s(B::Div, e, count.max(1) as f64)?
+                    }
+                    R::Max | R::Min => {
+                        // Ties share the cotangent evenly.
+                        let yk = if *keepdim {
+                            v
+                        } else {
+                            self.reshape(v, &kshape)?
+                        };
+                        let hit = self.bin(B::Eq, x, yk)?;
+                        let m = self.cast(hit, xt.dtype)?;
+                        let n = self.sum(m, &axes, true)?;
+                        let share = self.bin(B::Div, dk, n)?;
+                        self.mul(m, share)?
+                    }
+                    R::Prod => {
+                        // Exact with zeros: the product of the other elements.
+                        let z = self.bin_s(B::Eq, x, 0.0)?;
+                        let zf = self.cast(z, xt.dtype)?;
+                        let nz = self.sum(zf, &axes, true)?;
+                        let one = self.lit(1.0, xt.dtype)?;
+                        let x1 = self.select(z, one, x)?;
+                        let p1 = self.reduce(R::Prod, x1, &axes, true)?;
+                        let none = self.bin_s(B::Eq, nz, 0.0)?;
+                        let single = self.bin_s(B::Eq, nz, 1.0)?;
+                        let at_zero = self.bin(B::And, single, z)?;
+                        let others = self.bin(B::Div, p1, x1)?;
+                        let k = self.keep(at_zero, p1)?;
+                        let k = self.select(none, others, k)?;
+                        self.mul(dk, k)?
+                    }
+                };
+                self.accumulate(x, dx)
+            }
+            Op::Softmax { axis } => {
+                let a = normalize_axis(*axis, node.ty.rank())
+                    .map_err(|e| Error::internal(format!("grad: {e}")))?;
+                let gy = self.mul(d, v)?;
+                let s = self.sum(gy, &[a], true)?;
+                let c = self.sub(d, s)?;
+                let dx = self.mul(v, c)?;
+                self.accumulate(xs[0], dx)
+            }
+            Op::LogSoftmax { axis } => {
+                let a = normalize_axis(*axis, node.ty.rank())
+                    .map_err(|e| Error::internal(format!("grad: {e}")))?;
+                let p = self.un(U::Exp, v)?;
+                let s = self.sum(d, &[a], true)?;
+                let ps = self.mul(p, s)?;
+                let dx = self.sub(d, ps)?;
+                self.accumulate(xs[0], dx)
+            }
+            Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
+                let layer = matches!(node.op, Op::LayerNorm { .. });
+                let (x, w) = (xs[0], xs[1]);
+                let xd = self.ty(x).dtype;
+                let xc = if layer {
+                    let mu = self.mean_last(x)?;
+                    self.sub(x, mu)?
+                } else {
+                    x
+                };
+                let sq = self.mul(xc, xc)?;
+                let var = self.mean_last(sq)?;
+                let ve = self.bin_s(B::Add, var, *eps)?;
+                let r = self.un(U::Rsqrt, ve)?;
+                let xh = self.mul(xc, r)?;
+                if self.wants(x) {
+                    let dxh = self.mul(d, w)?;
+                    let dxh = self.cast(dxh, xd)?;
+                    let p = self.mul(dxh, xh)?;
+                    let mp = self.mean_last(p)?;
+                    let t = self.mul(xh, mp)?;
+                    let mut inner = self.sub(dxh, t)?;
+                    if layer {
+                        let md = self.mean_last(dxh)?;
+                        inner = self.sub(inner, md)?;
+                    }
+                    let dx = self.mul(r, inner)?;
+                    self.accumulate(x, dx)?;
+                }
+                if self.wants(w) {
+                    let dw = self.mul(d, xh)?;
+                    self.accumulate(w, dw)?;
+                }
+                if layer && self.wants(xs[2]) {
+                    self.accumulate(xs[2], d)?;
+                }
+                Ok(())
+            }
+            Op::MatMul => {
+                let (a, b) = (xs[0], xs[1]);
+                let (ar, br) = (self.ty(a).rank(), self.ty(b).rank());
+                match (ar, br) {
+                    (1, 1) => {
+                        if self.wants(a) {
+                            let da = self.mul(d, b)?;
+                            self.accumulate(a, da)?;
+                        }
+                        if self.wants(b) {
+                            let db = self.mul(d, a)?;
+                            self.accumulate(b, db)?;
+                        }
+                    }
+                    _ => {
+                        // Lift 1-D operands to matrices, as numpy does, and the cotangent with them.
+                        let a2 = if ar == 1 {
+                            let k = self.shape(a)[0];
+                            self.reshape(a, &[1, k])?
+                        } else {
+                            a
+                        };
+                        let b2 = if br == 1 {
+                            let k = self.shape(b)[0];
+                            self.reshape(b, &[k, 1])?
+                        } else {
+                            b
+                        };
+                        let mut ds = self.shape(d);
+                        if ar == 1 {
+                            ds.insert(ds.len() - 1, 1);
+                        }
+                        if br == 1 {
+                            ds.push(1);
+                        }
+                        let d2 = self.reshape(d, &ds)?;
+                        if self.wants(a) {
+                            let bt = self.mt(b2)?;
+                            let da = self.matmul(d2, bt)?;
+                            let s = self.shape(a2);
+                            let da = self.sum_to(da, &s)?;
+                            let s = self.shape(a);
+                            let da = self.reshape(da, &s)?;
+                            self.accumulate(a, da)?;
+                        }
+                        if self.wants(b) {
+                            let at = self.mt(a2)?;
+                            let db = self.matmul(at, d2)?;
+                            let s = self.shape(b2);
+                            let db = self.sum_to(db, &s)?;
+                            let s = self.shape(b);
+                            let db = self.reshape(db, &s)?;
+                            self.accumulate(b, db)?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => {
+                let s = self.shape(xs[0]);
+                let dx = self.reshape(d, &s)?;
+                self.accumulate(xs[0], dx)
+            }
+            Op::Permute { dims } => {
+                let rank = dims.len();
+                let mut inv = vec![0i64; rank];
+                for (i, &p) in dims.iter().enumerate() {
+                    let p = normalize_axis(p, rank)
+                        .map_err(|e| Error::internal(format!("grad: {e}")))?;
+                    inv[p] = i as i64;
+                }
+                let dx = self.add(Op::Permute { dims: inv }, &[d])?;
+                self.accumulate(xs[0], dx)
+            }
+            Op::Transpose { dim0, dim1 } => {
+                let dx = self.add(
+                    Op::Transpose {
+                        dim0: *dim0,
+                        dim1: *dim1,
+                    },
+                    &[d],
+                )?;
+                self.accumulate(xs[0], dx)
+            }
+            Op::Expand { .. } => self.accumulate(xs[0], d),
+            Op::Slice {
+                axis, start, step, ..
+            } => {
+                let x = xs[0];
+                let xshape = self.shape(x);
+                let rank = xshape.len();
+                let a = normalize_axis(*axis, rank)
+                    .map_err(|e| Error::internal(format!("grad: {e}")))?;
+                let n = xshape[a] as i64;
+                let len = node.ty.shape[a];
+                if len == 0 {
+                    return Ok(());
+                }
+                let s0 = if *start < 0 { *start + n } else { *start }.clamp(0, n);
+                let step = *step as usize;
+                // Spread the cotangent to every step-th position: [.., len, step, ..] merged.
+                let spread = if step > 1 {
+                    let u = self.add(Op::Unsqueeze { axis: a as i64 + 1 }, &[d])?;
+                    let mut pads = vec![0i64; 2 * (rank + 1)];
+                    pads[2 * (a + 1) + 1] = step as i64 - 1;
+                    let p = self.pad(u, pads)?;
+                    let mut s = node.ty.shape.clone();
+                    s[a] = len * step;
+                    self.reshape(p, &s)?
+                } else {
+                    d
+                };
+                let spread_len = (len * step) as i64;
+                let mut pads = vec![0i64; 2 * rank];
+                pads[2 * a] = s0;
+                pads[2 * a + 1] = n - s0 - spread_len;
+                let dx = self.pad(spread, pads)?;
+                self.accumulate(x, dx)
+            }
+            Op::Concat { axis } => {
+                let rank = node.ty.rank();
+                let a = normalize_axis(*axis, rank)
+                    .map_err(|e| Error::internal(format!("grad: {e}")))?;
+                let mut off = 0;
+                for &x in &xs {
+                    let len = self.shape(x)[a];
+                    if self.wants(x) {
+                        let dx = self.slice(d, a, off, len)?;
+                        self.accumulate(x, dx)?;
+                    }
+                    off += len;
+                }
+                Ok(())
+            }
+            Op::Pad { pads, .. } => {
+                let neg: Vec<i64> = pads.iter().map(|&p| -p).collect();
+                let dx = self.pad(d, neg)?;
+                self.accumulate(xs[0], dx)
+            }
+            Op::IndexSelect { axis } => {
+                let (x, idx) = (xs[0], xs[1]);
+                let xshape = self.shape(x);
+                let a = normalize_axis(*axis, xshape.len())
+                    .map_err(|e| Error::internal(format!("grad: {e}")))?;
+                let m = xshape[a];
+                let p: usize = self.shape(idx).iter().product();
+                let outer: usize = xshape[..a].iter().product();
+                let inner: usize = xshape[a + 1..].iter().product();
+                // dx[o, j, i] = sum_p [idx[p] == j] d[o, p, i]: a one-hot contraction.
+                let onehot = self.onehot(idx, p, m, dt)?; // [m, p]
+                let d3 = self.reshape(d, &[outer, p, inner])?;
+                let dx = self.matmul(onehot, d3)?; // [outer, m, inner]
+                let dx = self.reshape(dx, &xshape)?;
+                self.accumulate(x, dx)
+            }
+            Op::Gather { axis } => {
+                let (x, idx) = (xs[0], xs[1]);
+                let xshape = self.shape(x);
+                let rank = xshape.len();
+                let a = normalize_axis(*axis, rank)
+                    .map_err(|e| Error::internal(format!("grad: {e}")))?;
+                let m = xshape[a];
+                // mask[.., j, k, ..] = idx[.., j, ..] == k, over a new axis after `a`.
+                let iu = self.add(Op::Unsqueeze { axis: a as i64 + 1 }, &[idx])?;
+                let iu = self.cast(iu, DType::I64)?;
+                let ar = self.add(
+                    Op::Arange {
+                        start: 0.0,
+                        end: m as f64,
+                        step: 1.0,
+                        dtype: DType::I64,
+                    },
+                    &[],
+                )?;
+                let mut ashape = vec![1usize; rank + 1];
+                ashape[a + 1] = m;
+                let ar = self.reshape(ar, &ashape)?;
+                let hit = self.bin(B::Eq, iu, ar)?;
+                let mask = self.cast(hit, dt)?;
+                let du = self.add(Op::Unsqueeze { axis: a as i64 + 1 }, &[d])?;
+                let prod = self.mul(du, mask)?;
+                let dx = self.sum(prod, &[a], false)?;
+                self.accumulate(x, dx)
+            }
+        }
+    }
+
+    /// `onehot[j, p] = (idx.flat[p] == j)` for `j < m`, as `dt`.
+    fn onehot(&mut self, idx: ValueId, p: usize, m: usize, dt: DType) -> Result<ValueId> {
+        let flat = self.reshape(idx, &[1, p])?;
+        let flat = self.cast(flat, DType::I64)?;
+        let ar = self.add(
+            Op::Arange {
+                start: 0.0,
+                end: m as f64,
+                step: 1.0,
+                dtype: DType::I64,
+            },
+            &[],
+        )?;
+        let col = self.reshape(ar, &[m, 1])?;
+        let hit = self.bin(B::Eq, col, flat)?;
+        self.cast(hit, dt)
+    }
+}
+
+fn describe(g: &Graph, v: ValueId) -> String {
+    match &g.node(v).name {
+        Some(n) => format!("`{n}`"),
+        None => format!("{v}"),
+    }
+}

@@ -1,0 +1,358 @@
+//! Reverse-mode autodiff: every op's vector-Jacobian product against central finite
+//! differences of the reference interpreter in f64, through broadcasting, every operand
+//! position and values used more than once; the subgradients PyTorch picks at ties and
+//! zeros, checked against exact values; the joint graph's outputs and errors.
+
+use ferrite_ir::{interpret, parse, print, DType, Graph, Tensor, TensorType, ValueId};
+use ferrite_passes::autodiff::{grad, vjp};
+
+/// `params` and `body` (which binds `y`) as a graph whose loss is `sum(y * r)`, with `r`
+/// a random cotangent of `y`'s shape.
+fn graph(params: &str, body: &str) -> Graph {
+    let probe = format!("graph p({params}) {{\n{body}\n  return y\n}}\n");
+    let g = parse("probe.fg", &probe).unwrap_or_else(|e| panic!("{e}\n{probe}"));
+    let yt = g.ty(g.outputs[0]).clone();
+    let src =
+        format!("graph t({params}, r: {yt}) {{\n{body}\n  l = sum(mul(y, r))\n  return l\n}}\n");
+    parse("t.fg", &src).unwrap_or_else(|e| panic!("{e}\n{src}"))
+}
+
+fn inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
+    g.params
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| Tensor::random(g.ty(p), seed * 31 + i as u64))
+        .collect()
+}
+
+fn loss(g: &Graph, xs: &[Tensor]) -> f64 {
+    interpret(g, xs).unwrap()[0].to_f64()[0]
+}
+
+/// Checks d loss / d p for the named float parameters against central differences.
+fn check(params: &str, body: &str, wrt: &[&str]) {
+    let g = graph(params, body);
+    let ids: Vec<ValueId> = wrt.iter().map(|n| g.find(n).unwrap()).collect();
+    let j = grad(&g, 0, &ids).unwrap_or_else(|e| panic!("{body}: {e}"));
+    for seed in 1..=2 {
+        let xs = inputs(&g, seed);
+        let outs = interpret(&j, &xs).unwrap_or_else(|e| panic!("{body}: {e}\n{}", print(&j)));
+        assert_eq!(outs.len(), 1 + wrt.len());
+        assert_eq!(
+            outs[0],
+            interpret(&g, &xs).unwrap()[0],
+            "{body}: the loss changed"
+        );
+        for (k, name) in wrt.iter().enumerate() {
+            let pi = g.params.iter().position(|&p| p == ids[k]).unwrap();
+            let ty = g.ty(ids[k]).clone();
+            let got = &outs[1 + k];
+            assert_eq!(got.ty, ty, "{body}: gradient type of {name}");
+            let (h, tol) = match ty.dtype {
+                DType::F64 => (1e-6, 1e-6),
+                _ => (1e-2, 2e-2),
+            };
+            let base = xs[pi].to_f64();
+            let got = got.to_f64();
+            for e in 0..base.len() {
+                let at = |delta: f64| {
+                    let mut v = base.clone();
+                    v[e] += delta;
+                    let mut ys = xs.clone();
+                    ys[pi] = Tensor::from_f64(&ty, &v);
+                    loss(&g, &ys)
+                };
+                let fd = (at(h) - at(-h)) / (2.0 * h);
+                assert!(
+                    (got[e] - fd).abs() <= tol * (1.0 + fd.abs()),
+                    "{body}: d/d{name}[{e}] is {} but finite differences give {fd}\n{}",
+                    got[e],
+                    print(&j)
+                );
+            }
+        }
+    }
+}
+
+const X23: &str = "x: f64[2, 3]";
+
+#[test]
+fn unary_ops_match_finite_differences() {
+    for body in [
+        "neg(x)",
+        "abs(x)",
+        "exp(x)",
+        "log(add(abs(x), 0.5))",
+        "sqrt(add(abs(x), 0.5))",
+        "rsqrt(add(abs(x), 0.5))",
+        "reciprocal(add(abs(x), 0.5))",
+        "sin(x)",
+        "cos(x)",
+        "tanh(x)",
+        "sigmoid(x)",
+        "relu(x)",
+        "gelu(x)",
+        "gelu(x, approximate=\"tanh\")",
+        "silu(x)",
+        "erf(x)",
+        "floor(mul(x, 3.0))",
+        "ceil(mul(x, 3.0))",
+        "sign(x)",
+    ] {
+        check(X23, &format!("  y = {body}"), &["x"]);
+    }
+}
+
+#[test]
+fn binary_ops_match_finite_differences_through_broadcasting() {
+    let ps = "x: f64[2, 3], z: f64[3]";
+    for body in [
+        "add(x, z)",
+        "sub(z, x)",
+        "mul(x, z)",
+        "div(x, add(abs(z), 0.5))",
+        "div(z, add(abs(x), 0.5))",
+        "pow(add(abs(x), 0.5), z)",
+        "maximum(x, z)",
+        "minimum(z, x)",
+        "remainder(mul(x, 3.0), add(abs(z), 0.5))",
+        "fmod(mul(x, 3.0), add(abs(z), 0.5))",
+        "where(gt(x, 0.0), z, mul(x, 2.0))",
+        "mul(x, x)",
+        "add(mul(x, z), div(x, add(abs(z), 1.0)))",
+    ] {
+        check(ps, &format!("  y = {body}"), &["x", "z"]);
+    }
+    // A stretched extent-1 axis on both sides.
+    check(
+        "x: f64[2, 1], z: f64[1, 3]",
+        "  y = mul(add(x, z), x)",
+        &["x", "z"],
+    );
+}
+
+#[test]
+fn reductions_and_normalizations_match_finite_differences() {
+    for body in [
+        "sum(x, axes=[1])",
+        "mean(x, axes=[0], keepdim=true)",
+        "max(x, axes=[1])",
+        "min(x)",
+        "prod(x, axes=[0])",
+        "softmax(x, axis=1)",
+        "log_softmax(x, axis=0)",
+        "sum(x)",
+    ] {
+        check(X23, &format!("  y = {body}"), &["x"]);
+    }
+    check(
+        "x: f64[2, 4], w: f64[4], b: f64[4]",
+        "  y = layer_norm(x, w, b, eps=1e-5)",
+        &["x", "w", "b"],
+    );
+    check(
+        "x: f64[3, 4], w: f64[4]",
+        "  y = rms_norm(x, w)",
+        &["x", "w"],
+    );
+}
+
+#[test]
+fn matmul_matches_finite_differences_in_every_rank_combination() {
+    for (ps, body) in [
+        ("a: f64[2, 3], b: f64[3, 4]", "matmul(a, b)"),
+        ("a: f64[3], b: f64[3, 4]", "matmul(a, b)"),
+        ("a: f64[2, 3], b: f64[3]", "matmul(a, b)"),
+        ("a: f64[3], b: f64[3]", "matmul(a, b)"),
+        ("a: f64[2, 2, 3], b: f64[3, 4]", "matmul(a, b)"),
+        ("a: f64[1, 2, 3], b: f64[2, 3, 2]", "matmul(a, b)"),
+        ("a: f64[3], b: f64[2, 3, 2]", "matmul(a, b)"),
+        (
+            "a: f64[2, 3], b: f64[3, 3]",
+            "tanh(matmul(matmul(a, b), b))",
+        ),
+    ] {
+        check(ps, &format!("  y = {body}"), &["a", "b"]);
+    }
+}
+
+#[test]
+fn movement_ops_match_finite_differences() {
+    let x234 = "x: f64[2, 3, 4]";
+    for body in [
+        "reshape(x, shape=[4, -1])",
+        "permute(x, dims=[2, 0, 1])",
+        "transpose(x, dim0=0, dim1=2)",
+        "squeeze(unsqueeze(x, axis=1), axes=[1])",
+        "slice(x, axis=2, start=1, end=4)",
+        "slice(x, axis=2, start=-3, end=100, step=2)",
+        "slice(x, axis=1, start=0, end=3, step=3)",
+        "pad(x, pads=[1, 0, 0, 2, -1, 1])",
+        "concat(x, mul(x, 2.0), axis=1)",
+        "expand(slice(x, axis=0, start=0, end=1), shape=[3, 3, 4])",
+    ] {
+        check(x234, &format!("  y = {body}"), &["x"]);
+    }
+    check(
+        "x: f64[3, 1], z: f64[2, 3]",
+        "  y = concat(expand(x, shape=[3, 4]), permute(z, dims=[1, 0]), axis=1)",
+        &["x", "z"],
+    );
+}
+
+#[test]
+fn index_ops_scatter_their_gradient_back() {
+    // Random i64 indices are in [0, 10), so the indexed axis has 10 entries; repeated
+    // indices accumulate.
+    check(
+        "x: f64[10, 3], i: i64[2, 4]",
+        "  y = index_select(x, i, axis=0)",
+        &["x"],
+    );
+    check(
+        "x: f64[2, 10, 3], i: i64[5]",
+        "  y = mul(index_select(x, i, axis=1), 2.0)",
+        &["x"],
+    );
+    check(
+        "x: f64[10, 3], i: i64[4, 3]",
+        "  y = gather(x, i, axis=0)",
+        &["x"],
+    );
+    check(
+        "x: f64[2, 10], i: i64[2, 6]",
+        "  y = gather(x, i, axis=1)",
+        &["x"],
+    );
+}
+
+#[test]
+fn casts_pass_gradients_between_float_types_and_stop_at_integers() {
+    check(
+        "x: f32[2, 3]",
+        "  y = mul(cast(x, to=f64), cast(x, to=f64))",
+        &["x"],
+    );
+    // Through an integer cast nothing flows: the gradient is zero.
+    check(
+        "x: f64[2, 3]",
+        "  y = add(cast(cast(mul(x, 4.0), to=i64), to=f64), 0.0)",
+        &["x"],
+    );
+}
+
+/// Runs the joint graph of `src` (loss = output 0) at `xs`; returns the gradients.
+fn grads(src: &str, wrt: &[&str], xs: &[Tensor]) -> Vec<Vec<f64>> {
+    let g = parse("t.fg", src).unwrap();
+    let ids: Vec<ValueId> = wrt.iter().map(|n| g.find(n).unwrap()).collect();
+    let j = grad(&g, 0, &ids).unwrap();
+    interpret(&j, xs).unwrap()[1..]
+        .iter()
+        .map(|t| t.to_f64())
+        .collect()
+}
+
+fn f64s(shape: &[usize], v: &[f64]) -> Tensor {
+    Tensor::from_f64(&TensorType::new(DType::F64, shape.to_vec()).unwrap(), v)
+}
+
+#[test]
+fn ties_and_zeros_get_pytorchs_subgradients() {
+    // maximum/minimum: a tie splits the cotangent in halves.
+    let src = "graph t(a: f64[3], b: f64[3]) { l = sum(maximum(a, b)) \n return l }";
+    let g = grads(
+        src,
+        &["a", "b"],
+        &[f64s(&[3], &[1.0, 2.0, 3.0]), f64s(&[3], &[1.0, 5.0, 0.0])],
+    );
+    assert_eq!(g, vec![vec![0.5, 0.0, 1.0], vec![0.5, 1.0, 0.0]]);
+    // max reduction: ties share evenly (torch.amax).
+    let src = "graph t(a: f64[4]) { l = max(a) \n return l }";
+    let g = grads(src, &["a"], &[f64s(&[4], &[2.0, 7.0, 7.0, 1.0])]);
+    assert_eq!(g, vec![vec![0.0, 0.5, 0.5, 0.0]]);
+    // prod with one zero: only the zero gets the product of the others; with two, none.
+    let src = "graph t(a: f64[4]) { l = prod(a) \n return l }";
+    let g = grads(src, &["a"], &[f64s(&[4], &[2.0, 0.0, 3.0, 4.0])]);
+    assert_eq!(g, vec![vec![0.0, 24.0, 0.0, 0.0]]);
+    let g = grads(src, &["a"], &[f64s(&[4], &[2.0, 0.0, 3.0, 0.0])]);
+    assert_eq!(g, vec![vec![0.0; 4]]);
+    // relu at 0 and abs at 0: 0.
+    let src = "graph t(a: f64[2]) { l = sum(add(relu(a), abs(a))) \n return l }";
+    let g = grads(src, &["a"], &[f64s(&[2], &[0.0, -2.0])]);
+    assert_eq!(g, vec![vec![0.0, -1.0]]);
+    // pow's exponent gradient at a zero base with a non-negative exponent: 0, not NaN.
+    let src = "graph t(a: f64[2], b: f64[2]) { l = sum(pow(a, b)) \n return l }";
+    let g = grads(
+        src,
+        &["b"],
+        &[f64s(&[2], &[0.0, 2.0]), f64s(&[2], &[2.0, 3.0])],
+    );
+    assert_eq!(g[0][0], 0.0);
+    assert!((g[0][1] - 8.0 * 2f64.ln()).abs() < 1e-12);
+}
+
+#[test]
+fn unrelated_values_get_zero_gradients_and_intermediates_can_be_targets() {
+    let src = "graph t(a: f64[2], b: f64[2]) {\n  h = mul(a, 3.0)\n  l = sum(mul(h, h))\n  return l, b\n}";
+    let g = parse("t.fg", src).unwrap();
+    let ids = [
+        g.find("b").unwrap(),
+        g.find("h").unwrap(),
+        g.find("a").unwrap(),
+    ];
+    let j = grad(&g, 0, &ids).unwrap();
+    let xs = [f64s(&[2], &[1.0, -2.0]), f64s(&[2], &[5.0, 6.0])];
+    let out = interpret(&j, &xs).unwrap();
+    assert_eq!(out.len(), 5);
+    assert_eq!(out[1], xs[1], "the graph's outputs come first");
+    assert_eq!(out[2].to_f64(), vec![0.0, 0.0]);
+    assert_eq!(out[3].to_f64(), vec![6.0, -12.0]);
+    assert_eq!(out[4].to_f64(), vec![18.0, -36.0]);
+    // Named parameters name their gradients, so the joint graph reads well as text.
+    let text = print(&j);
+    assert!(text.contains("grad_a"), "{text}");
+    assert!(
+        parse("j.fg", &text).is_ok(),
+        "the joint graph round-trips:\n{text}"
+    );
+}
+
+#[test]
+fn vjp_takes_a_cotangent_per_output() {
+    let src = "graph t(a: f64[2, 2]) {\n  y = matmul(a, a)\n  s = sum(a)\n  return y, s\n}";
+    let g = parse("t.fg", src).unwrap();
+    let j = vjp(&g, &[g.find("a").unwrap()]).unwrap();
+    assert_eq!(j.params.len(), 3, "{}", print(&j));
+    let a = f64s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let gy = f64s(&[2, 2], &[1.0, 0.0, 0.0, 0.0]);
+    let gs = f64s(&[], &[2.0]);
+    let out = interpret(&j, &[a, gy, gs]).unwrap();
+    // d/da <e00, a a> = e00 a^T + a^T e00 = [[1,3],[0,0]] + [[1,0],[2,0]]; plus 2 everywhere.
+    assert_eq!(out[2].to_f64(), vec![4.0, 5.0, 4.0, 2.0]);
+}
+
+#[test]
+fn bad_requests_are_errors_that_say_what_is_wrong() {
+    let g = parse(
+        "t.fg",
+        "graph t(a: f64[2], i: i64[2]) {\n  y = mul(a, 2.0)\n  return y\n}",
+    )
+    .unwrap();
+    let a = g.find("a").unwrap();
+    let e = grad(&g, 0, &[a]).unwrap_err().to_string();
+    assert!(
+        e.contains("must be a float scalar") && e.contains("f64[2]"),
+        "{e}"
+    );
+    let e = grad(&g, 3, &[a]).unwrap_err().to_string();
+    assert!(e.contains("output 3"), "{e}");
+    let g = parse(
+        "t.fg",
+        "graph t(a: f64[2], i: i64[2]) {\n  y = sum(mul(a, cast(i, to=f64)))\n  return y\n}",
+    )
+    .unwrap();
+    let e = grad(&g, 0, &[g.find("i").unwrap()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`i`") && e.contains("only float values"), "{e}");
+}

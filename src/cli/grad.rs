@@ -1,0 +1,79 @@
+//! `ferrite grad FILE --wrt NAME,..`: the joint forward + backward graph of a graph whose
+//! output is a scalar loss (or, with `--vjp`, of any outputs, with one cotangent input
+//! per output), as `.fg` text that every other command takes.
+
+use super::{load_any, CliError, CliResult, TextLimit};
+use clap::Args;
+use ferrite::passes::autodiff;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Flags of `ferrite grad`.
+#[derive(Args, Debug)]
+pub struct GradArgs {
+    /// The graph file (.fg) or ONNX model (.onnx).
+    pub file: PathBuf,
+    /// The values to differentiate with respect to: parameter or value names, comma-separated
+    /// (repeatable).
+    #[arg(long, value_name = "NAME,..", value_delimiter = ',', required = true)]
+    pub wrt: Vec<String>,
+    /// Which output is the loss (a float scalar), counting from 0.
+    #[arg(long, value_name = "N", default_value_t = 0, conflicts_with = "vjp")]
+    pub loss: usize,
+    /// A vector-Jacobian product of every output instead: each float output gets a
+    /// cotangent input `grad_<output>`.
+    #[arg(long)]
+    pub vjp: bool,
+    /// Write the joint graph to this file instead of standard output.
+    #[arg(short, long, value_name = "OUT.fg")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub limit: TextLimit,
+    /// Symbolic dimensions of an ONNX model.
+    #[command(flatten)]
+    pub dims: super::DimArgs,
+}
+
+/// Prints (or writes) the joint graph.
+pub fn grad(args: &GradArgs, out: &mut dyn Write) -> CliResult {
+    let g = load_any(&args.file, &args.limit, &args.dims, &[])?.graph;
+    let mut wrt = Vec::with_capacity(args.wrt.len());
+    for name in &args.wrt {
+        match g.find(name.trim()) {
+            Some(v) => wrt.push(v),
+            None => {
+                return Err(CliError::User(format!(
+                    "`{}` has no value named `{}` (--wrt takes parameter or value names)",
+                    args.file.display(),
+                    super::short(name)
+                )))
+            }
+        }
+    }
+    let joint = if args.vjp {
+        autodiff::vjp(&g, &wrt)
+    } else {
+        autodiff::grad(&g, args.loss, &wrt)
+    }
+    .map_err(|e| match e.is_internal() {
+        true => CliError::Internal(e.to_string()),
+        false => CliError::User(format!("{}: {e}", args.file.display())),
+    })?;
+    let text = ferrite::print(&joint);
+    match &args.output {
+        None => out.write_all(text.as_bytes())?,
+        Some(path) => {
+            std::fs::write(path, text.as_bytes())
+                .map_err(|e| CliError::User(format!("cannot write `{}`: {e}", path.display())))?;
+            writeln!(
+                out,
+                "{}: joint graph of `{}` ({} gradients, {} ops)",
+                path.display(),
+                super::short(&joint.name),
+                wrt.len(),
+                joint.op_count()
+            )?;
+        }
+    }
+    Ok(())
+}
