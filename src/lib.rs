@@ -92,6 +92,7 @@ pub use api::error::{Error, Result};
 pub use api::host::{Element, Tensor};
 pub use api::jit::{eager, jit, IntoOutputs, Jit, JitEvent, JitStats, DEFAULT_CACHE_LIMIT};
 pub use api::ops::{concat, where_, AxisRange, DimInt, Dims};
+pub use api::train::{Optimizer, TrainStep};
 pub use api::weights::{load, save, MAX_WEIGHTS_BYTES};
 pub use api::{files, memory, onnx, profile, sim};
 /// The most kernels the CPU target compiles for one program (one function each).

@@ -208,3 +208,240 @@ fn grad_command_prints_a_joint_graph_that_runs() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("only float values have gradients"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// PyTorch's update rules written out on the host, in f32 as torch computes them for
+/// f32 parameters (bias corrections in f64, as Python floats).
+struct HostOpt {
+    opt: ferrite::Optimizer,
+    state: Vec<Vec<Vec<f32>>>,
+    t: u64,
+}
+
+impl HostOpt {
+    fn update(&mut self, params: &mut [Vec<f32>], grads: &[Vec<f32>]) {
+        self.t += 1;
+        let t = self.t as f64;
+        for (k, (p, g)) in params.iter_mut().zip(grads).enumerate() {
+            match self.opt {
+                ferrite::Optimizer::Sgd {
+                    lr,
+                    momentum,
+                    dampening,
+                    weight_decay,
+                    nesterov,
+                } => {
+                    let mut d: Vec<f32> = g
+                        .iter()
+                        .zip(p.iter())
+                        .map(|(g, p)| g + p * weight_decay as f32)
+                        .collect();
+                    if momentum != 0.0 {
+                        let buf = &mut self.state[k][0];
+                        for (b, d) in buf.iter_mut().zip(&d) {
+                            *b = if self.t == 1 {
+                                *d
+                            } else {
+                                *b * momentum as f32 + d * (1.0 - dampening) as f32
+                            };
+                        }
+                        if nesterov {
+                            for (d, b) in d.iter_mut().zip(buf.iter()) {
+                                *d += b * momentum as f32;
+                            }
+                        } else {
+                            d = buf.clone();
+                        }
+                    }
+                    for (p, d) in p.iter_mut().zip(&d) {
+                        *p -= d * lr as f32;
+                    }
+                }
+                ferrite::Optimizer::Adam {
+                    lr,
+                    beta1,
+                    beta2,
+                    eps,
+                    weight_decay,
+                    decoupled,
+                } => {
+                    let (m, rest) = self.state[k].split_at_mut(1);
+                    let (m, v) = (&mut m[0], &mut rest[0]);
+                    let step_size = (lr / (1.0 - beta1.powf(t))) as f32;
+                    let bc2 = ((1.0 - beta2.powf(t)).sqrt()) as f32;
+                    for i in 0..p.len() {
+                        let mut d = g[i];
+                        if decoupled {
+                            p[i] *= (1.0 - lr * weight_decay) as f32;
+                        } else {
+                            d += p[i] * weight_decay as f32;
+                        }
+                        m[i] += (d - m[i]) * (1.0 - beta1) as f32;
+                        v[i] = v[i] * beta2 as f32 + d * d * (1.0 - beta2) as f32;
+                        let den = v[i].sqrt() / bc2 + eps as f32;
+                        p[i] -= m[i] / den * step_size;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn optimizer_updates_in_the_step_graph_follow_pytorchs_rules() {
+    use ferrite::Optimizer;
+    let (g, j) = joint(MLP, &["w1", "b1", "w2"]);
+    let grad_exe = compile_ir(&j, &Options::default().target(Target::Interp)).unwrap();
+    let xs = inputs(&g, 5);
+    let trained = [1usize, 2, 3];
+    for opt in [
+        Optimizer::sgd(0.3),
+        Optimizer::Sgd {
+            lr: 0.1,
+            momentum: 0.9,
+            dampening: 0.0,
+            weight_decay: 0.01,
+            nesterov: true,
+        },
+        Optimizer::Sgd {
+            lr: 0.1,
+            momentum: 0.8,
+            dampening: 0.3,
+            weight_decay: 0.0,
+            nesterov: false,
+        },
+        Optimizer::adam(0.01),
+        Optimizer::Adam {
+            lr: 0.02,
+            beta1: 0.8,
+            beta2: 0.99,
+            eps: 1e-6,
+            weight_decay: 0.05,
+            decoupled: false,
+        },
+        Optimizer::adamw(0.01),
+    ] {
+        let names = ["w1", "b1", "w2"];
+        let init: Vec<Tensor> = trained.iter().map(|&i| xs[i].clone()).collect();
+        let data: Vec<Tensor> = [0usize, 4].iter().map(|&i| xs[i].clone()).collect();
+        let mut ts = ferrite::TrainStep::new(
+            &g,
+            0,
+            &names,
+            init.clone(),
+            &opt,
+            &Options::default().target(Target::Interp),
+        )
+        .unwrap();
+        let mut host = HostOpt {
+            opt: opt.clone(),
+            state: init
+                .iter()
+                .map(|t| vec![vec![0.0f32; t.len()]; opt.slots().len()])
+                .collect(),
+            t: 0,
+        };
+        let mut hp: Vec<Vec<f32>> = init.iter().map(|t| t.to_vec::<f32>().unwrap()).collect();
+        for step in 0..8 {
+            let loss = ts.step(&data).unwrap();
+            // The host's gradients at its own parameters.
+            let mut full = xs.clone();
+            for (k, &i) in trained.iter().enumerate() {
+                full[i] = Tensor::from_vec(xs[i].shape(), hp[k].clone()).unwrap();
+            }
+            let out = grad_exe.run(&full).unwrap();
+            let host_loss = out[0].to_f64_vec()[0];
+            assert!(
+                (loss - host_loss).abs() <= 1e-5 * host_loss.abs().max(1.0),
+                "{opt:?}: step {step}: loss {loss} vs {host_loss}"
+            );
+            let grads: Vec<Vec<f32>> = out[1..]
+                .iter()
+                .map(|t| t.to_vec::<f32>().unwrap())
+                .collect();
+            host.update(&mut hp, &grads);
+            for (k, p) in ts.params().iter().enumerate() {
+                let p = p.to_vec::<f32>().unwrap();
+                for (a, b) in p.iter().zip(&hp[k]) {
+                    assert!(
+                        (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                        "{opt:?}: step {step}: {} differs: {a} vs {b}",
+                        names[k]
+                    );
+                }
+            }
+        }
+        assert_eq!(ts.steps(), 8);
+    }
+}
+
+#[test]
+fn a_compiled_train_step_trains_on_every_target() {
+    let g = parse("t.fg", MLP).unwrap();
+    let xs = inputs(&g, 5);
+    let names = ["w1", "b1", "w2"];
+    let init: Vec<Tensor> = [1usize, 2, 3].iter().map(|&i| xs[i].clone()).collect();
+    let data: Vec<Tensor> = [0usize, 4].iter().map(|&i| xs[i].clone()).collect();
+    let curve = |opts: Options| {
+        let mut ts = ferrite::TrainStep::new(
+            &g,
+            0,
+            &names,
+            init.clone(),
+            &ferrite::Optimizer::adam(0.01),
+            &opts,
+        )
+        .unwrap();
+        (0..100)
+            .map(|_| ts.step(&data).unwrap())
+            .collect::<Vec<f64>>()
+    };
+    let reference = curve(Options::default().target(Target::Interp));
+    assert!(reference[99] < 0.2 * reference[0], "{reference:?}");
+    for (label, opts) in [
+        ("cpu", Options::default().target(Target::Cpu).threads(2)),
+        (
+            "cpu, unfused",
+            Options::default().target(Target::Cpu).fuse(false),
+        ),
+        ("sim", Options::default().target(Target::Sim)),
+    ] {
+        let got = curve(opts);
+        for (step, (a, b)) in got.iter().zip(&reference).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-3 * b.abs().max(1e-2),
+                "{label}: step {step}: loss {a}, interpreter {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn train_step_refuses_what_it_cannot_train() {
+    let g = parse("t.fg", MLP).unwrap();
+    let xs = inputs(&g, 5);
+    let opts = Options::default().target(Target::Interp);
+    let adam = ferrite::Optimizer::adam(0.01);
+    let e = ferrite::TrainStep::new(&g, 0, &["h"], vec![xs[1].clone()], &adam, &opts)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("`h` is a value, not a parameter"), "{e}");
+    let e = ferrite::TrainStep::new(&g, 0, &["w1"], vec![xs[2].clone()], &adam, &opts)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("initial value of `w1`"), "{e}");
+    let bad = ferrite::Optimizer::Adam {
+        lr: 0.1,
+        beta1: 1.5,
+        beta2: 0.9,
+        eps: 1e-8,
+        weight_decay: 0.0,
+        decoupled: false,
+    };
+    let e = ferrite::TrainStep::new(&g, 0, &["w1"], vec![xs[1].clone()], &bad, &opts)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("beta1"), "{e}");
+}

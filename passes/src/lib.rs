@@ -9,5 +9,6 @@ pub mod memory;
 pub mod optimize;
 pub mod pipeline;
 pub mod schedule;
+pub mod train;
 
 pub use error::{Error, Result};

@@ -16,6 +16,8 @@
 //! - `onnx.rs`: [`ferrite::onnx`](crate::onnx): `.onnx` files in, external data read inside the model's folder;
 //! - `weights.rs`: [`load`](crate::load) and [`save`](crate::save): `.fg` files with a
 //!   safetensors weights file beside them (the only place that reads one);
+//! - `train.rs`: [`TrainStep`](crate::TrainStep): forward, backward and optimizer update
+//!   compiled as one program, run step after step;
 //! - `error.rs`: [`Error`](crate::Error).
 
 pub mod builder;
@@ -32,4 +34,5 @@ pub mod onnx;
 pub mod ops;
 pub mod profile;
 pub mod sim;
+pub mod train;
 pub mod weights;

@@ -1,0 +1,350 @@
+//! A whole training step as one graph: the forward pass, the backward pass
+//! ([`crate::autodiff`]) and the optimizer's update, so that all three are fused and
+//! compiled together, as AOTAutograd + Inductor do.
+//!
+//! [`train_step`] takes a graph with a scalar loss and the parameters to train, and
+//! returns a graph with these parameters, in order:
+//! 1. the graph's own parameters (the trained ones and the data), unchanged in position;
+//! 2. the optimizer's state: one tensor per trained parameter and slot (`momentum` for SGD
+//!    with momentum; `exp_avg` and `exp_avg_sq` for Adam), named `<param>.<slot>`, with
+//!    the parameter's type; zeros before the first step;
+//! 3. `step`, an `f64` scalar: the number of steps taken so far (0 before the first).
+//!
+//! and these results: the loss, each trained parameter's new value, each state slot's new
+//! value (same order as the inputs), and `step + 1`. A driver feeds the new values back
+//! (`ferrite::TrainStep`). The update rules are PyTorch's (`torch.optim.SGD`, `Adam`,
+//! `AdamW`), with hyperparameters as literals; Adam's bias corrections are computed in
+//! `f64` from `step`, as PyTorch computes them in Python floats.
+
+use crate::autodiff::grad;
+use crate::error::{Error, Result};
+use ferrite_ir::{
+    verify, BinaryOp as B, DType, Graph, Op, Scalar, TensorType, UnaryOp as U, ValueId,
+};
+
+/// An optimizer and its hyperparameters (PyTorch's names and defaults).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Optimizer {
+    /// `torch.optim.SGD`.
+    Sgd {
+        /// Learning rate.
+        lr: f64,
+        /// Momentum factor (0: none, and no state).
+        momentum: f64,
+        /// Dampening of the momentum.
+        dampening: f64,
+        /// L2 penalty added to the gradient.
+        weight_decay: f64,
+        /// Nesterov momentum.
+        nesterov: bool,
+    },
+    /// `torch.optim.Adam` (`decoupled: false`) or `torch.optim.AdamW` (`decoupled: true`).
+    Adam {
+        /// Learning rate.
+        lr: f64,
+        /// Decay of the first moment.
+        beta1: f64,
+        /// Decay of the second moment.
+        beta2: f64,
+        /// Added to the denominator.
+        eps: f64,
+        /// L2 penalty (Adam: added to the gradient; AdamW: decoupled, applied to the weight).
+        weight_decay: f64,
+        /// AdamW's decoupled weight decay.
+        decoupled: bool,
+    },
+}
+
+impl Optimizer {
+    /// SGD without momentum.
+    pub fn sgd(lr: f64) -> Optimizer {
+        Optimizer::Sgd {
+            lr,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+        }
+    }
+
+    /// Adam with PyTorch's defaults (betas 0.9, 0.999, eps 1e-8, no weight decay).
+    pub fn adam(lr: f64) -> Optimizer {
+        Optimizer::Adam {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+        }
+    }
+
+    /// AdamW with PyTorch's defaults (weight decay 0.01).
+    pub fn adamw(lr: f64) -> Optimizer {
+        Optimizer::Adam {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            decoupled: true,
+        }
+    }
+
+    /// The names of the state slots each trained parameter has.
+    pub fn slots(&self) -> &'static [&'static str] {
+        match self {
+            Optimizer::Sgd { momentum, .. } if *momentum != 0.0 => &["momentum"],
+            Optimizer::Sgd { .. } => &[],
+            Optimizer::Adam { .. } => &["exp_avg", "exp_avg_sq"],
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |what: &str, v: f64| {
+            Err(Error::InvalidGraph(format!(
+                "train_step: {what} must be a finite number in range, not {v}"
+            )))
+        };
+        match *self {
+            Optimizer::Sgd {
+                lr,
+                momentum,
+                dampening,
+                weight_decay,
+                nesterov,
+            } => {
+                for (w, v) in [
+                    ("lr", lr),
+                    ("momentum", momentum),
+                    ("dampening", dampening),
+                    ("weight_decay", weight_decay),
+                ] {
+                    if !v.is_finite() || v < 0.0 {
+                        return bad(w, v);
+                    }
+                }
+                if nesterov && (momentum <= 0.0 || dampening != 0.0) {
+                    return Err(Error::InvalidGraph(
+                        "train_step: Nesterov momentum needs a momentum and zero dampening".into(),
+                    ));
+                }
+            }
+            Optimizer::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                ..
+            } => {
+                for (w, v) in [("lr", lr), ("eps", eps), ("weight_decay", weight_decay)] {
+                    if !v.is_finite() || v < 0.0 {
+                        return bad(w, v);
+                    }
+                }
+                for (w, v) in [("beta1", beta1), ("beta2", beta2)] {
+                    if !(0.0..1.0).contains(&v) {
+                        return bad(w, v);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The training-step graph of `g` (see the module docs): `trained` are parameters of `g`
+/// (float), the loss is `g.outputs[loss]`.
+pub fn train_step(g: &Graph, loss: usize, trained: &[ValueId], opt: &Optimizer) -> Result<Graph> {
+    opt.check()?;
+    for &p in trained {
+        if !g.params.contains(&p) {
+            return Err(Error::InvalidGraph(format!(
+                "train_step: {} is not a parameter of the graph; only parameters are trained",
+                name(g, p)
+            )));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for &p in trained {
+        if !seen.insert(p) {
+            return Err(Error::InvalidGraph(format!(
+                "train_step: {} is listed twice",
+                name(g, p)
+            )));
+        }
+    }
+    let joint = grad(g, loss, trained)?;
+    let n_out = g.outputs.len();
+    let mut out = joint.clone();
+    let loss_v = joint.outputs[loss];
+    let grads: Vec<ValueId> = joint.outputs[n_out..].to_vec();
+    // State parameters, slot-major per parameter.
+    let mut state = Vec::new();
+    for &p in trained {
+        let ty = g.ty(p).clone();
+        let mut slots = Vec::new();
+        for slot in opt.slots() {
+            let nm = fresh(&out, &format!("{}.{slot}", name_raw(g, p)));
+            slots.push(out.add_param(nm, ty.clone()).map_err(ir)?);
+        }
+        state.push(slots);
+    }
+    let step_name = fresh(&out, "step");
+    let step = out
+        .add_param(step_name, TensorType::scalar(DType::F64))
+        .map_err(ir)?;
+    let mut b = Build { g: &mut out };
+    let one = b.lit(1.0, DType::F64)?;
+    let t = b.bin(B::Add, step, one)?;
+    let mut new_params = Vec::new();
+    let mut new_state = Vec::new();
+    for (k, &p) in trained.iter().enumerate() {
+        let dt = b.g.ty(p).dtype;
+        let mut d = grads[k];
+        match *opt {
+            Optimizer::Sgd {
+                lr,
+                momentum,
+                dampening,
+                weight_decay,
+                nesterov,
+            } => {
+                if weight_decay != 0.0 {
+                    let wp = b.bin_s(B::Mul, p, weight_decay)?;
+                    d = b.bin(B::Add, d, wp)?;
+                }
+                if momentum != 0.0 {
+                    let buf = state[k][0];
+                    // PyTorch starts the buffer at the first gradient, undamped.
+                    let mb = b.bin_s(B::Mul, buf, momentum)?;
+                    let dd = b.bin_s(B::Mul, d, 1.0 - dampening)?;
+                    let later = b.bin(B::Add, mb, dd)?;
+                    let zero = b.lit(0.0, DType::F64)?;
+                    let first = b.bin(B::Eq, step, zero)?;
+                    let nb = b.g.add(Op::Where, &[first, d, later], None).map_err(ir)?;
+                    new_state.push(nb);
+                    d = if nesterov {
+                        let m = b.bin_s(B::Mul, nb, momentum)?;
+                        b.bin(B::Add, d, m)?
+                    } else {
+                        nb
+                    };
+                }
+                let u = b.bin_s(B::Mul, d, lr)?;
+                new_params.push(b.bin(B::Sub, p, u)?);
+            }
+            Optimizer::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                decoupled,
+            } => {
+                let mut w = p;
+                if weight_decay != 0.0 {
+                    if decoupled {
+                        w = b.bin_s(B::Mul, p, 1.0 - lr * weight_decay)?;
+                    } else {
+                        let wp = b.bin_s(B::Mul, p, weight_decay)?;
+                        d = b.bin(B::Add, d, wp)?;
+                    }
+                }
+                let (m, v) = (state[k][0], state[k][1]);
+                // m = m + (1 - b1) (d - m), as torch's lerp_; v = b2 v + (1 - b2) d^2.
+                let dm = b.bin(B::Sub, d, m)?;
+                let dm = b.bin_s(B::Mul, dm, 1.0 - beta1)?;
+                let m1 = b.bin(B::Add, m, dm)?;
+                let vb = b.bin_s(B::Mul, v, beta2)?;
+                let d2 = b.bin(B::Mul, d, d)?;
+                let d2 = b.bin_s(B::Mul, d2, 1.0 - beta2)?;
+                let v1 = b.bin(B::Add, vb, d2)?;
+                // Bias corrections in f64: bc1 = 1 - b1^t, bc2 = 1 - b2^t.
+                let bc = |b: &mut Build, beta: f64| -> Result<ValueId> {
+                    let base = b.lit(beta, DType::F64)?;
+                    let pw = b.bin(B::Pow, base, t)?;
+                    let one = b.lit(1.0, DType::F64)?;
+                    b.bin(B::Sub, one, pw)
+                };
+                let bc1 = bc(&mut b, beta1)?;
+                let bc2 = bc(&mut b, beta2)?;
+                // step size lr / bc1; denominator sqrt(v) / sqrt(bc2) + eps (torch's order).
+                let lrl = b.lit(lr, DType::F64)?;
+                let step_size = b.bin(B::Div, lrl, bc1)?;
+                let step_size = b.cast(step_size, dt)?;
+                let sbc2 = b.g.add(Op::Unary(U::Sqrt), &[bc2], None).map_err(ir)?;
+                let sbc2 = b.cast(sbc2, dt)?;
+                let sv = b.g.add(Op::Unary(U::Sqrt), &[v1], None).map_err(ir)?;
+                let den = b.bin(B::Div, sv, sbc2)?;
+                let den = b.bin_s(B::Add, den, eps)?;
+                let ratio = b.bin(B::Div, m1, den)?;
+                let upd = b.bin(B::Mul, ratio, step_size)?;
+                new_params.push(b.bin(B::Sub, w, upd)?);
+                new_state.push(m1);
+                new_state.push(v1);
+            }
+        }
+    }
+    out.outputs = vec![loss_v];
+    out.outputs.extend(new_params);
+    out.outputs.extend(new_state);
+    out.outputs.push(t);
+    out.declared_outputs = None;
+    verify(&out)
+        .map_err(|e| Error::internal(format!("train_step produced an invalid graph: {e}")))?;
+    Ok(out)
+}
+
+struct Build<'g> {
+    g: &'g mut Graph,
+}
+
+impl Build<'_> {
+    fn lit(&mut self, x: f64, dtype: DType) -> Result<ValueId> {
+        self.g.add_literal(Scalar::Float(x), dtype).map_err(ir)
+    }
+
+    fn bin(&mut self, op: B, x: ValueId, y: ValueId) -> Result<ValueId> {
+        self.g.add(Op::Binary(op), &[x, y], None).map_err(ir)
+    }
+
+    fn bin_s(&mut self, op: B, x: ValueId, c: f64) -> Result<ValueId> {
+        let dt = self.g.ty(x).dtype;
+        let c = self.lit(c, dt)?;
+        self.bin(op, x, c)
+    }
+
+    fn cast(&mut self, x: ValueId, to: DType) -> Result<ValueId> {
+        if self.g.ty(x).dtype == to {
+            return Ok(x);
+        }
+        self.g.add(Op::Cast { to }, &[x], None).map_err(ir)
+    }
+}
+
+fn ir(e: ferrite_ir::Error) -> Error {
+    Error::internal(format!("train_step: {e}"))
+}
+
+fn name_raw(g: &Graph, v: ValueId) -> String {
+    g.node(v)
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("p{}", v.0))
+}
+
+fn name(g: &Graph, v: ValueId) -> String {
+    format!("`{}`", name_raw(g, v))
+}
+
+fn fresh(g: &Graph, base: &str) -> String {
+    if g.find(base).is_none() {
+        return base.to_string();
+    }
+    (1..)
+        .map(|i| format!("{base}_{i}"))
+        .find(|n| g.find(n).is_none())
+        .unwrap()
+}

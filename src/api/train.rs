@@ -1,0 +1,151 @@
+//! [`TrainStep`]: a training step (forward, backward, optimizer update) compiled once as
+//! one program ([`ferrite_passes::train::train_step`]) and run many times, the trained
+//! parameters and the optimizer's state kept between steps.
+
+use super::compile::{compile_ir, Compiled, Options};
+use super::error::{Error, Result};
+use super::host::Tensor;
+pub use ferrite_passes::train::Optimizer;
+
+/// A compiled training step. Each [`TrainStep::step`] runs forward, backward and the
+/// update on one batch, and keeps the new parameters and optimizer state for the next.
+/// On the CPU the new values are written into buffers kept between steps (two sets,
+/// swapped), so a warm step allocates no tensors.
+pub struct TrainStep {
+    exe: Compiled,
+    /// Positions, among the graph's parameters, of the trained ones and of the data.
+    trained: Vec<usize>,
+    data: Vec<usize>,
+    /// The graph's parameter count (the state follows).
+    graph_params: usize,
+    /// Current values: every input of the step program (data slots hold zero placeholders).
+    inputs: Vec<Tensor>,
+    /// Output buffers of the next step.
+    outputs: Vec<Tensor>,
+    steps: u64,
+}
+
+impl TrainStep {
+    /// Compiles the training step of `graph` (whose output `loss` is a float scalar) for
+    /// the parameters named in `trained`, starting from `init` (one tensor per trained
+    /// parameter, in the order of `trained`), with `optimizer`, on `options`' target.
+    pub fn new(
+        graph: &ferrite_ir::Graph,
+        loss: usize,
+        trained: &[&str],
+        init: Vec<Tensor>,
+        optimizer: &Optimizer,
+        options: &Options,
+    ) -> Result<TrainStep> {
+        let invalid = |message: String| Error::InvalidGraph { message };
+        let mut ids = Vec::with_capacity(trained.len());
+        let mut positions = Vec::with_capacity(trained.len());
+        for name in trained {
+            let v = graph
+                .find(name)
+                .ok_or_else(|| invalid(format!("the graph has no parameter `{name}`")))?;
+            let pos = graph
+                .params
+                .iter()
+                .position(|&p| p == v)
+                .ok_or_else(|| invalid(format!("`{name}` is a value, not a parameter")))?;
+            ids.push(v);
+            positions.push(pos);
+        }
+        if init.len() != trained.len() {
+            return Err(invalid(format!(
+                "{} initial values for {} trained parameters",
+                init.len(),
+                trained.len()
+            )));
+        }
+        for ((name, t), &v) in trained.iter().zip(&init).zip(&ids) {
+            if t.ty() != graph.ty(v) {
+                return Err(invalid(format!(
+                    "the initial value of `{name}` is {}, the parameter is {}",
+                    t.ty(),
+                    graph.ty(v)
+                )));
+            }
+        }
+        let step_graph =
+            ferrite_passes::train::train_step(graph, loss, &ids, optimizer).map_err(|e| match e
+                .is_internal()
+            {
+                true => Error::Internal {
+                    message: e.to_string(),
+                },
+                false => invalid(e.to_string()),
+            })?;
+        let exe = compile_ir(&step_graph, options)?;
+        let graph_params = graph.params.len();
+        let mut inputs: Vec<Tensor> = step_graph
+            .params
+            .iter()
+            .map(|&p| Tensor::zeros(step_graph.ty(p)))
+            .collect::<Result<_>>()?;
+        for (&pos, t) in positions.iter().zip(init) {
+            inputs[pos] = t;
+        }
+        let data = (0..graph_params)
+            .filter(|i| !positions.contains(i))
+            .collect();
+        let outputs = exe.new_outputs();
+        Ok(TrainStep {
+            exe,
+            trained: positions,
+            data,
+            graph_params,
+            inputs,
+            outputs,
+            steps: 0,
+        })
+    }
+
+    /// One step on `data` (the graph's untrained parameters, in their order); returns the
+    /// loss before the update.
+    pub fn step(&mut self, data: &[Tensor]) -> Result<f64> {
+        if data.len() != self.data.len() {
+            return Err(Error::InputCount {
+                expected: self.data.len(),
+                got: data.len(),
+            });
+        }
+        // The batch is read in place: the step's inputs are borrowed, never copied.
+        let mut refs: Vec<&Tensor> = self.inputs.iter().collect();
+        for (&pos, t) in self.data.iter().zip(data) {
+            refs[pos] = t;
+        }
+        self.exe.run_into(&refs, &mut self.outputs)?;
+        let loss = self.outputs[0].to_f64_vec()[0];
+        // Outputs: loss, new params, new state (in input order), step + 1.
+        let n = self.trained.len();
+        for (k, &pos) in self.trained.iter().enumerate() {
+            std::mem::swap(&mut self.inputs[pos], &mut self.outputs[1 + k]);
+        }
+        let state = self.inputs.len() - self.graph_params;
+        for s in 0..state {
+            std::mem::swap(
+                &mut self.inputs[self.graph_params + s],
+                &mut self.outputs[1 + n + s],
+            );
+        }
+        self.steps += 1;
+        Ok(loss)
+    }
+
+    /// The current value of each trained parameter, in the order given to [`TrainStep::new`].
+    pub fn params(&self) -> Vec<&Tensor> {
+        self.trained.iter().map(|&p| &self.inputs[p]).collect()
+    }
+
+    /// The steps taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The compiled step program (its graph is the training-step graph).
+    pub fn compiled(&self) -> &Compiled {
+        &self.exe
+    }
+}
