@@ -90,7 +90,9 @@ pub use api::compile::{compile, compile_ir, Compiled, Execution, Options, Target
 pub use api::compose::{scaled_dot_product_attention, stack};
 pub use api::error::{Error, Result};
 pub use api::host::{Element, Tensor};
-pub use api::jit::{eager, jit, IntoOutputs, Jit, JitEvent, JitStats, DEFAULT_CACHE_LIMIT};
+pub use api::jit::{
+    eager, jit, IntoOutputs, Jit, JitEvent, JitStats, WhenFull, DEFAULT_CACHE_LIMIT,
+};
 pub use api::ops::{concat, where_, AxisRange, DimInt, Dims};
 pub use api::train::{Optimizer, TrainStep};
 pub use api::weights::{load, save, MAX_WEIGHTS_BYTES};

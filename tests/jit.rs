@@ -5,7 +5,7 @@
 #[path = "../examples/models/mod.rs"]
 mod models;
 
-use ferrite::{jit, DType, Error, JitEvent, JitStats, Options, Target, Tensor, Var};
+use ferrite::{jit, DType, Error, JitEvent, JitStats, Options, Target, Tensor, Var, WhenFull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -52,6 +52,7 @@ fn a_closure_is_traced_once_per_signature_and_cached() {
             compiles: 1,
             recompiles: 0,
             eager_calls: 0,
+            evictions: 0,
             cache_entries: 1,
         }
     );
@@ -128,6 +129,7 @@ fn past_the_cache_limit_new_signatures_run_eagerly_and_say_so_once() {
     let f = jit(|[x]| (x.exp() * 2.0).softmax(-1))
         .name("limited")
         .cache_limit(2)
+        .when_full(WhenFull::Eager)
         .on_event(hook);
     let inputs: Vec<Tensor> = (1..=5).map(|n| ramp(&[n])).collect();
     let mut first = Vec::new();
@@ -168,6 +170,61 @@ fn past_the_cache_limit_new_signatures_run_eagerly_and_say_so_once() {
             .check_close(&eager[0], 1e-5, 1e-6)
             .unwrap();
     }
+}
+
+#[test]
+fn past_the_cache_limit_the_least_recently_used_signature_is_evicted() {
+    let (events, hook) = recorder();
+    let f = jit(|[x]| (x.exp() * 2.0).softmax(-1))
+        .name("lru")
+        .cache_limit(2)
+        .on_event(hook);
+    let xs: Vec<Tensor> = (1..=4).map(|n| ramp(&[n])).collect();
+    f.run(&[&xs[0]]).unwrap(); // [1]
+    f.run(&[&xs[1]]).unwrap(); // [1], [2]
+    f.run(&[&xs[0]]).unwrap(); // hit: [2] is now the least recently used
+    f.run(&[&xs[2]]).unwrap(); // evicts [2]
+    let mut sigs = f.signatures();
+    sigs.sort_by_key(|s| s[0].shape.clone());
+    assert_eq!(
+        sigs,
+        vec![vec![xs[0].ty().clone()], vec![xs[2].ty().clone()]]
+    );
+    let got = f.run(&[&xs[1]]).unwrap(); // evicts [1] (used before [3]), compiles [2] again
+    let s = f.stats();
+    assert_eq!(
+        (
+            s.calls,
+            s.hits,
+            s.compiles,
+            s.evictions,
+            s.eager_calls,
+            s.cache_entries
+        ),
+        (5, 1, 4, 2, 0, 2)
+    );
+    let want = f.run_eager(&[&xs[1]]).unwrap();
+    got[0].check_close(&want[0], 1e-5, 1e-6).unwrap();
+    let events = events.lock().unwrap();
+    let evicted: Vec<&JitEvent> = events
+        .iter()
+        .filter(|e| matches!(e, JitEvent::Evicted { .. }))
+        .collect();
+    assert_eq!(evicted.len(), 2);
+    assert_eq!(
+        evicted[0],
+        &JitEvent::Evicted {
+            name: "lru".into(),
+            evicted: vec![xs[1].ty().clone()],
+            signature: vec![xs[2].ty().clone()],
+            limit: 2,
+        }
+    );
+    assert!(
+        evicted[0].to_string().contains("least recently used"),
+        "{}",
+        evicted[0]
+    );
 }
 
 #[test]

@@ -14,7 +14,11 @@
 //!    result cached and run. The first compile is a compile, every later one a
 //!    *recompile*: the guard failed for every cached signature;
 //! 3. **miss** with the cache full (`cache_limit` entries, default 8 like Dynamo's
-//!    `cache_size_limit`): the call runs *eagerly* instead, and says so once.
+//!    `cache_size_limit`): by default the least recently used signature is evicted and
+//!    the new one compiled ([`WhenFull::Evict`]; each eviction is a [`JitEvent`]), so a
+//!    long-running process keeps compiled code for the shapes it sees now. With
+//!    [`WhenFull::Eager`] (Dynamo's behaviour) the call runs *eagerly* instead, and says
+//!    so once.
 //!
 //! Eager means op by op on the reference interpreter: the closure is traced and each op
 //! computes and materializes its whole result before the next one starts; nothing is
@@ -60,6 +64,17 @@ use std::time::{Duration, Instant};
 
 /// Dynamo's default `cache_size_limit`: compiled signatures kept per function.
 pub const DEFAULT_CACHE_LIMIT: usize = 8;
+
+/// What a [`Jit`] does with a new signature when its cache is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WhenFull {
+    /// Evict the least recently used signature and compile the new one (the default).
+    #[default]
+    Evict,
+    /// Run new signatures eagerly, op by op on the interpreter, keeping the cache as it
+    /// is (Dynamo's fall back once `cache_size_limit` is reached).
+    Eager,
+}
 
 /// The environment variable that turns on a log line per compile.
 pub const LOG_ENV: &str = "FERRITE_LOG";
@@ -142,6 +157,17 @@ pub enum JitEvent {
         /// What went wrong.
         error: Error,
     },
+    /// The cache was full: the least recently used signature was dropped to make room.
+    Evicted {
+        /// The function's name.
+        name: String,
+        /// The signature dropped.
+        evicted: Vec<TensorType>,
+        /// The new signature that needed its place.
+        signature: Vec<TensorType>,
+        /// The cache limit.
+        limit: usize,
+    },
     /// The cache is full: calls with new signatures run eagerly from now on (reported once).
     EagerFallback {
         /// The function's name.
@@ -202,6 +228,18 @@ impl fmt::Display for JitEvent {
                 "ferrite::jit `{name}`: compiling for {} failed: {error}",
                 SignatureDisplay(signature)
             ),
+            JitEvent::Evicted {
+                name,
+                evicted,
+                signature,
+                limit,
+            } => write!(
+                f,
+                "ferrite::jit `{name}`: cache limit of {limit} signatures reached; evicted {}, \
+                 the least recently used, to compile {}",
+                SignatureDisplay(evicted),
+                SignatureDisplay(signature)
+            ),
             JitEvent::EagerFallback {
                 name,
                 signature,
@@ -229,8 +267,10 @@ pub struct JitStats {
     pub compiles: u64,
     /// Compiles after the first.
     pub recompiles: u64,
-    /// Calls that ran eagerly because the cache was full.
+    /// Calls that ran eagerly because the cache was full ([`WhenFull::Eager`]).
     pub eager_calls: u64,
+    /// Signatures evicted to make room ([`WhenFull::Evict`]).
+    pub evictions: u64,
     /// Signatures in the cache now.
     pub cache_entries: usize,
 }
@@ -242,6 +282,46 @@ struct Counters {
     misses: AtomicU64,
     compiles: AtomicU64,
     eager_calls: AtomicU64,
+    evictions: AtomicU64,
+}
+
+/// The cache: compiled slots by signature, each with the tick of its last use.
+#[derive(Default)]
+struct Cache {
+    map: HashMap<Vec<TensorType>, (Arc<Slot>, u64)>,
+    tick: u64,
+}
+
+impl Cache {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The slot of `signature`, marked as just used.
+    fn touch(&mut self, signature: &[TensorType]) -> Option<Arc<Slot>> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.map.get_mut(signature).map(|(slot, used)| {
+            *used = tick;
+            slot.clone()
+        })
+    }
+
+    fn insert(&mut self, signature: Vec<TensorType>, slot: Arc<Slot>) {
+        self.tick += 1;
+        self.map.insert(signature, (slot, self.tick));
+    }
+
+    /// Removes and returns the least recently used signature.
+    fn evict_lru(&mut self) -> Option<Vec<TensorType>> {
+        let oldest = self
+            .map
+            .iter()
+            .min_by_key(|(_, (_, used))| *used)
+            .map(|(sig, _)| sig.clone())?;
+        self.map.remove(&oldest);
+        Some(oldest)
+    }
 }
 
 /// A compile, done once per signature by whichever call gets there first; calls with
@@ -271,8 +351,9 @@ pub struct Jit<F, const N: usize> {
     name: String,
     options: Options,
     cache_limit: usize,
+    when_full: WhenFull,
     hook: Option<Hook>,
-    cache: Mutex<HashMap<Vec<TensorType>, Arc<Slot>>>,
+    cache: Mutex<Cache>,
     counters: Counters,
     warned_eager: AtomicBool,
 }
@@ -289,8 +370,9 @@ where
         name: "jit".into(),
         options: Options::default(),
         cache_limit: DEFAULT_CACHE_LIMIT,
+        when_full: WhenFull::default(),
         hook: None,
-        cache: Mutex::new(HashMap::new()),
+        cache: Mutex::new(Cache::default()),
         counters: Counters::default(),
         warned_eager: AtomicBool::new(false),
     }
@@ -332,10 +414,16 @@ where
         self
     }
 
-    /// How many signatures to compile before running new ones eagerly (default 8;
-    /// 0 runs every call eagerly).
+    /// How many compiled signatures to keep (default 8; 0 runs every call eagerly).
     pub fn cache_limit(mut self, limit: usize) -> Self {
         self.cache_limit = limit;
+        self
+    }
+
+    /// What to do with a new signature when the cache is full (default
+    /// [`WhenFull::Evict`]).
+    pub fn when_full(mut self, policy: WhenFull) -> Self {
+        self.when_full = policy;
         self
     }
 
@@ -346,18 +434,26 @@ where
     }
 
     /// Runs the function on `inputs`: compiled for their signature (compiling on the
-    /// first call with it), or eagerly when the cache is full. Errors are those of
+    /// first call with it, evicting the least recently used signature when the cache is
+    /// full), or eagerly when the cache is full and the policy says so. Errors are those of
     /// tracing (build errors), compiling and [`Compiled::run`].
     pub fn run<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Vec<Tensor>> {
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let signature = signature(inputs, N)?;
+        let mut evicted = None;
         let slot = {
             let mut cache = lock(&self.cache);
-            if let Some(slot) = cache.get(&signature) {
+            if let Some(slot) = cache.touch(&signature) {
                 self.counters.hits.fetch_add(1, Ordering::Relaxed);
-                Some(slot.clone())
+                Some(slot)
             } else {
                 self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                if cache.len() >= self.cache_limit
+                    && self.cache_limit > 0
+                    && self.when_full == WhenFull::Evict
+                {
+                    evicted = cache.evict_lru();
+                }
                 if cache.len() < self.cache_limit {
                     let slot = Arc::new(Slot::new());
                     cache.insert(signature.clone(), slot.clone());
@@ -367,6 +463,15 @@ where
                 }
             }
         };
+        if let Some(old) = evicted {
+            self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            self.emit(JitEvent::Evicted {
+                name: self.name.clone(),
+                evicted: old,
+                signature: signature.clone(),
+                limit: self.cache_limit,
+            });
+        }
         let Some(slot) = slot else {
             self.counters.eager_calls.fetch_add(1, Ordering::Relaxed);
             if !self.warned_eager.swap(true, Ordering::Relaxed) {
@@ -383,8 +488,12 @@ where
             Err(e) => {
                 // Failures are not cached: they hold no slot, and a later call retries.
                 let mut cache = lock(&self.cache);
-                if cache.get(&signature).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
-                    cache.remove(&signature);
+                if cache
+                    .map
+                    .get(&signature)
+                    .is_some_and(|(s, _)| Arc::ptr_eq(s, &slot))
+                {
+                    cache.map.remove(&signature);
                 }
                 Err(e.clone())
             }
@@ -418,18 +527,18 @@ where
 
     /// The compiled program for `signature`, if it is cached.
     pub fn compiled(&self, signature: &[TensorType]) -> Option<Arc<Compiled>> {
-        let slot = lock(&self.cache).get(signature)?.clone();
+        let slot = lock(&self.cache).map.get(signature)?.0.clone();
         slot.get()?.as_ref().ok().cloned()
     }
 
     /// The cached signatures, in no particular order.
     pub fn signatures(&self) -> Vec<Vec<TensorType>> {
-        lock(&self.cache).keys().cloned().collect()
+        lock(&self.cache).map.keys().cloned().collect()
     }
 
     /// Empties the cache (the counters keep counting; the eager notice may come again).
     pub fn clear_cache(&self) {
-        lock(&self.cache).clear();
+        lock(&self.cache).map.clear();
         self.warned_eager.store(false, Ordering::Relaxed);
     }
 
@@ -444,6 +553,7 @@ where
             compiles,
             recompiles: compiles.saturating_sub(1),
             eager_calls: c.eager_calls.load(Ordering::Relaxed),
+            evictions: c.evictions.load(Ordering::Relaxed),
             cache_entries: lock(&self.cache).len(),
         }
     }
