@@ -457,3 +457,110 @@ fn train_step_refuses_what_it_cannot_train() {
         .to_string();
     assert!(e.contains("beta1"), "{e}");
 }
+
+/// A DLRM-style click model's loss: dense features through a bottom MLP, `features`
+/// sparse features through sum-mode embedding bags of variable lengths (bag `b` of
+/// feature `f` holds `idx_f[offs_f[b]..offs_f[b + 1]]`, written with a membership mask
+/// so that the offsets are data), the pairwise dot interaction of the 1 + `features`
+/// vectors (strictly lower triangle), a top MLP and binary cross-entropy with logits.
+fn dlrm_source(features: usize, batch: usize, n: usize, rows: usize, d: usize) -> String {
+    let mut params = format!("dense: f32[{batch}, 6], y: i64[{batch}, 1], w0: f32[6, 16], c0: f32[16], w1: f32[16, {d}], c1: f32[{d}]");
+    let mut body = format!(
+        "  z0 = relu(add(matmul(relu(add(matmul(dense, w0), c0)), w1), c1))\n  pos = reshape(arange(end={n}), shape=[1, {n}])\n"
+    );
+    let mut parts = vec!["unsqueeze(z0, axis=1)".to_string()];
+    for f in 0..features {
+        params += &format!(", t{f}: f32[{rows}, {d}], idx{f}: i64[{n}], offs{f}: i64[{batch}]");
+        body += &format!(
+            "  end{f} = reshape(concat(slice(offs{f}, axis=0, start=1), full(shape=[1], value={n}, dtype=i64), axis=0), shape=[{batch}, 1])\n  m{f} = cast(and(ge(pos, reshape(offs{f}, shape=[{batch}, 1])), lt(pos, end{f})), to=f32)\n  e{f} = matmul(m{f}, index_select(t{f}, idx{f}, axis=0))\n"
+        );
+        parts.push(format!("unsqueeze(e{f}, axis=1)"));
+    }
+    let k = features + 1;
+    let tri: Vec<String> = (0..k)
+        .flat_map(|i| (0..i).map(move |j| (i * k + j).to_string()))
+        .collect();
+    let pairs = tri.len();
+    body += &format!(
+        "  t = concat({}, axis=1)\n  z = reshape(matmul(t, transpose(t, dim0=1, dim1=2)), shape=[{batch}, {}])\n  inter = index_select(z, constant(values=[{}], dtype=i64, shape=[{pairs}]), axis=1)\n  top = relu(add(matmul(concat(z0, inter, axis=1), u0), v0))\n  logit = add(matmul(top, u1), v1)\n  yf = cast(y, to=f32)\n  sp = add(maximum(logit, 0.0), log(add(exp(neg(abs(logit))), 1.0)))\n  loss = mean(sub(sp, mul(yf, logit)))\n",
+        parts.join(", "),
+        k * k,
+        tri.join(", ")
+    );
+    params += &format!(
+        ", u0: f32[{}, 16], v0: f32[16], u1: f32[16, 1], v1: f32[1]",
+        d + pairs
+    );
+    format!("graph dlrm({params}) -> f32[] {{\n{body}  return loss\n}}\n")
+}
+
+#[test]
+fn a_dlrm_style_model_with_variable_bags_trains_on_every_target() {
+    let (features, batch, n, rows, d) = (8, 4, 10, 20, 8);
+    let src = dlrm_source(features, batch, n, rows, d);
+    let g = parse("dlrm.fg", &src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+    let mut trained = Vec::new();
+    let mut names = Vec::new();
+    let mut init = Vec::new();
+    let mut data = Vec::new();
+    for (i, &p) in g.params.iter().enumerate() {
+        let name = g.node(p).name.clone().unwrap();
+        let ty = g.ty(p).clone();
+        if ty.dtype.is_float() && name != "dense" {
+            let r = Tensor::random(&ty, 100 + i as u64).unwrap().to_f64_vec();
+            let v: Vec<f64> = r.iter().map(|x| x * 0.3).collect();
+            init.push(Tensor::from_f64(&ty, &v).unwrap());
+            trained.push(i);
+            names.push(name);
+            continue;
+        }
+        // Data: dense features, labels in {0, 1}, indices below `rows`, and offsets of
+        // bags of lengths that vary by feature (an empty bag included).
+        let t = match name.as_str() {
+            "dense" => Tensor::random(&ty, 7).unwrap(),
+            "y" => Tensor::from_vec(&ty.shape, vec![1i64, 0, 0, 1]).unwrap(),
+            s if s.starts_with("idx") => {
+                let f: usize = s[3..].parse().unwrap();
+                let v: Vec<i64> = (0..n).map(|k| ((k * 7 + f * 3) % rows) as i64).collect();
+                Tensor::from_vec(&ty.shape, v).unwrap()
+            }
+            s if s.starts_with("offs") => {
+                let f: usize = s[4..].parse().unwrap();
+                let starts = [[0i64, 3, 4, 8], [0, 1, 1, 6], [0, 5, 7, 9], [0, 2, 4, 6]];
+                Tensor::from_vec(&ty.shape, starts[f % 4].to_vec()).unwrap()
+            }
+            other => panic!("unexpected parameter {other}"),
+        };
+        data.push(t);
+    }
+    assert_eq!(trained.len(), 4 + features + 4);
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let curve = |opts: Options| {
+        let mut ts = ferrite::TrainStep::new(
+            &g,
+            0,
+            &names,
+            init.clone(),
+            &ferrite::Optimizer::adam(0.01),
+            &opts,
+        )
+        .unwrap();
+        (0..100)
+            .map(|_| ts.step(&data).unwrap())
+            .collect::<Vec<f64>>()
+    };
+    let reference = curve(Options::default().target(Target::Interp));
+    assert!(reference[99] < 0.2 * reference[0], "{reference:?}");
+    for (label, opts) in [
+        ("cpu", Options::default().target(Target::Cpu).threads(2)),
+        ("sim", Options::default().target(Target::Sim)),
+    ] {
+        let got = curve(opts);
+        for (step, (a, b)) in got.iter().zip(&reference).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-3 * b.abs().max(1e-2),
+                "{label}: step {step}: loss {a}, interpreter {b}"
+            );
+        }
+    }
+}
