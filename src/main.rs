@@ -40,7 +40,7 @@ fn main() -> ExitCode {
             Command::Run(a) => cli::run::run(a, &mut out, &mut err),
             Command::Profile(a) => cli::profile::profile(a, &mut out, &mut err),
             Command::Convert(a) => cli::convert::convert(a, &mut out),
-            Command::Grad(a) => cli::grad::grad(a, &mut out),
+            Command::Grad(a) => cli::grad::grad(a, &mut out, &mut err),
         };
         result.and_then(|()| out.flush().map_err(CliError::from))
     }));

@@ -187,6 +187,11 @@ fn grad_command_prints_a_joint_graph_that_runs() {
     assert!(out.status.success(), "{out:?}");
     let text = stdout(&out);
     assert!(
+        common::stderr(&out).contains("saved for backward: "),
+        "{}",
+        common::stderr(&out)
+    );
+    assert!(
         text.contains("grad_w1") && text.contains("return loss, grad_w1, grad_b1, grad_w2"),
         "{text}"
     );
@@ -563,4 +568,26 @@ fn a_dlrm_style_model_with_variable_bags_trains_on_every_target() {
             );
         }
     }
+}
+
+#[test]
+fn the_report_names_what_backward_reads_from_forward() {
+    let (g, j) = joint(MLP, &["w1", "b1", "w2"]);
+    let saved = ferrite::passes::autodiff::saved_for_backward(&g, &j);
+    let names: Vec<Option<&str>> = saved
+        .activations
+        .iter()
+        .map(|&v| j.node(v).name.as_deref())
+        .collect();
+    // gelu's derivative reads its input, the w2 gradient reads h, log_softmax's reads lp.
+    assert!(names.contains(&Some("h")), "{names:?}");
+    assert!(names.contains(&Some("lp")), "{names:?}");
+    let bytes: usize = saved
+        .activations
+        .iter()
+        .map(|&v| j.ty(v).size_bytes())
+        .sum();
+    assert_eq!(saved.activation_bytes, bytes);
+    assert!(saved.inputs.contains(&g.find("x").unwrap()));
+    assert!(saved.inputs.contains(&g.find("w2").unwrap()));
 }

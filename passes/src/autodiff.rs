@@ -982,3 +982,50 @@ fn describe(g: &Graph, v: ValueId) -> String {
         None => format!("{v}"),
     }
 }
+
+/// What the backward pass of a joint graph reads from the forward pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedForBackward {
+    /// Forward values computed by ops (activations) that backward nodes read.
+    pub activations: Vec<ValueId>,
+    /// Their size in bytes: what must stay alive from the forward pass to the backward
+    /// one if the two ran as separate programs (as AOTAutograd's partition would).
+    pub activation_bytes: usize,
+    /// Parameters and constants that backward nodes read (alive anyway).
+    pub inputs: Vec<ValueId>,
+}
+
+/// The forward values that the backward part of `joint` (made by [`grad`] or [`vjp`]
+/// from `original`) reads.
+pub fn saved_for_backward(original: &Graph, joint: &Graph) -> SavedForBackward {
+    let forward = original.nodes.len();
+    let mut read = vec![false; forward];
+    for n in &joint.nodes[forward.min(joint.nodes.len())..] {
+        for x in &n.inputs {
+            if x.index() < forward {
+                read[x.index()] = true;
+            }
+        }
+    }
+    let (mut activations, mut inputs) = (Vec::new(), Vec::new());
+    let mut activation_bytes = 0;
+    for (i, &r) in read.iter().enumerate() {
+        if !r {
+            continue;
+        }
+        let v = ValueId(i as u32);
+        match joint.node(v).op {
+            Op::Param { .. } | Op::Constant(_) => inputs.push(v),
+            Op::Literal { .. } => {}
+            _ => {
+                activation_bytes += joint.ty(v).size_bytes();
+                activations.push(v);
+            }
+        }
+    }
+    SavedForBackward {
+        activations,
+        activation_bytes,
+        inputs,
+    }
+}

@@ -35,7 +35,7 @@ pub struct GradArgs {
 }
 
 /// Prints (or writes) the joint graph.
-pub fn grad(args: &GradArgs, out: &mut dyn Write) -> CliResult {
+pub fn grad(args: &GradArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResult {
     let g = load_any(&args.file, &args.limit, &args.dims, &[])?.graph;
     let mut wrt = Vec::with_capacity(args.wrt.len());
     for name in &args.wrt {
@@ -59,6 +59,14 @@ pub fn grad(args: &GradArgs, out: &mut dyn Write) -> CliResult {
         true => CliError::Internal(e.to_string()),
         false => CliError::User(format!("{}: {e}", args.file.display())),
     })?;
+    let saved = autodiff::saved_for_backward(&g, &joint);
+    writeln!(
+        err,
+        "saved for backward: {} ({}), and {} of the inputs",
+        super::count(saved.activations.len(), "activation"),
+        bytes(saved.activation_bytes),
+        saved.inputs.len()
+    )?;
     let text = ferrite::print(&joint);
     match &args.output {
         None => out.write_all(text.as_bytes())?,
@@ -76,4 +84,12 @@ pub fn grad(args: &GradArgs, out: &mut dyn Write) -> CliResult {
         }
     }
     Ok(())
+}
+
+fn bytes(n: usize) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.2} MiB", n as f64 / (1 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.2} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
 }
