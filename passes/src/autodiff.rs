@@ -563,21 +563,23 @@ impl<'g> Backward<'g> {
                         (da, db)
                     }
                     B::Pow => {
+                        // Operands may be of other dtypes (promotion): work in the result's.
+                        let (af, cf) = (self.cast(a, dt)?, self.cast(c, dt)?);
                         let da = if self.wants(a) {
-                            let e1 = self.bin_s(B::Sub, c, 1.0)?;
-                            let p = self.bin(B::Pow, a, e1)?;
-                            let k = self.mul(c, p)?;
+                            let e1 = self.bin_s(B::Sub, cf, 1.0)?;
+                            let p = self.bin(B::Pow, af, e1)?;
+                            let k = self.mul(cf, p)?;
                             Some(self.mul(d, k)?)
                         } else {
                             None
                         };
                         let db = if self.wants(c) {
-                            let l = self.un(U::Log, a)?;
+                            let l = self.un(U::Log, af)?;
                             let k = self.mul(v, l)?;
                             let k = self.mul(d, k)?;
                             // 0 where the base is 0 and the exponent is not negative.
-                            let z = self.bin_s(B::Eq, a, 0.0)?;
-                            let nn = self.bin_s(B::Ge, c, 0.0)?;
+                            let z = self.bin_s(B::Eq, af, 0.0)?;
+                            let nn = self.bin_s(B::Ge, cf, 0.0)?;
                             let m = self.bin(B::And, z, nn)?;
                             let zero = self.lit(0.0, self.ty(k).dtype)?;
                             Some(self.select(m, zero, k)?)
@@ -666,6 +668,8 @@ impl<'g> Backward<'g> {
                         .collect::<std::result::Result<_, _>>()
                         .map_err(|e| Error::internal(format!("grad: {e}")))?,
                 };
+                // A rank-0 operand accepts axis 0 or -1 and reduces nothing.
+                let axes: Vec<usize> = axes.into_iter().filter(|&a| a < rank).collect();
                 let mut kshape = xt.shape.clone();
                 for &a in &axes {
                     kshape[a] = 1;

@@ -356,3 +356,118 @@ fn bad_requests_are_errors_that_say_what_is_wrong() {
         .to_string();
     assert!(e.contains("`i`") && e.contains("only float values"), "{e}");
 }
+
+/// Random graphs of the differential generator (composites included), in f64: the
+/// vector-Jacobian product of every float output against a directional central
+/// difference, at points where the graph is smooth (two step sizes agree).
+#[test]
+fn random_graphs_match_directional_finite_differences() {
+    use ferrite_testkit::{inputs_for, random_graph, RandomGraph};
+    let (mut checked, mut rough) = (0, 0);
+    for seed in 0..2000u64 {
+        let rg = random_graph(seed, 8, true);
+        let text = print(&rg.graph)
+            .replace("bf16", "f64")
+            .replace("f16", "f64")
+            .replace("f32", "f64");
+        let Ok(g) = parse("r.fg", &text) else {
+            continue;
+        };
+        let wrt: Vec<ValueId> = g
+            .params
+            .iter()
+            .copied()
+            .filter(|&p| g.ty(p).dtype == DType::F64)
+            .collect();
+        if wrt.is_empty() || !g.outputs.iter().any(|&o| g.ty(o).dtype == DType::F64) {
+            continue;
+        }
+        let j = vjp(&g, &wrt).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        let rg64 = RandomGraph {
+            graph: g.clone(),
+            index_bounds: rg.index_bounds.clone(),
+        };
+        let xs = inputs_for(&rg64, seed);
+        // Cotangents for the float outputs, in output order (vjp's extra parameters).
+        let cts: Vec<Tensor> = j.params[g.params.len()..]
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| Tensor::random(j.ty(p), 1000 + seed + k as u64))
+            .collect();
+        let mut all = xs.clone();
+        all.extend(cts.iter().cloned());
+        let Ok(out) = interpret(&j, &all) else {
+            continue; // an input the graph rejects (an index out of range, ...)
+        };
+        // L(x) = sum_k <y_k(x), c_k> over the float outputs.
+        let float_outs: Vec<usize> = (0..g.outputs.len())
+            .filter(|&i| g.ty(g.outputs[i]).dtype.is_float())
+            .collect();
+        let lval = |ys: &[Tensor]| -> f64 {
+            float_outs
+                .iter()
+                .zip(&cts)
+                .map(|(&i, c)| {
+                    ys[i]
+                        .to_f64()
+                        .iter()
+                        .zip(c.to_f64())
+                        .map(|(a, b)| a * b)
+                        .sum::<f64>()
+                })
+                .sum()
+        };
+        // A random direction over every float parameter.
+        let dirs: Vec<Vec<f64>> = wrt
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| Tensor::random(g.ty(p), 5000 + seed + k as u64).to_f64())
+            .collect();
+        let along = |h: f64| -> Option<f64> {
+            let mut plus = xs.clone();
+            let mut minus = xs.clone();
+            for (k, &p) in wrt.iter().enumerate() {
+                let pi = g.params.iter().position(|&q| q == p).unwrap();
+                let base = xs[pi].to_f64();
+                let ty = g.ty(p);
+                let up: Vec<f64> = base.iter().zip(&dirs[k]).map(|(b, d)| b + h * d).collect();
+                let dn: Vec<f64> = base.iter().zip(&dirs[k]).map(|(b, d)| b - h * d).collect();
+                plus[pi] = Tensor::from_f64(ty, &up);
+                minus[pi] = Tensor::from_f64(ty, &dn);
+            }
+            let a = lval(&interpret(&g, &plus).ok()?);
+            let b = lval(&interpret(&g, &minus).ok()?);
+            Some((a - b) / (2.0 * h))
+        };
+        let analytic: f64 = wrt
+            .iter()
+            .enumerate()
+            .map(|(k, _)| {
+                let d = out[g.outputs.len() + k].to_f64();
+                d.iter().zip(&dirs[k]).map(|(a, b)| a * b).sum::<f64>()
+            })
+            .sum();
+        let (Some(f1), Some(f2)) = (along(1e-5), along(2.5e-6)) else {
+            continue;
+        };
+        if !(f1.is_finite() && f2.is_finite() && analytic.is_finite()) {
+            continue;
+        }
+        let scale = 1.0 + f1.abs();
+        if (f1 - f2).abs() > 1e-6 * scale {
+            rough += 1; // not smooth here (a kink, a jump, a tie): the check says nothing
+            continue;
+        }
+        assert!(
+            (analytic - f2).abs() <= 1e-5 * scale,
+            "seed {seed}: the VJP gives {analytic}, finite differences {f2}\n{text}\n{}",
+            print(&j)
+        );
+        checked += 1;
+    }
+    eprintln!("{checked} random graphs checked, {rough} not smooth where sampled");
+    assert!(
+        checked >= 1000,
+        "only {checked} graphs checked ({rough} not smooth)"
+    );
+}
