@@ -18,7 +18,11 @@ const MODELS: [(&str, &str, usize); 2] = [
         include_str!("../examples/training/mlp_classifier.fg"),
         5,
     ),
-    ("tiny_lm", include_str!("../examples/training/tiny_lm.fg"), 16),
+    (
+        "tiny_lm",
+        include_str!("../examples/training/tiny_lm.fg"),
+        16,
+    ),
 ];
 
 /// The trained parameters (every float one), their initial values, and the data.
