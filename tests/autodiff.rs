@@ -214,6 +214,8 @@ fn grad_command_prints_a_joint_graph_that_runs() {
 struct HostOpt {
     opt: ferrite::Optimizer,
     state: Vec<Vec<Vec<f32>>>,
+    /// Each parameter's last extent (the row of row-wise Adagrad).
+    widths: Vec<usize>,
     t: u64,
 }
 
@@ -254,6 +256,36 @@ impl HostOpt {
                     }
                     for (p, d) in p.iter_mut().zip(&d) {
                         *p -= d * lr as f32;
+                    }
+                }
+                ferrite::Optimizer::Adagrad {
+                    lr,
+                    lr_decay,
+                    weight_decay,
+                    eps,
+                    row_wise,
+                } => {
+                    let clr = (lr / (1.0 + (t - 1.0) * lr_decay)) as f32;
+                    let d: Vec<f32> = g
+                        .iter()
+                        .zip(p.iter())
+                        .map(|(g, p)| g + p * weight_decay as f32)
+                        .collect();
+                    let sum = &mut self.state[k][0];
+                    let width = if row_wise { self.widths[k] } else { 1 };
+                    for (r, s) in sum.iter_mut().enumerate() {
+                        let row = &d[r * width..(r + 1) * width];
+                        let sq: f32 = if row_wise {
+                            // The mean, accumulated as the reduction does (in f64).
+                            (row.iter().map(|&x| (x * x) as f64).sum::<f64>() / width as f64) as f32
+                        } else {
+                            row[0] * row[0]
+                        };
+                        *s += sq;
+                        let den = s.sqrt() + eps as f32;
+                        for (i, &x) in row.iter().enumerate() {
+                            p[r * width + i] -= x / den * clr;
+                        }
                     }
                 }
                 ferrite::Optimizer::Adam {
@@ -319,6 +351,21 @@ fn optimizer_updates_in_the_step_graph_follow_pytorchs_rules() {
             decoupled: false,
         },
         Optimizer::adamw(0.01),
+        Optimizer::adagrad(0.1),
+        Optimizer::Adagrad {
+            lr: 0.05,
+            lr_decay: 0.1,
+            weight_decay: 0.02,
+            eps: 1e-10,
+            row_wise: false,
+        },
+        Optimizer::Adagrad {
+            lr: 0.1,
+            lr_decay: 0.0,
+            weight_decay: 0.0,
+            eps: 1e-8,
+            row_wise: true,
+        },
     ] {
         let names = ["w1", "b1", "w2"];
         let init: Vec<Tensor> = trained.iter().map(|&i| xs[i].clone()).collect();
@@ -336,8 +383,12 @@ fn optimizer_updates_in_the_step_graph_follow_pytorchs_rules() {
             opt: opt.clone(),
             state: init
                 .iter()
-                .map(|t| vec![vec![0.0f32; t.len()]; opt.slots().len()])
+                .map(|t| {
+                    let n = opt.slot_type(t.ty()).numel();
+                    vec![vec![0.0f32; n]; opt.slots().len()]
+                })
                 .collect(),
+            widths: init.iter().map(|t| *t.shape().last().unwrap()).collect(),
             t: 0,
         };
         let mut hp: Vec<Vec<f32>> = init.iter().map(|t| t.to_vec::<f32>().unwrap()).collect();

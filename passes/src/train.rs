@@ -6,14 +6,15 @@
 //! returns a graph with these parameters, in order:
 //! 1. the graph's own parameters (the trained ones and the data), unchanged in position;
 //! 2. the optimizer's state: one tensor per trained parameter and slot (`momentum` for SGD
-//!    with momentum; `exp_avg` and `exp_avg_sq` for Adam), named `<param>.<slot>`, with
-//!    the parameter's type; zeros before the first step;
+//!    with momentum; `exp_avg` and `exp_avg_sq` for Adam; `sum` for Adagrad), named
+//!    `<param>.<slot>`, with the parameter's type (a column for row-wise Adagrad); zeros
+//!    before the first step;
 //! 3. `step`, an `f64` scalar: the number of steps taken so far (0 before the first).
 //!
 //! and these results: the loss, each trained parameter's new value, each state slot's new
 //! value (same order as the inputs), and `step + 1`. A driver feeds the new values back
 //! (`ferrite::TrainStep`). The update rules are PyTorch's (`torch.optim.SGD`, `Adam`,
-//! `AdamW`), with hyperparameters as literals; Adam's bias corrections are computed in
+//! `AdamW`, `Adagrad`; row-wise Adagrad as fbgemm computes it), with hyperparameters as literals; Adam's bias corrections are computed in
 //! `f64` from `step`, as PyTorch computes them in Python floats.
 
 use crate::autodiff::grad;
@@ -53,6 +54,23 @@ pub enum Optimizer {
         /// AdamW's decoupled weight decay.
         decoupled: bool,
     },
+    /// `torch.optim.Adagrad` (`row_wise: false`), or row-wise Adagrad as DLRM trains its
+    /// embedding tables with (fbgemm's exact row-wise Adagrad: one accumulator per row, the
+    /// mean of the row's squared gradient, so the state is a column rather than a table).
+    /// A row the batch does not touch has a zero gradient and keeps its value and state,
+    /// so the dense update computes what a sparse one would.
+    Adagrad {
+        /// Learning rate.
+        lr: f64,
+        /// Learning-rate decay per step (`lr / (1 + (step - 1) lr_decay)`).
+        lr_decay: f64,
+        /// L2 penalty added to the gradient.
+        weight_decay: f64,
+        /// Added to the denominator.
+        eps: f64,
+        /// One accumulator per row (the last axis) instead of per element.
+        row_wise: bool,
+    },
 }
 
 impl Optimizer {
@@ -91,12 +109,39 @@ impl Optimizer {
         }
     }
 
+    /// Adagrad with PyTorch's defaults (eps 1e-10), per element.
+    pub fn adagrad(lr: f64) -> Optimizer {
+        Optimizer::Adagrad {
+            lr,
+            lr_decay: 0.0,
+            weight_decay: 0.0,
+            eps: 1e-10,
+            row_wise: false,
+        }
+    }
+
     /// The names of the state slots each trained parameter has.
     pub fn slots(&self) -> &'static [&'static str] {
         match self {
             Optimizer::Sgd { momentum, .. } if *momentum != 0.0 => &["momentum"],
             Optimizer::Sgd { .. } => &[],
             Optimizer::Adam { .. } => &["exp_avg", "exp_avg_sq"],
+            Optimizer::Adagrad { .. } => &["sum"],
+        }
+    }
+
+    /// The type of a state slot of a parameter of type `ty`.
+    pub fn slot_type(&self, ty: &TensorType) -> TensorType {
+        match self {
+            Optimizer::Adagrad { row_wise: true, .. } if ty.rank() > 0 => {
+                let mut shape = ty.shape.clone();
+                *shape.last_mut().unwrap() = 1;
+                TensorType {
+                    dtype: ty.dtype,
+                    shape,
+                }
+            }
+            _ => ty.clone(),
         }
     }
 
@@ -149,6 +194,24 @@ impl Optimizer {
                     }
                 }
             }
+            Optimizer::Adagrad {
+                lr,
+                lr_decay,
+                weight_decay,
+                eps,
+                ..
+            } => {
+                for (w, v) in [
+                    ("lr", lr),
+                    ("lr_decay", lr_decay),
+                    ("weight_decay", weight_decay),
+                    ("eps", eps),
+                ] {
+                    if !v.is_finite() || v < 0.0 {
+                        return bad(w, v);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -183,7 +246,7 @@ pub fn train_step(g: &Graph, loss: usize, trained: &[ValueId], opt: &Optimizer) 
     // State parameters, slot-major per parameter.
     let mut state = Vec::new();
     for &p in trained {
-        let ty = g.ty(p).clone();
+        let ty = opt.slot_type(g.ty(p));
         let mut slots = Vec::new();
         for slot in opt.slots() {
             let nm = fresh(&out, &format!("{}.{slot}", name_raw(g, p)));
@@ -284,6 +347,52 @@ pub fn train_step(g: &Graph, loss: usize, trained: &[ValueId], opt: &Optimizer) 
                 new_params.push(b.bin(B::Sub, w, upd)?);
                 new_state.push(m1);
                 new_state.push(v1);
+            }
+            Optimizer::Adagrad {
+                lr,
+                lr_decay,
+                weight_decay,
+                eps,
+                row_wise,
+            } => {
+                if weight_decay != 0.0 {
+                    let wp = b.bin_s(B::Mul, p, weight_decay)?;
+                    d = b.bin(B::Add, d, wp)?;
+                }
+                let sum = state[k][0];
+                let d2 = b.bin(B::Mul, d, d)?;
+                let rank = b.g.ty(p).rank();
+                let d2 = if row_wise && rank > 0 {
+                    let y =
+                        b.g.add(
+                            Op::Reduce {
+                                op: ferrite_ir::ReduceOp::Mean,
+                                axes: Some(vec![rank as i64 - 1]),
+                                keepdim: true,
+                            },
+                            &[d2],
+                            None,
+                        )
+                        .map_err(ir)?;
+                    b.cast(y, dt)?
+                } else {
+                    d2
+                };
+                let s1 = b.bin(B::Add, sum, d2)?;
+                // clr = lr / (1 + (t - 1) lr_decay), in f64 from the step count.
+                let one = b.lit(1.0, DType::F64)?;
+                let tm1 = b.bin(B::Sub, t, one)?;
+                let decay = b.bin_s(B::Mul, tm1, lr_decay)?;
+                let den = b.bin_s(B::Add, decay, 1.0)?;
+                let lrl = b.lit(lr, DType::F64)?;
+                let clr = b.bin(B::Div, lrl, den)?;
+                let clr = b.cast(clr, dt)?;
+                let sd = b.g.add(Op::Unary(U::Sqrt), &[s1], None).map_err(ir)?;
+                let sd = b.bin_s(B::Add, sd, eps)?;
+                let ratio = b.bin(B::Div, d, sd)?;
+                let upd = b.bin(B::Mul, ratio, clr)?;
+                new_params.push(b.bin(B::Sub, p, upd)?);
+                new_state.push(s1);
             }
         }
     }
