@@ -551,7 +551,7 @@ fn dlrm_source(features: usize, batch: usize, n: usize, rows: usize, d: usize) -
 }
 
 #[test]
-fn a_dlrm_style_model_with_variable_bags_trains_on_every_target() {
+fn a_dlrm_style_model_with_variable_bags_and_row_wise_adagrad_trains_on_every_target() {
     let (features, batch, n, rows, d) = (8, 4, 10, 20, 8);
     let src = dlrm_source(features, batch, n, rows, d);
     let g = parse("dlrm.fg", &src).unwrap_or_else(|e| panic!("{e}\n{src}"));
@@ -590,17 +590,40 @@ fn a_dlrm_style_model_with_variable_bags_trains_on_every_target() {
         data.push(t);
     }
     assert_eq!(trained.len(), 4 + features + 4);
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    // As DLRM trains: the tables with row-wise Adagrad, the MLPs with Adam.
+    let is_table = |n: &str| n.starts_with('t') && n[1..].parse::<usize>().is_ok();
+    let (tables, mlps): (Vec<usize>, Vec<usize>) =
+        (0..names.len()).partition(|&k| is_table(&names[k]));
+    let tnames: Vec<&str> = tables.iter().map(|&k| names[k].as_str()).collect();
+    let mnames: Vec<&str> = mlps.iter().map(|&k| names[k].as_str()).collect();
+    assert_eq!(tnames.len(), features);
+    let init: Vec<Tensor> = tables
+        .iter()
+        .chain(&mlps)
+        .map(|&k| init[k].clone())
+        .collect();
+    let row_wise = ferrite::Optimizer::Adagrad {
+        lr: 0.1,
+        lr_decay: 0.0,
+        weight_decay: 0.0,
+        eps: 1e-8,
+        row_wise: true,
+    };
     let curve = |opts: Options| {
-        let mut ts = ferrite::TrainStep::new(
+        let mut ts = ferrite::TrainStep::with_groups(
             &g,
             0,
-            &names,
+            &[
+                (&tnames, row_wise.clone()),
+                (&mnames, ferrite::Optimizer::adam(0.01)),
+            ],
             init.clone(),
-            &ferrite::Optimizer::adam(0.01),
             &opts,
         )
         .unwrap();
+        // A row-wise accumulator is a column per table.
+        let state = ts.compiled().input_types();
+        assert!(state.iter().any(|t| t.shape == vec![rows, 1]), "{state:?}");
         (0..100)
             .map(|_| ts.step(&data).unwrap())
             .collect::<Vec<f64>>()

@@ -220,7 +220,28 @@ impl Optimizer {
 /// The training-step graph of `g` (see the module docs): `trained` are parameters of `g`
 /// (float), the loss is `g.outputs[loss]`.
 pub fn train_step(g: &Graph, loss: usize, trained: &[ValueId], opt: &Optimizer) -> Result<Graph> {
-    opt.check()?;
+    train_step_groups(g, loss, &[(trained.to_vec(), opt.clone())])
+}
+
+/// [`train_step`] with one optimizer per group of parameters (PyTorch's parameter groups;
+/// DLRM trains its embedding tables with row-wise Adagrad and its MLPs with another
+/// optimizer). The trained parameters are the groups' in order; each has its own
+/// optimizer's state slots.
+pub fn train_step_groups(
+    g: &Graph,
+    loss: usize,
+    groups: &[(Vec<ValueId>, Optimizer)],
+) -> Result<Graph> {
+    let mut trained = Vec::new();
+    let mut opts = Vec::new();
+    for (params, opt) in groups {
+        opt.check()?;
+        for &p in params {
+            trained.push(p);
+            opts.push(opt);
+        }
+    }
+    let trained = &trained[..];
     for &p in trained {
         if !g.params.contains(&p) {
             return Err(Error::InvalidGraph(format!(
@@ -245,7 +266,7 @@ pub fn train_step(g: &Graph, loss: usize, trained: &[ValueId], opt: &Optimizer) 
     let grads: Vec<ValueId> = joint.outputs[n_out..].to_vec();
     // State parameters, slot-major per parameter.
     let mut state = Vec::new();
-    for &p in trained {
+    for (&p, opt) in trained.iter().zip(&opts) {
         let ty = opt.slot_type(g.ty(p));
         let mut slots = Vec::new();
         for slot in opt.slots() {
@@ -266,7 +287,7 @@ pub fn train_step(g: &Graph, loss: usize, trained: &[ValueId], opt: &Optimizer) 
     for (k, &p) in trained.iter().enumerate() {
         let dt = b.g.ty(p).dtype;
         let mut d = grads[k];
-        match *opt {
+        match *opts[k] {
             Optimizer::Sgd {
                 lr,
                 momentum,

@@ -37,6 +37,20 @@ impl TrainStep {
         optimizer: &Optimizer,
         options: &Options,
     ) -> Result<TrainStep> {
+        TrainStep::with_groups(graph, loss, &[(trained, optimizer.clone())], init, options)
+    }
+
+    /// [`TrainStep::new`] with one optimizer per group of parameters (PyTorch's parameter
+    /// groups); `init` holds one tensor per trained parameter, the groups' in order.
+    pub fn with_groups(
+        graph: &ferrite_ir::Graph,
+        loss: usize,
+        groups: &[(&[&str], Optimizer)],
+        init: Vec<Tensor>,
+        options: &Options,
+    ) -> Result<TrainStep> {
+        let trained: Vec<&str> = groups.iter().flat_map(|(n, _)| n.iter().copied()).collect();
+        let trained = &trained[..];
         let invalid = |message: String| Error::InvalidGraph { message };
         let mut ids = Vec::with_capacity(trained.len());
         let mut positions = Vec::with_capacity(trained.len());
@@ -68,10 +82,14 @@ impl TrainStep {
                 )));
             }
         }
-        let step_graph =
-            ferrite_passes::train::train_step(graph, loss, &ids, optimizer).map_err(|e| match e
-                .is_internal()
-            {
+        let mut id_groups = Vec::with_capacity(groups.len());
+        let mut at = 0;
+        for (names, opt) in groups {
+            id_groups.push((ids[at..at + names.len()].to_vec(), opt.clone()));
+            at += names.len();
+        }
+        let step_graph = ferrite_passes::train::train_step_groups(graph, loss, &id_groups)
+            .map_err(|e| match e.is_internal() {
                 true => Error::Internal {
                     message: e.to_string(),
                 },
