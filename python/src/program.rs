@@ -83,6 +83,13 @@ pub fn load(
                         )))
                     }
                 },
+                // The CLI's message, with the keyword argument for its flag.
+                ferrite::onnx::ImportError::SymbolicDim { input, dim, axis } => {
+                    return Err(OnnxError::new_err(crate::errors::short(&format!(
+                        "{}: input `{input}` has symbolic dimension `{dim}` (axis {axis}); give it a value with dims={{\"{dim}\": N}}",
+                        path.display()
+                    ))))
+                }
                 error => {
                     return Err(to_py(ferrite::Error::Onnx {
                         path: p,

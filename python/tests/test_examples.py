@@ -1,6 +1,8 @@
 """The repository's examples through the Python package: every .fg example on every target
 against the reference interpreter, the ONNX models against ONNX Runtime's outputs."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,41 @@ def test_onnx_model_by_position_and_threads():
     (three,) = prog3.run(ids)
     assert_close(one, want)
     assert_close(three, want)
+
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def test_onnx_symbolic_dims_and_onnx_names():
+    path = DATA / "dynamic.onnx"
+    with pytest.raises(ferrite.OnnxError) as e:
+        ferrite.load(path)
+    assert str(e.value) == (
+        f"{path}: input `x:0` has symbolic dimension `batch` (axis 0); "
+        'give it a value with dims={"batch": N}'
+    )
+    w = (np.arange(12, dtype=np.float32).reshape(4, 3) - 5.5) / 4
+    b = np.array([0.5, -0.25, 0.0], dtype=np.float32)
+    for batch in [1, 5]:
+        g = ferrite.load(path, dims={"batch": batch})
+        assert g.inputs == [("x:0", "f32", (batch, 4))]
+        assert g.outputs == [("y", "f32", (batch, 3))]
+        prog = ferrite.compile(g)
+        assert prog.input_names == ["x:0"] and prog.output_names == ["y"]
+        x = np.linspace(-1, 1, batch * 4, dtype=np.float32).reshape(batch, 4)
+        want = np.maximum(x @ w + b, 0)
+        # By the ONNX name, by Ferrite's mapped name, and by position.
+        for got in [prog.run(**{"x:0": x}), prog.run(x_0=x), prog.run(x)]:
+            np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
+
+
+def test_onnx_input_needed_at_import_time():
+    path = DATA / "reshape_input.onnx"
+    with pytest.raises(ferrite.OnnxError, match=r'give it with values=\{"shape": array\}'):
+        ferrite.load(path)
+    g = ferrite.load(path, values={"shape": np.array([3, 4], np.int64)})
+    # The shape became a constant: the program takes only `x`.
+    prog = ferrite.compile(g)
+    assert prog.input_names == ["x"]
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(prog(x), x.reshape(3, 4))
