@@ -550,6 +550,12 @@ macro_rules! var_methods {
                 }
             )*
 
+            /// The graph this value belongs to.
+            #[getter]
+            fn graph(&self, py: Python<'_>) -> Py<PyGraph> {
+                self.graph.clone_ref(py)
+            }
+
             /// The dtype's name (`"f32"`).
             #[getter]
             fn dtype(&self) -> PyResult<String> {
