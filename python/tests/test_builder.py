@@ -220,3 +220,19 @@ def test_var_has_no_truth_value():
     x = g.input("x", "f32", [2])
     with pytest.raises(TypeError, match="no truth value"):
         bool(x > 0.0)
+
+
+def test_one_program_runs_from_many_threads_at_once():
+    from concurrent.futures import ThreadPoolExecutor
+
+    g = ferrite.Graph("threads")
+    x = g.input("x", "f32", [64, 64])
+    g.output((x @ x).tanh().sum(1))
+    prog = ferrite.compile(g, threads=2)
+    inputs = [rand(64, 64) for _ in range(8)]
+    want = [prog(a) for a in inputs]
+    # The GIL is released while a program runs, and a Program may run on several threads.
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(prog, inputs))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
