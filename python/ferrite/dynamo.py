@@ -626,8 +626,12 @@ def _partition(gm, record: Explanation):
 
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules, node) -> bool:
+            # Regions hold calls only: placeholders, constants and the output stay outside
+            # (the partitioner asks about every node).
+            if node.op != "call_function":
+                return False
             reason = unsupported_reason(node)
-            if reason is not None and node.op == "call_function":
+            if reason is not None:
                 record.fallbacks.append(Fallback(op=_target_name(node), reason=reason))
             return reason is None
 
@@ -635,8 +639,25 @@ def _partition(gm, record: Explanation):
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
     for node in fused.graph.nodes:
         if node.op == "call_module" and str(node.target).startswith("fused_"):
-            setattr(fused, node.target, _FerriteRegion(getattr(fused, node.target), record))
+            region = _FerriteRegion(getattr(fused, node.target), record)
+            # A child module's slot takes only a module.
+            setattr(fused, node.target, _module(region))
     return fused
+
+
+def _module(region: "_FerriteRegion"):
+    """`region` as a torch module (defined here, so that importing this file needs no torch)."""
+    import torch
+
+    class FerriteRegion(torch.nn.Module):
+        def __init__(self, region):
+            super().__init__()
+            self.region = region
+
+        def forward(self, *args):
+            return self.region(*args)
+
+    return FerriteRegion(region)
 
 
 def _refuse_training(gm, example_inputs):
