@@ -238,6 +238,20 @@ def _var(x, dim=None, *, correction=None, keepdim=False):
     return x.var(_axes(dim, x.ndim), 1 if correction is None else int(correction), keepdim)
 
 
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    return (_var(x, dim, correction=correction, keepdim=keepdim), x.mean(_axes(dim, x.ndim), keepdim))
+
+
+def _index(x, indices):
+    # x[..., idx, ...] with one index tensor after leading full slices (None): a take.
+    indices = list(indices)
+    while indices and indices[-1] is None:
+        indices.pop()
+    if not indices or any(i is not None for i in indices[:-1]):
+        raise Unsupported("advanced indexing with more than one index tensor")
+    return x.index_select(len(indices) - 1, indices[-1])
+
+
 def _argmax(x, dim=None, keepdim=False):
     return x.argmax(dim, keepdim)
 
@@ -369,6 +383,8 @@ ATEN: Dict[str, Callable[..., Any]] = {
     "aten.argmax.default": _argmax,
     "aten.argmin.default": _argmin,
     "aten.var.correction": _var,
+    "aten.var_mean.correction": _var_mean,
+    "aten.index.Tensor": _index,
     "aten._softmax.default": _softmax,
     "aten._log_softmax.default": _log_softmax,
     "aten.native_layer_norm.default": _layer_norm,

@@ -167,6 +167,8 @@ def test_aten_movement_and_layer_norm():
             m.call("aten.embedding.default", m.call("aten.view.default", x, [6, 4]), ids),
             m.call("aten.squeeze.dim", m.call("aten.unsqueeze.default", x, 1), 1),
             m.call("aten.full.default", [2, 2], 7.0, dtype=DType(np.int64)),
+            m.call("aten.index.Tensor", x, [None, ids]),
+            m.call("getitem", m.call("aten.var_mean.correction", x, [2], correction=1), 1),
         ]
 
     got, _ = run_region(build, x, ids, gamma)
@@ -185,6 +187,8 @@ def test_aten_movement_and_layer_norm():
         x.reshape(6, 4)[ids],
         x,
         np.full((2, 2), 7, np.int64),
+        x[:, ids],
+        x.mean(2),
     ]
     for i, (g, w_) in enumerate(zip(got, want)):
         np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
