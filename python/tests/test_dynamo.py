@@ -335,3 +335,29 @@ def test_llama():
         intermediate_size=128, vocab_size=256, max_position_embeddings=64,
     )
     _check_model(tr.LlamaForCausalLM(config), {"input_ids": t.randint(0, 256, (1, 16))})
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "llama"])
+def test_committed_models_match_onnx_runtime(name):
+    """The models of scripts/export-models.py, seeded as it seeds them, under the backend
+    against ONNX Runtime's committed outputs (examples/onnx/NAME/expected/)."""
+    import importlib.util
+    import json
+
+    from conftest import EXAMPLES, REPO, assert_close
+
+    t = _torch()
+    spec = importlib.util.spec_from_file_location("export_models", REPO / "scripts" / "export-models.py")
+    export = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export)
+    t.manual_seed(0)
+    models = {"gpt2": export.Gpt2(), "bert": export.Bert(), "llama": export.Llama()}
+    folder = EXAMPLES / "onnx" / name
+    inputs = {p.stem: t.from_numpy(np.load(p)) for p in (folder / "inputs").glob("*.npy")}
+    t._dynamo.reset()
+    with t.no_grad():
+        got = t.compile(models[name].eval(), backend="ferrite", dynamic=False)(**inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    names = [o["output"] for o in json.loads((folder / "reference.json").read_text())["outputs"]]
+    for n, g in zip(names, got):
+        assert_close(g.numpy(), np.load(folder / "expected" / f"{n}.npy"), f"{name} {n}")
