@@ -604,13 +604,13 @@ macro_rules! var_methods {
             }
 
             /// Softmax along `axis`.
-            #[pyo3(signature = (axis=-1))]
+            #[pyo3(signature = (axis=-1), text_signature = "(self, /, axis=-1)")]
             fn softmax(&self, py: Python<'_>, axis: i64) -> PyResult<PyVar> {
                 self.wrap(py, self.var.softmax(axis))
             }
 
             /// Log-softmax along `axis`.
-            #[pyo3(signature = (axis=-1))]
+            #[pyo3(signature = (axis=-1), text_signature = "(self, /, axis=-1)")]
             fn log_softmax(&self, py: Python<'_>, axis: i64) -> PyResult<PyVar> {
                 self.wrap(py, self.var.log_softmax(axis))
             }
@@ -730,7 +730,7 @@ macro_rules! var_methods {
             }
 
             /// Merges axes `start_dim..=end_dim` into one.
-            #[pyo3(signature = (start_dim=0, end_dim=-1))]
+            #[pyo3(signature = (start_dim=0, end_dim=-1), text_signature = "(self, /, start_dim=0, end_dim=-1)")]
             fn flatten(&self, py: Python<'_>, start_dim: i64, end_dim: i64) -> PyResult<PyVar> {
                 self.wrap(py, self.var.flatten(start_dim, end_dim))
             }
@@ -792,6 +792,12 @@ macro_rules! var_methods {
             fn __and__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyVar> { self.wrap(py, self.var.logical_and(operand(o)?)) }
             fn __or__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyVar> { self.wrap(py, self.var.logical_or(operand(o)?)) }
 
+            fn __rand__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyVar> {
+                self.wrap(py, self.var.logical_and(operand(o)?))
+            }
+            fn __ror__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyVar> {
+                self.wrap(py, self.var.logical_or(operand(o)?))
+            }
             fn __radd__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyVar> { self.wrap(py, self.var.add(operand(o)?)) }
             fn __rmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyVar> { self.wrap(py, self.var.mul(operand(o)?)) }
             fn __rsub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyVar> {

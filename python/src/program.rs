@@ -25,7 +25,10 @@ const MAX_TEXT_SIZE: u64 = 16 << 20;
 /// Errors are the CLI's: a `.fg` mistake is a `ParseError` with `file:line:col`, an
 /// unsupported ONNX op an `OnnxError` naming the node, the op and the opset.
 #[pyfunction]
-#[pyo3(signature = (path, dims=None, values=None, max_text_size=MAX_TEXT_SIZE))]
+#[pyo3(
+    signature = (path, dims=None, values=None, max_text_size=MAX_TEXT_SIZE),
+    text_signature = "(path, dims=None, values=None, max_text_size=16777216)"
+)]
 pub fn load(
     py: Python<'_>,
     path: PathBuf,
