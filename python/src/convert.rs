@@ -107,7 +107,17 @@ fn array_dtype(a: &Bound<'_, PyUntypedArray>) -> PyResult<Option<DType>> {
 
 /// Copies the elements of `a` (of element type `T`) in row-major order.
 fn elements<T: numpy::Element + Copy>(a: &Bound<'_, PyUntypedArray>) -> PyResult<Vec<T>> {
-    let a = a.cast::<PyArrayDyn<T>>()?;
+    let native;
+    let a = match a.cast::<PyArrayDyn<T>>() {
+        Ok(a) => a,
+        // The other byte order (`>f4`): numpy swaps it into a native copy first.
+        Err(_) => {
+            native = a
+                .call_method1("astype", (numpy::dtype::<T>(a.py()),))?
+                .cast_into::<PyArrayDyn<T>>()?;
+            &native
+        }
+    };
     let view = a.try_readonly()?;
     // `as_slice` also takes Fortran order, which is not the tensor's row-major order.
     Ok(match view.as_slice() {

@@ -105,3 +105,15 @@ def test_unknown_dtype_name():
     with pytest.raises(ValueError, match="unknown dtype `f8`"):
         g.input("x", "f8", [2])
     assert "bf16" in ferrite.DTYPES and len(ferrite.DTYPES) == 13
+
+
+def test_big_endian_arrays_are_read_by_value():
+    g = ferrite.Graph("endian")
+    x = g.input("x", "f32", [3])
+    i = g.input("i", "i64", [3])
+    g.output(x * 2.0, i + 1)
+    doubled, plus = ferrite.compile(g).run(
+        np.array([1.5, -2.0, 3.25], dtype=">f4"), np.array([1, 2, 3], dtype=">i8")
+    )
+    np.testing.assert_array_equal(doubled, [3.0, -4.0, 6.5])
+    np.testing.assert_array_equal(plus, [2, 3, 4])
