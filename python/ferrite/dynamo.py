@@ -1,0 +1,749 @@
+"""The ``torch.compile`` backend: ``torch.compile(model, backend="ferrite")``.
+
+The package registers it under the ``torch_dynamo_backends`` entry point, so the name works
+right after ``pip install``. What it does with the FX graph TorchDynamo captures:
+
+1. AOT dispatch (``torch._dynamo.backends.common.aot_autograd``) with the core ATen
+   decompositions (``torch._decomp.core_aten_decompositions``) lowers the graph to core ATen
+   ops, as Inductor does;
+2. ``torch.fx.passes.infra.partitioner.CapabilityBasedPartitioner`` groups the nodes Ferrite
+   maps (``ATEN`` below) into regions; every other node stays in the graph and runs eagerly;
+3. each region is built as a Ferrite graph through the builder and compiled for the CPU at its
+   first call, per input dtypes and shapes (a shape change that Dynamo's guards let through
+   compiles again; with ``dynamic=False`` Dynamo itself recompiles per shape). Regions whose
+   build fails run eagerly, with the reason kept for ``explain``.
+
+Parameters and buffers arrive as graph inputs (AOT lifts them) and are passed, like the other
+inputs, as numpy views of the tensors (``Tensor.numpy()``, no copy) to the program, which copies
+each once into its own storage; outputs come back through ``torch.from_numpy`` without a copy.
+
+Inference only: a graph that needs gradients (grad mode on and an input or parameter that
+requires grad) is refused with an error that says so; run the model under ``torch.no_grad()``
+or ``torch.inference_mode()``. Symbolic shapes are not compiled (regions with them run
+eagerly); ``torch.compile(..., dynamic=False)`` keeps shapes static.
+
+Nothing here imports torch until the backend is called, so ``import ferrite`` stays free of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _ferrite
+
+__all__ = ["ferrite_backend", "explain", "Explanation", "ATEN"]
+
+#: torch dtype names and their Ferrite dtypes (bfloat16 is left out: numpy has no such type).
+TORCH_DTYPES = {
+    "torch.float32": "f32",
+    "torch.float16": "f16",
+    "torch.float64": "f64",
+    "torch.int8": "i8",
+    "torch.int16": "i16",
+    "torch.int32": "i32",
+    "torch.int64": "i64",
+    "torch.uint8": "u8",
+    "torch.uint16": "u16",
+    "torch.uint32": "u32",
+    "torch.uint64": "u64",
+    "torch.bool": "bool",
+}
+
+INT64_MAX = 2**63 - 1
+
+
+class Unsupported(Exception):
+    """A node Ferrite does not map (the message says why)."""
+
+
+def _dtype(torch_dtype) -> str:
+    name = str(torch_dtype)
+    if name not in TORCH_DTYPES:
+        raise Unsupported(f"dtype {name}")
+    return TORCH_DTYPES[name]
+
+
+# --- The ATen mapping: each entry builds the op on ferrite.Vars. --------------------------------
+#
+# Handlers get the node's arguments with every input node replaced by its Var (lists stay lists)
+# and return a Var, or a tuple/list of Vars for multi-output ops (read by operator.getitem).
+
+
+def _axes(dims, rank):
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    if isinstance(dims, int):
+        return [dims]
+    return list(dims)
+
+
+def _reduce(method):
+    def build(x, dim=None, keepdim=False, *, dtype=None):
+        if dtype is not None:
+            x = x.cast(_dtype(dtype))
+        return getattr(x, method)(_axes(dim, x.ndim), keepdim)
+
+    return build
+
+
+def _add(x, y, *, alpha=1):
+    return x + (y if alpha == 1 else y * alpha)
+
+
+def _sub(x, y, *, alpha=1):
+    return x - (y if alpha == 1 else y * alpha)
+
+
+def _rsub(x, y, *, alpha=1):
+    return y - (x if alpha == 1 else x * alpha)
+
+
+def _div(x, y, *, rounding_mode=None):
+    if rounding_mode is None:
+        return x / y
+    if rounding_mode == "trunc":
+        return x.trunc_divide(y)
+    if rounding_mode == "floor":
+        return x.floor_divide(y)
+    raise Unsupported(f"div rounding_mode={rounding_mode!r}")
+
+
+def _pow_scalar(base, exponent):
+    # aten.pow.Scalar: a number raised to a tensor.
+    return base**exponent
+
+
+def _addmm(bias, a, b, *, beta=1, alpha=1):
+    product = a @ b
+    if alpha != 1:
+        product = product * alpha
+    return product + (bias if beta == 1 else bias * beta)
+
+
+def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    if len(normalized_shape) != 1:
+        raise Unsupported("layer_norm over more than the last axis")
+    n = normalized_shape[0]
+    g = _graph_of(x)
+    weight = weight if weight is not None else g.ones([n], x.dtype)
+    bias = bias if bias is not None else g.zeros([n], x.dtype)
+    # (output, mean, rstd): only the output is mapped (see _getitem).
+    return (x.layer_norm(weight, bias, eps), None, None)
+
+
+def _shape(x, size):
+    return [int(s) for s in size]
+
+
+def _expand(x, size, *, implicit=False):
+    size = list(size)
+    lead = len(size) - x.ndim
+    full = [x.shape[i - lead] if s == -1 else int(s) for i, s in enumerate(size)]
+    return x.expand(full)
+
+
+def _squeeze(x, dim=None):
+    if dim is None:
+        return x.squeeze()
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    # PyTorch leaves axes that are not of extent 1 alone.
+    keep = [d for d in dims if x.shape[d] == 1]
+    return x.squeeze(keep) if keep else x
+
+
+def _slice(x, dim=0, start=None, end=None, step=1):
+    extent = x.shape[dim]
+    start = 0 if start is None else start
+    end = extent if end is None or end >= INT64_MAX else end
+    start = max(start + extent, 0) if start < 0 else min(start, extent)
+    end = max(end + extent, 0) if end < 0 else min(end, extent)
+    if (start, end, step) == (0, extent, 1):
+        return x
+    return x.slice(dim, start, max(end, start), step)
+
+
+def _select(x, dim, index):
+    extent = x.shape[dim]
+    index = index + extent if index < 0 else index
+    return x.slice(dim, index, index + 1).squeeze(dim)
+
+
+def _identity(x, *args, **kwargs):
+    return x
+
+
+def _to_copy(x, *, dtype=None, **kwargs):
+    return x.cast(_dtype(dtype)) if dtype is not None else x
+
+
+def _cast(x, dtype):
+    return x.cast(_dtype(dtype))
+
+
+def _pad(x, pad, value=0.0):
+    # torch: (before, after) pairs from the last axis backwards; ferrite: axis 0 first.
+    pads = [0] * (2 * x.ndim)
+    for i in range(len(pad) // 2):
+        axis = x.ndim - 1 - i
+        pads[2 * axis] = pad[2 * i]
+        pads[2 * axis + 1] = pad[2 * i + 1]
+    return x.pad(pads, float(value))
+
+
+def _graph_of(x):
+    return x.graph
+
+
+def _full(ctx, size, fill_value, *, dtype=None, **kwargs):
+    return ctx.graph.full(list(size), float(fill_value), _dtype(dtype) if dtype else "f32")
+
+
+def _scalar_tensor(ctx, value, *, dtype=None, **kwargs):
+    return ctx.graph.full([], float(value), _dtype(dtype) if dtype else "f32")
+
+
+def _arange(ctx, start, end=None, step=1, *, dtype=None, **kwargs):
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        ints = all(isinstance(v, int) for v in (start, end, step))
+        name = "i64" if ints else "f32"
+    else:
+        name = _dtype(dtype)
+    return ctx.graph.arange(float(start), float(end), float(step), name)
+
+
+def _full_like(x, fill_value, *, dtype=None, **kwargs):
+    y = x.full_like(float(fill_value))
+    return y.cast(_dtype(dtype)) if dtype is not None else y
+
+
+def _gelu(x, *, approximate="none"):
+    return x.gelu_tanh() if approximate == "tanh" else x.gelu()
+
+
+def _leaky_relu(x, negative_slope=0.01):
+    return _ferrite.where(x > 0.0, x, x * negative_slope)
+
+
+def _hardtanh(x, min_val=-1.0, max_val=1.0):
+    return x.clamp(min_val, max_val)
+
+
+def _var(x, dim=None, *, correction=None, keepdim=False):
+    return x.var(_axes(dim, x.ndim), 1 if correction is None else int(correction), keepdim)
+
+
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    return (_var(x, dim, correction=correction, keepdim=keepdim), x.mean(_axes(dim, x.ndim), keepdim))
+
+
+def _index(x, indices):
+    # x[..., idx, ...] with one index tensor after leading full slices (None): a take.
+    indices = list(indices)
+    while indices and indices[-1] is None:
+        indices.pop()
+    if not indices or any(i is not None for i in indices[:-1]):
+        raise Unsupported("advanced indexing with more than one index tensor")
+    return x.index_select(len(indices) - 1, indices[-1])
+
+
+def _argmax(x, dim=None, keepdim=False):
+    return x.argmax(dim, keepdim)
+
+
+def _argmin(x, dim=None, keepdim=False):
+    return x.argmin(dim, keepdim)
+
+
+def _bool_only(method):
+    def build(x, y):
+        if x.dtype != "bool":
+            raise Unsupported("bitwise ops on integers")
+        return getattr(x, method)(y)
+
+    return build
+
+
+def _bitwise_not(x):
+    if x.dtype != "bool":
+        raise Unsupported("bitwise_not on integers")
+    return x.logical_not()
+
+
+def _split_with_sizes(x, sizes, dim=0):
+    return x.split(list(sizes), dim)
+
+
+def _split(x, size, dim=0):
+    return x.split(size, dim) if isinstance(size, int) else x.split(list(size), dim)
+
+
+def _softmax(x, dim, half_to_float=False):
+    return x.softmax(dim)
+
+
+def _log_softmax(x, dim, half_to_float=False):
+    return x.log_softmax(dim)
+
+
+def _embedding(weight, indices, *args, **kwargs):
+    return weight.index_select(0, indices)
+
+
+def _method(name):
+    return lambda x, *args: getattr(x, name)(*args)
+
+
+def _binary(name):
+    return lambda x, y: getattr(x, name)(y)
+
+
+#: Core ATen ops Ferrite compiles, by `str(node.target)` (`aten.add.Tensor`). Entries that need
+#: the graph itself (creation ops) take the region's context first and are listed in CREATION.
+ATEN: Dict[str, Callable[..., Any]] = {
+    **{f"aten.{op}.Tensor": f for op, f in [("add", _add), ("sub", _sub)]},
+    **{f"aten.{op}.Scalar": f for op, f in [("add", _add), ("sub", _sub)]},
+    "aten.rsub.Scalar": _rsub,
+    "aten.rsub.Tensor": _rsub,
+    "aten.mul.Tensor": _binary("mul"),
+    "aten.mul.Scalar": _binary("mul"),
+    "aten.div.Tensor": _div,
+    "aten.div.Scalar": _div,
+    "aten.div.Tensor_mode": _div,
+    "aten.div.Scalar_mode": _div,
+    "aten.pow.Tensor_Scalar": _binary("pow"),
+    "aten.pow.Tensor_Tensor": _binary("pow"),
+    "aten.pow.Scalar": _pow_scalar,
+    "aten.remainder.Tensor": _binary("remainder"),
+    "aten.remainder.Scalar": _binary("remainder"),
+    "aten.fmod.Tensor": _binary("fmod"),
+    "aten.fmod.Scalar": _binary("fmod"),
+    "aten.floor_divide.default": _binary("floor_divide"),
+    "aten.maximum.default": _binary("maximum"),
+    "aten.minimum.default": _binary("minimum"),
+    **{
+        f"aten.{op}.{kind}": _binary(op)
+        for op in ["eq", "ne", "lt", "le", "gt", "ge"]
+        for kind in ["Tensor", "Scalar"]
+    },
+    "aten.logical_and.default": _binary("logical_and"),
+    "aten.logical_or.default": _binary("logical_or"),
+    "aten.logical_not.default": _method("logical_not"),
+    "aten.bitwise_and.Tensor": _bool_only("logical_and"),
+    "aten.bitwise_or.Tensor": _bool_only("logical_or"),
+    "aten.bitwise_not.default": _bitwise_not,
+    **{
+        f"aten.{op}.default": _method(name)
+        for op, name in [
+            ("neg", "neg"),
+            ("abs", "abs"),
+            ("exp", "exp"),
+            ("log", "log"),
+            ("sqrt", "sqrt"),
+            ("rsqrt", "rsqrt"),
+            ("reciprocal", "reciprocal"),
+            ("sin", "sin"),
+            ("cos", "cos"),
+            ("tanh", "tanh"),
+            ("sigmoid", "sigmoid"),
+            ("relu", "relu"),
+            ("silu", "silu"),
+            ("erf", "erf"),
+            ("floor", "floor"),
+            ("ceil", "ceil"),
+            ("sign", "sign"),
+        ]
+    },
+    "aten.gelu.default": _gelu,
+    "aten.leaky_relu.default": _leaky_relu,
+    "aten.hardtanh.default": _hardtanh,
+    "aten.clamp.default": lambda x, min=None, max=None: x.clamp(min, max),
+    "aten.clamp_min.default": lambda x, min: x.clamp(min, None),
+    "aten.clamp_max.default": lambda x, max: x.clamp(None, max),
+    "aten.where.self": lambda c, a, b: _ferrite.where(c, a, b),
+    "aten.masked_fill.Scalar": lambda x, mask, value: x.masked_fill(mask, value),
+    "aten.mm.default": _binary("matmul"),
+    "aten.bmm.default": _binary("matmul"),
+    "aten.matmul.default": _binary("matmul"),
+    "aten.addmm.default": _addmm,
+    "aten.sum.dim_IntList": _reduce("sum"),
+    "aten.sum.default": lambda x, *, dtype=None: _reduce("sum")(x, None, False, dtype=dtype),
+    "aten.mean.dim": _reduce("mean"),
+    "aten.mean.default": lambda x, *, dtype=None: _reduce("mean")(x, None, False, dtype=dtype),
+    "aten.amax.default": _reduce("max"),
+    "aten.amin.default": _reduce("min"),
+    "aten.prod.dim_int": lambda x, dim, keepdim=False, *, dtype=None: _reduce("prod")(
+        x, [dim], keepdim, dtype=dtype
+    ),
+    "aten.argmax.default": _argmax,
+    "aten.argmin.default": _argmin,
+    "aten.var.correction": _var,
+    "aten.var_mean.correction": _var_mean,
+    "aten.index.Tensor": _index,
+    "aten._softmax.default": _softmax,
+    "aten._log_softmax.default": _log_softmax,
+    "aten.native_layer_norm.default": _layer_norm,
+    "aten.view.default": lambda x, size: x.reshape(_shape(x, size)),
+    "aten._unsafe_view.default": lambda x, size: x.reshape(_shape(x, size)),
+    "aten.reshape.default": lambda x, size: x.reshape(_shape(x, size)),
+    "aten.permute.default": lambda x, dims: x.permute(list(dims)),
+    "aten.t.default": lambda x: x.transpose(0, 1) if x.ndim == 2 else x,
+    "aten.transpose.int": lambda x, a, b: x.transpose(a, b),
+    "aten.expand.default": _expand,
+    "aten.squeeze.dim": _squeeze,
+    "aten.squeeze.dims": _squeeze,
+    "aten.squeeze.default": _squeeze,
+    "aten.unsqueeze.default": lambda x, dim: x.unsqueeze(dim),
+    "aten.slice.Tensor": _slice,
+    "aten.select.int": _select,
+    "aten.cat.default": lambda tensors, dim=0: _ferrite.concat(list(tensors), dim),
+    "aten.clone.default": _identity,
+    "aten.alias.default": _identity,
+    "aten.detach.default": _identity,
+    "aten.lift_fresh_copy.default": _identity,
+    "aten._to_copy.default": _to_copy,
+    "prims.convert_element_type.default": _cast,
+    "aten.embedding.default": _embedding,
+    "aten.index_select.default": lambda x, dim, index: x.index_select(dim, index),
+    "aten.gather.default": lambda x, dim, index, *, sparse_grad=False: x.gather(dim, index),
+    "aten.constant_pad_nd.default": _pad,
+    "aten.full_like.default": _full_like,
+    "aten.zeros_like.default": lambda x, *, dtype=None, **kw: _full_like(x, 0.0, dtype=dtype),
+    "aten.ones_like.default": lambda x, *, dtype=None, **kw: _full_like(x, 1.0, dtype=dtype),
+    "aten.tril.default": lambda x, diagonal=0: x.tril(diagonal),
+    "aten.triu.default": lambda x, diagonal=0: x.triu(diagonal),
+    "aten.split_with_sizes.default": _split_with_sizes,
+    "aten.split.Tensor": _split,
+}
+
+#: Creation ops: their handlers take the region context first (they have no tensor operand).
+CREATION: Dict[str, Callable[..., Any]] = {
+    "aten.full.default": _full,
+    "aten.scalar_tensor.default": _scalar_tensor,
+    "aten.arange.default": _arange,
+    "aten.arange.start": _arange,
+    "aten.arange.start_step": _arange,
+}
+
+
+def _target_name(node) -> str:
+    if node.target is operator.getitem:
+        return "getitem"
+    return str(node.target)
+
+
+def unsupported_reason(node) -> Optional[str]:
+    """Why Ferrite does not compile this FX node, or None when it does."""
+    if node.op != "call_function":
+        return None if node.op in ("placeholder", "output", "get_attr") else f"{node.op} node"
+    name = _target_name(node)
+    if name == "getitem":
+        source = node.args[0]
+        if _target_name(source) == "aten.native_layer_norm.default" and node.args[1] != 0:
+            return "the mean and rstd outputs of native_layer_norm"
+        return unsupported_reason(source) if hasattr(source, "op") else None
+    if name not in ATEN and name not in CREATION:
+        return f"no mapping for {name}"
+    val = node.meta.get("val")
+    values = val if isinstance(val, (list, tuple)) else [val]
+    for v in values:
+        if v is None:
+            continue
+        if not hasattr(v, "dtype"):
+            return f"{name} computes a {type(v).__name__}, not a tensor"
+        try:
+            _dtype(v.dtype)
+        except Unsupported as e:
+            return f"{name} on {e}"
+        if any(not isinstance(s, int) for s in v.shape):
+            return f"{name} has a symbolic shape (compile with dynamic=False)"
+    for a in _flat(node.args) + _flat(list(node.kwargs.values())):
+        if hasattr(a, "op") and a.op != "get_attr":
+            v = a.meta.get("val")
+            if v is not None and not hasattr(v, "dtype") and not isinstance(v, (list, tuple)):
+                return f"{name} takes a symbolic value ({a.name})"
+    return None
+
+
+def _flat(items):
+    out = []
+    for a in items:
+        if isinstance(a, (list, tuple)):
+            out.extend(_flat(a))
+        else:
+            out.append(a)
+    return out
+
+
+# --- Regions: an FX submodule compiled by Ferrite. ------------------------------------------------
+
+
+class _Context:
+    """What creation ops build into: the region's graph."""
+
+    def __init__(self, graph):
+        self.graph = graph
+
+
+def build_region(gm, inputs) -> Tuple[_ferrite.Program, List[str]]:
+    """Builds and compiles the Ferrite program of an FX graph module of mapped nodes for
+    `inputs` (tensors: only their `dtype` and `shape` are read); returns it with the op names
+    it maps. Reads nothing of torch but the graph, so it also runs on stand-ins."""
+    g = _ferrite.Graph("region")
+    env: Dict[Any, Any] = {}
+    ops: List[str] = []
+    placeholders = iter(inputs)
+
+    def value(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(value(x) for x in a)
+        if hasattr(a, "op"):
+            return env[a]
+        return a
+
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            t = next(placeholders)
+            env[node] = g.input(f"in{len(env)}", _dtype(t.dtype), list(t.shape))
+        elif node.op == "get_attr":
+            tensor = getattr(gm, node.target)
+            env[node] = g.constant(node.target.replace(".", "_"), _to_numpy(tensor))
+        elif node.op == "call_function":
+            name = _target_name(node)
+            reason = unsupported_reason(node)
+            if reason is not None:
+                raise Unsupported(reason)
+            args = [value(a) for a in node.args]
+            kwargs = {k: value(v) for k, v in node.kwargs.items()}
+            if name == "getitem":
+                result = args[0][args[1]]
+            elif name in CREATION:
+                result = CREATION[name](_Context(g), *args, **kwargs)
+            else:
+                result = ATEN[name](*args, **kwargs)
+                ops.append(name)
+            env[node] = result
+            _check_meta(node, env[node])
+        elif node.op == "output":
+            outs = node.args[0]
+            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            g.output(*[env[o] for o in outs])
+        else:
+            raise Unsupported(f"{node.op} node")
+    return _ferrite.compile(g, target="cpu"), ops
+
+
+def _check_meta(node, var):
+    """The Var's type must be what PyTorch computes (node.meta["val"]), else the mapping is
+    wrong for these operands and the region runs eagerly."""
+    val = node.meta.get("val")
+    if val is None or not isinstance(var, _ferrite.Var) or not hasattr(val, "shape"):
+        return
+    if tuple(int(s) for s in val.shape) != var.shape or _dtype(val.dtype) != var.dtype:
+        raise Unsupported(
+            f"{_target_name(node)}: Ferrite computes {var.dtype}{list(var.shape)}, "
+            f"PyTorch {val.dtype}{list(val.shape)}"
+        )
+
+
+def _to_numpy(t):
+    t = t.detach()
+    if t.device.type != "cpu":
+        raise Unsupported(f"a tensor on {t.device}")
+    return t.numpy()
+
+
+@dataclasses.dataclass
+class Region:
+    """One region of a captured graph: the ops Ferrite compiles, or the reason it does not."""
+
+    ops: List[str]
+    compiled: bool
+    reason: Optional[str] = None
+
+
+@dataclasses.dataclass
+class Fallback:
+    """An op that runs eagerly in PyTorch, and why."""
+
+    op: str
+    reason: str
+
+
+class _FerriteRegion:
+    """Runs an FX submodule of mapped nodes with Ferrite, compiled per input signature."""
+
+    def __init__(self, gm, record: "Explanation"):
+        self.gm = gm
+        self.programs: Dict[Tuple, Any] = {}
+        self.record = record
+
+    def __call__(self, *args):
+        import torch
+
+        key = tuple((a.dtype, tuple(a.shape)) if isinstance(a, torch.Tensor) else a for a in args)
+        program = self.programs.get(key)
+        if program is None:
+            try:
+                program, ops = build_region(self.gm, args)
+                self.record.regions.append(Region(ops=ops, compiled=True))
+            except (Unsupported, _ferrite.FerriteError) as e:
+                program = "eager"
+                self.record.regions.append(
+                    Region(ops=[_target_name(n) for n in self.gm.graph.nodes if n.op == "call_function"],
+                           compiled=False, reason=str(e))
+                )
+            self.programs[key] = program
+        if program == "eager":
+            return self.gm(*args)
+        outputs = program.run(*[_to_numpy(a) for a in args])
+        outputs = [torch.from_numpy(o) for o in outputs]
+        out_node = next(n for n in self.gm.graph.nodes if n.op == "output")
+        if isinstance(out_node.args[0], (list, tuple)):
+            return tuple(outputs)
+        return outputs[0]
+
+
+@dataclasses.dataclass
+class Explanation:
+    """What the backend made of a model: per captured graph, its Ferrite regions and the ops
+    that fall back to eager PyTorch with the reason."""
+
+    graphs: int = 0
+    regions: List[Region] = dataclasses.field(default_factory=list)
+    fallbacks: List[Fallback] = dataclasses.field(default_factory=list)
+    graph_breaks: List[str] = dataclasses.field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.graphs} graph(s) captured, {len(self.graph_breaks)} graph break(s); "
+            f"{sum(r.compiled for r in self.regions)} region(s) compiled by Ferrite, "
+            f"{len(self.fallbacks)} op(s) run eagerly"
+        ]
+        for i, r in enumerate(self.regions):
+            what = "ferrite" if r.compiled else f"eager ({r.reason})"
+            lines.append(f"  region {i}: {len(r.ops)} ops on {what}: {', '.join(sorted(set(r.ops)))}")
+        for f in self.fallbacks:
+            lines.append(f"  eager: {f.op}: {f.reason}")
+        for b in self.graph_breaks:
+            lines.append(f"  graph break: {b}")
+        return "\n".join(lines)
+
+
+def _partition(gm, record: Explanation):
+    """Replaces the mapped parts of an ATen graph module with Ferrite regions."""
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    class Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node) -> bool:
+            # Regions hold calls only: placeholders, constants and the output stay outside
+            # (the partitioner asks about every node).
+            if node.op != "call_function":
+                return False
+            reason = unsupported_reason(node)
+            if reason is not None:
+                record.fallbacks.append(Fallback(op=_target_name(node), reason=reason))
+            return reason is None
+
+    partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
+    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+    for node in fused.graph.nodes:
+        if node.op == "call_module" and str(node.target).startswith("fused_"):
+            region = _FerriteRegion(getattr(fused, node.target), record)
+            # A child module's slot takes only a module.
+            setattr(fused, node.target, _module(region))
+    return fused
+
+
+def _module(region: "_FerriteRegion"):
+    """`region` as a torch module (defined here, so that importing this file needs no torch)."""
+    import torch
+
+    class FerriteRegion(torch.nn.Module):
+        def __init__(self, region):
+            super().__init__()
+            self.region = region
+
+        def forward(self, *args):
+            return self.region(*args)
+
+    return FerriteRegion(region)
+
+
+def _refuse_training(gm, example_inputs):
+    import torch
+
+    if not torch.is_grad_enabled():
+        return
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if any(t.requires_grad for t in tensors) or any(p.requires_grad for p in gm.parameters()):
+        raise RuntimeError(
+            "ferrite: training graphs are not supported yet (an input or parameter requires "
+            "grad with grad mode on); run the model under torch.no_grad() or "
+            "torch.inference_mode(), or call .requires_grad_(False) on its parameters"
+        )
+
+
+_LAST = Explanation()
+
+
+def make_backend(record: Optional[Explanation] = None):
+    """A backend that records what it does into `record` (ferrite_backend records into a
+    module-level Explanation that `last_explanation()` returns)."""
+
+    def backend(gm, example_inputs, **kwargs):
+        from torch._decomp import core_aten_decompositions
+        from torch._dynamo.backends.common import aot_autograd
+
+        target = record if record is not None else _LAST
+        _refuse_training(gm, example_inputs)
+
+        def inference_compiler(aten_gm, aten_inputs):
+            from functorch.compile import make_boxed_func
+
+            target.graphs += 1
+            fused = _partition(aten_gm, target)
+            return make_boxed_func(fused.forward)
+
+        return aot_autograd(
+            fw_compiler=inference_compiler,
+            inference_compiler=inference_compiler,
+            decompositions=core_aten_decompositions(),
+        )(gm, example_inputs)
+
+    return backend
+
+
+#: The backend registered as `backend="ferrite"`.
+ferrite_backend = make_backend()
+
+
+def last_explanation() -> Explanation:
+    """What `ferrite_backend` did in this process so far."""
+    return _LAST
+
+
+def explain(model, *args, **kwargs) -> Explanation:
+    """Compiles `model` with the Ferrite backend, calls it on `args` under `torch.no_grad()`,
+    and reports the regions Ferrite compiled, the ops that fall back to eager PyTorch with
+    their names and why, and Dynamo's graph breaks."""
+    import torch
+
+    record = Explanation()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        try:
+            breaks = torch._dynamo.explain(model)(*args, **kwargs)
+            record.graph_breaks = [str(b.reason) for b in getattr(breaks, "break_reasons", [])]
+        finally:
+            torch._dynamo.reset()
+        compiled = torch.compile(model, backend=make_backend(record), dynamic=False)
+        compiled(*args, **kwargs)
+    torch._dynamo.reset()
+    return record

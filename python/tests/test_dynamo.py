@@ -1,0 +1,363 @@
+"""The torch.compile backend.
+
+Without torch, the ATen mapping runs on stand-ins for FX nodes and tensors (the region builder
+reads only `op`, `target`, `args`, `kwargs`, `meta`, and tensors' `dtype` and `shape`), and the
+entry point is checked. With torch installed (`pip install torch transformers`), the backend
+runs small functions over every mapped op and transformers' GPT-2, BERT and LLaMA against eager.
+"""
+
+import importlib.metadata
+import operator
+
+import numpy as np
+import pytest
+
+import ferrite
+from ferrite import dynamo
+
+
+def test_backend_is_registered_under_its_entry_point():
+    eps = importlib.metadata.entry_points()
+    group = (
+        eps.select(group="torch_dynamo_backends")
+        if hasattr(eps, "select")
+        else eps.get("torch_dynamo_backends", [])
+    )
+    (ep,) = [e for e in group if e.name == "ferrite"]
+    assert ep.value == "ferrite.dynamo:ferrite_backend"
+    assert ep.load() is dynamo.ferrite_backend
+
+
+# --- Stand-ins for FX, to run the mapping without torch. ----------------------------------------
+
+
+class Op:
+    """An ATen overload: its str is its name, as torch prints `node.target`."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return self.name
+
+
+class DType:
+    def __init__(self, numpy_dtype):
+        self.numpy = np.dtype(numpy_dtype)
+
+    def __str__(self):
+        return "torch." + {"bool": "bool"}.get(self.numpy.name, self.numpy.name)
+
+
+class Meta:
+    """What `node.meta["val"]` holds: a tensor's dtype and shape."""
+
+    def __init__(self, array):
+        self.dtype = DType(array.dtype)
+        self.shape = array.shape
+
+
+class Node:
+    def __init__(self, graph, op, target=None, args=(), kwargs=None, name=None, val=None):
+        self.op, self.target, self.args, self.kwargs = op, target, tuple(args), kwargs or {}
+        self.name = name or f"n{len(graph.nodes)}"
+        self.meta = {} if val is None else {"val": val}
+        graph.nodes.append(self)
+
+
+class Graph:
+    def __init__(self):
+        self.nodes = []
+
+
+class Module:
+    """An FX graph module of ATen calls, evaluated by numpy for the expected values."""
+
+    def __init__(self):
+        self.graph = Graph()
+
+    def input(self, array):
+        return Node(self.graph, "placeholder", val=Meta(array))
+
+    def call(self, name, *args, **kwargs):
+        target = operator.getitem if name == "getitem" else Op(name)
+        return Node(self.graph, "call_function", target, args, kwargs)
+
+    def output(self, *nodes):
+        Node(self.graph, "output", args=(tuple(nodes),))
+
+
+def run_region(build, *arrays):
+    m = Module()
+    nodes = [m.input(a) for a in arrays]
+    outs = build(m, *nodes)
+    m.output(*outs)
+    program, ops = dynamo.build_region(m, [Meta(a) for a in arrays])
+    return program.run(*arrays), ops
+
+
+RNG = np.random.default_rng(1)
+
+
+def test_aten_arithmetic_products_and_reductions():
+    a = RNG.standard_normal((4, 6)).astype(np.float32)
+    w = RNG.standard_normal((6, 3)).astype(np.float32)
+    b = RNG.standard_normal((3,)).astype(np.float32)
+
+    def build(m, a, w, b):
+        mm = m.call("aten.addmm.default", b, a, w, beta=1, alpha=2)
+        return [
+            m.call("aten.relu.default", mm),
+            m.call("aten.add.Tensor", a, a, alpha=3),
+            m.call("aten.rsub.Scalar", a, 1.0),
+            m.call("aten.div.Tensor_mode", a, 0.5, rounding_mode="floor"),
+            m.call("aten.pow.Tensor_Scalar", a, 2),
+            m.call("aten.sum.dim_IntList", a, [1], True),
+            m.call("aten.amax.default", a, []),
+            m.call("aten.mean.dim", a, [0]),
+            m.call("aten.var.correction", a, [1], correction=0),
+            m.call("aten._softmax.default", a, -1, False),
+            m.call("aten.argmax.default", a, 1),
+            m.call("aten.where.self", m.call("aten.gt.Scalar", a, 0.0), a, 0.0),
+            m.call("aten._to_copy.default", a, dtype=DType(np.float64)),
+        ]
+
+    got, ops = run_region(build, a, w, b)
+    e = np.exp(a - a.max(-1, keepdims=True))
+    want = [
+        np.maximum(2 * (a @ w) + b, 0),
+        a + 3 * a,
+        1.0 - a,
+        np.floor_divide(a, np.float32(0.5)),
+        a**2,
+        a.sum(1, keepdims=True),
+        a.max(),
+        a.mean(0),
+        a.var(1),
+        e / e.sum(-1, keepdims=True),
+        a.argmax(1),
+        np.where(a > 0, a, 0),
+        a.astype(np.float64),
+    ]
+    for i, (g, w_) in enumerate(zip(got, want)):
+        assert g.dtype == np.asarray(w_).dtype, i
+        np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+    assert "aten.addmm.default" in ops
+
+
+def test_aten_movement_and_layer_norm():
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    ids = np.array([2, 0, 1], dtype=np.int64)
+    gamma = RNG.standard_normal((4,)).astype(np.float32)
+
+    def build(m, x, ids, gamma):
+        ln = m.call("aten.native_layer_norm.default", x, [4], gamma, None, 1e-5)
+        parts = m.call("aten.split_with_sizes.default", x, [1, 3], 2)
+        return [
+            m.call("getitem", ln, 0),
+            m.call("aten.view.default", x, [6, -1]),
+            m.call("aten.permute.default", x, [2, 0, 1]),
+            m.call("aten.slice.Tensor", x, 2, 1, 2**63 - 1),
+            m.call("aten.select.int", x, 1, -1),
+            m.call("aten.expand.default", m.call("aten.unsqueeze.default", x, 0), [5, -1, -1, -1]),
+            m.call("aten.cat.default", [x, x], 1),
+            m.call("getitem", parts, 1),
+            m.call("aten.constant_pad_nd.default", x, [1, 2], 0.5),
+            m.call("aten.index_select.default", x, 1, ids),
+            m.call("aten.embedding.default", m.call("aten.view.default", x, [6, 4]), ids),
+            m.call("aten.squeeze.dim", m.call("aten.unsqueeze.default", x, 1), 1),
+            m.call("aten.full.default", [2, 2], 7.0, dtype=DType(np.int64)),
+            m.call("aten.index.Tensor", x, [None, ids]),
+            m.call("getitem", m.call("aten.var_mean.correction", x, [2], correction=1), 1),
+        ]
+
+    got, _ = run_region(build, x, ids, gamma)
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    want = [
+        (x - mu) / np.sqrt(var + 1e-5) * gamma,
+        x.reshape(6, 4),
+        x.transpose(2, 0, 1),
+        x[:, :, 1:],
+        x[:, -1],
+        np.broadcast_to(x, (5, 2, 3, 4)),
+        np.concatenate([x, x], 1),
+        x[:, :, 1:],
+        np.pad(x, [(0, 0), (0, 0), (1, 2)], constant_values=0.5),
+        x[:, ids],
+        x.reshape(6, 4)[ids],
+        x,
+        np.full((2, 2), 7, np.int64),
+        x[:, ids],
+        x.mean(2),
+    ]
+    for i, (g, w_) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+
+
+def test_unmapped_ops_and_wrong_types_are_reported():
+    m = Module()
+    x = m.input(np.zeros((2, 2), np.float32))
+    node = m.call("aten.cumsum.default", x, 0)
+    assert dynamo.unsupported_reason(node) == "no mapping for aten.cumsum.default"
+    ln = m.call("aten.native_layer_norm.default", x, [2], None, None, 1e-5)
+    assert "mean and rstd" in dynamo.unsupported_reason(m.call("getitem", ln, 1))
+    # A mapping whose result differs from PyTorch's type is refused, not run.
+    m = Module()
+    x = m.input(np.zeros((2, 2), np.float32))
+    bad = m.call("aten.relu.default", x)
+    bad.meta["val"] = Meta(np.zeros((3,), np.float32))
+    m.output(bad)
+    with pytest.raises(dynamo.Unsupported, match=r"Ferrite computes f32\[2, 2\]"):
+        dynamo.build_region(m, [Meta(np.zeros((2, 2), np.float32))])
+
+
+# --- With torch. ---------------------------------------------------------------------------------
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+FUNCTIONS = {
+    "mlp": (lambda x, w, b: torch.relu(x @ w + b) * 0.5, [(8, 16), (16, 4), (4,)]),
+    "softmax": (lambda x: torch.softmax(x / 0.7, dim=-1), [(4, 32)]),
+    "layer_norm": (lambda x: torch.nn.functional.layer_norm(x, (32,)), [(4, 32)]),
+    "gelu": (lambda x: torch.nn.functional.gelu(x) + torch.nn.functional.silu(x), [(64,)]),
+    "movement": (lambda x: x.transpose(0, 1).reshape(4, -1)[:, 1:3].contiguous(), [(2, 8)]),
+    "reductions": (lambda x: (x.sum(1), x.mean(0), x.amax(-1), x.argmax(1)), [(5, 7)]),
+    "compare": (lambda x, y: torch.where(x > y, x, y * 2), [(3, 4), (3, 4)]),
+    "attention": (
+        lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+        [(1, 2, 8, 16)] * 3,
+    ),
+    "cat_split": (lambda x: torch.cat(x.split([1, 3], dim=1)[::-1], dim=1), [(2, 4)]),
+    "pad": (lambda x: torch.nn.functional.pad(x, (1, 2), value=0.5), [(3, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_functions_match_eager(name):
+    global torch
+    torch = _torch()
+    fn, shapes = FUNCTIONS[name]
+    args = [torch.randn(*s) for s in shapes]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="ferrite", dynamic=False)
+    with torch.no_grad():
+        want, got = fn(*args), compiled(*args)
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_explain_reports_regions_and_fallbacks():
+    global torch
+    torch = _torch()
+
+    def fn(x):
+        return torch.cumsum(torch.relu(x), 0) * 2
+
+    report = ferrite.explain(fn, torch.randn(4, 4))
+    assert any(r.compiled for r in report.regions)
+    assert any(f.op == "aten.cumsum.default" and "no mapping" in f.reason for f in report.fallbacks)
+    assert "aten.cumsum.default" in str(report)
+
+
+def test_training_graphs_are_refused():
+    global torch
+    torch = _torch()
+    model = torch.nn.Linear(4, 4)
+    compiled = torch.compile(model, backend="ferrite")
+    with pytest.raises(Exception, match="training graphs are not supported"):
+        compiled(torch.randn(2, 4))
+
+
+def test_shape_change_recompiles():
+    global torch
+    torch = _torch()
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: torch.tanh(x) * 3, backend="ferrite", dynamic=False)
+    with torch.no_grad():
+        for n in [3, 5, 3]:
+            x = torch.randn(n, 2)
+            torch.testing.assert_close(fn(x), torch.tanh(x) * 3)
+
+
+def _transformers():
+    _torch()
+    return pytest.importorskip("transformers")
+
+
+def _check_model(model, inputs):
+    import torch as t
+
+    model.eval()
+    with t.no_grad():
+        want = model(**inputs)
+        t._dynamo.reset()
+        got = t.compile(model, backend="ferrite", dynamic=False)(**inputs)
+    for key in want.keys():
+        t.testing.assert_close(got[key], want[key], rtol=1e-3, atol=1e-3)
+
+
+def test_gpt2():
+    tr = _transformers()
+    import torch as t
+
+    t.manual_seed(0)
+    config = tr.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=256, n_positions=64)
+    _check_model(tr.GPT2LMHeadModel(config), {"input_ids": t.randint(0, 256, (1, 16))})
+
+
+def test_bert():
+    tr = _transformers()
+    import torch as t
+
+    t.manual_seed(0)
+    config = tr.BertConfig(
+        num_hidden_layers=2, num_attention_heads=4, hidden_size=64, intermediate_size=128,
+        vocab_size=256, max_position_embeddings=64,
+    )
+    ids = t.randint(0, 256, (1, 16))
+    mask = t.ones(1, 16, dtype=t.int64)
+    mask[0, 12:] = 0
+    _check_model(tr.BertModel(config), {"input_ids": ids, "attention_mask": mask})
+
+
+def test_llama():
+    tr = _transformers()
+    import torch as t
+
+    t.manual_seed(0)
+    config = tr.LlamaConfig(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64,
+        intermediate_size=128, vocab_size=256, max_position_embeddings=64,
+    )
+    _check_model(tr.LlamaForCausalLM(config), {"input_ids": t.randint(0, 256, (1, 16))})
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "llama"])
+def test_committed_models_match_onnx_runtime(name):
+    """The models of scripts/export-models.py, seeded as it seeds them, under the backend
+    against ONNX Runtime's committed outputs (examples/onnx/NAME/expected/)."""
+    import importlib.util
+    import json
+
+    from conftest import EXAMPLES, REPO, assert_close
+
+    t = _torch()
+    spec = importlib.util.spec_from_file_location("export_models", REPO / "scripts" / "export-models.py")
+    export = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export)
+    t.manual_seed(0)
+    models = {"gpt2": export.Gpt2(), "bert": export.Bert(), "llama": export.Llama()}
+    folder = EXAMPLES / "onnx" / name
+    inputs = {p.stem: t.from_numpy(np.load(p)) for p in (folder / "inputs").glob("*.npy")}
+    t._dynamo.reset()
+    with t.no_grad():
+        got = t.compile(models[name].eval(), backend="ferrite", dynamic=False)(**inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    names = [o["output"] for o in json.loads((folder / "reference.json").read_text())["outputs"]]
+    for n, g in zip(names, got):
+        assert_close(g.numpy(), np.load(folder / "expected" / f"{n}.npy"), f"{name} {n}")

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""torch.compile backends on the tiny GPT-2, BERT and LLaMA models of examples/onnx/: eager,
+inductor, ferrite, and ONNX Runtime on the committed exports; per model the first call in a
+fresh process (cold compile), the steady-state time of a call at 1 thread and at all threads,
+and the largest difference from ONNX Runtime's committed outputs.
+
+Needs torch (and onnxruntime for its row) in the Python that runs it, and
+the ferrite package installed there (scripts/python-test.sh builds it into its venv; a release
+build is what to measure: `cd python && maturin develop --release`). Prints a Markdown table.
+
+    python scripts/bench-torch.py [--models gpt2,bert,llama] [--runs 20]
+
+Each measurement runs in a subprocess of its own, so that the first call is cold (no compiled
+code, no warm caches) for every backend.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BACKENDS = ["eager", "inductor", "ferrite", "onnxruntime"]
+
+
+def build(name):
+    """The model as scripts/export-models.py defines and seeds it (so its weights are those of
+    the committed ONNX export, examples/onnx/NAME/), with the committed inputs."""
+    import importlib.util
+
+    import numpy as np
+    import torch
+
+    spec = importlib.util.spec_from_file_location("export_models", REPO / "scripts" / "export-models.py")
+    export = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export)
+    torch.manual_seed(0)  # as export-models.py does, before making the three in this order
+    models = {"gpt2": export.Gpt2(), "bert": export.Bert(), "llama": export.Llama()}
+    folder = REPO / "examples" / "onnx" / name
+    inputs = {p.stem: torch.from_numpy(np.load(p)) for p in (folder / "inputs").glob("*.npy")}
+    return models[name].eval(), inputs
+
+
+def max_diff(name, outputs):
+    """The largest difference from ONNX Runtime's committed outputs."""
+    import numpy as np
+
+    folder = REPO / "examples" / "onnx" / name
+    names = [o["output"] for o in json.loads((folder / "reference.json").read_text())["outputs"]]
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    return max(
+        float(np.max(np.abs(o.numpy() - np.load(folder / "expected" / f"{n}.npy"))))
+        for n, o in zip(names, outputs)
+    )
+
+
+def measure(name, backend, threads, runs):
+    """One subprocess's work: first call and steady state of one backend."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if backend == "onnxruntime":
+        import numpy as np
+        import onnxruntime as ort
+
+        folder = REPO / "examples" / "onnx" / name
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        start = time.perf_counter()
+        session = ort.InferenceSession(str(folder / "model.onnx"), options)
+        feeds = {p.stem: np.load(p) for p in (folder / "inputs").glob("*.npy")}
+        session.run(None, feeds)
+        first = time.perf_counter() - start
+        call = lambda: session.run(None, feeds)  # noqa: E731
+        diff = 0.0
+    else:
+        # backend="ferrite" is found through the package's torch_dynamo_backends entry point.
+
+        model, inputs = build(name)
+        fn = model if backend == "eager" else torch.compile(model, backend=backend, dynamic=False)
+        with torch.no_grad():
+            start = time.perf_counter()
+            out = fn(**inputs)
+            first = time.perf_counter() - start
+        diff = max_diff(name, out)
+        call = lambda: fn(**inputs)  # noqa: E731
+    times = []
+    with torch.no_grad():
+        for _ in range(runs):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+    return {"first_s": first, "steady_ms": 1e3 * statistics.median(times), "max_diff": diff}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="gpt2,bert,llama")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "THREADS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        name, backend, threads = args.one
+        print(json.dumps(measure(name, backend, int(threads), args.runs)))
+        return
+    cores = os.cpu_count() or 1
+    print(f"| model | backend | first call (cold) | steady, 1 thread | steady, {cores} threads | max diff vs ORT |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name in args.models.split(","):
+        for backend in BACKENDS:
+            cells = []
+            for threads in [1, cores]:
+                env = dict(os.environ, OMP_NUM_THREADS=str(threads), FERRITE_NUM_THREADS=str(threads))
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", name, backend, str(threads), "--runs", str(args.runs)],
+                    capture_output=True, text=True, env=env,
+                )
+                if out.returncode != 0:
+                    cells.append(None)
+                    print(f"<!-- {name} {backend} {threads}: {out.stderr.strip().splitlines()[-1:]} -->")
+                    continue
+                cells.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            first = next((c["first_s"] for c in cells if c), None)
+            row = [name, backend, f"{first:.3f} s" if first is not None else "failed"]
+            row += [f"{c['steady_ms']:.3f} ms" if c else "failed" for c in cells]
+            row.append(f"{cells[0]['max_diff']:.2e}" if cells[0] else "")
+            print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
