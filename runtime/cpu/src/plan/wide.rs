@@ -207,7 +207,13 @@ pub struct Split {
 
 /// Splits the wide functions out of `stage` (see the module docs), with scratch rows
 /// numbered from `first_id`; `None` when it has none.
-pub fn split_stage(stage: &Stage, isa: Isa, first_id: usize, buffers: &[Buffer]) -> Option<Split> {
+pub fn split_stage(
+    stage: &Stage,
+    isa: Isa,
+    first_id: usize,
+    first_name: usize,
+    buffers: &[Buffer],
+) -> Option<Split> {
     let domain = stage.domain().to_vec();
     let points: usize = domain.iter().product();
     if domain.is_empty() || !(MIN_POINTS..=MAX_STAGE_POINTS).contains(&points) {
@@ -246,7 +252,7 @@ pub fn split_stage(stage: &Stage, isa: Isa, first_id: usize, buffers: &[Buffer])
                     id,
                     ty: TensorType::new(DType::F32, vec![points]).ok()?,
                     kind: BufferKind::Scratch,
-                    name: format!("wide{}", out.scratch.len()),
+                    name: format!("wide{}", first_name + out.scratch.len()),
                 });
                 let mut body = body.clone();
                 for n in &mut body.nodes {
@@ -283,6 +289,71 @@ pub fn split_stage(stage: &Stage, isa: Isa, first_id: usize, buffers: &[Buffer])
     }
     out.stages.push((rest, None));
     Some(out)
+}
+
+/// A stash row (`stash.rs`) that a stage fills with a copy of a wide row (`t[p] = s[p]`:
+/// the stashed value was the wide function's result) is not filled: its readers read the
+/// wide row instead, which nothing overwrites after that stage. Returns the stash rows
+/// no longer used.
+fn drop_copies(stages: &mut [Stage], mine: &[BufferId], buffers: &[Buffer]) -> Vec<BufferId> {
+    let mut gone = Vec::new();
+    for si in 0..stages.len() {
+        let stage = &stages[si];
+        let points: usize = stage.domain().iter().product();
+        let body = stage.body();
+        let mut renames: Vec<(BufferId, BufferId)> = Vec::new();
+        for st in stage.stores() {
+            let Some(target) = buffers.get(st.buffer.index()) else {
+                continue;
+            };
+            if target.kind != BufferKind::Scratch
+                || mine.contains(&st.buffer)
+                || target.ty.numel() != points
+            {
+                continue;
+            }
+            if let Some(ExprNode {
+                op: ExprOp::Load(l),
+                ..
+            }) = body.get(st.value)
+            {
+                if mine.contains(&l.buffer) && l.index == st.index && l.guard.is_empty() {
+                    renames.push((st.buffer, l.buffer));
+                }
+            }
+        }
+        if renames.is_empty() {
+            continue;
+        }
+        let read_before = stages[..si].iter().any(|st| {
+            st.body().nodes.iter().any(|n| {
+                matches!(&n.op, ExprOp::Load(l) if renames.iter().any(|(t, _)| *t == l.buffer))
+            })
+        });
+        if read_before {
+            continue;
+        }
+        match &mut stages[si] {
+            Stage::Reduce { stores, .. } | Stage::Store { stores, .. } => {
+                stores.retain(|st| !renames.iter().any(|(t, _)| *t == st.buffer));
+            }
+        }
+        drop_dead_nodes(&mut stages[si]);
+        for later in &mut stages[si + 1..] {
+            let body = match later {
+                Stage::Reduce { body, .. } | Stage::Store { body, .. } => body,
+            };
+            for n in &mut body.nodes {
+                if let ExprOp::Load(l) = &mut n.op {
+                    if let Some(&(_, s)) = renames.iter().find(|(t, _)| *t == l.buffer) {
+                        l.buffer = s;
+                    }
+                }
+            }
+        }
+        gone.extend(renames.iter().map(|(t, _)| *t));
+    }
+    gone
 }
 
 /// `row[j0] = f(row[j0])` over `points` floats.
@@ -364,7 +435,7 @@ pub fn apply_wide(
     for si in 0..k.stages.len() {
         let stage = &k.stages[si];
         let split = if vectorizes(&k, si, buffers) {
-            split_stage(stage, isa, buffers.len(), buffers)
+            split_stage(stage, isa, buffers.len(), slots.len(), buffers)
         } else {
             None
         };
@@ -396,6 +467,9 @@ pub fn apply_wide(
     if !any {
         return None;
     }
+    let mine: Vec<BufferId> = slots.iter().map(|s| s.buffer).collect();
+    let aliased = drop_copies(&mut stages, &mine, buffers);
+    schedule.scratch.retain(|s| !aliased.contains(&s.buffer));
     k.stages = stages;
     schedule.notes.extend(note);
     for (si, c) in calls.iter().enumerate() {
