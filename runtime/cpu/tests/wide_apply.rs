@@ -170,6 +170,22 @@ fn gelu_and_layer_norm() {
     );
 }
 
+/// A GEMM epilogue that updates the product in place (`gelu(a @ b + bias)`): the stage
+/// that stores the `erf` argument writes the product back unchanged, so the plan stays
+/// valid loop IR (a product read without being written back would not be).
+#[test]
+fn gemm_epilogue_in_place() {
+    // The matmul's f32 accumulation order differs between the GEMM and the interpreter,
+    // hence the interpreter check inside `check` uses the default tolerances on a small k.
+    check(
+        "graph mlp(a: f32[32, 8], b: f32[8, 1024], c: f32[1024]) -> f32[32, 1024] {
+           y = gelu(add(matmul(a, b), c))
+           return y
+         }",
+        1,
+    );
+}
+
 #[test]
 #[ignore]
 fn dump_plan() {

@@ -268,6 +268,7 @@ pub fn split_stage(
                     }],
                 };
                 drop_dead_nodes(&mut arg_stage);
+                write_back_in_place(&mut arg_stage, stage.stores());
                 out.stages.push((arg_stage, None));
                 id
             }
@@ -326,9 +327,9 @@ fn drop_copies(stages: &mut [Stage], mine: &[BufferId], buffers: &[Buffer]) -> V
             continue;
         }
         let read_before = stages[..si].iter().any(|st| {
-            st.body().nodes.iter().any(|n| {
-                matches!(&n.op, ExprOp::Load(l) if renames.iter().any(|(t, _)| *t == l.buffer))
-            })
+            st.body().nodes.iter().any(
+                |n| matches!(&n.op, ExprOp::Load(l) if renames.iter().any(|(t, _)| *t == l.buffer)),
+            )
         });
         if read_before {
             continue;
@@ -354,6 +355,29 @@ fn drop_copies(stages: &mut [Stage], mine: &[BufferId], buffers: &[Buffer]) -> V
         gone.extend(renames.iter().map(|(t, _)| *t));
     }
     gone
+}
+
+/// An argument stage that reads an element the split stage updates in place (a GEMM
+/// epilogue on its product) writes it back unchanged, so that it too is an in-place
+/// update, which the loop-IR verifier accepts for a buffer another kernel wrote.
+fn write_back_in_place(arg_stage: &mut Stage, updates: &[StoreOp]) {
+    let Stage::Store { body, stores, .. } = arg_stage else {
+        return;
+    };
+    for (i, n) in body.nodes.iter().enumerate() {
+        let ExprOp::Load(l) = &n.op else { continue };
+        let updated = updates.iter().any(|s| s.buffer == l.buffer);
+        let written = stores
+            .iter()
+            .any(|s| s.buffer == l.buffer && s.index == l.index);
+        if updated && !written {
+            stores.push(StoreOp {
+                buffer: l.buffer,
+                index: l.index.clone(),
+                value: ExprRef(i as u32),
+            });
+        }
+    }
 }
 
 /// `row[j0] = f(row[j0])` over `points` floats.
