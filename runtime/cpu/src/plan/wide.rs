@@ -295,8 +295,12 @@ pub fn split_stage(
 /// A stash row (`stash.rs`) that a stage fills with a copy of a wide row (`t[p] = s[p]`:
 /// the stashed value was the wide function's result) is not filled: its readers read the
 /// wide row instead, which nothing overwrites after that stage. Returns the stash rows
-/// no longer used.
-fn drop_copies(stages: &mut [Stage], mine: &[BufferId], buffers: &[Buffer]) -> Vec<BufferId> {
+/// no longer used, each with the wide row read in its place.
+fn drop_copies(
+    stages: &mut [Stage],
+    mine: &[BufferId],
+    buffers: &[Buffer],
+) -> Vec<(BufferId, BufferId)> {
     let mut gone = Vec::new();
     for si in 0..stages.len() {
         let stage = &stages[si];
@@ -352,7 +356,7 @@ fn drop_copies(stages: &mut [Stage], mine: &[BufferId], buffers: &[Buffer]) -> V
                 }
             }
         }
-        gone.extend(renames.iter().map(|(t, _)| *t));
+        gone.extend(renames);
     }
     gone
 }
@@ -492,10 +496,19 @@ pub fn apply_wide(
         return None;
     }
     let mine: Vec<BufferId> = slots.iter().map(|s| s.buffer).collect();
+    let mut note_lines = Vec::new();
     let aliased = drop_copies(&mut stages, &mine, buffers);
-    schedule.scratch.retain(|s| !aliased.contains(&s.buffer));
+    schedule
+        .scratch
+        .retain(|s| !aliased.iter().any(|(t, _)| *t == s.buffer));
+    for (t, s) in &aliased {
+        note_lines.push(format!(
+            "wide: {t} is not filled: its readers read {s}, which holds the same values"
+        ));
+    }
     k.stages = stages;
     schedule.notes.extend(note);
+    schedule.notes.extend(note_lines);
     for (si, c) in calls.iter().enumerate() {
         if let Some(c) = c {
             schedule.notes.push(format!("wide: stage {si} is the {c}"));
