@@ -154,7 +154,7 @@ fn softmax_family() {
                return p, l
              }}"
         );
-        check(&src, if c >= 64 && c <= 4096 { 1 } else { 0 });
+        check(&src, if (32..=4096).contains(&c) { 1 } else { 0 });
     }
 }
 

@@ -54,8 +54,10 @@ pub const BLOCK: usize = 1024;
 /// The smallest block a row is cut into when `BLOCK` does not divide it.
 pub const MIN_BLOCK: usize = 256;
 
-/// Points a stage needs for a routine call to pay (measured, see BENCHMARKS.md).
-pub const MIN_POINTS: usize = 64;
+/// Points a stage needs for a routine call to pay: measured, softmax and sigmoid rows
+/// of 16 lose 15-35% with the call, rows of 32 gain a little, 64 and more 1.2-1.6x
+/// (BENCHMARKS.md).
+pub const MIN_POINTS: usize = 32;
 
 /// The most points of a stage split without blocking (a softmax row): its scratch row,
 /// 16 KiB, stays in L1 with the input line.
