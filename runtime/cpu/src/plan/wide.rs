@@ -150,7 +150,7 @@ pub fn block_for(n: usize) -> Option<usize> {
     if n <= BLOCK {
         return (n >= MIN_POINTS).then_some(n);
     }
-    (MIN_BLOCK..=BLOCK).rev().find(|b| n % b == 0)
+    (MIN_BLOCK..=BLOCK).rev().find(|&b| n.is_multiple_of(b))
 }
 
 /// The pointwise `kernel` with its row cut into blocks of `b` elements (`b` divides the
