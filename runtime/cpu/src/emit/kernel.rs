@@ -28,7 +28,7 @@ use crate::plan::analysis::is_pointwise;
 use crate::plan::wide::WideCall;
 use crate::plan::{Schedule, StagePlan, StageReport};
 use crate::vmath::VMath;
-use crate::wide::in_place_routine;
+use crate::wide::{in_place_routine, InPlaceFn};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, AbiParam, Block as ClifBlock, Function, InstBuilder, MemFlagsData, Signature,
@@ -353,8 +353,11 @@ impl<'a> Emitter<'a, '_> {
             self.done.scalar.clear();
             for (si, stage) in kernel.stages.iter().enumerate() {
                 if let Some(Some(call)) = schedule.wide.get(si) {
-                    self.emit_wide_call(call)?;
-                    continue;
+                    if let Some(routine) = in_place_routine(call.f, call.isa) {
+                        self.emit_wide_call(call, routine)?;
+                        continue;
+                    }
+                    // A width this CPU lacks: the apply stage is a loop like any other.
                 }
                 let ext = stage.extents(domain);
                 let loops = self.stage_loops(stage);
@@ -403,15 +406,9 @@ impl<'a> Emitter<'a, '_> {
 }
 
 impl Emitter<'_, '_> {
-    /// A stage the plan made a wide routine call: `f` over the scratch row, in place.
-    fn emit_wide_call(&mut self, call: &WideCall) -> Result<()> {
-        let routine = in_place_routine(call.f, call.isa).ok_or_else(|| {
-            Error::internal(format!(
-                "no {} routine for {} on this CPU",
-                call.isa.name(),
-                call.f.name()
-            ))
-        })?;
+    /// A stage the plan made a wide routine call: `routine` over the scratch row, in
+    /// place.
+    fn emit_wide_call(&mut self, call: &WideCall, routine: InPlaceFn) -> Result<()> {
         let row = *self
             .mem
             .ptrs

@@ -77,7 +77,9 @@ pub struct CodegenOptions {
     pub stash: bool,
     /// The width of the wide routines that compute transcendentals over blocks of
     /// vectorized loops (see `wide.rs`); `None` (or `Isa::Sse`): the `f32x4` code only.
-    /// The default is [`Isa::host`], which `FERRITE_CPU_ISA` caps.
+    /// The default is [`Isa::host`], which `FERRITE_CPU_ISA` caps. A width this CPU
+    /// lacks is planned all the same (the plan does not depend on the host), and its
+    /// apply stages are emitted as the `f32x4` loops they are.
     pub wide: Option<Isa>,
 }
 
@@ -458,7 +460,7 @@ fn stash(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<Kerne
 /// `wide` (`wide.rs`), with `vectorize`'s own decision of which stages are vector code.
 fn wide(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<Kernel>> {
     let opts = scope.codegen;
-    let Some(isa) = opts.wide.filter(|_| opts.vectorize) else {
+    let Some(isa) = opts.wide.filter(|&isa| opts.vectorize && isa != Isa::Sse) else {
         return Ok(None);
     };
     let vectorizes = |k: &Kernel, si: usize, buffers: &[Buffer]| -> bool {
