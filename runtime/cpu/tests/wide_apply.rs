@@ -185,14 +185,3 @@ fn gemm_epilogue_in_place() {
         1,
     );
 }
-
-#[test]
-#[ignore]
-fn dump_plan() {
-    let src = std::env::var("WIDE_SRC").unwrap();
-    let g = graph(&src);
-    let p = schedule(&g, true);
-    let codegen = CodegenOptions::default();
-    let plan = plan_program(&p, &codegen, true).unwrap();
-    println!("{p}\n----\n{plan}");
-}
