@@ -462,6 +462,8 @@ pub fn apply_wide(
     let mut calls = Vec::new();
     let mut slots = Vec::new();
     let mut any = false;
+    // Where each stage of `k` is now (the stage a split ends with: the original's rest).
+    let mut moved = Vec::with_capacity(k.stages.len());
     for si in 0..k.stages.len() {
         let stage = &k.stages[si];
         let split = if vectorizes(&k, si, buffers) {
@@ -493,6 +495,7 @@ pub fn apply_wide(
                 calls.push(None);
             }
         }
+        moved.push(stages.len() - 1);
     }
     if !any {
         return None;
@@ -509,6 +512,18 @@ pub fn apply_wide(
         ));
     }
     k.stages = stages;
+    let renumbered: Vec<String> = moved
+        .iter()
+        .enumerate()
+        .filter(|&(old, &new)| old != new)
+        .map(|(old, new)| format!("{old} -> {new}"))
+        .collect();
+    if !renumbered.is_empty() && schedule.notes.iter().any(|n| n.contains("stage ")) {
+        schedule.notes.push(format!(
+            "wide: the stages the notes above name are now: {}",
+            renumbered.join(", ")
+        ));
+    }
     schedule.notes.extend(note);
     schedule.notes.extend(note_lines);
     for (si, c) in calls.iter().enumerate() {
