@@ -6,7 +6,7 @@ use ferrite::{DType, TensorType};
 use std::path::Path;
 
 mod common;
-use common::{assert_exit, examples, ferrite, stderr, stdout, Scratch};
+use common::{assert_exit, examples, ferrite, ferrite_with_env, stderr, stdout, Scratch};
 
 fn read_npy(path: &str) -> Tensor {
     npy::decode(&std::fs::read(path).unwrap()).unwrap()
@@ -687,6 +687,34 @@ fn compile_summarizes_every_example_and_dumps_each_stage() {
         .unwrap();
     assert_eq!(n, m, "--no-fuse schedules the unfused baseline: {line}");
     assert!(n.parse::<usize>().unwrap() >= 5, "{line}");
+}
+
+/// `FERRITE_CPU_ISA=sse` plans and runs the 128-bit code only: no wide routine call in
+/// the CPU plan, which the widest width this CPU has makes (when it has one), with the
+/// same output bits.
+#[test]
+fn ferrite_cpu_isa_sse_keeps_the_narrow_code() {
+    let dir = Scratch::new("isa");
+    let mut plans = Vec::new();
+    let mut outputs = Vec::new();
+    for isa in ["sse", "avx512"] {
+        let d = dir.path(&format!("dump-{isa}"));
+        let env = [("FERRITE_CPU_ISA", isa)];
+        let o = ferrite_with_env(&["compile", "examples/softmax_rows.fg", "--dump", &d], &env);
+        assert_exit(&o, 0);
+        plans.push(std::fs::read_to_string(Path::new(&d).join("05-cpu-plan.loop")).unwrap());
+        let out = dir.path(&format!("out-{isa}"));
+        let o = ferrite_with_env(&["run", "examples/softmax_rows.fg", "--out", &out], &env);
+        assert_exit(&o, 0);
+        outputs.push(std::fs::read(format!("{out}/probs.npy")).unwrap());
+    }
+    assert!(!plans[0].contains("routine"), "{}", plans[0]);
+    #[cfg(target_arch = "x86_64")]
+    let wide = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    let wide = false;
+    assert_eq!(plans[1].contains("# wide: stage"), wide, "{}", plans[1]);
+    assert_eq!(outputs[0], outputs[1]);
 }
 
 #[test]

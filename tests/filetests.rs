@@ -12,7 +12,7 @@
 use ferrite_accel::program::{Intermediates, SimProgram};
 use ferrite_accel::sim::Machine;
 use ferrite_accel::tile;
-use ferrite_cpu::{plan_program, CodegenOptions};
+use ferrite_cpu::{plan_program, CodegenOptions, Isa};
 use ferrite_ir::loops::{evaluate, parse_program, Program};
 use ferrite_ir::{parse, print, verify, Graph, Tensor};
 use ferrite_passes::decompose::decompose;
@@ -31,7 +31,8 @@ const STAGES: &[Stage] = &[
     Stage::new("schedule", schedule_stage).with_options(&["unfused"]),
     Stage::new("memory", memory_stage).with_options(&["unfused"]),
     Stage::new("read", read_stage),
-    Stage::new("cpu-plan", cpu_plan_stage).with_options(&["scalar", "no-stash", "no-gemm"]),
+    Stage::new("cpu-plan", cpu_plan_stage)
+        .with_options(&["scalar", "no-stash", "no-gemm", "narrow"]),
     Stage::new("tile", tile_stage).with_options(&["lpddr"]),
 ];
 
@@ -171,13 +172,15 @@ fn tile_stage(case: &Case) -> Result<String, String> {
 
 /// `cpu-plan`: loop IR in, the CPU backend's plan out: the planned loop IR, with each
 /// kernel's schedule as `#` lines under its header. `scalar` turns SIMD off, `no-stash`
-/// stashing, `no-gemm` the extern GEMM. The plan must read back from its text and
+/// stashing, `no-gemm` the extern GEMM, `narrow` the wide routine calls (planned for
+/// AVX-512 otherwise, whatever the host, so the expected text is the same everywhere). The plan must read back from its text and
 /// evaluate to the same bits as the input (on random inputs).
 fn cpu_plan_stage(case: &Case) -> Result<String, String> {
     let p = loop_program(case)?;
     let codegen = CodegenOptions {
         vectorize: !case.flag("scalar"),
         stash: !case.flag("no-stash"),
+        wide: (!case.flag("narrow")).then_some(Isa::Avx512),
         ..CodegenOptions::default()
     };
     let plan = plan_program(&p, &codegen, !case.flag("no-gemm")).map_err(|e| e.to_string())?;

@@ -11,6 +11,10 @@
 //!   routines of `ferrite_cpu::wide` at each width the CPU has, over 16K `f32` (L2-resident),
 //!   and `x * sigmoid(x)` fused in one JIT kernel beside wide `sigmoid` on 1K blocks then a
 //!   multiply (what a call from the JIT loop on a stashed block would do);
+//! - `wide_fused`: generated kernels with their transcendentals computed by the wide
+//!   routines on blocks (`plan/wide.rs`) beside the same kernels in `f32x4` code
+//!   (`narrow`): a fused sigmoid chain over 1M `f32` (`x*sigmoid(x)`, a sigmoid of it and
+//!   a tanh, as in `big_pointwise`) and a row softmax at 1024 x 1024, one thread;
 //! - `compile_transformer_block`: Cranelift compile time of the example's kernels.
 //!
 //! Every program is checked against the reference interpreter once before it is timed, so
@@ -232,6 +236,49 @@ fn wide(c: &mut Criterion) {
     group.finish();
 }
 
+/// The sigmoid chain of `big_pointwise` (1M elements) and a row softmax.
+const WIDE_GRAPHS: [&str; 2] = [
+    "graph sigmoid_chain_1M(x: f32[256, 4096]) -> f32[256, 4096] {
+  s = sigmoid(x)
+  t = mul(x, s)
+  u = sigmoid(mul(t, 1.5))
+  y = add(u, tanh(x))
+  return y
+}",
+    "graph softmax_1024x1024(x: f32[1024, 1024]) -> f32[1024, 1024] {
+  y = softmax(x, axis=-1)
+  return y
+}",
+];
+
+fn wide_fused(c: &mut Criterion) {
+    let mut group = c.benchmark_group("wide_fused");
+    group.sample_size(20);
+    let widths: Vec<Option<Isa>> = [None, Some(Isa::Avx2), Some(Isa::Avx512)]
+        .into_iter()
+        .filter(|isa| isa.is_none_or(Isa::supported))
+        .collect();
+    for src in WIDE_GRAPHS {
+        let g = graph(src);
+        let xs = inputs(&g);
+        let p = program(&g, true);
+        let want = ferrite_ir::interpret(&g, &xs).expect("interpret");
+        group.throughput(Throughput::Elements(want[0].ty.numel() as u64));
+        for &isa in &widths {
+            let mut opts = CpuOptions::with_threads(1);
+            opts.codegen.wide = isa;
+            let c = CpuProgram::compile(&p, &opts).expect("compile");
+            let got = c.run(&xs).expect("run");
+            got[0]
+                .check_close(&want[0], 1e-4, 1e-5)
+                .unwrap_or_else(|e| panic!("{}: {e}", g.name));
+            let name = format!("{}/{}", g.name, isa.map_or("narrow", Isa::name));
+            group.bench_function(name, |b| b.iter(|| black_box(c.run(&xs).expect("run"))));
+        }
+    }
+    group.finish();
+}
+
 fn compile_time(c: &mut Criterion) {
     let g = ferrite_testkit::example_graph("transformer_block");
     let mut group = c.benchmark_group("compile_transformer_block");
@@ -247,5 +294,13 @@ fn compile_time(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, pointwise_chains, stream, vmath, wide, compile_time);
+criterion_group!(
+    benches,
+    pointwise_chains,
+    stream,
+    vmath,
+    wide,
+    wide_fused,
+    compile_time
+);
 criterion_main!(benches);

@@ -56,4 +56,4 @@ pub use pool::{
     MAX_THREADS, NUM_THREADS_VAR,
 };
 pub use vmath::{UnaryFn, VMath};
-pub use wide::{Isa, WideFn, ISA_VAR};
+pub use wide::{InPlaceFn, Isa, WideFn, ISA_VAR};

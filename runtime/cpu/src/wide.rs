@@ -123,6 +123,42 @@ pub fn routine(f: UnaryFn, isa: Isa) -> Option<WideFn> {
     }
 }
 
+/// An in-place wide routine with the C calling convention, for generated code:
+/// `xs[i] = f(xs[i])` for the `n` floats at `xs`.
+///
+/// Calling it is `unsafe`: `xs` must point to `n` readable and writable floats that
+/// nothing else accesses during the call.
+pub type InPlaceFn = unsafe extern "C" fn(xs: *mut f32, n: usize);
+
+/// The in-place routine for `f` at width `isa` (the same bits as [`routine`]'s), if
+/// there is one and this CPU supports the width.
+pub fn in_place_routine(f: UnaryFn, isa: Isa) -> Option<InPlaceFn> {
+    if !isa.supported() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let pick = |avx2: InPlaceFn, avx512: InPlaceFn| match isa {
+            Isa::Sse => None,
+            Isa::Avx2 => Some(avx2),
+            Isa::Avx512 => Some(avx512),
+        };
+        match f {
+            UnaryFn::Exp => pick(avx2::exp_in_place, avx512::exp_in_place),
+            UnaryFn::Log => pick(avx2::log_in_place, avx512::log_in_place),
+            UnaryFn::Tanh => pick(avx2::tanh_in_place, avx512::tanh_in_place),
+            UnaryFn::Erf => pick(avx2::erf_in_place, avx512::erf_in_place),
+            UnaryFn::Sigmoid => pick(avx2::sigmoid_in_place, avx512::sigmoid_in_place),
+            UnaryFn::Sin | UnaryFn::Cos => None,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = f;
+        None
+    }
+}
+
 /// The algorithms, written once over the helpers each width's module defines (`V` the
 /// float vector, `M` its lane mask). Each line mirrors a line of `vmath.rs`'s `Emit`.
 #[cfg(target_arch = "x86_64")]
@@ -284,11 +320,17 @@ macro_rules! algorithms {
             select(eq(x, zero), f(f32::NEG_INFINITY), r)
         }
 
-        slice_fn!(exp_slice, exp, $feature, $detected);
-        slice_fn!(log_slice, log, $feature, $detected);
-        slice_fn!(tanh_slice, tanh, $feature, $detected);
-        slice_fn!(erf_slice, erf, $feature, $detected);
-        slice_fn!(sigmoid_slice, sigmoid, $feature, $detected);
+        slice_fn!(exp_slice, exp_in_place, exp, $feature, $detected);
+        slice_fn!(log_slice, log_in_place, log, $feature, $detected);
+        slice_fn!(tanh_slice, tanh_in_place, tanh, $feature, $detected);
+        slice_fn!(erf_slice, erf_in_place, erf, $feature, $detected);
+        slice_fn!(
+            sigmoid_slice,
+            sigmoid_in_place,
+            sigmoid,
+            $feature,
+            $detected
+        );
     };
 }
 
@@ -296,7 +338,40 @@ macro_rules! algorithms {
 /// per call (the routine is only handed out when it is present, see [`routine`]).
 #[cfg(target_arch = "x86_64")]
 macro_rules! slice_fn {
-    ($name:ident, $f:ident, $feature:literal, $detected:expr) => {
+    ($name:ident, $in_place:ident, $f:ident, $feature:literal, $detected:expr) => {
+        /// `f` over `n` floats at `xs`, in place: the entry generated code calls.
+        ///
+        /// # Safety
+        /// `xs` points to `n` readable and writable floats that nothing else accesses
+        /// during the call, and the CPU has the feature (the routine is only handed out
+        /// by [`in_place_routine`] when it has).
+        pub(super) unsafe extern "C" fn $in_place(xs: *mut f32, n: usize) {
+            if n == 0 {
+                return;
+            }
+            // SAFETY: the caller guarantees `n` exclusive floats at `xs`.
+            let xs = unsafe { std::slice::from_raw_parts_mut(xs, n) };
+            // SAFETY: the caller guarantees the feature.
+            unsafe { run_in_place(xs) }
+
+            #[target_feature(enable = $feature)]
+            fn run_in_place(xs: &mut [f32]) {
+                let full = xs.len() / LANES * LANES;
+                for o in xs[..full].chunks_exact_mut(LANES) {
+                    let v = $f(load(o));
+                    store(o, v);
+                }
+                if full < xs.len() {
+                    let mut buf = [0.0f32; LANES];
+                    let tail = xs.len() - full;
+                    buf[..tail].copy_from_slice(&xs[full..]);
+                    let v = $f(load(&buf));
+                    store(&mut buf, v);
+                    xs[full..].copy_from_slice(&buf[..tail]);
+                }
+            }
+        }
+
         pub(super) fn $name(xs: &[f32], out: &mut [f32]) {
             assert_eq!(
                 xs.len(),

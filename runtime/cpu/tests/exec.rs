@@ -58,6 +58,7 @@ fn every_generated_function_verifies() {
                         vectorize,
                         unroll: 4,
                         stash,
+                        ..CodegenOptions::default()
                     };
                     let (func, _) = kernel_function(&jit, "k", &p.buffers, k, &opts)
                         .unwrap_or_else(|e| panic!("{name} {}: {e}", k.name));

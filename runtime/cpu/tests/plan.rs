@@ -7,7 +7,7 @@ mod support;
 use support::*;
 
 use ferrite_cpu::plan::Run;
-use ferrite_cpu::{plan_program, CodegenOptions};
+use ferrite_cpu::{plan_program, CodegenOptions, Isa};
 use ferrite_ir::loops::{evaluate, parse_program, Program};
 use ferrite_ir::Tensor;
 use ferrite_passes::decompose::decompose;
@@ -30,6 +30,18 @@ fn plans_evaluate_the_same(what: &str, p: &Program, inputs: &[Tensor]) {
         (
             CodegenOptions {
                 stash: false,
+                ..CodegenOptions::default()
+            },
+            true,
+        ),
+        // The default plans the host's wide routine calls, if any; this the other case
+        // (calls planned whatever the host has: the plan is evaluated here, not run).
+        (
+            CodegenOptions {
+                wide: match CodegenOptions::default().wide {
+                    Some(_) => None,
+                    None => Some(Isa::Avx512),
+                },
                 ..CodegenOptions::default()
             },
             true,
@@ -128,7 +140,11 @@ fn crafted_plans_evaluate_as_their_sources() {
 #[test]
 fn the_plan_text_shows_the_stash_as_loop_ir_and_the_schedule() {
     let p = schedule(&example("softmax_rows"), true);
-    let plan = plan_program(&p, &CodegenOptions::default(), true).unwrap();
+    let narrow = CodegenOptions {
+        wide: None,
+        ..CodegenOptions::default()
+    };
+    let plan = plan_program(&p, &narrow, true).unwrap();
     let text = plan.to_string();
     // The scratch row, written inside the sum's reduction and read back by the store.
     assert!(text.contains("scratch `stash0`"), "{text}");
@@ -140,6 +156,27 @@ fn the_plan_text_shows_the_stash_as_loop_ir_and_the_schedule() {
             .any(|l| l.trim_start().starts_with("buf2[r0] = t")),
         "{text}"
     );
+    // With wide routines, `exp(x - max)` goes into a row of its own that one routine
+    // call turns into its exp, read by the sum and the store; the stash row is not filled.
+    let wide = CodegenOptions {
+        wide: Some(Isa::Avx512),
+        ..CodegenOptions::default()
+    };
+    let plan = plan_program(&p, &wide, true).unwrap();
+    let text = plan.to_string();
+    assert!(
+        text.contains("  # wide: stage 2 is the avx512 routine: exp over buf3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  # stage 2 (store over j0 < 512): vector avx512 call"),
+        "{text}"
+    );
+    assert!(
+        text.contains("for j0 in 0..512: buf3[j0] = exp(buf3[j0])"),
+        "{text}"
+    );
+    assert!(!text.contains("buf2[r0] = t"), "{text}");
     // A GEMM kernel with a bias becomes the product kernel and an epilogue.
     let g = graph("graph m(a: f32[13, 24], b: f32[24, 36], c: f32[36]) -> f32[13, 36] {\n  y = relu(add(matmul(a, b), c))\n  return y\n}\n");
     let p = schedule(&g, true);

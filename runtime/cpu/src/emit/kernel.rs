@@ -25,11 +25,14 @@ use super::state::{Emitter, Exits, Finished, LoopSpec, Memory, Nest, Target, Val
 use crate::error::{Error, Result};
 use crate::jit::Jit;
 use crate::plan::analysis::is_pointwise;
+use crate::plan::wide::WideCall;
 use crate::plan::{Schedule, StagePlan, StageReport};
 use crate::vmath::VMath;
+use crate::wide::{in_place_routine, InPlaceFn};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
-    types, Block as ClifBlock, Function, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind,
+    types, AbiParam, Block as ClifBlock, Function, InstBuilder, MemFlagsData, Signature,
+    StackSlotData, StackSlotKind,
 };
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use ferrite_ir::loops::{Buffer, BufferId, BufferKind, ExprOp, Extents, Kernel, Var};
@@ -124,6 +127,7 @@ pub fn function(
             has_fma: jit.has_fma(),
             ipow_sig: None,
             trig_sig: None,
+            wide_sig: None,
             helper_sigs: HashMap::new(),
         },
         mem: Memory {
@@ -348,6 +352,13 @@ impl<'a> Emitter<'a, '_> {
             }
             self.done.scalar.clear();
             for (si, stage) in kernel.stages.iter().enumerate() {
+                if let Some(Some(call)) = schedule.wide.get(si) {
+                    if let Some(routine) = in_place_routine(call.f, call.isa) {
+                        self.emit_wide_call(call, routine)?;
+                        continue;
+                    }
+                    // A width this CPU lacks: the apply stage is a loop like any other.
+                }
                 let ext = stage.extents(domain);
                 let loops = self.stage_loops(stage);
                 let shape = Shape::Point(stage_plan(schedule, si)?);
@@ -390,6 +401,36 @@ impl<'a> Emitter<'a, '_> {
         self.b.switch_to_block(self.exits.err_block);
         let code = self.b.block_params(self.exits.err_block)[0];
         self.b.ins().return_(&[code]);
+        Ok(())
+    }
+}
+
+impl Emitter<'_, '_> {
+    /// A stage the plan made a wide routine call: `routine` over the scratch row, in
+    /// place.
+    fn emit_wide_call(&mut self, call: &WideCall, routine: InPlaceFn) -> Result<()> {
+        let row = *self
+            .mem
+            .ptrs
+            .get(&call.buffer)
+            .ok_or_else(|| Error::internal("a wide call's row has no stack slot"))?;
+        let sig = match self.target.wide_sig {
+            Some(s) => s,
+            None => {
+                let mut sig = Signature::new(self.target.call_conv);
+                sig.params.push(AbiParam::new(self.target.ptr_type));
+                sig.params.push(AbiParam::new(types::I64));
+                let s = self.b.import_signature(sig);
+                self.target.wide_sig = Some(s);
+                s
+            }
+        };
+        let callee = self
+            .b
+            .ins()
+            .iconst(self.target.ptr_type, routine as usize as i64);
+        let len = self.b.ins().iconst(types::I64, call.len as i64);
+        self.b.ins().call_indirect(sig, callee, &[row, len]);
         Ok(())
     }
 }

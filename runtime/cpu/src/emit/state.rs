@@ -45,6 +45,8 @@ pub(super) struct Target {
     pub(super) ipow_sig: Option<SigRef>,
     /// The signature of the large-argument `sin`/`cos` helpers, once imported.
     pub(super) trig_sig: Option<SigRef>,
+    /// The signature of the in-place wide routines (`wide.rs`), once imported.
+    pub(super) wide_sig: Option<SigRef>,
     /// The signatures of other helpers (`dtypes.rs`), by parameter and result types.
     pub(super) helper_sigs: HashMap<(Vec<Type>, Type), SigRef>,
 }

@@ -25,6 +25,10 @@
 //! - `stash.rs`: a transcendental that two stages of a kernel both compute (softmax's
 //!   `exp(x - max)` in its sum and its store stage) computed once per outer point into a
 //!   scratch row (a stack slot) that the later stage reads back.
+//! - `wide.rs`: `exp`, `log`, `tanh`, `erf` and `sigmoid` in long
+//!   vector loops computed over L1-resident scratch rows by the AVX2 / AVX-512 routines
+//!   of [`crate::wide`] (one apply stage per function, a routine call), pointwise rows
+//!   cut into blocks for it; the `f32x4` code where that does not pay.
 //! - `vectorize.rs`: the SIMD decision for each stage's innermost loop (contiguous
 //!   accesses, lane-wise ops) or why it stays scalar, with the proof that every access is
 //!   in bounds (`analysis.rs`).
@@ -42,6 +46,7 @@ mod stage;
 mod stash;
 mod tile;
 mod vectorize;
+pub mod wide;
 
 pub use disjoint::outer_points_write_disjoint;
 pub use epilogue::describe as describe_gemm;
@@ -52,6 +57,7 @@ pub use stash::{LaneStash, MAX_SCRATCH_BYTES};
 pub use vectorize::{lanes_of, Lanes, NotVectorized, VectorPlan};
 
 use crate::error::{Error, Result};
+use crate::wide::Isa;
 use analysis::{check_references, is_pointwise, live_nodes, prove_accesses, stage_loops, Levels};
 use ferrite_ir::loops::{
     Buffer, BufferId, Extents, IndexExpr, Kernel, KernelId, Program, Reduction, Stage, Var,
@@ -69,6 +75,12 @@ pub struct CodegenOptions {
     /// Compute a transcendental that two stages of a kernel share once per point, into a
     /// stack scratch row, instead of in both stages (see `stash.rs`).
     pub stash: bool,
+    /// The width of the wide routines that compute transcendentals over blocks of
+    /// vectorized loops (see `wide.rs`); `None` (or `Isa::Sse`): the `f32x4` code only.
+    /// The default is [`Isa::host`], which `FERRITE_CPU_ISA` caps. A width this CPU
+    /// lacks is planned all the same (the plan does not depend on the host), and its
+    /// apply stages are emitted as the `f32x4` loops they are.
+    pub wide: Option<Isa>,
 }
 
 impl Default for CodegenOptions {
@@ -77,6 +89,7 @@ impl Default for CodegenOptions {
             vectorize: true,
             unroll: 4,
             stash: true,
+            wide: Some(Isa::host()).filter(|&isa| isa != Isa::Sse),
         }
     }
 }
@@ -132,12 +145,13 @@ const PROGRAM_STEPS: [ProgramStep; 2] = [
 
 /// The kernel steps, in order, run on every kernel that becomes generated code.
 #[rustfmt::skip]
-const KERNEL_STEPS: [KernelStep; 6] = [
+const KERNEL_STEPS: [KernelStep; 7] = [
     KernelStep::new("coalesce",  coalesce),  // pointwise kernels: merge innermost outer axes while indices stay affine
     KernelStep::new("disjoint",  disjoint),  // may distinct outer points run on different threads?
     KernelStep::new("tile",      tile),      // parallel pointwise kernels reading across rows: 16x16 tiles
     KernelStep::new("lanes",     lanes),     // parallel kernels whose inner loops stride: outer points as lanes
     KernelStep::new("stash",     stash),     // a transcendental two stages compute: once per point, in scratch
+    KernelStep::new("wide",      wide),      // transcendentals of long vector loops: wide routine calls on scratch rows
     KernelStep::new("vectorize", vectorize), // each innermost loop as SIMD code, or why not; accesses proved
 ];
 
@@ -443,6 +457,40 @@ fn stash(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<Kerne
     Ok(Some(stashed.kernel))
 }
 
+/// `wide` (`wide.rs`), with `vectorize`'s own decision of which stages are vector code.
+fn wide(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<Kernel>> {
+    let opts = scope.codegen;
+    let Some(isa) = opts.wide.filter(|&isa| opts.vectorize && isa != Isa::Sse) else {
+        return Ok(None);
+    };
+    let vectorizes = |k: &Kernel, si: usize, buffers: &[Buffer]| -> bool {
+        let stage = &k.stages[si];
+        let arg_accs: Vec<_> = k.stages[..si]
+            .iter()
+            .flat_map(|st| match st {
+                Stage::Reduce { reductions, .. } => reductions
+                    .iter()
+                    .filter(|r| r.kind.is_arg())
+                    .map(|r| r.acc)
+                    .collect(),
+                Stage::Store { .. } => Vec::new(),
+            })
+            .collect();
+        let ext = stage.extents(&k.domain);
+        plan_stage(
+            stage,
+            si,
+            stage_loops(stage),
+            &ext,
+            buffers,
+            opts,
+            &arg_accs,
+        )
+        .is_ok_and(|p| p.vector.is_some())
+    };
+    Ok(wide::apply_wide(k, s, scope.buffers, isa, &vectorizes))
+}
+
 /// `vectorize` (`vectorize.rs`): how each stage's loops run at one outer point (or, for
 /// a pointwise kernel, along a row), and how each stage of a lanes step runs.
 fn vectorize(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<Kernel>> {
@@ -473,6 +521,12 @@ fn vectorize(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<K
         );
         if let Stage::Reduce { reductions, .. } = stage {
             arg_accs.extend(reductions.iter().filter(|r| r.kind.is_arg()).map(|r| r.acc));
+        }
+    }
+    for (plan, call) in stages.iter_mut().zip(&s.wide) {
+        if let Some(c) = call {
+            plan.report.vector = Some(format!("{} call", c.isa.name()));
+            plan.report.scalar_reason = None;
         }
     }
     s.stages = stages;

@@ -10,6 +10,7 @@
 
 use super::lanes::OuterLanes;
 use super::stage::{StagePlan, StageReport};
+use super::wide::WideCall;
 use ferrite_ir::loops::{BufferId, GemmOperand, Program};
 use ferrite_ir::DType;
 use std::fmt;
@@ -82,8 +83,11 @@ pub struct Schedule {
     pub stages: Vec<StagePlan>,
     /// The stack slots of the kernel's scratch buffers, in order.
     pub scratch: Vec<ScratchSlot>,
-    /// The rewrites made before emission (tiles, stashes), one line each.
+    /// The rewrites made before emission (tiles, stashes, wide calls), one line each.
     pub notes: Vec<String>,
+    /// Per stage, when it is a call of a wide routine (see `wide.rs`); empty when no
+    /// stage is.
+    pub wide: Vec<Option<WideCall>>,
 }
 
 /// A scratch buffer placed in the kernel's stack frame.

@@ -138,7 +138,7 @@ fn is_expensive_op(node: &ExprNode) -> bool {
 }
 
 /// Renames the inner loop variables of any stage kind to store variables (`r2` → `j2`).
-fn to_store_vars(e: &IndexExpr) -> IndexExpr {
+pub(super) fn to_store_vars(e: &IndexExpr) -> IndexExpr {
     substitute(e, &|v: Var| match v.kind {
         VarKind::Reduce => Some(IndexExpr::Var(Var::store(v.index as usize))),
         _ => None,
@@ -211,7 +211,7 @@ fn find_shared(kernel: &Kernel, ei: usize, li: usize) -> Option<(ExprRef, ExprRe
 }
 
 /// The row-major position of the current point of a stage's inner domain.
-fn flat_index(domain: &[usize], kind: VarKind) -> IndexExpr {
+pub(super) fn flat_index(domain: &[usize], kind: VarKind) -> IndexExpr {
     let mut terms = Vec::with_capacity(domain.len());
     let mut stride = 1i64;
     for k in (0..domain.len()).rev() {
@@ -235,7 +235,7 @@ fn flat_index(domain: &[usize], kind: VarKind) -> IndexExpr {
 }
 
 /// Replaces node `r` of `stage` by a load of `scratch` at the current inner point.
-fn load_from_scratch(stage: &mut Stage, r: ExprRef, scratch: BufferId) {
+pub(super) fn load_from_scratch(stage: &mut Stage, r: ExprRef, scratch: BufferId) {
     let kind = stage.var_kind();
     let domain = stage.domain().to_vec();
     let body = match stage {

@@ -1,0 +1,537 @@
+//! Full-width transcendentals inside fused loops: `exp`, `log`, `tanh`, `erf` and
+//! `sigmoid` applied by the rustc-compiled AVX2 / AVX-512 routines of [`crate::wide`]
+//! over an L1-resident block, between the vector code that computes their arguments and
+//! the vector code that uses their results.
+//!
+//! Cranelift gives 128-bit vectors on x86-64, so a transcendental in JIT code runs four
+//! lanes at a time; the wide routines run eight or sixteen, with the same bits. The
+//! rewrite keeps fusion and stays loop IR:
+//!
+//! - A pointwise kernel (`for i in 0..n: out[i] = g(f(h(x[i])))`) is first cut into
+//!   blocks of `B` elements of its row: the outer domain's last extent `n` becomes `n/B`
+//!   and the store stage gets an inner loop `j0 < B`, with `i_last*B + j0` for `i_last`.
+//!   `B` divides `n` (the whole row up to [`BLOCK`], else the largest divisor from
+//!   [`MIN_BLOCK`] to `BLOCK`): every block is whole, and the loop IR, whose extents are
+//!   static, says so. A row that no such block divides (a prime length over `BLOCK`)
+//!   keeps the `f32x4` code. (Its tail cannot be a kernel of its own: a buffer is written
+//!   by one kernel.)
+//! - In a stage whose inner loop is vector code over `P` points (a block, a softmax row),
+//!   each such function `f` evaluated per point is split out, innermost first: a store
+//!   stage writes its argument into a scratch row of `P` floats (a stack slot, so each
+//!   outer point and each thread has its own), an *apply* stage `s[j0] = f(s[j0])`
+//!   computes `f` over the row in place, and the original stage reads `s` where it
+//!   computed `f`. When the argument is itself the result of an earlier apply that
+//!   nothing else reads (a sigmoid chain), the apply runs on that row again.
+//!
+//! The apply stage is ordinary loop IR (the evaluator runs the plan to the same bits),
+//! and the schedule records, per stage, that it is a routine call ([`WideCall`]); the
+//! emitter makes it one `call_indirect` of the routine for the ISA chosen here. Every
+//! value stored is the node's own, rounded to `f32` as the reference rounds it, and the
+//! routines give the bits of the `f32x4` code, so results are unchanged bit for bit.
+//!
+//! It pays where the function is evaluated per element of a long contiguous loop:
+//! stages of fewer than [`MIN_POINTS`] points, stages that do not vectorize, and kernels
+//! with lanes keep the `f32x4` code; so does everything when the ISA is SSE
+//! (`FERRITE_CPU_ISA=sse`) or [`CodegenOptions::wide`](super::CodegenOptions) is `None`.
+
+use super::analysis::{drop_dead_nodes, is_pointwise, node_indices, substitute};
+use super::stash::{flat_index, load_from_scratch, to_store_vars, MAX_SCRATCH_BYTES};
+use super::{Schedule, ScratchSlot};
+use crate::vmath::UnaryFn;
+use crate::wide::Isa;
+use ferrite_ir::loops::{
+    Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, Stage,
+    StoreOp, Value, Var, VarKind,
+};
+use ferrite_ir::types::TensorType;
+use ferrite_ir::{DType, UnaryOp};
+use std::fmt;
+
+/// Elements per block of a pointwise row: a few blocks (arguments, results, the
+/// input and output lines) stay in a 32 KiB L1 data cache.
+pub const BLOCK: usize = 1024;
+
+/// The smallest block a row is cut into when `BLOCK` does not divide it.
+pub const MIN_BLOCK: usize = 256;
+
+/// Points a stage needs for a routine call to pay: measured, softmax and sigmoid rows
+/// of 16 lose 15-35% with the call, rows of 32 gain a little, 64 and more 1.2-1.6x
+/// (BENCHMARKS.md).
+pub const MIN_POINTS: usize = 32;
+
+/// The most points of a stage split without blocking (a softmax row): its scratch row,
+/// 16 KiB, stays in L1 with the input line.
+pub const MAX_STAGE_POINTS: usize = 4096;
+
+/// A stage run as one call of a wide routine: `buffer[j] = f(buffer[j])` for the `len`
+/// floats of a scratch row, in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WideCall {
+    /// The function.
+    pub f: UnaryFn,
+    /// The width of the routine.
+    pub isa: Isa,
+    /// The scratch row (a stack slot of the kernel).
+    pub buffer: BufferId,
+    /// Its floats.
+    pub len: usize,
+}
+
+impl fmt::Display for WideCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} routine: {} over {} ({} f32) in place",
+            self.isa.name(),
+            self.f.name(),
+            self.buffer,
+            self.len
+        )
+    }
+}
+
+/// The wide function of a node, if it is one evaluated on `f32`.
+fn wide_fn(node: &ExprNode) -> Option<UnaryFn> {
+    if node.dtype != DType::F32 {
+        return None;
+    }
+    match node.op {
+        ExprOp::Unary(UnaryOp::Exp, _) => Some(UnaryFn::Exp),
+        ExprOp::Unary(UnaryOp::Log, _) => Some(UnaryFn::Log),
+        ExprOp::Unary(UnaryOp::Tanh, _) => Some(UnaryFn::Tanh),
+        ExprOp::Unary(UnaryOp::Erf, _) => Some(UnaryFn::Erf),
+        ExprOp::Unary(UnaryOp::Sigmoid, _) => Some(UnaryFn::Sigmoid),
+        _ => None,
+    }
+}
+
+/// Per node: whether its value changes from one inner point of the stage to the next
+/// (else it is computed once per outer point, and no block call helps).
+fn varies(body: &Block) -> Vec<bool> {
+    let mut inner = vec![false; body.nodes.len()];
+    for (i, n) in body.nodes.iter().enumerate() {
+        let mut v = false;
+        for e in node_indices(&n.op) {
+            e.for_each_var(&mut |x| v |= x.kind != VarKind::Outer);
+        }
+        n.for_each_operand(&mut |r| v |= inner.get(r.index()).copied().unwrap_or(false));
+        inner[i] = v;
+    }
+    inner
+}
+
+/// The first live node of `stage` that a wide routine can compute per inner point (its
+/// operands, earlier in the body, contain none: it is innermost).
+fn first_wide(stage: &Stage) -> Option<(ExprRef, UnaryFn, ExprRef)> {
+    let body = stage.body();
+    let live = super::analysis::live_nodes(stage);
+    let inner = varies(body);
+    body.nodes.iter().enumerate().find_map(|(i, n)| {
+        let f = wide_fn(n)?;
+        let ExprOp::Unary(_, a) = n.op else {
+            return None;
+        };
+        (live[i] && inner[i]).then_some((ExprRef(i as u32), f, a))
+    })
+}
+
+/// Whether some stage of `kernel` evaluates a wide function per inner point (for a
+/// pointwise kernel, per point of its row).
+pub fn has_wide(kernel: &Kernel) -> bool {
+    if is_pointwise(kernel) && !kernel.domain.is_empty() {
+        return has_wide(&block_rows(kernel, 1));
+    }
+    kernel.stages.iter().any(|s| first_wide(s).is_some())
+}
+
+/// The block a pointwise row of `n` elements is cut into: the whole row when it is at
+/// most [`BLOCK`], else the largest divisor of `n` from [`MIN_BLOCK`] to `BLOCK`.
+pub fn block_for(n: usize) -> Option<usize> {
+    if n <= BLOCK {
+        return (n >= MIN_POINTS).then_some(n);
+    }
+    (MIN_BLOCK..=BLOCK).rev().find(|&b| n.is_multiple_of(b))
+}
+
+/// The pointwise `kernel` with its row cut into blocks of `b` elements (`b` divides the
+/// last outer extent): the last outer axis counts blocks, and the store stage loops
+/// `j0 < b` within one.
+pub fn block_rows(kernel: &Kernel, b: usize) -> Kernel {
+    let last = kernel.domain.len() - 1;
+    let mut k = kernel.clone();
+    k.domain[last] /= b;
+    let v = Var::outer(last);
+    let with =
+        |x: Var| (x == v).then(|| IndexExpr::Var(v) * b as i64 + IndexExpr::Var(Var::store(0)));
+    let map = |e: &IndexExpr| substitute(e, &with);
+    if let Stage::Store {
+        domain,
+        body,
+        stores,
+    } = &mut k.stages[0]
+    {
+        *domain = vec![b];
+        for n in &mut body.nodes {
+            *n = n.map_indices(map);
+        }
+        for s in stores {
+            s.index = map(&s.index);
+        }
+    }
+    k
+}
+
+/// Whether a stage may be split: it reads no buffer it writes other than at the
+/// element it writes (else moving its reads before its writes could change them).
+fn reads_before_writes_safe(stage: &Stage, buffers: &[Buffer]) -> bool {
+    let stores = stage.stores();
+    stage.body().nodes.iter().all(|n| match &n.op {
+        ExprOp::Load(l) => {
+            let scratch = buffers
+                .get(l.buffer.index())
+                .is_some_and(|b| b.kind == BufferKind::Scratch);
+            scratch
+                || stores
+                    .iter()
+                    .filter(|s| s.buffer == l.buffer)
+                    .all(|s| s.index == l.index && l.guard.is_empty())
+        }
+        _ => true,
+    })
+}
+
+/// What splitting one stage made: the stages in its place, with the routine call of
+/// each apply stage, and the scratch rows added.
+pub struct Split {
+    pub stages: Vec<(Stage, Option<WideCall>)>,
+    pub scratch: Vec<Buffer>,
+}
+
+/// Splits the wide functions out of `stage` (see the module docs), with scratch rows
+/// numbered from `first_id`; `None` when it has none.
+pub fn split_stage(
+    stage: &Stage,
+    isa: Isa,
+    first_id: usize,
+    first_name: usize,
+    buffers: &[Buffer],
+) -> Option<Split> {
+    let domain = stage.domain().to_vec();
+    let points: usize = domain.iter().product();
+    if domain.is_empty() || !(MIN_POINTS..=MAX_STAGE_POINTS).contains(&points) {
+        return None;
+    }
+    if !reads_before_writes_safe(stage, buffers) {
+        return None;
+    }
+    let kind = stage.var_kind();
+    let at_point = flat_index(&domain, kind);
+    let mut rest = stage.clone();
+    let mut out = Split {
+        stages: Vec::new(),
+        scratch: Vec::new(),
+    };
+    while let Some((w, f, arg)) = first_wide(&rest) {
+        let body = rest.body();
+        let uses = body.use_counts(&rest.roots());
+        // An argument that is a row this split made, read only here: apply in place.
+        let reuse = match &body.nodes[arg.index()].op {
+            ExprOp::Load(l)
+                if out.scratch.iter().any(|b| b.id == l.buffer)
+                    && l.index == at_point
+                    && l.guard.is_empty()
+                    && uses[arg.index()] == 1 =>
+            {
+                Some(l.buffer)
+            }
+            _ => None,
+        };
+        let row = match reuse {
+            Some(b) => b,
+            None => {
+                let id = BufferId((first_id + out.scratch.len()) as u32);
+                out.scratch.push(Buffer {
+                    id,
+                    ty: TensorType::new(DType::F32, vec![points]).ok()?,
+                    kind: BufferKind::Scratch,
+                    name: format!("wide{}", first_name + out.scratch.len()),
+                });
+                let mut body = body.clone();
+                for n in &mut body.nodes {
+                    *n = n.map_indices(to_store_vars);
+                }
+                let mut arg_stage = Stage::Store {
+                    domain: domain.clone(),
+                    body,
+                    stores: vec![StoreOp {
+                        buffer: id,
+                        index: flat_index(&domain, VarKind::Store),
+                        value: arg,
+                    }],
+                };
+                drop_dead_nodes(&mut arg_stage);
+                write_back_in_place(&mut arg_stage, stage.stores());
+                out.stages.push((arg_stage, None));
+                id
+            }
+        };
+        out.stages.push((
+            apply_stage(row, f, points),
+            Some(WideCall {
+                f,
+                isa,
+                buffer: row,
+                len: points,
+            }),
+        ));
+        load_from_scratch(&mut rest, w, row);
+        drop_dead_nodes(&mut rest);
+    }
+    if out.scratch.is_empty() {
+        return None;
+    }
+    out.stages.push((rest, None));
+    Some(out)
+}
+
+/// A stash row (`stash.rs`) that a stage fills with a copy of a wide row (`t[p] = s[p]`:
+/// the stashed value was the wide function's result) is not filled: its readers read the
+/// wide row instead, which nothing overwrites after that stage. Returns the stash rows
+/// no longer used, each with the wide row read in its place.
+fn drop_copies(
+    stages: &mut [Stage],
+    mine: &[BufferId],
+    buffers: &[Buffer],
+) -> Vec<(BufferId, BufferId)> {
+    let mut gone = Vec::new();
+    for si in 0..stages.len() {
+        let stage = &stages[si];
+        let points: usize = stage.domain().iter().product();
+        let body = stage.body();
+        let mut renames: Vec<(BufferId, BufferId)> = Vec::new();
+        for st in stage.stores() {
+            let Some(target) = buffers.get(st.buffer.index()) else {
+                continue;
+            };
+            if target.kind != BufferKind::Scratch
+                || mine.contains(&st.buffer)
+                || target.ty.numel() != points
+            {
+                continue;
+            }
+            if let Some(ExprNode {
+                op: ExprOp::Load(l),
+                ..
+            }) = body.get(st.value)
+            {
+                if mine.contains(&l.buffer) && l.index == st.index && l.guard.is_empty() {
+                    renames.push((st.buffer, l.buffer));
+                }
+            }
+        }
+        if renames.is_empty() {
+            continue;
+        }
+        let read_before = stages[..si].iter().any(|st| {
+            st.body().nodes.iter().any(
+                |n| matches!(&n.op, ExprOp::Load(l) if renames.iter().any(|(t, _)| *t == l.buffer)),
+            )
+        });
+        if read_before {
+            continue;
+        }
+        match &mut stages[si] {
+            Stage::Reduce { stores, .. } | Stage::Store { stores, .. } => {
+                stores.retain(|st| !renames.iter().any(|(t, _)| *t == st.buffer));
+            }
+        }
+        drop_dead_nodes(&mut stages[si]);
+        for later in &mut stages[si + 1..] {
+            let body = match later {
+                Stage::Reduce { body, .. } | Stage::Store { body, .. } => body,
+            };
+            for n in &mut body.nodes {
+                if let ExprOp::Load(l) = &mut n.op {
+                    if let Some(&(_, s)) = renames.iter().find(|(t, _)| *t == l.buffer) {
+                        l.buffer = s;
+                    }
+                }
+            }
+        }
+        gone.extend(renames);
+    }
+    gone
+}
+
+/// An argument stage that reads an element the split stage updates in place (a GEMM
+/// epilogue on its product) writes it back unchanged, so that it too is an in-place
+/// update, which the loop-IR verifier accepts for a buffer another kernel wrote.
+fn write_back_in_place(arg_stage: &mut Stage, updates: &[StoreOp]) {
+    let Stage::Store { body, stores, .. } = arg_stage else {
+        return;
+    };
+    for (i, n) in body.nodes.iter().enumerate() {
+        let ExprOp::Load(l) = &n.op else { continue };
+        let updated = updates.iter().any(|s| s.buffer == l.buffer);
+        let written = stores
+            .iter()
+            .any(|s| s.buffer == l.buffer && s.index == l.index);
+        if updated && !written {
+            stores.push(StoreOp {
+                buffer: l.buffer,
+                index: l.index.clone(),
+                value: ExprRef(i as u32),
+            });
+        }
+    }
+}
+
+/// `row[j0] = f(row[j0])` over `points` floats.
+fn apply_stage(row: BufferId, f: UnaryFn, points: usize) -> Stage {
+    let j = IndexExpr::Var(Var::store(0));
+    let op = match f {
+        UnaryFn::Exp => UnaryOp::Exp,
+        UnaryFn::Log => UnaryOp::Log,
+        UnaryFn::Tanh => UnaryOp::Tanh,
+        UnaryFn::Erf => UnaryOp::Erf,
+        UnaryFn::Sigmoid => UnaryOp::Sigmoid,
+        UnaryFn::Sin => UnaryOp::Sin,
+        UnaryFn::Cos => UnaryOp::Cos,
+    };
+    let mut body = Block { nodes: Vec::new() };
+    let x = body.push(ExprNode {
+        dtype: DType::F32,
+        op: ExprOp::Load(Load {
+            buffer: row,
+            index: j.clone(),
+            guard: vec![],
+            other: Value::Float(0.0),
+        }),
+    });
+    let y = body.push(ExprNode {
+        dtype: DType::F32,
+        op: ExprOp::Unary(op, x),
+    });
+    Stage::Store {
+        domain: vec![points],
+        body,
+        stores: vec![StoreOp {
+            buffer: row,
+            index: j,
+            value: y,
+        }],
+    }
+}
+
+/// The `wide` kernel step (see the module docs): `kernel` rewritten with its wide
+/// functions applied by routine calls, the calls and scratch slots recorded in
+/// `schedule`; `None` when nothing pays. `vectorizes(kernel, stage)` says whether a
+/// stage's innermost loop would be vector code. New scratch buffers are appended to
+/// `buffers`.
+pub fn apply_wide(
+    kernel: &Kernel,
+    schedule: &mut Schedule,
+    buffers: &mut Vec<Buffer>,
+    isa: Isa,
+    vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
+) -> Option<Kernel> {
+    if isa == Isa::Sse || schedule.lanes.is_some() || kernel.gemm.is_some() {
+        return None;
+    }
+    if kernel.domain.contains(&0) || !has_wide(kernel) {
+        return None;
+    }
+    let mut k = kernel.clone();
+    let mut note = None;
+    if is_pointwise(kernel) {
+        let n = kernel.domain.len();
+        if n == 0 || !schedule.parallel {
+            return None;
+        }
+        let row = kernel.domain[n - 1];
+        let b = block_for(row)?;
+        k = block_rows(kernel, b);
+        note = Some(format!(
+            "wide: rows cut into blocks of {b} (i{} = i{}*{b} + j0)",
+            n - 1,
+            n - 1
+        ));
+    }
+    let mut used: usize = schedule.scratch.iter().map(|s| s.bytes).sum();
+    let mut stages = Vec::with_capacity(k.stages.len());
+    let mut calls = Vec::new();
+    let mut slots = Vec::new();
+    let mut any = false;
+    // Where each stage of `k` is now (the stage a split ends with: the original's rest).
+    let mut moved = Vec::with_capacity(k.stages.len());
+    for si in 0..k.stages.len() {
+        let stage = &k.stages[si];
+        let split = if vectorizes(&k, si, buffers) {
+            split_stage(stage, isa, buffers.len(), slots.len(), buffers)
+        } else {
+            None
+        };
+        let bytes = split
+            .as_ref()
+            .map_or(0, |s| s.scratch.iter().map(|b| b.ty.size_bytes()).sum());
+        match split {
+            Some(split) if used + bytes <= MAX_SCRATCH_BYTES => {
+                used += bytes;
+                any = true;
+                for b in &split.scratch {
+                    slots.push(ScratchSlot {
+                        buffer: b.id,
+                        bytes: b.ty.size_bytes(),
+                    });
+                }
+                buffers.extend(split.scratch);
+                for (st, call) in split.stages {
+                    stages.push(st);
+                    calls.push(call);
+                }
+            }
+            _ => {
+                stages.push(stage.clone());
+                calls.push(None);
+            }
+        }
+        moved.push(stages.len() - 1);
+    }
+    if !any {
+        return None;
+    }
+    let mine: Vec<BufferId> = slots.iter().map(|s| s.buffer).collect();
+    let mut note_lines = Vec::new();
+    let aliased = drop_copies(&mut stages, &mine, buffers);
+    schedule
+        .scratch
+        .retain(|s| !aliased.iter().any(|(t, _)| *t == s.buffer));
+    for (t, s) in &aliased {
+        note_lines.push(format!(
+            "wide: {t} is not filled: its readers read {s}, which holds the same values"
+        ));
+    }
+    k.stages = stages;
+    let renumbered: Vec<String> = moved
+        .iter()
+        .enumerate()
+        .filter(|&(old, &new)| old != new)
+        .map(|(old, new)| format!("{old} -> {new}"))
+        .collect();
+    if !renumbered.is_empty() && schedule.notes.iter().any(|n| n.contains("stage ")) {
+        schedule.notes.push(format!(
+            "wide: the stages the notes above name are now: {}",
+            renumbered.join(", ")
+        ));
+    }
+    schedule.notes.extend(note);
+    schedule.notes.extend(note_lines);
+    for (si, c) in calls.iter().enumerate() {
+        if let Some(c) = c {
+            schedule.notes.push(format!("wide: stage {si} is the {c}"));
+        }
+    }
+    schedule.wide = calls;
+    schedule.scratch.extend(slots);
+    Some(k)
+}
