@@ -23,7 +23,9 @@ use super::ops::{TileVal, Val};
 use super::stage::{bytes_per_point, points, Cx};
 use crate::error::{Error, Result};
 use crate::tile::ast::Builtin;
-use ferrite_ir::loops::{AccId, Extents, GemmInfo, GemmOperand, Kernel, Program, Stage, Var};
+use ferrite_ir::loops::{
+    AccId, BufferId, Extents, GemmInfo, GemmOperand, Kernel, Program, Stage, Var,
+};
 use ferrite_ir::DType;
 use std::collections::HashMap;
 
@@ -89,7 +91,7 @@ pub(super) fn lower(
     k: &Kernel,
     g: &GemmInfo,
     b: &mut Builder,
-) -> Result<([usize; 3], String)> {
+) -> Result<([usize; 3], String, Vec<BufferId>)> {
     let dt = cx
         .program
         .buffer(g.lhs.buffer)
@@ -100,7 +102,30 @@ pub(super) fn lower(
         .iter()
         .map(|s| bytes_per_point(s, cx.index_dtype.size_bytes()))
         .sum();
-    let (bm, bn, bk) = blocks::gemm(
+    let operand = |op: &GemmOperand| {
+        let bytes = cx
+            .program
+            .buffer(op.buffer)
+            .map_or(0, |buf| buf.ty.size_bytes() as u64);
+        (
+            cx.in_lpddr(op.buffer),
+            op.batch_strides.iter().any(|&s| s != 0),
+            bytes,
+        )
+    };
+    let (a_lpddr, a_batched, a_bytes) = operand(&g.lhs);
+    let (b_lpddr, b_batched, b_bytes) = operand(&g.rhs);
+    // The output: the first buffer the epilogue stores.
+    let out = k.stages[g.stage + 1..].iter().find_map(|s| match s {
+        Stage::Store { stores, .. } => stores.first().map(|st| st.buffer),
+        _ => None,
+    });
+    let out_elem = out
+        .and_then(|id| cx.program.buffer(id))
+        .map_or(4, |buf| buf.ty.dtype.size_bytes());
+    // The same buffer on both sides is copied once, so it is staged only as the lhs.
+    let same = g.lhs.buffer == g.rhs.buffer;
+    let plan = blocks::gemm(
         cx.machine,
         &GemmNeed {
             m: g.m,
@@ -109,10 +134,23 @@ pub(super) fn lower(
             batch,
             elem: dt.size_bytes(),
             narrow: matches!(dt, DType::F16 | DType::Bf16 | DType::I8 | DType::U8),
-            lpddr: [cx.in_lpddr(g.lhs.buffer), cx.in_lpddr(g.rhs.buffer)],
+            lpddr: [a_lpddr, b_lpddr && !same],
+            batched: [a_batched, b_batched],
+            operand_bytes: [a_bytes, b_bytes],
+            out_elem,
+            out_lpddr: out.is_none_or(|id| cx.in_lpddr(id)),
             epilogue_bytes_per_point: epilogue,
+            sram_room: cx.sram_room,
         },
     );
+    let (bm, bn, bk) = (plan.bm, plan.bn, plan.bk);
+    let mut staged = Vec::new();
+    if plan.staged[0] {
+        staged.push(g.lhs.buffer);
+    }
+    if plan.staged[1] {
+        staged.push(g.rhs.buffer);
+    }
     let bmc = b.constant("BM", bm as i64);
     let bnc = b.constant("BN", bn as i64);
     let bkc = b.constant("BK", bk as i64);
@@ -332,7 +370,7 @@ pub(super) fn lower(
         emit_stage(cx, b, &frame, &mut accs, si, stage, 1)?;
     }
     let note = format!(
-        "{}[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks, K in slices of {bk}",
+        "{}[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks, K in slices of {bk}{}",
         if nb > 0 {
             format!("{batch} products of ")
         } else {
@@ -343,7 +381,17 @@ pub(super) fn lower(
         g.m,
         g.k,
         g.k,
-        g.n
+        g.n,
+        if staged.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = staged.iter().map(|b| b.to_string()).collect();
+            format!("; {} staged in SRAM first", names.join(" and "))
+        }
     );
-    Ok(([g.m.div_ceil(bm), g.n.div_ceil(bn), batch.max(1)], note))
+    Ok((
+        [g.m.div_ceil(bm), g.n.div_ceil(bn), batch.max(1)],
+        note,
+        staged,
+    ))
 }

@@ -33,6 +33,7 @@ mod kernel;
 mod ops;
 mod reduce;
 mod stage;
+mod staging;
 
 use crate::error::{Error, Result};
 use crate::sim::{Machine, Placement};
@@ -52,8 +53,13 @@ pub struct TileLaunch {
     pub kernel: CheckedKernel,
     /// The launch grid.
     pub grid: [usize; 3],
-    /// The loop-IR buffer bound to each pointer parameter, in parameter order.
+    /// The loop-IR buffer bound to each pointer parameter, in parameter order
+    /// (for a staging launch: the sources; their copies follow them as parameters).
     pub args: Vec<BufferId>,
+    /// Arguments read from an SRAM copy made by `staging` instead of the buffer.
+    pub staged: Vec<BufferId>,
+    /// The launch that copies `staged` from LPDDR to SRAM right before this one.
+    pub staging: Option<Box<TileLaunch>>,
 }
 
 /// Offsets up to this magnitude are computed in i32 (with headroom for lanes of
@@ -62,13 +68,15 @@ const I32_OFFSETS: i128 = 1 << 30;
 
 /// Lowers kernel `k` of program `p` for `machine`, given where each buffer of
 /// the program lives (`placements[i]` for buffer `i`; a missing entry means
-/// LPDDR), which decides how block sizes trade compute for traffic; `None` when
-/// the kernel's domain is empty (there is nothing to run).
+/// LPDDR), which decides how block sizes trade compute for traffic, and given
+/// `sram_room` bytes of SRAM free while it runs (for operands staged there);
+/// `None` when the kernel's domain is empty (there is nothing to run).
 pub fn lower_kernel(
     p: &Program,
     k: &Kernel,
     machine: &Machine,
     placements: &[Placement],
+    sram_room: u64,
 ) -> Result<Option<TileLaunch>> {
     if k.domain.contains(&0) {
         return Ok(None);
@@ -84,16 +92,27 @@ pub fn lower_kernel(
         params: &params,
         index_dtype: index_dtype(p, k),
         placements,
+        sram_room,
     };
     let mut b = builder::Builder::new();
     for &id in &args {
         b.reserve(&params[&id]);
     }
-    let (grid, note) = match gemm::eligible(p, k) {
+    let (grid, note, staged) = match gemm::eligible(p, k) {
         Some(g) => gemm::lower(&cx, k, g, &mut b)?,
-        None => kernel::lower(&cx, k, &mut b)?,
+        None => {
+            let (grid, note) = kernel::lower(&cx, k, &mut b)?;
+            (grid, note, Vec::new())
+        }
     };
     let name = kernel_name(&k.name);
+    let staging = if staged.is_empty() {
+        None
+    } else {
+        Some(Box::new(staging::staging_launch(
+            p, &name, &staged, machine,
+        )?))
+    };
     let mut header = vec![format!("{name}: lowered from the loop-IR kernel")];
     for line in p.display_kernel(k).to_string().lines() {
         header.push(format!("  {line}"));
@@ -125,6 +144,8 @@ pub fn lower_kernel(
         kernel,
         grid,
         args,
+        staged,
+        staging,
     }))
 }
 
