@@ -32,6 +32,7 @@
 
 use super::lower::{lower_kernel, TileLaunch};
 use super::sim::{self, Device, DeviceArg, DeviceReport, Machine, Placement};
+use super::tune::{tune_kernel, KernelTuning, TuneOptions};
 use crate::error::{Error, Result};
 use ferrite_ir::loops::{BufferId, BufferKind, Liveness, Program};
 use ferrite_ir::{Tensor, TensorType};
@@ -93,25 +94,42 @@ impl SimProgram {
         machine: &Machine,
         intermediates: Intermediates,
     ) -> Result<SimProgram> {
+        Ok(SimProgram::compile_tuned(program, machine, intermediates, None)?.0)
+    }
+
+    /// Lowers every kernel of `program` for `machine`, placing intermediates as
+    /// `intermediates` says; with `tune`, each GEMM kernel's choice is the
+    /// autotuner's ([`crate::tune`]), whose report of each kernel is returned.
+    pub fn compile_tuned(
+        program: &Program,
+        machine: &Machine,
+        intermediates: Intermediates,
+        tune: Option<&TuneOptions>,
+    ) -> Result<(SimProgram, Vec<KernelTuning>)> {
         program.verify().map_err(|e| {
             Error::InvalidProgram(format!("program `{}` is invalid: {e}", program.name))
         })?;
         let buffers = plan_buffers(program, machine, intermediates);
         let placements: Vec<Placement> = buffers.iter().map(|b| b.placement).collect();
         let mut launches = Vec::with_capacity(program.kernels.len());
+        let mut tunings = Vec::new();
         for (ki, k) in program.kernels.iter().enumerate() {
+            let room = sram_room(&buffers, machine, ki);
+            let context = |e: Error| e.context(format_args!("kernel {}", k.name));
+            let mut choice = None;
+            if let Some(opts) = tune {
+                if let Some(t) =
+                    tune_kernel(program, k, machine, &placements, room, opts).map_err(context)?
+                {
+                    choice = Some(t.best);
+                    tunings.push(t);
+                }
+            }
             launches.push(
-                lower_kernel(
-                    program,
-                    k,
-                    machine,
-                    &placements,
-                    sram_room(&buffers, machine, ki),
-                )
-                .map_err(|e| e.context(format_args!("kernel {}", k.name)))?,
+                lower_kernel(program, k, machine, &placements, room, choice).map_err(context)?,
             );
         }
-        Ok(SimProgram {
+        let compiled = SimProgram {
             name: program.name.clone(),
             machine: machine.clone(),
             buffers,
@@ -119,7 +137,8 @@ impl SimProgram {
             outputs: program.outputs.clone(),
             launches,
             constants: program.constants.clone(),
-        })
+        };
+        Ok((compiled, tunings))
     }
 
     /// The program's name.

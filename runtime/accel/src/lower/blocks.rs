@@ -17,6 +17,7 @@
 //! the SRAM share of the PEs active in a wave, and the grid runs in waves of one
 //! program per PE.
 
+use super::GemmChoice;
 use crate::sim::Machine;
 use crate::tile::MAX_TILE_ELEMENTS;
 
@@ -51,11 +52,20 @@ fn fitting(m: &Machine, bytes_per_point: usize) -> usize {
 }
 
 /// The block of a 1-D pointwise program over `total` points.
+///
+/// The last block's padding lanes move nothing, but its program counts as
+/// active in its wave, so the others' share of bandwidth is what full blocks
+/// would get: blocks halve (down to a vector's width) while the padding is
+/// more than 1/4096 of the domain.
 pub(super) fn pointwise(m: &Machine, total: usize, bytes_per_point: usize) -> usize {
     let fit = fitting(m, bytes_per_point);
     let spread = prev_pow2(total.div_ceil(m.pes().max(1)));
     let floor = vector_width(m).min(next_pow2(total));
-    spread.max(floor).min(fit).min(next_pow2(total))
+    let mut block = spread.max(floor).min(fit).min(next_pow2(total));
+    while block > floor && total > block && (total.div_ceil(block) * block - total) * 4096 > total {
+        block /= 2;
+    }
+    block
 }
 
 /// The column block of a 2-D pointwise program over `cols` columns: the largest
@@ -153,15 +163,10 @@ pub(super) struct GemmNeed {
     pub sram_room: u64,
 }
 
-/// How a GEMM runs: its blocks, which operands are first copied from LPDDR to
-/// SRAM by a staging launch, and the cycles the cost model expects (both
-/// launches).
+/// A GEMM choice with the cycles the cost model expects of it (both launches).
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub(super) struct GemmPlan {
-    pub bm: usize,
-    pub bn: usize,
-    pub bk: usize,
-    pub staged: [bool; 2],
+    pub choice: GemmChoice,
     pub cycles: f64,
 }
 
@@ -279,14 +284,35 @@ fn gemm_cycles(
     r.launch + busy.into_iter().fold(0.0, f64::max)
 }
 
-/// The GEMM's plan: the blocks and staging the cost model says are fastest
-/// among those that fit local memory (and, for staging, the free SRAM).
+/// True when `c` fits local memory and the tile limit, and stages only LPDDR
+/// operands that fit the free SRAM.
+pub(super) fn gemm_fits(mach: &Machine, g: &GemmNeed, c: &GemmChoice) -> bool {
+    let (bm, bn, bk) = (c.bm, c.bn, c.bk);
+    if bm == 0 || bn == 0 || bk == 0 {
+        return false;
+    }
+    // Local buffers, the tiles read from them, the accumulator and the epilogue.
+    let bytes = 2 * (bm * bk + bk * bn) * g.elem + bm * bn * (4 + g.epilogue_bytes_per_point);
+    let staged: u64 = (0..2)
+        .filter(|&i| c.staged[i])
+        .map(|i| g.operand_bytes[i])
+        .sum();
+    bytes <= mach.local_memory_bytes as usize
+        && bm * bk <= MAX_TILE_ELEMENTS
+        && bk * bn <= MAX_TILE_ELEMENTS
+        && bm * bn <= MAX_TILE_ELEMENTS
+        && (0..2).all(|i| !c.staged[i] || g.lpddr[i])
+        && staged <= g.sram_room
+}
+
+/// Every GEMM choice that fits, fastest first by the cost model (among equal
+/// costs, larger blocks first).
 ///
 /// Staging an LPDDR operand costs a launch that reads it once, spread evenly
 /// over every PE, and lets every GEMM program read it from SRAM: it pays when
 /// the operand's blocks are read by many programs, whose first readers would
 /// otherwise fetch whole panels from LPDDR at a 1/PEs share.
-pub(super) fn gemm(mach: &Machine, g: &GemmNeed) -> GemmPlan {
+pub(super) fn gemm_ranked(mach: &Machine, g: &GemmNeed) -> Vec<GemmPlan> {
     let r = PerCycle::new(mach, g.narrow);
     let sizes = |limit: usize| -> Vec<usize> {
         let top = next_pow2(limit).min(256);
@@ -300,32 +326,15 @@ pub(super) fn gemm(mach: &Machine, g: &GemmNeed) -> GemmPlan {
         }
         v
     };
-    let mut options: Vec<[bool; 2]> = vec![[false, false]];
-    for staged in [[true, false], [false, true], [true, true]] {
-        let wanted = (0..2).all(|i| !staged[i] || g.lpddr[i]);
-        let bytes: u64 = (0..2)
-            .filter(|&i| staged[i])
-            .map(|i| g.operand_bytes[i])
-            .sum();
-        if wanted && bytes <= g.sram_room {
-            options.push(staged);
-        }
-    }
-    let mut best: Option<(f64, usize, GemmPlan)> = None;
+    let mut plans = Vec::new();
     for &bm in &sizes(g.m) {
         for &bn in &sizes(g.n) {
             for &bk in &sizes(g.k.max(1)) {
-                // Local buffers, the tiles read from them, the accumulator and the epilogue.
-                let bytes =
-                    2 * (bm * bk + bk * bn) * g.elem + bm * bn * (4 + g.epilogue_bytes_per_point);
-                if bytes > mach.local_memory_bytes as usize
-                    || bm * bk > MAX_TILE_ELEMENTS
-                    || bk * bn > MAX_TILE_ELEMENTS
-                    || bm * bn > MAX_TILE_ELEMENTS
-                {
-                    continue;
-                }
-                for &staged in &options {
+                for staged in [[false, false], [true, false], [false, true], [true, true]] {
+                    let choice = GemmChoice { bm, bn, bk, staged };
+                    if !gemm_fits(mach, g, &choice) {
+                        continue;
+                    }
                     let lpddr = [g.lpddr[0] && !staged[0], g.lpddr[1] && !staged[1]];
                     let copied: u64 = (0..2)
                         .filter(|&i| staged[i])
@@ -335,36 +344,43 @@ pub(super) fn gemm(mach: &Machine, g: &GemmNeed) -> GemmPlan {
                     if copied > 0 {
                         cycles += staging_cycles(&r, copied);
                     }
-                    let volume = bm * bn * bk;
-                    let better = match &best {
-                        None => true,
-                        Some((c, v, _)) => {
-                            cycles < *c * 0.999 || (cycles <= *c * 1.001 && volume > *v)
-                        }
-                    };
-                    if better {
-                        let plan = GemmPlan {
-                            bm,
-                            bn,
-                            bk,
-                            staged,
-                            cycles,
-                        };
-                        best = Some((cycles, volume, plan));
-                    }
+                    plans.push(GemmPlan { choice, cycles });
                 }
             }
         }
     }
-    best.map_or(
-        GemmPlan {
+    let volume = |p: &GemmPlan| p.choice.bm * p.choice.bn * p.choice.bk;
+    plans.sort_by(|a, b| {
+        a.cycles
+            .total_cmp(&b.cycles)
+            .then(volume(b).cmp(&volume(a)))
+    });
+    // Costs within 0.1% of the least are a tie, which the largest block wins.
+    if let Some(least) = plans.first().map(|p| p.cycles) {
+        let tied = plans
+            .iter()
+            .take_while(|p| p.cycles <= least * 1.001)
+            .enumerate()
+            .max_by_key(|(i, p)| (volume(p), std::cmp::Reverse(*i)))
+            .map(|(i, _)| i);
+        if let Some(i) = tied {
+            let best = plans.remove(i);
+            plans.insert(0, best);
+        }
+    }
+    plans
+}
+
+/// The GEMM choice the cost model says is fastest.
+pub(super) fn gemm(mach: &Machine, g: &GemmNeed) -> GemmChoice {
+    gemm_ranked(mach, g).first().map_or(
+        GemmChoice {
             bm: 16,
             bn: 16,
             bk: 16,
             staged: [false, false],
-            cycles: 0.0,
         },
-        |(_, _, p)| p,
+        |p| p.choice,
     )
 }
 
@@ -452,6 +468,7 @@ mod tests {
             sram_room: m.sram_bytes,
         };
         let p = gemm(&m, &need(1024, 1024, 1024, false));
+        assert!(gemm_fits(&m, &need(1024, 1024, 1024, false), &p));
         assert!(2 * (p.bm * p.bk + p.bk * p.bn) * 4 + p.bm * p.bn * 20 <= 384 * 1024);
         assert!(p.bm >= 64 && p.bn >= 64, "{p:?}");
         assert_eq!(
@@ -470,6 +487,17 @@ mod tests {
         assert_eq!(gemm(&m, &full).staged, [false, false]);
         // A small product is split finely so that many PEs work on it.
         let p = gemm(&m, &need(64, 256, 256, false));
+        assert!(
+            !gemm_fits(
+                &m,
+                &need(64, 256, 256, false),
+                &GemmChoice {
+                    staged: [true, false],
+                    ..p
+                }
+            ),
+            "an operand in SRAM is never staged"
+        );
         assert!(
             64usize.div_ceil(p.bm) * 256usize.div_ceil(p.bn) >= 16,
             "{p:?}"

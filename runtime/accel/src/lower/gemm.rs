@@ -21,6 +21,7 @@ use super::frame::{Frame, AXIS0, AXIS1};
 use super::kernel::emit_stage;
 use super::ops::{TileVal, Val};
 use super::stage::{bytes_per_point, points, Cx};
+use super::GemmChoice;
 use crate::error::{Error, Result};
 use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{
@@ -85,13 +86,8 @@ fn dma(buf: &E, ptrs: E, mask: Option<E>) -> E {
     call(Builtin::DmaAsync, args)
 }
 
-/// Lowers a GEMM kernel into `b`; returns the grid and a line describing the blocks.
-pub(super) fn lower(
-    cx: &Cx,
-    k: &Kernel,
-    g: &GemmInfo,
-    b: &mut Builder,
-) -> Result<([usize; 3], String, Vec<BufferId>)> {
+/// What the block choice of GEMM `g` of kernel `k` depends on.
+pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
     let dt = cx
         .program
         .buffer(g.lhs.buffer)
@@ -125,24 +121,44 @@ pub(super) fn lower(
         .map_or(4, |buf| buf.ty.dtype.size_bytes());
     // The same buffer on both sides is copied once, so it is staged only as the lhs.
     let same = g.lhs.buffer == g.rhs.buffer;
-    let plan = blocks::gemm(
-        cx.machine,
-        &GemmNeed {
-            m: g.m,
-            n: g.n,
-            k: g.k,
-            batch,
-            elem: dt.size_bytes(),
-            narrow: matches!(dt, DType::F16 | DType::Bf16 | DType::I8 | DType::U8),
-            lpddr: [a_lpddr, b_lpddr && !same],
-            batched: [a_batched, b_batched],
-            operand_bytes: [a_bytes, b_bytes],
-            out_elem,
-            out_lpddr: out.is_none_or(|id| cx.in_lpddr(id)),
-            epilogue_bytes_per_point: epilogue,
-            sram_room: cx.sram_room,
-        },
-    );
+    Ok(GemmNeed {
+        m: g.m,
+        n: g.n,
+        k: g.k,
+        batch,
+        elem: dt.size_bytes(),
+        narrow: matches!(dt, DType::F16 | DType::Bf16 | DType::I8 | DType::U8),
+        lpddr: [a_lpddr, b_lpddr && !same],
+        batched: [a_batched, b_batched],
+        operand_bytes: [a_bytes, b_bytes],
+        out_elem,
+        out_lpddr: out.is_none_or(|id| cx.in_lpddr(id)),
+        epilogue_bytes_per_point: epilogue,
+        sram_room: cx.sram_room,
+    })
+}
+
+/// Lowers a GEMM kernel into `b` with `choice` (the cost model's when `None`
+/// or when it does not fit); returns the grid, a line describing the blocks
+/// and the operands to stage in SRAM first.
+pub(super) fn lower(
+    cx: &Cx,
+    k: &Kernel,
+    g: &GemmInfo,
+    b: &mut Builder,
+    choice: Option<GemmChoice>,
+) -> Result<([usize; 3], String, Vec<BufferId>)> {
+    let dt = cx
+        .program
+        .buffer(g.lhs.buffer)
+        .map(|buf| buf.ty.dtype)
+        .ok_or_else(|| Error::internal("GEMM operand buffer"))?;
+    let batch: usize = g.batch.iter().product();
+    let need = need(cx, k, g)?;
+    let plan = match choice {
+        Some(c) if blocks::gemm_fits(cx.machine, &need, &c) => c,
+        _ => blocks::gemm(cx.machine, &need),
+    };
     let (bm, bn, bk) = (plan.bm, plan.bn, plan.bk);
     let mut staged = Vec::new();
     if plan.staged[0] {

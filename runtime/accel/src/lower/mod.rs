@@ -62,6 +62,32 @@ pub struct TileLaunch {
     pub staging: Option<Box<TileLaunch>>,
 }
 
+/// The tunable parameters of a GEMM kernel's lowering: its blocks, and which
+/// operands a staging launch copies from LPDDR to SRAM first (lhs, rhs).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct GemmChoice {
+    /// Rows of the output block of one program.
+    pub bm: usize,
+    /// Columns of the output block of one program.
+    pub bn: usize,
+    /// The K slice copied to local memory per step.
+    pub bk: usize,
+    /// Whether the lhs and the rhs are staged in SRAM.
+    pub staged: [bool; 2],
+}
+
+impl std::fmt::Display for GemmChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} x {} blocks, K slice {}", self.bm, self.bn, self.bk)?;
+        match self.staged {
+            [false, false] => Ok(()),
+            [true, false] => write!(f, ", lhs staged"),
+            [false, true] => write!(f, ", rhs staged"),
+            [true, true] => write!(f, ", both staged"),
+        }
+    }
+}
+
 /// Offsets up to this magnitude are computed in i32 (with headroom for lanes of
 /// partial blocks, which run past the end of a domain).
 const I32_OFFSETS: i128 = 1 << 30;
@@ -69,14 +95,17 @@ const I32_OFFSETS: i128 = 1 << 30;
 /// Lowers kernel `k` of program `p` for `machine`, given where each buffer of
 /// the program lives (`placements[i]` for buffer `i`; a missing entry means
 /// LPDDR), which decides how block sizes trade compute for traffic, and given
-/// `sram_room` bytes of SRAM free while it runs (for operands staged there);
-/// `None` when the kernel's domain is empty (there is nothing to run).
+/// `sram_room` bytes of SRAM free while it runs (for operands staged there),
+/// with `choice` for a GEMM kernel (the cost model's when `None`, or when it
+/// does not fit); `None` when the kernel's domain is empty (there is nothing
+/// to run).
 pub fn lower_kernel(
     p: &Program,
     k: &Kernel,
     machine: &Machine,
     placements: &[Placement],
     sram_room: u64,
+    choice: Option<GemmChoice>,
 ) -> Result<Option<TileLaunch>> {
     if k.domain.contains(&0) {
         return Ok(None);
@@ -99,7 +128,7 @@ pub fn lower_kernel(
         b.reserve(&params[&id]);
     }
     let (grid, note, staged) = match gemm::eligible(p, k) {
-        Some(g) => gemm::lower(&cx, k, g, &mut b)?,
+        Some(g) => gemm::lower(&cx, k, g, &mut b, choice)?,
         None => {
             let (grid, note) = kernel::lower(&cx, k, &mut b)?;
             (grid, note, Vec::new())
@@ -147,6 +176,38 @@ pub fn lower_kernel(
         staged,
         staging,
     }))
+}
+
+/// The choices of a GEMM kernel that fit, fastest first by the cost model
+/// (the first is what [`lower_kernel`] picks without a choice); empty for a
+/// kernel that does not run on the dot engine.
+pub fn gemm_choices(
+    p: &Program,
+    k: &Kernel,
+    machine: &Machine,
+    placements: &[Placement],
+    sram_room: u64,
+) -> Result<Vec<GemmChoice>> {
+    let Some(g) = gemm::eligible(p, k) else {
+        return Ok(Vec::new());
+    };
+    if k.domain.contains(&0) {
+        return Ok(Vec::new());
+    }
+    let params = HashMap::new();
+    let cx = stage::Cx {
+        program: p,
+        machine,
+        params: &params,
+        index_dtype: index_dtype(p, k),
+        placements,
+        sram_room,
+    };
+    let need = gemm::need(&cx, k, g)?;
+    Ok(blocks::gemm_ranked(machine, &need)
+        .into_iter()
+        .map(|plan| plan.choice)
+        .collect())
 }
 
 /// A valid kernel name: the loop IR's names are identifiers already, but a name
