@@ -795,3 +795,58 @@ fn long_chains_compile_or_are_refused_with_the_kernel_limit() {
         "{e}"
     );
 }
+
+#[test]
+fn machine_and_autotune_flags_run_on_the_simulator_only() {
+    let s = Scratch::new("machine");
+    // A built-in preset by name, on every command that runs the simulator.
+    for cmd in ["run", "compile", "profile"] {
+        let o = ferrite(&[
+            cmd,
+            "examples/mlp.fg",
+            "--target",
+            "sim",
+            "--machine",
+            "mtia1",
+        ]);
+        assert_exit(&o, 0);
+        if cmd == "profile" {
+            assert!(stdout(&o).contains("on sim: mtia1"), "{}", stdout(&o));
+        }
+    }
+    // Elsewhere they are user errors that say why.
+    for flag in [&["--machine", "mtia1"][..], &["--autotune"][..]] {
+        let mut args = vec!["run", "examples/mlp.fg", "--target", "cpu"];
+        args.extend_from_slice(flag);
+        let o = ferrite(&args);
+        assert_exit(&o, 1);
+        assert!(
+            stderr(&o).contains("use it with --target sim"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    // A preset name that is neither a file nor built in is a file error.
+    let o = ferrite(&[
+        "run",
+        "examples/mlp.fg",
+        "--target",
+        "sim",
+        "--machine",
+        "mtia9",
+    ]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("mtia9"), "{}", stderr(&o));
+    // --autotune reports each GEMM kernel it tuned, and the second run reads the cache.
+    let cache = s.path("cache");
+    for expect in ["candidates (", "(cached)"] {
+        let o = common::ferrite_env(
+            &["run", "examples/mlp.fg", "--target", "sim", "--autotune"],
+            &[("FERRITE_CACHE_DIR", cache.as_str())],
+        );
+        assert_exit(&o, 0);
+        assert!(stderr(&o).contains("autotune k0_"), "{}", stderr(&o));
+        assert!(stderr(&o).contains(expect), "{}", stderr(&o));
+    }
+    assert!(Path::new(&cache).join("autotune").is_dir());
+}

@@ -13,6 +13,16 @@ pub fn ferrite(args: &[&str]) -> Output {
         .expect("the ferrite binary runs")
 }
 
+/// Runs `ferrite ARGS` from the repository root with environment variables `env` set.
+pub fn ferrite_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the ferrite binary runs")
+}
+
 /// Standard output as text.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

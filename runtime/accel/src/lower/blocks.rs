@@ -159,6 +159,8 @@ pub(super) struct GemmNeed {
     pub out_lpddr: bool,
     /// Estimated bytes per output point of the epilogue.
     pub epilogue_bytes_per_point: usize,
+    /// Vector operations per output point of the epilogue.
+    pub epilogue_ops: usize,
     /// SRAM free for staged operands while the kernel runs.
     pub sram_room: u64,
 }
@@ -251,7 +253,7 @@ fn gemm_cycles(
     let dot = (2 * bm * bn * bk) as f64 / r.dot;
     let read_local = ((a + b) / r.local).ceil();
     let steps = g.k.div_ceil(bk).max(1) as f64;
-    let epilogue = (bm * bn) as f64 * (1.0 + g.epilogue_bytes_per_point as f64 / 4.0) / r.vector;
+    let epilogue = ((bm * bn * g.epilogue_ops) as f64 / r.vector).ceil();
     let out = (bm * bn * g.out_elem) as f64;
     for i in 0..programs {
         let (x, y, z) = (i % gx, i / gx % gy, i / (gx * gy));
@@ -465,6 +467,7 @@ mod tests {
             out_elem: 4,
             out_lpddr: lpddr,
             epilogue_bytes_per_point: 16,
+            epilogue_ops: 2,
             sram_room: m.sram_bytes,
         };
         let p = gemm(&m, &need(1024, 1024, 1024, false));

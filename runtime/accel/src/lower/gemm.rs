@@ -25,7 +25,7 @@ use super::GemmChoice;
 use crate::error::{Error, Result};
 use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{
-    AccId, BufferId, Extents, GemmInfo, GemmOperand, Kernel, Program, Stage, Var,
+    AccId, BufferId, ExprOp, Extents, GemmInfo, GemmOperand, Kernel, Program, Stage, Var,
 };
 use ferrite_ir::DType;
 use std::collections::HashMap;
@@ -119,6 +119,16 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
     let out_elem = out
         .and_then(|id| cx.program.buffer(id))
         .map_or(4, |buf| buf.ty.dtype.size_bytes());
+    let epilogue_ops = k.stages[g.stage + 1..]
+        .iter()
+        .flat_map(|s| &s.body().nodes)
+        .filter(|n| {
+            matches!(
+                n.op,
+                ExprOp::Unary(..) | ExprOp::Binary(..) | ExprOp::Where(..) | ExprOp::Cast(..)
+            )
+        })
+        .count();
     // The same buffer on both sides is copied once, so it is staged only as the lhs.
     let same = g.lhs.buffer == g.rhs.buffer;
     Ok(GemmNeed {
@@ -134,6 +144,7 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
         out_elem,
         out_lpddr: out.is_none_or(|id| cx.in_lpddr(id)),
         epilogue_bytes_per_point: epilogue,
+        epilogue_ops,
         sram_room: cx.sram_room,
     })
 }
