@@ -7,7 +7,9 @@
 //! simulates the untried neighbours of the best choice so far (one block size
 //! halved or doubled, one operand's staging flipped), the model's favourites
 //! first. It stops when no neighbour is left (`exhausted`), after `budget`
-//! simulations (`budget`), or after `patience` simulations in a row that did
+//! simulations or once they have spent `work` units of simulation (`budget`;
+//! a candidate that would overrun it counts as not run), or after `patience`
+//! simulations in a row that did
 //! not improve on the best (`patience`). A candidate runs on a fresh device
 //! with every buffer of the kernel where the program places it, filled with
 //! zeros: a GEMM's timing does not depend on its values.
@@ -28,6 +30,10 @@ use std::path::{Path, PathBuf};
 pub struct TuneOptions {
     /// The most candidates simulated for one kernel.
     pub budget: usize,
+    /// The simulation work (the simulator's units, see
+    /// [`crate::sim::MAX_WORK_PER_LAUNCH`]) all candidates of one kernel may
+    /// spend together: a large GEMM is tried fewer times.
+    pub work: u64,
     /// Stop after this many simulated candidates in a row that are not faster
     /// than the best.
     pub patience: usize,
@@ -39,6 +45,7 @@ impl Default for TuneOptions {
     fn default() -> TuneOptions {
         TuneOptions {
             budget: 16,
+            work: 1 << 34,
             patience: 6,
             cache_dir: None,
         }
@@ -151,8 +158,14 @@ pub fn tune_kernel(
     }
     let rank = |c: &GemmChoice| ranked.iter().position(|r| r == c);
     let mut tried: Vec<Trial> = Vec::new();
-    let measure = |c: GemmChoice| measure(p, k, machine, placements, sram_room, c);
-    let model_cycles = measure(model)?;
+    let mut spent = 0u64;
+    let mut measure = |c: GemmChoice| {
+        let left = opts.work.saturating_sub(spent);
+        let (cycles, work) = measure(p, k, machine, placements, sram_room, c, left)?;
+        spent = spent.saturating_add(work);
+        Ok::<_, crate::Error>((cycles, spent >= opts.work))
+    };
+    let (model_cycles, _) = measure(model)?;
     tried.push(Trial {
         choice: model,
         cycles: model_cycles,
@@ -176,8 +189,14 @@ pub fn tune_kernel(
             if tried.len() >= opts.budget {
                 break 'search Stop::Budget;
             }
-            let cycles = measure(c)?;
+            let (cycles, spent_all) = measure(c)?;
             tried.push(Trial { choice: c, cycles });
+            if spent_all {
+                if let Some(cy) = cycles.filter(|&cy| cy < best_cycles) {
+                    (best, best_cycles) = (c, cy);
+                }
+                break 'search Stop::Budget;
+            }
             match cycles {
                 Some(cy) if cy < best_cycles => {
                     (best, best_cycles) = (c, cy);
@@ -228,8 +247,8 @@ fn neighbours(c: &GemmChoice) -> Vec<GemmChoice> {
 }
 
 /// Simulated cycles of kernel `k` lowered with `choice`, on zeros, every
-/// buffer where the program places it; `None` when it is over the
-/// simulation budget.
+/// buffer where the program places it, and the work units the simulation
+/// spent; `None` when it could not run within `work` units (or at all).
 fn measure(
     p: &Program,
     k: &Kernel,
@@ -237,11 +256,26 @@ fn measure(
     placements: &[Placement],
     sram_room: u64,
     choice: GemmChoice,
+    work: u64,
+) -> Result<(Option<u64>, u64)> {
+    let mut dev = Device::new(machine.clone());
+    dev.limit_work(work, work);
+    let cycles = simulate(&mut dev, p, k, placements, sram_room, choice)?;
+    Ok((cycles, dev.work_spent()))
+}
+
+fn simulate(
+    dev: &mut Device,
+    p: &Program,
+    k: &Kernel,
+    placements: &[Placement],
+    sram_room: u64,
+    choice: GemmChoice,
 ) -> Result<Option<u64>> {
-    let Some(l) = lower_kernel(p, k, machine, placements, sram_room, Some(choice))? else {
+    let machine = dev.machine().clone();
+    let Some(l) = lower_kernel(p, k, &machine, placements, sram_room, Some(choice))? else {
         return Ok(None);
     };
-    let mut dev = Device::new(machine.clone());
     let mut bound = Vec::with_capacity(l.args.len());
     for &a in &l.args {
         let ty = p
@@ -272,7 +306,7 @@ fn measure(
             copies.push((*a, copy));
         }
         staging_args.extend(copies.iter().map(|c| DeviceArg::Buffer(c.1)));
-        if run_within_budget(&mut dev, &st.kernel, st.grid, &staging_args)?.is_none() {
+        if run_within_budget(dev, &st.kernel, st.grid, &staging_args)?.is_none() {
             return Ok(None);
         }
         for (arg, (a, ..)) in args.iter_mut().zip(&bound) {
@@ -281,7 +315,7 @@ fn measure(
             }
         }
     }
-    if run_within_budget(&mut dev, &l.kernel, l.grid, &args)?.is_none() {
+    if run_within_budget(dev, &l.kernel, l.grid, &args)?.is_none() {
         return Ok(None);
     }
     Ok(Some(dev.report().cycles()))

@@ -988,5 +988,15 @@ fn the_autotuner_never_loses_to_the_model_and_caches_what_it_found() {
     let (_, single) = tuned(&one, &m);
     assert_eq!((single[0].tried.len(), single[0].stop), (1, Stop::Budget));
     assert_eq!(single[0].best, single[0].model);
+    // A work budget too small to simulate even the model's choice tunes
+    // nothing: the kernel keeps the model's choice.
+    let starved = TuneOptions {
+        work: 1000,
+        cache_dir: None,
+        ..TuneOptions::default()
+    };
+    let (sim, none) = tuned(&starved, &m);
+    assert!(none.is_empty());
+    assert_eq!(sim.run(&zeros).unwrap().1.cycles(), t.model_cycles);
     let _ = std::fs::remove_dir_all(&dir);
 }
