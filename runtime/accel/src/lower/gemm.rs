@@ -94,10 +94,7 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
         .map(|buf| buf.ty.dtype)
         .ok_or_else(|| Error::internal("GEMM operand buffer"))?;
     let batch: usize = g.batch.iter().product();
-    let epilogue: usize = k.stages[g.stage + 1..]
-        .iter()
-        .map(|s| bytes_per_point(s, cx.index_dtype.size_bytes()))
-        .sum();
+    let epilogue = epilogue_bytes_per_point(k, g, cx.index_dtype.size_bytes());
     let operand = |op: &GemmOperand| {
         let bytes = cx
             .program
@@ -147,6 +144,68 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
         epilogue_ops,
         sram_room: cx.sram_room,
     })
+}
+
+/// Estimated bytes per output point of the epilogue's tiles that span the
+/// whole `[BM, BN]` block, every one counted as live at once (as
+/// [`bytes_per_point`] counts them): values that depend on the row alone or
+/// the column alone (a bias) are a column or a row of the block, not a block.
+fn epilogue_bytes_per_point(k: &Kernel, g: &GemmInfo, index_bytes: usize) -> usize {
+    const ROW: u8 = 1;
+    const COL: u8 = 2;
+    let nb = g.batch.len();
+    let axis = |t: usize| g.outer_axes.get(t).copied().flatten();
+    let (row_axis, col_axis) = (axis(nb), axis(nb + 1));
+    let of_var = |v: Var| -> u8 {
+        let mut d = 0;
+        if row_axis.is_some_and(|a| v == Var::outer(a)) {
+            d |= ROW;
+        }
+        if col_axis.is_some_and(|a| v == Var::outer(a)) {
+            d |= COL;
+        }
+        d
+    };
+    let mut total = 0;
+    for stage in &k.stages[g.stage + 1..] {
+        let nodes = &stage.body().nodes;
+        let mut deps: Vec<u8> = Vec::with_capacity(nodes.len());
+        let mut n = 8;
+        for node in nodes {
+            let mut d = match &node.op {
+                ExprOp::Acc(_) => ROW | COL,
+                ExprOp::Load(l) => {
+                    let mut d = 0;
+                    l.index.for_each_var(&mut |v| d |= of_var(v));
+                    d
+                }
+                ExprOp::Index(e) => {
+                    let mut d = 0;
+                    e.for_each_var(&mut |v| d |= of_var(v));
+                    d
+                }
+                // A checked index's guards are over the point too: count it whole.
+                ExprOp::CheckedIndex { .. } => ROW | COL,
+                _ => 0,
+            };
+            node.for_each_operand(&mut |r| d |= deps.get(r.index()).copied().unwrap_or(ROW | COL));
+            if d == ROW | COL {
+                n += node.dtype.size_bytes().max(1);
+                if matches!(
+                    node.op,
+                    ExprOp::Load(_) | ExprOp::Index(_) | ExprOp::CheckedIndex { .. }
+                ) {
+                    n += index_bytes + 1;
+                }
+            }
+            deps.push(d);
+        }
+        total += n + match stage {
+            Stage::Store { stores, .. } => stores.len() * (index_bytes + 1),
+            Stage::Reduce { .. } => bytes_per_point(stage, index_bytes),
+        };
+    }
+    total
 }
 
 /// Lowers a GEMM kernel into `b` with `choice` (the cost model's when `None`
