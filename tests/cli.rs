@@ -846,6 +846,7 @@ fn machine_and_autotune_flags_run_on_the_simulator_only() {
         );
         assert_exit(&o, 0);
         assert!(stderr(&o).contains("autotune k0_"), "{}", stderr(&o));
+        assert!(stderr(&o).contains("  tried "), "{}", stderr(&o));
         assert!(stderr(&o).contains(expect), "{}", stderr(&o));
     }
     assert!(Path::new(&cache).join("autotune").is_dir());

@@ -453,10 +453,17 @@ pub fn autotune_options(
     }
 }
 
-/// Writes what the autotuner did, one line per kernel.
+/// Writes what the autotuner did: a line per kernel, then one per candidate it
+/// simulated (for a cached result, those of the run that filled the cache).
 pub fn write_tunings(compiled: &Compiled, out: &mut dyn io::Write) -> io::Result<()> {
     for t in compiled.autotune_report() {
         writeln!(out, "autotune {t}")?;
+        for trial in &t.tried {
+            match trial.cycles {
+                Some(c) => writeln!(out, "  tried {}: {c} cycles", trial.choice)?,
+                None => writeln!(out, "  tried {}: over the simulation budget", trial.choice)?,
+            }
+        }
     }
     Ok(())
 }
