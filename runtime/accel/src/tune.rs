@@ -229,7 +229,8 @@ pub fn tune_kernel(
 }
 
 /// The choices one step from `c`: a block size or the K slice halved or
-/// doubled, or one operand's staging flipped.
+/// doubled, one operand's staging flipped, or the row blocks per program
+/// switched between 1 and 2.
 fn neighbours(c: &GemmChoice) -> Vec<GemmChoice> {
     let mut out = Vec::new();
     for scale in [2, 0] {
@@ -243,6 +244,10 @@ fn neighbours(c: &GemmChoice) -> Vec<GemmChoice> {
         staged[i] = !staged[i];
         out.push(GemmChoice { staged, ..*c });
     }
+    out.push(GemmChoice {
+        rows: 3 - c.rows.clamp(1, 2),
+        ..*c
+    });
     out
 }
 
@@ -372,12 +377,12 @@ fn cache_path(
     dir.join(format!("{name}-{:016x}.txt", fnv1a(&key)))
 }
 
-const CACHE_HEADER: &str = "ferrite-autotune 1";
+const CACHE_HEADER: &str = "ferrite-autotune 2";
 
 fn choice_fields(c: &GemmChoice) -> String {
     format!(
-        "{} {} {} {} {}",
-        c.bm, c.bn, c.bk, c.staged[0] as u8, c.staged[1] as u8
+        "{} {} {} {} {} {}",
+        c.bm, c.bn, c.bk, c.staged[0] as u8, c.staged[1] as u8, c.rows
     )
 }
 
@@ -418,6 +423,7 @@ fn read_cache(path: &Path, valid: &[GemmChoice]) -> Option<KernelTuning> {
             bn: n(1)?,
             bk: n(2)?,
             staged: [n(3)? == 1, n(4)? == 1],
+            rows: n(5)?,
         };
         valid.contains(&c).then_some(c)
     };
@@ -426,12 +432,12 @@ fn read_cache(path: &Path, valid: &[GemmChoice]) -> Option<KernelTuning> {
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.first() {
             Some(&"best") => {
-                best = Some((parse_choice(&f[1..])?, f.get(6)?.parse::<u64>().ok()?));
+                best = Some((parse_choice(&f[1..])?, f.get(7)?.parse::<u64>().ok()?));
             }
             Some(&"model") => model_cycles = Some(f.get(1)?.parse::<u64>().ok()?),
             Some(&"tried") => tried.push(Trial {
                 choice: parse_choice(&f[1..])?,
-                cycles: f.get(6)?.parse::<u64>().ok(),
+                cycles: f.get(7)?.parse::<u64>().ok(),
             }),
             _ => {}
         }

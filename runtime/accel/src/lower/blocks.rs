@@ -240,13 +240,16 @@ fn gemm_cycles(
     r: &PerCycle,
     g: &GemmNeed,
     (bm, bn, bk): (usize, usize, usize),
+    rows: usize,
     lpddr: [bool; 2],
 ) -> f64 {
-    let (gx, gy, gz) = (g.m.div_ceil(bm), g.n.div_ceil(bn), g.batch.max(1));
+    let rows = rows.max(1);
+    let blocks_m = g.m.div_ceil(bm);
+    let (gx, gy, gz) = (g.m.div_ceil(rows * bm), g.n.div_ceil(bn), g.batch.max(1));
     let programs = gx * gy * gz;
     let za = if g.batched[0] { gz } else { 1 };
     let zb = if g.batched[1] { gz } else { 1 };
-    let mut seen_a = vec![false; gx * za];
+    let mut seen_a = vec![false; blocks_m * za];
     let mut seen_b = vec![false; gy * zb];
     let mut busy = vec![0.0f64; r.pes];
     let (a, b) = ((bm * bk * g.elem) as f64, (bk * bn * g.elem) as f64);
@@ -259,29 +262,32 @@ fn gemm_cycles(
         let (x, y, z) = (i % gx, i / gx % gy, i / (gx * gy));
         let wave = i / r.pes * r.pes;
         let (lshare, sshare) = r.shares((programs - wave).min(r.pes));
-        let cold = |seen: &mut Vec<bool>, at: usize, in_lpddr: bool| {
-            in_lpddr && !std::mem::replace(&mut seen[at], true)
-        };
-        let a_cold = cold(
-            &mut seen_a,
-            x + gx * if g.batched[0] { z } else { 0 },
-            lpddr[0],
-        );
-        let b_cold = cold(
-            &mut seen_b,
-            y + gy * if g.batched[1] { z } else { 0 },
-            lpddr[1],
-        );
-        let copy =
-            a / if a_cold { lshare } else { sshare } + b / if b_cold { lshare } else { sshare };
         let store = out / if g.out_lpddr { lshare } else { sshare };
-        let cycles = copy
-            + (steps - 1.0) * (read_local + 1.0 + dot.max(copy))
-            + read_local
-            + dot
-            + epilogue
-            + store;
-        busy[i % r.pes] += cycles;
+        let b_at = y + gy * if g.batched[1] { z } else { 0 };
+        let mut cycles = 0.0;
+        for sub in 0..rows {
+            let row_block = x * rows + sub;
+            if row_block >= blocks_m {
+                break;
+            }
+            let a_at = row_block + blocks_m * if g.batched[0] { z } else { 0 };
+            let a_cold = lpddr[0] && !std::mem::replace(&mut seen_a[a_at], true);
+            let b_cold = lpddr[1] && !std::mem::replace(&mut seen_b[b_at], true);
+            let copy =
+                a / if a_cold { lshare } else { sshare } + b / if b_cold { lshare } else { sshare };
+            // The previous block's store shares the port with this block's copies.
+            let deferred = if sub > 0 {
+                store / (steps - 1.0).max(1.0)
+            } else {
+                0.0
+            };
+            cycles += copy
+                + (steps - 1.0) * (read_local + 1.0 + dot.max(copy + deferred))
+                + read_local
+                + dot
+                + epilogue;
+        }
+        busy[i % r.pes] += cycles + store;
     }
     r.launch + busy.into_iter().fold(0.0, f64::max)
 }
@@ -290,11 +296,16 @@ fn gemm_cycles(
 /// operands that fit the free SRAM.
 pub(super) fn gemm_fits(mach: &Machine, g: &GemmNeed, c: &GemmChoice) -> bool {
     let (bm, bn, bk) = (c.bm, c.bn, c.bk);
-    if bm == 0 || bn == 0 || bk == 0 {
+    if bm == 0 || bn == 0 || bk == 0 || !(c.rows == 1 || (c.rows == 2 && g.m > bm)) {
         return false;
     }
-    // Local buffers, the tiles read from them, the accumulator and the epilogue.
-    let bytes = 2 * (bm * bk + bk * bn) * g.elem + bm * bn * (4 + g.epilogue_bytes_per_point);
+    // Local buffers, the tiles read from them, the accumulator and the epilogue;
+    // with two row blocks, also the first block's result and pointers, kept
+    // until the second block's K loop has stored them.
+    let mut bytes = 2 * (bm * bk + bk * bn) * g.elem + bm * bn * (4 + g.epilogue_bytes_per_point);
+    if c.rows > 1 {
+        bytes += bm * bn * (g.out_elem + 4);
+    }
     let staged: u64 = (0..2)
         .filter(|&i| c.staged[i])
         .map(|i| g.operand_bytes[i])
@@ -332,8 +343,17 @@ pub(super) fn gemm_ranked(mach: &Machine, g: &GemmNeed) -> Vec<GemmPlan> {
     for &bm in &sizes(g.m) {
         for &bn in &sizes(g.n) {
             for &bk in &sizes(g.k.max(1)) {
-                for staged in [[false, false], [true, false], [false, true], [true, true]] {
-                    let choice = GemmChoice { bm, bn, bk, staged };
+                for (staged, rows) in [[false, false], [true, false], [false, true], [true, true]]
+                    .into_iter()
+                    .flat_map(|s| [(s, 1), (s, 2)])
+                {
+                    let choice = GemmChoice {
+                        bm,
+                        bn,
+                        bk,
+                        staged,
+                        rows,
+                    };
                     if !gemm_fits(mach, g, &choice) {
                         continue;
                     }
@@ -342,7 +362,7 @@ pub(super) fn gemm_ranked(mach: &Machine, g: &GemmNeed) -> Vec<GemmPlan> {
                         .filter(|&i| staged[i])
                         .map(|i| g.operand_bytes[i])
                         .sum();
-                    let mut cycles = gemm_cycles(&r, g, (bm, bn, bk), lpddr);
+                    let mut cycles = gemm_cycles(&r, g, (bm, bn, bk), rows, lpddr);
                     if copied > 0 {
                         cycles += staging_cycles(&r, copied);
                     }
@@ -381,6 +401,7 @@ pub(super) fn gemm(mach: &Machine, g: &GemmNeed) -> GemmChoice {
             bn: 16,
             bk: 16,
             staged: [false, false],
+            rows: 1,
         },
         |p| p.choice,
     )

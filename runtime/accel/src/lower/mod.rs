@@ -74,11 +74,17 @@ pub struct GemmChoice {
     pub bk: usize,
     /// Whether the lhs and the rhs are staged in SRAM.
     pub staged: [bool; 2],
+    /// Row blocks per program (1 or 2): with 2, the first block's store is
+    /// written during the second block's K loop.
+    pub rows: usize,
 }
 
 impl std::fmt::Display for GemmChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} x {} blocks, K slice {}", self.bm, self.bn, self.bk)?;
+        if self.rows > 1 {
+            write!(f, ", {} row blocks per program", self.rows)?;
+        }
         match self.staged {
             [false, false] => Ok(()),
             [true, false] => write!(f, ", lhs staged"),
