@@ -6,7 +6,7 @@ use ferrite::{DType, TensorType};
 use std::path::Path;
 
 mod common;
-use common::{assert_exit, examples, ferrite, ferrite_with_env, stderr, stdout, Scratch};
+use common::{assert_exit, examples, ferrite, ferrite_env, stderr, stdout, Scratch};
 
 fn read_npy(path: &str) -> Tensor {
     npy::decode(&std::fs::read(path).unwrap()).unwrap()
@@ -700,11 +700,11 @@ fn ferrite_cpu_isa_sse_keeps_the_narrow_code() {
     for isa in ["sse", "avx512"] {
         let d = dir.path(&format!("dump-{isa}"));
         let env = [("FERRITE_CPU_ISA", isa)];
-        let o = ferrite_with_env(&["compile", "examples/softmax_rows.fg", "--dump", &d], &env);
+        let o = ferrite_env(&["compile", "examples/softmax_rows.fg", "--dump", &d], &env);
         assert_exit(&o, 0);
         plans.push(std::fs::read_to_string(Path::new(&d).join("05-cpu-plan.loop")).unwrap());
         let out = dir.path(&format!("out-{isa}"));
-        let o = ferrite_with_env(&["run", "examples/softmax_rows.fg", "--out", &out], &env);
+        let o = ferrite_env(&["run", "examples/softmax_rows.fg", "--out", &out], &env);
         assert_exit(&o, 0);
         outputs.push(std::fs::read(format!("{out}/probs.npy")).unwrap());
     }
@@ -822,4 +822,60 @@ fn long_chains_compile_or_are_refused_with_the_kernel_limit() {
         e.contains(&format!("has {n} kernels")) && e.contains("at most 16384"),
         "{e}"
     );
+}
+
+#[test]
+fn machine_and_autotune_flags_run_on_the_simulator_only() {
+    let s = Scratch::new("machine");
+    // A built-in preset by name, on every command that runs the simulator.
+    for cmd in ["run", "compile", "profile"] {
+        let o = ferrite(&[
+            cmd,
+            "examples/mlp.fg",
+            "--target",
+            "sim",
+            "--machine",
+            "mtia1",
+        ]);
+        assert_exit(&o, 0);
+        if cmd == "profile" {
+            assert!(stdout(&o).contains("on sim: mtia1"), "{}", stdout(&o));
+        }
+    }
+    // Elsewhere they are user errors that say why.
+    for flag in [&["--machine", "mtia1"][..], &["--autotune"][..]] {
+        let mut args = vec!["run", "examples/mlp.fg", "--target", "cpu"];
+        args.extend_from_slice(flag);
+        let o = ferrite(&args);
+        assert_exit(&o, 1);
+        assert!(
+            stderr(&o).contains("use it with --target sim"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    // A preset name that is neither a file nor built in is a file error.
+    let o = ferrite(&[
+        "run",
+        "examples/mlp.fg",
+        "--target",
+        "sim",
+        "--machine",
+        "mtia9",
+    ]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("mtia9"), "{}", stderr(&o));
+    // --autotune reports each GEMM kernel it tuned, and the second run reads the cache.
+    let cache = s.path("cache");
+    for expect in ["candidates (", "(cached)"] {
+        let o = common::ferrite_env(
+            &["run", "examples/mlp.fg", "--target", "sim", "--autotune"],
+            &[("FERRITE_CACHE_DIR", cache.as_str())],
+        );
+        assert_exit(&o, 0);
+        assert!(stderr(&o).contains("autotune k0_"), "{}", stderr(&o));
+        assert!(stderr(&o).contains("  tried "), "{}", stderr(&o));
+        assert!(stderr(&o).contains(expect), "{}", stderr(&o));
+    }
+    assert!(Path::new(&cache).join("autotune").is_dir());
 }

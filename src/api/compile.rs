@@ -13,8 +13,9 @@ use super::builder::Graph;
 use super::error::{Error, Result};
 use super::host::Tensor;
 use super::memory::{self, default_memory_limit};
-use ferrite_accel::program::SimProgram;
+use ferrite_accel::program::{Intermediates, SimProgram};
 use ferrite_accel::sim::{DeviceReport, Machine};
+use ferrite_accel::tune::{KernelTuning, TuneOptions};
 use ferrite_cpu::{CpuOptions, CpuProgram, InputTensors, OutputTensors};
 use ferrite_ir::loops::Program;
 use ferrite_ir::{interpret, print, verify, TensorType};
@@ -142,6 +143,10 @@ pub struct Options {
     /// on the calling thread and the pool's, restored after (default off, as in
     /// PyTorch and ONNX Runtime; ARCHITECTURE.md's Numerics section says what changes).
     pub flush_denormals: bool,
+    /// On [`Target::Sim`], autotune every GEMM kernel on the simulator
+    /// ([`crate::sim::tune`]) instead of taking the cost model's choice; `None`
+    /// (default) takes the model's.
+    pub autotune: Option<TuneOptions>,
 }
 
 impl Default for Options {
@@ -155,6 +160,7 @@ impl Default for Options {
             machine: None,
             memory_limit: None,
             flush_denormals: false,
+            autotune: None,
         }
     }
 }
@@ -194,6 +200,12 @@ impl Options {
     /// Sets the machine [`Target::Sim`] simulates.
     pub fn machine(mut self, machine: Machine) -> Options {
         self.machine = Some(machine);
+        self
+    }
+
+    /// Autotunes GEMM kernels on [`Target::Sim`] (see [`Options::autotune`]).
+    pub fn autotune(mut self, tune: TuneOptions) -> Options {
+        self.autotune = Some(tune);
         self
     }
 
@@ -267,15 +279,15 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
         message: e.to_string(),
     })?;
     options.check()?;
-    let (backend, records) = match options.target {
-        Target::Interp => (Backend::Interp, Vec::new()),
+    let (backend, records, tunings) = match options.target {
+        Target::Interp => (Backend::Interp, Vec::new(), Vec::new()),
         Target::Loops | Target::Cpu | Target::Sim => {
             let lowered = lower_graph(graph, &options.pipeline()).map_err(|e| Error::Compile {
                 message: e.to_string(),
                 internal: e.is_internal(),
             })?;
             let mut records = lowered.stages;
-            let (code, record) = generate(&lowered.scheduled.program, options)?;
+            let (code, record, tunings) = generate(&lowered.scheduled.program, options)?;
             records.extend(record);
             let pipeline = Pipeline {
                 decomposed: lowered.decomposed,
@@ -283,7 +295,7 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
                 optimize_report: lowered.optimize_report,
                 scheduled: lowered.scheduled,
             };
-            (Backend::Lowered(Box::new(pipeline), code), records)
+            (Backend::Lowered(Box::new(pipeline), code), records, tunings)
         }
     };
     let mut compiled = Compiled {
@@ -295,6 +307,7 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
         stages: records.iter().map(|s| (s.name, s.time)).collect(),
         compile_time: Duration::ZERO,
         dump_files: Vec::new(),
+        tunings,
     };
     if let Some(dir) = &options.dump {
         compiled.dump_files = compiled.write_dump(dir, records)?;
@@ -306,16 +319,20 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
 /// Runs the target's code generator on a scheduled program; returns the code and, for
 /// the targets that have a code generator, its stage record (with its text only when
 /// dumping, since the text of a large program is large).
-fn generate(program: &Program, options: &Options) -> Result<(Code, Option<StageRecord>)> {
+fn generate(
+    program: &Program,
+    options: &Options,
+) -> Result<(Code, Option<StageRecord>, Vec<KernelTuning>)> {
     let start = Instant::now();
     let failed = |stage: &str, e: String, internal: bool| Error::Compile {
         message: format!("{stage}: {e}"),
         internal,
     };
+    let mut tunings = Vec::new();
     let (code, name, file) = match options.target {
         // The loop-IR evaluator runs the program itself. (The interpreter never gets
         // here: it runs the graph as given, with no pipeline.)
-        Target::Interp | Target::Loops => return Ok((Code::Loops, None)),
+        Target::Interp | Target::Loops => return Ok((Code::Loops, None, Vec::new())),
         Target::Cpu => {
             let mut cpu_options = CpuOptions::default();
             if let Some(threads) = options.threads {
@@ -329,8 +346,14 @@ fn generate(program: &Program, options: &Options) -> Result<(Code, Option<StageR
         }
         Target::Sim => {
             let machine = options.machine.clone().unwrap_or_else(Machine::mtia2i);
-            let sim = SimProgram::compile(program, &machine)
-                .map_err(|e| failed("tile lowering", e.to_string(), e.is_internal()))?;
+            let (sim, t) = SimProgram::compile_tuned(
+                program,
+                &machine,
+                Intermediates::default(),
+                options.autotune.as_ref(),
+            )
+            .map_err(|e| failed("tile lowering", e.to_string(), e.is_internal()))?;
+            tunings = t;
             (Code::Sim(Box::new(sim)), "tile lowering", "kernels.tile")
         }
     };
@@ -345,7 +368,7 @@ fn generate(program: &Program, options: &Options) -> Result<(Code, Option<StageR
         file,
         text,
     };
-    Ok((code, Some(record)))
+    Ok((code, Some(record), tunings))
 }
 
 /// What the pipeline made of the graph (every target but [`Target::Interp`]).
@@ -406,6 +429,8 @@ pub struct Compiled {
     stages: Vec<(&'static str, Duration)>,
     compile_time: Duration,
     dump_files: Vec<PathBuf>,
+    /// What the autotuner did for each GEMM kernel ([`Options::autotune`]).
+    tunings: Vec<KernelTuning>,
     /// The memory one run needs, estimated ([`Compiled::run_memory_bytes`]).
     run_bytes: u64,
 }
@@ -486,6 +511,12 @@ pub enum ProfileStep {
 }
 
 impl Compiled {
+    /// What the autotuner did for each GEMM kernel, in kernel order (empty
+    /// without [`Options::autotune`]).
+    pub fn autotune_report(&self) -> &[KernelTuning] {
+        &self.tunings
+    }
+
     /// Runs the program: one input per graph input, in declaration order (as
     /// `&Tensor`s or `Tensor`s); returns one tensor per output. A wrong input count,
     /// dtype or shape is an [`Error::InputCount`], [`Error::InputDType`] or
@@ -804,7 +835,7 @@ impl Compiled {
                 }
             })?;
         let mut stages = vec![("schedule", start.elapsed())];
-        let (code, record) = generate(&scheduled.program, &options)?;
+        let (code, record, tunings) = generate(&scheduled.program, &options)?;
         stages.extend(record.map(|r| (r.name, r.time)));
         let pipeline = Pipeline {
             decomposed: pipeline.decomposed.clone(),
@@ -822,6 +853,7 @@ impl Compiled {
             stages,
             compile_time: start.elapsed(),
             dump_files: Vec::new(),
+            tunings,
         })
     }
 

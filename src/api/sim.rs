@@ -32,6 +32,19 @@ pub use ferrite_accel::sim::{
     MAX_PROGRAMS, MAX_WORK_PER_DEVICE, MAX_WORK_PER_LAUNCH,
 };
 pub use ferrite_accel::tile;
+pub use ferrite_accel::tune;
+
+/// The autotuner's cache directory: `$FERRITE_CACHE_DIR/autotune`, else
+/// `$HOME/.cache/ferrite/autotune`; `None` when neither variable is set.
+pub fn autotune_cache_dir() -> Option<std::path::PathBuf> {
+    let base = match std::env::var_os("FERRITE_CACHE_DIR") {
+        Some(dir) if !dir.is_empty() => std::path::PathBuf::from(dir),
+        _ => std::path::PathBuf::from(std::env::var_os("HOME")?)
+            .join(".cache")
+            .join("ferrite"),
+    };
+    Some(base.join("autotune"))
+}
 
 /// Reads a machine preset file (`key = value` lines; `runtime/accel/presets/mtia2i.toml`
 /// is the built-in machine's). A file that cannot be read (or is not a regular file)

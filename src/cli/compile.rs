@@ -1,4 +1,4 @@
-//! `ferrite compile FILE [--target cpu|sim|loops] [--no-fuse] [--no-optimize] [--dump DIR]`:
+//! `ferrite compile FILE [--target cpu|sim|loops] [--no-fuse] [--no-optimize] [--dump DIR] [--machine PRESET]`:
 //! run the compiler pipeline and the target's code generator and summarize what they
 //! did; with `--dump`, write every stage as text (the CPU's CLIF and machine code, or
 //! the tile kernels, included). `--target loops` stops after scheduling: the loop-IR
@@ -6,7 +6,8 @@
 //! interpreter (`interp`) runs no pipeline, so there is nothing to compile for it.
 
 use super::{
-    compile_graph, compile_options, count, load_any, target_parser, CliError, CliResult, TextLimit,
+    autotune_options, compile_graph, compile_options, count, load_any, sim_machine, target_parser,
+    write_tunings, CliError, CliResult, TextLimit,
 };
 use clap::Args;
 use ferrite::passes::schedule::{schedule, ScheduleOptions};
@@ -37,6 +38,14 @@ pub struct CompileArgs {
     /// Write each stage as text into DIR (created if missing), numbered in pipeline order.
     #[arg(long, value_name = "DIR")]
     pub dump: Option<PathBuf>,
+    /// On --target sim: autotune every GEMM kernel on the simulator (results cached
+    /// under $FERRITE_CACHE_DIR/autotune or ~/.cache/ferrite/autotune).
+    #[arg(long)]
+    pub autotune: bool,
+    /// A machine preset for `--target sim`: a preset file, or a built-in name
+    /// (`mtia2i`, the default; `mtia1`).
+    #[arg(long, value_name = "PRESET")]
+    pub machine: Option<PathBuf>,
     #[command(flatten)]
     pub limit: TextLimit,
 }
@@ -50,7 +59,14 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     let target = args.target;
     let mut options = compile_options(target, args.no_fuse, args.no_optimize);
     options.dump = args.dump.clone();
+    if let Some(m) = sim_machine(target, args.machine.as_deref())? {
+        options = options.machine(m);
+    }
+    if let Some(t) = autotune_options(target, args.autotune)? {
+        options = options.autotune(t);
+    }
     let exe = compile_graph(&graph, &options)?;
+    write_tunings(&exe, out)?;
     let (Some(decomposed), Some(optimized), Some(report), Some(scheduled)) = (
         exe.decomposed_graph(),
         exe.optimized_graph(),

@@ -422,11 +422,64 @@ pub fn output_file_stem(onnx: &str) -> String {
     }
 }
 
-/// The machine a `--machine PRESET` flag names, or the built-in MTIA-2i-like one.
+/// The machine a `--machine PRESET` flag names (a preset file, or the name of a
+/// built-in preset where no such file exists), or the built-in MTIA-2i-like one.
 pub fn load_machine(preset: Option<&Path>) -> Result<Machine, CliError> {
     match preset {
         None => Ok(Machine::mtia2i()),
-        Some(path) => ferrite::sim::read_preset(path).map_err(read_error),
+        Some(path) => {
+            let builtin = path.to_str().and_then(Machine::builtin);
+            match builtin {
+                Some(m) if !path.exists() => Ok(m),
+                _ => ferrite::sim::read_preset(path).map_err(read_error),
+            }
+        }
+    }
+}
+
+/// The autotuner's options for `--autotune` on a command that compiles for
+/// `target`: `None` without the flag, an error when the target is not the simulator.
+pub fn autotune_options(
+    target: Target,
+    on: bool,
+) -> Result<Option<ferrite::sim::tune::TuneOptions>, CliError> {
+    match (target, on) {
+        (_, false) => Ok(None),
+        (Target::Sim, true) => Ok(Some(ferrite::sim::tune::TuneOptions {
+            cache_dir: ferrite::sim::autotune_cache_dir(),
+            ..Default::default()
+        })),
+        (_, true) => Err(CliError::User(
+            "--autotune searches tile-kernel choices on the simulator; use it with --target sim"
+                .into(),
+        )),
+    }
+}
+
+/// Writes what the autotuner did: a line per kernel, then one per candidate it
+/// simulated (for a cached result, those of the run that filled the cache).
+pub fn write_tunings(compiled: &Compiled, out: &mut dyn io::Write) -> io::Result<()> {
+    for t in compiled.autotune_report() {
+        writeln!(out, "autotune {t}")?;
+        for trial in &t.tried {
+            match trial.cycles {
+                Some(c) => writeln!(out, "  tried {}: {c} cycles", trial.choice)?,
+                None => writeln!(out, "  tried {}: over the simulation budget", trial.choice)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The machine of `--machine PRESET` for a command that compiles for `target`:
+/// `None` without the flag, an error when the target is not the simulator.
+pub fn sim_machine(target: Target, preset: Option<&Path>) -> Result<Option<Machine>, CliError> {
+    match (target, preset) {
+        (_, None) => Ok(None),
+        (Target::Sim, Some(_)) => load_machine(preset).map(Some),
+        (_, Some(_)) => Err(CliError::User(
+            "--machine describes the simulated accelerator; use it with --target sim".into(),
+        )),
     }
 }
 

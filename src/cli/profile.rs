@@ -21,8 +21,8 @@
 
 use super::inputs::{check_names, given_inputs, make_inputs};
 use super::{
-    compile_graph, load_any, load_machine, parse_name_eq_path, target_parser, CliError, CliResult,
-    MemoryLimit, TextLimit,
+    autotune_options, compile_graph, load_any, load_machine, parse_name_eq_path, target_parser,
+    write_tunings, CliError, CliResult, MemoryLimit, TextLimit,
 };
 use clap::{Args, ValueEnum};
 use ferrite::profile::{chrome_trace, render_table, to_json, ProfileStep};
@@ -70,6 +70,10 @@ pub struct ProfileArgs {
     /// Seed of the random inputs (those not given with --input): parameter i gets seed + i.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// On --target sim: autotune every GEMM kernel on the simulator (results cached
+    /// under $FERRITE_CACHE_DIR/autotune or ~/.cache/ferrite/autotune).
+    #[arg(long)]
+    pub autotune: bool,
     /// A machine preset file for `--target sim` (default: the built-in MTIA-2i-like machine).
     #[arg(long, value_name = "PRESET")]
     pub machine: Option<PathBuf>,
@@ -101,8 +105,14 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         .target(args.target)
         .memory_limit(args.memory.bytes());
     match args.target {
-        Target::Sim => options = options.machine(load_machine(args.machine.as_deref())?),
+        Target::Sim => {
+            options = options.machine(load_machine(args.machine.as_deref())?);
+            if let Some(t) = autotune_options(args.target, args.autotune)? {
+                options = options.autotune(t);
+            }
+        }
         _ => {
+            autotune_options(args.target, args.autotune)?;
             if let Some(threads) = args.threads {
                 options = options.threads(threads as usize);
             }
@@ -111,6 +121,7 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     let mut progress = Progress::new(err);
     progress.say("compiling fused");
     let fused = compile_graph(&graph, &options)?;
+    write_tunings(&fused, progress.notes())?;
     // The inputs and a run share the budget (the library checks the fused and
     // unfused runs together before they run).
     let input_bytes: u64 = graph

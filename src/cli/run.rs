@@ -7,8 +7,9 @@
 use super::inputs::{check_names, given_inputs, make_inputs, Inputs};
 use super::summary::summarize;
 use super::{
-    compile_graph, compile_options, count, load_any, output_file_stem, parse_name_eq_path,
-    target_parser, CliError, CliResult, MemoryLimit, TextLimit,
+    autotune_options, compile_graph, compile_options, count, load_any, output_file_stem,
+    parse_name_eq_path, sim_machine, target_parser, write_tunings, CliError, CliResult,
+    MemoryLimit, TextLimit,
 };
 use clap::Args;
 use ferrite::ir::{Graph, ValueId};
@@ -47,6 +48,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
     pub threads: Option<u32>,
+    /// On --target sim: autotune every GEMM kernel on the simulator (results cached
+    /// under $FERRITE_CACHE_DIR/autotune or ~/.cache/ferrite/autotune).
+    #[arg(long)]
+    pub autotune: bool,
+    /// A machine preset for `--target sim`: a preset file, or a built-in name
+    /// (`mtia2i`, the default; `mtia1`).
+    #[arg(long, value_name = "PRESET")]
+    pub machine: Option<PathBuf>,
     #[command(flatten)]
     pub limit: TextLimit,
     #[command(flatten)]
@@ -67,7 +76,14 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
     if let Some(t) = args.threads {
         options = options.threads(t as usize);
     }
+    if let Some(m) = sim_machine(args.target, args.machine.as_deref())? {
+        options = options.machine(m);
+    }
+    if let Some(t) = autotune_options(args.target, args.autotune)? {
+        options = options.autotune(t);
+    }
     let exe = compile_graph(&graph, &options)?;
+    write_tunings(&exe, err)?;
     // The inputs this command makes and the run's own memory share one budget,
     // checked before any input is made or read.
     let budget = options.memory_budget();

@@ -13,8 +13,8 @@ pub fn ferrite(args: &[&str]) -> Output {
         .expect("the ferrite binary runs")
 }
 
-/// Runs `ferrite ARGS` from the repository root with `env` set.
-pub fn ferrite_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+/// Runs `ferrite ARGS` from the repository root with environment variables `env` set.
+pub fn ferrite_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ferrite"))
         .args(args)
         .envs(env.iter().copied())

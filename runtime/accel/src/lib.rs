@@ -30,5 +30,6 @@ pub mod lower;
 pub mod program;
 pub mod sim;
 pub mod tile;
+pub mod tune;
 
 pub use error::{Error, Result};

@@ -32,6 +32,7 @@
 
 use super::lower::{lower_kernel, TileLaunch};
 use super::sim::{self, Device, DeviceArg, DeviceReport, Machine, Placement};
+use super::tune::{tune_kernel, KernelTuning, TuneOptions};
 use crate::error::{Error, Result};
 use ferrite_ir::loops::{BufferId, BufferKind, Liveness, Program};
 use ferrite_ir::{Tensor, TensorType};
@@ -93,19 +94,42 @@ impl SimProgram {
         machine: &Machine,
         intermediates: Intermediates,
     ) -> Result<SimProgram> {
+        Ok(SimProgram::compile_tuned(program, machine, intermediates, None)?.0)
+    }
+
+    /// Lowers every kernel of `program` for `machine`, placing intermediates as
+    /// `intermediates` says; with `tune`, each GEMM kernel's choice is the
+    /// autotuner's ([`crate::tune`]), whose report of each kernel is returned.
+    pub fn compile_tuned(
+        program: &Program,
+        machine: &Machine,
+        intermediates: Intermediates,
+        tune: Option<&TuneOptions>,
+    ) -> Result<(SimProgram, Vec<KernelTuning>)> {
         program.verify().map_err(|e| {
             Error::InvalidProgram(format!("program `{}` is invalid: {e}", program.name))
         })?;
         let buffers = plan_buffers(program, machine, intermediates);
         let placements: Vec<Placement> = buffers.iter().map(|b| b.placement).collect();
         let mut launches = Vec::with_capacity(program.kernels.len());
-        for k in &program.kernels {
+        let mut tunings = Vec::new();
+        for (ki, k) in program.kernels.iter().enumerate() {
+            let room = sram_room(&buffers, machine, ki);
+            let context = |e: Error| e.context(format_args!("kernel {}", k.name));
+            let mut choice = None;
+            if let Some(opts) = tune {
+                if let Some(t) =
+                    tune_kernel(program, k, machine, &placements, room, opts).map_err(context)?
+                {
+                    choice = Some(t.best);
+                    tunings.push(t);
+                }
+            }
             launches.push(
-                lower_kernel(program, k, machine, &placements)
-                    .map_err(|e| e.context(format_args!("kernel {}", k.name)))?,
+                lower_kernel(program, k, machine, &placements, room, choice).map_err(context)?,
             );
         }
-        Ok(SimProgram {
+        let compiled = SimProgram {
             name: program.name.clone(),
             machine: machine.clone(),
             buffers,
@@ -113,7 +137,8 @@ impl SimProgram {
             outputs: program.outputs.clone(),
             launches,
             constants: program.constants.clone(),
-        })
+        };
+        Ok((compiled, tunings))
     }
 
     /// The program's name.
@@ -126,9 +151,13 @@ impl SimProgram {
         &self.machine
     }
 
-    /// The tile kernels, in launch order (kernels with no work are left out).
+    /// The tile kernels, in launch order (kernels with no work are left out;
+    /// a kernel's staging launch comes right before it).
     pub fn launches(&self) -> impl Iterator<Item = &TileLaunch> {
-        self.launches.iter().flatten()
+        self.launches
+            .iter()
+            .flatten()
+            .flat_map(|l| l.staging.as_deref().into_iter().chain([l]))
     }
 
     /// Where every buffer lives.
@@ -171,7 +200,21 @@ impl SimProgram {
             );
         }
         for l in self.launches() {
-            let args: Vec<String> = l.args.iter().map(|a| a.to_string()).collect();
+            let mut args: Vec<String> = l
+                .args
+                .iter()
+                .map(|a| {
+                    if l.staged.contains(a) {
+                        format!("{a} staged in SRAM")
+                    } else {
+                        a.to_string()
+                    }
+                })
+                .collect();
+            if l.staging.is_none() && l.kernel.kernel().params.len() == 2 * l.args.len() {
+                // A staging launch: the SRAM copies follow the sources.
+                args.extend(l.args.iter().map(|a| format!("{a} in SRAM")));
+            }
             let _ = write!(
                 out,
                 "\n# launch {} grid [{}, {}, {}] ({})\n{}",
@@ -234,14 +277,42 @@ impl SimProgram {
                 }
             }
             if let Some(l) = launch {
+                let bound = |a: &BufferId| {
+                    ids[a.index()].ok_or_else(|| {
+                        Error::internal(format!("kernel {}: buffer {a} is not allocated", l.name))
+                    })
+                };
+                // Staged operands are copied to SRAM first, and read from there.
+                let mut copies = Vec::new();
+                if let Some(st) = &l.staging {
+                    let mut args = Vec::with_capacity(2 * st.args.len());
+                    for a in &st.args {
+                        args.push(DeviceArg::Buffer(bound(a)?));
+                    }
+                    for a in &st.args {
+                        let plan = &self.buffers[a.index()];
+                        let copy = dev.alloc(
+                            &format!("{} staged", plan.device_name),
+                            &plan.ty,
+                            Placement::Sram,
+                        )?;
+                        copies.push((*a, copy));
+                        args.push(DeviceArg::Buffer(copy));
+                    }
+                    dev.launch(&st.kernel, st.grid, &args)?;
+                }
                 let mut args = Vec::with_capacity(l.args.len());
                 for a in &l.args {
-                    let id = ids[a.index()].ok_or_else(|| {
-                        Error::internal(format!("kernel {}: buffer {a} is not allocated", l.name))
-                    })?;
+                    let id = match copies.iter().find(|(s, _)| s == a) {
+                        Some(&(_, copy)) => copy,
+                        None => bound(a)?,
+                    };
                     args.push(DeviceArg::Buffer(id));
                 }
                 dev.launch(&l.kernel, l.grid, &args)?;
+                for (_, copy) in copies {
+                    dev.free(copy)?;
+                }
             }
             // ... and end right after the last kernel that reads them.
             for plan in &self.buffers {
@@ -267,6 +338,18 @@ fn placement_name(p: Placement) -> &'static str {
         Placement::Lpddr => "LPDDR",
         Placement::Sram => "SRAM",
     }
+}
+
+/// Bytes of SRAM not taken by the intermediates placed there that are live
+/// while kernel `ki` runs.
+fn sram_room(plans: &[BufferPlan], m: &Machine, ki: usize) -> u64 {
+    let used: u64 = plans
+        .iter()
+        .filter(|b| b.placement == Placement::Sram)
+        .filter(|b| b.live.is_none_or(|(w, r)| w <= ki && ki <= r))
+        .map(|b| b.ty.size_bytes() as u64)
+        .sum();
+    m.sram_bytes.saturating_sub(used)
 }
 
 /// Places every buffer (see the module docs).

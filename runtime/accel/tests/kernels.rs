@@ -114,16 +114,17 @@ fn matmul_bias_relu_matches_the_interpreter() {
         KernelArg::Int(n as i64),
         KernelArg::Int(kk as i64),
     ];
-    let report = sim::run(&Machine::mtia2i(), &k, [2, 2, 1], &mut args).unwrap();
+    // 128 x 64 blocks: a grid of 1 x 2.
+    let report = sim::run(&Machine::mtia2i(), &k, [1, 2, 1], &mut args).unwrap();
     let want = reference(
         "graph g(a: f32[70, 45], b: f32[45, 90], bias: f32[90]) {\n  h = matmul(a, b)\n  y = relu(add(h, bias))\n  return y\n}\n",
         &[a, b, bias],
     );
     buffer(&args, 3).check_close(&want[0], 1e-5, 1e-5).unwrap();
-    // Every tile of the grid runs dot over the full padded K: 2 slices of 32.
-    assert_eq!(report.dot_flops, 4 * 2 * 64 * 64 * 64);
-    // Each program reserves its two local buffers.
-    assert_eq!(k.local_memory_bytes(), 2 * 64 * 32 * 4);
+    // Every tile of the grid runs dot over the full padded K: 3 slices of 16.
+    assert_eq!(report.dot_flops, 2 * 2 * 128 * 64 * 48);
+    // Each program reserves its two local buffers, [128, 16] and [16, 64].
+    assert_eq!(k.local_memory_bytes(), (128 * 16 + 16 * 64) * 4);
     assert!(report.bytes.local_write > 0 && report.bytes.local_read > 0);
 }
 

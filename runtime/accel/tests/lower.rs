@@ -2,7 +2,8 @@
 //! reference interpreter.
 
 use ferrite_accel::program::{Intermediates, SimProgram};
-use ferrite_accel::sim::{DeviceReport, Machine};
+use ferrite_accel::sim::{self, DeviceReport, KernelArg, Machine};
+use ferrite_accel::tile;
 use ferrite_accel::Error;
 use ferrite_ir::loops::Program;
 use ferrite_ir::{interpret, DType, Graph, Tensor, TensorType};
@@ -235,7 +236,10 @@ fn lowered_kernels_are_readable_and_use_the_memory_hierarchy() {
     }
     let inputs = random_inputs(&g, 1);
     let (_, report) = sim.run(&inputs).unwrap();
-    let k0 = &report.launches[0];
+    // The first GEMM's operands come from LPDDR: a staging launch copies them
+    // to SRAM first.
+    assert!(report.launches[0].kernel.ends_with("_stage"), "{report}");
+    let k0 = &report.launches[1];
     assert!(k0.bytes.local_write > 0 && k0.dot_flops == 2 * 64 * 784 * 256);
     // Every launch is a kernel that parses back from its own text, to the very
     // kernel that runs.
@@ -710,4 +714,371 @@ fn ops_on_a_constant_index_fold() {
          y = sign(maximum(slice(where(p, t, t), axis=-2, start=-2, end=3), t))\n  return y\n}",
         None,
     );
+}
+
+/// Simulated cycles of the hand-written kernel `examples/kernels/NAME.tile` on
+/// `grid` with `args` (buffers in LPDDR, as `ferrite sim` places them).
+fn hand_written_cycles(name: &str, grid: [usize; 3], mut args: Vec<KernelArg>) -> u64 {
+    let (shown, src) = ferrite_testkit::tile_example_source(name);
+    let k = tile::parse_and_check(&shown, &src).unwrap_or_else(|d| panic!("{d}"));
+    sim::run(&Machine::mtia2i(), &k, grid, &mut args)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .cycles
+}
+
+/// Simulated cycles of graph `src`, fused and lowered, on inputs of zeros.
+fn lowered_cycles(src: &str) -> u64 {
+    let g = parse("case.fg", src);
+    let sim = SimProgram::compile(&program(&g, true), &Machine::mtia2i()).unwrap();
+    let inputs: Vec<Tensor> = g.param_types().iter().map(Tensor::zeros).collect();
+    sim.run(&inputs).unwrap().1.cycles()
+}
+
+fn zeros(shape: &[usize]) -> KernelArg {
+    KernelArg::Buffer(Tensor::zeros(
+        &TensorType::new(DType::F32, shape.to_vec()).unwrap(),
+    ))
+}
+
+#[test]
+fn lowered_kernels_are_at_least_as_fast_as_the_hand_written_examples() {
+    let int = |v: usize| KernelArg::Int(v as i64);
+    let mut cases: Vec<(String, u64, u64)> = Vec::new();
+    for s in [256, 512, 1024] {
+        let hand = hand_written_cycles(
+            "matmul_bias_relu",
+            // The example's 128 x 64 blocks.
+            [s / 128, s / 64, 1],
+            vec![
+                zeros(&[s, s]),
+                zeros(&[s, s]),
+                zeros(&[s]),
+                zeros(&[s, s]),
+                int(s),
+                int(s),
+                int(s),
+            ],
+        );
+        let src = format!(
+            "graph g(a: f32[{s}, {s}], b: f32[{s}, {s}], bias: f32[{s}]) {{\n  \
+             h = matmul(a, b)\n  y = relu(add(h, bias))\n  return y\n}}\n"
+        );
+        cases.push((format!("matmul_bias_relu {s}"), hand, lowered_cycles(&src)));
+    }
+    // Rows of 1000 (not a power of two) are also measured: there the lowered
+    // kernels are up to 1.3% slower (see `ragged`), because they replace padding
+    // lanes with a `where` in every reduction where the hand-written kernels load
+    // the identity (`other=-inf`) or rely on zeros.
+    let mut ragged: Vec<(String, u64, u64)> = Vec::new();
+    for (m, n) in [
+        (256usize, 1024usize),
+        (1024, 512),
+        (4096, 1024),
+        (4096, 1000),
+    ] {
+        let cases = if n == 1000 { &mut ragged } else { &mut cases };
+        let grid = [m.div_ceil(4), 1, 1];
+        let hand = hand_written_cycles(
+            "softmax_rows",
+            grid,
+            vec![zeros(&[m, n]), zeros(&[m, n]), int(m), int(n)],
+        );
+        let src =
+            format!("graph g(x: f32[{m}, {n}]) {{\n  y = softmax(x, axis=-1)\n  return y\n}}\n");
+        cases.push((format!("softmax_rows {m}x{n}"), hand, lowered_cycles(&src)));
+        let hand = hand_written_cycles(
+            "layer_norm",
+            grid,
+            vec![
+                zeros(&[m, n]),
+                zeros(&[n]),
+                zeros(&[n]),
+                zeros(&[m, n]),
+                int(m),
+                int(n),
+                KernelArg::Float(1e-5),
+            ],
+        );
+        let src = format!(
+            "graph g(x: f32[{m}, {n}], w: f32[{n}], b: f32[{n}]) {{\n  \
+             y = layer_norm(x, w, b, eps=1e-5)\n  return y\n}}\n"
+        );
+        cases.push((format!("layer_norm {m}x{n}"), hand, lowered_cycles(&src)));
+    }
+    for n in [1usize << 16, 1 << 20, 3_000_000] {
+        let hand = hand_written_cycles(
+            "vector_add",
+            [n.div_ceil(1024), 1, 1],
+            vec![zeros(&[n]), zeros(&[n]), zeros(&[n]), int(n)],
+        );
+        let src =
+            format!("graph g(x: f32[{n}], y: f32[{n}]) {{\n  z = add(x, y)\n  return z\n}}\n");
+        cases.push((format!("vector_add {n}"), hand, lowered_cycles(&src)));
+    }
+    for (name, hand, lowered) in &ragged {
+        let ratio = *lowered as f64 / *hand as f64;
+        println!("{name:<24} hand-written {hand:>8} cycles, lowered {lowered:>8} ({ratio:.3}x)");
+        assert!(ratio <= 1.02, "{name}: lowered {ratio:.3}x hand-written");
+    }
+    let mut slower = Vec::new();
+    for (name, hand, lowered) in &cases {
+        let ratio = *lowered as f64 / *hand as f64;
+        println!("{name:<24} hand-written {hand:>8} cycles, lowered {lowered:>8} ({ratio:.2}x)");
+        if lowered > hand {
+            slower.push(name.as_str());
+        }
+    }
+    assert!(
+        slower.is_empty(),
+        "lowered slower than hand-written: {slower:?}"
+    );
+}
+
+/// The roofline of `relu(a @ b + bias)` in f32 on `m`: the larger of the dot
+/// engine's time for its flops and LPDDR's time for its operands and output.
+fn gemm_roofline_cycles(m: &Machine, s: usize) -> f64 {
+    let hz = m.clock_hz();
+    let dot = 2.0 * (s * s * s) as f64 / (m.dot_tflops_f32 * 1e12 / hz);
+    let bytes = (3 * s * s + s) as f64 * 4.0;
+    let lpddr = bytes / (m.lpddr_bandwidth_gbps * 1e9 / hz);
+    dot.max(lpddr)
+}
+
+#[test]
+fn large_gemms_approach_the_roofline() {
+    let m = Machine::mtia2i();
+    // 512 reaches 60%. At 1024, 54%: the staging launch reads the operands at
+    // LPDDR's full rate, but the simulator runs a PE's programs back to back,
+    // so that read and the dot engine's time add up; two row blocks per
+    // program hide the first block's store in the second's K loop, not the
+    // second's (see BENCHMARKS.md).
+    for (s, least) in [(512, 0.60), (1024, 0.54)] {
+        let src = format!(
+            "graph g(a: f32[{s}, {s}], b: f32[{s}, {s}], bias: f32[{s}]) {{\n  \
+             h = matmul(a, b)\n  y = relu(add(h, bias))\n  return y\n}}\n"
+        );
+        let cycles = lowered_cycles(&src) as f64;
+        let fraction = gemm_roofline_cycles(&m, s) / cycles;
+        println!(
+            "{s}: {cycles} cycles, {:.1}% of the roofline",
+            100.0 * fraction
+        );
+        assert!(
+            fraction >= least,
+            "{s}: {:.1}% of the roofline",
+            100.0 * fraction
+        );
+    }
+    // f16 and bf16 products run on the dot engine at the preset's f16 rate (f32
+    // accumulation): the 1024^3 GEMM launch takes less than the f32 engine's
+    // time for its flops alone, and the whole reaches 60% of its roofline.
+    let hz = m.clock_hz();
+    for d in ["f16", "bf16"] {
+        let s = 1024;
+        let g = parse(
+            "g.fg",
+            &format!("graph g(a: {d}[{s}, {s}], b: {d}[{s}, {s}]) {{\n  y = matmul(a, b)\n  return y\n}}\n"),
+        );
+        let sim = SimProgram::compile(&program(&g, true), &m).unwrap();
+        let inputs: Vec<Tensor> = g.param_types().iter().map(Tensor::zeros).collect();
+        let report = sim.run(&inputs).unwrap().1;
+        let gemm = report.launches.iter().find(|l| l.dot_flops > 0).unwrap();
+        let f32_dot = gemm.dot_flops as f64 / (m.dot_tflops_f32 * 1e12 / hz);
+        assert!(
+            (gemm.cycles as f64) < f32_dot,
+            "{d}: {} cycles",
+            gemm.cycles
+        );
+        let roofline = (2.0 * (s * s * s) as f64 / (m.dot_tflops_f16 * 1e12 / hz))
+            .max((3 * s * s * 2) as f64 / (m.lpddr_bandwidth_gbps * 1e9 / hz));
+        let fraction = roofline / report.cycles() as f64;
+        println!(
+            "{d} {s}: {} cycles, {:.1}% of the roofline",
+            report.cycles(),
+            100.0 * fraction
+        );
+        assert!(
+            fraction >= 0.6,
+            "{d}: {:.1}% of the roofline",
+            100.0 * fraction
+        );
+    }
+}
+
+#[test]
+fn staged_gemm_operands_give_the_interpreters_results() {
+    // 256 x 256 operands in LPDDR are read by many programs: both are staged,
+    // and a batched product with a broadcast weight stages the weight.
+    let report = check_graph(
+        "graph g(a: f32[256, 192], b: f32[192, 320], bias: f32[320]) {\n  \
+         h = matmul(a, b)\n  y = relu(add(h, bias))\n  return y\n}\n",
+        None,
+    );
+    assert!(
+        report.launches.iter().any(|l| l.kernel.ends_with("_stage")),
+        "{report}"
+    );
+    check_graph(
+        "graph g(a: f32[4, 200, 96], w: f32[96, 300]) {\n  y = matmul(a, w)\n  return y\n}\n",
+        None,
+    );
+}
+
+#[test]
+fn every_example_runs_on_both_presets() {
+    for machine in [Machine::mtia2i(), Machine::mtia1()] {
+        for name in [
+            "softmax_rows",
+            "layer_norm_rows",
+            "pointwise_chain",
+            "mlp",
+            "embedding",
+            "llama_mlp",
+            "attention",
+            "transformer_block",
+        ] {
+            let g = ferrite_testkit::example_graph(name);
+            let inputs = random_inputs(&g, 3);
+            let want = interpret(&g, &inputs).unwrap();
+            let sim = SimProgram::compile(&program(&g, true), &machine).unwrap();
+            let (got, report) = sim.run(&inputs).unwrap();
+            for (a, e) in got.iter().zip(&want) {
+                let scale = e
+                    .to_f64()
+                    .iter()
+                    .filter(|v| v.is_finite())
+                    .fold(0.0f64, |m, v| m.max(v.abs()));
+                let tol = rtol(e.ty.dtype);
+                a.check_close(e, tol, tol * scale.max(1.0))
+                    .unwrap_or_else(|m| panic!("{name} on {}: {m}", machine.name));
+            }
+            assert!(report.launches.iter().all(|l| l.machine == machine.name));
+            println!(
+                "{name:<18} on {:<7} {:>8} cycles",
+                machine.name,
+                report.cycles()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_autotuner_never_loses_to_the_model_and_caches_what_it_found() {
+    use ferrite_accel::tune::{Stop, TuneOptions};
+    let m = Machine::mtia2i();
+    let dir = std::env::temp_dir().join(format!("ferrite-autotune-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let g = parse(
+        "g.fg",
+        "graph g(a: f32[256, 192], b: f32[192, 320], bias: f32[320]) {\n  \
+         h = matmul(a, b)\n  y = relu(add(h, bias))\n  return y\n}\n",
+    );
+    let p = program(&g, true);
+    let zeros: Vec<Tensor> = g.param_types().iter().map(Tensor::zeros).collect();
+    let opts = TuneOptions {
+        cache_dir: Some(dir.clone()),
+        ..TuneOptions::default()
+    };
+    let tuned = |opts: &TuneOptions, m: &Machine| {
+        SimProgram::compile_tuned(&p, m, Intermediates::default(), Some(opts)).unwrap()
+    };
+    let (sim, tunings) = tuned(&opts, &m);
+    assert_eq!(tunings.len(), 1, "one GEMM kernel");
+    let t = &tunings[0];
+    println!("{t}");
+    assert!(t.best_cycles <= t.model_cycles, "{t}");
+    assert_eq!(
+        t.tried[0].choice, t.model,
+        "the model's choice is tried first"
+    );
+    assert!(t.tried.len() >= 2 && t.tried.len() <= opts.budget, "{t}");
+    assert_ne!(t.stop, Stop::Cached);
+    // The program runs the best choice: its simulated cycles are the best's.
+    assert_eq!(sim.run(&zeros).unwrap().1.cycles(), t.best_cycles);
+    // The second compile reads the cache and simulates nothing.
+    let (_, again) = tuned(&opts, &m);
+    assert_eq!(again[0].stop, Stop::Cached);
+    assert_eq!(
+        (again[0].best, again[0].best_cycles),
+        (t.best, t.best_cycles)
+    );
+    // Another machine is another signature.
+    let (_, other) = tuned(&opts, &Machine::mtia1());
+    assert_ne!(other[0].stop, Stop::Cached);
+    // A damaged cache file is tuned again, and rewritten.
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for f in &files {
+        std::fs::write(f.path(), "ferrite-autotune 1\nbest 3 nonsense\n").unwrap();
+    }
+    let (_, fresh) = tuned(&opts, &m);
+    assert_ne!(fresh[0].stop, Stop::Cached);
+    assert_eq!(fresh[0].best, t.best);
+    // A budget of one simulation keeps the model's choice.
+    let one = TuneOptions {
+        budget: 1,
+        cache_dir: None,
+        ..TuneOptions::default()
+    };
+    let (_, single) = tuned(&one, &m);
+    assert_eq!((single[0].tried.len(), single[0].stop), (1, Stop::Budget));
+    assert_eq!(single[0].best, single[0].model);
+    // A work budget too small to simulate even the model's choice tunes
+    // nothing: the kernel keeps the model's choice.
+    let starved = TuneOptions {
+        work: 1000,
+        cache_dir: None,
+        ..TuneOptions::default()
+    };
+    let (sim, none) = tuned(&starved, &m);
+    assert!(none.is_empty());
+    assert_eq!(sim.run(&zeros).unwrap().1.cycles(), t.model_cycles);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn two_row_blocks_per_program_defer_the_first_store_and_compute_the_same() {
+    use ferrite_accel::tune::{Stop, TuneOptions};
+    // Ragged M, N and K: masks on rows, columns and the K tail. The choice is
+    // forced through the autotuner's cache: a file naming it as the best.
+    let dir = std::env::temp_dir().join(format!("ferrite-rows-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let g = parse(
+        "g.fg",
+        "graph g(a: f32[300, 200], b: f32[200, 260], bias: f32[260]) {\n  \
+         h = matmul(a, b)\n  y = relu(add(h, bias))\n  return y\n}\n",
+    );
+    let p = program(&g, true);
+    let m = Machine::mtia2i();
+    let opts = TuneOptions {
+        cache_dir: Some(dir.clone()),
+        budget: 1,
+        ..TuneOptions::default()
+    };
+    let compile = || SimProgram::compile_tuned(&p, &m, Intermediates::default(), Some(&opts));
+    compile().unwrap();
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    std::fs::write(
+        &file,
+        "ferrite-autotune 2\nbest 32 64 16 1 1 2 1\nmodel 1\n",
+    )
+    .unwrap();
+    let (sim, t) = compile().unwrap();
+    assert_eq!(t[0].stop, Stop::Cached);
+    assert_eq!(t[0].best.rows, 2);
+    let text = sim.kernels_text();
+    assert!(text.contains("2 row blocks per program"), "{text}");
+    assert!(text.contains("store(sp, sv, "), "{text}");
+    let inputs = random_inputs(&g, 5);
+    let want = interpret(&g, &inputs).unwrap();
+    let (got, _) = sim.run(&inputs).unwrap();
+    got[0]
+        .check_close(&want[0], 1e-4, 1e-4)
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -238,7 +238,7 @@ pub fn profile_sim(
             None
         } else {
             match launches.next() {
-                Some(l) if l.kernel == k.name => Some(l),
+                Some(l) if l.kernel == k.name || l.kernel == format!("{}_stage", k.name) => Some(l),
                 Some(l) => {
                     return Err(Error::Internal(format!(
                         "the simulator reported launch `{}` where kernel `{}` was expected",
@@ -253,7 +253,25 @@ pub fn profile_sim(
                 }
             }
         };
-        rows.push(sim_row(i, k.name.clone(), kernel_ops(graph, k), launch));
+        // A kernel whose operands are staged in SRAM first has two launches:
+        // the copy, then the kernel itself; its row counts both.
+        let (staging, launch) = match launch {
+            Some(l) if l.kernel == format!("{}_stage", k.name) => match launches.next() {
+                Some(main) if main.kernel == k.name => (Some(l), Some(main)),
+                _ => {
+                    return Err(Error::Internal(format!(
+                        "kernel `{}` was not launched after its staging",
+                        k.name
+                    )))
+                }
+            },
+            other => (None, other),
+        };
+        let mut row = sim_row(i, k.name.clone(), kernel_ops(graph, k), launch);
+        if let Some(st) = staging {
+            add_staging(&mut row, st);
+        }
+        rows.push(row);
     }
     if let Some(extra) = launches.next() {
         return Err(Error::Internal(format!(
@@ -269,6 +287,26 @@ pub fn profile_sim(
         wall_ns: None,
         peak_intermediate_bytes,
     })
+}
+
+/// Adds a kernel's staging launch (its operands copied to SRAM) to its row.
+fn add_staging(row: &mut KernelProfile, st: &SimReport) {
+    let b = &st.bytes;
+    row.time_ns += st.seconds() * 1e9;
+    row.cycles = Some(row.cycles.unwrap_or(0) + st.cycles);
+    row.bytes_read += b.lpddr_read + b.sram_read;
+    row.bytes_written += b.lpddr_write + b.sram_write;
+    if let [lpddr, sram] = &mut row.level_bytes[..] {
+        *lpddr += b.lpddr();
+        *sram += b.sram();
+    }
+    if let Some(sim) = &mut row.sim {
+        sim.launches += 1;
+        sim.launch_cycles += st.launch_cycles;
+        for (busy, more) in sim.pe_busy_cycles.iter_mut().zip(&st.pe_busy_cycles) {
+            *busy += more;
+        }
+    }
 }
 
 /// One kernel's row from its launch report (zeros when it was not launched).

@@ -17,6 +17,7 @@
 //! the SRAM share of the PEs active in a wave, and the grid runs in waves of one
 //! program per PE.
 
+use super::GemmChoice;
 use crate::sim::Machine;
 use crate::tile::MAX_TILE_ELEMENTS;
 
@@ -51,11 +52,20 @@ fn fitting(m: &Machine, bytes_per_point: usize) -> usize {
 }
 
 /// The block of a 1-D pointwise program over `total` points.
+///
+/// The last block's padding lanes move nothing, but its program counts as
+/// active in its wave, so the others' share of bandwidth is what full blocks
+/// would get: blocks halve (down to a vector's width) while the padding is
+/// more than 1/4096 of the domain.
 pub(super) fn pointwise(m: &Machine, total: usize, bytes_per_point: usize) -> usize {
     let fit = fitting(m, bytes_per_point);
     let spread = prev_pow2(total.div_ceil(m.pes().max(1)));
     let floor = vector_width(m).min(next_pow2(total));
-    spread.max(floor).min(fit).min(next_pow2(total))
+    let mut block = spread.max(floor).min(fit).min(next_pow2(total));
+    while block > floor && total > block && (total.div_ceil(block) * block - total) * 4096 > total {
+        block /= 2;
+    }
+    block
 }
 
 /// The column block of a 2-D pointwise program over `cols` columns: the largest
@@ -139,34 +149,186 @@ pub(super) struct GemmNeed {
     pub narrow: bool,
     /// Whether each operand lives in LPDDR (else in SRAM).
     pub lpddr: [bool; 2],
+    /// Whether each operand differs between the products of the batch (else
+    /// every product reads the same matrix).
+    pub batched: [bool; 2],
+    /// Bytes of each operand's whole buffer (what staging it in SRAM copies).
+    pub operand_bytes: [u64; 2],
+    /// Bytes per output element, and whether the output lives in LPDDR.
+    pub out_elem: usize,
+    pub out_lpddr: bool,
     /// Estimated bytes per output point of the epilogue.
     pub epilogue_bytes_per_point: usize,
+    /// Vector operations per output point of the epilogue.
+    pub epilogue_ops: usize,
+    /// SRAM free for staged operands while the kernel runs.
+    pub sram_room: u64,
 }
 
-/// `(BM, BN, BK)` for a GEMM: the candidate the cost model says is fastest
-/// among those that fit local memory.
+/// A GEMM choice with the cycles the cost model expects of it (both launches).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(super) struct GemmPlan {
+    pub choice: GemmChoice,
+    pub cycles: f64,
+}
+
+/// The machine's figures per cycle, as the simulator's timing model uses them.
+struct PerCycle {
+    pes: usize,
+    dot: f64,
+    local: f64,
+    sram: f64,
+    lpddr: f64,
+    vector: f64,
+    launch: f64,
+}
+
+impl PerCycle {
+    fn new(mach: &Machine, narrow: bool) -> PerCycle {
+        let hz = mach.clock_hz();
+        let pes = mach.pes().max(1);
+        let dot = if narrow {
+            mach.dot_tflops_f16
+        } else {
+            mach.dot_tflops_f32
+        };
+        PerCycle {
+            pes,
+            dot: dot * 1e12 / pes as f64 / hz,
+            local: mach.local_bandwidth_gbps * 1e9 / hz,
+            sram: mach.sram_bandwidth_gbps * 1e9 / hz,
+            lpddr: mach.lpddr_bandwidth_gbps * 1e9 / hz,
+            vector: vector_width(mach) as f64,
+            launch: mach.launch_overhead_us * 1e-6 * hz,
+        }
+    }
+
+    /// The (LPDDR, SRAM) bytes per cycle of one PE among `active`.
+    fn shares(&self, active: usize) -> (f64, f64) {
+        let active = active.max(1) as f64;
+        (
+            (self.lpddr / active).min(self.local),
+            (self.sram / active).min(self.local),
+        )
+    }
+}
+
+/// The programs of a staging launch: one per PE.
+pub(super) fn staging_programs(m: &Machine) -> usize {
+    m.pes().max(1)
+}
+
+/// Cycles of the launch that copies `bytes` from LPDDR to SRAM, spread evenly
+/// over the PEs: each program reads its share at LPDDR and writes it at SRAM.
+fn staging_cycles(r: &PerCycle, bytes: u64) -> f64 {
+    let per = bytes.div_ceil(r.pes as u64) as f64;
+    let (lpddr, sram) = r.shares(r.pes);
+    r.launch + per / lpddr + per / sram
+}
+
+/// Cycles of the GEMM launch with blocks `bm x bn x bk`, where operand `i` is
+/// read from LPDDR when `lpddr[i]`: the model of the simulator's timing.
 ///
-/// The model follows the simulator's: each K step costs the larger of its dot
-/// and its operand copies (overlapped by the prefetch) plus reading the local
-/// buffers. Copies come from SRAM, except that the first program to touch a
-/// block of an operand in LPDDR reads it from LPDDR (the SRAM read cache is cold);
-/// that program sets the pace of the first wave, and later waves run from SRAM.
-pub(super) fn gemm(mach: &Machine, g: &GemmNeed) -> (usize, usize, usize) {
-    let hz = mach.clock_hz();
-    let pes = mach.pes().max(1);
-    let dot_rate = if g.narrow {
-        mach.dot_tflops_f16
-    } else {
-        mach.dot_tflops_f32
-    } * 1e12
-        / pes as f64
-        / hz;
-    let local_rate = mach.local_bandwidth_gbps * 1e9 / hz;
-    let sram_rate = mach.sram_bandwidth_gbps * 1e9 / hz;
-    let lpddr_rate = mach.lpddr_bandwidth_gbps * 1e9 / hz;
-    let vec_rate = vector_width(mach) as f64;
+/// Programs run in linear order on PE `i % PEs`. A block of an LPDDR operand
+/// is read from LPDDR by the first program that needs it (the SRAM read cache
+/// is cold) and from SRAM by every later one, which is what makes the grid's
+/// order matter: the first program of each row and column of blocks pays for
+/// its panels at a 1/PEs share of LPDDR. Each K step costs the local reads
+/// plus the larger of the dot and the next slice's copy; the epilogue and the
+/// store of the block follow the last step.
+fn gemm_cycles(
+    r: &PerCycle,
+    g: &GemmNeed,
+    (bm, bn, bk): (usize, usize, usize),
+    rows: usize,
+    lpddr: [bool; 2],
+) -> f64 {
+    let rows = rows.max(1);
+    let blocks_m = g.m.div_ceil(bm);
+    let (gx, gy, gz) = (g.m.div_ceil(rows * bm), g.n.div_ceil(bn), g.batch.max(1));
+    let programs = gx * gy * gz;
+    let za = if g.batched[0] { gz } else { 1 };
+    let zb = if g.batched[1] { gz } else { 1 };
+    let mut seen_a = vec![false; blocks_m * za];
+    let mut seen_b = vec![false; gy * zb];
+    let mut busy = vec![0.0f64; r.pes];
+    let (a, b) = ((bm * bk * g.elem) as f64, (bk * bn * g.elem) as f64);
+    let dot = (2 * bm * bn * bk) as f64 / r.dot;
+    let read_local = ((a + b) / r.local).ceil();
+    let steps = g.k.div_ceil(bk).max(1) as f64;
+    let epilogue = ((bm * bn * g.epilogue_ops) as f64 / r.vector).ceil();
+    let out = (bm * bn * g.out_elem) as f64;
+    for i in 0..programs {
+        let (x, y, z) = (i % gx, i / gx % gy, i / (gx * gy));
+        let wave = i / r.pes * r.pes;
+        let (lshare, sshare) = r.shares((programs - wave).min(r.pes));
+        let store = out / if g.out_lpddr { lshare } else { sshare };
+        let b_at = y + gy * if g.batched[1] { z } else { 0 };
+        let mut cycles = 0.0;
+        for sub in 0..rows {
+            let row_block = x * rows + sub;
+            if row_block >= blocks_m {
+                break;
+            }
+            let a_at = row_block + blocks_m * if g.batched[0] { z } else { 0 };
+            let a_cold = lpddr[0] && !std::mem::replace(&mut seen_a[a_at], true);
+            let b_cold = lpddr[1] && !std::mem::replace(&mut seen_b[b_at], true);
+            let copy =
+                a / if a_cold { lshare } else { sshare } + b / if b_cold { lshare } else { sshare };
+            // The previous block's store shares the port with this block's copies.
+            let deferred = if sub > 0 {
+                store / (steps - 1.0).max(1.0)
+            } else {
+                0.0
+            };
+            cycles += copy
+                + (steps - 1.0) * (read_local + 1.0 + dot.max(copy + deferred))
+                + read_local
+                + dot
+                + epilogue;
+        }
+        busy[i % r.pes] += cycles + store;
+    }
+    r.launch + busy.into_iter().fold(0.0, f64::max)
+}
+
+/// True when `c` fits local memory and the tile limit, and stages only LPDDR
+/// operands that fit the free SRAM.
+pub(super) fn gemm_fits(mach: &Machine, g: &GemmNeed, c: &GemmChoice) -> bool {
+    let (bm, bn, bk) = (c.bm, c.bn, c.bk);
+    if bm == 0 || bn == 0 || bk == 0 || !(c.rows == 1 || (c.rows == 2 && g.m > bm)) {
+        return false;
+    }
+    // Local buffers, the tiles read from them, the accumulator and the epilogue;
+    // with two row blocks, also the first block's result and pointers, kept
+    // until the second block's K loop has stored them.
+    let mut bytes = 2 * (bm * bk + bk * bn) * g.elem + bm * bn * (4 + g.epilogue_bytes_per_point);
+    if c.rows > 1 {
+        bytes += bm * bn * (g.out_elem + 4);
+    }
+    let staged: u64 = (0..2)
+        .filter(|&i| c.staged[i])
+        .map(|i| g.operand_bytes[i])
+        .sum();
+    bytes <= mach.local_memory_bytes as usize
+        && bm * bk <= MAX_TILE_ELEMENTS
+        && bk * bn <= MAX_TILE_ELEMENTS
+        && bm * bn <= MAX_TILE_ELEMENTS
+        && (0..2).all(|i| !c.staged[i] || g.lpddr[i])
+        && staged <= g.sram_room
+}
+
+/// Every GEMM choice that fits, fastest first by the cost model (among equal
+/// costs, larger blocks first).
+///
+/// Staging an LPDDR operand costs a launch that reads it once, spread evenly
+/// over every PE, and lets every GEMM program read it from SRAM: it pays when
+/// the operand's blocks are read by many programs, whose first readers would
+/// otherwise fetch whole panels from LPDDR at a 1/PEs share.
+pub(super) fn gemm_ranked(mach: &Machine, g: &GemmNeed) -> Vec<GemmPlan> {
+    let r = PerCycle::new(mach, g.narrow);
     let sizes = |limit: usize| -> Vec<usize> {
-        let top = next_pow2(limit).min(128);
+        let top = next_pow2(limit).min(256);
         let mut v = Vec::new();
         let mut s = 1;
         while s <= top {
@@ -177,55 +339,72 @@ pub(super) fn gemm(mach: &Machine, g: &GemmNeed) -> (usize, usize, usize) {
         }
         v
     };
-    let mut best: Option<(f64, usize, (usize, usize, usize))> = None;
+    let mut plans = Vec::new();
     for &bm in &sizes(g.m) {
         for &bn in &sizes(g.n) {
             for &bk in &sizes(g.k.max(1)) {
-                // Local buffers, the tiles read from them, the accumulator and the epilogue.
-                let bytes =
-                    2 * (bm * bk + bk * bn) * g.elem + bm * bn * (4 + g.epilogue_bytes_per_point);
-                if bytes > mach.local_memory_bytes as usize
-                    || bm * bk > MAX_TILE_ELEMENTS
-                    || bk * bn > MAX_TILE_ELEMENTS
-                    || bm * bn > MAX_TILE_ELEMENTS
+                for (staged, rows) in [[false, false], [true, false], [false, true], [true, true]]
+                    .into_iter()
+                    .flat_map(|s| [(s, 1), (s, 2)])
                 {
-                    continue;
-                }
-                let programs = g.m.div_ceil(bm) * g.n.div_ceil(bn) * g.batch.max(1);
-                let waves = programs.div_ceil(pes) as f64;
-                let active = programs.min(pes) as f64;
-                let sram_share = (sram_rate / active).min(local_rate);
-                let lpddr_share = (lpddr_rate / active).min(local_rate);
-                let (a, b) = ((bm * bk * g.elem) as f64, (bk * bn * g.elem) as f64);
-                let dot = (2 * bm * bn * bk) as f64 / dot_rate;
-                let cold = |bytes: f64, lpddr: bool| {
-                    if lpddr {
-                        bytes / lpddr_share
-                    } else {
-                        bytes / sram_share
+                    let choice = GemmChoice {
+                        bm,
+                        bn,
+                        bk,
+                        staged,
+                        rows,
+                    };
+                    if !gemm_fits(mach, g, &choice) {
+                        continue;
                     }
-                };
-                let first_copy = cold(a, g.lpddr[0]) + cold(b, g.lpddr[1]);
-                let warm_copy = (a + b) / sram_share;
-                let read_local = (a + b) / local_rate + 1.0;
-                let steps = g.k.div_ceil(bk).max(1) as f64;
-                let epilogue =
-                    (bm * bn) as f64 * (1.0 + g.epilogue_bytes_per_point as f64 / 4.0) / vec_rate;
-                let first = steps * (dot.max(first_copy) + read_local) + first_copy + epilogue;
-                let warm = steps * (dot.max(warm_copy) + read_local) + warm_copy + epilogue;
-                let cycles = first + (waves - 1.0) * warm;
-                let volume = bm * bn * bk;
-                let better = match &best {
-                    None => true,
-                    Some((c, v, _)) => cycles < *c * 0.999 || (cycles <= *c * 1.001 && volume > *v),
-                };
-                if better {
-                    best = Some((cycles, volume, (bm, bn, bk)));
+                    let lpddr = [g.lpddr[0] && !staged[0], g.lpddr[1] && !staged[1]];
+                    let copied: u64 = (0..2)
+                        .filter(|&i| staged[i])
+                        .map(|i| g.operand_bytes[i])
+                        .sum();
+                    let mut cycles = gemm_cycles(&r, g, (bm, bn, bk), rows, lpddr);
+                    if copied > 0 {
+                        cycles += staging_cycles(&r, copied);
+                    }
+                    plans.push(GemmPlan { choice, cycles });
                 }
             }
         }
     }
-    best.map_or((16, 16, 16), |(_, _, b)| b)
+    let volume = |p: &GemmPlan| p.choice.bm * p.choice.bn * p.choice.bk;
+    plans.sort_by(|a, b| {
+        a.cycles
+            .total_cmp(&b.cycles)
+            .then(volume(b).cmp(&volume(a)))
+    });
+    // Costs within 0.1% of the least are a tie, which the largest block wins.
+    if let Some(least) = plans.first().map(|p| p.cycles) {
+        let tied = plans
+            .iter()
+            .take_while(|p| p.cycles <= least * 1.001)
+            .enumerate()
+            .max_by_key(|(i, p)| (volume(p), std::cmp::Reverse(*i)))
+            .map(|(i, _)| i);
+        if let Some(i) = tied {
+            let best = plans.remove(i);
+            plans.insert(0, best);
+        }
+    }
+    plans
+}
+
+/// The GEMM choice the cost model says is fastest.
+pub(super) fn gemm(mach: &Machine, g: &GemmNeed) -> GemmChoice {
+    gemm_ranked(mach, g).first().map_or(
+        GemmChoice {
+            bm: 16,
+            bn: 16,
+            bk: 16,
+            staged: [false, false],
+            rows: 1,
+        },
+        |p| p.choice,
+    )
 }
 
 #[cfg(test)]
@@ -296,26 +475,58 @@ mod tests {
     #[test]
     fn gemm_blocks_fit_and_spread() {
         let m = Machine::mtia2i();
-        let need = |m_, n, k| GemmNeed {
+        let need = |m_: usize, n: usize, k: usize, lpddr: bool| GemmNeed {
             m: m_,
             n,
             k,
             batch: 1,
             elem: 4,
             narrow: false,
-            lpddr: [false, false],
+            lpddr: [lpddr, lpddr],
+            batched: [false, false],
+            operand_bytes: [(m_ * k * 4) as u64, (k * n * 4) as u64],
+            out_elem: 4,
+            out_lpddr: lpddr,
             epilogue_bytes_per_point: 16,
+            epilogue_ops: 2,
+            sram_room: m.sram_bytes,
         };
-        let (bm, bn, bk) = gemm(&m, &need(1024, 1024, 1024));
-        assert!(2 * (bm * bk + bk * bn) * 4 + bm * bn * 20 <= 384 * 1024);
-        assert!(bm >= 64 && bn >= 64, "{bm} {bn} {bk}");
+        let p = gemm(&m, &need(1024, 1024, 1024, false));
+        assert!(gemm_fits(&m, &need(1024, 1024, 1024, false), &p));
+        assert!(2 * (p.bm * p.bk + p.bk * p.bn) * 4 + p.bm * p.bn * 20 <= 384 * 1024);
+        assert!(p.bm >= 64 && p.bn >= 64, "{p:?}");
+        assert_eq!(
+            p.staged,
+            [false, false],
+            "operands in SRAM are never staged"
+        );
+        // From LPDDR, a large product stages both operands: their panels are
+        // read by many programs.
+        assert_eq!(gemm(&m, &need(1024, 1024, 1024, true)).staged, [true, true]);
+        // ... unless SRAM has no room for them.
+        let full = GemmNeed {
+            sram_room: 1 << 20,
+            ..need(1024, 1024, 1024, true)
+        };
+        assert_eq!(gemm(&m, &full).staged, [false, false]);
         // A small product is split finely so that many PEs work on it.
-        let (bm, bn, _) = gemm(&m, &need(64, 256, 256));
+        let p = gemm(&m, &need(64, 256, 256, false));
         assert!(
-            64usize.div_ceil(bm) * 256usize.div_ceil(bn) >= 16,
-            "{bm} {bn}"
+            !gemm_fits(
+                &m,
+                &need(64, 256, 256, false),
+                &GemmChoice {
+                    staged: [true, false],
+                    ..p
+                }
+            ),
+            "an operand in SRAM is never staged"
+        );
+        assert!(
+            64usize.div_ceil(p.bm) * 256usize.div_ceil(p.bn) >= 16,
+            "{p:?}"
         );
         // A matrix-vector product keeps a block of one row.
-        assert_eq!(gemm(&m, &need(1, 256, 256)).0, 1);
+        assert_eq!(gemm(&m, &need(1, 256, 256, false)).bm, 1);
     }
 }

@@ -185,6 +185,9 @@ pub(super) struct Builder {
     seq: usize,
     /// Names that bindings must not take (the parameters).
     reserved: Vec<String>,
+    /// While capturing ([`Builder::capture_stores`]): the stores made, with
+    /// their pointer, value and mask bound where they were made.
+    captured: Option<Vec<E>>,
 }
 
 impl Builder {
@@ -197,6 +200,7 @@ impl Builder {
             assigns: Vec::new(),
             seq: 0,
             reserved: Vec::new(),
+            captured: None,
         }
     }
 
@@ -321,7 +325,34 @@ impl Builder {
 
     /// A statement (`store`, `dma_wait`).
     pub fn stmt(&mut self, e: E) {
+        if self.captured.is_some() {
+            if let E::Call(Builtin::Store, args, kwargs) = e {
+                let hints = ["sp", "sv", "sm"];
+                let bound: Vec<E> = args
+                    .into_iter()
+                    .zip(hints)
+                    .map(|(a, h)| E::Def(self.var(h, a)))
+                    .collect();
+                if let Some(c) = &mut self.captured {
+                    c.push(E::Call(Builtin::Store, bound, kwargs));
+                }
+                return;
+            }
+        }
         self.push(Line::Stmt(e));
+    }
+
+    /// From now on, stores are not written but kept, their pointer, value and
+    /// mask computed here, until [`Builder::take_captured_stores`]: the caller
+    /// writes them later (a GEMM defers a block's store into the next block's K
+    /// loop).
+    pub fn capture_stores(&mut self) {
+        self.captured = Some(Vec::new());
+    }
+
+    /// The stores kept since [`Builder::capture_stores`]; stores are written again.
+    pub fn take_captured_stores(&mut self) -> Vec<E> {
+        self.captured.take().unwrap_or_default()
     }
 
     /// Opens `for var in range(start, end, step) {`; returns the loop variable.

@@ -15,15 +15,19 @@
 
 use super::blocks::{self, GemmNeed};
 use super::builder::{
-    add, and, call, cast, column, div, dtype, int, lt, mul, program_id, rem, row, Builder, Depth, E,
+    add, and, arange, call, cast, column, div, dtype, ge, int, lt, mul, program_id, rem, row,
+    Builder, Depth, E,
 };
 use super::frame::{Frame, AXIS0, AXIS1};
 use super::kernel::emit_stage;
 use super::ops::{TileVal, Val};
 use super::stage::{bytes_per_point, points, Cx};
+use super::GemmChoice;
 use crate::error::{Error, Result};
 use crate::tile::ast::Builtin;
-use ferrite_ir::loops::{AccId, Extents, GemmInfo, GemmOperand, Kernel, Program, Stage, Var};
+use ferrite_ir::loops::{
+    AccId, BufferId, ExprOp, Extents, GemmInfo, GemmOperand, Kernel, Program, Stage, Var,
+};
 use ferrite_ir::DType;
 use std::collections::HashMap;
 
@@ -83,44 +87,163 @@ fn dma(buf: &E, ptrs: E, mask: Option<E>) -> E {
     call(Builtin::DmaAsync, args)
 }
 
-/// Lowers a GEMM kernel into `b`; returns the grid and a line describing the blocks.
-pub(super) fn lower(
-    cx: &Cx,
-    k: &Kernel,
-    g: &GemmInfo,
-    b: &mut Builder,
-) -> Result<([usize; 3], String)> {
+/// What the block choice of GEMM `g` of kernel `k` depends on.
+pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
     let dt = cx
         .program
         .buffer(g.lhs.buffer)
         .map(|buf| buf.ty.dtype)
         .ok_or_else(|| Error::internal("GEMM operand buffer"))?;
     let batch: usize = g.batch.iter().product();
-    let epilogue: usize = k.stages[g.stage + 1..]
+    let epilogue = epilogue_bytes_per_point(k, g, cx.index_dtype.size_bytes());
+    let operand = |op: &GemmOperand| {
+        let bytes = cx
+            .program
+            .buffer(op.buffer)
+            .map_or(0, |buf| buf.ty.size_bytes() as u64);
+        (
+            cx.in_lpddr(op.buffer),
+            op.batch_strides.iter().any(|&s| s != 0),
+            bytes,
+        )
+    };
+    let (a_lpddr, a_batched, a_bytes) = operand(&g.lhs);
+    let (b_lpddr, b_batched, b_bytes) = operand(&g.rhs);
+    // The output: the first buffer the epilogue stores.
+    let out = k.stages[g.stage + 1..].iter().find_map(|s| match s {
+        Stage::Store { stores, .. } => stores.first().map(|st| st.buffer),
+        _ => None,
+    });
+    let out_elem = out
+        .and_then(|id| cx.program.buffer(id))
+        .map_or(4, |buf| buf.ty.dtype.size_bytes());
+    let epilogue_ops = k.stages[g.stage + 1..]
         .iter()
-        .map(|s| bytes_per_point(s, cx.index_dtype.size_bytes()))
-        .sum();
-    let (bm, bn, bk) = blocks::gemm(
-        cx.machine,
-        &GemmNeed {
-            m: g.m,
-            n: g.n,
-            k: g.k,
-            batch,
-            elem: dt.size_bytes(),
-            narrow: matches!(dt, DType::F16 | DType::Bf16 | DType::I8 | DType::U8),
-            lpddr: [cx.in_lpddr(g.lhs.buffer), cx.in_lpddr(g.rhs.buffer)],
-            epilogue_bytes_per_point: epilogue,
-        },
-    );
+        .flat_map(|s| &s.body().nodes)
+        .filter(|n| {
+            matches!(
+                n.op,
+                ExprOp::Unary(..) | ExprOp::Binary(..) | ExprOp::Where(..) | ExprOp::Cast(..)
+            )
+        })
+        .count();
+    // The same buffer on both sides is copied once, so it is staged only as the lhs.
+    let same = g.lhs.buffer == g.rhs.buffer;
+    Ok(GemmNeed {
+        m: g.m,
+        n: g.n,
+        k: g.k,
+        batch,
+        elem: dt.size_bytes(),
+        narrow: matches!(dt, DType::F16 | DType::Bf16 | DType::I8 | DType::U8),
+        lpddr: [a_lpddr, b_lpddr && !same],
+        batched: [a_batched, b_batched],
+        operand_bytes: [a_bytes, b_bytes],
+        out_elem,
+        out_lpddr: out.is_none_or(|id| cx.in_lpddr(id)),
+        epilogue_bytes_per_point: epilogue,
+        epilogue_ops,
+        sram_room: cx.sram_room,
+    })
+}
+
+/// Estimated bytes per output point of the epilogue's tiles that span the
+/// whole `[BM, BN]` block, every one counted as live at once (as
+/// [`bytes_per_point`] counts them): values that depend on the row alone or
+/// the column alone (a bias) are a column or a row of the block, not a block.
+fn epilogue_bytes_per_point(k: &Kernel, g: &GemmInfo, index_bytes: usize) -> usize {
+    const ROW: u8 = 1;
+    const COL: u8 = 2;
+    let nb = g.batch.len();
+    let axis = |t: usize| g.outer_axes.get(t).copied().flatten();
+    let (row_axis, col_axis) = (axis(nb), axis(nb + 1));
+    let of_var = |v: Var| -> u8 {
+        let mut d = 0;
+        if row_axis.is_some_and(|a| v == Var::outer(a)) {
+            d |= ROW;
+        }
+        if col_axis.is_some_and(|a| v == Var::outer(a)) {
+            d |= COL;
+        }
+        d
+    };
+    let mut total = 0;
+    for stage in &k.stages[g.stage + 1..] {
+        let nodes = &stage.body().nodes;
+        let mut deps: Vec<u8> = Vec::with_capacity(nodes.len());
+        let mut n = 8;
+        for node in nodes {
+            let mut d = match &node.op {
+                ExprOp::Acc(_) => ROW | COL,
+                ExprOp::Load(l) => {
+                    let mut d = 0;
+                    l.index.for_each_var(&mut |v| d |= of_var(v));
+                    d
+                }
+                ExprOp::Index(e) => {
+                    let mut d = 0;
+                    e.for_each_var(&mut |v| d |= of_var(v));
+                    d
+                }
+                // A checked index's guards are over the point too: count it whole.
+                ExprOp::CheckedIndex { .. } => ROW | COL,
+                _ => 0,
+            };
+            node.for_each_operand(&mut |r| d |= deps.get(r.index()).copied().unwrap_or(ROW | COL));
+            if d == ROW | COL {
+                n += node.dtype.size_bytes().max(1);
+                if matches!(
+                    node.op,
+                    ExprOp::Load(_) | ExprOp::Index(_) | ExprOp::CheckedIndex { .. }
+                ) {
+                    n += index_bytes + 1;
+                }
+            }
+            deps.push(d);
+        }
+        total += n + match stage {
+            Stage::Store { stores, .. } => stores.len() * (index_bytes + 1),
+            Stage::Reduce { .. } => bytes_per_point(stage, index_bytes),
+        };
+    }
+    total
+}
+
+/// Lowers a GEMM kernel into `b` with `choice` (the cost model's when `None`
+/// or when it does not fit); returns the grid, a line describing the blocks
+/// and the operands to stage in SRAM first.
+pub(super) fn lower(
+    cx: &Cx,
+    k: &Kernel,
+    g: &GemmInfo,
+    b: &mut Builder,
+    choice: Option<GemmChoice>,
+) -> Result<([usize; 3], String, Vec<BufferId>)> {
+    let dt = cx
+        .program
+        .buffer(g.lhs.buffer)
+        .map(|buf| buf.ty.dtype)
+        .ok_or_else(|| Error::internal("GEMM operand buffer"))?;
+    let batch: usize = g.batch.iter().product();
+    let need = need(cx, k, g)?;
+    let plan = match choice {
+        Some(c) if blocks::gemm_fits(cx.machine, &need, &c) => c,
+        _ => blocks::gemm(cx.machine, &need),
+    };
+    let (bm, bn, bk) = (plan.bm, plan.bn, plan.bk);
+    let mut staged = Vec::new();
+    if plan.staged[0] {
+        staged.push(g.lhs.buffer);
+    }
+    if plan.staged[1] {
+        staged.push(g.rhs.buffer);
+    }
+    let rows = plan.rows.max(1);
     let bmc = b.constant("BM", bm as i64);
     let bnc = b.constant("BN", bn as i64);
     let bkc = b.constant("BK", bk as i64);
-    let rm = b.bind("rm", cx.lanes(0, bmc.clone()));
     let rn = b.bind("rn", cx.lanes(1, bnc.clone()));
     let rk = b.bind("rk", cx.lanes_from_zero(bk));
-    let m_mask =
-        (!g.m.is_multiple_of(bm)).then(|| b.bind("mm", lt(column(rm.clone()), int(g.m as i64))));
     let n_mask =
         (!g.n.is_multiple_of(bn)).then(|| b.bind("mn", lt(row(rn.clone()), int(g.n as i64))));
 
@@ -161,22 +284,6 @@ pub(super) fn lower(
         Ok(p)
     };
     let (a, w) = (&g.lhs, &g.rhs);
-    let mut pa = base(a)?;
-    if a.row_stride != 0 {
-        pa = add(pa, scaled(column(rm.clone()), a.row_stride));
-    }
-    if a.col_stride != 0 {
-        pa = add(pa, scaled(row(rk.clone()), a.col_stride));
-    }
-    // A stride of 0 (a broadcast operand, or an axis of extent 1) leaves the
-    // pointer tile narrower than the local buffer it is copied into.
-    if a.row_stride == 0 || a.col_stride == 0 {
-        pa = call(
-            Builtin::BroadcastTo,
-            vec![pa, tuple_of(vec![bmc.clone(), bkc.clone()])],
-        );
-    }
-    let pa = b.bind("pa", pa);
     let mut pb = base(w)?;
     if w.row_stride != 0 {
         pb = add(pb, scaled(column(rk.clone()), w.row_stride));
@@ -194,12 +301,6 @@ pub(super) fn lower(
     // The K tail, when K is not a multiple of BK, is masked (and reads zeros).
     let k_tail = !g.k.is_multiple_of(bk);
     let kk = int(g.k as i64);
-    let a_mask = |lanes: &E| {
-        both(
-            m_mask.clone(),
-            k_tail.then(|| lt(row(lanes.clone()), kk.clone())),
-        )
-    };
     let b_mask = |lanes: &E| {
         both(
             k_tail.then(|| lt(column(lanes.clone()), kk.clone())),
@@ -224,115 +325,205 @@ pub(super) fn lower(
     ));
     let dot_dtype = crate::tile::dot_dtype(dt)
         .ok_or_else(|| Error::internal("a GEMM of operands the dot engine does not take"))?;
-    let acc = b.var(
-        "acc",
-        call(
-            Builtin::Zeros,
-            vec![tuple_of(vec![bmc, bnc]), dtype(dot_dtype)],
-        ),
-    );
-    let slices = g.k.div_ceil(bk);
-    if slices > 0 {
-        b.comment("K in slices of BK through local memory: the next slice is copied while");
-        b.comment("this one is multiplied");
-        let ta = b.var("ta", dma(&a_buf, pa.clone(), a_mask(&rk)));
-        let tb = b.var("tb", dma(&b_buf, pb.clone(), b_mask(&rk)));
-        let wait = |b: &mut Builder| {
-            b.stmt(call(Builtin::DmaWait, vec![E::Def(ta)]));
-            b.stmt(call(Builtin::DmaWait, vec![E::Def(tb)]));
-        };
-        if slices > 1 {
-            let k0 = b.open_loop("k0", int(0), int(((slices - 1) * bk) as i64), bkc.clone());
-            wait(b);
-            let x = b.var("x", call(Builtin::LocalLoad, vec![a_buf.clone()]));
-            let y = b.var("y", call(Builtin::LocalLoad, vec![b_buf.clone()]));
-            let next = add(k0, bkc);
-            let lanes = if k_tail {
-                b.bind("kn", cx.offset_lanes(next.clone(), bk))
-            } else {
-                rk.clone()
-            };
-            let advance = |p: &E, stride: i64| -> E {
-                if stride == 0 {
-                    p.clone()
-                } else {
-                    add(p.clone(), scaled(next.clone(), stride))
-                }
-            };
-            b.assign(ta, dma(&a_buf, advance(&pa, a.col_stride), a_mask(&lanes)));
-            b.assign(tb, dma(&b_buf, advance(&pb, w.row_stride), b_mask(&lanes)));
-            b.assign(
-                acc,
-                call(Builtin::Dot, vec![E::Def(x), E::Def(y), E::Def(acc)]),
-            );
-            b.close_loop();
-        }
-        wait(b);
-        b.assign(
-            acc,
-            call(
-                Builtin::Dot,
-                vec![
-                    call(Builtin::LocalLoad, vec![a_buf]),
-                    call(Builtin::LocalLoad, vec![b_buf]),
-                    E::Def(acc),
-                ],
-            ),
-        );
-    }
-
-    // The epilogue, on the accumulator tile.
     let Stage::Reduce { reductions, .. } = &k.stages[g.stage] else {
         return Err(Error::internal("the GEMM stage is not a reduction"));
     };
     let acc_dtype = reductions[0].dtype;
-    // The dot engine's accumulator wraps (integers) or rounds (floats) once into
-    // the loop IR's: an i32 sum of i8 products modulo 2^8 is the i8 sum.
-    let acc_e = if acc_dtype == dot_dtype {
-        E::Def(acc)
-    } else {
-        b.bind(&format!("{}", g.acc), cast(E::Def(acc), acc_dtype))
-    };
-    let mut accs: HashMap<AccId, Val> = HashMap::new();
-    accs.insert(
-        g.acc,
-        Val::Tile(TileVal {
-            e: acc_e,
-            dtype: acc_dtype,
-            deps: AXIS0 | AXIS1,
-            depth: Depth::ZERO,
-        }),
-    );
     let nb = g.batch.len();
-    let mut leaves = HashMap::new();
-    for (t, axis) in g.outer_axes.iter().enumerate() {
-        let Some(axis) = axis else { continue };
-        let leaf = if t < nb {
-            (coords[t].clone().unwrap_or_else(|| int(0)), 0)
-        } else if t == nb {
-            (column(rm.clone()), AXIS0)
+    let slices = g.k.div_ceil(bk);
+    // With several row blocks per program, each block's store is deferred into
+    // the next block's K loop, a slice of its rows per step, so that the memory
+    // port writes it while the dot engine works.
+    let mut deferred: Vec<E> = Vec::new();
+    for r in 0..rows {
+        if rows > 1 {
+            b.comment(&format!("row block {r} of {rows}"));
+        }
+        let start = if rows > 1 {
+            let pid = if cx.index_dtype == DType::I32 {
+                program_id(0)
+            } else {
+                cast(program_id(0), DType::I64)
+            };
+            add(mul(pid, int((rows * bm) as i64)), int((r * bm) as i64))
         } else {
-            (row(rn.clone()), AXIS1)
+            int(0)
         };
-        leaves.insert(Var::outer(*axis), leaf);
-    }
-    let frame = Frame {
-        rank: 2,
-        blocks: [bm, bn],
-        masks: [m_mask, n_mask],
-        subst: HashMap::new(),
-        ext: Extents {
-            outer: k.domain.clone(),
-            reduce: vec![],
-            store: vec![],
-        },
-        leaves,
-    };
-    for (si, stage) in k.stages.iter().enumerate().skip(g.stage + 1) {
-        emit_stage(cx, b, &frame, &mut accs, si, stage, 1)?;
+        let rm = if rows > 1 {
+            b.bind("rm", cx.offset_lanes(start, bm))
+        } else {
+            b.bind("rm", cx.lanes(0, bmc.clone()))
+        };
+        let m_mask = (!g.m.is_multiple_of(rows * bm))
+            .then(|| b.bind("mm", lt(column(rm.clone()), int(g.m as i64))));
+        let mut pa = base(a)?;
+        if a.row_stride != 0 {
+            pa = add(pa, scaled(column(rm.clone()), a.row_stride));
+        }
+        if a.col_stride != 0 {
+            pa = add(pa, scaled(row(rk.clone()), a.col_stride));
+        }
+        // A stride of 0 (a broadcast operand, or an axis of extent 1) leaves the
+        // pointer tile narrower than the local buffer it is copied into.
+        if a.row_stride == 0 || a.col_stride == 0 {
+            pa = call(
+                Builtin::BroadcastTo,
+                vec![pa, tuple_of(vec![bmc.clone(), bkc.clone()])],
+            );
+        }
+        let pa = b.bind("pa", pa);
+        let a_mask = |lanes: &E| {
+            both(
+                m_mask.clone(),
+                k_tail.then(|| lt(row(lanes.clone()), kk.clone())),
+            )
+        };
+        let acc = b.var(
+            "acc",
+            call(
+                Builtin::Zeros,
+                vec![tuple_of(vec![bmc.clone(), bnc.clone()]), dtype(dot_dtype)],
+            ),
+        );
+        let stores = std::mem::take(&mut deferred);
+        // Step `s` of this block's K loop stores rows `[s * BM / steps, (s + 1) *
+        // BM / steps)` of the previous block: the rows spread evenly over the steps.
+        let steps = slices.saturating_sub(1).max(1) as i64;
+        let emit_deferred = |b: &mut Builder, step: Option<E>| {
+            for st in &stores {
+                let E::Call(Builtin::Store, args, _) = st else {
+                    continue;
+                };
+                let mut args = args.clone();
+                if let Some(step) = &step {
+                    let lanes = b.bind("rows", column(arange(bm)));
+                    let lo = b.bind("lo", div(mul(step.clone(), int(bm as i64)), int(steps)));
+                    let hi = b.bind(
+                        "hi",
+                        div(mul(add(step.clone(), int(1)), int(bm as i64)), int(steps)),
+                    );
+                    let chunk = and(ge(lanes.clone(), lo), lt(lanes, hi));
+                    let mask = match args.get(2) {
+                        Some(m) => and(m.clone(), chunk),
+                        None => chunk,
+                    };
+                    args.truncate(2);
+                    args.push(mask);
+                }
+                b.stmt(call(Builtin::Store, args));
+            }
+        };
+        if slices > 0 {
+            b.comment("K in slices of BK through local memory: the next slice is copied while");
+            b.comment("this one is multiplied");
+            let ta = b.var("ta", dma(&a_buf, pa.clone(), a_mask(&rk)));
+            let tb = b.var("tb", dma(&b_buf, pb.clone(), b_mask(&rk)));
+            let wait = |b: &mut Builder| {
+                b.stmt(call(Builtin::DmaWait, vec![E::Def(ta)]));
+                b.stmt(call(Builtin::DmaWait, vec![E::Def(tb)]));
+            };
+            if slices > 1 {
+                let k0 = b.open_loop("k0", int(0), int(((slices - 1) * bk) as i64), bkc.clone());
+                wait(b);
+                let x = b.var("x", call(Builtin::LocalLoad, vec![a_buf.clone()]));
+                let y = b.var("y", call(Builtin::LocalLoad, vec![b_buf.clone()]));
+                let next = add(k0.clone(), bkc.clone());
+                let lanes = if k_tail {
+                    b.bind("kn", cx.offset_lanes(next.clone(), bk))
+                } else {
+                    rk.clone()
+                };
+                let advance = |p: &E, stride: i64| -> E {
+                    if stride == 0 {
+                        p.clone()
+                    } else {
+                        add(p.clone(), scaled(next.clone(), stride))
+                    }
+                };
+                b.assign(ta, dma(&a_buf, advance(&pa, a.col_stride), a_mask(&lanes)));
+                b.assign(tb, dma(&b_buf, advance(&pb, w.row_stride), b_mask(&lanes)));
+                if !stores.is_empty() {
+                    emit_deferred(b, Some(div(k0, bkc.clone())));
+                }
+                b.assign(
+                    acc,
+                    call(Builtin::Dot, vec![E::Def(x), E::Def(y), E::Def(acc)]),
+                );
+                b.close_loop();
+            } else {
+                emit_deferred(b, None);
+            }
+            wait(b);
+            b.assign(
+                acc,
+                call(
+                    Builtin::Dot,
+                    vec![
+                        call(Builtin::LocalLoad, vec![a_buf.clone()]),
+                        call(Builtin::LocalLoad, vec![b_buf.clone()]),
+                        E::Def(acc),
+                    ],
+                ),
+            );
+        } else {
+            emit_deferred(b, None);
+        }
+
+        // The epilogue, on the accumulator tile.
+        // The dot engine's accumulator wraps (integers) or rounds (floats) once into
+        // the loop IR's: an i32 sum of i8 products modulo 2^8 is the i8 sum.
+        let acc_e = if acc_dtype == dot_dtype {
+            E::Def(acc)
+        } else {
+            b.bind(&format!("{}", g.acc), cast(E::Def(acc), acc_dtype))
+        };
+        let mut accs: HashMap<AccId, Val> = HashMap::new();
+        accs.insert(
+            g.acc,
+            Val::Tile(TileVal {
+                e: acc_e,
+                dtype: acc_dtype,
+                deps: AXIS0 | AXIS1,
+                depth: Depth::ZERO,
+            }),
+        );
+        let mut leaves = HashMap::new();
+        for (t, axis) in g.outer_axes.iter().enumerate() {
+            let Some(axis) = axis else { continue };
+            let leaf = if t < nb {
+                (coords[t].clone().unwrap_or_else(|| int(0)), 0)
+            } else if t == nb {
+                (column(rm.clone()), AXIS0)
+            } else {
+                (row(rn.clone()), AXIS1)
+            };
+            leaves.insert(Var::outer(*axis), leaf);
+        }
+        let frame = Frame {
+            rank: 2,
+            blocks: [bm, bn],
+            masks: [m_mask.clone(), n_mask.clone()],
+            subst: HashMap::new(),
+            ext: Extents {
+                outer: k.domain.clone(),
+                reduce: vec![],
+                store: vec![],
+            },
+            leaves,
+        };
+        let last = r + 1 == rows;
+        if !last {
+            b.capture_stores();
+        }
+        for (si, stage) in k.stages.iter().enumerate().skip(g.stage + 1) {
+            emit_stage(cx, b, &frame, &mut accs, si, stage, 1)?;
+        }
+        if !last {
+            deferred = b.take_captured_stores();
+        }
     }
     let note = format!(
-        "{}[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks, K in slices of {bk}",
+        "{}[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks{}, K in slices of {bk}{}",
         if nb > 0 {
             format!("{batch} products of ")
         } else {
@@ -343,7 +534,22 @@ pub(super) fn lower(
         g.m,
         g.k,
         g.k,
-        g.n
+        g.n,
+        if rows > 1 {
+            format!(", {rows} row blocks per program")
+        } else {
+            String::new()
+        },
+        if staged.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = staged.iter().map(|b| b.to_string()).collect();
+            format!("; {} staged in SRAM first", names.join(" and "))
+        }
     );
-    Ok(([g.m.div_ceil(bm), g.n.div_ceil(bn), batch.max(1)], note))
+    Ok((
+        [g.m.div_ceil(rows * bm), g.n.div_ceil(bn), batch.max(1)],
+        note,
+        staged,
+    ))
 }

@@ -33,6 +33,7 @@ mod kernel;
 mod ops;
 mod reduce;
 mod stage;
+mod staging;
 
 use crate::error::{Error, Result};
 use crate::sim::{Machine, Placement};
@@ -52,8 +53,45 @@ pub struct TileLaunch {
     pub kernel: CheckedKernel,
     /// The launch grid.
     pub grid: [usize; 3],
-    /// The loop-IR buffer bound to each pointer parameter, in parameter order.
+    /// The loop-IR buffer bound to each pointer parameter, in parameter order
+    /// (for a staging launch: the sources; their copies follow them as parameters).
     pub args: Vec<BufferId>,
+    /// Arguments read from an SRAM copy made by `staging` instead of the buffer.
+    pub staged: Vec<BufferId>,
+    /// The launch that copies `staged` from LPDDR to SRAM right before this one.
+    pub staging: Option<Box<TileLaunch>>,
+}
+
+/// The tunable parameters of a GEMM kernel's lowering: its blocks, and which
+/// operands a staging launch copies from LPDDR to SRAM first (lhs, rhs).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct GemmChoice {
+    /// Rows of the output block of one program.
+    pub bm: usize,
+    /// Columns of the output block of one program.
+    pub bn: usize,
+    /// The K slice copied to local memory per step.
+    pub bk: usize,
+    /// Whether the lhs and the rhs are staged in SRAM.
+    pub staged: [bool; 2],
+    /// Row blocks per program (1 or 2): with 2, the first block's store is
+    /// written during the second block's K loop.
+    pub rows: usize,
+}
+
+impl std::fmt::Display for GemmChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} x {} blocks, K slice {}", self.bm, self.bn, self.bk)?;
+        if self.rows > 1 {
+            write!(f, ", {} row blocks per program", self.rows)?;
+        }
+        match self.staged {
+            [false, false] => Ok(()),
+            [true, false] => write!(f, ", lhs staged"),
+            [false, true] => write!(f, ", rhs staged"),
+            [true, true] => write!(f, ", both staged"),
+        }
+    }
 }
 
 /// Offsets up to this magnitude are computed in i32 (with headroom for lanes of
@@ -62,13 +100,18 @@ const I32_OFFSETS: i128 = 1 << 30;
 
 /// Lowers kernel `k` of program `p` for `machine`, given where each buffer of
 /// the program lives (`placements[i]` for buffer `i`; a missing entry means
-/// LPDDR), which decides how block sizes trade compute for traffic; `None` when
-/// the kernel's domain is empty (there is nothing to run).
+/// LPDDR), which decides how block sizes trade compute for traffic, and given
+/// `sram_room` bytes of SRAM free while it runs (for operands staged there),
+/// with `choice` for a GEMM kernel (the cost model's when `None`, or when it
+/// does not fit); `None` when the kernel's domain is empty (there is nothing
+/// to run).
 pub fn lower_kernel(
     p: &Program,
     k: &Kernel,
     machine: &Machine,
     placements: &[Placement],
+    sram_room: u64,
+    choice: Option<GemmChoice>,
 ) -> Result<Option<TileLaunch>> {
     if k.domain.contains(&0) {
         return Ok(None);
@@ -84,16 +127,27 @@ pub fn lower_kernel(
         params: &params,
         index_dtype: index_dtype(p, k),
         placements,
+        sram_room,
     };
     let mut b = builder::Builder::new();
     for &id in &args {
         b.reserve(&params[&id]);
     }
-    let (grid, note) = match gemm::eligible(p, k) {
-        Some(g) => gemm::lower(&cx, k, g, &mut b)?,
-        None => kernel::lower(&cx, k, &mut b)?,
+    let (grid, note, staged) = match gemm::eligible(p, k) {
+        Some(g) => gemm::lower(&cx, k, g, &mut b, choice)?,
+        None => {
+            let (grid, note) = kernel::lower(&cx, k, &mut b)?;
+            (grid, note, Vec::new())
+        }
     };
     let name = kernel_name(&k.name);
+    let staging = if staged.is_empty() {
+        None
+    } else {
+        Some(Box::new(staging::staging_launch(
+            p, &name, &staged, machine,
+        )?))
+    };
     let mut header = vec![format!("{name}: lowered from the loop-IR kernel")];
     for line in p.display_kernel(k).to_string().lines() {
         header.push(format!("  {line}"));
@@ -125,7 +179,41 @@ pub fn lower_kernel(
         kernel,
         grid,
         args,
+        staged,
+        staging,
     }))
+}
+
+/// The choices of a GEMM kernel that fit, fastest first by the cost model
+/// (the first is what [`lower_kernel`] picks without a choice); empty for a
+/// kernel that does not run on the dot engine.
+pub fn gemm_choices(
+    p: &Program,
+    k: &Kernel,
+    machine: &Machine,
+    placements: &[Placement],
+    sram_room: u64,
+) -> Result<Vec<GemmChoice>> {
+    let Some(g) = gemm::eligible(p, k) else {
+        return Ok(Vec::new());
+    };
+    if k.domain.contains(&0) {
+        return Ok(Vec::new());
+    }
+    let params = HashMap::new();
+    let cx = stage::Cx {
+        program: p,
+        machine,
+        params: &params,
+        index_dtype: index_dtype(p, k),
+        placements,
+        sram_room,
+    };
+    let need = gemm::need(&cx, k, g)?;
+    Ok(blocks::gemm_ranked(machine, &need)
+        .into_iter()
+        .map(|plan| plan.choice)
+        .collect())
 }
 
 /// A valid kernel name: the loop IR's names are identifiers already, but a name

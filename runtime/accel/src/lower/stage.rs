@@ -23,6 +23,8 @@ pub(super) struct Cx<'a> {
     pub index_dtype: DType,
     /// Where each buffer of the program lives (by buffer index).
     pub placements: &'a [Placement],
+    /// Bytes of SRAM free while the kernel runs.
+    pub sram_room: u64,
 }
 
 impl Cx<'_> {

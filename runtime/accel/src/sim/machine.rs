@@ -10,6 +10,9 @@ use std::fmt;
 /// The default preset's text.
 pub const MTIA2I_PRESET: &str = include_str!("../../presets/mtia2i.toml");
 
+/// The text of the MTIA-1-like preset (Meta's first-generation chip, ISCA 2023).
+pub const MTIA1_PRESET: &str = include_str!("../../presets/mtia1.toml");
+
 /// An accelerator: a grid of processing elements (PEs) with local memory, an
 /// on-chip SRAM and an off-chip LPDDR shared by all PEs.
 #[derive(Clone, PartialEq, Debug)]
@@ -95,6 +98,21 @@ impl Machine {
         // The preset is compiled in and covered by a test, so it always parses.
         Machine::from_preset_str(MTIA2I_PRESET)
             .unwrap_or_else(|e| unreachable!("the built-in preset is invalid: {e}"))
+    }
+
+    /// The MTIA-1-like machine (`presets/mtia1.toml`).
+    pub fn mtia1() -> Machine {
+        Machine::from_preset_str(MTIA1_PRESET)
+            .unwrap_or_else(|e| unreachable!("the built-in preset is invalid: {e}"))
+    }
+
+    /// The built-in preset named `name` (`mtia2i`, `mtia1`), if there is one.
+    pub fn builtin(name: &str) -> Option<Machine> {
+        match name {
+            "mtia2i" => Some(Machine::mtia2i()),
+            "mtia1" => Some(Machine::mtia1()),
+            _ => None,
+        }
     }
 
     /// Reads a preset: `key = value` lines (numbers, or a double-quoted string for
@@ -247,6 +265,22 @@ mod tests {
         assert_eq!(m.lpddr_bandwidth_gbps, 204.8);
         assert_eq!(m.dot_tflops_f16, 177.0);
         assert_eq!(m.vector_tflops_f32, 2.76);
+    }
+
+    #[test]
+    fn the_mtia1_preset_has_the_published_figures() {
+        let m = Machine::mtia1();
+        assert_eq!(m.name, "mtia1");
+        assert_eq!(m.pes(), 64);
+        assert_eq!(m.clock_ghz, 0.8);
+        assert_eq!(m.local_memory_bytes, 128 * 1024);
+        assert_eq!(m.sram_bytes, 128 << 20);
+        assert_eq!(m.sram_bandwidth_gbps, 800.0);
+        assert_eq!(m.lpddr_bandwidth_gbps, 176.0);
+        assert_eq!(m.dot_tflops_f16, 51.2);
+        assert_eq!(Machine::builtin("mtia1"), Some(m));
+        assert_eq!(Machine::builtin("mtia2i"), Some(Machine::mtia2i()));
+        assert_eq!(Machine::builtin("mtia3"), None);
     }
 
     #[test]
