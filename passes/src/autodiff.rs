@@ -40,6 +40,8 @@ use std::collections::HashMap;
 /// value the loss does not depend on gets a zero gradient.
 pub fn grad(g: &Graph, loss: usize, wrt: &[ValueId]) -> Result<Graph> {
     verify(g).map_err(|e| Error::invalid_input("grad", e))?;
+    let (g, wrt) = &differentiable(g, wrt)?;
+    let (g, wrt) = (g, &wrt[..]);
     let Some(&l) = g.outputs.get(loss) else {
         return Err(Error::InvalidGraph(format!(
             "grad: the graph has {} outputs, so output {loss} cannot be the loss",
@@ -66,6 +68,8 @@ pub fn grad(g: &Graph, loss: usize, wrt: &[ValueId]) -> Result<Graph> {
 /// results `g`'s outputs followed by the vector-Jacobian product for each value of `wrt`.
 pub fn vjp(g: &Graph, wrt: &[ValueId]) -> Result<Graph> {
     verify(g).map_err(|e| Error::invalid_input("vjp", e))?;
+    let (g, wrt) = &differentiable(g, wrt)?;
+    let (g, wrt) = (g, &wrt[..]);
     let mut out = g.clone();
     let mut seeds = Vec::new();
     for (i, &o) in g.outputs.iter().enumerate() {
@@ -79,6 +83,76 @@ pub fn vjp(g: &Graph, wrt: &[ValueId]) -> Result<Graph> {
     }
     let grads = Backward::new(&mut out, wrt)?.run(seeds)?;
     finish(out, g, wrt, grads)
+}
+
+/// Whether the backward pass has a rule for `op` itself; other (composite) ops are
+/// differentiated through their decomposition.
+fn has_rule(op: &Op) -> bool {
+    match op {
+        Op::Param { .. }
+        | Op::Literal { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Where
+        | Op::Cast { .. }
+        | Op::Reduce { .. }
+        | Op::ArgReduce { .. }
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::MatMul
+        | Op::Reshape { .. }
+        | Op::Permute { .. }
+        | Op::Transpose { .. }
+        | Op::Expand { .. }
+        | Op::Squeeze { .. }
+        | Op::Unsqueeze { .. }
+        | Op::Slice { .. }
+        | Op::Concat { .. }
+        | Op::Pad { .. }
+        | Op::IndexSelect { .. }
+        | Op::Gather { .. }
+        | Op::Full { .. }
+        | Op::Arange { .. }
+        | Op::Constant(_) => true,
+    }
+}
+
+/// `g` itself when every op has a rule; otherwise its decomposition (composites without
+/// a rule become primitives that have one), with `wrt` (which must then be parameters)
+/// mapped onto it. The joint graph is built from what this returns.
+pub fn differentiable(g: &Graph, wrt: &[ValueId]) -> Result<(Graph, Vec<ValueId>)> {
+    if g.nodes.iter().all(|n| has_rule(&n.op)) {
+        return Ok((g.clone(), wrt.to_vec()));
+    }
+    let mut positions = Vec::with_capacity(wrt.len());
+    for &v in wrt {
+        match g.params.iter().position(|&p| p == v) {
+            Some(i) => positions.push(i),
+            None => {
+                let op = g
+                    .nodes
+                    .iter()
+                    .find(|n| !has_rule(&n.op))
+                    .map_or("", |n| n.op.name());
+                return Err(Error::InvalidGraph(format!(
+                    "grad: the graph has `{op}`, which is differentiated through its \
+                     decomposition, so gradients are taken with respect to parameters only, \
+                     and {} is not one",
+                    describe(g, v)
+                )));
+            }
+        }
+    }
+    let d = crate::decompose::decompose(g)?;
+    if d.params.len() != g.params.len() || d.outputs.len() != g.outputs.len() {
+        return Err(Error::internal(
+            "grad: decompose changed the graph's parameters or outputs",
+        ));
+    }
+    let wrt = positions.iter().map(|&i| d.params[i]).collect();
+    Ok((d, wrt))
 }
 
 fn finish(mut out: Graph, g: &Graph, wrt: &[ValueId], grads: Vec<ValueId>) -> Result<Graph> {
@@ -1002,7 +1076,11 @@ pub struct SavedForBackward {
 /// The forward values that the backward part of `joint` (made by [`grad`] or [`vjp`]
 /// from `original`) reads.
 pub fn saved_for_backward(original: &Graph, joint: &Graph) -> SavedForBackward {
-    let forward = original.nodes.len();
+    // The joint graph extends the graph `differentiable` made of `original`.
+    let forward = match differentiable(original, &[]) {
+        Ok((d, _)) => d.nodes.len(),
+        Err(_) => original.nodes.len(),
+    };
     let mut read = vec![false; forward];
     for n in &joint.nodes[forward.min(joint.nodes.len())..] {
         for x in &n.inputs {
