@@ -20,6 +20,7 @@ mod select;
 mod spatial;
 mod spectral;
 pub(crate) mod training;
+mod window;
 
 use crate::error::{invalid, unsupported, OpResult};
 use crate::import::{Ctx, NodeIn, Val};
@@ -53,6 +54,9 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = spatial::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = window::import(ctx, n, op)? {
         return Ok(r);
     }
     if let Some(r) = order::import(ctx, n, op)? {
