@@ -15,6 +15,7 @@ mod nn;
 mod order;
 mod quant;
 mod reduce;
+mod resize;
 mod scatter;
 mod select;
 mod spatial;
@@ -57,6 +58,9 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = window::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = resize::import(ctx, n, op)? {
         return Ok(r);
     }
     if let Some(r) = order::import(ctx, n, op)? {
