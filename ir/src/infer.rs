@@ -650,7 +650,7 @@ fn conv_weight(
     }
     let c = x.shape[1];
     let g = usize::try_from(groups).unwrap_or(usize::MAX);
-    if g == 0 || c % g != 0 {
+    if g == 0 || !c.is_multiple_of(g) {
         return Err(TypeError::new(format!(
             "{name}: groups={groups} does not divide the input's {c} channels"
         ))
@@ -670,7 +670,7 @@ fn conv_weight(
                 c / g
             )));
         }
-        if w.shape[0] % g != 0 {
+        if !w.shape[0].is_multiple_of(g) {
             return Err(TypeError::new(format!(
                 "{name}: groups={g} does not divide the weight's {} output channels",
                 w.shape[0]

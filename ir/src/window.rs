@@ -6,15 +6,20 @@
 //! reference interpreter and `decompose` all read the same numbers, so they cannot
 //! disagree on an output extent or on which input element a tap reads.
 //!
-//! Output extents follow PyTorch: `(in + pad_begin + pad_end - dilation * (kernel -
-//! 1) - 1) / stride + 1`, rounded down, or up with `ceil_mode`, in which case a last
-//! window that would start in the end padding is dropped (PyTorch's and ONNX's rule).
+//! Output extents follow PyTorch:
+//! `(in + pad_begin + pad_end - dilation * (kernel - 1) - 1) / stride + 1`, rounded
+//! down, or up with `ceil_mode`, in which case a last window that would start in the
+//! end padding is dropped (PyTorch's and ONNX's rule).
 
 use crate::types::MAX_ELEMENTS;
 use crate::TypeError;
 
 /// The most spatial axes a window op has (`conv3d`, `max_pool3d`).
 pub const MAX_SPATIAL: usize = 3;
+
+/// The most taps a window may have (the product of its kernel extents): `decompose`
+/// makes one slice per tap, so this bounds the graph it builds. A 256x256 window fits.
+pub const MAX_TAPS: usize = 1 << 16;
 
 /// One spatial axis of a window op, resolved.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -101,6 +106,13 @@ pub fn resolve(attrs: &Attrs, input: &[usize], kernel: &[usize]) -> Result<Vec<A
         }
         Ok(Some(v.iter().map(|&x| x as usize).collect()))
     };
+    let taps = kernel.iter().try_fold(1usize, |n, &k| n.checked_mul(k));
+    if taps.is_none_or(|t| t > MAX_TAPS) {
+        return Err(TypeError::new(format!(
+            "{op}: a kernel of {kernel:?} has more than {MAX_TAPS} taps"
+        ))
+        .on("kernel"));
+    }
     let stride = list("stride", attrs.stride, 1, &[s])?;
     let padding = list("padding", attrs.padding, 0, &[s, 2 * s])?;
     let dilation = list("dilation", attrs.dilation, 1, &[s])?;

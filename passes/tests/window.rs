@@ -62,13 +62,13 @@ fn conv_and_pools_by_hand() {
     assert_eq!(y, [10.0, 24.0, 51.0, 90.0]);
     let y = run(
         "graph p(x: f32[1, 1, 4, 4]) { return max_pool(x, kernel=[3, 3], stride=[2, 2], padding=[1, 1]) }",
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     assert_eq!(y, [5.0, 7.0, 13.0, 15.0]);
     // count_include_pad=false divides by the 4, 6, 6 and 9 taps inside the input.
     let y = run(
         "graph p(x: f32[1, 1, 4, 4]) { return avg_pool(x, kernel=[3, 3], stride=[2, 2], padding=[1, 1], count_include_pad=false) }",
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     assert_eq!(
         y,
@@ -76,7 +76,7 @@ fn conv_and_pools_by_hand() {
     );
     let y = run(
         "graph p(x: f32[1, 1, 4, 4]) { return avg_pool(x, kernel=[3, 3], stride=[2, 2], padding=[1, 1]) }",
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     assert_eq!(y, rounded(&[10.0 / 9.0, 24.0 / 9.0, 51.0 / 9.0, 10.0]));
     // ceil_mode keeps the partial last window [3] of a 2-wide pool over 0..4 with stride 3.

@@ -528,7 +528,7 @@ impl Var {
             Ok(ty) if ty.rank() >= 2 => {
                 let mut shape = vec![1i64; ty.rank() - 1];
                 shape[0] = -1;
-                self.add(&b.reshape(shape))
+                self.add(b.reshape(shape))
             }
             _ => self.clone(),
         }

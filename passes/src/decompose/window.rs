@@ -17,8 +17,8 @@
 //!   the taps of each window that [`ferrite_ir::window::divisor`] counts (a literal
 //!   when every window has the same, else a constant `[*out]`).
 //! - `conv_transpose` is a `conv` of the input with zeros between its elements
-//!   (`stride - 1` of them, by a reshape and a `pad`), padded by `dilation * (kernel -
-//!   1) - padding` (negative amounts crop), with the weight's channel axes swapped
+//!   (`stride - 1` of them, by a reshape and a `pad`), padded by
+//!   `dilation * (kernel - 1) - padding` (negative amounts crop), with the weight's channel axes swapped
 //!   per group and its kernel reversed (`index_select` by a descending `arange`).
 //!
 //! The reductions keep the interpreter's rounding: one per `matmul` and `sum`, and

@@ -11,10 +11,15 @@
 //! element, `axes` and `keep_aspect_ratio_policy`. `antialias` is refused.
 
 use super::one;
-use crate::error::{invalid, OpResult};
+use crate::error::{invalid, unsupported, OpResult};
 use crate::import::{Ctx, NodeIn, Val};
 use ferrite_ir::{DType, Op, ReduceOp as R, Tensor, TensorType};
 use std::sync::Arc;
+
+/// The most taps one resized axis may have (output extent times taps per point), and
+/// the most elements of a `tf_crop_and_resize` extrapolation mask: both are constants
+/// built at import.
+const MAX_TAPS: usize = 1 << 24;
 
 pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
     match op {
@@ -170,14 +175,25 @@ fn resize(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
         if p.input == 0 && p.output > 0 {
             invalid!("axis {a} of extent 0 cannot be resized to {}", p.output);
         }
+        let per_point = match mode {
+            Mode::Nearest => 1.0,
+            Mode::Linear if antialias => 2.0 / p.scale.min(1.0) + 2.0,
+            Mode::Linear => 2.0,
+            _ if antialias => 4.0 / p.scale.min(1.0) + 2.0,
+            Mode::Cubic => 4.0,
+        };
+        if p.output as f64 * per_point > MAX_TAPS as f64 {
+            unsupported!(
+                "resizing axis {a} to {} elements needs more than {MAX_TAPS} taps",
+                p.output
+            );
+        }
         let mut taps: Vec<Vec<(i64, f64)>> = Vec::with_capacity(p.output);
-        let mut out_of_range = vec![false; p.output];
+        let mut out_of_range = Vec::with_capacity(p.output);
         for i in 0..p.output {
             let c = coordinate(&coord, i, p)?;
             let last = p.input as f64 - 1.0;
-            if coord == "tf_crop_and_resize" && (c < 0.0 || c > last) {
-                out_of_range[i] = true;
-            }
+            out_of_range.push(coord == "tf_crop_and_resize" && (c < 0.0 || c > last));
             let aa = (antialias && mode != Mode::Nearest).then_some(p.scale.min(1.0));
             taps.push(filter(mode, &nearest, c, p.input, a_coeff, exclude, aa)?);
         }
@@ -189,8 +205,11 @@ fn resize(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     if !outside.is_empty() {
         // The positions where any axis read outside the input take extrapolation_value.
         let out_shape = ctx.shape(&y);
-        let mut mask = Vec::with_capacity(out_shape.iter().product());
         let ty = TensorType::new(DType::Bool, out_shape.clone())?;
+        if ty.numel() > MAX_TAPS {
+            unsupported!("tf_crop_and_resize to {ty} is too large to import");
+        }
+        let mut mask = Vec::with_capacity(ty.numel());
         for f in 0..ty.numel() {
             let mut rest = f;
             let mut idx = vec![0; out_shape.len()];
