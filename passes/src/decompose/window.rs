@@ -1,9 +1,9 @@
 //! The window ops (`conv`, `conv_transpose`, `max_pool`, `avg_pool`) and the
 //! per-channel ones (`batch_norm`, `clip`) in primitives.
 //!
-//! A window op reads, for each tap of its kernel, one strided slice of the padded
-//! input (`[N, C, *out]`): the taps are stacked on a new axis 2 (`unsqueeze` +
-//! `concat`, views only), and then
+//! A window op reads its taps with one gather: the padded input, spatial axes
+//! flattened, `index_select`ed by a constant `[taps, out positions]` index gives the
+//! stack `[N, C, K, *out]` (`im2col`), and then
 //!
 //! - `conv` is im2col: the stack `[N, C, K, *out]` is reshaped to `[N, G, C/G * K,
 //!   P]` and multiplied by the weight as `[G, C_out/G, C/G * K]`, one `matmul` (the
@@ -44,9 +44,12 @@ impl Decomposer {
         self.emit(Op::Reshape { shape }, &[v])
     }
 
-    /// One strided slice of the padded input per tap of the kernel, each `[N, C,
-    /// *out]`, taps in row-major order. `fill` is the padding's value.
-    fn taps(&mut self, x: ValueId, axes: &[Axis], fill: f64) -> Result<Vec<ValueId>> {
+    /// The taps of every window, `[N, C, K, *out]` (taps in row-major order of the
+    /// kernel): the input padded with `fill`, its spatial axes flattened, and one
+    /// `index_select` by a constant `[K, P]` index of the padded positions each tap of
+    /// each window reads. One gather, whose elements each cost one index load, where
+    /// a stack of `K` strided slices would select among `K` views per element.
+    fn im2col(&mut self, x: ValueId, axes: &[Axis], fill: f64) -> Result<ValueId> {
         let mut pads = vec![0i64; 4];
         for a in axes {
             let end = a.padded_extent() - a.pad_begin - a.input;
@@ -57,60 +60,52 @@ impl Decomposer {
         } else {
             x
         };
+        let shape = self.shape(padded);
+        let (n, c) = (shape[0], shape[1]);
+        let extents = &shape[2..];
         let kernel: Vec<usize> = axes.iter().map(|a| a.kernel).collect();
-        let count: usize = kernel.iter().product();
-        let mut taps = Vec::with_capacity(count);
-        for t in 0..count {
-            let mut rest = t;
-            let mut ks = vec![0; axes.len()];
-            for i in (0..axes.len()).rev() {
-                ks[i] = rest % kernel[i];
-                rest /= kernel[i];
-            }
-            let mut v = padded;
-            for (i, a) in axes.iter().enumerate() {
-                let extent = self.shape(v)[2 + i];
-                let start = ks[i] * a.dilation;
-                let end = start + a.output.saturating_sub(1) * a.stride + 1;
-                if a.output == 0 {
-                    v = self.emit(
-                        Op::Slice {
-                            axis: 2 + i as i64,
-                            start: 0,
-                            end: 0,
-                            step: 1,
-                        },
-                        &[v],
-                    )?;
-                } else if !(start == 0 && end == extent && a.stride == 1) {
-                    v = self.emit(
-                        Op::Slice {
-                            axis: 2 + i as i64,
-                            start: start as i64,
-                            end: end as i64,
-                            step: a.stride as i64,
-                        },
-                        &[v],
-                    )?;
-                }
-            }
-            taps.push(v);
+        let outs: Vec<usize> = axes.iter().map(|a| a.output).collect();
+        let (k, p) = (
+            kernel.iter().product::<usize>(),
+            outs.iter().product::<usize>(),
+        );
+        let mut out_shape = vec![n, c, k];
+        out_shape.extend_from_slice(&outs);
+        let identity = k == 1
+            && axes
+                .iter()
+                .zip(extents)
+                .all(|(a, &e)| a.stride == 1 && a.output == e);
+        if identity {
+            return self.reshape(padded, &out_shape);
         }
-        Ok(taps)
-    }
-
-    /// The taps stacked on a new axis 2: `[N, C, K, *out]`.
-    fn stack(&mut self, taps: &[ValueId]) -> Result<ValueId> {
-        let mut shape = self.shape(taps[0]);
-        shape.insert(2, 1);
-        let lifted = taps
-            .iter()
-            .map(|&t| self.reshape(t, &shape))
-            .collect::<Result<Vec<_>>>()?;
-        if lifted.len() == 1 {
-            return Ok(lifted[0]);
+        let unravel = |mut f: usize, dims: &[usize]| {
+            let mut idx = vec![0; dims.len()];
+            for i in (0..dims.len()).rev() {
+                idx[i] = f % dims[i];
+                f /= dims[i];
+            }
+            idx
+        };
+        let mut index = Vec::with_capacity(k * p);
+        for t in 0..k {
+            let ks = unravel(t, &kernel);
+            for o in 0..p {
+                let os = unravel(o, &outs);
+                let flat = axes.iter().enumerate().fold(0usize, |acc, (i, a)| {
+                    acc * extents[i] + os[i] * a.stride + ks[i] * a.dilation
+                });
+                index.push(flat as i64);
+            }
         }
-        self.emit(Op::Concat { axis: 2 }, &lifted)
+        let ity = TensorType::new(DType::I64, vec![k, p]).map_err(Error::internal)?;
+        let index = self
+            .out
+            .add_constant(Constant::new(Tensor::from_i64(&ity, &index)), None)
+            .map_err(Error::internal)?;
+        let flat = self.reshape(padded, &[n, c, extents.iter().product()])?;
+        let cols = self.emit(Op::IndexSelect { axis: 2 }, &[flat, index])?;
+        self.reshape(cols, &out_shape)
     }
 
     /// `conv(x, w)` of result type `ty`.
@@ -134,8 +129,7 @@ impl Decomposer {
         let (cg, og) = (c / g, c_out / g);
         let k: usize = wt.shape[2..].iter().product();
         let p: usize = ty.shape[2..].iter().product();
-        let taps = self.taps(x, &axes, 0.0)?;
-        let cols = self.stack(&taps)?;
+        let cols = self.im2col(x, &axes, 0.0)?;
         let y = if cg == 1 && og == 1 {
             // Depthwise: sum over the taps of tap * w[c, tap], in the result's layout
             // so that what follows fuses as the reduction's epilogue.
@@ -260,12 +254,7 @@ impl Decomposer {
                     Some((lo, _)) => lo as f64,
                     None => f64::NEG_INFINITY,
                 };
-                let taps = self.taps(x, &axes, fill)?;
-                if taps.len() == 1 {
-                    // Still a node of its own, so that the result can carry a name.
-                    return self.binary(BinaryOp::Maximum, taps[0], taps[0]);
-                }
-                let stack = self.stack(&taps)?;
+                let stack = self.im2col(x, &axes, fill)?;
                 self.reduce(ReduceOp::Max, stack, Some(vec![2]), false)
             }
             Op::AvgPool {
@@ -283,8 +272,7 @@ impl Decomposer {
                     })
                     .collect();
                 self.in_f32(&[x], |l, v| {
-                    let taps = l.taps(v[0], &axes, 0.0)?;
-                    let stack = l.stack(&taps)?;
+                    let stack = l.im2col(v[0], &axes, 0.0)?;
                     let sum = l.reduce(ReduceOp::Sum, stack, Some(vec![2]), false)?;
                     let dt = l.dtype(sum);
                     if counts.iter().all(|&c| c == counts[0]) {
