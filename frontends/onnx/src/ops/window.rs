@@ -1,6 +1,7 @@
 //! Sliding-window ops: Conv, ConvTranspose, MaxPool, AveragePool and LpPool as the
 //! IR's `conv`, `conv_transpose`, `max_pool` and `avg_pool` (LpPool as a depthwise
-//! `conv` with a kernel of ones over `|x|^p`, then `^(1/p)`).
+//! `conv` with a kernel of ones over `|x|^p`, then `^(1/p)`); ConvInteger and
+//! QLinearConv as an exact f64 `conv` of the zero-point-shifted 8-bit operands.
 //!
 //! ONNX's `pads` (`[begin_1, .., begin_s, end_1, .., end_s]`) is the IR's asymmetric
 //! `padding` as it is; `auto_pad` is resolved here into explicit pads. ONNX's
@@ -8,15 +9,18 @@
 //! written out.
 
 use super::one;
+use super::quant::{saturate, shifted};
 use crate::error::{invalid, unsupported, OpResult};
 use crate::import::{Ctx, NodeIn, Val};
 use ferrite_ir::window::{self, Attrs};
-use ferrite_ir::{BinaryOp as B, Op, Tensor, TensorType, UnaryOp as U};
+use ferrite_ir::{BinaryOp as B, DType, Op, Tensor, TensorType, UnaryOp as U};
 use std::sync::Arc;
 
 pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec<Option<Val>>>> {
     match op {
         "Conv" => one(conv(ctx, n)?),
+        "ConvInteger" => one(conv_integer(ctx, n)?),
+        "QLinearConv" => one(qlinear_conv(ctx, n)?),
         "ConvTranspose" => one(conv_transpose(ctx, n)?),
         "MaxPool" | "AveragePool" | "LpPool" => {
             if n.outputs() > 1 {
@@ -118,6 +122,92 @@ fn add_bias(ctx: &mut Ctx, n: &NodeIn, y: Val, at: usize) -> OpResult<Val> {
 
 fn conv(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     let (x, w) = (n.input(0)?, n.input(1)?);
+    let y = conv_of(ctx, n, x, w)?;
+    add_bias(ctx, n, y, 2)
+}
+
+/// ConvInteger: `conv(x - x_zero_point, w - w_zero_point)` in i32, computed as an f64
+/// conv, which is exact (8-bit products sum far below 2^53).
+fn conv_integer(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
+    let acc = shifted_conv(ctx, n, (0, n.opt(2)), (1, n.opt(3)))?;
+    ctx.cast(&acc, DType::I32)
+}
+
+/// The f64 conv of the zero-point-shifted 8-bit operands `(input, zero point)`.
+fn shifted_conv(
+    ctx: &mut Ctx,
+    n: &NodeIn,
+    x: (usize, Option<&Val>),
+    w: (usize, Option<&Val>),
+) -> OpResult<Val> {
+    let xz = match x.1 {
+        Some(z) if ctx.ty(z).numel() != 1 => {
+            invalid!(
+                "the input's zero point must be one value, not {}",
+                ctx.ty(z)
+            )
+        }
+        z => z,
+    };
+    let xi = shifted(ctx, n.input(x.0)?, xz, 0)?;
+    let wi = shifted(ctx, n.input(w.0)?, w.1, 0)?;
+    let xf = ctx.cast(&xi, DType::F64)?;
+    let wf = ctx.cast(&wi, DType::F64)?;
+    conv_of(ctx, n, &xf, &wf)
+}
+
+/// QLinearConv: the exact conv of the shifted operands plus the i32 bias, scaled by
+/// `x_scale * w_scale / y_scale` (per output channel when `w_scale` is), rounded half
+/// to even, shifted by `y_zero_point` and saturated, as QLinearMatMul is.
+fn qlinear_conv(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
+    let (xs, ws, ys) = (n.input(1)?, n.input(4)?, n.input(6)?);
+    let mut acc = shifted_conv(ctx, n, (0, n.opt(2)), (3, n.opt(5)))?;
+    let c_out = ctx.dim(&acc, 1)?;
+    let rank = ctx.rank(&acc);
+    let mut per_channel = vec![1; rank - 1];
+    per_channel[0] = c_out;
+    if let Some(b) = n.opt(8) {
+        if ctx.shape(b) != [c_out] {
+            invalid!("the bias must have shape [{c_out}], not {}", ctx.ty(b));
+        }
+        let b = ctx.reshape(b, &per_channel)?;
+        let b = ctx.cast(&b, DType::F64)?;
+        acc = ctx.add(&acc, &b)?;
+    }
+    let scale_of = |ctx: &mut Ctx, s: &Val| -> OpResult<Val> {
+        match ctx.ty(s).numel() {
+            1 => ctx.reshape(s, &[]),
+            k if k == c_out => ctx.reshape(s, &per_channel),
+            _ => invalid!(
+                "a scale of {} does not fit {c_out} output channels",
+                ctx.ty(s)
+            ),
+        }
+    };
+    let sdt = ctx.dtype(xs);
+    let xs = scale_of(ctx, xs)?;
+    let ws = scale_of(ctx, ws)?;
+    let ys = scale_of(ctx, ys)?;
+    let ws = ctx.cast(&ws, sdt)?;
+    let ys = ctx.cast(&ys, sdt)?;
+    let m = ctx.mul(&xs, &ws)?;
+    let m = ctx.div(&m, &ys)?;
+    let m = ctx.cast(&m, DType::F64)?;
+    let d = ctx.mul(&acc, &m)?;
+    let out = match n.opt(7) {
+        Some(z) => ctx.dtype(z),
+        None => ctx.dtype(n.input(0)?),
+    };
+    let yz = match n.opt(7) {
+        Some(z) if ctx.ty(z).numel() == 1 => Some(ctx.reshape(z, &[])?),
+        Some(z) => invalid!("y_zero_point must be one value, not {}", ctx.ty(z)),
+        None => None,
+    };
+    saturate(ctx, &d, yz.as_ref(), out, DType::F64)
+}
+
+/// The IR `conv` of `x` and `w` with the node's window attributes.
+fn conv_of(ctx: &mut Ctx, n: &NodeIn, x: &Val, w: &Val) -> OpResult<Val> {
     let input = spatial(ctx, x)?;
     let s = input.len();
     if ctx.rank(w) != s + 2 {
@@ -138,8 +228,7 @@ fn conv(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
         dilation: Some(dil),
         groups: n.int("group", 1)?,
     };
-    let y = ctx.op(op, &[x, w])?;
-    add_bias(ctx, n, y, 2)
+    ctx.op(op, &[x, w])
 }
 
 fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
