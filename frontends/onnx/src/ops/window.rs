@@ -22,12 +22,7 @@ pub(super) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
         "ConvInteger" => one(conv_integer(ctx, n)?),
         "QLinearConv" => one(qlinear_conv(ctx, n)?),
         "ConvTranspose" => one(conv_transpose(ctx, n)?),
-        "MaxPool" | "AveragePool" | "LpPool" => {
-            if n.outputs() > 1 {
-                unsupported!("the Indices result of MaxPool is not supported");
-            }
-            one(pool(ctx, n, op)?)
-        }
+        "MaxPool" | "AveragePool" | "LpPool" => pool(ctx, n, op).map(Some),
         _ => Ok(None),
     }
 }
@@ -328,7 +323,7 @@ fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     add_bias(ctx, n, y, 2)
 }
 
-fn pool(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Val> {
+fn pool(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Vec<Option<Val>>> {
     let x = n.input(0)?;
     let input = spatial(ctx, x)?;
     let s = input.len();
@@ -342,19 +337,33 @@ fn pool(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Val> {
     let dil = per_axis(n, "dilations", s, 1)?;
     let padding = pads(n, &input, &ku, &strides, &dil)?;
     let ceil_mode = n.int("ceil_mode", 0)? != 0;
-    if n.int("storage_order", 0)? != 0 {
-        unsupported!("storage_order=1 (column-major indices) is not supported");
+    if op != "MaxPool" && n.outputs() > 1 {
+        invalid!("{op} has one result, not {}", n.outputs());
     }
-    match op {
+    let y = match op {
         "MaxPool" => {
-            let op = Op::MaxPool {
-                kernel,
-                stride: Some(strides),
-                padding: Some(padding),
-                dilation: Some(dil),
+            let pool = Op::MaxPool {
+                kernel: kernel.clone(),
+                stride: Some(strides.clone()),
+                padding: Some(padding.clone()),
+                dilation: Some(dil.clone()),
                 ceil_mode,
             };
-            ctx.op(op, &[x])
+            let y = ctx.op(pool, &[x])?;
+            if n.outputs() > 1 {
+                let column_major = n.int("storage_order", 0)? != 0;
+                let attrs = Attrs {
+                    op: "MaxPool",
+                    stride: Some(&strides),
+                    padding: Some(&padding),
+                    dilation: Some(&dil),
+                    ceil_mode,
+                    stride_is_kernel: false,
+                };
+                let i = max_indices(ctx, x, &attrs, &ku, column_major)?;
+                return Ok(vec![Some(y), Some(i)]);
+            }
+            Ok(y)
         }
         "AveragePool" => {
             let op = Op::AvgPool {
@@ -368,7 +377,97 @@ fn pool(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Val> {
             ctx.op(op, &[x])
         }
         _ => lp_pool(ctx, n, x, &ku, strides, padding, dil, ceil_mode),
+    }?;
+    Ok(vec![Some(y)])
+}
+
+/// MaxPool's Indices: the flat position of each window's first maximum, over the whole
+/// tensor: `(n * C + c) * plane` plus its position in the plane, row-major, or
+/// column-major (`storage_order=1`, the first spatial axis fastest). The taps of every window are gathered from the padded,
+/// flattened input (padding `-inf` or the dtype's minimum, as `max_pool` pads), an
+/// `argmax` over them picks the tap, and a constant `[taps, positions]` table maps
+/// the tap back to its position in the unpadded input.
+fn max_indices(
+    ctx: &mut Ctx,
+    x: &Val,
+    attrs: &Attrs,
+    kernel: &[usize],
+    column_major: bool,
+) -> OpResult<Val> {
+    let xt = ctx.ty(x);
+    let axes = window::resolve(attrs, &xt.shape[2..], kernel)?;
+    let (n, c) = (xt.shape[0], xt.shape[1]);
+    let taps: usize = kernel.iter().product();
+    let outs: Vec<usize> = axes.iter().map(|a| a.output).collect();
+    let positions: usize = outs.iter().product();
+    let plane: usize = xt.shape[2..].iter().product();
+    if taps.saturating_mul(positions) > 1 << 24 {
+        unsupported!("MaxPool Indices over {taps} taps and {positions} positions is too large");
     }
+    let mut pads = vec![0i64; 4];
+    for a in &axes {
+        pads.extend([
+            a.pad_begin as i64,
+            (a.padded_extent() - a.pad_begin - a.input) as i64,
+        ]);
+    }
+    let fill = match xt.dtype.int_range() {
+        Some((lo, _)) => lo as f64,
+        None => f64::NEG_INFINITY,
+    };
+    let padded = ctx.op(Op::Pad { pads, value: fill }, &[x])?;
+    let extents: Vec<usize> = axes.iter().map(|a| a.padded_extent()).collect();
+    let flat = ctx.reshape(&padded, &[n, c, extents.iter().product()])?;
+    let unravel = |mut f: usize, dims: &[usize]| {
+        let mut idx = vec![0; dims.len()];
+        for i in (0..dims.len()).rev() {
+            idx[i] = f % dims[i];
+            f /= dims[i];
+        }
+        idx
+    };
+    let (mut gather, mut source) = (Vec::new(), Vec::new());
+    for t in 0..taps {
+        let ks = unravel(t, kernel);
+        for o in 0..positions {
+            let os = unravel(o, &outs);
+            let (mut g, mut s, mut inside) = (0usize, 0i64, true);
+            for (i, a) in axes.iter().enumerate() {
+                g = g * extents[i] + os[i] * a.stride + ks[i] * a.dilation;
+                let p = a.position(os[i], ks[i]);
+                inside &= p >= 0 && p < a.input as i64;
+                if !column_major {
+                    s = s * a.input as i64 + p;
+                }
+            }
+            if column_major {
+                for (i, a) in axes.iter().enumerate().rev() {
+                    s = s * a.input as i64 + a.position(os[i], ks[i]);
+                }
+            }
+            gather.push(g as i64);
+            source.push(if inside { s } else { 0 });
+        }
+    }
+    let ity = TensorType::new(DType::I64, vec![taps, positions])?;
+    let g = Val::Const(Arc::new(Tensor::from_i64(&ity, &gather)));
+    let table = Val::Const(Arc::new(Tensor::from_i64(&ity, &source)));
+    let cols = ctx.op(Op::IndexSelect { axis: 2 }, &[&flat, &g])?;
+    let arg = Op::ArgReduce {
+        op: ferrite_ir::ArgReduceOp::ArgMax,
+        axis: Some(2),
+        keepdim: false,
+    };
+    let best = ctx.op(arg, &[&cols])?;
+    let best = ctx.reshape(&best, &[n * c, positions])?;
+    let within = ctx.op(Op::Gather { axis: 0 }, &[&table, &best])?;
+    let planes = ctx.arange(0, (n * c) as i64, 1)?;
+    let planes = ctx.bin_s(B::Mul, &planes, plane as f64)?;
+    let planes = ctx.reshape(&planes, &[n * c, 1])?;
+    let idx = ctx.add(&within, &planes)?;
+    let mut shape = vec![n, c];
+    shape.extend_from_slice(&outs);
+    ctx.reshape(&idx, &shape)
 }
 
 /// `(sum over the window of |x|^p)^(1/p)`: the sum is a depthwise `conv` with a kernel
