@@ -1,9 +1,10 @@
 //! The window ops (`conv`, `conv_transpose`, `max_pool`, `avg_pool`) and the
 //! per-channel ones (`batch_norm`, `clip`) in primitives.
 //!
-//! A window op reads its taps with one gather: the padded input, spatial axes
-//! flattened, `index_select`ed by a constant `[taps, out positions]` index gives the
-//! stack `[N, C, K, *out]` (`im2col`), and then
+//! A window op reads its taps with one gather: the input, spatial axes flattened,
+//! `index_select`ed by a constant `[taps, out positions]` index, with the padding's
+//! taps replaced by the fill value through a constant mask, gives the stack `[N, C, K,
+//! *out]` (`im2col`), and then
 //!
 //! - `conv` is im2col: the stack `[N, C, K, *out]` is reshaped to `[N, G, C/G * K,
 //!   P]` and multiplied by the weight as `[G, C_out/G, C/G * K]`, one `matmul` (the
@@ -45,24 +46,15 @@ impl Decomposer {
     }
 
     /// The taps of every window, `[N, C, K, *out]` (taps in row-major order of the
-    /// kernel): the input padded with `fill`, its spatial axes flattened, and one
-    /// `index_select` by a constant `[K, P]` index of the padded positions each tap of
-    /// each window reads. One gather, whose elements each cost one index load, where
-    /// a stack of `K` strided slices would select among `K` views per element.
+    /// kernel): the input with its spatial axes flattened, `index_select`ed by a
+    /// constant `[K, P]` index of the position each tap of each window reads, and where
+    /// a tap falls in the padding, `fill` (a `where` by a constant `[K, P]` mask). One
+    /// gather whose elements each cost an index load (and a mask load): a stack of `K`
+    /// strided slices would select among `K` views per element, and gathering from a
+    /// padded copy would divide every flat index back into padded coordinates.
     fn im2col(&mut self, x: ValueId, axes: &[Axis], fill: f64) -> Result<ValueId> {
-        let mut pads = vec![0i64; 4];
-        for a in axes {
-            let end = a.padded_extent() - a.pad_begin - a.input;
-            pads.extend([a.pad_begin as i64, end as i64]);
-        }
-        let padded = if pads.iter().any(|&p| p != 0) {
-            self.emit(Op::Pad { pads, value: fill }, &[x])?
-        } else {
-            x
-        };
-        let shape = self.shape(padded);
+        let shape = self.shape(x);
         let (n, c) = (shape[0], shape[1]);
-        let extents = &shape[2..];
         let kernel: Vec<usize> = axes.iter().map(|a| a.kernel).collect();
         let outs: Vec<usize> = axes.iter().map(|a| a.output).collect();
         let (k, p) = (
@@ -74,10 +66,9 @@ impl Decomposer {
         let identity = k == 1
             && axes
                 .iter()
-                .zip(extents)
-                .all(|(a, &e)| a.stride == 1 && a.output == e);
+                .all(|a| a.stride == 1 && a.pad_begin == 0 && a.output == a.input);
         if identity {
-            return self.reshape(padded, &out_shape);
+            return self.reshape(x, &out_shape);
         }
         let unravel = |mut f: usize, dims: &[usize]| {
             let mut idx = vec![0; dims.len()];
@@ -88,23 +79,37 @@ impl Decomposer {
             idx
         };
         let mut index = Vec::with_capacity(k * p);
+        let mut inside = Vec::with_capacity(k * p);
         for t in 0..k {
             let ks = unravel(t, &kernel);
             for o in 0..p {
                 let os = unravel(o, &outs);
-                let flat = axes.iter().enumerate().fold(0usize, |acc, (i, a)| {
-                    acc * extents[i] + os[i] * a.stride + ks[i] * a.dilation
-                });
-                index.push(flat as i64);
+                let (mut flat, mut ok) = (0i64, true);
+                for (i, a) in axes.iter().enumerate() {
+                    let pos = a.position(os[i], ks[i]);
+                    ok &= pos >= 0 && pos < a.input as i64;
+                    flat = flat * a.input as i64 + pos.clamp(0, a.input as i64 - 1);
+                }
+                index.push(flat);
+                inside.push(ok as i64);
             }
         }
-        let ity = TensorType::new(DType::I64, vec![k, p]).map_err(Error::internal)?;
-        let index = self
-            .out
-            .add_constant(Constant::new(Tensor::from_i64(&ity, &index)), None)
-            .map_err(Error::internal)?;
-        let flat = self.reshape(padded, &[n, c, extents.iter().product()])?;
-        let cols = self.emit(Op::IndexSelect { axis: 2 }, &[flat, index])?;
+        let kp = TensorType::new(DType::I64, vec![k, p]).map_err(Error::internal)?;
+        let constant = |l: &mut Decomposer, t: Tensor| {
+            l.out
+                .add_constant(Constant::new(t), None)
+                .map_err(Error::internal)
+        };
+        let index = constant(self, Tensor::from_i64(&kp, &index))?;
+        let plane: usize = shape[2..].iter().product();
+        let flat = self.reshape(x, &[n, c, plane])?;
+        let mut cols = self.emit(Op::IndexSelect { axis: 2 }, &[flat, index])?;
+        if inside.contains(&0) {
+            let mask = Tensor::from_i64(&kp.with_dtype(DType::Bool), &inside);
+            let mask = constant(self, mask)?;
+            let fill = self.literal(fill, self.dtype(x))?;
+            cols = self.emit(Op::Where, &[mask, cols, fill])?;
+        }
         self.reshape(cols, &out_shape)
     }
 
