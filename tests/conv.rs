@@ -158,3 +158,31 @@ fn bad_window_attributes_are_located_errors() {
         assert!(e.starts_with("bad.fg:2:"), "{e}");
     }
 }
+
+#[test]
+fn empty_batches_and_channels_run_everywhere() {
+    let g = Graph::new("empty");
+    let x = g.input("x", ferrite::f32(&[0, 3, 5, 5]));
+    let w = g.input("w", ferrite::f32(&[4, 3, 3, 3]));
+    let z = g.input("z", ferrite::f32(&[1, 0, 4, 4]));
+    let wz = g.input("wz", ferrite::f32(&[2, 0, 3, 3]));
+    g.output(&x.conv2d(&w, None, [1, 1], [0, 0], [1, 1], 1));
+    g.output(&z.max_pool2d([2, 2], [] as [i64; 0], [0, 0], [1, 1], false));
+    // No input channels: every output is an empty sum, 0.
+    let y = z.conv2d(&wz, None, [1, 1], [1, 1], [1, 1], 1);
+    assert_eq!(y.shape(), [1, 2, 4, 4]);
+    g.output(&y);
+    let inputs = [
+        random(&[0, 3, 5, 5], 0),
+        random(&[4, 3, 3, 3], 1),
+        random(&[1, 0, 4, 4], 2),
+        random(&[2, 0, 3, 3], 3),
+    ];
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    check_everywhere(&g, &refs, 0.0);
+    let out = compile(&g, &Options::default().target(Target::Interp))
+        .unwrap()
+        .run(&refs)
+        .unwrap();
+    assert!(out[2].to_f64_vec().iter().all(|&v| v == 0.0));
+}
