@@ -1496,9 +1496,18 @@ fn spatial_node(
     import(&bytes, &Options::default(), &mut NoExternalData)
 }
 
+/// An op, its inputs, attributes and initializers, and a part of the error it must give.
+type SpatialCase = (
+    &'static str,
+    Vec<&'static str>,
+    Vec<AttributeProto>,
+    Vec<TensorProto>,
+    &'static str,
+);
+
 #[test]
 fn window_and_resize_attributes_out_of_range_are_named_errors() {
-    let cases: Vec<(&str, Vec<&str>, Vec<AttributeProto>, Vec<TensorProto>, &str)> = vec![
+    let cases: Vec<SpatialCase> = vec![
         (
             "Conv",
             vec!["x", "w"],
