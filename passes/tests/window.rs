@@ -168,7 +168,7 @@ fn conv_with_its_epilogue_is_two_kernels() {
          }",
         1e-4,
     );
-    assert!(n.0 <= 3, "{}", n.1);
+    assert_eq!(n.0, 2, "{}", n.1);
 }
 
 #[test]
