@@ -204,8 +204,7 @@ pub fn build_kernel(
         // A matmul's epilogue computed after a reshape of the product (a conv's
         // `[N, C_out, H, W]` from the GEMM's `[C_out, H * W]`): one element per outer
         // point, at the row-major position of that point.
-        let same_count =
-            st.shape.iter().product::<usize>() == outer.iter().product::<usize>();
+        let same_count = st.shape.iter().product::<usize>() == outer.iter().product::<usize>();
         let found = found.or_else(|| {
             (same_count && !matmuls.is_empty())
                 .then(|| Placement::Outer(reshaped_coords(&outer, &st.shape)))
