@@ -1,5 +1,7 @@
 //! Real models: the tiny random-init GPT-2, BERT and LLaMA-style models under
-//! `examples/onnx/`, exported from PyTorch by `scripts/export-models.py`, run on the
+//! `examples/onnx/`, exported from PyTorch by `scripts/export-models.py`, and the
+//! ResNet-18- and MobileNetV2-style convolutional ones written with onnx.helper by
+//! `scripts/export-conv-models.py` (no torch needed), run on the
 //! interpreter, the CPU backend (fused and unfused, 1 and 3 threads) and the simulator,
 //! against the outputs ONNX Runtime gave for the same inputs (committed beside them).
 //! The same for the recurrent layers under `tests/onnx/recurrent/`, written by
@@ -11,7 +13,7 @@
 use ferrite::{Options, Target, Tensor};
 use std::path::Path;
 
-const MODELS: [&str; 3] = ["gpt2", "bert", "llama"];
+const MODELS: [&str; 5] = ["gpt2", "bert", "llama", "resnet_tiny", "mobilenetv2_tiny"];
 
 fn close(got: &Tensor, want: &Tensor) -> Result<(), String> {
     if got.dtype() != want.dtype() || got.shape() != want.shape() {
@@ -136,6 +138,16 @@ fn recurrent_layers_match_onnx_runtime() {
         let name = dir.file_name().unwrap().to_str().unwrap().to_string();
         check_dir(&name, &dir);
     }
+}
+
+#[test]
+fn resnet_tiny_matches_onnx_runtime() {
+    check_model(MODELS[3]);
+}
+
+#[test]
+fn mobilenetv2_tiny_matches_onnx_runtime() {
+    check_model(MODELS[4]);
 }
 
 /// The committed data still says what the test reads: every model's inputs and

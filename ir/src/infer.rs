@@ -6,7 +6,7 @@
 
 use crate::op::{ArgReduceOp, BinaryOp, Op, ReduceOp, UnaryOp};
 use crate::types::{broadcast_shapes, check_shape, normalize_axis, ShapeDisplay, TensorType};
-use crate::{promote, DType, TypeError};
+use crate::{promote, window, DType, TypeError};
 
 /// Infers the result type of `op` applied to operands of types `inputs`.
 /// The error is a sentence naming the op and what is wrong, and names the
@@ -422,9 +422,270 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             }
             TensorType::new(*dtype, vec![n as usize])?
         }
+        Op::Conv { groups, .. } => {
+            let (x, w) = (inputs[0], inputs[1]);
+            let axes = windows(op, x, Some(w))?;
+            let mut shape = vec![x.shape[0], w.shape[0]];
+            shape.extend(axes.iter().map(|a| a.output));
+            let _ = groups;
+            TensorType::new(x.dtype, shape)?
+        }
+        Op::ConvTranspose {
+            stride,
+            padding,
+            output_padding,
+            dilation,
+            groups,
+        } => {
+            let (x, w) = (inputs[0], inputs[1]);
+            let spatial = window::spatial(name, "input", &x.shape)?;
+            let (c_out, kernel) = conv_weight(name, x, w, *groups, true)?;
+            // The windows of the forward conv: its stride, dilation and kernel.
+            let attrs = window::Attrs {
+                op: name,
+                stride: stride.as_deref(),
+                padding: padding.as_deref(),
+                dilation: dilation.as_deref(),
+                ceil_mode: false,
+                stride_is_kernel: false,
+            };
+            let ones = vec![1; spatial.len()];
+            let axes = window::resolve(&attrs, &ones, &ones)?;
+            let extra = match output_padding {
+                None => vec![0; spatial.len()],
+                Some(v) if v.len() != spatial.len() => {
+                    return Err(TypeError::new(format!(
+                        "{name}: output_padding has {} entries, the input has {} spatial axes",
+                        v.len(),
+                        spatial.len()
+                    ))
+                    .on("output_padding"))
+                }
+                Some(v) => v.clone(),
+            };
+            let mut shape = vec![x.shape[0], c_out];
+            for (i, a) in axes.iter().enumerate() {
+                // PyTorch: output_padding must be smaller than the stride or the dilation.
+                if extra[i] < 0 || extra[i] as usize >= a.stride.max(a.dilation) {
+                    return Err(TypeError::new(format!(
+                        "{name}: output_padding {} on spatial axis {i} must be in 0..{}, \
+                         below the stride or the dilation",
+                        extra[i],
+                        a.stride.max(a.dilation)
+                    ))
+                    .on("output_padding"));
+                }
+                let full = (spatial[i] as i128 - 1) * a.stride as i128
+                    + (kernel[i] as i128 - 1) * a.dilation as i128
+                    + 1
+                    + extra[i] as i128;
+                let n = full - a.pad_begin as i128 - a.pad_end as i128;
+                if spatial[i] == 0 || n < 1 {
+                    return Err(TypeError::new(format!(
+                        "{name}: the output would have extent {n} on spatial axis {i}"
+                    ))
+                    .on("padding"));
+                }
+                shape.push(n.min(u32::MAX as i128) as usize);
+            }
+            TensorType::new(x.dtype, shape)?
+        }
+        Op::MaxPool { .. } | Op::AvgPool { .. } => {
+            let x = inputs[0];
+            if matches!(op, Op::AvgPool { .. }) {
+                float_input(name, x)?;
+            } else if x.dtype == DType::Bool {
+                return Err(TypeError::new(format!(
+                    "{name} is not defined for bool tensors"
+                )));
+            }
+            let axes = windows(op, x, None)?;
+            let mut shape = x.shape[..2].to_vec();
+            shape.extend(axes.iter().map(|a| a.output));
+            TensorType::new(x.dtype, shape)?
+        }
+        Op::BatchNorm { eps } => {
+            let x = inputs[0];
+            float_input(name, x)?;
+            if x.rank() < 2 {
+                return Err(TypeError::new(format!(
+                    "{name} needs an [N, C, ...] tensor of rank >= 2, not {x}"
+                )));
+            }
+            if !eps.is_finite() || *eps < 0.0 {
+                return Err(
+                    TypeError::new(format!("{name}: eps must be finite and >= 0")).on("eps"),
+                );
+            }
+            let c = x.shape[1];
+            let what = ["weight", "bias", "running_mean", "running_var"];
+            for (p, what) in inputs[1..].iter().zip(what) {
+                if p.shape != [c] || p.dtype != x.dtype {
+                    return Err(TypeError::new(format!(
+                        "{name}: {what} must be {}[{c}] (the channels of {x}), not {p}",
+                        x.dtype
+                    )));
+                }
+            }
+            x.clone()
+        }
+        Op::Clip { min, max } => {
+            let x = inputs[0];
+            if x.dtype == DType::Bool {
+                return Err(TypeError::new(format!(
+                    "{name} is not defined for bool tensors"
+                )));
+            }
+            for (bound, key) in [(min, "min"), (max, "max")] {
+                if let Some(v) = bound {
+                    let fits = if x.dtype.is_float() {
+                        !v.is_nan()
+                    } else {
+                        fill_fits(*v, x.dtype)
+                    };
+                    if !fits {
+                        return Err(TypeError::new(format!(
+                            "{name}: {key} {} is not a bound of a {} tensor",
+                            crate::op::format_float(*v),
+                            x.dtype
+                        ))
+                        .on(key));
+                    }
+                }
+            }
+            x.clone()
+        }
     };
     check_shape(&ty.shape).map_err(|e| e.context(name))?;
     Ok(ty)
+}
+
+/// The resolved windows of a `conv`, `max_pool` or `avg_pool` on an input of type `x`
+/// (and, for `conv`, a weight of type `w`): one [`window::Axis`] per spatial axis.
+/// Every check of the typing rule on the window attributes is made here.
+pub fn windows(
+    op: &Op,
+    x: &TensorType,
+    w: Option<&TensorType>,
+) -> Result<Vec<window::Axis>, TypeError> {
+    let name = op.name();
+    let spatial = window::spatial(name, "input", &x.shape)?;
+    let (kernel, attrs) = match op {
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+        } => {
+            let w = w.ok_or_else(|| TypeError::new(format!("{name} takes a weight")))?;
+            let (_, kernel) = conv_weight(name, x, w, *groups, false)?;
+            let attrs = window::Attrs {
+                op: name,
+                stride: stride.as_deref(),
+                padding: padding.as_deref(),
+                dilation: dilation.as_deref(),
+                ceil_mode: false,
+                stride_is_kernel: false,
+            };
+            (kernel, attrs)
+        }
+        Op::MaxPool {
+            kernel,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+        }
+        | Op::AvgPool {
+            kernel,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            ..
+        } => {
+            let kernel = window::kernel(name, kernel, spatial.len())?;
+            let attrs = window::Attrs {
+                op: name,
+                stride: stride.as_deref(),
+                padding: padding.as_deref(),
+                dilation: dilation.as_deref(),
+                ceil_mode: *ceil_mode,
+                stride_is_kernel: true,
+            };
+            (kernel, attrs)
+        }
+        _ => return Err(TypeError::new(format!("{name} is not a window op"))),
+    };
+    window::resolve(&attrs, spatial, &kernel)
+}
+
+/// Checks a `conv` (or, `transposed`, a `conv_transpose`) weight against its input and
+/// `groups`; returns the output channels and the kernel extents.
+fn conv_weight(
+    name: &'static str,
+    x: &TensorType,
+    w: &TensorType,
+    groups: i64,
+    transposed: bool,
+) -> Result<(usize, Vec<usize>), TypeError> {
+    float_input(name, x)?;
+    if w.dtype != x.dtype {
+        return Err(TypeError::new(format!(
+            "{name}: the weight's dtype {} differs from the input's {}",
+            w.dtype, x.dtype
+        )));
+    }
+    window::spatial(name, "input", &x.shape)?;
+    if w.rank() != x.rank() {
+        return Err(TypeError::new(format!(
+            "{name}: the weight {w} must have the input's rank {} ([{}, *kernel])",
+            x.rank(),
+            if transposed {
+                "C_in, C_out / groups"
+            } else {
+                "C_out, C_in / groups"
+            }
+        )));
+    }
+    let c = x.shape[1];
+    let g = usize::try_from(groups).unwrap_or(usize::MAX);
+    if g == 0 || !c.is_multiple_of(g) {
+        return Err(TypeError::new(format!(
+            "{name}: groups={groups} does not divide the input's {c} channels"
+        ))
+        .on("groups"));
+    }
+    let c_out = if transposed {
+        if w.shape[0] != c {
+            return Err(TypeError::new(format!(
+                "{name}: the weight {w} must have the input's {c} channels on axis 0"
+            )));
+        }
+        w.shape[1].saturating_mul(g)
+    } else {
+        if w.shape[1].saturating_mul(g) != c {
+            return Err(TypeError::new(format!(
+                "{name}: the weight {w} must have {} input channels on axis 1 ({c} / groups={g})",
+                c / g
+            )));
+        }
+        if !w.shape[0].is_multiple_of(g) {
+            return Err(TypeError::new(format!(
+                "{name}: groups={g} does not divide the weight's {} output channels",
+                w.shape[0]
+            ))
+            .on("groups"));
+        }
+        w.shape[0]
+    };
+    let kernel = w.shape[2..].to_vec();
+    if kernel.contains(&0) {
+        return Err(TypeError::new(format!(
+            "{name}: the weight {w} has an empty kernel"
+        )));
+    }
+    Ok((c_out, kernel))
 }
 
 impl TensorType {

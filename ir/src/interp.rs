@@ -37,6 +37,7 @@ mod linalg;
 mod movement;
 mod reduce;
 mod strided;
+mod window;
 
 pub use erf::erf;
 
@@ -222,6 +223,11 @@ fn dispatch(op: &Op, x: &[&Tensor], out: &TensorType) -> Result<Tensor> {
         Op::Gather { axis } => movement::gather(*axis, x[0], x[1], out),
         Op::Full { value, .. } => movement::full(*value, out),
         Op::Arange { start, step, .. } => Ok(movement::arange(*start, *step, out)),
+        Op::Conv { .. } => window::conv(op, x[0], x[1], out),
+        Op::ConvTranspose { .. } => window::conv_transpose(op, x[0], x[1], out),
+        Op::MaxPool { .. } | Op::AvgPool { .. } => window::pool(op, x[0], out),
+        Op::BatchNorm { eps } => composite::batch_norm(x, *eps),
+        Op::Clip { min, max } => composite::clip(x[0], *min, *max),
     }
 }
 

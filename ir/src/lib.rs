@@ -21,6 +21,7 @@ mod spelling;
 mod tensor;
 pub mod text;
 pub mod types;
+pub mod window;
 
 pub use constant::{Constant, SMALL_CONSTANT};
 pub use dtype::{promote, Category, DType};

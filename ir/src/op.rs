@@ -472,6 +472,79 @@ pub enum Op {
         /// Result dtype.
         dtype: DType,
     },
+    /// `conv(x, w, stride=, padding=, dilation=, groups=1)`: cross-correlation of an
+    /// `[N, C, *spatial]` input with a `[C_out, C / groups, *kernel]` weight over 1 to 3
+    /// spatial axes (PyTorch's `conv1d`/`conv2d`/`conv3d` without bias; add the bias
+    /// after). Composite: `decompose` makes it im2col slices and one `matmul`.
+    Conv {
+        /// Per axis, default 1.
+        stride: Option<Vec<i64>>,
+        /// Per axis (both sides) or begins then ends, default 0.
+        padding: Option<Vec<i64>>,
+        /// Per axis, default 1.
+        dilation: Option<Vec<i64>>,
+        /// Channel groups (`C_in` for depthwise).
+        groups: i64,
+    },
+    /// `conv_transpose(x, w, stride=, padding=, output_padding=, dilation=, groups=1)`:
+    /// the gradient of `conv` with respect to its input, with a `[C, C_out / groups,
+    /// *kernel]` weight (PyTorch's `conv_transpose2d` without bias). Composite.
+    ConvTranspose {
+        /// Per axis, default 1.
+        stride: Option<Vec<i64>>,
+        /// Per axis (both sides) or begins then ends, default 0: cropped from the result.
+        padding: Option<Vec<i64>>,
+        /// Per axis, default 0: added to the end of each spatial extent.
+        output_padding: Option<Vec<i64>>,
+        /// Per axis, default 1.
+        dilation: Option<Vec<i64>>,
+        /// Channel groups.
+        groups: i64,
+    },
+    /// `max_pool(x, kernel=[..], stride=, padding=, dilation=, ceil_mode=false)` over the
+    /// spatial axes of `[N, C, *spatial]` (padding never wins). Composite.
+    MaxPool {
+        /// Window extents.
+        kernel: Vec<i64>,
+        /// Per axis, default the kernel.
+        stride: Option<Vec<i64>>,
+        /// Per axis (both sides) or begins then ends, default 0.
+        padding: Option<Vec<i64>>,
+        /// Per axis, default 1.
+        dilation: Option<Vec<i64>>,
+        /// Round output extents up.
+        ceil_mode: bool,
+    },
+    /// `avg_pool(x, kernel=[..], stride=, padding=, dilation=, ceil_mode=false,
+    /// count_include_pad=true)`. Composite.
+    AvgPool {
+        /// Window extents.
+        kernel: Vec<i64>,
+        /// Per axis, default the kernel.
+        stride: Option<Vec<i64>>,
+        /// Per axis (both sides) or begins then ends, default 0.
+        padding: Option<Vec<i64>>,
+        /// Per axis, default 1.
+        dilation: Option<Vec<i64>>,
+        /// Round output extents up.
+        ceil_mode: bool,
+        /// Count the padding's taps in the divisor.
+        count_include_pad: bool,
+    },
+    /// `batch_norm(x, weight, bias, running_mean, running_var, eps=1e-5)` in inference
+    /// form over axis 1 of `[N, C, ...]` (composite: a per-channel scale and shift).
+    BatchNorm {
+        /// Added to the variance.
+        eps: f64,
+    },
+    /// `clip(x, min=, max=)`: `minimum(maximum(x, min), max)`; either bound may be left
+    /// out (composite).
+    Clip {
+        /// Lower bound.
+        min: Option<f64>,
+        /// Upper bound.
+        max: Option<f64>,
+    },
     /// A constant tensor (a weight), shared rather than copied when the graph is:
     /// `constant(name="fc1.weight")` from the graph's weights file, or
     /// `constant(values=[..], dtype=.., shape=[..])` inline. Like a parameter it takes
@@ -510,6 +583,12 @@ impl Op {
             Op::Gather { .. } => Kind::Gather,
             Op::Full { .. } => Kind::Full,
             Op::Arange { .. } => Kind::Arange,
+            Op::Conv { .. } => Kind::Conv,
+            Op::ConvTranspose { .. } => Kind::ConvTranspose,
+            Op::MaxPool { .. } => Kind::MaxPool,
+            Op::AvgPool { .. } => Kind::AvgPool,
+            Op::BatchNorm { .. } => Kind::BatchNorm,
+            Op::Clip { .. } => Kind::Clip,
         };
         Some(OpSpec::of(kind))
     }
@@ -536,7 +615,13 @@ impl Op {
             | Op::RmsNorm { .. }
             | Op::Transpose { .. }
             | Op::Squeeze { .. }
-            | Op::Unsqueeze { .. } => false,
+            | Op::Unsqueeze { .. }
+            | Op::Conv { .. }
+            | Op::ConvTranspose { .. }
+            | Op::MaxPool { .. }
+            | Op::AvgPool { .. }
+            | Op::BatchNorm { .. }
+            | Op::Clip { .. } => false,
             _ => true,
         }
     }

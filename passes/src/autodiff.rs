@@ -116,6 +116,12 @@ fn has_rule(op: &Op) -> bool {
         | Op::Full { .. }
         | Op::Arange { .. }
         | Op::Constant(_) => true,
+        Op::Conv { .. }
+        | Op::ConvTranspose { .. }
+        | Op::MaxPool { .. }
+        | Op::AvgPool { .. }
+        | Op::BatchNorm { .. }
+        | Op::Clip { .. } => false,
     }
 }
 
@@ -498,6 +504,16 @@ impl<'g> Backward<'g> {
             | Op::Arange { .. }
             | Op::Constant(_)
             | Op::ArgReduce { .. } => Ok(()),
+            // Differentiated through their decomposition (see `differentiable`).
+            Op::Conv { .. }
+            | Op::ConvTranspose { .. }
+            | Op::MaxPool { .. }
+            | Op::AvgPool { .. }
+            | Op::BatchNorm { .. }
+            | Op::Clip { .. } => Err(Error::internal(format!(
+                "grad: {} has no rule of its own and should have been decomposed",
+                node.op.name()
+            ))),
             Op::Unary(u) => {
                 let x = xs[0];
                 let dx = match u {

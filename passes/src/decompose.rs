@@ -24,6 +24,9 @@
 //! | `exp(int)` and other transcendental ops of ints | `exp(cast(x, f32))` |
 //! | `add(i32, f32)` and other mixed-dtype binary ops, `where` | casts to the promoted dtype first |
 //! | `div(int, int)` | `div(cast(a, f32), cast(b, f32))` (true division) |
+//! | `conv`, `conv_transpose`, `max_pool`, `avg_pool` | the taps gathered from the padded input by a constant index (im2col), then one `matmul`, a `sum` (depthwise), a `max` or a `sum / count` (`window.rs`) |
+//! | `batch_norm(x, w, b, m, v, eps)` | `s = w * rsqrt(v + eps)`; `x * s + (b - m * s)` per channel |
+//! | `clip(x, lo, hi)` | `minimum(maximum(x, lo), hi)` |
 //!
 //! Numerical choices, and why:
 //!
@@ -59,6 +62,8 @@
 //!
 //! Literals are cast by folding: a literal operand that needs another dtype becomes a
 //! new literal of that dtype holding the value the old one had in its own dtype.
+
+mod window;
 
 use crate::error::{Error, Result};
 use ferrite_ir::infer::reduced_axes;
@@ -232,6 +237,11 @@ impl Decomposer {
                 let shape = node.ty.shape.iter().map(|&d| d as i64).collect();
                 self.emit(Op::Reshape { shape }, &ins)
             }
+            op @ Op::Conv { .. } => self.conv(op, ins[0], ins[1], &node.ty),
+            op @ Op::ConvTranspose { .. } => self.conv_transpose(op, ins[0], ins[1], &node.ty),
+            op @ (Op::MaxPool { .. } | Op::AvgPool { .. }) => self.pool(op, ins[0], &node.ty),
+            Op::BatchNorm { eps } => self.batch_norm(&ins, *eps),
+            Op::Clip { min, max } => self.clip(ins[0], *min, *max),
             // Primitive ops are copied. Listed one by one so that a new op added to `Op`
             // has to be classified here.
             op @ (Op::Cast { .. }

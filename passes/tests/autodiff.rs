@@ -471,3 +471,29 @@ fn random_graphs_match_directional_finite_differences() {
         "only {checked} graphs checked ({rough} not smooth)"
     );
 }
+
+/// Ops without a rule of their own (the window ops, batch_norm, clip) are differentiated
+/// through their decomposition.
+#[test]
+fn window_ops_are_differentiated_through_their_decomposition() {
+    check(
+        "x: f64[1, 2, 5, 5], w: f64[4, 1, 2, 2]",
+        "  y = conv(x, w, padding=[1, 1], stride=[2, 1], groups=2)",
+        &["x", "w"],
+    );
+    check(
+        "x: f64[1, 2, 4, 4], w: f64[2, 1, 2, 2], s: f64[2], b: f64[2], m: f64[2], v: f64[2]",
+        "  d = conv(x, w, padding=[1, 1], groups=2)\n  p = max_pool(d, kernel=[2, 2], stride=[2, 2], ceil_mode=true)\n  a = avg_pool(x, kernel=[3, 3], stride=[2, 2], padding=[1, 1], count_include_pad=false)\n  n = batch_norm(a, s, b, add(abs(v), 0.5), add(abs(v), 0.5))\n  y = add(sum(p), clip(mul(n, 3.0), min=-0.5, max=0.5))",
+        &["x", "w", "s", "b"],
+    );
+    // An intermediate value cannot be a target of a graph that must be decomposed.
+    let g = parse(
+        "t.fg",
+        "graph t(x: f64[1, 1, 3, 3], w: f64[1, 1, 2, 2]) {\n  h = conv(x, w)\n  l = sum(h)\n  return l\n}",
+    )
+    .unwrap();
+    let e = grad(&g, 0, &[g.find("h").unwrap()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`conv`") && e.contains("parameters only"), "{e}");
+}

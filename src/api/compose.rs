@@ -200,6 +200,45 @@ impl Var {
         }
     }
 
+    /// PyTorch's `adaptive_avg_pool2d(x, output_size)` over the last two axes (any
+    /// number of spatial axes, one entry of `output` each): output cell `i` of an axis
+    /// of extent `n` averages `floor(i * n / out)..ceil((i + 1) * n / out)`: a `concat`
+    /// of `mean`s of slices, axis by axis (so a cell's mean rounds once per axis).
+    #[track_caller]
+    pub fn adaptive_avg_pool2d(&self, output: impl super::ops::Dims) -> Var {
+        let ty = match self.typed() {
+            Ok(ty) => ty,
+            Err(p) => return p,
+        };
+        let out = output.to_dims();
+        let s = out.len();
+        if ty.rank() < s + 1 || s == 0 || out.iter().any(|&o| o < 1) {
+            return self.reject(
+                "adaptive_avg_pool2d",
+                format!("output size {out:?} does not fit the input {ty}"),
+            );
+        }
+        let first = ty.rank() - s;
+        let mut y = self.clone();
+        for (i, &o) in out.iter().enumerate() {
+            let axis = first + i;
+            let (n, o) = (ty.shape[axis], o as usize);
+            if n == o {
+                continue;
+            }
+            let cells: Vec<Var> = (0..o)
+                .map(|c| {
+                    let (start, end) = (c * n / o, ((c + 1) * n).div_ceil(o));
+                    y.slice(axis as i64, start as i64..end as i64)
+                        .mean([axis as i64], true)
+                })
+                .collect();
+            let refs: Vec<&Var> = cells.iter().collect();
+            y = concat(&refs, axis as i64);
+        }
+        y
+    }
+
     /// The variance over `axes`, `sum((x - mean)^2) / max(0, N - correction)` where `N` is
     /// the number of elements reduced (PyTorch's `var`: `correction=1` is the unbiased
     /// estimate, 0 the population variance; `N <= correction` divides by 0). Floats only.

@@ -468,6 +468,150 @@ impl Var {
             .record(Op::Gather { axis }, &[self.into(), index.into()])
     }
 
+    /// PyTorch's `conv2d(x, weight, bias, stride, padding, dilation, groups)` over an
+    /// `[N, C, H, W]` input and a `[C_out, C / groups, kH, kW]` weight (`groups = C` is
+    /// depthwise); `padding` is `[pH, pW]` on both sides, or `[top, left, bottom,
+    /// right]`. The bias (`[C_out]`) is added after the `conv` op. The same method
+    /// serves 1-D and 3-D inputs: the lists then have one or three entries.
+    #[track_caller]
+    pub fn conv2d(
+        &self,
+        weight: &Var,
+        bias: Option<&Var>,
+        stride: impl Dims,
+        padding: impl Dims,
+        dilation: impl Dims,
+        groups: i64,
+    ) -> Var {
+        let op = Op::Conv {
+            stride: Some(stride.to_dims()),
+            padding: Some(padding.to_dims()),
+            dilation: Some(dilation.to_dims()),
+            groups,
+        };
+        let y = self.graph().record(op, &[self.into(), weight.into()]);
+        y.plus_channel_bias(bias)
+    }
+
+    /// PyTorch's `conv_transpose2d(x, weight, bias, stride, padding, output_padding,
+    /// groups, dilation)` with a `[C, C_out / groups, kH, kW]` weight (1-D and 3-D too).
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_transpose2d(
+        &self,
+        weight: &Var,
+        bias: Option<&Var>,
+        stride: impl Dims,
+        padding: impl Dims,
+        output_padding: impl Dims,
+        groups: i64,
+        dilation: impl Dims,
+    ) -> Var {
+        let op = Op::ConvTranspose {
+            stride: Some(stride.to_dims()),
+            padding: Some(padding.to_dims()),
+            output_padding: Some(output_padding.to_dims()),
+            dilation: Some(dilation.to_dims()),
+            groups,
+        };
+        let y = self.graph().record(op, &[self.into(), weight.into()]);
+        y.plus_channel_bias(bias)
+    }
+
+    /// `self + bias.reshape([C, 1, ..])` for an `[N, C, ...]` result, or `self`.
+    #[track_caller]
+    fn plus_channel_bias(&self, bias: Option<&Var>) -> Var {
+        let Some(b) = bias else {
+            return self.clone();
+        };
+        match self.ty() {
+            Ok(ty) if ty.rank() >= 2 => {
+                let mut shape = vec![1i64; ty.rank() - 1];
+                shape[0] = -1;
+                self.add(b.reshape(shape))
+            }
+            _ => self.clone(),
+        }
+    }
+
+    /// PyTorch's `max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)`;
+    /// an empty `stride` is the kernel (1-D and 3-D too).
+    #[track_caller]
+    pub fn max_pool2d(
+        &self,
+        kernel: impl Dims,
+        stride: impl Dims,
+        padding: impl Dims,
+        dilation: impl Dims,
+        ceil_mode: bool,
+    ) -> Var {
+        let stride = stride.to_dims();
+        self.record(Op::MaxPool {
+            kernel: kernel.to_dims(),
+            stride: (!stride.is_empty()).then_some(stride),
+            padding: Some(padding.to_dims()),
+            dilation: Some(dilation.to_dims()),
+            ceil_mode,
+        })
+    }
+
+    /// PyTorch's `avg_pool2d(x, kernel_size, stride, padding, ceil_mode,
+    /// count_include_pad)`; an empty `stride` is the kernel (1-D and 3-D too).
+    #[track_caller]
+    pub fn avg_pool2d(
+        &self,
+        kernel: impl Dims,
+        stride: impl Dims,
+        padding: impl Dims,
+        ceil_mode: bool,
+        count_include_pad: bool,
+    ) -> Var {
+        let stride = stride.to_dims();
+        self.record(Op::AvgPool {
+            kernel: kernel.to_dims(),
+            stride: (!stride.is_empty()).then_some(stride),
+            padding: Some(padding.to_dims()),
+            dilation: None,
+            ceil_mode,
+            count_include_pad,
+        })
+    }
+
+    /// PyTorch's `batch_norm(x, running_mean, running_var, weight, bias,
+    /// training=False, eps=eps)` over axis 1 (note the IR's operand order: weight and
+    /// bias first).
+    #[track_caller]
+    pub fn batch_norm(
+        &self,
+        running_mean: &Var,
+        running_var: &Var,
+        weight: &Var,
+        bias: &Var,
+        eps: f64,
+    ) -> Var {
+        let operands = [
+            self.into(),
+            weight.into(),
+            bias.into(),
+            running_mean.into(),
+            running_var.into(),
+        ];
+        self.graph().record(Op::BatchNorm { eps }, &operands)
+    }
+
+    /// The `clip` op: `minimum(maximum(x, min), max)` in the dtype of `x`, either bound
+    /// optional (ONNX `Clip`; [`Var::clamp`] is PyTorch's, which promotes).
+    #[track_caller]
+    pub fn clip(&self, min: Option<f64>, max: Option<f64>) -> Var {
+        self.record(Op::Clip { min, max })
+    }
+
+    /// `clip(x, 0, 6)`, PyTorch's `relu6`.
+    #[track_caller]
+    pub fn relu6(&self) -> Var {
+        self.clip(Some(0.0), Some(6.0))
+    }
+
     /// A tensor of this shape and dtype filled with `value`.
     #[track_caller]
     pub fn full_like(&self, value: f64) -> Var {

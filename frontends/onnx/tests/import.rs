@@ -1463,3 +1463,116 @@ fn split_into_more_parts_than_a_node_can_have_is_an_error() {
     let e = import(&bytes, &Options::default(), &mut NoExternalData).unwrap_err();
     assert!(e.to_string().contains("Split"), "{e}");
 }
+
+fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// A one-node model on `x: f32[1, 2, 4, 4]` (and a weight `w: f32[3, 2, 3, 3]` for Conv).
+fn spatial_node(
+    op: &str,
+    inputs: &[&str],
+    attrs: Vec<AttributeProto>,
+    inits: Vec<TensorProto>,
+) -> Result<ferrite_onnx::Model, Error> {
+    let mut n = node(op, inputs, &["y"]);
+    n.name = Some("n0".into());
+    n.attribute = attrs;
+    let bytes = model_at(
+        19,
+        vec![n],
+        vec![
+            value("x", F32, &[Ok(1), Ok(2), Ok(4), Ok(4)]),
+            value("w", F32, &[Ok(3), Ok(2), Ok(3), Ok(3)]),
+        ],
+        vec![value("y", F32, &[Ok(1)])],
+        inits,
+    );
+    import(&bytes, &Options::default(), &mut NoExternalData)
+}
+
+/// An op, its inputs, attributes and initializers, and a part of the error it must give.
+type SpatialCase = (
+    &'static str,
+    Vec<&'static str>,
+    Vec<AttributeProto>,
+    Vec<TensorProto>,
+    &'static str,
+);
+
+#[test]
+fn window_and_resize_attributes_out_of_range_are_named_errors() {
+    let cases: Vec<SpatialCase> = vec![
+        (
+            "Conv",
+            vec!["x", "w"],
+            vec![ints_attr("pads", &[i64::MAX, 0, 0, 0])],
+            vec![],
+            "padding entries must be in 0..",
+        ),
+        (
+            "Conv",
+            vec!["x", "w"],
+            vec![int_attr("group", 0)],
+            vec![],
+            "groups",
+        ),
+        (
+            "Conv",
+            vec!["x", "w"],
+            vec![ints_attr("strides", &[1])],
+            vec![],
+            "attribute `strides` has 1 entries",
+        ),
+        (
+            "MaxPool",
+            vec!["x"],
+            vec![ints_attr("kernel_shape", &[0, 2])],
+            vec![],
+            "kernel_shape [0, 2] must hold 2 positive extents",
+        ),
+        (
+            "MaxPool",
+            vec!["x"],
+            vec![ints_attr("kernel_shape", &[300, 300])],
+            vec![],
+            "taps",
+        ),
+        (
+            "AveragePool",
+            vec!["x"],
+            vec![],
+            vec![],
+            "attribute `kernel_shape` is required",
+        ),
+        (
+            "Resize",
+            vec!["x", "", "", "sizes"],
+            vec![],
+            vec![ints("sizes", &[1, 2, 1 << 30, 4])],
+            "needs more than 16777216 taps",
+        ),
+        (
+            "Resize",
+            vec!["x", "", "scales", "sizes"],
+            vec![],
+            vec![ints("sizes", &[1, 2, 4, 4]), ints("scales", &[1, 1, 1, 1])],
+            "only one of scales and sizes",
+        ),
+    ];
+    for (op, inputs, attrs, inits, want) in cases {
+        let e = spatial_node(op, &inputs, attrs, inits).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("node `n0` ({op}, opset 19)")),
+            "{text}"
+        );
+        assert!(text.contains(want), "{op}: {text}");
+        assert!(!e.is_internal(), "{text}");
+    }
+}

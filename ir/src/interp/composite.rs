@@ -135,3 +135,45 @@ pub(super) fn layer_norm(
         }
     })
 }
+
+/// `batch_norm(x, weight, bias, mean, var, eps)` in inference form, as PyTorch's CPU
+/// kernel and `decompose` compute it: `scale = weight * rsqrt(var + eps)`, `shift =
+/// bias - mean * scale`, `x * scale + shift` per channel (axis 1); in f32 for half
+/// dtypes.
+pub(super) fn batch_norm(ins: &[&Tensor], eps: f64) -> Result<Tensor> {
+    in_f32(ins, |v| {
+        let x = v[0];
+        let mut shape = vec![1; x.ty.rank() - 1];
+        shape[0] = x.ty.shape[1];
+        let per_channel = |t: &Tensor| Tensor {
+            ty: t.ty.with_shape(shape.clone()),
+            data: t.data.clone(),
+        };
+        let (w, b, mean, var) = (
+            per_channel(v[1]),
+            per_channel(v[2]),
+            per_channel(v[3]),
+            per_channel(v[4]),
+        );
+        let shifted = binary_const(BinaryOp::Add, &var, eps)?;
+        let inv = unary(UnaryOp::Rsqrt, &shifted)?;
+        let scale = binary(BinaryOp::Mul, &w, &inv)?;
+        let moved = binary(BinaryOp::Mul, &mean, &scale)?;
+        let shift = binary(BinaryOp::Sub, &b, &moved)?;
+        let scaled = binary(BinaryOp::Mul, x, &scale)?;
+        binary(BinaryOp::Add, &scaled, &shift)
+    })
+}
+
+/// `clip(x, min, max)`: `minimum(maximum(x, min), max)`, NaN propagating.
+pub(super) fn clip(x: &Tensor, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+    let bound = |v: f64| Tensor::from_f64(&TensorType::scalar(x.ty.dtype), &[v]);
+    let mut y = x.clone();
+    if let Some(lo) = min {
+        y = binary(BinaryOp::Maximum, &y, &bound(lo))?;
+    }
+    if let Some(hi) = max {
+        y = binary(BinaryOp::Minimum, &y, &bound(hi))?;
+    }
+    Ok(y)
+}

@@ -369,6 +369,60 @@ fn values(op: &Op) -> Vec<Option<AttrValue>> {
             float(*step),
             Some(A::DType(*dtype)),
         ],
+        Op::Conv {
+            stride,
+            padding,
+            dilation,
+            groups,
+        } => vec![
+            stride.as_ref().and_then(ints),
+            padding.as_ref().and_then(ints),
+            dilation.as_ref().and_then(ints),
+            int(*groups),
+        ],
+        Op::ConvTranspose {
+            stride,
+            padding,
+            output_padding,
+            dilation,
+            groups,
+        } => vec![
+            stride.as_ref().and_then(ints),
+            padding.as_ref().and_then(ints),
+            output_padding.as_ref().and_then(ints),
+            dilation.as_ref().and_then(ints),
+            int(*groups),
+        ],
+        Op::MaxPool {
+            kernel,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+        } => vec![
+            ints(kernel),
+            stride.as_ref().and_then(ints),
+            padding.as_ref().and_then(ints),
+            dilation.as_ref().and_then(ints),
+            Some(A::Bool(*ceil_mode)),
+        ],
+        Op::AvgPool {
+            kernel,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            count_include_pad,
+        } => vec![
+            ints(kernel),
+            stride.as_ref().and_then(ints),
+            padding.as_ref().and_then(ints),
+            dilation.as_ref().and_then(ints),
+            Some(A::Bool(*ceil_mode)),
+            Some(A::Bool(*count_include_pad)),
+        ],
+        Op::BatchNorm { eps } => vec![float(*eps)],
+        Op::Clip { min, max } => vec![min.and_then(float), max.and_then(float)],
     }
 }
 
@@ -397,6 +451,14 @@ impl Values {
         match self.get(i) {
             Some(AttrValue::Float(v)) => *v,
             _ => self.mismatch(i),
+        }
+    }
+
+    fn opt_float(&self, i: usize) -> Option<f64> {
+        match self.get(i) {
+            None => None,
+            Some(AttrValue::Float(v)) => Some(*v),
+            Some(_) => self.mismatch(i),
         }
     }
 
@@ -498,6 +560,39 @@ fn build(kind: Kind, v: &Values) -> Op {
             end: v.float(1),
             step: v.float(2),
             dtype: v.dtype(3),
+        },
+        Kind::Conv => Op::Conv {
+            stride: v.opt_ints(0),
+            padding: v.opt_ints(1),
+            dilation: v.opt_ints(2),
+            groups: v.int(3),
+        },
+        Kind::ConvTranspose => Op::ConvTranspose {
+            stride: v.opt_ints(0),
+            padding: v.opt_ints(1),
+            output_padding: v.opt_ints(2),
+            dilation: v.opt_ints(3),
+            groups: v.int(4),
+        },
+        Kind::MaxPool => Op::MaxPool {
+            kernel: v.ints(0),
+            stride: v.opt_ints(1),
+            padding: v.opt_ints(2),
+            dilation: v.opt_ints(3),
+            ceil_mode: v.bool(4),
+        },
+        Kind::AvgPool => Op::AvgPool {
+            kernel: v.ints(0),
+            stride: v.opt_ints(1),
+            padding: v.opt_ints(2),
+            dilation: v.opt_ints(3),
+            ceil_mode: v.bool(4),
+            count_include_pad: v.bool(5),
+        },
+        Kind::BatchNorm => Op::BatchNorm { eps: v.float(0) },
+        Kind::Clip => Op::Clip {
+            min: v.opt_float(0),
+            max: v.opt_float(1),
         },
     }
 }

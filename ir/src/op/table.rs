@@ -160,6 +160,12 @@ pub(super) enum Kind {
     Gather,
     Full,
     Arange,
+    Conv,
+    ConvTranspose,
+    MaxPool,
+    AvgPool,
+    BatchNorm,
+    Clip,
 }
 
 const fn op(name: &'static str, kind: Kind, arity: Arity, attrs: &'static [AttrSpec]) -> OpSpec {
@@ -227,11 +233,39 @@ const AXIS: &[AttrSpec] = &[req("axis", Int)];
 const SOFTMAX: &[AttrSpec] = &[opt("axis", D::Int(-1))];
 const REDUCE: &[AttrSpec] = &[absent("axes", Ints), opt("keepdim", D::Bool(false))];
 const ARG_REDUCE: &[AttrSpec] = &[absent("axis", Int), opt("keepdim", D::Bool(false))];
+const CONV: &[AttrSpec] = &[
+    absent("stride", Ints),
+    absent("padding", Ints),
+    absent("dilation", Ints),
+    opt("groups", D::Int(1)).rule(Rule::AtLeast(1)),
+];
+const CONV_TRANSPOSE: &[AttrSpec] = &[
+    absent("stride", Ints),
+    absent("padding", Ints),
+    absent("output_padding", Ints),
+    absent("dilation", Ints),
+    opt("groups", D::Int(1)).rule(Rule::AtLeast(1)),
+];
+const MAX_POOL: &[AttrSpec] = &[
+    req("kernel", Ints),
+    absent("stride", Ints),
+    absent("padding", Ints),
+    absent("dilation", Ints),
+    opt("ceil_mode", D::Bool(false)),
+];
+const AVG_POOL: &[AttrSpec] = &[
+    req("kernel", Ints),
+    absent("stride", Ints),
+    absent("padding", Ints),
+    absent("dilation", Ints),
+    opt("ceil_mode", D::Bool(false)),
+    opt("count_include_pad", D::Bool(true)),
+];
 
 /// Every op `.fg` text can call. Suggestions for a misspelled name go to the
 /// first of the closest, so the order is part of the language.
 #[rustfmt::skip]
-pub static OPS: [OpSpec; 65] = [
+pub static OPS: [OpSpec; 71] = [
     //  name            builds                             operands     attributes
     op("neg",           K::Unary(UnaryOp::Neg),            Exactly(1),  NONE),
     op("abs",           K::Unary(UnaryOp::Abs),            Exactly(1),  NONE),
@@ -314,6 +348,12 @@ pub static OPS: [OpSpec; 65] = [
         opt("step", D::Float(1.0)).rule(Rule::FiniteNonZero),
         opt("dtype", D::DType(DType::I64)),
     ]),
+    op("conv",          K::Conv,                           Exactly(2),  CONV),
+    op("conv_transpose", K::ConvTranspose,                 Exactly(2),  CONV_TRANSPOSE),
+    op("max_pool",      K::MaxPool,                        Exactly(1),  MAX_POOL),
+    op("avg_pool",      K::AvgPool,                        Exactly(1),  AVG_POOL),
+    op("batch_norm",    K::BatchNorm,                      Exactly(5),  &[opt("eps", D::Float(1e-5))]),
+    op("clip",          K::Clip,                           Exactly(1),  &[absent("min", Float), absent("max", Float)]),
 ];
 
 #[cfg(test)]
@@ -330,7 +370,7 @@ mod tests {
             }
             (AttrType::Int, _) => AttrValue::Int(2),
             (AttrType::Float, _) => AttrValue::Float(0.5),
-            (AttrType::Bool, _) => AttrValue::Bool(true),
+            (AttrType::Bool, _) => AttrValue::Bool(a.default != AttrDefault::Bool(true)),
             (AttrType::Ints, _) => AttrValue::Ints(vec![1, 2]),
             (AttrType::DType, _) => AttrValue::DType(DType::F16),
             (AttrType::Str, _) => AttrValue::Str("s".into()),

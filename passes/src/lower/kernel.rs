@@ -201,6 +201,14 @@ pub fn build_kernel(
                 Placement::Inner { domain, coords }
             })
         });
+        // A matmul's epilogue computed after a reshape of the product (a conv's
+        // `[N, C_out, H, W]` from the GEMM's `[C_out, H * W]`): one element per outer
+        // point, at the row-major position of that point.
+        let same_count = st.shape.iter().product::<usize>() == outer.iter().product::<usize>();
+        let found = found.or_else(|| {
+            (same_count && !matmuls.is_empty())
+                .then(|| Placement::Outer(reshaped_coords(&outer, &st.shape)))
+        });
         match found {
             Some(p) => placements.push(p),
             None => {
@@ -388,6 +396,32 @@ fn view_coords(plan: &Plan, v: ValueId, outer: &[usize]) -> Option<Vec<IndexExpr
         coords = coords.iter().map(|x| x.simplify(&ext)).collect();
     }
     Some(coords)
+}
+
+/// The coordinates in `shape` of the outer point, read row-major: the flat index of the
+/// point in `outer`, split by `shape`'s extents (the two hold as many elements).
+fn reshaped_coords(outer: &[usize], shape: &[usize]) -> Vec<IndexExpr> {
+    let ext = Extents {
+        outer: outer.to_vec(),
+        ..Extents::default()
+    };
+    let flat = IndexExpr::Sum(
+        coords_of(outer, Var::outer)
+            .into_iter()
+            .zip(contiguous_strides(outer))
+            .map(|(x, s)| x * s as i64)
+            .collect(),
+    );
+    shape
+        .iter()
+        .zip(contiguous_strides(shape))
+        .map(|(&d, s)| {
+            flat.clone()
+                .floor_div(s as i64)
+                .modulo(d.max(1) as i64)
+                .simplify(&ext)
+        })
+        .collect()
 }
 
 /// `k3_add_relu`: the id and the ops of the group's nodes, at most five.

@@ -16,11 +16,13 @@ mod order;
 mod quant;
 mod recurrent;
 mod reduce;
+mod resize;
 mod scatter;
 mod select;
 mod spatial;
 mod spectral;
 pub(crate) mod training;
+mod window;
 
 use crate::error::{invalid, unsupported, OpResult};
 use crate::import::{Ctx, NodeIn, Val};
@@ -54,6 +56,12 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
         return Ok(r);
     }
     if let Some(r) = spatial::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = window::import(ctx, n, op)? {
+        return Ok(r);
+    }
+    if let Some(r) = resize::import(ctx, n, op)? {
         return Ok(r);
     }
     if let Some(r) = order::import(ctx, n, op)? {

@@ -24,7 +24,7 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
 }
 
 /// The saturation range of a quantized type.
-fn range(dt: DType) -> OpResult<(f64, f64)> {
+pub(super) fn range(dt: DType) -> OpResult<(f64, f64)> {
     Ok(match dt {
         DType::U8 => (0.0, 255.0),
         DType::I8 => (-128.0, 127.0),
@@ -85,7 +85,13 @@ fn axis_block(n: &NodeIn) -> OpResult<(i64, i64)> {
 }
 
 /// `clip(rint(q) + zp, lo, hi)` computed in `wide` (exact for 16-bit integers), cast to `out`.
-fn saturate(ctx: &mut Ctx, q: &Val, zp: Option<&Val>, out: DType, wide: DType) -> OpResult<Val> {
+pub(super) fn saturate(
+    ctx: &mut Ctx,
+    q: &Val,
+    zp: Option<&Val>,
+    out: DType,
+    wide: DType,
+) -> OpResult<Val> {
     let (lo, hi) = range(out)?;
     let r = round_half_even(ctx, q)?;
     let r = ctx.cast(&r, wide)?;
@@ -213,7 +219,7 @@ fn dynamic(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Vec<Option<Val>>> {
 }
 
 /// `x - zp` in i32; a vector zero point applies along `axis` (rows of A, columns of B).
-fn shifted(ctx: &mut Ctx, x: &Val, zp: Option<&Val>, ax: usize) -> OpResult<Val> {
+pub(super) fn shifted(ctx: &mut Ctx, x: &Val, zp: Option<&Val>, ax: usize) -> OpResult<Val> {
     let xdt = ctx.dtype(x);
     if !matches!(xdt, DType::U8 | DType::I8) {
         unsupported!("integer matmul of {xdt} is not supported (only u8, i8)");

@@ -2,7 +2,7 @@
 //! or reductions: DepthToSpace, SpaceToDepth (reshape, permute, reshape),
 //! GlobalMaxPool and GlobalAveragePool (a max or mean over the spatial axes), LRN (a
 //! sum of shifted squares) and AffineGrid (constant base coordinates times theta).
-//! Pooling proper, Conv and Resize are not here.
+//! Pooling proper and Conv are in `window.rs`.
 
 use super::one;
 use crate::error::{invalid, OpResult};

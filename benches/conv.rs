@@ -1,0 +1,71 @@
+//! Convolutional benches (criterion; `cargo bench --bench conv`), on the CPU target at 1
+//! thread, compiled once outside the timed loop:
+//!
+//! - `conv/resnet_tiny` and `conv/mobilenetv2_tiny`: the committed ONNX models of
+//!   `examples/onnx/` (`scripts/export-conv-models.py`), end to end;
+//! - `conv/conv3x3_64` and `conv/depthwise3x3_96`: a single 3x3 conv (64 -> 64 channels,
+//!   56x56, the shape of ResNet-18's first stage) with its bias and ReLU epilogue, and a
+//!   depthwise 3x3 conv with ReLU6 (96 channels, 56x56); criterion's throughput is their
+//!   multiply-adds.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ferrite::{compile, Graph, Options, Target, Tensor};
+use std::hint::black_box;
+use std::path::Path;
+
+fn cpu() -> Options {
+    Options::default().target(Target::Cpu).threads(1)
+}
+
+fn random(shape: &[usize], seed: u64) -> Tensor {
+    let t = ferrite::ir::Tensor::random(&ferrite::f32(shape), seed);
+    Tensor::from_f64(&ferrite::f32(shape), &t.to_f64()).unwrap()
+}
+
+fn models(c: &mut Criterion) {
+    let mut group = c.benchmark_group("conv");
+    for name in ["resnet_tiny", "mobilenetv2_tiny"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/onnx")
+            .join(name);
+        let model = ferrite::onnx::load(dir.join("model.onnx")).unwrap();
+        let image = ferrite::files::read_npy(dir.join("inputs/image.npy"), 1 << 30).unwrap();
+        let exe = ferrite::compile_ir(&model.graph, &cpu()).unwrap();
+        group.bench_function(name, |b| b.iter(|| exe.run(black_box(&[&image])).unwrap()));
+    }
+    group.finish();
+}
+
+fn single_convs(c: &mut Criterion) {
+    let mut group = c.benchmark_group("conv");
+    let g = Graph::new("conv3x3");
+    let x = g.input("x", ferrite::f32(&[1, 64, 56, 56]));
+    let w = g.input("w", ferrite::f32(&[64, 64, 3, 3]));
+    let b = g.input("b", ferrite::f32(&[64]));
+    g.output(&x.conv2d(&w, Some(&b), [1, 1], [1, 1], [1, 1], 1).relu());
+    let exe = compile(&g, &cpu()).unwrap();
+    let ins = [
+        random(&[1, 64, 56, 56], 0),
+        random(&[64, 64, 3, 3], 1),
+        random(&[64], 2),
+    ];
+    group.throughput(Throughput::Elements(64 * 64 * 9 * 56 * 56));
+    group.bench_function("conv3x3_64", |bch| {
+        bch.iter(|| exe.run(black_box(&[&ins[0], &ins[1], &ins[2]])).unwrap())
+    });
+
+    let g = Graph::new("depthwise");
+    let x = g.input("x", ferrite::f32(&[1, 96, 56, 56]));
+    let w = g.input("w", ferrite::f32(&[96, 1, 3, 3]));
+    g.output(&x.conv2d(&w, None, [1, 1], [1, 1], [1, 1], 96).relu6());
+    let exe = compile(&g, &cpu()).unwrap();
+    let ins = [random(&[1, 96, 56, 56], 3), random(&[96, 1, 3, 3], 4)];
+    group.throughput(Throughput::Elements(96 * 9 * 56 * 56));
+    group.bench_function("depthwise3x3_96", |bch| {
+        bch.iter(|| exe.run(black_box(&[&ins[0], &ins[1]])).unwrap())
+    });
+    group.finish();
+}
+
+criterion_group!(benches, models, single_convs);
+criterion_main!(benches);

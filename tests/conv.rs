@@ -1,0 +1,188 @@
+//! Convolutional building blocks through the facade: the builder's `conv2d`,
+//! `conv_transpose2d`, `max_pool2d`, `avg_pool2d`, `batch_norm`, `relu6` and
+//! `adaptive_avg_pool2d` on every target, fused and unfused, against the interpreter;
+//! and located errors for bad attributes in `.fg` text.
+
+use ferrite::{compile, Graph, Options, Target, Tensor};
+
+fn random(shape: &[usize], seed: u64) -> Tensor {
+    let t = ferrite::ir::Tensor::random(&ferrite::f32(shape), seed);
+    Tensor::from_f64(&ferrite::f32(shape), &t.to_f64()).unwrap()
+}
+
+/// Runs `g` on every target, fused and unfused, against the interpreter's result.
+fn check_everywhere(g: &Graph, inputs: &[&Tensor], tol: f64) {
+    let want = compile(g, &Options::default().target(Target::Interp))
+        .unwrap()
+        .run(inputs)
+        .unwrap();
+    for target in Target::ALL {
+        for fuse in [true, false] {
+            let exe = compile(g, &Options::default().target(target).fuse(fuse))
+                .unwrap_or_else(|e| panic!("{target} fuse={fuse}: {e}"));
+            let got = exe
+                .run(inputs)
+                .unwrap_or_else(|e| panic!("{target} fuse={fuse}: {e}"));
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                a.check_close(b, tol, tol)
+                    .unwrap_or_else(|e| panic!("{target} fuse={fuse}: output {i}: {e}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_resnet_block_runs_everywhere() {
+    // conv3x3 + bn + relu, conv3x3 + bn, residual add, relu; then a strided
+    // downsampling conv, max pool and global average pool.
+    let g = Graph::new("block");
+    let x = g.input("x", ferrite::f32(&[1, 4, 9, 9]));
+    let w1 = g.input("w1", ferrite::f32(&[4, 4, 3, 3]));
+    let w2 = g.input("w2", ferrite::f32(&[4, 4, 3, 3]));
+    let wd = g.input("wd", ferrite::f32(&[8, 4, 1, 1]));
+    let bd = g.input("bd", ferrite::f32(&[8]));
+    let s = g.input("s", ferrite::f32(&[4]));
+    let t = g.input("t", ferrite::f32(&[4]));
+    let m = g.input("m", ferrite::f32(&[4]));
+    let v = g.input("v", ferrite::f32(&[4]));
+    let v = v.abs();
+    let h = x
+        .conv2d(&w1, None, [1, 1], [1, 1], [1, 1], 1)
+        .batch_norm(&m, &v, &s, &t, 1e-5)
+        .relu();
+    let h = h
+        .conv2d(&w2, None, [1, 1], [1, 1], [1, 1], 1)
+        .batch_norm(&m, &v, &s, &t, 1e-5);
+    let h = h.add(&x).relu();
+    let d = h.conv2d(&wd, Some(&bd), [2, 2], [0, 0], [1, 1], 1);
+    let p = d.max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false);
+    let gap = p.adaptive_avg_pool2d([1, 1]);
+    g.output(&gap);
+    g.output(&d.avg_pool2d([2, 2], [] as [i64; 0], [0, 0], true, false));
+    let inputs: Vec<Tensor> = [
+        vec![1, 4, 9, 9],
+        vec![4, 4, 3, 3],
+        vec![4, 4, 3, 3],
+        vec![8, 4, 1, 1],
+        vec![8],
+        vec![4],
+        vec![4],
+        vec![4],
+        vec![4],
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, s)| random(s, i as u64))
+    .collect();
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    check_everywhere(&g, &refs, 1e-4);
+}
+
+#[test]
+fn a_mobilenet_block_runs_everywhere() {
+    // expand 1x1 + relu6, depthwise 3x3 stride 2 + relu6, project 1x1; a transposed
+    // conv upsamples, and an adaptive pool that does not divide its input.
+    let g = Graph::new("inverted_residual");
+    let x = g.input("x", ferrite::f32(&[2, 3, 8, 8]));
+    let we = g.input("we", ferrite::f32(&[12, 3, 1, 1]));
+    let wd = g.input("wd", ferrite::f32(&[12, 1, 3, 3]));
+    let wp = g.input("wp", ferrite::f32(&[5, 12, 1, 1]));
+    let wt = g.input("wt", ferrite::f32(&[5, 2, 3, 3]));
+    let h = x.conv2d(&we, None, [1, 1], [0, 0], [1, 1], 1).relu6();
+    let h = h.conv2d(&wd, None, [2, 2], [1, 1], [1, 1], 12).relu6();
+    let h = h.conv2d(&wp, None, [1, 1], [0, 0], [1, 1], 1);
+    let up = h.conv_transpose2d(&wt, None, [2, 2], [1, 1], [1, 1], 1, [1, 1]);
+    assert_eq!(up.shape(), [2, 2, 8, 8]);
+    g.output(&up);
+    g.output(&h.adaptive_avg_pool2d([3, 2]));
+    let inputs: Vec<Tensor> = [
+        vec![2, 3, 8, 8],
+        vec![12, 3, 1, 1],
+        vec![12, 1, 3, 3],
+        vec![5, 12, 1, 1],
+        vec![5, 2, 3, 3],
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, s)| random(s, 10 + i as u64))
+    .collect();
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    check_everywhere(&g, &refs, 1e-4);
+}
+
+#[test]
+fn bad_window_attributes_are_located_errors() {
+    let cases = [
+        (
+            "graph c(x: f32[1, 3, 8, 8], w: f32[4, 3, 3, 3]) {\n  return conv(x, w, stride=[0, 1])\n}",
+            "stride entries must be in 1..",
+        ),
+        (
+            "graph c(x: f32[1, 3, 8, 8], w: f32[4, 3, 3, 3]) {\n  return conv(x, w, padding=[1, 1, 1])\n}",
+            "padding has 3 entries",
+        ),
+        (
+            "graph c(x: f32[1, 3, 8, 8], w: f32[4, 2, 3, 3]) {\n  return conv(x, w, groups=2)\n}",
+            "groups=2 does not divide",
+        ),
+        (
+            "graph c(x: f32[1, 3, 2, 2], w: f32[4, 3, 3, 3]) {\n  return conv(x, w)\n}",
+            "the window spans 3 elements",
+        ),
+        (
+            "graph c(x: f32[1, 3, 8, 8]) {\n  return max_pool(x, kernel=[2, 0])\n}",
+            "kernel extents must be positive",
+        ),
+        (
+            "graph c(x: f32[1, 3, 8, 8], w: f32[3, 1, 2, 2]) {\n  return conv_transpose(x, w, stride=[2, 2], output_padding=[2, 0])\n}",
+            "output_padding 2 on spatial axis 0 must be in 0..2",
+        ),
+        (
+            "graph c(x: i32[1, 3, 8, 8]) {\n  return avg_pool(x, kernel=[2, 2])\n}",
+            "needs a float tensor",
+        ),
+        (
+            "graph c(x: i32[4]) {\n  return clip(x, min=0.5)\n}",
+            "min 0.5 is not a bound of a i32 tensor",
+        ),
+        (
+            "graph c(x: f32[1, 3, 8], m: f32[2]) {\n  return batch_norm(x, m, m, m, m)\n}",
+            "weight must be f32[3]",
+        ),
+    ];
+    for (src, want) in cases {
+        let e = ferrite::ir::parse("bad.fg", src)
+            .expect_err(src)
+            .to_string();
+        assert!(e.contains(want), "{src}\n{e}");
+        assert!(e.starts_with("bad.fg:2:"), "{e}");
+    }
+}
+
+#[test]
+fn empty_batches_and_channels_run_everywhere() {
+    let g = Graph::new("empty");
+    let x = g.input("x", ferrite::f32(&[0, 3, 5, 5]));
+    let w = g.input("w", ferrite::f32(&[4, 3, 3, 3]));
+    let z = g.input("z", ferrite::f32(&[1, 0, 4, 4]));
+    let wz = g.input("wz", ferrite::f32(&[2, 0, 3, 3]));
+    g.output(&x.conv2d(&w, None, [1, 1], [0, 0], [1, 1], 1));
+    g.output(&z.max_pool2d([2, 2], [] as [i64; 0], [0, 0], [1, 1], false));
+    // No input channels: every output is an empty sum, 0.
+    let y = z.conv2d(&wz, None, [1, 1], [1, 1], [1, 1], 1);
+    assert_eq!(y.shape(), [1, 2, 4, 4]);
+    g.output(&y);
+    let inputs = [
+        random(&[0, 3, 5, 5], 0),
+        random(&[4, 3, 3, 3], 1),
+        random(&[1, 0, 4, 4], 2),
+        random(&[2, 0, 3, 3], 3),
+    ];
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    check_everywhere(&g, &refs, 0.0);
+    let out = compile(&g, &Options::default().target(Target::Interp))
+        .unwrap()
+        .run(&refs)
+        .unwrap();
+    assert!(out[2].to_f64_vec().iter().all(|&v| v == 0.0));
+}
