@@ -431,6 +431,26 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
     }
 }
 
+/// Findings of the ONNX model fuzzer, each fixed (`tests/fuzz-findings/onnx_models/`): a
+/// GatherND over an axis of extent 0 (division by zero), LSTMs with a huge `hidden_size`
+/// (overflow), a 3 MB message for a reshape of a million extents, and a cross-entropy over
+/// one class whose out-of-range label the CPU did not check.
+#[test]
+fn onnx_model_findings_stay_fixed() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-findings/onnx_models");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        if let Err(m) = onnx_models_target(&bytes) {
+            panic!("{}: {m}", path.display());
+        }
+        n += 1;
+    }
+    assert!(n >= 6, "{n} findings under {}", dir.display());
+}
+
 #[test]
 fn onnx_models() {
     let seeds = onnx_seeds();

@@ -6,7 +6,10 @@
 //! - an index op whose result is read only in part (it reaches a `slice`, a cropping `pad`,
 //!   or the data operand of another index op, through elementwise and movement ops) has a
 //!   kernel that evaluates only the picked positions, so an out-of-range index elsewhere
-//!   would go unnoticed.
+//!   would go unnoticed;
+//! - an index op over an axis of extent 1 whose data operand is fused into its kernel reads
+//!   position 0, the only one in range, without the index (found by the ONNX model fuzzer:
+//!   SoftmaxCrossEntropyLoss over one class).
 //!
 //! So before scheduling, such a node's value `y` is replaced by `where(max(t) >= 0, y, y)`
 //! with `t = index_select(arange(n), reshape(index, [-1]))`: the values are unchanged (`y`
@@ -119,10 +122,18 @@ fn needs_check(g: &Graph) -> Vec<bool> {
                 _ => return false,
             };
             g.ty(node.inputs[1]).numel() > 0
-                && (node.ty.numel() == 0 || partial[v])
+                && (node.ty.numel() == 0 || partial[v] || unit_axis(g, node, axis))
                 && !constant_in_range(g, node, axis)
         })
         .collect()
+}
+
+/// Whether `node` indexes an axis of extent 1: the only position in range is 0, so a
+/// kernel that computes the data operand inline (fused with its producer) reads position
+/// 0 without looking at the index at all.
+fn unit_axis(g: &Graph, node: &Node, axis: i64) -> bool {
+    let x = g.ty(node.inputs[0]);
+    ferrite_ir::types::normalize_axis(axis, x.rank()).is_ok_and(|a| x.shape[a] == 1)
 }
 
 /// Whether the index of `node` is a constant whose every element is in range: nothing to

@@ -109,9 +109,10 @@ fn gather_nd(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     // The offset of each tuple within its batch: sum of entry k times its stride.
     let lead = &is[..is.len() - 1];
     let mut offset: Option<Val> = None;
-    let mut stride = span;
     for k in 0..m {
-        stride /= ds[b + k];
+        // Entry k's stride: the product of the extents after it (no division, so an
+        // extent of 0 is no division by zero).
+        let stride: usize = ds[b + k + 1..b + m].iter().product();
         let e = ctx.op(
             Op::Slice {
                 axis: -1,

@@ -232,7 +232,12 @@ fn recurrent(ctx: &mut Ctx, n: &NodeIn, cell: Cell) -> OpResult<Vec<Option<Val>>
         h if h > 0 => h as usize,
         h => invalid!("hidden_size must be positive, not {h}"),
     };
-    let gh = g * hidden;
+    let Some(gh) = g
+        .checked_mul(hidden)
+        .filter(|&gh| gh <= ferrite_ir::MAX_ELEMENTS)
+    else {
+        invalid!("hidden_size {hidden} is too large");
+    };
     let want = |what: &str, shape: Vec<usize>, v: &Val, ctx: &Ctx| -> OpResult<()> {
         if ctx.shape(v) != shape {
             invalid!("{what} has shape {:?}, expected {:?}", ctx.shape(v), shape);
