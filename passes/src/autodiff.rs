@@ -176,8 +176,8 @@ fn finish(mut out: Graph, g: &Graph, wrt: &[ValueId], grads: Vec<ValueId>) -> Re
     Ok(out)
 }
 
-/// A name like `base` that `g` does not bind yet.
-fn fresh(g: &Graph, base: &str) -> String {
+/// A name like `base` (invalid chars replaced) that `g` does not bind yet.
+pub(crate) fn fresh(g: &Graph, base: &str) -> String {
     let base: String = base
         .chars()
         .map(|c| {
@@ -1029,15 +1029,7 @@ impl<'g> Backward<'g> {
                 // mask[.., j, k, ..] = idx[.., j, ..] == k, over a new axis after `a`.
                 let iu = self.add(Op::Unsqueeze { axis: a as i64 + 1 }, &[idx])?;
                 let iu = self.cast(iu, DType::I64)?;
-                let ar = self.add(
-                    Op::Arange {
-                        start: 0.0,
-                        end: m as f64,
-                        step: 1.0,
-                        dtype: DType::I64,
-                    },
-                    &[],
-                )?;
+                let ar = self.iota(m)?;
                 let mut ashape = vec![1usize; rank + 1];
                 ashape[a + 1] = m;
                 let ar = self.reshape(ar, &ashape)?;
@@ -1051,11 +1043,9 @@ impl<'g> Backward<'g> {
         }
     }
 
-    /// `onehot[j, p] = (idx.flat[p] == j)` for `j < m`, as `dt`.
-    fn onehot(&mut self, idx: ValueId, p: usize, m: usize, dt: DType) -> Result<ValueId> {
-        let flat = self.reshape(idx, &[1, p])?;
-        let flat = self.cast(flat, DType::I64)?;
-        let ar = self.add(
+    /// `arange(m)` as `i64`: the positions an index is compared against.
+    fn iota(&mut self, m: usize) -> Result<ValueId> {
+        self.add(
             Op::Arange {
                 start: 0.0,
                 end: m as f64,
@@ -1063,7 +1053,14 @@ impl<'g> Backward<'g> {
                 dtype: DType::I64,
             },
             &[],
-        )?;
+        )
+    }
+
+    /// `onehot[j, p] = (idx.flat[p] == j)` for `j < m`, as `dt`.
+    fn onehot(&mut self, idx: ValueId, p: usize, m: usize, dt: DType) -> Result<ValueId> {
+        let flat = self.reshape(idx, &[1, p])?;
+        let flat = self.cast(flat, DType::I64)?;
+        let ar = self.iota(m)?;
         let col = self.reshape(ar, &[m, 1])?;
         let hit = self.bin(B::Eq, col, flat)?;
         self.cast(hit, dt)

@@ -17,7 +17,7 @@
 //! `AdamW`, `Adagrad`; row-wise Adagrad as fbgemm computes it), with hyperparameters as literals; Adam's bias corrections are computed in
 //! `f64` from `step`, as PyTorch computes them in Python floats.
 
-use crate::autodiff::grad;
+use crate::autodiff::{fresh, grad};
 use crate::error::{Error, Result};
 use ferrite_ir::{
     verify, BinaryOp as B, DType, Graph, Op, Scalar, TensorType, UnaryOp as U, ValueId,
@@ -151,6 +151,12 @@ impl Optimizer {
                 "train_step: {what} must be a finite number in range, not {v}"
             )))
         };
+        let non_negative = |pairs: &[(&str, f64)]| -> Result<()> {
+            match pairs.iter().find(|(_, v)| !v.is_finite() || *v < 0.0) {
+                Some(&(w, v)) => bad(w, v),
+                None => Ok(()),
+            }
+        };
         match *self {
             Optimizer::Sgd {
                 lr,
@@ -159,16 +165,12 @@ impl Optimizer {
                 weight_decay,
                 nesterov,
             } => {
-                for (w, v) in [
+                non_negative(&[
                     ("lr", lr),
                     ("momentum", momentum),
                     ("dampening", dampening),
                     ("weight_decay", weight_decay),
-                ] {
-                    if !v.is_finite() || v < 0.0 {
-                        return bad(w, v);
-                    }
-                }
+                ])?;
                 if nesterov && (momentum <= 0.0 || dampening != 0.0) {
                     return Err(Error::InvalidGraph(
                         "train_step: Nesterov momentum needs a momentum and zero dampening".into(),
@@ -183,11 +185,7 @@ impl Optimizer {
                 weight_decay,
                 ..
             } => {
-                for (w, v) in [("lr", lr), ("eps", eps), ("weight_decay", weight_decay)] {
-                    if !v.is_finite() || v < 0.0 {
-                        return bad(w, v);
-                    }
-                }
+                non_negative(&[("lr", lr), ("eps", eps), ("weight_decay", weight_decay)])?;
                 for (w, v) in [("beta1", beta1), ("beta2", beta2)] {
                     if !(0.0..1.0).contains(&v) {
                         return bad(w, v);
@@ -201,16 +199,12 @@ impl Optimizer {
                 eps,
                 ..
             } => {
-                for (w, v) in [
+                non_negative(&[
                     ("lr", lr),
                     ("lr_decay", lr_decay),
                     ("weight_decay", weight_decay),
                     ("eps", eps),
-                ] {
-                    if !v.is_finite() || v < 0.0 {
-                        return bad(w, v);
-                    }
-                }
+                ])?;
             }
         }
         Ok(())
@@ -467,14 +461,4 @@ fn name_raw(g: &Graph, v: ValueId) -> String {
 
 fn name(g: &Graph, v: ValueId) -> String {
     format!("`{}`", name_raw(g, v))
-}
-
-fn fresh(g: &Graph, base: &str) -> String {
-    if g.find(base).is_none() {
-        return base.to_string();
-    }
-    (1..)
-        .map(|i| format!("{base}_{i}"))
-        .find(|n| g.find(n).is_none())
-        .unwrap()
 }

@@ -64,7 +64,7 @@ pub fn grad(args: &GradArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliRes
         err,
         "saved for backward: {} ({}), and {} of the inputs",
         super::count(saved.activations.len(), "activation"),
-        bytes(saved.activation_bytes),
+        super::compile::bytes(saved.activation_bytes),
         saved.inputs.len()
     )?;
     let text = ferrite::print(&joint);
@@ -84,12 +84,4 @@ pub fn grad(args: &GradArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliRes
         }
     }
     Ok(())
-}
-
-fn bytes(n: usize) -> String {
-    match n {
-        n if n >= 1 << 20 => format!("{:.2} MiB", n as f64 / (1 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.2} KiB", n as f64 / 1024.0),
-        n => format!("{n} B"),
-    }
 }
