@@ -696,12 +696,12 @@ pub(crate) fn import_nodes(
         let outs = import_node(ctx, node, domain, node_opset, env, scope).map_err(|e| match e {
             OpError::Invalid(message) => Error::Node {
                 node: r.clone(),
-                message: bounded(message),
+                message: ferrite_ir::text::bounded_message(&message),
                 unsupported: false,
             },
             OpError::Unsupported(message) => Error::Node {
                 node: r.clone(),
-                message: bounded(message),
+                message: ferrite_ir::text::bounded_message(&message),
                 unsupported: true,
             },
             OpError::NeedsValue { operand, input } => Error::NeedsValue {
@@ -904,16 +904,4 @@ fn import_node(
     }
     outs.truncate(node.output.len());
     Ok(outs)
-}
-
-/// A node's error message of at most [`ferrite_ir::text::MESSAGE_CHARS`] chars, with long
-/// words abbreviated: a typing rule may print a shape of a million extents (a fuzzed
-/// model's reshape target made a 3 MB message from a 6.7 KB model).
-fn bounded(message: String) -> String {
-    let m = ferrite_ir::text::abbreviate(&message);
-    let limit = ferrite_ir::text::MESSAGE_CHARS;
-    match m.char_indices().nth(limit) {
-        Some((at, _)) => format!("{}…({} chars)", &m[..at], m.chars().count()),
-        None => m,
-    }
 }

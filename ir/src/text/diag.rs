@@ -68,7 +68,7 @@ impl Diagnostic {
             file: file.to_string(),
             line,
             col,
-            message: cut(&abbreviate(&message), MESSAGE_CHARS),
+            message: bounded_message(&message),
             line_text,
             caret,
         }
@@ -133,6 +133,12 @@ fn excerpt(line: &str, at: usize) -> (String, usize) {
 pub const MESSAGE_CHARS: usize = 1000;
 
 /// `text` cut to `limit` chars, followed by `…` and its length when it was longer.
+/// `text` as a message: long words abbreviated ([`abbreviate`]) and the whole cut to
+/// [`MESSAGE_CHARS`] chars, so that no input can make a message of megabytes.
+pub fn bounded_message(text: &str) -> String {
+    cut(&abbreviate(text), MESSAGE_CHARS)
+}
+
 fn cut(text: &str, limit: usize) -> String {
     match text.char_indices().nth(limit) {
         Some((at, _)) => format!("{}…({} chars)", &text[..at], text.chars().count()),

@@ -18,7 +18,8 @@ mod printer;
 mod weights;
 
 pub use diag::{
-    abbreviate, abbreviate_words, Diagnostic, EXCERPT_CHARS, MESSAGE_CHARS, WORD_CHARS,
+    abbreviate, abbreviate_words, bounded_message, Diagnostic, EXCERPT_CHARS, MESSAGE_CHARS,
+    WORD_CHARS,
 };
 pub use lexer::{scan_number, NumberScan};
 pub use parser::{parse, parse_bytes, parse_bytes_with, parse_with, MAX_NESTING};
