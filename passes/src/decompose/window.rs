@@ -17,10 +17,11 @@
 //! - `avg_pool` is `sum(stack, axis 2) / count`, padded with zeros, where `count` is
 //!   the taps of each window that [`ferrite_ir::window::divisor`] counts (a literal
 //!   when every window has the same, else a constant `[*out]`).
-//! - `conv_transpose` is a `conv` of the input with zeros between its elements
-//!   (`stride - 1` of them, by a reshape and a `pad`), padded by
-//!   `dilation * (kernel - 1) - padding` (negative amounts crop), with the weight's channel axes swapped
-//!   per group and its kernel reversed (`index_select` by a descending `arange`).
+//! - `conv_transpose` is PyTorch's col2im form: one `matmul` of the transposed
+//!   weight and the input gives every (input position, tap) pair's product, and each
+//!   output position gathers the pairs that reach it (a constant `[K, P_out]` index
+//!   and mask, as im2col's) and sums them over the taps. Only pairs that exist are
+//!   ever multiplied, as in the interpreter (an infinite weight meets no padding).
 //!
 //! The reductions keep the interpreter's rounding: one per `matmul` and `sum`, and
 //! `avg_pool` divides a rounded sum as `mean` does. The depthwise form rounds each
@@ -94,23 +95,39 @@ impl Decomposer {
                 inside.push(ok as i64);
             }
         }
+        let plane: usize = shape[2..].iter().product();
+        let flat = self.reshape(x, &[n, c, plane])?;
+        let cols = self.gather_taps(flat, &index, &inside, k, p, fill)?;
+        self.reshape(cols, &out_shape)
+    }
+
+    /// `src` `[N, C, L]` gathered along its last axis by the constant `[k, p]` positions
+    /// `index`, with `fill` where `inside` is 0: `[N, C, k, p]`. The `where` selects, so
+    /// a tap outside never meets a value (no `0 * inf`).
+    fn gather_taps(
+        &mut self,
+        src: ValueId,
+        index: &[i64],
+        inside: &[i64],
+        k: usize,
+        p: usize,
+        fill: f64,
+    ) -> Result<ValueId> {
         let kp = TensorType::new(DType::I64, vec![k, p]).map_err(Error::internal)?;
         let constant = |l: &mut Decomposer, t: Tensor| {
             l.out
                 .add_constant(Constant::new(t), None)
                 .map_err(Error::internal)
         };
-        let index = constant(self, Tensor::from_i64(&kp, &index))?;
-        let plane: usize = shape[2..].iter().product();
-        let flat = self.reshape(x, &[n, c, plane])?;
-        let mut cols = self.emit(Op::IndexSelect { axis: 2 }, &[flat, index])?;
+        let index = constant(self, Tensor::from_i64(&kp, index))?;
+        let mut cols = self.emit(Op::IndexSelect { axis: 2 }, &[src, index])?;
         if inside.contains(&0) {
-            let mask = Tensor::from_i64(&kp.with_dtype(DType::Bool), &inside);
+            let mask = Tensor::from_i64(&kp.with_dtype(DType::Bool), inside);
             let mask = constant(self, mask)?;
-            let fill = self.literal(fill, self.dtype(x))?;
+            let fill = self.literal(fill, self.dtype(src))?;
             cols = self.emit(Op::Where, &[mask, cols, fill])?;
         }
-        self.reshape(cols, &out_shape)
+        Ok(cols)
     }
 
     /// `conv(x, w)` of result type `ty`.
@@ -151,8 +168,13 @@ impl Decomposer {
         self.reshape(y, &ty.shape)
     }
 
-    /// `conv_transpose(x, w)` of result type `ty`, as a `conv` of the zero-stuffed,
-    /// padded input with the flipped weight.
+    /// `conv_transpose(x, w)` of result type `ty`, input-centric as PyTorch's col2im
+    /// form: every (input position, tap) pair's products over the input channels in
+    /// one `matmul`, `[N, G, C_out/G * K, P_in]`, then each output position gathers the
+    /// pairs that reach it and sums them over the taps. Only pairs that exist meet a
+    /// weight, so an infinite weight never multiplies a padding zero (which a `conv`
+    /// of the zero-stuffed input would do: `0 * inf = NaN` where the interpreter has a
+    /// number), and the product is `stride^s` times smaller than that conv's.
     pub(super) fn conv_transpose(
         &mut self,
         op: &Op,
@@ -163,87 +185,71 @@ impl Decomposer {
         let Op::ConvTranspose {
             stride,
             padding,
-            output_padding,
             dilation,
             groups,
+            ..
         } = op
         else {
             return Err(Error::internal("conv_transpose: not a conv_transpose"));
         };
-        if ty.numel() == 0 {
+        let (xt, wt) = (self.out.ty(x).clone(), self.out.ty(w).clone());
+        let ins = &xt.shape[2..];
+        let (n, c) = (xt.shape[0], xt.shape[1]);
+        let (p_in, k): (usize, usize) = (ins.iter().product(), wt.shape[2..].iter().product());
+        if ty.numel() == 0 || p_in == 0 || k == 0 || c == 0 {
+            // No (input, tap) pair reaches an output: zeros.
             return self.empty(ty);
         }
-        let (xt, wt) = (self.out.ty(x).clone(), self.out.ty(w).clone());
         let s = xt.rank() - 2;
         let at = |v: &Option<Vec<i64>>, i: usize, d: i64| v.as_ref().map_or(d, |v| v[i]);
-        let pad = |i: usize, end: bool| match padding {
-            None => 0,
-            Some(p) if p.len() == s => p[i],
-            Some(p) => p[if end { s + i } else { i }],
-        };
-        // Zeros between the elements: [.., L, ..] -> [.., L, 1, ..] -> pad to
-        // [.., L, st, ..] -> [.., L * st, ..], whose last `st - 1` are cropped below.
-        let mut v = x;
-        for i in 0..s {
-            let st = at(stride, i, 1) as usize;
-            if st == 1 {
-                continue;
-            }
-            let mut shape = self.shape(v);
-            shape.insert(3 + i, 1);
-            let lifted = self.reshape(v, &shape)?;
-            let mut pads = vec![0i64; 2 * shape.len()];
-            pads[2 * (3 + i) + 1] = st as i64 - 1;
-            let spread = self.emit(Op::Pad { pads, value: 0.0 }, &[lifted])?;
-            let mut merged = self.shape(v);
-            merged[2 + i] *= st;
-            v = self.reshape(spread, &merged)?;
-        }
-        let mut pads = vec![0i64; 4];
-        for i in 0..s {
-            let reach = at(dilation, i, 1) * (wt.shape[2 + i] as i64 - 1);
-            let st = at(stride, i, 1);
-            pads.push(reach - pad(i, false));
-            pads.push(reach - pad(i, true) + at(output_padding, i, 0) - (st - 1));
-        }
-        if pads.iter().any(|&p| p != 0) {
-            v = self.emit(Op::Pad { pads, value: 0.0 }, &[v])?;
-        }
-        // The weight [C, C_out/G, *K] as a conv weight [C_out, C/G, *K], kernel flipped.
         let g = *groups as usize;
-        let (c, og) = (wt.shape[0], wt.shape[1]);
+        let (cg, og) = (c / g, wt.shape[1]);
+        let c_out = g * og;
+        // Products: w as [G, C/G, C_out/G * K] transposed, times x as [N, G, C/G, P_in].
+        let wg = self.reshape(w, &[g, cg, og * k])?;
+        let wt_ = self.emit(
+            Op::Permute {
+                dims: vec![0, 2, 1],
+            },
+            &[wg],
+        )?;
+        let xg = self.reshape(x, &[n, g, cg, p_in])?;
+        let cols = self.emit(Op::MatMul, &[wt_, xg])?;
+        let cols = self.reshape(cols, &[n, c_out, k * p_in])?;
+        // For output position o and tap t along an axis: the input position
+        // (o + pad - t * dilation) / stride, when it divides and lies inside.
         let kernel = &wt.shape[2..];
-        let mut grouped = vec![g, c / g, og];
-        grouped.extend_from_slice(kernel);
-        let wg = self.reshape(w, &grouped)?;
-        let mut dims: Vec<i64> = vec![0, 2, 1];
-        dims.extend(3..3 + s as i64);
-        let swapped = self.emit(Op::Permute { dims }, &[wg])?;
-        let mut conv_w = vec![g * og, c / g];
-        conv_w.extend_from_slice(kernel);
-        let mut wf = self.reshape(swapped, &conv_w)?;
-        for (i, &k) in kernel.iter().enumerate() {
-            if k == 1 {
-                continue;
+        let outs = &ty.shape[2..];
+        let p_out: usize = outs.iter().product();
+        let unravel = |mut f: usize, dims: &[usize]| {
+            let mut idx = vec![0; dims.len()];
+            for i in (0..dims.len()).rev() {
+                idx[i] = f % dims[i];
+                f /= dims[i];
             }
-            let rev = self.emit(
-                Op::Arange {
-                    start: (k - 1) as f64,
-                    end: -1.0,
-                    step: -1.0,
-                    dtype: DType::I64,
-                },
-                &[],
-            )?;
-            wf = self.emit(Op::IndexSelect { axis: 2 + i as i64 }, &[wf, rev])?;
-        }
-        let conv = Op::Conv {
-            stride: None,
-            padding: None,
-            dilation: dilation.clone(),
-            groups: *groups,
+            idx
         };
-        self.conv(&conv, v, wf, ty)
+        let mut index = Vec::with_capacity(k * p_out);
+        let mut inside = Vec::with_capacity(k * p_out);
+        for t in 0..k {
+            let ts = unravel(t, kernel);
+            for o in 0..p_out {
+                let os = unravel(o, outs);
+                let (mut flat, mut ok) = (0i64, true);
+                for a in 0..s {
+                    let num = os[a] as i64 + at(padding, a, 0) - ts[a] as i64 * at(dilation, a, 1);
+                    let st = at(stride, a, 1);
+                    let pos = num.div_euclid(st);
+                    ok &= num.rem_euclid(st) == 0 && pos >= 0 && pos < ins[a] as i64;
+                    flat = flat * ins[a] as i64 + pos.clamp(0, ins[a] as i64 - 1);
+                }
+                index.push(t as i64 * p_in as i64 + flat);
+                inside.push(ok as i64);
+            }
+        }
+        let taps = self.gather_taps(cols, &index, &inside, k, p_out, 0.0)?;
+        let y = self.reduce(ReduceOp::Sum, taps, Some(vec![2]), false)?;
+        self.reshape(y, &ty.shape)
     }
 
     /// `max_pool(x)` or `avg_pool(x)` of result type `ty`.
