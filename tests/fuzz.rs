@@ -35,9 +35,12 @@
 //! f64 give inf or NaN there (the documented accumulation policy, ARCHITECTURE), and values
 //! computed from those (a comparison, a `where`) differ too, which hides everything else. In
 //! graphs with a matmul or a reduction, elements that are inf or NaN on either side are not
-//! compared (`pipeline::close_where_finite`), nor are outputs that take a discontinuous
-//! function (a comparison, a branch, a cast to an integer) of such a value
-//! (`pipeline::flips`): a rounding difference the policy allows flips them.
+//! compared (`pipeline::close_where_finite`), finite ones within the rounding bound of
+//! their accumulations (`pipeline::cancellation`: a sum that cancels is off by `n * u`
+//! times the sum of its terms' magnitudes, not of its result's), nor are outputs that take
+//! a discontinuous function (a comparison, a branch, a cast to an integer, `or`) of such a
+//! value or of a transcendental one (`pipeline::flips`): a rounding difference the policy
+//! allows flips them.
 //!
 //! The scheduler and each backend are also fuzzed on their own by the random-graph tests
 //! (`FERRITE_FUZZ_CASES=N` on `-p ferrite-passes --test differential`, `-p ferrite-cpu --test
@@ -112,6 +115,11 @@ fn pipeline_case(seed: u64) -> Vec<u8> {
 
 /// Parses the graph, derives its inputs from the text and runs it on every target.
 fn pipeline_target(input: &[u8]) -> Verdict {
+    pipeline_case_check(input, std::env::var("FERRITE_FUZZ_NO_HUGE").is_err())
+}
+
+/// [`pipeline_target`] with the huge finite inputs (1e20, 3e38, 65504) in or out.
+fn pipeline_case_check(input: &[u8], huge: bool) -> Verdict {
     let src = std::str::from_utf8(input).map_err(|e| format!("not UTF-8: {e}"))?;
     let graph = ferrite_ir::parse("case.fg", src)
         .map_err(|d| format!("a generated graph does not parse: {d}"))?;
@@ -119,9 +127,28 @@ fn pipeline_target(input: &[u8]) -> Verdict {
         index_bounds: pipeline::index_bounds(&graph),
         graph,
     };
-    let huge = std::env::var("FERRITE_FUZZ_NO_HUGE").is_err();
     let inputs = edge_inputs_with(&rg, fnv(input), huge);
-    pipeline::check(&rg.graph, &inputs).map(|seen| seen.values > 0)
+    let g = &rg.graph;
+    dump_inputs(
+        g.params
+            .iter()
+            .map(|&p| g.nodes[p.index()].name.as_deref().unwrap_or("input")),
+        &inputs,
+    );
+    pipeline::check(g, &inputs).map(|seen| seen.values > 0)
+}
+
+/// `FERRITE_FUZZ_DUMP=DIR` with `FERRITE_FUZZ_REPLAY`: a case's inputs as `.npy` files, so
+/// that a finding replays with `ferrite run CASE --input NAME=DIR/NAME.npy`.
+fn dump_inputs<'a>(names: impl Iterator<Item = &'a str>, inputs: &[Tensor]) {
+    let Some(dir) = std::env::var_os("FERRITE_FUZZ_DUMP") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let _ = std::fs::create_dir_all(&dir);
+    for (name, t) in names.zip(inputs) {
+        let _ = std::fs::write(dir.join(format!("{name}.npy")), ferrite_ir::npy::encode(t));
+    }
 }
 
 #[test]
@@ -379,18 +406,7 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
     };
     let inputs = edge_inputs_with(&rg, fnv(input), false);
     let g = &rg.graph;
-    // `FERRITE_FUZZ_DUMP=DIR` with `FERRITE_FUZZ_REPLAY`: the inputs as `.npy` files, so
-    // that a finding replays with `ferrite run model.onnx --input NAME=DIR/NAME.npy`.
-    if let Some(dir) = std::env::var_os("FERRITE_FUZZ_DUMP") {
-        let dir = std::path::PathBuf::from(dir);
-        let _ = std::fs::create_dir_all(&dir);
-        for (binding, t) in model.inputs.iter().zip(&inputs) {
-            let _ = std::fs::write(
-                dir.join(format!("{}.npy", binding.name)),
-                ferrite_ir::npy::encode(t),
-            );
-        }
-    }
+    dump_inputs(model.inputs.iter().map(|b| b.name.as_str()), &inputs);
     let on = |t: Target| {
         let options = Options::default()
             .target(t)
@@ -403,6 +419,11 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
         .iter()
         .any(|n| matches!(n.op, ferrite_ir::Op::MatMul));
     let order = pipeline::order_dependent(g);
+    let slack = if order {
+        pipeline::cancellation(g, &inputs)
+    } else {
+        0.0
+    };
     let flipped = pipeline::flips(g);
     use pipeline::Outcome::*;
     match (on(Target::Interp), on(Target::Cpu)) {
@@ -417,7 +438,7 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
                     continue;
                 }
                 let at = pipeline::precision(g, b.ty.dtype);
-                pipeline::close_where_finite(a, b, false, has_matmul, order, at)
+                pipeline::close_where_finite(a, b, false, has_matmul, order, at, slack)
                     .map_err(|e| format!("cpu: output {i}: {e}"))?;
             }
             Ok(true)
@@ -433,8 +454,9 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
 
 /// Findings of the ONNX model fuzzer, each fixed (`tests/fuzz-findings/onnx_models/`): a
 /// GatherND over an axis of extent 0 (division by zero), LSTMs with a huge `hidden_size`
-/// (overflow), a 3 MB message for a reshape of a million extents, and a cross-entropy over
-/// one class whose out-of-range label the CPU did not check.
+/// (overflow), a 3 MB message for a reshape of a million extents, a cross-entropy over
+/// one class whose out-of-range label the CPU did not check, and nine ConvTransposes with
+/// an infinite weight that met the decomposition's padding zeros (NaN for a number).
 #[test]
 fn onnx_model_findings_stay_fixed() {
     let dir =
@@ -449,6 +471,26 @@ fn onnx_model_findings_stay_fixed() {
         n += 1;
     }
     assert!(n >= 6, "{n} findings under {}", dir.display());
+}
+
+/// Findings of the pipeline fuzzer (`tests/fuzz-findings/pipeline/`, found with
+/// `FERRITE_FUZZ_NO_HUGE=1`), both in the oracle: an f32 sum that cancels
+/// (`[0, 2^31, 8, 2, -2^31]`: 0 from the left, 10 in f64) was held to its result's
+/// magnitude instead of its terms', and `or(gelu(x), ..)` flipped where f32 `gelu(-7.14)`
+/// underflows to 0 (as PyTorch's does) and the interpreter's f64 is `-3.4e-12`.
+#[test]
+fn pipeline_findings_stay_fixed() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-findings/pipeline");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        if let Err(m) = pipeline_case_check(&bytes, false) {
+            panic!("{}: {m}", path.display());
+        }
+        n += 1;
+    }
+    assert!(n >= 2, "{n} findings under {}", dir.display());
 }
 
 #[test]
