@@ -455,8 +455,11 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
 /// Findings of the ONNX model fuzzer, each fixed (`tests/fuzz-findings/onnx_models/`): a
 /// GatherND over an axis of extent 0 (division by zero), LSTMs with a huge `hidden_size`
 /// (overflow), a 3 MB message for a reshape of a million extents, a cross-entropy over
-/// one class whose out-of-range label the CPU did not check, and nine ConvTransposes with
-/// an infinite weight that met the decomposition's padding zeros (NaN for a number).
+/// one class whose out-of-range label the CPU did not check, nine ConvTransposes with
+/// an infinite weight that met the decomposition's padding zeros (NaN for a number),
+/// window attributes and DepthToSpace blocksizes that overflowed (2^62 strides), and pools
+/// padded by 2^27 and ConvTransposes with a 12288-tap kernel whose decomposition built
+/// tap indices of billions of entries (out of memory, now refused by the budget).
 #[test]
 fn onnx_model_findings_stay_fixed() {
     let dir =

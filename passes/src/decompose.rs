@@ -65,6 +65,8 @@
 
 mod window;
 
+pub use window::constant_bytes;
+
 use crate::error::{Error, Result};
 use ferrite_ir::infer::reduced_axes;
 use ferrite_ir::types::normalize_axis;

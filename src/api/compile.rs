@@ -282,6 +282,20 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
     let (backend, records, tunings) = match options.target {
         Target::Interp => (Backend::Interp, Vec::new(), Vec::new()),
         Target::Loops | Target::Cpu | Target::Sim => {
+            // The decomposition's own constants (the window ops' tap indices) are made
+            // before any run's estimate exists: they count against the budget too.
+            let needs = ferrite_passes::decompose::constant_bytes(graph);
+            let limit = options.memory_budget();
+            if needs > limit {
+                return Err(Error::MemoryBudget {
+                    what: format!(
+                        "compiling graph `{}` (the tap indices of its convolutions and pools)",
+                        graph.name
+                    ),
+                    needs,
+                    limit,
+                });
+            }
             let lowered = lower_graph(graph, &options.pipeline()).map_err(|e| Error::Compile {
                 message: e.to_string(),
                 internal: e.is_internal(),

@@ -33,6 +33,43 @@ use ferrite_ir::infer::windows;
 use ferrite_ir::window::{self, Axis};
 use ferrite_ir::{BinaryOp, Constant, DType, Op, ReduceOp, Tensor, TensorType, UnaryOp, ValueId};
 
+/// The bytes of the constant tap indices and masks (`[K, P]` i64 and bool) that
+/// decomposing the window ops of `g` creates, so that a caller can refuse a graph whose
+/// decomposition alone would exceed a memory budget (a pool padded by 2^27 has an index
+/// of billions of entries) before anything is allocated. Saturates.
+pub fn constant_bytes(g: &ferrite_ir::Graph) -> u64 {
+    let mut total = 0u64;
+    for node in &g.nodes {
+        let x = match node.inputs.first() {
+            Some(&x) => g.ty(x),
+            None => continue,
+        };
+        let taps_and_positions = match &node.op {
+            op @ (Op::Conv { .. } | Op::MaxPool { .. } | Op::AvgPool { .. }) => {
+                let w = node.inputs.get(1).map(|&w| g.ty(w));
+                let w = w.filter(|_| matches!(op, Op::Conv { .. }));
+                match windows(op, x, w) {
+                    Ok(axes) => axes
+                        .iter()
+                        .fold(1u64, |n, a| n.saturating_mul((a.kernel * a.output) as u64)),
+                    Err(_) => 0,
+                }
+            }
+            Op::ConvTranspose { .. } => {
+                let w = node
+                    .inputs
+                    .get(1)
+                    .map(|&w| g.ty(w).shape[2..].iter().product::<usize>());
+                let p: usize = node.ty.shape.get(2..).map_or(0, |s| s.iter().product());
+                (w.unwrap_or(0) as u64).saturating_mul(p as u64)
+            }
+            _ => 0,
+        };
+        total = total.saturating_add(taps_and_positions.saturating_mul(9));
+    }
+    total
+}
+
 impl Decomposer {
     fn shape(&self, v: ValueId) -> Vec<usize> {
         self.out.ty(v).shape.clone()

@@ -49,13 +49,11 @@ fn depth_space(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Val> {
     };
     let (b, c, h, w) = (s[0], s[1], s[2], s[3]);
     if op == "DepthToSpace" {
-        if !c.is_multiple_of(bs * bs) {
-            invalid!(
-                "{c} channels are not a multiple of blocksize^2 = {}",
-                bs * bs
-            );
-        }
-        let c2 = c / (bs * bs);
+        let c2 = match bs.checked_mul(bs) {
+            Some(sq) if c.is_multiple_of(sq) => c / sq,
+            Some(sq) => invalid!("{c} channels are not a multiple of blocksize^2 = {sq}"),
+            None => invalid!("{c} channels are not a multiple of blocksize^2 ({bs}^2)"),
+        };
         let (tmp, perm) = match n.string("mode", "DCR")?.as_str() {
             "DCR" => ([b, bs, bs, c2, h, w], [0, 3, 4, 1, 5, 2]),
             "CRD" => ([b, c2, bs, bs, h, w], [0, 1, 4, 2, 5, 3]),

@@ -40,8 +40,28 @@ fn spatial(ctx: &Ctx, x: &Val) -> OpResult<Vec<usize>> {
 }
 
 /// A per-axis attribute of `s` entries, or `default` on every axis.
+/// The largest magnitude of a window attribute entry (a stride, dilation, pad, kernel or
+/// output extent): far beyond any tensor's extent ([`ferrite_ir::types::MAX_ELEMENTS`] is
+/// 2^31), and small enough that the output-size arithmetic on a few such products cannot
+/// overflow an `i64`.
+const MAX_WINDOW_ATTR: i64 = 1 << 30;
+
+/// The integer list attribute `name` of a window op, each entry within
+/// [`MAX_WINDOW_ATTR`].
+fn window_ints(n: &NodeIn, name: &str) -> OpResult<Option<Vec<i64>>> {
+    let v = n.ints(name)?;
+    if let Some(&bad) = v
+        .iter()
+        .flatten()
+        .find(|x| x.unsigned_abs() > MAX_WINDOW_ATTR as u64)
+    {
+        invalid!("attribute `{name}` entry {bad} is out of range (at most 2^30 in magnitude)");
+    }
+    Ok(v)
+}
+
 fn per_axis(n: &NodeIn, name: &str, s: usize, default: i64) -> OpResult<Vec<i64>> {
-    match n.ints(name)? {
+    match window_ints(n, name)? {
         None => Ok(vec![default; s]),
         Some(v) if v.len() == s => Ok(v),
         Some(v) => invalid!(
@@ -61,7 +81,7 @@ fn pads(
 ) -> OpResult<Vec<i64>> {
     let s = input.len();
     match n.string("auto_pad", "NOTSET")?.as_str() {
-        "NOTSET" => match n.ints("pads")? {
+        "NOTSET" => match window_ints(n, "pads")? {
             None => Ok(vec![0; 2 * s]),
             Some(p) if p.len() == 2 * s => Ok(p),
             Some(p) => invalid!("attribute `pads` has {} entries, not 2 * {s}", p.len()),
@@ -93,7 +113,7 @@ fn pads(
 
 /// Checks `kernel_shape`, when given, against the weight's kernel.
 fn check_kernel(n: &NodeIn, kernel: &[usize]) -> OpResult<()> {
-    if let Some(k) = n.ints("kernel_shape")? {
+    if let Some(k) = window_ints(n, "kernel_shape")? {
         if k.len() != kernel.len() || k.iter().zip(kernel).any(|(&a, &b)| a != b as i64) {
             invalid!("kernel_shape {k:?} differs from the weight's kernel {kernel:?}");
         }
@@ -243,7 +263,7 @@ fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
     let dil = per_axis(n, "dilations", s, 1)?;
     let extra = per_axis(n, "output_padding", s, 0)?;
     let auto = n.string("auto_pad", "NOTSET")?;
-    let target: Option<Vec<i64>> = match n.ints("output_shape")? {
+    let target: Option<Vec<i64>> = match window_ints(n, "output_shape")? {
         Some(o) if o.len() == s => Some(o),
         Some(o) if o.len() == s + 2 => Some(o[2..].to_vec()),
         Some(o) => invalid!(
@@ -286,7 +306,7 @@ fn conv_transpose(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
         }
         None => match auto.as_str() {
             "NOTSET" | "VALID" => (
-                match n.ints("pads")? {
+                match window_ints(n, "pads")? {
                     None => vec![0; 2 * s],
                     Some(_) if auto == "VALID" => vec![0; 2 * s],
                     Some(p) if p.len() == 2 * s => p,
@@ -327,7 +347,7 @@ fn pool(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Vec<Option<Val>>> {
     let x = n.input(0)?;
     let input = spatial(ctx, x)?;
     let s = input.len();
-    let kernel = match n.ints("kernel_shape")? {
+    let kernel = match window_ints(n, "kernel_shape")? {
         Some(k) if k.len() == s && k.iter().all(|&k| k >= 1) => k,
         Some(k) => invalid!("kernel_shape {k:?} must hold {s} positive extents"),
         None => invalid!("attribute `kernel_shape` is required"),
