@@ -67,6 +67,11 @@ impl Expr {
         Expr::from_terms([(Vec::new(), n as i128)])
     }
 
+    /// The constant extent `n`.
+    pub fn from_size(n: usize) -> Expr {
+        Expr::from_terms([(Vec::new(), n as i128)])
+    }
+
     /// The symbol `name`.
     pub fn sym(name: impl Into<Symbol>) -> Expr {
         Expr::atom(Atom::Sym(name.into()))
@@ -96,6 +101,18 @@ impl Expr {
                     None
                 }
             }
+            _ => None,
+        }
+    }
+
+    /// The symbol, if the expression is exactly one symbol.
+    pub fn as_symbol(&self) -> Option<&Symbol> {
+        let mut it = self.terms.iter();
+        match (it.next(), it.next()) {
+            (Some((m, 1)), None) => match m.as_slice() {
+                [(Atom::Sym(s), 1)] => Some(s),
+                _ => None,
+            },
             _ => None,
         }
     }

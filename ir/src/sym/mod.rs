@@ -12,9 +12,11 @@
 
 mod dim;
 mod expr;
+pub mod graph;
 
 pub use dim::{Dim, SymAttrs};
 pub use expr::{Atom, EvalError, Expr, Monomial, Symbol};
+pub use graph::{is_symbolic_attribute, SymGraph, SYMBOLIC_ATTRIBUTES};
 
 use std::collections::BTreeMap;
 use std::fmt;
