@@ -492,35 +492,31 @@ fn pad_type(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
     let Op::Pad { pads, value } = op else {
         return Err(TypeError::new(format!("{} is not pad", op.name())));
     };
-    {
-        {
-            let x = inputs[0];
-            if pads.len() != 2 * x.rank() {
-                return Err(TypeError::new(format!(
-                    "pad: pads needs 2 amounts per axis ({} for rank {}), got {}",
-                    2 * x.rank(),
-                    x.rank(),
-                    pads.len()
-                ))
-                .on("pads"));
-            }
-            check_fill("pad", *value, x.dtype)?;
-            let mut shape = Vec::with_capacity(x.rank());
-            for (i, &d) in x.shape.iter().enumerate() {
-                let n = d as i128 + pads[2 * i] as i128 + pads[2 * i + 1] as i128;
-                if n < 0 || n > crate::types::MAX_ELEMENTS as i128 {
-                    return Err(TypeError::new(format!(
-                        "pad: axis {i} of extent {d} padded by ({}, {}) has invalid extent {n}",
-                        pads[2 * i],
-                        pads[2 * i + 1]
-                    ))
-                    .on("pads"));
-                }
-                shape.push(n as usize);
-            }
-            TensorType::new(x.dtype, shape)
-        }
+    let x = inputs[0];
+    if pads.len() != 2 * x.rank() {
+        return Err(TypeError::new(format!(
+            "pad: pads needs 2 amounts per axis ({} for rank {}), got {}",
+            2 * x.rank(),
+            x.rank(),
+            pads.len()
+        ))
+        .on("pads"));
     }
+    check_fill("pad", *value, x.dtype)?;
+    let mut shape = Vec::with_capacity(x.rank());
+    for (i, &d) in x.shape.iter().enumerate() {
+        let n = d as i128 + pads[2 * i] as i128 + pads[2 * i + 1] as i128;
+        if n < 0 || n > crate::types::MAX_ELEMENTS as i128 {
+            return Err(TypeError::new(format!(
+                "pad: axis {i} of extent {d} padded by ({}, {}) has invalid extent {n}",
+                pads[2 * i],
+                pads[2 * i + 1]
+            ))
+            .on("pads"));
+        }
+        shape.push(n as usize);
+    }
+    TensorType::new(x.dtype, shape)
 }
 
 /// The typing rule of the window ops (`conv`, `conv_transpose`, `max_pool`,

@@ -27,7 +27,7 @@ fn binding(pairs: &[(&str, i64)]) -> Binding {
     b
 }
 
-const BLOCK: &str = include_str!("../../examples/transformer_block_dynamic.fg");
+const BLOCK: &str = include_str!("../../examples/dynamic/transformer_block.fg");
 const STATIC: &str = include_str!("../../examples/transformer_block.fg");
 
 #[test]

@@ -192,11 +192,41 @@ impl Expr {
                 }
             }
         }
-        if self == d && !d.is_const() {
-            // Symbols are sizes, never zero where a division by them is typed.
-            return Expr::int(1);
+        if let Some(q) = self.exact_quotient(d) {
+            return q;
         }
         Expr::atom(Atom::FloorDiv(Box::new(self.clone()), Box::new(d.clone())))
+    }
+
+    /// `self / d` when `d` is one term (`4*T`) that divides every term of `self`
+    /// (`256*B*T / T = 256*B`). A symbol in `d` is taken to be non-zero, as a size
+    /// that a typing rule divides by is (the concrete rule checks the instance).
+    fn exact_quotient(&self, d: &Expr) -> Option<Expr> {
+        let mut it = d.terms.iter();
+        let (dm, &dc) = match (it.next(), it.next()) {
+            (Some(t), None) => t,
+            _ => return None,
+        };
+        if dm.is_empty() || dc == 0 {
+            return None;
+        }
+        let mut out = Vec::with_capacity(self.terms.len());
+        for (m, &c) in &self.terms {
+            if c % dc != 0 {
+                return None;
+            }
+            let mut q: Monomial = m.clone();
+            for (atom, k) in dm {
+                let entry = q.iter_mut().find(|(a, _)| a == atom)?;
+                if entry.1 < *k {
+                    return None;
+                }
+                entry.1 -= k;
+            }
+            q.retain(|(_, k)| *k > 0);
+            out.push((q, c / dc));
+        }
+        Some(Expr::from_terms(out))
     }
 
     /// `ceil(self / d)`, as `floordiv(self + d - 1, d)` for a positive `d`.
@@ -219,6 +249,9 @@ impl Expr {
                     return Expr::int(0);
                 }
             }
+        }
+        if self.exact_quotient(d).is_some() {
+            return Expr::int(0);
         }
         Expr::atom(Atom::Mod(Box::new(self.clone()), Box::new(d.clone())))
     }

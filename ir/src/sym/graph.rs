@@ -78,6 +78,11 @@ impl SymGraph {
             .collect()
     }
 
+    /// The number of nodes that are ops (not parameters, literals or constants).
+    pub fn op_count(&self) -> usize {
+        self.skeleton.op_count()
+    }
+
     /// Every value's symbolic type, by value id.
     pub fn types(&self) -> &[TensorType<Expr>] {
         &self.types
@@ -101,9 +106,29 @@ impl SymGraph {
                 shapes.len()
             )));
         }
+        let given: Vec<(usize, &[usize])> = shapes.iter().copied().enumerate().collect();
+        let b = self.bind_some(&given, extra)?;
+        self.facts.check(&b).map_err(Error::Input)?;
+        Ok(b)
+    }
+
+    /// The binding that the shapes of some parameters give (`(index, shape)`), with
+    /// `extra`; each given shape is checked against its declaration, but neither
+    /// that every symbol is bound nor the constraints (see [`SymGraph::bind`]).
+    pub fn bind_some(&self, given: &[(usize, &[usize])], extra: &Binding) -> Result<Binding> {
+        let all = self.params();
+        let mut params = Vec::with_capacity(given.len());
+        let mut shapes = Vec::with_capacity(given.len());
+        for &(i, shape) in given {
+            let p = all
+                .get(i)
+                .ok_or_else(|| Error::Input(format!("graph `{}` has no input {i}", self.name())))?;
+            params.push(*p);
+            shapes.push(shape);
+        }
         let mut b = extra.clone();
         let mut from: Vec<(String, String)> = Vec::new();
-        for ((name, ty), shape) in params.iter().zip(shapes) {
+        for ((name, ty), shape) in params.iter().zip(&shapes) {
             if ty.rank() != shape.len() {
                 return Err(Error::Input(format!(
                     "input `{name}` has shape {} but is declared {ty}",
@@ -135,7 +160,7 @@ impl SymGraph {
             }
         }
         // Every extent, compound ones (`B*T`) and numbers included, against its value.
-        for ((name, ty), shape) in params.iter().zip(shapes) {
+        for ((name, ty), shape) in params.iter().zip(&shapes) {
             for (axis, (d, &n)) in ty.shape.iter().zip(shape.iter()).enumerate() {
                 match b.eval(d) {
                     Ok(v) if v == n as i64 => {}
@@ -149,7 +174,6 @@ impl SymGraph {
                 }
             }
         }
-        self.facts.check(&b).map_err(Error::Input)?;
         Ok(b)
     }
 

@@ -27,6 +27,15 @@ fn polynomials_are_canonical() {
     assert_eq!(b.scale(4).floor_div(&Expr::int(2)), b.scale(2));
     assert_eq!(b.scale(4).modulo(&Expr::int(2)), Expr::int(0));
     assert_eq!(t.floor_div(&Expr::int(4)).to_string(), "floordiv(T, 4)");
+    // Division by one term that divides every term is exact.
+    let bt256 = b.mul(&t).scale(256);
+    assert_eq!(bt256.floor_div(&t.scale(256)), b);
+    assert_eq!(
+        bt256.add(&t.scale(512)).floor_div(&t),
+        b.scale(256).add(&Expr::int(512))
+    );
+    assert_eq!(bt256.modulo(&t), Expr::int(0));
+    assert_eq!(b.floor_div(&t).to_string(), "floordiv(B, T)");
     assert_eq!(t.minimum(&t.add(&Expr::int(1))), t);
     assert_eq!(t.maximum(&b), b.maximum(&t));
 }
