@@ -88,6 +88,7 @@ pub use api::builder::{
 };
 pub use api::compile::{compile, compile_ir, Compiled, Execution, Options, Target, MAX_THREADS};
 pub use api::compose::{scaled_dot_product_attention, stack};
+pub use api::dynamic::{compile_dynamic, Dynamic};
 pub use api::error::{Error, Result};
 pub use api::host::{Element, Tensor};
 pub use api::jit::{
@@ -95,7 +96,7 @@ pub use api::jit::{
 };
 pub use api::ops::{concat, where_, AxisRange, DimInt, Dims};
 pub use api::train::{Optimizer, TrainStep};
-pub use api::weights::{load, save, MAX_WEIGHTS_BYTES};
+pub use api::weights::{load, load_parsed, save, MAX_WEIGHTS_BYTES};
 pub use api::{files, memory, onnx, profile, sim};
 /// The most kernels the CPU target compiles for one program (one function each).
 pub use ferrite_cpu::MAX_GENERATED_KERNELS as MAX_CPU_KERNELS;

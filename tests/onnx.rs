@@ -217,4 +217,20 @@ fn the_cli_names_a_missing_symbolic_dim_and_exits_1() {
     );
     let r = run(&["--dim", "n=2"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    // The shape of an --input file binds the name as --dim does.
+    let ty = ferrite::TensorType::new(ferrite::DType::F32, vec![3]).unwrap();
+    let t = ferrite::ir::Tensor::from_f64(&ty, &[1.0, 2.0, 3.0]);
+    std::fs::write(dir.join("x.npy"), ferrite::ir::npy::encode(&t)).unwrap();
+    let x = format!("x={}", dir.join("x.npy").display());
+    let r = run(&["--input", &x]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    // n = 3 from x, so the fixed w of [2] does not broadcast: the model's own error.
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(!err.contains("--dim n=N"), "{err}");
+    let ty2 = ferrite::TensorType::new(ferrite::DType::F32, vec![2]).unwrap();
+    let t2 = ferrite::ir::Tensor::from_f64(&ty2, &[1.0, 2.0]);
+    std::fs::write(dir.join("x2.npy"), ferrite::ir::npy::encode(&t2)).unwrap();
+    let x2 = format!("x={}", dir.join("x2.npy").display());
+    let r = run(&["--input", &x2]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
 }

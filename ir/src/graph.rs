@@ -184,7 +184,7 @@ impl Graph {
         })
     }
 
-    fn push(&mut self, node: Node) -> Result<ValueId> {
+    pub(crate) fn push(&mut self, node: Node) -> Result<ValueId> {
         self.catch_up_names();
         if let Some(name) = &node.name {
             self.check_new_name(name)?;

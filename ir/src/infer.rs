@@ -5,13 +5,25 @@
 //! check graphs that passes rewrote.
 
 use crate::op::{ArgReduceOp, BinaryOp, Op, ReduceOp, UnaryOp};
-use crate::types::{broadcast_shapes, check_shape, normalize_axis, ShapeDisplay, TensorType};
+use crate::sym::Dim;
+use crate::types::{broadcast_dim, broadcast_dims, normalize_axis, ShapeDisplay, TensorType};
 use crate::{promote, window, DType, TypeError};
 
 /// Infers the result type of `op` applied to operands of types `inputs`.
 /// The error is a sentence naming the op and what is wrong, and names the
 /// attribute at fault when an attribute's value is the problem.
 pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
+    infer_dims(op, inputs, &mut ())
+}
+
+/// [`infer`] over any dimension type: with `usize` it is [`infer`]; with
+/// [`crate::sym::Expr`] it types symbolic shapes, reading the node's symbolic
+/// attributes from `cx` and recording there the constraints it assumes.
+pub fn infer_dims<D: Dim>(
+    op: &Op,
+    inputs: &[&TensorType<D>],
+    cx: &mut D::Cx,
+) -> Result<TensorType<D>, TypeError> {
     if let Some(n) = op.arity() {
         if inputs.len() != n {
             return Err(TypeError::new(format!(
@@ -30,7 +42,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         Op::Literal { .. } => {
             return Err(TypeError::new("literal nodes are typed by their context"))
         }
-        Op::Constant(c) => c.ty().clone(),
+        Op::Constant(c) => D::with_numbers(name, &[], &|_| Ok(c.ty().clone()))?,
         Op::Unary(u) => {
             let x = inputs[0];
             let dtype = match u {
@@ -49,7 +61,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         }
         Op::Binary(b) => {
             let (x, y) = (inputs[0], inputs[1]);
-            let shape = broadcast_shapes(&x.shape, &y.shape).map_err(|e| e.context(name))?;
+            let shape = broadcast_dims(cx, &x.shape, &y.shape).map_err(|e| e.context(name))?;
             let common = promote(x.dtype, y.dtype);
             let dtype = if b.is_comparison() || b.is_logical() {
                 DType::Bool
@@ -74,8 +86,8 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                     c.dtype
                 )));
             }
-            let ab = broadcast_shapes(&a.shape, &b.shape).map_err(|e| e.context("where"))?;
-            let shape = broadcast_shapes(&c.shape, &ab).map_err(|e| e.context("where"))?;
+            let ab = broadcast_dims(cx, &a.shape, &b.shape).map_err(|e| e.context("where"))?;
+            let shape = broadcast_dims(cx, &c.shape, &ab).map_err(|e| e.context("where"))?;
             TensorType {
                 dtype: promote(a.dtype, b.dtype),
                 shape,
@@ -103,7 +115,9 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                 _ => x.dtype,
             };
             if matches!(r, ReduceOp::Max | ReduceOp::Min)
-                && reduced.iter().any(|&a| x.shape.get(a) == Some(&0))
+                && reduced
+                    .iter()
+                    .any(|&a| x.shape.get(a).is_some_and(|d| !D::nonzero(cx, d, name)))
             {
                 return Err(TypeError::new(format!(
                     "{name} over an axis of extent 0 has no identity"
@@ -127,18 +141,18 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             }
             let shape = match axis {
                 None => {
-                    if x.numel() == 0 {
+                    if x.shape.iter().any(|d| !D::nonzero(cx, d, name)) {
                         return Err(TypeError::new(format!("{name} of an empty tensor")));
                     }
                     if *keepdim {
-                        vec![1; x.rank()]
+                        vec![D::lit(1); x.rank()]
                     } else {
                         vec![]
                     }
                 }
                 Some(a) => {
                     let a = normalize_axis(*a, x.rank()).map_err(|e| e.context(name).on("axis"))?;
-                    if x.shape.get(a) == Some(&0) {
+                    if x.shape.get(a).is_some_and(|d| !D::nonzero(cx, d, name)) {
                         return Err(TypeError::new(format!("{name} over an axis of extent 0")));
                     }
                     let axes = if x.rank() == 0 { vec![] } else { vec![a] };
@@ -170,10 +184,10 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                     TypeError::new(format!("{name}: eps must be finite and >= 0")).on("eps"),
                 );
             }
-            let last = *x.shape.last().unwrap();
+            let last = x.shape[x.rank() - 1].clone();
             for (i, p) in inputs[1..].iter().enumerate() {
                 let what = if i == 0 { "weight" } else { "bias" };
-                if p.shape != [last] {
+                if p.rank() != 1 || !D::same(cx, &p.shape[0], &last, name) {
                     return Err(TypeError::new(format!(
                         "{name}: {what} must have shape [{last}] (the last axis of {}), not {}",
                         x,
@@ -189,16 +203,19 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             }
             x.clone()
         }
-        Op::MatMul => matmul_type(inputs[0], inputs[1])?,
+        Op::MatMul => matmul_dims(cx, inputs[0], inputs[1])?,
         Op::Reshape { shape } => {
             let x = inputs[0];
-            let out = reshape_target(shape, x.numel()).map_err(|e| e.on("shape"))?;
+            let numel = numel_of::<D>(&x.shape)
+                .ok_or_else(|| TypeError::new("reshape: the input has too many elements"))?;
+            let target = D::ints_attr(cx, "shape", shape).into_owned();
+            let out = reshape_dims(cx, &target, &numel).map_err(|e| e.on("shape"))?;
             x.with_dtype(x.dtype).with_shape(out)
         }
         Op::Permute { dims } => {
             let x = inputs[0];
             let perm = permutation(name, dims, x.rank()).map_err(|e| e.on("dims"))?;
-            x.with_shape(perm.iter().map(|&d| x.shape[d]).collect())
+            x.with_shape(perm.iter().map(|&d| x.shape[d].clone()).collect())
         }
         Op::Transpose { dim0, dim1 } => {
             let x = inputs[0];
@@ -214,25 +231,31 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         }
         Op::Expand { shape } => {
             let x = inputs[0];
-            x.with_shape(expand_target(&x.shape, shape).map_err(|e| e.on("shape"))?)
+            let target = D::ints_attr(cx, "shape", shape).into_owned();
+            x.with_shape(expand_dims(cx, &x.shape, &target).map_err(|e| e.on("shape"))?)
         }
         Op::Squeeze { axes } => {
             let x = inputs[0];
             let shape = match axes {
-                None => x.shape.iter().copied().filter(|&d| d != 1).collect(),
+                None => x
+                    .shape
+                    .iter()
+                    .filter(|d| D::is_one(cx, d) != Some(true))
+                    .cloned()
+                    .collect(),
                 Some(axes) => {
                     let axes = unique_axes(name, axes, x.rank()).map_err(|e| e.on("axes"))?;
                     let mut shape = Vec::new();
-                    for (i, &d) in x.shape.iter().enumerate() {
+                    for (i, d) in x.shape.iter().enumerate() {
                         if axes.contains(&i) {
-                            if d != 1 {
+                            if !D::same(cx, d, &D::lit(1), name) {
                                 return Err(TypeError::new(format!(
                                     "squeeze: axis {i} has extent {d}, not 1"
                                 ))
                                 .on("axes"));
                             }
                         } else {
-                            shape.push(d);
+                            shape.push(d.clone());
                         }
                     }
                     shape
@@ -244,7 +267,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             let x = inputs[0];
             let a = normalize_axis(*axis, x.rank() + 1).map_err(|e| e.context(name).on("axis"))?;
             let mut shape = x.shape.clone();
-            shape.insert(a, 1);
+            shape.insert(a, D::lit(1));
             x.with_shape(shape)
         }
         Op::Slice {
@@ -264,12 +287,9 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                         .on("step"),
                 );
             }
-            let (lo, hi) = slice_bounds(x.shape[a], *start, *end);
-            let len = if hi > lo {
-                (hi - lo).div_ceil(*step as usize)
-            } else {
-                0
-            };
+            let start = D::ints_attr(cx, "start", std::slice::from_ref(start))[0].clone();
+            let end = D::ints_attr(cx, "end", std::slice::from_ref(end))[0].clone();
+            let len = D::slice_len(cx, &x.shape[a], &start, &end, *step as usize);
             let mut shape = x.shape.clone();
             shape[a] = len;
             x.with_shape(shape)
@@ -284,7 +304,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             }
             let a = normalize_axis(*axis, first.rank()).map_err(|e| e.context(name).on("axis"))?;
             let mut shape = first.shape.clone();
-            shape[a] = 0;
+            shape[a] = D::lit(0);
             for (i, t) in inputs.iter().enumerate() {
                 if t.dtype != first.dtype {
                     return Err(TypeError::new(format!(
@@ -297,7 +317,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                         .iter()
                         .zip(&first.shape)
                         .enumerate()
-                        .any(|(j, (x, y))| j != a && x != y)
+                        .any(|(j, (x, y))| j != a && !D::same(cx, x, y, name))
                 {
                     return Err(TypeError::new(format!(
                         "concat: operand {i} has shape {}, which differs from operand 0's {} off axis {a}",
@@ -305,37 +325,11 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                         ShapeDisplay(&first.shape)
                     )));
                 }
-                shape[a] += t.shape[a];
+                shape[a] = shape[a].plus(&t.shape[a]);
             }
-            TensorType::new(first.dtype, shape)?
+            TensorType::checked(first.dtype, shape)?
         }
-        Op::Pad { pads, value } => {
-            let x = inputs[0];
-            if pads.len() != 2 * x.rank() {
-                return Err(TypeError::new(format!(
-                    "pad: pads needs 2 amounts per axis ({} for rank {}), got {}",
-                    2 * x.rank(),
-                    x.rank(),
-                    pads.len()
-                ))
-                .on("pads"));
-            }
-            check_fill("pad", *value, x.dtype)?;
-            let mut shape = Vec::with_capacity(x.rank());
-            for (i, &d) in x.shape.iter().enumerate() {
-                let n = d as i128 + pads[2 * i] as i128 + pads[2 * i + 1] as i128;
-                if n < 0 || n > crate::types::MAX_ELEMENTS as i128 {
-                    return Err(TypeError::new(format!(
-                        "pad: axis {i} of extent {d} padded by ({}, {}) has invalid extent {n}",
-                        pads[2 * i],
-                        pads[2 * i + 1]
-                    ))
-                    .on("pads"));
-                }
-                shape.push(n as usize);
-            }
-            TensorType::new(x.dtype, shape)?
-        }
+        Op::Pad { .. } => D::with_numbers(name, inputs, &|inputs| pad_type(op, inputs))?,
         Op::IndexSelect { axis } => {
             // numpy `take` / ONNX `Gather`: the indexed axis is replaced by the index's
             // axes, so the result has rank `x.rank() - 1 + index.rank()`.
@@ -349,7 +343,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             shape.extend_from_slice(&x.shape[..a]);
             shape.extend_from_slice(&idx.shape);
             shape.extend_from_slice(&x.shape[a + 1..]);
-            TensorType::new(x.dtype, shape)?
+            TensorType::checked(x.dtype, shape)?
         }
         Op::Gather { axis } => {
             let (x, idx) = (inputs[0], inputs[1]);
@@ -366,23 +360,20 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             let mut shape = Vec::with_capacity(x.rank());
             for i in 0..x.rank() {
                 if i == a {
-                    shape.push(idx.shape[i]);
+                    shape.push(idx.shape[i].clone());
                 } else {
-                    let (p, q) = (x.shape[i], idx.shape[i]);
-                    shape.push(if p == q || q == 1 {
-                        p
-                    } else if p == 1 {
-                        q
-                    } else {
-                        return Err(TypeError::new(format!(
+                    let (p, q) = (&x.shape[i], &idx.shape[i]);
+                    shape.push(match broadcast_dim(cx, p, q, name) {
+                        Some(d) => d,
+                        None => return Err(TypeError::new(format!(
                             "gather: index shape {} does not broadcast against input shape {} on axis {i}",
                             ShapeDisplay(&idx.shape),
                             ShapeDisplay(&x.shape)
-                        )));
+                        ))),
                     });
                 }
             }
-            TensorType::new(x.dtype, shape)?
+            TensorType::checked(x.dtype, shape)?
         }
         Op::Full {
             shape,
@@ -390,7 +381,8 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             dtype,
         } => {
             check_fill("full", *value, *dtype)?;
-            TensorType::new(*dtype, shape.clone()).map_err(|e| e.on("shape"))?
+            let shape = D::dims_attr(cx, "shape", shape).into_owned();
+            TensorType::checked(*dtype, shape).map_err(|e| e.on("shape"))?
         }
         Op::Arange {
             start,
@@ -420,8 +412,118 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                     "arange: {n} elements exceeds the limit"
                 )));
             }
-            TensorType::new(*dtype, vec![n as usize])?
+            let end = D::ints_attr(cx, "end", &[0])[0].clone();
+            let n = match D::int_value(&end) {
+                Some(_) => D::lit(n as usize),
+                None => {
+                    // A symbolic end: `ceil((end - start) / step)` of integer start and step.
+                    if start.fract() != 0.0 || step.fract() != 0.0 || *step < 1.0 {
+                        return Err(TypeError::new(
+                            "arange: a symbolic end needs an integer start and a positive integer step",
+                        )
+                        .on("end"));
+                    }
+                    D::range_len(cx, &end, *start as i64, *step as i64)
+                }
+            };
+            TensorType::checked(*dtype, vec![n])?
         }
+        Op::Conv { .. } | Op::ConvTranspose { .. } | Op::MaxPool { .. } | Op::AvgPool { .. } => {
+            D::with_numbers(name, inputs, &|inputs| window_type(op, inputs))?
+        }
+        Op::BatchNorm { eps } => {
+            let x = inputs[0];
+            float_input(name, x)?;
+            if x.rank() < 2 {
+                return Err(TypeError::new(format!(
+                    "{name} needs an [N, C, ...] tensor of rank >= 2, not {x}"
+                )));
+            }
+            if !eps.is_finite() || *eps < 0.0 {
+                return Err(
+                    TypeError::new(format!("{name}: eps must be finite and >= 0")).on("eps"),
+                );
+            }
+            let c = x.shape[1].clone();
+            let what = ["weight", "bias", "running_mean", "running_var"];
+            for (p, what) in inputs[1..].iter().zip(what) {
+                if p.rank() != 1 || !D::same(cx, &p.shape[0], &c, name) || p.dtype != x.dtype {
+                    return Err(TypeError::new(format!(
+                        "{name}: {what} must be {}[{c}] (the channels of {x}), not {p}",
+                        x.dtype
+                    )));
+                }
+            }
+            x.clone()
+        }
+        Op::Clip { min, max } => {
+            let x = inputs[0];
+            if x.dtype == DType::Bool {
+                return Err(TypeError::new(format!(
+                    "{name} is not defined for bool tensors"
+                )));
+            }
+            for (bound, key) in [(min, "min"), (max, "max")] {
+                if let Some(v) = bound {
+                    let fits = if x.dtype.is_float() {
+                        !v.is_nan()
+                    } else {
+                        fill_fits(*v, x.dtype)
+                    };
+                    if !fits {
+                        return Err(TypeError::new(format!(
+                            "{name}: {key} {} is not a bound of a {} tensor",
+                            crate::op::format_float(*v),
+                            x.dtype
+                        ))
+                        .on(key));
+                    }
+                }
+            }
+            x.clone()
+        }
+    };
+    D::check(&ty.shape).map_err(|e| e.context(name))?;
+    Ok(ty)
+}
+
+/// The typing rule of `pad`, on concrete shapes only.
+fn pad_type(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
+    let Op::Pad { pads, value } = op else {
+        return Err(TypeError::new(format!("{} is not pad", op.name())));
+    };
+    let x = inputs[0];
+    if pads.len() != 2 * x.rank() {
+        return Err(TypeError::new(format!(
+            "pad: pads needs 2 amounts per axis ({} for rank {}), got {}",
+            2 * x.rank(),
+            x.rank(),
+            pads.len()
+        ))
+        .on("pads"));
+    }
+    check_fill("pad", *value, x.dtype)?;
+    let mut shape = Vec::with_capacity(x.rank());
+    for (i, &d) in x.shape.iter().enumerate() {
+        let n = d as i128 + pads[2 * i] as i128 + pads[2 * i + 1] as i128;
+        if n < 0 || n > crate::types::MAX_ELEMENTS as i128 {
+            return Err(TypeError::new(format!(
+                "pad: axis {i} of extent {d} padded by ({}, {}) has invalid extent {n}",
+                pads[2 * i],
+                pads[2 * i + 1]
+            ))
+            .on("pads"));
+        }
+        shape.push(n as usize);
+    }
+    TensorType::new(x.dtype, shape)
+}
+
+/// The typing rule of the window ops (`conv`, `conv_transpose`, `max_pool`,
+/// `avg_pool`), on concrete shapes only.
+fn window_type(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
+    let name = op.name();
+    Ok(match op {
         Op::Conv { groups, .. } => {
             let (x, w) = (inputs[0], inputs[1]);
             let axes = windows(op, x, Some(w))?;
@@ -504,60 +606,13 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             shape.extend(axes.iter().map(|a| a.output));
             TensorType::new(x.dtype, shape)?
         }
-        Op::BatchNorm { eps } => {
-            let x = inputs[0];
-            float_input(name, x)?;
-            if x.rank() < 2 {
-                return Err(TypeError::new(format!(
-                    "{name} needs an [N, C, ...] tensor of rank >= 2, not {x}"
-                )));
-            }
-            if !eps.is_finite() || *eps < 0.0 {
-                return Err(
-                    TypeError::new(format!("{name}: eps must be finite and >= 0")).on("eps"),
-                );
-            }
-            let c = x.shape[1];
-            let what = ["weight", "bias", "running_mean", "running_var"];
-            for (p, what) in inputs[1..].iter().zip(what) {
-                if p.shape != [c] || p.dtype != x.dtype {
-                    return Err(TypeError::new(format!(
-                        "{name}: {what} must be {}[{c}] (the channels of {x}), not {p}",
-                        x.dtype
-                    )));
-                }
-            }
-            x.clone()
-        }
-        Op::Clip { min, max } => {
-            let x = inputs[0];
-            if x.dtype == DType::Bool {
-                return Err(TypeError::new(format!(
-                    "{name} is not defined for bool tensors"
-                )));
-            }
-            for (bound, key) in [(min, "min"), (max, "max")] {
-                if let Some(v) = bound {
-                    let fits = if x.dtype.is_float() {
-                        !v.is_nan()
-                    } else {
-                        fill_fits(*v, x.dtype)
-                    };
-                    if !fits {
-                        return Err(TypeError::new(format!(
-                            "{name}: {key} {} is not a bound of a {} tensor",
-                            crate::op::format_float(*v),
-                            x.dtype
-                        ))
-                        .on(key));
-                    }
-                }
-            }
-            x.clone()
-        }
-    };
-    check_shape(&ty.shape).map_err(|e| e.context(name))?;
-    Ok(ty)
+        _ => return Err(TypeError::new(format!("{name} is not a window op"))),
+    })
+}
+
+/// The product of the extents, or `None` past the element limit.
+fn numel_of<D: Dim>(shape: &[D]) -> Option<D> {
+    shape.iter().try_fold(D::lit(1), |n, d| n.times(d))
 }
 
 /// The resolved windows of a `conv`, `max_pool` or `avg_pool` on an input of type `x`
@@ -688,17 +743,15 @@ fn conv_weight(
     Ok((c_out, kernel))
 }
 
-impl TensorType {
-    /// The same dtype with another shape.
-    pub fn with_shape(&self, shape: Vec<usize>) -> TensorType {
-        TensorType {
-            dtype: self.dtype,
-            shape,
-        }
+impl<D: Dim> TensorType<D> {
+    /// A type whose shape is checked against the rank and element limits.
+    pub fn checked(dtype: DType, shape: Vec<D>) -> Result<TensorType<D>, TypeError> {
+        D::check(&shape)?;
+        Ok(TensorType { dtype, shape })
     }
 }
 
-fn float_input(name: &str, x: &TensorType) -> Result<(), TypeError> {
+fn float_input<D: Dim>(name: &str, x: &TensorType<D>) -> Result<(), TypeError> {
     if x.dtype.is_float() {
         Ok(())
     } else {
@@ -709,7 +762,7 @@ fn float_input(name: &str, x: &TensorType) -> Result<(), TypeError> {
     }
 }
 
-fn index_dtype(name: &str, idx: &TensorType) -> Result<(), TypeError> {
+fn index_dtype<D: Dim>(name: &str, idx: &TensorType<D>) -> Result<(), TypeError> {
     if idx.dtype.is_int() {
         Ok(())
     } else {
@@ -751,15 +804,15 @@ pub fn reduced_axes(
 }
 
 /// The shape left after reducing `axes` (kept as extent 1 with `keepdim`).
-pub fn reduce_shape(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> {
+pub fn reduce_shape<D: Dim>(shape: &[D], axes: &[usize], keepdim: bool) -> Vec<D> {
     shape
         .iter()
         .enumerate()
-        .filter_map(|(i, &d)| {
+        .filter_map(|(i, d)| {
             if axes.contains(&i) {
-                keepdim.then_some(1)
+                keepdim.then(|| D::lit(1))
             } else {
-                Some(d)
+                Some(d.clone())
             }
         })
         .collect()
@@ -780,44 +833,65 @@ pub fn permutation(name: &str, dims: &[i64], rank: usize) -> Result<Vec<usize>, 
 
 /// Resolves a reshape target with at most one `-1` against an element count.
 pub fn reshape_target(shape: &[i64], numel: usize) -> Result<Vec<usize>, TypeError> {
+    reshape_dims(&mut (), shape, &numel)
+}
+
+/// [`reshape_target`] over any dimension type.
+pub fn reshape_dims<D: Dim>(
+    cx: &mut D::Cx,
+    shape: &[D::Int],
+    numel: &D,
+) -> Result<Vec<D>, TypeError> {
     let mut infer_at = None;
-    let mut known: usize = 1;
-    for (i, &d) in shape.iter().enumerate() {
-        if d == -1 {
-            if infer_at.is_some() {
-                return Err(TypeError::new("reshape: at most one extent may be -1"));
+    let mut known = D::lit(1);
+    for (i, d) in shape.iter().enumerate() {
+        match D::int_value(d) {
+            Some(-1) => {
+                if infer_at.is_some() {
+                    return Err(TypeError::new("reshape: at most one extent may be -1"));
+                }
+                infer_at = Some(i);
+                continue;
             }
-            infer_at = Some(i);
-        } else if d < 0 {
-            return Err(TypeError::new(format!("reshape: extent {d} is negative")));
-        } else {
-            known = known
-                .checked_mul(d as usize)
-                .filter(|&n| n <= crate::types::MAX_ELEMENTS)
-                .ok_or_else(|| TypeError::new("reshape: target shape has too many elements"))?;
+            Some(d) if d < 0 => {
+                return Err(TypeError::new(format!("reshape: extent {d} is negative")))
+            }
+            _ => {}
         }
+        known = known
+            .times(&D::int_dim(d))
+            .ok_or_else(|| TypeError::new("reshape: target shape has too many elements"))?;
     }
-    let mut out: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+    let mut out: Vec<D> = shape.iter().map(D::int_dim).collect();
     if let Some(i) = infer_at {
-        if known == 0 || !numel.is_multiple_of(known) {
+        if !D::divides(cx, &known, numel, "reshape") {
             return Err(TypeError::new(format!(
                 "reshape: cannot infer the -1 extent: {numel} elements do not divide into {}",
-                fmt_i64s(shape)
+                fmt_list(shape)
             )));
         }
-        out[i] = numel / known;
-    } else if known != numel {
+        out[i] = D::div_exact(numel, &known);
+    } else if !D::same(cx, &known, numel, "reshape") {
         return Err(TypeError::new(format!(
             "reshape: target shape {} has {known} elements but the input has {numel}",
-            fmt_i64s(shape)
+            fmt_list(shape)
         )));
     }
-    check_shape(&out)?;
+    D::check(&out)?;
     Ok(out)
 }
 
 /// Resolves an expand target (`-1` keeps the input extent) and checks it broadcasts.
 pub fn expand_target(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, TypeError> {
+    expand_dims(&mut (), from, shape)
+}
+
+/// [`expand_target`] over any dimension type.
+pub fn expand_dims<D: Dim>(
+    cx: &mut D::Cx,
+    from: &[D],
+    shape: &[D::Int],
+) -> Result<Vec<D>, TypeError> {
     if shape.len() < from.len() {
         return Err(TypeError::new(format!(
             "expand: target rank {} is below the input rank {}",
@@ -827,32 +901,34 @@ pub fn expand_target(from: &[usize], shape: &[i64]) -> Result<Vec<usize>, TypeEr
     }
     let lead = shape.len() - from.len();
     let mut out = Vec::with_capacity(shape.len());
-    for (i, &d) in shape.iter().enumerate() {
+    for (i, d) in shape.iter().enumerate() {
         let src = if i >= lead {
-            Some(from[i - lead])
+            Some(&from[i - lead])
         } else {
             None
         };
-        let n = match (d, src) {
-            (-1, Some(s)) => s,
-            (-1, None) => {
+        let n = match (D::int_value(d), src) {
+            (Some(-1), Some(s)) => s.clone(),
+            (Some(-1), None) => {
                 return Err(TypeError::new(format!(
                     "expand: -1 is not allowed for the new leading axis {i}"
                 )))
             }
-            (d, _) if d < 0 => {
+            (Some(d), _) if d < 0 => {
                 return Err(TypeError::new(format!("expand: extent {d} is negative")))
             }
-            (d, Some(s)) if s != 1 && s as i64 != d => {
+            (_, Some(s))
+                if D::is_one(cx, s) != Some(true) && !D::same(cx, s, &D::int_dim(d), "expand") =>
+            {
                 return Err(TypeError::new(format!(
                 "expand: cannot expand axis {i} of extent {s} to {d} (only extent-1 axes expand)"
             )))
             }
-            (d, _) => d as usize,
+            _ => D::int_dim(d),
         };
         out.push(n);
     }
-    check_shape(&out)?;
+    D::check(&out)?;
     Ok(out)
 }
 
@@ -866,7 +942,16 @@ pub fn slice_bounds(len: usize, start: i64, end: i64) -> (usize, usize) {
     (clamp(start), clamp(end))
 }
 
+#[cfg(test)]
 fn matmul_type(a: &TensorType, b: &TensorType) -> Result<TensorType, TypeError> {
+    matmul_dims(&mut (), a, b)
+}
+
+fn matmul_dims<D: Dim>(
+    cx: &mut D::Cx,
+    a: &TensorType<D>,
+    b: &TensorType<D>,
+) -> Result<TensorType<D>, TypeError> {
     if a.rank() == 0 || b.rank() == 0 {
         return Err(TypeError::new("matmul: operands must have rank >= 1"));
     }
@@ -881,37 +966,37 @@ fn matmul_type(a: &TensorType, b: &TensorType) -> Result<TensorType, TypeError> 
     }
     // 1-D operands are promoted to matrices and the added axis removed afterwards.
     let a2 = if a.rank() == 1 {
-        vec![1, a.shape[0]]
+        vec![D::lit(1), a.shape[0].clone()]
     } else {
         a.shape.clone()
     };
     let b2 = if b.rank() == 1 {
-        vec![b.shape[0], 1]
+        vec![b.shape[0].clone(), D::lit(1)]
     } else {
         b.shape.clone()
     };
-    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
-    let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
-    if k != k2 {
+    let (m, k) = (&a2[a2.len() - 2], &a2[a2.len() - 1]);
+    let (k2, n) = (&b2[b2.len() - 2], &b2[b2.len() - 1]);
+    if !D::same(cx, k, k2, "matmul") {
         return Err(TypeError::new(format!(
             "matmul: inner dimensions differ: {} @ {} ({k} vs {k2})",
             ShapeDisplay(&a.shape),
             ShapeDisplay(&b.shape)
         )));
     }
-    let batch = broadcast_shapes(&a2[..a2.len() - 2], &b2[..b2.len() - 2])
+    let batch = broadcast_dims(cx, &a2[..a2.len() - 2], &b2[..b2.len() - 2])
         .map_err(|e| e.context("matmul: batch axes"))?;
     let mut shape = batch;
     if a.rank() > 1 {
-        shape.push(m);
+        shape.push(m.clone());
     }
     if b.rank() > 1 {
-        shape.push(n);
+        shape.push(n.clone());
     }
-    TensorType::new(a.dtype, shape)
+    TensorType::checked(a.dtype, shape)
 }
 
-fn fmt_i64s(v: &[i64]) -> String {
+fn fmt_list<T: std::fmt::Display>(v: &[T]) -> String {
     format!(
         "[{}]",
         v.iter()

@@ -18,6 +18,7 @@ pub mod npy;
 pub mod op;
 mod scalar_ops;
 mod spelling;
+pub mod sym;
 mod tensor;
 pub mod text;
 pub mod types;

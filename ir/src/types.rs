@@ -1,5 +1,6 @@
 //! Tensor types: a dtype and a static shape.
 
+use crate::sym::Dim;
 use crate::{DType, TypeError};
 use std::fmt;
 
@@ -11,12 +12,36 @@ pub const MAX_ELEMENTS: usize = 1 << 31;
 pub const MAX_RANK: usize = 16;
 
 /// A tensor type: element dtype plus a static shape (`f32[64, 784]`; scalars are `f32[]`).
+/// With `D = Expr` (`ferrite_ir::sym`), a symbolic shape (`f32[B, T, 256]`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct TensorType {
+pub struct TensorType<D = usize> {
     /// Element type.
     pub dtype: DType,
     /// Extent of each axis, outermost first.
-    pub shape: Vec<usize>,
+    pub shape: Vec<D>,
+}
+
+impl<D: Clone> TensorType<D> {
+    /// Number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The same shape with another dtype.
+    pub fn with_dtype(&self, dtype: DType) -> TensorType<D> {
+        TensorType {
+            dtype,
+            shape: self.shape.clone(),
+        }
+    }
+
+    /// The same dtype with another shape.
+    pub fn with_shape(&self, shape: Vec<D>) -> TensorType<D> {
+        TensorType {
+            dtype: self.dtype,
+            shape,
+        }
+    }
 }
 
 impl TensorType {
@@ -34,11 +59,6 @@ impl TensorType {
         }
     }
 
-    /// Number of axes.
-    pub fn rank(&self) -> usize {
-        self.shape.len()
-    }
-
     /// Number of elements (1 for a scalar).
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
@@ -47,14 +67,6 @@ impl TensorType {
     /// Bytes occupied when materialized densely.
     pub fn size_bytes(&self) -> usize {
         self.numel() * self.dtype.size_bytes()
-    }
-
-    /// The same shape with another dtype.
-    pub fn with_dtype(&self, dtype: DType) -> TensorType {
-        TensorType {
-            dtype,
-            shape: self.shape.clone(),
-        }
     }
 }
 
@@ -90,10 +102,10 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     strides
 }
 
-/// Displays a shape as `[2, 3]`.
-pub struct ShapeDisplay<'a>(pub &'a [usize]);
+/// Displays a shape as `[2, 3]` (or `[B, T, 256]`).
+pub struct ShapeDisplay<'a, D = usize>(pub &'a [D]);
 
-impl fmt::Display for ShapeDisplay<'_> {
+impl<D: fmt::Display> fmt::Display for ShapeDisplay<'_, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("[")?;
         for (i, d) in self.0.iter().enumerate() {
@@ -106,7 +118,7 @@ impl fmt::Display for ShapeDisplay<'_> {
     }
 }
 
-impl fmt::Display for TensorType {
+impl<D: fmt::Display> fmt::Display for TensorType<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}{}", self.dtype, ShapeDisplay(&self.shape))
     }
@@ -114,35 +126,57 @@ impl fmt::Display for TensorType {
 
 /// Broadcasts two shapes with numpy/PyTorch rules (align right, 1 stretches).
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, TypeError> {
+    broadcast_dims(&mut (), a, b)
+}
+
+/// [`broadcast_shapes`] over any dimension type. Two symbolic extents that may
+/// differ are taken to be equal (recorded as a constraint): a symbol is never
+/// assumed to be the 1 that stretches.
+pub fn broadcast_dims<D: Dim>(cx: &mut D::Cx, a: &[D], b: &[D]) -> Result<Vec<D>, TypeError> {
     let rank = a.len().max(b.len());
-    let mut out = vec![0; rank];
+    let one = D::lit(1);
+    let mut out = Vec::with_capacity(rank);
     for i in 0..rank {
         let da = if i + a.len() >= rank {
-            a[i + a.len() - rank]
+            &a[i + a.len() - rank]
         } else {
-            1
+            &one
         };
         let db = if i + b.len() >= rank {
-            b[i + b.len() - rank]
+            &b[i + b.len() - rank]
         } else {
-            1
+            &one
         };
-        out[i] = if da == db || db == 1 {
-            da
-        } else if da == 1 {
-            db
-        } else {
-            return Err(TypeError::new(format!(
-                "shapes {} and {} do not broadcast (axis {} is {} vs {})",
-                ShapeDisplay(a),
-                ShapeDisplay(b),
-                i as i64 - rank as i64,
-                da,
-                db
-            )));
-        };
+        out.push(match broadcast_dim(cx, da, db, "broadcasting") {
+            Some(d) => d,
+            None => {
+                return Err(TypeError::new(format!(
+                    "shapes {} and {} do not broadcast (axis {} is {} vs {})",
+                    ShapeDisplay(a),
+                    ShapeDisplay(b),
+                    i as i64 - rank as i64,
+                    da,
+                    db
+                )))
+            }
+        });
     }
     Ok(out)
+}
+
+/// The broadcast of two extents (`p` if equal or `q` is 1, `q` if `p` is 1), or
+/// `None` if they do not broadcast.
+pub fn broadcast_dim<D: Dim>(cx: &mut D::Cx, p: &D, q: &D, why: &str) -> Option<D> {
+    if p == q || D::is_one(cx, q) == Some(true) {
+        Some(p.clone())
+    } else if D::is_one(cx, p) == Some(true) {
+        Some(q.clone())
+    } else if D::same(cx, p, q, why) {
+        // Only symbolic extents get here: they must agree; keep a number if one is.
+        Some(if p.number().is_some() { p } else { q }.clone())
+    } else {
+        None
+    }
 }
 
 /// Resolves a possibly negative axis against a rank (`-1` is the last axis).

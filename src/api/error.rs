@@ -105,6 +105,12 @@ pub enum Error {
         /// The input's shape.
         got: Vec<usize>,
     },
+    /// Size symbols that the inputs (or the values given beside them) do not bind, bind
+    /// inconsistently, or bind to values that break a range or a constraint of the graph.
+    Binding {
+        /// The symbols, their values and what needs them, with the place in the file.
+        message: String,
+    },
     /// Host data that does not form a tensor (value count versus shape, wrong element type, size limits).
     Data {
         /// What is wrong.
@@ -236,6 +242,7 @@ impl Error {
             | Error::OutputType { .. }
             | Error::InputDType { .. }
             | Error::InputShape { .. }
+            | Error::Binding { .. }
             | Error::Data { .. }
             | Error::Npy { .. }
             | Error::Io { .. }
@@ -331,6 +338,7 @@ impl fmt::Display for Error {
                 ShapeDisplay(got),
                 ShapeDisplay(expected)
             ),
+            Error::Binding { message } => f.write_str(message),
             Error::Data { message } => write!(f, "invalid tensor data: {message}"),
             Error::Npy { message } => write!(f, "invalid .npy data: {message}"),
             Error::Io { path, message } => write!(f, "{}: {message}", path.display()),

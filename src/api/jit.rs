@@ -276,44 +276,57 @@ pub struct JitStats {
 }
 
 #[derive(Default)]
-struct Counters {
-    calls: AtomicU64,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    compiles: AtomicU64,
-    eager_calls: AtomicU64,
-    evictions: AtomicU64,
+pub(super) struct Counters {
+    pub(super) calls: AtomicU64,
+    pub(super) hits: AtomicU64,
+    pub(super) misses: AtomicU64,
+    pub(super) compiles: AtomicU64,
+    pub(super) eager_calls: AtomicU64,
+    pub(super) evictions: AtomicU64,
 }
 
-/// The cache: compiled slots by signature, each with the tick of its last use.
-#[derive(Default)]
-struct Cache {
-    map: HashMap<Vec<TensorType>, (Arc<Slot>, u64)>,
+/// The cache: compiled slots by key (a signature; a binding of size symbols for
+/// [`super::dynamic`]), each with the tick of its last use.
+pub(super) struct Cache<K = Vec<TensorType>> {
+    pub(super) map: HashMap<K, (Arc<Slot>, u64)>,
     tick: u64,
 }
 
-impl Cache {
-    fn len(&self) -> usize {
+impl<K> Default for Cache<K> {
+    fn default() -> Self {
+        Cache {
+            map: HashMap::new(),
+            tick: 0,
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Cache<K> {
+    pub(super) fn len(&self) -> usize {
         self.map.len()
     }
 
-    /// The slot of `signature`, marked as just used.
-    fn touch(&mut self, signature: &[TensorType]) -> Option<Arc<Slot>> {
+    /// The slot of `key`, marked as just used.
+    pub(super) fn touch<Q>(&mut self, key: &Q) -> Option<Arc<Slot>>
+    where
+        K: Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
         self.tick += 1;
         let tick = self.tick;
-        self.map.get_mut(signature).map(|(slot, used)| {
+        self.map.get_mut(key).map(|(slot, used)| {
             *used = tick;
             slot.clone()
         })
     }
 
-    fn insert(&mut self, signature: Vec<TensorType>, slot: Arc<Slot>) {
+    pub(super) fn insert(&mut self, key: K, slot: Arc<Slot>) {
         self.tick += 1;
-        self.map.insert(signature, (slot, self.tick));
+        self.map.insert(key, (slot, self.tick));
     }
 
-    /// Removes and returns the least recently used signature.
-    fn evict_lru(&mut self) -> Option<Vec<TensorType>> {
+    /// Removes and returns the least recently used key.
+    pub(super) fn evict_lru(&mut self) -> Option<K> {
         let oldest = self
             .map
             .iter()
@@ -326,10 +339,10 @@ impl Cache {
 
 /// A compile, done once per signature by whichever call gets there first; calls with
 /// the same signature meanwhile wait for it rather than compiling again.
-type Slot = OnceLock<Result<Arc<Compiled>>>;
+pub(super) type Slot = OnceLock<Result<Arc<Compiled>>>;
 
 /// An event hook.
-type Hook = Arc<dyn Fn(&JitEvent) + Send + Sync>;
+pub(super) type Hook = Arc<dyn Fn(&JitEvent) + Send + Sync>;
 
 /// A closure compiled on demand, per input signature (see the [module docs](self)).
 /// `Send + Sync` when the closure is: one `Jit` can serve many threads.
@@ -388,12 +401,12 @@ where
     jit(f).name("eager").run_eager(inputs)
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // The cache map is updated by single inserts and removes; a panic elsewhere leaves it valid.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn log_enabled() -> bool {
+pub(super) fn log_enabled() -> bool {
     std::env::var(LOG_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
 }
 

@@ -9,6 +9,8 @@
 //! - `ndarray.rs`: conversions between `Tensor` and `ndarray` arrays (the `ndarray` feature);
 //! - `compile.rs`: [`Options`](crate::Options), [`Target`](crate::Target), [`compile`](crate::compile), [`Compiled`](crate::Compiled);
 //! - `jit.rs`: [`jit`](crate::jit), tracing, the guard cache, eager mode;
+//! - `dynamic.rs`: [`compile_dynamic`](crate::compile_dynamic), [`Dynamic`](crate::Dynamic): a
+//!   graph with size symbols run at any binding, specialized per binding through the jit's cache;
 //! - `profile.rs`: [`ferrite::profile`](crate::profile), the profiler's reports, re-exported;
 //! - `sim.rs`: [`ferrite::sim`](crate::sim), the simulator's machines and reports, re-exported;
 //! - `files.rs`: [`ferrite::files`](crate::files), every file read, bounded;
@@ -23,6 +25,7 @@
 pub mod builder;
 pub mod compile;
 pub mod compose;
+pub mod dynamic;
 pub mod error;
 pub mod files;
 pub mod host;

@@ -11,7 +11,7 @@
 //! holds is an error, never a large allocation or an out-of-bounds read.
 
 use crate::{Error, Result};
-use ferrite_ir::text::{parse_bytes_with, WeightSource};
+use ferrite_ir::text::{parse_any, parse_bytes_with, Parsed, WeightSource};
 use ferrite_ir::{Constant, DType, Data, Graph, Tensor, TensorType};
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
@@ -36,6 +36,45 @@ pub fn load(path: impl AsRef<Path>) -> Result<Graph> {
         message: e.to_string(),
     })?;
     Ok(g)
+}
+
+/// Reads and parses `path` like [`load`], where the graph may have size symbols
+/// (`x: f32[B, T, 256]`): a [`Parsed::Symbolic`] graph runs through
+/// [`compile_dynamic`](crate::compile_dynamic).
+pub fn load_parsed(path: impl AsRef<Path>) -> Result<Parsed> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let parsed = parse_file_any(path, &bytes)?;
+    if let Parsed::Graph(g) = &parsed {
+        ferrite_ir::verify(g).map_err(|e| Error::InvalidGraph {
+            message: e.to_string(),
+        })?;
+    }
+    Ok(parsed)
+}
+
+/// [`parse_file`] for a graph that may have size symbols.
+pub fn parse_file_any(path: &Path, bytes: &[u8]) -> Result<Parsed> {
+    let folder = path.parent().unwrap_or(Path::new("")).to_path_buf();
+    let mut source = SafetensorsFolder::new(folder);
+    let name = path.display().to_string();
+    let source_text = std::str::from_utf8(bytes).map_err(|_| {
+        // The concrete reader renders the located UTF-8 error.
+        match parse_bytes_with(&name, bytes, &mut source) {
+            Err(d) => Error::Parse {
+                message: d.to_string(),
+            },
+            Ok(_) => Error::Parse {
+                message: format!("{name}: invalid UTF-8"),
+            },
+        }
+    })?;
+    parse_any(&name, source_text, &mut source).map_err(|d| Error::Parse {
+        message: d.to_string(),
+    })
 }
 
 /// Parses `.fg` bytes read from `path`, fetching the weights relative to its folder.

@@ -53,7 +53,10 @@ pub struct CompileArgs {
 /// Compiles the graph and prints the summary; see the module docs.
 pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     let parse_start = Instant::now();
-    let graph = load_any(&args.file, &args.limit, &args.dims, &[])?.graph;
+    let loaded = load_any(&args.file, &args.limit, &args.dims, &[])?;
+    let specialization = loaded.specialization();
+    let symbolic = loaded.symbolic;
+    let graph = loaded.graph;
     let parse_time = parse_start.elapsed();
 
     let target = args.target;
@@ -93,6 +96,16 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
         count(graph.op_count(), "op"),
         count(graph.outputs.len(), "output")
     )?;
+    if let Some((g, _)) = &symbolic {
+        writeln!(out, "{}", super::short(&specialization))?;
+        for (i, t) in g.output_types().iter().enumerate() {
+            writeln!(out, "output {i}: {t}")?;
+        }
+        for c in &g.facts().constraints {
+            let at = c.at.as_deref().map_or(String::new(), |a| format!(" ({a})"));
+            writeln!(out, "requires: {} for {}{at}", c.fact, c.why)?;
+        }
+    }
     writeln!(
         out,
         "ops: {} before optimize, {} after",

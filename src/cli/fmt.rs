@@ -5,7 +5,7 @@
 //! the file is). The printer does not keep comments inside the graph; `fmt` says so
 //! on standard error, and `--write` refuses to drop them.
 
-use super::{count, load_graph, CliError, CliResult, TextLimit};
+use super::{count, load_fg, CliError, CliResult, TextLimit};
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,11 +24,15 @@ pub struct FmtArgs {
 
 /// Prints the canonical text, or rewrites the file with it.
 pub fn fmt(args: &FmtArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResult {
-    let (graph, bytes) = load_graph(&args.file, &args.limit)?;
+    let (parsed, bytes) = load_fg(&args.file, &args.limit)?;
     // The parser accepted the bytes, so they are UTF-8.
     let source = String::from_utf8_lossy(&bytes);
     let layout = CommentLayout::of(&source);
-    let text = canonical_text(&layout, &ferrite::print(&graph));
+    let printed = match &parsed {
+        ferrite::ir::text::Parsed::Graph(graph) => ferrite::print(graph),
+        ferrite::ir::text::Parsed::Symbolic(g) => ferrite::ir::text::print_symbolic(g),
+    };
+    let text = canonical_text(&layout, &printed);
     let path = args.file.display();
     if !args.write {
         if layout.inner_comments > 0 {

@@ -259,28 +259,35 @@ pub fn read_npy(
         .map_err(read_error)
 }
 
-/// Reads, parses and verifies a graph file. Parse errors come back rendered with
-/// their location; a parsed graph that fails the verifier is a bug in the parser.
-pub fn load_graph(path: &Path, limit: &TextLimit) -> Result<(Graph, Vec<u8>), CliError> {
+/// Reads and parses a `.fg` file that may have size symbols; a concrete graph is
+/// verified (a parsed graph that fails the verifier is a bug in the parser).
+pub fn load_fg(
+    path: &Path,
+    limit: &TextLimit,
+) -> Result<(ferrite::ir::text::Parsed, Vec<u8>), CliError> {
     let bytes = read_file(path, limit)?;
-    let name = path.display().to_string();
-    // The weights file, if the graph names one, is read from the graph's folder.
-    let graph = ferrite::api::weights::parse_file(path, &bytes).map_err(|e| match e {
+    let parsed = ferrite::api::weights::parse_file_any(path, &bytes).map_err(|e| match e {
         ferrite::Error::Parse { message } => CliError::Rendered(message),
         e => e.into(),
     })?;
-    ferrite::verify(&graph).map_err(|e| {
-        CliError::Internal(format!(
-            "`{name}` parsed into a graph the verifier rejects: {e}"
-        ))
-    })?;
-    Ok((graph, bytes))
+    if let ferrite::ir::text::Parsed::Graph(graph) = &parsed {
+        let name = path.display().to_string();
+        ferrite::verify(graph).map_err(|e| {
+            CliError::Internal(format!(
+                "`{name}` parsed into a graph the verifier rejects: {e}"
+            ))
+        })?;
+    }
+    Ok((parsed, bytes))
 }
 
-/// The flag of commands that take `.onnx` models: values for symbolic dimensions.
+/// The flag of commands that take `.onnx` models or symbolic `.fg` graphs: values for
+/// symbolic dimensions.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DimArgs {
-    /// The value of a symbolic dimension of an ONNX model (repeatable): --dim batch=1.
+    /// The value of a symbolic dimension of an ONNX model or a size symbol of a `.fg`
+    /// graph (repeatable): --dim batch=1. A `.fg` graph's symbols are also bound by the
+    /// shapes of the --input files.
     #[arg(long = "dim", value_name = "NAME=N", value_parser = parse_dim)]
     pub dims: Vec<(String, usize)>,
 }
@@ -305,6 +312,29 @@ pub struct Loaded {
     /// ONNX inputs whose `--input` value was needed at import time (a shape) and so
     /// became a constant of the graph.
     pub bound: Vec<String>,
+    /// For a `.fg` graph with size symbols: the graph as written and the binding
+    /// that `graph` is its instance at.
+    pub symbolic: Option<(ferrite::ir::sym::SymGraph, ferrite::ir::sym::Binding)>,
+}
+
+impl Loaded {
+    /// `, specialized at B=2, T=7 from f32[B, T, 256]`-style words for summaries, or "".
+    pub fn specialization(&self) -> String {
+        match &self.symbolic {
+            None => String::new(),
+            Some((g, b)) => {
+                let params: Vec<String> = g
+                    .params()
+                    .iter()
+                    .map(|(n, t)| format!("{n}: {t}"))
+                    .collect();
+                format!(
+                    "symbolic graph ({}) specialized at {b}: each binding compiles on its own (no symbolic kernels yet)",
+                    params.join(", ")
+                )
+            }
+        }
+    }
 }
 
 /// True for a path that names an ONNX model.
@@ -322,11 +352,40 @@ pub fn load_any(
     inputs: &[(String, PathBuf)],
 ) -> Result<Loaded, CliError> {
     if !is_onnx(path) {
-        let (graph, _) = load_graph(path, limit)?;
+        let (parsed, _) = load_fg(path, limit)?;
+        let (graph, symbolic) = match parsed {
+            ferrite::ir::text::Parsed::Graph(graph) => {
+                if let Some((name, _)) = dims.dims.first() {
+                    return Err(CliError::User(format!(
+                        "--dim {name}: `{}` has no size symbols",
+                        path.display()
+                    )));
+                }
+                (graph, None)
+            }
+            ferrite::ir::text::Parsed::Symbolic(g) => {
+                let b = bind_symbols(&g, dims, inputs)?;
+                let graph = g.instantiate(&b).map_err(|e| match e {
+                    ferrite::ir::Error::Input(m) => CliError::User(m),
+                    e if e.is_internal() => CliError::Internal(e.to_string()),
+                    e => CliError::User(e.to_string()),
+                })?;
+                (graph, Some((g, b)))
+            }
+        };
+        if symbolic.is_some() {
+            let name = path.display().to_string();
+            ferrite::verify(&graph).map_err(|e| {
+                CliError::Internal(format!(
+                    "`{name}` instantiated into a graph the verifier rejects: {e}"
+                ))
+            })?;
+        }
         return Ok(Loaded {
             graph,
             onnx: None,
             bound: vec![],
+            symbolic,
         });
     }
     let mut options = ferrite::onnx::Options {
@@ -341,9 +400,30 @@ pub fn load_any(
                     graph: model.graph.clone(),
                     onnx: Some(model),
                     bound,
+                    symbolic: None,
                 })
             }
             Err(ferrite::Error::Onnx { path: p, error }) => match *error {
+                // A named dimension of an input whose --input file is given: its shape
+                // binds the name, as `--dim` would (every binding imports on its own).
+                ferrite::onnx::ImportError::SymbolicDim { input, axis, dim }
+                    if !options.dims.contains_key(&dim)
+                        && inputs.iter().any(|(n, _)| *n == input) =>
+                {
+                    let (_, file) = inputs
+                        .iter()
+                        .find(|(n, _)| *n == input)
+                        .expect("found above");
+                    let shape = input_shape(&input, file)?;
+                    let Some(&n) = shape.get(axis) else {
+                        return Err(CliError::User(format!(
+                            "input `{input}`: `{}` has rank {}, but the model names axis {axis} `{dim}`",
+                            file.display(),
+                            shape.len()
+                        )));
+                    };
+                    options.dims.insert(dim, n);
+                }
                 ferrite::onnx::ImportError::NeedsValue {
                     node,
                     operand,
@@ -376,6 +456,78 @@ pub fn load_any(
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// The binding of a symbolic graph's size symbols: `--dim` values, then the shapes of
+/// the `--input` files (a `.npy` file's header only). Every symbol must be bound,
+/// consistently, within its range and the graph's constraints.
+fn bind_symbols(
+    g: &ferrite::ir::sym::SymGraph,
+    dims: &DimArgs,
+    inputs: &[(String, PathBuf)],
+) -> Result<ferrite::ir::sym::Binding, CliError> {
+    let mut b = ferrite::ir::sym::Binding::new();
+    for (name, n) in &dims.dims {
+        if g.facts().symbol(name).is_none() {
+            let known: Vec<String> = g
+                .facts()
+                .symbols
+                .iter()
+                .map(|s| s.name.to_string())
+                .collect();
+            return Err(CliError::User(format!(
+                "--dim {name}: the graph has no size symbol `{name}` (its symbols: {})",
+                known.join(", ")
+            )));
+        }
+        let v = i64::try_from(*n)
+            .map_err(|_| CliError::User(format!("--dim {name}={n}: too large")))?;
+        b.set(name.as_str(), v);
+    }
+    let params = g.params();
+    let mut shapes: Vec<Option<Vec<usize>>> = vec![None; params.len()];
+    for (name, file) in inputs {
+        if let Some(i) = params.iter().position(|(p, _)| p == name) {
+            shapes[i] = Some(input_shape(name, file)?);
+        }
+    }
+    // Parameters without an input file bind nothing; their declared extents must then
+    // follow from the others (checked when the graph is instantiated).
+    let given: Vec<(usize, &[usize])> = shapes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.as_deref().map(|s| (i, s)))
+        .collect();
+    let bound = g
+        .bind_some(&given, &b)
+        .map_err(|e| CliError::User(e.to_string()))?;
+    for s in &g.facts().symbols {
+        if bound.get(&s.name).is_none() {
+            return Err(CliError::User(format!(
+                "size symbol `{}` is not bound: give --dim {}=N, or an --input whose shape has it{}",
+                s.name,
+                s.name,
+                s.at.as_ref().map_or(String::new(), |a| format!(" ({a})"))
+            )));
+        }
+    }
+    Ok(bound)
+}
+
+/// The shape of an input file: a `.npy` file's header (its data is not read here),
+/// or a `.pb` tensor's.
+fn input_shape(name: &str, path: &Path) -> Result<Vec<usize>, CliError> {
+    let is_pb = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("pb"));
+    if is_pb {
+        return Ok(read_tensor_file(name, path, u64::MAX)?.shape().to_vec());
+    }
+    let bad = |e: String| CliError::User(format!("input `{name}`: `{}`: {e}", path.display()));
+    let mut file = ferrite::files::InputFile::open(path).map_err(|e| bad(e.to_string()))?;
+    let prefix = file.read_prefix(1 << 16).map_err(|e| bad(e.to_string()))?;
+    let header = ferrite::ir::npy::read_header(&prefix).map_err(|e| bad(e.to_string()))?;
+    Ok(header.shape)
 }
 
 /// Reads an input tensor from a `.npy` or an ONNX `TensorProto` (`.pb`) file.

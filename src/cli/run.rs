@@ -142,6 +142,9 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
         let sources = super::short(&sources.join("; "));
         writeln!(out, "graph {}: {sources}", super::short(&graph.name))?;
     }
+    if source.symbolic.is_some() {
+        writeln!(out, "{}", super::short(&source.specialization()))?;
+    }
     let names = match &source.onnx {
         Some(model) => model
             .outputs

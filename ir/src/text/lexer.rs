@@ -40,6 +40,10 @@ pub(crate) enum TokenKind<'a> {
     Minus,
     /// `->`
     Arrow,
+    /// `+` (in size expressions)
+    Plus,
+    /// `*` (in size expressions)
+    Star,
     /// The end of a line (comments are skipped up to it).
     Newline,
     /// The end of the source.
@@ -125,6 +129,8 @@ impl<'a> Lexer<'a> {
                 TokenKind::Arrow
             }
             '-' => TokenKind::Minus,
+            '+' => TokenKind::Plus,
+            '*' => TokenKind::Star,
             '"' => self.string(start)?,
             c if c.is_ascii_digit() => self.number(start)?,
             c if c.is_ascii_alphabetic() || c == '_' => {

@@ -22,6 +22,8 @@ pub use diag::{
     WORD_CHARS,
 };
 pub use lexer::{scan_number, NumberScan};
-pub use parser::{parse, parse_bytes, parse_bytes_with, parse_with, MAX_NESTING};
-pub use printer::{print, weights_file};
+pub use parser::{
+    parse, parse_any, parse_bytes, parse_bytes_with, parse_with, Parsed, MAX_NESTING,
+};
+pub use printer::{print, print_symbolic, weights_file};
 pub use weights::{MemoryWeights, NoWeights, WeightSource};

@@ -35,8 +35,13 @@ use super::diag::{locate, Diagnostic, Located, EXCERPT_CHARS};
 use super::lexer::{describe, Lexer, Token, TokenKind};
 use super::weights::{NoWeights, WeightSource};
 use crate::graph::check_declared_outputs;
+use crate::graph::Node;
+use crate::infer::infer_dims;
 use crate::op::{Arity, AttrError, AttrErrorKind, AttrValue, Op, OpSpec, Scalar, OPS};
 use crate::spelling::closest;
+use crate::sym::{
+    is_symbolic_attribute, Expr, Fact, Facts, SymAttrs, SymGraph, SYMBOLIC_ATTRIBUTES,
+};
 use crate::types::{TensorType, MAX_RANK};
 use crate::{Constant, DType, Error, Graph, Tensor, ValueId};
 use std::collections::{HashMap, VecDeque};
@@ -61,9 +66,72 @@ pub fn parse_with(
     source: &str,
     weights: &mut dyn WeightSource,
 ) -> Result<Graph, Diagnostic> {
-    Parser::new(source, weights)
+    match parse_any(file, source, weights)? {
+        Parsed::Graph(g) => Ok(g),
+        Parsed::Symbolic(g) => {
+            let at = g.facts().symbols.first().and_then(|s| s.at.clone());
+            let symbol = g
+                .facts()
+                .symbols
+                .first()
+                .map_or("?".into(), |s| s.name.to_string());
+            let (line, col) = at
+                .as_deref()
+                .and_then(|a| {
+                    let mut it = a.rsplitn(3, ':');
+                    let col = it.next()?.parse().ok()?;
+                    let line = it.next()?.parse().ok()?;
+                    Some((line, col))
+                })
+                .unwrap_or((1, 1));
+            let offset = offset_of(source, line, col);
+            Err(Located::new(
+                offset,
+                format!(
+                    "the graph has symbolic dimensions (`{symbol}`); bind them to run it \
+                     (`--dim {symbol}=N`, or inputs of a shape) or read it with `parse_any`"
+                ),
+            )
+            .into_diagnostic(file, source))
+        }
+    }
+}
+
+/// What a `.fg` file holds: a graph with numbers for dimensions, or one with size
+/// symbols ([`SymGraph`]).
+#[derive(Clone, Debug)]
+pub enum Parsed {
+    /// Every dimension a number.
+    Graph(Graph),
+    /// Some dimension a size symbol.
+    Symbolic(SymGraph),
+}
+
+/// Parses one graph that may have symbolic dimensions.
+pub fn parse_any(
+    file: &str,
+    source: &str,
+    weights: &mut dyn WeightSource,
+) -> Result<Parsed, Diagnostic> {
+    Parser::new(file, source, weights)
         .file()
         .map_err(|e| e.into_diagnostic(file, source))
+}
+
+/// The byte offset of 1-based `line:col` (chars) in `src`.
+fn offset_of(src: &str, line: usize, col: usize) -> usize {
+    let start: usize = src
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    let rest = &src[start.min(src.len())..];
+    start
+        + rest
+            .chars()
+            .take(col.saturating_sub(1))
+            .map(char::len_utf8)
+            .sum::<usize>()
 }
 
 /// Parses one graph from raw bytes, rejecting input that is not UTF-8 with an
@@ -143,9 +211,22 @@ struct Attr<'a> {
     key: &'a str,
     start: usize,
     value: AttrValue,
+    /// The size expressions of a value that has symbols (`value` then holds placeholders).
+    sym: Option<Vec<Expr>>,
+}
+
+/// What the parser keeps beside the skeleton graph once it has met a size symbol.
+struct SymState {
+    facts: Facts,
+    types: Vec<TensorType<Expr>>,
+    attrs: Vec<SymAttrs>,
+    places: Vec<Option<String>>,
+    declared: Option<Vec<TensorType<Expr>>>,
 }
 
 struct Parser<'a, 'w> {
+    /// The file's name, for the places that symbolic constraints name.
+    file_name: &'a str,
     src: &'a str,
     weights: &'w mut dyn WeightSource,
     /// The file of the `weights` line, once read.
@@ -157,11 +238,14 @@ struct Parser<'a, 'w> {
     names: HashMap<&'a str, Binding>,
     /// Calls currently open.
     depth: usize,
+    /// Set once a size symbol is seen: the graph is then a [`SymGraph`].
+    sym: Option<SymState>,
 }
 
 impl<'a, 'w> Parser<'a, 'w> {
-    fn new(src: &'a str, weights: &'w mut dyn WeightSource) -> Parser<'a, 'w> {
+    fn new(file_name: &'a str, src: &'a str, weights: &'w mut dyn WeightSource) -> Parser<'a, 'w> {
         Parser {
+            file_name,
             src,
             weights,
             weights_file: None,
@@ -170,6 +254,7 @@ impl<'a, 'w> Parser<'a, 'w> {
             graph: Graph::default(),
             names: HashMap::new(),
             depth: 0,
+            sym: None,
         }
     }
 
@@ -241,11 +326,18 @@ impl<'a, 'w> Parser<'a, 'w> {
 
     // ---- the file ----
 
-    fn file(mut self) -> Result<Graph, Located> {
+    fn file(mut self) -> Result<Parsed, Located> {
         self.skip_newlines()?;
         let mut t = self.next()?;
-        if t.kind == TokenKind::Ident("weights") {
-            self.weights_line()?;
+        let (mut weights, mut dims) = (false, false);
+        loop {
+            match t.kind {
+                TokenKind::Ident("weights") if !weights => self.weights_line()?,
+                TokenKind::Ident("dims") if !dims => self.dims_line()?,
+                _ => break,
+            }
+            weights |= t.kind == TokenKind::Ident("weights");
+            dims |= t.kind == TokenKind::Ident("dims");
             self.skip_newlines()?;
             t = self.next()?;
         }
@@ -283,7 +375,7 @@ impl<'a, 'w> Parser<'a, 'w> {
         self.skip_newlines()?;
         let t = self.next()?;
         match t.kind {
-            TokenKind::Eof => Ok(self.graph),
+            TokenKind::Eof => Ok(self.finish()),
             TokenKind::Ident("graph") => Err(Located::new(
                 t.start,
                 "a file holds one graph, but a second `graph` follows",
@@ -339,11 +431,31 @@ impl<'a, 'w> Parser<'a, 'w> {
                 TokenKind::Colon,
                 &format!("`:` and a type after parameter `{name}`"),
             )?;
-            let ty = self.tensor_type()?;
-            let id = self
-                .graph
-                .add_param(name, ty)
-                .map_err(|e| Located::new(t.start, e))?;
+            let ty = self.tensor_type(true)?;
+            let id = match ty.concrete() {
+                Some(ty) if self.sym.is_none() => self
+                    .graph
+                    .add_param(name, ty)
+                    .map_err(|e| Located::new(t.start, e))?,
+                _ => {
+                    let index = self.graph.params.len();
+                    let id = self
+                        .push_symbolic(
+                            Node {
+                                op: Op::Param { index },
+                                inputs: vec![],
+                                ty: TensorType::scalar(ty.dtype),
+                                name: Some(name.to_string()),
+                            },
+                            ty,
+                            vec![],
+                            t.start,
+                        )
+                        .map_err(|e| Located::new(t.start, e))?;
+                    self.graph.params.push(id);
+                    id
+                }
+            };
             self.names.insert(
                 name,
                 Binding {
@@ -358,18 +470,19 @@ impl<'a, 'w> Parser<'a, 'w> {
         }
     }
 
-    fn result_types(&mut self) -> Result<Vec<TensorType>, Located> {
-        let mut types = vec![self.tensor_type()?];
+    fn result_types(&mut self) -> Result<Vec<TensorType<Expr>>, Located> {
+        let mut types = vec![self.tensor_type(false)?];
         while self.peek()?.kind == TokenKind::Comma {
             self.next()?;
             self.skip_newlines()?;
-            types.push(self.tensor_type()?);
+            types.push(self.tensor_type(false)?);
         }
         Ok(types)
     }
 
-    /// `f32[64, 784]`; the dims are checked against the rank and element limits.
-    fn tensor_type(&mut self) -> Result<TensorType, Located> {
+    /// `f32[64, 784]` or `f32[B, T, 256]`; the dims are checked against the rank and
+    /// element limits. `declare` (a parameter's type) lets a new symbol be introduced.
+    fn tensor_type(&mut self, declare: bool) -> Result<TensorType<Expr>, Located> {
         let t = self.next()?;
         let dtype = match t.kind {
             TokenKind::Ident(name) => DType::from_name(name).ok_or_else(|| {
@@ -390,15 +503,27 @@ impl<'a, 'w> Parser<'a, 'w> {
             let d = self.next()?;
             match d.kind {
                 TokenKind::RBracket => break,
-                TokenKind::Int(v) => {
-                    dims.push(usize::try_from(v).map_err(|_| {
+                TokenKind::Int(v) if !self.continues_expression()? => {
+                    dims.push(Expr::from_size(usize::try_from(v).map_err(|_| {
                         Located::new(d.start, format!("dimension {v} is too large"))
-                    })?)
+                    })?))
                 }
                 TokenKind::Minus => {
                     return Err(Located::new(d.start, "a dimension cannot be negative"))
                 }
-                _ => return Err(self.expected(&d, "a dimension (an integer >= 0) or `]`")),
+                TokenKind::Int(_) | TokenKind::Ident(_) | TokenKind::LParen => {
+                    self.ahead.push_front(d.clone());
+                    let e = self.size_expr(declare)?;
+                    if e.as_const().is_some_and(|k| k < 0) {
+                        return Err(Located::new(d.start, "a dimension cannot be negative"));
+                    }
+                    dims.push(e);
+                }
+                _ => {
+                    return Err(
+                        self.expected(&d, "a dimension (an integer >= 0 or a size symbol) or `]`")
+                    )
+                }
             }
             if dims.len() > MAX_RANK {
                 return Err(Located::new(
@@ -410,11 +535,277 @@ impl<'a, 'w> Parser<'a, 'w> {
                 break;
             }
         }
-        TensorType::new(dtype, dims).map_err(|e| Located::new(t.start, e))
+        TensorType::checked(dtype, dims).map_err(|e| Located::new(t.start, e))
+    }
+
+    // ---- size symbols ----
+
+    /// The rest of `dims B, T in [1, 512]`: declares symbols (and their ranges).
+    fn dims_line(&mut self) -> Result<(), Located> {
+        self.enter_symbolic();
+        loop {
+            let t = self.next()?;
+            let TokenKind::Ident(name) = t.kind else {
+                return Err(self.expected(&t, "a size symbol's name after `dims`"));
+            };
+            self.check_symbol_name(name, t.start)?;
+            let place = self.place(t.start);
+            let facts = &mut self.sym.as_mut().expect("symbolic").facts;
+            if facts.symbol(name).is_some() {
+                return Err(Located::new(
+                    t.start,
+                    format!("size symbol `{name}` is declared twice"),
+                ));
+            }
+            facts.add_symbol(name, Some(place));
+            facts.symbols.last_mut().expect("added").declared = true;
+            if self.peek()?.kind == TokenKind::Ident("in") {
+                self.next()?;
+                let open = self.expect(TokenKind::LBracket, "`[LO, HI]` after `in`")?;
+                let lo = self.range_bound()?;
+                self.expect(TokenKind::Comma, "`,` between the bounds of the range")?;
+                let hi = self.range_bound()?;
+                self.expect(TokenKind::RBracket, "`]` closing the range")?;
+                if lo > hi {
+                    return Err(Located::new(
+                        open.start,
+                        format!("the range of `{name}` is empty ({lo} > {hi})"),
+                    ));
+                }
+                let s = self
+                    .sym
+                    .as_mut()
+                    .expect("symbolic")
+                    .facts
+                    .symbols
+                    .last_mut();
+                let s = s.expect("added");
+                (s.lo, s.hi) = (lo, hi);
+            }
+            let n = self.peek()?.clone();
+            match n.kind {
+                TokenKind::Comma => {
+                    self.next()?;
+                }
+                TokenKind::Newline | TokenKind::Eof => return Ok(()),
+                _ => return Err(self.expected(&n, "`,` or the end of the `dims` line")),
+            }
+        }
+    }
+
+    fn range_bound(&mut self) -> Result<i64, Located> {
+        let t = self.next()?;
+        match t.kind {
+            TokenKind::Int(v) => i64::try_from(v)
+                .ok()
+                .filter(|&v| v <= crate::sym::DEFAULT_MAX)
+                .ok_or_else(|| {
+                    Located::new(
+                        t.start,
+                        format!(
+                            "bound {v} exceeds the element limit {}",
+                            crate::sym::DEFAULT_MAX
+                        ),
+                    )
+                }),
+            _ => Err(self.expected(&t, "a bound (an integer >= 0)")),
+        }
+    }
+
+    fn check_symbol_name(&self, name: &str, at: usize) -> Result<(), Located> {
+        if RESERVED.contains(&name)
+            || DType::from_name(name).is_some()
+            || ["floordiv", "mod", "min", "max", "in", "dims"].contains(&name)
+        {
+            return Err(Located::new(
+                at,
+                format!("`{name}` cannot name a size symbol"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `file:line:col` of a byte offset.
+    fn place(&self, offset: usize) -> String {
+        format!("{}:{}", self.file_name, self.position(offset))
+    }
+
+    /// Turns the graph read so far (parameters with numbers only) symbolic.
+    fn enter_symbolic(&mut self) {
+        if self.sym.is_some() {
+            return;
+        }
+        let n = self.graph.nodes.len();
+        self.sym = Some(SymState {
+            facts: Facts::new(),
+            types: self
+                .graph
+                .nodes
+                .iter()
+                .map(|node| TensorType::<Expr>::from_concrete(&node.ty))
+                .collect(),
+            attrs: vec![Vec::new(); n],
+            places: vec![None; n],
+            declared: None,
+        });
+    }
+
+    /// Gives the nodes added by the concrete builder (literals, constants) their
+    /// symbolic types.
+    fn sync_symbolic(&mut self) {
+        if let Some(st) = &mut self.sym {
+            while st.types.len() < self.graph.nodes.len() {
+                let node = &self.graph.nodes[st.types.len()];
+                st.types.push(TensorType::<Expr>::from_concrete(&node.ty));
+                st.attrs.push(Vec::new());
+                st.places.push(None);
+            }
+        }
+    }
+
+    /// Appends a node typed symbolically.
+    fn push_symbolic(
+        &mut self,
+        node: Node,
+        ty: TensorType<Expr>,
+        attrs: SymAttrs,
+        offset: usize,
+    ) -> Result<ValueId, Error> {
+        self.enter_symbolic();
+        self.sync_symbolic();
+        let place = self.place(offset);
+        let id = self.graph.push(node)?;
+        let st = self.sym.as_mut().expect("symbolic");
+        st.types.push(ty);
+        st.attrs.push(attrs);
+        st.places.push(Some(place));
+        Ok(id)
+    }
+
+    /// Whether the token after the current one continues a size expression.
+    fn continues_expression(&mut self) -> Result<bool, Located> {
+        Ok(matches!(
+            self.peek()?.kind,
+            TokenKind::Plus | TokenKind::Star | TokenKind::Minus
+        ))
+    }
+
+    /// A size expression: `B*T + 1`, `floordiv(T, 4)`, `(T - 1)*2`. With `declare`,
+    /// a symbol not seen before is introduced; otherwise it is an error.
+    fn size_expr(&mut self, declare: bool) -> Result<Expr, Located> {
+        let mut e = self.size_term(declare)?;
+        loop {
+            match self.peek()?.kind {
+                TokenKind::Plus => {
+                    self.next()?;
+                    e = e.add(&self.size_term(declare)?);
+                }
+                TokenKind::Minus => {
+                    self.next()?;
+                    e = e.sub(&self.size_term(declare)?);
+                }
+                _ => return Ok(e),
+            }
+        }
+    }
+
+    fn size_term(&mut self, declare: bool) -> Result<Expr, Located> {
+        let mut e = self.size_factor(declare)?;
+        while self.peek()?.kind == TokenKind::Star {
+            self.next()?;
+            e = e.mul(&self.size_factor(declare)?);
+        }
+        Ok(e)
+    }
+
+    fn size_factor(&mut self, declare: bool) -> Result<Expr, Located> {
+        let t = self.next()?;
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(Located::new(
+                t.start,
+                format!("nesting deeper than {MAX_NESTING} levels"),
+            ));
+        }
+        let e = match t.kind {
+            TokenKind::Int(v) => Expr::int(int_value(v, false, t.start)?),
+            TokenKind::Minus => self.size_factor(declare)?.scale(-1),
+            TokenKind::LParen => {
+                let e = self.size_expr(declare)?;
+                self.expect(TokenKind::RParen, "`)` closing the size expression")?;
+                e
+            }
+            TokenKind::Ident(f @ ("floordiv" | "mod" | "min" | "max"))
+                if self.peek()?.kind == TokenKind::LParen =>
+            {
+                self.next()?;
+                let a = self.size_expr(declare)?;
+                self.expect(
+                    TokenKind::Comma,
+                    &format!("`,` between the operands of `{f}`"),
+                )?;
+                let b = self.size_expr(declare)?;
+                self.expect(TokenKind::RParen, &format!("`)` closing `{f}`"))?;
+                match f {
+                    "floordiv" => a.floor_div(&b),
+                    "mod" => a.modulo(&b),
+                    "min" => a.minimum(&b),
+                    _ => a.maximum(&b),
+                }
+            }
+            TokenKind::Ident(name) => self.symbol(name, t.start, declare)?,
+            _ => return Err(self.expected(&t, "a size (an integer or a size symbol)")),
+        };
+        self.depth -= 1;
+        Ok(e)
+    }
+
+    /// The symbol `name`, introduced here if `declare` and not known yet.
+    fn symbol(&mut self, name: &str, at: usize, declare: bool) -> Result<Expr, Located> {
+        let known = self
+            .sym
+            .as_ref()
+            .is_some_and(|st| st.facts.symbol(name).is_some());
+        if !known {
+            if !declare {
+                return Err(Located::new(
+                    at,
+                    format!(
+                        "unknown size symbol `{name}`: a size symbol is bound by a parameter's \
+                         type (`x: f32[{name}]`) or declared on a `dims {name}` line before `graph`"
+                    ),
+                ));
+            }
+            self.check_symbol_name(name, at)?;
+            let place = self.place(at);
+            self.enter_symbolic();
+            self.sym
+                .as_mut()
+                .expect("symbolic")
+                .facts
+                .add_symbol(name, Some(place));
+        }
+        Ok(Expr::sym(name))
+    }
+
+    /// The parsed file: a graph, or a symbolic graph.
+    fn finish(mut self) -> Parsed {
+        self.sync_symbolic();
+        match self.sym {
+            None => Parsed::Graph(self.graph),
+            Some(st) => Parsed::Symbolic(SymGraph {
+                skeleton: self.graph,
+                types: st.types,
+                attrs: st.attrs,
+                places: st.places,
+                facts: st.facts,
+                declared_outputs: st.declared,
+            }),
+        }
     }
 
     /// Statements up to and including `return ...` and the closing `}`.
-    fn body(&mut self, declared: Option<Vec<TensorType>>) -> Result<(), Located> {
+    fn body(&mut self, declared: Option<Vec<TensorType<Expr>>>) -> Result<(), Located> {
         loop {
             self.skip_newlines()?;
             let t = self.peek()?.clone();
@@ -531,7 +922,7 @@ impl<'a, 'w> Parser<'a, 'w> {
     }
 
     /// `return a, relu(b), 2.0`.
-    fn ret(&mut self, declared: Option<Vec<TensorType>>) -> Result<(), Located> {
+    fn ret(&mut self, declared: Option<Vec<TensorType<Expr>>>) -> Result<(), Located> {
         let r = self.next()?;
         let mut outputs: Vec<(ValueId, usize)> = Vec::new();
         loop {
@@ -557,6 +948,24 @@ impl<'a, 'w> Parser<'a, 'w> {
             self.next()?;
         }
         self.graph.outputs = outputs.iter().map(|o| o.0).collect();
+        self.sync_symbolic();
+        if let (Some(decl), Some(_)) = (&declared, &self.sym) {
+            return self.check_symbolic_outputs(decl.clone(), r.start, &outputs);
+        }
+        let declared = match declared {
+            None => None,
+            Some(decl) => Some(
+                decl.iter()
+                    .map(|t| t.concrete())
+                    .collect::<Option<Vec<TensorType>>>()
+                    .ok_or_else(|| {
+                        Located::new(
+                            r.start,
+                            "internal: a symbolic declared type in a concrete graph",
+                        )
+                    })?,
+            ),
+        };
         if let Some(decl) = declared {
             if let Err(msg) = check_declared_outputs(&self.graph, &decl) {
                 let at = if decl.len() != outputs.len() {
@@ -572,6 +981,56 @@ impl<'a, 'w> Parser<'a, 'w> {
             }
             self.graph.declared_outputs = Some(decl);
         }
+        Ok(())
+    }
+
+    /// Checks the `-> T, T` of a symbolic graph: equal extents are fine, different
+    /// ones an error at the output, undecided ones a constraint.
+    fn check_symbolic_outputs(
+        &mut self,
+        decl: Vec<TensorType<Expr>>,
+        ret: usize,
+        outputs: &[(ValueId, usize)],
+    ) -> Result<(), Located> {
+        if decl.len() != outputs.len() {
+            return Err(Located::new(
+                ret,
+                format!(
+                    "the graph declares {} result type{} but returns {} value{}",
+                    decl.len(),
+                    if decl.len() == 1 { "" } else { "s" },
+                    outputs.len(),
+                    if outputs.len() == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+        let place = |p: &Self, at: usize| p.place(at);
+        for (i, (d, (id, at))) in decl.iter().zip(outputs).enumerate() {
+            let where_ = place(self, *at);
+            let st = self.sym.as_mut().expect("symbolic");
+            let got = &st.types[id.index()];
+            let mismatch = || {
+                Located::new(
+                    *at,
+                    format!("output {i} is {got} but the graph declares {d}"),
+                )
+            };
+            if got.dtype != d.dtype || got.rank() != d.rank() {
+                return Err(mismatch());
+            }
+            for (a, b) in got.shape.iter().zip(&d.shape) {
+                match st.facts.decide_eq(a, b) {
+                    Some(true) => {}
+                    Some(false) => return Err(mismatch()),
+                    None => {
+                        st.facts.at = Some(where_.clone());
+                        st.facts
+                            .require(Fact::Eq(a.clone(), b.clone()), "the declared result type");
+                    }
+                }
+            }
+        }
+        self.sym.as_mut().expect("symbolic").declared = Some(decl);
         Ok(())
     }
 
@@ -690,8 +1149,8 @@ impl<'a, 'w> Parser<'a, 'w> {
                         ),
                     ));
                 }
-                let value = if spec.is_none() && key == "values" {
-                    self.value_list()?
+                let (value, sym) = if spec.is_none() && key == "values" {
+                    (self.value_list()?, None)
                 } else {
                     self.attr_value()?
                 };
@@ -699,6 +1158,7 @@ impl<'a, 'w> Parser<'a, 'w> {
                     key,
                     start: a.start,
                     value,
+                    sym,
                 });
             } else {
                 if let Some(first) = attrs.first() {
@@ -801,27 +1261,67 @@ impl<'a, 'w> Parser<'a, 'w> {
                 }
             });
         }
-        let id = self
-            .graph
-            .add(op, &ids, bind.map(str::to_string))
-            .map_err(|e| {
-                // A typing error names the attribute at fault, if one is; a few
-                // (size limits) do not start with the op's name.
-                let attribute = match &e {
-                    Error::Type(t) => t.attribute,
-                    _ => None,
-                };
-                let msg = e.to_string();
-                let msg = if msg.starts_with(op_name) {
-                    msg
-                } else {
-                    format!("{op_name}: {msg}")
-                };
-                let at = attribute
-                    .and_then(|key| attrs.iter().find(|a| a.key == key))
-                    .map_or(op_start, |a| a.start);
-                Located::new(at, msg)
-            })?;
+        let mut sym_attrs: SymAttrs = Vec::new();
+        for a in attrs {
+            if let Some(exprs) = &a.sym {
+                if !is_symbolic_attribute(op_name, a.key) {
+                    let allowed: Vec<String> = SYMBOLIC_ATTRIBUTES
+                        .iter()
+                        .map(|(o, k)| format!("{o} {k}"))
+                        .collect();
+                    return Err(Located::new(
+                        a.start,
+                        format!(
+                            "{op_name}: attribute `{}` cannot be a size expression (sizes may appear in: {})",
+                            a.key,
+                            allowed.join(", ")
+                        ),
+                    ));
+                }
+                sym_attrs.push((a.key.to_string(), exprs.clone()));
+            }
+        }
+        let added = if self.sym.is_some() {
+            self.sync_symbolic();
+            let place = self.place(op_start);
+            let st = self.sym.as_mut().expect("symbolic");
+            let tys: Vec<&TensorType<Expr>> = ids.iter().map(|v| &st.types[v.index()]).collect();
+            st.facts.at_node(Some(place), sym_attrs.clone());
+            let typed = infer_dims(&op, &tys, &mut st.facts);
+            st.facts.at_node(None, Vec::new());
+            match typed {
+                Ok(ty) => {
+                    let node = Node {
+                        op,
+                        inputs: ids,
+                        ty: TensorType::scalar(ty.dtype),
+                        name: bind.map(str::to_string),
+                    };
+                    self.push_symbolic(node, ty, sym_attrs, op_start)
+                }
+                Err(e) => Err(Error::Type(e)),
+            }
+        } else {
+            self.graph.add(op, &ids, bind.map(str::to_string))
+        };
+        let id = added.map_err(|e| {
+            // A typing error names the attribute at fault, if one is; a few
+            // (size limits) do not start with the op's name.
+            let attribute = match &e {
+                Error::Type(t) => t.attribute,
+                _ => None,
+            };
+            let msg = e.to_string();
+            let msg = if msg.starts_with(op_name) {
+                msg
+            } else {
+                format!("{op_name}: {msg}")
+            };
+            let at = attribute
+                .and_then(|key| attrs.iter().find(|a| a.key == key))
+                .map_or(op_start, |a| a.start);
+            Located::new(at, msg)
+        })?;
         Ok(id)
     }
 
@@ -842,14 +1342,47 @@ impl<'a, 'w> Parser<'a, 'w> {
                 ),
             ));
         }
-        self.graph
+        let id = self
+            .graph
             .add_literal(value, dtype)
-            .map_err(|e| Located::new(start, e))
+            .map_err(|e| Located::new(start, e))?;
+        self.sync_symbolic();
+        Ok(id)
     }
 
     /// The value after `key=`.
-    fn attr_value(&mut self) -> Result<AttrValue, Located> {
+    fn attr_value(&mut self) -> Result<(AttrValue, Option<Vec<Expr>>), Located> {
+        let t = self.peek()?.clone();
+        let symbolic = match t.kind {
+            TokenKind::Int(_) => {
+                matches!(self.peek_nth(1)?.kind, TokenKind::Plus | TokenKind::Star)
+            }
+            TokenKind::LParen => true,
+            TokenKind::Ident(word) => {
+                self.sym.is_some()
+                    && literal_word(word).is_none()
+                    && DType::from_name(word).is_none()
+            }
+            TokenKind::LBracket => {
+                self.next()?;
+                let (ints, exprs) = self.int_list()?;
+                return Ok((AttrValue::Ints(ints), exprs));
+            }
+            _ => false,
+        };
+        if symbolic {
+            let e = self.size_expr(false)?;
+            return Ok(match e.as_const() {
+                Some(k) => (AttrValue::Int(k), None),
+                None => (AttrValue::Int(1), Some(vec![e])),
+            });
+        }
         let t = self.next()?;
+        Ok((self.plain_attr_value(t)?, None))
+    }
+
+    /// An attribute value without size symbols, from its first token.
+    fn plain_attr_value(&mut self, t: Token<'a>) -> Result<AttrValue, Located> {
         Ok(match t.kind {
             TokenKind::Int(v) => AttrValue::Int(int_value(v, false, t.start)?),
             TokenKind::Float(v) => AttrValue::Float(v),
@@ -877,7 +1410,6 @@ impl<'a, 'w> Parser<'a, 'w> {
                 })?),
             },
             TokenKind::Str(s) => AttrValue::Str(s),
-            TokenKind::LBracket => AttrValue::Ints(self.int_list()?),
             _ => {
                 return Err(self.expected(
                     &t,
@@ -1008,16 +1540,47 @@ impl<'a, 'w> Parser<'a, 'w> {
             .add_constant(tensor, None)
             .map_err(|e| Located::new(op_start, format!("constant: {e}")))?;
         self.graph.nodes[id.index()].name = bind.map(str::to_string);
+        self.sync_symbolic();
         Ok(id)
     }
 
     /// The rest of `[0, -1, 2]` after its `[`. Lists do not nest, so `[[` is an
-    /// error here rather than a recursion.
-    fn int_list(&mut self) -> Result<Vec<i64>, Located> {
+    /// error here rather than a recursion. Entries may be size expressions
+    /// (`[B*T, 256]`): then the second list holds every entry as an expression, and
+    /// the first a placeholder 1 for each symbolic one.
+    fn int_list(&mut self) -> Result<(Vec<i64>, Option<Vec<Expr>>), Located> {
         let mut out = Vec::new();
+        let mut exprs: Vec<Expr> = Vec::new();
+        let mut symbolic = false;
         loop {
             self.skip_newlines()?;
             let t = self.next()?;
+            let sized = match t.kind {
+                TokenKind::Int(_) => {
+                    matches!(self.peek()?.kind, TokenKind::Plus | TokenKind::Star)
+                }
+                TokenKind::Ident(_) | TokenKind::LParen => true,
+                _ => false,
+            };
+            if sized {
+                self.ahead.push_front(t.clone());
+                let e = self.size_expr(false)?;
+                match e.as_const() {
+                    Some(k) => {
+                        out.push(k);
+                        exprs.push(e);
+                    }
+                    None => {
+                        symbolic = true;
+                        out.push(1);
+                        exprs.push(e);
+                    }
+                }
+                if !self.separator(TokenKind::RBracket, "`,` or `]` in the list")? {
+                    break;
+                }
+                continue;
+            }
             let v = match t.kind {
                 TokenKind::RBracket => break,
                 TokenKind::Int(v) => int_value(v, false, t.start)?,
@@ -1031,11 +1594,12 @@ impl<'a, 'w> Parser<'a, 'w> {
                 _ => return Err(self.expected(&t, "an integer or `]`")),
             };
             out.push(v);
+            exprs.push(Expr::int(v));
             if !self.separator(TokenKind::RBracket, "`,` or `]` in the list")? {
                 break;
             }
         }
-        Ok(out)
+        Ok((out, symbolic.then_some(exprs)))
     }
 }
 

@@ -21,12 +21,22 @@
 
 use super::parser::MAX_NESTING;
 use crate::op::{format_float, Op, Scalar};
+use crate::sym::{SymGraph, DEFAULT_MAX};
 use crate::{Constant, Data, Graph, ValueId};
 use std::collections::HashSet;
 
 /// Prints `g` as `.fg` text (ending with a newline).
 pub fn print(g: &Graph) -> String {
     Printer::new(g).print()
+}
+
+/// Prints a graph with symbolic dimensions: its `dims` line, symbolic parameter and
+/// result types and size expressions in attributes. Parsing the text gives the same
+/// graph.
+pub fn print_symbolic(g: &SymGraph) -> String {
+    let mut p = Printer::new(&g.skeleton);
+    p.sym = Some(g);
+    p.print()
 }
 
 /// How one value is referred to where it is used.
@@ -63,6 +73,8 @@ struct Printer<'g> {
     literal_text: Vec<Vec<bool>>,
     /// Same, for the outputs.
     output_literal_text: Vec<bool>,
+    /// The symbolic types and attributes, when printing a [`SymGraph`].
+    sym: Option<&'g SymGraph>,
 }
 
 impl<'g> Printer<'g> {
@@ -150,6 +162,7 @@ impl<'g> Printer<'g> {
             names,
             literal_text,
             output_literal_text,
+            sym: None,
         }
     }
 
@@ -159,6 +172,24 @@ impl<'g> Printer<'g> {
         if let Some(file) = weights_file(g) {
             out.push_str(&format!("weights {file:?}\n"));
         }
+        if let Some(sg) = self.sym {
+            let declared: Vec<String> = sg
+                .facts
+                .symbols
+                .iter()
+                .filter(|s| s.declared)
+                .map(|s| {
+                    if s.lo == 1 && s.hi == DEFAULT_MAX {
+                        s.name.to_string()
+                    } else {
+                        format!("{} in [{}, {}]", s.name, s.lo, s.hi)
+                    }
+                })
+                .collect();
+            if !declared.is_empty() {
+                out.push_str(&format!("dims {}\n", declared.join(", ")));
+            }
+        }
         out.push_str(&format!("graph {}(", g.name));
         for (k, &p) in g.params.iter().enumerate() {
             if k > 0 {
@@ -167,15 +198,27 @@ impl<'g> Printer<'g> {
             match g.nodes.get(p.index()) {
                 Some(node) => {
                     let name = node.name.clone().unwrap_or_else(|| p.to_string());
-                    out.push_str(&format!("{name}: {}", node.ty));
+                    match self.sym {
+                        Some(sg) => out.push_str(&format!("{name}: {}", sg.types[p.index()])),
+                        None => out.push_str(&format!("{name}: {}", node.ty)),
+                    }
                 }
                 None => out.push_str(&p.to_string()),
             }
         }
         out.push(')');
-        if let Some(decl) = &g.declared_outputs {
+        let decl: Option<Vec<String>> = match self.sym {
+            Some(sg) => sg
+                .declared_outputs
+                .as_ref()
+                .map(|d| d.iter().map(|t| t.to_string()).collect()),
+            None => g
+                .declared_outputs
+                .as_ref()
+                .map(|d| d.iter().map(|t| t.to_string()).collect()),
+        };
+        if let Some(types) = decl {
             out.push_str(" -> ");
-            let types: Vec<String> = decl.iter().map(|t| t.to_string()).collect();
             out.push_str(&types.join(", "));
         }
         out.push_str(" {\n");
@@ -195,6 +238,54 @@ impl<'g> Printer<'g> {
             self.write(&mut out, Work::Operand { user: None, pos });
         }
         out.push_str("\n}\n");
+        out
+    }
+
+    /// Node `i`'s attributes as `(key, text)`, size expressions in place of the
+    /// placeholders of a symbolic graph's node.
+    fn attribute_texts(&self, i: usize) -> Vec<(&'static str, String)> {
+        let node = &self.g.nodes[i];
+        let mut out: Vec<(&'static str, String)> = node
+            .op
+            .attributes()
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect();
+        let Some(sg) = self.sym else {
+            return out;
+        };
+        for (key, exprs) in &sg.attrs[i] {
+            let list = matches!(
+                (&node.op, key.as_str()),
+                (
+                    Op::Full { .. } | Op::Reshape { .. } | Op::Expand { .. },
+                    "shape"
+                )
+            );
+            let text = if list {
+                let items: Vec<String> = exprs.iter().map(|e| e.to_string()).collect();
+                format!("[{}]", items.join(", "))
+            } else {
+                exprs
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            match out.iter_mut().find(|(k, _)| *k == key) {
+                Some(entry) => entry.1 = text,
+                None => {
+                    let spec_key = node
+                        .op
+                        .spec()
+                        .and_then(|spec| spec.attrs.iter().find(|a| a.name == key))
+                        .map(|a| a.name);
+                    if let Some(k) = spec_key {
+                        out.push((k, text));
+                    }
+                }
+            }
+        }
         out
     }
 
@@ -222,7 +313,7 @@ impl<'g> Printer<'g> {
                         }
                         items.push(Work::Operand { user: Some(i), pos });
                     }
-                    for (k, (key, value)) in node.op.attributes().into_iter().enumerate() {
+                    for (k, (key, value)) in self.attribute_texts(i).into_iter().enumerate() {
                         if k > 0 || !node.inputs.is_empty() {
                             items.push(Work::Text(", "));
                         }
