@@ -500,6 +500,10 @@ impl Build<'_> {
     ) -> Result<(ValueId, Vec<ValueId>)> {
         let ty = self.g.ty(rows).clone();
         let (n, dt) = (ty.shape[0], ty.dtype);
+        if n == 0 {
+            // No lookups: nothing changes.
+            return Ok((p, state.to_vec()));
+        }
         // first[j]: the first lookup of the same row as lookup j.
         let col = self.add(
             Op::Reshape {
@@ -514,6 +518,7 @@ impl Build<'_> {
             &[indices],
         )?;
         let same = self.bin(B::Eq, col, row)?;
+        let same = self.cast(same, DType::I32)?;
         let first = self.add(
             Op::ArgReduce {
                 op: ferrite_ir::ArgReduceOp::ArgMax,
@@ -550,7 +555,7 @@ impl Build<'_> {
         )?;
         let neg_zero = self.lit(-0.0, dt)?;
         // `base` with `delta` added at each distinct row once: `-0.0` elsewhere.
-        let mut apply = |b: &mut Build, base: ValueId, delta: ValueId| -> Result<ValueId> {
+        let apply = |b: &mut Build, base: ValueId, delta: ValueId| -> Result<ValueId> {
             let delta = b.add(Op::Where, &[is_first, delta, neg_zero])?;
             b.add(Op::IndexAdd { axis: 0 }, &[base, indices, delta])
         };

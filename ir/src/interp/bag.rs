@@ -65,8 +65,9 @@ pub(super) fn index_add(
 }
 
 /// The bags of `embedding_bag`: for each, the range of `indices` it holds. The first
-/// offset must be 0 and the offsets must not decrease nor pass the end, as PyTorch
-/// requires.
+/// offset must be 0, the offsets must not decrease nor pass the end, and with
+/// `include_last_offset` the last one must be the end, as PyTorch requires; every index
+/// must be in a bag. Without indices every bag is empty and the offsets are not read.
 pub(crate) fn bag_ranges(
     offsets: &[i64],
     n: usize,
@@ -78,9 +79,26 @@ pub(crate) fn bag_ranges(
         offsets.len()
     };
     let bad = |why: String| Err(Error::Eval(format!("embedding_bag: {why}")));
+    if bags == 0 && n > 0 {
+        return bad(format!("the {n} indices are in no bag"));
+    }
+    if n == 0 {
+        // Every bag is empty, whatever the offsets say (the compiled targets check the
+        // offsets through the indices' bags, and there are none).
+        return Ok(vec![(0, 0); bags]);
+    }
     if let Some(&first) = offsets.first() {
         if first != 0 {
             return bad(format!("the first offset must be 0, not {first}"));
+        }
+    }
+    if include_last_offset {
+        if let Some(&last) = offsets.last() {
+            if last != n as i64 {
+                return bad(format!(
+                    "with include_last_offset the last offset must be the number of indices ({n}), not {last}"
+                ));
+            }
         }
     }
     let mut ranges = Vec::with_capacity(bags);
