@@ -126,8 +126,9 @@ pub(super) fn index_add_kernel(
         }],
     ));
 
-    // Each source element added where its index says, in index order.
-    if p > 0 {
+    // Each source element added where its index says, in index order. Into an empty
+    // axis nothing is added, and the index is checked by the check `index_checks` adds.
+    if p > 0 && m > 0 {
         let domain = squeeze(&[p]);
         open(&mut b, &domain);
         let j = inner(p);
