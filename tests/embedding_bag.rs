@@ -331,7 +331,7 @@ fn embedding_bag_gradients_match_finite_differences_and_sparse_rows_sum_to_the_d
         let so = interp(&js, &xs);
         let (idx, rows) = (so[1].to_f64_vec(), so[2].to_f64_vec());
         assert_eq!(so[2].ty().shape, vec![9, 4]);
-        let mut dense = vec![0.0; 24];
+        let mut dense = [0.0; 24];
         for (j, &r) in idx.iter().enumerate() {
             for c in 0..4 {
                 dense[r as usize * 4 + c] += rows[j * 4 + c];
