@@ -103,7 +103,8 @@ pub use ferrite_cpu::MAX_GENERATED_KERNELS as MAX_CPU_KERNELS;
 
 pub use ferrite_ir as ir;
 pub use ferrite_ir::{
-    parse, parse_bytes, print, verify, DType, Diagnostic, Mismatch, Op, TensorType, ValueId,
+    parse, parse_bytes, print, verify, BagMode, DType, Diagnostic, Mismatch, Op, TensorType,
+    ValueId,
 };
 pub use ferrite_passes as passes;
 /// The `half` crate, for the `f16` and `bf16` element types of [`Tensor`].

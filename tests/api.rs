@@ -178,6 +178,18 @@ const OPS: &[Case] = &[
         t.x.index_select(0, &t.idx)
     }),
     ("gather(x, gi, axis=1)", |t| t.x.gather(1, &t.gi)),
+    ("index_add(x, idx, y, axis=0)", |t| {
+        t.x.index_add(0, &t.idx, &t.y)
+    }),
+    ("embedding_bag(x, idx, idx)", |t| {
+        t.x.embedding_bag(&t.idx, &t.idx, ferrite::BagMode::Sum, None, false, None)
+    }),
+    (
+        "embedding_bag(x, idx, idx, mode=\"mean\", include_last_offset=true, padding_idx=-1)",
+        |t| {
+            t.x.embedding_bag(&t.idx, &t.idx, ferrite::BagMode::Mean, None, true, Some(-1))
+        },
+    ),
     ("full(shape=[2], value=3.0)", |t| {
         t.g.full([2], 3.0, DType::F32)
     }),

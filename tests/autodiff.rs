@@ -3,7 +3,8 @@
 //! reference interpreter on the gradients of an MLP classifier and of a transformer
 //! block, and SGD driven by the compiled joint graph follows the interpreter's loss
 //! curve, and `TrainStep` trains an MLP classifier and a tiny GPT-2-style language model
-//! (`examples/training/`) on every target. `ferrite grad` prints a joint graph that `ferrite run` takes.
+//! (`examples/training/`) on every target, and a DLRM-style model whose tables are
+//! trained from row-sparse `embedding_bag` gradients. `ferrite grad` prints a joint graph that `ferrite run` takes.
 
 mod common;
 use common::{ferrite, stdout};
@@ -13,6 +14,7 @@ use ferrite::{compile_ir, Compiled, Options, Target, Tensor, TensorType};
 
 const MLP: &str = include_str!("../examples/training/mlp_classifier.fg");
 const TINY_LM: &str = include_str!("../examples/training/tiny_lm.fg");
+const DLRM: &str = include_str!("../examples/training/dlrm.fg");
 
 const BLOCK: &str = "graph block_loss(x: f32[2, 6, 16], wq: f32[16, 16], wk: f32[16, 16], wv: f32[16, 16], g1: f32[16], b1: f32[16], w1: f32[16, 32], w2: f32[32, 16]) -> f32[] {
   n = layer_norm(x, g1, b1)
@@ -514,48 +516,13 @@ fn train_step_refuses_what_it_cannot_train() {
     assert!(e.contains("beta1"), "{e}");
 }
 
-/// A DLRM-style click model's loss: dense features through a bottom MLP, `features`
-/// sparse features through sum-mode embedding bags of variable lengths (bag `b` of
-/// feature `f` holds `idx_f[offs_f[b]..offs_f[b + 1]]`, written with a membership mask
-/// so that the offsets are data), the pairwise dot interaction of the 1 + `features`
-/// vectors (strictly lower triangle), a top MLP and binary cross-entropy with logits.
-fn dlrm_source(features: usize, batch: usize, n: usize, rows: usize, d: usize) -> String {
-    let mut params = format!("dense: f32[{batch}, 6], y: i64[{batch}, 1], w0: f32[6, 16], c0: f32[16], w1: f32[16, {d}], c1: f32[{d}]");
-    let mut body = format!(
-        "  z0 = relu(add(matmul(relu(add(matmul(dense, w0), c0)), w1), c1))\n  pos = reshape(arange(end={n}), shape=[1, {n}])\n"
-    );
-    let mut parts = vec!["unsqueeze(z0, axis=1)".to_string()];
-    for f in 0..features {
-        params += &format!(", t{f}: f32[{rows}, {d}], idx{f}: i64[{n}], offs{f}: i64[{batch}]");
-        body += &format!(
-            "  end{f} = reshape(concat(slice(offs{f}, axis=0, start=1), full(shape=[1], value={n}, dtype=i64), axis=0), shape=[{batch}, 1])\n  m{f} = cast(and(ge(pos, reshape(offs{f}, shape=[{batch}, 1])), lt(pos, end{f})), to=f32)\n  e{f} = matmul(m{f}, index_select(t{f}, idx{f}, axis=0))\n"
-        );
-        parts.push(format!("unsqueeze(e{f}, axis=1)"));
-    }
-    let k = features + 1;
-    let tri: Vec<String> = (0..k)
-        .flat_map(|i| (0..i).map(move |j| (i * k + j).to_string()))
-        .collect();
-    let pairs = tri.len();
-    body += &format!(
-        "  t = concat({}, axis=1)\n  z = reshape(matmul(t, transpose(t, dim0=1, dim1=2)), shape=[{batch}, {}])\n  inter = index_select(z, constant(values=[{}], dtype=i64, shape=[{pairs}]), axis=1)\n  top = relu(add(matmul(concat(z0, inter, axis=1), u0), v0))\n  logit = add(matmul(top, u1), v1)\n  yf = cast(y, to=f32)\n  sp = add(maximum(logit, 0.0), log(add(exp(neg(abs(logit))), 1.0)))\n  loss = mean(sub(sp, mul(yf, logit)))\n",
-        parts.join(", "),
-        k * k,
-        tri.join(", ")
-    );
-    params += &format!(
-        ", u0: f32[{}, 16], v0: f32[16], u1: f32[16, 1], v1: f32[1]",
-        d + pairs
-    );
-    format!("graph dlrm({params}) -> f32[] {{\n{body}  return loss\n}}\n")
-}
-
-#[test]
-fn a_dlrm_style_model_with_variable_bags_and_row_wise_adagrad_trains_on_every_target() {
-    let (features, batch, n, rows, d) = (8, 4, 10, 20, 8);
-    let src = dlrm_source(features, batch, n, rows, d);
-    let g = parse("dlrm.fg", &src).unwrap_or_else(|e| panic!("{e}\n{src}"));
-    let mut trained = Vec::new();
+/// The DLRM-style model of `examples/training/dlrm.fg` (8 sparse features through
+/// sum-mode `embedding_bag`s of variable lengths), its data and initial weights: the
+/// graph, the trained parameters' names and initial values (in parameter order), and the
+/// data tensors (the untrained parameters, in order).
+fn dlrm() -> (Graph, Vec<String>, Vec<Tensor>, Vec<Tensor>) {
+    let g = parse("dlrm.fg", DLRM).unwrap();
+    let (rows, n) = (20usize, 10usize);
     let mut names = Vec::new();
     let mut init = Vec::new();
     let mut data = Vec::new();
@@ -566,12 +533,12 @@ fn a_dlrm_style_model_with_variable_bags_and_row_wise_adagrad_trains_on_every_ta
             let r = Tensor::random(&ty, 100 + i as u64).unwrap().to_f64_vec();
             let v: Vec<f64> = r.iter().map(|x| x * 0.3).collect();
             init.push(Tensor::from_f64(&ty, &v).unwrap());
-            trained.push(i);
             names.push(name);
             continue;
         }
-        // Data: dense features, labels in {0, 1}, indices below `rows`, and offsets of
-        // bags of lengths that vary by feature (an empty bag included).
+        // Data: dense features, labels in {0, 1}, indices below `rows` (repeats
+        // included), and offsets of bags of lengths that vary by feature (empty bags
+        // included).
         let t = match name.as_str() {
             "dense" => Tensor::random(&ty, 7).unwrap(),
             "y" => Tensor::from_vec(&ty.shape, vec![1i64, 0, 0, 1]).unwrap(),
@@ -589,8 +556,16 @@ fn a_dlrm_style_model_with_variable_bags_and_row_wise_adagrad_trains_on_every_ta
         };
         data.push(t);
     }
-    assert_eq!(trained.len(), 4 + features + 4);
-    // As DLRM trains: the tables with row-wise Adagrad, the MLPs with Adam.
+    (g, names, init, data)
+}
+
+#[test]
+fn a_dlrm_style_model_on_embedding_bags_trains_its_tables_sparsely_on_every_target() {
+    let (g, names, init, data) = dlrm();
+    let (features, rows, d) = (8, 20, 8);
+    assert_eq!(names.len(), 4 + features + 4);
+    // As DLRM trains: the tables with row-wise Adagrad from row-sparse gradients, the
+    // MLPs with Adam.
     let is_table = |n: &str| n.starts_with('t') && n[1..].parse::<usize>().is_ok();
     let (tables, mlps): (Vec<usize>, Vec<usize>) =
         (0..names.len()).partition(|&k| is_table(&names[k]));
@@ -609,19 +584,65 @@ fn a_dlrm_style_model_with_variable_bags_and_row_wise_adagrad_trains_on_every_ta
         eps: 1e-8,
         row_wise: true,
     };
+    let adam = ferrite::Optimizer::adam(0.01);
+
+    // Row-sparse end to end: in the step graph, nothing has a table's size but the
+    // tables, their new values (an index_add into the table) and nothing else; the
+    // row-wise state is a column.
+    let id = |n: &str| g.find(n).unwrap();
+    let tids: Vec<_> = tnames.iter().map(|n| id(n)).collect();
+    let mids: Vec<_> = mnames.iter().map(|n| id(n)).collect();
+    let step = ferrite::passes::train::train_step_sparse(
+        &g,
+        0,
+        &[(tids.clone(), row_wise.clone()), (mids, adam.clone())],
+        &tids,
+    )
+    .unwrap();
+    let mut updates = 0;
+    for n in &step.nodes {
+        if n.ty.shape != [rows, d] || matches!(n.op, ferrite::Op::Param { .. }) {
+            continue;
+        }
+        assert!(
+            matches!(n.op, ferrite::Op::IndexAdd { .. }) && tids.contains(&n.inputs[0]),
+            "a table-sized {} ({}) in the step graph",
+            n.op.name(),
+            n.ty
+        );
+        updates += 1;
+    }
+    assert_eq!(updates, features);
+    let dense = ferrite::passes::train::train_step_groups(
+        &g,
+        0,
+        &[(tids.clone(), row_wise.clone()), (vec![], adam.clone())],
+    )
+    .unwrap();
+    assert!(
+        dense
+            .nodes
+            .iter()
+            .filter(|n| n.ty.shape == vec![rows, d])
+            .count()
+            > step
+                .nodes
+                .iter()
+                .filter(|n| n.ty.shape == vec![rows, d])
+                .count(),
+        "the dense step makes dense table gradients"
+    );
+
     let curve = |opts: Options| {
-        let mut ts = ferrite::TrainStep::with_groups(
+        let mut ts = ferrite::TrainStep::with_sparse(
             &g,
             0,
-            &[
-                (&tnames, row_wise.clone()),
-                (&mnames, ferrite::Optimizer::adam(0.01)),
-            ],
+            &[(&tnames, row_wise.clone()), (&mnames, adam.clone())],
+            &tnames,
             init.clone(),
             &opts,
         )
         .unwrap();
-        // A row-wise accumulator is a column per table.
         let state = ts.compiled().input_types();
         assert!(state.iter().any(|t| t.shape == vec![rows, 1]), "{state:?}");
         (0..100)
@@ -641,6 +662,30 @@ fn a_dlrm_style_model_with_variable_bags_and_row_wise_adagrad_trains_on_every_ta
                 "{label}: step {step}: loss {a}, interpreter {b}"
             );
         }
+    }
+    // For scripts/dlrm-torch.py: the initial weights, the data and the losses.
+    if let Some(dir) = std::env::var_os("FERRITE_DLRM_DUMP") {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let save = |name: &str, t: &Tensor| {
+            let bytes = ferrite::ir::npy::encode(&t.clone().into_ir());
+            std::fs::write(dir.join(format!("{name}.npy")), bytes).unwrap();
+        };
+        for (name, t) in tnames.iter().chain(&mnames).zip(&init) {
+            save(name, t);
+        }
+        let data_names = g
+            .params
+            .iter()
+            .map(|&p| g.node(p).name.clone().unwrap())
+            .filter(|n| !names.contains(n));
+        for (name, t) in data_names.zip(&data) {
+            save(&name, t);
+        }
+        save(
+            "losses",
+            &Tensor::from_vec(&[100], reference.clone()).unwrap(),
+        );
     }
 }
 

@@ -4,7 +4,7 @@
 //! builder calls it when a node is added and the verifier calls it again to
 //! check graphs that passes rewrote.
 
-use crate::op::{ArgReduceOp, BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::op::{ArgReduceOp, BagMode, BinaryOp, Op, ReduceOp, UnaryOp};
 use crate::sym::Dim;
 use crate::types::{broadcast_dim, broadcast_dims, normalize_axis, ShapeDisplay, TensorType};
 use crate::{promote, window, DType, TypeError};
@@ -375,6 +375,9 @@ pub fn infer_dims<D: Dim>(
             }
             TensorType::checked(x.dtype, shape)?
         }
+        Op::IndexAdd { .. } | Op::EmbeddingBag { .. } => {
+            D::with_numbers(name, inputs, &|inputs| bag_type(op, inputs))?
+        }
         Op::Full {
             shape,
             value,
@@ -485,6 +488,108 @@ pub fn infer_dims<D: Dim>(
     };
     D::check(&ty.shape).map_err(|e| e.context(name))?;
     Ok(ty)
+}
+
+/// The typing rules of `index_add` and `embedding_bag`, over concrete shapes.
+fn bag_type(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
+    let name = op.name();
+    Ok(match op {
+        Op::IndexAdd { axis } => {
+            let (base, idx, src) = (inputs[0], inputs[1], inputs[2]);
+            index_dtype(name, idx)?;
+            if base.dtype == DType::Bool {
+                return Err(TypeError::new("index_add: the base cannot be bool"));
+            }
+            if base.rank() == 0 || idx.rank() != 1 {
+                return Err(TypeError::new(format!(
+                    "index_add needs a base of rank >= 1 and a 1-D index, not {} and {}",
+                    ShapeDisplay(&base.shape),
+                    ShapeDisplay(&idx.shape)
+                )));
+            }
+            let a = normalize_axis(*axis, base.rank()).map_err(|e| e.context(name).on("axis"))?;
+            let mut want = base.shape.clone();
+            want[a] = idx.shape[0];
+            if src.dtype != base.dtype || src.shape != want {
+                return Err(TypeError::new(format!(
+                    "index_add: the source must be {} {} (the base's with the index's length on axis {a}), not {} {}",
+                    base.dtype,
+                    ShapeDisplay(&want),
+                    src.dtype,
+                    ShapeDisplay(&src.shape)
+                )));
+            }
+            base.clone()
+        }
+        Op::EmbeddingBag {
+            mode,
+            include_last_offset,
+            padding_idx,
+        } => {
+            if inputs.len() > 4 {
+                return Err(TypeError::new(format!(
+                    "embedding_bag takes 3 or 4 operands (table, indices, offsets, per_sample_weights), not {}",
+                    inputs.len()
+                )));
+            }
+            let (table, idx, offsets) = (inputs[0], inputs[1], inputs[2]);
+            if !table.dtype.is_float() || table.rank() != 2 {
+                return Err(TypeError::new(format!(
+                    "embedding_bag: the table must be a 2-D float tensor, not {table}"
+                )));
+            }
+            index_dtype(name, idx)?;
+            index_dtype(name, offsets)?;
+            if idx.rank() != 1 || offsets.rank() != 1 {
+                return Err(TypeError::new(format!(
+                    "embedding_bag: indices and offsets must be 1-D, not {} and {}",
+                    ShapeDisplay(&idx.shape),
+                    ShapeDisplay(&offsets.shape)
+                )));
+            }
+            if let Some(w) = inputs.get(3) {
+                if *mode != BagMode::Sum {
+                    return Err(TypeError::new(format!(
+                        "embedding_bag: per_sample_weights need mode=\"sum\", not \"{}\"",
+                        mode.name()
+                    ))
+                    .on("mode"));
+                }
+                if w.dtype != table.dtype || w.shape != idx.shape {
+                    return Err(TypeError::new(format!(
+                        "embedding_bag: per_sample_weights must be {} {} like the indices, not {w}",
+                        table.dtype,
+                        ShapeDisplay(&idx.shape)
+                    )));
+                }
+            }
+            let rows = table.shape[0] as i64;
+            if let Some(p) = *padding_idx {
+                if p < -rows || p >= rows {
+                    return Err(TypeError::new(format!(
+                        "embedding_bag: padding_idx {p} is outside -{rows}..{rows}"
+                    ))
+                    .on("padding_idx"));
+                }
+            }
+            let bags = match (*include_last_offset, offsets.shape[0]) {
+                (true, 0) => {
+                    return Err(TypeError::new(
+                        "embedding_bag: include_last_offset needs at least one offset",
+                    )
+                    .on("include_last_offset"))
+                }
+                (true, n) => n - 1,
+                (false, n) => n,
+            };
+            TensorType::new(table.dtype, vec![bags, table.shape[1]])?
+        }
+        _ => {
+            return Err(TypeError::new(format!(
+                "{name} is not index_add or embedding_bag"
+            )))
+        }
+    })
 }
 
 /// The typing rule of `pad`, on concrete shapes only.

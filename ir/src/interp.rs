@@ -29,7 +29,12 @@
 //!   zeros give the same answer in either order (PyTorch's scalar and vector
 //!   kernels disagree there).
 //! - `index_select` and `gather` reject negative indices as out of range.
+//! - `index_add` rounds to the dtype after each addition, in index order (PyTorch's
+//!   kernel adds in the dtype); `embedding_bag` is computed in f64 and rounded once,
+//!   and its offsets are checked as PyTorch checks them (the first is 0, none
+//!   decreases or passes the end).
 
+mod bag;
 mod composite;
 mod elementwise;
 mod erf;
@@ -221,6 +226,12 @@ fn dispatch(op: &Op, x: &[&Tensor], out: &TensorType) -> Result<Tensor> {
         Op::Pad { pads, value } => movement::pad(pads, *value, x[0], out),
         Op::IndexSelect { axis } => movement::index_select(*axis, x[0], x[1], out),
         Op::Gather { axis } => movement::gather(*axis, x[0], x[1], out),
+        Op::IndexAdd { axis } => bag::index_add(*axis, x[0], x[1], x[2], out),
+        Op::EmbeddingBag {
+            mode,
+            include_last_offset,
+            padding_idx,
+        } => bag::embedding_bag(*mode, *include_last_offset, *padding_idx, x, out),
         Op::Full { value, .. } => movement::full(*value, out),
         Op::Arange { start, step, .. } => Ok(movement::arange(*start, *step, out)),
         Op::Conv { .. } => window::conv(op, x[0], x[1], out),

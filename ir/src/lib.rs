@@ -29,7 +29,9 @@ pub use dtype::{promote, Category, DType};
 pub use error::{Error, Result, TypeError};
 pub use graph::{check_declared_outputs, is_valid_name, verify, Graph, Node, ValueId};
 pub use interp::interpret;
-pub use op::{ArgReduceOp, AttrError, AttrValue, BinaryOp, Op, OpSpec, ReduceOp, Scalar, UnaryOp};
+pub use op::{
+    ArgReduceOp, AttrError, AttrValue, BagMode, BinaryOp, Op, OpSpec, ReduceOp, Scalar, UnaryOp,
+};
 pub use tensor::{i128_to_f64_round_odd, round_to_dtype, Data, Mismatch, SplitMix64, Tensor};
 pub use text::{parse, parse_bytes, print, Diagnostic};
 pub use types::{TensorType, MAX_ELEMENTS, MAX_RANK};

@@ -118,6 +118,28 @@ impl UnaryOp {
     }
 }
 
+/// How `embedding_bag` combines the rows of a bag.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum BagMode {
+    /// Their (weighted) sum.
+    Sum,
+    /// Their sum divided by the bag's size (rows at `padding_idx` not counted).
+    Mean,
+    /// Their elementwise maximum; the gradient goes to the first maximal row.
+    Max,
+}
+
+impl BagMode {
+    /// The `mode` attribute's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            BagMode::Sum => "sum",
+            BagMode::Mean => "mean",
+            BagMode::Max => "max",
+        }
+    }
+}
+
 /// Elementwise ops of two broadcasting operands.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum BinaryOp {
@@ -452,6 +474,27 @@ pub enum Op {
         /// Axis as written.
         axis: i64,
     },
+    /// `index_add(base, index, source, axis=)`: PyTorch's `index_add` as a new tensor:
+    /// the result is `base` with slice `j` of `source` along `axis` added to slice
+    /// `index[j]`, for every `j` in order (duplicates accumulate). `index` is 1-D
+    /// integer of length `p`; `source` has `base`'s shape with `p` on `axis`.
+    /// Out-of-range indices, negative ones included, are an error.
+    IndexAdd {
+        /// Axis as written.
+        axis: i64,
+    },
+    /// `embedding_bag(table, indices, offsets[, per_sample_weights], mode="sum",
+    /// include_last_offset=false, padding_idx=)`: PyTorch's `embedding_bag` over a 2-D
+    /// `table`, 1-D `indices` and 1-D `offsets` (composite: `decompose` makes it
+    /// `index_select` + segment ids + `index_add`).
+    EmbeddingBag {
+        /// How a bag's rows combine.
+        mode: BagMode,
+        /// `offsets` has one entry more than there are bags, the last one the end.
+        include_last_offset: bool,
+        /// Rows of this index are left out of every bag (and of mean's counts).
+        padding_idx: Option<i64>,
+    },
     /// `full(shape=[..], value=, dtype=f32)`.
     Full {
         /// Result shape.
@@ -581,6 +624,8 @@ impl Op {
             Op::Pad { .. } => Kind::Pad,
             Op::IndexSelect { .. } => Kind::IndexSelect,
             Op::Gather { .. } => Kind::Gather,
+            Op::IndexAdd { .. } => Kind::IndexAdd,
+            Op::EmbeddingBag { .. } => Kind::EmbeddingBag,
             Op::Full { .. } => Kind::Full,
             Op::Arange { .. } => Kind::Arange,
             Op::Conv { .. } => Kind::Conv,
@@ -621,7 +666,8 @@ impl Op {
             | Op::MaxPool { .. }
             | Op::AvgPool { .. }
             | Op::BatchNorm { .. }
-            | Op::Clip { .. } => false,
+            | Op::Clip { .. }
+            | Op::EmbeddingBag { .. } => false,
             _ => true,
         }
     }

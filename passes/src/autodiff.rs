@@ -17,8 +17,17 @@
 //!
 //! Composite ops get their own rules where those are cheaper than differentiating their
 //! decomposition: `softmax`, `log_softmax`, `layer_norm` and `rms_norm` (recomputing their
-//! statistics from the saved input). The gradient of `index_select` and `gather` (a
-//! scatter-add) is a one-hot contraction, dense in the indexed axis.
+//! statistics from the saved input), and `embedding_bag`. The gradient of `index_select`
+//! and `gather` is an `index_add` (a scatter-add: `gather`'s through flat positions), and
+//! `index_add`'s is an `index_select` of the cotangent.
+//!
+//! **Row-sparse gradients.** [`grad_sparse`] returns the gradient of a table read only by
+//! `embedding_bag`s as a pair of values instead of a dense table-sized tensor: the row
+//! indices `[P]` (i64) and the rows `[P, D]`, where row `j` of each bag's lookups is that
+//! bag's output cotangent (times the per-sample weight, divided by the bag's size in mean
+//! mode, zero at `padding_idx`). Duplicate indices are not coalesced: the dense gradient
+//! is `index_add(zeros, 0, indices, rows)`, and an optimizer coalesces as it needs
+//! ([`crate::train`]).
 //!
 //! The joint graph is an ordinary graph: it verifies, prints as `.fg`, and every pass and
 //! backend takes it. Which forward values the backward reads (the saved activations) is
@@ -39,7 +48,55 @@ use std::collections::HashMap;
 /// `wrt` holds float values of `g` (parameters, constants or any intermediate value). A
 /// value the loss does not depend on gets a zero gradient.
 pub fn grad(g: &Graph, loss: usize, wrt: &[ValueId]) -> Result<Graph> {
+    Ok(grad_sparse(g, loss, wrt, &[])?.0)
+}
+
+/// The gradient of one `wrt` value in a joint graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gradient {
+    /// A tensor of the value's type (one output, `grad_<name>`).
+    Dense(ValueId),
+    /// Rows of a 2-D table (two outputs, `grad_<name>.indices` then `grad_<name>.rows`):
+    /// the dense gradient is `index_add(zeros, indices, rows, axis=0)`.
+    RowSparse {
+        /// `[P]` i64: the table row each gradient row belongs to (repeats allowed).
+        indices: ValueId,
+        /// `[P, D]`: the gradient rows.
+        rows: ValueId,
+    },
+}
+
+/// [`grad`], with the values of `row_sparse` (a subset of `wrt`: 2-D tables that only
+/// `embedding_bag`s read) given row-sparse gradients: the joint graph then has two outputs
+/// for each of them instead of one, and the second result says which outputs hold what.
+/// A row-sparse value used in any other way is an error, since its gradient would not
+/// be row-sparse.
+pub fn grad_sparse(
+    g: &Graph,
+    loss: usize,
+    wrt: &[ValueId],
+    row_sparse: &[ValueId],
+) -> Result<(Graph, Vec<Gradient>)> {
     verify(g).map_err(|e| Error::invalid_input("grad", e))?;
+    for v in row_sparse {
+        if !wrt.contains(v) {
+            return Err(Error::InvalidGraph(format!(
+                "grad: {} is asked for a row-sparse gradient but is not differentiated",
+                describe(g, *v)
+            )));
+        }
+        if g.ty(*v).rank() != 2 {
+            return Err(Error::InvalidGraph(format!(
+                "grad: {} is {}, but row-sparse gradients are of 2-D tables",
+                describe(g, *v),
+                g.ty(*v)
+            )));
+        }
+    }
+    let sparse_at: Vec<usize> = row_sparse
+        .iter()
+        .filter_map(|v| wrt.iter().position(|w| w == v))
+        .collect();
     let (g, wrt) = &differentiable(g, wrt)?;
     let (g, wrt) = (g, &wrt[..]);
     let Some(&l) = g.outputs.get(loss) else {
@@ -59,7 +116,10 @@ pub fn grad(g: &Graph, loss: usize, wrt: &[ValueId]) -> Result<Graph> {
     let one = out
         .add_literal(Scalar::Float(1.0), lt.dtype)
         .map_err(ir("grad"))?;
-    let grads = Backward::new(&mut out, wrt)?.run(vec![(l, one)])?;
+    let sparse: Vec<ValueId> = sparse_at.iter().map(|&i| wrt[i]).collect();
+    let mut bw = Backward::new(&mut out, wrt)?;
+    bw.row_sparse = sparse;
+    let grads = bw.run(vec![(l, one)])?;
     finish(out, g, wrt, grads)
 }
 
@@ -82,7 +142,7 @@ pub fn vjp(g: &Graph, wrt: &[ValueId]) -> Result<Graph> {
         seeds.push((o, p));
     }
     let grads = Backward::new(&mut out, wrt)?.run(seeds)?;
-    finish(out, g, wrt, grads)
+    Ok(finish(out, g, wrt, grads)?.0)
 }
 
 /// Whether the backward pass has a rule for `op` itself; other (composite) ops are
@@ -113,6 +173,8 @@ fn has_rule(op: &Op) -> bool {
         | Op::Pad { .. }
         | Op::IndexSelect { .. }
         | Op::Gather { .. }
+        | Op::IndexAdd { .. }
+        | Op::EmbeddingBag { .. }
         | Op::Full { .. }
         | Op::Arange { .. }
         | Op::Constant(_) => true,
@@ -161,19 +223,34 @@ pub fn differentiable(g: &Graph, wrt: &[ValueId]) -> Result<(Graph, Vec<ValueId>
     Ok((d, wrt))
 }
 
-fn finish(mut out: Graph, g: &Graph, wrt: &[ValueId], grads: Vec<ValueId>) -> Result<Graph> {
-    for (&v, &d) in wrt.iter().zip(&grads) {
+fn finish(
+    mut out: Graph,
+    g: &Graph,
+    wrt: &[ValueId],
+    grads: Vec<Gradient>,
+) -> Result<(Graph, Vec<Gradient>)> {
+    let name_output = |out: &mut Graph, v: ValueId, d: ValueId, suffix: &str| {
         if let Some(name) = &g.node(v).name {
-            let name = format!("grad_{name}");
+            let name = format!("grad_{name}{suffix}");
             if out.node(d).name.is_none() && out.find(&name).is_none() {
                 out.set_name(d, name).map_err(ir("grad"))?;
             }
         }
         out.outputs.push(d);
+        Ok::<(), Error>(())
+    };
+    for (&v, &d) in wrt.iter().zip(&grads) {
+        match d {
+            Gradient::Dense(d) => name_output(&mut out, v, d, "")?,
+            Gradient::RowSparse { indices, rows } => {
+                name_output(&mut out, v, indices, ".indices")?;
+                name_output(&mut out, v, rows, ".rows")?;
+            }
+        }
     }
     out.declared_outputs = None;
     verify(&out).map_err(|e| Error::internal(format!("grad produced an invalid graph: {e}")))?;
-    Ok(out)
+    Ok((out, grads))
 }
 
 /// A name like `base` (invalid chars replaced) that `g` does not bind yet.
@@ -210,6 +287,10 @@ struct Backward<'g> {
     depends: Vec<bool>,
     wrt: Vec<ValueId>,
     adj: HashMap<ValueId, ValueId>,
+    /// The `wrt` values whose gradients are row-sparse.
+    row_sparse: Vec<ValueId>,
+    /// Their (indices, rows) contributions, one per `embedding_bag` that reads them.
+    sparse_adj: HashMap<ValueId, Vec<(ValueId, ValueId)>>,
 }
 
 impl<'g> Backward<'g> {
@@ -242,10 +323,12 @@ impl<'g> Backward<'g> {
             depends,
             wrt: wrt.to_vec(),
             adj: HashMap::new(),
+            row_sparse: Vec::new(),
+            sparse_adj: HashMap::new(),
         })
     }
 
-    fn run(mut self, seeds: Vec<(ValueId, ValueId)>) -> Result<Vec<ValueId>> {
+    fn run(mut self, seeds: Vec<(ValueId, ValueId)>) -> Result<Vec<Gradient>> {
         for (v, d) in seeds {
             self.accumulate(v, d)?;
         }
@@ -272,6 +355,26 @@ impl<'g> Backward<'g> {
         let wrt = self.wrt.clone();
         let mut grads = Vec::with_capacity(wrt.len());
         for v in wrt {
+            if self.row_sparse.contains(&v) {
+                let parts = self.sparse_adj.remove(&v).unwrap_or_default();
+                let ty = self.g.ty(v).clone();
+                let (indices, rows) = match parts.len() {
+                    0 => (
+                        self.full(&[0], 0.0, DType::I64)?,
+                        self.full(&[0, ty.shape[1]], 0.0, ty.dtype)?,
+                    ),
+                    1 => parts[0],
+                    _ => {
+                        let (is, rs): (Vec<ValueId>, Vec<ValueId>) = parts.into_iter().unzip();
+                        (
+                            self.add(Op::Concat { axis: 0 }, &is)?,
+                            self.add(Op::Concat { axis: 0 }, &rs)?,
+                        )
+                    }
+                };
+                grads.push(Gradient::RowSparse { indices, rows });
+                continue;
+            }
             let d = match self.adj.get(&v) {
                 Some(&d) => d,
                 None => {
@@ -279,7 +382,7 @@ impl<'g> Backward<'g> {
                     self.full(&ty.shape, 0.0, ty.dtype)?
                 }
             };
-            grads.push(d);
+            grads.push(Gradient::Dense(d));
         }
         Ok(grads)
     }
@@ -299,6 +402,13 @@ impl<'g> Backward<'g> {
     fn accumulate(&mut self, v: ValueId, d: ValueId) -> Result<()> {
         if !self.wants(v) {
             return Ok(());
+        }
+        if self.row_sparse.contains(&v) {
+            return Err(Error::InvalidGraph(format!(
+                "{} is asked for a row-sparse gradient, but it is used other than as the \
+                 table of an embedding_bag",
+                describe(self.g, v)
+            )));
         }
         let ty = self.g.ty(v).clone();
         let d = self.sum_to(d, &ty.shape)?;
@@ -1008,39 +1118,125 @@ impl<'g> Backward<'g> {
                 let xshape = self.shape(x);
                 let a = normalize_axis(*axis, xshape.len())
                     .map_err(|e| Error::internal(format!("grad: {e}")))?;
-                let m = xshape[a];
                 let p: usize = self.shape(idx).iter().product();
-                let outer: usize = xshape[..a].iter().product();
-                let inner: usize = xshape[a + 1..].iter().product();
-                // dx[o, j, i] = sum_p [idx[p] == j] d[o, p, i]: a one-hot contraction.
-                let onehot = self.onehot(idx, p, m, dt)?; // [m, p]
-                let d3 = self.reshape(d, &[outer, p, inner])?;
-                let dx = self.matmul(onehot, d3)?; // [outer, m, inner]
-                let dx = self.reshape(dx, &xshape)?;
+                // dx = index_add(0, idx, d) with d's index axes flattened into one.
+                let flat = self.reshape(idx, &[p])?;
+                let mut ds = xshape.clone();
+                ds[a] = p;
+                let d = self.reshape(d, &ds)?;
+                let zero = self.full(&xshape, 0.0, dt)?;
+                let dx = self.add(Op::IndexAdd { axis: a as i64 }, &[zero, flat, d])?;
                 self.accumulate(x, dx)
             }
             Op::Gather { axis } => {
                 let (x, idx) = (xs[0], xs[1]);
                 let xshape = self.shape(x);
+                let oshape = node.ty.shape.clone();
                 let rank = xshape.len();
                 let a = normalize_axis(*axis, rank)
                     .map_err(|e| Error::internal(format!("grad: {e}")))?;
-                let m = xshape[a];
-                // mask[.., j, k, ..] = idx[.., j, ..] == k, over a new axis after `a`.
-                let iu = self.add(Op::Unsqueeze { axis: a as i64 + 1 }, &[idx])?;
-                let iu = self.cast(iu, DType::I64)?;
-                let ar = self.iota(m)?;
-                let mut ashape = vec![1usize; rank + 1];
-                ashape[a + 1] = m;
-                let ar = self.reshape(ar, &ashape)?;
-                let hit = self.bin(B::Eq, iu, ar)?;
-                let mask = self.cast(hit, dt)?;
-                let du = self.add(Op::Unsqueeze { axis: a as i64 + 1 }, &[d])?;
-                let prod = self.mul(du, mask)?;
-                let dx = self.sum(prod, &[a], false)?;
+                // Output element c read x at flat position sum_k c'_k * stride_k, with
+                // c'_a = idx[c] and c'_k = 0 where x broadcast: scatter-add d there.
+                let strides = ferrite_ir::types::contiguous_strides(&xshape);
+                let iv = self.cast(idx, DType::I64)?;
+                let sa = self.int(strides[a] as i64)?;
+                let mut lin = self.bin(B::Mul, iv, sa)?;
+                for k in (0..rank).filter(|&k| k != a && xshape[k] > 1) {
+                    let ar = self.iota(oshape[k])?;
+                    let mut s = vec![1usize; rank];
+                    s[k] = oshape[k];
+                    let ar = self.reshape(ar, &s)?;
+                    let sk = self.int(strides[k] as i64)?;
+                    let c = self.bin(B::Mul, ar, sk)?;
+                    lin = self.bin(B::Add, lin, c)?;
+                }
+                let n: usize = oshape.iter().product();
+                let lin = self.expand(lin, &oshape)?;
+                let lin = self.reshape(lin, &[n])?;
+                let d = self.reshape(d, &[n])?;
+                let numel: usize = xshape.iter().product();
+                let zero = self.full(&[numel], 0.0, dt)?;
+                let dx = self.add(Op::IndexAdd { axis: 0 }, &[zero, lin, d])?;
+                let dx = self.reshape(dx, &xshape)?;
                 self.accumulate(x, dx)
             }
+            Op::IndexAdd { axis } => {
+                let (base, idx, src) = (xs[0], xs[1], xs[2]);
+                self.accumulate(base, d)?;
+                if self.wants(src) {
+                    let ds = self.add(Op::IndexSelect { axis: *axis }, &[d, idx])?;
+                    self.accumulate(src, ds)?;
+                }
+                Ok(())
+            }
+            Op::EmbeddingBag { .. } => self.embedding_bag(&node.op, &xs, d),
         }
+    }
+
+    /// `embedding_bag`'s rule: each lookup's row gets its bag's cotangent, times its
+    /// factor (weight, padding mask, 1/count), added into the table by `index_add`, or
+    /// kept as (indices, rows) for a row-sparse table; each weight gets the dot product
+    /// of its bag's cotangent with its row.
+    fn embedding_bag(&mut self, op: &Op, xs: &[ValueId], d: ValueId) -> Result<()> {
+        use crate::decompose::bag::{bag_parts, BagAttrs};
+        let attrs = BagAttrs::of(op).ok_or_else(|| Error::internal("not an embedding_bag"))?;
+        if attrs.mode == ferrite_ir::BagMode::Max {
+            return Err(Error::InvalidGraph(
+                "embedding_bag with mode=\"max\" has no gradient rule yet".into(),
+            ));
+        }
+        let (table, idx) = (xs[0], xs[1]);
+        let weights = xs.get(3).copied().filter(|&w| self.wants(w));
+        if !self.wants(table) && weights.is_none() {
+            return Ok(());
+        }
+        let tt = self.ty(table);
+        let parts = bag_parts(self.g, attrs, xs).map_err(ir("grad"))?;
+        let dc = self.cast(d, parts.compute)?;
+        let per_lookup = self.add(Op::IndexSelect { axis: 0 }, &[dc, parts.seg])?;
+        if let Some(w) = weights {
+            let rows = self.add(Op::IndexSelect { axis: 0 }, &[table, idx])?;
+            let rows = self.cast(rows, parts.compute)?;
+            let prod = self.mul(per_lookup, rows)?;
+            let mut dw = self.sum(prod, &[1], false)?;
+            if let Some(p) = attrs.padding_idx {
+                let p = if p < 0 { p + tt.shape[0] as i64 } else { p };
+                let iv = self.cast(idx, DType::I64)?;
+                let p = self.int(p)?;
+                let keep = self.bin(B::Ne, iv, p)?;
+                dw = self.keep(keep, dw)?;
+            }
+            self.accumulate(w, dw)?;
+        }
+        if !self.wants(table) {
+            return Ok(());
+        }
+        let mut rows = per_lookup;
+        if let Some(f) = parts.factor {
+            rows = self.mul(rows, f)?;
+        }
+        if let Some(c) = parts.denom {
+            let c = self.add(Op::IndexSelect { axis: 0 }, &[c, parts.seg])?;
+            let n = self.shape(c)[0];
+            let c = self.reshape(c, &[n, 1])?;
+            rows = self.bin(B::Div, rows, c)?;
+        }
+        let rows = self.cast(rows, tt.dtype)?;
+        if self.row_sparse.contains(&table) {
+            let iv = self.cast(idx, DType::I64)?;
+            self.sparse_adj.entry(table).or_default().push((iv, rows));
+            return Ok(());
+        }
+        let zero = self.full(&tt.shape, 0.0, tt.dtype)?;
+        let dx = self.add(Op::IndexAdd { axis: 0 }, &[zero, idx, rows])?;
+        self.accumulate(table, dx)
+    }
+
+    /// An `i64` literal.
+    fn int(&mut self, v: i64) -> Result<ValueId> {
+        self.g
+            .add_literal(Scalar::Int(v), DType::I64)
+            .map_err(ir("grad"))
     }
 
     /// `arange(m)` as `i64`: the positions an index is compared against.
@@ -1054,16 +1250,6 @@ impl<'g> Backward<'g> {
             },
             &[],
         )
-    }
-
-    /// `onehot[j, p] = (idx.flat[p] == j)` for `j < m`, as `dt`.
-    fn onehot(&mut self, idx: ValueId, p: usize, m: usize, dt: DType) -> Result<ValueId> {
-        let flat = self.reshape(idx, &[1, p])?;
-        let flat = self.cast(flat, DType::I64)?;
-        let ar = self.iota(m)?;
-        let col = self.reshape(ar, &[m, 1])?;
-        let hit = self.bin(B::Eq, col, flat)?;
-        self.cast(hit, dt)
     }
 }
 

@@ -27,6 +27,7 @@
 //! | `conv`, `conv_transpose`, `max_pool`, `avg_pool` | the taps gathered from the padded input by a constant index (im2col), then one `matmul`, a `sum` (depthwise), a `max` or a `sum / count` (`window.rs`) |
 //! | `batch_norm(x, w, b, m, v, eps)` | `s = w * rsqrt(v + eps)`; `x * s + (b - m * s)` per channel |
 //! | `clip(x, lo, hi)` | `minimum(maximum(x, lo), hi)` |
+//! | `embedding_bag(t, i, o, w)` (sum, mean) | `index_add(zeros, seg, index_select(t, i) * w)` with `seg` from the offsets, `/ max(count, 1)` for mean (`bag.rs`) |
 //!
 //! Numerical choices, and why:
 //!
@@ -63,6 +64,7 @@
 //! Literals are cast by folding: a literal operand that needs another dtype becomes a
 //! new literal of that dtype holding the value the old one had in its own dtype.
 
+pub mod bag;
 mod window;
 
 pub use window::constant_bytes;
@@ -244,6 +246,18 @@ impl Decomposer {
             op @ (Op::MaxPool { .. } | Op::AvgPool { .. }) => self.pool(op, ins[0], &node.ty),
             Op::BatchNorm { eps } => self.batch_norm(&ins, *eps),
             Op::Clip { min, max } => self.clip(ins[0], *min, *max),
+            op @ Op::EmbeddingBag { .. } => {
+                let attrs = bag::BagAttrs::of(op).ok_or_else(|| Error::internal("not a bag"))?;
+                bag::embedding_bag(&mut self.out, attrs, &ins)
+                    .map_err(Error::internal)?
+                    .ok_or_else(|| {
+                        Error::InvalidGraph(
+                            "embedding_bag with mode=\"max\" runs on the interpreter only \
+                             (no scatter-max primitive yet)"
+                                .into(),
+                        )
+                    })
+            }
             // Primitive ops are copied. Listed one by one so that a new op added to `Op`
             // has to be classified here.
             op @ (Op::Cast { .. }
@@ -258,6 +272,7 @@ impl Decomposer {
             | Op::Pad { .. }
             | Op::IndexSelect { .. }
             | Op::Gather { .. }
+            | Op::IndexAdd { .. }
             | Op::Full { .. }
             | Op::Arange { .. }) => self.emit(op.clone(), &ins),
         }

@@ -7,6 +7,7 @@
 //!   or the data operand of another index op, through elementwise and movement ops) has a
 //!   kernel that evaluates only the picked positions, so an out-of-range index elsewhere
 //!   would go unnoticed;
+//! - an `index_add` whose result is empty adds nothing, so its kernel reads no index;
 //! - an index op over an axis of extent 1 whose data operand is fused into its kernel reads
 //!   position 0, the only one in range, without the index (found by the ONNX model fuzzer:
 //!   SoftmaxCrossEntropyLoss over one class).
@@ -35,7 +36,9 @@ pub fn add_index_checks(g: &Graph) -> Result<Option<Graph>> {
     for (i, n) in g.nodes.iter().enumerate() {
         let inputs: Vec<ValueId> = n.inputs.iter().map(|x| remap[x.index()]).collect();
         let v = match &n.op {
-            op @ (Op::IndexSelect { axis } | Op::Gather { axis }) if needs[i] => {
+            op @ (Op::IndexSelect { axis } | Op::Gather { axis } | Op::IndexAdd { axis })
+                if needs[i] =>
+            {
                 let y = out.add(op.clone(), &inputs, None).map_err(internal)?;
                 let x_ty = g.ty(n.inputs[0]);
                 let a = ferrite_ir::types::normalize_axis(*axis, x_ty.rank())
@@ -119,6 +122,10 @@ fn needs_check(g: &Graph) -> Vec<bool> {
             let node = &g.nodes[v];
             let axis = match node.op {
                 Op::IndexSelect { axis } | Op::Gather { axis } => axis,
+                // Its kernel walks the whole index, unless the result is empty.
+                Op::IndexAdd { .. } => {
+                    return g.ty(node.inputs[1]).numel() > 0 && node.ty.numel() == 0
+                }
                 _ => return false,
             };
             g.ty(node.inputs[1]).numel() > 0

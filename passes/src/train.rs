@@ -16,8 +16,21 @@
 //! (`ferrite::TrainStep`). The update rules are PyTorch's (`torch.optim.SGD`, `Adam`,
 //! `AdamW`, `Adagrad`; row-wise Adagrad as fbgemm computes it), with hyperparameters as literals; Adam's bias corrections are computed in
 //! `f64` from `step`, as PyTorch computes them in Python floats.
+//!
+//! **Sparse updates.** [`train_step_sparse`] trains some tables (2-D parameters that only
+//! `embedding_bag`s read) from row-sparse gradients ([`crate::autodiff::grad_sparse`]):
+//! SGD (without momentum or weight decay) and Adagrad, per element or row-wise, update
+//! only the rows the batch touched, through `index_add`, and no tensor of the table's
+//! size is made besides the table, its state and their new values. Duplicate indices are
+//! coalesced as PyTorch coalesces a sparse gradient: each lookup finds the first lookup
+//! of the same row (an `argmax` over `lookups x lookups` comparisons, fused into one
+//! reduction), the rows are summed there in lookup order (`index_add` into a
+//! `[lookups, D]` buffer), and only those first positions update, once per distinct
+//! row, by adding `-update` (and `-0.0` elsewhere, which leaves a value's bits as they
+//! are). The numbers are the dense update's: the coalesced sum is the dense gradient's
+//! row, summed in the same order.
 
-use crate::autodiff::{fresh, grad};
+use crate::autodiff::{fresh, grad_sparse, Gradient};
 use crate::error::{Error, Result};
 use ferrite_ir::{
     verify, BinaryOp as B, DType, Graph, Op, Scalar, TensorType, UnaryOp as U, ValueId,
@@ -226,6 +239,19 @@ pub fn train_step_groups(
     loss: usize,
     groups: &[(Vec<ValueId>, Optimizer)],
 ) -> Result<Graph> {
+    train_step_sparse(g, loss, groups, &[])
+}
+
+/// [`train_step_groups`], with the trained parameters of `row_sparse` (tables read only
+/// by `embedding_bag`s) updated from row-sparse gradients (see the module docs). Their
+/// optimizer must be SGD without momentum and weight decay, or Adagrad without weight
+/// decay (per element or row-wise).
+pub fn train_step_sparse(
+    g: &Graph,
+    loss: usize,
+    groups: &[(Vec<ValueId>, Optimizer)],
+    row_sparse: &[ValueId],
+) -> Result<Graph> {
     let mut trained = Vec::new();
     let mut opts = Vec::new();
     for (params, opt) in groups {
@@ -253,11 +279,34 @@ pub fn train_step_groups(
             )));
         }
     }
-    let joint = grad(g, loss, trained)?;
-    let n_out = g.outputs.len();
+    for &p in row_sparse {
+        let Some(k) = trained.iter().position(|&t| t == p) else {
+            return Err(Error::InvalidGraph(format!(
+                "train_step: {} is asked for a sparse update but is not trained",
+                name(g, p)
+            )));
+        };
+        let fits = match *opts[k] {
+            Optimizer::Sgd {
+                momentum,
+                weight_decay,
+                ..
+            } => momentum == 0.0 && weight_decay == 0.0,
+            Optimizer::Adagrad { weight_decay, .. } => weight_decay == 0.0,
+            Optimizer::Adam { .. } => false,
+        };
+        if !fits {
+            return Err(Error::InvalidGraph(format!(
+                "train_step: {} has a sparse update, which SGD without momentum or weight \
+                 decay and Adagrad without weight decay make, not {:?}",
+                name(g, p),
+                opts[k]
+            )));
+        }
+    }
+    let (joint, grads) = grad_sparse(g, loss, trained, row_sparse)?;
     let mut out = joint.clone();
     let loss_v = joint.outputs[loss];
-    let grads: Vec<ValueId> = joint.outputs[n_out..].to_vec();
     // State parameters, slot-major per parameter.
     let mut state = Vec::new();
     for (&p, opt) in trained.iter().zip(&opts) {
@@ -280,7 +329,15 @@ pub fn train_step_groups(
     let mut new_state = Vec::new();
     for (k, &p) in trained.iter().enumerate() {
         let dt = b.g.ty(p).dtype;
-        let mut d = grads[k];
+        let mut d = match grads[k] {
+            Gradient::Dense(d) => d,
+            Gradient::RowSparse { indices, rows } => {
+                let (np, ns) = b.sparse_update(p, indices, rows, &state[k], opts[k], t)?;
+                new_params.push(np);
+                new_state.extend(ns);
+                continue;
+            }
+        };
         match *opts[k] {
             Optimizer::Sgd {
                 lr,
@@ -426,6 +483,132 @@ struct Build<'g> {
 }
 
 impl Build<'_> {
+    fn add(&mut self, op: Op, inputs: &[ValueId]) -> Result<ValueId> {
+        self.g.add(op, inputs, None).map_err(ir)
+    }
+
+    /// The new value of table `p` and of its state slots from the row-sparse gradient
+    /// `(indices, rows)`, for SGD or Adagrad (see the module docs).
+    fn sparse_update(
+        &mut self,
+        p: ValueId,
+        indices: ValueId,
+        rows: ValueId,
+        state: &[ValueId],
+        opt: &Optimizer,
+        t: ValueId,
+    ) -> Result<(ValueId, Vec<ValueId>)> {
+        let ty = self.g.ty(rows).clone();
+        let (n, dt) = (ty.shape[0], ty.dtype);
+        if n == 0 {
+            // No lookups: nothing changes.
+            return Ok((p, state.to_vec()));
+        }
+        // first[j]: the first lookup of the same row as lookup j.
+        let col = self.add(
+            Op::Reshape {
+                shape: vec![n as i64, 1],
+            },
+            &[indices],
+        )?;
+        let row = self.add(
+            Op::Reshape {
+                shape: vec![1, n as i64],
+            },
+            &[indices],
+        )?;
+        let same = self.bin(B::Eq, col, row)?;
+        let same = self.cast(same, DType::I32)?;
+        let first = self.add(
+            Op::ArgReduce {
+                op: ferrite_ir::ArgReduceOp::ArgMax,
+                axis: Some(1),
+                keepdim: false,
+            },
+            &[same],
+        )?;
+        let zeros = self.add(
+            Op::Full {
+                shape: ty.shape.clone(),
+                value: 0.0,
+                dtype: dt,
+            },
+            &[],
+        )?;
+        // The coalesced gradient, at each row's first lookup.
+        let sums = self.add(Op::IndexAdd { axis: 0 }, &[zeros, first, rows])?;
+        let pos = self.add(
+            Op::Arange {
+                start: 0.0,
+                end: n as f64,
+                step: 1.0,
+                dtype: DType::I64,
+            },
+            &[],
+        )?;
+        let is_first = self.bin(B::Eq, first, pos)?;
+        let is_first = self.add(
+            Op::Reshape {
+                shape: vec![n as i64, 1],
+            },
+            &[is_first],
+        )?;
+        let neg_zero = self.lit(-0.0, dt)?;
+        // `base` with `delta` added at each distinct row once: `-0.0` elsewhere.
+        let apply = |b: &mut Build, base: ValueId, delta: ValueId| -> Result<ValueId> {
+            let delta = b.add(Op::Where, &[is_first, delta, neg_zero])?;
+            b.add(Op::IndexAdd { axis: 0 }, &[base, indices, delta])
+        };
+        match *opt {
+            Optimizer::Sgd { lr, .. } => {
+                let u = self.bin_s(B::Mul, sums, lr)?;
+                let u = self.g.add(Op::Unary(U::Neg), &[u], None).map_err(ir)?;
+                Ok((apply(self, p, u)?, vec![]))
+            }
+            Optimizer::Adagrad {
+                lr,
+                lr_decay,
+                eps,
+                row_wise,
+                ..
+            } => {
+                let sum = state[0];
+                let d2 = self.bin(B::Mul, sums, sums)?;
+                let d2 = if row_wise {
+                    let y = self.add(
+                        Op::Reduce {
+                            op: ferrite_ir::ReduceOp::Mean,
+                            axes: Some(vec![1]),
+                            keepdim: true,
+                        },
+                        &[d2],
+                    )?;
+                    self.cast(y, dt)?
+                } else {
+                    d2
+                };
+                let old = self.add(Op::IndexSelect { axis: 0 }, &[sum, indices])?;
+                let s1 = self.bin(B::Add, old, d2)?;
+                let one = self.lit(1.0, DType::F64)?;
+                let tm1 = self.bin(B::Sub, t, one)?;
+                let decay = self.bin_s(B::Mul, tm1, lr_decay)?;
+                let den = self.bin_s(B::Add, decay, 1.0)?;
+                let lrl = self.lit(lr, DType::F64)?;
+                let clr = self.bin(B::Div, lrl, den)?;
+                let clr = self.cast(clr, dt)?;
+                let sd = self.g.add(Op::Unary(U::Sqrt), &[s1], None).map_err(ir)?;
+                let sd = self.bin_s(B::Add, sd, eps)?;
+                let ratio = self.bin(B::Div, sums, sd)?;
+                let upd = self.bin(B::Mul, ratio, clr)?;
+                let upd = self.g.add(Op::Unary(U::Neg), &[upd], None).map_err(ir)?;
+                let np = apply(self, p, upd)?;
+                let ns = apply(self, sum, d2)?;
+                Ok((np, vec![ns]))
+            }
+            Optimizer::Adam { .. } => Err(Error::internal("a sparse Adam update")),
+        }
+    }
+
     fn lit(&mut self, x: f64, dtype: DType) -> Result<ValueId> {
         self.g.add_literal(Scalar::Float(x), dtype).map_err(ir)
     }

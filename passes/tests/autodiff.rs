@@ -224,6 +224,18 @@ fn index_ops_scatter_their_gradient_back() {
         "  y = gather(x, i, axis=1)",
         &["x"],
     );
+    // x broadcast along axis 0: every row of the index reads the one row of x.
+    check(
+        "x: f64[1, 10], i: i64[3, 4]",
+        "  y = gather(x, i, axis=1)",
+        &["x"],
+    );
+    // index_add: the base's gradient is the cotangent, the source's an index_select of it.
+    check(
+        "b: f64[10, 3], i: i64[6], s: f64[6, 3]",
+        "  y = mul(index_add(b, i, s, axis=0), b)",
+        &["b", "s"],
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //! Rust ranges ([`AxisRange`]: `0..64`, `-3..`, `..`).
 
 use super::builder::{binary, detached_error, Graph, Operand, Var};
-use ferrite_ir::op::{ArgReduceOp, BinaryOp, Op, ReduceOp, UnaryOp};
+use ferrite_ir::op::{ArgReduceOp, BagMode, BinaryOp, Op, ReduceOp, UnaryOp};
 use ferrite_ir::DType;
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
 
@@ -466,6 +466,49 @@ impl Var {
     pub fn gather(&self, axis: i64, index: &Var) -> Var {
         self.graph()
             .record(Op::Gather { axis }, &[self.into(), index.into()])
+    }
+
+    /// PyTorch's `index_add(self, axis, index, source)` as a new value: slice `j` of
+    /// `source` along `axis` is added to slice `index[j]` of `self`, for every `j` in
+    /// order (duplicate indices accumulate). `index` is 1-D; `source` has `self`'s shape
+    /// with the index's length on `axis`. An index out of range is an error when the
+    /// program runs.
+    #[track_caller]
+    pub fn index_add(&self, axis: i64, index: &Var, source: &Var) -> Var {
+        self.graph().record(
+            Op::IndexAdd { axis },
+            &[self.into(), index.into(), source.into()],
+        )
+    }
+
+    /// PyTorch's `embedding_bag(indices, self, offsets, mode=, per_sample_weights=,
+    /// include_last_offset=, padding_idx=)` over this `[rows, D]` table: bag `b` holds
+    /// `indices[offsets[b]..offsets[b + 1]]` (to the end for the last bag), and the
+    /// result is `[bags, D]`, each bag's rows summed (times their weights), averaged or
+    /// maximized; an empty bag gives zeros. Gradients of the table can be row-sparse
+    /// (`TrainStep::with_sparse`).
+    #[track_caller]
+    pub fn embedding_bag(
+        &self,
+        indices: &Var,
+        offsets: &Var,
+        mode: BagMode,
+        per_sample_weights: Option<&Var>,
+        include_last_offset: bool,
+        padding_idx: Option<i64>,
+    ) -> Var {
+        let mut operands = vec![self.into(), indices.into(), offsets.into()];
+        if let Some(w) = per_sample_weights {
+            operands.push(w.into());
+        }
+        self.graph().record(
+            Op::EmbeddingBag {
+                mode,
+                include_last_offset,
+                padding_idx,
+            },
+            &operands,
+        )
     }
 
     /// PyTorch's `conv2d(x, weight, bias, stride, padding, dilation, groups)` over an

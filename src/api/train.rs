@@ -49,6 +49,21 @@ impl TrainStep {
         init: Vec<Tensor>,
         options: &Options,
     ) -> Result<TrainStep> {
+        TrainStep::with_sparse(graph, loss, groups, &[], init, options)
+    }
+
+    /// [`TrainStep::with_groups`], with the trained tables named in `row_sparse` (2-D
+    /// parameters that only `embedding_bag`s read) updated from row-sparse gradients:
+    /// only the rows a batch touches change, and the step makes no dense gradient of
+    /// them ([`ferrite_passes::train::train_step_sparse`]).
+    pub fn with_sparse(
+        graph: &ferrite_ir::Graph,
+        loss: usize,
+        groups: &[(&[&str], Optimizer)],
+        row_sparse: &[&str],
+        init: Vec<Tensor>,
+        options: &Options,
+    ) -> Result<TrainStep> {
         let trained: Vec<&str> = groups.iter().flat_map(|(n, _)| n.iter().copied()).collect();
         let trained = &trained[..];
         let invalid = |message: String| Error::InvalidGraph { message };
@@ -88,7 +103,14 @@ impl TrainStep {
             id_groups.push((ids[at..at + names.len()].to_vec(), opt.clone()));
             at += names.len();
         }
-        let step_graph = ferrite_passes::train::train_step_groups(graph, loss, &id_groups)
+        let mut sparse = Vec::with_capacity(row_sparse.len());
+        for name in row_sparse {
+            match trained.iter().position(|t| t == name) {
+                Some(k) => sparse.push(ids[k]),
+                None => return Err(invalid(format!("`{name}` is sparse but not trained"))),
+            }
+        }
+        let step_graph = ferrite_passes::train::train_step_sparse(graph, loss, &id_groups, &sparse)
             .map_err(|e| match e.is_internal() {
                 true => Error::Internal {
                     message: e.to_string(),

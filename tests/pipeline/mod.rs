@@ -390,16 +390,26 @@ pub fn check(g: &Graph, inputs: &[Tensor]) -> Result<Agreement, String> {
 /// axis is out of range on every target).
 pub fn index_bounds(g: &Graph) -> Vec<Option<usize>> {
     let mut bounds = vec![None; g.params.len()];
+    let mut bound = |v: ferrite_ir::ValueId, extent: usize| {
+        if let Some(i) = g.params.iter().position(|&p| p == v) {
+            bounds[i] = Some(bounds[i].map_or(extent, |b: usize| b.min(extent)));
+        }
+    };
     for n in &g.nodes {
         let axis = match n.op {
-            Op::IndexSelect { axis } | Op::Gather { axis } => axis,
+            Op::IndexSelect { axis } | Op::Gather { axis } | Op::IndexAdd { axis } => axis,
+            // Rows of the table; offsets all 0 (every bag empty but the last, which
+            // holds every index) are valid whatever the lengths.
+            Op::EmbeddingBag { .. } => {
+                bound(n.inputs[1], g.ty(n.inputs[0]).shape[0].max(1));
+                bound(n.inputs[2], 1);
+                continue;
+            }
             _ => continue,
         };
         let x = g.ty(n.inputs[0]);
         let extent = x.shape[axis.rem_euclid(x.rank().max(1) as i64) as usize].max(1);
-        if let Some(i) = g.params.iter().position(|&p| p == n.inputs[1]) {
-            bounds[i] = Some(bounds[i].map_or(extent, |b: usize| b.min(extent)));
-        }
+        bound(n.inputs[1], extent);
     }
     bounds
 }

@@ -77,6 +77,9 @@ impl Program {
                     // stages is checked with the kernel).
                     None if kind == BufferKind::Scratch
                         && k.writes.iter().any(|w| w.buffer == r.buffer) => {}
+                    // A kernel that fills a buffer and then updates it in place (an
+                    // `index_add`: the base copied, then sources added at checked indices).
+                    None if kind != BufferKind::Scratch && filled_then_updated(k, r.buffer) => {}
                     Some(w) if w < ki && kind != BufferKind::Scratch => {}
                     None if matches!(kind, BufferKind::Input(_) | BufferKind::Constant(_)) => {}
                     _ => {
@@ -371,6 +374,26 @@ fn updates_in_place(k: &Kernel, b: super::BufferId) -> bool {
         }
     }
     reads
+}
+
+/// Whether kernel `k` first stores buffer `b` in a stage that does not read it, and
+/// then only updates it in place in later stages: each point reads what an earlier
+/// stage of the same point wrote, never another point's or an earlier kernel's.
+fn filled_then_updated(k: &Kernel, b: super::BufferId) -> bool {
+    let reads = |s: &super::Stage| {
+        s.body()
+            .nodes
+            .iter()
+            .any(|n| matches!(&n.op, ExprOp::Load(l) if l.buffer == b))
+    };
+    let Some(first) = k
+        .stages
+        .iter()
+        .position(|s| s.stores().iter().any(|w| w.buffer == b))
+    else {
+        return false;
+    };
+    !k.stages[..=first].iter().any(reads) && updates_in_place(k, b)
 }
 
 /// Checks that `e` only uses variables in scope and dynamic indices that are checked

@@ -2,7 +2,7 @@
 //! op table, writing them back out, and the typed error of a bad attribute.
 
 use super::table::{AttrDefault, AttrType, Kind, OpSpec, Rule};
-use super::{Op, Scalar, UnaryOp};
+use super::{BagMode, Op, Scalar, UnaryOp};
 use crate::spelling::{edit_distance, threshold};
 use crate::DType;
 use std::fmt;
@@ -341,7 +341,17 @@ fn values(op: &Op) -> Vec<Option<AttrValue>> {
         Op::Unsqueeze { axis }
         | Op::Concat { axis }
         | Op::IndexSelect { axis }
-        | Op::Gather { axis } => vec![int(*axis)],
+        | Op::Gather { axis }
+        | Op::IndexAdd { axis } => vec![int(*axis)],
+        Op::EmbeddingBag {
+            mode,
+            include_last_offset,
+            padding_idx,
+        } => vec![
+            Some(A::Str(mode.name().into())),
+            Some(A::Bool(*include_last_offset)),
+            padding_idx.and_then(int),
+        ],
         Op::Slice {
             axis,
             start,
@@ -549,6 +559,17 @@ fn build(kind: Kind, v: &Values) -> Op {
         },
         Kind::IndexSelect => Op::IndexSelect { axis: v.int(0) },
         Kind::Gather => Op::Gather { axis: v.int(0) },
+        Kind::IndexAdd => Op::IndexAdd { axis: v.int(0) },
+        Kind::EmbeddingBag => Op::EmbeddingBag {
+            mode: match v.str(0) {
+                "mean" => BagMode::Mean,
+                "max" => BagMode::Max,
+                // `Rule::OneOf` has checked the value.
+                _ => BagMode::Sum,
+            },
+            include_last_offset: v.bool(1),
+            padding_idx: v.opt_int(2),
+        },
         Kind::Full => Op::Full {
             // `Rule::Extents` has checked that no extent is negative.
             shape: v.ints(0).into_iter().map(|d| d as usize).collect(),

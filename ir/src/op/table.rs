@@ -158,6 +158,8 @@ pub(super) enum Kind {
     Pad,
     IndexSelect,
     Gather,
+    IndexAdd,
+    EmbeddingBag,
     Full,
     Arange,
     Conv,
@@ -265,7 +267,7 @@ const AVG_POOL: &[AttrSpec] = &[
 /// Every op `.fg` text can call. Suggestions for a misspelled name go to the
 /// first of the closest, so the order is part of the language.
 #[rustfmt::skip]
-pub static OPS: [OpSpec; 71] = [
+pub static OPS: [OpSpec; 73] = [
     //  name            builds                             operands     attributes
     op("neg",           K::Unary(UnaryOp::Neg),            Exactly(1),  NONE),
     op("abs",           K::Unary(UnaryOp::Abs),            Exactly(1),  NONE),
@@ -337,6 +339,12 @@ pub static OPS: [OpSpec; 71] = [
     op("pad",           K::Pad,                            Exactly(1),  &[req("pads", Ints), opt("value", D::Float(0.0))]),
     op("index_select",  K::IndexSelect,                    Exactly(2),  AXIS),
     op("gather",        K::Gather,                         Exactly(2),  AXIS),
+    op("index_add",     K::IndexAdd,                       Exactly(3),  AXIS),
+    op("embedding_bag", K::EmbeddingBag,                   AtLeast(3),  &[
+        opt("mode", D::Str("sum")).rule(Rule::OneOf(&["sum", "mean", "max"])),
+        opt("include_last_offset", D::Bool(false)),
+        absent("padding_idx", Int),
+    ]),
     op("full",          K::Full,                           Exactly(0),  &[
         req("shape", Ints).rule(Rule::Extents),
         req("value", Float),

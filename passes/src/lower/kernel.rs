@@ -6,6 +6,7 @@ use super::domain::{coords_of, is_reduction, reduction_shape, squeeze};
 use super::gemm::gemm_info;
 use super::plan::{Layout, Plan, Role, SNode, MAX_INLINE_CHAIN};
 use super::refusal::{LowerError, Refusal};
+use super::scatter::{index_add_kernel, index_add_member};
 use super::value::{fail_to_error, Fail, KernelBuilder, StageState};
 use crate::error::{Error, Result};
 use ferrite_ir::infer::permutation;
@@ -74,6 +75,17 @@ pub fn build_kernel(
     members.sort_unstable();
     members.dedup();
     let in_group = members.clone();
+    let values: Vec<ValueId> = members
+        .iter()
+        .filter_map(|&s| match plan.snodes[s] {
+            SNode::Value(v) => Some(v),
+            SNode::OutputCopy { .. } => None,
+        })
+        .collect();
+    if let Some(v) = index_add_member(plan, &values, members.len())? {
+        let name = kernel_name(g, id, &members, plan);
+        return index_add_kernel(plan, layout, v, id, name);
+    }
 
     // What must be written.
     let mut stores = Vec::new();

@@ -30,7 +30,8 @@
 //!
 //! One file per concept, in the order data flows through them: `plan` (roles, scheduled
 //! nodes, buffers), `kernel` (kernel assembly), `value` (value generation), `gemm` (the
-//! GEMM description of a matmul kernel); `domain` holds the shape-to-loop-domain helpers
+//! GEMM description of a matmul kernel), `scatter` (the kernel of an `index_add`, whose
+//! stores go where its index says); `domain` holds the shape-to-loop-domain helpers
 //! they share and `refusal` the ways assembly can fail.
 
 mod domain;
@@ -38,6 +39,7 @@ mod gemm;
 mod kernel;
 mod plan;
 mod refusal;
+mod scatter;
 mod value;
 
 pub use kernel::{build_kernel, materialize_gemm_operands};

@@ -253,7 +253,7 @@ impl KernelBuilder<'_> {
     }
 
     /// Appends a node, reusing an identical existing one.
-    fn push(&mut self, dtype: DType, op: ExprOp) -> ExprRef {
+    pub(super) fn push(&mut self, dtype: DType, op: ExprOp) -> ExprRef {
         let node = ExprNode { dtype, op };
         if let Some(&r) = self.cur.cse.get(&node) {
             return r;
@@ -692,7 +692,12 @@ impl KernelBuilder<'_> {
 
     /// The index expression for a data-dependent index value: the value itself when it
     /// is index arithmetic provably in `0..extent` (an `arange`), else a checked index.
-    fn checked_index(&mut self, iv: ExprRef, extent: usize, guard: &[Bound]) -> IndexExpr {
+    pub(super) fn checked_index(
+        &mut self,
+        iv: ExprRef,
+        extent: usize,
+        guard: &[Bound],
+    ) -> IndexExpr {
         let mut at = iv;
         // Look through a cast of index arithmetic (an i32 arange).
         if let Some(ExprNode {

@@ -28,8 +28,20 @@ use super::ops::Val;
 use super::reduce;
 use super::stage::{self, bytes_per_point, points, Cx};
 use crate::error::Result;
-use ferrite_ir::loops::{AccId, Extents, IndexExpr, Kernel, ReduceKind, Stage, Var};
+use ferrite_ir::loops::{AccId, ExprOp, Extents, IndexExpr, Kernel, ReduceKind, Stage, Var};
 use std::collections::HashMap;
+
+/// True for a stage that loads a buffer it stores (an `index_add` adding at checked
+/// indices): its inner points run one at a time, since two of them may pick the same
+/// element, and a tile of them would lose all but one addition.
+fn updates_in_place(s: &Stage) -> bool {
+    s.stores().iter().any(|w| {
+        s.body()
+            .nodes
+            .iter()
+            .any(|n| matches!(&n.op, ExprOp::Load(l) if l.buffer == w.buffer))
+    })
+}
 
 /// Lowers a non-GEMM kernel into `b`; returns the launch grid and a line
 /// describing the blocks.
@@ -47,7 +59,8 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
                 extent: points(s.domain()),
                 bytes_per_point: bytes_per_point(s, index_bytes),
                 serial: matches!(s, Stage::Reduce { reductions, .. }
-                    if reductions.iter().any(|r| r.kind == ReduceKind::Prod)),
+                    if reductions.iter().any(|r| r.kind == ReduceKind::Prod))
+                    || updates_in_place(s),
             })
             .collect();
         let (b0, inner) = blocks::rows(cx.machine, outer, &needs);

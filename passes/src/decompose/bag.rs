@@ -1,0 +1,269 @@
+//! `embedding_bag` as primitives: the rows gathered by `index_select`, each position's
+//! bag (its segment id) found from the offsets, and the rows added into their bags by
+//! `index_add`. Nothing is `bags x lookups x dim`: the segment ids compare every
+//! position with every offset (`lookups x bags` integers), the rows are `lookups x dim`.
+//!
+//! Offsets that PyTorch rejects (a first offset other than 0, a decrease, an offset
+//! past the end, a last offset other than the end with `include_last_offset`, indices
+//! in no bag) make every segment id -1, so the `index_add` stops the run with an
+//! index error on every backend, as the interpreter stops with its own message.
+//!
+//! The autodiff rule reads the same parts ([`BagParts`]), so forward and backward agree
+//! on which position goes to which bag and with which factor.
+
+use ferrite_ir::{BagMode, BinaryOp as B, DType, Graph, Op, ReduceOp, Result, Scalar, ValueId};
+
+/// What forward and backward of one `embedding_bag` share.
+pub struct BagParts {
+    /// The bag of each position of `indices`, `[N]` i64 (-1 everywhere when the offsets
+    /// are invalid).
+    pub seg: ValueId,
+    /// The factor of each position's row, `[N, 1]` in the compute dtype: its weight,
+    /// or 0 at `padding_idx`; `None` for 1.
+    pub factor: Option<ValueId>,
+    /// For mean mode, what each bag's sum is divided by, `[bags]`: its count of rows,
+    /// at least 1 (an empty bag's sum is 0).
+    pub denom: Option<ValueId>,
+    /// The number of bags.
+    pub bags: usize,
+    /// The dtype the bags are computed in (`f32` for half tables).
+    pub compute: DType,
+}
+
+/// The attributes of an `embedding_bag` node.
+#[derive(Clone, Copy, Debug)]
+pub struct BagAttrs {
+    /// `mode`.
+    pub mode: BagMode,
+    /// `include_last_offset`.
+    pub include_last_offset: bool,
+    /// `padding_idx`.
+    pub padding_idx: Option<i64>,
+}
+
+impl BagAttrs {
+    /// The attributes of `op`, if it is an `embedding_bag`.
+    pub fn of(op: &Op) -> Option<BagAttrs> {
+        match *op {
+            Op::EmbeddingBag {
+                mode,
+                include_last_offset,
+                padding_idx,
+            } => Some(BagAttrs {
+                mode,
+                include_last_offset,
+                padding_idx,
+            }),
+            _ => None,
+        }
+    }
+}
+
+fn add(g: &mut Graph, op: Op, inputs: &[ValueId]) -> Result<ValueId> {
+    g.add(op, inputs, None)
+}
+
+fn int(g: &mut Graph, v: i64) -> Result<ValueId> {
+    g.add_literal(Scalar::Int(v), DType::I64)
+}
+
+fn bin(g: &mut Graph, b: B, x: ValueId, y: ValueId) -> Result<ValueId> {
+    add(g, Op::Binary(b), &[x, y])
+}
+
+fn cast(g: &mut Graph, x: ValueId, to: DType) -> Result<ValueId> {
+    if g.ty(x).dtype == to {
+        return Ok(x);
+    }
+    add(g, Op::Cast { to }, &[x])
+}
+
+fn reshape(g: &mut Graph, x: ValueId, shape: &[usize]) -> Result<ValueId> {
+    if g.ty(x).shape == shape {
+        return Ok(x);
+    }
+    let shape = shape.iter().map(|&d| d as i64).collect();
+    add(g, Op::Reshape { shape }, &[x])
+}
+
+fn slice(g: &mut Graph, x: ValueId, start: usize, end: usize) -> Result<ValueId> {
+    add(
+        g,
+        Op::Slice {
+            axis: 0,
+            start: start as i64,
+            end: end as i64,
+            step: 1,
+        },
+        &[x],
+    )
+}
+
+fn full(g: &mut Graph, shape: &[usize], value: f64, dtype: DType) -> Result<ValueId> {
+    add(
+        g,
+        Op::Full {
+            shape: shape.to_vec(),
+            value,
+            dtype,
+        },
+        &[],
+    )
+}
+
+/// `index_add(zeros([bags, ..]), seg, x)` along axis 0.
+pub fn into_bags(g: &mut Graph, seg: ValueId, x: ValueId, bags: usize) -> Result<ValueId> {
+    let ty = g.ty(x).clone();
+    let mut shape = ty.shape.clone();
+    shape[0] = bags;
+    let zeros = full(g, &shape, 0.0, ty.dtype)?;
+    add(g, Op::IndexAdd { axis: 0 }, &[zeros, seg, x])
+}
+
+/// The segment ids and row factors of `embedding_bag(table, indices, offsets[, w])`.
+pub fn bag_parts(g: &mut Graph, attrs: BagAttrs, ins: &[ValueId]) -> Result<BagParts> {
+    let (table, indices, offsets) = (ins[0], ins[1], ins[2]);
+    let tt = g.ty(table).clone();
+    let compute = if matches!(tt.dtype, DType::F16 | DType::Bf16) {
+        DType::F32
+    } else {
+        tt.dtype
+    };
+    let n = g.ty(indices).shape[0];
+    let l = g.ty(offsets).shape[0];
+    let bags = if attrs.include_last_offset { l - 1 } else { l };
+    let offs = cast(g, offsets, DType::I64)?;
+
+    // seg[j] = #{b : start[b] <= j} - 1.
+    let seg = if bags == 0 {
+        full(g, &[n], -1.0, DType::I64)?
+    } else {
+        let starts = if attrs.include_last_offset {
+            slice(g, offs, 0, bags)?
+        } else {
+            offs
+        };
+        let row = reshape(g, starts, &[1, bags])?;
+        let pos = add(
+            g,
+            Op::Arange {
+                start: 0.0,
+                end: n as f64,
+                step: 1.0,
+                dtype: DType::I64,
+            },
+            &[],
+        )?;
+        let col = reshape(g, pos, &[n, 1])?;
+        let le = bin(g, B::Le, row, col)?;
+        let le = cast(g, le, DType::I64)?;
+        let count = add(
+            g,
+            Op::Reduce {
+                op: ReduceOp::Sum,
+                axes: Some(vec![1]),
+                keepdim: false,
+            },
+            &[le],
+        )?;
+        let one = int(g, 1)?;
+        let seg = bin(g, B::Sub, count, one)?;
+
+        // The offsets PyTorch rejects.
+        let zero = int(g, 0)?;
+        let first = slice(g, offs, 0, 1)?;
+        let mut bad = vec![bin(g, B::Ne, first, zero)?];
+        if l >= 2 {
+            let next = slice(g, offs, 1, l)?;
+            let prev = slice(g, offs, 0, l - 1)?;
+            bad.push(bin(g, B::Lt, next, prev)?);
+        }
+        let last = slice(g, offs, l - 1, l)?;
+        let end = int(g, n as i64)?;
+        let past = if attrs.include_last_offset {
+            B::Ne
+        } else {
+            B::Gt
+        };
+        bad.push(bin(g, past, last, end)?);
+        let bad = add(g, Op::Concat { axis: 0 }, &bad)?;
+        let bad = cast(g, bad, DType::I64)?;
+        let any = add(
+            g,
+            Op::Reduce {
+                op: ReduceOp::Max,
+                axes: None,
+                keepdim: false,
+            },
+            &[bad],
+        )?;
+        let any = bin(g, B::Gt, any, zero)?;
+        let minus = int(g, -1)?;
+        add(g, Op::Where, &[any, minus, seg])?
+    };
+
+    // The factor of each row: weight, padding mask, 1/count.
+    let mut factor: Option<ValueId> = match ins.get(3) {
+        Some(&w) => Some(cast(g, w, compute)?),
+        None => None,
+    };
+    if let Some(p) = attrs.padding_idx {
+        let rows = tt.shape[0] as i64;
+        let p = if p < 0 { p + rows } else { p };
+        let idx = cast(g, indices, DType::I64)?;
+        let p = int(g, p)?;
+        let keep = bin(g, B::Ne, idx, p)?;
+        let keep = cast(g, keep, compute)?;
+        factor = Some(match factor {
+            Some(w) => bin(g, B::Mul, w, keep)?,
+            None => keep,
+        });
+    }
+    let denom = if attrs.mode == BagMode::Mean {
+        let counted = match factor {
+            Some(f) => f,
+            None => full(g, &[n], 1.0, compute)?,
+        };
+        let counts = into_bags(g, seg, counted, bags)?;
+        let one = g.add_literal(Scalar::Float(1.0), compute)?;
+        Some(bin(g, B::Maximum, counts, one)?)
+    } else {
+        None
+    };
+    let factor = match factor {
+        Some(f) => Some(reshape(g, f, &[n, 1])?),
+        None => None,
+    };
+    Ok(BagParts {
+        seg,
+        factor,
+        denom,
+        bags,
+        compute,
+    })
+}
+
+/// `embedding_bag` in sum or mean mode as primitives; `None` for max mode, which the
+/// primitives cannot express yet.
+pub fn embedding_bag(g: &mut Graph, attrs: BagAttrs, ins: &[ValueId]) -> Result<Option<ValueId>> {
+    if attrs.mode == BagMode::Max {
+        return Ok(None);
+    }
+    let dt = g.ty(ins[0]).dtype;
+    let parts = bag_parts(g, attrs, ins)?;
+    let rows = add(g, Op::IndexSelect { axis: 0 }, &[ins[0], ins[1]])?;
+    let rows = cast(g, rows, parts.compute)?;
+    let rows = match parts.factor {
+        Some(f) => bin(g, B::Mul, rows, f)?,
+        None => rows,
+    };
+    let out = into_bags(g, parts.seg, rows, parts.bags)?;
+    let out = match parts.denom {
+        Some(c) => {
+            let c = reshape(g, c, &[parts.bags, 1])?;
+            bin(g, B::Div, out, c)?
+        }
+        None => out,
+    };
+    Ok(Some(cast(g, out, dt)?))
+}

@@ -1,0 +1,177 @@
+//! The kernel of an `index_add`, the one op whose stores go to data-chosen places.
+//!
+//! Its outer domain is the result's axes other than the indexed one, so every outer
+//! point owns one line along that axis and no two points touch the same element. At
+//! each point a first store stage copies the base's line into the result, and a second
+//! walks the index in order and adds each source element into the element its index
+//! picks: a load of the result and a store back at the same checked, data-dependent
+//! index (an out-of-range index is a run-time error naming the kernel, never a wild
+//! write). Walking the index serially at each point is what makes duplicate indices
+//! accumulate deterministically, in index order, on every backend.
+//!
+//! An `index_add` is a kernel of its own: fusion may inline its operands' producers
+//! into it (views, elementwise ops), never its consumers.
+
+use super::domain::squeeze;
+use super::plan::{Layout, Plan};
+use super::refusal::{LowerError, Refusal};
+use super::value::{bug, fail_to_error, Fail, KernelBuilder, StageState};
+use crate::error::Error;
+use ferrite_ir::loops::{
+    ExprOp, Extents, IndexExpr, Kernel, KernelId, Load, Stage, StoreOp, Value, Var,
+};
+use ferrite_ir::types::normalize_axis;
+use ferrite_ir::{BinaryOp, Op, ValueId};
+use std::collections::{HashMap, HashSet};
+
+/// The `index_add` among `members` (the values a group of `count` scheduled nodes
+/// computes), if there is one; a group of it and anything else is refused.
+pub(super) fn index_add_member(
+    plan: &Plan,
+    members: &[ValueId],
+    count: usize,
+) -> Result<Option<ValueId>, Refusal> {
+    let g = plan.g;
+    let Some(&v) = members
+        .iter()
+        .find(|&&v| matches!(g.node(v).op, Op::IndexAdd { .. }))
+    else {
+        return Ok(None);
+    };
+    if count > 1 {
+        return Err(Refusal::new(
+            "index-add-alone",
+            format!("%{} (an index_add) is a kernel of its own", v.0),
+        ));
+    }
+    Ok(Some(v))
+}
+
+/// The kernel computing `index_add` value `v` into its buffer.
+pub(super) fn index_add_kernel(
+    plan: &Plan,
+    layout: &Layout,
+    v: ValueId,
+    id: KernelId,
+    name: String,
+) -> Result<Kernel, LowerError> {
+    let g = plan.g;
+    let node = g.node(v);
+    let Op::IndexAdd { axis } = node.op else {
+        return Err(Error::internal("index_add_kernel of another op").into());
+    };
+    let (base, index, source) = (node.inputs[0], node.inputs[1], node.inputs[2]);
+    let shape = node.ty.shape.clone();
+    let dtype = node.ty.dtype;
+    let a = normalize_axis(axis, shape.len()).map_err(|e| Error::internal(e.to_string()))?;
+    let (m, p) = (shape[a], g.ty(index).shape[0]);
+    let buffer = layout.of_value[v.index()]
+        .ok_or_else(|| Error::internal(format!("%{} has no buffer", v.0)))?;
+
+    // The outer domain: every axis but `a`, extents of 1 dropped.
+    let mut outer = Vec::new();
+    let mut coords = Vec::with_capacity(shape.len());
+    for (k, &d) in shape.iter().enumerate() {
+        if k == a || d == 1 {
+            coords.push(IndexExpr::Const(0));
+        } else {
+            coords.push(IndexExpr::Var(Var::outer(outer.len())));
+            outer.push(d);
+        }
+    }
+    let along = |e: IndexExpr| {
+        let mut c = coords.clone();
+        c[a] = e;
+        c
+    };
+    let inner = |extent: usize| {
+        if extent == 1 {
+            IndexExpr::Const(0)
+        } else {
+            IndexExpr::Var(Var::store(0))
+        }
+    };
+    let mut b = KernelBuilder {
+        plan,
+        layout,
+        in_group: Vec::new(),
+        outer: outer.clone(),
+        ready: HashMap::new(),
+        next_acc: 0,
+        cur: StageState::default(),
+        depth: 0,
+        touched: HashSet::from([v]),
+    };
+    let open = |b: &mut KernelBuilder, domain: &[usize]| {
+        b.open_stage(Extents {
+            outer: outer.clone(),
+            reduce: vec![],
+            store: domain.to_vec(),
+        })
+    };
+    let mut stages: Vec<Stage> = Vec::new();
+
+    // The base's line, copied.
+    let domain = squeeze(&[m]);
+    open(&mut b, &domain);
+    let at = along(inner(m));
+    let value = b.value_at(base, &at, &[]).map_err(fail_to_error)?;
+    let index_of = b.flat(&at, &shape);
+    stages.push(b.close_store_stage(
+        domain,
+        vec![StoreOp {
+            buffer,
+            index: index_of,
+            value,
+        }],
+    ));
+
+    // Each source element added where its index says, in index order. Into an empty
+    // axis nothing is added, and the index is checked by the check `index_checks` adds.
+    if p > 0 && m > 0 {
+        let domain = squeeze(&[p]);
+        open(&mut b, &domain);
+        let j = inner(p);
+        let add = (|| -> Result<StoreOp, Fail> {
+            let iv = b.value_at(index, std::slice::from_ref(&j), &[])?;
+            let k = b.checked_index(iv, m, &[]);
+            let target = b.flat(&along(k), &shape);
+            let old = b.push(
+                dtype,
+                ExprOp::Load(Load {
+                    buffer,
+                    index: target.clone(),
+                    guard: vec![],
+                    other: Value::zero(dtype),
+                }),
+            );
+            let s = b.value_at(source, &along(j.clone()), &[])?;
+            if b.cur.block.get(s).map(|n| n.dtype) != Some(dtype) {
+                return Err(bug("index_add: the source has another dtype"));
+            }
+            let sum = b.push(dtype, ExprOp::Binary(BinaryOp::Add, old, s));
+            Ok(StoreOp {
+                buffer,
+                index: target,
+                value: sum,
+            })
+        })()
+        .map_err(fail_to_error)?;
+        stages.push(b.close_store_stage(domain, vec![add]));
+    }
+
+    let mut nodes: Vec<ValueId> = b.touched.into_iter().collect();
+    nodes.sort();
+    let mut k = Kernel {
+        id,
+        name,
+        nodes,
+        domain: outer,
+        stages,
+        gemm: None,
+        reads: vec![],
+        writes: vec![],
+    };
+    (k.reads, k.writes) = k.compute_accesses(&layout.buffers);
+    Ok(k)
+}
