@@ -496,6 +496,25 @@ fn pipeline_findings_stay_fixed() {
     assert!(n >= 2, "{n} findings under {}", dir.display());
 }
 
+/// Findings of the `.tile` fuzzer (`tests/fuzz-findings/tile_kernels/`): 61 negations of
+/// `-inf` printed as `-..-(-inf)`, one level of nesting more than the source, so a kernel
+/// at the nesting limit did not read back.
+#[test]
+fn tile_findings_stay_fixed() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-findings/tile_kernels");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        if let Err(m) = tile_target(&bytes) {
+            panic!("{}: {m}", path.display());
+        }
+        n += 1;
+    }
+    assert!(n >= 1, "{n} findings under {}", dir.display());
+}
+
 #[test]
 fn onnx_models() {
     let seeds = onnx_seeds();

@@ -79,10 +79,16 @@ fn precedence(e: &Expr) -> u8 {
 /// True when the printed expression starts with a number, which a `-` in front
 /// of it would fuse with into a negative literal.
 fn starts_with_number(e: &Expr) -> bool {
+    leading_literal(e).is_some()
+}
+
+/// Whether the number `e` starts with is negative (it prints with its minus).
+fn leading_literal(e: &Expr) -> Option<bool> {
     match &e.kind {
-        ExprKind::Int(_) | ExprKind::Float(_) => true,
-        ExprKind::Index(base, _) => starts_with_number(base),
-        _ => false,
+        ExprKind::Int(v) => Some(*v < 0),
+        ExprKind::Float(v) => Some(v.is_sign_negative()),
+        ExprKind::Index(base, _) => leading_literal(base),
+        _ => None,
     }
 }
 
@@ -172,7 +178,13 @@ impl Printer {
                     UnaryOp::Neg => '-',
                     UnaryOp::Not => '!',
                 });
-                if *op == UnaryOp::Neg && starts_with_number(x) {
+                if *op == UnaryOp::Neg && leading_literal(x) == Some(true) {
+                    // `- -3` reads back as the negation of the literal -3, with no
+                    // parentheses, which would add a level of nesting the source did
+                    // not have (a kernel at the nesting limit would not read back).
+                    self.out.push(' ');
+                    self.expr(x, UNARY);
+                } else if *op == UnaryOp::Neg && starts_with_number(x) {
                     self.out.push('(');
                     self.expr(x, 0);
                     self.out.push(')');
