@@ -748,10 +748,12 @@ fn run_blocks<T: GemmScalar>(
 
 /// Rows of a block (of `C`) up to which [`crate::sgemm`] computes it instead of the
 /// `gemm` crate. Both read `B` from memory once per block of rows; the crate packs it
-/// first, which pays back over many rows and not over few (see BENCHMARKS.md, "Small-M
-/// GEMM": measured single-threaded on the 2-core AVX-512 VM, ours is faster up to this
-/// many rows on the benchmark shapes and slower on 512x512x512).
-pub const OURS_MAX_ROWS: usize = 128;
+/// first, which pays back over many rows and not over few. Measured single-threaded on
+/// the 2-core AVX-512 VM (thread CPU time, crate / ours at AVX-512, BENCHMARKS.md
+/// "Small-M GEMM"): 32x1024x1024 (a 4 MiB `B`) 2.2 / 1.0 ms; 32x256x1024, 64x256x1024 and
+/// 64x1024x1024 within 7% of each other; 128x1024x1024 3.4 / 4.1 ms, 256^3 0.31 / 0.41 ms
+/// and 512^3 3.1 / 5.1 ms, where the crate's packed panels win.
+pub const OURS_MAX_ROWS: usize = 64;
 
 /// The width at which [`crate::sgemm`] may run a product with these layouts and scalars,
 /// or `None` for the crate: `f32` only, `C = A @ B` only (`alpha` 1, `beta` 0), `B` and `C`
