@@ -51,6 +51,14 @@ use std::time::{Duration, Instant};
 /// worker costs little compared with running it.
 const MIN_CHUNK_WORK: usize = 32 * 1024;
 
+/// Inner-loop iterations (all outer points together) below which a kernel runs on the
+/// calling thread alone. Waking the team costs more than a small kernel: on the 16-core
+/// Xeon the fused softmax + log_softmax of 7x1001 (about 35K iterations, 2 chunks) took
+/// 10.8 us on one thread and 24-30 us on 4-16, where a sleeping worker's wake-up and the
+/// hand-back alone take longer than the whole kernel (BENCHMARKS.md, "Small kernels on
+/// one thread").
+pub const MIN_PARALLEL_WORK: usize = 64 * 1024;
+
 /// How to compile and run a program on the CPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuOptions {
@@ -822,7 +830,12 @@ impl CpuProgram {
                 let _ = failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
             }
         };
-        let ran = if info.parallel && team.threads() > 1 && info.points > 1 {
+        let work = info.points.saturating_mul(info.work_per_point.max(1));
+        let ran = if info.parallel
+            && team.threads() > 1
+            && info.points > 1
+            && work >= MIN_PARALLEL_WORK
+        {
             let min_chunk = (MIN_CHUNK_WORK / info.work_per_point.max(1)).max(1);
             let task = |r: std::ops::Range<usize>| call(r.start, r.end);
             match times {

@@ -15,6 +15,8 @@
 use std::fmt;
 
 use super::pool::{split_range, PoolError, Team, ThreadPool};
+use super::sgemm;
+use super::wide::Isa;
 
 /// The half-precision type the `f16` products use (`half::f16`).
 pub use gemm::f16;
@@ -656,11 +658,33 @@ fn run_blocks<T: GemmScalar>(
     let a_ptr = SharedPtr(a.data.as_ptr().cast_mut());
     let b_ptr = SharedPtr(b.data.as_ptr().cast_mut());
     let c_ptr = SharedPtr(c.data.as_mut_ptr());
+    let ours = ours_for::<T>(&la, &lb, &lc, scale);
     // C[p][rows, cols] = A[p][rows, :] @ B[p][:, cols] on the calling thread.
     let run_block = |p: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
         let (a_ptr, b_ptr, c_ptr) = (a_ptr, b_ptr, c_ptr);
         let (r0, c0) = (rows.start as isize, cols.start as isize);
         let (ba, bb, bc) = bases(p);
+        if let Some(isa) = ours.filter(|_| rows.len() <= OURS_MAX_ROWS) {
+            let ops = sgemm::Operands {
+                a: a_ptr
+                    .0
+                    .wrapping_offset(ba + r0 * la.row_stride)
+                    .cast_const()
+                    .cast(),
+                a_row: la.row_stride,
+                a_col: la.col_stride,
+                b: b_ptr.0.wrapping_offset(bb + c0).cast_const().cast(),
+                b_row: lb.row_stride,
+                c: c_ptr.0.wrapping_offset(bc + r0 * lc.row_stride + c0).cast(),
+                c_row: lc.row_stride,
+            };
+            // SAFETY: `T` is `f32` (checked by `ours_for`), so the casts keep the element
+            // type; the elements the block reads and writes are in bounds, distinct in C
+            // and not shared with A or B, as for the library call below; B and C have unit
+            // column stride and the ISA is supported (`ours_for`).
+            unsafe { sgemm::product(isa, &ops, rows.len(), cols.len(), k) };
+            return;
+        }
         // SAFETY: the caller proved that every element the library reads from A[p] and
         // B[p] and writes to C[p] (with these strides, from these bases) is inside its
         // slice; a block of rows and columns touches a subset of those elements. C does
@@ -720,6 +744,32 @@ fn run_blocks<T: GemmScalar>(
         }
     };
     ran.map_err(GemmError::Pool)
+}
+
+/// Rows of a block (of `C`) up to which [`crate::sgemm`] computes it instead of the
+/// `gemm` crate. Both read `B` from memory once per block of rows; the crate packs it
+/// first, which pays back over many rows and not over few. Measured single-threaded on
+/// the 2-core AVX-512 VM (thread CPU time, crate / ours at AVX-512, BENCHMARKS.md
+/// "Small-M GEMM"): 32x1024x1024 (a 4 MiB `B`) 2.2 / 1.0 ms; 32x256x1024, 64x256x1024 and
+/// 64x1024x1024 within 7% of each other; 128x1024x1024 3.4 / 4.1 ms, 256^3 0.31 / 0.41 ms
+/// and 512^3 3.1 / 5.1 ms, where the crate's packed panels win.
+pub const OURS_MAX_ROWS: usize = 64;
+
+/// The width at which [`crate::sgemm`] may run a product with these layouts and scalars,
+/// or `None` for the crate: `f32` only, `C = A @ B` only (`alpha` 1, `beta` 0), `B` and `C`
+/// with unit column stride, and a host with AVX2 + FMA or AVX-512F (`FERRITE_CPU_ISA=sse`
+/// keeps every product on the crate).
+pub fn ours_for<T: GemmScalar>(
+    _a: &MatLayout,
+    b: &MatLayout,
+    c: &MatLayout,
+    scale: Scale<T>,
+) -> Option<Isa> {
+    let isa = Isa::host();
+    let f32_overwrite = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && scale.alpha == T::ONE
+        && scale.beta == T::ZERO;
+    (f32_overwrite && b.col_stride == 1 && c.col_stride == 1 && isa != Isa::Sse).then_some(isa)
 }
 
 /// The index of element `[p, i, j]` of an operand whose reach was checked in bounds.

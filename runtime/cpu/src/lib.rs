@@ -17,7 +17,8 @@
 //! * [`pool`]: the process's persistent thread pool, which splits kernels' outer loops
 //!   and GEMM blocks; programs run on a [`Team`] of its threads.
 //! * [`denormals`]: the flush-to-zero / denormals-are-zero mode of a run.
-//! * [`gemm`]: strided, batched matrix multiplication through the `gemm` crate.
+//! * [`gemm`]: strided, batched matrix multiplication through the `gemm` crate, or
+//!   through [`sgemm`], Ferrite's own `f32` kernel for few rows (B read in place).
 //! * [`exec`]: [`CpuProgram`], a whole compiled program: kernels, storage, threads, run.
 //!
 //! Architecture Invariant: `plan` knows nothing of Cranelift and `emit` makes no
@@ -35,6 +36,7 @@ pub mod jit;
 pub mod kernels;
 pub mod plan;
 pub mod pool;
+pub mod sgemm;
 pub mod vmath;
 pub mod wide;
 

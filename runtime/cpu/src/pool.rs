@@ -563,7 +563,9 @@ impl Team<'_> {
                 return job.into_result();
             }
         };
-        pool.publish(&job, self.threads, self.flush_denormals);
+        // Only as many threads as there are chunks take part: the others stay out of
+        // the job (and off its lock) instead of waking up to find nothing left.
+        pool.publish(&job, self.threads.min(n_chunks), self.flush_denormals);
         job.run(0);
         pool.retire();
         job.into_result()

@@ -420,6 +420,48 @@ fn profiled_runs_report_each_workers_chunks() {
     assert!(saw_both, "no profiled run used both threads");
 }
 
+/// A parallel kernel with less work than `MIN_PARALLEL_WORK` runs on the calling thread
+/// in one chunk (waking the team would cost more than the kernel); one just above it is
+/// cut into chunks for the team.
+#[test]
+fn small_kernels_run_on_the_calling_thread() {
+    use ferrite_cpu::exec::MIN_PARALLEL_WORK;
+    for (n, split) in [
+        (MIN_PARALLEL_WORK - 1, false),
+        (2 * MIN_PARALLEL_WORK, true),
+    ] {
+        let buffers = vec![
+            buffer(0, BufferKind::Input(0), DType::F32, &[n]),
+            buffer(1, BufferKind::Output(0), DType::F32, &[n]),
+        ];
+        let i0 = IndexExpr::Var(Var::outer(0));
+        let mut body = Block::default();
+        let v = load(&mut body, 0, i0.clone());
+        let k = store_kernel("copy", vec![n], body, 1, i0, v);
+        let p = finish(
+            "copy",
+            buffers,
+            vec![k],
+            vec![BufferId(0)],
+            vec![BufferId(1)],
+        );
+        let x = Tensor::random(&p.buffers[0].ty, 5);
+        let c = CpuProgram::compile(&p, &CpuOptions::with_threads(2)).unwrap();
+        assert!(c.kernel_info(0).unwrap().parallel);
+        for _ in 0..5 {
+            let (out, timings) = c.run_profiled(std::slice::from_ref(&x)).unwrap();
+            assert_eq!(out[0], x);
+            let spans = &timings[0].spans;
+            if split {
+                assert!(spans.len() > 1, "{n} points: {spans:?}");
+            } else {
+                assert_eq!(spans.len(), 1, "{n} points: {spans:?}");
+                assert_eq!(spans[0].worker, 0, "{n} points: {spans:?}");
+            }
+        }
+    }
+}
+
 /// Rewrites that reorder outer points (lanes across the last outer axis, transpose tiles)
 /// keep out of kernels whose points write the same elements, where the order decides the
 /// result: here points `i0` and `i0 + 1` both write `out[i0 + j0 + 1]` (a store stage

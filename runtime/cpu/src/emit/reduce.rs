@@ -5,8 +5,9 @@
 //! (`f64` for float sums and products, the value's own register for max/min, `i64` for
 //! integers; argmax/argmin keep the best value and its position). When the innermost
 //! loop is vector code it also keeps one `f32x4` per unrolled group (a float sum folds
-//! them into `f64x2` halves every [`FOLD_EVERY`] iterations), merged into the scalar at
-//! the end. In a lanes step each lane is an accumulator of its own outer point, with the
+//! them into `f64x2` halves every [`FOLD_EVERY`] iterations; a float max/min takes one
+//! `maxps`/`minps` per vector and keeps the NaNs it meets in a second `f32x4`), merged
+//! into the scalar at the end. In a lanes step each lane is an accumulator of its own outer point, with the
 //! scalar numerics: `f64x2` halves for sums and products, `f32x4` for max/min.
 
 use super::convert::{bitcast, round_f64_to};
@@ -40,6 +41,10 @@ pub(super) struct AccVars {
     best: Option<(Variable, Variable)>,
     /// Vectorized: one `f32x4` per unrolled group.
     vector: Vec<Variable>,
+    /// Vectorized float max/min: per unrolled group, the last NaN seen in each lane (0.0
+    /// while none was), kept apart so that the extreme itself takes one `maxps`/`minps`
+    /// per vector (see [`Emitter::extreme_step`]).
+    nan: Vec<Variable>,
     /// Vectorized float sums (not dot products): the `f64x2` halves the `f32x4` partial
     /// sums are folded into every `FOLD_EVERY` iterations of the unrolled loop.
     wide: Option<(Variable, Variable)>,
@@ -96,6 +101,13 @@ impl Emitter<'_, '_> {
                             let p = self.b.ins().fmul(x, y);
                             self.b.ins().fadd(acc, p)
                         }
+                    }
+                    None if !vars[ri].nan.is_empty() => {
+                        let nan_var = vars[ri].nan[g];
+                        let seen = self.b.use_var(nan_var);
+                        let seen = self.keep_nan(seen, x);
+                        self.b.def_var(nan_var, seen);
+                        self.extreme_step(r.kind, acc, x)
                     }
                     None => self.vector_combine(r.kind, acc, x),
                 };
@@ -246,6 +258,7 @@ impl Emitter<'_, '_> {
                     acc: pos,
                     best: Some((best, count)),
                     vector: Vec::new(),
+                    nan: Vec::new(),
                     wide: None,
                 }
             } else {
@@ -264,6 +277,7 @@ impl Emitter<'_, '_> {
                     acc: self.new_var(ty, init),
                     best: None,
                     vector: Vec::new(),
+                    nan: Vec::new(),
                     wide: None,
                 }
             };
@@ -299,6 +313,13 @@ impl Emitter<'_, '_> {
             v.vector = (0..unroll)
                 .map(|_| self.new_var(types::F32X4, splat))
                 .collect();
+            if matches!(r.kind, ReduceKind::Max | ReduceKind::Min) {
+                let zero = self.b.ins().f32const(0.0);
+                let zero = self.b.ins().splat(types::F32X4, zero);
+                v.nan = (0..unroll)
+                    .map(|_| self.new_var(types::F32X4, zero))
+                    .collect();
+            }
             if r.kind == ReduceKind::Sum && r.rhs.is_none() {
                 let zero = self.b.ins().f64const(0.0);
                 let zero = self.b.ins().splat(types::F64X2, zero);
@@ -413,6 +434,29 @@ impl Emitter<'_, '_> {
         self.select_any(take, x, acc)
     }
 
+    /// `x` where `x > acc` (max) or `x < acc` (min), else `acc`, per lane: one `maxps x,
+    /// acc` (`minps`), which keeps `acc` where either is NaN and where both are zeros, as
+    /// the scalar rule keeps the first of equal extremes. NaN is tracked apart by
+    /// [`Emitter::keep_nan`] and put back at the end, so each group's dependent chain is
+    /// this one instruction per vector (the IEEE `maximum` it replaces took six).
+    fn extreme_step(&mut self, kind: ReduceKind, acc: Value, x: Value) -> Value {
+        // Cranelift's x64 lowering matches exactly these shapes to `maxps`/`minps`.
+        let mask = if kind == ReduceKind::Max {
+            self.b.ins().fcmp(FloatCC::LessThan, acc, x)
+        } else {
+            self.b.ins().fcmp(FloatCC::LessThan, x, acc)
+        };
+        let mask = bitcast(self.b, types::F32X4, mask);
+        self.b.ins().bitselect(mask, x, acc)
+    }
+
+    /// The lanes of `x` that are NaN, else those of `seen`.
+    fn keep_nan(&mut self, seen: Value, x: Value) -> Value {
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+        let nan = bitcast(self.b, types::F32X4, nan);
+        self.b.ins().bitselect(nan, x, seen)
+    }
+
     fn vector_combine(&mut self, kind: ReduceKind, acc: Value, x: Value) -> Value {
         let vm = self.target.vm;
         match kind {
@@ -434,6 +478,13 @@ impl Emitter<'_, '_> {
             if !v.vector.is_empty() {
                 let mut parts: Vec<Value> =
                     v.vector.iter().map(|&var| self.b.use_var(var)).collect();
+                if !v.nan.is_empty() {
+                    // Each group's lanes: its NaN if it saw one, else its extreme.
+                    for (part, &nan_var) in parts.iter_mut().zip(&v.nan) {
+                        let seen = self.b.use_var(nan_var);
+                        *part = self.keep_nan(*part, seen);
+                    }
+                }
                 while parts.len() > 1 {
                     let mut next = Vec::with_capacity(parts.len().div_ceil(2));
                     for pair in parts.chunks(2) {

@@ -1,0 +1,369 @@
+//! Ferrite's own `f32` matrix product for few rows: `C = A @ B` with `B` read in place,
+//! never packed, compiled by rustc for AVX2 + FMA and for AVX-512F.
+//!
+//! The `gemm` crate packs every panel of `B` it uses on every call. With many rows of `A`
+//! that cost is spread over many row blocks; with 32 or 64 rows (a linear layer on a small
+//! batch, the projections of a short sequence) it is paid for a handful of them, and it
+//! dominates: the 32x1024x1024 product of `mlp_large` ran at 56 GFLOP/s through the crate
+//! on the 16-core Xeon. Here `B`'s rows are streamed as they lie:
+//!
+//! * `B` (unit column stride) is cut into blocks of [`NB`] columns and [`KC`] rows (64 KiB
+//!   at most, so a block stays in L2 while every row tile of `A` passes over it, and its
+//!   64 rows are few enough for the hardware prefetcher to follow them all);
+//! * in a block, each register tile of `MR` rows x `NV` vectors of columns of `C` keeps its
+//!   sums in registers across the block's [`KC`] rows: per row `k` of `B`, `NV` vector
+//!   loads of `B`, and per row of the tile one broadcast of `A[i, k]` and `NV` FMAs;
+//! * the first K block writes `C`, later ones add to it, so `C` is never read before it
+//!   is written (its old contents, NaN or not, do not leak in).
+//!
+//! `A` may have any strides (its elements are broadcast one at a time). Column tails are
+//! single vectors and a final masked vector; row tails are tiles of fewer rows. Each
+//! output is one sum over `k` in increasing order with one FMA per term, so the result
+//! does not depend on the width, the tiling or the thread split (`tests/sgemm.rs`).
+//!
+//! Which products take this path rather than the crate's is decided in `gemm.rs`
+//! ([`crate::gemm::ours_for`]), by measurement.
+
+use crate::wide::Isa;
+
+/// Rows of `B` (the contracted axis) per block: the register tiles' sums stay in
+/// registers across this many FMAs before they go back to `C`. Measured on the 2-core
+/// AVX-512 VM (thread CPU time, 32x1024x1024): 64 ran 1.1 ms, 128 1.2-1.7 ms, 256 1.9 ms,
+/// 32 1.2-1.4 ms: with more rows than the prefetcher follows, `B` comes from DRAM on
+/// demand.
+pub const KC: usize = 64;
+
+/// Columns of `B` per block: `KC x NB` floats of `B` (64 KiB) stay in L2 while every row
+/// tile of `A` passes over them (1024 was no faster).
+pub const NB: usize = 256;
+
+/// One block's operands: pointers to element `[0, 0]` of `A`, `B` and `C`, strides in
+/// elements. `B` and `C` have unit column stride.
+#[derive(Clone, Copy, Debug)]
+pub struct Operands {
+    /// `A[0, 0]`.
+    pub a: *const f32,
+    /// Distance between rows of `A`.
+    pub a_row: isize,
+    /// Distance between columns of `A`.
+    pub a_col: isize,
+    /// `B[0, 0]`.
+    pub b: *const f32,
+    /// Distance between rows of `B`.
+    pub b_row: isize,
+    /// `C[0, 0]`.
+    pub c: *mut f32,
+    /// Distance between rows of `C`.
+    pub c_row: isize,
+}
+
+/// `C[m x n] = A[m x k] @ B[k x n]`, at width `isa`. `k > 0`.
+///
+/// # Safety
+/// Every element `A[i, l]`, `B[l, j]` and `C[i, j]` (`i < m`, `j < n`, `l < k`) at the
+/// operands' pointers and strides is inside one allocation; the elements of `C` are
+/// distinct and nothing else accesses them during the call, and none of them is an element
+/// of `A` or `B`. `isa` is [`Isa::Avx2`] or [`Isa::Avx512`] and supported by this CPU.
+pub unsafe fn product(isa: Isa, ops: &Operands, m: usize, n: usize, k: usize) {
+    debug_assert!(isa.supported() && k > 0);
+    #[cfg(target_arch = "x86_64")]
+    match isa {
+        // SAFETY: the caller's guarantees, and the feature is present.
+        Isa::Avx512 => unsafe { avx512::product(ops, m, n, k) },
+        // SAFETY: as above.
+        Isa::Avx2 => unsafe { avx2::product(ops, m, n, k) },
+        Isa::Sse => unreachable!("sgemm has no SSE kernel"),
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, ops, m, n, k);
+        unreachable!("sgemm runs on x86-64 only");
+    }
+}
+
+/// The driver and the register tile, written once over each width's `V`, `LANES`, `MR`,
+/// `NV` and vector helpers.
+#[cfg(target_arch = "x86_64")]
+macro_rules! kernels {
+    ($feature:literal) => {
+        /// One register tile: `C[i0.., j0..]` (`R` rows, `NV_` vectors, the last one of
+        /// `tail` lanes when `MASK`) over rows `k0..k0 + kc` of `B`, written when `first`,
+        /// else added to.
+        ///
+        /// # Safety
+        /// As [`super::product`], for the tile's elements.
+        #[target_feature(enable = $feature)]
+        #[inline]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn tile<const R: usize, const NV_: usize, const MASK: bool>(
+            ops: &Operands,
+            i0: usize,
+            j0: usize,
+            k0: usize,
+            kc: usize,
+            tail: usize,
+            first: bool,
+        ) {
+            let mut acc = [[zero(); NV_]; R];
+            // SAFETY (every pointer below): the caller guarantees the tile's elements of
+            // A, B and C are in bounds; a masked lane is neither read nor written.
+            unsafe {
+                let c = ops.c.offset(i0 as isize * ops.c_row + j0 as isize);
+                if !first {
+                    for (r, row) in acc.iter_mut().enumerate() {
+                        let cr = c.offset(r as isize * ops.c_row);
+                        for (v, x) in row.iter_mut().enumerate() {
+                            let p = cr.add(v * LANES);
+                            *x = if MASK && v == NV_ - 1 {
+                                load_tail(p, tail)
+                            } else {
+                                load(p)
+                            };
+                        }
+                    }
+                }
+                let mut b = ops.b.offset(k0 as isize * ops.b_row + j0 as isize);
+                let mut a = ops
+                    .a
+                    .offset(i0 as isize * ops.a_row + k0 as isize * ops.a_col);
+                for _ in 0..kc {
+                    let mut bv = [zero(); NV_];
+                    for (v, x) in bv.iter_mut().enumerate() {
+                        let p = b.add(v * LANES);
+                        *x = if MASK && v == NV_ - 1 {
+                            load_tail(p, tail)
+                        } else {
+                            load(p)
+                        };
+                    }
+                    for (r, row) in acc.iter_mut().enumerate() {
+                        let av = splat(*a.offset(r as isize * ops.a_row));
+                        for (x, &bx) in row.iter_mut().zip(&bv) {
+                            *x = fma(av, bx, *x);
+                        }
+                    }
+                    b = b.offset(ops.b_row);
+                    a = a.offset(ops.a_col);
+                }
+                for (r, row) in acc.iter().enumerate() {
+                    let cr = c.offset(r as isize * ops.c_row);
+                    for (v, &x) in row.iter().enumerate() {
+                        let p = cr.add(v * LANES);
+                        if MASK && v == NV_ - 1 {
+                            store_tail(p, x, tail)
+                        } else {
+                            store(p, x)
+                        }
+                    }
+                }
+            }
+        }
+
+        /// Every row tile of `rows` rows from `i0` for one column tile.
+        ///
+        /// # Safety
+        /// As [`super::product`].
+        #[target_feature(enable = $feature)]
+        #[inline]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn column<const NV_: usize, const MASK: bool>(
+            ops: &Operands,
+            m: usize,
+            j0: usize,
+            k0: usize,
+            kc: usize,
+            tail: usize,
+            first: bool,
+        ) {
+            let mut i0 = 0;
+            while i0 + MR <= m {
+                // SAFETY: rows i0..i0 + MR are rows of C.
+                unsafe { tile::<MR, NV_, MASK>(ops, i0, j0, k0, kc, tail, first) };
+                i0 += MR;
+            }
+            let left = m - i0;
+            if left == 0 {
+                return;
+            }
+            // SAFETY (each arm): rows i0..m are rows of C.
+            unsafe {
+                match left {
+                    1 => tile::<1, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    2 => tile::<2, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    3 => tile::<3, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    4 => tile::<4, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    5 => tile::<5, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    6 => tile::<6, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    7 => tile::<7, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    _ => unreachable!("a row tail is shorter than MR (at most 8)"),
+                }
+            }
+        }
+
+        /// See [`super::product`].
+        ///
+        /// # Safety
+        /// As [`super::product`], and the CPU has the feature.
+        #[target_feature(enable = $feature)]
+        pub(super) unsafe fn product(ops: &Operands, m: usize, n: usize, k: usize) {
+            let step = NV * LANES;
+            for jb in (0..n).step_by(NB) {
+                let je = (jb + NB).min(n);
+                for k0 in (0..k).step_by(KC) {
+                    let kc = KC.min(k - k0);
+                    let first = k0 == 0;
+                    let mut j0 = jb;
+                    // SAFETY (each call): columns j0.. of the tile are columns of C
+                    // (j0 + width <= je <= n, the last vector masked to `n`).
+                    unsafe {
+                        while j0 + step <= je {
+                            column::<NV, false>(ops, m, j0, k0, kc, LANES, first);
+                            j0 += step;
+                        }
+                        while j0 + LANES <= je {
+                            column::<1, false>(ops, m, j0, k0, kc, LANES, first);
+                            j0 += LANES;
+                        }
+                        if j0 < je {
+                            column::<1, true>(ops, m, j0, k0, kc, je - j0, first);
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{Operands, KC, NB};
+    use std::arch::x86_64::*;
+
+    type V = __m512;
+    const LANES: usize = 16;
+    /// 8 rows x 2 vectors: 16 sums, 2 vectors of `B` and a broadcast in 32 registers;
+    /// per row of `B` 10 loads for 16 FMAs, so the FMA ports are the limit.
+    const MR: usize = 8;
+    const NV: usize = 2;
+
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn zero() -> V {
+        _mm512_setzero_ps()
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn splat(x: f32) -> V {
+        _mm512_set1_ps(x)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn fma(a: V, b: V, c: V) -> V {
+        _mm512_fmadd_ps(a, b, c)
+    }
+    /// # Safety
+    /// 16 floats are readable at `p`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn load(p: *const f32) -> V {
+        // SAFETY: the caller's guarantee; loadu has no alignment need.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    /// # Safety
+    /// 16 floats are writable at `p`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn store(p: *mut f32, v: V) {
+        // SAFETY: the caller's guarantee.
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    fn mask(n: usize) -> __mmask16 {
+        ((1u32 << n) - 1) as __mmask16
+    }
+    /// # Safety
+    /// `n` floats are readable at `p`; the others are not touched.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn load_tail(p: *const f32, n: usize) -> V {
+        // SAFETY: masked-off lanes are not accessed (no fault is raised for them).
+        unsafe { _mm512_maskz_loadu_ps(mask(n), p) }
+    }
+    /// # Safety
+    /// `n` floats are writable at `p`; the others are not touched.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn store_tail(p: *mut f32, v: V, n: usize) {
+        // SAFETY: as above.
+        unsafe { _mm512_mask_storeu_ps(p, mask(n), v) }
+    }
+
+    kernels!("avx512f");
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Operands, KC, NB};
+    use std::arch::x86_64::*;
+
+    type V = __m256;
+    const LANES: usize = 8;
+    /// 6 rows x 2 vectors: 12 sums, 2 vectors of `B` and a broadcast in 16 registers.
+    const MR: usize = 6;
+    const NV: usize = 2;
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn zero() -> V {
+        _mm256_setzero_ps()
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn splat(x: f32) -> V {
+        _mm256_set1_ps(x)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn fma(a: V, b: V, c: V) -> V {
+        _mm256_fmadd_ps(a, b, c)
+    }
+    /// # Safety
+    /// 8 floats are readable at `p`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn load(p: *const f32) -> V {
+        // SAFETY: the caller's guarantee; loadu has no alignment need.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    /// # Safety
+    /// 8 floats are writable at `p`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn store(p: *mut f32, v: V) {
+        // SAFETY: the caller's guarantee.
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn mask(n: usize) -> __m256i {
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lanes)
+    }
+    /// # Safety
+    /// `n` floats are readable at `p`; the others are not touched.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn load_tail(p: *const f32, n: usize) -> V {
+        // SAFETY: masked-off lanes are not accessed (no fault is raised for them).
+        unsafe { _mm256_maskload_ps(p, mask(n)) }
+    }
+    /// # Safety
+    /// `n` floats are writable at `p`; the others are not touched.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn store_tail(p: *mut f32, v: V, n: usize) {
+        // SAFETY: as above.
+        unsafe { _mm256_maskstore_ps(p, mask(n), v) }
+    }
+
+    kernels!("avx2,fma");
+}
