@@ -471,10 +471,11 @@ fn all_cases() -> Vec<Case> {
             _ => {}
         }
     }
-    // neg .. not, add .. or, where, cast: the op table's elementwise ops.
+    // neg .. not, add .. or, where, cast: the op table's elementwise ops; bitwise_not
+    // and the five binary bitwise ops and shifts.
     assert_eq!(
         kinds_seen,
-        19 + 19 + 2,
+        19 + 19 + 2 + 1 + 5,
         "an elementwise op was added: give it special values"
     );
     cases

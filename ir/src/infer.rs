@@ -17,7 +17,14 @@ fn bitwise_dtype(name: &str, x: DType, y: DType) -> Result<DType, TypeError> {
             "{name} is not defined for float tensors ({float}); it takes integers or bools"
         )));
     }
-    Ok(promote(x, y))
+    let common = promote(x, y);
+    if common.is_float() {
+        return Err(TypeError::new(format!(
+            "{name} of {x} and {y}: no integer dtype holds both (they promote to {common}); \
+             cast one first"
+        )));
+    }
+    Ok(common)
 }
 
 /// Infers the result type of `op` applied to operands of types `inputs`.

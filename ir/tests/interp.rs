@@ -1779,6 +1779,14 @@ fn bitwise_ops_of_bools_are_logical_and_floats_are_refused() {
         let e = run(binary(op), &[&f, &b]).unwrap_err().to_string();
         assert!(e.contains(op.name()) && e.contains("float"), "{e}");
     }
+    // u64 with a signed integer promotes to f64 (numpy's rule): no integer holds both.
+    let e = run(
+        binary(BinaryOp::BitwiseAnd),
+        &[&ints(DType::U64, &[1], &[1]), &ints(I64, &[1], &[1])],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("bitwise_and of u64 and i64"), "{e}");
     let e = run(unary(UnaryOp::BitwiseNot), &[&f]).unwrap_err().to_string();
     assert!(e.contains("bitwise_not") && e.contains("float"), "{e}");
     for op in [BinaryOp::LeftShift, BinaryOp::RightShift] {
