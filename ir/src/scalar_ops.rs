@@ -395,14 +395,17 @@ mod tests {
 
     #[test]
     fn bitwise_ops_follow_the_dtype_after_the_wrap() {
-        use crate::DType::{I8, I64, U64, U8};
+        use crate::DType::{I64, I8, U64, U8};
         let int = |b, x, y| int_binary(b, x, y).unwrap();
         assert_eq!(I8.wrap_int(int(BinaryOp::BitwiseAnd, -1, 0x5a)), 0x5a);
         assert_eq!(I8.wrap_int(int(BinaryOp::BitwiseXor, -128, -1)), 127);
         assert_eq!(U8.wrap_int(int_unary(UnaryOp::BitwiseNot, 5).unwrap()), 250);
         assert_eq!(I64.wrap_int(int_unary(UnaryOp::BitwiseNot, 0).unwrap()), -1);
         let umax = u64::MAX as i128;
-        assert_eq!(U64.wrap_int(int_unary(UnaryOp::BitwiseNot, umax).unwrap()), 0);
+        assert_eq!(
+            U64.wrap_int(int_unary(UnaryOp::BitwiseNot, umax).unwrap()),
+            0
+        );
         // Shifts: in range, at the width and beyond it, and negative.
         let (l, r) = (BinaryOp::LeftShift, BinaryOp::RightShift);
         assert_eq!(U8.wrap_int(int(l, 0xff, 7)), 0x80);

@@ -1710,7 +1710,13 @@ fn bitwise_ops_match_native_integers() {
                 (BinaryOp::BitwiseAnd, &|a, b| a & b),
                 (BinaryOp::BitwiseOr, &|a, b| a | b),
                 (BinaryOp::BitwiseXor, &|a, b| a ^ b),
-                (BinaryOp::LeftShift, &|a, s| if inside(s) { a << s } else { 0 }),
+                (BinaryOp::LeftShift, &|a, s| {
+                    if inside(s) {
+                        a << s
+                    } else {
+                        0
+                    }
+                }),
                 (BinaryOp::RightShift, &|a, s| {
                     if inside(s) {
                         a >> s
@@ -1762,10 +1768,16 @@ fn bitwise_ops_of_bools_are_logical_and_floats_are_refused() {
     // Promotion as for arithmetic: u8 with i8 is i16, bool with an integer the integer.
     let got = ok(
         binary(BinaryOp::BitwiseOr),
-        &[&ints(DType::U8, &[1], &[0x80]), &ints(DType::I8, &[1], &[-128])],
+        &[
+            &ints(DType::U8, &[1], &[0x80]),
+            &ints(DType::I8, &[1], &[-128]),
+        ],
     );
     exact(&got, &ints(DType::I16, &[1], &[-128]));
-    let got = ok(binary(BinaryOp::BitwiseXor), &[&a, &ints(I32, &[4], &[3; 4])]);
+    let got = ok(
+        binary(BinaryOp::BitwiseXor),
+        &[&a, &ints(I32, &[4], &[3; 4])],
+    );
     exact(&got, &ints(I32, &[4], &[3, 3, 2, 2]));
     // Floats, and shifts of bools, are type errors.
     let f = f32s(&[4], &[1.0; 4]);
@@ -1787,7 +1799,9 @@ fn bitwise_ops_of_bools_are_logical_and_floats_are_refused() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("bitwise_and of u64 and i64"), "{e}");
-    let e = run(unary(UnaryOp::BitwiseNot), &[&f]).unwrap_err().to_string();
+    let e = run(unary(UnaryOp::BitwiseNot), &[&f])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("bitwise_not") && e.contains("float"), "{e}");
     for op in [BinaryOp::LeftShift, BinaryOp::RightShift] {
         let e = run(binary(op), &[&a, &b]).unwrap_err().to_string();

@@ -697,7 +697,8 @@ impl Not for Var {
     type Output = Var;
     #[track_caller]
     fn not(self) -> Var {
-        self.graph().record(Op::Unary(UnaryOp::BitwiseNot), &[self.into()])
+        self.graph()
+            .record(Op::Unary(UnaryOp::BitwiseNot), &[self.into()])
     }
 }
 
@@ -705,7 +706,8 @@ impl Not for &Var {
     type Output = Var;
     #[track_caller]
     fn not(self) -> Var {
-        self.graph().record(Op::Unary(UnaryOp::BitwiseNot), &[self.into()])
+        self.graph()
+            .record(Op::Unary(UnaryOp::BitwiseNot), &[self.into()])
     }
 }
 

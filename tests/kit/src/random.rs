@@ -508,7 +508,11 @@ impl Gen {
         } else {
             self.value()
         };
-        let inputs = if self.chance(50) { vec![x, y] } else { vec![y, x] };
+        let inputs = if self.chance(50) {
+            vec![x, y]
+        } else {
+            vec![y, x]
+        };
         self.finish(Op::Binary(b), inputs)
     }
 

@@ -24,7 +24,10 @@ pub(crate) fn import(ctx: &mut Ctx, n: &NodeIn, op: &str) -> OpResult<Option<Vec
     let (x, y) = (n.input(0)?, n.input(1)?);
     let dt = integer(op, ctx.dtype(x))?;
     if ctx.dtype(y) != dt {
-        invalid!("{op} of {dt} and {}: ONNX needs operands of one type", ctx.dtype(y));
+        invalid!(
+            "{op} of {dt} and {}: ONNX needs operands of one type",
+            ctx.dtype(y)
+        );
     }
     one(ctx.bin(b, x, y)?)
 }

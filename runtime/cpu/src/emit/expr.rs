@@ -678,9 +678,7 @@ impl Emitter<'_, '_> {
             Category::Int => self.int_binary(op, x, y, from)?,
             Category::Bool => match op {
                 BinaryOp::Maximum | BinaryOp::BitwiseOr => self.b.ins().bor(x, y),
-                BinaryOp::Minimum | BinaryOp::Mul | BinaryOp::BitwiseAnd => {
-                    self.b.ins().band(x, y)
-                }
+                BinaryOp::Minimum | BinaryOp::Mul | BinaryOp::BitwiseAnd => self.b.ins().band(x, y),
                 BinaryOp::BitwiseXor => self.b.ins().bxor(x, y),
                 _ => {
                     return Err(Error::internal(format!(
