@@ -155,6 +155,8 @@ impl Gen {
         let value = match dtype {
             d if d.is_float() => Scalar::Float(self.pick(&[0.5, -1.25, 2.0, 0.0, 3.0])),
             DType::Bool => Scalar::Bool(self.chance(50)),
+            // Unsigned dtypes (which the bitwise ops cast to) take no negative literal.
+            d if d.is_unsigned() => Scalar::Int(self.pick(&[0, 1, 2, 3, 7])),
             _ => Scalar::Int(self.pick(&[0, 1, 2, -3, 7])),
         };
         self.g.add_literal(value, dtype).expect("valid literal")
