@@ -299,6 +299,37 @@ fn operators_compute_hand_checked_values() {
 }
 
 #[test]
+fn bitwise_operators_compute_hand_checked_values() {
+    let g = Graph::new("bits");
+    let n = g.input("n", ferrite::i32(&[4]));
+    let k = g.input("k", ferrite::i32(&[4]));
+    g.output(&(&n & 6));
+    g.output(&(&n | &k));
+    g.output(&(&n ^ -1));
+    g.output(&!&n);
+    g.output(&(&n << &k));
+    g.output(&(&n >> &k));
+    g.output(&(1 << &k));
+    g.output(&n.gt(0).bitwise_xor(&k.gt(1)));
+    let n_val = Tensor::from_vec(&[4], vec![5i32, -8, 3, i32::MIN]).unwrap();
+    let k_val = Tensor::from_vec(&[4], vec![1i32, 2, 32, -1]).unwrap();
+    let i = |v: Vec<i32>| Tensor::from_vec(&[4], v).unwrap();
+    let want = vec![
+        i(vec![4, 0, 2, 0]),
+        i(vec![5, -6, 35, -1]),
+        i(vec![-6, 7, -4, i32::MAX]),
+        i(vec![-6, 7, -4, i32::MAX]),
+        // A shift by the width (32) or a negative amount gives 0 to the left and the
+        // sign fill to the right.
+        i(vec![10, -32, 0, 0]),
+        i(vec![2, -2, 0, -1]),
+        i(vec![2, 4, 0, 0]),
+        Tensor::from_vec(&[4], vec![true, true, false, false]).unwrap(),
+    ];
+    check_on_every_target(&g, &[&n_val, &k_val], &want, 0.0);
+}
+
+#[test]
 fn reductions_and_movement_compute_hand_checked_values() {
     let g = Graph::new("shapes");
     let x = g.input("x", ferrite::f32(&[2, 3]));

@@ -56,6 +56,7 @@ fn specials(d: DType) -> Specials {
                 -7,
                 31,
                 32,
+                33,
                 i32::MAX as i64,
                 i32::MIN as i64,
                 i32::MAX as i64 - 1,
@@ -79,6 +80,7 @@ fn specials(d: DType) -> Specials {
                 -7,
                 63,
                 64,
+                65,
                 i64::MAX,
                 i64::MIN,
                 i64::MAX - 1,
@@ -99,7 +101,9 @@ fn specials(d: DType) -> Specials {
             let (lo, hi) = d.int_range().expect("an integer dtype");
             let hi = hi.min(i64::MAX as i128) as i64;
             let lo = lo as i64;
-            let mut v = vec![0, 1, 2, 3, 7, hi, hi - 1, lo];
+            // The width and its neighbours: shift amounts at and past the edge.
+            let bits = 8 * d.size_bytes() as i64;
+            let mut v = vec![0, 1, 2, 3, 7, hi, hi - 1, lo, bits - 1, bits, bits + 1];
             if lo < 0 {
                 v.extend([-1, -2, -7, lo + 1]);
             }
@@ -191,7 +195,9 @@ enum Compare {
 fn unary_compare(u: UnaryOp) -> Compare {
     use UnaryOp::*;
     match u {
-        Neg | Abs | Sqrt | Reciprocal | Relu | Floor | Ceil | Sign | Not => Compare::Exact,
+        Neg | Abs | Sqrt | Reciprocal | Relu | Floor | Ceil | Sign | Not | BitwiseNot => {
+            Compare::Exact
+        }
         _ => Compare::Approx,
     }
 }
@@ -465,10 +471,11 @@ fn all_cases() -> Vec<Case> {
             _ => {}
         }
     }
-    // neg .. not, add .. or, where, cast: the op table's elementwise ops.
+    // neg .. not, add .. or, where, cast: the op table's elementwise ops; bitwise_not
+    // and the five binary bitwise ops and shifts.
     assert_eq!(
         kinds_seen,
-        19 + 19 + 2,
+        19 + 19 + 2 + 1 + 5,
         "an elementwise op was added: give it special values"
     );
     cases

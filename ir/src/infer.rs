@@ -9,6 +9,25 @@ use crate::sym::Dim;
 use crate::types::{broadcast_dim, broadcast_dims, normalize_axis, ShapeDisplay, TensorType};
 use crate::{promote, window, DType, TypeError};
 
+/// The dtype a bitwise op computes in: the promoted dtype of its operands, which must
+/// be integers or bools (PyTorch: `bitwise_and` of a float tensor is an error).
+fn bitwise_dtype(name: &str, x: DType, y: DType) -> Result<DType, TypeError> {
+    if x.is_float() || y.is_float() {
+        let float = if x.is_float() { x } else { y };
+        return Err(TypeError::new(format!(
+            "{name} is not defined for float tensors ({float}); it takes integers or bools"
+        )));
+    }
+    let common = promote(x, y);
+    if common.is_float() {
+        return Err(TypeError::new(format!(
+            "{name} of {x} and {y}: no integer dtype holds both (they promote to {common}); \
+             cast one first"
+        )));
+    }
+    Ok(common)
+}
+
 /// Infers the result type of `op` applied to operands of types `inputs`.
 /// The error is a sentence naming the op and what is wrong, and names the
 /// attribute at fault when an attribute's value is the problem.
@@ -47,6 +66,7 @@ pub fn infer_dims<D: Dim>(
             let x = inputs[0];
             let dtype = match u {
                 UnaryOp::Not => DType::Bool,
+                UnaryOp::BitwiseNot => bitwise_dtype(name, x.dtype, x.dtype)?,
                 _ if u.is_transcendental() && !x.dtype.is_float() => DType::F32,
                 UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sign
                     if x.dtype == DType::Bool =>
@@ -63,7 +83,15 @@ pub fn infer_dims<D: Dim>(
             let (x, y) = (inputs[0], inputs[1]);
             let shape = broadcast_dims(cx, &x.shape, &y.shape).map_err(|e| e.context(name))?;
             let common = promote(x.dtype, y.dtype);
-            let dtype = if b.is_comparison() || b.is_logical() {
+            let dtype = if b.is_bitwise() {
+                bitwise_dtype(name, x.dtype, y.dtype)?;
+                if b.is_shift() && common == DType::Bool {
+                    return Err(TypeError::new(format!(
+                        "{name} is not defined for bool tensors (cast to an integer first)"
+                    )));
+                }
+                common
+            } else if b.is_comparison() || b.is_logical() {
                 DType::Bool
             } else if *b == BinaryOp::Div && !common.is_float() {
                 DType::F32

@@ -56,11 +56,13 @@ pub enum UnaryOp {
     Sign,
     /// logical not (result `bool`)
     Not,
+    /// bitwise not of an integer (`~x`, two's complement), logical not of a bool
+    BitwiseNot,
 }
 
 impl UnaryOp {
     /// Every unary op.
-    pub const ALL: [UnaryOp; 20] = [
+    pub const ALL: [UnaryOp; 21] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -81,6 +83,7 @@ impl UnaryOp {
         UnaryOp::Ceil,
         UnaryOp::Sign,
         UnaryOp::Not,
+        UnaryOp::BitwiseNot,
     ];
 
     /// The op name in `.fg` text (`GeluTanh` is `gelu` with `approximate="tanh"`).
@@ -183,11 +186,22 @@ pub enum BinaryOp {
     And,
     /// logical or (bool)
     Or,
+    /// bitwise and of integers, logical and of bools
+    BitwiseAnd,
+    /// bitwise or of integers, logical or of bools
+    BitwiseOr,
+    /// bitwise exclusive or of integers, logical exclusive or of bools
+    BitwiseXor,
+    /// `a << b` on integers; a shift outside `[0, bits)` gives 0
+    LeftShift,
+    /// `a >> b` on integers, arithmetic for signed dtypes; a shift outside `[0, bits)`
+    /// gives the sign fill (0, or -1 for a negative signed `a`)
+    RightShift,
 }
 
 impl BinaryOp {
     /// Every binary op.
-    pub const ALL: [BinaryOp; 19] = [
+    pub const ALL: [BinaryOp; 24] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -207,6 +221,11 @@ impl BinaryOp {
         BinaryOp::Ge,
         BinaryOp::And,
         BinaryOp::Or,
+        BinaryOp::BitwiseAnd,
+        BinaryOp::BitwiseOr,
+        BinaryOp::BitwiseXor,
+        BinaryOp::LeftShift,
+        BinaryOp::RightShift,
     ];
 
     /// The op name in `.fg` text.
@@ -225,6 +244,24 @@ impl BinaryOp {
     /// Logical ops: operands are read as truth values, the result is `bool`.
     pub fn is_logical(self) -> bool {
         matches!(self, BinaryOp::And | BinaryOp::Or)
+    }
+
+    /// The bitwise ops (`bitwise_and`, `bitwise_or`, `bitwise_xor`) and the shifts:
+    /// defined on integers only (and the first three on bools), never on floats.
+    pub fn is_bitwise(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::BitwiseAnd
+                | BinaryOp::BitwiseOr
+                | BinaryOp::BitwiseXor
+                | BinaryOp::LeftShift
+                | BinaryOp::RightShift
+        )
+    }
+
+    /// The shifts: defined on integers only.
+    pub fn is_shift(self) -> bool {
+        matches!(self, BinaryOp::LeftShift | BinaryOp::RightShift)
     }
 
     /// The rounding divisions and their remainders: on integers, a zero divisor is a

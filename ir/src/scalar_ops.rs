@@ -63,6 +63,8 @@ pub(crate) fn float_unary(u: UnaryOp, x: f64) -> f64 {
             }
         }
         UnaryOp::Not => (x == 0.0) as u8 as f64,
+        // Typing rejects float operands of bitwise ops: no value is right here.
+        UnaryOp::BitwiseNot => f64::NAN,
     }
 }
 
@@ -77,6 +79,9 @@ pub(crate) fn int_unary(u: UnaryOp, x: i128) -> Result<i128> {
         UnaryOp::Sign => x.signum(),
         UnaryOp::Floor | UnaryOp::Ceil => x,
         UnaryOp::Not => (x == 0) as i128,
+        // Two's complement on i128 is the dtype's own: `!x` wrapped into the dtype is
+        // its bitwise not, signed or unsigned.
+        UnaryOp::BitwiseNot => !x,
         _ => {
             return Err(Error::internal(format!(
                 "{} has no integer form (its result is a float)",
@@ -91,7 +96,7 @@ pub(crate) fn int_unary(u: UnaryOp, x: i128) -> Result<i128> {
 pub(crate) fn bool_unary(u: UnaryOp, x: bool) -> Result<bool> {
     match u {
         UnaryOp::Floor | UnaryOp::Ceil => Ok(x),
-        UnaryOp::Not => Ok(!x),
+        UnaryOp::Not | UnaryOp::BitwiseNot => Ok(!x),
         _ => Err(Error::internal(format!(
             "{} is not defined for bool",
             u.name()
@@ -228,16 +233,45 @@ pub(crate) fn int_binary(b: BinaryOp, x: i128, y: i128) -> Result<i128> {
         _ if b.is_integer_division() => int_division(b, x, y)?,
         BinaryOp::Maximum => x.max(y),
         BinaryOp::Minimum => x.min(y),
+        BinaryOp::BitwiseAnd => x & y,
+        BinaryOp::BitwiseOr => x | y,
+        BinaryOp::BitwiseXor => x ^ y,
+        BinaryOp::LeftShift => shift_left(x, y),
+        BinaryOp::RightShift => shift_right(x, y),
         _ => return Err(Error::internal(format!("{} has no integer form", b.name()))),
     })
 }
 
+/// `x << s` of an integer of at most 64 bits, before the caller's wrap into its
+/// dtype (PyTorch's and numpy's rule): a shift outside `[0, bits)` gives 0. A shift
+/// in `[bits, 128)` leaves no bit in the dtype's width, so only the i128's own bound
+/// needs a test, and the rule needs no dtype.
+pub(crate) fn shift_left(x: i128, s: i128) -> i128 {
+    if (0..128).contains(&s) {
+        x << s
+    } else {
+        0
+    }
+}
+
+/// `x >> s` of an integer of at most 64 bits, arithmetic (an unsigned value is
+/// non-negative in i128, so its shift is logical): a shift outside `[0, bits)` gives
+/// the sign fill, 0 or -1, which a shift by 127 gives too.
+pub(crate) fn shift_right(x: i128, s: i128) -> i128 {
+    if (0..128).contains(&s) {
+        x >> s
+    } else {
+        x >> 127
+    }
+}
+
 /// The arithmetic binary ops PyTorch defines on bools: `maximum` is `or`, `minimum`
-/// and `mul` are `and`.
+/// and `mul` are `and`; the bitwise ops are the logical ones.
 pub(crate) fn bool_binary(b: BinaryOp, x: bool, y: bool) -> Result<bool> {
     match b {
-        BinaryOp::Maximum => Ok(x || y),
-        BinaryOp::Minimum | BinaryOp::Mul => Ok(x && y),
+        BinaryOp::Maximum | BinaryOp::BitwiseOr => Ok(x || y),
+        BinaryOp::Minimum | BinaryOp::Mul | BinaryOp::BitwiseAnd => Ok(x && y),
+        BinaryOp::BitwiseXor => Ok(x != y),
         _ => Err(Error::internal(format!(
             "{} is not defined for bool",
             b.name()
@@ -357,6 +391,40 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn bitwise_ops_follow_the_dtype_after_the_wrap() {
+        use crate::DType::{I64, I8, U64, U8};
+        let int = |b, x, y| int_binary(b, x, y).unwrap();
+        assert_eq!(I8.wrap_int(int(BinaryOp::BitwiseAnd, -1, 0x5a)), 0x5a);
+        assert_eq!(I8.wrap_int(int(BinaryOp::BitwiseXor, -128, -1)), 127);
+        assert_eq!(U8.wrap_int(int_unary(UnaryOp::BitwiseNot, 5).unwrap()), 250);
+        assert_eq!(I64.wrap_int(int_unary(UnaryOp::BitwiseNot, 0).unwrap()), -1);
+        let umax = u64::MAX as i128;
+        assert_eq!(
+            U64.wrap_int(int_unary(UnaryOp::BitwiseNot, umax).unwrap()),
+            0
+        );
+        // Shifts: in range, at the width and beyond it, and negative.
+        let (l, r) = (BinaryOp::LeftShift, BinaryOp::RightShift);
+        assert_eq!(U8.wrap_int(int(l, 0xff, 7)), 0x80);
+        assert_eq!(U8.wrap_int(int(l, 0xff, 8)), 0);
+        assert_eq!(U8.wrap_int(int(l, 1, -1)), 0);
+        assert_eq!(I8.wrap_int(int(l, 1, 7)), -128);
+        assert_eq!(U64.wrap_int(int(l, umax, 63)), 1 << 63);
+        assert_eq!(U64.wrap_int(int(l, umax, 64)), 0);
+        assert_eq!(U64.wrap_int(int(l, 1, umax)), 0);
+        assert_eq!(U64.wrap_int(int(r, umax, 63)), 1);
+        assert_eq!(U64.wrap_int(int(r, umax, 64)), 0);
+        assert_eq!(U64.wrap_int(int(r, umax, umax)), 0);
+        assert_eq!(I8.wrap_int(int(r, -128, 7)), -1);
+        assert_eq!(I8.wrap_int(int(r, -128, 8)), -1);
+        assert_eq!(I8.wrap_int(int(r, -128, -1)), -1);
+        assert_eq!(I8.wrap_int(int(r, 127, 9)), 0);
+        assert_eq!(I64.wrap_int(int(r, i64::MIN as i128, 200)), -1);
+        assert!(bool_binary(BinaryOp::BitwiseXor, true, false).unwrap());
+        assert!(!bool_unary(UnaryOp::BitwiseNot, true).unwrap());
     }
 
     #[test]

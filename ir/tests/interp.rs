@@ -1662,3 +1662,149 @@ fn narrow_unsigned_and_f64_dtypes() {
         Data::U16(vec![300, 65535])
     );
 }
+
+/// The bitwise ops of every integer dtype against Rust's own operators on the native
+/// type, with PyTorch's rule for shifts outside `[0, bits)` written out (0 to the left,
+/// the sign fill to the right), over every pair of special values: 0, 1, -1, the
+/// extremes, and the shift amounts 0, width - 1, width, width + 1 and negative ones.
+#[test]
+fn bitwise_ops_match_native_integers() {
+    macro_rules! check {
+        ($t:ty, $d:expr) => {{
+            let bits = <$t>::BITS as i128;
+            let mut vals: Vec<i128> = vec![
+                0,
+                1,
+                2,
+                5,
+                bits - 1,
+                bits,
+                bits + 1,
+                <$t>::MAX as i128,
+                <$t>::MIN as i128,
+                (<$t>::MAX / 3) as i128,
+            ];
+            if <$t>::MIN != 0 {
+                vals.extend([-1, -2, -(bits - 1), -bits, <$t>::MIN as i128 + 1]);
+            }
+            let (mut xs, mut ys) = (Vec::new(), Vec::new());
+            for &x in &vals {
+                for &y in &vals {
+                    xs.push(x);
+                    ys.push(y);
+                }
+            }
+            let n = xs.len();
+            let x = Tensor::from_i128(&ty($d, &[n]), &xs);
+            let y = Tensor::from_i128(&ty($d, &[n]), &ys);
+            let native = |f: &dyn Fn($t, $t) -> $t| -> Tensor {
+                let v: Vec<i128> = xs
+                    .iter()
+                    .zip(&ys)
+                    .map(|(&a, &b)| f(a as $t, b as $t) as i128)
+                    .collect();
+                Tensor::from_i128(&ty($d, &[n]), &v)
+            };
+            let inside = |s: $t| (s as i128) >= 0 && (s as i128) < bits;
+            let cases: [(BinaryOp, &dyn Fn($t, $t) -> $t); 5] = [
+                (BinaryOp::BitwiseAnd, &|a, b| a & b),
+                (BinaryOp::BitwiseOr, &|a, b| a | b),
+                (BinaryOp::BitwiseXor, &|a, b| a ^ b),
+                (BinaryOp::LeftShift, &|a, s| {
+                    if inside(s) {
+                        a << s
+                    } else {
+                        0
+                    }
+                }),
+                (BinaryOp::RightShift, &|a, s| {
+                    if inside(s) {
+                        a >> s
+                    } else if (a as i128) < 0 {
+                        !0
+                    } else {
+                        0
+                    }
+                }),
+            ];
+            for (op, f) in cases {
+                let got = ok(binary(op), &[&x, &y]);
+                assert_eq!(got.data, native(f).data, "{} of {}", op.name(), $d);
+            }
+            let got = ok(unary(UnaryOp::BitwiseNot), &[&x]);
+            assert_eq!(got.data, native(&|a, _| !a).data, "bitwise_not of {}", $d);
+        }};
+    }
+    check!(i8, DType::I8);
+    check!(u8, DType::U8);
+    check!(i16, DType::I16);
+    check!(u16, DType::U16);
+    check!(i32, DType::I32);
+    check!(u32, DType::U32);
+    check!(i64, DType::I64);
+    check!(u64, DType::U64);
+}
+
+#[test]
+fn bitwise_ops_of_bools_are_logical_and_floats_are_refused() {
+    let a = bools(&[4], &[false, false, true, true]);
+    let b = bools(&[4], &[false, true, false, true]);
+    exact(
+        &ok(binary(BinaryOp::BitwiseAnd), &[&a, &b]),
+        &bools(&[4], &[false, false, false, true]),
+    );
+    exact(
+        &ok(binary(BinaryOp::BitwiseOr), &[&a, &b]),
+        &bools(&[4], &[false, true, true, true]),
+    );
+    exact(
+        &ok(binary(BinaryOp::BitwiseXor), &[&a, &b]),
+        &bools(&[4], &[false, true, true, false]),
+    );
+    exact(
+        &ok(unary(UnaryOp::BitwiseNot), &[&a]),
+        &bools(&[4], &[true, true, false, false]),
+    );
+    // Promotion as for arithmetic: u8 with i8 is i16, bool with an integer the integer.
+    let got = ok(
+        binary(BinaryOp::BitwiseOr),
+        &[
+            &ints(DType::U8, &[1], &[0x80]),
+            &ints(DType::I8, &[1], &[-128]),
+        ],
+    );
+    exact(&got, &ints(DType::I16, &[1], &[-128]));
+    let got = ok(
+        binary(BinaryOp::BitwiseXor),
+        &[&a, &ints(I32, &[4], &[3; 4])],
+    );
+    exact(&got, &ints(I32, &[4], &[3, 3, 2, 2]));
+    // Floats, and shifts of bools, are type errors.
+    let f = f32s(&[4], &[1.0; 4]);
+    for op in [
+        BinaryOp::BitwiseAnd,
+        BinaryOp::BitwiseOr,
+        BinaryOp::BitwiseXor,
+        BinaryOp::LeftShift,
+        BinaryOp::RightShift,
+    ] {
+        let e = run(binary(op), &[&f, &b]).unwrap_err().to_string();
+        assert!(e.contains(op.name()) && e.contains("float"), "{e}");
+    }
+    // u64 with a signed integer promotes to f64 (numpy's rule): no integer holds both.
+    let e = run(
+        binary(BinaryOp::BitwiseAnd),
+        &[&ints(DType::U64, &[1], &[1]), &ints(I64, &[1], &[1])],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("bitwise_and of u64 and i64"), "{e}");
+    let e = run(unary(UnaryOp::BitwiseNot), &[&f])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bitwise_not") && e.contains("float"), "{e}");
+    for op in [BinaryOp::LeftShift, BinaryOp::RightShift] {
+        let e = run(binary(op), &[&a, &b]).unwrap_err().to_string();
+        assert!(e.contains(op.name()) && e.contains("bool"), "{e}");
+    }
+}

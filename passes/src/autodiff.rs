@@ -734,7 +734,7 @@ impl<'g> Backward<'g> {
                         let k = self.bin_s(B::Mul, e, std::f64::consts::FRAC_2_SQRT_PI)?;
                         Some(self.mul(d, k)?)
                     }
-                    U::Floor | U::Ceil | U::Sign | U::Not => None,
+                    U::Floor | U::Ceil | U::Sign | U::Not | U::BitwiseNot => None,
                 };
                 if let Some(dx) = dx {
                     self.accumulate(x, dx)?;
@@ -824,7 +824,12 @@ impl<'g> Backward<'g> {
                     | B::Gt
                     | B::Ge
                     | B::And
-                    | B::Or => (None, None),
+                    | B::Or
+                    | B::BitwiseAnd
+                    | B::BitwiseOr
+                    | B::BitwiseXor
+                    | B::LeftShift
+                    | B::RightShift => (None, None),
                 };
                 if let Some(da) = da {
                     self.accumulate(a, da)?;

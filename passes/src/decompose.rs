@@ -407,7 +407,8 @@ impl Decomposer {
             | UnaryOp::Floor
             | UnaryOp::Ceil
             | UnaryOp::Sign
-            | UnaryOp::Not => self.emit(Op::Unary(u), &[x]),
+            | UnaryOp::Not
+            | UnaryOp::BitwiseNot => self.emit(Op::Unary(u), &[x]),
         }
     }
 

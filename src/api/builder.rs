@@ -41,6 +41,8 @@ use ferrite_ir::op::{BinaryOp, Op, Scalar, UnaryOp};
 use ferrite_ir::{verify, DType, TensorType, ValueId};
 use std::fmt;
 use std::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
+use std::ops::{BitAnd, BitAndAssign, BitOr, BitOrAssign, BitXor, BitXorAssign, Not};
+use std::ops::{Shl, ShlAssign, Shr, ShrAssign};
 use std::panic::Location;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -627,6 +629,9 @@ pub(crate) fn binary(op: BinaryOp, lhs: Operand, rhs: Operand) -> Var {
 /// `f64 op Var`, `i64 op Var` and `Var op= R` for one arithmetic operator.
 macro_rules! arithmetic {
     ($Trait:ident, $method:ident, $Assign:ident, $assign:ident, $op:ident) => {
+        arithmetic!($Trait, $method, $Assign, $assign, $op; f64, i64);
+    };
+    ($Trait:ident, $method:ident, $Assign:ident, $assign:ident, $op:ident; $($s:ty),*) => {
         impl<R: Into<Operand>> $Trait<R> for Var {
             type Output = Var;
             #[track_caller]
@@ -653,7 +658,7 @@ macro_rules! arithmetic {
         // Scalars on the left are f64 and i64 only: with a second float (or integer)
         // type, an unsuffixed literal (`1.0 - x`) could not infer its type, and calling a
         // method on the result would not compile.
-        arithmetic!(@scalar $Trait, $method, $op, f64, i64);
+        arithmetic!(@scalar $Trait, $method, $op, $($s),*);
     };
     (@scalar $Trait:ident, $method:ident, $op:ident, $($s:ty),*) => {
         $(
@@ -680,6 +685,31 @@ arithmetic!(Add, add, AddAssign, add_assign, Add);
 arithmetic!(Sub, sub, SubAssign, sub_assign, Sub);
 arithmetic!(Mul, mul, MulAssign, mul_assign, Mul);
 arithmetic!(Div, div, DivAssign, div_assign, Div);
+// The bitwise operators take integers (and `& | ^` bools): scalars on the left are i64.
+arithmetic!(BitAnd, bitand, BitAndAssign, bitand_assign, BitwiseAnd; i64);
+arithmetic!(BitOr, bitor, BitOrAssign, bitor_assign, BitwiseOr; i64);
+arithmetic!(BitXor, bitxor, BitXorAssign, bitxor_assign, BitwiseXor; i64);
+arithmetic!(Shl, shl, ShlAssign, shl_assign, LeftShift; i64);
+arithmetic!(Shr, shr, ShrAssign, shr_assign, RightShift; i64);
+
+/// `!x` is `bitwise_not` (PyTorch's `~x`): bitwise of integers, logical of bools.
+impl Not for Var {
+    type Output = Var;
+    #[track_caller]
+    fn not(self) -> Var {
+        self.graph()
+            .record(Op::Unary(UnaryOp::BitwiseNot), &[self.into()])
+    }
+}
+
+impl Not for &Var {
+    type Output = Var;
+    #[track_caller]
+    fn not(self) -> Var {
+        self.graph()
+            .record(Op::Unary(UnaryOp::BitwiseNot), &[self.into()])
+    }
+}
 
 impl Neg for Var {
     type Output = Var;

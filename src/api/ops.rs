@@ -229,6 +229,9 @@ impl Var {
         sign => Sign;
         /// Logical not: `true` where `x` is zero (result `bool`).
         logical_not => Not;
+        /// Bitwise not of integers, logical not of bools (also the `!` operator;
+        /// PyTorch's `~`).
+        bitwise_not => BitwiseNot;
     }
 
     binary_methods! {
@@ -271,6 +274,19 @@ impl Var {
         logical_and => And;
         /// Logical or of truth values (`bool`).
         logical_or => Or;
+        /// Bitwise and of integers, logical and of bools (also the `&` operator).
+        bitwise_and => BitwiseAnd;
+        /// Bitwise or of integers, logical or of bools (also the `|` operator).
+        bitwise_or => BitwiseOr;
+        /// Bitwise exclusive or of integers, logical of bools (also the `^` operator).
+        bitwise_xor => BitwiseXor;
+        /// `self << other` of integers (also the `<<` operator); a shift outside
+        /// `[0, bits)` gives 0.
+        bitwise_left_shift => LeftShift;
+        /// `self >> other` of integers, arithmetic for signed ones (also the `>>`
+        /// operator); a shift outside `[0, bits)` gives 0, or -1 for a negative signed
+        /// value.
+        bitwise_right_shift => RightShift;
     }
 
     /// `where(self, a, b)`: `a` where this `bool` condition holds, else `b`; all three

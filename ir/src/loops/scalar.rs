@@ -66,6 +66,18 @@ pub fn unary(u: UnaryOp, x: Value, dtype: DType) -> Result<Value> {
     Ok(round_to(r, dtype))
 }
 
+/// `x << s` on integer values (of any dtype up to 64 bits, before the wrap into it): a
+/// shift outside `[0, bits)` gives 0 (`bitwise_left_shift`; the simulator's `<<` too).
+pub fn shift_left(x: i128, s: i128) -> i128 {
+    ops::shift_left(x, s)
+}
+
+/// `x >> s` on integer values, arithmetic: a shift outside `[0, bits)` gives the sign
+/// fill (`bitwise_right_shift`; the simulator's `>>` too).
+pub fn shift_right(x: i128, s: i128) -> i128 {
+    ops::shift_right(x, s)
+}
+
 /// A binary op on two operands of one dtype; `dtype` is the result's (bool for
 /// comparisons and logic).
 pub fn binary(b: BinaryOp, x: Value, y: Value, dtype: DType) -> Result<Value> {

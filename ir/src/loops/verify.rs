@@ -313,6 +313,9 @@ impl Program {
                         _ if u.is_transcendental() && !d.is_float() => {
                             return bad(&format!("{} needs a float operand", u.name()))
                         }
+                        UnaryOp::BitwiseNot if d.is_float() => {
+                            return bad("bitwise_not needs an integer or bool operand")
+                        }
                         _ => {}
                     }
                 }
@@ -334,6 +337,9 @@ impl Program {
                     }
                     if *b == crate::BinaryOp::Div && !d.is_float() {
                         return bad("div needs float operands");
+                    }
+                    if b.is_bitwise() && (d.is_float() || (b.is_shift() && d == DType::Bool)) {
+                        return bad(&format!("{} of {d}: it takes integers", b.name()));
                     }
                 }
                 ExprOp::Where(c, a, b) => {

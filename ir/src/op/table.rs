@@ -267,7 +267,7 @@ const AVG_POOL: &[AttrSpec] = &[
 /// Every op `.fg` text can call. Suggestions for a misspelled name go to the
 /// first of the closest, so the order is part of the language.
 #[rustfmt::skip]
-pub static OPS: [OpSpec; 73] = [
+pub static OPS: [OpSpec; 79] = [
     //  name            builds                             operands     attributes
     op("neg",           K::Unary(UnaryOp::Neg),            Exactly(1),  NONE),
     op("abs",           K::Unary(UnaryOp::Abs),            Exactly(1),  NONE),
@@ -309,6 +309,12 @@ pub static OPS: [OpSpec; 73] = [
     op("ge",            K::Binary(BinaryOp::Ge),           Exactly(2),  NONE),
     op("and",           K::Binary(BinaryOp::And),          Exactly(2),  NONE),
     op("or",            K::Binary(BinaryOp::Or),           Exactly(2),  NONE),
+    op("bitwise_and",   K::Binary(BinaryOp::BitwiseAnd),   Exactly(2),  NONE),
+    op("bitwise_or",    K::Binary(BinaryOp::BitwiseOr),    Exactly(2),  NONE),
+    op("bitwise_xor",   K::Binary(BinaryOp::BitwiseXor),   Exactly(2),  NONE),
+    op("bitwise_not",   K::Unary(UnaryOp::BitwiseNot),     Exactly(1),  NONE),
+    op("bitwise_left_shift", K::Binary(BinaryOp::LeftShift), Exactly(2), NONE),
+    op("bitwise_right_shift", K::Binary(BinaryOp::RightShift), Exactly(2), NONE),
     op("where",         K::Where,                          Exactly(3),  NONE),
     op("cast",          K::Cast,                           Exactly(1),  &[req("to", Dt)]),
     op("sum",           K::Reduce(ReduceOp::Sum),          Exactly(1),  REDUCE),

@@ -290,6 +290,27 @@ fn fold_binary(
         BinaryOp::Ge => truth(a >= b),
         BinaryOp::And => truth(a != 0.0 && b != 0.0),
         BinaryOp::Or => truth(a != 0.0 || b != 0.0),
+        // The bitwise ops fold with the interpreter's own definition, on the exact integers
+        // (every integer constant here is within 2^53; `fit` checks the result).
+        BinaryOp::BitwiseAnd
+        | BinaryOp::BitwiseOr
+        | BinaryOp::BitwiseXor
+        | BinaryOp::LeftShift
+        | BinaryOp::RightShift => {
+            use ferrite_ir::loops::{scalar, Value};
+            let v = if common == DType::Bool {
+                scalar::binary(op, Value::Bool(a != 0.0), Value::Bool(b != 0.0), common)
+            } else if common.is_float() {
+                return None;
+            } else {
+                scalar::binary(op, Value::Int(a as i128), Value::Int(b as i128), common)
+            };
+            match v.ok()? {
+                Value::Int(v) => v as f64,
+                Value::Bool(v) => truth(v),
+                Value::Float(_) => return None,
+            }
+        }
     };
     // Bool arithmetic (mul, maximum, minimum) stays within {0, 1}; `fit` checks the rest.
     fit(v, out)

@@ -135,7 +135,10 @@ impl Gen {
                 1 => {
                     let ops = [
                         BinaryOp::Or,
+                        BinaryOp::Xor,
                         BinaryOp::And,
+                        BinaryOp::Shl,
+                        BinaryOp::Shr,
                         BinaryOp::Eq,
                         BinaryOp::Ne,
                         BinaryOp::Lt,
@@ -430,4 +433,117 @@ fn a_huge_operator_chain_is_a_located_error() {
     let terms = vec!["n"; 200].join(" + ");
     let src = format!("kernel k(out: *i32, n: i32) {{\n  v = {terms}\n  store(out, v)\n}}\n");
     tile::parse_and_check("chain.tile", &src).unwrap();
+}
+
+/// `^`, `<<`, `>>` and `!` of integers on the simulator, against Rust's operators on the
+/// native types with the shift rule of the graph IR written out (outside `[0, bits)`: 0
+/// to the left, the sign fill to the right), for a signed and an unsigned dtype; their
+/// precedence; and their type errors.
+#[test]
+fn bitwise_operators_compute_as_the_graph_ir_defines_them() {
+    use ferrite_accel::sim::{self, KernelArg, Machine};
+    use ferrite_ir::{Tensor, TensorType};
+    fn run(d: DType, xs: &[i128], ss: &[i128]) -> Vec<Vec<i128>> {
+        let n = xs.len();
+        let src = format!(
+            "kernel k(x: *{d}, s: *{d}, o: *{d}) {{
+  offs = arange(0, {n})
+  a = load(x + offs)
+  b = load(s + offs)
+  store(o + offs, a ^ b)
+  store(o + {n} + offs, a << b)
+  store(o + {} + offs, a >> b)
+  store(o + {} + offs, !a)
+  store(o + {} + offs, a | b ^ a & b)
+}}
+",
+            2 * n,
+            3 * n,
+            4 * n
+        );
+        let k = tile::parse_and_check("k.tile", &src).unwrap_or_else(|e| panic!("{e}"));
+        let t = |v: &[i128]| Tensor::from_i128(&TensorType::new(d, vec![v.len()]).unwrap(), v);
+        let mut args = [
+            KernelArg::Buffer(t(xs)),
+            KernelArg::Buffer(t(ss)),
+            KernelArg::Buffer(t(&vec![0; 5 * n])),
+        ];
+        sim::run(&Machine::mtia2i(), &k, [1, 1, 1], &mut args).unwrap();
+        let KernelArg::Buffer(o) = &args[2] else {
+            unreachable!()
+        };
+        o.to_i128().chunks(n).map(|c| c.to_vec()).collect()
+    }
+    macro_rules! check {
+        ($t:ty, $d:expr) => {{
+            let bits = <$t>::BITS as i128;
+            let vals = [
+                0,
+                1,
+                3,
+                bits - 1,
+                bits,
+                bits + 1,
+                <$t>::MAX as i128,
+                <$t>::MIN as i128,
+                (<$t>::MIN as i128).min(-1),
+            ];
+            let (mut xs, mut ss) = (Vec::new(), Vec::new());
+            for &x in &vals {
+                for &s in &vals {
+                    xs.push(x);
+                    ss.push(s);
+                }
+            }
+            let got = run($d, &xs, &ss);
+            let inside = |s: $t| (s as i128) >= 0 && (s as i128) < bits;
+            let want = |f: &dyn Fn($t, $t) -> $t| -> Vec<i128> {
+                xs.iter()
+                    .zip(&ss)
+                    .map(|(&a, &b)| f(a as $t, b as $t) as i128)
+                    .collect()
+            };
+            assert_eq!(got[0], want(&|a, b| a ^ b), "^ of {}", $d);
+            let shl = want(&|a, s| if inside(s) { a << s } else { 0 });
+            assert_eq!(got[1], shl, "<< of {}", $d);
+            let shr = want(&|a, s| {
+                if inside(s) {
+                    a >> s
+                } else if (a as i128) < 0 {
+                    !0
+                } else {
+                    0
+                }
+            });
+            assert_eq!(got[2], shr, ">> of {}", $d);
+            assert_eq!(got[3], want(&|a, _| !a), "! of {}", $d);
+            assert_eq!(got[4], want(&|a, b| a | (b ^ (a & b))), "| ^ & of {}", $d);
+        }};
+    }
+    check!(i8, DType::I8);
+    check!(u64, DType::U64);
+    check!(i32, DType::I32);
+    // `<<` binds looser than `+`, tighter than comparisons; `^` between `|` and `&`.
+    let k = tile::parse(
+        "k.tile",
+        "kernel k(n: i32) {\n  a = n << 1 + 2 < n | n ^ n & 1\n}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let printed = tile::print(&k);
+    assert!(
+        printed.contains("a = n << 1 + 2 < n | n ^ n & 1"),
+        "{printed}"
+    );
+    let errors = [
+        ("x = 1.5 ^ 2.5", "needs bool or integer operands"),
+        ("x = cast(n, f32) << 1", "needs integer operands"),
+        ("x = !cast(n, f32)", "needs a bool or integer tile"),
+    ];
+    for (body, want) in errors {
+        let src = format!("kernel k(n: i32) {{\n  {body}\n  check(x == x)\n}}\n");
+        let e = tile::parse_and_check("k.tile", &src)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want) && e.contains("k.tile:2:"), "{body}: {e}");
+    }
 }

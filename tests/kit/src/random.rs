@@ -155,6 +155,8 @@ impl Gen {
         let value = match dtype {
             d if d.is_float() => Scalar::Float(self.pick(&[0.5, -1.25, 2.0, 0.0, 3.0])),
             DType::Bool => Scalar::Bool(self.chance(50)),
+            // Unsigned dtypes (which the bitwise ops cast to) take no negative literal.
+            d if d.is_unsigned() => Scalar::Int(self.pick(&[0, 1, 2, 3, 7])),
             _ => Scalar::Int(self.pick(&[0, 1, 2, -3, 7])),
         };
         self.g.add_literal(value, dtype).expect("valid literal")
@@ -192,6 +194,9 @@ impl Gen {
                 if b.is_integer_division() {
                     // Zero divisors are errors; tests/parity.rs covers these ops.
                     return None;
+                }
+                if b.is_bitwise() {
+                    return self.bitwise(b, x);
                 }
                 let y = if self.edge && self.chance(30) {
                     self.broadcast_param(&xt)?
@@ -476,6 +481,41 @@ impl Gen {
             }
         };
         self.finish(op, inputs)
+    }
+
+    /// A bitwise op or shift of `x`, cast first to an integer when it is a float (or a
+    /// bool, for the shifts), so that these ops, which take integers only, meet the rest
+    /// of the graph; shift amounts are often at the edges: 0, 1, the width and its
+    /// neighbours, -1.
+    fn bitwise(&mut self, b: BinaryOp, x: ValueId) -> Option<ValueId> {
+        let d = self.g.ty(x).dtype;
+        let x = if d.is_float() || (b.is_shift() && d == DType::Bool) {
+            let to = self.pick(&[DType::I32, DType::I64, DType::U8, DType::U64]);
+            self.g.add(Op::Cast { to }, &[x], None).ok()?
+        } else {
+            x
+        };
+        let xt = self.g.ty(x).clone();
+        let y = if b.is_shift() && self.chance(50) {
+            let bits = 8 * xt.dtype.size_bytes() as i64;
+            let s = self.pick(&[0, 1, bits - 1, bits, bits + 1, -1]);
+            match self.g.add_literal(Scalar::Int(s), xt.dtype) {
+                Ok(v) => v,
+                Err(_) => self.literal_for(xt.dtype),
+            }
+        } else if self.edge && self.chance(30) {
+            self.broadcast_param(&xt)?
+        } else if self.chance(35) {
+            self.literal_for(xt.dtype)
+        } else {
+            self.value()
+        };
+        let inputs = if self.chance(50) {
+            vec![x, y]
+        } else {
+            vec![y, x]
+        };
+        self.finish(Op::Binary(b), inputs)
     }
 
     /// Adds the op; `None` when it does not type-check or its result is too large.

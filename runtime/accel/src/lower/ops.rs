@@ -240,6 +240,8 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu if d == DType::Bool => {
             Err(Error::unsupported(format!("{} of bool values", u.name())))
         }
+        // The tile language's `!` is logical of bools and bitwise of integers.
+        UnaryOp::BitwiseNot if !d.is_float() => Ok(tile(tb::not(typed(x, d)), d, &[x])),
         UnaryOp::Neg => Ok(tile(neg(typed(x, d)), d, &[x])),
         UnaryOp::Abs => Ok(tile(builtin(Builtin::Abs, typed(x, d)), d, &[x])),
         UnaryOp::Relu => Ok(tile(builtin(Builtin::Relu, typed(x, d)), d, &[x])),
@@ -360,6 +362,17 @@ pub(super) fn binary(
             TBin::Or
         };
         return Ok(tile(bin(t, truth(x), truth(y)), DType::Bool, &[x, y]));
+    }
+    if op.is_bitwise() && !d.is_float() && (d != DType::Bool || !op.is_shift()) {
+        let t = match op {
+            BinaryOp::BitwiseAnd => TBin::And,
+            BinaryOp::BitwiseOr => TBin::Or,
+            BinaryOp::BitwiseXor => TBin::Xor,
+            BinaryOp::LeftShift => TBin::Shl,
+            _ => TBin::Shr,
+        };
+        let (a, c) = pair(x, y, d);
+        return Ok(tile(bin(t, a, c), d, &[x, y]));
     }
     if operand == DType::Bool {
         let t = match op {

@@ -326,6 +326,8 @@ impl Tile {
                     UnOp::Neg => i128::wrapping_neg,
                     UnOp::Abs => i128::wrapping_abs,
                     UnOp::Relu => |x| x.max(0),
+                    // Two's complement in i128 is the dtype's own once wrapped.
+                    UnOp::Not => |x| !x,
                     _ => return Err(format!("{op:?} of an integer tile")),
                 };
                 let d = self.dtype;
@@ -364,6 +366,7 @@ impl Tile {
                 let f: fn(bool, bool) -> bool = match op {
                     BinOp::And => |p, q| p & q,
                     BinOp::Or => |p, q| p | q,
+                    BinOp::Xor => |p, q| p ^ q,
                     BinOp::Eq => |p, q| p == q,
                     BinOp::Ne => |p, q| p != q,
                     BinOp::Lt => |p, q| !p & q,
@@ -738,7 +741,9 @@ fn int_binary(op: BinOp, x: &[i64], y: &[i64], d: DType, out: DType) -> OpResult
         BinOp::Ne => Some(|p, q| p != q),
         _ => None,
     };
-    if matches!(d, DType::I32 | DType::I64) && matches!(out, DType::I32 | DType::I64 | DType::Bool)
+    if matches!(d, DType::I32 | DType::I64)
+        && matches!(out, DType::I32 | DType::I64 | DType::Bool)
+        && !matches!(op, BinOp::Shl | BinOp::Shr)
     {
         // Offsets and indices: the signed 32/64-bit values are their bits, so i64
         // arithmetic wrapped once gives the result without widening every lane.
@@ -760,6 +765,10 @@ fn int_binary(op: BinOp, x: &[i64], y: &[i64], d: DType, out: DType) -> OpResult
         BinOp::Rem => i128::wrapping_rem,
         BinOp::And => |p, q| p & q,
         BinOp::Or => |p, q| p | q,
+        BinOp::Xor => |p, q| p ^ q,
+        // The reference interpreter's shifts: outside `[0, bits)`, 0 or the sign fill.
+        BinOp::Shl => scalar::shift_left,
+        BinOp::Shr => scalar::shift_right,
         BinOp::Max => i128::max,
         BinOp::Min => i128::min,
         _ => return Err(format!("{op:?} of integer tiles")),
@@ -809,6 +818,7 @@ fn signed_binary(op: BinOp, x: &[i64], y: &[i64], out: DType) -> OpResult<Elems>
         BinOp::Rem => i64::wrapping_rem,
         BinOp::And => |p, q| p & q,
         BinOp::Or => |p, q| p | q,
+        BinOp::Xor => |p, q| p ^ q,
         BinOp::Max => i64::max,
         BinOp::Min => i64::min,
         _ => return Err(format!("{op:?} of integer tiles")),

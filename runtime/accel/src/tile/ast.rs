@@ -214,17 +214,25 @@ impl PartialEq for ExprKind {
 pub enum UnaryOp {
     /// `-x`: negation of a number.
     Neg,
-    /// `!x`: logical not of a bool.
+    /// `!x`: logical not of a bool, bitwise not of an integer (as in Rust).
     Not,
 }
 
-/// Infix operators, loosest binding first: `|`, `&`, comparisons, `+ -`, `* / %`.
+/// Infix operators, loosest binding first: `|`, `^`, `&`, comparisons, `<< >>`, `+ -`,
+/// `* / %`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum BinaryOp {
     /// `|`: logical or of bools, bitwise or of integers.
     Or,
     /// `&`: logical and of bools, bitwise and of integers.
     And,
+    /// `^`: logical exclusive or of bools, bitwise exclusive or of integers.
+    Xor,
+    /// `<<`: shift left of integers (a shift outside `[0, bits)` gives 0).
+    Shl,
+    /// `>>`: shift right of integers, arithmetic for signed ones (a shift outside
+    /// `[0, bits)` gives the sign fill).
+    Shr,
     /// `==`
     Eq,
     /// `!=`
@@ -255,6 +263,9 @@ impl BinaryOp {
         match self {
             BinaryOp::Or => "|",
             BinaryOp::And => "&",
+            BinaryOp::Xor => "^",
+            BinaryOp::Shl => "<<",
+            BinaryOp::Shr => ">>",
             BinaryOp::Eq => "==",
             BinaryOp::Ne => "!=",
             BinaryOp::Lt => "<",
@@ -274,21 +285,23 @@ impl BinaryOp {
     pub fn precedence(self) -> u8 {
         match self {
             BinaryOp::Or => 1,
-            BinaryOp::And => 2,
+            BinaryOp::Xor => 2,
+            BinaryOp::And => 3,
             BinaryOp::Eq
             | BinaryOp::Ne
             | BinaryOp::Lt
             | BinaryOp::Le
             | BinaryOp::Gt
-            | BinaryOp::Ge => 3,
-            BinaryOp::Add | BinaryOp::Sub => 4,
-            BinaryOp::Mul | BinaryOp::Div | BinaryOp::Rem => 5,
+            | BinaryOp::Ge => 4,
+            BinaryOp::Shl | BinaryOp::Shr => 5,
+            BinaryOp::Add | BinaryOp::Sub => 6,
+            BinaryOp::Mul | BinaryOp::Div | BinaryOp::Rem => 7,
         }
     }
 
     /// True for the six comparisons.
     pub fn is_comparison(self) -> bool {
-        self.precedence() == 3
+        self.precedence() == 4
     }
 }
 

@@ -741,8 +741,11 @@ impl Checker<'_> {
             return Err(self.error(span, format!("{name} needs a tile, got {}", v.ty)));
         };
         match op {
-            UnOp::Not if d != DType::Bool => {
-                return Err(self.error(span, format!("`!` needs a bool tile, got {}", v.ty)))
+            UnOp::Not if d.is_float() => {
+                return Err(self.error(
+                    span,
+                    format!("`!` needs a bool or integer tile, got {}", v.ty),
+                ))
             }
             UnOp::Neg | UnOp::Abs | UnOp::Relu if d == DType::Bool => {
                 return Err(self.error(span, format!("{name} needs numbers, got {}", v.ty)))
@@ -817,6 +820,9 @@ impl Checker<'_> {
         let bop = match op {
             BinaryOp::Or => BinOp::Or,
             BinaryOp::And => BinOp::And,
+            BinaryOp::Xor => BinOp::Xor,
+            BinaryOp::Shl => BinOp::Shl,
+            BinaryOp::Shr => BinOp::Shr,
             BinaryOp::Eq => BinOp::Eq,
             BinaryOp::Ne => BinOp::Ne,
             BinaryOp::Lt => BinOp::Lt,
@@ -847,11 +853,17 @@ impl Checker<'_> {
             op,
             BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne
         );
-        let logic = matches!(op, BinOp::And | BinOp::Or);
+        let logic = matches!(op, BinOp::And | BinOp::Or | BinOp::Xor);
         if logic && d.is_float() {
             return Err(self.error(
                 span,
                 format!("`{name}` needs bool (or integer) operands, got {}", l.ty),
+            ));
+        }
+        if matches!(op, BinOp::Shl | BinOp::Shr) && !d.is_int() {
+            return Err(self.error(
+                span,
+                format!("`{name}` needs integer operands, got {}", l.ty),
             ));
         }
         if !logic && !comparison && d == DType::Bool {
@@ -915,10 +927,11 @@ impl Checker<'_> {
         use BinaryOp::*;
         let overflow = || self.error(span, "integer overflow in a constant expression");
         match (a, c) {
-            (Const::Bool(x), Const::Bool(y)) if matches!(op, And | Or | Eq | Ne) => {
+            (Const::Bool(x), Const::Bool(y)) if matches!(op, And | Or | Xor | Eq | Ne) => {
                 Ok(Const::Bool(match op {
                     And => x & y,
                     Or => x | y,
+                    Xor => x ^ y,
                     Eq => x == y,
                     _ => x != y,
                 }))
@@ -942,7 +955,7 @@ impl Checker<'_> {
                     Ge => Const::Bool(x >= y),
                     Eq => Const::Bool(x == y),
                     Ne => Const::Bool(x != y),
-                    And | Or => {
+                    And | Or | Xor | Shl | Shr => {
                         return Err(self.error(
                             span,
                             format!("`{}` needs bool or integer operands", op.symbol()),
@@ -968,6 +981,15 @@ impl Checker<'_> {
                     Rem => Const::Int(x.checked_rem(y).ok_or_else(overflow)?),
                     And => Const::Int(x & y),
                     Or => Const::Int(x | y),
+                    Xor => Const::Int(x ^ y),
+                    // Constants are 64-bit: a shift is one of i64, and a left shift
+                    // that loses bits overflows like a product that does.
+                    // (A shift outside `[0, 64)` gives 0 or the sign fill, as on tiles.)
+                    Shl if !(0..64).contains(&y) => Const::Int(0),
+                    Shl if (x << y) >> y != x => return Err(overflow()),
+                    Shl => Const::Int(x << y),
+                    Shr if !(0..64).contains(&y) => Const::Int(x >> 63),
+                    Shr => Const::Int(x >> y),
                     Lt => Const::Bool(x < y),
                     Le => Const::Bool(x <= y),
                     Gt => Const::Bool(x > y),

@@ -444,6 +444,9 @@ impl<'a> Parser<'a> {
         Some(match p {
             "|" => BinaryOp::Or,
             "&" => BinaryOp::And,
+            "^" => BinaryOp::Xor,
+            "<<" => BinaryOp::Shl,
+            ">>" => BinaryOp::Shr,
             "==" => BinaryOp::Eq,
             "!=" => BinaryOp::Ne,
             "<" => BinaryOp::Lt,

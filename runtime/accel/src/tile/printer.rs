@@ -64,8 +64,8 @@ struct Printer {
 }
 
 /// Binding strength of prefix operators and of postfix indexing.
-const UNARY: u8 = 6;
-const POSTFIX: u8 = 7;
+const UNARY: u8 = 8;
+const POSTFIX: u8 = 9;
 
 fn precedence(e: &Expr) -> u8 {
     match &e.kind {

@@ -282,6 +282,7 @@ impl Emitter<'_, '_> {
                 self.b.ins().isub(pos, neg)
             }
             UnaryOp::Floor | UnaryOp::Ceil => x,
+            UnaryOp::BitwiseNot => self.b.ins().bnot(x),
             _ => return Err(Error::internal(format!("{} has no integer form", u.name()))),
         })
     }
@@ -321,6 +322,10 @@ impl Emitter<'_, '_> {
                 self.i64_to_int(r, d)
             }
             BinaryOp::Pow => self.int_pow_call(x, y, d),
+            BinaryOp::BitwiseAnd => self.b.ins().band(x, y),
+            BinaryOp::BitwiseOr => self.b.ins().bor(x, y),
+            BinaryOp::BitwiseXor => self.b.ins().bxor(x, y),
+            BinaryOp::LeftShift | BinaryOp::RightShift => self.int_shift(op, x, y, d),
             _ if op.is_integer_division() => self.int_division(op, x, y, d),
             _ => {
                 return Err(Error::internal(format!(
@@ -329,6 +334,35 @@ impl Emitter<'_, '_> {
                 )))
             }
         })
+    }
+
+    /// `x << y` or `x >> y` (arithmetic for signed `d`) as `scalar::binary` defines them:
+    /// Cranelift masks the amount modulo the width, so an amount outside `[0, bits)`
+    /// (negative ones are huge unsigned) is tested here and gives 0 (left) or the sign
+    /// fill (right: a signed shift by `bits - 1`, an unsigned result of 0).
+    fn int_shift(&mut self, op: BinaryOp, x: Value, y: Value, d: DType) -> Value {
+        let ty = scalar_type(d);
+        let bits = i64::from(ty.bits());
+        let outside = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, y, bits);
+        let zero = iconst(self.b, ty, 0);
+        match op {
+            BinaryOp::LeftShift => {
+                let r = self.b.ins().ishl(x, y);
+                self.b.ins().select(outside, zero, r)
+            }
+            _ if d.is_unsigned() => {
+                let r = self.b.ins().ushr(x, y);
+                self.b.ins().select(outside, zero, r)
+            }
+            _ => {
+                let last = iconst(self.b, ty, bits - 1);
+                let amount = self.b.ins().select(outside, last, y);
+                self.b.ins().sshr(x, amount)
+            }
+        }
     }
 
     /// An integer division or remainder: a zero divisor fails the kernel's check (the

@@ -466,6 +466,8 @@ impl Emitter<'_, '_> {
                 let zero = self.float_like(x, 0.0);
                 self.b.ins().fcmp(FloatCC::Equal, x, zero)
             }
+            // Typing and the loop-IR verifier reject float operands (as `scalar_ops`).
+            UnaryOp::BitwiseNot => self.float_like(x, f32::NAN),
         }
     }
 
@@ -575,6 +577,7 @@ impl Emitter<'_, '_> {
             Category::Int => self.int_unary(u, x, d)?,
             Category::Bool => match u {
                 UnaryOp::Floor | UnaryOp::Ceil => x,
+                UnaryOp::BitwiseNot => self.b.ins().bxor_imm_u(x, 1),
                 _ => {
                     return Err(Error::internal(format!(
                         "{} is not defined for bool",
@@ -674,8 +677,9 @@ impl Emitter<'_, '_> {
             }
             Category::Int => self.int_binary(op, x, y, from)?,
             Category::Bool => match op {
-                BinaryOp::Maximum => self.b.ins().bor(x, y),
-                BinaryOp::Minimum | BinaryOp::Mul => self.b.ins().band(x, y),
+                BinaryOp::Maximum | BinaryOp::BitwiseOr => self.b.ins().bor(x, y),
+                BinaryOp::Minimum | BinaryOp::Mul | BinaryOp::BitwiseAnd => self.b.ins().band(x, y),
+                BinaryOp::BitwiseXor => self.b.ins().bxor(x, y),
                 _ => {
                     return Err(Error::internal(format!(
                         "{} is not defined for bool",
@@ -850,10 +854,11 @@ impl Emitter<'_, '_> {
                     self.b.ins().icmp(IntCC::Equal, x, zero)
                 }
                 UnaryOp::Floor | UnaryOp::Ceil => x,
+                UnaryOp::BitwiseNot => self.b.ins().bnot(x),
                 _ => return Err(Error::internal(format!("vector {} of i32", op.name()))),
             },
             Lanes::Mask => match op {
-                UnaryOp::Not => self.b.ins().bnot(x),
+                UnaryOp::Not | UnaryOp::BitwiseNot => self.b.ins().bnot(x),
                 _ => x,
             },
         })
@@ -907,12 +912,15 @@ impl Emitter<'_, '_> {
                 BinaryOp::Mul => self.b.ins().imul(x, y),
                 BinaryOp::Maximum => self.b.ins().smax(x, y),
                 BinaryOp::Minimum => self.b.ins().smin(x, y),
+                BinaryOp::BitwiseAnd => self.b.ins().band(x, y),
+                BinaryOp::BitwiseOr => self.b.ins().bor(x, y),
+                BinaryOp::BitwiseXor => self.b.ins().bxor(x, y),
                 _ => return Err(Error::internal(format!("vector {} of i32", op.name()))),
             },
             Lanes::Mask => match op {
                 BinaryOp::Eq => self.b.ins().icmp(IntCC::Equal, x, y),
-                BinaryOp::Ne => self.b.ins().icmp(IntCC::NotEqual, x, y),
-                BinaryOp::Maximum => self.b.ins().bor(x, y),
+                BinaryOp::Ne | BinaryOp::BitwiseXor => self.b.ins().icmp(IntCC::NotEqual, x, y),
+                BinaryOp::Maximum | BinaryOp::BitwiseOr => self.b.ins().bor(x, y),
                 _ => self.b.ins().band(x, y),
             },
         })

@@ -174,12 +174,16 @@ pub fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, NotVectorized> {
                 let ok = match lanes_at(a.index()) {
                     Some(Lanes::F32) => true,
                     Some(Lanes::I32) => {
-                        *u == UnaryOp::Not
+                        // `bitwise_not` of an i32 (or of an i64 that fits one) fits one.
+                        matches!(u, UnaryOp::Not | UnaryOp::BitwiseNot)
                             || matches!(u, UnaryOp::Floor | UnaryOp::Ceil)
                             || (from == DType::I32
                                 && matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu))
                     }
-                    Some(Lanes::Mask) => matches!(u, UnaryOp::Not | UnaryOp::Floor | UnaryOp::Ceil),
+                    Some(Lanes::Mask) => matches!(
+                        u,
+                        UnaryOp::Not | UnaryOp::BitwiseNot | UnaryOp::Floor | UnaryOp::Ceil
+                    ),
                     None => false,
                 };
                 if !ok {
@@ -196,6 +200,13 @@ pub fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, NotVectorized> {
                         op.is_comparison()
                             || op.is_logical()
                             || matches!(op, BinaryOp::Maximum | BinaryOp::Minimum)
+                            // and/or/xor of values that fit an i32 fit one too. The
+                            // shifts stay scalar: Cranelift shifts a vector by one
+                            // scalar amount.
+                            || matches!(
+                                op,
+                                BinaryOp::BitwiseAnd | BinaryOp::BitwiseOr | BinaryOp::BitwiseXor
+                            )
                             || (from == DType::I32
                                 && matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul))
                     }
@@ -203,6 +214,9 @@ pub fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, NotVectorized> {
                         op,
                         BinaryOp::And
                             | BinaryOp::Or
+                            | BinaryOp::BitwiseAnd
+                            | BinaryOp::BitwiseOr
+                            | BinaryOp::BitwiseXor
                             | BinaryOp::Maximum
                             | BinaryOp::Minimum
                             | BinaryOp::Mul
