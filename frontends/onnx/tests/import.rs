@@ -1514,7 +1514,7 @@ fn window_and_resize_attributes_out_of_range_are_named_errors() {
             vec!["x", "w"],
             vec![ints_attr("pads", &[i64::MAX, 0, 0, 0])],
             vec![],
-            "padding entries must be in 0..",
+            "attribute `pads` entry 9223372036854775807 is out of range",
         ),
         (
             "Conv",
