@@ -218,6 +218,17 @@ pub fn divisor(axes: &[Axis], o: &[usize], count_include_pad: bool) -> usize {
         .product()
 }
 
+/// The row-major multi-index of flat position `flat` in a tensor of extents `dims` (a
+/// window's tap or an output position, one coordinate per spatial axis).
+pub fn unravel(mut flat: usize, dims: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; dims.len()];
+    for i in (0..dims.len()).rev() {
+        idx[i] = flat % dims[i];
+        flat /= dims[i];
+    }
+    idx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@
 use super::compile::{compile_ir, Compiled, Options};
 use super::error::{Error, Result};
 use super::host::Tensor;
-use super::jit::{lock, log_enabled, Cache, Counters, Hook, JitEvent, JitStats, Slot};
+use super::jit::{emit_to, lock, reported, Cache, Counters, Hook, JitEvent, JitStats, Slot};
 use ferrite_ir::sym::{Binding, SymGraph};
 use ferrite_ir::TensorType;
 use std::borrow::Borrow;
@@ -211,37 +211,20 @@ impl Dynamic {
                 },
             })
             .and_then(|g| compile_ir(&g, &self.options));
-        let name = self.graph.name().to_string();
-        match compiled {
-            Ok(c) => {
-                self.emit(JitEvent::Compiled {
-                    name,
-                    signature: self.signature(b),
-                    recompile: previous > 0,
-                    entries: lock(&self.cache).len(),
-                    limit: self.cache_limit,
-                    time: start.elapsed(),
-                    kernels: c.kernel_count(),
-                });
-                Ok(Arc::new(c))
-            }
-            Err(error) => {
-                self.emit(JitEvent::CompileFailed {
-                    name,
-                    signature: self.signature(b),
-                    error: error.clone(),
-                });
-                Err(error)
-            }
-        }
+        reported(
+            |e| self.emit(e),
+            self.graph.name().to_string(),
+            self.signature(b),
+            previous > 0,
+            || lock(&self.cache).len(),
+            self.cache_limit,
+            start,
+            compiled,
+        )
     }
 
     fn emit(&self, event: JitEvent) {
-        match &self.hook {
-            Some(hook) => hook(&event),
-            None if log_enabled() => eprintln!("{event}"),
-            None => {}
-        }
+        emit_to(&self.hook, event)
     }
 }
 

@@ -577,28 +577,16 @@ where
         let compiled = self
             .trace(signature)
             .and_then(|g| compile_ir(&g, &self.options));
-        match compiled {
-            Ok(c) => {
-                self.emit(JitEvent::Compiled {
-                    name: self.name.clone(),
-                    signature: signature.to_vec(),
-                    recompile: previous > 0,
-                    entries: lock(&self.cache).len(),
-                    limit: self.cache_limit,
-                    time: start.elapsed(),
-                    kernels: c.kernel_count(),
-                });
-                Ok(Arc::new(c))
-            }
-            Err(error) => {
-                self.emit(JitEvent::CompileFailed {
-                    name: self.name.clone(),
-                    signature: signature.to_vec(),
-                    error: error.clone(),
-                });
-                Err(error)
-            }
-        }
+        reported(
+            |e| self.emit(e),
+            self.name.clone(),
+            signature.to_vec(),
+            previous > 0,
+            || lock(&self.cache).len(),
+            self.cache_limit,
+            start,
+            compiled,
+        )
     }
 
     fn eager<A: Borrow<Tensor>>(
@@ -626,13 +614,57 @@ where
     }
 
     fn emit(&self, event: JitEvent) {
-        match &self.hook {
-            Some(hook) => hook(&event),
-            None => {
-                if matches!(event, JitEvent::EagerFallback { .. }) || log_enabled() {
-                    eprintln!("{event}");
-                }
+        emit_to(&self.hook, event)
+    }
+}
+
+/// Hands `event` to `hook`, or without one prints it to stderr when `FERRITE_JIT_LOG` asks
+/// (an eager fallback always).
+pub(crate) fn emit_to(hook: &Option<Hook>, event: JitEvent) {
+    match hook {
+        Some(hook) => hook(&event),
+        None => {
+            if matches!(event, JitEvent::EagerFallback { .. }) || log_enabled() {
+                eprintln!("{event}");
             }
+        }
+    }
+}
+
+/// Reports one compile of a cache entry, started at `start`, as a `Compiled` or a
+/// `CompileFailed` event, and returns its result: the jit's and `Dynamic`'s compiles
+/// report alike. `entries` is read once the compile succeeded.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn reported(
+    emit: impl Fn(JitEvent),
+    name: String,
+    signature: Vec<TensorType>,
+    recompile: bool,
+    entries: impl FnOnce() -> usize,
+    limit: usize,
+    start: Instant,
+    compiled: Result<Compiled>,
+) -> Result<Arc<Compiled>> {
+    match compiled {
+        Ok(c) => {
+            emit(JitEvent::Compiled {
+                name,
+                signature,
+                recompile,
+                entries: entries(),
+                limit,
+                time: start.elapsed(),
+                kernels: c.kernel_count(),
+            });
+            Ok(Arc::new(c))
+        }
+        Err(error) => {
+            emit(JitEvent::CompileFailed {
+                name,
+                signature,
+                error: error.clone(),
+            });
+            Err(error)
         }
     }
 }

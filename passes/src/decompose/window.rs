@@ -108,20 +108,12 @@ impl Decomposer {
         if identity {
             return self.reshape(x, &out_shape);
         }
-        let unravel = |mut f: usize, dims: &[usize]| {
-            let mut idx = vec![0; dims.len()];
-            for i in (0..dims.len()).rev() {
-                idx[i] = f % dims[i];
-                f /= dims[i];
-            }
-            idx
-        };
         let mut index = Vec::with_capacity(k * p);
         let mut inside = Vec::with_capacity(k * p);
         for t in 0..k {
-            let ks = unravel(t, &kernel);
+            let ks = window::unravel(t, &kernel);
             for o in 0..p {
-                let os = unravel(o, &outs);
+                let os = window::unravel(o, &outs);
                 let (mut flat, mut ok) = (0i64, true);
                 for (i, a) in axes.iter().enumerate() {
                     let pos = a.position(os[i], ks[i]);
@@ -258,20 +250,12 @@ impl Decomposer {
         let kernel = &wt.shape[2..];
         let outs = &ty.shape[2..];
         let p_out: usize = outs.iter().product();
-        let unravel = |mut f: usize, dims: &[usize]| {
-            let mut idx = vec![0; dims.len()];
-            for i in (0..dims.len()).rev() {
-                idx[i] = f % dims[i];
-                f /= dims[i];
-            }
-            idx
-        };
         let mut index = Vec::with_capacity(k * p_out);
         let mut inside = Vec::with_capacity(k * p_out);
         for t in 0..k {
-            let ts = unravel(t, kernel);
+            let ts = window::unravel(t, kernel);
             for o in 0..p_out {
-                let os = unravel(o, outs);
+                let os = window::unravel(o, outs);
                 let (mut flat, mut ok) = (0i64, true);
                 for a in 0..s {
                     let num = os[a] as i64 + at(padding, a, 0) - ts[a] as i64 * at(dilation, a, 1);

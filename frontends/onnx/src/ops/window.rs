@@ -438,19 +438,11 @@ fn max_indices(
     let padded = ctx.op(Op::Pad { pads, value: fill }, &[x])?;
     let extents: Vec<usize> = axes.iter().map(|a| a.padded_extent()).collect();
     let flat = ctx.reshape(&padded, &[n, c, extents.iter().product()])?;
-    let unravel = |mut f: usize, dims: &[usize]| {
-        let mut idx = vec![0; dims.len()];
-        for i in (0..dims.len()).rev() {
-            idx[i] = f % dims[i];
-            f /= dims[i];
-        }
-        idx
-    };
     let (mut gather, mut source) = (Vec::new(), Vec::new());
     for t in 0..taps {
-        let ks = unravel(t, kernel);
+        let ks = window::unravel(t, kernel);
         for o in 0..positions {
-            let os = unravel(o, &outs);
+            let os = window::unravel(o, &outs);
             let (mut g, mut s, mut inside) = (0usize, 0i64, true);
             for (i, a) in axes.iter().enumerate() {
                 g = g * extents[i] + os[i] * a.stride + ks[i] * a.dilation;
