@@ -18,7 +18,7 @@
 //! | `mean(x, axes, keepdim)` | `sum(x, axes, keepdim) / count` (`0 / 0` is NaN for empty reductions, as in PyTorch) |
 //! | `softmax(x, axis)` | `e = exp(x - max(x, axis, keepdim))`; `e / sum(e, axis, keepdim)` |
 //! | `log_softmax(x, axis)` | `d = x - max(x, axis, keepdim)`; `d - log(sum(exp(d), axis, keepdim))` |
-//! | `layer_norm(x, w, b, eps)` | `c = x - sum(x / n)`; `c * rsqrt(mean(c*c) + eps) * w + b` (biased variance) |
+//! | `layer_norm(x, w, b, eps)` | `d = x` (`x - x[..., :1]` for f16/bf16); `c = d - sum(d / n)`; `c * rsqrt(mean(c*c) + eps) * w + b` (biased variance) |
 //! | `rms_norm(x, w, eps)` | `x * rsqrt(mean(x*x) + eps) * w` |
 //! | `transpose`, `squeeze`, `unsqueeze` | `permute`, `reshape`, `reshape` |
 //! | `exp(int)` and other transcendental ops of ints | `exp(cast(x, f32))` |
@@ -50,12 +50,16 @@
 //!
 //! - `layer_norm` uses the two-pass algorithm (center, then average the squares), so
 //!   the variance is never a difference of large numbers. The mean is `sum(x / n)`,
-//!   which cannot overflow where `sum(x)` would (PyTorch's kernel keeps a running
-//!   mean, which cannot either), and it is held in the compute dtype, as in PyTorch's
-//!   f32 kernel: for a row far from zero relative to its spread, each output can be
-//!   off by about `ulp(mean) / std`. The variance `sum(c*c) / n` overflows exactly
-//!   where PyTorch's sum of squared deviations does; `rsqrt(inf)` is then 0 and the
-//!   row becomes `b`, as in PyTorch.
+//!   which cannot overflow where `sum(x)` would, held in f32. For `f16`/`bf16` input
+//!   (computed in f32) it first centers about the row's first element (the
+//!   shifted-data algorithm): `d = x - x[..., :1]`, then `c = d - sum(d / n)`. `d` is
+//!   exact wherever `x` is within a factor of 2 of the pivot, so a constant row is
+//!   exactly 0 and becomes `b`, as in PyTorch (a plain `x - sum(x / n)` rounded each
+//!   `x / n` and made an f16 row of 65504s `±0.9 * w + b`: a fuzzer finding); in f32
+//!   `d` of half values cannot overflow. f32 input keeps `x - sum(x / n)` (each output
+//!   off by about `ulp(mean) / std` for a row far from zero relative to its spread). The variance `sum(c*c) / n` overflows
+//!   exactly where PyTorch's sum of squared deviations does; `rsqrt(inf)` is then 0 and
+//!   the row becomes `b`, as in PyTorch.
 //! - Every intermediate is rounded to its dtype, and the reference interpreter
 //!   evaluates these composites with exactly these formulas and roundings
 //!   (`ferrite_ir::interp`, `composite.rs`), so f32 overflow in `rms_norm`'s `x*x` or
@@ -478,14 +482,31 @@ impl Decomposer {
         if ty.numel() == 0 {
             return self.empty(ty);
         }
+        let half = matches!(self.dtype(ins[0]), DType::F16 | DType::Bf16);
         self.in_f32(ins, |l, v| {
             let last = Some(vec![-1]);
             let x = if centered {
-                // sum(x / n): a mean that cannot overflow (see the module docs).
+                // Half precision: d = x - x[..., :1]; c = d - sum(d / n), centered about
+                // the row's first element so a constant row is exactly 0; else d = x
+                // (see the module docs).
                 let n = l.out.ty(v[0]).shape.last().copied().unwrap_or(1);
-                let scaled = l.binary_const(BinaryOp::Div, v[0], n as f64)?;
+                let d = if half {
+                    let pivot = l.emit(
+                        Op::Slice {
+                            axis: -1,
+                            start: 0,
+                            end: 1,
+                            step: 1,
+                        },
+                        &[v[0]],
+                    )?;
+                    l.binary(BinaryOp::Sub, v[0], pivot)?
+                } else {
+                    v[0]
+                };
+                let scaled = l.binary_const(BinaryOp::Div, d, n as f64)?;
                 let mean = l.reduce(ReduceOp::Sum, scaled, last.clone(), true)?;
-                l.binary(BinaryOp::Sub, v[0], mean)?
+                l.binary(BinaryOp::Sub, d, mean)?
             } else {
                 v[0]
             };

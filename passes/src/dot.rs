@@ -36,8 +36,9 @@ pub fn graph_dot(g: &Graph, program: &Program) -> String {
         }
     }
     let live = live_values(g);
-    let home = |v: ValueId| match kernels_of[v.index()].as_slice() {
-        [k] => Some(*k),
+    // (The program may compute values `g` lacks: the index checks that scheduling adds.)
+    let home = |v: ValueId| match kernels_of.get(v.index()).map(Vec::as_slice) {
+        Some([k]) => Some(*k),
         _ => None,
     };
 
@@ -90,7 +91,7 @@ pub fn graph_dot(g: &Graph, program: &Program) -> String {
             ))
         );
         for v in &k.nodes {
-            if home(*v) == Some(ki) && is_drawn(g, *v) {
+            if v.index() < g.nodes.len() && home(*v) == Some(ki) && is_drawn(g, *v) {
                 let _ = writeln!(s, "    {}", node_stmt(g, *v, None));
             }
         }
@@ -369,5 +370,24 @@ mod tests {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(65536), "64.0 KiB");
         assert_eq!(bytes(3 << 20), "3.00 MiB");
+    }
+
+    /// Scheduling adds index checks the graph lacks (here for an `index_select` with an
+    /// empty result): the drawing skips their values instead of indexing past the graph
+    /// (`ferrite compile --dump` panicked on such a graph).
+    #[test]
+    fn program_values_beyond_the_graph_are_skipped() {
+        let text = "graph e(x: f32[0, 0]) -> f32[2, 0] {\n  y = index_select(x, full(shape=[2], value=-1, dtype=i64), axis=0)\n  return y\n}\n";
+        for fuse in [true, false] {
+            let (g, p) = scheduled(text, fuse);
+            let beyond = p
+                .kernels
+                .iter()
+                .flat_map(|k| &k.nodes)
+                .any(|v| v.index() >= g.nodes.len());
+            assert!(beyond, "no check kernel in\n{p}");
+            let dot = graph_dot(&g, &p);
+            assert!(dot.ends_with("}\n"), "{dot}");
+        }
     }
 }

@@ -188,3 +188,183 @@ fn check_all(g: &mut Graph, index: ValueId, extent: usize) -> ferrite_ir::Result
     let zero = g.add_literal(Scalar::Int(0), DType::I64)?;
     g.add(Op::Binary(BinaryOp::Ge), &[largest, zero], None)
 }
+
+/// The optimized graph with a check added for every index op of `before` whose index no
+/// index op of `after` still reads: the optimizer may remove an index op whose value
+/// does not matter (`pow(gather(x, i), 0)` folds to 1; a dead op is dropped), but the
+/// interpreter, like PyTorch, still checks its index, so an out-of-range index must stop
+/// the compiled program too (found by the ONNX model fuzzer). The check, as in
+/// [`add_index_checks`], is `max(index_select(arange(n), reshape(index, [-1]))) >= 0`
+/// over a copy of the index's computation, tied to the first output through
+/// `where(check, out, out)`; nothing optimizes after this, so it stays. `None` when every
+/// index is still read (the common case: nothing is copied).
+pub fn keep_dropped_index_checks(before: &Graph, after: &Graph) -> Result<Option<Graph>> {
+    let index_ops = |g: &Graph| -> Vec<(ValueId, usize)> {
+        g.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| {
+                let axis = match n.op {
+                    Op::IndexSelect { axis } | Op::Gather { axis } | Op::IndexAdd { axis } => axis,
+                    _ => return None,
+                };
+                if g.ty(n.inputs[1]).numel() == 0 || constant_in_range(g, n, axis) {
+                    return None;
+                }
+                let x = g.ty(n.inputs[0]);
+                let a = ferrite_ir::types::normalize_axis(axis, x.rank()).ok()?;
+                Some((ValueId(i as u32), x.shape[a]))
+            })
+            .collect()
+    };
+    let in_before = index_ops(before);
+    if in_before.is_empty() || after.outputs.is_empty() {
+        return Ok(None);
+    }
+    let in_after = index_ops(after);
+    let index_of = |g: &Graph, ops: &[(ValueId, usize)]| -> Vec<ValueId> {
+        ops.iter().map(|&(v, _)| g.node(v).inputs[1]).collect()
+    };
+    let mut classes = Classes::default();
+    let before_class = classes.number(before, &index_of(before, &in_before));
+    let after_class = classes.number(after, &index_of(after, &in_after));
+    let read: Vec<(u32, usize)> = in_after
+        .iter()
+        .map(|&(v, e)| (after_class[after.node(v).inputs[1].index()], e))
+        .collect();
+    let dropped: Vec<(ValueId, usize)> = in_before
+        .into_iter()
+        .filter(|&(v, e)| !read.contains(&(before_class[before.node(v).inputs[1].index()], e)))
+        .collect();
+    if dropped.is_empty() {
+        return Ok(None);
+    }
+    if before.params.len() != after.params.len() {
+        return Err(Error::Internal(
+            "index checks: the optimizer changed the parameters".into(),
+        ));
+    }
+    let internal = |e: ferrite_ir::Error| Error::Internal(format!("index checks: {e}"));
+    let mut out = after.clone();
+    let copied = copy_values(before, &mut out, &index_of(before, &dropped));
+    let mut all = None;
+    for (v, extent) in dropped {
+        let index = copied[before.node(v).inputs[1].index()]
+            .ok_or_else(|| Error::Internal("index checks: an index was not copied".into()))?;
+        let check = check_all(&mut out, index, extent).map_err(internal)?;
+        all = Some(match all {
+            None => check,
+            Some(c) => out
+                .add(Op::Binary(BinaryOp::And), &[c, check], None)
+                .map_err(internal)?,
+        });
+    }
+    let check = all.expect("at least one dropped index op");
+    let first = out.outputs[0];
+    let tied = out
+        .add(Op::Where, &[check, first, first], None)
+        .map_err(internal)?;
+    // The returned value keeps its name (outputs are shown by it in dumps).
+    if !matches!(out.node(first).op, Op::Param { .. }) {
+        if let Some(name) = out.nodes[first.index()].name.take() {
+            out.nodes[tied.index()].name = Some(name);
+        }
+    }
+    for o in out.outputs.iter_mut() {
+        if *o == first {
+            *o = tied;
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The nodes that `roots` are computed from, `roots` included (a loop, not recursion, so
+/// a hostile chain cannot exhaust the stack).
+fn ancestors(g: &Graph, roots: &[ValueId]) -> Vec<bool> {
+    let mut mark = vec![false; g.nodes.len()];
+    for r in roots {
+        mark[r.index()] = true;
+    }
+    for i in (0..g.nodes.len()).rev() {
+        if mark[i] {
+            for x in &g.nodes[i].inputs {
+                mark[x.index()] = true;
+            }
+        }
+    }
+    mark
+}
+
+/// Structural classes of values, shared across graphs: two values get one class when
+/// their ops, types and operand classes are equal (parameters by position), so an index
+/// computed the same way in the graph before and after optimizing is recognized.
+#[derive(Default)]
+struct Classes {
+    /// Class of each (op text, type text, operand classes); constants are not printed but
+    /// numbered in `constants`.
+    ids: std::collections::HashMap<(String, String, Vec<u32>), u32>,
+    constants: Vec<ferrite_ir::Constant>,
+}
+
+impl Classes {
+    /// The class of each ancestor of `roots` in `g` (`u32::MAX` for the others).
+    fn number(&mut self, g: &Graph, roots: &[ValueId]) -> Vec<u32> {
+        let mark = ancestors(g, roots);
+        let mut class = vec![u32::MAX; g.nodes.len()];
+        for (i, n) in g.nodes.iter().enumerate() {
+            if !mark[i] {
+                continue;
+            }
+            let op = match &n.op {
+                Op::Constant(c) => {
+                    let k = match self.constants.iter().position(|d| d == c) {
+                        Some(k) => k,
+                        None => {
+                            self.constants.push(c.clone());
+                            self.constants.len() - 1
+                        }
+                    };
+                    format!("constant #{k}")
+                }
+                op => format!("{op:?}"),
+            };
+            let operands = n.inputs.iter().map(|x| class[x.index()]).collect();
+            let next = self.ids.len() as u32;
+            class[i] = *self
+                .ids
+                .entry((op, n.ty.to_string(), operands))
+                .or_insert(next);
+        }
+        class
+    }
+}
+
+/// Copies the computation of `roots` in `from` into `to` (parameters map by position);
+/// the copy of each value of `from` that was copied.
+fn copy_values(from: &Graph, to: &mut Graph, roots: &[ValueId]) -> Vec<Option<ValueId>> {
+    let mark = ancestors(from, roots);
+    let mut copied: Vec<Option<ValueId>> = vec![None; from.nodes.len()];
+    for (i, n) in from.nodes.iter().enumerate() {
+        if !mark[i] {
+            continue;
+        }
+        copied[i] = Some(match n.op {
+            Op::Param { index } => to.params[index],
+            _ => {
+                let inputs = n
+                    .inputs
+                    .iter()
+                    .map(|x| copied[x.index()].expect("operands come first"))
+                    .collect();
+                let c = ValueId(to.nodes.len() as u32);
+                to.nodes.push(Node {
+                    inputs,
+                    name: None,
+                    ..n.clone()
+                });
+                c
+            }
+        });
+    }
+    copied
+}

@@ -14,6 +14,7 @@
 
 use crate::decompose::decompose;
 use crate::error::{Error, Result};
+use crate::index_checks::keep_dropped_index_checks;
 use crate::optimize::{optimize, OptimizeConfig, OptimizeReport};
 use crate::schedule::{schedule, ScheduleOptions, Scheduled};
 use ferrite_ir::{print, verify, Graph};
@@ -107,7 +108,14 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered> {
         opts.texts,
         "optimize",
         "optimized.fg",
-        || optimize(&decomposed, &opts.optimize),
+        || {
+            let (optimized, report) = optimize(&decomposed, &opts.optimize)?;
+            // An index op the optimizer removed still has its index checked.
+            match keep_dropped_index_checks(&decomposed, &optimized)? {
+                Some(checked) => Ok((checked, report)),
+                None => Ok((optimized, report)),
+            }
+        },
         |(g, _)| verify(g),
         |(g, report)| {
             let mut text = String::new();

@@ -35,6 +35,8 @@ pub(super) struct Scope<'a> {
     pub frame: &'a Frame,
     /// The dtype of index arithmetic (i32 unless offsets need 64 bits).
     pub index_dtype: DType,
+    /// A stored buffer with elements, for [`Body::probe_index`].
+    pub probe: Option<BufferId>,
 }
 
 /// The emitted values of one stage body.
@@ -314,7 +316,7 @@ impl<'a> Body<'a> {
             return Ok(Val::Lit(Value::Int(0), DType::I64));
         };
         let (ve, vd, vdeps) = match &v {
-            Val::Lit(x, d) => (lit(*x), *d, 0),
+            Val::Lit(x, d) => (ops::typed_lit(*x, *d), *d, 0),
             // An index of a narrow or unsigned dtype is compared in i64, where the
             // extent fits (a u64 beyond i64::MAX is negative there: out of range too).
             Val::Tile(t) if t.dtype.is_int() && !matches!(t.dtype, DType::I32 | DType::I64) => (
@@ -344,8 +346,11 @@ impl<'a> Body<'a> {
         self.ok.insert(r, (ok.clone(), deps));
         if self.as_data.contains(&r) {
             // No access of this index checks it: read the index again through the check.
-            if let Some(l) = self.source_load(value) {
-                self.probe(b, &l, (ok, deps))?;
+            match self.source_load(value) {
+                Some(l) => self.probe(b, &l, (ok, deps))?,
+                // Computed from no buffer (a constant, an `arange`): read the first
+                // element of a stored buffer, at offset -1 where the index is outside.
+                None => self.probe_index(b, (ok, deps), guard)?,
             }
         }
         let e = b.bind("idx", value_e);
@@ -405,6 +410,46 @@ impl<'a> Body<'a> {
             });
         }
         let mut args = vec![self.widen(ptr, pdeps, deps)];
+        if let Some(m) = mask {
+            args.push(b.bind("m", m));
+        }
+        b.bind("probe", call(Builtin::Load, args));
+        Ok(())
+    }
+
+    /// A load of the first element of the kernel's probe buffer, at offset -1 on lanes
+    /// where `ok` is false (and `guard` holds), so that the simulator stops there with an
+    /// out-of-bounds error: the check of an index computed from no buffer.
+    fn probe_index(
+        &mut self,
+        b: &mut Builder,
+        ok: Int,
+        guard: &[ferrite_ir::loops::Bound],
+    ) -> Result<()> {
+        let Some((conds, gdeps)) = self.guard(b, guard)? else {
+            return Ok(());
+        };
+        let buffer = self.s.probe.ok_or_else(|| {
+            Error::internal(
+                "a checked index computed from no buffer, in a kernel that stores nothing",
+            )
+        })?;
+        let buf = self
+            .s
+            .params
+            .get(&buffer)
+            .ok_or_else(|| Error::internal(format!("{buffer} is not a parameter")))?;
+        let (flag, deps) = ok;
+        let ptr = add(param(buf), where_(flag, int(0), int(-1)));
+        let all = deps | gdeps;
+        let mut mask = self.s.frame.mask(all);
+        for c in conds {
+            mask = Some(match mask {
+                None => c,
+                Some(m) => and(m, c),
+            });
+        }
+        let mut args = vec![self.widen(ptr, deps, all)];
         if let Some(m) = mask {
             args.push(b.bind("m", m));
         }

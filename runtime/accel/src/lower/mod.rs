@@ -128,6 +128,7 @@ pub fn lower_kernel(
         index_dtype: index_dtype(p, k),
         placements,
         sram_room,
+        probe: probe_buffer(p, k),
     };
     let mut b = builder::Builder::new();
     for &id in &args {
@@ -208,6 +209,7 @@ pub fn gemm_choices(
         index_dtype: index_dtype(p, k),
         placements,
         sram_room,
+        probe: probe_buffer(p, k),
     };
     let need = gemm::need(&cx, k, g)?;
     Ok(blocks::gemm_ranked(machine, &need)
@@ -236,6 +238,18 @@ fn kernel_name(name: &str) -> String {
 }
 
 /// Every buffer a kernel loads from or stores to, in id order.
+/// A buffer that `k` stores to and that has elements: a load from its first element is
+/// in bounds, so a probe through it fails exactly where its offset is -1.
+fn probe_buffer(p: &Program, k: &Kernel) -> Option<BufferId> {
+    k.stages.iter().find_map(|stage| match stage {
+        Stage::Store { stores, .. } => stores
+            .iter()
+            .map(|s| s.buffer)
+            .find(|b| p.buffers.get(b.index()).is_some_and(|b| b.ty.numel() > 0)),
+        _ => None,
+    })
+}
+
 fn touched_buffers(k: &Kernel) -> Vec<BufferId> {
     let mut out = Vec::new();
     for stage in &k.stages {

@@ -200,6 +200,7 @@ pub(super) fn emit(
         accs,
         frame: &inner.frame,
         index_dtype: cx.index_dtype,
+        probe: cx.probe,
     };
     let mut emitted = Body::new(&scope, body);
     emitted.emit(b, &stage.roots())?;
@@ -394,6 +395,7 @@ fn one_point(
             accs,
             frame: &frame,
             index_dtype: cx.index_dtype,
+            probe: cx.probe,
         };
         let mut emitted = Body::new(&scope, stage.body());
         emitted.emit(b, &stage.roots())?;

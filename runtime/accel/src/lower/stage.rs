@@ -25,6 +25,9 @@ pub(super) struct Cx<'a> {
     pub placements: &'a [Placement],
     /// Bytes of SRAM free while the kernel runs.
     pub sram_room: u64,
+    /// A buffer the kernel stores to that has elements, for the probe that checks an
+    /// index no access reads through (see `Body::probe_index`).
+    pub probe: Option<BufferId>,
 }
 
 impl Cx<'_> {
@@ -234,6 +237,7 @@ pub(super) fn emit_store(
         accs,
         frame: &frame,
         index_dtype: cx.index_dtype,
+        probe: cx.probe,
     };
     let mut emitted = Body::new(&scope, body);
     emitted.emit(b, &stage.roots())?;
