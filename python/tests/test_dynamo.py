@@ -308,6 +308,9 @@ def test_parameters_are_frozen_and_follow_in_place_updates():
         # Two weights and two biases are constants of the program; x is its one input.
         assert [r.frozen for r in record.regions] == [4]
         assert "4 input(s) frozen" in str(record)
+        # The first call's time is split into the backend's steps.
+        assert set(record.seconds) == {"aot", "partition", "ferrite_build", "ferrite_compile"}
+        assert all(v > 0 for v in record.seconds.values()), record.seconds
         compiled(x)
         assert len(record.regions) == 1, "an unchanged parameter must not rebuild"
         # An in-place write bumps the weight's version counter: the region is rebuilt with it.
