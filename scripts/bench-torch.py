@@ -8,10 +8,17 @@ Needs torch (and onnxruntime for its row) in the Python that runs it, and
 the ferrite package installed there (scripts/python-test.sh builds it into its venv; a release
 build is what to measure: `cd python && maturin develop --release`). Prints a Markdown table.
 
-    python scripts/bench-torch.py [--models gpt2,bert,llama] [--runs 20]
+    python scripts/bench-torch.py [--models gpt2,bert,llama,mlp] [--backends eager,ferrite] [--runs 20]
+    python scripts/bench-torch.py --breakdown [--models gpt2]
 
 Each measurement runs in a subprocess of its own, so that the first call is cold (no compiled
-code, no warm caches) for every backend.
+code, no warm caches) for every backend. `mlp` is a 32x256 -> 1024 -> 1024 -> 256 GELU MLP
+(`mlp_large`'s shape, seeded weights), compared against eager instead of ONNX Runtime.
+
+`--breakdown` splits the first ferrite call of a fresh process: `import torch`, the model's
+construction, then within the first call Dynamo's tracing (the rest), AOT dispatch with the
+core ATen decompositions, the partitioner, Ferrite's graph building and its compile, as the
+backend's `Explanation.seconds` records them.
 """
 
 import argparse
@@ -27,6 +34,20 @@ REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ["eager", "inductor", "ferrite", "onnxruntime"]
 
 
+class Mlp:
+    """Built on first use, so that torch is imported only in the subprocesses."""
+
+    @staticmethod
+    def make():
+        import torch
+
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 1024),
+            torch.nn.GELU(), torch.nn.Linear(1024, 256),
+        )
+
+
 def build(name):
     """The model as scripts/export-models.py defines and seeds it (so its weights are those of
     the committed ONNX export, examples/onnx/NAME/), with the committed inputs."""
@@ -35,6 +56,9 @@ def build(name):
     import numpy as np
     import torch
 
+    if name == "mlp":
+        model = Mlp.make()
+        return model.eval(), {"input": torch.randn(32, 256, generator=torch.Generator().manual_seed(1))}
     spec = importlib.util.spec_from_file_location("export_models", REPO / "scripts" / "export-models.py")
     export = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(export)
@@ -49,6 +73,13 @@ def max_diff(name, outputs):
     """The largest difference from ONNX Runtime's committed outputs."""
     import numpy as np
 
+    if name == "mlp":
+        import torch
+
+        model, inputs = build(name)
+        with torch.no_grad():
+            want = model(**inputs)
+        return float((outputs - want).abs().max())
     folder = REPO / "examples" / "onnx" / name
     names = [o["output"] for o in json.loads((folder / "reference.json").read_text())["outputs"]]
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
@@ -97,12 +128,56 @@ def measure(name, backend, threads, runs):
     return {"first_s": first, "steady_ms": 1e3 * statistics.median(times), "max_diff": diff}
 
 
+BREAKDOWN = [
+    "import torch", "build model", "first call", "dynamo and the rest", "aot", "partition",
+    "ferrite_build", "ferrite_compile",
+]
+
+
+def breakdown(name):
+    """One subprocess's work: where the first ferrite call's time goes."""
+    start = time.perf_counter()
+    import torch
+
+    imported = time.perf_counter()
+    import ferrite.dynamo
+
+    model, inputs = build(name)
+    built = time.perf_counter()
+    record = ferrite.dynamo.Explanation()
+    fn = torch.compile(model, backend=ferrite.dynamo.make_backend(record), dynamic=False)
+    with torch.no_grad():
+        call = time.perf_counter()
+        fn(**inputs)
+        first = time.perf_counter() - call
+    parts = {"import torch": imported - start, "build model": built - imported, "first call": first}
+    parts.update(record.seconds)
+    parts["dynamo and the rest"] = first - sum(record.seconds.values())
+    return parts
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt2,bert,llama")
+    parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--breakdown", action="store_true", help="split the first ferrite call")
+    parser.add_argument("--breakdown-one", metavar="MODEL", help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.breakdown_one:
+        print(json.dumps(breakdown(args.breakdown_one)))
+        return
+    if args.breakdown:
+        print("| model | " + " | ".join(BREAKDOWN) + " |")
+        print("|---|" + "---:|" * len(BREAKDOWN))
+        for name in args.models.split(","):
+            out = subprocess.run(
+                [sys.executable, __file__, "--breakdown-one", name], capture_output=True, text=True, check=True
+            )
+            parts = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"| {name} | " + " | ".join(f"{1e3 * parts.get(k, 0.0):.0f} ms" for k in BREAKDOWN) + " |")
+        return
     if args.one:
         name, backend, threads = args.one
         print(json.dumps(measure(name, backend, int(threads), args.runs)))
@@ -111,7 +186,7 @@ def main():
     print(f"| model | backend | first call (cold) | steady, 1 thread | steady, {cores} threads | max diff vs ORT |")
     print("|---|---|---:|---:|---:|---:|")
     for name in args.models.split(","):
-        for backend in BACKENDS:
+        for backend in args.backends.split(","):
             cells = []
             for threads in [1, cores]:
                 env = dict(os.environ, OMP_NUM_THREADS=str(threads), FERRITE_NUM_THREADS=str(threads))

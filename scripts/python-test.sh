@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Builds the `ferrite` Python package (python/) into a virtual environment and runs its
-# pytest suite. The environment (maturin, numpy, pytest, ml-dtypes for bf16 arrays and mypy
-# for the stubtest of the type stubs, from the Python registry) is kept in
-# ${XDG_CACHE_HOME:-$HOME/.cache}/ferrite/venv-python, outside the checkout, so reruns only
-# rebuild the extension. The torch tests (python/tests/test_dynamo.py) run when torch (and
-# transformers) are installed there too. `FERRITE_PYTHON` picks the interpreter (default
-# python3, 3.9 or later); pytest arguments pass through (`scripts/python-test.sh -k profile`).
+# pytest suite. The environment is kept in ${XDG_CACHE_HOME:-$HOME/.cache}/ferrite/venv-python,
+# outside the checkout, so reruns only rebuild the extension. It holds, from the Python
+# registry: maturin, numpy, pytest, ml-dtypes (bf16 arrays) and mypy (the stubtest of the type
+# stubs), and torch and transformers at pinned versions for the torch.compile backend's tests
+# (python/tests/test_dynamo.py). The registry's Linux torch wheel brings its CUDA libraries
+# (about 4 GB installed; the tests use the CPU only): a first run on a clean machine spends
+# a few minutes installing, later runs reuse the environment.
+#
+# FERRITE_TORCH=0 leaves torch out (a quick environment for the rest; the torch tests are then
+# skipped). Otherwise the torch tests must run: FERRITE_REQUIRE_TORCH=1 makes a missing torch
+# fail them instead of skipping. `FERRITE_PYTHON` picks the interpreter (default python3, 3.9
+# or later); pytest arguments pass through (`scripts/python-test.sh -k profile`).
 #
 # The extension is built in the dev profile, the workspace's own (opt-level 1, dependencies
 # at 2), so that it shares target/ with `cargo test`; the tests run small graphs, where
@@ -27,6 +33,23 @@ if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$requirements
     # shellcheck disable=SC2086 # the list is words on purpose
     "$venv/bin/python" -m pip install --quiet --upgrade pip $requirements
     echo "$requirements" > "$stamp"
+fi
+
+# torch and transformers in a step of their own, so that a change of their pins reinstalls
+# only them. Pinned: the backend follows torch's internal APIs (aot_autograd, the partitioner)
+# and its tests transformers' model code, which both change between releases.
+torch_requirements="torch==2.11.0 transformers==4.57.6"
+torch_stamp="$venv/.ferrite-torch-requirements"
+if [[ "${FERRITE_TORCH:-1}" != 0 ]]; then
+    if [[ "$(cat "$torch_stamp" 2>/dev/null)" != "$torch_requirements" ]]; then
+        echo "python-test: installing $torch_requirements into $venv (once)" >&2
+        start=$SECONDS
+        # shellcheck disable=SC2086 # the list is words on purpose
+        "$venv/bin/python" -m pip install --quiet $torch_requirements
+        echo "$torch_requirements" > "$torch_stamp"
+        echo "python-test: torch installed in $((SECONDS - start)) s" >&2
+    fi
+    export FERRITE_REQUIRE_TORCH=1
 fi
 
 export VIRTUAL_ENV="$venv"

@@ -13,9 +13,14 @@ right after ``pip install``. What it does with the FX graph TorchDynamo captures
    compiles again; with ``dynamic=False`` Dynamo itself recompiles per shape). Regions whose
    build fails run eagerly, with the reason kept for ``explain``.
 
-Parameters and buffers arrive as graph inputs (AOT lifts them) and are passed, like the other
-inputs, as numpy views of the tensors (``Tensor.numpy()``, no copy) to the program, which copies
-each once into its own storage; outputs come back through ``torch.from_numpy`` without a copy.
+Parameters and buffers arrive as graph inputs (AOT lifts them, or Dynamo passes those of inlined
+modules); AOT lists them as static inputs (``fw_metadata.static_input_indices``). Those the graph
+does not mutate are frozen: each region builds them into its program as constants at its first
+call, so a steady-state call passes and copies only the other inputs (numpy views of the tensors,
+``Tensor.numpy()``, which the program copies once into its own storage). A frozen tensor is
+still checked on every call, by its storage pointer and version counter (two attribute reads),
+so a parameter updated in place or replaced after compiling rebuilds the region instead of
+running stale weights. Outputs come back through ``torch.from_numpy`` without a copy.
 
 Inference only: a graph that needs gradients (grad mode on and an input or parameter that
 requires grad) is refused with an error that says so; run the model under ``torch.no_grad()``
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -490,14 +496,18 @@ class _Context:
         self.graph = graph
 
 
-def build_region(gm, inputs) -> Tuple[_ferrite.Program, List[str]]:
+def build_region(gm, inputs, frozen: Sequence[int] = ()) -> Tuple[_ferrite.Program, List[str]]:
     """Builds and compiles the Ferrite program of an FX graph module of mapped nodes for
-    `inputs` (tensors: only their `dtype` and `shape` are read); returns it with the op names
-    it maps. Reads nothing of torch but the graph, so it also runs on stand-ins."""
+    `inputs` (tensors: only their `dtype` and `shape` are read, but for the positions in
+    `frozen`, whose values become constants of the program); returns it with the op names it
+    maps. The program's parameters are the other inputs, in order. Reads nothing of torch but
+    the graph, so it also runs on stand-ins."""
     g = _ferrite.Graph("region")
     env: Dict[Any, Any] = {}
     ops: List[str] = []
-    placeholders = iter(inputs)
+    placeholders = iter(enumerate(inputs))
+    frozen = set(frozen)
+    started = time.perf_counter()
 
     def value(a):
         if isinstance(a, (list, tuple)):
@@ -508,8 +518,11 @@ def build_region(gm, inputs) -> Tuple[_ferrite.Program, List[str]]:
 
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            t = next(placeholders)
-            env[node] = g.input(f"in{len(env)}", _dtype(t.dtype), list(t.shape))
+            i, t = next(placeholders)
+            if i in frozen:
+                env[node] = g.constant(f"frozen{i}", _to_numpy(t))
+            else:
+                env[node] = g.input(f"in{i}", _dtype(t.dtype), list(t.shape))
         elif node.op == "get_attr":
             tensor = getattr(gm, node.target)
             env[node] = g.constant(node.target.replace(".", "_"), _to_numpy(tensor))
@@ -535,7 +548,15 @@ def build_region(gm, inputs) -> Tuple[_ferrite.Program, List[str]]:
             g.output(*[env[o] for o in outs])
         else:
             raise Unsupported(f"{node.op} node")
-    return _ferrite.compile(g, target="cpu"), ops
+    built = time.perf_counter()
+    program = _ferrite.compile(g, target="cpu")
+    _TIMES["build"] = built - started
+    _TIMES["compile"] = time.perf_counter() - built
+    return program, ops
+
+
+#: How long the last build_region took to build the graph and to compile it, in seconds.
+_TIMES: Dict[str, float] = {}
 
 
 def _check_meta(node, var):
@@ -565,6 +586,8 @@ class Region:
     ops: List[str]
     compiled: bool
     reason: Optional[str] = None
+    #: How many of its inputs (parameters, buffers) were built in as constants.
+    frozen: int = 0
 
 
 @dataclasses.dataclass
@@ -575,38 +598,78 @@ class Fallback:
     reason: str
 
 
-class _FerriteRegion:
-    """Runs an FX submodule of mapped nodes with Ferrite, compiled per input signature."""
+def _stamp(t):
+    """What identifies a frozen tensor's value without reading it: its storage pointer and
+    version counter (bumped by every in-place write), or None for a tensor without a version
+    counter (an inference-mode tensor), which is then not frozen."""
+    try:
+        return (t.data_ptr(), t._version)
+    except RuntimeError:
+        return None
 
-    def __init__(self, gm, record: "Explanation"):
+
+class _FerriteRegion:
+    """Runs an FX submodule of mapped nodes with Ferrite, compiled per input signature. The
+    inputs at the positions in `frozen` (parameters and buffers the graph does not mutate) are
+    built into the program as constants; a change to one (another tensor, or an in-place write)
+    rebuilds it."""
+
+    def __init__(self, gm, record: "Explanation", frozen: Sequence[int] = ()):
         self.gm = gm
+        self.frozen = tuple(sorted(frozen))
+        self.frozen_set = set(self.frozen)
+        # Per signature of the other inputs: (program, its frozen positions, their stamps).
         self.programs: Dict[Tuple, Any] = {}
         self.record = record
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        self.tuple_output = isinstance(out_node.args[0], (list, tuple))
+
+    def _compile(self, args):
+        import torch
+
+        stamps = {}
+        for i in self.frozen:
+            if isinstance(args[i], torch.Tensor):
+                stamp = _stamp(args[i])
+                if stamp is not None:
+                    stamps[i] = stamp
+        try:
+            program, ops = build_region(self.gm, args, frozen=list(stamps))
+            self.record.regions.append(Region(ops=ops, compiled=True, frozen=len(stamps)))
+            self.record.add_time("ferrite_build", _TIMES["build"])
+            self.record.add_time("ferrite_compile", _TIMES["compile"])
+        except (Unsupported, _ferrite.FerriteError) as e:
+            program, stamps = "eager", {}
+            self.record.regions.append(
+                Region(ops=[_target_name(n) for n in self.gm.graph.nodes if n.op == "call_function"],
+                       compiled=False, reason=str(e))
+            )
+        live = [i for i in range(len(args)) if i not in stamps]
+        return program, live, stamps
 
     def __call__(self, *args):
         import torch
 
-        key = tuple((a.dtype, tuple(a.shape)) if isinstance(a, torch.Tensor) else a for a in args)
-        program = self.programs.get(key)
-        if program is None:
-            try:
-                program, ops = build_region(self.gm, args)
-                self.record.regions.append(Region(ops=ops, compiled=True))
-            except (Unsupported, _ferrite.FerriteError) as e:
-                program = "eager"
-                self.record.regions.append(
-                    Region(ops=[_target_name(n) for n in self.gm.graph.nodes if n.op == "call_function"],
-                           compiled=False, reason=str(e))
-                )
-            self.programs[key] = program
+        key = tuple(
+            (a.dtype, tuple(a.shape)) if isinstance(a, torch.Tensor) else a
+            for i, a in enumerate(args)
+            if i not in self.frozen_set
+        )
+        entry = self.programs.get(key)
+        if entry is not None:
+            for i, stamp in entry[2].items():
+                a = args[i]
+                if a.data_ptr() != stamp[0] or a._version != stamp[1]:
+                    entry = None
+                    break
+        if entry is None:
+            entry = self.programs[key] = self._compile(args)
+        program, live, _ = entry
         if program == "eager":
             return self.gm(*args)
-        outputs = program.run(*[_to_numpy(a) for a in args])
+        outputs = program.run(*[_to_numpy(args[i]) for i in live])
         outputs = [torch.from_numpy(o) for o in outputs]
-        out_node = next(n for n in self.gm.graph.nodes if n.op == "output")
-        if isinstance(out_node.args[0], (list, tuple)):
-            return tuple(outputs)
-        return outputs[0]
+        return tuple(outputs) if self.tuple_output else outputs[0]
 
 
 @dataclasses.dataclass
@@ -618,6 +681,14 @@ class Explanation:
     regions: List[Region] = dataclasses.field(default_factory=list)
     fallbacks: List[Fallback] = dataclasses.field(default_factory=list)
     graph_breaks: List[str] = dataclasses.field(default_factory=list)
+    #: Seconds spent, summed over the graphs and regions: "aot" (AOT dispatch and the core ATen
+    #: decompositions, up to the partitioner), "partition", "ferrite_build" (the mapping onto
+    #: the builder) and "ferrite_compile" (`ferrite.compile`). Dynamo's own tracing and guards
+    #: are the rest of a first call.
+    seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def add_time(self, what: str, seconds: float) -> None:
+        self.seconds[what] = self.seconds.get(what, 0.0) + seconds
 
     def __str__(self) -> str:
         lines = [
@@ -626,17 +697,20 @@ class Explanation:
             f"{len(self.fallbacks)} op(s) run eagerly"
         ]
         for i, r in enumerate(self.regions):
-            what = "ferrite" if r.compiled else f"eager ({r.reason})"
+            what = f"ferrite, {r.frozen} input(s) frozen" if r.compiled else f"eager ({r.reason})"
             lines.append(f"  region {i}: {len(r.ops)} ops on {what}: {', '.join(sorted(set(r.ops)))}")
         for f in self.fallbacks:
             lines.append(f"  eager: {f.op}: {f.reason}")
         for b in self.graph_breaks:
             lines.append(f"  graph break: {b}")
+        if self.seconds:
+            lines.append("  seconds: " + ", ".join(f"{k} {v:.4f}" for k, v in self.seconds.items()))
         return "\n".join(lines)
 
 
-def _partition(gm, record: Explanation):
-    """Replaces the mapped parts of an ATen graph module with Ferrite regions."""
+def _partition(gm, record: Explanation, frozen: Sequence[int] = ()):
+    """Replaces the mapped parts of an ATen graph module with Ferrite regions; `frozen` are the
+    positions among the module's placeholders of the inputs to freeze into the programs."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -651,11 +725,19 @@ def _partition(gm, record: Explanation):
                 record.fallbacks.append(Fallback(op=_target_name(node), reason=reason))
             return reason is None
 
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    # By name: the partitioner's graph may hold copies of the nodes.
+    frozen_names = {placeholders[i].name for i in frozen if i < len(placeholders)}
     partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
     for node in fused.graph.nodes:
         if node.op == "call_module" and str(node.target).startswith("fused_"):
-            region = _FerriteRegion(getattr(fused, node.target), record)
+            positions = [
+                i
+                for i, a in enumerate(node.args)
+                if getattr(a, "op", None) == "placeholder" and a.name in frozen_names
+            ]
+            region = _FerriteRegion(getattr(fused, node.target), record, positions)
             # A child module's slot takes only a module.
             setattr(fused, node.target, _module(region))
     return fused
@@ -690,6 +772,23 @@ def _refuse_training(gm, example_inputs):
         )
 
 
+def _frozen_inputs() -> List[int]:
+    """The positions among the AOT graph's inputs of the parameters and buffers (AOT's static
+    inputs) that the graph does not mutate: those to freeze."""
+    import torch
+
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    if meta is None:
+        return []
+    infos = meta.input_info
+    return [
+        i
+        for i in meta.static_input_indices or []
+        if i < len(infos) and not infos[i].mutates_data and not infos[i].mutates_metadata
+    ]
+
+
 _LAST = Explanation()
 
 
@@ -703,12 +802,16 @@ def make_backend(record: Optional[Explanation] = None):
 
         target = record if record is not None else _LAST
         _refuse_training(gm, example_inputs)
+        entered = time.perf_counter()
 
         def inference_compiler(aten_gm, aten_inputs):
             from functorch.compile import make_boxed_func
 
+            started = time.perf_counter()
+            target.add_time("aot", started - entered)
             target.graphs += 1
-            fused = _partition(aten_gm, target)
+            fused = _partition(aten_gm, target, _frozen_inputs())
+            target.add_time("partition", time.perf_counter() - started)
             return make_boxed_func(fused.forward)
 
         return aot_autograd(

@@ -2,12 +2,14 @@
 
 Without torch, the ATen mapping runs on stand-ins for FX nodes and tensors (the region builder
 reads only `op`, `target`, `args`, `kwargs`, `meta`, and tensors' `dtype` and `shape`), and the
-entry point is checked. With torch installed (`pip install torch transformers`), the backend
+entry point is checked. With torch installed (`pip install torch transformers`; scripts/python-test.sh does), the backend
 runs small functions over every mapped op and transformers' GPT-2, BERT and LLaMA against eager.
 """
 
+import importlib
 import importlib.metadata
 import operator
+import os
 
 import numpy as np
 import pytest
@@ -214,8 +216,16 @@ def test_unmapped_ops_and_wrong_types_are_reported():
 # --- With torch. ---------------------------------------------------------------------------------
 
 
+def _needed(module):
+    """`module`, or a skip where it is not installed; scripts/python-test.sh installs torch and
+    transformers and sets FERRITE_REQUIRE_TORCH=1, under which a missing one fails the test."""
+    if os.environ.get("FERRITE_REQUIRE_TORCH") == "1":
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
 def _torch():
-    return pytest.importorskip("torch")
+    return _needed("torch")
 
 
 FUNCTIONS = {
@@ -284,9 +294,37 @@ def test_shape_change_recompiles():
             torch.testing.assert_close(fn(x), torch.tanh(x) * 3)
 
 
+def test_parameters_are_frozen_and_follow_in_place_updates():
+    global torch
+    torch = _torch()
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    record = dynamo.Explanation()
+    compiled = torch.compile(model, backend=dynamo.make_backend(record), dynamic=False)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        # Two weights and two biases are constants of the program; x is its one input.
+        assert [r.frozen for r in record.regions] == [4]
+        assert "4 input(s) frozen" in str(record)
+        # The first call's time is split into the backend's steps.
+        assert set(record.seconds) == {"aot", "partition", "ferrite_build", "ferrite_compile"}
+        assert all(v > 0 for v in record.seconds.values()), record.seconds
+        compiled(x)
+        assert len(record.regions) == 1, "an unchanged parameter must not rebuild"
+        # An in-place write bumps the weight's version counter: the region is rebuilt with it.
+        model[0].weight.mul_(2.0)
+        torch.testing.assert_close(compiled(x), model(x))
+        assert len(record.regions) == 2
+        # So does a parameter replaced by another tensor.
+        model[2].bias = torch.nn.Parameter(torch.randn(4), requires_grad=False)
+        torch.testing.assert_close(compiled(x), model(x))
+
+
 def _transformers():
     _torch()
-    return pytest.importorskip("transformers")
+    return _needed("transformers")
 
 
 def _check_model(model, inputs):
