@@ -237,6 +237,13 @@ impl IndexExpr {
     /// The canonical, simplified form (see the module docs for the rules). The result
     /// evaluates to the same value as `self` wherever the variables are in range.
     pub fn simplify(&self, ext: &Extents) -> IndexExpr {
+        // A constant and a variable of a loop longer than 1 are already canonical (the
+        // common coordinates); skip building their linear form.
+        match self {
+            IndexExpr::Const(_) => return self.clone(),
+            IndexExpr::Var(v) if ext.extent(*v) != Some(1) => return self.clone(),
+            _ => {}
+        }
         match linear(self, ext) {
             Some(l) => l.into_expr(),
             None => self.clone(),
@@ -356,6 +363,41 @@ impl Linear {
         Some((lo, hi))
     }
 
+    /// `self + c * atom`, merging an equal atom (taking `atom` by value, so nothing is
+    /// cloned or allocated beyond the insertion).
+    fn add_atom(&mut self, a: IndexExpr, c: i64) -> Option<()> {
+        match self.terms.binary_search_by(|(b, _)| b.cmp(&a)) {
+            Ok(i) => {
+                self.terms[i].1 = self.terms[i].1.checked_add(c)?;
+                if self.terms[i].1 == 0 {
+                    self.terms.remove(i);
+                }
+            }
+            Err(i) => {
+                if c != 0 {
+                    self.terms.insert(i, (a, c));
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// `self + k * other`, consuming `other` (its atoms move instead of being cloned).
+    /// The same result as [`Linear::add_scaled`].
+    fn add_linear(&mut self, other: Linear, k: i64) -> Option<()> {
+        if self.terms.is_empty() && k == 1 {
+            // Adding to a constant: `other`'s atoms are sorted, distinct and non-zero.
+            self.constant = self.constant.checked_add(other.constant)?;
+            self.terms = other.terms;
+            return Some(());
+        }
+        self.constant = self.constant.checked_add(other.constant.checked_mul(k)?)?;
+        for (a, c) in other.terms {
+            self.add_atom(a, c.checked_mul(k)?)?;
+        }
+        Some(())
+    }
+
     /// `self + k * other`, merging equal atoms.
     fn add_scaled(&mut self, other: &Linear, k: i64) -> Option<()> {
         self.constant = self.constant.checked_add(other.constant.checked_mul(k)?)?;
@@ -384,7 +426,16 @@ impl Linear {
         Some(out)
     }
 
-    fn into_expr(self) -> IndexExpr {
+    fn into_expr(mut self) -> IndexExpr {
+        // One atom with coefficient 1 and no constant, or only a constant: no sum.
+        if self.terms.is_empty() {
+            return IndexExpr::Const(self.constant);
+        }
+        if self.constant == 0 && self.terms.len() == 1 && self.terms[0].1 == 1 {
+            if let Some((a, _)) = self.terms.pop() {
+                return a;
+            }
+        }
         let mut parts: Vec<IndexExpr> = self
             .terms
             .into_iter()
@@ -472,7 +523,7 @@ fn linear(e: &IndexExpr, ext: &Extents) -> Option<Linear> {
         IndexExpr::Sum(ts) => {
             let mut out = Linear::constant(0);
             for t in ts {
-                out.add_scaled(&linear(t, ext)?, 1)?;
+                out.add_linear(linear(t, ext)?, 1)?;
             }
             out.recombine(ext)?;
             out
@@ -516,9 +567,9 @@ fn floor_div(l: Linear, n: i64, ext: &Extents) -> Option<Linear> {
     let mut r = Linear::constant(l.constant.rem_euclid(n));
     for (a, c) in l.terms {
         if c % n == 0 {
-            q.add_scaled(&Linear::atom(a), c / n)?;
+            q.add_atom(a, c / n)?;
         } else {
-            r.add_scaled(&Linear::atom(a), c)?;
+            r.add_atom(a, c)?;
         }
     }
     if let Some((lo, hi)) = r.as_expr_range(ext) {
@@ -541,7 +592,7 @@ fn floor_div(l: Linear, n: i64, ext: &Extents) -> Option<Linear> {
     } else {
         IndexExpr::FloorDiv(Box::new(r.into_expr()), n)
     };
-    q.add_scaled(&Linear::atom(rest), 1)?;
+    q.add_atom(rest, 1)?;
     Some(q)
 }
 
@@ -554,7 +605,7 @@ fn modulo(l: Linear, n: i64, ext: &Extents) -> Option<Linear> {
     let mut r = Linear::constant(l.constant.rem_euclid(n));
     for (a, c) in l.terms {
         if c % n != 0 {
-            r.add_scaled(&Linear::atom(a), c)?;
+            r.add_atom(a, c)?;
         }
     }
     // (g*x) % (g*m) = g * (x % m).
@@ -754,6 +805,51 @@ mod tests {
         ] {
             same_everywhere(&x, &e);
         }
+    }
+
+    #[test]
+    fn moving_adds_match_cloning_adds() {
+        // `add_linear` (moves atoms, short cut onto a constant) and `add_atom` must give
+        // exactly what `add_scaled` gives, for every pair and scale.
+        let e = ext(&[6, 4], &[3]);
+        let pieces = [
+            i(0) * 4 + i(1),
+            i(0).floor_div(2) + IndexExpr::Const(5),
+            i(1) * -1 + r(0) * 3,
+            i(0) * 4 + i(1).modulo(3) * 2 + IndexExpr::Const(-1),
+            IndexExpr::Const(7),
+        ];
+        let lin: Vec<Linear> = pieces.iter().map(|p| linear(p, &e).unwrap()).collect();
+        for a in &lin {
+            for b in &lin {
+                for k in [-2, -1, 0, 1, 3] {
+                    let mut want = a.clone();
+                    want.add_scaled(b, k).unwrap();
+                    let mut got = a.clone();
+                    got.add_linear(b.clone(), k).unwrap();
+                    assert_eq!((got.constant, &got.terms), (want.constant, &want.terms));
+                    let mut atoms = a.clone();
+                    atoms.constant += b.constant * k;
+                    for (t, c) in &b.terms {
+                        atoms.add_atom(t.clone(), c * k).unwrap();
+                    }
+                    assert_eq!((atoms.constant, &atoms.terms), (want.constant, &want.terms));
+                }
+            }
+        }
+        // The short cuts of `simplify` and `into_expr` keep the canonical forms.
+        assert_eq!(i(1).simplify(&e), i(1));
+        assert_eq!(IndexExpr::Const(-3).simplify(&e), IndexExpr::Const(-3));
+        assert_eq!(
+            IndexExpr::Var(Var::store(0)).simplify(&e),
+            IndexExpr::Var(Var::store(0))
+        );
+        assert_eq!(Linear::atom(i(0)).into_expr(), i(0));
+        assert_eq!(Linear::constant(4).into_expr(), IndexExpr::Const(4));
+        assert_eq!(
+            (i(0) + IndexExpr::Const(2)).simplify(&e).to_string(),
+            "i0 + 2"
+        );
     }
 
     #[test]

@@ -335,7 +335,8 @@ impl KernelBuilder<'_> {
         guard: &[Bound],
     ) -> Result<ExprRef, Fail> {
         let coords: Vec<IndexExpr> = coords.iter().map(|c| self.simplify(c)).collect();
-        let key = (v, coords.clone(), guard.to_vec());
+        // The key owns the coordinates; the computation borrows them from it.
+        let key = (v, coords, guard.to_vec());
         if let Some(&r) = self.cur.memo.get(&key) {
             return Ok(r);
         }
@@ -347,7 +348,7 @@ impl KernelBuilder<'_> {
             .into());
         }
         self.depth += 1;
-        let result = self.value_at_uncached(v, &coords, guard);
+        let result = self.value_at_uncached(v, &key.1, guard);
         self.depth -= 1;
         let r = result?;
         self.cur.memo.insert(key, r);
@@ -425,8 +426,8 @@ impl KernelBuilder<'_> {
         out: &[usize],
         guard: &[Bound],
     ) -> Result<ExprRef, Fail> {
-        let own = self.plan.g.ty(x).shape.clone();
-        let c = Self::broadcast(coords, &own, out);
+        let g = self.plan.g;
+        let c = Self::broadcast(coords, &g.ty(x).shape, out);
         self.value_at(x, &c, guard)
     }
 
@@ -502,9 +503,9 @@ impl KernelBuilder<'_> {
                 Err(bug(format!("%{} is read before its reduction", v.0)))
             }
             Op::Reshape { .. } => {
-                let src_shape = g.ty(ins[0]).shape.clone();
+                let src_shape = &g.ty(ins[0]).shape;
                 let flat = self.flat(coords, out);
-                let strides = contiguous_strides(&src_shape);
+                let strides = contiguous_strides(src_shape);
                 let src: Vec<IndexExpr> = src_shape
                     .iter()
                     .zip(&strides)
@@ -525,8 +526,7 @@ impl KernelBuilder<'_> {
                 self.value_at(ins[0], &src, guard)
             }
             Op::Expand { .. } => {
-                let own = g.ty(ins[0]).shape.clone();
-                let src = Self::broadcast(coords, &own, out);
+                let src = Self::broadcast(coords, &g.ty(ins[0]).shape, out);
                 self.value_at(ins[0], &src, guard)
             }
             Op::Slice {
