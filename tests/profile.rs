@@ -94,6 +94,12 @@ fn every_example_profiles_on_sim() {
             let mut cycles = 0;
             for k in s["kernels"].as_array().unwrap() {
                 let c = k["cycles"].as_u64().unwrap();
+                // A GEMM run in an earlier kernel's launch (GEMMs sharing their
+                // lhs) has a row of zeros; that launch's row counts it.
+                if label == "fused" && k["sim"]["launches"].as_u64() == Some(0) {
+                    assert_eq!(c, 0, "{file} {k}");
+                    continue;
+                }
                 assert!(c > 0 && k["time_ns"].as_f64().unwrap() > 0.0, "{file} {k}");
                 assert_eq!(k["sim"]["pe_busy_cycles"].as_array().unwrap().len(), 64);
                 cycles += c;

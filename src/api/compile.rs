@@ -360,11 +360,14 @@ fn generate(
         }
         Target::Sim => {
             let machine = options.machine.clone().unwrap_or_else(Machine::mtia2i);
-            let (sim, t) = SimProgram::compile_tuned(
+            // The unfused baseline keeps one launch per kernel: it does not run
+            // GEMMs that share their lhs as one launch either.
+            let (sim, t) = SimProgram::compile_grouped(
                 program,
                 &machine,
                 Intermediates::default(),
                 options.autotune.as_ref(),
+                options.fuse,
             )
             .map_err(|e| failed("tile lowering", e.to_string(), e.is_internal()))?;
             tunings = t;

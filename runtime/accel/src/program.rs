@@ -30,7 +30,7 @@
 //! assert!(compiled.kernels_text().contains("acc0 = max(where(mr, x, -inf), axis=1)"));
 //! ```
 
-use super::lower::{lower_kernel, TileLaunch};
+use super::lower::{group_choices, lhs_groups, lower_group, TileLaunch};
 use super::sim::{self, Device, DeviceArg, DeviceReport, Machine, Placement};
 use super::tune::{tune_kernel, KernelTuning, TuneOptions};
 use crate::error::{Error, Result};
@@ -74,8 +74,12 @@ pub struct SimProgram {
     buffers: Vec<BufferPlan>,
     inputs: Vec<BufferId>,
     outputs: Vec<BufferId>,
-    /// Per loop-IR kernel, in order: its tile kernel, or `None` when it has no work.
+    /// Per loop-IR kernel, in order: its tile kernel, or `None` when it has no work
+    /// or runs in an earlier kernel's launch (see `merged`).
     launches: Vec<Option<TileLaunch>>,
+    /// Per loop-IR kernel: the kernel whose launch computes it, when that is an
+    /// earlier one (GEMMs sharing their lhs run as one launch: `lhs_groups`).
+    merged: Vec<Option<usize>>,
     /// The constant tensors of the program's constant buffers, shared with the graph.
     constants: Vec<ferrite_ir::Constant>,
 }
@@ -100,24 +104,79 @@ impl SimProgram {
     /// Lowers every kernel of `program` for `machine`, placing intermediates as
     /// `intermediates` says; with `tune`, each GEMM kernel's choice is the
     /// autotuner's ([`crate::tune`]), whose report of each kernel is returned.
+    /// Consecutive independent GEMMs that share their left operand run as one
+    /// launch (see [`SimProgram::compile_grouped`]).
     pub fn compile_tuned(
         program: &Program,
         machine: &Machine,
         intermediates: Intermediates,
         tune: Option<&TuneOptions>,
     ) -> Result<(SimProgram, Vec<KernelTuning>)> {
+        SimProgram::compile_grouped(program, machine, intermediates, tune, true)
+    }
+
+    /// As [`SimProgram::compile_tuned`]; with `group`, runs of consecutive
+    /// independent GEMM kernels that read the same left operand the same way and
+    /// have the same shape (`lower::lhs_groups`: a transformer's q, k and v
+    /// projections) become one launch whose programs copy each block of that
+    /// operand once for all of them; without, every kernel is its own launch
+    /// (the unfused baseline). A group is lowered with the cost model's choice
+    /// (the autotuner tunes single GEMM kernels), and falls back to one launch
+    /// per kernel when no choice of blocks fits local memory.
+    pub fn compile_grouped(
+        program: &Program,
+        machine: &Machine,
+        intermediates: Intermediates,
+        tune: Option<&TuneOptions>,
+        group: bool,
+    ) -> Result<(SimProgram, Vec<KernelTuning>)> {
         program.verify().map_err(|e| {
             Error::InvalidProgram(format!("program `{}` is invalid: {e}", program.name))
         })?;
-        let buffers = plan_buffers(program, machine, intermediates);
+        let n = program.kernels.len();
+        // Groups are decided from the program alone; the members' outputs then
+        // live from the group's first kernel, where its launch runs.
+        let mut ranges = if group {
+            lhs_groups(program)
+        } else {
+            (0..n).map(|i| i..i + 1).collect()
+        };
+        let mut merged: Vec<Option<usize>> = vec![None; n];
+        let mut buffers;
+        loop {
+            for r in &ranges {
+                for i in r.clone().skip(1) {
+                    merged[i] = Some(r.start);
+                }
+            }
+            buffers = plan_buffers(program, machine, intermediates, &merged);
+            let placements: Vec<Placement> = buffers.iter().map(|b| b.placement).collect();
+            // A group none of whose choices fits is split back into its kernels.
+            let unfit = ranges.iter().position(|r| {
+                r.len() > 1 && {
+                    let ks: Vec<_> = program.kernels[r.clone()].iter().collect();
+                    let room = sram_room(&buffers, machine, r.start);
+                    group_choices(program, &ks, machine, &placements, room)
+                        .map_or(true, |c| c.is_empty())
+                }
+            });
+            let Some(u) = unfit else { break };
+            let r = ranges.remove(u);
+            for (j, i) in r.enumerate() {
+                merged[i] = None;
+                ranges.insert(u + j, i..i + 1);
+            }
+        }
         let placements: Vec<Placement> = buffers.iter().map(|b| b.placement).collect();
-        let mut launches = Vec::with_capacity(program.kernels.len());
+        let mut launches: Vec<Option<TileLaunch>> = (0..n).map(|_| None).collect();
         let mut tunings = Vec::new();
-        for (ki, k) in program.kernels.iter().enumerate() {
+        for r in &ranges {
+            let ki = r.start;
+            let k = &program.kernels[ki];
             let room = sram_room(&buffers, machine, ki);
             let context = |e: Error| e.context(format_args!("kernel {}", k.name));
             let mut choice = None;
-            if let Some(opts) = tune {
+            if let (Some(opts), 1) = (tune, r.len()) {
                 if let Some(t) =
                     tune_kernel(program, k, machine, &placements, room, opts).map_err(context)?
                 {
@@ -125,9 +184,9 @@ impl SimProgram {
                     tunings.push(t);
                 }
             }
-            launches.push(
-                lower_kernel(program, k, machine, &placements, room, choice).map_err(context)?,
-            );
+            let ks: Vec<_> = program.kernels[r.clone()].iter().collect();
+            launches[ki] =
+                lower_group(program, &ks, machine, &placements, room, choice).map_err(context)?;
         }
         let compiled = SimProgram {
             name: program.name.clone(),
@@ -136,6 +195,7 @@ impl SimProgram {
             inputs: program.inputs.clone(),
             outputs: program.outputs.clone(),
             launches,
+            merged,
             constants: program.constants.clone(),
         };
         Ok((compiled, tunings))
@@ -158,6 +218,13 @@ impl SimProgram {
             .iter()
             .flatten()
             .flat_map(|l| l.staging.as_deref().into_iter().chain([l]))
+    }
+
+    /// For loop-IR kernel `ki`: the earlier kernel whose launch computes it too
+    /// (GEMMs sharing their left operand run as one launch, named after the
+    /// first), or `None` when it has a launch of its own (or no work).
+    pub fn merged_into(&self, ki: usize) -> Option<usize> {
+        self.merged.get(ki).copied().flatten()
     }
 
     /// Where every buffer lives.
@@ -352,10 +419,17 @@ fn sram_room(plans: &[BufferPlan], m: &Machine, ki: usize) -> u64 {
     m.sram_bytes.saturating_sub(used)
 }
 
-/// Places every buffer (see the module docs).
-fn plan_buffers(p: &Program, m: &Machine, intermediates: Intermediates) -> Vec<BufferPlan> {
-    // Lifetimes of intermediates: first writer to last reader.
+/// Places every buffer (see the module docs); `merged[i]` is the kernel whose
+/// launch computes kernel `i`, when that is an earlier one.
+fn plan_buffers(
+    p: &Program,
+    m: &Machine,
+    intermediates: Intermediates,
+    merged: &[Option<usize>],
+) -> Vec<BufferPlan> {
+    // Lifetimes of intermediates: first writer (its launch) to last reader.
     let live = Liveness::of(p);
+    let launch_of = |k: usize| merged.get(k).copied().flatten().unwrap_or(k);
     let mut plans: Vec<BufferPlan> = p
         .buffers
         .iter()
@@ -366,7 +440,9 @@ fn plan_buffers(p: &Program, m: &Machine, intermediates: Intermediates) -> Vec<B
             kind: b.kind,
             placement: Placement::Lpddr,
             live: match b.kind {
-                BufferKind::Intermediate => live.get(b.id).map(|iv| (iv.first, iv.last)),
+                BufferKind::Intermediate => live
+                    .get(b.id)
+                    .map(|iv| (launch_of(iv.first), iv.last.max(launch_of(iv.first)))),
                 _ => None,
             },
         })

@@ -1082,3 +1082,97 @@ fn two_row_blocks_per_program_defer_the_first_store_and_compute_the_same() {
         .unwrap_or_else(|e| panic!("{e}\n{text}"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn gemms_that_share_their_lhs_run_as_one_launch() {
+    // A transformer's q, k and v projections of one activation, each with an
+    // epilogue of its own: three GEMM kernels in the loop IR, one launch whose
+    // programs copy each slice of `x` once for all three.
+    let g = parse(
+        "g.fg",
+        "graph g(x: f32[64, 256], wq: f32[256, 256], wk: f32[256, 256], wv: f32[256, 256], \
+         bv: f32[256]) {\n  \
+         q = matmul(x, wq)\n  k = relu(matmul(x, wk))\n  v = add(matmul(x, wv), bv)\n  \
+         return q, k, v\n}\n",
+    );
+    let p = program(&g, true);
+    let gemms = p.kernels.iter().filter(|k| k.gemm.is_some()).count();
+    assert_eq!(gemms, 3, "{p}");
+    let groups = ferrite_accel::lower::lhs_groups(&p);
+    assert!(groups.iter().any(|r| r.len() == 3), "{groups:?}\n{p}");
+    let m = Machine::mtia2i();
+    let inputs = random_inputs(&g, 3);
+    let want = interpret(&g, &inputs).unwrap();
+    let run = |group: bool| {
+        let (sim, _) =
+            SimProgram::compile_grouped(&p, &m, Intermediates::default(), None, group).unwrap();
+        let (got, report) = sim.run(&inputs).unwrap();
+        for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+            a.check_close(e, 1e-4, 1e-4)
+                .unwrap_or_else(|err| panic!("output {i}: {err}\n{}", sim.kernels_text()));
+        }
+        (sim, report)
+    };
+    let (grouped, one) = run(true);
+    let (_, three) = run(false);
+    let text = grouped.kernels_text();
+    assert!(text.contains("3 GEMMs sharing their lhs"), "{text}");
+    // Kernel launches (a staging launch that copies operands to SRAM aside).
+    let kernels = |r: &DeviceReport| {
+        r.launches
+            .iter()
+            .filter(|l| !l.kernel.ends_with("_stage"))
+            .count()
+    };
+    assert_eq!((kernels(&one), kernels(&three)), (1, 3), "{text}");
+    let merged: Vec<usize> = (0..p.kernels.len())
+        .filter(|&i| grouped.merged_into(i).is_some())
+        .collect();
+    assert_eq!(merged.len(), 2, "{text}");
+    // Two launch overheads fewer, and `x` read once per block instead of thrice.
+    println!(
+        "one launch: {} cycles, {} SRAM+LPDDR B; three: {} cycles, {} B",
+        one.cycles(),
+        one.bytes().lpddr() + one.bytes().sram(),
+        three.cycles(),
+        three.bytes().lpddr() + three.bytes().sram()
+    );
+    assert!(
+        one.cycles() < three.cycles(),
+        "{} >= {}",
+        one.cycles(),
+        three.cycles()
+    );
+    assert!(
+        one.bytes().lpddr() + one.bytes().sram() < three.bytes().lpddr() + three.bytes().sram()
+    );
+    // Ragged M, N and K (masks on rows, columns and the K tail), a transposed
+    // rhs, and a larger product, which the model may give two row blocks per
+    // program (their stores deferred into the next block's K loop, for both).
+    let ragged = parse(
+        "r.fg",
+        "graph r(x: f32[300, 200], w1: f32[200, 260], w2: f32[260, 200]) {\n  \
+         a = matmul(x, w1)\n  b = tanh(matmul(x, transpose(w2, dim0=0, dim1=1)))\n  \
+         return a, b\n}\n",
+    );
+    let pr = program(&ragged, true);
+    assert!(
+        ferrite_accel::lower::lhs_groups(&pr)
+            .iter()
+            .any(|r| r.len() == 2),
+        "{pr}"
+    );
+    let inputs = random_inputs(&ragged, 9);
+    let want = interpret(&ragged, &inputs).unwrap();
+    compare(&pr, &inputs, &want).unwrap();
+    // GEMMs that depend on each other, or read different left operands, stay
+    // apart: `y` reads `h`.
+    let chain = parse(
+        "c.fg",
+        "graph c(x: f32[64, 256], w1: f32[256, 256], w2: f32[256, 256], w3: f32[256, 256]) {\n  \
+         h = matmul(x, w1)\n  y = matmul(h, w2)\n  z = matmul(y, w3)\n  return h, z\n}\n",
+    );
+    let pc = program(&chain, true);
+    let groups = ferrite_accel::lower::lhs_groups(&pc);
+    assert!(groups.iter().all(|r| r.len() == 1), "{groups:?}\n{pc}");
+}

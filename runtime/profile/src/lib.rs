@@ -221,7 +221,8 @@ pub fn machine_info(m: &Machine) -> MachineInfo {
 /// Profiles a schedule on the simulator: one run (simulated cycles do not vary).
 /// `compiled` was compiled from `program`, which was scheduled from `graph`;
 /// `peak_intermediate_bytes` is the memory plan's arena size. A kernel with no work
-/// (an empty domain) is not launched and gets a row of zeros.
+/// (an empty domain) is not launched and gets a row of zeros, and so does a GEMM
+/// computed by an earlier kernel's launch (GEMMs sharing their left operand).
 pub fn profile_sim(
     compiled: &SimProgram,
     program: &Program,
@@ -234,7 +235,10 @@ pub fn profile_sim(
     let mut launches = report.launches.iter();
     let mut rows = Vec::with_capacity(program.kernels.len());
     for (i, k) in program.kernels.iter().enumerate() {
-        let launch = if k.domain.contains(&0) {
+        // A GEMM that runs in an earlier kernel's launch (GEMMs sharing their
+        // lhs: `SimProgram::merged_into`) has no launch of its own; that
+        // kernel's row counts the launch.
+        let launch = if k.domain.contains(&0) || compiled.merged_into(i).is_some() {
             None
         } else {
             match launches.next() {

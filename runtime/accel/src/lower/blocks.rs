@@ -163,6 +163,11 @@ pub(super) struct GemmNeed {
     pub epilogue_ops: usize,
     /// SRAM free for staged operands while the kernel runs.
     pub sram_room: u64,
+    /// GEMMs of this shape sharing the left operand in one launch (1 for a
+    /// plain GEMM): each program copies a slice of the left operand once and one
+    /// of each right operand, runs one dot and one epilogue (the epilogue
+    /// figures above are their sum) and stores one block per GEMM.
+    pub group: usize,
 }
 
 /// A GEMM choice with the cycles the cost model expects of it (both launches).
@@ -252,12 +257,13 @@ fn gemm_cycles(
     let mut seen_a = vec![false; blocks_m * za];
     let mut seen_b = vec![false; gy * zb];
     let mut busy = vec![0.0f64; r.pes];
-    let (a, b) = ((bm * bk * g.elem) as f64, (bk * bn * g.elem) as f64);
-    let dot = (2 * bm * bn * bk) as f64 / r.dot;
+    let group = g.group.max(1);
+    let (a, b) = ((bm * bk * g.elem) as f64, (group * bk * bn * g.elem) as f64);
+    let dot = (2 * group * bm * bn * bk) as f64 / r.dot;
     let read_local = ((a + b) / r.local).ceil();
     let steps = g.k.div_ceil(bk).max(1) as f64;
     let epilogue = ((bm * bn * g.epilogue_ops) as f64 / r.vector).ceil();
-    let out = (bm * bn * g.out_elem) as f64;
+    let out = (group * bm * bn * g.out_elem) as f64;
     for i in 0..programs {
         let (x, y, z) = (i % gx, i / gx % gy, i / (gx * gy));
         let wave = i / r.pes * r.pes;
@@ -302,9 +308,11 @@ pub(super) fn gemm_fits(mach: &Machine, g: &GemmNeed, c: &GemmChoice) -> bool {
     // Local buffers, the tiles read from them, the accumulator and the epilogue;
     // with two row blocks, also the first block's result and pointers, kept
     // until the second block's K loop has stored them.
-    let mut bytes = 2 * (bm * bk + bk * bn) * g.elem + bm * bn * (4 + g.epilogue_bytes_per_point);
+    let group = g.group.max(1);
+    let mut bytes = 2 * (bm * bk + group * bk * bn) * g.elem
+        + bm * bn * (4 * group + g.epilogue_bytes_per_point);
     if c.rows > 1 {
-        bytes += bm * bn * (g.out_elem + 4);
+        bytes += group * bm * bn * (g.out_elem + 4);
     }
     let staged: u64 = (0..2)
         .filter(|&i| c.staged[i])
@@ -490,6 +498,7 @@ mod tests {
             epilogue_bytes_per_point: 16,
             epilogue_ops: 2,
             sram_room: m.sram_bytes,
+            group: 1,
         };
         let p = gemm(&m, &need(1024, 1024, 1024, false));
         assert!(gemm_fits(&m, &need(1024, 1024, 1024, false), &p));

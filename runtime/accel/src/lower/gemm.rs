@@ -87,6 +87,61 @@ fn dma(buf: &E, ptrs: E, mask: Option<E>) -> E {
     call(Builtin::DmaAsync, args)
 }
 
+/// True when GEMM kernels `a` and `b` (each [`eligible`]) can run as one launch
+/// whose programs load each block of their common left operand once for both:
+/// the same left operand read the same way, the same shape, domain and operand
+/// dtype, and neither touches a buffer the other writes (they are independent,
+/// so the order of their stores within the launch does not matter).
+pub(super) fn shares_lhs(p: &Program, a: (&Kernel, &GemmInfo), b: (&Kernel, &GemmInfo)) -> bool {
+    let ((ka, ga), (kb, gb)) = (a, b);
+    let dtype = |id: BufferId| p.buffer(id).map(|buf| buf.ty.dtype);
+    if ga.lhs != gb.lhs
+        || (ga.batch.as_slice(), ga.m, ga.n, ga.k) != (gb.batch.as_slice(), gb.m, gb.n, gb.k)
+        || ga.outer_axes != gb.outer_axes
+        || ka.domain != kb.domain
+        || dtype(ga.rhs.buffer) != dtype(gb.rhs.buffer)
+        || gb.rhs.buffer == ga.lhs.buffer
+        || ga.rhs.buffer == ga.lhs.buffer
+    {
+        return false;
+    }
+    let written = |k: &Kernel| -> Vec<BufferId> {
+        k.stages
+            .iter()
+            .flat_map(|s| s.stores().iter().map(|st| st.buffer))
+            .collect()
+    };
+    let touched = |k: &Kernel| super::touched_buffers(k);
+    let (wa, wb) = (written(ka), written(kb));
+    let (ta, tb) = (touched(ka), touched(kb));
+    !wa.iter().any(|x| tb.contains(x)) && !wb.iter().any(|x| ta.contains(x))
+}
+
+/// What the block choice of the GEMMs `members` (one, or several sharing their
+/// left operand, see [`shares_lhs`]) depends on.
+pub(super) fn need_group(cx: &Cx, members: &[(&Kernel, &GemmInfo)]) -> Result<GemmNeed> {
+    let Some(&(k, g)) = members.first() else {
+        return Err(Error::internal("a GEMM group without members"));
+    };
+    let mut need = need(cx, k, g)?;
+    let mut rhs: Vec<BufferId> = vec![g.rhs.buffer];
+    for &(k, g) in &members[1..] {
+        let more = self::need(cx, k, g)?;
+        need.epilogue_bytes_per_point += more.epilogue_bytes_per_point;
+        need.epilogue_ops += more.epilogue_ops;
+        need.out_lpddr |= more.out_lpddr;
+        need.out_elem = need.out_elem.max(more.out_elem);
+        need.lpddr[1] |= more.lpddr[1];
+        need.batched[1] |= more.batched[1];
+        if !rhs.contains(&g.rhs.buffer) {
+            rhs.push(g.rhs.buffer);
+            need.operand_bytes[1] += more.operand_bytes[1];
+        }
+    }
+    need.group = members.len();
+    Ok(need)
+}
+
 /// What the block choice of GEMM `g` of kernel `k` depends on.
 pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
     let dt = cx
@@ -144,6 +199,7 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
         epilogue_bytes_per_point: epilogue,
         epilogue_ops,
         sram_room: cx.sram_room,
+        group: 1,
     })
 }
 
@@ -209,23 +265,31 @@ fn epilogue_bytes_per_point(k: &Kernel, g: &GemmInfo, index_bytes: usize) -> usi
     total
 }
 
-/// Lowers a GEMM kernel into `b` with `choice` (the cost model's when `None`
+/// Lowers the GEMM kernels `members` (one, or several sharing their left
+/// operand: [`shares_lhs`]) into `b` with `choice` (the cost model's when `None`
 /// or when it does not fit); returns the grid, a line describing the blocks
 /// and the operands to stage in SRAM first.
+///
+/// With several members, program `(i, j, z)` computes block `(i, j)` of every
+/// member's product: each K step copies the left operand's slice once and each
+/// member's right slice, and runs one `dot` per member into its own
+/// accumulator; then every member's epilogue runs on its accumulator.
 pub(super) fn lower(
     cx: &Cx,
-    k: &Kernel,
-    g: &GemmInfo,
+    members: &[(&Kernel, &GemmInfo)],
     b: &mut Builder,
     choice: Option<GemmChoice>,
 ) -> Result<([usize; 3], String, Vec<BufferId>)> {
+    let Some(&(_, g)) = members.first() else {
+        return Err(Error::internal("a GEMM group without members"));
+    };
     let dt = cx
         .program
         .buffer(g.lhs.buffer)
         .map(|buf| buf.ty.dtype)
         .ok_or_else(|| Error::internal("GEMM operand buffer"))?;
     let batch: usize = g.batch.iter().product();
-    let need = need(cx, k, g)?;
+    let need = need_group(cx, members)?;
     let plan = match choice {
         Some(c) if blocks::gemm_fits(cx.machine, &need, &c) => c,
         _ => blocks::gemm(cx.machine, &need),
@@ -236,7 +300,11 @@ pub(super) fn lower(
         staged.push(g.lhs.buffer);
     }
     if plan.staged[1] {
-        staged.push(g.rhs.buffer);
+        for &(_, m) in members {
+            if cx.in_lpddr(m.rhs.buffer) && !staged.contains(&m.rhs.buffer) {
+                staged.push(m.rhs.buffer);
+            }
+        }
     }
     let rows = plan.rows.max(1);
     let bmc = b.constant("BM", bm as i64);
@@ -283,21 +351,25 @@ pub(super) fn lower(
         }
         Ok(p)
     };
-    let (a, w) = (&g.lhs, &g.rhs);
-    let mut pb = base(w)?;
-    if w.row_stride != 0 {
-        pb = add(pb, scaled(column(rk.clone()), w.row_stride));
+    let a = &g.lhs;
+    let mut pbs = Vec::with_capacity(members.len());
+    for &(_, m) in members {
+        let w = &m.rhs;
+        let mut pb = base(w)?;
+        if w.row_stride != 0 {
+            pb = add(pb, scaled(column(rk.clone()), w.row_stride));
+        }
+        if w.col_stride != 0 {
+            pb = add(pb, scaled(row(rn.clone()), w.col_stride));
+        }
+        if w.row_stride == 0 || w.col_stride == 0 {
+            pb = call(
+                Builtin::BroadcastTo,
+                vec![pb, tuple_of(vec![bkc.clone(), bnc.clone()])],
+            );
+        }
+        pbs.push((b.bind("pb", pb), w.row_stride));
     }
-    if w.col_stride != 0 {
-        pb = add(pb, scaled(row(rn.clone()), w.col_stride));
-    }
-    if w.row_stride == 0 || w.col_stride == 0 {
-        pb = call(
-            Builtin::BroadcastTo,
-            vec![pb, tuple_of(vec![bkc.clone(), bnc.clone()])],
-        );
-    }
-    let pb = b.bind("pb", pb);
     // The K tail, when K is not a multiple of BK, is masked (and reads zeros).
     let k_tail = !g.k.is_multiple_of(bk);
     let kk = int(g.k as i64);
@@ -316,19 +388,27 @@ pub(super) fn lower(
             vec![tuple_of(vec![bmc.clone(), bkc.clone()]), d.clone()],
         ),
     ));
-    let b_buf = E::Def(b.var(
-        "b_buf",
-        call(
-            Builtin::LocalAlloc,
-            vec![tuple_of(vec![bkc.clone(), bnc.clone()]), d],
-        ),
-    ));
+    let b_bufs: Vec<E> = members
+        .iter()
+        .map(|_| {
+            E::Def(b.var(
+                "b_buf",
+                call(
+                    Builtin::LocalAlloc,
+                    vec![tuple_of(vec![bkc.clone(), bnc.clone()]), d.clone()],
+                ),
+            ))
+        })
+        .collect();
     let dot_dtype = crate::tile::dot_dtype(dt)
         .ok_or_else(|| Error::internal("a GEMM of operands the dot engine does not take"))?;
-    let Stage::Reduce { reductions, .. } = &k.stages[g.stage] else {
-        return Err(Error::internal("the GEMM stage is not a reduction"));
-    };
-    let acc_dtype = reductions[0].dtype;
+    let mut acc_dtypes = Vec::with_capacity(members.len());
+    for &(k, m) in members {
+        let Stage::Reduce { reductions, .. } = &k.stages[m.stage] else {
+            return Err(Error::internal("the GEMM stage is not a reduction"));
+        };
+        acc_dtypes.push(reductions[0].dtype);
+    }
     let nb = g.batch.len();
     let slices = g.k.div_ceil(bk);
     // With several row blocks per program, each block's store is deferred into
@@ -378,13 +458,18 @@ pub(super) fn lower(
                 k_tail.then(|| lt(row(lanes.clone()), kk.clone())),
             )
         };
-        let acc = b.var(
-            "acc",
-            call(
-                Builtin::Zeros,
-                vec![tuple_of(vec![bmc.clone(), bnc.clone()]), dtype(dot_dtype)],
-            ),
-        );
+        let accs: Vec<_> = members
+            .iter()
+            .map(|_| {
+                b.var(
+                    "acc",
+                    call(
+                        Builtin::Zeros,
+                        vec![tuple_of(vec![bmc.clone(), bnc.clone()]), dtype(dot_dtype)],
+                    ),
+                )
+            })
+            .collect();
         let stores = std::mem::take(&mut deferred);
         // Step `s` of this block's K loop stores rows `[s * BM / steps, (s + 1) *
         // BM / steps)` of the previous block: the rows spread evenly over the steps.
@@ -417,16 +502,25 @@ pub(super) fn lower(
             b.comment("K in slices of BK through local memory: the next slice is copied while");
             b.comment("this one is multiplied");
             let ta = b.var("ta", dma(&a_buf, pa.clone(), a_mask(&rk)));
-            let tb = b.var("tb", dma(&b_buf, pb.clone(), b_mask(&rk)));
+            let tbs: Vec<_> = pbs
+                .iter()
+                .zip(&b_bufs)
+                .map(|((pb, _), b_buf)| b.var("tb", dma(b_buf, pb.clone(), b_mask(&rk))))
+                .collect();
             let wait = |b: &mut Builder| {
                 b.stmt(call(Builtin::DmaWait, vec![E::Def(ta)]));
-                b.stmt(call(Builtin::DmaWait, vec![E::Def(tb)]));
+                for &tb in &tbs {
+                    b.stmt(call(Builtin::DmaWait, vec![E::Def(tb)]));
+                }
             };
             if slices > 1 {
                 let k0 = b.open_loop("k0", int(0), int(((slices - 1) * bk) as i64), bkc.clone());
                 wait(b);
                 let x = b.var("x", call(Builtin::LocalLoad, vec![a_buf.clone()]));
-                let y = b.var("y", call(Builtin::LocalLoad, vec![b_buf.clone()]));
+                let ys: Vec<_> = b_bufs
+                    .iter()
+                    .map(|b_buf| b.var("y", call(Builtin::LocalLoad, vec![b_buf.clone()])))
+                    .collect();
                 let next = add(k0.clone(), bkc.clone());
                 let lanes = if k_tail {
                     b.bind("kn", cx.offset_lanes(next.clone(), bk))
@@ -441,89 +535,110 @@ pub(super) fn lower(
                     }
                 };
                 b.assign(ta, dma(&a_buf, advance(&pa, a.col_stride), a_mask(&lanes)));
-                b.assign(tb, dma(&b_buf, advance(&pb, w.row_stride), b_mask(&lanes)));
+                for ((&tb, b_buf), (pb, stride)) in tbs.iter().zip(&b_bufs).zip(&pbs) {
+                    b.assign(tb, dma(b_buf, advance(pb, *stride), b_mask(&lanes)));
+                }
                 if !stores.is_empty() {
                     emit_deferred(b, Some(div(k0, bkc.clone())));
                 }
-                b.assign(
-                    acc,
-                    call(Builtin::Dot, vec![E::Def(x), E::Def(y), E::Def(acc)]),
-                );
+                for (&acc, &y) in accs.iter().zip(&ys) {
+                    b.assign(
+                        acc,
+                        call(Builtin::Dot, vec![E::Def(x), E::Def(y), E::Def(acc)]),
+                    );
+                }
                 b.close_loop();
             } else {
                 emit_deferred(b, None);
             }
             wait(b);
-            b.assign(
-                acc,
-                call(
-                    Builtin::Dot,
-                    vec![
-                        call(Builtin::LocalLoad, vec![a_buf.clone()]),
-                        call(Builtin::LocalLoad, vec![b_buf.clone()]),
-                        E::Def(acc),
-                    ],
-                ),
-            );
+            let x = if members.len() > 1 {
+                E::Def(b.var("x", call(Builtin::LocalLoad, vec![a_buf.clone()])))
+            } else {
+                call(Builtin::LocalLoad, vec![a_buf.clone()])
+            };
+            for (&acc, b_buf) in accs.iter().zip(&b_bufs) {
+                b.assign(
+                    acc,
+                    call(
+                        Builtin::Dot,
+                        vec![
+                            x.clone(),
+                            call(Builtin::LocalLoad, vec![b_buf.clone()]),
+                            E::Def(acc),
+                        ],
+                    ),
+                );
+            }
         } else {
             emit_deferred(b, None);
         }
 
-        // The epilogue, on the accumulator tile.
-        // The dot engine's accumulator wraps (integers) or rounds (floats) once into
-        // the loop IR's: an i32 sum of i8 products modulo 2^8 is the i8 sum.
-        let acc_e = if acc_dtype == dot_dtype {
-            E::Def(acc)
-        } else {
-            b.bind(&format!("{}", g.acc), cast(E::Def(acc), acc_dtype))
-        };
-        let mut accs: HashMap<AccId, Val> = HashMap::new();
-        accs.insert(
-            g.acc,
-            Val::Tile(TileVal {
-                e: acc_e,
-                dtype: acc_dtype,
-                deps: AXIS0 | AXIS1,
-                depth: Depth::ZERO,
-            }),
-        );
-        let mut leaves = HashMap::new();
-        for (t, axis) in g.outer_axes.iter().enumerate() {
-            let Some(axis) = axis else { continue };
-            let leaf = if t < nb {
-                (coords[t].clone().unwrap_or_else(|| int(0)), 0)
-            } else if t == nb {
-                (column(rm.clone()), AXIS0)
-            } else {
-                (row(rn.clone()), AXIS1)
-            };
-            leaves.insert(Var::outer(*axis), leaf);
-        }
-        let frame = Frame {
-            rank: 2,
-            blocks: [bm, bn],
-            masks: [m_mask.clone(), n_mask.clone()],
-            subst: HashMap::new(),
-            ext: Extents {
-                outer: k.domain.clone(),
-                reduce: vec![],
-                store: vec![],
-            },
-            leaves,
-        };
+        // The epilogue, on the accumulator tile (each member's on its own).
         let last = r + 1 == rows;
         if !last {
             b.capture_stores();
         }
-        for (si, stage) in k.stages.iter().enumerate().skip(g.stage + 1) {
-            emit_stage(cx, b, &frame, &mut accs, si, stage, 1)?;
+        for ((&(k, m), &acc), &acc_dtype) in members.iter().zip(&accs).zip(&acc_dtypes) {
+            if members.len() > 1 {
+                b.comment(&format!("the epilogue of {}", k.name));
+            }
+            // The dot engine's accumulator wraps (integers) or rounds (floats) once into
+            // the loop IR's: an i32 sum of i8 products modulo 2^8 is the i8 sum.
+            let acc_e = if acc_dtype == dot_dtype {
+                E::Def(acc)
+            } else {
+                b.bind(&format!("{}", m.acc), cast(E::Def(acc), acc_dtype))
+            };
+            let mut accs: HashMap<AccId, Val> = HashMap::new();
+            accs.insert(
+                m.acc,
+                Val::Tile(TileVal {
+                    e: acc_e,
+                    dtype: acc_dtype,
+                    deps: AXIS0 | AXIS1,
+                    depth: Depth::ZERO,
+                }),
+            );
+            let mut leaves = HashMap::new();
+            for (t, axis) in m.outer_axes.iter().enumerate() {
+                let Some(axis) = axis else { continue };
+                let leaf = if t < nb {
+                    (coords[t].clone().unwrap_or_else(|| int(0)), 0)
+                } else if t == nb {
+                    (column(rm.clone()), AXIS0)
+                } else {
+                    (row(rn.clone()), AXIS1)
+                };
+                leaves.insert(Var::outer(*axis), leaf);
+            }
+            let frame = Frame {
+                rank: 2,
+                blocks: [bm, bn],
+                masks: [m_mask.clone(), n_mask.clone()],
+                subst: HashMap::new(),
+                ext: Extents {
+                    outer: k.domain.clone(),
+                    reduce: vec![],
+                    store: vec![],
+                },
+                leaves,
+            };
+            for (si, stage) in k.stages.iter().enumerate().skip(m.stage + 1) {
+                emit_stage(cx, b, &frame, &mut accs, si, stage, 1)?;
+            }
         }
         if !last {
             deferred = b.take_captured_stores();
         }
     }
     let note = format!(
-        "{}[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks{}, K in slices of {bk}{}",
+        "{}{}[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks{}, K in slices of {bk}{}",
+        if members.len() > 1 {
+            format!("{} GEMMs sharing their lhs, each ", members.len())
+        } else {
+            String::new()
+        },
         if nb > 0 {
             format!("{batch} products of ")
         } else {

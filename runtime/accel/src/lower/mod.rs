@@ -113,33 +113,112 @@ pub fn lower_kernel(
     sram_room: u64,
     choice: Option<GemmChoice>,
 ) -> Result<Option<TileLaunch>> {
-    if k.domain.contains(&0) {
+    lower_group(p, &[k], machine, placements, sram_room, choice)
+}
+
+/// The most GEMMs one launch computes beside each other ([`lhs_groups`]): each
+/// adds a right slice and an accumulator to every program's local memory.
+pub const MAX_LHS_GROUP: usize = 4;
+
+/// Runs of consecutive kernels of `p`, as ranges of kernel indices, that can run
+/// as one launch: independent GEMM kernels that read the same left operand the
+/// same way and have the same shape (a transformer's q, k and v projections of
+/// one activation), at most [`MAX_LHS_GROUP`] of them. Their launch copies each
+/// block of the shared operand once for all of them, and the program makes one
+/// launch instead of several (horizontal fusion at the kernel level, as
+/// Inductor's combo kernels; no weight is copied). Every other kernel is a
+/// range of its own.
+pub fn lhs_groups(p: &Program) -> Vec<std::ops::Range<usize>> {
+    fn gemm_of<'k>(p: &Program, k: &'k Kernel) -> Option<&'k ferrite_ir::loops::GemmInfo> {
+        if k.domain.contains(&0) {
+            None
+        } else {
+            gemm::eligible(p, k)
+        }
+    }
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while i < p.kernels.len() {
+        let mut end = i + 1;
+        if let Some(first) = gemm_of(p, &p.kernels[i]) {
+            while end < p.kernels.len() && end - i < MAX_LHS_GROUP {
+                let k = &p.kernels[end];
+                let Some(g) = gemm_of(p, k) else { break };
+                let fits = (i..end).all(|j| {
+                    let kj = &p.kernels[j];
+                    let gj = gemm_of(p, kj).unwrap_or(first);
+                    gemm::shares_lhs(p, (kj, gj), (k, g))
+                });
+                if !fits {
+                    break;
+                }
+                end += 1;
+            }
+        }
+        groups.push(i..end);
+        i = end;
+    }
+    groups
+}
+
+/// Lowers kernels `ks` of program `p` as one launch: one kernel, as
+/// [`lower_kernel`] does, or a group of [`lhs_groups`], whose programs each
+/// compute the same block of every member's product (the launch is named after
+/// the first member). Arguments as for [`lower_kernel`]; `choice` applies to
+/// the group as a whole.
+pub fn lower_group(
+    p: &Program,
+    ks: &[&Kernel],
+    machine: &Machine,
+    placements: &[Placement],
+    sram_room: u64,
+    choice: Option<GemmChoice>,
+) -> Result<Option<TileLaunch>> {
+    let Some(&k) = ks.first() else {
+        return Err(Error::internal("a launch of no kernels"));
+    };
+    if ks.iter().any(|k| k.domain.contains(&0)) {
+        if ks.len() > 1 {
+            return Err(Error::internal("a group of GEMMs with an empty kernel"));
+        }
         return Ok(None);
     }
-    let args = touched_buffers(k);
+    let mut args: Vec<BufferId> = ks.iter().flat_map(|k| touched_buffers(k)).collect();
+    args.sort();
+    args.dedup();
     let mut params = HashMap::new();
     for &id in &args {
         params.insert(id, stage::param_name(id));
     }
+    let index_dtype = if ks.iter().any(|k| index_dtype(p, k) == DType::I64) {
+        DType::I64
+    } else {
+        DType::I32
+    };
     let cx = stage::Cx {
         program: p,
         machine,
         params: &params,
-        index_dtype: index_dtype(p, k),
+        index_dtype,
         placements,
         sram_room,
-        probe: probe_buffer(p, k),
+        probe: ks.iter().find_map(|k| probe_buffer(p, k)),
     };
     let mut b = builder::Builder::new();
     for &id in &args {
         b.reserve(&params[&id]);
     }
-    let (grid, note, staged) = match gemm::eligible(p, k) {
-        Some(g) => gemm::lower(&cx, k, g, &mut b, choice)?,
-        None => {
-            let (grid, note) = kernel::lower(&cx, k, &mut b)?;
-            (grid, note, Vec::new())
-        }
+    let members: Vec<(&Kernel, &ferrite_ir::loops::GemmInfo)> = ks
+        .iter()
+        .filter_map(|k| gemm::eligible(p, k).map(|g| (*k, g)))
+        .collect();
+    let (grid, note, staged) = if members.len() == ks.len() {
+        gemm::lower(&cx, &members, &mut b, choice)?
+    } else if ks.len() == 1 {
+        let (grid, note) = kernel::lower(&cx, k, &mut b)?;
+        (grid, note, Vec::new())
+    } else {
+        return Err(Error::internal("a group of kernels that are not all GEMMs"));
     };
     let name = kernel_name(&k.name);
     let staging = if staged.is_empty() {
@@ -149,9 +228,22 @@ pub fn lower_kernel(
             p, &name, &staged, machine,
         )?))
     };
-    let mut header = vec![format!("{name}: lowered from the loop-IR kernel")];
-    for line in p.display_kernel(k).to_string().lines() {
-        header.push(format!("  {line}"));
+    let mut header = vec![if ks.len() == 1 {
+        format!("{name}: lowered from the loop-IR kernel")
+    } else {
+        format!(
+            "{name}: lowered from the {} loop-IR kernels {}, which share their lhs",
+            ks.len(),
+            ks.iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }];
+    for k in ks {
+        for line in p.display_kernel(k).to_string().lines() {
+            header.push(format!("  {line}"));
+        }
     }
     header.push(format!(
         "grid [{}, {}, {}]: {note}",
@@ -195,12 +287,29 @@ pub fn gemm_choices(
     placements: &[Placement],
     sram_room: u64,
 ) -> Result<Vec<GemmChoice>> {
-    let Some(g) = gemm::eligible(p, k) else {
+    group_choices(p, &[k], machine, placements, sram_room)
+}
+
+/// The choices of a group of GEMM kernels ([`lhs_groups`]) as one launch that fit,
+/// fastest first by the cost model; empty when none fits or some member does
+/// not run on the dot engine.
+pub fn group_choices(
+    p: &Program,
+    ks: &[&Kernel],
+    machine: &Machine,
+    placements: &[Placement],
+    sram_room: u64,
+) -> Result<Vec<GemmChoice>> {
+    let mut members = Vec::with_capacity(ks.len());
+    for &k in ks {
+        match gemm::eligible(p, k) {
+            Some(g) if !k.domain.contains(&0) => members.push((k, g)),
+            _ => return Ok(Vec::new()),
+        }
+    }
+    let Some(&(k, _)) = members.first() else {
         return Ok(Vec::new());
     };
-    if k.domain.contains(&0) {
-        return Ok(Vec::new());
-    }
     let params = HashMap::new();
     let cx = stage::Cx {
         program: p,
@@ -211,7 +320,7 @@ pub fn gemm_choices(
         sram_room,
         probe: probe_buffer(p, k),
     };
-    let need = gemm::need(&cx, k, g)?;
+    let need = gemm::need_group(&cx, &members)?;
     Ok(blocks::gemm_ranked(machine, &need)
         .into_iter()
         .map(|plan| plan.choice)
