@@ -190,3 +190,41 @@ fn pooling_is_one_kernel_and_fuses_with_what_follows() {
     );
     assert_eq!(n.0, 1, "{}", n.1);
 }
+
+#[test]
+fn a_gather_reads_a_costly_producer_from_memory() {
+    // A depthwise 3x3 conv reads each input element at 9 taps: the scale, shift and
+    // ReLU6 before it would run 9 times per element fused, so they are stored once
+    // (2 kernels) when that recomputation outweighs the store and reload ... (The
+    // conv's own epilogue, as in MobileNetV2, keeps the merge within twice the work
+    // apart, which `too-much-recompute` allows.)
+    let src = |c: usize, hw: usize| {
+        format!(
+            "graph d(x: f32[1, {c}, {hw}, {hw}], s: f32[{c}, 1, 1], t: f32[{c}, 1, 1], w: f32[{c}, 1, 3, 3]) {{
+               y = clip(add(mul(x, s), t), min=0.0, max=6.0)
+               z = conv(y, w, padding=[1, 1], groups={c})
+               return clip(add(mul(z, s), t), min=0.0, max=6.0)
+             }}"
+        )
+    };
+    let (n, text) = check(&src(8, 32), 1e-5);
+    assert_eq!(n, 2, "{text}");
+    let d = decompose(&graph(&src(8, 32))).unwrap();
+    let s = schedule(&d, &ScheduleOptions::default()).unwrap();
+    assert!(
+        s.decisions_text()
+            .contains("recompute-costs-more-than-memory"),
+        "{}",
+        s.decisions_text()
+    );
+    let gather = s.program.kernels.last().unwrap();
+    assert_eq!(
+        gather.op_count(),
+        (8 * 32 * 32 * (9 * 3 + 4)) as u64,
+        "the depthwise kernel only selects, multiplies and sums its taps:\n{text}"
+    );
+    // ... and fused (1 kernel) when the input is small enough that the kernel a stored
+    // producer would need costs more than recomputing it.
+    let (n, text) = check(&src(4, 8), 1e-5);
+    assert_eq!(n, 1, "{text}");
+}
