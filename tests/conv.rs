@@ -186,3 +186,59 @@ fn empty_batches_and_channels_run_everywhere() {
         .unwrap();
     assert!(out[2].to_f64_vec().iter().all(|&v| v == 0.0));
 }
+
+#[test]
+fn constant_batch_norms_fold_into_their_convs_on_every_target() {
+    // A conv with a constant weight and bias, then a batch norm with constant vectors and
+    // ReLU6 (a MobileNet stem), then a depthwise conv and its batch norm: both batch norms
+    // fold into the weights (no rsqrt is left to compute), and every target still agrees
+    // with the interpreter, which runs the graph as given.
+    let g = Graph::new("folded");
+    let x = g.input("x", ferrite::f32(&[1, 3, 10, 10]));
+    let c = |name: &str, shape: &[usize], seed: u64| g.constant(name, &random(shape, seed));
+    let var = |name: &str, seed: u64| {
+        let v: Vec<f32> = random(&[6], seed)
+            .to_f64_vec()
+            .iter()
+            .map(|v| 0.5 + v.abs() as f32)
+            .collect();
+        g.constant(name, &Tensor::from_vec(&[6], v).unwrap())
+    };
+    let h = x
+        .conv2d(
+            &c("w1", &[6, 3, 3, 3], 1),
+            Some(&c("b1", &[6], 2)),
+            [2, 2],
+            [1, 1],
+            [1, 1],
+            1,
+        )
+        .batch_norm(
+            &c("m1", &[6], 3),
+            &var("v1", 4),
+            &c("s1", &[6], 5),
+            &c("t1", &[6], 6),
+            1e-5,
+        )
+        .relu6();
+    let h = h
+        .conv2d(&c("w2", &[6, 1, 3, 3], 7), None, [1, 1], [1, 1], [1, 1], 6)
+        .batch_norm(
+            &c("m2", &[6], 8),
+            &var("v2", 9),
+            &c("s2", &[6], 10),
+            &c("t2", &[6], 11),
+            1e-5,
+        );
+    g.output(&h);
+    let input = random(&[1, 3, 10, 10], 0);
+    check_everywhere(&g, &[&input], 1e-4);
+    let exe = compile(&g, &Options::default().target(Target::Cpu)).unwrap();
+    let d = exe.decomposed_graph().unwrap();
+    let rsqrts = d
+        .nodes
+        .iter()
+        .filter(|n| n.op == ferrite::ir::Op::Unary(ferrite::ir::UnaryOp::Rsqrt))
+        .count();
+    assert_eq!(rsqrts, 0, "{}", ferrite::ir::print(d));
+}

@@ -24,7 +24,7 @@
 //! | `exp(int)` and other transcendental ops of ints | `exp(cast(x, f32))` |
 //! | `add(i32, f32)` and other mixed-dtype binary ops, `where` | casts to the promoted dtype first |
 //! | `div(int, int)` | `div(cast(a, f32), cast(b, f32))` (true division) |
-//! | `conv`, `conv_transpose`, `max_pool`, `avg_pool` | the taps gathered from the padded input by a constant index (im2col), then one `matmul`, a `sum` (depthwise), a `max` or a `sum / count` (`window.rs`) |
+//! | `conv`, `conv_transpose`, `max_pool`, `avg_pool` | the taps gathered from the padded input by a constant index (im2col), then one `matmul`, a `sum` (depthwise; of at most 25 taps a sum of `w[c, tap] * slice(pad(x))` instead), a `max` or a `sum / count` (`window.rs`) |
 //! | `batch_norm(x, w, b, m, v, eps)` | `s = w * rsqrt(v + eps)`; `x * s + (b - m * s)` per channel |
 //! | `clip(x, lo, hi)` | `minimum(maximum(x, lo), hi)` |
 //! | `embedding_bag(t, i, o, w)` (sum, mean) | `index_add(zeros, seg, index_select(t, i) * w)` with `seg` from the offsets, `/ max(count, 1)` for mean (`bag.rs`) |

@@ -2,6 +2,7 @@ pub mod autodiff;
 pub mod decompose;
 pub mod dot;
 pub mod error;
+pub mod fold;
 pub mod fuse;
 pub mod index_checks;
 pub mod lower;

@@ -5,6 +5,10 @@
 //! decompose  ->  optimize (egg)  ->  schedule (fuse + memory plan)
 //! ```
 //!
+//! The `decompose` stage first folds constant batch norms (and other per-channel
+//! scales and shifts) into the constant weight of the conv before them
+//! ([`crate::fold`]), while the graph still has its `conv` nodes.
+//!
 //! The texts are made only when [`PipelineOptions::texts`] asks for them (a dump): printing
 //! a model's graph with its constants costs more than optimizing it.
 //!
@@ -14,6 +18,7 @@
 
 use crate::decompose::decompose;
 use crate::error::{Error, Result};
+use crate::fold::fold_conv_epilogues;
 use crate::index_checks::keep_dropped_index_checks;
 use crate::optimize::{optimize, OptimizeConfig, OptimizeReport};
 use crate::schedule::{schedule, ScheduleOptions, Scheduled};
@@ -99,7 +104,10 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered> {
         opts.texts,
         "decompose",
         "decomposed.fg",
-        || decompose(g),
+        || match fold_conv_epilogues(g)? {
+            Some((folded, _)) => decompose(&folded),
+            None => decompose(g),
+        },
         verify,
         print,
     )?;

@@ -108,6 +108,16 @@ fn conv_forms_decompose_to_the_interpreter() {
         "graph c(x: f32[1, 6, 8, 8], w: f32[6, 1, 3, 3]) { return conv(x, w, stride=[2, 2], padding=[1, 1], groups=6) }",
         "graph c(x: f32[1, 3, 5, 5], w: f32[6, 1, 3, 3]) { return conv(x, w, groups=3) }",
         "graph c(x: f32[2, 8, 4, 4], w: f32[3, 8, 1, 1]) { return conv(x, w) }",
+        // depthwise as shifted slices: dilated with asymmetric padding, a stride that
+        // leaves a remainder, more padding than the taps reach, 5x5, 1-D, 3-D, f16; and
+        // 7x7, past MAX_DIRECT_TAPS, as a gather
+        "graph c(x: f32[1, 4, 9, 8], w: f32[4, 1, 3, 3]) { return conv(x, w, padding=[2, 0, 1, 3], dilation=[2, 3], groups=4) }",
+        "graph c(x: f32[2, 3, 8, 8], w: f32[3, 1, 3, 3]) { return conv(x, w, stride=[3, 3], groups=3) }",
+        "graph c(x: f32[1, 2, 5, 5], w: f32[2, 1, 3, 3]) { return conv(x, w, padding=[3, 2], groups=2) }",
+        "graph c(x: f32[1, 3, 9, 9], w: f32[3, 1, 5, 5]) { return conv(x, w, stride=[2, 2], padding=[2, 2], groups=3) }",
+        "graph c(x: f32[2, 3, 11], w: f32[3, 1, 3]) { return conv(x, w, padding=[1], groups=3) }",
+        "graph c(x: f32[1, 2, 4, 5, 3], w: f32[2, 1, 2, 3, 2]) { return conv(x, w, padding=[1, 1, 0], groups=2) }",
+        "graph c(x: f32[1, 2, 9, 9], w: f32[2, 1, 7, 7]) { return conv(x, w, padding=[3, 3], groups=2) }",
         // 1-D and 3-D
         "graph c(x: f32[2, 3, 11], w: f32[2, 3, 4]) { return conv(x, w, stride=[2], padding=[3]) }",
         "graph c(x: f32[1, 2, 4, 5, 3], w: f32[2, 2, 2, 3, 2]) { return conv(x, w, padding=[1, 1, 0]) }",
@@ -117,6 +127,12 @@ fn conv_forms_decompose_to_the_interpreter() {
     for src in cases {
         check(src, 1e-5);
     }
+    // A half-precision depthwise conv gathers its taps and rounds each product to f16
+    // (within about an ulp of the interpreter's f64 sum).
+    check(
+        "graph c(x: f16[1, 2, 6, 6], w: f16[2, 1, 3, 3]) { return conv(x, w, padding=[1, 1], groups=2) }",
+        2e-3,
+    );
 }
 
 #[test]
@@ -183,10 +199,54 @@ fn pooling_is_one_kernel_and_fuses_with_what_follows() {
         1e-6,
     );
     assert_eq!(n.0, 1, "{}", n.1);
-    // Depthwise conv is one reduction kernel reading the input in place.
+    // A 3x3 depthwise conv is one elementwise kernel reading each tap of the input in
+    // place at an affine index: no tap index or mask is loaded.
     let n = check(
         "graph d(x: f32[1, 6, 8, 8], w: f32[6, 1, 3, 3]) { return relu(conv(x, w, padding=[1, 1], groups=6)) }",
         1e-5,
     );
     assert_eq!(n.0, 1, "{}", n.1);
+    assert!(!n.1.contains("i64[") && !n.1.contains("bool["), "{}", n.1);
+    // A 7x7 one gathers its 49 taps: one reduction kernel.
+    let n = check(
+        "graph d(x: f32[1, 2, 9, 9], w: f32[2, 1, 7, 7]) { return relu(conv(x, w, padding=[3, 3], groups=2)) }",
+        1e-5,
+    );
+    assert_eq!(n.0, 1, "{}", n.1);
+    assert!(n.1.contains("i64[49, 81]"), "{}", n.1);
+}
+
+#[test]
+fn a_gather_reads_a_costly_producer_from_memory() {
+    // A 3x3 max pool reads each input element at 9 taps: the shift and ReLU before it
+    // would run 9 times per element fused, so they are stored once (2 kernels) when
+    // that recomputation outweighs the store and reload (the ReLU alone, one op per
+    // tap, is within twice the work apart, which `too-much-recompute` allows) ...
+    let src = |c: usize, hw: usize| {
+        format!(
+            "graph d(x: f32[1, {c}, {hw}, {hw}], t: f32[{c}, 1, 1]) {{
+               return max_pool(relu(add(x, t)), kernel=[3, 3], stride=[1, 1], padding=[1, 1])
+             }}"
+        )
+    };
+    let (n, text) = check(&src(8, 32), 0.0);
+    assert_eq!(n, 2, "{text}");
+    let d = decompose(&graph(&src(8, 32))).unwrap();
+    let s = schedule(&d, &ScheduleOptions::default()).unwrap();
+    assert!(
+        s.decisions_text()
+            .contains("recompute-costs-more-than-memory"),
+        "{}",
+        s.decisions_text()
+    );
+    let gather = s.program.kernels.last().unwrap();
+    assert_eq!(
+        gather.op_count(),
+        (8 * 32 * 32 * 9 * 2) as u64,
+        "the pool kernel only selects and compares its taps:\n{text}"
+    );
+    // ... and fused (1 kernel) when the input is small enough that the kernel a stored
+    // producer would need costs more than recomputing it.
+    let (n, text) = check(&src(2, 8), 0.0);
+    assert_eq!(n, 1, "{text}");
 }

@@ -11,7 +11,10 @@
 //!   GEMM kernel; bias, batch norm and activations that follow fuse as its epilogue).
 //!   A depthwise conv (one input and one output channel per group) is instead
 //!   `sum(stack * w, axis 2)`, a reduction that reads the taps in place, with no
-//!   im2col buffer and no matrix product of one row.
+//!   im2col buffer and no matrix product of one row; of at most [`MAX_DIRECT_TAPS`]
+//!   taps in f32 or f64 (MobileNet's 3x3), it skips the gather too: the sum over the
+//!   taps of `w[c, tap]` times a strided slice of `pad(x)`, views that are index
+//!   arithmetic, so the kernel loads each tap at an affine index.
 //! - `max_pool` is `max(stack, axis 2)` over an input padded with `-inf` (the
 //!   dtype's minimum for integers), so padding never wins;
 //! - `avg_pool` is `sum(stack, axis 2) / count`, padded with zeros, where `count` is
@@ -69,6 +72,10 @@ pub fn constant_bytes(g: &ferrite_ir::Graph) -> u64 {
     }
     total
 }
+
+/// A depthwise conv of at most this many taps (5x5) is decomposed as a sum of shifted
+/// slices ([`Decomposer::depthwise_direct`]); a larger one gathers its taps.
+const MAX_DIRECT_TAPS: usize = 25;
 
 impl Decomposer {
     fn shape(&self, v: ValueId) -> Vec<usize> {
@@ -180,6 +187,15 @@ impl Decomposer {
         let (cg, og) = (c / g, c_out / g);
         let k: usize = wt.shape[2..].iter().product();
         let p: usize = ty.shape[2..].iter().product();
+        // Half types keep the reduction, which accumulates in f32 (a chain of adds would
+        // round each partial sum to the half type).
+        let taps_direct = cg == 1
+            && og == 1
+            && k <= MAX_DIRECT_TAPS
+            && matches!(xt.dtype, DType::F32 | DType::F64);
+        if taps_direct && axes.iter().all(|a| a.output > 0) {
+            return self.depthwise_direct(x, w, &axes, ty);
+        }
         let cols = self.im2col(x, &axes, 0.0)?;
         let y = if cg == 1 && og == 1 {
             // Depthwise: sum over the taps of tap * w[c, tap], in the result's layout
@@ -194,6 +210,78 @@ impl Decomposer {
             let wm = self.reshape(w, &[g, og, cg * k])?;
             self.emit(Op::MatMul, &[wm, cols])?
         };
+        self.reshape(y, &ty.shape)
+    }
+
+    /// A depthwise conv of few taps as the sum over its taps of `w[c, tap]` times a
+    /// strided slice of the zero-padded input: `pad` and `slice` are index arithmetic,
+    /// so the sum is one elementwise kernel loading each tap at an affine index (no tap
+    /// index or mask to load, contiguous along the last axis at stride 1), where a
+    /// gather loads an index and a mask per tap. Products are rounded to the dtype and
+    /// summed in tap order, as the reduction form does (f32 and f64 only).
+    fn depthwise_direct(
+        &mut self,
+        x: ValueId,
+        w: ValueId,
+        axes: &[Axis],
+        ty: &TensorType,
+    ) -> Result<ValueId> {
+        let xs = self.shape(x);
+        let c = xs[1];
+        let s = axes.len();
+        let mut pads = vec![0i64; 4];
+        for a in axes {
+            // The padded extent the last tap of the last window reaches.
+            let reach = (a.output - 1) * a.stride + (a.kernel - 1) * a.dilation + 1;
+            let end = reach as i64 - a.input as i64 - a.pad_begin as i64;
+            pads.push(a.pad_begin as i64);
+            pads.push(end.max(0));
+        }
+        let padded = if pads.iter().all(|&p| p == 0) {
+            x
+        } else {
+            self.emit(Op::Pad { pads, value: 0.0 }, &[x])?
+        };
+        let kernel: Vec<usize> = axes.iter().map(|a| a.kernel).collect();
+        let k: usize = kernel.iter().product();
+        let wk = self.reshape(w, &[c, k])?;
+        let mut shape = vec![c];
+        shape.resize(ty.rank() - 1, 1);
+        let mut acc: Option<ValueId> = None;
+        for t in 0..k {
+            let ks = window::unravel(t, &kernel);
+            let mut tap = padded;
+            for (i, a) in axes.iter().enumerate() {
+                let start = ks[i] * a.dilation;
+                let end = start + (a.output - 1) * a.stride + 1;
+                let slice = Op::Slice {
+                    axis: (2 + i) as i64,
+                    start: start as i64,
+                    end: end as i64,
+                    step: a.stride as i64,
+                };
+                if start != 0 || end != self.shape(tap)[2 + i] || a.stride != 1 {
+                    tap = self.emit(slice, &[tap])?;
+                }
+            }
+            let wt = self.emit(
+                Op::Slice {
+                    axis: 1,
+                    start: t as i64,
+                    end: t as i64 + 1,
+                    step: 1,
+                },
+                &[wk],
+            )?;
+            let wt = self.reshape(wt, &shape)?;
+            let prod = self.binary(BinaryOp::Mul, tap, wt)?;
+            acc = Some(match acc {
+                None => prod,
+                Some(a) => self.binary(BinaryOp::Add, a, prod)?,
+            });
+        }
+        let y = acc.ok_or_else(|| Error::internal("depthwise conv without taps"))?;
+        debug_assert_eq!(s + 2, ty.rank());
         self.reshape(y, &ty.shape)
     }
 
