@@ -264,6 +264,8 @@ pub struct GemmSplit {
     pub row_parts: usize,
     /// Blocks of columns per product.
     pub col_parts: usize,
+    /// Column blocks start at multiples of this.
+    pub col_align: usize,
 }
 
 /// Multiply-adds below which a whole (batched) product runs on the calling thread:
@@ -280,19 +282,44 @@ pub const MIN_TASK_MACS: usize = 2 << 20;
 const ROW_ALIGN: usize = 16;
 const COL_ALIGN: usize = 64;
 
+/// Multiply-adds below which a product of few rows ([`OURS_MAX_ROWS`], computed by
+/// [`crate::sgemm`]) runs on the calling thread, and that each of its blocks has at least.
+/// That kernel reads `B` in place (no packing per block), so its blocks can be much
+/// smaller than the crate's: 32x256x1024 and 32x1024x256 (8M, an MLP's narrow layers) were
+/// held to 4 blocks by [`MIN_TASK_MACS`], 12 of 16 threads idle.
+pub const OURS_MIN_PARALLEL_MACS: usize = 1 << 20;
+/// See [`OURS_MIN_PARALLEL_MACS`].
+pub const OURS_MIN_TASK_MACS: usize = 256 << 10;
+/// Column blocks of a few-row product are multiples of this (two AVX-512 vectors).
+const OURS_COL_ALIGN: usize = 32;
+
 /// The split of `shape` across `threads` threads, or `None` to run it on the calling
 /// thread (one thread, or under [`MIN_PARALLEL_MACS`] in all). Otherwise about one
 /// block per thread, none under [`MIN_TASK_MACS`], taken from the batch first (whole
 /// products need no repeated packing), then from the longer of the rows and columns,
-/// then from the other.
+/// then from the other. This is the split for the `gemm` crate; [`plan_split_for`] gives
+/// the one for a product of few rows.
 pub fn plan_split(shape: GemmShape, threads: usize) -> Option<GemmSplit> {
+    plan_split_for(shape, threads, false)
+}
+
+/// [`plan_split`], or with `few_rows` (every block computed by [`crate::sgemm`], which
+/// packs nothing) the finer split of [`OURS_MIN_PARALLEL_MACS`], [`OURS_MIN_TASK_MACS`]
+/// and column blocks of [`OURS_COL_ALIGN`]. Each output of that kernel is the same sum
+/// whatever the block, so the split never changes a bit.
+pub fn plan_split_for(shape: GemmShape, threads: usize, few_rows: bool) -> Option<GemmSplit> {
+    let (min_parallel, min_task, col_align) = if few_rows {
+        (OURS_MIN_PARALLEL_MACS, OURS_MIN_TASK_MACS, OURS_COL_ALIGN)
+    } else {
+        (MIN_PARALLEL_MACS, MIN_TASK_MACS, COL_ALIGN)
+    };
     let GemmShape { batch, m, n, k } = shape;
     let macs = m.saturating_mul(n).saturating_mul(k);
     let total = macs.saturating_mul(batch);
-    if threads <= 1 || total < MIN_PARALLEL_MACS || macs == 0 {
+    if threads <= 1 || total < min_parallel || macs == 0 {
         return None;
     }
-    let blocks = threads.min(total / MIN_TASK_MACS).max(1);
+    let blocks = threads.min(total / min_task).max(1);
     if blocks <= 1 {
         return None;
     }
@@ -301,11 +328,12 @@ pub fn plan_split(shape: GemmShape, threads: usize) -> Option<GemmSplit> {
             batch,
             row_parts: 1,
             col_parts: 1,
+            col_align,
         });
     }
     // Blocks wanted per product, bounded by its size and by the alignment.
-    let per_product = blocks.div_ceil(batch).min((macs / MIN_TASK_MACS).max(1));
-    let (row_max, col_max) = (m.div_ceil(ROW_ALIGN), n.div_ceil(COL_ALIGN));
+    let per_product = blocks.div_ceil(batch).min((macs / min_task).max(1));
+    let (row_max, col_max) = (m.div_ceil(ROW_ALIGN), n.div_ceil(col_align));
     let (mut row_parts, mut col_parts);
     if m >= n {
         row_parts = per_product.min(row_max);
@@ -323,6 +351,7 @@ pub fn plan_split(shape: GemmShape, threads: usize) -> Option<GemmSplit> {
         batch,
         row_parts,
         col_parts,
+        col_align,
     })
 }
 
@@ -345,7 +374,7 @@ impl GemmSplit {
         (
             p,
             aligned_part(m, ROW_ALIGN, self.row_parts, i),
-            aligned_part(n, COL_ALIGN, self.col_parts, j),
+            aligned_part(n, self.col_align, self.col_parts, j),
         )
     }
 }
@@ -730,7 +759,9 @@ fn run_blocks<T: GemmScalar>(
         Parallelism::Pool(pool) => Some(pool.all()),
         Parallelism::Team(team) => Some(team),
     };
-    let split = team.and_then(|team| Some((team, plan_split(shape, team.threads())?)));
+    let few_rows = ours.is_some() && m <= OURS_MAX_ROWS;
+    let split =
+        team.and_then(|team| Some((team, plan_split_for(shape, team.threads(), few_rows)?)));
     let ran = match split {
         Some((team, split)) => team.parallel_for(split.tasks(), |t| {
             let (p, rows, cols) = split.block(t, m, n);
@@ -881,11 +912,20 @@ mod tests {
             GemmShape::batched(3, 4096, 17, 512),
             GemmShape::batched(1, 17, 4096, 512),
         ];
-        for shape in shapes {
+        for (shape, few_rows) in shapes.iter().flat_map(|&s| [(s, false), (s, true)]).chain([
+            (GemmShape::batched(1, 32, 256, 1024), true),
+            (GemmShape::batched(1, 32, 1024, 256), true),
+            (GemmShape::batched(1, 5, 1000, 33), true),
+        ]) {
             for threads in [1, 2, 3, 7, 16] {
-                let Some(split) = plan_split(shape, threads) else {
+                let Some(split) = plan_split_for(shape, threads, few_rows) else {
                     let macs = shape.batch * shape.m * shape.n * shape.k;
-                    assert!(threads == 1 || macs < 2 * MIN_TASK_MACS || shape.batch == 1);
+                    let min_task = if few_rows {
+                        OURS_MIN_TASK_MACS
+                    } else {
+                        MIN_TASK_MACS
+                    };
+                    assert!(threads == 1 || macs < 2 * min_task || shape.batch == 1);
                     continue;
                 };
                 assert!(threads > 1);
@@ -915,6 +955,13 @@ mod tests {
             Some(2)
         );
         assert_eq!(plan_split(GemmShape::batched(1, 8, 8, 8), 16), None);
+        // An MLP's narrow layers of 32 rows fill 16 threads on the few-row kernel (the
+        // crate's split holds them to 4 blocks).
+        for (n, k) in [(256, 1024), (1024, 256)] {
+            let shape = GemmShape::batched(1, 32, n, k);
+            assert_eq!(plan_split(shape, 16).map(|s| s.tasks()), Some(4));
+            assert_eq!(plan_split_for(shape, 16, true).map(|s| s.tasks()), Some(16));
+        }
     }
 
     #[test]

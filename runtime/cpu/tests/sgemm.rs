@@ -153,8 +153,12 @@ fn gemm_takes_the_kernel_for_few_rows() {
     .is_none());
 
     let pool = ThreadPool::new(3).expect("pool");
+    // 16 threads: the few-row split's small blocks (32x256x1024 in 16 column blocks).
+    let pool16 = ThreadPool::new(16).expect("pool");
     for (batch, m, n, k) in [
         (1, 32, 1024, 256),
+        (1, 32, 256, 1024),
+        (1, 30, 250, 200),
         (3, 7, 100, 300),
         (2, 64, 520, 260),
         (1, 200, 96, 64),
@@ -163,7 +167,11 @@ fn gemm_takes_the_kernel_for_few_rows() {
         let b = values(6, k * n);
         let shape = GemmShape::batched(batch, m, n, k);
         let mut results = Vec::new();
-        for par in [Parallelism::None, Parallelism::Pool(&pool)] {
+        for par in [
+            Parallelism::None,
+            Parallelism::Pool(&pool),
+            Parallelism::Pool(&pool16),
+        ] {
             let mut c = vec![f32::NAN; batch * m * n];
             gemm(
                 shape,
@@ -195,13 +203,15 @@ fn gemm_takes_the_kernel_for_few_rows() {
             results.push(c);
         }
         if m <= OURS_MAX_ROWS && ours.is_some() {
-            assert!(
-                results[0]
-                    .iter()
-                    .zip(&results[1])
-                    .all(|(x, y)| x.to_bits() == y.to_bits()),
-                "{shape:?}: the thread split changed bits"
-            );
+            for other in &results[1..] {
+                assert!(
+                    results[0]
+                        .iter()
+                        .zip(other)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{shape:?}: the thread split changed bits"
+                );
+            }
         }
     }
 }
