@@ -44,7 +44,7 @@ mod reduce;
 mod strided;
 mod window;
 
-pub use erf::erf;
+pub use erf::{erf, erfc};
 
 use crate::infer::infer;
 use crate::op::{Op, ReduceOp, Scalar};

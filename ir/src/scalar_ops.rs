@@ -13,7 +13,7 @@
 //!
 //! [`round_to_dtype`]: crate::round_to_dtype
 
-use crate::interp::erf;
+use crate::interp::{erf, erfc};
 use crate::op::{BinaryOp, UnaryOp};
 use crate::{Error, Result};
 
@@ -41,10 +41,15 @@ pub(crate) fn float_unary(u: UnaryOp, x: f64) -> f64 {
                 0.0
             }
         }
-        UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2)),
+        // x * Phi(x) with Phi through erfc, which does not cancel for x << 0 as
+        // 1 + erf(x / sqrt 2) does.
+        UnaryOp::Gelu => 0.5 * x * erfc(-x * FRAC_1_SQRT_2),
+        // 0.5 * x * (1 + tanh(u)) = x * sigmoid(2u), again without the cancellation.
         UnaryOp::GeluTanh => {
-            let inner = FRAC_2_PI.sqrt() * (x + 0.044715 * x * x * x);
-            0.5 * x * (1.0 + inner.tanh())
+            let u2 = 2.0 * FRAC_2_PI.sqrt() * (x + 0.044715 * x * x * x);
+            let e = (-u2.abs()).exp();
+            let numer = if u2 >= 0.0 { 1.0 } else { e };
+            x * (numer / (1.0 + e))
         }
         UnaryOp::Silu => x / (1.0 + (-x).exp()),
         UnaryOp::Erf => erf(x),

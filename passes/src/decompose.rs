@@ -13,12 +13,12 @@
 //! | `relu(x)` | `maximum(x, 0)` (int stays int) |
 //! | `sigmoid(x)` | `e = exp(-abs(x))`; `where(x >= 0, 1, e) / (1 + e)` (never overflows) |
 //! | `silu(x)` | `x * sigmoid(x)` |
-//! | `gelu(x)` | `(x * 0.5) * (1 + erf(x * 1/√2))` |
-//! | `gelu(x, approximate="tanh")` | `(x * 0.5) * (1 + tanh((x + x*x*x * 0.044715) * √(2/π)))` |
+//! | `gelu(x)` | `(x * 0.5) * where(x >= 0, 2 - e, e)`, `e = erfc(abs(x) * 1/√2)` (a rational-exp fit, see `erfc`) |
+//! | `gelu(x, approximate="tanh")` | `x * sigmoid(2 * (x + x*x*x * 0.044715) * √(2/π))` (= `(x * 0.5) * (1 + tanh(..))`) |
 //! | `mean(x, axes, keepdim)` | `sum(x, axes, keepdim) / count` (`0 / 0` is NaN for empty reductions, as in PyTorch) |
 //! | `softmax(x, axis)` | `e = exp(x - max(x, axis, keepdim))`; `e / sum(e, axis, keepdim)` |
 //! | `log_softmax(x, axis)` | `d = x - max(x, axis, keepdim)`; `d - log(sum(exp(d), axis, keepdim))` |
-//! | `layer_norm(x, w, b, eps)` | `d = x` (`x - x[..., :1]` for f16/bf16); `c = d - sum(d / n)`; `c * rsqrt(mean(c*c) + eps) * w + b` (biased variance) |
+//! | `layer_norm(x, w, b, eps)` | `p = x[..., :1]`; `c = x - (p + sum(x - p) / n)`; `c * rsqrt(mean(c*c) + eps) * w + b` (biased variance) |
 //! | `rms_norm(x, w, eps)` | `x * rsqrt(mean(x*x) + eps) * w` |
 //! | `transpose`, `squeeze`, `unsqueeze` | `permute`, `reshape`, `reshape` |
 //! | `exp(int)` and other transcendental ops of ints | `exp(cast(x, f32))` |
@@ -49,17 +49,20 @@
 //!   no identity.
 //!
 //! - `layer_norm` uses the two-pass algorithm (center, then average the squares), so
-//!   the variance is never a difference of large numbers. The mean is `sum(x / n)`,
-//!   which cannot overflow where `sum(x)` would, held in f32. For `f16`/`bf16` input
-//!   (computed in f32) it first centers about the row's first element (the
-//!   shifted-data algorithm): `d = x - x[..., :1]`, then `c = d - sum(d / n)`. `d` is
-//!   exact wherever `x` is within a factor of 2 of the pivot, so a constant row is
-//!   exactly 0 and becomes `b`, as in PyTorch (a plain `x - sum(x / n)` rounded each
-//!   `x / n` and made an f16 row of 65504s `±0.9 * w + b`: a fuzzer finding); in f32
-//!   `d` of half values cannot overflow. f32 input keeps `x - sum(x / n)` (each output
-//!   off by about `ulp(mean) / std` for a row far from zero relative to its spread). The variance `sum(c*c) / n` overflows
-//!   exactly where PyTorch's sum of squared deviations does; `rsqrt(inf)` is then 0 and
-//!   the row becomes `b`, as in PyTorch.
+//!   the variance is never a difference of large numbers. The mean is found about the
+//!   row's first element `p = x[..., :1]` (the shifted-data algorithm): `mean = p +
+//!   sum(x - p) / n`, `c = x - mean`. `x - p` is exact wherever `x` is within a factor
+//!   of 2 of the pivot, so a constant row's mean is exactly `p`, its `c` exactly 0 and
+//!   its result `b`, as in PyTorch, in every dtype (the former `sum(x / n)` rounded each
+//!   `x / n`: an f16 row of 65504s became `±0.9 * w + b`, and an f32 constant row
+//!   `±w + b` wherever a backend's summation order differed from the interpreter's, two
+//!   fuzzer findings). The sum is of deviations, so it overflows only where they exceed
+//!   `max / n`, far beyond where their squares overflow; the per-element work is what
+//!   it was (one subtraction instead of one division), and the variance and output
+//!   passes read `x` and the row's mean. Half input is computed in f32, where `x - p`
+//!   cannot overflow.
+//!   The variance `sum(c*c) / n` overflows exactly where PyTorch's sum of squared
+//!   deviations does; `rsqrt(inf)` is then 0 and the row becomes `b`, as in PyTorch.
 //! - Every intermediate is rounded to its dtype, and the reference interpreter
 //!   evaluates these composites with exactly these formulas and roundings
 //!   (`ferrite_ir::interp`, `composite.rs`), so f32 overflow in `rms_norm`'s `x*x` or
@@ -383,9 +386,28 @@ impl Decomposer {
                 l.binary(BinaryOp::Mul, v[0], s)
             }),
             UnaryOp::Gelu => self.in_f32(&[x], |l, v| {
-                let t = l.binary_const(BinaryOp::Mul, v[0], FRAC_1_SQRT_2)?;
-                let e = l.emit(Op::Unary(UnaryOp::Erf), &[t])?;
-                l.gelu_tail(v[0], e)
+                // 0.5 * x * erfc(-x / sqrt 2): erfc of |x| / sqrt 2, reflected for
+                // x >= 0 as 2 - erfc (see `erfc`). In f64 the fit (1.2e-7) is used only
+                // below -3, where `1 + erf` starts to cancel.
+                let x = v[0];
+                let dt = l.dtype(x);
+                let abs = l.emit(Op::Unary(UnaryOp::Abs), &[x])?;
+                let z = l.binary_const(BinaryOp::Mul, abs, FRAC_1_SQRT_2)?;
+                let e = l.erfc(z)?;
+                let half = l.binary_const(BinaryOp::Mul, x, 0.5)?;
+                let cdf2 = if dt == DType::F64 {
+                    let t = l.binary_const(BinaryOp::Mul, x, FRAC_1_SQRT_2)?;
+                    let erf = l.emit(Op::Unary(UnaryOp::Erf), &[t])?;
+                    let one_plus = l.binary_const(BinaryOp::Add, erf, 1.0)?;
+                    let body = l.binary_const(BinaryOp::Ge, x, -3.0)?;
+                    l.emit(Op::Where, &[body, one_plus, e])?
+                } else {
+                    let two = l.literal(2.0, dt)?;
+                    let reflected = l.binary(BinaryOp::Sub, two, e)?;
+                    let nonneg = l.binary_const(BinaryOp::Ge, x, 0.0)?;
+                    l.emit(Op::Where, &[nonneg, reflected, e])?
+                };
+                l.binary(BinaryOp::Mul, half, cdf2)
             }),
             UnaryOp::GeluTanh => self.in_f32(&[x], |l, v| {
                 let x = v[0];
@@ -394,8 +416,11 @@ impl Decomposer {
                 let cubic = l.binary_const(BinaryOp::Mul, x3, GELU_TANH_CUBIC)?;
                 let inner = l.binary(BinaryOp::Add, x, cubic)?;
                 let scaled = l.binary_const(BinaryOp::Mul, inner, SQRT_2_OVER_PI)?;
-                let t = l.emit(Op::Unary(UnaryOp::Tanh), &[scaled])?;
-                l.gelu_tail(x, t)
+                // (x * 0.5) * (1 + tanh(u)) = x * sigmoid(2u): no cancellation of
+                // 1 + tanh(u) for u << 0.
+                let twice = l.binary_const(BinaryOp::Mul, scaled, 2.0)?;
+                let s = l.sigmoid(twice)?;
+                l.binary(BinaryOp::Mul, x, s)
             }),
             UnaryOp::Neg
             | UnaryOp::Abs
@@ -416,11 +441,40 @@ impl Decomposer {
         }
     }
 
-    /// `(x * 0.5) * (1 + t)`, the part both GELU forms share.
-    fn gelu_tail(&mut self, x: ValueId, t: ValueId) -> Result<ValueId> {
-        let half = self.binary_const(BinaryOp::Mul, x, 0.5)?;
-        let one_plus = self.binary_const(BinaryOp::Add, t, 1.0)?;
-        self.binary(BinaryOp::Mul, half, one_plus)
+    /// `erfc(z)` for `z >= 0` (or NaN), as `t * exp(-z*z + P(t))` with
+    /// `t = 1 / (1 + z/2)` and `P` the degree-9 Chebyshev fit of Numerical Recipes'
+    /// `erfcc` (relative error below 1.2e-7 for every `z >= 0`). Its relative error does
+    /// not grow in the tail, where `1 + erf(-z)` cancels: GELU of `x < -3` through
+    /// `1 + erf` was a few ulps of 1, 4% off at -5 and `-0` below -5.9 (fuzzer findings).
+    /// `z = inf` gives 0, NaN gives NaN.
+    fn erfc(&mut self, z: ValueId) -> Result<ValueId> {
+        const P: [f64; 10] = [
+            -1.265_512_23,
+            1.000_023_68,
+            0.374_091_96,
+            0.096_784_18,
+            -0.186_288_06,
+            0.278_868_07,
+            -1.135_203_98,
+            1.488_515_87,
+            -0.822_152_23,
+            0.170_872_77,
+        ];
+        let half_z = self.binary_const(BinaryOp::Mul, z, 0.5)?;
+        let denom = self.binary_const(BinaryOp::Add, half_z, 1.0)?;
+        let one = self.literal(1.0, self.dtype(z))?;
+        let t = self.binary(BinaryOp::Div, one, denom)?;
+        // Horner from the highest coefficient.
+        let mut p = self.binary_const(BinaryOp::Mul, t, P[9])?;
+        for &c in P[1..9].iter().rev() {
+            let sum = self.binary_const(BinaryOp::Add, p, c)?;
+            p = self.binary(BinaryOp::Mul, sum, t)?;
+        }
+        let p = self.binary_const(BinaryOp::Add, p, P[0])?;
+        let z2 = self.binary(BinaryOp::Mul, z, z)?;
+        let arg = self.binary(BinaryOp::Sub, p, z2)?;
+        let e = self.emit(Op::Unary(UnaryOp::Exp), &[arg])?;
+        self.binary(BinaryOp::Mul, t, e)
     }
 
     /// `sigmoid(x)` as `where(x >= 0, 1, e) / (1 + e)` with `e = exp(-|x|)`: the exponent
@@ -482,31 +536,27 @@ impl Decomposer {
         if ty.numel() == 0 {
             return self.empty(ty);
         }
-        let half = matches!(self.dtype(ins[0]), DType::F16 | DType::Bf16);
         self.in_f32(ins, |l, v| {
             let last = Some(vec![-1]);
             let x = if centered {
-                // Half precision: d = x - x[..., :1]; c = d - sum(d / n), centered about
-                // the row's first element so a constant row is exactly 0; else d = x
-                // (see the module docs).
+                // d = x - x[..., :1]; c = x - (x[..., :1] + sum(d) / n): the mean is
+                // found about the row's first element, so a constant row's is exactly
+                // that element and its c exactly 0 (see the module docs).
                 let n = l.out.ty(v[0]).shape.last().copied().unwrap_or(1);
-                let d = if half {
-                    let pivot = l.emit(
-                        Op::Slice {
-                            axis: -1,
-                            start: 0,
-                            end: 1,
-                            step: 1,
-                        },
-                        &[v[0]],
-                    )?;
-                    l.binary(BinaryOp::Sub, v[0], pivot)?
-                } else {
-                    v[0]
-                };
-                let scaled = l.binary_const(BinaryOp::Div, d, n as f64)?;
-                let mean = l.reduce(ReduceOp::Sum, scaled, last.clone(), true)?;
-                l.binary(BinaryOp::Sub, d, mean)?
+                let pivot = l.emit(
+                    Op::Slice {
+                        axis: -1,
+                        start: 0,
+                        end: 1,
+                        step: 1,
+                    },
+                    &[v[0]],
+                )?;
+                let d = l.binary(BinaryOp::Sub, v[0], pivot)?;
+                let total = l.reduce(ReduceOp::Sum, d, last.clone(), true)?;
+                let shift = l.binary_const(BinaryOp::Div, total, n as f64)?;
+                let mean = l.binary(BinaryOp::Add, pivot, shift)?;
+                l.binary(BinaryOp::Sub, v[0], mean)?
             } else {
                 v[0]
             };

@@ -257,7 +257,9 @@ fn examples_fuse_well() {
         ("mlp", 2, 5),
         ("llama_mlp", 4, 20),
         ("attention", 7, 26),
-        ("transformer_block", 11, 59),
+        // Unfused: gelu is `0.5 * x * erfc`, a fit of ~25 primitives (the fused kernel
+        // count is unchanged), and layer_norm centers about the row's first element.
+        ("transformer_block", 11, 92),
     ] {
         let g = example(name);
         let f = schedule(&g, &ScheduleOptions::default()).unwrap();

@@ -97,10 +97,9 @@ pub(super) fn softmax(axis: i64, log: bool, x: &Tensor, out: &TensorType) -> Res
 /// `layer_norm(x, w, b, eps)` over the last axis (when `b` is given) or
 /// `rms_norm(x, w, eps)`.
 ///
-/// `layer_norm` computes `c = d - sum(d / n)` (the mean cannot overflow) with `d = x`,
-/// or for half-precision input `d = x - x[..., :1]` (a constant row is exactly 0);
-/// its variance `sum(c * c) / n`
-/// overflows where PyTorch's sum of squared deviations does.
+/// `layer_norm` computes `c = x - (p + sum(x - p) / n)` with `p = x[..., :1]` (a
+/// constant row's mean is exactly `p`, in every dtype); its variance
+/// `sum(c * c) / n` overflows where PyTorch's sum of squared deviations does.
 pub(super) fn layer_norm(
     x: &Tensor,
     w: &Tensor,
@@ -112,7 +111,6 @@ pub(super) fn layer_norm(
         return Ok(Tensor::zeros(out));
     }
     let ins: Vec<&Tensor> = [Some(x), Some(w), b].into_iter().flatten().collect();
-    let half = matches!(x.ty.dtype, DType::F16 | DType::Bf16);
     in_f32(&ins, |v| {
         let last = [-1i64];
         let n = *v[0].ty.shape.last().unwrap_or(&1);
@@ -124,15 +122,12 @@ pub(super) fn layer_norm(
                 end: 1,
                 step: 1,
             };
-            let d: std::borrow::Cow<'_, Tensor> = if half {
-                let pivot = super::eval_node(&first, &[v[0]], &infer(&first, &[&v[0].ty])?)?;
-                std::borrow::Cow::Owned(binary(BinaryOp::Sub, v[0], &pivot)?)
-            } else {
-                std::borrow::Cow::Borrowed(v[0])
-            };
-            let scaled = binary_const(BinaryOp::Div, &d, n as f64)?;
-            let mean = reduce_keep(ReduceOp::Sum, &scaled, Some(last.to_vec()), true)?;
-            centered = binary(BinaryOp::Sub, &d, &mean)?;
+            let pivot = super::eval_node(&first, &[v[0]], &infer(&first, &[&v[0].ty])?)?;
+            let d = binary(BinaryOp::Sub, v[0], &pivot)?;
+            let total = reduce_keep(ReduceOp::Sum, &d, Some(last.to_vec()), true)?;
+            let shift = binary_const(BinaryOp::Div, &total, n as f64)?;
+            let mean = binary(BinaryOp::Add, &pivot, &shift)?;
+            centered = binary(BinaryOp::Sub, v[0], &mean)?;
             &centered
         } else {
             v[0]
