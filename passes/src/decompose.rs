@@ -18,7 +18,7 @@
 //! | `mean(x, axes, keepdim)` | `sum(x, axes, keepdim) / count` (`0 / 0` is NaN for empty reductions, as in PyTorch) |
 //! | `softmax(x, axis)` | `e = exp(x - max(x, axis, keepdim))`; `e / sum(e, axis, keepdim)` |
 //! | `log_softmax(x, axis)` | `d = x - max(x, axis, keepdim)`; `d - log(sum(exp(d), axis, keepdim))` |
-//! | `layer_norm(x, w, b, eps)` | `p = x[..., :1]`; `c = x - (p + sum(x - p) / n)`; `c * rsqrt(mean(c*c) + eps) * w + b` (biased variance) |
+//! | `layer_norm(x, w, b, eps)` | `p = x[..., :1]`; `c = x - (p + sum(x * (1/n) - p * (1/n)))`; `c * rsqrt(mean(c*c) + eps) * w + b` (biased variance) |
 //! | `rms_norm(x, w, eps)` | `x * rsqrt(mean(x*x) + eps) * w` |
 //! | `transpose`, `squeeze`, `unsqueeze` | `permute`, `reshape`, `reshape` |
 //! | `exp(int)` and other transcendental ops of ints | `exp(cast(x, f32))` |
@@ -51,16 +51,17 @@
 //! - `layer_norm` uses the two-pass algorithm (center, then average the squares), so
 //!   the variance is never a difference of large numbers. The mean is found about the
 //!   row's first element `p = x[..., :1]` (the shifted-data algorithm): `mean = p +
-//!   sum(x - p) / n`, `c = x - mean`. `x - p` is exact wherever `x` is within a factor
-//!   of 2 of the pivot, so a constant row's mean is exactly `p`, its `c` exactly 0 and
-//!   its result `b`, as in PyTorch, in every dtype (the former `sum(x / n)` rounded each
-//!   `x / n`: an f16 row of 65504s became `±0.9 * w + b`, and an f32 constant row
-//!   `±w + b` wherever a backend's summation order differed from the interpreter's, two
-//!   fuzzer findings). The sum is of deviations, so it overflows only where they exceed
-//!   `max / n`, far beyond where their squares overflow; the per-element work is what
-//!   it was (one subtraction instead of one division), and the variance and output
-//!   passes read `x` and the row's mean. Half input is computed in f32, where `x - p`
-//!   cannot overflow.
+//!   sum(x/n - p/n)`, `c = x - mean`, where `/n` is a multiplication by `1/n`. Where
+//!   `x == p` the term is exactly 0, so a constant row's mean is exactly `p`, its `c`
+//!   exactly 0 and its result `b`, as in PyTorch, in every dtype (the former `sum(x /
+//!   n)` rounded each `x / n` into a large sum: an f16 row of 65504s became `±0.9 * w +
+//!   b`, and an f32 constant row `±w + b` wherever a backend's summation order differed
+//!   from the interpreter's, two fuzzer findings). No term overflows: `|x/n - p/n| <=
+//!   2 max / n`, and the sum of the terms is the mean's distance from `p` (scaling
+//!   before subtracting matters: `x - p` overflows for `x = -p = 3e38`, and a row of
+//!   3e38s and small numbers would then be NaN where PyTorch gives `b`). The terms are
+//!   deviations, so the sum does not accumulate the row's magnitude; the rounding of
+//!   `x/n` costs at most an ulp of the mean. Half input is computed in f32.
 //!   The variance `sum(c*c) / n` overflows exactly where PyTorch's sum of squared
 //!   deviations does; `rsqrt(inf)` is then 0 and the row becomes `b`, as in PyTorch.
 //! - Every intermediate is rounded to its dtype, and the reference interpreter
@@ -539,7 +540,7 @@ impl Decomposer {
         self.in_f32(ins, |l, v| {
             let last = Some(vec![-1]);
             let x = if centered {
-                // d = x - x[..., :1]; c = x - (x[..., :1] + sum(d) / n): the mean is
+                // d = x/n - x[..., :1]/n; c = x - (x[..., :1] + sum(d)): the mean is
                 // found about the row's first element, so a constant row's is exactly
                 // that element and its c exactly 0 (see the module docs).
                 let n = l.out.ty(v[0]).shape.last().copied().unwrap_or(1);
@@ -552,9 +553,11 @@ impl Decomposer {
                     },
                     &[v[0]],
                 )?;
-                let d = l.binary(BinaryOp::Sub, v[0], pivot)?;
-                let total = l.reduce(ReduceOp::Sum, d, last.clone(), true)?;
-                let shift = l.binary_const(BinaryOp::Div, total, n as f64)?;
+                let scale = 1.0 / n.max(1) as f64;
+                let xs = l.binary_const(BinaryOp::Mul, v[0], scale)?;
+                let ps = l.binary_const(BinaryOp::Mul, pivot, scale)?;
+                let d = l.binary(BinaryOp::Sub, xs, ps)?;
+                let shift = l.reduce(ReduceOp::Sum, d, last.clone(), true)?;
                 let mean = l.binary(BinaryOp::Add, pivot, shift)?;
                 l.binary(BinaryOp::Sub, v[0], mean)?
             } else {

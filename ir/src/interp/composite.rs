@@ -97,8 +97,9 @@ pub(super) fn softmax(axis: i64, log: bool, x: &Tensor, out: &TensorType) -> Res
 /// `layer_norm(x, w, b, eps)` over the last axis (when `b` is given) or
 /// `rms_norm(x, w, eps)`.
 ///
-/// `layer_norm` computes `c = x - (p + sum(x - p) / n)` with `p = x[..., :1]` (a
-/// constant row's mean is exactly `p`, in every dtype); its variance
+/// `layer_norm` computes `c = x - (p + sum(x/n - p/n))` with `p = x[..., :1]` and
+/// `/n` a multiplication by `1/n` (a constant row's mean is exactly `p`, in every
+/// dtype, and no term overflows); its variance
 /// `sum(c * c) / n` overflows where PyTorch's sum of squared deviations does.
 pub(super) fn layer_norm(
     x: &Tensor,
@@ -123,9 +124,11 @@ pub(super) fn layer_norm(
                 step: 1,
             };
             let pivot = super::eval_node(&first, &[v[0]], &infer(&first, &[&v[0].ty])?)?;
-            let d = binary(BinaryOp::Sub, v[0], &pivot)?;
-            let total = reduce_keep(ReduceOp::Sum, &d, Some(last.to_vec()), true)?;
-            let shift = binary_const(BinaryOp::Div, &total, n as f64)?;
+            let scale = 1.0 / n.max(1) as f64;
+            let xs = binary_const(BinaryOp::Mul, v[0], scale)?;
+            let ps = binary_const(BinaryOp::Mul, &pivot, scale)?;
+            let d = binary(BinaryOp::Sub, &xs, &ps)?;
+            let shift = reduce_keep(ReduceOp::Sum, &d, Some(last.to_vec()), true)?;
             let mean = binary(BinaryOp::Add, &pivot, &shift)?;
             centered = binary(BinaryOp::Sub, v[0], &mean)?;
             &centered
