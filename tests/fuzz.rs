@@ -487,7 +487,9 @@ fn onnx_model_findings_stay_fixed() {
 /// every target and in the oracle) and `layer_norm` of a constant row in f32
 /// (`58431c04..`, `b79249bc..`: the mean as `sum(x / n)` was not exactly `x`, amplified by
 /// `1 / sqrt(var + eps)`; f32 now centers about the row's first element as the half
-/// dtypes did).
+/// dtypes did). Session 13: `0326075d..`, the accelerator lowering carried an i64
+/// gathered index as an i32 index tile around an argmin loop (its tile kernel failed its
+/// check); a gathered value is now cast to the kernel's index dtype.
 #[test]
 fn pipeline_findings_stay_fixed() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-findings/pipeline");
