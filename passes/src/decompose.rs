@@ -553,7 +553,7 @@ impl Decomposer {
                     },
                     &[v[0]],
                 )?;
-                let scale = 1.0 / n.max(1) as f64;
+                let scale = 1.0 / n as f64;
                 let xs = l.binary_const(BinaryOp::Mul, v[0], scale)?;
                 let ps = l.binary_const(BinaryOp::Mul, pivot, scale)?;
                 let d = l.binary(BinaryOp::Sub, xs, ps)?;

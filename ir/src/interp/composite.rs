@@ -124,7 +124,7 @@ pub(super) fn layer_norm(
                 step: 1,
             };
             let pivot = super::eval_node(&first, &[v[0]], &infer(&first, &[&v[0].ty])?)?;
-            let scale = 1.0 / n.max(1) as f64;
+            let scale = 1.0 / n as f64;
             let xs = binary_const(BinaryOp::Mul, v[0], scale)?;
             let ps = binary_const(BinaryOp::Mul, &pivot, scale)?;
             let d = binary(BinaryOp::Sub, &xs, &ps)?;

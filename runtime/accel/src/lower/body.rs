@@ -171,10 +171,9 @@ impl<'a> Body<'a> {
             // an i32 kernel (or the reverse) is cast, else the index tile's dtype would
             // not be the one it claims (fuzz finding 0326075d: an i64 index carried as
             // i32 around an argmin loop).
-            Some(Val::Tile(t)) if t.dtype != self.s.index_dtype => Some((
-                super::builder::cast(t.e.clone(), self.s.index_dtype),
-                t.deps,
-            )),
+            Some(Val::Tile(t)) if t.dtype != self.s.index_dtype => {
+                Some((cast(t.e.clone(), self.s.index_dtype), t.deps))
+            }
             Some(Val::Tile(t)) => Some((t.e.clone(), t.deps)),
             Some(Val::Lit(v, _)) => Some((lit(*v), 0)),
             None => None,
