@@ -36,7 +36,8 @@ pub enum UnaryOp {
     Cos,
     /// hyperbolic tangent
     Tanh,
-    /// `1 / (1 + e^-x)` (composite)
+    /// `1 / (1 + e^-x)`, computed without overflow as `where(x >= 0, 1, e) / (1 + e)`
+    /// with `e = e^-|x|`
     Sigmoid,
     /// `max(x, 0)` (composite)
     Relu,
@@ -48,6 +49,9 @@ pub enum UnaryOp {
     Silu,
     /// error function
     Erf,
+    /// complementary error function `1 - erf(x)`, without the cancellation of that
+    /// difference for large `x`
+    Erfc,
     /// round toward -inf
     Floor,
     /// round toward +inf
@@ -62,7 +66,7 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// Every unary op.
-    pub const ALL: [UnaryOp; 21] = [
+    pub const ALL: [UnaryOp; 22] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -79,6 +83,7 @@ impl UnaryOp {
         UnaryOp::GeluTanh,
         UnaryOp::Silu,
         UnaryOp::Erf,
+        UnaryOp::Erfc,
         UnaryOp::Floor,
         UnaryOp::Ceil,
         UnaryOp::Sign,
@@ -109,6 +114,7 @@ impl UnaryOp {
                 | UnaryOp::GeluTanh
                 | UnaryOp::Silu
                 | UnaryOp::Erf
+                | UnaryOp::Erfc
         )
     }
 
@@ -116,7 +122,7 @@ impl UnaryOp {
     pub fn is_composite(self) -> bool {
         matches!(
             self,
-            UnaryOp::Sigmoid | UnaryOp::Relu | UnaryOp::Gelu | UnaryOp::GeluTanh | UnaryOp::Silu
+            UnaryOp::Relu | UnaryOp::Gelu | UnaryOp::GeluTanh | UnaryOp::Silu
         )
     }
 }

@@ -32,7 +32,13 @@ pub(crate) fn float_unary(u: UnaryOp, x: f64) -> f64 {
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
         UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        // where(x >= 0, 1, e) / (1 + e) with e = exp(-|x|): nothing overflows, and for
+        // x << 0 the result is e / (1 + e), not 1 / inf. NaN takes the e branch.
+        UnaryOp::Sigmoid => {
+            let e = (-x.abs()).exp();
+            let numer = if x >= 0.0 { 1.0 } else { e };
+            numer / (1.0 + e)
+        }
         // NaN passes through, as PyTorch's relu propagates it.
         UnaryOp::Relu => {
             if x > 0.0 || x.is_nan() {
@@ -53,6 +59,7 @@ pub(crate) fn float_unary(u: UnaryOp, x: f64) -> f64 {
         }
         UnaryOp::Silu => x / (1.0 + (-x).exp()),
         UnaryOp::Erf => erf(x),
+        UnaryOp::Erfc => erfc(x),
         UnaryOp::Floor => x.floor(),
         UnaryOp::Ceil => x.ceil(),
         // f64::signum maps ±0 to ±1; PyTorch's sign gives 0 there.

@@ -676,11 +676,11 @@ impl<'g> Backward<'g> {
                         Some(self.keep(pos, d)?)
                     }
                     U::Gelu => {
-                        // Phi(x) + x phi(x)
-                        let xs2 = self.bin_s(B::Mul, x, std::f64::consts::FRAC_1_SQRT_2)?;
-                        let e = self.un(U::Erf, xs2)?;
-                        let e1 = self.bin_s(B::Add, e, 1.0)?;
-                        let cdf = self.bin_s(B::Mul, e1, 0.5)?;
+                        // Phi(x) + x phi(x), Phi(x) = erfc(-x / sqrt 2) / 2 (no cancellation
+                        // for x << 0)
+                        let xs2 = self.bin_s(B::Mul, x, -std::f64::consts::FRAC_1_SQRT_2)?;
+                        let e = self.un(U::Erfc, xs2)?;
+                        let cdf = self.bin_s(B::Mul, e, 0.5)?;
                         let x2 = self.mul(x, x)?;
                         let h = self.bin_s(B::Mul, x2, -0.5)?;
                         let ex = self.un(U::Exp, h)?;
@@ -732,6 +732,13 @@ impl<'g> Backward<'g> {
                         let n = self.neg(x2)?;
                         let e = self.un(U::Exp, n)?;
                         let k = self.bin_s(B::Mul, e, std::f64::consts::FRAC_2_SQRT_PI)?;
+                        Some(self.mul(d, k)?)
+                    }
+                    U::Erfc => {
+                        let x2 = self.mul(x, x)?;
+                        let n = self.neg(x2)?;
+                        let e = self.un(U::Exp, n)?;
+                        let k = self.bin_s(B::Mul, e, -std::f64::consts::FRAC_2_SQRT_PI)?;
                         Some(self.mul(d, k)?)
                     }
                     U::Floor | U::Ceil | U::Sign | U::Not | U::BitwiseNot => None,

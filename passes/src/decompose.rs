@@ -381,34 +381,21 @@ impl Decomposer {
         };
         match u {
             UnaryOp::Relu => self.binary_const(BinaryOp::Maximum, x, 0.0),
+            // A primitive computed in f32 (the backends have vector forms of it).
             UnaryOp::Sigmoid => self.in_f32(&[x], |l, v| l.sigmoid(v[0])),
             UnaryOp::Silu => self.in_f32(&[x], |l, v| {
                 let s = l.sigmoid(v[0])?;
                 l.binary(BinaryOp::Mul, v[0], s)
             }),
             UnaryOp::Gelu => self.in_f32(&[x], |l, v| {
-                // 0.5 * x * erfc(-x / sqrt 2): erfc of |x| / sqrt 2, reflected for
-                // x >= 0 as 2 - erfc (see `erfc`). In f64 the fit (1.2e-7) is used only
-                // below -3, where `1 + erf` starts to cancel.
+                // 0.5 * x * erfc(-x / sqrt 2): erfc does not cancel for x << 0, where
+                // 1 + erf(x / sqrt 2) loses every digit (GELU of x < -3 through 1 + erf was
+                // a few ulps of 1, 4% off at -5 and -0 below -5.9: fuzzer findings).
                 let x = v[0];
-                let dt = l.dtype(x);
-                let abs = l.emit(Op::Unary(UnaryOp::Abs), &[x])?;
-                let z = l.binary_const(BinaryOp::Mul, abs, FRAC_1_SQRT_2)?;
-                let e = l.erfc(z)?;
+                let z = l.binary_const(BinaryOp::Mul, x, -FRAC_1_SQRT_2)?;
+                let e = l.emit(Op::Unary(UnaryOp::Erfc), &[z])?;
                 let half = l.binary_const(BinaryOp::Mul, x, 0.5)?;
-                let cdf2 = if dt == DType::F64 {
-                    let t = l.binary_const(BinaryOp::Mul, x, FRAC_1_SQRT_2)?;
-                    let erf = l.emit(Op::Unary(UnaryOp::Erf), &[t])?;
-                    let one_plus = l.binary_const(BinaryOp::Add, erf, 1.0)?;
-                    let body = l.binary_const(BinaryOp::Ge, x, -3.0)?;
-                    l.emit(Op::Where, &[body, one_plus, e])?
-                } else {
-                    let two = l.literal(2.0, dt)?;
-                    let reflected = l.binary(BinaryOp::Sub, two, e)?;
-                    let nonneg = l.binary_const(BinaryOp::Ge, x, 0.0)?;
-                    l.emit(Op::Where, &[nonneg, reflected, e])?
-                };
-                l.binary(BinaryOp::Mul, half, cdf2)
+                l.binary(BinaryOp::Mul, half, e)
             }),
             UnaryOp::GeluTanh => self.in_f32(&[x], |l, v| {
                 let x = v[0];
@@ -434,6 +421,7 @@ impl Decomposer {
             | UnaryOp::Cos
             | UnaryOp::Tanh
             | UnaryOp::Erf
+            | UnaryOp::Erfc
             | UnaryOp::Floor
             | UnaryOp::Ceil
             | UnaryOp::Sign
@@ -442,56 +430,10 @@ impl Decomposer {
         }
     }
 
-    /// `erfc(z)` for `z >= 0` (or NaN), as `t * exp(-z*z + P(t))` with
-    /// `t = 1 / (1 + z/2)` and `P` the degree-9 Chebyshev fit of Numerical Recipes'
-    /// `erfcc` (relative error below 1.2e-7 for every `z >= 0`). Its relative error does
-    /// not grow in the tail, where `1 + erf(-z)` cancels: GELU of `x < -3` through
-    /// `1 + erf` was a few ulps of 1, 4% off at -5 and `-0` below -5.9 (fuzzer findings).
-    /// `z = inf` gives 0, NaN gives NaN.
-    fn erfc(&mut self, z: ValueId) -> Result<ValueId> {
-        const P: [f64; 10] = [
-            -1.265_512_23,
-            1.000_023_68,
-            0.374_091_96,
-            0.096_784_18,
-            -0.186_288_06,
-            0.278_868_07,
-            -1.135_203_98,
-            1.488_515_87,
-            -0.822_152_23,
-            0.170_872_77,
-        ];
-        let half_z = self.binary_const(BinaryOp::Mul, z, 0.5)?;
-        let denom = self.binary_const(BinaryOp::Add, half_z, 1.0)?;
-        let one = self.literal(1.0, self.dtype(z))?;
-        let t = self.binary(BinaryOp::Div, one, denom)?;
-        // Horner from the highest coefficient.
-        let mut p = self.binary_const(BinaryOp::Mul, t, P[9])?;
-        for &c in P[1..9].iter().rev() {
-            let sum = self.binary_const(BinaryOp::Add, p, c)?;
-            p = self.binary(BinaryOp::Mul, sum, t)?;
-        }
-        let p = self.binary_const(BinaryOp::Add, p, P[0])?;
-        let z2 = self.binary(BinaryOp::Mul, z, z)?;
-        let arg = self.binary(BinaryOp::Sub, p, z2)?;
-        let e = self.emit(Op::Unary(UnaryOp::Exp), &[arg])?;
-        self.binary(BinaryOp::Mul, t, e)
-    }
-
-    /// `sigmoid(x)` as `where(x >= 0, 1, e) / (1 + e)` with `e = exp(-|x|)`: the exponent
-    /// is never positive, so nothing overflows, and for `x < 0` the result is
-    /// `e / (1 + e)`, accurate even where `1 / (1 + exp(-x))` would overflow to zero.
-    /// NaN selects the `e` branch, which is NaN.
+    /// `sigmoid(x)` of a float `x`: the primitive, which every backend computes as
+    /// `where(x >= 0, 1, e) / (1 + e)` with `e = exp(-|x|)` (nothing overflows).
     fn sigmoid(&mut self, x: ValueId) -> Result<ValueId> {
-        let dt = self.dtype(x);
-        let abs = self.emit(Op::Unary(UnaryOp::Abs), &[x])?;
-        let neg = self.emit(Op::Unary(UnaryOp::Neg), &[abs])?;
-        let e = self.emit(Op::Unary(UnaryOp::Exp), &[neg])?;
-        let denom = self.binary_const(BinaryOp::Add, e, 1.0)?;
-        let nonneg = self.binary_const(BinaryOp::Ge, x, 0.0)?;
-        let one = self.literal(1.0, dt)?;
-        let numer = self.emit(Op::Where, &[nonneg, one, e])?;
-        self.binary(BinaryOp::Div, numer, denom)
+        self.emit(Op::Unary(UnaryOp::Sigmoid), &[x])
     }
 
     /// `sum(x, axes, keepdim) / count` for a float `x`.

@@ -360,6 +360,7 @@ ATEN: Dict[str, Callable[..., Any]] = {
             ("relu", "relu"),
             ("silu", "silu"),
             ("erf", "erf"),
+            ("erfc", "erfc"),
             ("floor", "floor"),
             ("ceil", "ceil"),
             ("sign", "sign"),

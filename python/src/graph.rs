@@ -878,6 +878,7 @@ var_methods! {
         #[doc = "GELU with the tanh approximation."] gelu_tanh,
         #[doc = "`x * sigmoid(x)` (SiLU)."] silu,
         #[doc = "The error function."] erf,
+        #[doc = "The complementary error function `1 - erf(x)`."] erfc,
         #[doc = "Rounds toward -inf."] floor,
         #[doc = "Rounds toward +inf."] ceil,
         #[doc = "-1, 0 or 1."] sign,

@@ -221,6 +221,9 @@ impl Var {
         silu => Silu;
         /// The error function.
         erf => Erf;
+        /// The complementary error function `1 - erf(x)`, accurate where that difference
+        /// cancels.
+        erfc => Erfc;
         /// Rounds toward -inf.
         floor => Floor;
         /// Rounds toward +inf.

@@ -267,7 +267,7 @@ const AVG_POOL: &[AttrSpec] = &[
 /// Every op `.fg` text can call. Suggestions for a misspelled name go to the
 /// first of the closest, so the order is part of the language.
 #[rustfmt::skip]
-pub static OPS: [OpSpec; 79] = [
+pub static OPS: [OpSpec; 80] = [
     //  name            builds                             operands     attributes
     op("neg",           K::Unary(UnaryOp::Neg),            Exactly(1),  NONE),
     op("abs",           K::Unary(UnaryOp::Abs),            Exactly(1),  NONE),
@@ -286,6 +286,7 @@ pub static OPS: [OpSpec; 79] = [
     ]),
     op("silu",          K::Unary(UnaryOp::Silu),           Exactly(1),  NONE),
     op("erf",           K::Unary(UnaryOp::Erf),            Exactly(1),  NONE),
+    op("erfc",          K::Unary(UnaryOp::Erfc),           Exactly(1),  NONE),
     op("floor",         K::Unary(UnaryOp::Floor),          Exactly(1),  NONE),
     op("ceil",          K::Unary(UnaryOp::Ceil),           Exactly(1),  NONE),
     op("sign",          K::Unary(UnaryOp::Sign),           Exactly(1),  NONE),

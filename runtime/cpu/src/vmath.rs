@@ -13,13 +13,14 @@
 //! | `sin/cos` | `q = round(x 2/pi)`, Cody-Waite `r = x - q pi/2` (exact first step with FMA), sin/cos polynomials, quadrant select | 1.72, 1.62 / 2.33, 2.09 ulp |
 //! | `tanh`    | `m / (m + 2)` with `m = expm1(2 abs(x))` (`2^n q + (2^n - 1)`, `q = e^r - 1`: no cancellation near 0), `2 abs(x)` capped at 20; sign copied | 2.46 / 2.33 ulp |
 //! | `erf`     | `x + x A(x^2)` below 0.875, else `1 - exp(-H(abs(x) - 0.875))`, `H ~ -log(erfc)` | 1.06 / 1.05 ulp |
+//! | `erfc`    | `1 - abs(x) - abs(x) A(x^2)` below 0.875 (erf's polynomial), else `t exp(P(t) - x^2)`, `t = 1/(1 + abs(x)/2)` (Numerical Recipes' `erfcc` fit, 1.2e-7), the exponent as a double-`f32` (`x^2` exact by FMA or Dekker's split, TwoSum), `t` folded into exp's scaling; `2 - erfc(-x)` for `x < 0` | 4.82 / 4.50 ulp |
 //! | `sigmoid` | `e = exp(-abs(x))`; `1/(1+e)` or `e/(1+e)`: never overflows, keeps subnormal results | 2.28 / 2.23 ulp |
 //! | `pow`     | `exp(y log abs(x))` in `f64` (two `f64x2` halves), rounded once to `f32`; C99 special cases | 0.50 ulp |
 //!
 //! The figures are the runtime tests' measurements (every 97th `f32` bit pattern plus
 //! special values for the unary functions, every 1009th for the non-trig ones without
-//! FMA, 2M random pairs for `pow`); the tests assert 2 ulp for exp/log/sin/cos and 3 ulp
-//! for tanh/erf/sigmoid (one more without FMA), and 1 ulp for pow. Run them with
+//! FMA, 2M random pairs for `pow`); the tests assert 2 ulp for exp/log/sin/cos, 3 ulp
+//! for tanh/erf/sigmoid and 6 for erfc (one more without FMA), and 1 ulp for pow. Run them with
 //! `--nocapture` to see the figures. (`tanh` was `x + x^3 T(x^2)` below 0.625 and
 //! `1 - 2/(e^2x + 1)` above, at 1.31 ulp; the single `expm1` formula costs about an ulp
 //! more, from rounding `m + 2` and the quotient, and needs a third fewer instructions.
@@ -89,6 +90,8 @@ pub enum UnaryFn {
     Tanh,
     /// The error function.
     Erf,
+    /// The complementary error function `1 - erf(x)`.
+    Erfc,
     /// `1 / (1 + e^-x)`.
     Sigmoid,
     /// Sine (radians).
@@ -99,11 +102,12 @@ pub enum UnaryFn {
 
 impl UnaryFn {
     /// All of them, for tests and tables.
-    pub const ALL: [UnaryFn; 7] = [
+    pub const ALL: [UnaryFn; 8] = [
         UnaryFn::Exp,
         UnaryFn::Log,
         UnaryFn::Tanh,
         UnaryFn::Erf,
+        UnaryFn::Erfc,
         UnaryFn::Sigmoid,
         UnaryFn::Sin,
         UnaryFn::Cos,
@@ -116,6 +120,7 @@ impl UnaryFn {
             UnaryFn::Log => "log",
             UnaryFn::Tanh => "tanh",
             UnaryFn::Erf => "erf",
+            UnaryFn::Erfc => "erfc",
             UnaryFn::Sigmoid => "sigmoid",
             UnaryFn::Sin => "sin",
             UnaryFn::Cos => "cos",
@@ -235,6 +240,23 @@ pub(crate) mod constants {
     ];
     /// erf rounds to 1 in `f32` well below this, so larger inputs are clamped to it.
     pub(crate) const ERF_CLAMP: f32 = 4.0;
+    /// `erfc a = t exp(P(t) - a^2)` with `t = 1 / (1 + a/2)` for `a >= 0`: the Chebyshev
+    /// fit of Numerical Recipes' `erfcc`, relative error below 1.2e-7 for every `a >= 0`.
+    pub(crate) const ERFC_P: [f32; 10] = [
+        -1.265_512_2,
+        1.000_023_7,
+        3.740_919_6e-1,
+        9.678_418e-2,
+        -1.862_880_6e-1,
+        2.788_680_7e-1,
+        -1.135_204,
+        1.488_515_9,
+        -8.221_522e-1,
+        1.708_727_7e-1,
+    ];
+    /// `erfc` rounds to 0 in `f32` from 10.06 on; larger inputs are clamped to this, which
+    /// keeps `a^2` and the exponent finite.
+    pub(crate) const ERFC_CLAMP: f32 = 10.5;
     /// `exp` results for `n < -125.5` (`n <= -126`) may be subnormal and are built as integers.
     pub(crate) const EXP_SUBNORMAL_N: f32 = -125.5;
     /// The extra scaling `2^149` that makes a subnormal result's multiples of `2^-149` integers.
@@ -272,6 +294,7 @@ impl VMath {
             UnaryFn::Log => e.log(v[0]),
             UnaryFn::Tanh => e.tanh(v[0]),
             UnaryFn::Erf => e.erf(v[0]),
+            UnaryFn::Erfc => e.erfc(v[0]),
             UnaryFn::Sigmoid => e.sigmoid(v[0]),
             UnaryFn::Sin => e.sin_cos(v[0], false),
             UnaryFn::Cos => e.sin_cos(v[0], true),
@@ -296,6 +319,11 @@ impl VMath {
     /// The error function.
     pub fn erf(&self, b: &mut FunctionBuilder<'_>, x: Value) -> Value {
         self.unary(b, UnaryFn::Erf, x)
+    }
+
+    /// The complementary error function.
+    pub fn erfc(&self, b: &mut FunctionBuilder<'_>, x: Value) -> Value {
+        self.unary(b, UnaryFn::Erfc, x)
     }
 
     /// The logistic sigmoid.
@@ -618,6 +646,22 @@ impl Emit<'_, '_> {
 
     /// `e^x` for every input. `may_overflow: false` promises `x <= 0` or NaN (sigmoid).
     fn exp_general(&mut self, x: Value, may_overflow: bool) -> Value {
+        self.exp_scaled(x, None, None, may_overflow)
+    }
+
+    /// `scale e^(x + lo)`, rounded once, for `lo` below an ulp of `x` (the low part of a
+    /// double-`f32` exponent, added to the reduced argument) and `scale` in `[1/8, 1]`,
+    /// folded into the first power-of-two scaling (exact: `2^n1 scale` is normal). Results
+    /// with `n <= -126` are built as integers as [`Self::exp_general`]'s are; a smaller
+    /// `scale` can make a few results of `n` in `[-125, -123]` subnormal too, and those
+    /// take the slow path of the last multiply.
+    fn exp_scaled(
+        &mut self,
+        x: Value,
+        lo: Option<Value>,
+        scale: Option<Value>,
+        may_overflow: bool,
+    ) -> Value {
         // No lane executes a floating-point operation whose result is subnormal: on x86
         // each one takes a microcode assist (~100 cycles) unless flush-to-zero is on, which
         // made exp of masked (-inf) attention scores 15x slower than of ordinary inputs,
@@ -625,13 +669,13 @@ impl Emit<'_, '_> {
         // build its bits with integer operations (below); so inputs below EXP_LO can be
         // clamped to it (one `maxps`): their integer result rounds to 0 (e^-104 is 0.485
         // of 2^-149). NaN lanes pass through both clamps.
-        let lo = self.f(EXP_LO);
-        let mut x = self.max_or_nan(lo, x);
+        let floor = self.f(EXP_LO);
+        let mut x = self.max_or_nan(floor, x);
         if may_overflow {
             let hi = self.f(EXP_HI);
             x = self.min_or_nan(hi, x);
         }
-        let (q, n, shifted_bits) = self.expm1_reduced_n(x);
+        let (q, n, shifted_bits) = self.expm1_reduced_n(x, lo);
         let ni = self.rounded_int(shifted_bits);
         // n is in [-150, 129]: 2^n may not be a normal f32, 2^(n/2) always is, and the first
         // multiply is exact, so an overflowing result rounds once. (Multiplies, not integer
@@ -639,6 +683,10 @@ impl Emit<'_, '_> {
         let n1 = self.b.ins().sshr_imm_u(ni, 1);
         let n2 = self.b.ins().isub(ni, n1);
         let s1 = self.pow2(n1);
+        let s1 = match scale {
+            Some(t) => self.mul(s1, t),
+            None => s1,
+        };
         // (1 + q) 2^n1 as q 2^n1 + 2^n1: the same single rounding, one instruction less.
         let y1 = self.mul_add(q, s1, s1);
         // For n <= -126 the result is below 2^-125, where f32 values are the multiples
@@ -702,12 +750,12 @@ impl Emit<'_, '_> {
 
     /// `e^r - 1 = r + r^2 P(r)` with `r = x - n ln2`, and the rounding bits of `n`.
     fn expm1_reduced(&mut self, x: Value) -> (Value, Value) {
-        let (q, _, shifted_bits) = self.expm1_reduced_n(x);
+        let (q, _, shifted_bits) = self.expm1_reduced_n(x, None);
         (q, shifted_bits)
     }
 
-    /// [`Self::expm1_reduced`], and `n` as `f32x4`.
-    fn expm1_reduced_n(&mut self, x: Value) -> (Value, Value, Value) {
+    /// [`Self::expm1_reduced`] of `x + lo`, and `n` as `f32x4`.
+    fn expm1_reduced_n(&mut self, x: Value, lo: Option<Value>) -> (Value, Value, Value) {
         let log2e = self.f(LOG2_E);
         let (n, shifted_bits) = self.round_product(x, log2e);
         // r = x - n ln2, exactly in the first step (n * LN2_HI is exact).
@@ -715,6 +763,10 @@ impl Emit<'_, '_> {
         let r = self.mul_add(n, c1, x);
         let c2 = self.f(-LN2_LO);
         let r = self.mul_add(n, c2, r);
+        let r = match lo {
+            Some(lo) => self.add(r, lo),
+            None => r,
+        };
         let p = self.poly(r, &EXP_P);
         let r2 = self.mul(r, r);
         (self.mul_add(p, r2, r), n, shifted_bits)
@@ -904,6 +956,71 @@ impl Emit<'_, '_> {
         let small = self.cmp(FloatCC::LessThan, a, small_limit);
         let v = self.select(small, small_value, large_value);
         self.with_sign_of(v, x)
+    }
+
+    /// `(hi, lo)` with `hi + lo = a * a` exactly (for `|a| < 2^60`): the residual by FMA,
+    /// or by Dekker's split without it.
+    fn two_square(&mut self, a: Value) -> (Value, Value) {
+        let hi = self.mul(a, a);
+        let zero = self.f(0.0);
+        let minus_hi = self.sub(zero, hi);
+        if self.fma {
+            return (hi, self.b.ins().fma(a, a, minus_hi));
+        }
+        // a = ah + al with ah of 12 significant bits: ah^2, 2 ah al and al^2 are exact.
+        let split = self.f(4097.0);
+        let c = self.mul(a, split);
+        let c_minus_a = self.sub(c, a);
+        let ah = self.sub(c, c_minus_a);
+        let al = self.sub(a, ah);
+        let ah2 = self.mul(ah, ah);
+        let e = self.add(ah2, minus_hi);
+        let two_ah = self.add(ah, ah);
+        let cross = self.mul(two_ah, al);
+        let e = self.add(e, cross);
+        let al2 = self.mul(al, al);
+        (hi, self.add(e, al2))
+    }
+
+    fn erfc(&mut self, x: Value) -> Value {
+        // erfc a = t exp(P(t) - a^2), t = 1 / (1 + a/2), a = min(|x|, 10.5) (NaN passes),
+        // from 0.875 on; erfc(x) = 2 - erfc(-x) for x < 0. At a = 10 the exponent is about -101, whose
+        // rounding to f32 alone would cost 4e-6 of relative error, so it is kept as a
+        // double-f32: a^2 exactly as hi + lo, P - hi by TwoSum, and the low parts added
+        // to the reduced argument of exp. t is folded into exp's first scaling, so
+        // subnormal results are built as integers as exp's are (no slow assists).
+        let a = self.abs(x);
+        let cap = self.f(ERFC_CLAMP);
+        let a = self.min_or_nan(cap, a);
+        let half = self.f(0.5);
+        let one = self.f(1.0);
+        let d = self.mul_add(a, half, one);
+        let t = self.div(one, d);
+        let p = self.poly(t, &ERFC_P);
+        let (hi, lo) = self.two_square(a);
+        // s + err = p - hi exactly.
+        let s = self.sub(p, hi);
+        let p_part = self.add(s, hi);
+        let hi_part = self.sub(s, p_part);
+        let p_err = self.sub(p, p_part);
+        let hi_err = self.add(hi, hi_part);
+        let err = self.sub(p_err, hi_err);
+        let low = self.sub(err, lo);
+        let large_value = self.exp_scaled(s, Some(low), Some(t), false);
+        // Below 0.875 the terms of P(t) cancel (P(1) = 0); 1 - erf a = (1 - a) - a A(a^2)
+        // with erf's small-argument polynomial is within 2 ulp there.
+        let p_small = self.poly(hi, &ERF_A);
+        let zero = self.f(0.0);
+        let minus_a = self.sub(zero, a);
+        let one_minus_a = self.sub(one, a);
+        let small_value = self.mul_add(minus_a, p_small, one_minus_a);
+        let small_limit = self.f(ERF_SMALL);
+        let small = self.cmp(FloatCC::LessThan, a, small_limit);
+        let r = self.select(small, small_value, large_value);
+        let negative = self.cmp(FloatCC::LessThan, x, zero);
+        let two = self.f(2.0);
+        let reflected = self.sub(two, r);
+        self.select(negative, reflected, r)
     }
 
     /// IEEE 754-2019 `maximum` (or `minimum`): NaN wins, as in `torch.maximum`, and

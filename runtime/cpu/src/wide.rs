@@ -15,7 +15,7 @@
 //! wide routine, so callers use the Cranelift code). Asking for a width the CPU lacks
 //! gives the widest it has.
 //!
-//! Only `exp`, `log`, `tanh`, `erf` and `sigmoid` have wide routines (the functions of
+//! Only `exp`, `log`, `tanh`, `erf`, `erfc` and `sigmoid` have wide routines (the functions of
 //! [`UnaryFn`] whose vector math is pure `f32` lane arithmetic).
 
 use std::sync::OnceLock;
@@ -112,6 +112,7 @@ pub fn routine(f: UnaryFn, isa: Isa) -> Option<WideFn> {
             UnaryFn::Log => pick(avx2::log_slice, avx512::log_slice),
             UnaryFn::Tanh => pick(avx2::tanh_slice, avx512::tanh_slice),
             UnaryFn::Erf => pick(avx2::erf_slice, avx512::erf_slice),
+            UnaryFn::Erfc => pick(avx2::erfc_slice, avx512::erfc_slice),
             UnaryFn::Sigmoid => pick(avx2::sigmoid_slice, avx512::sigmoid_slice),
             UnaryFn::Sin | UnaryFn::Cos => None,
         }
@@ -148,6 +149,7 @@ pub fn in_place_routine(f: UnaryFn, isa: Isa) -> Option<InPlaceFn> {
             UnaryFn::Log => pick(avx2::log_in_place, avx512::log_in_place),
             UnaryFn::Tanh => pick(avx2::tanh_in_place, avx512::tanh_in_place),
             UnaryFn::Erf => pick(avx2::erf_in_place, avx512::erf_in_place),
+            UnaryFn::Erfc => pick(avx2::erfc_in_place, avx512::erfc_in_place),
             UnaryFn::Sigmoid => pick(avx2::sigmoid_in_place, avx512::sigmoid_in_place),
             UnaryFn::Sin | UnaryFn::Cos => None,
         }
@@ -194,12 +196,16 @@ macro_rules! algorithms {
         /// `(round(x/ln2) as float, q = e^r - 1, bits(magic) + n)`.
         #[target_feature(enable = $feature)]
         #[inline]
-        fn expm1_reduced_n(x: V) -> (V, V, V) {
+        fn expm1_reduced_n(x: V, lo: Option<V>) -> (V, V, V) {
             let magic = f(ROUND_MAGIC);
             let shifted = fma(x, f(LOG2_E), magic);
             let n = sub(shifted, magic);
             let r = fma(n, f(-LN2_HI), x);
             let r = fma(n, f(-LN2_LO), r);
+            let r = match lo {
+                Some(lo) => add(r, lo),
+                None => r,
+            };
             let p = poly(r, &EXP_P);
             let r2 = mul(r, r);
             (n, fma(p, r2, r), shifted)
@@ -214,15 +220,25 @@ macro_rules! algorithms {
         #[target_feature(enable = $feature)]
         #[inline]
         fn exp_general(x: V, may_overflow: bool) -> V {
+            exp_scaled(x, None, None, may_overflow)
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn exp_scaled(x: V, lo: Option<V>, scale: Option<V>, may_overflow: bool) -> V {
             let mut x = max(f(EXP_LO), x);
             if may_overflow {
                 x = min(f(EXP_HI), x);
             }
-            let (n, q, shifted) = expm1_reduced_n(x);
+            let (n, q, shifted) = expm1_reduced_n(x, lo);
             let ni = isub(shifted, i(ROUND_MAGIC.to_bits() as i32));
             let n1 = sar1(ni);
             let n2 = isub(ni, n1);
             let s1 = pow2(n1);
+            let s1 = match scale {
+                Some(t) => mul(s1, t),
+                None => s1,
+            };
             let y1 = fma(q, s1, s1);
             let subnormal = lt(n, f(EXP_SUBNORMAL_N));
             let n2 = iadd(n2, keep_i(subnormal, EXP_SUBNORMAL_SHIFT));
@@ -234,7 +250,7 @@ macro_rules! algorithms {
         #[target_feature(enable = $feature)]
         #[inline]
         fn exp_bounded(x: V) -> V {
-            let (_, q, shifted) = expm1_reduced_n(x);
+            let (_, q, shifted) = expm1_reduced_n(x, None);
             let scale = iadd(shl23(shifted), i(1.0f32.to_bits() as i32));
             fma(q, scale, scale)
         }
@@ -242,7 +258,7 @@ macro_rules! algorithms {
         #[target_feature(enable = $feature)]
         #[inline]
         fn expm1_bounded(x: V) -> V {
-            let (_, q, shifted) = expm1_reduced_n(x);
+            let (_, q, shifted) = expm1_reduced_n(x, None);
             let scale = iadd(shl23(shifted), i(1.0f32.to_bits() as i32));
             let scale_m1 = sub(scale, f(1.0));
             fma(scale, q, scale_m1)
@@ -296,6 +312,26 @@ macro_rules! algorithms {
 
         #[target_feature(enable = $feature)]
         #[inline]
+        fn erfc(x: V) -> V {
+            let a = min(f(ERFC_CLAMP), abs(x));
+            let one = f(1.0);
+            let t = div(one, fma(a, f(0.5), one));
+            let p = poly(t, &ERFC_P);
+            let hi = mul(a, a);
+            let lo = fma(a, a, sub(f(0.0), hi));
+            let s = sub(p, hi);
+            let p_part = add(s, hi);
+            let hi_part = sub(s, p_part);
+            let err = sub(sub(p, p_part), add(hi, hi_part));
+            let large_value = exp_scaled(s, Some(sub(err, lo)), Some(t), false);
+            let p_small = poly(hi, &ERF_A);
+            let small_value = fma(sub(f(0.0), a), p_small, sub(one, a));
+            let r = select(lt(a, f(ERF_SMALL)), small_value, large_value);
+            select(lt(x, f(0.0)), sub(f(2.0), r), r)
+        }
+
+        #[target_feature(enable = $feature)]
+        #[inline]
         fn log(x: V) -> V {
             // split_log_argument
             let subnormal = lt(x, f(f32::MIN_POSITIVE));
@@ -324,6 +360,7 @@ macro_rules! algorithms {
         slice_fn!(log_slice, log_in_place, log, $feature, $detected);
         slice_fn!(tanh_slice, tanh_in_place, tanh, $feature, $detected);
         slice_fn!(erf_slice, erf_in_place, erf, $feature, $detected);
+        slice_fn!(erfc_slice, erfc_in_place, erfc, $feature, $detected);
         slice_fn!(
             sigmoid_slice,
             sigmoid_in_place,

@@ -99,6 +99,7 @@ fn unary_ops_on_every_new_dtype() {
         "gelu",
         "silu",
         "erf",
+        "erfc",
         "floor",
         "ceil",
         "sign",
@@ -123,6 +124,7 @@ fn unary_ops_on_every_new_dtype() {
                         | "gelu"
                         | "silu"
                         | "erf"
+                        | "erfc"
                         | "rsqrt"
                 );
                 let rtol = match d {

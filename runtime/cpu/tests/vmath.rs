@@ -13,6 +13,7 @@ fn bound(f: UnaryFn) -> f64 {
     match f {
         UnaryFn::Exp | UnaryFn::Log | UnaryFn::Sin | UnaryFn::Cos => 2.0,
         UnaryFn::Tanh | UnaryFn::Erf | UnaryFn::Sigmoid => 3.0,
+        UnaryFn::Erfc => 6.0,
     }
 }
 
@@ -22,6 +23,7 @@ fn reference(f: UnaryFn, x: f64) -> f64 {
         UnaryFn::Log => x.ln(),
         UnaryFn::Tanh => x.tanh(),
         UnaryFn::Erf => ferrite_ir::interp::erf(x),
+        UnaryFn::Erfc => ferrite_ir::interp::erfc(x),
         UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         UnaryFn::Sin => x.sin(),
         UnaryFn::Cos => x.cos(),
@@ -224,6 +226,11 @@ fn erf_whole_domain() {
 }
 
 #[test]
+fn erfc_whole_domain() {
+    check_function(UnaryFn::Erfc);
+}
+
+#[test]
 fn sigmoid_whole_domain() {
     check_function(UnaryFn::Sigmoid);
 }
@@ -325,6 +332,14 @@ fn special_values_exactly() {
         ("erf", -0.0, -0.0),
         ("erf", 10.0, 1.0),
         ("erf", f32::NAN, f32::NAN),
+        ("erfc", 0.0, 1.0),
+        ("erfc", -0.0, 1.0),
+        ("erfc", inf, 0.0),
+        ("erfc", -inf, 2.0),
+        ("erfc", 10.5, 0.0),
+        ("erfc", 100.0, 0.0),
+        ("erfc", -100.0, 2.0),
+        ("erfc", f32::NAN, f32::NAN),
         ("sigmoid", inf, 1.0),
         ("sigmoid", -inf, 0.0),
         ("sigmoid", 200.0, 1.0),

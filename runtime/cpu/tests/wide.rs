@@ -6,11 +6,12 @@ use ferrite_cpu::kernels::define_elementwise_f32;
 use ferrite_cpu::wide::routine;
 use ferrite_cpu::{Isa, Jit, JitCode, UnaryFn, UnaryKernel, VMath};
 
-const WIDE_FNS: [UnaryFn; 5] = [
+const WIDE_FNS: [UnaryFn; 6] = [
     UnaryFn::Exp,
     UnaryFn::Log,
     UnaryFn::Tanh,
     UnaryFn::Erf,
+    UnaryFn::Erfc,
     UnaryFn::Sigmoid,
 ];
 

@@ -251,6 +251,7 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
         UnaryOp::Rsqrt => float_only(Builtin::Rsqrt),
         UnaryOp::Tanh => float_only(Builtin::Tanh),
         UnaryOp::Erf => float_only(Builtin::Erf),
+        UnaryOp::Erfc => float_only(Builtin::Erfc),
         UnaryOp::Sigmoid => float_only(Builtin::Sigmoid),
         UnaryOp::Sin => float_only(Builtin::Sin),
         UnaryOp::Cos => float_only(Builtin::Cos),
@@ -284,11 +285,12 @@ pub(super) fn unary(b: &mut Builder, u: UnaryOp, x: &Val, d: DType) -> Result<Va
             let t = named(b, x, wide(d));
             let half_x = mul(float(0.5), t.clone());
             let e = match u {
+                // erfc(-x / sqrt 2) does not cancel for x << 0 as 1 + erf(x / sqrt 2) does.
                 UnaryOp::Gelu => mul(
                     half_x,
-                    tb::add(
-                        float(1.0),
-                        builtin(Builtin::Erf, mul(t, float(std::f64::consts::FRAC_1_SQRT_2))),
+                    builtin(
+                        Builtin::Erfc,
+                        mul(t, float(-std::f64::consts::FRAC_1_SQRT_2)),
                     ),
                 ),
                 UnaryOp::GeluTanh => {

@@ -306,7 +306,12 @@ impl Tile {
                     UnOp::Rsqrt => |x| 1.0 / x.sqrt(),
                     UnOp::Tanh => f32::tanh,
                     UnOp::Erf => |x| ferrite_ir::interp::erf(x as f64) as f32,
-                    UnOp::Sigmoid => |x| 1.0 / (1.0 + (-x).exp()),
+                    UnOp::Erfc => |x| ferrite_ir::interp::erfc(x as f64) as f32,
+                    // where(x >= 0, 1, e) / (1 + e), e = exp(-|x|): nothing overflows.
+                    UnOp::Sigmoid => |x| {
+                        let e = (-x.abs()).exp();
+                        (if x >= 0.0 { 1.0 } else { e }) / (1.0 + e)
+                    },
                     UnOp::Sin => f32::sin,
                     UnOp::Cos => f32::cos,
                     UnOp::Floor => f32::floor,
@@ -692,7 +697,11 @@ fn f64_unary(op: UnOp) -> OpResult<fn(f64) -> f64> {
         UnOp::Rsqrt => |x| 1.0 / x.sqrt(),
         UnOp::Tanh => f64::tanh,
         UnOp::Erf => ferrite_ir::interp::erf,
-        UnOp::Sigmoid => |x| 1.0 / (1.0 + (-x).exp()),
+        UnOp::Erfc => ferrite_ir::interp::erfc,
+        UnOp::Sigmoid => |x| {
+            let e = (-x.abs()).exp();
+            (if x >= 0.0 { 1.0 } else { e }) / (1.0 + e)
+        },
         UnOp::Sin => f64::sin,
         UnOp::Cos => f64::cos,
         UnOp::Floor => f64::floor,

@@ -383,6 +383,8 @@ builtins! {
     Tanh = "tanh"("x" true),
     /// `erf(x)`: the error function.
     Erf = "erf"("x" true),
+    /// `erfc(x)`: the complementary error function `1 - erf(x)`.
+    Erfc = "erfc"("x" true),
     /// `sigmoid(x)`: `1 / (1 + exp(-x))`.
     Sigmoid = "sigmoid"("x" true),
     /// `sin(x)`

@@ -57,6 +57,7 @@ pub(crate) enum UnOp {
     Rsqrt,
     Tanh,
     Erf,
+    Erfc,
     Sigmoid,
     Sin,
     Cos,

@@ -392,6 +392,7 @@ impl Emitter<'_, '_> {
             UnaryOp::Tanh => vm.tanh(self.b, x),
             UnaryOp::Sigmoid => vm.sigmoid(self.b, x),
             UnaryOp::Erf => vm.erf(self.b, x),
+            UnaryOp::Erfc => vm.erfc(self.b, x),
             UnaryOp::Floor => self.b.ins().floor(x),
             UnaryOp::Ceil => self.b.ins().ceil(x),
             UnaryOp::Relu => {
@@ -407,11 +408,13 @@ impl Emitter<'_, '_> {
                 }
             }
             UnaryOp::Gelu => {
-                // 0.5 x (1 + erf(x / sqrt 2))
-                let c = self.float_like(x, std::f32::consts::FRAC_1_SQRT_2);
+                // 0.5 x erfc(-x / sqrt 2): no cancellation for x << 0
+                let c = self.float_like(x, -std::f32::consts::FRAC_1_SQRT_2);
                 let s = self.b.ins().fmul(x, c);
-                let erf = vm.erf(self.b, s);
-                self.half_x_one_plus(x, erf)
+                let erfc = vm.erfc(self.b, s);
+                let half = self.float_like(x, 0.5);
+                let half_x = self.b.ins().fmul(x, half);
+                self.b.ins().fmul(half_x, erfc)
             }
             UnaryOp::GeluTanh => {
                 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

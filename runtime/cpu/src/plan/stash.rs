@@ -128,6 +128,7 @@ fn is_expensive_op(node: &ExprNode) -> bool {
                 | UnaryOp::Log
                 | UnaryOp::Tanh
                 | UnaryOp::Erf
+                | UnaryOp::Erfc
                 | UnaryOp::Sigmoid
                 | UnaryOp::Sin
                 | UnaryOp::Cos

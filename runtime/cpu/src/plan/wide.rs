@@ -1,5 +1,5 @@
-//! Full-width transcendentals inside fused loops: `exp`, `log`, `tanh`, `erf` and
-//! `sigmoid` applied by the rustc-compiled AVX2 / AVX-512 routines of [`crate::wide`]
+//! Full-width transcendentals inside fused loops: `exp`, `log`, `tanh`, `erf`, `erfc`
+//! and `sigmoid` applied by the rustc-compiled AVX2 / AVX-512 routines of [`crate::wide`]
 //! over an L1-resident block, between the vector code that computes their arguments and
 //! the vector code that uses their results.
 //!
@@ -100,6 +100,7 @@ fn wide_fn(node: &ExprNode) -> Option<UnaryFn> {
         ExprOp::Unary(UnaryOp::Log, _) => Some(UnaryFn::Log),
         ExprOp::Unary(UnaryOp::Tanh, _) => Some(UnaryFn::Tanh),
         ExprOp::Unary(UnaryOp::Erf, _) => Some(UnaryFn::Erf),
+        ExprOp::Unary(UnaryOp::Erfc, _) => Some(UnaryFn::Erfc),
         ExprOp::Unary(UnaryOp::Sigmoid, _) => Some(UnaryFn::Sigmoid),
         _ => None,
     }
@@ -394,6 +395,7 @@ fn apply_stage(row: BufferId, f: UnaryFn, points: usize) -> Stage {
         UnaryFn::Log => UnaryOp::Log,
         UnaryFn::Tanh => UnaryOp::Tanh,
         UnaryFn::Erf => UnaryOp::Erf,
+        UnaryFn::Erfc => UnaryOp::Erfc,
         UnaryFn::Sigmoid => UnaryOp::Sigmoid,
         UnaryFn::Sin => UnaryOp::Sin,
         UnaryFn::Cos => UnaryOp::Cos,

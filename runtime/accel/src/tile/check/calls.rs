@@ -96,6 +96,7 @@ impl Checker<'_> {
             Builtin::Rsqrt => Some(UnOp::Rsqrt),
             Builtin::Tanh => Some(UnOp::Tanh),
             Builtin::Erf => Some(UnOp::Erf),
+            Builtin::Erfc => Some(UnOp::Erfc),
             Builtin::Sigmoid => Some(UnOp::Sigmoid),
             Builtin::Sin => Some(UnOp::Sin),
             Builtin::Cos => Some(UnOp::Cos),
