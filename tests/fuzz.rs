@@ -42,7 +42,9 @@
 //! the f32 range, and what is computed from it, is unconditioned and not compared), nor are
 //! outputs that take a discontinuous function (a comparison, a branch, a cast to an
 //! integer, `or`) of such a value or of a transcendental one (`pipeline::flips`): a
-//! rounding difference the policy allows flips them.
+//! rounding difference the policy allows flips them. Findings found with the huge values
+//! are replayed with them from `tests/fuzz-findings/pipeline/huge/`, the others from
+//! `tests/fuzz-findings/pipeline/` without.
 //!
 //! The scheduler and each backend are also fuzzed on their own by the random-graph tests
 //! (`FERRITE_FUZZ_CASES=N` on `-p ferrite-passes --test differential`, `-p ferrite-cpu --test
@@ -489,7 +491,8 @@ fn onnx_model_findings_stay_fixed() {
 }
 
 /// Findings of the pipeline fuzzer (`tests/fuzz-findings/pipeline/`, found with
-/// `FERRITE_FUZZ_NO_HUGE=1`), both in the oracle: an f32 sum that cancels
+/// `FERRITE_FUZZ_NO_HUGE=1` and replayed without the huge values; those found with them are
+/// in `huge/`, [`pipeline_huge_findings_stay_fixed`]), both in the oracle: an f32 sum that cancels
 /// (`[0, 2^31, 8, 2, -2^31]`: 0 from the left, 10 in f64) was held to its result's
 /// magnitude instead of its terms', and `or(gelu(x), ..)` flipped where f32 `gelu(-7.14)`
 /// underflows to 0 (as PyTorch's does) and the interpreter's f64 is `-3.4e-12`.
@@ -508,6 +511,9 @@ fn pipeline_findings_stay_fixed() {
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
         let path = e.unwrap().path();
+        if path.is_dir() {
+            continue;
+        }
         let bytes = std::fs::read(&path).unwrap();
         if let Err(m) = pipeline_case_check(&bytes, false) {
             panic!("{}: {m}", path.display());
@@ -515,6 +521,52 @@ fn pipeline_findings_stay_fixed() {
         n += 1;
     }
     assert!(n >= 2, "{n} findings under {}", dir.display());
+}
+
+/// Findings of the pipeline fuzzer found with the huge finite inputs on (the default), in
+/// `tests/fuzz-findings/pipeline/huge/` and replayed with them, as they were found.
+/// Session 13's seven, all in the oracle: four `prod`s whose f32 partial products
+/// underflow or overflow on a backend where the interpreter's f64 product is finite
+/// (`e0180416..`, `69a7da11..`, `01e8d782..`, `4de8c8da..`: now unconditioned, and so is
+/// what is computed from them, by `pipeline::error_bounds`), and three f32 accumulations
+/// that cancel 1e20-scale terms, off by 2e-4 to 8e-4 of their result (`01cbb40a..` a
+/// matmul, `ba1e11eb..` the sums in `layer_norm(log_softmax(..))`, `f0c63fa3..` a sum under
+/// `log_softmax` and `prod`: now each element is held to its tolerance plus the
+/// propagated `n u sum |x|` bound of its accumulations). Each replay must also still
+/// catch a wrong answer: the interpreter's outputs moved past their bounds are rejected.
+#[test]
+fn pipeline_huge_findings_stay_fixed() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-findings/pipeline/huge");
+    let (mut n, mut checked) = (0, 0);
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        if let Err(m) = pipeline_case_check(&bytes, true) {
+            panic!("{}: {m}", path.display());
+        }
+        let (g, inputs) = pipeline_case_inputs(&bytes, true).unwrap();
+        let want = ferrite_ir::interpret(&g, &inputs).unwrap();
+        let bounds = pipeline::error_bounds(&g, &inputs)
+            .unwrap_or_else(|| panic!("{}: no error bounds", path.display()));
+        let (wrong, moved) = past_bounds(&g, &want, &bounds);
+        if moved > 0 {
+            assert!(
+                pipeline::compare(&g, &wrong, &want, false, Some(&bounds), 0.0).is_err(),
+                "{}: outputs moved past their error bounds are accepted",
+                path.display()
+            );
+            checked += 1;
+        }
+        n += 1;
+    }
+    assert!(n >= 7, "{n} findings under {}", dir.display());
+    // All but `01e8d782..` (whose outputs all come from its unconditioned prod) have
+    // elements that are still compared.
+    assert!(
+        checked >= 6,
+        "{checked} of {n} findings still compare an element"
+    );
 }
 
 /// Findings of the `.tile` fuzzer (`tests/fuzz-findings/tile_kernels/`): 61 negations of
@@ -557,6 +609,40 @@ fn onnx_models() {
         onnx_models_target,
     );
     assert!(stats.accepted > 0);
+}
+
+/// `want` with every finite element of a compared float output whose error bound is
+/// finite moved past its bound and any tolerance (by the bound, plus 1 and 1% of its
+/// magnitude), and how many were moved.
+fn past_bounds(g: &ferrite_ir::Graph, want: &[Tensor], bounds: &[Tensor]) -> (Vec<Tensor>, usize) {
+    let flipped = pipeline::flips(g);
+    let mut moved = 0;
+    let wrong = want
+        .iter()
+        .zip(bounds)
+        .enumerate()
+        .map(|(i, (w, b))| {
+            if !w.ty.dtype.is_float() || flipped[i] {
+                return w.clone();
+            }
+            let v: Vec<f64> = w
+                .to_f64()
+                .iter()
+                .zip(b.to_f64())
+                .map(|(&x, e)| {
+                    let y = x + e + 1.0 + 0.01 * x.abs();
+                    if x.is_finite() && e.is_finite() && (y as f32).is_finite() {
+                        moved += 1;
+                        y
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            Tensor::from_f64(&w.ty, &v)
+        })
+        .collect();
+    (wrong, moved)
 }
 
 /// An f32 tensor of `shape` holding `values`.
