@@ -35,12 +35,16 @@
 //! f64 give inf or NaN there (the documented accumulation policy, ARCHITECTURE), and values
 //! computed from those (a comparison, a `where`) differ too, which hides everything else. In
 //! graphs with a matmul or a reduction, elements that are inf or NaN on either side are not
-//! compared (`pipeline::close_where_finite`), finite ones within the rounding bound of
-//! their accumulations (`pipeline::cancellation`: a sum that cancels is off by `n * u`
-//! times the sum of its terms' magnitudes, not of its result's), nor are outputs that take
-//! a discontinuous function (a comparison, a branch, a cast to an integer, `or`) of such a
-//! value or of a transcendental one (`pipeline::flips`): a rounding difference the policy
-//! allows flips them.
+//! compared (`pipeline::close_within`), finite ones within their tolerance plus the
+//! rounding bound of their accumulations carried through every op after them
+//! (`pipeline::error_bounds`: a sum that cancels is off by `n * u` times the sum of its
+//! terms' magnitudes, not of its result's; a `prod` whose f32 partial products may leave
+//! the f32 range, and what is computed from it, is unconditioned and not compared), nor are
+//! outputs that take a discontinuous function (a comparison, a branch, a cast to an
+//! integer, `or`) of such a value or of a transcendental one (`pipeline::flips`): a
+//! rounding difference the policy allows flips them. Findings found with the huge values
+//! are replayed with them from `tests/fuzz-findings/pipeline/huge/`, the others from
+//! `tests/fuzz-findings/pipeline/` without.
 //!
 //! The scheduler and each backend are also fuzzed on their own by the random-graph tests
 //! (`FERRITE_FUZZ_CASES=N` on `-p ferrite-passes --test differential`, `-p ferrite-cpu --test
@@ -118,8 +122,12 @@ fn pipeline_target(input: &[u8]) -> Verdict {
     pipeline_case_check(input, std::env::var("FERRITE_FUZZ_NO_HUGE").is_err())
 }
 
-/// [`pipeline_target`] with the huge finite inputs (1e20, 3e38, 65504) in or out.
-fn pipeline_case_check(input: &[u8], huge: bool) -> Verdict {
+/// A pipeline case's graph and the inputs derived from its text, with the huge finite
+/// inputs (1e20, 3e38, 65504) in or out.
+fn pipeline_case_inputs(
+    input: &[u8],
+    huge: bool,
+) -> Result<(ferrite_ir::Graph, Vec<Tensor>), String> {
     let src = std::str::from_utf8(input).map_err(|e| format!("not UTF-8: {e}"))?;
     let graph = ferrite_ir::parse("case.fg", src)
         .map_err(|d| format!("a generated graph does not parse: {d}"))?;
@@ -128,7 +136,13 @@ fn pipeline_case_check(input: &[u8], huge: bool) -> Verdict {
         graph,
     };
     let inputs = edge_inputs_with(&rg, fnv(input), huge);
-    let g = &rg.graph;
+    Ok((rg.graph, inputs))
+}
+
+/// [`pipeline_target`] with the huge finite inputs (1e20, 3e38, 65504) in or out.
+fn pipeline_case_check(input: &[u8], huge: bool) -> Verdict {
+    let (g, inputs) = pipeline_case_inputs(input, huge)?;
+    let g = &g;
     dump_inputs(
         g.params
             .iter()
@@ -477,7 +491,8 @@ fn onnx_model_findings_stay_fixed() {
 }
 
 /// Findings of the pipeline fuzzer (`tests/fuzz-findings/pipeline/`, found with
-/// `FERRITE_FUZZ_NO_HUGE=1`), both in the oracle: an f32 sum that cancels
+/// `FERRITE_FUZZ_NO_HUGE=1` and replayed without the huge values; those found with them are
+/// in `huge/`, [`pipeline_huge_findings_stay_fixed`]), both in the oracle: an f32 sum that cancels
 /// (`[0, 2^31, 8, 2, -2^31]`: 0 from the left, 10 in f64) was held to its result's
 /// magnitude instead of its terms', and `or(gelu(x), ..)` flipped where f32 `gelu(-7.14)`
 /// underflows to 0 (as PyTorch's does) and the interpreter's f64 is `-3.4e-12`.
@@ -496,6 +511,9 @@ fn pipeline_findings_stay_fixed() {
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
         let path = e.unwrap().path();
+        if path.is_dir() {
+            continue;
+        }
         let bytes = std::fs::read(&path).unwrap();
         if let Err(m) = pipeline_case_check(&bytes, false) {
             panic!("{}: {m}", path.display());
@@ -503,6 +521,52 @@ fn pipeline_findings_stay_fixed() {
         n += 1;
     }
     assert!(n >= 2, "{n} findings under {}", dir.display());
+}
+
+/// Findings of the pipeline fuzzer found with the huge finite inputs on (the default), in
+/// `tests/fuzz-findings/pipeline/huge/` and replayed with them, as they were found.
+/// Session 13's seven, all in the oracle: four `prod`s whose f32 partial products
+/// underflow or overflow on a backend where the interpreter's f64 product is finite
+/// (`e0180416..`, `69a7da11..`, `01e8d782..`, `4de8c8da..`: now unconditioned, and so is
+/// what is computed from them, by `pipeline::error_bounds`), and three f32 accumulations
+/// that cancel 1e20-scale terms, off by 2e-4 to 8e-4 of their result (`01cbb40a..` a
+/// matmul, `ba1e11eb..` the sums in `layer_norm(log_softmax(..))`, `f0c63fa3..` a sum under
+/// `log_softmax` and `prod`: now each element is held to its tolerance plus the
+/// propagated `n u sum |x|` bound of its accumulations). Each replay must also still
+/// catch a wrong answer: the interpreter's outputs moved past their bounds are rejected.
+#[test]
+fn pipeline_huge_findings_stay_fixed() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-findings/pipeline/huge");
+    let (mut n, mut checked) = (0, 0);
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        if let Err(m) = pipeline_case_check(&bytes, true) {
+            panic!("{}: {m}", path.display());
+        }
+        let (g, inputs) = pipeline_case_inputs(&bytes, true).unwrap();
+        let want = ferrite_ir::interpret(&g, &inputs).unwrap();
+        let bounds = pipeline::error_bounds(&g, &inputs)
+            .unwrap_or_else(|| panic!("{}: no error bounds", path.display()));
+        let (wrong, moved) = past_bounds(&g, &want, &bounds);
+        if moved > 0 {
+            assert!(
+                pipeline::compare(&g, &wrong, &want, false, Some(&bounds), 0.0).is_err(),
+                "{}: outputs moved past their error bounds are accepted",
+                path.display()
+            );
+            checked += 1;
+        }
+        n += 1;
+    }
+    assert!(n >= 7, "{n} findings under {}", dir.display());
+    // All but `01e8d782..` (whose outputs all come from its unconditioned prod) have
+    // elements that are still compared.
+    assert!(
+        checked >= 6,
+        "{checked} of {n} findings still compare an element"
+    );
 }
 
 /// Findings of the `.tile` fuzzer (`tests/fuzz-findings/tile_kernels/`): 61 negations of
@@ -545,4 +609,165 @@ fn onnx_models() {
         onnx_models_target,
     );
     assert!(stats.accepted > 0);
+}
+
+/// `want` with every finite element of a compared float output whose error bound is
+/// finite moved past its bound and any tolerance (by the bound, plus 1 and 1% of its
+/// magnitude), and how many were moved.
+fn past_bounds(g: &ferrite_ir::Graph, want: &[Tensor], bounds: &[Tensor]) -> (Vec<Tensor>, usize) {
+    let flipped = pipeline::flips(g);
+    let mut moved = 0;
+    let wrong = want
+        .iter()
+        .zip(bounds)
+        .enumerate()
+        .map(|(i, (w, b))| {
+            if !w.ty.dtype.is_float() || flipped[i] {
+                return w.clone();
+            }
+            let v: Vec<f64> = w
+                .to_f64()
+                .iter()
+                .zip(b.to_f64())
+                .map(|(&x, e)| {
+                    let y = x + e + 1.0 + 0.01 * x.abs();
+                    if x.is_finite() && e.is_finite() && (y as f32).is_finite() {
+                        moved += 1;
+                        y
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            Tensor::from_f64(&w.ty, &v)
+        })
+        .collect();
+    (wrong, moved)
+}
+
+/// An f32 tensor of `shape` holding `values`.
+fn f32s(shape: &[usize], values: &[f64]) -> Tensor {
+    Tensor::from_f64(
+        &TensorType::new(ferrite_ir::DType::F32, shape.to_vec()).unwrap(),
+        values,
+    )
+}
+
+/// `src` on `inputs`: the interpreter's outputs and their error bounds.
+fn bounded(src: &str, inputs: &[Tensor]) -> (ferrite_ir::Graph, Vec<Tensor>, Vec<Tensor>) {
+    let g = ferrite_ir::parse("t.fg", src).unwrap();
+    let want = ferrite_ir::interpret(&g, inputs).unwrap();
+    let bounds = pipeline::error_bounds(&g, inputs).expect("error bounds");
+    (g, want, bounds)
+}
+
+/// Output `i` of `want` with element `k` replaced by `v` (all else as the interpreter's).
+fn with(want: &[Tensor], i: usize, k: usize, v: f64) -> Vec<Tensor> {
+    let mut got = want.to_vec();
+    let mut x = got[i].to_f64();
+    x[k] = v;
+    got[i] = Tensor::from_f64(&got[i].ty, &x);
+    got
+}
+
+/// Whether `got` passes the check of a cpu configuration under the error bounds.
+fn accepts(g: &ferrite_ir::Graph, got: &[Tensor], want: &[Tensor], bounds: &[Tensor]) -> bool {
+    pipeline::compare(g, got, want, false, Some(bounds), 0.0).is_ok()
+}
+
+#[test]
+fn error_bounds_keep_well_conditioned_reductions_at_the_plain_tolerance() {
+    // sum = 10, prod = 24 and their reciprocals, a matmul of [3, 7]: bounds of a few
+    // ulps, so the plain tolerance (rtol 1e-4 and 1e-4 of the output's largest
+    // magnitude) decides, and 1e-3 off is caught.
+    let (g, want, bounds) = bounded(
+        "graph g(x: f32[4], a: f32[2, 2], b: f32[2, 1]) {
+  return sum(x), prod(x), reciprocal(sum(x)), matmul(a, b), exp(sum(x))
+}
+",
+        &[
+            f32s(&[4], &[1.0, 2.0, 3.0, 4.0]),
+            f32s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]),
+            f32s(&[2, 1], &[1.0, 1.0]),
+        ],
+    );
+    assert!(accepts(&g, &want, &want, &bounds));
+    for (i, t) in want.iter().enumerate() {
+        let (w, b) = (t.to_f64(), bounds[i].to_f64());
+        for (k, (&w, &b)) in w.iter().zip(&b).enumerate() {
+            assert!(b <= 1e-5 * w.abs(), "output {i}[{k}]: bound {b} of {w}");
+            let near = with(&want, i, k, w * (1.0 + 1e-5));
+            assert!(
+                accepts(&g, &near, &want, &bounds),
+                "output {i}[{k}] 1e-5 off"
+            );
+            let off = with(&want, i, k, w * (1.0 + 1e-3));
+            assert!(
+                !accepts(&g, &off, &want, &bounds),
+                "output {i}[{k}] 1e-3 off"
+            );
+        }
+    }
+}
+
+#[test]
+fn error_bounds_scale_with_a_cancelling_sum_and_pass_downstream() {
+    // [0, 2^31, 8, 2, -2^31]: 10 in f64, 0 in f32 from the left; the bound is about
+    // 2 n u sum |x| = 2560 (not 10's 1e-4), doubled by the `mul`, and nothing more: 3000
+    // off is caught, and so is a wrong well-conditioned sum beside it.
+    let x = [0.0, 2f64.powi(31), 8.0, 2.0, -(2f64.powi(31))];
+    let (g, want, bounds) = bounded(
+        "graph g(x: f32[5], y: f32[2]) {
+  s = sum(x)
+  return s, mul(s, 2.0), sum(y), matmul(x, x)
+}
+",
+        &[f32s(&[5], &x), f32s(&[2], &[1.0, 2.0])],
+    );
+    assert_eq!(want[0].to_f64(), [10.0]);
+    let b = bounds[0].to_f64()[0];
+    assert!((2000.0..3000.0).contains(&b), "sum's bound {b}");
+    let b1 = bounds[1].to_f64()[0];
+    assert!((2.0 * b..2.0 * b + 1.0).contains(&b1), "mul's bound {b1}");
+    assert!(accepts(&g, &with(&want, 0, 0, 0.0), &want, &bounds));
+    assert!(accepts(&g, &with(&want, 1, 0, 0.0), &want, &bounds));
+    assert!(!accepts(&g, &with(&want, 0, 0, 3010.0), &want, &bounds));
+    assert!(!accepts(&g, &with(&want, 1, 0, 6010.0), &want, &bounds));
+    assert!(!accepts(&g, &with(&want, 2, 0, 3.01), &want, &bounds));
+    // x . x does not cancel: its bound is a few ulps of 2^63.
+    let m = want[3].to_f64()[0];
+    assert!(bounds[3].to_f64()[0] < 1e-6 * m);
+    assert!(!accepts(&g, &with(&want, 3, 0, m * 1.001), &want, &bounds));
+}
+
+#[test]
+fn error_bounds_leave_a_prod_that_may_leave_the_f32_range_unconditioned() {
+    // 1e-30 * 1e-30 underflows f32 (1e30 * 1e30 overflows), so an f32 prod of these
+    // is 0, inf or NaN by order, where the f64 one is 1: not compared, nor is what is
+    // computed from it; a sum of the same values, and a prod whose partial products stay
+    // in range in every order (1e18 * 1e18 * 1e-18), still are.
+    let (g, want, bounds) = bounded(
+        "graph g(x: f32[4], y: f32[3]) {
+  p = prod(x)
+  return p, sigmoid(p), sum(x), prod(y), sigmoid(prod(y))
+}
+",
+        &[
+            f32s(&[4], &[1e-30, 1e-30, 1e30, 1e30]),
+            f32s(&[3], &[1e18, 1e18, 1e-18]),
+        ],
+    );
+    assert!((want[0].to_f64()[0] - 1.0).abs() < 1e-6);
+    assert!(bounds[0].to_f64()[0].is_infinite());
+    assert!(accepts(&g, &with(&want, 0, 0, 0.0), &want, &bounds));
+    // What is computed from an unconditioned value is unconditioned too.
+    assert!(!bounds[1].to_f64()[0].is_finite());
+    assert!(accepts(&g, &with(&want, 1, 0, 0.5), &want, &bounds));
+    let s = want[2].to_f64()[0];
+    assert!(!accepts(&g, &with(&want, 2, 0, s * 1.001), &want, &bounds));
+    let p = want[3].to_f64()[0];
+    assert!(bounds[3].to_f64()[0] < 1e-6 * p, "{:?}", bounds[3]);
+    assert!(!accepts(&g, &with(&want, 3, 0, 0.0), &want, &bounds));
+    assert!(!accepts(&g, &with(&want, 3, 0, p * 1.001), &want, &bounds));
+    assert!(!accepts(&g, &with(&want, 4, 0, 0.5), &want, &bounds));
 }

@@ -7,10 +7,14 @@
 //! error or panic.
 #![allow(dead_code)]
 
+mod bounds;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ferrite::{compile_ir, Options, Target};
-use ferrite_ir::{DType, Graph, Op, Tensor};
+use ferrite_ir::{DType, Graph, Mismatch, Op, Tensor};
+
+pub use bounds::error_bounds;
 
 /// How one target ended on one graph.
 #[derive(Debug)]
@@ -99,6 +103,18 @@ fn close_at(
     d: DType,
     slack: f64,
 ) -> Result<(), String> {
+    mismatch_at(got, want, sim, has_matmul, d, slack).map_err(|e| e.to_string())
+}
+
+/// [`close_at`]'s comparison, with the worst element as a [`Mismatch`].
+fn mismatch_at(
+    got: &Tensor,
+    want: &Tensor,
+    sim: bool,
+    has_matmul: bool,
+    d: DType,
+    slack: f64,
+) -> Result<(), Mismatch> {
     let (rtol, atol) = if !d.is_float() {
         (0.0, 0.0)
     } else if sim {
@@ -116,7 +132,6 @@ fn close_at(
         (r, a + if has_matmul { 2e-4 } else { 1e-4 } * max_abs(want))
     };
     got.check_close(want, rtol, atol + slack)
-        .map_err(|e| e.to_string())
 }
 
 /// The dtype whose tolerance a float output of `g` is compared with: `want`'s own, or the
@@ -326,6 +341,89 @@ pub fn close_where_finite(
     close_at(&g, &w, sim, has_matmul, precision, slack)
 }
 
+/// [`close`] with a per-element error `bound` ([`error_bounds`], of `want`'s shape): an
+/// element whose bound is infinite or NaN is unconditioned and not compared, nor, in an
+/// [`order_dependent`] graph, one that is inf or NaN on either side; every other element
+/// is within the output's tolerance plus its bound.
+pub fn close_within(
+    got: &Tensor,
+    want: &Tensor,
+    sim: bool,
+    has_matmul: bool,
+    order_dependent: bool,
+    precision: DType,
+    bound: &Tensor,
+) -> Result<(), String> {
+    if !want.ty.dtype.is_float() || got.ty != want.ty || bound.ty.shape != want.ty.shape {
+        return close_at(got, want, sim, has_matmul, precision, 0.0);
+    }
+    let (g, w, b) = (got.to_f64(), want.to_f64(), bound.to_f64());
+    let (mut g2, mut w2) = (g.clone(), w.clone());
+    for i in 0..g.len() {
+        let (x, y, e) = (g[i], w[i], b[i]);
+        if !e.is_finite() || (order_dependent && !(x.is_finite() && y.is_finite())) {
+            (g2[i], w2[i]) = (0.0, 0.0);
+        } else if x.is_finite() && y.is_finite() {
+            // Move `got` toward `want` by the bound: what is left is held to the tolerance.
+            let d = x - y;
+            g2[i] = if d.abs() <= e {
+                y
+            } else {
+                y + d.signum() * (d.abs() - e)
+            };
+        }
+    }
+    let (g2, w2) = (
+        Tensor::from_f64(&got.ty, &g2),
+        Tensor::from_f64(&want.ty, &w2),
+    );
+    match mismatch_at(&g2, &w2, sim, has_matmul, precision, 0.0) {
+        Ok(()) => Ok(()),
+        Err(Mismatch::Element {
+            index, rtol, atol, ..
+        }) => Err(format!(
+            "element {index} is {} but expected {} (abs error {:e}, error bound {:e}, then \
+             rtol {rtol:e}, atol {atol:e})",
+            g[index],
+            w[index],
+            (g[index] - w[index]).abs(),
+            b[index]
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Compares one configuration's outputs `got` with the interpreter's `want`: under the
+/// per-element [`error_bounds`] when they could be computed (`bounds`), else under the
+/// whole-graph [`cancellation`] slack. `Err` names the first output that differs.
+pub fn compare(
+    g: &Graph,
+    got: &[Tensor],
+    want: &[Tensor],
+    sim: bool,
+    bounds: Option<&[Tensor]>,
+    slack: f64,
+) -> Result<(), String> {
+    let has_matmul = g.nodes.iter().any(|n| matches!(n.op, Op::MatMul));
+    let order = order_dependent(g);
+    let flipped = flips(g);
+    if got.len() != want.len() {
+        return Err(format!("{} outputs, want {}", got.len(), want.len()));
+    }
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        if flipped[i] {
+            continue;
+        }
+        let at = precision(g, b.ty.dtype);
+        match bounds {
+            Some(e) => close_within(a, b, sim, has_matmul, order, at, &e[i]),
+            None => close_where_finite(a, b, sim, has_matmul, order, at, slack),
+        }
+        .map_err(|e| format!("output {i}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// What [`check`] saw: how many configurations ran to values and how many agreed on a user
 /// error.
 #[derive(Debug, Default, Clone, Copy)]
@@ -338,10 +436,12 @@ pub struct Agreement {
 /// describes the first divergence (or internal error) per configuration.
 pub fn check(g: &Graph, inputs: &[Tensor]) -> Result<Agreement, String> {
     let want = outcome(g, inputs, &Options::default().target(Target::Interp));
-    let has_matmul = g.nodes.iter().any(|n| matches!(n.op, Op::MatMul));
-    let order = order_dependent(g);
-    let slack = if order { cancellation(g, inputs) } else { 0.0 };
-    let flipped = flips(g);
+    let bounds = error_bounds(g, inputs);
+    let slack = if bounds.is_none() && order_dependent(g) {
+        cancellation(g, inputs)
+    } else {
+        0.0
+    };
     let mut problems = Vec::new();
     let mut seen = Agreement::default();
     if let Outcome::Internal(e) = &want {
@@ -354,18 +454,8 @@ pub fn check(g: &Graph, inputs: &[Tensor]) -> Result<Agreement, String> {
             (_, Outcome::Internal(e)) => problems.push(format!("{name}: internal error: {e}")),
             (Outcome::Values(w), Outcome::Values(v)) => {
                 seen.values += 1;
-                if v.len() != w.len() {
-                    problems.push(format!("{name}: {} outputs, want {}", v.len(), w.len()));
-                }
-                for (i, (a, b)) in v.iter().zip(w).enumerate() {
-                    if flipped[i] {
-                        continue;
-                    }
-                    let at = precision(g, b.ty.dtype);
-                    if let Err(e) = close_where_finite(a, b, sim, has_matmul, order, at, slack) {
-                        problems.push(format!("{name}: output {i}: {e}"));
-                        break;
-                    }
+                if let Err(e) = compare(g, &v, w, sim, bounds.as_deref(), slack) {
+                    problems.push(format!("{name}: {e}"));
                 }
             }
             (Outcome::User(_), Outcome::User(_)) => seen.user_errors += 1,
