@@ -29,7 +29,7 @@
 //! - `add`, `sub`, `mul`, `div`: the first-order-exact interval bounds (`div` unconditioned
 //!   where the divisor's interval reaches 0);
 //! - monotone functions (`exp`, `log`, `sqrt`, `rsqrt`, `reciprocal`, `tanh`, `sigmoid`,
-//!   `erf`): `max |f(x +- e) - f(x)|` (`reciprocal` unconditioned where `x +- e` spans 0);
+//!   `erf`, `erfc`): `max |f(x +- e) - f(x)|` (`reciprocal` unconditioned where `x +- e` spans 0);
 //!   Lipschitz ones (`gelu`, `silu`, `sin`, `cos`): `L e`; `pow`: the corners of the box;
 //!   each transcendental adds 4 ulp of its result (the backends' vector math);
 //! - data movement (`reshape`, `permute`, `expand`, `slice`, `pad`, `concat`, gathers,
@@ -400,12 +400,21 @@ fn unary_bound(
             | U::GeluTanh
             | U::Silu
             | U::Erf
+            | U::Erfc
     );
     let carried = match (op, e) {
         (_, None) => None,
         (U::Neg | U::Abs | U::Relu | U::Floor | U::Ceil | U::Sign, Some(e)) => Some(e),
         (
-            U::Exp | U::Log | U::Sqrt | U::Rsqrt | U::Reciprocal | U::Tanh | U::Sigmoid | U::Erf,
+            U::Exp
+            | U::Log
+            | U::Sqrt
+            | U::Rsqrt
+            | U::Reciprocal
+            | U::Tanh
+            | U::Sigmoid
+            | U::Erf
+            | U::Erfc,
             Some(e),
         ) => {
             let x = pr.f64(x)?;
