@@ -64,6 +64,10 @@ pub struct ProfileArgs {
     /// Write a Chrome trace (open in ui.perfetto.dev or chrome://tracing).
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<PathBuf>,
+    /// CPU: flush subnormal floats to zero while the program runs (FTZ + DAZ, as
+    /// `torch.set_flush_denormal(True)`): no slow assists, no gradual underflow.
+    #[arg(long)]
+    pub flush_denormals: bool,
     /// Print tables or JSON.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -116,6 +120,7 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
             if let Some(threads) = args.threads {
                 options = options.threads(threads as usize);
             }
+            options = options.flush_denormals(args.flush_denormals);
         }
     }
     let mut progress = Progress::new(err);

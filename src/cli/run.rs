@@ -48,6 +48,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
     pub threads: Option<u32>,
+    /// CPU: flush subnormal floats to zero while the program runs (FTZ + DAZ, as
+    /// `torch.set_flush_denormal(True)`): no slow assists, no gradual underflow.
+    #[arg(long)]
+    pub flush_denormals: bool,
     /// On --target sim: autotune every GEMM kernel on the simulator (results cached
     /// under $FERRITE_CACHE_DIR/autotune or ~/.cache/ferrite/autotune).
     #[arg(long)]
@@ -76,6 +80,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> CliResul
     if let Some(t) = args.threads {
         options = options.threads(t as usize);
     }
+    options = options.flush_denormals(args.flush_denormals);
     if let Some(m) = sim_machine(args.target, args.machine.as_deref())? {
         options = options.machine(m);
     }

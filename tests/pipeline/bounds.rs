@@ -18,9 +18,9 @@
 //!
 //! - `sum`, `mean`: `sum e + 2 n u sum |x|` (`mean` divides both by `n`); unconditioned
 //!   where `sum |x|` exceeds the dtype's largest finite value (a partial sum may overflow);
-//! - `matmul`: `|A| E_b + E_a |B| + E_a E_b + 2 k u |A| |B|`, plus `k` times the dtype's
-//!   smallest subnormal (an underflowing product is off by that), unconditioned where
-//!   `|A| |B|` overflows;
+//! - `matmul`: `|A| E_b + E_a |B| + E_a E_b + 2 k u |A| |B|`, plus `k` times what an
+//!   underflowing term may lose (`2^-93` below f64: the CPU's GEMM flushes denormals),
+//!   unconditioned where `|A| |B|` overflows;
 //! - `prod`: relative error `prod (1 + e_i / |x_i|) * (1 + u)^n - 1`; unconditioned where
 //!   the product of the factors' magnitudes above 1 exceeds the largest finite value or the
 //!   product of the nonzero ones below 1 is below the smallest normal (some order of f32
@@ -74,6 +74,17 @@ fn smallest_normal(d: DType) -> f64 {
         DType::F64 => f64::MIN_POSITIVE,
         DType::F16 => 2f64.powi(-14),
         _ => f32::MIN_POSITIVE as f64,
+    }
+}
+
+/// How far one term of a matmul may be off by underflow: a subnormal's worth in f64; in
+/// f32 (and the half dtypes, whose products run in f32) the CPU's GEMM runs with
+/// denormals flushed when its operands are at most 2^32, so a subnormal factor read as
+/// zero drops up to 2^-126 * 2^32 (and a flushed partial result 2^-126).
+fn matmul_underflow(d: DType) -> f64 {
+    match d {
+        DType::F64 => smallest_subnormal(d),
+        _ => 2f64.powi(-93),
     }
 }
 
@@ -343,7 +354,7 @@ fn node_bound(pr: &mut Probe, g: &Graph, v: usize, es: &[Option<ValueId>]) -> R<
             let k = *g.ty(ins[0]).shape.last().unwrap_or(&1) as f64;
             let s = pr.p.add(Op::MatMul, &[a, b], None)?;
             let rounding = pr.binl(B::Mul, s, 2.0 * k * u)?;
-            let rounding = pr.binl(B::Add, rounding, k * smallest_subnormal(dt))?;
+            let rounding = pr.binl(B::Add, rounding, k * matmul_underflow(dt))?;
             let over = pr.binl(B::Gt, s, largest(dt))?;
             let mut d = pr.unbounded_where(over, rounding)?;
             let (ea, eb) = (e(0), e(1));

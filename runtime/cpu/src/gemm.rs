@@ -11,9 +11,26 @@
 //! As in BLAS, `beta == 0` means `C` is not read at all (NaNs in it do not leak into the
 //! result). Supported element types are `f32`, `f64` and this module's `f16` (the `gemm`
 //! crate's, which is `half::f16`); `f16` products run in `f32` (see its `GemmScalar` impl).
+//!
+//! An `f32` (or widened `f16`) product whose operands are all finite and at most
+//! [`FLUSH_LIMIT`] (`2^32`) in magnitude, or one of whose operands is so and has no
+//! subnormal, runs with denormals flushed (FTZ + DAZ, [`FlushDenormals`]), whatever the
+//! program's own mode: an operand below the smallest normal float reads as zero and a
+//! result that would be subnormal is zero. Each term so dropped is below `2^-126 * 2^32 =
+//! 2^-94`, and each flushed partial result below `2^-126`, far under any tolerance a matmul is held to (its accumulation order is the
+//! backend's own), while each operation on a subnormal takes x86's microcode assist (~100
+//! cycles): `P @ V` of a softmax whose rows hold `exp` of very negative scores (subnormal
+//! probabilities) ran 27x slower, and a GEMM after a GELU whose inputs reach -13
+//! (subnormal activations) 3.5x (BENCHMARKS.md). Operands with an infinity, a NaN or a
+//! larger value keep IEEE arithmetic, where reading a subnormal as zero would matter
+//! (`1e-39 * 3e38` is 0.3, `1e-39 * inf` is inf, not NaN). A pass over the smaller
+//! operand (and, when it holds subnormals, the other) decides, once per product, so every
+//! thread count gives the same bits; a few-row product's large weight is read only when
+//! its activations hold subnormals.
 
 use std::fmt;
 
+use super::denormals::FlushDenormals;
 use super::pool::{split_range, PoolError, Team, ThreadPool};
 use super::sgemm;
 use super::wide::Isa;
@@ -36,7 +53,39 @@ pub trait GemmScalar: Copy + PartialEq + Send + Sync + 'static + sealed::Sealed 
     fn to_f32(self) -> f32;
     /// The nearest value of the type.
     fn from_f32(x: f32) -> Self;
+    /// What a product reading `xs` needs to know to run with denormals flushed (see the
+    /// module docs); `f64` products never flush.
+    fn scan(_xs: &[Self]) -> Scan {
+        Scan {
+            bounded: false,
+            normal: false,
+        }
+    }
 }
+
+/// An operand's values, as far as flushing denormals in a product goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scan {
+    /// Every element finite and at most [`FLUSH_LIMIT`] in magnitude.
+    pub bounded: bool,
+    /// No element subnormal (zeros allowed).
+    pub normal: bool,
+}
+
+/// Whether a product of `a` and `b` runs with denormals flushed: when one operand is
+/// bounded and has no subnormal (the other's subnormals then drop terms below `2^-94`,
+/// and its infinities and NaNs meet unchanged values), or when both are bounded. The
+/// smaller operand is scanned first, the other only if that does not decide.
+fn flushes<T: GemmScalar>(a: &[T], b: &[T]) -> bool {
+    let (small, large) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    let s = T::scan(small);
+    s.bounded && (s.normal || T::scan(large).bounded)
+}
+
+/// The largest operand magnitude, `2^32`, at which a product runs with denormals
+/// flushed: a subnormal factor read as zero then drops a term below `2^-126 * 2^32 =
+/// 2^-94`.
+pub const FLUSH_LIMIT: f32 = 4_294_967_296.0;
 
 impl GemmScalar for f32 {
     const ZERO: f32 = 0.0;
@@ -49,6 +98,29 @@ impl GemmScalar for f32 {
     }
     fn from_f32(x: f32) -> f32 {
         x
+    }
+    fn scan(xs: &[f32]) -> Scan {
+        // In chunks, each without an early exit, so the comparisons vectorize (NaN
+        // compares false).
+        let mut scan = Scan {
+            bounded: true,
+            normal: true,
+        };
+        for c in xs.chunks(1024) {
+            let (bounded, normal) = c.iter().fold((true, true), |(b, n), &x| {
+                let m = x.abs();
+                (
+                    b & (m <= FLUSH_LIMIT),
+                    n & (m == 0.0 || m >= f32::MIN_POSITIVE),
+                )
+            });
+            scan.bounded &= bounded;
+            scan.normal &= normal;
+            if !scan.bounded {
+                break;
+            }
+        }
+        scan
     }
 }
 
@@ -688,8 +760,11 @@ fn run_blocks<T: GemmScalar>(
     let b_ptr = SharedPtr(b.data.as_ptr().cast_mut());
     let c_ptr = SharedPtr(c.data.as_mut_ptr());
     let ours = ours_for::<T>(&la, &lb, &lc, scale);
+    let flush = flushes(a.data, b.data);
     // C[p][rows, cols] = A[p][rows, :] @ B[p][:, cols] on the calling thread.
     let run_block = |p: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+        // Restored when the block ends (see the module docs).
+        let _flush = FlushDenormals::enter(flush);
         let (a_ptr, b_ptr, c_ptr) = (a_ptr, b_ptr, c_ptr);
         let (r0, c0) = (rows.start as isize, cols.start as isize);
         let (ba, bb, bc) = bases(p);

@@ -548,3 +548,113 @@ fn f16_products_accumulate_in_f32() {
         assert_eq!(c[2 * p].to_f64(), 2f64.powi(-20), "untouched gap");
     }
 }
+
+/// Products of bounded operands run with denormals flushed (module docs of `gemm`): a
+/// subnormal operand reads as zero and a subnormal result is zero, on the crate's path and
+/// on our few-row kernel, serial and pooled; products with a huge or infinite operand keep
+/// IEEE arithmetic; the caller's floating-point mode is untouched afterwards.
+#[test]
+fn subnormals_are_flushed_inside_products_only() {
+    let tiny = f32::MIN_POSITIVE / 4.0; // subnormal
+    let pool = ThreadPool::new(3).unwrap();
+    for (m, n, k) in [(2, 3, 4), (200, 96, 64)] {
+        let shape = GemmShape::new(m, n, k);
+        // A: a column of subnormals (k = 0), the rest 1; B: all 1 except row 0, which is
+        // 1 too, so column j of C is sum_k A[i][k] = (k - 1) + tiny, and the tiny part is
+        // gone. A second product of normal values whose result is subnormal: 0.
+        let mut a = vec![1.0f32; m * k];
+        for i in 0..m {
+            a[i * k] = tiny;
+        }
+        let b = vec![1.0f32; k * n];
+        let small_a = vec![1e-20f32; m * k];
+        let small_b = vec![1e-20f32; k * n];
+        for par in [Parallelism::None, Parallelism::Pool(&pool)] {
+            let mut c = vec![f32::NAN; m * n];
+            gemm(
+                shape,
+                MatRef::new(&a, MatLayout::row_major(m, k)),
+                MatRef::new(&b, MatLayout::row_major(k, n)),
+                MatMut::new(&mut c, MatLayout::row_major(m, n)),
+                Scale::overwrite(),
+                par,
+            )
+            .unwrap();
+            assert!(c.iter().all(|&v| v == (k - 1) as f32), "{:?}", &c[..4]);
+            // Only the subnormal: A = tiny in column 0, zero elsewhere.
+            let mut only = vec![0.0f32; m * k];
+            for i in 0..m {
+                only[i * k] = tiny;
+            }
+            gemm(
+                shape,
+                MatRef::new(&only, MatLayout::row_major(m, k)),
+                MatRef::new(&b, MatLayout::row_major(k, n)),
+                MatMut::new(&mut c, MatLayout::row_major(m, n)),
+                Scale::overwrite(),
+                par,
+            )
+            .unwrap();
+            assert!(
+                c.iter().all(|&v| v == 0.0),
+                "subnormal operand: {:?}",
+                &c[..4]
+            );
+            // k * 1e-40 is subnormal: flushed to zero.
+            gemm(
+                shape,
+                MatRef::new(&small_a, MatLayout::row_major(m, k)),
+                MatRef::new(&small_b, MatLayout::row_major(k, n)),
+                MatMut::new(&mut c, MatLayout::row_major(m, n)),
+                Scale::overwrite(),
+                par,
+            )
+            .unwrap();
+            assert!(
+                c.iter().all(|&v| v == 0.0),
+                "subnormal result: {:?}",
+                &c[..4]
+            );
+        }
+    }
+    // With an operand beyond 2^32 or not finite the product keeps IEEE arithmetic, where a
+    // subnormal read as zero would matter: 1e-39 * 3e38 = 0.3, 1e-39 * inf = inf.
+    for big in [3e38f32, f32::INFINITY] {
+        let (m, n, k) = (200, 96, 64);
+        // A row: 1e-39 then zeros (finite B: the sum is 1e-39 * 3e38 = 0.3) or ones
+        // (infinite B: every term is inf; a subnormal read as zero would make one NaN).
+        let rest = if big.is_finite() { 0.0 } else { 1.0 };
+        let mut a = vec![rest; m * k];
+        for i in 0..m {
+            a[i * k] = 1e-39;
+        }
+        let b = vec![big; k * n];
+        for par in [Parallelism::None, Parallelism::Pool(&pool)] {
+            let mut c = vec![f32::NAN; m * n];
+            gemm(
+                GemmShape::new(m, n, k),
+                MatRef::new(&a, MatLayout::row_major(m, k)),
+                MatRef::new(&b, MatLayout::row_major(k, n)),
+                MatMut::new(&mut c, MatLayout::row_major(m, n)),
+                Scale::overwrite(),
+                par,
+            )
+            .unwrap();
+            let want = if big.is_finite() {
+                1e-39f64 as f32 as f64 * 3e38
+            } else {
+                f64::INFINITY
+            };
+            assert!(
+                c.iter()
+                    .all(|&v| v as f64 == want || ((v as f64) - want).abs() < 1e-6 * want),
+                "{big}: {:?}, want {want}",
+                &c[..4]
+            );
+        }
+    }
+    // The caller's mode is restored: ordinary arithmetic keeps gradual underflow.
+    assert!(!ferrite_cpu::FlushDenormals::active());
+    let x = std::hint::black_box(f32::MIN_POSITIVE);
+    assert!(x / 4.0 > 0.0);
+}
