@@ -617,6 +617,25 @@ fn softmax_of_an_all_minus_inf_row_matches_the_interpreter() {
 }
 
 #[test]
+fn softmax_divides_a_subnormal_exponential_as_zero() {
+    // exp(-90) = 8.2e-40 is subnormal in f32: its probability is 0 (a quotient below
+    // 2^-126; dividing it would cost x86 an assist), exp(-80) = 1.8e-35 is kept; in f64
+    // nothing is flushed. The decomposition and the interpreter's composite agree.
+    let g = softmax_graph(DType::F32, &[1, 3], -1);
+    let inputs = vec![tensor(&ty(DType::F32, &[1, 3]), &[0.0, -90.0, -80.0])];
+    let d = check_equivalent(&g, std::slice::from_ref(&inputs), 0.0, 0.0);
+    let out = interpret(&d, &inputs).unwrap();
+    let p = out[0].to_f64();
+    assert_eq!(p[1], 0.0);
+    assert!(p[2] > 1e-35 && p[2] < 2e-35, "{p:?}");
+    let g = softmax_graph(DType::F64, &[1, 3], -1);
+    let inputs = vec![tensor(&ty(DType::F64, &[1, 3]), &[0.0, -90.0, -800.0])];
+    let out = interpret(&decompose(&g).unwrap(), &inputs).unwrap();
+    let p = out[0].to_f64();
+    assert!(p[1] > 8e-40 && p[2] == 0.0, "{p:?}");
+}
+
+#[test]
 fn softmax_in_half_precision_computes_in_f32() {
     for dtype in [DType::F16, DType::Bf16] {
         for axis in [-1, 0] {
@@ -629,6 +648,11 @@ fn softmax_in_half_precision_computes_in_f32() {
             let d = check_equivalent(&g, &sets, rtol, 1e-4);
             for n in &d.nodes {
                 match n.op {
+                    // The comparison that keeps subnormal exponentials out of the
+                    // division (a bool of f32 operands).
+                    Op::Binary(BinaryOp::Lt) => {
+                        assert_eq!(d.node(n.inputs[0]).ty.dtype, DType::F32, "lt runs in f32")
+                    }
                     Op::Reduce { .. } | Op::Unary(_) | Op::Binary(_) => {
                         assert_eq!(n.ty.dtype, DType::F32, "{} runs in f32", n.op.name())
                     }

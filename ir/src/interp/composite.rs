@@ -88,6 +88,13 @@ pub(super) fn softmax(axis: i64, log: bool, x: &Tensor, out: &TensorType) -> Res
         let sum = reduce_keep(ReduceOp::Sum, &e, Some(vec![axis]), true)?;
         if log {
             binary(BinaryOp::Sub, &shifted, &unary(UnaryOp::Log, &sum)?)
+        } else if e.ty.dtype == DType::F32 {
+            // As `decompose` writes it: a subnormal e divides as 0.
+            let tiny = binary_const(BinaryOp::Lt, &e, f32::MIN_POSITIVE as f64)?;
+            let zero = Tensor::from_f64(&TensorType::scalar(DType::F32), &[0.0]);
+            let out = infer(&Op::Where, &[&tiny.ty, &zero.ty, &e.ty])?;
+            let kept = elementwise::select(&tiny, &zero, &e, &out)?;
+            binary(BinaryOp::Div, &kept, &sum)
         } else {
             binary(BinaryOp::Div, &e, &sum)
         }
