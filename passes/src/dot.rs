@@ -315,7 +315,7 @@ mod tests {
         assert!(dot.contains(" in 1 kernel\""), "{dot}");
         // The named value's label starts with its name.
         let y = g.find("y").unwrap();
-        assert!(dot.contains(&format!("label=\"y = {y} div\\n")), "{dot}");
+        assert!(dot.contains(&format!("label=\"y = {y} mul\\n")), "{dot}");
         let literal = g.values().find(|&v| !is_drawn(&g, v)).unwrap();
         assert!(!dot.contains(&format!("{} ", node_id(literal))));
         // No edge inside the kernel is drawn as a materialized buffer.

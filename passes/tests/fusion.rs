@@ -257,12 +257,13 @@ fn examples_fuse_well() {
         ("mlp", 2, 5),
         // Unfused: silu is `x * sigmoid(x)`, sigmoid a primitive.
         ("llama_mlp", 4, 14),
-        // Unfused: softmax keeps subnormal exponentials out of its division (lt, where).
-        ("attention", 7, 28),
+        // Unfused: softmax counts subnormal exponentials as 0 (lt, where) and multiplies
+        // by the reciprocal of the sum.
+        ("attention", 7, 29),
         // Unfused: gelu is `0.5 * x * erfc(-x / sqrt 2)` with erfc a primitive,
         // layer_norm centers about the row's first element (`sum(x/n - p/n)`), and
-        // softmax's `lt` and `where`.
-        ("transformer_block", 11, 68),
+        // softmax's `lt`, `where` and `reciprocal`.
+        ("transformer_block", 11, 69),
     ] {
         let g = example(name);
         let f = schedule(&g, &ScheduleOptions::default()).unwrap();

@@ -89,12 +89,12 @@ pub(super) fn softmax(axis: i64, log: bool, x: &Tensor, out: &TensorType) -> Res
         if log {
             binary(BinaryOp::Sub, &shifted, &unary(UnaryOp::Log, &sum)?)
         } else if e.ty.dtype == DType::F32 {
-            // As `decompose` writes it: a subnormal e divides as 0.
+            // As `decompose` writes it: a subnormal e counts as 0, times 1 / sum.
             let tiny = binary_const(BinaryOp::Lt, &e, f32::MIN_POSITIVE as f64)?;
             let zero = Tensor::from_f64(&TensorType::scalar(DType::F32), &[0.0]);
             let out = infer(&Op::Where, &[&tiny.ty, &zero.ty, &e.ty])?;
             let kept = elementwise::select(&tiny, &zero, &e, &out)?;
-            binary(BinaryOp::Div, &kept, &sum)
+            binary(BinaryOp::Mul, &kept, &unary(UnaryOp::Reciprocal, &sum)?)
         } else {
             binary(BinaryOp::Div, &e, &sum)
         }
