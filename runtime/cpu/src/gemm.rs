@@ -72,6 +72,59 @@ pub struct Scan {
     pub normal: bool,
 }
 
+/// [`GemmScalar::scan`] of `f32`: the largest magnitude's bits and the smallest of
+/// `bits - 1` (zero wraps to the top), two reductions that vectorize, compiled for the
+/// widest vectors the host has (a scan of a 384 KiB operand took 50 us at SSE2 width).
+fn scan_f32(xs: &[f32]) -> Scan {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has the feature.
+            return unsafe { scan_avx512(xs) };
+        }
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has the feature.
+            return unsafe { scan_avx2(xs) };
+        }
+    }
+    scan_lanes(xs)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn scan_avx512(xs: &[f32]) -> Scan {
+    scan_lanes(xs)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn scan_avx2(xs: &[f32]) -> Scan {
+    scan_lanes(xs)
+}
+
+#[inline(always)]
+fn scan_lanes(xs: &[f32]) -> Scan {
+    const LIMIT_BITS: u32 = FLUSH_LIMIT.to_bits();
+    const MIN_NORMAL_BITS: u32 = f32::MIN_POSITIVE.to_bits();
+    let (mut largest, mut lowest) = (0u32, u32::MAX);
+    for c in xs.chunks(4096) {
+        for &x in c {
+            let m = x.to_bits() & 0x7fff_ffff;
+            largest = largest.max(m);
+            lowest = lowest.min(m.wrapping_sub(1));
+        }
+        if largest > LIMIT_BITS {
+            break;
+        }
+    }
+    Scan {
+        // Infinities and NaNs have larger bits than any finite value.
+        bounded: largest <= LIMIT_BITS,
+        // Subnormals are the bits 1 ..= MIN_NORMAL_BITS - 1.
+        normal: lowest >= MIN_NORMAL_BITS - 1,
+    }
+}
+
 /// Whether a product of `a` and `b` runs with denormals flushed: when one operand is
 /// bounded and has no subnormal (the other's subnormals then drop terms below `2^-94`,
 /// and its infinities and NaNs meet unchanged values), or when both are bounded. The
@@ -100,27 +153,7 @@ impl GemmScalar for f32 {
         x
     }
     fn scan(xs: &[f32]) -> Scan {
-        // In chunks, each without an early exit, so the comparisons vectorize (NaN
-        // compares false).
-        let mut scan = Scan {
-            bounded: true,
-            normal: true,
-        };
-        for c in xs.chunks(1024) {
-            let (bounded, normal) = c.iter().fold((true, true), |(b, n), &x| {
-                let m = x.abs();
-                (
-                    b & (m <= FLUSH_LIMIT),
-                    n & (m == 0.0 || m >= f32::MIN_POSITIVE),
-                )
-            });
-            scan.bounded &= bounded;
-            scan.normal &= normal;
-            if !scan.bounded {
-                break;
-            }
-        }
-        scan
+        scan_f32(xs)
     }
 }
 

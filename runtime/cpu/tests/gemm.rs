@@ -658,3 +658,72 @@ fn subnormals_are_flushed_inside_products_only() {
     let x = std::hint::black_box(f32::MIN_POSITIVE);
     assert!(x / 4.0 > 0.0);
 }
+
+/// The operand scan that decides flushing sees every element, at every position of long
+/// slices (vector bodies, chunk ends, tails).
+#[test]
+fn the_flush_scan_sees_every_element() {
+    use ferrite_cpu::gemm::{GemmScalar, Scan, FLUSH_LIMIT};
+    let scan = |xs: &[f32]| <f32 as GemmScalar>::scan(xs);
+    let ok = Scan {
+        bounded: true,
+        normal: true,
+    };
+    assert_eq!(scan(&[]), ok);
+    for n in [1usize, 7, 16, 4095, 4096, 4097, 10_001] {
+        let base: Vec<f32> = (0..n).map(|i| (i % 5) as f32 - 2.0).collect();
+        assert_eq!(scan(&base), ok, "{n}");
+        for at in [0, n / 2, n - 1] {
+            for (v, want) in [
+                (
+                    f32::MIN_POSITIVE / 2.0,
+                    Scan {
+                        bounded: true,
+                        normal: false,
+                    },
+                ),
+                (
+                    -f32::from_bits(1),
+                    Scan {
+                        bounded: true,
+                        normal: false,
+                    },
+                ),
+                (f32::MIN_POSITIVE, ok),
+                (-0.0, ok),
+                (FLUSH_LIMIT, ok),
+                (
+                    -FLUSH_LIMIT * 2.0,
+                    Scan {
+                        bounded: false,
+                        normal: true,
+                    },
+                ),
+                (
+                    f32::INFINITY,
+                    Scan {
+                        bounded: false,
+                        normal: true,
+                    },
+                ),
+                (
+                    f32::NAN,
+                    Scan {
+                        bounded: false,
+                        normal: true,
+                    },
+                ),
+            ] {
+                let mut xs = base.clone();
+                xs[at] = v;
+                let got = scan(&xs);
+                // An unbounded slice may stop scanning early: only `bounded` is promised.
+                if want.bounded {
+                    assert_eq!(got, want, "{v:e} at {at} of {n}");
+                } else {
+                    assert!(!got.bounded, "{v:e} at {at} of {n}");
+                }
+            }
+        }
+    }
+}
