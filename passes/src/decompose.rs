@@ -391,9 +391,19 @@ impl Decomposer {
                 // 0.5 * x * erfc(-x / sqrt 2): erfc does not cancel for x << 0, where
                 // 1 + erf(x / sqrt 2) loses every digit (GELU of x < -3 through 1 + erf was
                 // a few ulps of 1, 4% off at -5 and -0 below -5.9: fuzzer findings).
+                // In f32 an erfc below 2^-126 (x < -13) counts as 0, as in softmax: a
+                // multiplication of a subnormal costs x86 a ~100-cycle assist, and the
+                // product would be below 2^-122 anyway.
                 let x = v[0];
                 let z = l.binary_const(BinaryOp::Mul, x, -FRAC_1_SQRT_2)?;
                 let e = l.emit(Op::Unary(UnaryOp::Erfc), &[z])?;
+                let e = if l.dtype(e) == DType::F32 {
+                    let tiny = l.binary_const(BinaryOp::Lt, e, f32::MIN_POSITIVE as f64)?;
+                    let zero = l.literal(0.0, DType::F32)?;
+                    l.emit(Op::Where, &[tiny, zero, e])?
+                } else {
+                    e
+                };
                 let half = l.binary_const(BinaryOp::Mul, x, 0.5)?;
                 l.binary(BinaryOp::Mul, half, e)
             }),

@@ -320,6 +320,29 @@ fn sigmoid_silu_gelu_f32() {
 }
 
 #[test]
+fn gelu_keeps_its_tail_and_counts_a_subnormal_erfc_as_zero() {
+    // gelu(-8) = -8 * Phi(-8) = -4.9e-15 (1 + erf cancels to 0 there); gelu(-12.5) =
+    // -1.1e-34 is kept; at -13.5 erfc(9.55) = 1.5e-41 is subnormal, so gelu is -0 in f32
+    // (f64 keeps its -3.9e-40).
+    let mut g = Graph::new("gelu_tail");
+    let x = param(&mut g, "x", DType::F32, &[3]);
+    let y = named(&mut g, "y", un(UnaryOp::Gelu), &[x]);
+    g.outputs = vec![y];
+    let inputs = vec![tensor(&ty(DType::F32, &[3]), &[-8.0, -12.5, -13.5])];
+    let out = interpret(&decompose(&g).unwrap(), &inputs).unwrap()[0].to_f64();
+    let want = |x: f64| 0.5 * x * ferrite_ir::interp::erfc(-x / 2f64.sqrt());
+    assert_values(&out[..2], &[want(-8.0), want(-12.5)], 1e-5, 0.0);
+    assert!(out[2] == 0.0 && out[2].is_sign_negative(), "{out:?}");
+    let mut g = Graph::new("gelu_tail64");
+    let x = param(&mut g, "x", DType::F64, &[1]);
+    let y = named(&mut g, "y", un(UnaryOp::Gelu), &[x]);
+    g.outputs = vec![y];
+    let inputs = vec![tensor(&ty(DType::F64, &[1]), &[-13.5])];
+    let out = interpret(&decompose(&g).unwrap(), &inputs).unwrap()[0].to_f64();
+    assert_values(&out, &[want(-13.5)], 1e-12, 0.0);
+}
+
+#[test]
 fn sigmoid_saturates_without_overflow_or_nan() {
     // exp(-x) overflows f32 for x < -88.7; the decomposition must still give 0 and 1
     // at the infinities and NaN only for NaN.
