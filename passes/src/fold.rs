@@ -250,18 +250,43 @@ fn plan(
     }
     let tensor = wc.tensor();
     let per = tensor.ty.numel() / c.max(1);
-    let values = tensor.to_f64();
-    let scaled_w: Vec<f64> = values
-        .iter()
-        .enumerate()
-        .map(|(j, &x)| x * s[j / per.max(1)])
-        .collect();
-    let weight = Tensor::from_f64(&w.ty, &scaled_w);
-    let overflow = weight
-        .to_f64()
-        .iter()
-        .zip(&values)
-        .any(|(a, b)| !a.is_finite() && b.is_finite());
+    let (weight, overflow) = match &tensor.data {
+        // f32 weights (the common case, millions of them in a ResNet) directly: each
+        // product in f64, rounded once, as the general path below does, without three
+        // f64 copies of the tensor.
+        ferrite_ir::Data::F32(v) if w.ty.dtype == ferrite_ir::DType::F32 => {
+            let mut overflow = false;
+            let scaled: Vec<f32> = v
+                .iter()
+                .enumerate()
+                .map(|(j, &x)| {
+                    let y = (x as f64 * s[j / per.max(1)]) as f32;
+                    overflow |= !y.is_finite() && x.is_finite();
+                    y
+                })
+                .collect();
+            let weight = Tensor {
+                ty: w.ty.clone(),
+                data: ferrite_ir::Data::F32(scaled),
+            };
+            (weight, overflow)
+        }
+        _ => {
+            let values = tensor.to_f64();
+            let scaled_w: Vec<f64> = values
+                .iter()
+                .enumerate()
+                .map(|(j, &x)| x * s[j / per.max(1)])
+                .collect();
+            let weight = Tensor::from_f64(&w.ty, &scaled_w);
+            let overflow = weight
+                .to_f64()
+                .iter()
+                .zip(&values)
+                .any(|(a, b)| !a.is_finite() && b.is_finite());
+            (weight, overflow)
+        }
+    };
     if overflow {
         return None;
     }

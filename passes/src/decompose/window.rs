@@ -73,6 +73,30 @@ pub fn constant_bytes(g: &ferrite_ir::Graph) -> u64 {
     total
 }
 
+/// The row-major coordinates in `dims` of `0..count`, `dims.len()` per point, one flat
+/// vector (an odometer: no division, no allocation per point; a 0-D `dims` gives one zero
+/// per point, so `chunks_exact(1)` still yields `count` points).
+fn coordinates(count: usize, dims: &[usize]) -> Vec<usize> {
+    let r = dims.len();
+    let mut all = Vec::with_capacity(count * r.max(1));
+    let mut c = vec![0usize; r];
+    for _ in 0..count {
+        if r == 0 {
+            all.push(0);
+            continue;
+        }
+        all.extend_from_slice(&c);
+        for i in (0..r).rev() {
+            c[i] += 1;
+            if c[i] < dims[i] {
+                break;
+            }
+            c[i] = 0;
+        }
+    }
+    all
+}
+
 /// A depthwise conv of at most this many taps (5x5) is decomposed as a sum of shifted
 /// slices ([`Decomposer::depthwise_direct`]); a larger one gathers its taps.
 const MAX_DIRECT_TAPS: usize = 25;
@@ -117,10 +141,11 @@ impl Decomposer {
         }
         let mut index = Vec::with_capacity(k * p);
         let mut inside = Vec::with_capacity(k * p);
+        let r = axes.len();
+        let all_os = coordinates(p, &outs);
         for t in 0..k {
             let ks = window::unravel(t, &kernel);
-            for o in 0..p {
-                let os = window::unravel(o, &outs);
+            for os in all_os.chunks_exact(r.max(1)).take(p) {
                 let (mut flat, mut ok) = (0i64, true);
                 for (i, a) in axes.iter().enumerate() {
                     let pos = a.position(os[i], ks[i]);
@@ -340,10 +365,10 @@ impl Decomposer {
         let p_out: usize = outs.iter().product();
         let mut index = Vec::with_capacity(k * p_out);
         let mut inside = Vec::with_capacity(k * p_out);
+        let all_os = coordinates(p_out, outs);
         for t in 0..k {
             let ts = window::unravel(t, kernel);
-            for o in 0..p_out {
-                let os = window::unravel(o, outs);
+            for os in all_os.chunks_exact(s.max(1)).take(p_out) {
                 let (mut flat, mut ok) = (0i64, true);
                 for a in 0..s {
                     let num = os[a] as i64 + at(padding, a, 0) - ts[a] as i64 * at(dilation, a, 1);
