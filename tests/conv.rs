@@ -242,3 +242,37 @@ fn constant_batch_norms_fold_into_their_convs_on_every_target() {
         .count();
     assert_eq!(rsqrts, 0, "{}", ferrite::ir::print(d));
 }
+
+/// Padded depthwise convs (MobileNet's 3x3, and 5x5) on widths whose window edges fall at
+/// every position of a 4-lane group: the CPU runs their guarded (padded) tap loads as vector
+/// code (one vector load where a group is inside the input, lane by lane at its edges) and
+/// matches the interpreter everywhere, on every target.
+#[test]
+fn padded_depthwise_convs_are_vector_code_and_exact_at_the_edges() {
+    for (k, w) in [(3usize, 5usize), (3, 7), (3, 16), (3, 17), (5, 9), (5, 33)] {
+        let g = Graph::new("depthwise");
+        let x = g.input("x", ferrite::f32(&[1, 6, 6, w]));
+        let wd = g.input("wd", ferrite::f32(&[6, 1, k, k]));
+        let p = (k / 2) as i64;
+        let y = x.conv2d(&wd, None, [1, 1], [p, p], [1, 1], 6).relu6();
+        g.output(&y);
+        let inputs = [random(&[1, 6, 6, w], 3), random(&[6, 1, k, k], 4)];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_everywhere(&g, &refs, 1e-5);
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("dw-{k}-{w}"));
+        let exe = compile(&g, &Options::default().target(Target::Cpu).dump(&dir)).unwrap();
+        let plan = exe
+            .dump_files()
+            .iter()
+            .find(|f| f.to_string_lossy().ends_with("cpu-plan.loop"))
+            .map(|f| std::fs::read_to_string(f).unwrap())
+            .expect("a cpu plan dump");
+        assert!(
+            !plan.contains("guarded (padded) load"),
+            "k={k} w={w}: a padded tap load stayed scalar:\n{plan}"
+        );
+        if w >= 16 {
+            assert!(plan.contains("vector f32x4"), "k={k} w={w}:\n{plan}");
+        }
+    }
+}

@@ -778,6 +778,7 @@ impl Emitter<'_, '_> {
         let node = &body.nodes[i];
         let lanes_of = |s: &Self, r: &ExprRef| s.vals.lanes.get(r.index()).copied().flatten();
         let v = match &node.op {
+            ExprOp::Load(l) if !l.guard.is_empty() => self.vector_guarded_load(i, l, g)?,
             ExprOp::Load(l) => {
                 let lanes =
                     self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
@@ -839,6 +840,109 @@ impl Emitter<'_, '_> {
         }
         slot.push(v);
         Ok(())
+    }
+
+    /// A guarded (padded) load of group `g` as vector code. Each guard bound is affine in
+    /// the loop variable (the plan checks), so the lanes where the guard holds form an
+    /// interval: when it holds at the group's first and last lane it holds at all four,
+    /// whose elements are then in bounds and contiguous, and one vector load does (a
+    /// window's interior). Otherwise (its edge) each lane is loaded as the scalar code
+    /// loads it: index clamped into the buffer, `other` where the guard fails. The test
+    /// and the fast load's address are computed before the branch; what the slow arm
+    /// computes is not memoized past it.
+    fn vector_guarded_load(&mut self, i: usize, l: &Load, g: usize) -> Result<Value> {
+        let lanes = self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
+        let vty = vector_type(lanes);
+        let d = self.vals.body.nodes[i].dtype;
+        let numel = self
+            .mem
+            .buffers
+            .get(l.buffer.index())
+            .map(|b| b.ty.numel())
+            .ok_or_else(|| Error::internal(format!("{} does not exist", l.buffer)))?;
+        if numel == 0 {
+            // Nothing can be read: every lane is `other`.
+            let other = self.constant(l.other, d)?;
+            return Ok(self.b.ins().splat(vty, other));
+        }
+        // Index values of outer levels first computed here live in this loop body, which
+        // does not dominate what follows the loop (the tail, later stages): they are
+        // forgotten at the end, as the slow arm's are at its end.
+        let before = self.nest.index_memo.clone();
+        let innermost = self.nest.innermost;
+        let var = self.level_var(innermost);
+        let ext = self.nest.ext.clone();
+        let at = |e: &IndexExpr, k: i64| {
+            crate::plan::analysis::substitute(e, &|v| {
+                (v == var).then(|| IndexExpr::Var(var) + IndexExpr::Const(k))
+            })
+            .simplify(&ext)
+        };
+        let bounds_at = |k: i64| -> Vec<Bound> {
+            l.guard
+                .iter()
+                .map(|b| Bound {
+                    expr: at(&b.expr, k),
+                    lo: b.lo,
+                    hi: b.hi,
+                })
+                .collect()
+        };
+        let first = 4 * g as i64;
+        let g_first = self.guard_value(&bounds_at(first))?;
+        let g_last = self.guard_value(&bounds_at(first + 3))?;
+        let (Some(g_first), Some(g_last)) = (g_first, g_last) else {
+            return Err(Error::internal("a guarded load without bounds"));
+        };
+        let all = self.b.ins().band(g_first, g_last);
+        let idx = self.index_value(&l.index)?;
+        let addr = self.element_address(l.buffer, idx)?;
+        let flags = self.flags_for(l.buffer);
+        let fast = self.b.create_block();
+        let slow = self.b.create_block();
+        let join = self.b.create_block();
+        self.b.append_block_param(join, vty);
+        self.b.ins().brif(all, fast, &[], slow, &[]);
+
+        self.b.switch_to_block(fast);
+        self.b.seal_block(fast);
+        let whole = self.b.ins().load(vty, flags, addr, (16 * g) as i32);
+        self.b.ins().jump(join, &[whole.into()]);
+
+        self.b.switch_to_block(slow);
+        self.b.seal_block(slow);
+        let memo = self.nest.index_memo.clone();
+        let other = self.constant(l.other, d)?;
+        let zero = self.b.ins().iconst(types::I64, 0);
+        let last = self.b.ins().iconst(types::I64, numel as i64 - 1);
+        let mut v: Option<Value> = None;
+        for k in 0..4 {
+            let lane = first + k;
+            let guard = self.guard_value(&bounds_at(lane))?;
+            let idx = self.index_value(&at(&l.index, lane))?;
+            let idx = self.b.ins().smax(idx, zero);
+            let idx = self.b.ins().smin(idx, last);
+            let addr = self.element_address(l.buffer, idx)?;
+            let loaded = self.load_scalar(d, flags, addr);
+            let x = match guard {
+                Some(g) => self.b.ins().select(g, loaded, other),
+                None => loaded,
+            };
+            v = Some(match v {
+                None => self.b.ins().splat(vty, x),
+                Some(v) => self.b.ins().insertlane(v, x, k as u8),
+            });
+        }
+        self.nest.index_memo = memo;
+        let gathered = v.ok_or_else(|| Error::internal("no lanes"))?;
+        self.b.ins().jump(join, &[gathered.into()]);
+
+        self.b.switch_to_block(join);
+        self.b.seal_block(join);
+        self.nest
+            .index_memo
+            .retain(|e, (_, level)| *level >= innermost || before.contains_key(e));
+        Ok(self.b.block_params(join)[0])
     }
 
     fn vector_unary(&mut self, op: UnaryOp, x: Value, from: Lanes) -> Result<Value> {

@@ -128,6 +128,7 @@ pub fn plan_outer_lanes(kernel: &Kernel, unroll: usize) -> Option<OuterLanes> {
             index_level: &index_level,
             reductions,
             stores,
+            vector_guards: false,
         };
         let plan = plan_vector(&facts).ok()?;
         let mut splats = vec![false; len];

@@ -618,6 +618,7 @@ fn plan_stage(
             index_level: &index_level,
             reductions,
             stores: stage.stores(),
+            vector_guards: true,
         };
         match plan_vector(&facts) {
             Ok(p) => Some(p),

@@ -71,6 +71,9 @@ pub struct StageFacts<'a> {
     pub reductions: &'a [Reduction],
     /// The writes of a store stage (empty for a reduce stage).
     pub stores: &'a [StoreOp],
+    /// Whether guarded loads may be vector code (a row's innermost loop, whose lanes the
+    /// emitter tests at a group's ends); lanes across outer points keep them refused.
+    pub vector_guards: bool,
 }
 
 /// The lane form of a value of `dtype` (`narrow` for `i64` values that fit in `i32`).
@@ -150,10 +153,24 @@ pub fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, NotVectorized> {
                 if !matches!(node.dtype, DType::F32 | DType::I32) {
                     return Err(here(format!("{} loads are not vectorized", node.dtype)));
                 }
-                if !l.guard.is_empty() {
+                // A guarded (padded) load is vector code when each bound is affine in the
+                // loop variable: the lanes where the guard holds are then an interval, and
+                // the emitter tests a group's first and last lane (`emit/expr.rs`).
+                if !l.guard.is_empty() && !f.vector_guards {
                     return Err(here("guarded (padded) load".into()));
                 }
-                if f.clamped[i] {
+                for bound in &l.guard {
+                    match split_linear(&bound.expr, f.var) {
+                        Some((rest, _)) if (f.index_level)(&rest) < f.level => {}
+                        _ => {
+                            return Err(here(format!(
+                                "guard `{}` is not affine in {}",
+                                bound.expr, f.var
+                            )))
+                        }
+                    }
+                }
+                if f.clamped[i] && l.guard.is_empty() {
                     return Err(here("load index needs clamping".into()));
                 }
                 contiguous(f, &l.index)
