@@ -397,13 +397,7 @@ impl Decomposer {
                 let x = v[0];
                 let z = l.binary_const(BinaryOp::Mul, x, -FRAC_1_SQRT_2)?;
                 let e = l.emit(Op::Unary(UnaryOp::Erfc), &[z])?;
-                let e = if l.dtype(e) == DType::F32 {
-                    let tiny = l.binary_const(BinaryOp::Lt, e, f32::MIN_POSITIVE as f64)?;
-                    let zero = l.literal(0.0, DType::F32)?;
-                    l.emit(Op::Where, &[tiny, zero, e])?
-                } else {
-                    e
-                };
+                let e = l.zero_if_subnormal(e)?;
                 let half = l.binary_const(BinaryOp::Mul, x, 0.5)?;
                 l.binary(BinaryOp::Mul, half, e)
             }),
@@ -446,6 +440,18 @@ impl Decomposer {
         self.emit(Op::Unary(UnaryOp::Sigmoid), &[x])
     }
 
+    /// `where(x < 2^-126, 0, x)` for an f32 `x` (the non-negative results of `exp` and
+    /// `erfc`; NaN is kept, `lt` being false), `x` itself in other dtypes: what softmax and
+    /// gelu multiply by, so that no multiplication meets a subnormal (an x86 assist).
+    fn zero_if_subnormal(&mut self, x: ValueId) -> Result<ValueId> {
+        if self.dtype(x) != DType::F32 {
+            return Ok(x);
+        }
+        let tiny = self.binary_const(BinaryOp::Lt, x, f32::MIN_POSITIVE as f64)?;
+        let zero = self.literal(0.0, DType::F32)?;
+        self.emit(Op::Where, &[tiny, zero, x])
+    }
+
     /// `sum(x, axes, keepdim) / count` for a float `x`.
     fn mean(&mut self, x: ValueId, axes: Option<Vec<i64>>, keepdim: bool) -> Result<ValueId> {
         let ty = self.out.ty(x).clone();
@@ -477,9 +483,7 @@ impl Decomposer {
                 // below 2^-126 anyway): on x86 each multiplication or division of a
                 // subnormal takes a ~100-cycle assist, which made a softmax of widely spread
                 // scores 6x slower. NaN is kept (`lt` is false).
-                let tiny = l.binary_const(BinaryOp::Lt, e, f32::MIN_POSITIVE as f64)?;
-                let zero = l.literal(0.0, DType::F32)?;
-                let kept = l.emit(Op::Where, &[tiny, zero, e])?;
+                let kept = l.zero_if_subnormal(e)?;
                 let r = l.emit(Op::Unary(UnaryOp::Reciprocal), &[sum])?;
                 l.binary(BinaryOp::Mul, kept, r)
             } else {

@@ -398,21 +398,7 @@ fn unary_bound(
     dt: DType,
     out: ValueId,
 ) -> R<Option<ValueId>> {
-    let transcendental = matches!(
-        op,
-        U::Exp
-            | U::Log
-            | U::Rsqrt
-            | U::Sin
-            | U::Cos
-            | U::Tanh
-            | U::Sigmoid
-            | U::Gelu
-            | U::GeluTanh
-            | U::Silu
-            | U::Erf
-            | U::Erfc
-    );
+    let transcendental = super::transcendental(&Op::Unary(op));
     let carried = match (op, e) {
         (_, None) => None,
         (U::Neg | U::Abs | U::Relu | U::Floor | U::Ceil | U::Sign, Some(e)) => Some(e),

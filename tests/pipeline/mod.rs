@@ -306,6 +306,7 @@ fn transcendental(op: &Op) -> bool {
                 | U::GeluTanh
                 | U::Silu
                 | U::Erf
+                | U::Erfc
         ),
         Op::Binary(b) => *b == B::Pow,
         _ => false,

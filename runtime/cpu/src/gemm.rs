@@ -74,20 +74,18 @@ pub struct Scan {
 
 /// [`GemmScalar::scan`] of `f32`: the largest magnitude's bits and the smallest of
 /// `bits - 1` (zero wraps to the top), two reductions that vectorize, compiled for the
-/// widest vectors the host has (a scan of a 384 KiB operand took 50 us at SSE2 width).
+/// width of the wide routines ([`Isa::host`]; a scan of a 384 KiB operand took 50 us at
+/// SSE2 width).
 fn scan_f32(xs: &[f32]) -> Scan {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has the feature.
-            return unsafe { scan_avx512(xs) };
-        }
-        if is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has the feature.
-            return unsafe { scan_avx2(xs) };
-        }
+    match Isa::host() {
+        // SAFETY: `Isa::host` is a width the CPU supports.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { scan_avx512(xs) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { scan_avx2(xs) },
+        _ => scan_lanes(xs),
     }
-    scan_lanes(xs)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -557,59 +557,48 @@ fn f16_products_accumulate_in_f32() {
 fn subnormals_are_flushed_inside_products_only() {
     let tiny = f32::MIN_POSITIVE / 4.0; // subnormal
     let pool = ThreadPool::new(3).unwrap();
-    for (m, n, k) in [(2, 3, 4), (200, 96, 64)] {
-        let shape = GemmShape::new(m, n, k);
-        // A: a column of subnormals (k = 0), the rest 1; B: all 1 except row 0, which is
-        // 1 too, so column j of C is sum_k A[i][k] = (k - 1) + tiny, and the tiny part is
-        // gone. A second product of normal values whose result is subnormal: 0.
-        let mut a = vec![1.0f32; m * k];
+    // Row-major C = A @ B of shape (m, n, k).
+    let product = |a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize), par| {
+        let mut c = vec![f32::NAN; m * n];
+        gemm(
+            GemmShape::new(m, n, k),
+            MatRef::new(a, MatLayout::row_major(m, k)),
+            MatRef::new(b, MatLayout::row_major(k, n)),
+            MatMut::new(&mut c, MatLayout::row_major(m, n)),
+            Scale::overwrite(),
+            par,
+        )
+        .unwrap();
+        c
+    };
+    // A with `first` in column 0 and `rest` elsewhere.
+    let column = |(m, k): (usize, usize), first: f32, rest: f32| {
+        let mut a = vec![rest; m * k];
         for i in 0..m {
-            a[i * k] = tiny;
+            a[i * k] = first;
         }
+        a
+    };
+    for (m, n, k) in [(2, 3, 4), (200, 96, 64)] {
+        // A: a column of subnormals, the rest 1; B: all 1, so each element of C is
+        // (k - 1) + tiny, and the tiny part is gone. A with only the subnormals gives 0,
+        // and so does a product of normal values whose result is subnormal.
+        let a = column((m, k), tiny, 1.0);
+        let only = column((m, k), tiny, 0.0);
         let b = vec![1.0f32; k * n];
         let small_a = vec![1e-20f32; m * k];
         let small_b = vec![1e-20f32; k * n];
         for par in [Parallelism::None, Parallelism::Pool(&pool)] {
-            let mut c = vec![f32::NAN; m * n];
-            gemm(
-                shape,
-                MatRef::new(&a, MatLayout::row_major(m, k)),
-                MatRef::new(&b, MatLayout::row_major(k, n)),
-                MatMut::new(&mut c, MatLayout::row_major(m, n)),
-                Scale::overwrite(),
-                par,
-            )
-            .unwrap();
+            let c = product(&a, &b, (m, n, k), par);
             assert!(c.iter().all(|&v| v == (k - 1) as f32), "{:?}", &c[..4]);
-            // Only the subnormal: A = tiny in column 0, zero elsewhere.
-            let mut only = vec![0.0f32; m * k];
-            for i in 0..m {
-                only[i * k] = tiny;
-            }
-            gemm(
-                shape,
-                MatRef::new(&only, MatLayout::row_major(m, k)),
-                MatRef::new(&b, MatLayout::row_major(k, n)),
-                MatMut::new(&mut c, MatLayout::row_major(m, n)),
-                Scale::overwrite(),
-                par,
-            )
-            .unwrap();
+            let c = product(&only, &b, (m, n, k), par);
             assert!(
                 c.iter().all(|&v| v == 0.0),
                 "subnormal operand: {:?}",
                 &c[..4]
             );
             // k * 1e-40 is subnormal: flushed to zero.
-            gemm(
-                shape,
-                MatRef::new(&small_a, MatLayout::row_major(m, k)),
-                MatRef::new(&small_b, MatLayout::row_major(k, n)),
-                MatMut::new(&mut c, MatLayout::row_major(m, n)),
-                Scale::overwrite(),
-                par,
-            )
-            .unwrap();
+            let c = product(&small_a, &small_b, (m, n, k), par);
             assert!(
                 c.iter().all(|&v| v == 0.0),
                 "subnormal result: {:?}",
@@ -624,27 +613,15 @@ fn subnormals_are_flushed_inside_products_only() {
         // A row: 1e-39 then zeros (finite B: the sum is 1e-39 * 3e38 = 0.3) or ones
         // (infinite B: every term is inf; a subnormal read as zero would make one NaN).
         let rest = if big.is_finite() { 0.0 } else { 1.0 };
-        let mut a = vec![rest; m * k];
-        for i in 0..m {
-            a[i * k] = 1e-39;
-        }
+        let a = column((m, k), 1e-39, rest);
         let b = vec![big; k * n];
+        let want = if big.is_finite() {
+            1e-39f64 as f32 as f64 * 3e38
+        } else {
+            f64::INFINITY
+        };
         for par in [Parallelism::None, Parallelism::Pool(&pool)] {
-            let mut c = vec![f32::NAN; m * n];
-            gemm(
-                GemmShape::new(m, n, k),
-                MatRef::new(&a, MatLayout::row_major(m, k)),
-                MatRef::new(&b, MatLayout::row_major(k, n)),
-                MatMut::new(&mut c, MatLayout::row_major(m, n)),
-                Scale::overwrite(),
-                par,
-            )
-            .unwrap();
-            let want = if big.is_finite() {
-                1e-39f64 as f32 as f64 * 3e38
-            } else {
-                f64::INFINITY
-            };
+            let c = product(&a, &b, (m, n, k), par);
             assert!(
                 c.iter()
                     .all(|&v| v as f64 == want || ((v as f64) - want).abs() < 1e-6 * want),

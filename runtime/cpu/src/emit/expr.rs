@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::plan::Lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Signature, Type, Value};
-use ferrite_ir::loops::{scalar, Bound, ExprOp, ExprRef, IndexExpr, Load, Value as Lit};
+use ferrite_ir::loops::{scalar, Bound, BufferId, ExprOp, ExprRef, IndexExpr, Load, Value as Lit};
 use ferrite_ir::{BinaryOp, Category, DType, UnaryOp};
 
 /// The register type of a scalar of `dtype`.
@@ -327,28 +327,47 @@ impl Emitter<'_, '_> {
     }
 
     fn emit_load(&mut self, i: usize, l: &Load, d: DType) -> Result<Value> {
-        let numel = self
-            .mem
-            .buffers
-            .get(l.buffer.index())
-            .map(|b| b.ty.numel())
-            .ok_or_else(|| Error::internal(format!("{} does not exist", l.buffer)))?;
-        let guard = self.guard_value(&l.guard)?;
         let other = self.constant(l.other, d)?;
+        let clamp = self.vals.clamped[i];
+        self.guarded_scalar_load(l.buffer, &l.index, &l.guard, other, d, clamp)
+    }
+
+    /// The elements of `buffer`.
+    fn buffer_numel(&self, buffer: BufferId) -> Result<usize> {
+        self.mem
+            .buffers
+            .get(buffer.index())
+            .map(|b| b.ty.numel())
+            .ok_or_else(|| Error::internal(format!("{buffer} does not exist")))
+    }
+
+    /// One element of `buffer` at `index` where `guard` holds, else `other`, as scalar
+    /// code; with `clamp` the index is clamped into the buffer first.
+    fn guarded_scalar_load(
+        &mut self,
+        buffer: BufferId,
+        index: &IndexExpr,
+        guard: &[Bound],
+        other: Value,
+        d: DType,
+        clamp: bool,
+    ) -> Result<Value> {
+        let numel = self.buffer_numel(buffer)?;
+        let guard = self.guard_value(guard)?;
         if numel == 0 {
             // Nothing can be read; the proof pass only lets guarded loads get here.
             return Ok(other);
         }
-        let mut idx = self.index_value(&l.index)?;
-        if self.vals.clamped[i] {
+        let mut idx = self.index_value(index)?;
+        if clamp {
             // The value is discarded when the guard fails, so any in-bounds index will do.
             let zero = self.b.ins().iconst(types::I64, 0);
             let last = self.b.ins().iconst(types::I64, numel as i64 - 1);
             idx = self.b.ins().smax(idx, zero);
             idx = self.b.ins().smin(idx, last);
         }
-        let addr = self.element_address(l.buffer, idx)?;
-        let flags = self.flags_for(l.buffer);
+        let addr = self.element_address(buffer, idx)?;
+        let flags = self.flags_for(buffer);
         let loaded = self.load_scalar(d, flags, addr);
         Ok(match guard {
             Some(g) => self.b.ins().select(g, loaded, other),
@@ -854,13 +873,7 @@ impl Emitter<'_, '_> {
         let lanes = self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
         let vty = vector_type(lanes);
         let d = self.vals.body.nodes[i].dtype;
-        let numel = self
-            .mem
-            .buffers
-            .get(l.buffer.index())
-            .map(|b| b.ty.numel())
-            .ok_or_else(|| Error::internal(format!("{} does not exist", l.buffer)))?;
-        if numel == 0 {
+        if self.buffer_numel(l.buffer)? == 0 {
             // Nothing can be read: every lane is `other`.
             let other = self.constant(l.other, d)?;
             return Ok(self.b.ins().splat(vty, other));
@@ -913,21 +926,11 @@ impl Emitter<'_, '_> {
         self.b.seal_block(slow);
         let memo = self.nest.index_memo.clone();
         let other = self.constant(l.other, d)?;
-        let zero = self.b.ins().iconst(types::I64, 0);
-        let last = self.b.ins().iconst(types::I64, numel as i64 - 1);
         let mut v: Option<Value> = None;
         for k in 0..4 {
             let lane = first + k;
-            let guard = self.guard_value(&bounds_at(lane))?;
-            let idx = self.index_value(&at(&l.index, lane))?;
-            let idx = self.b.ins().smax(idx, zero);
-            let idx = self.b.ins().smin(idx, last);
-            let addr = self.element_address(l.buffer, idx)?;
-            let loaded = self.load_scalar(d, flags, addr);
-            let x = match guard {
-                Some(g) => self.b.ins().select(g, loaded, other),
-                None => loaded,
-            };
+            let (index, bounds) = (at(&l.index, lane), bounds_at(lane));
+            let x = self.guarded_scalar_load(l.buffer, &index, &bounds, other, d, true)?;
             v = Some(match v {
                 None => self.b.ins().splat(vty, x),
                 Some(v) => self.b.ins().insertlane(v, x, k as u8),
