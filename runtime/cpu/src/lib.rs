@@ -36,6 +36,7 @@ pub mod jit;
 pub mod kernels;
 pub mod plan;
 pub mod pool;
+pub mod row_order;
 pub mod sgemm;
 pub mod vmath;
 pub mod wide;
@@ -58,4 +59,4 @@ pub use pool::{
     MAX_THREADS, NUM_THREADS_VAR,
 };
 pub use vmath::{UnaryFn, VMath};
-pub use wide::{InPlaceFn, Isa, WideFn, ISA_VAR};
+pub use wide::{ExpSumFn, InPlaceFn, Isa, RowFn, RowReduce, WideFn, ISA_VAR};

@@ -161,6 +161,83 @@ pub fn in_place_routine(f: UnaryFn, isa: Isa) -> Option<InPlaceFn> {
     }
 }
 
+/// A row reduction with the C calling convention, for generated code: the sum, max or
+/// min of the `n` floats at `xs`, in the order of the JIT's vector loop
+/// ([`crate::row_order`]).
+///
+/// Calling it is `unsafe`: `xs` must point to `n` readable floats.
+pub type RowFn = unsafe extern "C" fn(xs: *const f32, n: usize) -> f32;
+
+/// What a [`RowFn`] computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RowReduce {
+    Sum,
+    Max,
+    Min,
+}
+
+impl RowReduce {
+    /// Its name in plan notes.
+    pub fn name(self) -> &'static str {
+        match self {
+            RowReduce::Sum => "sum",
+            RowReduce::Max => "max",
+            RowReduce::Min => "min",
+        }
+    }
+}
+
+/// The row reduction `r` at width `isa`, if this CPU supports the width.
+pub fn row_routine(r: RowReduce, isa: Isa) -> Option<RowFn> {
+    if !isa.supported() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let pick = |avx2: RowFn, avx512: RowFn| match isa {
+            Isa::Sse => None,
+            Isa::Avx2 => Some(avx2),
+            Isa::Avx512 => Some(avx512),
+        };
+        match r {
+            RowReduce::Sum => pick(avx2::row_sum, avx512::row_sum),
+            RowReduce::Max => pick(avx2::row_max, avx512::row_max),
+            RowReduce::Min => pick(avx2::row_min, avx512::row_min),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = r;
+        None
+    }
+}
+
+/// `out[j] = exp(xs[j] - c)` over `n` floats, returning their sum in the JIT's order: the
+/// middle of a softmax row as one routine call.
+///
+/// Calling it is `unsafe`: `xs` must point to `n` readable floats and `out` to `n`
+/// writable floats apart from them that nothing else accesses during the call.
+pub type ExpSumFn = unsafe extern "C" fn(xs: *const f32, c: f32, out: *mut f32, n: usize) -> f32;
+
+/// The [`ExpSumFn`] at width `isa`, if this CPU supports the width.
+pub fn exp_sum_routine(isa: Isa) -> Option<ExpSumFn> {
+    if !isa.supported() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        match isa {
+            Isa::Sse => None,
+            Isa::Avx2 => Some(avx2::exp_sub_sum as ExpSumFn),
+            Isa::Avx512 => Some(avx512::exp_sub_sum as ExpSumFn),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
 /// The algorithms, written once over the helpers each width's module defines (`V` the
 /// float vector, `M` its lane mask). Each line mirrors a line of `vmath.rs`'s `Emit`.
 #[cfg(target_arch = "x86_64")]
@@ -373,6 +450,211 @@ macro_rules! algorithms {
             $feature,
             $detected
         );
+        rows!($feature);
+    };
+}
+
+/// The row routines of generated code over the vector helpers of one width: sums, max and
+/// min, and `exp(x - c)` with its sum, in the order of [`crate::row_order`] (the JIT's
+/// `f32x4x4` reduction loops), so that a call gives the bits of the loop it replaces.
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows {
+    ($feature:literal) => {
+        use crate::row_order::{self, SumFolds, STEP};
+
+        /// Vectors per 16-element step.
+        const PER: usize = STEP / LANES;
+
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn spill(v: &[V; PER]) -> [f32; STEP] {
+            let mut out = [0.0f32; STEP];
+            for (p, &x) in v.iter().enumerate() {
+                store(&mut out[p * LANES..], x);
+            }
+            out
+        }
+
+        #[target_feature(enable = $feature)]
+        fn sum_row(xs: &[f32]) -> f32 {
+            let steps = xs.len() / STEP;
+            let mut folds = SumFolds::default();
+            let mut acc = [f(0.0); PER];
+            for k in 0..steps {
+                let row = &xs[k * STEP..];
+                for (p, a) in acc.iter_mut().enumerate() {
+                    *a = add(*a, load(&row[p * LANES..]));
+                }
+                if folds.step() {
+                    folds.fold(&spill(&acc));
+                    acc = [f(0.0); PER];
+                }
+            }
+            folds.finish(spill(&acc), &xs[steps * STEP..])
+        }
+
+        /// The lanes of a max (min) after the unrolled loop, in the JIT's order: one
+        /// dependent select per vector, and each lane's last NaN.
+        #[target_feature(enable = $feature)]
+        fn extreme_lanes_exact<const MAX: bool>(xs: &[f32]) -> ([f32; STEP], [f32; STEP]) {
+            let mut acc = [f(row_order::extreme_identity(MAX)); PER];
+            let mut nan = [f(0.0); PER];
+            for row in xs.chunks_exact(STEP) {
+                for p in 0..PER {
+                    let x = load(&row[p * LANES..]);
+                    nan[p] = select(is_nan(x), x, nan[p]);
+                    let take = if MAX { lt(acc[p], x) } else { lt(x, acc[p]) };
+                    acc[p] = select(take, x, acc[p]);
+                }
+            }
+            (spill(&acc), spill(&nan))
+        }
+
+        /// Independent chains of the fast max (min) loop.
+        const CHAINS: usize = 4;
+
+        /// The lanes of a max (min) after the unrolled loop, four steps at a time on
+        /// independent chains of `maxps` (`minps`): the same values as the JIT's order,
+        /// and the same bits unless a lane's result is a zero (the JIT keeps the first of
+        /// equal +0 and -0) or the row holds a NaN (it keeps the last). `None` then.
+        #[target_feature(enable = $feature)]
+        fn extreme_lanes_fast<const MAX: bool>(xs: &[f32]) -> Option<[f32; STEP]> {
+            let id = f(row_order::extreme_identity(MAX));
+            let mut acc = [[id; PER]; CHAINS];
+            let mut nan = is_nan(id);
+            let mut blocks = xs.chunks_exact(STEP * CHAINS);
+            for block in &mut blocks {
+                for (c, chain) in acc.iter_mut().enumerate() {
+                    let row = &block[c * STEP..];
+                    for (p, a) in chain.iter_mut().enumerate() {
+                        let x = load(&row[p * LANES..]);
+                        nan = mor(nan, is_nan(x));
+                        *a = if MAX { max(*a, x) } else { min(*a, x) };
+                    }
+                }
+            }
+            for (c, row) in blocks.remainder().chunks_exact(STEP).enumerate() {
+                for (p, a) in acc[c].iter_mut().enumerate() {
+                    let x = load(&row[p * LANES..]);
+                    nan = mor(nan, is_nan(x));
+                    *a = if MAX { max(*a, x) } else { min(*a, x) };
+                }
+            }
+            if !none(nan) {
+                return None;
+            }
+            let mut lanes = spill(&acc[0]);
+            for chain in &acc[1..] {
+                for (l, x) in lanes.iter_mut().zip(spill(chain)) {
+                    *l = if MAX { l.max(x) } else { l.min(x) };
+                }
+            }
+            lanes.iter().all(|&l| l != 0.0).then_some(lanes)
+        }
+
+        #[target_feature(enable = $feature)]
+        fn extreme_row<const MAX: bool>(xs: &[f32]) -> f32 {
+            let whole = xs.len() / STEP * STEP;
+            let (lanes, nans) = match extreme_lanes_fast::<MAX>(&xs[..whole]) {
+                Some(lanes) => (lanes, [0.0; STEP]),
+                None => extreme_lanes_exact::<MAX>(&xs[..whole]),
+            };
+            row_order::finish_extreme(MAX, lanes, nans, &xs[whole..])
+        }
+
+        #[target_feature(enable = $feature)]
+        fn exp_sub_sum_row(xs: &[f32], c: f32, out: &mut [f32]) -> f32 {
+            let steps = xs.len() / STEP;
+            let cv = f(c);
+            let mut folds = SumFolds::default();
+            let mut acc = [f(0.0); PER];
+            for k in 0..steps {
+                let row = &xs[k * STEP..];
+                let o = &mut out[k * STEP..];
+                for (p, a) in acc.iter_mut().enumerate() {
+                    let y = exp(sub(load(&row[p * LANES..]), cv));
+                    store(&mut o[p * LANES..], y);
+                    *a = add(*a, y);
+                }
+                if folds.step() {
+                    folds.fold(&spill(&acc));
+                    acc = [f(0.0); PER];
+                }
+            }
+            let done = steps * STEP;
+            let rest = xs.len() - done;
+            let mut buf = [0.0f32; STEP];
+            buf[..rest].copy_from_slice(&xs[done..]);
+            for p in 0..PER {
+                let y = exp(sub(load(&buf[p * LANES..]), cv));
+                store(&mut buf[p * LANES..], y);
+            }
+            out[done..].copy_from_slice(&buf[..rest]);
+            folds.finish(spill(&acc), &buf[..rest])
+        }
+
+        /// The sum of the `n` floats at `xs`, in the JIT's order.
+        ///
+        /// # Safety
+        /// `xs` points to `n` readable floats, and the CPU has the feature (the routine is
+        /// only handed out by [`row_routine`] when it has).
+        pub(super) unsafe extern "C" fn row_sum(xs: *const f32, n: usize) -> f32 {
+            if n == 0 {
+                return 0.0;
+            }
+            // SAFETY: the caller guarantees `n` readable floats and the feature.
+            unsafe { sum_row(std::slice::from_raw_parts(xs, n)) }
+        }
+
+        /// The max of the `n` floats at `xs`, as the JIT's loop computes it.
+        ///
+        /// # Safety
+        /// As [`row_sum`].
+        pub(super) unsafe extern "C" fn row_max(xs: *const f32, n: usize) -> f32 {
+            if n == 0 {
+                return f32::NEG_INFINITY;
+            }
+            // SAFETY: the caller guarantees `n` readable floats and the feature.
+            unsafe { extreme_row::<true>(std::slice::from_raw_parts(xs, n)) }
+        }
+
+        /// The min of the `n` floats at `xs`, as the JIT's loop computes it.
+        ///
+        /// # Safety
+        /// As [`row_sum`].
+        pub(super) unsafe extern "C" fn row_min(xs: *const f32, n: usize) -> f32 {
+            if n == 0 {
+                return f32::INFINITY;
+            }
+            // SAFETY: the caller guarantees `n` readable floats and the feature.
+            unsafe { extreme_row::<false>(std::slice::from_raw_parts(xs, n)) }
+        }
+
+        /// `out[j] = exp(xs[j] - c)` for the `n` floats at `xs`; returns their sum in the
+        /// JIT's order.
+        ///
+        /// # Safety
+        /// `xs` points to `n` readable floats and `out` to `n` writable ones that nothing
+        /// else accesses during the call (`out` does not overlap `xs`), and the CPU has the
+        /// feature.
+        pub(super) unsafe extern "C" fn exp_sub_sum(
+            xs: *const f32,
+            c: f32,
+            out: *mut f32,
+            n: usize,
+        ) -> f32 {
+            if n == 0 {
+                return 0.0;
+            }
+            // SAFETY: the caller guarantees the two rows, apart, and the feature.
+            unsafe {
+                exp_sub_sum_row(
+                    std::slice::from_raw_parts(xs, n),
+                    c,
+                    std::slice::from_raw_parts_mut(out, n),
+                )
+            }
+        }
     };
 }
 
@@ -545,6 +827,16 @@ mod avx512 {
     #[inline]
     fn not_ge(a: V, b: V) -> M {
         _mm512_cmp_ps_mask::<_CMP_NGE_UQ>(a, b)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn is_nan(x: V) -> M {
+        _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x)
+    }
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn mor(a: M, b: M) -> M {
+        a | b
     }
     #[target_feature(enable = "avx512f")]
     #[inline]
@@ -729,6 +1021,16 @@ mod avx2 {
     #[inline]
     fn not_ge(a: V, b: V) -> M {
         _mm256_cmp_ps::<_CMP_NGE_UQ>(a, b)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn is_nan(x: V) -> M {
+        _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn mor(a: M, b: M) -> M {
+        _mm256_or_ps(a, b)
     }
     #[target_feature(enable = "avx2,fma")]
     #[inline]

@@ -24,18 +24,20 @@ use super::stage::Shape;
 use super::state::{Emitter, Exits, Finished, LoopSpec, Memory, Nest, Target, Values};
 use crate::error::{Error, Result};
 use crate::jit::Jit;
-use crate::plan::analysis::is_pointwise;
-use crate::plan::wide::WideCall;
+use crate::plan::analysis::{is_pointwise, substitute};
+use crate::plan::wide::{Offset, WideCall, WideOp};
 use crate::plan::{Schedule, StagePlan, StageReport};
 use crate::vmath::VMath;
-use crate::wide::{in_place_routine, InPlaceFn};
+use crate::wide::{exp_sum_routine, in_place_routine, row_routine};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, AbiParam, Block as ClifBlock, Function, InstBuilder, MemFlagsData, Signature,
     StackSlotData, StackSlotKind,
 };
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
-use ferrite_ir::loops::{Buffer, BufferId, BufferKind, ExprOp, Extents, Kernel, Var};
+use ferrite_ir::loops::{
+    Buffer, BufferId, BufferKind, ExprOp, Extents, IndexExpr, Kernel, Load, Var,
+};
 use std::collections::{HashMap, HashSet};
 
 /// What the executor needs to know about a compiled kernel function.
@@ -353,11 +355,10 @@ impl<'a> Emitter<'a, '_> {
             self.done.scalar.clear();
             for (si, stage) in kernel.stages.iter().enumerate() {
                 if let Some(Some(call)) = schedule.wide.get(si) {
-                    if let Some(routine) = in_place_routine(call.f, call.isa) {
-                        self.emit_wide_call(call, routine)?;
+                    if self.emit_wide_call(call)? {
                         continue;
                     }
-                    // A width this CPU lacks: the apply stage is a loop like any other.
+                    // A width this CPU lacks: the stage is a loop like any other.
                 }
                 let ext = stage.extents(domain);
                 let loops = self.stage_loops(stage);
@@ -406,32 +407,87 @@ impl<'a> Emitter<'a, '_> {
 }
 
 impl Emitter<'_, '_> {
-    /// A stage the plan made a wide routine call: `routine` over the scratch row, in
-    /// place.
-    fn emit_wide_call(&mut self, call: &WideCall, routine: InPlaceFn) -> Result<()> {
-        let row = *self
-            .mem
-            .ptrs
-            .get(&call.buffer)
-            .ok_or_else(|| Error::internal("a wide call's row has no stack slot"))?;
-        let sig = match self.target.wide_sig {
-            Some(s) => s,
-            None => {
-                let mut sig = Signature::new(self.target.call_conv);
-                sig.params.push(AbiParam::new(self.target.ptr_type));
-                sig.params.push(AbiParam::new(types::I64));
-                let s = self.b.import_signature(sig);
-                self.target.wide_sig = Some(s);
-                s
-            }
-        };
-        let callee = self
-            .b
-            .ins()
-            .iconst(self.target.ptr_type, routine as usize as i64);
+    /// A stage the plan made a wide routine call, as that call; false (nothing emitted)
+    /// when this CPU lacks the routine's width.
+    fn emit_wide_call(&mut self, call: &WideCall) -> Result<bool> {
+        let ptr = self.target.ptr_type;
         let len = self.b.ins().iconst(types::I64, call.len as i64);
-        self.b.ins().call_indirect(sig, callee, &[row, len]);
-        Ok(())
+        match &call.op {
+            WideOp::Apply { f, buffer } => {
+                let Some(routine) = in_place_routine(*f, call.isa) else {
+                    return Ok(false);
+                };
+                let row = self.slot_of(*buffer)?;
+                let sig = match self.target.wide_sig {
+                    Some(s) => s,
+                    None => {
+                        let mut sig = Signature::new(self.target.call_conv);
+                        sig.params.push(AbiParam::new(ptr));
+                        sig.params.push(AbiParam::new(types::I64));
+                        let s = self.b.import_signature(sig);
+                        self.target.wide_sig = Some(s);
+                        s
+                    }
+                };
+                let callee = self.b.ins().iconst(ptr, routine as usize as i64);
+                self.b.ins().call_indirect(sig, callee, &[row, len]);
+            }
+            WideOp::Reduce { kind, src, acc } => {
+                let Some(routine) = row_routine(*kind, call.isa) else {
+                    return Ok(false);
+                };
+                let xs = self.row_start(src)?;
+                let value =
+                    self.call_helper(routine as usize, &[ptr, types::I64], types::F32, &[xs, len]);
+                self.done.scalar.insert(*acc, value);
+            }
+            WideOp::ExpSum {
+                src,
+                offset,
+                out,
+                acc,
+            } => {
+                let Some(routine) = exp_sum_routine(call.isa) else {
+                    return Ok(false);
+                };
+                let xs = self.row_start(src)?;
+                let c = match offset {
+                    Offset::Const(c) => self.b.ins().f32const(*c),
+                    Offset::Acc(a) => *self.done.scalar.get(a).ok_or_else(|| {
+                        Error::internal(format!("an exp-sum call reads {a} before it is known"))
+                    })?,
+                };
+                let row = self.slot_of(*out)?;
+                let value = self.call_helper(
+                    routine as usize,
+                    &[ptr, types::F32, ptr, types::I64],
+                    types::F32,
+                    &[xs, c, row, len],
+                );
+                self.done.scalar.insert(*acc, value);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The stack slot of a scratch row.
+    fn slot_of(&self, buffer: BufferId) -> Result<cranelift_codegen::ir::Value> {
+        self.mem
+            .ptrs
+            .get(&buffer)
+            .copied()
+            .ok_or_else(|| Error::internal(format!("a wide call's row {buffer} has no slot")))
+    }
+
+    /// The address of a row call's first element: `src`'s index with the stage's loop
+    /// variable at 0.
+    fn row_start(&mut self, src: &Load) -> Result<cranelift_codegen::ir::Value> {
+        let r0 = Var::reduce(0);
+        let first = substitute(&src.index, &|v: Var| {
+            (v == r0).then_some(IndexExpr::Const(0))
+        });
+        let (addr, _) = self.store_address(src.buffer, &first)?;
+        Ok(addr)
     }
 }
 

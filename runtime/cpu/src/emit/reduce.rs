@@ -54,7 +54,7 @@ pub(super) struct AccVars {
 /// a float sum's `f32` lanes into `f64`: each lane adds at most this many terms in `f32`,
 /// so a long row sums about as accurately as a pairwise sum (1M elements in 16 lanes
 /// would otherwise chain 65,536 `f32` additions per lane).
-const FOLD_EVERY: i64 = 16;
+const FOLD_EVERY: i64 = crate::row_order::FOLD_EVERY as i64;
 
 /// Accumulator registers of one reduction in lane code.
 pub(super) enum LaneAcc {

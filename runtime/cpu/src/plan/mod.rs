@@ -41,6 +41,7 @@ mod coalesce;
 mod disjoint;
 mod epilogue;
 mod lanes;
+mod rows;
 mod schedule;
 mod stage;
 mod stash;
@@ -488,7 +489,15 @@ fn wide(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<Kernel
         )
         .is_ok_and(|p| p.vector.is_some())
     };
-    Ok(wide::apply_wide(k, s, scope.buffers, isa, &vectorizes))
+    let unroll = opts.unroll.clamp(1, 8);
+    Ok(wide::apply_wide(
+        k,
+        s,
+        scope.buffers,
+        isa,
+        unroll,
+        &vectorizes,
+    ))
 }
 
 /// `vectorize` (`vectorize.rs`): how each stage's loops run at one outer point (or, for

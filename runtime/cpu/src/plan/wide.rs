@@ -38,10 +38,10 @@ use super::analysis::{drop_dead_nodes, is_pointwise, node_indices, substitute};
 use super::stash::{flat_index, load_from_scratch, to_store_vars, MAX_SCRATCH_BYTES};
 use super::{Schedule, ScratchSlot};
 use crate::vmath::UnaryFn;
-use crate::wide::Isa;
+use crate::wide::{Isa, RowReduce};
 use ferrite_ir::loops::{
-    Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, Stage,
-    StoreOp, Value, Var, VarKind,
+    AccId, Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load,
+    Stage, StoreOp, Value, Var, VarKind,
 };
 use ferrite_ir::types::TensorType;
 use ferrite_ir::{DType, UnaryOp};
@@ -63,30 +63,82 @@ pub const MIN_POINTS: usize = 32;
 /// 16 KiB, stays in L1 with the input line.
 pub const MAX_STAGE_POINTS: usize = 4096;
 
-/// A stage run as one call of a wide routine: `buffer[j] = f(buffer[j])` for the `len`
-/// floats of a scratch row, in place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A stage run as one call of a wide routine (`rows.rs` adds the row calls).
+#[derive(Clone, Debug, PartialEq)]
 pub struct WideCall {
-    /// The function.
-    pub f: UnaryFn,
+    /// What the call computes.
+    pub op: WideOp,
     /// The width of the routine.
     pub isa: Isa,
-    /// The scratch row (a stack slot of the kernel).
-    pub buffer: BufferId,
-    /// Its floats.
+    /// The floats of the row.
     pub len: usize,
+}
+
+/// What a [`WideCall`] computes, over the stage's one loop of `len` points.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WideOp {
+    /// `buffer[j] = f(buffer[j])` over a scratch row (a stack slot of the kernel), in
+    /// place: an apply stage.
+    Apply { f: UnaryFn, buffer: BufferId },
+    /// `acc = reduce(src[base + r0])`: a reduce stage of one float sum, max or min of a
+    /// unit-stride row; `src` is the stage's load.
+    Reduce {
+        kind: RowReduce,
+        src: Load,
+        acc: AccId,
+    },
+    /// `out[r0] = exp(src[base + r0] - offset)` and `acc = sum` of them: the middle of a
+    /// softmax row, one reduce stage.
+    ExpSum {
+        src: Load,
+        offset: Offset,
+        out: BufferId,
+        acc: AccId,
+    },
+}
+
+/// The scalar an [`WideOp::ExpSum`] subtracts: an earlier stage's accumulator (a row max)
+/// or a constant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Offset {
+    Acc(AccId),
+    Const(f32),
 }
 
 impl fmt::Display for WideCall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} routine: {} over {} ({} f32) in place",
-            self.isa.name(),
-            self.f.name(),
-            self.buffer,
-            self.len
-        )
+        let isa = self.isa.name();
+        let len = self.len;
+        match &self.op {
+            WideOp::Apply { f: func, buffer } => write!(
+                f,
+                "{isa} routine: {} over {buffer} ({len} f32) in place",
+                func.name()
+            ),
+            WideOp::Reduce { kind, src, acc } => write!(
+                f,
+                "{isa} routine: {acc} = {} of {}[{}] ({len} f32)",
+                kind.name(),
+                src.buffer,
+                src.index
+            ),
+            WideOp::ExpSum {
+                src,
+                offset,
+                out,
+                acc,
+            } => {
+                let c = match offset {
+                    Offset::Acc(a) => a.to_string(),
+                    Offset::Const(c) => format!("{c:?}"),
+                };
+                write!(
+                    f,
+                    "{isa} routine: {out} = exp({}[{}] - {c}) and {acc} = their sum ({len} f32)",
+                    src.buffer, src.index
+                )
+            }
+        }
     }
 }
 
@@ -279,9 +331,8 @@ pub fn split_stage(
         out.stages.push((
             apply_stage(row, f, points),
             Some(WideCall {
-                f,
+                op: WideOp::Apply { f, buffer: row },
                 isa,
-                buffer: row,
                 len: points,
             }),
         ));
@@ -426,23 +477,88 @@ fn apply_stage(row: BufferId, f: UnaryFn, points: usize) -> Stage {
 }
 
 /// The `wide` kernel step (see the module docs): `kernel` rewritten with its wide
-/// functions applied by routine calls, the calls and scratch slots recorded in
-/// `schedule`; `None` when nothing pays. `vectorizes(kernel, stage)` says whether a
-/// stage's innermost loop would be vector code. New scratch buffers are appended to
-/// `buffers`.
+/// functions applied by routine calls and its row reductions made row calls (`rows.rs`),
+/// the calls and scratch slots recorded in `schedule`; `None` when nothing pays.
+/// `vectorizes(kernel, stage)` says whether a stage's innermost loop would be vector code;
+/// `unroll` is the vector loops' (the row calls follow the order of four groups). New
+/// scratch buffers are appended to `buffers`.
 pub fn apply_wide(
     kernel: &Kernel,
     schedule: &mut Schedule,
     buffers: &mut Vec<Buffer>,
     isa: Isa,
+    unroll: usize,
     vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
 ) -> Option<Kernel> {
     if isa == Isa::Sse || schedule.lanes.is_some() || kernel.gemm.is_some() {
         return None;
     }
-    if kernel.domain.contains(&0) || !has_wide(kernel) {
+    if kernel.domain.contains(&0) {
         return None;
     }
+    let split = if has_wide(kernel) {
+        split_kernel(kernel, schedule, buffers, isa, vectorizes)
+    } else {
+        None
+    };
+    let split_any = split.is_some();
+    let (mut k, mut calls, mut moved) = split.unwrap_or_else(|| {
+        let n = kernel.stages.len();
+        (kernel.clone(), vec![None; n], (0..n).collect())
+    });
+    let mut rows_any = false;
+    if unroll == 4 && !is_pointwise(kernel) {
+        if let Some(map) = super::rows::merge_exp_sums(&mut k, &mut calls, isa, buffers) {
+            for m in &mut moved {
+                *m = map[*m];
+            }
+            rows_any = true;
+        }
+        rows_any |= super::rows::row_reductions(&k, &mut calls, isa, buffers, vectorizes);
+    }
+    if !split_any && !rows_any {
+        return None;
+    }
+    let renumbered: Vec<String> = moved
+        .iter()
+        .enumerate()
+        .filter(|&(old, &new)| old != new)
+        .map(|(old, new)| format!("{old} -> {new}"))
+        .collect();
+    if !renumbered.is_empty() && schedule.notes.iter().any(|n| n.contains("stage ")) {
+        // Before this step's own notes: they name the new numbers.
+        let at = schedule
+            .notes
+            .iter()
+            .position(|n| n.starts_with("wide:"))
+            .unwrap_or(schedule.notes.len());
+        schedule.notes.insert(
+            at,
+            format!(
+                "wide: the stages the notes above name are now: {}",
+                renumbered.join(", ")
+            ),
+        );
+    }
+    for (si, c) in calls.iter().enumerate() {
+        if let Some(c) = c {
+            schedule.notes.push(format!("wide: stage {si} is the {c}"));
+        }
+    }
+    schedule.wide = calls;
+    Some(k)
+}
+
+/// The split of every wide function out of `kernel`'s vector stages: the kernel, the
+/// call of each stage, and where each old stage went; its notes and scratch slots are
+/// added to `schedule`. `None` when no stage splits.
+fn split_kernel(
+    kernel: &Kernel,
+    schedule: &mut Schedule,
+    buffers: &mut Vec<Buffer>,
+    isa: Isa,
+    vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
+) -> Option<(Kernel, Vec<Option<WideCall>>, Vec<usize>)> {
     let mut k = kernel.clone();
     let mut note = None;
     if is_pointwise(kernel) {
@@ -503,37 +619,17 @@ pub fn apply_wide(
         return None;
     }
     let mine: Vec<BufferId> = slots.iter().map(|s| s.buffer).collect();
-    let mut note_lines = Vec::new();
     let aliased = drop_copies(&mut stages, &mine, buffers);
     schedule
         .scratch
         .retain(|s| !aliased.iter().any(|(t, _)| *t == s.buffer));
+    schedule.notes.extend(note);
     for (t, s) in &aliased {
-        note_lines.push(format!(
+        schedule.notes.push(format!(
             "wide: {t} is not filled: its readers read {s}, which holds the same values"
         ));
     }
-    k.stages = stages;
-    let renumbered: Vec<String> = moved
-        .iter()
-        .enumerate()
-        .filter(|&(old, &new)| old != new)
-        .map(|(old, new)| format!("{old} -> {new}"))
-        .collect();
-    if !renumbered.is_empty() && schedule.notes.iter().any(|n| n.contains("stage ")) {
-        schedule.notes.push(format!(
-            "wide: the stages the notes above name are now: {}",
-            renumbered.join(", ")
-        ));
-    }
-    schedule.notes.extend(note);
-    schedule.notes.extend(note_lines);
-    for (si, c) in calls.iter().enumerate() {
-        if let Some(c) = c {
-            schedule.notes.push(format!("wide: stage {si} is the {c}"));
-        }
-    }
-    schedule.wide = calls;
     schedule.scratch.extend(slots);
-    Some(k)
+    k.stages = stages;
+    Some((k, calls, moved))
 }

@@ -1,0 +1,348 @@
+//! Row calls: reduce stages that one rustc-compiled routine of [`crate::wide`] runs at full
+//! vector width, in the order of the JIT's `f32x4x4` loop ([`crate::row_order`]), so the
+//! bits do not change.
+//!
+//! - **Row reductions**: a stage whose only work is one `f32` sum, max or min of a
+//!   unit-stride row (`acc = max(r0 < n) x[base + r0]`, a softmax's first pass, a mean's
+//!   sum) is one call of [`crate::wide::row_routine`].
+//! - **Exp-sums**: after `wide.rs` splits a softmax row, its middle is three stages: the
+//!   argument `s[j0] = x[base + j0] - c` into a scratch row, the exp applied in place, and
+//!   the sum of the row. They become one reduce stage, `t = exp(x[base + r0] - c);
+//!   s[r0] = t; acc = sum(t)` (the shape `stash.rs` gives such a stage before the split),
+//!   which one call of [`crate::wide::exp_sum_routine`] runs.
+//!
+//! The stages stay loop IR that the evaluator and, on a CPU without the width, the JIT
+//! run to the same values; the schedule records the call. Both need rows of at least
+//! [`MIN_POINTS`] (shorter ones keep the inline code) and the default unroll of four.
+
+use super::analysis::live_nodes;
+use super::analysis::split_linear;
+use super::wide::{Offset, WideCall, WideOp, MIN_POINTS};
+use crate::wide::{Isa, RowReduce};
+use ferrite_ir::loops::{
+    Block, Buffer, BufferId, ExprNode, ExprOp, IndexExpr, Kernel, Load, ReduceKind, Reduction,
+    Stage, StoreOp, Value, Var, VarKind,
+};
+use ferrite_ir::{BinaryOp, DType, UnaryOp};
+
+use super::analysis::substitute;
+use super::stash::flat_index;
+
+/// Whether `l` reads a contiguous `f32` row along `v` (`rest + 1*v`, `rest` free of `v`
+/// and of every other inner variable), unguarded.
+fn unit_row(l: &Load, v: Var, buffers: &[Buffer]) -> bool {
+    let f32_buffer = buffers
+        .get(l.buffer.index())
+        .is_some_and(|b| b.ty.dtype == DType::F32);
+    let Some((rest, 1)) = split_linear(&l.index, v) else {
+        return false;
+    };
+    let mut inner = false;
+    rest.for_each_var(&mut |x| inner |= x.kind != VarKind::Outer);
+    f32_buffer && l.guard.is_empty() && !inner
+}
+
+/// The live nodes of `stage`, by index.
+fn live_set(stage: &Stage) -> Vec<usize> {
+    live_nodes(stage)
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &l)| l.then_some(i))
+        .collect()
+}
+
+/// The row reduction `stage` is, if it is one: its one reduction and its load.
+fn row_reduction(stage: &Stage, buffers: &[Buffer]) -> Option<(RowReduce, Load)> {
+    let Stage::Reduce {
+        domain,
+        body,
+        reductions,
+        stores,
+    } = stage
+    else {
+        return None;
+    };
+    if domain.len() != 1 || domain[0] < MIN_POINTS || !stores.is_empty() {
+        return None;
+    }
+    let [r] = reductions.as_slice() else {
+        return None;
+    };
+    let kind = match r.kind {
+        ReduceKind::Sum => RowReduce::Sum,
+        ReduceKind::Max => RowReduce::Max,
+        ReduceKind::Min => RowReduce::Min,
+        _ => return None,
+    };
+    if r.dtype != DType::F32 || r.rhs.is_some() || live_set(stage) != [r.value.index()] {
+        return None;
+    }
+    let ExprNode {
+        dtype: DType::F32,
+        op: ExprOp::Load(l),
+    } = body.get(r.value)?
+    else {
+        return None;
+    };
+    unit_row(l, Var::reduce(0), buffers).then(|| (kind, l.clone()))
+}
+
+/// Marks every row reduction of `k` that has no call yet and is vector code as a row
+/// call; true when one was.
+pub fn row_reductions(
+    k: &Kernel,
+    calls: &mut [Option<WideCall>],
+    isa: Isa,
+    buffers: &[Buffer],
+    vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
+) -> bool {
+    let mut any = false;
+    for (si, stage) in k.stages.iter().enumerate() {
+        if calls[si].is_some() {
+            continue;
+        }
+        let Some((kind, src)) = row_reduction(stage, buffers) else {
+            continue;
+        };
+        if !vectorizes(k, si, buffers) {
+            continue;
+        }
+        let Stage::Reduce { reductions, .. } = stage else {
+            continue;
+        };
+        calls[si] = Some(WideCall {
+            op: WideOp::Reduce {
+                kind,
+                src,
+                acc: reductions[0].acc,
+            },
+            isa,
+            len: stage.domain()[0],
+        });
+        any = true;
+    }
+    any
+}
+
+/// The argument stage of an exp-sum: `s[j0] = x[base + j0] - c` (or `= x[...]`) over one
+/// loop, its only store into `row`. Returns the load and the offset.
+fn exp_argument(stage: &Stage, row: BufferId, buffers: &[Buffer]) -> Option<(Load, Offset)> {
+    let Stage::Store {
+        domain,
+        body,
+        stores,
+    } = stage
+    else {
+        return None;
+    };
+    let [st] = stores.as_slice() else {
+        return None;
+    };
+    if domain.len() != 1 || st.buffer != row || st.index != flat_index(domain, VarKind::Store) {
+        return None;
+    }
+    let live = live_set(stage);
+    let j = Var::store(0);
+    let load = |i: usize| match &body.nodes[i] {
+        ExprNode {
+            dtype: DType::F32,
+            op: ExprOp::Load(l),
+        } if l.buffer != row && unit_row(l, j, buffers) => Some(l.clone()),
+        _ => None,
+    };
+    let value = st.value.index();
+    match &body.nodes[value].op {
+        ExprOp::Load(_) if live == [value] => Some((load(value)?, Offset::Const(0.0))),
+        ExprOp::Binary(BinaryOp::Sub, a, c) if body.nodes[value].dtype == DType::F32 => {
+            let mut want = vec![a.index(), c.index(), value];
+            want.sort_unstable();
+            if live != want {
+                return None;
+            }
+            let offset = match &body.nodes[c.index()] {
+                ExprNode {
+                    dtype: DType::F32,
+                    op: ExprOp::Acc(acc),
+                } => Offset::Acc(*acc),
+                ExprNode {
+                    dtype: DType::F32,
+                    op: ExprOp::Const(Value::Float(c)),
+                } => Offset::Const(*c as f32),
+                _ => return None,
+            };
+            Some((load(a.index())?, offset))
+        }
+        _ => None,
+    }
+}
+
+/// The sum stage of an exp-sum: `acc = sum(r0) row[r0]`, nothing else.
+fn row_sum_of(stage: &Stage, row: BufferId) -> Option<ferrite_ir::loops::AccId> {
+    let Stage::Reduce {
+        domain,
+        body,
+        reductions,
+        stores,
+    } = stage
+    else {
+        return None;
+    };
+    let [r] = reductions.as_slice() else {
+        return None;
+    };
+    if domain.len() != 1
+        || !stores.is_empty()
+        || r.kind != ReduceKind::Sum
+        || r.dtype != DType::F32
+        || r.rhs.is_some()
+        || live_set(stage) != [r.value.index()]
+    {
+        return None;
+    }
+    match &body.get(r.value)?.op {
+        ExprOp::Load(l)
+            if l.buffer == row
+                && l.guard.is_empty()
+                && l.index == flat_index(domain, VarKind::Reduce) =>
+        {
+            Some(r.acc)
+        }
+        _ => None,
+    }
+}
+
+/// Merges every argument, exp and sum stage triple of `k` into one exp-sum stage (see
+/// the module docs). Returns where each old stage went, or `None` when none merged.
+pub fn merge_exp_sums(
+    k: &mut Kernel,
+    calls: &mut Vec<Option<WideCall>>,
+    isa: Isa,
+    buffers: &[Buffer],
+) -> Option<Vec<usize>> {
+    let n = k.stages.len();
+    let mut map: Vec<usize> = (0..n).collect();
+    let mut stages = Vec::with_capacity(n);
+    let mut new_calls = Vec::with_capacity(n);
+    let mut any = false;
+    let mut si = 0;
+    while si < n {
+        if si + 2 < n {
+            if let Some((stage, call)) =
+                exp_sum(&k.stages[si..si + 3], &calls[si..si + 3], isa, buffers)
+            {
+                for m in &mut map[si..si + 3] {
+                    *m = stages.len();
+                }
+                stages.push(stage);
+                new_calls.push(Some(call));
+                any = true;
+                si += 3;
+                continue;
+            }
+        }
+        map[si] = stages.len();
+        stages.push(k.stages[si].clone());
+        new_calls.push(calls[si].clone());
+        si += 1;
+    }
+    if !any {
+        return None;
+    }
+    k.stages = stages;
+    *calls = new_calls;
+    Some(map)
+}
+
+/// The exp-sum stage and its call that `three` stages make, if they are one.
+fn exp_sum(
+    three: &[Stage],
+    calls: &[Option<WideCall>],
+    isa: Isa,
+    buffers: &[Buffer],
+) -> Option<(Stage, WideCall)> {
+    let (None, Some(apply), None) = (&calls[0], &calls[1], &calls[2]) else {
+        return None;
+    };
+    let WideOp::Apply {
+        f: crate::vmath::UnaryFn::Exp,
+        buffer: row,
+    } = apply.op
+    else {
+        return None;
+    };
+    let len = apply.len;
+    if len < MIN_POINTS || three[1].domain() != [len] || three[2].domain() != [len] {
+        return None;
+    }
+    let (src, offset) = exp_argument(&three[0], row, buffers)?;
+    let acc = row_sum_of(&three[2], row)?;
+    let r = |e: &IndexExpr| {
+        substitute(e, &|v: Var| {
+            (v.kind == VarKind::Store).then(|| IndexExpr::Var(Var::reduce(v.index as usize)))
+        })
+    };
+    let reduce_src = Load {
+        index: r(&src.index),
+        ..src.clone()
+    };
+    let mut body = Block { nodes: Vec::new() };
+    let x = body.push(ExprNode {
+        dtype: DType::F32,
+        op: ExprOp::Load(reduce_src.clone()),
+    });
+    let arg = match offset {
+        Offset::Const(c) if c == 0.0 && c.is_sign_positive() => x,
+        Offset::Const(c) => {
+            let c = body.push(ExprNode {
+                dtype: DType::F32,
+                op: ExprOp::Const(Value::Float(f64::from(c))),
+            });
+            body.push(ExprNode {
+                dtype: DType::F32,
+                op: ExprOp::Binary(BinaryOp::Sub, x, c),
+            })
+        }
+        Offset::Acc(a) => {
+            let c = body.push(ExprNode {
+                dtype: DType::F32,
+                op: ExprOp::Acc(a),
+            });
+            body.push(ExprNode {
+                dtype: DType::F32,
+                op: ExprOp::Binary(BinaryOp::Sub, x, c),
+            })
+        }
+    };
+    let e = body.push(ExprNode {
+        dtype: DType::F32,
+        op: ExprOp::Unary(UnaryOp::Exp, arg),
+    });
+    let domain = vec![len];
+    let stage = Stage::Reduce {
+        stores: vec![StoreOp {
+            buffer: row,
+            index: flat_index(&domain, VarKind::Reduce),
+            value: e,
+        }],
+        domain,
+        body,
+        reductions: vec![Reduction {
+            acc,
+            kind: ReduceKind::Sum,
+            dtype: DType::F32,
+            value: e,
+            rhs: None,
+        }],
+    };
+    let call = WideCall {
+        op: WideOp::ExpSum {
+            src: reduce_src,
+            offset,
+            out: row,
+            acc,
+        },
+        isa,
+        len,
+    };
+    Some((stage, call))
+}
