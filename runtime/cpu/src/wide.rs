@@ -308,6 +308,12 @@ macro_rules! algorithms {
                 x = min(f(EXP_HI), x);
             }
             let (n, q, shifted) = expm1_reduced_n(x, lo);
+            let subnormal = lt(n, f(EXP_SUBNORMAL_N));
+            if HAS_SCALEF && scale.is_none() && none(subnormal) {
+                // No lane is subnormal: `fma(q, s1, s1) * 2^n2` below is `round(1 + q)`
+                // scaled by `2^n` exactly (or the same infinity), which is one `scalef`.
+                return scalef(add(q, f(1.0)), n);
+            }
             let ni = isub(shifted, i(ROUND_MAGIC.to_bits() as i32));
             let n1 = sar1(ni);
             let n2 = isub(ni, n1);
@@ -317,7 +323,6 @@ macro_rules! algorithms {
                 None => s1,
             };
             let y1 = fma(q, s1, s1);
-            let subnormal = lt(n, f(EXP_SUBNORMAL_N));
             if none(subnormal) {
                 // The select below would pick `y` in every lane (and `n2` would be
                 // unshifted): the same bits, five instructions fewer.
@@ -838,6 +843,14 @@ mod avx512 {
     fn mor(a: M, b: M) -> M {
         a | b
     }
+    /// Whether [`scalef`] is one instruction.
+    const HAS_SCALEF: bool = true;
+    /// `a * 2^n` for integer-valued `n`, rounded once.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn scalef(a: V, n: V) -> V {
+        _mm512_scalef_ps(a, n)
+    }
     #[target_feature(enable = "avx512f")]
     #[inline]
     fn select(m: M, t: V, e: V) -> V {
@@ -1031,6 +1044,24 @@ mod avx2 {
     #[inline]
     fn mor(a: M, b: M) -> M {
         _mm256_or_ps(a, b)
+    }
+    /// Whether [`scalef`] is one instruction (it is not: callers keep their own code).
+    const HAS_SCALEF: bool = false;
+    /// `a * 2^n` for integer-valued `n` in `-252..=254` whose result is normal or
+    /// overflows (two exact power-of-two factors).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn scalef(a: V, n: V) -> V {
+        let ni = _mm256_cvtps_epi32(n);
+        let n1 = _mm256_srai_epi32::<1>(ni);
+        let n2 = _mm256_sub_epi32(ni, n1);
+        let p = |e: __m256i| {
+            float(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                e,
+                _mm256_set1_epi32(127),
+            )))
+        };
+        mul(mul(a, p(n1)), p(n2))
     }
     #[target_feature(enable = "avx2,fma")]
     #[inline]
