@@ -309,10 +309,15 @@ macro_rules! algorithms {
             }
             let (n, q, shifted) = expm1_reduced_n(x, lo);
             let subnormal = lt(n, f(EXP_SUBNORMAL_N));
-            if HAS_SCALEF && scale.is_none() && none(subnormal) {
-                // No lane is subnormal: `fma(q, s1, s1) * 2^n2` below is `round(1 + q)`
-                // scaled by `2^n` exactly (or the same infinity), which is one `scalef`.
-                return scalef(add(q, f(1.0)), n);
+            if HAS_SCALEF && none(subnormal) {
+                // No lane is subnormal: `fma(q, s1, s1) * 2^n2` below, with `s1 = 2^n1 t`
+                // (`t` = 1 without a scale), is `round(t + q t)` scaled by `2^n` exactly
+                // (or the same infinity), which is one `scalef`.
+                let m = match scale {
+                    Some(t) => fma(q, t, t),
+                    None => add(q, f(1.0)),
+                };
+                return scalef(m, n);
             }
             let ni = isub(shifted, i(ROUND_MAGIC.to_bits() as i32));
             let n1 = sar1(ni);
