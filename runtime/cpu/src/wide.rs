@@ -238,6 +238,37 @@ pub fn exp_sum_routine(isa: Isa) -> Option<ExpSumFn> {
     }
 }
 
+/// `out[j] = (xs[j] < below ? zero : xs[j]) * k` (or `/ k`) over `n` floats, for
+/// generated code: the last pass of a softmax row (`below = -inf` for none).
+///
+/// Calling it is `unsafe`: `xs` must point to `n` readable floats and `out` to `n`
+/// writable floats apart from them that nothing else accesses during the call.
+pub type ScaleFn =
+    unsafe extern "C" fn(xs: *const f32, below: f32, zero: f32, k: f32, out: *mut f32, n: usize);
+
+/// The [`ScaleFn`] that multiplies (`div` false) or divides by `k`, at width `isa`, if
+/// this CPU supports the width.
+pub fn scale_routine(div: bool, isa: Isa) -> Option<ScaleFn> {
+    if !isa.supported() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        match (isa, div) {
+            (Isa::Sse, _) => None,
+            (Isa::Avx2, false) => Some(avx2::scale_mul as ScaleFn),
+            (Isa::Avx2, true) => Some(avx2::scale_div as ScaleFn),
+            (Isa::Avx512, false) => Some(avx512::scale_mul as ScaleFn),
+            (Isa::Avx512, true) => Some(avx512::scale_div as ScaleFn),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = div;
+        None
+    }
+}
+
 /// The algorithms, written once over the helpers each width's module defines (`V` the
 /// float vector, `M` its lane mask). Each line mirrors a line of `vmath.rs`'s `Emit`.
 #[cfg(target_arch = "x86_64")]
@@ -601,6 +632,80 @@ macro_rules! rows {
             }
             out[done..].copy_from_slice(&buf[..rest]);
             folds.finish(spill(&acc), &buf[..rest])
+        }
+
+        #[target_feature(enable = $feature)]
+        fn scale_row<const DIV: bool>(xs: &[f32], below: f32, zero: f32, k: f32, out: &mut [f32]) {
+            let (b, z, kv) = (f(below), f(zero), f(k));
+            let whole = xs.len() / LANES * LANES;
+            for (x, o) in xs[..whole]
+                .chunks_exact(LANES)
+                .zip(out[..whole].chunks_exact_mut(LANES))
+            {
+                let v = load(x);
+                let w = select(lt(v, b), z, v);
+                store(o, if DIV { div(w, kv) } else { mul(w, kv) });
+            }
+            for (&v, o) in xs[whole..].iter().zip(&mut out[whole..]) {
+                let w = if v < below { zero } else { v };
+                *o = if DIV { w / k } else { w * k };
+            }
+        }
+
+        /// `out[j] = (xs[j] < below ? zero : xs[j]) * k` over `n` floats (`/ k` for
+        /// [`scale_div`]): the last pass of a softmax row.
+        ///
+        /// # Safety
+        /// `xs` points to `n` readable floats and `out` to `n` writable ones apart from
+        /// them that nothing else accesses during the call, and the CPU has the feature.
+        pub(super) unsafe extern "C" fn scale_mul(
+            xs: *const f32,
+            below: f32,
+            zero: f32,
+            k: f32,
+            out: *mut f32,
+            n: usize,
+        ) {
+            if n == 0 {
+                return;
+            }
+            // SAFETY: the caller guarantees the two rows, apart, and the feature.
+            unsafe {
+                scale_row::<false>(
+                    std::slice::from_raw_parts(xs, n),
+                    below,
+                    zero,
+                    k,
+                    std::slice::from_raw_parts_mut(out, n),
+                )
+            }
+        }
+
+        /// As [`scale_mul`], dividing by `k`.
+        ///
+        /// # Safety
+        /// As [`scale_mul`].
+        pub(super) unsafe extern "C" fn scale_div(
+            xs: *const f32,
+            below: f32,
+            zero: f32,
+            k: f32,
+            out: *mut f32,
+            n: usize,
+        ) {
+            if n == 0 {
+                return;
+            }
+            // SAFETY: the caller guarantees the two rows, apart, and the feature.
+            unsafe {
+                scale_row::<true>(
+                    std::slice::from_raw_parts(xs, n),
+                    below,
+                    zero,
+                    k,
+                    std::slice::from_raw_parts_mut(out, n),
+                )
+            }
         }
 
         /// The sum of the `n` floats at `xs`, in the JIT's order.

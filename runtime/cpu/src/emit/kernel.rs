@@ -25,14 +25,14 @@ use super::state::{Emitter, Exits, Finished, LoopSpec, Memory, Nest, Target, Val
 use crate::error::{Error, Result};
 use crate::jit::Jit;
 use crate::plan::analysis::{is_pointwise, substitute};
-use crate::plan::wide::{Offset, WideCall, WideOp};
+use crate::plan::wide::{Factor, Offset, WideCall, WideOp};
 use crate::plan::{Schedule, StagePlan, StageReport};
 use crate::vmath::VMath;
-use crate::wide::{exp_sum_routine, in_place_routine, row_routine};
+use crate::wide::{exp_sum_routine, in_place_routine, row_routine, scale_routine};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
-    types, AbiParam, Block as ClifBlock, Function, InstBuilder, MemFlagsData, Signature,
-    StackSlotData, StackSlotKind,
+    types, AbiParam, Block as ClifBlock, Function, InstBuilder, MemFlagsData, SigRef, Signature,
+    StackSlotData, StackSlotKind, Type,
 };
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use ferrite_ir::loops::{
@@ -131,6 +131,7 @@ pub fn function(
             trig_sig: None,
             wide_sig: None,
             helper_sigs: HashMap::new(),
+            void_sigs: HashMap::new(),
         },
         mem: Memory {
             buffers,
@@ -466,8 +467,50 @@ impl Emitter<'_, '_> {
                 );
                 self.done.scalar.insert(*acc, value);
             }
+            WideOp::Scale(row) => {
+                let Some(routine) = scale_routine(row.div, call.isa) else {
+                    return Ok(false);
+                };
+                let xs = self.row_start(&row.src)?;
+                let first = first_point(&row.out_index);
+                let (out, _) = self.store_address(row.out, &first)?;
+                let below = self.b.ins().f32const(row.below);
+                let zero = self.b.ins().f32const(row.zero);
+                let k = match row.k {
+                    Factor::Const(c) => self.b.ins().f32const(c),
+                    Factor::Acc(a) | Factor::Reciprocal(a) => {
+                        let acc = *self.done.scalar.get(&a).ok_or_else(|| {
+                            Error::internal(format!("a scaled row reads {a} before it is known"))
+                        })?;
+                        if matches!(row.k, Factor::Reciprocal(_)) {
+                            let one = self.b.ins().f32const(1.0);
+                            self.b.ins().fdiv(one, acc)
+                        } else {
+                            acc
+                        }
+                    }
+                };
+                let sig =
+                    self.routine_sig(&[ptr, types::F32, types::F32, types::F32, ptr, types::I64]);
+                let callee = self.b.ins().iconst(ptr, routine as usize as i64);
+                self.b
+                    .ins()
+                    .call_indirect(sig, callee, &[xs, below, zero, k, out, len]);
+            }
         }
         Ok(true)
+    }
+
+    /// A signature of `params` returning nothing, imported once per function.
+    fn routine_sig(&mut self, params: &[Type]) -> SigRef {
+        if let Some(&s) = self.target.void_sigs.get(params) {
+            return s;
+        }
+        let mut sig = Signature::new(self.target.call_conv);
+        sig.params.extend(params.iter().map(|&p| AbiParam::new(p)));
+        let s = self.b.import_signature(sig);
+        self.target.void_sigs.insert(params.to_vec(), s);
+        s
     }
 
     /// The stack slot of a scratch row.
@@ -482,13 +525,16 @@ impl Emitter<'_, '_> {
     /// The address of a row call's first element: `src`'s index with the stage's loop
     /// variable at 0.
     fn row_start(&mut self, src: &Load) -> Result<cranelift_codegen::ir::Value> {
-        let r0 = Var::reduce(0);
-        let first = substitute(&src.index, &|v: Var| {
-            (v == r0).then_some(IndexExpr::Const(0))
-        });
-        let (addr, _) = self.store_address(src.buffer, &first)?;
+        let (addr, _) = self.store_address(src.buffer, &first_point(&src.index))?;
         Ok(addr)
     }
+}
+
+/// `index` at the first point of a stage's one loop (`r0` or `j0` at 0).
+fn first_point(index: &IndexExpr) -> IndexExpr {
+    substitute(index, &|v: Var| {
+        (v == Var::reduce(0) || v == Var::store(0)).then_some(IndexExpr::Const(0))
+    })
 }
 
 /// The plan of stage `index` of the kernel `schedule` belongs to.

@@ -49,6 +49,8 @@ pub(super) struct Target {
     pub(super) wide_sig: Option<SigRef>,
     /// The signatures of other helpers (`dtypes.rs`), by parameter and result types.
     pub(super) helper_sigs: HashMap<(Vec<Type>, Type), SigRef>,
+    /// The signatures of routines that return nothing (`wide.rs`'s scaled rows).
+    pub(super) void_sigs: HashMap<Vec<Type>, SigRef>,
 }
 
 /// The buffers and where they are.

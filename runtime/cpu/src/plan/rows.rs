@@ -11,13 +11,17 @@
 //!   s[r0] = t; acc = sum(t)` (the shape `stash.rs` gives such a stage before the split),
 //!   which one call of [`crate::wide::exp_sum_routine`] runs.
 //!
+//! - **Scaled rows**: a store stage `out[base + j0] = w * k` (or `w / k`) with `w` a
+//!   unit-stride row or `where(row < c, z, row)` and `k` an accumulator, its reciprocal or
+//!   a constant (a softmax's last pass) is one call of [`crate::wide::scale_routine`].
+//!
 //! The stages stay loop IR that the evaluator and, on a CPU without the width, the JIT
 //! run to the same values; the schedule records the call. Both need rows of at least
 //! [`MIN_POINTS`] (shorter ones keep the inline code) and the default unroll of four.
 
 use super::analysis::live_nodes;
 use super::analysis::split_linear;
-use super::wide::{Offset, WideCall, WideOp, MIN_POINTS};
+use super::wide::{Factor, Offset, ScaleRow, WideCall, WideOp, MIN_POINTS};
 use crate::wide::{Isa, RowReduce};
 use ferrite_ir::loops::{
     Block, Buffer, BufferId, ExprNode, ExprOp, IndexExpr, Kernel, Load, ReduceKind, Reduction,
@@ -116,6 +120,36 @@ pub fn row_reductions(
                 src,
                 acc: reductions[0].acc,
             },
+            isa,
+            len: stage.domain()[0],
+        });
+        any = true;
+    }
+    any
+}
+
+/// Marks every scaled row of `k` that has no call yet and is vector code as a row call;
+/// true when one was.
+pub fn scale_rows(
+    k: &Kernel,
+    calls: &mut [Option<WideCall>],
+    isa: Isa,
+    buffers: &[Buffer],
+    vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
+) -> bool {
+    let mut any = false;
+    for (si, stage) in k.stages.iter().enumerate() {
+        if calls[si].is_some() {
+            continue;
+        }
+        let Some(row) = scale_row(stage, buffers) else {
+            continue;
+        };
+        if !vectorizes(k, si, buffers) {
+            continue;
+        }
+        calls[si] = Some(WideCall {
+            op: WideOp::Scale(row),
             isa,
             len: stage.domain()[0],
         });
@@ -345,4 +379,121 @@ fn exp_sum(
         len,
     };
     Some((stage, call))
+}
+
+/// The scaled row `stage` is, if it is one (see the module docs).
+fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
+    let Stage::Store {
+        domain,
+        body,
+        stores,
+    } = stage
+    else {
+        return None;
+    };
+    let [st] = stores.as_slice() else {
+        return None;
+    };
+    if domain.len() != 1 || domain[0] < MIN_POINTS {
+        return None;
+    }
+    let j = Var::store(0);
+    let f32_out = buffers
+        .get(st.buffer.index())
+        .is_some_and(|b| b.ty.dtype == DType::F32);
+    match split_linear(&st.index, j) {
+        Some((rest, 1)) if f32_out => {
+            let mut inner = false;
+            rest.for_each_var(&mut |x| inner |= x.kind != VarKind::Outer);
+            if inner {
+                return None;
+            }
+        }
+        _ => return None,
+    }
+    let node = |r: ferrite_ir::loops::ExprRef| body.get(r);
+    let top = node(st.value)?;
+    let (w, k, div) = match top.op {
+        ExprOp::Binary(BinaryOp::Mul, a, b) => {
+            // The factor is whichever side is not the row.
+            if factor(node(b)?, body).is_some() {
+                (a, b, false)
+            } else {
+                (b, a, false)
+            }
+        }
+        ExprOp::Binary(BinaryOp::Div, a, b) => (a, b, true),
+        _ => return None,
+    };
+    if top.dtype != DType::F32 {
+        return None;
+    }
+    let (kf, k_nodes) = factor(node(k)?, body)?;
+    let mut used = vec![st.value.index(), k.index()];
+    used.extend(k_nodes);
+    let load_of = |r: ferrite_ir::loops::ExprRef| match node(r) {
+        Some(ExprNode {
+            dtype: DType::F32,
+            op: ExprOp::Load(l),
+        }) if l.buffer != st.buffer && unit_row(l, j, buffers) => Some(l.clone()),
+        _ => None,
+    };
+    let (src, below, zero) = match &node(w)?.op {
+        ExprOp::Load(_) => {
+            used.push(w.index());
+            (load_of(w)?, f32::NEG_INFINITY, 0.0)
+        }
+        ExprOp::Where(c, z, x) => {
+            let ExprOp::Binary(BinaryOp::Lt, x2, lim) = node(*c)?.op else {
+                return None;
+            };
+            if x2 != *x {
+                return None;
+            }
+            let constant = |r: ferrite_ir::loops::ExprRef| match node(r) {
+                Some(ExprNode {
+                    dtype: DType::F32,
+                    op: ExprOp::Const(Value::Float(v)),
+                }) => Some(*v as f32),
+                _ => None,
+            };
+            let (below, zero) = (constant(lim)?, constant(*z)?);
+            used.extend([w.index(), c.index(), x.index(), lim.index(), z.index()]);
+            (load_of(*x)?, below, zero)
+        }
+        _ => return None,
+    };
+    used.sort_unstable();
+    used.dedup();
+    if live_set(stage) != used {
+        return None;
+    }
+    Some(ScaleRow {
+        src,
+        below,
+        zero,
+        k: kf,
+        div,
+        out: st.buffer,
+        out_index: st.index.clone(),
+    })
+}
+
+/// A row's factor: an accumulator, its reciprocal or a constant, and the nodes it takes.
+fn factor(n: &ExprNode, body: &Block) -> Option<(Factor, Vec<usize>)> {
+    if n.dtype != DType::F32 {
+        return None;
+    }
+    match &n.op {
+        ExprOp::Acc(a) => Some((Factor::Acc(*a), vec![])),
+        ExprOp::Const(Value::Float(c)) => Some((Factor::Const(*c as f32), vec![])),
+        ExprOp::Unary(UnaryOp::Reciprocal, x) => match body.get(*x)? {
+            ExprNode {
+                dtype: DType::F32,
+                op: ExprOp::Acc(a),
+            } => Some((Factor::Reciprocal(*a), vec![x.index()])),
+            _ => None,
+        },
+        _ => None,
+    }
 }

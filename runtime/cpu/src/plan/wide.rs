@@ -95,6 +95,30 @@ pub enum WideOp {
         out: BufferId,
         acc: AccId,
     },
+    /// A scaled copy of a row (see [`ScaleRow`]).
+    Scale(ScaleRow),
+}
+
+/// `out[j0] = (src[j0] < below ? zero : src[j0]) * k` (or `/ k`) over a store stage's
+/// one loop: a softmax row's last pass. `below` is `-inf` where the stage has no select.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScaleRow {
+    pub src: Load,
+    pub below: f32,
+    pub zero: f32,
+    pub k: Factor,
+    pub div: bool,
+    pub out: BufferId,
+    pub out_index: IndexExpr,
+}
+
+/// The scalar a [`ScaleRow`] multiplies or divides by.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Factor {
+    Acc(AccId),
+    /// `1 / acc`, rounded once as the JIT's `reciprocal`.
+    Reciprocal(AccId),
+    Const(f32),
 }
 
 /// The scalar an [`WideOp::ExpSum`] subtracts: an earlier stage's accumulator (a row max)
@@ -136,6 +160,25 @@ impl fmt::Display for WideCall {
                     f,
                     "{isa} routine: {out} = exp({}[{}] - {c}) and {acc} = their sum ({len} f32)",
                     src.buffer, src.index
+                )
+            }
+            WideOp::Scale(s) => {
+                let k = match s.k {
+                    Factor::Acc(a) => a.to_string(),
+                    Factor::Reciprocal(a) => format!("reciprocal({a})"),
+                    Factor::Const(c) => format!("{c:?}"),
+                };
+                let x = format!("{}[{}]", s.src.buffer, s.src.index);
+                let w = if s.below == f32::NEG_INFINITY {
+                    x
+                } else {
+                    format!("where({x} < {:?}, {:?}, {x})", s.below, s.zero)
+                };
+                let op = if s.div { "/" } else { "*" };
+                write!(
+                    f,
+                    "{isa} routine: {}[{}] = {w} {op} {k} ({len} f32)",
+                    s.out, s.out_index
                 )
             }
         }
@@ -515,6 +558,7 @@ pub fn apply_wide(
             rows_any = true;
         }
         rows_any |= super::rows::row_reductions(&k, &mut calls, isa, buffers, vectorizes);
+        rows_any |= super::rows::scale_rows(&k, &mut calls, isa, buffers, vectorizes);
     }
     if !split_any && !rows_any {
         return None;
