@@ -554,23 +554,26 @@ macro_rules! rows {
         /// Independent chains of the fast max (min) loop.
         const CHAINS: usize = 4;
 
-        /// The lanes of a max (min) after the unrolled loop, four steps at a time on
-        /// independent chains of `maxps` (`minps`): the same values as the JIT's order,
-        /// and the same bits unless a lane's result is a zero (the JIT keeps the first of
-        /// equal +0 and -0) or the row holds a NaN (it keeps the last). `None` then.
+        /// The max (min) of a row on independent chains of `maxps` (`minps`), reduced
+        /// by value: the JIT's value, and its bits unless the result could be a zero (the
+        /// JIT keeps the first of equal +0 and -0) or the row holds a NaN (it keeps the
+        /// last). `None` then, when any lane's extreme or any element of the tail is a
+        /// zero or a NaN.
         #[target_feature(enable = $feature)]
-        fn extreme_lanes_fast<const MAX: bool>(xs: &[f32]) -> Option<[f32; STEP]> {
+        fn extreme_fast<const MAX: bool>(xs: &[f32]) -> Option<f32> {
+            let pick = |a: V, x: V| if MAX { max(a, x) } else { min(a, x) };
             let id = f(row_order::extreme_identity(MAX));
             let mut acc = [[id; PER]; CHAINS];
             let mut nan = is_nan(id);
-            let mut blocks = xs.chunks_exact(STEP * CHAINS);
+            let whole = xs.len() / STEP * STEP;
+            let mut blocks = xs[..whole].chunks_exact(STEP * CHAINS);
             for block in &mut blocks {
                 for (c, chain) in acc.iter_mut().enumerate() {
                     let row = &block[c * STEP..];
                     for (p, a) in chain.iter_mut().enumerate() {
                         let x = load(&row[p * LANES..]);
                         nan = mor(nan, is_nan(x));
-                        *a = if MAX { max(*a, x) } else { min(*a, x) };
+                        *a = pick(*a, x);
                     }
                 }
             }
@@ -578,28 +581,37 @@ macro_rules! rows {
                 for (p, a) in acc[c].iter_mut().enumerate() {
                     let x = load(&row[p * LANES..]);
                     nan = mor(nan, is_nan(x));
-                    *a = if MAX { max(*a, x) } else { min(*a, x) };
+                    *a = pick(*a, x);
                 }
             }
-            if !none(nan) {
+            // No NaN: the chains merge by value.
+            let mut v = acc[0][0];
+            for chain in &acc {
+                for &a in chain {
+                    v = pick(v, a);
+                }
+            }
+            let zero = f(0.0);
+            if !none(nan) || !none(eq(v, zero)) {
                 return None;
             }
-            let mut lanes = spill(&acc[0]);
-            for chain in &acc[1..] {
-                for (l, x) in lanes.iter_mut().zip(spill(chain)) {
-                    *l = if MAX { l.max(x) } else { l.min(x) };
+            let mut best = if MAX { hmax(v) } else { hmin(v) };
+            for &x in &xs[whole..] {
+                if x.is_nan() || x == 0.0 {
+                    return None;
                 }
+                best = if MAX { best.max(x) } else { best.min(x) };
             }
-            lanes.iter().all(|&l| l != 0.0).then_some(lanes)
+            Some(best)
         }
 
         #[target_feature(enable = $feature)]
         fn extreme_row<const MAX: bool>(xs: &[f32]) -> f32 {
+            if let Some(v) = extreme_fast::<MAX>(xs) {
+                return v;
+            }
             let whole = xs.len() / STEP * STEP;
-            let (lanes, nans) = match extreme_lanes_fast::<MAX>(&xs[..whole]) {
-                Some(lanes) => (lanes, [0.0; STEP]),
-                None => extreme_lanes_exact::<MAX>(&xs[..whole]),
-            };
+            let (lanes, nans) = extreme_lanes_exact::<MAX>(&xs[..whole]);
             row_order::finish_extreme(MAX, lanes, nans, &xs[whole..])
         }
 
@@ -953,6 +965,18 @@ mod avx512 {
     fn mor(a: M, b: M) -> M {
         a | b
     }
+    /// The largest lane (no NaN).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn hmax(v: V) -> f32 {
+        _mm512_reduce_max_ps(v)
+    }
+    /// The smallest lane (no NaN).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn hmin(v: V) -> f32 {
+        _mm512_reduce_min_ps(v)
+    }
     /// Whether [`scalef`] is one instruction.
     const HAS_SCALEF: bool = true;
     /// `a * 2^n` for integer-valued `n`, rounded once.
@@ -1154,6 +1178,22 @@ mod avx2 {
     #[inline]
     fn mor(a: M, b: M) -> M {
         _mm256_or_ps(a, b)
+    }
+    /// The largest lane (no NaN).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn hmax(v: V) -> f32 {
+        let h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps::<1>(h, h)))
+    }
+    /// The smallest lane (no NaN).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn hmin(v: V) -> f32 {
+        let h = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let h = _mm_min_ps(h, _mm_movehl_ps(h, h));
+        _mm_cvtss_f32(_mm_min_ss(h, _mm_shuffle_ps::<1>(h, h)))
     }
     /// Whether [`scalef`] is one instruction (it is not: callers keep their own code).
     const HAS_SCALEF: bool = false;
