@@ -341,33 +341,58 @@ impl Kernel {
         self.reads.iter().chain(&self.writes).map(|a| a.bytes).sum()
     }
 
-    /// The number of scalar operations the kernel performs (every computing node
-    /// evaluated at every point; loads, constants and index arithmetic are free),
-    /// saturating. Fusion compares this before and after to bound recomputation.
+    /// The number of scalar operations the kernel performs, saturating: every computing
+    /// node at every point of its stage, except that a node that does not change along
+    /// the stage's own loops (it reads only the outer variables and earlier stages'
+    /// accumulators: a row's `rsqrt(mean + eps)`) counts once per outer point, as
+    /// backends compute it (hoisted out of the loop). Loads, constants and index
+    /// arithmetic are free. Fusion compares this before and after to bound recomputation.
     pub fn op_count(&self) -> u64 {
         let outer: u64 = self.domain.iter().map(|&d| d as u64).product();
         let mut per_point: u64 = 0;
         for stage in &self.stages {
             let points: u64 = stage.domain().iter().map(|&d| d as u64).product();
-            let ops = stage
-                .body()
-                .nodes
-                .iter()
-                .filter(|n| {
-                    matches!(
-                        n.op,
-                        ExprOp::Unary(..)
-                            | ExprOp::Binary(..)
-                            | ExprOp::Where(..)
-                            | ExprOp::Cast(_)
-                    )
-                })
-                .count() as u64;
+            let body = stage.body();
+            let mut varies = vec![false; body.nodes.len()];
+            let (mut inner_ops, mut once_ops) = (0u64, 0u64);
+            for (i, n) in body.nodes.iter().enumerate() {
+                let mut v = false;
+                let mut inner_var = |x: super::Var| v |= x.kind != super::VarKind::Outer;
+                match &n.op {
+                    ExprOp::Load(l) => {
+                        l.index.for_each_var(&mut inner_var);
+                        for g in &l.guard {
+                            g.expr.for_each_var(&mut inner_var);
+                        }
+                    }
+                    ExprOp::Index(e) => e.for_each_var(&mut inner_var),
+                    ExprOp::CheckedIndex { guard, .. } => {
+                        for g in guard {
+                            g.expr.for_each_var(&mut inner_var);
+                        }
+                    }
+                    _ => {}
+                }
+                n.for_each_operand(&mut |r| v |= varies.get(r.index()).copied().unwrap_or(true));
+                varies[i] = v;
+                if matches!(
+                    n.op,
+                    ExprOp::Unary(..) | ExprOp::Binary(..) | ExprOp::Where(..) | ExprOp::Cast(_)
+                ) {
+                    if v {
+                        inner_ops += 1;
+                    } else {
+                        once_ops += 1;
+                    }
+                }
+            }
             let extra = match stage {
                 Stage::Reduce { reductions, .. } => reductions.len() as u64,
                 Stage::Store { .. } => 0,
             };
-            per_point = per_point.saturating_add(points.saturating_mul(ops + extra));
+            per_point = per_point
+                .saturating_add(points.saturating_mul(inner_ops + extra))
+                .saturating_add(once_ops);
         }
         outer.saturating_mul(per_point)
     }
