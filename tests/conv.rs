@@ -322,3 +322,42 @@ fn pointwise_conv_epilogues_run_on_each_block_of_rows() {
         "the epilogue runs after the whole product:\n{plan}"
     );
 }
+
+/// Strided depthwise convs (MobileNetV2's stride-2 3x3, a 5x5, and stride 3): their taps
+/// move by 2 or 3 elements per output, so each vector of taps is two vector loads and a
+/// shuffle (guarded at the padded edges as the stride-1 taps are). Widths put the window's
+/// edges at every lane of a group; every target matches the interpreter.
+#[test]
+fn strided_depthwise_convs_are_vector_code_and_exact_at_the_edges() {
+    for (k, s, w) in [
+        (3usize, 2usize, 9usize),
+        (3, 2, 16),
+        (3, 2, 33),
+        (3, 2, 34),
+        (5, 2, 35),
+        (3, 3, 40),
+        (3, 3, 41),
+    ] {
+        let g = Graph::new("depthwise");
+        let x = g.input("x", ferrite::f32(&[1, 6, 7, w]));
+        let wd = g.input("wd", ferrite::f32(&[6, 1, k, k]));
+        let p = (k / 2) as i64;
+        let st = s as i64;
+        let y = x.conv2d(&wd, None, [st, st], [p, p], [1, 1], 6).relu6();
+        g.output(&y);
+        let inputs = [random(&[1, 6, 7, w], 8), random(&[6, 1, k, k], 9)];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_everywhere(&g, &refs, 1e-5);
+        let plan = cpu_plan(&g, &format!("dw-s{s}-{k}-{w}"));
+        assert!(
+            !plan.contains(&format!("has stride {s}")),
+            "k={k} s={s} w={w}: a strided tap load stayed scalar:\n{plan}"
+        );
+        if w.div_ceil(s) >= 16 {
+            assert!(
+                plan.contains("strided loads as two vector loads and a shuffle"),
+                "k={k} s={s} w={w}:\n{plan}"
+            );
+        }
+    }
+}

@@ -696,6 +696,7 @@ fn plan_stage(
             reductions,
             stores: stage.stores(),
             vector_guards: true,
+            vector_strides: true,
         };
         match plan_vector(&facts) {
             Ok(p) => Some(p),
@@ -711,7 +712,10 @@ fn plan_stage(
         } else {
             "i32x4"
         };
-        report.vector = Some(format!("{shape}x{unroll}"));
+        report.vector = Some(match p.strided.len() {
+            0 => format!("{shape}x{unroll}"),
+            n => format!("{shape}x{unroll}, {n} strided loads as two vector loads and a shuffle"),
+        });
     }
     Ok(StagePlan {
         loops,
