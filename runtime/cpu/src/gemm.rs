@@ -827,6 +827,7 @@ pub fn rows_per_block<T>(m: usize, n: usize, k: usize, lb: &MatLayout) -> usize 
 /// Runs a checked product (bounds and injectivity proven by the caller for every batch
 /// index, `k > 0`, no widening): batch index `p`'s operands start at `bases(p)`; the
 /// work is cut by [`plan_split`] across the team, or runs on the calling thread.
+#[allow(clippy::too_many_arguments)]
 fn run_blocks<T: GemmScalar>(
     shape: GemmShape,
     bases: &(dyn Fn(usize) -> (isize, isize, isize) + Sync),

@@ -32,6 +32,8 @@
 //! - `vectorize.rs`: the SIMD decision for each stage's innermost loop (contiguous
 //!   accesses, lane-wise ops) or why it stays scalar, with the proof that every access is
 //!   in bounds (`analysis.rs`).
+//! - `gemm-blocks` (here, after the kernel steps, whose schedules it reads): a GEMM whose
+//!   pointwise in-place epilogue may run on each block of rows as the GEMM computes it.
 //!
 //! Architecture Invariant: nothing here knows Cranelift; the plan is loop IR and plain
 //! data, and the emitter depends on it, never the other way.
@@ -386,17 +388,13 @@ fn skip_empty(plan: &CpuPlan, _: &Options) -> Result<CpuPlan> {
 /// product kernel (they are read after it), so no GEMM operand shares their storage.
 fn gemm_blocks(plan: &CpuPlan, _: &Options) -> Result<CpuPlan> {
     let mut out = plan.clone();
-    let kernels = &plan.program.kernels;
-    for i in 1..plan.kernels.len() {
-        let (Run::ExternGemm(g), Run::Generated(s)) =
-            (&plan.kernels[i - 1].run, &plan.kernels[i].run)
-        else {
+    let pairs = plan.kernels.windows(2).zip(&plan.program.kernels[1..]);
+    for (i, (pair, epilogue)) in pairs.enumerate() {
+        let (Run::ExternGemm(g), Run::Generated(s)) = (&pair[0].run, &pair[1].run) else {
             continue;
         };
-        if plan.kernels[i - 1].source == plan.kernels[i].source
-            && epilogue_runs_per_rows(g, &kernels[i], s)
-        {
-            if let Run::ExternGemm(g) = &mut out.kernels[i - 1].run {
+        if pair[0].source == pair[1].source && epilogue_runs_per_rows(g, epilogue, s) {
+            if let Run::ExternGemm(g) = &mut out.kernels[i].run {
                 g.epilogue_per_rows = true;
             }
         }

@@ -6,8 +6,10 @@
 //! (the coefficient is read off the index expression; `v` must not occur inside a floor
 //! division or modulo). Values fixed in the loop (broadcast loads, accumulators of
 //! earlier stages, constants) are splatted once before it. Anything else keeps the whole
-//! loop scalar, and the reason is reported: data-dependent (gathered) or guarded (padded)
-//! accesses, strided accesses, `f16`/`bf16`/`i64` arithmetic, argmax, integer reductions.
+//! loop scalar, and the reason is reported: data-dependent (gathered) accesses, strided
+//! stores and loads of other strides than 2 and 3 (which a row's loop takes, as two vector
+//! loads and a shuffle), `f16`/`bf16`/`i64` arithmetic, argmax, integer reductions. Guarded
+//! (padded) loads are vector code in a row's loop when their bounds are affine in `v`.
 //!
 //! Lanes are `f32x4` for `f32`, `i32x4` for `i32` and for `i64` values provably within
 //! `i32` (iotas, checked indices, small constants: see [`narrow_i64`]), and `i32x4` masks
