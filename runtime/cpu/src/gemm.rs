@@ -838,7 +838,7 @@ fn run_blocks<T: GemmScalar>(
     parallelism: Parallelism<'_>,
     after: Option<(AfterRows<'_>, usize)>,
 ) -> Result<(), GemmError> {
-    let GemmShape { batch, m, n, k } = shape;
+    let GemmShape { batch, m, k, .. } = shape;
     let (la, lb, lc) = (a.layout, b.layout, c.layout);
     let a_ptr = SharedPtr(a.data.as_ptr().cast_mut());
     let b_ptr = SharedPtr(b.data.as_ptr().cast_mut());
@@ -919,11 +919,37 @@ fn run_blocks<T: GemmScalar>(
         Parallelism::Team(team) => Some(team),
     };
     let few_rows = ours.is_some() && m <= OURS_MAX_ROWS;
-    if let Some((after, rows)) = after {
-        return run_row_blocks(shape, team, few_rows, rows, &run_block, after);
-    }
     let split =
         team.and_then(|team| Some((team, plan_split_for(shape, team.threads(), few_rows)?)));
+    if let Some((after, rows)) = after {
+        // Too few rows to give every thread a block of 8 (a matrix-vector product): the
+        // usual split, which also cuts columns, then `after` on each product's rows.
+        let few = split
+            .as_ref()
+            .is_some_and(|(t, s)| batch * m.div_ceil(8) < t.threads().min(s.tasks()));
+        if !few {
+            return run_row_blocks(shape, team, few_rows, rows, &run_block, after);
+        }
+        return run_split(shape, split, &run_block).and_then(|()| match team {
+            Some(t) => t
+                .parallel_for(batch, |p| after(p, 0..m))
+                .map_err(GemmError::Pool),
+            None => {
+                (0..batch).for_each(|p| after(p, 0..m));
+                Ok(())
+            }
+        });
+    }
+    run_split(shape, split, &run_block)
+}
+
+/// Runs `run_block` on the blocks of `split`, or on each whole product of the batch.
+fn run_split(
+    shape: GemmShape,
+    split: Option<(Team<'_>, GemmSplit)>,
+    run_block: &(dyn Fn(usize, std::ops::Range<usize>, std::ops::Range<usize>) + Sync),
+) -> Result<(), GemmError> {
+    let GemmShape { batch, m, n, .. } = shape;
     let ran = match split {
         Some((team, split)) => team.parallel_for(split.tasks(), |t| {
             let (p, rows, cols) = split.block(t, m, n);

@@ -715,8 +715,10 @@ fn blocks_of_rows_run_after_once_each() {
     use ferrite_cpu::{gemm_nd, gemm_nd_then, BatchAxes};
     use std::sync::Mutex;
     let pool = ThreadPool::new(3).expect("pool");
-    // (m, n, k): a small B (cut into blocks of 8 rows), and a B over 2 MiB (whole rows).
-    for (m, n, k) in [(40, 20000, 8), (20, 9000, 64), (5, 100, 3)] {
+    // (m, n, k): a small B (cut into blocks of 8 rows), a B over 2 MiB (whole rows), a
+    // small product, and a matrix-vector product (too few rows for the team: the usual
+    // split by columns, then `after` on each product).
+    for (m, n, k) in [(40, 20000, 8), (20, 9000, 64), (5, 100, 3), (1, 40000, 64)] {
         let batch = 2;
         let mut rng = Rng(m as u64);
         let a = rng.values(batch * m * k);
