@@ -276,3 +276,88 @@ fn padded_depthwise_convs_are_vector_code_and_exact_at_the_edges() {
         }
     }
 }
+
+/// Reads the CPU plan of `g` (its `05-cpu-plan.loop` dump).
+fn cpu_plan(g: &Graph, name: &str) -> String {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let exe = compile(g, &Options::default().target(Target::Cpu).dump(&dir)).unwrap();
+    exe.dump_files()
+        .iter()
+        .find(|f| f.to_string_lossy().ends_with("cpu-plan.loop"))
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .expect("a cpu plan dump")
+}
+
+/// A 1x1 conv with few input channels (MobileNetV2's expansions) writes a large product
+/// for little arithmetic: its bias + relu6 epilogue runs on each block of rows as the GEMM
+/// computes it, while the block is in cache, and matches the interpreter on 1 and 3
+/// threads.
+#[test]
+fn pointwise_conv_epilogues_run_on_each_block_of_rows() {
+    let g = Graph::new("expand");
+    let x = g.input("x", ferrite::f32(&[1, 16, 40, 40]));
+    let w = g.input("w", ferrite::f32(&[96, 16, 1, 1]));
+    let b = g.input("b", ferrite::f32(&[96]));
+    let y = x.conv2d(&w, Some(&b), [1, 1], [0, 0], [1, 1], 1).relu6();
+    g.output(&y);
+    let inputs = [
+        random(&[1, 16, 40, 40], 5),
+        random(&[96, 16, 1, 1], 6),
+        random(&[96], 7),
+    ];
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    check_everywhere(&g, &refs, 1e-5);
+    let want = compile(&g, &Options::default().target(Target::Interp))
+        .unwrap()
+        .run(&refs)
+        .unwrap();
+    for threads in [1, 3] {
+        let exe = compile(&g, &Options::default().target(Target::Cpu).threads(threads)).unwrap();
+        let got = exe.run(&refs).unwrap();
+        got[0].check_close(&want[0], 1e-5, 1e-5).unwrap();
+    }
+    let plan = cpu_plan(&g, "expand-1x1");
+    assert!(
+        plan.contains("epilogue per block of rows"),
+        "the epilogue runs after the whole product:\n{plan}"
+    );
+}
+
+/// Strided depthwise convs (MobileNetV2's stride-2 3x3, a 5x5, and stride 3): their taps
+/// move by 2 or 3 elements per output, so each vector of taps is two vector loads and a
+/// shuffle (guarded at the padded edges as the stride-1 taps are). Widths put the window's
+/// edges at every lane of a group; every target matches the interpreter.
+#[test]
+fn strided_depthwise_convs_are_vector_code_and_exact_at_the_edges() {
+    for (k, s, w) in [
+        (3usize, 2usize, 9usize),
+        (3, 2, 16),
+        (3, 2, 33),
+        (3, 2, 34),
+        (5, 2, 35),
+        (3, 3, 40),
+        (3, 3, 41),
+    ] {
+        let g = Graph::new("depthwise");
+        let x = g.input("x", ferrite::f32(&[1, 6, 7, w]));
+        let wd = g.input("wd", ferrite::f32(&[6, 1, k, k]));
+        let p = (k / 2) as i64;
+        let st = s as i64;
+        let y = x.conv2d(&wd, None, [st, st], [p, p], [1, 1], 6).relu6();
+        g.output(&y);
+        let inputs = [random(&[1, 6, 7, w], 8), random(&[6, 1, k, k], 9)];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_everywhere(&g, &refs, 1e-5);
+        let plan = cpu_plan(&g, &format!("dw-s{s}-{k}-{w}"));
+        assert!(
+            !plan.contains(&format!("has stride {s}")),
+            "k={k} s={s} w={w}: a strided tap load stayed scalar:\n{plan}"
+        );
+        if w.div_ceil(s) >= 16 {
+            assert!(
+                plan.contains("strided loads as two vector loads and a shuffle"),
+                "k={k} s={s} w={w}:\n{plan}"
+            );
+        }
+    }
+}

@@ -32,7 +32,9 @@
 use super::denormals::FlushDenormals;
 use super::emit::{self, KernelInfo};
 use super::error::{Error, Result};
-use super::gemm::{gemm_nd, BatchAxes, MatLayout, MatMut, MatRef, Parallelism, Scale};
+use super::gemm::{
+    gemm_nd_then, AfterRows, BatchAxes, MatLayout, MatMut, MatRef, Parallelism, Scale,
+};
 use super::jit::{Jit, JitCode, JitOptions};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, global_pool, ChunkSpan, ChunkTimes, Team, ThreadPool};
@@ -769,6 +771,28 @@ impl CpuProgram {
             Step::Gemm {
                 plan,
                 product_batch_strides,
+                epilogue: Some(j),
+            } if plan.epilogue_per_rows => {
+                let start = times.map(|_| Instant::now());
+                let ran = self.run_gemm_then(
+                    plan,
+                    product_batch_strides,
+                    j,
+                    team,
+                    inputs,
+                    outputs,
+                    storage,
+                );
+                if let (Some(times), Some(start)) = (times, start) {
+                    // The blocks (each with its epilogue) run on the team; the call is one
+                    // span of the calling thread.
+                    times.record(0, 0, start);
+                }
+                ran
+            }
+            Step::Gemm {
+                plan,
+                product_batch_strides,
                 epilogue,
             } => {
                 let start = times.map(|_| Instant::now());
@@ -779,6 +803,7 @@ impl CpuProgram {
                     inputs,
                     outputs,
                     &mut storage.slots,
+                    None,
                 );
                 if let (Some(times), Some(start)) = (times, start) {
                     // The GEMM's blocks run on the team; its call is one span of the
@@ -792,6 +817,71 @@ impl CpuProgram {
                 }
             }
         }
+    }
+
+    /// A GEMM whose epilogue runs on each block of rows as the GEMM computes it
+    /// (`ExternGemm::epilogue_per_rows`): block `p, rows` of the dense product is the
+    /// epilogue's points `(p * m + rows.start) * n .. (p * m + rows.end) * n`, which the
+    /// plan proved touch only those elements of the product (updated in place) and read
+    /// nothing else the GEMM writes.
+    #[allow(clippy::too_many_arguments)]
+    fn run_gemm_then(
+        &self,
+        plan: &ExternGemm,
+        product_batch_strides: &[i64],
+        j: &JitKernel,
+        team: Team<'_>,
+        inputs: &dyn InputTensors,
+        outputs: &mut dyn OutputTensors,
+        storage: &mut Storage,
+    ) -> Result<()> {
+        let mut addrs = std::mem::take(&mut storage.addrs);
+        // The product's address is its storage's heap allocation, which `run_gemm`
+        // takes out of its place (moving the vector, not its elements) and puts back.
+        let ran = self
+            .slot_addresses(&j.info, inputs, outputs, &mut storage.slots, &mut addrs)
+            .and_then(|()| {
+                let entry = self.entry(j);
+                let failure = AtomicI32::new(0);
+                let (m, n) = (plan.m, plan.n);
+                let args = &addrs;
+                let after = |p: usize, rows: std::ops::Range<usize>| {
+                    let (begin, end) = ((p * m + rows.start) * n, (p * m + rows.end) * n);
+                    let code = entry(args.as_ptr(), begin as i64, end as i64);
+                    if code != 0 {
+                        let _ =
+                            failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
+                    }
+                };
+                self.run_gemm(
+                    plan,
+                    product_batch_strides,
+                    team,
+                    inputs,
+                    outputs,
+                    &mut storage.slots,
+                    Some(&after),
+                )?;
+                check_failure(&j.info, failure.into_inner())
+            });
+        storage.addrs = addrs;
+        ran
+    }
+
+    /// Fills `addrs` with the base address of each of `info`'s slots.
+    fn slot_addresses(
+        &self,
+        info: &KernelInfo,
+        inputs: &dyn InputTensors,
+        outputs: &mut dyn OutputTensors,
+        storage: &mut [Data],
+        addrs: &mut Vec<usize>,
+    ) -> Result<()> {
+        addrs.clear();
+        for &b in &info.slots {
+            addrs.push(self.address(b, inputs, outputs, storage)?);
+        }
+        Ok(())
     }
 
     fn run_jit(
@@ -810,15 +900,9 @@ impl CpuProgram {
         // The argument array is the storage set's own (reused, never reallocated: it
         // was made with room for the largest kernel).
         let mut addrs = std::mem::take(&mut storage.addrs);
-        addrs.clear();
-        for &b in &info.slots {
-            match self.address(b, inputs, outputs, &mut storage.slots) {
-                Ok(a) => addrs.push(a),
-                Err(e) => {
-                    storage.addrs = addrs;
-                    return Err(e);
-                }
-            }
+        if let Err(e) = self.slot_addresses(info, inputs, outputs, &mut storage.slots, &mut addrs) {
+            storage.addrs = addrs;
+            return Err(e);
         }
         // Sizes are what the code was compiled for: inputs were checked, outputs and
         // storage are allocated from the same types.
@@ -852,16 +936,7 @@ impl CpuProgram {
         };
         storage.addrs = addrs;
         ran?;
-        match failure.into_inner() {
-            0 => Ok(()),
-            code => Err(Error::Check {
-                message: info
-                    .checks
-                    .get(code as usize - 1)
-                    .cloned()
-                    .unwrap_or_else(|| format!("failed with code {code}")),
-            }),
-        }
+        check_failure(info, failure.into_inner())
     }
 
     /// The callable entry of a compiled kernel.
@@ -884,6 +959,7 @@ impl CpuProgram {
         inputs: &dyn InputTensors,
         outputs: &mut dyn OutputTensors,
         storage: &mut [Data],
+        after: Option<AfterRows<'_>>,
     ) -> Result<()> {
         // Take the product's storage out, so the operands can be borrowed alongside it.
         let pbuf = &self.buffers[plan.product.index()];
@@ -930,13 +1006,13 @@ impl CpuProgram {
             let c_strides = product_batch_strides;
             match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
                 (Data::F32(a), Data::F32(b), Data::F32(c)) => {
-                    gemm_batches(plan, c_strides, team, a, b, c)
+                    gemm_batches(plan, c_strides, team, a, b, c, after)
                 }
                 (Data::F16(a), Data::F16(b), Data::F16(c)) => {
-                    gemm_batches(plan, c_strides, team, a, b, c)
+                    gemm_batches(plan, c_strides, team, a, b, c, after)
                 }
                 (Data::F64(a), Data::F64(b), Data::F64(c)) => {
-                    gemm_batches(plan, c_strides, team, a, b, c)
+                    gemm_batches(plan, c_strides, team, a, b, c, after)
                 }
                 _ => Err(Error::GemmDType { dtype: plan.dtype }),
             }
@@ -963,6 +1039,7 @@ fn gemm_batches<T: super::gemm::GemmScalar>(
     a: &[T],
     b: &[T],
     c: &mut [T],
+    after: Option<AfterRows<'_>>,
 ) -> Result<()> {
     let layout = |offset: i64, row: i64, col: i64| -> Result<MatLayout> {
         Ok(MatLayout {
@@ -981,7 +1058,7 @@ fn gemm_batches<T: super::gemm::GemmScalar>(
         b: &plan.rhs.batch_strides,
         c: c_batch_strides,
     };
-    gemm_nd(
+    gemm_nd_then(
         axes,
         (plan.m, plan.n, plan.k),
         MatRef::new(a, la),
@@ -989,8 +1066,23 @@ fn gemm_batches<T: super::gemm::GemmScalar>(
         MatMut::new(c, lc),
         Scale::overwrite(),
         Parallelism::Team(team),
+        after,
     )?;
     Ok(())
+}
+
+/// The result of a kernel's calls: `Ok`, or the check whose 1-based number `code` is.
+fn check_failure(info: &KernelInfo, code: i32) -> Result<()> {
+    match code {
+        0 => Ok(()),
+        code => Err(Error::Check {
+            message: info
+                .checks
+                .get(code as usize - 1)
+                .cloned()
+                .unwrap_or_else(|| format!("failed with code {code}")),
+        }),
+    }
 }
 
 /// The product's storage, shared by the blocks of a split GEMM (see `gemm_batches`).

@@ -685,7 +685,7 @@ pub fn gemm<T: GemmScalar>(
     let base =
         |layout: &MatLayout, p: usize| layout.offset as isize + p as isize * layout.batch_stride;
     let bases = |p: usize| (base(&la, p), base(&lb, p), base(&lc, p));
-    run_blocks(shape, &bases, a, b, c, scale, parallelism)
+    run_blocks(shape, &bases, a, b, c, scale, parallelism, None)
 }
 
 /// `C[p] = alpha * A[p] @ B[p] + beta * C[p]` for every index `p` of the batch axes
@@ -693,12 +693,36 @@ pub fn gemm<T: GemmScalar>(
 /// across the pool as [`gemm`] does, the flattened batch being one batch.
 pub fn gemm_nd<T: GemmScalar>(
     axes: BatchAxes<'_>,
+    dims: (usize, usize, usize),
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    c: MatMut<'_, T>,
+    scale: Scale<T>,
+    parallelism: Parallelism<'_>,
+) -> Result<(), GemmError> {
+    gemm_nd_then(axes, dims, a, b, c, scale, parallelism, None)
+}
+
+/// What runs after each block of rows of a product ([`gemm_nd_then`]): called with the
+/// flat batch index and the block's rows, on the thread that computed the block, once
+/// every element of those rows (all columns) is written.
+pub type AfterRows<'f> = &'f (dyn Fn(usize, std::ops::Range<usize>) + Sync);
+
+/// [`gemm_nd`], and with `after` the product is cut into blocks of whole rows (see
+/// [`rows_per_block`]) and `after` runs on each block as soon as it is computed, while
+/// it is in cache: a GEMM kernel's pointwise epilogue, which would otherwise read the
+/// whole product back from memory. Each output's sum is the same as without `after`
+/// (every block runs the kernel its rows select, as the usual split does).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_nd_then<T: GemmScalar>(
+    axes: BatchAxes<'_>,
     (m, n, k): (usize, usize, usize),
     a: MatRef<'_, T>,
     b: MatRef<'_, T>,
     c: MatMut<'_, T>,
     scale: Scale<T>,
     parallelism: Parallelism<'_>,
+    after: Option<AfterRows<'_>>,
 ) -> Result<(), GemmError> {
     let r = axes.extents.len();
     if r > MAX_BATCH_AXES || axes.a.len() != r || axes.b.len() != r || axes.c.len() != r {
@@ -759,9 +783,13 @@ pub fn gemm_nd<T: GemmScalar>(
                 scale,
                 parallelism,
             )?;
+            if let Some(after) = after {
+                after(p, 0..m);
+            }
         }
         return Ok(());
     }
+    let rows = after.map(|f| (f, rows_per_block::<T>(m, n, k, &lb)));
     run_blocks(
         GemmShape::batched(batch, m, n, k),
         &bases,
@@ -770,12 +798,36 @@ pub fn gemm_nd<T: GemmScalar>(
         c,
         scale,
         parallelism,
+        rows,
     )
+}
+
+/// The bytes of `C` a block of rows ([`gemm_nd_then`]) holds at most: it is still in L2
+/// when the code after it reads it back.
+pub const ROW_BLOCK_BYTES: usize = 512 << 10;
+
+/// The bytes of `B` up to which a product is cut into blocks of rows for the sake of
+/// its cache: each block reads all of `B` again, from L2 while it fits there.
+pub const ROW_BLOCK_MAX_B_BYTES: usize = 2 << 20;
+
+/// Rows of a block cut for [`gemm_nd_then`]: `C` blocks of at most [`ROW_BLOCK_BYTES`]
+/// in multiples of 8 rows (the few-row kernel's tile), when `B` (`k x n`, laid out as
+/// `lb`) is small enough to be read once per block; else whole products.
+pub fn rows_per_block<T>(m: usize, n: usize, k: usize, lb: &MatLayout) -> usize {
+    let elem = std::mem::size_of::<T>().max(1);
+    let dense_b = lb.col_stride.unsigned_abs() <= 1 || lb.row_stride.unsigned_abs() <= 1;
+    let b_bytes = k.saturating_mul(n).saturating_mul(elem);
+    if !dense_b || b_bytes > ROW_BLOCK_MAX_B_BYTES {
+        return m.max(1);
+    }
+    let fit = ROW_BLOCK_BYTES / n.saturating_mul(elem).max(1);
+    (fit / 8 * 8).max(8).min(m.max(1))
 }
 
 /// Runs a checked product (bounds and injectivity proven by the caller for every batch
 /// index, `k > 0`, no widening): batch index `p`'s operands start at `bases(p)`; the
 /// work is cut by [`plan_split`] across the team, or runs on the calling thread.
+#[allow(clippy::too_many_arguments)]
 fn run_blocks<T: GemmScalar>(
     shape: GemmShape,
     bases: &(dyn Fn(usize) -> (isize, isize, isize) + Sync),
@@ -784,8 +836,9 @@ fn run_blocks<T: GemmScalar>(
     c: MatMut<'_, T>,
     scale: Scale<T>,
     parallelism: Parallelism<'_>,
+    after: Option<(AfterRows<'_>, usize)>,
 ) -> Result<(), GemmError> {
-    let GemmShape { batch, m, n, k } = shape;
+    let GemmShape { batch, m, k, .. } = shape;
     let (la, lb, lc) = (a.layout, b.layout, c.layout);
     let a_ptr = SharedPtr(a.data.as_ptr().cast_mut());
     let b_ptr = SharedPtr(b.data.as_ptr().cast_mut());
@@ -868,6 +921,35 @@ fn run_blocks<T: GemmScalar>(
     let few_rows = ours.is_some() && m <= OURS_MAX_ROWS;
     let split =
         team.and_then(|team| Some((team, plan_split_for(shape, team.threads(), few_rows)?)));
+    if let Some((after, rows)) = after {
+        // Too few rows to give every thread a block of 8 (a matrix-vector product): the
+        // usual split, which also cuts columns, then `after` on each product's rows.
+        let few = split
+            .as_ref()
+            .is_some_and(|(t, s)| batch * m.div_ceil(8) < t.threads().min(s.tasks()));
+        if !few {
+            return run_row_blocks(shape, team, few_rows, rows, &run_block, after);
+        }
+        return run_split(shape, split, &run_block).and_then(|()| match team {
+            Some(t) => t
+                .parallel_for(batch, |p| after(p, 0..m))
+                .map_err(GemmError::Pool),
+            None => {
+                (0..batch).for_each(|p| after(p, 0..m));
+                Ok(())
+            }
+        });
+    }
+    run_split(shape, split, &run_block)
+}
+
+/// Runs `run_block` on the blocks of `split`, or on each whole product of the batch.
+fn run_split(
+    shape: GemmShape,
+    split: Option<(Team<'_>, GemmSplit)>,
+    run_block: &(dyn Fn(usize, std::ops::Range<usize>, std::ops::Range<usize>) + Sync),
+) -> Result<(), GemmError> {
+    let GemmShape { batch, m, n, .. } = shape;
     let ran = match split {
         Some((team, split)) => team.parallel_for(split.tasks(), |t| {
             let (p, rows, cols) = split.block(t, m, n);
@@ -877,6 +959,42 @@ fn run_blocks<T: GemmScalar>(
         }),
         None => {
             (0..batch).for_each(|p| run_block(p, 0..m, 0..n));
+            Ok(())
+        }
+    };
+    ran.map_err(GemmError::Pool)
+}
+
+/// [`run_blocks`] in blocks of whole rows, `after` run on each block: blocks of `rows`
+/// rows, or smaller ones (multiples of 8) where the team has more threads than the
+/// product has blocks and the product is large enough to be split (as [`plan_split_for`]
+/// decides).
+fn run_row_blocks(
+    shape: GemmShape,
+    team: Option<Team<'_>>,
+    few_rows: bool,
+    rows: usize,
+    run_block: &(dyn Fn(usize, std::ops::Range<usize>, std::ops::Range<usize>) + Sync),
+    after: AfterRows<'_>,
+) -> Result<(), GemmError> {
+    let GemmShape { batch, m, n, .. } = shape;
+    let mut rows = rows.clamp(1, m.max(1));
+    let parallel = team.filter(|t| plan_split_for(shape, t.threads(), few_rows).is_some());
+    if let Some(t) = parallel {
+        let per_product = t.threads().div_ceil(batch.max(1));
+        rows = rows.min(m.div_ceil(per_product).next_multiple_of(8)).max(1);
+    }
+    let parts = m.div_ceil(rows);
+    let block = |t: usize| {
+        let (p, i) = (t / parts, t % parts);
+        let r = i * rows..((i + 1) * rows).min(m);
+        run_block(p, r.clone(), 0..n);
+        after(p, r);
+    };
+    let ran = match parallel {
+        Some(t) => t.parallel_for(batch * parts, block),
+        None => {
+            (0..batch * parts).for_each(block);
             Ok(())
         }
     };

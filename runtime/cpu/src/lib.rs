@@ -48,8 +48,8 @@ pub use exec::{
     CpuOptions, CpuProgram, InputTensors, KernelTiming, OutputTensors, MAX_GENERATED_KERNELS,
 };
 pub use gemm::{
-    gemm_nd, plan_split, plan_split_for, BatchAxes, GemmError, GemmScalar, GemmShape, GemmSplit,
-    MatLayout, MatMut, MatRef, Parallelism, Scale,
+    gemm_nd, gemm_nd_then, plan_split, plan_split_for, AfterRows, BatchAxes, GemmError, GemmScalar,
+    GemmShape, GemmSplit, MatLayout, MatMut, MatRef, Parallelism, Scale,
 };
 pub use jit::{FunctionDump, Jit, JitCode, JitError, JitFunction, JitOptions, JitStats, OptLevel};
 pub use kernels::{BinaryKernel, KernelError, UnaryKernel};

@@ -14,7 +14,10 @@
 //!   sums in registers across the block's [`KC`] rows: per row `k` of `B`, `NV` vector
 //!   loads of `B`, and per row of the tile one broadcast of `A[i, k]` and `NV` FMAs;
 //! * the first K block writes `C`, later ones add to it, so `C` is never read before it
-//!   is written (its old contents, NaN or not, do not leak in).
+//!   is written (its old contents, NaN or not, do not leak in);
+//! * a product of one or two rows (a matrix-vector product) instead streams `B` row
+//!   after row in order, four rows per step into all of `C`, which stays in L1
+//!   ([`STREAM_MAX_ROWS`]).
 //!
 //! `A` may have any strides (its elements are broadcast one at a time). Column tails are
 //! single vectors and a final masked vector; row tails are tiles of fewer rows. Each
@@ -36,6 +39,17 @@ pub const KC: usize = 64;
 /// Columns of `B` per block: `KC x NB` floats of `B` (64 KiB) stay in L2 while every row
 /// tile of `A` passes over them (1024 was no faster).
 pub const NB: usize = 256;
+
+/// Rows of `C` up to which a product streams `B` row after row, in order, instead of
+/// in blocks: a matrix-vector product (a classifier's last layer at batch 1, 1x1280 by
+/// 1280x1000, 5 MiB of `B`) is bound by reading `B` once, which the blocks did in
+/// 1 KiB pieces of 64 rows at a time, at a third of the bandwidth of a sequential read.
+/// Each step adds [`STREAM_KB`] rows of `B` to every column of `C`, which stays in L1;
+/// each output is still one FMA per row of `B`, in order, so the bits do not change.
+pub const STREAM_MAX_ROWS: usize = 2;
+
+/// Rows of `B` a streaming step reads together (four sequential streams).
+const STREAM_KB: usize = 4;
 
 /// One block's operands: pointers to element `[0, 0]` of `A`, `B` and `C`, strides in
 /// elements. `B` and `C` have unit column stride.
@@ -200,12 +214,121 @@ macro_rules! kernels {
             }
         }
 
+        /// Rows `k0..k0 + KB` of `B` into every column of the `R` rows of `C`, one
+        /// vector of columns at a time (the last of `tail` lanes when `MASK`): `C`
+        /// written when `first`, else added to, each output one FMA per row of `B`.
+        ///
+        /// # Safety
+        /// As [`super::product`], for these rows of `B`; `j0..j0 + width` are columns.
+        #[target_feature(enable = $feature)]
+        #[inline]
+        unsafe fn stream_step<const R: usize, const KB: usize, const MASK: bool>(
+            ops: &Operands,
+            av: &[[V; KB]; R],
+            k0: usize,
+            j0: usize,
+            tail: usize,
+            first: bool,
+        ) {
+            // SAFETY (every pointer): the caller's guarantee; masked lanes untouched.
+            unsafe {
+                let mut bv = [zero(); KB];
+                for (kk, x) in bv.iter_mut().enumerate() {
+                    let p = ops.b.offset((k0 + kk) as isize * ops.b_row + j0 as isize);
+                    *x = if MASK { load_tail(p, tail) } else { load(p) };
+                }
+                for (r, ar) in av.iter().enumerate() {
+                    let p = ops.c.offset(r as isize * ops.c_row + j0 as isize);
+                    let mut acc = if first {
+                        zero()
+                    } else if MASK {
+                        load_tail(p, tail)
+                    } else {
+                        load(p)
+                    };
+                    for (&a, &b) in ar.iter().zip(&bv) {
+                        acc = fma(a, b, acc);
+                    }
+                    if MASK {
+                        store_tail(p, acc, tail)
+                    } else {
+                        store(p, acc)
+                    }
+                }
+            }
+        }
+
+        /// Rows `k0..k0 + KB` of `B` into all of `C` (`R` rows, `n` columns).
+        ///
+        /// # Safety
+        /// As [`super::product`], for these rows of `B`.
+        #[target_feature(enable = $feature)]
+        #[inline]
+        unsafe fn stream_rows<const R: usize, const KB: usize>(
+            ops: &Operands,
+            n: usize,
+            k0: usize,
+        ) {
+            let mut av = [[zero(); KB]; R];
+            for (r, ar) in av.iter_mut().enumerate() {
+                for (kk, x) in ar.iter_mut().enumerate() {
+                    // SAFETY: `A[r, k0 + kk]` is an element of A.
+                    *x = splat(unsafe {
+                        *ops.a
+                            .offset(r as isize * ops.a_row + (k0 + kk) as isize * ops.a_col)
+                    });
+                }
+            }
+            let first = k0 == 0;
+            let mut j0 = 0;
+            // SAFETY (each call): the columns are columns of C, the last vector masked.
+            unsafe {
+                while j0 + LANES <= n {
+                    stream_step::<R, KB, false>(ops, &av, k0, j0, LANES, first);
+                    j0 += LANES;
+                }
+                if j0 < n {
+                    stream_step::<R, KB, true>(ops, &av, k0, j0, n - j0, first);
+                }
+            }
+        }
+
+        /// A product of at most [`super::STREAM_MAX_ROWS`] rows, `B` read row after row
+        /// in order ([`super::STREAM_MAX_ROWS`] says why).
+        ///
+        /// # Safety
+        /// As [`super::product`].
+        #[target_feature(enable = $feature)]
+        #[inline]
+        unsafe fn stream<const R: usize>(ops: &Operands, n: usize, k: usize) {
+            let mut k0 = 0;
+            // SAFETY (each call): rows k0.. of B are rows of B.
+            unsafe {
+                while k0 + STREAM_KB <= k {
+                    stream_rows::<R, STREAM_KB>(ops, n, k0);
+                    k0 += STREAM_KB;
+                }
+                while k0 < k {
+                    stream_rows::<R, 1>(ops, n, k0);
+                    k0 += 1;
+                }
+            }
+        }
+
         /// See [`super::product`].
         ///
         /// # Safety
         /// As [`super::product`], and the CPU has the feature.
         #[target_feature(enable = $feature)]
         pub(super) unsafe fn product(ops: &Operands, m: usize, n: usize, k: usize) {
+            // SAFETY (each arm): the caller's guarantees.
+            unsafe {
+                match m {
+                    1 => return stream::<1>(ops, n, k),
+                    2 => return stream::<2>(ops, n, k),
+                    _ => {}
+                }
+            }
             let step = NV * LANES;
             for jb in (0..n).step_by(NB) {
                 let je = (jb + NB).min(n);
@@ -236,7 +359,7 @@ macro_rules! kernels {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{Operands, KC, NB};
+    use super::{Operands, KC, NB, STREAM_KB};
     use std::arch::x86_64::*;
 
     type V = __m512;
@@ -302,7 +425,7 @@ mod avx512 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Operands, KC, NB};
+    use super::{Operands, KC, NB, STREAM_KB};
     use std::arch::x86_64::*;
 
     type V = __m256;

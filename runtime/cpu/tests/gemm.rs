@@ -704,3 +704,76 @@ fn the_flush_scan_sees_every_element() {
         }
     }
 }
+
+/// `gemm_nd_then` cuts a product into blocks of whole rows (small enough to stay in cache
+/// when `B` is, whole products when it is not) and runs `after` once on every block: each
+/// row of every batch exactly once, serial and on a team, with the same results as
+/// `gemm_nd`.
+#[test]
+fn blocks_of_rows_run_after_once_each() {
+    use ferrite_cpu::gemm::rows_per_block;
+    use ferrite_cpu::{gemm_nd, gemm_nd_then, BatchAxes};
+    use std::sync::Mutex;
+    let pool = ThreadPool::new(3).expect("pool");
+    // (m, n, k): a small B (cut into blocks of 8 rows), a B over 2 MiB (whole rows), a
+    // small product, and a matrix-vector product (too few rows for the team: the usual
+    // split by columns, then `after` on each product).
+    for (m, n, k) in [(40, 20000, 8), (20, 9000, 64), (5, 100, 3), (1, 40000, 64)] {
+        let batch = 2;
+        let mut rng = Rng(m as u64);
+        let a = rng.values(batch * m * k);
+        let b = rng.values(k * n);
+        let la = MatLayout::row_major(m, k);
+        let lb = MatLayout::row_major(k, n);
+        let lc = MatLayout::row_major(m, n);
+        let axes = BatchAxes {
+            extents: &[batch],
+            a: &[(m * k) as i64],
+            b: &[0],
+            c: &[(m * n) as i64],
+        };
+        let mut want = vec![0.0f32; batch * m * n];
+        gemm_nd(
+            axes,
+            (m, n, k),
+            MatRef::new(&a, la),
+            MatRef::new(&b, lb),
+            MatMut::new(&mut want, lc),
+            Scale::overwrite(),
+            Parallelism::None,
+        )
+        .unwrap();
+        let rows = rows_per_block::<f32>(m, n, k, &lb);
+        assert_eq!(
+            rows == m,
+            k * n * 4 > 2 << 20 || m <= 8,
+            "{m}x{n}x{k}: {rows}"
+        );
+        for par in [Parallelism::None, Parallelism::Pool(&pool)] {
+            let seen = Mutex::new(vec![0u32; batch * m]);
+            let after = |p: usize, r: std::ops::Range<usize>| {
+                assert!(r.len() <= rows.max(8), "{m}x{n}x{k}: block {r:?}");
+                let mut seen = seen.lock().unwrap();
+                for i in r {
+                    seen[p * m + i] += 1;
+                }
+            };
+            let mut c = vec![f32::NAN; batch * m * n];
+            gemm_nd_then(
+                axes,
+                (m, n, k),
+                MatRef::new(&a, la),
+                MatRef::new(&b, lb),
+                MatMut::new(&mut c, lc),
+                Scale::overwrite(),
+                par,
+                Some(&after),
+            )
+            .unwrap();
+            assert!(seen.into_inner().unwrap().iter().all(|&s| s == 1));
+            for (i, (x, y)) in c.iter().zip(&want).enumerate() {
+                assert!((x - y).abs() <= 1e-4, "{m}x{n}x{k} [{i}]: {x} vs {y}");
+            }
+        }
+    }
+}

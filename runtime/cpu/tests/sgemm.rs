@@ -108,6 +108,10 @@ fn every_width_gives_the_fma_chain_bit_for_bit() {
             (9, 33, KC + 1),
             (3, 17, 2 * KC + 5),
             (16, 2 * NB + 19, 300),
+            // One and two rows stream B row after row (a classifier's matrix-vector
+            // product): four rows of B per step and a tail of single rows.
+            (1, 1000, 130),
+            (2, 2 * NB + 19, 9),
         ] {
             check(isa, m, n, k, false);
             check(isa, m, n, k, true);

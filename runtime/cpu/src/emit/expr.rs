@@ -22,7 +22,9 @@ use super::state::Emitter;
 use crate::error::{Error, Result};
 use crate::plan::Lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Signature, Type, Value};
+use cranelift_codegen::ir::{
+    types, AbiParam, ConstantData, InstBuilder, MemFlagsData, Signature, Type, Value,
+};
 use ferrite_ir::loops::{scalar, Bound, BufferId, ExprOp, ExprRef, IndexExpr, Load, Value as Lit};
 use ferrite_ir::{BinaryOp, Category, DType, UnaryOp};
 
@@ -804,9 +806,7 @@ impl Emitter<'_, '_> {
                 let idx = self.index_value(&l.index)?;
                 let addr = self.element_address(l.buffer, idx)?;
                 let flags = self.flags_for(l.buffer);
-                self.b
-                    .ins()
-                    .load(vector_type(lanes), flags, addr, (16 * g) as i32)
+                self.vector_load(i, vector_type(lanes), flags, addr, g)
             }
             ExprOp::Index(e) => {
                 let v = self.level_var(self.nest.innermost);
@@ -859,6 +859,47 @@ impl Emitter<'_, '_> {
         }
         slot.push(v);
         Ok(())
+    }
+
+    /// The vector of group `g` of load `i`, whose lane 0 of group 0 is at `addr`: one
+    /// vector load, or for a load of stride `s` (2 or 3, the plan's `strided`) the lanes
+    /// `b, b+s, b+2s, b+3s` of group `b = addr + 4gs` as two vector loads, at `b` (lanes 0
+    /// and 1) and at `b + 3s - 3` (lanes 2 and 3), and one shuffle: exactly the elements
+    /// from the first lane's to the last lane's are read, so none outside the buffer.
+    fn vector_load(
+        &mut self,
+        i: usize,
+        vty: Type,
+        flags: MemFlagsData,
+        addr: Value,
+        g: usize,
+    ) -> Value {
+        let Some(s) = self
+            .vals
+            .strided
+            .iter()
+            .find(|&&(n, _)| n == i)
+            .map(|&(_, s)| s)
+        else {
+            return self.b.ins().load(vty, flags, addr, (16 * g) as i32);
+        };
+        let first = 16 * g as i64 * s;
+        let low = self.b.ins().load(vty, flags, addr, first as i32);
+        let high = self
+            .b
+            .ins()
+            .load(vty, flags, addr, (first + 4 * (3 * s - 3)) as i32);
+        // Lanes 0 and s of `low`, then lanes 3 - s and 3 of `high` (bytes 16.. of the pair).
+        let lanes = [0, s, 4 + 3 - s, 4 + 3];
+        let bytes: Vec<u8> = lanes
+            .iter()
+            .flat_map(|&l| (0..4).map(move |b| (4 * l + b) as u8))
+            .collect();
+        let low = bitcast(self.b, types::I8X16, low);
+        let high = bitcast(self.b, types::I8X16, high);
+        let mask = self.b.func.dfg.immediates.push(ConstantData::from(bytes));
+        let v = self.b.ins().shuffle(low, high, mask);
+        bitcast(self.b, vty, v)
     }
 
     /// A guarded (padded) load of group `g` as vector code. Each guard bound is affine in
@@ -919,7 +960,7 @@ impl Emitter<'_, '_> {
 
         self.b.switch_to_block(fast);
         self.b.seal_block(fast);
-        let whole = self.b.ins().load(vty, flags, addr, (16 * g) as i32);
+        let whole = self.vector_load(i, vty, flags, addr, g);
         self.b.ins().jump(join, &[whole.into()]);
 
         self.b.switch_to_block(slow);

@@ -96,6 +96,10 @@ impl<'a> Emitter<'a, '_> {
                         Some(p) => p.lanes.clone(),
                         None => vec![None; n],
                     };
+                    self.vals.strided = plan
+                        .vector
+                        .as_ref()
+                        .map_or_else(Vec::new, |p| p.strided.clone());
                 }
                 let vectorized = runs && plan.vector.is_some();
                 self.init_vector_accumulators(reductions, scalar, vectorized, plan.unroll)
@@ -105,6 +109,7 @@ impl<'a> Emitter<'a, '_> {
             } => {
                 self.vals.clamped = plan.clamped.clone();
                 self.vals.lanes = stage.lanes.clone();
+                self.vals.strided.clear();
                 for (i, node) in body.nodes.iter().enumerate() {
                     if let ExprOp::Acc(a) = &node.op {
                         if live[i] {

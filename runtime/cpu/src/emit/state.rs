@@ -96,6 +96,9 @@ pub(super) struct Values<'a> {
     pub(super) clamped: Vec<bool>,
     /// Lane forms of the nodes used by vector code.
     pub(super) lanes: Vec<Option<Lanes>>,
+    /// Loads of vector code whose index moves by more than one element per lane, with
+    /// that stride (the plan's `VectorPlan::strided`).
+    pub(super) strided: Vec<(usize, i64)>,
     /// Scalar values.
     pub(super) scalar: Vec<Option<Value>>,
     /// Vector values, one per unrolled group.
@@ -110,6 +113,7 @@ impl Values<'_> {
             body: &EMPTY_BLOCK,
             clamped: Vec::new(),
             lanes: Vec::new(),
+            strided: Vec::new(),
             scalar: Vec::new(),
             vector: Vec::new(),
             splat: Vec::new(),

@@ -285,6 +285,7 @@ pub fn split_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Opt
             rhs: g.rhs.clone(),
             product,
             temporary: temp.is_some(),
+            epilogue_per_rows: false,
         },
         temp,
         epilogue,

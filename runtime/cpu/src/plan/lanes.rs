@@ -129,6 +129,7 @@ pub fn plan_outer_lanes(kernel: &Kernel, unroll: usize) -> Option<OuterLanes> {
             reductions,
             stores,
             vector_guards: false,
+            vector_strides: false,
         };
         let plan = plan_vector(&facts).ok()?;
         let mut splats = vec![false; len];

@@ -32,6 +32,8 @@
 //! - `vectorize.rs`: the SIMD decision for each stage's innermost loop (contiguous
 //!   accesses, lane-wise ops) or why it stays scalar, with the proof that every access is
 //!   in bounds (`analysis.rs`).
+//! - `gemm-blocks` (here, after the kernel steps, whose schedules it reads): a GEMM whose
+//!   pointwise in-place epilogue may run on each block of rows as the GEMM computes it.
 //!
 //! Architecture Invariant: nothing here knows Cranelift; the plan is loop IR and plain
 //! data, and the emitter depends on it, never the other way.
@@ -144,6 +146,12 @@ const PROGRAM_STEPS: [ProgramStep; 2] = [
     ProgramStep::new("skip-empty", skip_empty), // kernels over an empty domain run nothing
 ];
 
+/// The program steps that read the kernel steps' schedules, in order, run after them.
+#[rustfmt::skip]
+const FINAL_STEPS: [ProgramStep; 1] = [
+    ProgramStep::new("gemm-blocks", gemm_blocks), // pointwise in-place epilogues: on each block of rows the GEMM computes
+];
+
 /// The kernel steps, in order, run on every kernel that becomes generated code.
 #[rustfmt::skip]
 const KERNEL_STEPS: [KernelStep; 7] = [
@@ -182,6 +190,10 @@ pub fn plan_program(
     }
     for step in &KERNEL_STEPS {
         plan = run_kernel_step(&plan, step, &opts)?;
+        verify(&plan, step.name, true)?;
+    }
+    for step in &FINAL_STEPS {
+        plan = (step.run)(&plan, &opts)?;
         verify(&plan, step.name, true)?;
     }
     Ok(plan)
@@ -365,6 +377,69 @@ fn skip_empty(plan: &CpuPlan, _: &Options) -> Result<CpuPlan> {
         }
     }
     Ok(out)
+}
+
+/// `gemm-blocks`: a GEMM whose epilogue may run on each block of rows of the product as
+/// soon as it is computed ([`crate::gemm::gemm_nd_then`]), instead of reading the whole
+/// product back from memory after it. That needs the epilogue to be a parallel pointwise
+/// kernel (outer points in any order and any ranges) that updates the product in place
+/// and touches it only at each point's own element, that element being the point's flat
+/// index: then the points of a block of rows are one range of the epilogue, and it reads
+/// nothing the GEMM has yet to write. Its other buffers are read-only and live across the
+/// product kernel (they are read after it), so no GEMM operand shares their storage.
+fn gemm_blocks(plan: &CpuPlan, _: &Options) -> Result<CpuPlan> {
+    let mut out = plan.clone();
+    let pairs = plan.kernels.windows(2).zip(&plan.program.kernels[1..]);
+    for (i, (pair, epilogue)) in pairs.enumerate() {
+        let (Run::ExternGemm(g), Run::Generated(s)) = (&pair[0].run, &pair[1].run) else {
+            continue;
+        };
+        if pair[0].source == pair[1].source && epilogue_runs_per_rows(g, epilogue, s) {
+            if let Run::ExternGemm(g) = &mut out.kernels[i].run {
+                g.epilogue_per_rows = true;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `epilogue` (scheduled `s`) may run on blocks of rows of `g`'s product (see
+/// `gemm_blocks`).
+fn epilogue_runs_per_rows(g: &ExternGemm, epilogue: &Kernel, s: &Schedule) -> bool {
+    let numel = g.batch.iter().product::<usize>() * g.m * g.n;
+    if g.temporary
+        || !s.parallel
+        || s.lanes.is_some()
+        || !s.scratch.is_empty()
+        || !is_pointwise(epilogue)
+        || epilogue.domain.iter().product::<usize>() != numel
+    {
+        return false;
+    }
+    let stage = &epilogue.stages[0];
+    let ext = stage.extents(&epilogue.domain);
+    let strides = ferrite_ir::types::contiguous_strides(&epilogue.domain);
+    let flat = IndexExpr::Sum(
+        strides
+            .iter()
+            .enumerate()
+            .map(|(a, &st)| IndexExpr::Var(Var::outer(a)) * st as i64)
+            .collect(),
+    )
+    .simplify(&ext);
+    let at_own_element = |index: &IndexExpr| index.simplify(&ext) == flat;
+    let stores = stage.stores();
+    let loads_ok = stage.body().nodes.iter().all(|node| match &node.op {
+        ferrite_ir::loops::ExprOp::Load(l) if l.buffer == g.product => {
+            l.guard.is_empty() && at_own_element(&l.index)
+        }
+        _ => true,
+    });
+    !stores.is_empty()
+        && stores
+            .iter()
+            .all(|st| st.buffer == g.product && at_own_element(&st.index))
+        && loads_ok
 }
 
 // ---- kernel steps ----
@@ -628,6 +703,7 @@ fn plan_stage(
             reductions,
             stores: stage.stores(),
             vector_guards: true,
+            vector_strides: true,
         };
         match plan_vector(&facts) {
             Ok(p) => Some(p),
@@ -643,7 +719,10 @@ fn plan_stage(
         } else {
             "i32x4"
         };
-        report.vector = Some(format!("{shape}x{unroll}"));
+        report.vector = Some(match p.strided.len() {
+            0 => format!("{shape}x{unroll}"),
+            n => format!("{shape}x{unroll}, {n} strided loads as two vector loads and a shuffle"),
+        });
     }
     Ok(StagePlan {
         loops,

@@ -68,6 +68,10 @@ pub struct ExternGemm {
     /// Whether `product` is a temporary the plan added (else the kernel's own output,
     /// which the epilogue, if any, then updates in place).
     pub temporary: bool,
+    /// Whether the epilogue (the next planned kernel) runs on each block of rows of the
+    /// product as soon as the GEMM has computed it, while the block is in cache, rather
+    /// than over the whole product after it (see `gemm-blocks` in `plan/mod.rs`).
+    pub epilogue_per_rows: bool,
 }
 
 /// How a generated kernel runs.
@@ -148,14 +152,19 @@ impl ExternGemm {
     /// The report line (`extern gemm f32 batch [] m 64 n 256 k 128 into buf3`).
     pub fn describe(&self) -> String {
         format!(
-            "extern gemm {} batch {:?} m {} n {} k {} into {}{}",
+            "extern gemm {} batch {:?} m {} n {} k {} into {}{}{}",
             self.dtype,
             self.batch,
             self.m,
             self.n,
             self.k,
             self.product,
-            if self.temporary { " (temporary)" } else { "" }
+            if self.temporary { " (temporary)" } else { "" },
+            if self.epilogue_per_rows {
+                ", epilogue per block of rows"
+            } else {
+                ""
+            }
         )
     }
 }

@@ -6,8 +6,10 @@
 //! (the coefficient is read off the index expression; `v` must not occur inside a floor
 //! division or modulo). Values fixed in the loop (broadcast loads, accumulators of
 //! earlier stages, constants) are splatted once before it. Anything else keeps the whole
-//! loop scalar, and the reason is reported: data-dependent (gathered) or guarded (padded)
-//! accesses, strided accesses, `f16`/`bf16`/`i64` arithmetic, argmax, integer reductions.
+//! loop scalar, and the reason is reported: data-dependent (gathered) accesses, strided
+//! stores and loads of other strides than 2 and 3 (which a row's loop takes, as two vector
+//! loads and a shuffle), `f16`/`bf16`/`i64` arithmetic, argmax, integer reductions. Guarded
+//! (padded) loads are vector code in a row's loop when their bounds are affine in `v`.
 //!
 //! Lanes are `f32x4` for `f32`, `i32x4` for `i32` and for `i64` values provably within
 //! `i32` (iotas, checked indices, small constants: see [`narrow_i64`]), and `i32x4` masks
@@ -47,7 +49,15 @@ pub struct VectorPlan {
     pub lanes: Vec<Option<Lanes>>,
     /// Nodes fixed in the vector loop whose value vector code uses: splatted before it.
     pub splats: Vec<usize>,
+    /// Loads whose index moves by 2 or 3 elements per lane, with that stride: each
+    /// vector is two vector loads (of the elements from its first lane's to its last
+    /// lane's, so no more is read than the lanes span) and one shuffle of their lanes.
+    pub strided: Vec<(usize, i64)>,
 }
+
+/// The largest load stride that vector code takes: a vector of stride `s` spans `3s + 1`
+/// elements, which two 4-lane loads cover up to `s = 3`.
+pub const MAX_LOAD_STRIDE: i64 = 3;
 
 /// The facts about one stage that the decision reads.
 pub struct StageFacts<'a> {
@@ -74,6 +84,10 @@ pub struct StageFacts<'a> {
     /// Whether guarded loads may be vector code (a row's innermost loop, whose lanes the
     /// emitter tests at a group's ends); lanes across outer points keep them refused.
     pub vector_guards: bool,
+    /// Whether loads of stride 2 or 3 may be vector code (a row's innermost loop: a
+    /// stride-2 conv's taps); lanes across outer points keep them refused, so a kernel
+    /// whose inner loop strides (a transposed read) still takes lanes.
+    pub vector_strides: bool,
 }
 
 /// The lane form of a value of `dtype` (`narrow` for `i64` values that fit in `i32`).
@@ -120,6 +134,7 @@ pub fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, NotVectorized> {
     let mut plan = VectorPlan {
         lanes: vec![None; n],
         splats: Vec::new(),
+        strided: Vec::new(),
     };
     let mut uses_fixed = vec![false; n];
     let need = |r: usize,
@@ -173,8 +188,13 @@ pub fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, NotVectorized> {
                 if f.clamped[i] && l.guard.is_empty() {
                     return Err(here("load index needs clamping".into()));
                 }
-                contiguous(f, &l.index)
-                    .map_err(|e| here(format!("load from {}: {e}", l.buffer)))?;
+                match contiguous(f, &l.index) {
+                    Ok(()) => {}
+                    Err(e) => match load_stride(f, &l.index) {
+                        Some(stride) => plan.strided.push((i, stride)),
+                        None => return Err(here(format!("load from {}: {e}", l.buffer))),
+                    },
+                }
             }
             ExprOp::Index(e) => {
                 if lanes != Lanes::I32 {
@@ -308,6 +328,22 @@ pub fn plan_vector(f: &StageFacts<'_>) -> Result<VectorPlan, NotVectorized> {
     }
     plan.splats = (0..n).filter(|&i| uses_fixed[i]).collect();
     Ok(plan)
+}
+
+/// The stride `c` of a load index `rest + c*v` (`rest` fixed in the innermost loop) that
+/// vector code takes as a strided load: 2 to [`MAX_LOAD_STRIDE`], where allowed.
+fn load_stride(f: &StageFacts<'_>, index: &IndexExpr) -> Option<i64> {
+    if !f.vector_strides {
+        return None;
+    }
+    match split_linear(index, f.var) {
+        Some((rest, c))
+            if (2..=MAX_LOAD_STRIDE).contains(&c) && (f.index_level)(&rest) < f.level =>
+        {
+            Some(c)
+        }
+        _ => None,
+    }
 }
 
 /// Checks that `index` is `rest + 1*v` with `rest` fixed in the innermost loop.
