@@ -212,11 +212,11 @@ pub fn row_routine(r: RowReduce, isa: Isa) -> Option<RowFn> {
     }
 }
 
-/// `out[j] = exp(xs[j] - c)` over `n` floats, returning their sum in the JIT's order: the
-/// middle of a softmax row as one routine call.
+/// `out[j] = exp(xs[j] - c)` over `n` floats (no stores when `out` is null), returning
+/// their sum in the JIT's order: the middle of a softmax row as one routine call.
 ///
-/// Calling it is `unsafe`: `xs` must point to `n` readable floats and `out` to `n`
-/// writable floats apart from them that nothing else accesses during the call.
+/// Calling it is `unsafe`: `xs` must point to `n` readable floats and `out` be null or
+/// point to `n` writable floats apart from them that nothing else accesses during the call.
 pub type ExpSumFn = unsafe extern "C" fn(xs: *const f32, c: f32, out: *mut f32, n: usize) -> f32;
 
 /// The [`ExpSumFn`] at width `isa`, if this CPU supports the width.
@@ -265,6 +265,32 @@ pub fn scale_routine(div: bool, isa: Isa) -> Option<ScaleFn> {
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = div;
+        None
+    }
+}
+
+/// `out[j] = (xs[j] - a) - b` over `n` floats, for generated code: a log-softmax row's
+/// last pass.
+///
+/// Calling it is `unsafe`: `xs` must point to `n` readable floats and `out` to `n`
+/// writable floats apart from them that nothing else accesses during the call.
+pub type OffsetFn = unsafe extern "C" fn(xs: *const f32, a: f32, b: f32, out: *mut f32, n: usize);
+
+/// The [`OffsetFn`] at width `isa`, if this CPU supports the width.
+pub fn offset_routine(isa: Isa) -> Option<OffsetFn> {
+    if !isa.supported() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        match isa {
+            Isa::Sse => None,
+            Isa::Avx2 => Some(avx2::offset as OffsetFn),
+            Isa::Avx512 => Some(avx512::offset as OffsetFn),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
         None
     }
 }
@@ -616,17 +642,18 @@ macro_rules! rows {
         }
 
         #[target_feature(enable = $feature)]
-        fn exp_sub_sum_row(xs: &[f32], c: f32, out: &mut [f32]) -> f32 {
+        fn exp_sub_sum_row(xs: &[f32], c: f32, mut out: Option<&mut [f32]>) -> f32 {
             let steps = xs.len() / STEP;
             let cv = f(c);
             let mut folds = SumFolds::default();
             let mut acc = [f(0.0); PER];
             for k in 0..steps {
                 let row = &xs[k * STEP..];
-                let o = &mut out[k * STEP..];
                 for (p, a) in acc.iter_mut().enumerate() {
                     let y = exp(sub(load(&row[p * LANES..]), cv));
-                    store(&mut o[p * LANES..], y);
+                    if let Some(o) = out.as_deref_mut() {
+                        store(&mut o[k * STEP + p * LANES..], y);
+                    }
                     *a = add(*a, y);
                 }
                 if folds.step() {
@@ -642,8 +669,51 @@ macro_rules! rows {
                 let y = exp(sub(load(&buf[p * LANES..]), cv));
                 store(&mut buf[p * LANES..], y);
             }
-            out[done..].copy_from_slice(&buf[..rest]);
+            if let Some(o) = out {
+                o[done..].copy_from_slice(&buf[..rest]);
+            }
             folds.finish(spill(&acc), &buf[..rest])
+        }
+
+        #[target_feature(enable = $feature)]
+        fn offset_row(xs: &[f32], a: f32, b: f32, out: &mut [f32]) {
+            let (av, bv) = (f(a), f(b));
+            let whole = xs.len() / LANES * LANES;
+            for (x, o) in xs[..whole]
+                .chunks_exact(LANES)
+                .zip(out[..whole].chunks_exact_mut(LANES))
+            {
+                store(o, sub(sub(load(x), av), bv));
+            }
+            for (&v, o) in xs[whole..].iter().zip(&mut out[whole..]) {
+                *o = (v - a) - b;
+            }
+        }
+
+        /// `out[j] = (xs[j] - a) - b` over `n` floats: a log-softmax row's last pass.
+        ///
+        /// # Safety
+        /// `xs` points to `n` readable floats and `out` to `n` writable ones apart from
+        /// them that nothing else accesses during the call, and the CPU has the feature.
+        pub(super) unsafe extern "C" fn offset(
+            xs: *const f32,
+            a: f32,
+            b: f32,
+            out: *mut f32,
+            n: usize,
+        ) {
+            if n == 0 {
+                return;
+            }
+            // SAFETY: the caller guarantees the two rows, apart, and the feature.
+            unsafe {
+                offset_row(
+                    std::slice::from_raw_parts(xs, n),
+                    a,
+                    b,
+                    std::slice::from_raw_parts_mut(out, n),
+                )
+            }
         }
 
         #[target_feature(enable = $feature)]
@@ -757,13 +827,13 @@ macro_rules! rows {
             unsafe { extreme_row::<false>(std::slice::from_raw_parts(xs, n)) }
         }
 
-        /// `out[j] = exp(xs[j] - c)` for the `n` floats at `xs`; returns their sum in the
-        /// JIT's order.
+        /// `out[j] = exp(xs[j] - c)` for the `n` floats at `xs` (no stores when `out` is
+        /// null); returns their sum in the JIT's order.
         ///
         /// # Safety
-        /// `xs` points to `n` readable floats and `out` to `n` writable ones that nothing
-        /// else accesses during the call (`out` does not overlap `xs`), and the CPU has the
-        /// feature.
+        /// `xs` points to `n` readable floats and `out` is null or points to `n` writable
+        /// ones that nothing else accesses during the call (`out` does not overlap `xs`),
+        /// and the CPU has the feature.
         pub(super) unsafe extern "C" fn exp_sub_sum(
             xs: *const f32,
             c: f32,
@@ -773,13 +843,10 @@ macro_rules! rows {
             if n == 0 {
                 return 0.0;
             }
-            // SAFETY: the caller guarantees the two rows, apart, and the feature.
+            // SAFETY: the caller guarantees the rows, apart, and the feature.
             unsafe {
-                exp_sub_sum_row(
-                    std::slice::from_raw_parts(xs, n),
-                    c,
-                    std::slice::from_raw_parts_mut(out, n),
-                )
+                let out = (!out.is_null()).then(|| std::slice::from_raw_parts_mut(out, n));
+                exp_sub_sum_row(std::slice::from_raw_parts(xs, n), c, out)
             }
         }
     };

@@ -198,9 +198,20 @@ fn row_calls_keep_the_bits_on_special_rows() {
                return p, l
              }}"
         );
-        // The softmax's max, exp-sum and scaled row, or (longer rows) its max.
-        let sm_calls = if c <= 4096 { 3 } else { 1 };
+        // The softmax's max, exp-sum and scaled row, or (longer rows) its max and sum.
+        let sm_calls = if c <= 4096 { 3 } else { 2 };
         let mut graphs = vec![(softmax, sm_calls)];
+        // A log-softmax alone: max, the sum of exps (stored nowhere when the row is too
+        // long to split) and the offset row.
+        graphs.push((
+            format!(
+                "graph ls(x: {ty}) -> {ty} {{
+                   y = log_softmax(x, axis=-1)
+                   return y
+                 }}"
+            ),
+            3,
+        ));
         // A softmax written out: the last pass divides by the sum, with no select.
         graphs.push((
             format!(

@@ -28,7 +28,7 @@ use crate::plan::analysis::{is_pointwise, substitute};
 use crate::plan::wide::{Factor, Offset, WideCall, WideOp};
 use crate::plan::{Schedule, StagePlan, StageReport};
 use crate::vmath::VMath;
-use crate::wide::{exp_sum_routine, in_place_routine, row_routine, scale_routine};
+use crate::wide::{exp_sum_routine, in_place_routine, offset_routine, row_routine, scale_routine};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, AbiParam, Block as ClifBlock, Function, InstBuilder, MemFlagsData, SigRef, Signature,
@@ -458,7 +458,10 @@ impl Emitter<'_, '_> {
                         Error::internal(format!("an exp-sum call reads {a} before it is known"))
                     })?,
                 };
-                let row = self.slot_of(*out)?;
+                let row = match out {
+                    Some(out) => self.slot_of(*out)?,
+                    None => self.b.ins().iconst(ptr, 0),
+                };
                 let value = self.call_helper(
                     routine as usize,
                     &[ptr, types::F32, ptr, types::I64],
@@ -476,20 +479,7 @@ impl Emitter<'_, '_> {
                 let (out, _) = self.store_address(row.out, &first)?;
                 let below = self.b.ins().f32const(row.below);
                 let zero = self.b.ins().f32const(row.zero);
-                let k = match row.k {
-                    Factor::Const(c) => self.b.ins().f32const(c),
-                    Factor::Acc(a) | Factor::Reciprocal(a) => {
-                        let acc = *self.done.scalar.get(&a).ok_or_else(|| {
-                            Error::internal(format!("a scaled row reads {a} before it is known"))
-                        })?;
-                        if matches!(row.k, Factor::Reciprocal(_)) {
-                            let one = self.b.ins().f32const(1.0);
-                            self.b.ins().fdiv(one, acc)
-                        } else {
-                            acc
-                        }
-                    }
-                };
+                let k = self.factor(row.k)?;
                 let sig =
                     self.routine_sig(&[ptr, types::F32, types::F32, types::F32, ptr, types::I64]);
                 let callee = self.b.ins().iconst(ptr, routine as usize as i64);
@@ -497,8 +487,51 @@ impl Emitter<'_, '_> {
                     .ins()
                     .call_indirect(sig, callee, &[xs, below, zero, k, out, len]);
             }
+            WideOp::Offset2 {
+                src,
+                a,
+                b,
+                out,
+                out_index,
+            } => {
+                let Some(routine) = offset_routine(call.isa) else {
+                    return Ok(false);
+                };
+                let xs = self.row_start(src)?;
+                let (dst, _) = self.store_address(*out, &first_point(out_index))?;
+                let (a, b) = (self.factor(*a)?, self.factor(*b)?);
+                let sig = self.routine_sig(&[ptr, types::F32, types::F32, ptr, types::I64]);
+                let callee = self.b.ins().iconst(ptr, routine as usize as i64);
+                self.b
+                    .ins()
+                    .call_indirect(sig, callee, &[xs, a, b, dst, len]);
+            }
         }
         Ok(true)
+    }
+
+    /// A row call's scalar, computed as the stage's own code computes it.
+    fn factor(&mut self, k: Factor) -> Result<cranelift_codegen::ir::Value> {
+        let acc =
+            |e: &Self, a| {
+                e.done.scalar.get(&a).copied().ok_or_else(|| {
+                    Error::internal(format!("a row call reads {a} before it is known"))
+                })
+            };
+        Ok(match k {
+            Factor::Const(c) => self.b.ins().f32const(c),
+            Factor::Acc(a) => acc(self, a)?,
+            Factor::Reciprocal(a) => {
+                let x = acc(self, a)?;
+                let one = self.b.ins().f32const(1.0);
+                self.b.ins().fdiv(one, x)
+            }
+            Factor::Log(a) => {
+                let x = acc(self, a)?;
+                let vm = self.target.vm;
+                vm.log(self.b, x)
+            }
+        })
     }
 
     /// A signature of `params` returning nothing, imported once per function.

@@ -11,6 +11,11 @@
 //!   s[r0] = t; acc = sum(t)` (the shape `stash.rs` gives such a stage before the split),
 //!   which one call of [`crate::wide::exp_sum_routine`] runs.
 //!
+//! - **Exp-sums that store nothing**: a reduce stage `acc = sum(r0) exp(x[base + r0] - c)`
+//!   that `wide.rs` did not split (rows over 4096, a log-softmax's sum) is the same
+//!   routine with no row to store into.
+//! - **Offset rows**: a store stage `out = (x - a) - b` (a log-softmax's last pass, `b` a
+//!   `log(acc)`) is one call of [`crate::wide::offset_routine`].
 //! - **Scaled rows**: a store stage `out[base + j0] = w * k` (or `w / k`) with `w` a
 //!   unit-stride row or `where(row < c, z, row)` and `k` an accumulator, its reciprocal or
 //!   a constant (a softmax's last pass) is one call of [`crate::wide::scale_routine`].
@@ -372,7 +377,7 @@ fn exp_sum(
         op: WideOp::ExpSum {
             src: reduce_src,
             offset,
-            out: row,
+            out: Some(row),
             acc,
         },
         isa,
@@ -487,13 +492,232 @@ fn factor(n: &ExprNode, body: &Block) -> Option<(Factor, Vec<usize>)> {
     match &n.op {
         ExprOp::Acc(a) => Some((Factor::Acc(*a), vec![])),
         ExprOp::Const(Value::Float(c)) => Some((Factor::Const(*c as f32), vec![])),
-        ExprOp::Unary(UnaryOp::Reciprocal, x) => match body.get(*x)? {
+        ExprOp::Unary(u @ (UnaryOp::Reciprocal | UnaryOp::Log), x) => match body.get(*x)? {
             ExprNode {
                 dtype: DType::F32,
                 op: ExprOp::Acc(a),
-            } => Some((Factor::Reciprocal(*a), vec![x.index()])),
+            } => Some((
+                if *u == UnaryOp::Log {
+                    Factor::Log(*a)
+                } else {
+                    Factor::Reciprocal(*a)
+                },
+                vec![x.index()],
+            )),
             _ => None,
         },
         _ => None,
     }
+}
+
+/// An exp's argument in `body`: `x[base + v]` or `x[...] - c` (`c` an accumulator or a
+/// constant), `x` a unit-stride `f32` row other than `not`. Returns the load, the offset
+/// and the nodes it takes.
+fn exp_arg(
+    body: &Block,
+    arg: ferrite_ir::loops::ExprRef,
+    v: Var,
+    not: Option<BufferId>,
+    buffers: &[Buffer],
+) -> Option<(Load, Offset, Vec<usize>)> {
+    let load = |i: usize| match &body.nodes[i] {
+        ExprNode {
+            dtype: DType::F32,
+            op: ExprOp::Load(l),
+        } if Some(l.buffer) != not && unit_row(l, v, buffers) => Some(l.clone()),
+        _ => None,
+    };
+    let node = body.get(arg)?;
+    if node.dtype != DType::F32 {
+        return None;
+    }
+    match &node.op {
+        ExprOp::Load(_) => Some((load(arg.index())?, Offset::Const(0.0), vec![arg.index()])),
+        ExprOp::Binary(BinaryOp::Sub, a, c) => {
+            let offset = match &body.get(*c)? {
+                ExprNode {
+                    dtype: DType::F32,
+                    op: ExprOp::Acc(acc),
+                } => Offset::Acc(*acc),
+                ExprNode {
+                    dtype: DType::F32,
+                    op: ExprOp::Const(Value::Float(c)),
+                } => Offset::Const(*c as f32),
+                _ => return None,
+            };
+            Some((
+                load(a.index())?,
+                offset,
+                vec![a.index(), c.index(), arg.index()],
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Marks every reduce stage `acc = sum(r0) exp(x[base + r0] - c)` of `k` with no call yet
+/// (rows too long for `wide.rs` to split, a log-softmax's sum) as an exp-sum call that
+/// stores nothing; true when one was.
+pub fn exp_sums(
+    k: &Kernel,
+    calls: &mut [Option<WideCall>],
+    isa: Isa,
+    buffers: &[Buffer],
+    vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
+) -> bool {
+    let mut any = false;
+    for (si, stage) in k.stages.iter().enumerate() {
+        if calls[si].is_some() {
+            continue;
+        }
+        let Stage::Reduce {
+            domain,
+            body,
+            reductions,
+            stores,
+        } = stage
+        else {
+            continue;
+        };
+        let [r] = reductions.as_slice() else {
+            continue;
+        };
+        if domain.len() != 1
+            || domain[0] < MIN_POINTS
+            || !stores.is_empty()
+            || r.kind != ReduceKind::Sum
+            || r.dtype != DType::F32
+            || r.rhs.is_some()
+        {
+            continue;
+        }
+        let Some(ExprNode {
+            dtype: DType::F32,
+            op: ExprOp::Unary(UnaryOp::Exp, arg),
+        }) = body.get(r.value)
+        else {
+            continue;
+        };
+        let Some((src, offset, mut used)) = exp_arg(body, *arg, Var::reduce(0), None, buffers)
+        else {
+            continue;
+        };
+        used.push(r.value.index());
+        used.sort_unstable();
+        if live_set(stage) != used || !vectorizes(k, si, buffers) {
+            continue;
+        }
+        calls[si] = Some(WideCall {
+            op: WideOp::ExpSum {
+                src,
+                offset,
+                out: None,
+                acc: r.acc,
+            },
+            isa,
+            len: domain[0],
+        });
+        any = true;
+    }
+    any
+}
+
+/// Marks every store stage `out[base + j0] = x[base' + j0] - a - b` of `k` with no call
+/// yet (a log-softmax's last pass; `a`, `b` accumulators, their logs or reciprocals, or
+/// constants) as an offset-row call; true when one was.
+pub fn offset_rows(
+    k: &Kernel,
+    calls: &mut [Option<WideCall>],
+    isa: Isa,
+    buffers: &[Buffer],
+    vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
+) -> bool {
+    let mut any = false;
+    for (si, stage) in k.stages.iter().enumerate() {
+        if calls[si].is_some() {
+            continue;
+        }
+        let Some(op) = offset_row(stage, buffers) else {
+            continue;
+        };
+        if !vectorizes(k, si, buffers) {
+            continue;
+        }
+        calls[si] = Some(WideCall {
+            op,
+            isa,
+            len: stage.domain()[0],
+        });
+        any = true;
+    }
+    any
+}
+
+/// The offset row `stage` is, if it is one (see [`offset_rows`]).
+fn offset_row(stage: &Stage, buffers: &[Buffer]) -> Option<WideOp> {
+    let Stage::Store {
+        domain,
+        body,
+        stores,
+    } = stage
+    else {
+        return None;
+    };
+    let [st] = stores.as_slice() else {
+        return None;
+    };
+    if domain.len() != 1 || domain[0] < MIN_POINTS {
+        return None;
+    }
+    let j = Var::store(0);
+    let out_row = ferrite_ir::loops::Load {
+        buffer: st.buffer,
+        index: st.index.clone(),
+        guard: vec![],
+        other: Value::Float(0.0),
+    };
+    if !unit_row(&out_row, j, buffers) {
+        return None;
+    }
+    let top = body.get(st.value)?;
+    let ExprOp::Binary(BinaryOp::Sub, inner, b) = top.op else {
+        return None;
+    };
+    let inner_node = body.get(inner)?;
+    let ExprOp::Binary(BinaryOp::Sub, x, a) = inner_node.op else {
+        return None;
+    };
+    if top.dtype != DType::F32 || inner_node.dtype != DType::F32 {
+        return None;
+    }
+    let src = match body.get(x)? {
+        ExprNode {
+            dtype: DType::F32,
+            op: ExprOp::Load(l),
+        } if l.buffer != st.buffer && unit_row(l, j, buffers) => l.clone(),
+        _ => return None,
+    };
+    let (fa, a_nodes) = factor(body.get(a)?, body)?;
+    let (fb, b_nodes) = factor(body.get(b)?, body)?;
+    let mut used = vec![
+        st.value.index(),
+        inner.index(),
+        x.index(),
+        a.index(),
+        b.index(),
+    ];
+    used.extend(a_nodes);
+    used.extend(b_nodes);
+    used.sort_unstable();
+    used.dedup();
+    if live_set(stage) != used {
+        return None;
+    }
+    Some(WideOp::Offset2 {
+        src,
+        a: fa,
+        b: fb,
+        out: st.buffer,
+        out_index: st.index.clone(),
+    })
 }

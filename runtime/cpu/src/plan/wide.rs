@@ -92,8 +92,18 @@ pub enum WideOp {
     ExpSum {
         src: Load,
         offset: Offset,
-        out: BufferId,
+        /// The row the exps are stored into; `None` when nothing reads them.
+        out: Option<BufferId>,
         acc: AccId,
+    },
+    /// `out[j0] = (src[j0] - a) - b` over a store stage's one loop: a log-softmax row's
+    /// last pass.
+    Offset2 {
+        src: Load,
+        a: Factor,
+        b: Factor,
+        out: BufferId,
+        out_index: IndexExpr,
     },
     /// A scaled copy of a row (see [`ScaleRow`]).
     Scale(ScaleRow),
@@ -118,7 +128,20 @@ pub enum Factor {
     Acc(AccId),
     /// `1 / acc`, rounded once as the JIT's `reciprocal`.
     Reciprocal(AccId),
+    /// `log(acc)`, as the JIT's `log`.
+    Log(AccId),
     Const(f32),
+}
+
+impl fmt::Display for Factor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Factor::Acc(a) => write!(f, "{a}"),
+            Factor::Reciprocal(a) => write!(f, "reciprocal({a})"),
+            Factor::Log(a) => write!(f, "log({a})"),
+            Factor::Const(c) => write!(f, "{c:?}"),
+        }
+    }
 }
 
 /// The scalar an [`WideOp::ExpSum`] subtracts: an earlier stage's accumulator (a row max)
@@ -156,18 +179,28 @@ impl fmt::Display for WideCall {
                     Offset::Acc(a) => a.to_string(),
                     Offset::Const(c) => format!("{c:?}"),
                 };
-                write!(
-                    f,
-                    "{isa} routine: {out} = exp({}[{}] - {c}) and {acc} = their sum ({len} f32)",
-                    src.buffer, src.index
-                )
+                let e = format!("exp({}[{}] - {c})", src.buffer, src.index);
+                match out {
+                    Some(out) => write!(
+                        f,
+                        "{isa} routine: {out} = {e} and {acc} = their sum ({len} f32)"
+                    ),
+                    None => write!(f, "{isa} routine: {acc} = sum of {e} ({len} f32)"),
+                }
             }
+            WideOp::Offset2 {
+                src,
+                a,
+                b,
+                out,
+                out_index,
+            } => write!(
+                f,
+                "{isa} routine: {out}[{out_index}] = {}[{}] - {a} - {b} ({len} f32)",
+                src.buffer, src.index
+            ),
             WideOp::Scale(s) => {
-                let k = match s.k {
-                    Factor::Acc(a) => a.to_string(),
-                    Factor::Reciprocal(a) => format!("reciprocal({a})"),
-                    Factor::Const(c) => format!("{c:?}"),
-                };
+                let k = s.k;
                 let x = format!("{}[{}]", s.src.buffer, s.src.index);
                 let w = if s.below == f32::NEG_INFINITY {
                     x
@@ -559,6 +592,8 @@ pub fn apply_wide(
         }
         rows_any |= super::rows::row_reductions(&k, &mut calls, isa, buffers, vectorizes);
         rows_any |= super::rows::scale_rows(&k, &mut calls, isa, buffers, vectorizes);
+        rows_any |= super::rows::exp_sums(&k, &mut calls, isa, buffers, vectorizes);
+        rows_any |= super::rows::offset_rows(&k, &mut calls, isa, buffers, vectorizes);
     }
     if !split_any && !rows_any {
         return None;
