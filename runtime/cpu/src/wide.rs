@@ -238,33 +238,56 @@ pub fn exp_sum_routine(isa: Isa) -> Option<ExpSumFn> {
     }
 }
 
-/// `out[j] = (xs[j] < below ? zero : xs[j]) * k` (or `/ k`) over `n` floats, for
-/// generated code: the last pass of a softmax row (`below = -inf` for none).
+/// `out[j] = (v < below ? zero : v) * k` (or `/ k`) with `v = xs[j]` or `v = exp(xs[j] -
+/// c)` over `n` floats, for generated code: the last pass of a softmax row (`below = -inf`
+/// for no select).
 ///
 /// Calling it is `unsafe`: `xs` must point to `n` readable floats and `out` to `n`
 /// writable floats apart from them that nothing else accesses during the call.
-pub type ScaleFn =
-    unsafe extern "C" fn(xs: *const f32, below: f32, zero: f32, k: f32, out: *mut f32, n: usize);
+pub type ScaleFn = unsafe extern "C" fn(
+    xs: *const f32,
+    c: f32,
+    below: f32,
+    zero: f32,
+    k: f32,
+    out: *mut f32,
+    n: usize,
+);
 
-/// The [`ScaleFn`] that multiplies (`div` false) or divides by `k`, at width `isa`, if
-/// this CPU supports the width.
-pub fn scale_routine(div: bool, isa: Isa) -> Option<ScaleFn> {
+/// The [`ScaleFn`] that multiplies (`div` false) or divides by `k`, of `exp(x - c)`
+/// (`exp`) or of `x`, at width `isa`, if this CPU supports the width.
+pub fn scale_routine(div: bool, exp: bool, isa: Isa) -> Option<ScaleFn> {
     if !isa.supported() {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        match (isa, div) {
-            (Isa::Sse, _) => None,
-            (Isa::Avx2, false) => Some(avx2::scale_mul as ScaleFn),
-            (Isa::Avx2, true) => Some(avx2::scale_div as ScaleFn),
-            (Isa::Avx512, false) => Some(avx512::scale_mul as ScaleFn),
-            (Isa::Avx512, true) => Some(avx512::scale_div as ScaleFn),
-        }
+        let pick = |avx2: [ScaleFn; 4], avx512: [ScaleFn; 4]| {
+            let i = usize::from(div) + 2 * usize::from(exp);
+            match isa {
+                Isa::Sse => None,
+                Isa::Avx2 => Some(avx2[i]),
+                Isa::Avx512 => Some(avx512[i]),
+            }
+        };
+        pick(
+            [
+                avx2::scale_mul,
+                avx2::scale_div,
+                avx2::exp_scale_mul,
+                avx2::exp_scale_div,
+            ],
+            [
+                avx512::scale_mul,
+                avx512::scale_div,
+                avx512::exp_scale_mul,
+                avx512::exp_scale_div,
+            ],
+        )
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = div;
+        let _ = (div, exp);
         None
     }
 }
@@ -717,78 +740,81 @@ macro_rules! rows {
         }
 
         #[target_feature(enable = $feature)]
-        fn scale_row<const DIV: bool>(xs: &[f32], below: f32, zero: f32, k: f32, out: &mut [f32]) {
-            let (b, z, kv) = (f(below), f(zero), f(k));
+        fn scale_row<const DIV: bool, const EXP: bool>(
+            xs: &[f32],
+            c: f32,
+            below: f32,
+            zero: f32,
+            k: f32,
+            out: &mut [f32],
+        ) {
+            let (cv, b, z, kv) = (f(c), f(below), f(zero), f(k));
+            let one = |x: V| {
+                let v = if EXP { exp(sub(x, cv)) } else { x };
+                let w = select(lt(v, b), z, v);
+                if DIV {
+                    div(w, kv)
+                } else {
+                    mul(w, kv)
+                }
+            };
             let whole = xs.len() / LANES * LANES;
             for (x, o) in xs[..whole]
                 .chunks_exact(LANES)
                 .zip(out[..whole].chunks_exact_mut(LANES))
             {
-                let v = load(x);
-                let w = select(lt(v, b), z, v);
-                store(o, if DIV { div(w, kv) } else { mul(w, kv) });
+                store(o, one(load(x)));
             }
-            for (&v, o) in xs[whole..].iter().zip(&mut out[whole..]) {
-                let w = if v < below { zero } else { v };
-                *o = if DIV { w / k } else { w * k };
+            let rest = xs.len() - whole;
+            if rest > 0 {
+                // The tail through the same vector code, padded.
+                let mut buf = [0.0f32; LANES];
+                buf[..rest].copy_from_slice(&xs[whole..]);
+                let y = one(load(&buf));
+                store(&mut buf, y);
+                out[whole..].copy_from_slice(&buf[..rest]);
             }
         }
 
-        /// `out[j] = (xs[j] < below ? zero : xs[j]) * k` over `n` floats (`/ k` for
-        /// [`scale_div`]): the last pass of a softmax row.
+        /// The scaled-row entry points: `out[j] = (v < below ? zero : v) * k` (or `/ k`)
+        /// with `v = xs[j]` or `v = exp(xs[j] - c)`, over `n` floats: the last pass of a
+        /// softmax row.
         ///
         /// # Safety
         /// `xs` points to `n` readable floats and `out` to `n` writable ones apart from
         /// them that nothing else accesses during the call, and the CPU has the feature.
-        pub(super) unsafe extern "C" fn scale_mul(
-            xs: *const f32,
-            below: f32,
-            zero: f32,
-            k: f32,
-            out: *mut f32,
-            n: usize,
-        ) {
-            if n == 0 {
-                return;
-            }
-            // SAFETY: the caller guarantees the two rows, apart, and the feature.
-            unsafe {
-                scale_row::<false>(
-                    std::slice::from_raw_parts(xs, n),
-                    below,
-                    zero,
-                    k,
-                    std::slice::from_raw_parts_mut(out, n),
-                )
-            }
+        macro_rules! scale_entry {
+            ($name:ident, $div:literal, $exp:literal) => {
+                pub(super) unsafe extern "C" fn $name(
+                    xs: *const f32,
+                    c: f32,
+                    below: f32,
+                    zero: f32,
+                    k: f32,
+                    out: *mut f32,
+                    n: usize,
+                ) {
+                    if n == 0 {
+                        return;
+                    }
+                    // SAFETY: the caller guarantees the two rows, apart, and the feature.
+                    unsafe {
+                        scale_row::<$div, $exp>(
+                            std::slice::from_raw_parts(xs, n),
+                            c,
+                            below,
+                            zero,
+                            k,
+                            std::slice::from_raw_parts_mut(out, n),
+                        )
+                    }
+                }
+            };
         }
-
-        /// As [`scale_mul`], dividing by `k`.
-        ///
-        /// # Safety
-        /// As [`scale_mul`].
-        pub(super) unsafe extern "C" fn scale_div(
-            xs: *const f32,
-            below: f32,
-            zero: f32,
-            k: f32,
-            out: *mut f32,
-            n: usize,
-        ) {
-            if n == 0 {
-                return;
-            }
-            // SAFETY: the caller guarantees the two rows, apart, and the feature.
-            unsafe {
-                scale_row::<true>(
-                    std::slice::from_raw_parts(xs, n),
-                    below,
-                    zero,
-                    k,
-                    std::slice::from_raw_parts_mut(out, n),
-                )
-            }
-        }
+        scale_entry!(scale_mul, false, false);
+        scale_entry!(scale_div, true, false);
+        scale_entry!(exp_scale_mul, false, true);
+        scale_entry!(exp_scale_div, true, true);
 
         /// The sum of the `n` floats at `xs`, in the JIT's order.
         ///

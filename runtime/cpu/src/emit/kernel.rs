@@ -471,7 +471,7 @@ impl Emitter<'_, '_> {
                 self.done.scalar.insert(*acc, value);
             }
             WideOp::Scale(row) => {
-                let Some(routine) = scale_routine(row.div, call.isa) else {
+                let Some(routine) = scale_routine(row.div, row.exp.is_some(), call.isa) else {
                     return Ok(false);
                 };
                 let xs = self.row_start(&row.src)?;
@@ -480,12 +480,17 @@ impl Emitter<'_, '_> {
                 let below = self.b.ins().f32const(row.below);
                 let zero = self.b.ins().f32const(row.zero);
                 let k = self.factor(row.k)?;
-                let sig =
-                    self.routine_sig(&[ptr, types::F32, types::F32, types::F32, ptr, types::I64]);
+                let c = match row.exp {
+                    Some(Offset::Acc(a)) => self.factor(Factor::Acc(a))?,
+                    Some(Offset::Const(c)) => self.b.ins().f32const(c),
+                    None => self.b.ins().f32const(0.0),
+                };
+                let f = types::F32;
+                let sig = self.routine_sig(&[ptr, f, f, f, f, ptr, types::I64]);
                 let callee = self.b.ins().iconst(ptr, routine as usize as i64);
                 self.b
                     .ins()
-                    .call_indirect(sig, callee, &[xs, below, zero, k, out, len]);
+                    .call_indirect(sig, callee, &[xs, c, below, zero, k, out, len]);
             }
             WideOp::Offset2 {
                 src,

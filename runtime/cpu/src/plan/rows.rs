@@ -11,14 +11,15 @@
 //!   s[r0] = t; acc = sum(t)` (the shape `stash.rs` gives such a stage before the split),
 //!   which one call of [`crate::wide::exp_sum_routine`] runs.
 //!
-//! - **Exp-sums that store nothing**: a reduce stage `acc = sum(r0) exp(x[base + r0] - c)`
-//!   that `wide.rs` did not split (rows over 4096, a log-softmax's sum) is the same
-//!   routine with no row to store into.
+//! - **Exp-sums of long rows**: a reduce stage `acc = sum(r0) exp(x[base + r0] - c)` that
+//!   `wide.rs` did not split (rows over 4096, a log-softmax's sum) is the same routine,
+//!   storing nothing or into the stash row that keeps the exps.
 //! - **Offset rows**: a store stage `out = (x - a) - b` (a log-softmax's last pass, `b` a
 //!   `log(acc)`) is one call of [`crate::wide::offset_routine`].
-//! - **Scaled rows**: a store stage `out[base + j0] = w * k` (or `w / k`) with `w` a
-//!   unit-stride row or `where(row < c, z, row)` and `k` an accumulator, its reciprocal or
-//!   a constant (a softmax's last pass) is one call of [`crate::wide::scale_routine`].
+//! - **Scaled rows**: a store stage `out[base + j0] = w * k` (or `w / k`) with `w` a value
+//!   `v` or `where(v < c, z, v)`, `v` a unit-stride row or `exp(row - c)` (a row too long
+//!   to keep its exps), and `k` an accumulator, its reciprocal or a constant (a softmax's
+//!   last pass) is one call of [`crate::wide::scale_routine`].
 //!
 //! The stages stay loop IR that the evaluator and, on a CPU without the width, the JIT
 //! run to the same values; the schedule records the call. Both need rows of at least
@@ -436,18 +437,25 @@ fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
     let (kf, k_nodes) = factor(node(k)?, body)?;
     let mut used = vec![st.value.index(), k.index()];
     used.extend(k_nodes);
-    let load_of = |r: ferrite_ir::loops::ExprRef| match node(r) {
-        Some(ExprNode {
-            dtype: DType::F32,
-            op: ExprOp::Load(l),
-        }) if l.buffer != st.buffer && unit_row(l, j, buffers) => Some(l.clone()),
-        _ => None,
-    };
-    let (src, below, zero) = match &node(w)?.op {
-        ExprOp::Load(_) => {
-            used.push(w.index());
-            (load_of(w)?, f32::NEG_INFINITY, 0.0)
+    // The row's value: a load, or exp of a load's offset.
+    let value_of = |r: ferrite_ir::loops::ExprRef| -> Option<(Load, Option<Offset>, Vec<usize>)> {
+        match &node(r)?.op {
+            ExprOp::Unary(UnaryOp::Exp, arg) if node(r)?.dtype == DType::F32 => {
+                let (l, c, mut nodes) = exp_arg(body, *arg, j, Some(st.buffer), buffers)?;
+                nodes.push(r.index());
+                Some((l, Some(c), nodes))
+            }
+            ExprOp::Load(l)
+                if node(r)?.dtype == DType::F32
+                    && l.buffer != st.buffer
+                    && unit_row(l, j, buffers) =>
+            {
+                Some((l.clone(), None, vec![r.index()]))
+            }
+            _ => None,
         }
+    };
+    let (src, exp, below, zero) = match &node(w)?.op {
         ExprOp::Where(c, z, x) => {
             let ExprOp::Binary(BinaryOp::Lt, x2, lim) = node(*c)?.op else {
                 return None;
@@ -463,10 +471,16 @@ fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
                 _ => None,
             };
             let (below, zero) = (constant(lim)?, constant(*z)?);
-            used.extend([w.index(), c.index(), x.index(), lim.index(), z.index()]);
-            (load_of(*x)?, below, zero)
+            let (src, exp, nodes) = value_of(*x)?;
+            used.extend(nodes);
+            used.extend([w.index(), c.index(), lim.index(), z.index()]);
+            (src, exp, below, zero)
         }
-        _ => return None,
+        _ => {
+            let (src, exp, nodes) = value_of(w)?;
+            used.extend(nodes);
+            (src, exp, f32::NEG_INFINITY, 0.0)
+        }
     };
     used.sort_unstable();
     used.dedup();
@@ -475,6 +489,7 @@ fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
     }
     Some(ScaleRow {
         src,
+        exp,
         below,
         zero,
         k: kf,
@@ -556,8 +571,8 @@ fn exp_arg(
 }
 
 /// Marks every reduce stage `acc = sum(r0) exp(x[base + r0] - c)` of `k` with no call yet
-/// (rows too long for `wide.rs` to split, a log-softmax's sum) as an exp-sum call that
-/// stores nothing; true when one was.
+/// (rows too long for `wide.rs` to split, a log-softmax's sum) as an exp-sum call, storing
+/// nothing or the exps into the stash row the stage keeps them in; true when one was.
 pub fn exp_sums(
     k: &Kernel,
     calls: &mut [Option<WideCall>],
@@ -584,13 +599,25 @@ pub fn exp_sums(
         };
         if domain.len() != 1
             || domain[0] < MIN_POINTS
-            || !stores.is_empty()
             || r.kind != ReduceKind::Sum
             || r.dtype != DType::F32
             || r.rhs.is_some()
         {
             continue;
         }
+        // Nothing stored, or the exps kept in a scratch row (a stash) for a later stage.
+        let out = match stores.as_slice() {
+            [] => None,
+            [st] if st.value == r.value
+                && st.index == flat_index(domain, VarKind::Reduce)
+                && buffers
+                    .get(st.buffer.index())
+                    .is_some_and(|b| b.kind == ferrite_ir::loops::BufferKind::Scratch) =>
+            {
+                Some(st.buffer)
+            }
+            _ => continue,
+        };
         let Some(ExprNode {
             dtype: DType::F32,
             op: ExprOp::Unary(UnaryOp::Exp, arg),
@@ -598,7 +625,7 @@ pub fn exp_sums(
         else {
             continue;
         };
-        let Some((src, offset, mut used)) = exp_arg(body, *arg, Var::reduce(0), None, buffers)
+        let Some((src, offset, mut used)) = exp_arg(body, *arg, Var::reduce(0), out, buffers)
         else {
             continue;
         };
@@ -611,7 +638,7 @@ pub fn exp_sums(
             op: WideOp::ExpSum {
                 src,
                 offset,
-                out: None,
+                out,
                 acc: r.acc,
             },
             isa,

@@ -109,11 +109,15 @@ pub enum WideOp {
     Scale(ScaleRow),
 }
 
-/// `out[j0] = (src[j0] < below ? zero : src[j0]) * k` (or `/ k`) over a store stage's
-/// one loop: a softmax row's last pass. `below` is `-inf` where the stage has no select.
+/// `out[j0] = (v < below ? zero : v) * k` (or `/ k`), `v = src[j0]` or `exp(src[j0] - c)`,
+/// over a store stage's one loop: a softmax row's last pass. `below` is `-inf` where the
+/// stage has no select.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScaleRow {
     pub src: Load,
+    /// `Some(c)`: the row's value is `exp(src - c)` (a softmax row too long to keep its
+    /// exps in a scratch row), computed here.
+    pub exp: Option<Offset>,
     pub below: f32,
     pub zero: f32,
     pub k: Factor,
@@ -202,6 +206,11 @@ impl fmt::Display for WideCall {
             WideOp::Scale(s) => {
                 let k = s.k;
                 let x = format!("{}[{}]", s.src.buffer, s.src.index);
+                let x = match s.exp {
+                    Some(Offset::Acc(a)) => format!("exp({x} - {a})"),
+                    Some(Offset::Const(c)) => format!("exp({x} - {c:?})"),
+                    None => x,
+                };
                 let w = if s.below == f32::NEG_INFINITY {
                     x
                 } else {
