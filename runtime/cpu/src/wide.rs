@@ -92,21 +92,26 @@ impl Isa {
     }
 }
 
+/// The routine `avx2` or `avx512` for `isa`, when this CPU supports the width (`None` at
+/// SSE): every routine lookup below.
+#[cfg(target_arch = "x86_64")]
+fn by_width<T>(isa: Isa, avx2: T, avx512: T) -> Option<T> {
+    match isa {
+        _ if !isa.supported() => None,
+        Isa::Sse => None,
+        Isa::Avx2 => Some(avx2),
+        Isa::Avx512 => Some(avx512),
+    }
+}
+
 /// A wide routine: `out[i] = f(xs[i])`. Panics if the lengths differ.
 pub type WideFn = fn(&[f32], &mut [f32]);
 
 /// The routine for `f` at width `isa`, if there is one and this CPU supports the width.
 pub fn routine(f: UnaryFn, isa: Isa) -> Option<WideFn> {
-    if !isa.supported() {
-        return None;
-    }
     #[cfg(target_arch = "x86_64")]
     {
-        let pick = |avx2: WideFn, avx512: WideFn| match isa {
-            Isa::Sse => None,
-            Isa::Avx2 => Some(avx2),
-            Isa::Avx512 => Some(avx512),
-        };
+        let pick = |avx2: WideFn, avx512: WideFn| by_width(isa, avx2, avx512);
         match f {
             UnaryFn::Exp => pick(avx2::exp_slice, avx512::exp_slice),
             UnaryFn::Log => pick(avx2::log_slice, avx512::log_slice),
@@ -119,7 +124,7 @@ pub fn routine(f: UnaryFn, isa: Isa) -> Option<WideFn> {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = f;
+        let _ = (f, isa);
         None
     }
 }
@@ -134,16 +139,9 @@ pub type InPlaceFn = unsafe extern "C" fn(xs: *mut f32, n: usize);
 /// The in-place routine for `f` at width `isa` (the same bits as [`routine`]'s), if
 /// there is one and this CPU supports the width.
 pub fn in_place_routine(f: UnaryFn, isa: Isa) -> Option<InPlaceFn> {
-    if !isa.supported() {
-        return None;
-    }
     #[cfg(target_arch = "x86_64")]
     {
-        let pick = |avx2: InPlaceFn, avx512: InPlaceFn| match isa {
-            Isa::Sse => None,
-            Isa::Avx2 => Some(avx2),
-            Isa::Avx512 => Some(avx512),
-        };
+        let pick = |avx2: InPlaceFn, avx512: InPlaceFn| by_width(isa, avx2, avx512);
         match f {
             UnaryFn::Exp => pick(avx2::exp_in_place, avx512::exp_in_place),
             UnaryFn::Log => pick(avx2::log_in_place, avx512::log_in_place),
@@ -156,7 +154,7 @@ pub fn in_place_routine(f: UnaryFn, isa: Isa) -> Option<InPlaceFn> {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = f;
+        let _ = (f, isa);
         None
     }
 }
@@ -189,16 +187,9 @@ impl RowReduce {
 
 /// The row reduction `r` at width `isa`, if this CPU supports the width.
 pub fn row_routine(r: RowReduce, isa: Isa) -> Option<RowFn> {
-    if !isa.supported() {
-        return None;
-    }
     #[cfg(target_arch = "x86_64")]
     {
-        let pick = |avx2: RowFn, avx512: RowFn| match isa {
-            Isa::Sse => None,
-            Isa::Avx2 => Some(avx2),
-            Isa::Avx512 => Some(avx512),
-        };
+        let pick = |avx2: RowFn, avx512: RowFn| by_width(isa, avx2, avx512);
         match r {
             RowReduce::Sum => pick(avx2::row_sum, avx512::row_sum),
             RowReduce::Max => pick(avx2::row_max, avx512::row_max),
@@ -207,7 +198,7 @@ pub fn row_routine(r: RowReduce, isa: Isa) -> Option<RowFn> {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = r;
+        let _ = (r, isa);
         None
     }
 }
@@ -221,19 +212,17 @@ pub type ExpSumFn = unsafe extern "C" fn(xs: *const f32, c: f32, out: *mut f32, 
 
 /// The [`ExpSumFn`] at width `isa`, if this CPU supports the width.
 pub fn exp_sum_routine(isa: Isa) -> Option<ExpSumFn> {
-    if !isa.supported() {
-        return None;
-    }
     #[cfg(target_arch = "x86_64")]
     {
-        match isa {
-            Isa::Sse => None,
-            Isa::Avx2 => Some(avx2::exp_sub_sum as ExpSumFn),
-            Isa::Avx512 => Some(avx512::exp_sub_sum as ExpSumFn),
-        }
+        by_width(
+            isa,
+            avx2::exp_sub_sum as ExpSumFn,
+            avx512::exp_sub_sum as ExpSumFn,
+        )
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
+        let _ = isa;
         None
     }
 }
@@ -257,37 +246,26 @@ pub type ScaleFn = unsafe extern "C" fn(
 /// The [`ScaleFn`] that multiplies (`div` false) or divides by `k`, of `exp(x - c)`
 /// (`exp`) or of `x`, at width `isa`, if this CPU supports the width.
 pub fn scale_routine(div: bool, exp: bool, isa: Isa) -> Option<ScaleFn> {
-    if !isa.supported() {
-        return None;
-    }
     #[cfg(target_arch = "x86_64")]
     {
-        let pick = |avx2: [ScaleFn; 4], avx512: [ScaleFn; 4]| {
-            let i = usize::from(div) + 2 * usize::from(exp);
-            match isa {
-                Isa::Sse => None,
-                Isa::Avx2 => Some(avx2[i]),
-                Isa::Avx512 => Some(avx512[i]),
-            }
-        };
-        pick(
-            [
-                avx2::scale_mul,
-                avx2::scale_div,
-                avx2::exp_scale_mul,
-                avx2::exp_scale_div,
-            ],
-            [
-                avx512::scale_mul,
-                avx512::scale_div,
-                avx512::exp_scale_mul,
-                avx512::exp_scale_div,
-            ],
-        )
+        let i = usize::from(div) + 2 * usize::from(exp);
+        let avx2: [ScaleFn; 4] = [
+            avx2::scale_mul,
+            avx2::scale_div,
+            avx2::exp_scale_mul,
+            avx2::exp_scale_div,
+        ];
+        let avx512: [ScaleFn; 4] = [
+            avx512::scale_mul,
+            avx512::scale_div,
+            avx512::exp_scale_mul,
+            avx512::exp_scale_div,
+        ];
+        by_width(isa, avx2[i], avx512[i])
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (div, exp);
+        let _ = (div, exp, isa);
         None
     }
 }
@@ -301,19 +279,13 @@ pub type OffsetFn = unsafe extern "C" fn(xs: *const f32, a: f32, b: f32, out: *m
 
 /// The [`OffsetFn`] at width `isa`, if this CPU supports the width.
 pub fn offset_routine(isa: Isa) -> Option<OffsetFn> {
-    if !isa.supported() {
-        return None;
-    }
     #[cfg(target_arch = "x86_64")]
     {
-        match isa {
-            Isa::Sse => None,
-            Isa::Avx2 => Some(avx2::offset as OffsetFn),
-            Isa::Avx512 => Some(avx512::offset as OffsetFn),
-        }
+        by_width(isa, avx2::offset as OffsetFn, avx512::offset as OffsetFn)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
+        let _ = isa;
         None
     }
 }

@@ -61,8 +61,9 @@ fn live_set(stage: &Stage) -> Vec<usize> {
         .collect()
 }
 
-/// The row reduction `stage` is, if it is one: its one reduction and its load.
-fn row_reduction(stage: &Stage, buffers: &[Buffer]) -> Option<(RowReduce, Load)> {
+/// A reduce stage over one loop with one `f32` reduction (no dot product): its extent,
+/// body, reduction and stores, if `stage` is one.
+fn one_reduction(stage: &Stage) -> Option<(usize, &Block, &Reduction, &[StoreOp])> {
     let Stage::Reduce {
         domain,
         body,
@@ -72,21 +73,25 @@ fn row_reduction(stage: &Stage, buffers: &[Buffer]) -> Option<(RowReduce, Load)>
     else {
         return None;
     };
-    if domain.len() != 1 || domain[0] < MIN_POINTS || !stores.is_empty() {
-        return None;
-    }
-    let [r] = reductions.as_slice() else {
+    let ([n], [r]) = (domain.as_slice(), reductions.as_slice()) else {
         return None;
     };
+    (r.dtype == DType::F32 && r.rhs.is_none()).then_some((*n, body, r, stores.as_slice()))
+}
+
+/// The row reduction `stage` is, if it is one: one float sum, max or min of a unit-stride
+/// row.
+fn row_reduction(stage: &Stage, buffers: &[Buffer]) -> Option<WideOp> {
+    let (n, body, r, stores) = one_reduction(stage)?;
+    if n < MIN_POINTS || !stores.is_empty() || live_set(stage) != [r.value.index()] {
+        return None;
+    }
     let kind = match r.kind {
         ReduceKind::Sum => RowReduce::Sum,
         ReduceKind::Max => RowReduce::Max,
         ReduceKind::Min => RowReduce::Min,
         _ => return None,
     };
-    if r.dtype != DType::F32 || r.rhs.is_some() || live_set(stage) != [r.value.index()] {
-        return None;
-    }
     let ExprNode {
         dtype: DType::F32,
         op: ExprOp::Load(l),
@@ -94,12 +99,17 @@ fn row_reduction(stage: &Stage, buffers: &[Buffer]) -> Option<(RowReduce, Load)>
     else {
         return None;
     };
-    unit_row(l, Var::reduce(0), buffers).then(|| (kind, l.clone()))
+    unit_row(l, Var::reduce(0), buffers).then(|| WideOp::Reduce {
+        kind,
+        src: l.clone(),
+        acc: r.acc,
+    })
 }
 
-/// Marks every row reduction of `k` that has no call yet and is vector code as a row
-/// call; true when one was.
-pub fn row_reductions(
+/// Marks every stage of `k` that has no call yet, is vector code and is one of the row
+/// patterns of the module docs (a row reduction, a long row's exp-sum, a scaled or an
+/// offset row) as its row call; true when one was.
+pub fn mark_row_calls(
     k: &Kernel,
     calls: &mut [Option<WideCall>],
     isa: Isa,
@@ -111,51 +121,16 @@ pub fn row_reductions(
         if calls[si].is_some() {
             continue;
         }
-        let Some((kind, src)) = row_reduction(stage, buffers) else {
-            continue;
-        };
-        if !vectorizes(k, si, buffers) {
-            continue;
-        }
-        let Stage::Reduce { reductions, .. } = stage else {
-            continue;
-        };
-        calls[si] = Some(WideCall {
-            op: WideOp::Reduce {
-                kind,
-                src,
-                acc: reductions[0].acc,
-            },
-            isa,
-            len: stage.domain()[0],
-        });
-        any = true;
-    }
-    any
-}
-
-/// Marks every scaled row of `k` that has no call yet and is vector code as a row call;
-/// true when one was.
-pub fn scale_rows(
-    k: &Kernel,
-    calls: &mut [Option<WideCall>],
-    isa: Isa,
-    buffers: &[Buffer],
-    vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
-) -> bool {
-    let mut any = false;
-    for (si, stage) in k.stages.iter().enumerate() {
-        if calls[si].is_some() {
-            continue;
-        }
-        let Some(row) = scale_row(stage, buffers) else {
-            continue;
-        };
+        let op = row_reduction(stage, buffers)
+            .or_else(|| long_exp_sum(stage, buffers))
+            .or_else(|| scale_row(stage, buffers).map(WideOp::Scale))
+            .or_else(|| offset_row(stage, buffers));
+        let Some(op) = op else { continue };
         if !vectorizes(k, si, buffers) {
             continue;
         }
         calls[si] = Some(WideCall {
-            op: WideOp::Scale(row),
+            op,
             isa,
             len: stage.domain()[0],
         });
@@ -181,69 +156,22 @@ fn exp_argument(stage: &Stage, row: BufferId, buffers: &[Buffer]) -> Option<(Loa
     if domain.len() != 1 || st.buffer != row || st.index != flat_index(domain, VarKind::Store) {
         return None;
     }
-    let live = live_set(stage);
-    let j = Var::store(0);
-    let load = |i: usize| match &body.nodes[i] {
-        ExprNode {
-            dtype: DType::F32,
-            op: ExprOp::Load(l),
-        } if l.buffer != row && unit_row(l, j, buffers) => Some(l.clone()),
-        _ => None,
-    };
-    let value = st.value.index();
-    match &body.nodes[value].op {
-        ExprOp::Load(_) if live == [value] => Some((load(value)?, Offset::Const(0.0))),
-        ExprOp::Binary(BinaryOp::Sub, a, c) if body.nodes[value].dtype == DType::F32 => {
-            let mut want = vec![a.index(), c.index(), value];
-            want.sort_unstable();
-            if live != want {
-                return None;
-            }
-            let offset = match &body.nodes[c.index()] {
-                ExprNode {
-                    dtype: DType::F32,
-                    op: ExprOp::Acc(acc),
-                } => Offset::Acc(*acc),
-                ExprNode {
-                    dtype: DType::F32,
-                    op: ExprOp::Const(Value::Float(c)),
-                } => Offset::Const(*c as f32),
-                _ => return None,
-            };
-            Some((load(a.index())?, offset))
-        }
-        _ => None,
-    }
+    let (src, offset, mut used) = exp_arg(body, st.value, Var::store(0), Some(row), buffers)?;
+    used.sort_unstable();
+    (live_set(stage) == used).then_some((src, offset))
 }
 
 /// The sum stage of an exp-sum: `acc = sum(r0) row[r0]`, nothing else.
 fn row_sum_of(stage: &Stage, row: BufferId) -> Option<ferrite_ir::loops::AccId> {
-    let Stage::Reduce {
-        domain,
-        body,
-        reductions,
-        stores,
-    } = stage
-    else {
-        return None;
-    };
-    let [r] = reductions.as_slice() else {
-        return None;
-    };
-    if domain.len() != 1
-        || !stores.is_empty()
-        || r.kind != ReduceKind::Sum
-        || r.dtype != DType::F32
-        || r.rhs.is_some()
-        || live_set(stage) != [r.value.index()]
-    {
+    let (n, body, r, stores) = one_reduction(stage)?;
+    if !stores.is_empty() || r.kind != ReduceKind::Sum || live_set(stage) != [r.value.index()] {
         return None;
     }
     match &body.get(r.value)?.op {
         ExprOp::Load(l)
             if l.buffer == row
                 && l.guard.is_empty()
-                && l.index == flat_index(domain, VarKind::Reduce) =>
+                && l.index == flat_index(&[n], VarKind::Reduce) =>
         {
             Some(r.acc)
         }
@@ -387,8 +315,9 @@ fn exp_sum(
     Some((stage, call))
 }
 
-/// The scaled row `stage` is, if it is one (see the module docs).
-fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
+/// The body and the one store of a store stage over one loop of at least [`MIN_POINTS`]
+/// points that writes a unit-stride `f32` row, if `stage` is one.
+fn row_store<'s>(stage: &'s Stage, buffers: &[Buffer]) -> Option<(&'s Block, &'s StoreOp)> {
     let Stage::Store {
         domain,
         body,
@@ -400,23 +329,20 @@ fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
     let [st] = stores.as_slice() else {
         return None;
     };
-    if domain.len() != 1 || domain[0] < MIN_POINTS {
-        return None;
-    }
+    let out = Load {
+        buffer: st.buffer,
+        index: st.index.clone(),
+        guard: vec![],
+        other: Value::Float(0.0),
+    };
+    (domain.len() == 1 && domain[0] >= MIN_POINTS && unit_row(&out, Var::store(0), buffers))
+        .then_some((body, st))
+}
+
+/// The scaled row `stage` is, if it is one (see the module docs).
+fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
+    let (body, st) = row_store(stage, buffers)?;
     let j = Var::store(0);
-    let f32_out = buffers
-        .get(st.buffer.index())
-        .is_some_and(|b| b.ty.dtype == DType::F32);
-    match split_linear(&st.index, j) {
-        Some((rest, 1)) if f32_out => {
-            let mut inner = false;
-            rest.for_each_var(&mut |x| inner |= x.kind != VarKind::Outer);
-            if inner {
-                return None;
-            }
-        }
-        _ => return None,
-    }
     let node = |r: ferrite_ir::loops::ExprRef| body.get(r);
     let top = node(st.value)?;
     let (w, k, div) = match top.op {
@@ -570,142 +496,50 @@ fn exp_arg(
     }
 }
 
-/// Marks every reduce stage `acc = sum(r0) exp(x[base + r0] - c)` of `k` with no call yet
-/// (rows too long for `wide.rs` to split, a log-softmax's sum) as an exp-sum call, storing
-/// nothing or the exps into the stash row the stage keeps them in; true when one was.
-pub fn exp_sums(
-    k: &Kernel,
-    calls: &mut [Option<WideCall>],
-    isa: Isa,
-    buffers: &[Buffer],
-    vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
-) -> bool {
-    let mut any = false;
-    for (si, stage) in k.stages.iter().enumerate() {
-        if calls[si].is_some() {
-            continue;
-        }
-        let Stage::Reduce {
-            domain,
-            body,
-            reductions,
-            stores,
-        } = stage
-        else {
-            continue;
-        };
-        let [r] = reductions.as_slice() else {
-            continue;
-        };
-        if domain.len() != 1
-            || domain[0] < MIN_POINTS
-            || r.kind != ReduceKind::Sum
-            || r.dtype != DType::F32
-            || r.rhs.is_some()
+/// The exp-sum `stage` is, if it is a reduce stage `acc = sum(r0) exp(x[base + r0] - c)`
+/// that `wide.rs` did not split (rows over 4096, a log-softmax's sum): storing nothing, or
+/// the exps into the stash row the stage keeps them in.
+fn long_exp_sum(stage: &Stage, buffers: &[Buffer]) -> Option<WideOp> {
+    let (n, body, r, stores) = one_reduction(stage)?;
+    if n < MIN_POINTS || r.kind != ReduceKind::Sum {
+        return None;
+    }
+    let out = match stores {
+        [] => None,
+        [st] if st.value == r.value
+            && st.index == flat_index(&[n], VarKind::Reduce)
+            && buffers
+                .get(st.buffer.index())
+                .is_some_and(|b| b.kind == ferrite_ir::loops::BufferKind::Scratch) =>
         {
-            continue;
+            Some(st.buffer)
         }
-        // Nothing stored, or the exps kept in a scratch row (a stash) for a later stage.
-        let out = match stores.as_slice() {
-            [] => None,
-            [st] if st.value == r.value
-                && st.index == flat_index(domain, VarKind::Reduce)
-                && buffers
-                    .get(st.buffer.index())
-                    .is_some_and(|b| b.kind == ferrite_ir::loops::BufferKind::Scratch) =>
-            {
-                Some(st.buffer)
-            }
-            _ => continue,
-        };
-        let Some(ExprNode {
-            dtype: DType::F32,
-            op: ExprOp::Unary(UnaryOp::Exp, arg),
-        }) = body.get(r.value)
-        else {
-            continue;
-        };
-        let Some((src, offset, mut used)) = exp_arg(body, *arg, Var::reduce(0), out, buffers)
-        else {
-            continue;
-        };
-        used.push(r.value.index());
-        used.sort_unstable();
-        if live_set(stage) != used || !vectorizes(k, si, buffers) {
-            continue;
-        }
-        calls[si] = Some(WideCall {
-            op: WideOp::ExpSum {
-                src,
-                offset,
-                out,
-                acc: r.acc,
-            },
-            isa,
-            len: domain[0],
-        });
-        any = true;
-    }
-    any
-}
-
-/// Marks every store stage `out[base + j0] = x[base' + j0] - a - b` of `k` with no call
-/// yet (a log-softmax's last pass; `a`, `b` accumulators, their logs or reciprocals, or
-/// constants) as an offset-row call; true when one was.
-pub fn offset_rows(
-    k: &Kernel,
-    calls: &mut [Option<WideCall>],
-    isa: Isa,
-    buffers: &[Buffer],
-    vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
-) -> bool {
-    let mut any = false;
-    for (si, stage) in k.stages.iter().enumerate() {
-        if calls[si].is_some() {
-            continue;
-        }
-        let Some(op) = offset_row(stage, buffers) else {
-            continue;
-        };
-        if !vectorizes(k, si, buffers) {
-            continue;
-        }
-        calls[si] = Some(WideCall {
-            op,
-            isa,
-            len: stage.domain()[0],
-        });
-        any = true;
-    }
-    any
-}
-
-/// The offset row `stage` is, if it is one (see [`offset_rows`]).
-fn offset_row(stage: &Stage, buffers: &[Buffer]) -> Option<WideOp> {
-    let Stage::Store {
-        domain,
-        body,
-        stores,
-    } = stage
+        _ => return None,
+    };
+    let ExprNode {
+        dtype: DType::F32,
+        op: ExprOp::Unary(UnaryOp::Exp, arg),
+    } = body.get(r.value)?
     else {
         return None;
     };
-    let [st] = stores.as_slice() else {
-        return None;
-    };
-    if domain.len() != 1 || domain[0] < MIN_POINTS {
-        return None;
-    }
+    let (src, offset, mut used) = exp_arg(body, *arg, Var::reduce(0), out, buffers)?;
+    used.push(r.value.index());
+    used.sort_unstable();
+    (live_set(stage) == used).then_some(WideOp::ExpSum {
+        src,
+        offset,
+        out,
+        acc: r.acc,
+    })
+}
+
+/// The offset row `stage` is, if it is one: `out[base + j0] = x[base' + j0] - a - b` (a
+/// log-softmax's last pass; `a`, `b` accumulators, their logs or reciprocals, or
+/// constants).
+fn offset_row(stage: &Stage, buffers: &[Buffer]) -> Option<WideOp> {
+    let (body, st) = row_store(stage, buffers)?;
     let j = Var::store(0);
-    let out_row = ferrite_ir::loops::Load {
-        buffer: st.buffer,
-        index: st.index.clone(),
-        guard: vec![],
-        other: Value::Float(0.0),
-    };
-    if !unit_row(&out_row, j, buffers) {
-        return None;
-    }
     let top = body.get(st.value)?;
     let ExprOp::Binary(BinaryOp::Sub, inner, b) = top.op else {
         return None;

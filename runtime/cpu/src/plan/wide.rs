@@ -599,10 +599,7 @@ pub fn apply_wide(
             }
             rows_any = true;
         }
-        rows_any |= super::rows::row_reductions(&k, &mut calls, isa, buffers, vectorizes);
-        rows_any |= super::rows::scale_rows(&k, &mut calls, isa, buffers, vectorizes);
-        rows_any |= super::rows::exp_sums(&k, &mut calls, isa, buffers, vectorizes);
-        rows_any |= super::rows::offset_rows(&k, &mut calls, isa, buffers, vectorizes);
+        rows_any |= super::rows::mark_row_calls(&k, &mut calls, isa, buffers, vectorizes);
     }
     if !split_any && !rows_any {
         return None;
