@@ -773,44 +773,38 @@ impl CpuProgram {
                 product_batch_strides,
                 epilogue: Some(j),
             } if plan.epilogue_per_rows => {
-                let start = times.map(|_| Instant::now());
-                let ran = self.run_gemm_then(
-                    plan,
-                    product_batch_strides,
-                    j,
-                    team,
-                    inputs,
-                    outputs,
-                    storage,
-                );
-                if let (Some(times), Some(start)) = (times, start) {
-                    // The blocks (each with its epilogue) run on the team; the call is one
-                    // span of the calling thread.
-                    times.record(0, 0, start);
-                }
-                ran
+                // The blocks (each with its epilogue) run on the team; the call is one span
+                // of the calling thread.
+                calling_thread_span(times, || {
+                    self.run_gemm_then(
+                        plan,
+                        product_batch_strides,
+                        j,
+                        team,
+                        inputs,
+                        outputs,
+                        storage,
+                    )
+                })
             }
             Step::Gemm {
                 plan,
                 product_batch_strides,
                 epilogue,
             } => {
-                let start = times.map(|_| Instant::now());
-                let gemm = self.run_gemm(
-                    plan,
-                    product_batch_strides,
-                    team,
-                    inputs,
-                    outputs,
-                    &mut storage.slots,
-                    None,
-                );
-                if let (Some(times), Some(start)) = (times, start) {
-                    // The GEMM's blocks run on the team; its call is one span of the
-                    // calling thread.
-                    times.record(0, 0, start);
-                }
-                gemm?;
+                // The GEMM's blocks run on the team; its call is one span of the calling
+                // thread.
+                calling_thread_span(times, || {
+                    self.run_gemm(
+                        plan,
+                        product_batch_strides,
+                        team,
+                        inputs,
+                        outputs,
+                        &mut storage.slots,
+                        None,
+                    )
+                })?;
                 match epilogue {
                     Some(j) => self.run_jit(j, team, inputs, outputs, storage, times),
                     None => Ok(()),
@@ -927,11 +921,7 @@ impl CpuProgram {
                 Some(times) => team.parallel_for_range_timed(info.points, min_chunk, times, task),
             }
         } else {
-            let start = times.map(|_| Instant::now());
-            call(0, info.points);
-            if let (Some(times), Some(start)) = (times, start) {
-                times.record(0, 0, start);
-            }
+            calling_thread_span(times, || call(0, info.points));
             Ok(())
         };
         storage.addrs = addrs;
@@ -1027,6 +1017,16 @@ impl CpuProgram {
         }
         result
     }
+}
+
+/// `f()`, recorded with `times` (when profiling) as one span of the calling thread.
+fn calling_thread_span<R>(times: Option<&ChunkTimes>, f: impl FnOnce() -> R) -> R {
+    let start = times.map(|_| Instant::now());
+    let r = f();
+    if let (Some(times), Some(start)) = (times, start) {
+        times.record(0, 0, start);
+    }
+    r
 }
 
 /// Runs a planned product through [`gemm_nd`]: every batch axis strided on its own, the

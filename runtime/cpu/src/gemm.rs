@@ -930,15 +930,8 @@ fn run_blocks<T: GemmScalar>(
         if !few {
             return run_row_blocks(shape, team, few_rows, rows, &run_block, after);
         }
-        return run_split(shape, split, &run_block).and_then(|()| match team {
-            Some(t) => t
-                .parallel_for(batch, |p| after(p, 0..m))
-                .map_err(GemmError::Pool),
-            None => {
-                (0..batch).for_each(|p| after(p, 0..m));
-                Ok(())
-            }
-        });
+        return run_split(shape, split, &run_block)
+            .and_then(|()| for_each_task(team, batch, |p| after(p, 0..m)));
     }
     run_split(shape, split, &run_block)
 }
@@ -991,14 +984,22 @@ fn run_row_blocks(
         run_block(p, r.clone(), 0..n);
         after(p, r);
     };
-    let ran = match parallel {
-        Some(t) => t.parallel_for(batch * parts, block),
+    for_each_task(parallel, batch * parts, block)
+}
+
+/// `task(t)` for every `t in 0..n`: on the team, or in order on the calling thread.
+fn for_each_task(
+    team: Option<Team<'_>>,
+    n: usize,
+    task: impl Fn(usize) + Sync,
+) -> Result<(), GemmError> {
+    match team {
+        Some(t) => t.parallel_for(n, task).map_err(GemmError::Pool),
         None => {
-            (0..batch * parts).for_each(block);
+            (0..n).for_each(task);
             Ok(())
         }
-    };
-    ran.map_err(GemmError::Pool)
+    }
 }
 
 /// Rows of a block (of `C`) up to which [`crate::sgemm`] computes it instead of the

@@ -361,15 +361,10 @@ macro_rules! algorithms {
             }
             let (n, q, shifted) = expm1_reduced_n(x, lo);
             let subnormal = lt(n, f(EXP_SUBNORMAL_N));
-            if HAS_SCALEF && none(subnormal) {
-                // No lane is subnormal: `fma(q, s1, s1) * 2^n2` below, with `s1 = 2^n1 t`
-                // (`t` = 1 without a scale), is `round(t + q t)` scaled by `2^n` exactly
-                // (or the same infinity), which is one `scalef`.
-                let m = match scale {
-                    Some(t) => fma(q, t, t),
-                    None => add(q, f(1.0)),
-                };
-                return scalef(m, n);
+            if none(subnormal) {
+                if let Some(y) = exp_normal(q, n, scale) {
+                    return y;
+                }
             }
             let ni = isub(shifted, i(ROUND_MAGIC.to_bits() as i32));
             let n1 = sar1(ni);
@@ -537,24 +532,6 @@ macro_rules! rows {
             out
         }
 
-        #[target_feature(enable = $feature)]
-        fn sum_row(xs: &[f32]) -> f32 {
-            let steps = xs.len() / STEP;
-            let mut folds = SumFolds::default();
-            let mut acc = [f(0.0); PER];
-            for k in 0..steps {
-                let row = &xs[k * STEP..];
-                for (p, a) in acc.iter_mut().enumerate() {
-                    *a = add(*a, load(&row[p * LANES..]));
-                }
-                if folds.step() {
-                    folds.fold(&spill(&acc));
-                    acc = [f(0.0); PER];
-                }
-            }
-            folds.finish(spill(&acc), &xs[steps * STEP..])
-        }
-
         /// The lanes of a max (min) after the unrolled loop, in the JIT's order: one
         /// dependent select per vector, and each lane's last NaN.
         #[target_feature(enable = $feature)]
@@ -636,16 +613,19 @@ macro_rules! rows {
             row_order::finish_extreme(MAX, lanes, nans, &xs[whole..])
         }
 
+        /// The sum of `exp(xs[j] - c)` (`EXP`) or of `xs[j]` in the JIT's order, the
+        /// values stored into `out` when there is one.
         #[target_feature(enable = $feature)]
-        fn exp_sub_sum_row(xs: &[f32], c: f32, mut out: Option<&mut [f32]>) -> f32 {
+        fn sum_row<const EXP: bool>(xs: &[f32], c: f32, mut out: Option<&mut [f32]>) -> f32 {
             let steps = xs.len() / STEP;
             let cv = f(c);
+            let value = |x: V| if EXP { exp(sub(x, cv)) } else { x };
             let mut folds = SumFolds::default();
             let mut acc = [f(0.0); PER];
             for k in 0..steps {
                 let row = &xs[k * STEP..];
                 for (p, a) in acc.iter_mut().enumerate() {
-                    let y = exp(sub(load(&row[p * LANES..]), cv));
+                    let y = value(load(&row[p * LANES..]));
                     if let Some(o) = out.as_deref_mut() {
                         store(&mut o[k * STEP + p * LANES..], y);
                     }
@@ -661,7 +641,7 @@ macro_rules! rows {
             let mut buf = [0.0f32; STEP];
             buf[..rest].copy_from_slice(&xs[done..]);
             for p in 0..PER {
-                let y = exp(sub(load(&buf[p * LANES..]), cv));
+                let y = value(load(&buf[p * LANES..]));
                 store(&mut buf[p * LANES..], y);
             }
             if let Some(o) = out {
@@ -798,7 +778,7 @@ macro_rules! rows {
                 return 0.0;
             }
             // SAFETY: the caller guarantees `n` readable floats and the feature.
-            unsafe { sum_row(std::slice::from_raw_parts(xs, n)) }
+            unsafe { sum_row::<false>(std::slice::from_raw_parts(xs, n), 0.0, None) }
         }
 
         /// The max of the `n` floats at `xs`, as the JIT's loop computes it.
@@ -844,7 +824,7 @@ macro_rules! rows {
             // SAFETY: the caller guarantees the rows, apart, and the feature.
             unsafe {
                 let out = (!out.is_null()).then(|| std::slice::from_raw_parts_mut(out, n));
-                exp_sub_sum_row(std::slice::from_raw_parts(xs, n), c, out)
+                sum_row::<true>(std::slice::from_raw_parts(xs, n), c, out)
             }
         }
     };
@@ -1042,13 +1022,18 @@ mod avx512 {
     fn hmin(v: V) -> f32 {
         _mm512_reduce_min_ps(v)
     }
-    /// Whether [`scalef`] is one instruction.
-    const HAS_SCALEF: bool = true;
-    /// `a * 2^n` for integer-valued `n`, rounded once.
+    /// exp's result from `q = e^r - 1` and `n` when no lane is subnormal: the generic
+    /// `fma(q, s1, s1) * 2^n2`, with `s1 = 2^n1 t` (`t` = 1 without a scale), is
+    /// `round(t + q t)` scaled by `2^n` exactly (or the same infinity), which is one
+    /// `vscalefps`.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    fn scalef(a: V, n: V) -> V {
-        _mm512_scalef_ps(a, n)
+    fn exp_normal(q: V, n: V, scale: Option<V>) -> Option<V> {
+        let m = match scale {
+            Some(t) => fma(q, t, t),
+            None => add(q, f(1.0)),
+        };
+        Some(_mm512_scalef_ps(m, n))
     }
     #[target_feature(enable = "avx512f")]
     #[inline]
@@ -1260,23 +1245,11 @@ mod avx2 {
         let h = _mm_min_ps(h, _mm_movehl_ps(h, h));
         _mm_cvtss_f32(_mm_min_ss(h, _mm_shuffle_ps::<1>(h, h)))
     }
-    /// Whether [`scalef`] is one instruction (it is not: callers keep their own code).
-    const HAS_SCALEF: bool = false;
-    /// `a * 2^n` for integer-valued `n` in `-252..=254` whose result is normal or
-    /// overflows (two exact power-of-two factors).
+    /// No one-instruction form at this width: exp keeps its generic code.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    fn scalef(a: V, n: V) -> V {
-        let ni = _mm256_cvtps_epi32(n);
-        let n1 = _mm256_srai_epi32::<1>(ni);
-        let n2 = _mm256_sub_epi32(ni, n1);
-        let p = |e: __m256i| {
-            float(_mm256_slli_epi32::<23>(_mm256_add_epi32(
-                e,
-                _mm256_set1_epi32(127),
-            )))
-        };
-        mul(mul(a, p(n1)), p(n2))
+    fn exp_normal(_q: V, _n: V, _scale: Option<V>) -> Option<V> {
+        None
     }
     #[target_feature(enable = "avx2,fma")]
     #[inline]

@@ -24,7 +24,7 @@ use super::expr::scalar_type;
 use super::state::Emitter;
 use crate::error::{Error, Result};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, AbiParam, InstBuilder, Signature, Type, Value};
+use cranelift_codegen::ir::{types, AbiParam, InstBuilder, SigRef, Signature, Type, Value};
 use ferrite_ir::loops::{scalar, Value as Lit};
 use ferrite_ir::{BinaryOp, Category, DType, UnaryOp};
 
@@ -89,6 +89,21 @@ fn binary_code(b: BinaryOp) -> i64 {
 }
 
 impl Emitter<'_, '_> {
+    /// The signature of an extern function taking `params` and returning `ret`, imported
+    /// once per function.
+    pub(super) fn signature(&mut self, params: &[Type], ret: Option<Type>) -> SigRef {
+        let key = (params.to_vec(), ret);
+        if let Some(&s) = self.target.sigs.get(&key) {
+            return s;
+        }
+        let mut sig = Signature::new(self.target.call_conv);
+        sig.params.extend(params.iter().map(|&p| AbiParam::new(p)));
+        sig.returns.extend(ret.map(AbiParam::new));
+        let s = self.b.import_signature(sig);
+        self.target.sigs.insert(key, s);
+        s
+    }
+
     /// Calls the extern helper at `f` with `args` (of types `params`), returning `ret`.
     pub(super) fn call_helper(
         &mut self,
@@ -97,18 +112,7 @@ impl Emitter<'_, '_> {
         ret: Type,
         args: &[Value],
     ) -> Value {
-        let key = (params.to_vec(), ret);
-        let sig = match self.target.helper_sigs.get(&key) {
-            Some(&s) => s,
-            None => {
-                let mut sig = Signature::new(self.target.call_conv);
-                sig.params.extend(params.iter().map(|&p| AbiParam::new(p)));
-                sig.returns.push(AbiParam::new(ret));
-                let s = self.b.import_signature(sig);
-                self.target.helper_sigs.insert(key, s);
-                s
-            }
-        };
+        let sig = self.signature(params, Some(ret));
         let callee = self.b.ins().iconst(self.target.ptr_type, f as i64);
         let call = self.b.ins().call_indirect(sig, callee, args);
         self.b.inst_results(call)[0]

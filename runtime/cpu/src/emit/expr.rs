@@ -22,9 +22,7 @@ use super::state::Emitter;
 use crate::error::{Error, Result};
 use crate::plan::Lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{
-    types, AbiParam, ConstantData, InstBuilder, MemFlagsData, Signature, Type, Value,
-};
+use cranelift_codegen::ir::{types, ConstantData, InstBuilder, MemFlagsData, Type, Value};
 use ferrite_ir::loops::{scalar, Bound, BufferId, ExprOp, ExprRef, IndexExpr, Load, Value as Lit};
 use ferrite_ir::{BinaryOp, Category, DType, UnaryOp};
 
@@ -520,17 +518,7 @@ impl Emitter<'_, '_> {
         self.b.ins().brif(any, slow, &[], done, &[fast.into()]);
         self.b.switch_to_block(slow);
         let helper: extern "C" fn(f32) -> f32 = if cos { f64_cos } else { f64_sin };
-        let sig = match self.target.trig_sig {
-            Some(s) => s,
-            None => {
-                let mut sig = Signature::new(self.target.call_conv);
-                sig.params.push(AbiParam::new(types::F32));
-                sig.returns.push(AbiParam::new(types::F32));
-                let s = self.b.import_signature(sig);
-                self.target.trig_sig = Some(s);
-                s
-            }
-        };
+        let sig = self.signature(&[types::F32], Some(types::F32));
         let callee = self
             .b
             .ins()
@@ -621,18 +609,7 @@ impl Emitter<'_, '_> {
             negative,
             "integers to negative integer powers are not allowed".to_string(),
         );
-        let sig = match self.target.ipow_sig {
-            Some(s) => s,
-            None => {
-                let mut sig = Signature::new(self.target.call_conv);
-                sig.params.push(AbiParam::new(types::I64));
-                sig.params.push(AbiParam::new(types::I64));
-                sig.returns.push(AbiParam::new(types::I64));
-                let s = self.b.import_signature(sig);
-                self.target.ipow_sig = Some(s);
-                s
-            }
-        };
+        let sig = self.signature(&[types::I64, types::I64], Some(types::I64));
         let f: extern "C" fn(i64, i64) -> i64 = int_pow;
         let callee = self.b.ins().iconst(self.target.ptr_type, f as usize as i64);
         let call = self.b.ins().call_indirect(sig, callee, &[wx, wy]);

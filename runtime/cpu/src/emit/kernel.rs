@@ -25,14 +25,13 @@ use super::state::{Emitter, Exits, Finished, LoopSpec, Memory, Nest, Target, Val
 use crate::error::{Error, Result};
 use crate::jit::Jit;
 use crate::plan::analysis::{is_pointwise, substitute};
-use crate::plan::wide::{Factor, Offset, WideCall, WideOp};
+use crate::plan::wide::{Factor, WideCall, WideOp};
 use crate::plan::{Schedule, StagePlan, StageReport};
 use crate::vmath::VMath;
 use crate::wide::{exp_sum_routine, in_place_routine, offset_routine, row_routine, scale_routine};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
-    types, AbiParam, Block as ClifBlock, Function, InstBuilder, MemFlagsData, SigRef, Signature,
-    StackSlotData, StackSlotKind, Type,
+    types, Block as ClifBlock, Function, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind,
 };
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use ferrite_ir::loops::{
@@ -127,11 +126,7 @@ pub fn function(
             call_conv,
             ptr_type,
             has_fma: jit.has_fma(),
-            ipow_sig: None,
-            trig_sig: None,
-            wide_sig: None,
-            helper_sigs: HashMap::new(),
-            void_sigs: HashMap::new(),
+            sigs: HashMap::new(),
         },
         mem: Memory {
             buffers,
@@ -419,17 +414,7 @@ impl Emitter<'_, '_> {
                     return Ok(false);
                 };
                 let row = self.slot_of(*buffer)?;
-                let sig = match self.target.wide_sig {
-                    Some(s) => s,
-                    None => {
-                        let mut sig = Signature::new(self.target.call_conv);
-                        sig.params.push(AbiParam::new(ptr));
-                        sig.params.push(AbiParam::new(types::I64));
-                        let s = self.b.import_signature(sig);
-                        self.target.wide_sig = Some(s);
-                        s
-                    }
-                };
+                let sig = self.signature(&[ptr, types::I64], None);
                 let callee = self.b.ins().iconst(ptr, routine as usize as i64);
                 self.b.ins().call_indirect(sig, callee, &[row, len]);
             }
@@ -452,12 +437,7 @@ impl Emitter<'_, '_> {
                     return Ok(false);
                 };
                 let xs = self.row_start(src)?;
-                let c = match offset {
-                    Offset::Const(c) => self.b.ins().f32const(*c),
-                    Offset::Acc(a) => *self.done.scalar.get(a).ok_or_else(|| {
-                        Error::internal(format!("an exp-sum call reads {a} before it is known"))
-                    })?,
-                };
+                let c = self.factor(*offset)?;
                 let row = match out {
                     Some(out) => self.slot_of(*out)?,
                     None => self.b.ins().iconst(ptr, 0),
@@ -480,13 +460,9 @@ impl Emitter<'_, '_> {
                 let below = self.b.ins().f32const(row.below);
                 let zero = self.b.ins().f32const(row.zero);
                 let k = self.factor(row.k)?;
-                let c = match row.exp {
-                    Some(Offset::Acc(a)) => self.factor(Factor::Acc(a))?,
-                    Some(Offset::Const(c)) => self.b.ins().f32const(c),
-                    None => self.b.ins().f32const(0.0),
-                };
+                let c = self.factor(row.exp.unwrap_or(Factor::Const(0.0)))?;
                 let f = types::F32;
-                let sig = self.routine_sig(&[ptr, f, f, f, f, ptr, types::I64]);
+                let sig = self.signature(&[ptr, f, f, f, f, ptr, types::I64], None);
                 let callee = self.b.ins().iconst(ptr, routine as usize as i64);
                 self.b
                     .ins()
@@ -505,7 +481,7 @@ impl Emitter<'_, '_> {
                 let xs = self.row_start(src)?;
                 let (dst, _) = self.store_address(*out, &first_point(out_index))?;
                 let (a, b) = (self.factor(*a)?, self.factor(*b)?);
-                let sig = self.routine_sig(&[ptr, types::F32, types::F32, ptr, types::I64]);
+                let sig = self.signature(&[ptr, types::F32, types::F32, ptr, types::I64], None);
                 let callee = self.b.ins().iconst(ptr, routine as usize as i64);
                 self.b
                     .ins()
@@ -537,18 +513,6 @@ impl Emitter<'_, '_> {
                 vm.log(self.b, x)
             }
         })
-    }
-
-    /// A signature of `params` returning nothing, imported once per function.
-    fn routine_sig(&mut self, params: &[Type]) -> SigRef {
-        if let Some(&s) = self.target.void_sigs.get(params) {
-            return s;
-        }
-        let mut sig = Signature::new(self.target.call_conv);
-        sig.params.extend(params.iter().map(|&p| AbiParam::new(p)));
-        let s = self.b.import_signature(sig);
-        self.target.void_sigs.insert(params.to_vec(), s);
-        s
     }
 
     /// The stack slot of a scratch row.

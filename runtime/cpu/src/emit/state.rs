@@ -41,16 +41,9 @@ pub(super) struct Target {
     pub(super) ptr_type: Type,
     /// Whether the ISA has fused multiply-add (CLIF `fma` is then one instruction).
     pub(super) has_fma: bool,
-    /// The signature of the integer `pow` helper, once imported.
-    pub(super) ipow_sig: Option<SigRef>,
-    /// The signature of the large-argument `sin`/`cos` helpers, once imported.
-    pub(super) trig_sig: Option<SigRef>,
-    /// The signature of the in-place wide routines (`wide.rs`), once imported.
-    pub(super) wide_sig: Option<SigRef>,
-    /// The signatures of other helpers (`dtypes.rs`), by parameter and result types.
-    pub(super) helper_sigs: HashMap<(Vec<Type>, Type), SigRef>,
-    /// The signatures of routines that return nothing (`wide.rs`'s scaled rows).
-    pub(super) void_sigs: HashMap<Vec<Type>, SigRef>,
+    /// The signatures of the extern helpers and wide routines generated code calls
+    /// (`dtypes.rs`'s `signature`), by parameter and result types, each imported once.
+    pub(super) sigs: HashMap<(Vec<Type>, Option<Type>), SigRef>,
 }
 
 /// The buffers and where they are.

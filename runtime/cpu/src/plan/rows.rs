@@ -10,7 +10,6 @@
 //!   the sum of the row. They become one reduce stage, `t = exp(x[base + r0] - c);
 //!   s[r0] = t; acc = sum(t)` (the shape `stash.rs` gives such a stage before the split),
 //!   which one call of [`crate::wide::exp_sum_routine`] runs.
-//!
 //! - **Exp-sums of long rows**: a reduce stage `acc = sum(r0) exp(x[base + r0] - c)` that
 //!   `wide.rs` did not split (rows over 4096, a log-softmax's sum) is the same routine,
 //!   storing nothing or into the stash row that keeps the exps.
@@ -27,11 +26,11 @@
 
 use super::analysis::live_nodes;
 use super::analysis::split_linear;
-use super::wide::{Factor, Offset, ScaleRow, WideCall, WideOp, MIN_POINTS};
+use super::wide::{Factor, ScaleRow, WideCall, WideOp, MIN_POINTS};
 use crate::wide::{Isa, RowReduce};
 use ferrite_ir::loops::{
-    Block, Buffer, BufferId, ExprNode, ExprOp, IndexExpr, Kernel, Load, ReduceKind, Reduction,
-    Stage, StoreOp, Value, Var, VarKind,
+    Block, Buffer, BufferId, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, ReduceKind,
+    Reduction, Stage, StoreOp, Value, Var, VarKind,
 };
 use ferrite_ir::{BinaryOp, DType, UnaryOp};
 
@@ -92,16 +91,9 @@ fn row_reduction(stage: &Stage, buffers: &[Buffer]) -> Option<WideOp> {
         ReduceKind::Min => RowReduce::Min,
         _ => return None,
     };
-    let ExprNode {
-        dtype: DType::F32,
-        op: ExprOp::Load(l),
-    } = body.get(r.value)?
-    else {
-        return None;
-    };
-    unit_row(l, Var::reduce(0), buffers).then(|| WideOp::Reduce {
+    Some(WideOp::Reduce {
         kind,
-        src: l.clone(),
+        src: row_load(body, r.value, Var::reduce(0), None, buffers)?,
         acc: r.acc,
     })
 }
@@ -141,7 +133,7 @@ pub fn mark_row_calls(
 
 /// The argument stage of an exp-sum: `s[j0] = x[base + j0] - c` (or `= x[...]`) over one
 /// loop, its only store into `row`. Returns the load and the offset.
-fn exp_argument(stage: &Stage, row: BufferId, buffers: &[Buffer]) -> Option<(Load, Offset)> {
+fn exp_argument(stage: &Stage, row: BufferId, buffers: &[Buffer]) -> Option<(Load, Factor)> {
     let Stage::Store {
         domain,
         body,
@@ -259,22 +251,9 @@ fn exp_sum(
         op: ExprOp::Load(reduce_src.clone()),
     });
     let arg = match offset {
-        Offset::Const(c) if c == 0.0 && c.is_sign_positive() => x,
-        Offset::Const(c) => {
-            let c = body.push(ExprNode {
-                dtype: DType::F32,
-                op: ExprOp::Const(Value::Float(f64::from(c))),
-            });
-            body.push(ExprNode {
-                dtype: DType::F32,
-                op: ExprOp::Binary(BinaryOp::Sub, x, c),
-            })
-        }
-        Offset::Acc(a) => {
-            let c = body.push(ExprNode {
-                dtype: DType::F32,
-                op: ExprOp::Acc(a),
-            });
+        Factor::Const(c) if c == 0.0 && c.is_sign_positive() => x,
+        _ => {
+            let c = push_factor(&mut body, offset);
             body.push(ExprNode {
                 dtype: DType::F32,
                 op: ExprOp::Binary(BinaryOp::Sub, x, c),
@@ -343,7 +322,7 @@ fn row_store<'s>(stage: &'s Stage, buffers: &[Buffer]) -> Option<(&'s Block, &'s
 fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
     let (body, st) = row_store(stage, buffers)?;
     let j = Var::store(0);
-    let node = |r: ferrite_ir::loops::ExprRef| body.get(r);
+    let node = |r: ExprRef| body.get(r);
     let top = node(st.value)?;
     let (w, k, div) = match top.op {
         ExprOp::Binary(BinaryOp::Mul, a, b) => {
@@ -364,20 +343,18 @@ fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
     let mut used = vec![st.value.index(), k.index()];
     used.extend(k_nodes);
     // The row's value: a load, or exp of a load's offset.
-    let value_of = |r: ferrite_ir::loops::ExprRef| -> Option<(Load, Option<Offset>, Vec<usize>)> {
+    let value_of = |r: ExprRef| -> Option<(Load, Option<Factor>, Vec<usize>)> {
         match &node(r)?.op {
             ExprOp::Unary(UnaryOp::Exp, arg) if node(r)?.dtype == DType::F32 => {
                 let (l, c, mut nodes) = exp_arg(body, *arg, j, Some(st.buffer), buffers)?;
                 nodes.push(r.index());
                 Some((l, Some(c), nodes))
             }
-            ExprOp::Load(l)
-                if node(r)?.dtype == DType::F32
-                    && l.buffer != st.buffer
-                    && unit_row(l, j, buffers) =>
-            {
-                Some((l.clone(), None, vec![r.index()]))
-            }
+            ExprOp::Load(_) => Some((
+                row_load(body, r, j, Some(st.buffer), buffers)?,
+                None,
+                vec![r.index()],
+            )),
             _ => None,
         }
     };
@@ -389,7 +366,7 @@ fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
             if x2 != *x {
                 return None;
             }
-            let constant = |r: ferrite_ir::loops::ExprRef| match node(r) {
+            let constant = |r: ExprRef| match node(r) {
                 Some(ExprNode {
                     dtype: DType::F32,
                     op: ExprOp::Const(Value::Float(v)),
@@ -451,43 +428,67 @@ fn factor(n: &ExprNode, body: &Block) -> Option<(Factor, Vec<usize>)> {
     }
 }
 
-/// An exp's argument in `body`: `x[base + v]` or `x[...] - c` (`c` an accumulator or a
-/// constant), `x` a unit-stride `f32` row other than `not`. Returns the load, the offset
-/// and the nodes it takes.
-fn exp_arg(
+/// Pushes the nodes of `f` onto `body` (the inverse of [`factor`]), returning its value.
+fn push_factor(body: &mut Block, f: Factor) -> ExprRef {
+    let node = |op| ExprNode {
+        dtype: DType::F32,
+        op,
+    };
+    let (acc, unary) = match f {
+        Factor::Const(c) => return body.push(node(ExprOp::Const(Value::Float(f64::from(c))))),
+        Factor::Acc(a) => return body.push(node(ExprOp::Acc(a))),
+        Factor::Reciprocal(a) => (a, UnaryOp::Reciprocal),
+        Factor::Log(a) => (a, UnaryOp::Log),
+    };
+    let x = body.push(node(ExprOp::Acc(acc)));
+    body.push(node(ExprOp::Unary(unary, x)))
+}
+
+/// The row `r` of `body` loads, if it is an unguarded unit-stride `f32` row along `v` of a
+/// buffer other than `not`.
+fn row_load(
     body: &Block,
-    arg: ferrite_ir::loops::ExprRef,
+    r: ExprRef,
     v: Var,
     not: Option<BufferId>,
     buffers: &[Buffer],
-) -> Option<(Load, Offset, Vec<usize>)> {
-    let load = |i: usize| match &body.nodes[i] {
+) -> Option<Load> {
+    match body.get(r)? {
         ExprNode {
             dtype: DType::F32,
             op: ExprOp::Load(l),
         } if Some(l.buffer) != not && unit_row(l, v, buffers) => Some(l.clone()),
         _ => None,
-    };
+    }
+}
+
+/// An exp's argument in `body`: `x[base + v]` or `x[...] - c` (`c` an accumulator or a
+/// constant), `x` a unit-stride `f32` row other than `not`. Returns the load, the offset
+/// and the nodes it takes.
+fn exp_arg(
+    body: &Block,
+    arg: ExprRef,
+    v: Var,
+    not: Option<BufferId>,
+    buffers: &[Buffer],
+) -> Option<(Load, Factor, Vec<usize>)> {
     let node = body.get(arg)?;
     if node.dtype != DType::F32 {
         return None;
     }
     match &node.op {
-        ExprOp::Load(_) => Some((load(arg.index())?, Offset::Const(0.0), vec![arg.index()])),
+        ExprOp::Load(_) => Some((
+            row_load(body, arg, v, not, buffers)?,
+            Factor::Const(0.0),
+            vec![arg.index()],
+        )),
         ExprOp::Binary(BinaryOp::Sub, a, c) => {
-            let offset = match &body.get(*c)? {
-                ExprNode {
-                    dtype: DType::F32,
-                    op: ExprOp::Acc(acc),
-                } => Offset::Acc(*acc),
-                ExprNode {
-                    dtype: DType::F32,
-                    op: ExprOp::Const(Value::Float(c)),
-                } => Offset::Const(*c as f32),
+            let offset = match factor(body.get(*c)?, body)? {
+                (f @ (Factor::Acc(_) | Factor::Const(_)), _) => f,
                 _ => return None,
             };
             Some((
-                load(a.index())?,
+                row_load(body, *a, v, not, buffers)?,
                 offset,
                 vec![a.index(), c.index(), arg.index()],
             ))
@@ -551,13 +552,7 @@ fn offset_row(stage: &Stage, buffers: &[Buffer]) -> Option<WideOp> {
     if top.dtype != DType::F32 || inner_node.dtype != DType::F32 {
         return None;
     }
-    let src = match body.get(x)? {
-        ExprNode {
-            dtype: DType::F32,
-            op: ExprOp::Load(l),
-        } if l.buffer != st.buffer && unit_row(l, j, buffers) => l.clone(),
-        _ => return None,
-    };
+    let src = row_load(body, x, j, Some(st.buffer), buffers)?;
     let (fa, a_nodes) = factor(body.get(a)?, body)?;
     let (fb, b_nodes) = factor(body.get(b)?, body)?;
     let mut used = vec![

@@ -91,7 +91,8 @@ pub enum WideOp {
     /// softmax row, one reduce stage.
     ExpSum {
         src: Load,
-        offset: Offset,
+        /// An accumulator (a row max) or a constant.
+        offset: Factor,
         /// The row the exps are stored into; `None` when nothing reads them.
         out: Option<BufferId>,
         acc: AccId,
@@ -116,8 +117,8 @@ pub enum WideOp {
 pub struct ScaleRow {
     pub src: Load,
     /// `Some(c)`: the row's value is `exp(src - c)` (a softmax row too long to keep its
-    /// exps in a scratch row), computed here.
-    pub exp: Option<Offset>,
+    /// exps in a scratch row), computed here; `c` an accumulator or a constant.
+    pub exp: Option<Factor>,
     pub below: f32,
     pub zero: f32,
     pub k: Factor,
@@ -126,7 +127,8 @@ pub struct ScaleRow {
     pub out_index: IndexExpr,
 }
 
-/// The scalar a [`ScaleRow`] multiplies or divides by.
+/// A scalar of a row call: what a [`ScaleRow`] multiplies or divides by, what an offset
+/// row or an exp subtracts.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Factor {
     Acc(AccId),
@@ -146,14 +148,6 @@ impl fmt::Display for Factor {
             Factor::Const(c) => write!(f, "{c:?}"),
         }
     }
-}
-
-/// The scalar an [`WideOp::ExpSum`] subtracts: an earlier stage's accumulator (a row max)
-/// or a constant.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Offset {
-    Acc(AccId),
-    Const(f32),
 }
 
 impl fmt::Display for WideCall {
@@ -179,11 +173,7 @@ impl fmt::Display for WideCall {
                 out,
                 acc,
             } => {
-                let c = match offset {
-                    Offset::Acc(a) => a.to_string(),
-                    Offset::Const(c) => format!("{c:?}"),
-                };
-                let e = format!("exp({}[{}] - {c})", src.buffer, src.index);
+                let e = format!("exp({}[{}] - {offset})", src.buffer, src.index);
                 match out {
                     Some(out) => write!(
                         f,
@@ -204,11 +194,9 @@ impl fmt::Display for WideCall {
                 src.buffer, src.index
             ),
             WideOp::Scale(s) => {
-                let k = s.k;
                 let x = format!("{}[{}]", s.src.buffer, s.src.index);
                 let x = match s.exp {
-                    Some(Offset::Acc(a)) => format!("exp({x} - {a})"),
-                    Some(Offset::Const(c)) => format!("exp({x} - {c:?})"),
+                    Some(c) => format!("exp({x} - {c})"),
                     None => x,
                 };
                 let w = if s.below == f32::NEG_INFINITY {
@@ -219,8 +207,8 @@ impl fmt::Display for WideCall {
                 let op = if s.div { "/" } else { "*" };
                 write!(
                     f,
-                    "{isa} routine: {}[{}] = {w} {op} {k} ({len} f32)",
-                    s.out, s.out_index
+                    "{isa} routine: {}[{}] = {w} {op} {} ({len} f32)",
+                    s.out, s.out_index, s.k
                 )
             }
         }
