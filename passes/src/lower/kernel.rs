@@ -151,6 +151,16 @@ pub fn build_kernel(
         .into());
     }
 
+    let split = if reductions.is_empty() && stores.len() == 1 {
+        concat_split(plan, &stores[0], &in_group)
+    } else {
+        None
+    };
+    let outer = match &split {
+        Some(sp) => sp.outer.clone(),
+        None => outer,
+    };
+
     let mut b = KernelBuilder {
         plan,
         layout,
@@ -166,6 +176,40 @@ pub fn build_kernel(
         if let SNode::Value(v) = plan.snodes[s] {
             b.touched.insert(v);
         }
+    }
+
+    if let Some(sp) = split {
+        // One store stage per operand of the concat: each reaches one operand, so no
+        // `where` selects among them.
+        let target = StoreTarget {
+            value: sp.concat,
+            buffer: stores[0].buffer,
+            shape: sp.shape,
+        };
+        let mut stages = Vec::with_capacity(sp.parts.len());
+        for (domain, coords) in sp.parts {
+            b.open_stage(Extents {
+                outer: outer.clone(),
+                reduce: vec![],
+                store: domain.clone(),
+            });
+            let op = store_op(&mut b, &target, &coords).map_err(fail_to_error)?;
+            stages.push(b.close_store_stage(domain, vec![op]));
+        }
+        let mut nodes: Vec<ValueId> = b.touched.into_iter().collect();
+        nodes.sort();
+        let mut k = Kernel {
+            id,
+            name: kernel_name(g, id, &members, plan),
+            nodes,
+            domain: outer,
+            stages,
+            gemm: None,
+            reads: vec![],
+            writes: vec![],
+        };
+        (k.reads, k.writes) = k.compute_accesses(&layout.buffers);
+        return Ok(k);
     }
 
     // Where each store goes: one per outer point, or over a reduction's inner domain.
@@ -354,6 +398,102 @@ pub fn build_kernel(
     };
     (k.reads, k.writes) = k.compute_accesses(&layout.buffers);
     Ok(k)
+}
+
+/// A concat stored by one store stage per operand ([`concat_split`]).
+struct ConcatSplit {
+    /// The concat.
+    concat: ValueId,
+    /// Its shape.
+    shape: Vec<usize>,
+    /// The kernel's outer domain: every axis but the concat's and the last.
+    outer: Vec<usize>,
+    /// Per operand reached: the stage's domain and the concat's coordinates in it.
+    parts: Vec<(Vec<usize>, Vec<IndexExpr>)>,
+}
+
+/// A concat needs at least this many outer points (the points of every axis but the
+/// concat's and the last) to be stored operand by operand: the outer domain is what the
+/// threads share, and with fewer, one `where` chain over every element parallelizes
+/// better.
+const MIN_SPLIT_OUTER: usize = 16;
+
+/// When the group's one store `st` is a concat (or a reshape of one, which is the same
+/// row-major buffer) computed in the kernel, its stores as one stage per operand: the
+/// outer domain is every axis but the concat's and the last, and operand `i`'s stage
+/// runs over its extent along the concat axis and the last axis. Each stage's concat
+/// coordinate lies in one operand, so its value is that operand alone, where one store
+/// of the whole concat evaluates a chain of `where`s per element (an im2col of 9 or 49
+/// shifted slices).
+fn concat_split(plan: &Plan, st: &StoreTarget, in_group: &[usize]) -> Option<ConcatSplit> {
+    let g = plan.g;
+    let mut v = st.value;
+    for _ in 0..=MAX_INLINE_CHAIN {
+        match g.node(v).op {
+            Op::Reshape { .. } => v = g.node(v).inputs[0],
+            _ => break,
+        }
+    }
+    let Op::Concat { axis } = g.node(v).op else {
+        return None;
+    };
+    match plan.role[v.index()] {
+        Role::Scheduled(s) if in_group.binary_search(&s).is_err() => return None,
+        _ => {}
+    }
+    let shape = g.ty(v).shape.clone();
+    let r = shape.len();
+    let a = ferrite_ir::types::normalize_axis(axis, r).ok()?;
+    if r < 2 || g.node(v).inputs.len() < 2 || shape.contains(&0) {
+        return None;
+    }
+    let last = r - 1;
+    let is_outer = |k: usize| k != a && k != last;
+    let outer_shape: Vec<usize> = (0..r).filter(|&k| is_outer(k)).map(|k| shape[k]).collect();
+    if outer_shape.iter().product::<usize>() < MIN_SPLIT_OUTER {
+        return None;
+    }
+    let outer_coords = coords_of(&outer_shape, Var::outer);
+    let mut parts = Vec::new();
+    let mut off = 0i64;
+    for &x in &g.node(v).inputs {
+        let len = g.ty(x).shape[a];
+        if len == 0 {
+            continue;
+        }
+        let mut domain = Vec::new();
+        let mut next_outer = outer_coords.iter();
+        let mut coords = Vec::with_capacity(r);
+        for (k, &d) in shape.iter().enumerate() {
+            if is_outer(k) {
+                coords.push(next_outer.next()?.clone());
+                continue;
+            }
+            let extent = if k == a { len } else { d };
+            let at = if extent == 1 {
+                IndexExpr::Const(0)
+            } else {
+                domain.push(extent);
+                IndexExpr::Var(Var::store(domain.len() - 1))
+            };
+            coords.push(if k == a {
+                IndexExpr::Const(off) + at
+            } else {
+                at
+            });
+        }
+        parts.push((domain, coords));
+        off += len as i64;
+    }
+    if parts.len() < 2 {
+        return None;
+    }
+    Some(ConcatSplit {
+        concat: v,
+        shape,
+        outer: squeeze(&outer_shape),
+        parts,
+    })
 }
 
 /// When `v` is a chain of permutes and reshapes (bijections) over a value whose shape

@@ -7,8 +7,10 @@
 //! and bounded to a span of `w` elements; the outer points then write disjoint elements
 //! when, with the axes ordered by `|c_k|`, every stride steps over everything the smaller
 //! axes and `rest` can reach (the criterion `gemm.rs` uses for its output). Stores to the
-//! same buffer must share the outer coefficients, and their spans are merged. Kernels
-//! that fail the test run on one thread.
+//! same buffer must share the outer coefficients, and their spans are merged; where
+//! the merged span is too wide (a concat stored one operand per stage, whose stores
+//! differ by an offset), the stores are read as one index with the offset a variable
+//! ([`offsets_step_over`]). Kernels that fail the test run on one thread.
 
 use super::analysis::split_linear;
 use ferrite_ir::loops::{BufferId, Kernel, Stage, Var, VarKind};
@@ -19,9 +21,9 @@ pub fn outer_points_write_disjoint(kernel: &Kernel) -> bool {
     let n = kernel.domain.len();
     // buffer -> (outer coefficients, lowest and highest offset of the rest)
     let mut shapes: HashMap<BufferId, (Vec<i64>, i64, i64)> = HashMap::new();
-    // buffer -> the (extent, stride) of every variable of its store index, when the
-    // buffer has one store and its index is affine.
-    let mut whole: HashMap<BufferId, Option<Vec<(u128, u128)>>> = HashMap::new();
+    // buffer -> per store, the constant and the (extent, stride) of every inner variable
+    // of its index, None once an index is not affine.
+    let mut whole: HashMap<BufferId, Option<Vec<Affine>>> = HashMap::new();
     for stage in &kernel.stages {
         let Stage::Store { stores, .. } = stage else {
             continue;
@@ -42,24 +44,21 @@ pub fn outer_points_write_disjoint(kernel: &Kernel) -> bool {
             let Some((lo, hi)) = rest.range(&ext) else {
                 return false;
             };
-            // Every outer variable counts (one missing from the index has stride 0); inner
-            // variables only where they appear (a point may write an element repeatedly).
-            let dims = s.index.as_affine(&ext).and_then(|(_, terms)| {
+            // Inner variables count only where they appear (a point may write an element
+            // repeatedly).
+            let affine = s.index.as_affine(&ext).and_then(|(constant, terms)| {
                 let inner = terms
                     .iter()
                     .filter(|(v, _)| v.kind != VarKind::Outer)
-                    .map(|&(v, c)| Some((ext.extent(v)? as u128, c.unsigned_abs() as u128)));
-                let outer = kernel
-                    .domain
-                    .iter()
-                    .zip(&coeffs)
-                    .map(|(&d, &c)| Some((d as u128, c.unsigned_abs() as u128)));
-                outer.chain(inner).collect::<Option<Vec<_>>>()
+                    .map(|&(v, c)| Some((ext.extent(v)? as u128, c.unsigned_abs() as u128)))
+                    .collect::<Option<Vec<_>>>()?;
+                Some(Affine { constant, inner })
             });
-            whole
-                .entry(s.buffer)
-                .and_modify(|d| *d = None)
-                .or_insert(dims);
+            let entry = whole.entry(s.buffer).or_insert_with(|| Some(Vec::new()));
+            match (entry.as_mut(), affine) {
+                (Some(list), Some(a)) => list.push(a),
+                _ => *entry = None,
+            }
             match shapes.get_mut(&s.buffer) {
                 Some((cs, l, h)) => {
                     if *cs != coeffs {
@@ -86,9 +85,84 @@ pub fn outer_points_write_disjoint(kernel: &Kernel) -> bool {
         // index (outer and inner variables) is injective, so no two points of the full
         // domain, let alone of different outer points, share an element
         // (`i1 + 256*j0 + 65536*i0` of a softmax over a middle axis).
-        strides_step_over(dims, span)
-            || matches!(whole.get(buffer), Some(Some(all)) if strides_step_over(all.clone(), 0))
+        strides_step_over(dims.clone(), span)
+            || matches!(whole.get(buffer), Some(Some(all)) if offsets_step_over(&dims, all))
     })
+}
+
+/// A store index `constant + Σ stride * v` over inner variables `v` (the outer ones are
+/// the buffer's shared coefficients): `inner` holds each variable's (extent, stride).
+struct Affine {
+    constant: i64,
+    inner: Vec<(u128, u128)>,
+}
+
+/// Whether stores `all` to one buffer, each `outer + constant + inner`, write distinct
+/// elements for distinct points of the whole domain (outer, store, inner). One store:
+/// its strides step over each other. Several (a concat stored one operand per stage,
+/// `c*28224 + i1*56 + j0 + 3136*t` for tap `t`): for some stride `d` that divides every
+/// difference of the constants, store `s` covers `[constant_s / d, + e_s)` along a
+/// variable of stride `d` (`e_s` that variable's extent, 1 without one), the rest of
+/// its inner variables are the same as every other store's, and the intervals do not
+/// overlap; then the stores are one index whose stride-`d` variable runs over their
+/// union, and that index's strides must step over each other.
+fn offsets_step_over(outer: &[(u128, u128)], all: &[Affine]) -> bool {
+    let Some(first) = all.first() else {
+        return true;
+    };
+    if all.len() == 1 {
+        return strides_step_over([outer, &first.inner[..]].concat(), 0);
+    }
+    let base = all.iter().map(|a| a.constant).min().unwrap_or(0);
+    let gap = all.iter().fold(0u128, |g, a| {
+        gcd(g, (a.constant - base).unsigned_abs() as u128)
+    });
+    let mut candidates: Vec<u128> = all
+        .iter()
+        .flat_map(|a| a.inner.iter().map(|&(_, d)| d))
+        .chain(std::iter::once(gap))
+        .filter(|&d| d > 0)
+        .collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    candidates.into_iter().any(|d| {
+        let mut others: Option<Vec<(u128, u128)>> = None;
+        let mut intervals = Vec::with_capacity(all.len());
+        for a in all {
+            let offset = (a.constant - base).unsigned_abs() as u128;
+            if !offset.is_multiple_of(d) {
+                return false;
+            }
+            let mut rest: Vec<(u128, u128)> =
+                a.inner.iter().copied().filter(|&(e, _)| e > 1).collect();
+            let along = rest.iter().position(|&(_, s)| s == d);
+            let extent = along.map_or(1, |i| rest.remove(i).0);
+            rest.sort_unstable();
+            match &others {
+                Some(o) if *o != rest => return false,
+                Some(_) => {}
+                None => others = Some(rest),
+            }
+            intervals.push((offset / d, offset / d + extent));
+        }
+        intervals.sort_unstable();
+        if intervals.windows(2).any(|w| w[1].0 < w[0].1) {
+            return false;
+        }
+        let reach = intervals.last().map_or(0, |i| i.1);
+        let mut dims = others.unwrap_or_default();
+        dims.push((reach, d));
+        dims.extend_from_slice(outer);
+        strides_step_over(dims, 0)
+    })
+}
+
+fn gcd(a: u128, b: u128) -> u128 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// Whether an index `Σ stride_k * v_k` (`v_k` in `0..extent_k`) plus a term spanning `span`
@@ -183,6 +257,50 @@ mod tests {
             vec![256],
             i(0) * 65536 + i(1) + j * 128
         )));
+        // A concat stored one operand per stage: taps `t` at offsets 3136*t of rows
+        // c*28224 + i1*56 + j0 ...
+        let j = IndexExpr::Var(Var::store(0));
+        let taps = |offsets: &[i64], row: i64| {
+            let mut k = kernel(vec![64, 56], vec![56], IndexExpr::Const(0));
+            let store = k.stages[0].clone();
+            k.stages = offsets
+                .iter()
+                .map(|&o| {
+                    let mut st = store.clone();
+                    if let Stage::Store { stores, .. } = &mut st {
+                        stores[0].index =
+                            i(0) * 28224 + i(1) * row + j.clone() + IndexExpr::Const(o);
+                    }
+                    st
+                })
+                .collect();
+            k
+        };
+        let nine: Vec<i64> = (0..9).map(|t| 3136 * t).collect();
+        assert!(outer_points_write_disjoint(&taps(&nine, 56)));
+        // ... not when two taps share an offset, or when rows overlap.
+        let mut twice = nine.clone();
+        twice[4] = 0;
+        assert!(!outer_points_write_disjoint(&taps(&twice, 56)));
+        assert!(!outer_points_write_disjoint(&taps(&nine, 55)));
+        // Operands of unequal length along the last axis: i0*8 + j0 (3) and i0*8 + 3 + j0 (5).
+        let mut k = kernel(vec![16], vec![3], i(0) * 8 + j.clone());
+        let mut second = kernel(
+            vec![16],
+            vec![5],
+            i(0) * 8 + j.clone() + IndexExpr::Const(3),
+        );
+        k.stages.push(second.stages.remove(0));
+        assert!(outer_points_write_disjoint(&k));
+        // The second reaching into the next row: i0*8 + 4 + j0 (5).
+        let mut k = kernel(vec![16], vec![3], i(0) * 8 + j.clone());
+        let mut second = kernel(
+            vec![16],
+            vec![5],
+            i(0) * 8 + j.clone() + IndexExpr::Const(4),
+        );
+        k.stages.push(second.stages.remove(0));
+        assert!(!outer_points_write_disjoint(&k));
         // Division of an outer variable: not provable.
         assert!(!outer_points_write_disjoint(&kernel(
             vec![8],
