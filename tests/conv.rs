@@ -361,3 +361,91 @@ fn strided_depthwise_convs_are_vector_code_and_exact_at_the_edges() {
         }
     }
 }
+
+/// A conv's im2col of at most 5x5 taps is a concat of shifted slices of the padded input,
+/// stored one tap per stage (no tap index or mask; each stage copies rows at affine
+/// indices, vector code), and its outer points still run in parallel: every target
+/// matches the interpreter, fused and unfused, on 1 and 3 threads, for strides, dilations,
+/// asymmetric and oversized padding, and widths that put the padding at every lane.
+#[test]
+fn conv_im2col_is_one_store_per_tap_and_exact_at_the_edges() {
+    for (k, s, d, pad, w) in [
+        (3usize, 1i64, 1i64, [1i64, 1], 17usize),
+        (3, 2, 1, [1, 1], 16),
+        (3, 1, 2, [2, 1], 9),
+        (5, 1, 1, [2, 2], 20),
+        (2, 2, 1, [0, 0], 8),
+        (3, 1, 1, [3, 2], 6),
+    ] {
+        let g = Graph::new("conv");
+        let x = g.input("x", ferrite::f32(&[1, 8, 7, w]));
+        let wt = g.input("w", ferrite::f32(&[6, 8, k, k]));
+        let y = x.conv2d(&wt, None, [s, s], pad, [d, d], 1).relu();
+        g.output(&y);
+        let inputs = [random(&[1, 8, 7, w], 11), random(&[6, 8, k, k], 12)];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_everywhere(&g, &refs, 1e-5);
+        let want = compile(&g, &Options::default().target(Target::Interp))
+            .unwrap()
+            .run(&refs)
+            .unwrap();
+        for threads in [1, 3] {
+            let exe =
+                compile(&g, &Options::default().target(Target::Cpu).threads(threads)).unwrap();
+            exe.run(&refs).unwrap()[0]
+                .check_close(&want[0], 1e-5, 1e-5)
+                .unwrap();
+        }
+        let plan = cpu_plan(&g, &format!("im2col-{k}-{s}-{d}-{w}"));
+        let case = format!("k={k} s={s} d={d} pad={pad:?} w={w}");
+        assert!(
+            !plan.contains("i64[") && !plan.contains("bool["),
+            "{case}:\n{plan}"
+        );
+        assert!(
+            plan.contains(&format!("stage {} (store", k * k - 1)),
+            "{case}: one store stage per tap:\n{plan}"
+        );
+        assert!(!plan.contains("runs on one thread"), "{case}:\n{plan}");
+    }
+}
+
+/// A 3x3 max pool is a chain of `maximum`s of shifted slices of the input padded with
+/// -inf, and keeps the interpreter's values exactly on every target: NaN propagates,
+/// infinities and signed zeros win as they do there, and a window that is all padding
+/// but for one tap gives that tap.
+#[test]
+fn max_pool_of_shifted_slices_keeps_special_values() {
+    let g = Graph::new("pool");
+    let x = g.input("x", ferrite::f32(&[1, 2, 6, 19]));
+    g.output(&x.max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], true));
+    let mut v = random(&[1, 2, 6, 19], 13).to_f64_vec();
+    let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 1e-45];
+    for (i, x) in v.iter_mut().enumerate() {
+        if i % 5 == 0 {
+            *x = special[(i / 5) % special.len()];
+        }
+    }
+    let input = Tensor::from_f64(&ferrite::f32(&[1, 2, 6, 19]), &v).unwrap();
+    check_everywhere(&g, &[&input], 0.0);
+    // check_close takes -0 for +0: compare the signs of zeros too.
+    let run = |target: Target| {
+        compile(&g, &Options::default().target(target))
+            .unwrap()
+            .run(&[&input])
+            .unwrap()[0]
+            .to_f64_vec()
+    };
+    let want = run(Target::Interp);
+    for target in Target::ALL {
+        let got = run(target);
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                a.is_nan() && b.is_nan() || a.to_bits() == b.to_bits(),
+                "{target}: element {i}: {a:?} where the interpreter has {b:?}"
+            );
+        }
+    }
+    let plan = cpu_plan(&g, "maxpool-slices");
+    assert!(!plan.contains("i64[") && !plan.contains("bool["), "{plan}");
+}

@@ -218,14 +218,14 @@ fn pooling_is_one_kernel_and_fuses_with_what_follows() {
 
 #[test]
 fn a_gather_reads_a_costly_producer_from_memory() {
-    // A 3x3 max pool reads each input element at 9 taps: the shift and ReLU before it
-    // would run 9 times per element fused, so they are stored once (2 kernels) when
-    // that recomputation outweighs the store and reload (the ReLU alone, one op per
-    // tap, is within twice the work apart, which `too-much-recompute` allows) ...
+    // A 7x7 max pool (a gather: more taps than shifted slices are made for) reads each
+    // input element at 49 taps: the shift and ReLU before it would run 49 times per
+    // element fused, so they are stored once (2 kernels) when that recomputation
+    // outweighs the store and reload ...
     let src = |c: usize, hw: usize| {
         format!(
             "graph d(x: f32[1, {c}, {hw}, {hw}], t: f32[{c}, 1, 1]) {{
-               return max_pool(relu(add(x, t)), kernel=[3, 3], stride=[1, 1], padding=[1, 1])
+               return max_pool(relu(add(x, t)), kernel=[7, 7], stride=[1, 1], padding=[3, 3])
              }}"
         )
     };
@@ -242,11 +242,29 @@ fn a_gather_reads_a_costly_producer_from_memory() {
     let gather = s.program.kernels.last().unwrap();
     assert_eq!(
         gather.op_count(),
-        (8 * 32 * 32 * 9 * 2) as u64,
+        (8 * 32 * 32 * 49 * 2) as u64,
         "the pool kernel only selects and compares its taps:\n{text}"
     );
     // ... and fused (1 kernel) when the input is small enough that the kernel a stored
     // producer would need costs more than recomputing it.
-    let (n, text) = check(&src(2, 8), 0.0);
+    let (n, text) = check(&src(2, 4), 0.0);
     assert_eq!(n, 1, "{text}");
+}
+
+#[test]
+fn a_small_max_pool_is_a_chain_of_maxima_of_shifted_slices() {
+    // A 3x3 max pool is 8 `maximum`s of strided slices of the input padded with -inf:
+    // one elementwise kernel loading each tap at an affine index, no tap index or mask,
+    // exact on every target (NaN and -0 included, `check`'s tolerance is 0); the
+    // shifted ReLU before it is stored once rather than recomputed at each of the taps.
+    let src = "graph d(x: f32[1, 8, 32, 32], t: f32[8, 1, 1]) {
+                 return max_pool(relu(add(x, t)), kernel=[3, 3], stride=[2, 2], padding=[1, 1])
+               }";
+    let (n, text) = check(src, 0.0);
+    assert_eq!(n, 2, "{text}");
+    assert!(!text.contains("i64[") && !text.contains("bool["), "{text}");
+    let d = decompose(&graph(src)).unwrap();
+    let s = schedule(&d, &ScheduleOptions::default()).unwrap();
+    let pool = s.program.kernels.last().unwrap();
+    assert_eq!(pool.op_count(), (8 * 16 * 16 * 8) as u64, "{text}");
 }

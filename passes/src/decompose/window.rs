@@ -16,7 +16,9 @@
 //!   taps of `w[c, tap]` times a strided slice of `pad(x)`, views that are index
 //!   arithmetic, so the kernel loads each tap at an affine index.
 //! - `max_pool` is `max(stack, axis 2)` over an input padded with `-inf` (the
-//!   dtype's minimum for integers), so padding never wins;
+//!   dtype's minimum for integers), so padding never wins; of at most
+//!   [`MAX_DIRECT_TAPS`] taps (3x3, 5x5), it skips the gather as the depthwise conv
+//!   does: a chain of `maximum`s of the taps' strided slices of the padded input;
 //! - `avg_pool` is `sum(stack, axis 2) / count`, padded with zeros, where `count` is
 //!   the taps of each window that [`ferrite_ir::window::divisor`] counts (a literal
 //!   when every window has the same, else a constant `[*out]`).
@@ -97,8 +99,10 @@ fn coordinates(count: usize, dims: &[usize]) -> Vec<usize> {
     all
 }
 
-/// A depthwise conv of at most this many taps (5x5) is decomposed as a sum of shifted
-/// slices ([`Decomposer::depthwise_direct`]); a larger one gathers its taps.
+/// A depthwise conv, a max pool or a conv's im2col of at most this many taps (5x5) is
+/// decomposed as a sum, a maximum or a concat of shifted slices
+/// ([`Decomposer::tap_views`]); a larger one gathers its taps (more slices cost more
+/// compile time than the gather costs to run: 49 of them made ResNet-18's codegen 2x).
 const MAX_DIRECT_TAPS: usize = 25;
 
 impl Decomposer {
@@ -162,6 +166,26 @@ impl Decomposer {
         self.reshape(cols, &out_shape)
     }
 
+    /// The im2col stack `[N, C, K, *out]` of a conv's matrix product as the concat of
+    /// its tap views ([`Decomposer::tap_views`], zero-padded): stored whole, the concat
+    /// is one store loop per tap (`lower::kernel`'s concat split), each copying rows of
+    /// the input at affine indices, where the gather loads an index and a mask per
+    /// element.
+    fn im2col_sliced(&mut self, x: ValueId, axes: &[Axis]) -> Result<ValueId> {
+        let shape = self.shape(x);
+        let mut part = vec![shape[0], shape[1], 1];
+        part.extend(axes.iter().map(|a| a.output));
+        let taps = self.tap_views(x, axes, 0.0)?;
+        let parts = taps
+            .into_iter()
+            .map(|t| self.reshape(t, &part))
+            .collect::<Result<Vec<_>>>()?;
+        if parts.len() == 1 {
+            return Ok(parts[0]);
+        }
+        self.emit(Op::Concat { axis: 2 }, &parts)
+    }
+
     /// `src` `[N, C, L]` gathered along its last axis by the constant `[k, p]` positions
     /// `index`, with `fill` where `inside` is 0: `[N, C, k, p]`. The `where` selects, so
     /// a tap outside never meets a value (no `0 * inf`).
@@ -221,7 +245,13 @@ impl Decomposer {
         if taps_direct && axes.iter().all(|a| a.output > 0) {
             return self.depthwise_direct(x, w, &axes, ty);
         }
-        let cols = self.im2col(x, &axes, 0.0)?;
+        let sliced =
+            !(cg == 1 && og == 1) && k <= MAX_DIRECT_TAPS && axes.iter().all(|a| a.output > 0);
+        let cols = if sliced {
+            self.im2col_sliced(x, &axes)?
+        } else {
+            self.im2col(x, &axes, 0.0)?
+        };
         let y = if cg == 1 && og == 1 {
             // Depthwise: sum over the taps of tap * w[c, tap], in the result's layout
             // so that what follows fuses as the reduction's epilogue.
@@ -238,22 +268,12 @@ impl Decomposer {
         self.reshape(y, &ty.shape)
     }
 
-    /// A depthwise conv of few taps as the sum over its taps of `w[c, tap]` times a
-    /// strided slice of the zero-padded input: `pad` and `slice` are index arithmetic,
-    /// so the sum is one elementwise kernel loading each tap at an affine index (no tap
-    /// index or mask to load, contiguous along the last axis at stride 1), where a
-    /// gather loads an index and a mask per tap. Products are rounded to the dtype and
-    /// summed in tap order, as the reduction form does (f32 and f64 only).
-    fn depthwise_direct(
-        &mut self,
-        x: ValueId,
-        w: ValueId,
-        axes: &[Axis],
-        ty: &TensorType,
-    ) -> Result<ValueId> {
-        let xs = self.shape(x);
-        let c = xs[1];
-        let s = axes.len();
+    /// The taps of every window as `K` views `[N, C, *out]` of `x` padded with `fill`:
+    /// tap `t` is the strided slice of `pad(x)` that every window's tap `t` reads. `pad`
+    /// and `slice` are index arithmetic, so a kernel that combines the views loads each
+    /// tap at an affine index (contiguous along the last axis at stride 1), where a
+    /// gather loads an index and a mask per tap.
+    fn tap_views(&mut self, x: ValueId, axes: &[Axis], fill: f64) -> Result<Vec<ValueId>> {
         let mut pads = vec![0i64; 4];
         for a in axes {
             // The padded extent the last tap of the last window reaches.
@@ -265,14 +285,11 @@ impl Decomposer {
         let padded = if pads.iter().all(|&p| p == 0) {
             x
         } else {
-            self.emit(Op::Pad { pads, value: 0.0 }, &[x])?
+            self.emit(Op::Pad { pads, value: fill }, &[x])?
         };
         let kernel: Vec<usize> = axes.iter().map(|a| a.kernel).collect();
         let k: usize = kernel.iter().product();
-        let wk = self.reshape(w, &[c, k])?;
-        let mut shape = vec![c];
-        shape.resize(ty.rank() - 1, 1);
-        let mut acc: Option<ValueId> = None;
+        let mut taps = Vec::with_capacity(k);
         for t in 0..k {
             let ks = window::unravel(t, &kernel);
             let mut tap = padded;
@@ -289,6 +306,29 @@ impl Decomposer {
                     tap = self.emit(slice, &[tap])?;
                 }
             }
+            taps.push(tap);
+        }
+        Ok(taps)
+    }
+
+    /// A depthwise conv of few taps as the sum over its taps of `w[c, tap]` times a
+    /// strided slice of the zero-padded input ([`Decomposer::tap_views`]): one
+    /// elementwise kernel. Products are rounded to the dtype and summed in tap order, as
+    /// the reduction form does (f32 and f64 only).
+    fn depthwise_direct(
+        &mut self,
+        x: ValueId,
+        w: ValueId,
+        axes: &[Axis],
+        ty: &TensorType,
+    ) -> Result<ValueId> {
+        let c = self.shape(x)[1];
+        let taps = self.tap_views(x, axes, 0.0)?;
+        let wk = self.reshape(w, &[c, taps.len()])?;
+        let mut shape = vec![c];
+        shape.resize(ty.rank() - 1, 1);
+        let mut acc: Option<ValueId> = None;
+        for (t, &tap) in taps.iter().enumerate() {
             let wt = self.emit(
                 Op::Slice {
                     axis: 1,
@@ -306,8 +346,25 @@ impl Decomposer {
             });
         }
         let y = acc.ok_or_else(|| Error::internal("depthwise conv without taps"))?;
-        debug_assert_eq!(s + 2, ty.rank());
+        debug_assert_eq!(axes.len() + 2, ty.rank());
         self.reshape(y, &ty.shape)
+    }
+
+    /// A max pool of few taps as `maximum(.. maximum(t0, t1) .., tK)` of its tap views
+    /// ([`Decomposer::tap_views`]) over the input padded with the dtype's least value:
+    /// one elementwise kernel, no tap index or mask. The interpreter's chain is the
+    /// same (it starts from the least value and skips the padding, which `maximum`
+    /// with the least value does too, NaN and signed zeros included), so the values are
+    /// exact.
+    fn max_pool_direct(&mut self, x: ValueId, axes: &[Axis], fill: f64) -> Result<ValueId> {
+        let taps = self.tap_views(x, axes, fill)?;
+        let mut acc = *taps
+            .first()
+            .ok_or_else(|| Error::internal("max_pool without taps"))?;
+        for &tap in &taps[1..] {
+            acc = self.emit(Op::Binary(BinaryOp::Maximum), &[acc, tap])?;
+        }
+        Ok(acc)
     }
 
     /// `conv_transpose(x, w)` of result type `ty`, input-centric as PyTorch's col2im
@@ -399,6 +456,10 @@ impl Decomposer {
                     Some((lo, _)) => lo as f64,
                     None => f64::NEG_INFINITY,
                 };
+                let taps: usize = axes.iter().map(|a| a.kernel).product();
+                if taps <= MAX_DIRECT_TAPS && axes.iter().all(|a| a.output > 0) {
+                    return self.max_pool_direct(x, &axes, fill);
+                }
                 let stack = self.im2col(x, &axes, fill)?;
                 self.reduce(ReduceOp::Max, stack, Some(vec![2]), false)
             }
