@@ -45,7 +45,7 @@ use ferrite_ir::loops::{
 use ferrite_ir::{DType, Data, Tensor};
 use std::borrow::Borrow;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,21 @@ const MIN_CHUNK_WORK: usize = 32 * 1024;
 /// hand-back alone take longer than the whole kernel (BENCHMARKS.md, "Small kernels on
 /// one thread").
 pub const MIN_PARALLEL_WORK: usize = 64 * 1024;
+
+/// A parallel kernel with less work than [`MIN_PARALLEL_WORK`] iterations still goes to
+/// the team once its first [`SERIAL_SAMPLES`] runs on the calling thread all took at
+/// least this long: iterations say little about cost when each is dozens of operations
+/// (a 3x3 depthwise conv of MobileNetV2's last stage, 960 x 7 x 7, is 47K iterations and
+/// ~0.3 ms on one thread, where 35K of a softmax take 11 us). The decision is taken once
+/// per compiled kernel; the bits never depend on it (every split gives the same values).
+pub const MIN_PARALLEL_NS: u64 = 100_000;
+
+/// Timed serial runs before a small kernel's decision (the least counts: the first run
+/// also pays for cold caches and page faults).
+pub const SERIAL_SAMPLES: u32 = 2;
+
+/// The time a chunk of such a kernel should take, by its timed runs.
+const MIN_CHUNK_NS: u64 = 20_000;
 
 /// How to compile and run a program on the CPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,6 +232,12 @@ struct JitKernel {
     info: KernelInfo,
     /// Entry address inside `CpuProgram::code`.
     address: usize,
+    /// A parallel kernel below [`MIN_PARALLEL_WORK`] runs on the calling thread until
+    /// [`SERIAL_SAMPLES`] runs have timed it: the least of those times, in nanoseconds
+    /// (see [`MIN_PARALLEL_NS`]) ...
+    serial_ns: AtomicU64,
+    /// ... and how many runs have timed it.
+    serial_runs: AtomicU32,
 }
 
 /// One step of a run: a kernel, as generated code or as extern GEMM plus epilogue.
@@ -339,6 +360,8 @@ impl CpuProgram {
                     Some(JitKernel {
                         info,
                         address: f.as_ptr() as usize,
+                        serial_ns: AtomicU64::new(u64::MAX),
+                        serial_runs: AtomicU32::new(0),
                     })
                 }
                 None => None,
@@ -909,17 +932,32 @@ impl CpuProgram {
             }
         };
         let work = info.points.saturating_mul(info.work_per_point.max(1));
-        let ran = if info.parallel
-            && team.threads() > 1
-            && info.points > 1
-            && work >= MIN_PARALLEL_WORK
-        {
-            let min_chunk = (MIN_CHUNK_WORK / info.work_per_point.max(1)).max(1);
+        let can_split = info.parallel && team.threads() > 1 && info.points > 1;
+        let by_work = can_split && work >= MIN_PARALLEL_WORK;
+        let timed = j.serial_runs.load(Ordering::Relaxed);
+        let serial_ns = j.serial_ns.load(Ordering::Relaxed);
+        let by_time = can_split && timed >= SERIAL_SAMPLES && serial_ns >= MIN_PARALLEL_NS;
+        let ran = if by_work || by_time {
+            let min_chunk = if by_work {
+                MIN_CHUNK_WORK / info.work_per_point.max(1)
+            } else {
+                // Points per chunk so that a chunk takes MIN_CHUNK_NS by the timed runs.
+                let points = info.points as u128 * MIN_CHUNK_NS as u128;
+                (points / serial_ns as u128) as usize
+            }
+            .max(1);
             let task = |r: std::ops::Range<usize>| call(r.start, r.end);
             match times {
                 None => team.parallel_for_range(info.points, min_chunk, task),
                 Some(times) => team.parallel_for_range_timed(info.points, min_chunk, times, task),
             }
+        } else if can_split && timed < SERIAL_SAMPLES {
+            let begin = Instant::now();
+            calling_thread_span(times, || call(0, info.points));
+            let ns = u64::try_from(begin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            j.serial_ns.fetch_min(ns, Ordering::Relaxed);
+            j.serial_runs.fetch_add(1, Ordering::Relaxed);
+            Ok(())
         } else {
             calling_thread_span(times, || call(0, info.points));
             Ok(())

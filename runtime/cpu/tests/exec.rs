@@ -462,6 +462,56 @@ fn small_kernels_run_on_the_calling_thread() {
     }
 }
 
+/// A parallel kernel below `MIN_PARALLEL_WORK` iterations whose iterations are costly
+/// (here 64 rounds of `exp(sin(x))` each, about a millisecond in all) runs on the calling
+/// thread while its first `SERIAL_SAMPLES` runs time it, then in chunks on the team, with
+/// the same bits.
+#[test]
+fn costly_small_kernels_go_to_the_team_once_timed() {
+    use ferrite_cpu::exec::{MIN_PARALLEL_WORK, SERIAL_SAMPLES};
+    use ferrite_ir::UnaryOp;
+    let n = MIN_PARALLEL_WORK / 2;
+    let buffers = vec![
+        buffer(0, BufferKind::Input(0), DType::F32, &[n]),
+        buffer(1, BufferKind::Output(0), DType::F32, &[n]),
+    ];
+    let i0 = IndexExpr::Var(Var::outer(0));
+    let mut body = Block::default();
+    let mut v = load(&mut body, 0, i0.clone());
+    for _ in 0..64 {
+        for op in [UnaryOp::Sin, UnaryOp::Exp] {
+            v = body.push(ExprNode {
+                dtype: DType::F32,
+                op: ExprOp::Unary(op, v),
+            });
+        }
+    }
+    let k = store_kernel("costly", vec![n], body, 1, i0, v);
+    let p = finish(
+        "costly",
+        buffers,
+        vec![k],
+        vec![BufferId(0)],
+        vec![BufferId(1)],
+    );
+    let x = Tensor::random(&p.buffers[0].ty, 5);
+    let c = CpuProgram::compile(&p, &CpuOptions::with_threads(2)).unwrap();
+    assert!(c.kernel_info(0).unwrap().parallel);
+    let mut first = None;
+    for run in 0..SERIAL_SAMPLES as usize + 3 {
+        let (out, timings) = c.run_profiled(std::slice::from_ref(&x)).unwrap();
+        let want = first.get_or_insert_with(|| out[0].clone());
+        assert_eq!(&out[0], want, "run {run}");
+        let spans = &timings[0].spans;
+        if run < SERIAL_SAMPLES as usize {
+            assert_eq!(spans.len(), 1, "run {run}: {spans:?}");
+            assert_eq!(spans[0].worker, 0, "run {run}: {spans:?}");
+        } else {
+            assert!(spans.len() > 1, "run {run}: {spans:?}");
+        }
+    }
+}
+
 /// Rewrites that reorder outer points (lanes across the last outer axis, transpose tiles)
 /// keep out of kernels whose points write the same elements, where the order decides the
 /// result: here points `i0` and `i0 + 1` both write `out[i0 + j0 + 1]` (a store stage
