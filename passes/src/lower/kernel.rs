@@ -196,20 +196,8 @@ pub fn build_kernel(
             let op = store_op(&mut b, &target, &coords).map_err(fail_to_error)?;
             stages.push(b.close_store_stage(domain, vec![op]));
         }
-        let mut nodes: Vec<ValueId> = b.touched.into_iter().collect();
-        nodes.sort();
-        let mut k = Kernel {
-            id,
-            name: kernel_name(g, id, &members, plan),
-            nodes,
-            domain: outer,
-            stages,
-            gemm: None,
-            reads: vec![],
-            writes: vec![],
-        };
-        (k.reads, k.writes) = k.compute_accesses(&layout.buffers);
-        return Ok(k);
+        let name = kernel_name(g, id, &members, plan);
+        return Ok(b.finish(id, name, stages, None));
     }
 
     // Where each store goes: one per outer point, or over a reduction's inner domain.
@@ -384,20 +372,8 @@ pub fn build_kernel(
         None => None,
     };
 
-    let mut nodes: Vec<ValueId> = b.touched.into_iter().collect();
-    nodes.sort();
-    let mut k = Kernel {
-        id,
-        name: kernel_name(g, id, &members, plan),
-        nodes,
-        domain: outer,
-        stages,
-        gemm,
-        reads: vec![],
-        writes: vec![],
-    };
-    (k.reads, k.writes) = k.compute_accesses(&layout.buffers);
-    Ok(k)
+    let name = kernel_name(g, id, &members, plan);
+    Ok(b.finish(id, name, stages, gemm))
 }
 
 /// A concat stored by one store stage per operand ([`concat_split`]).

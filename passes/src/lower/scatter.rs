@@ -160,18 +160,5 @@ pub(super) fn index_add_kernel(
         stages.push(b.close_store_stage(domain, vec![add]));
     }
 
-    let mut nodes: Vec<ValueId> = b.touched.into_iter().collect();
-    nodes.sort();
-    let mut k = Kernel {
-        id,
-        name,
-        nodes,
-        domain: outer,
-        stages,
-        gemm: None,
-        reads: vec![],
-        writes: vec![],
-    };
-    (k.reads, k.writes) = k.compute_accesses(&layout.buffers);
-    Ok(k)
+    Ok(b.finish(id, name, stages, None))
 }

@@ -10,8 +10,8 @@ use super::refusal::{LowerError, Refusal};
 use crate::error::{Error, Result};
 use ferrite_ir::infer::{permutation, slice_bounds};
 use ferrite_ir::loops::{
-    scalar, AccId, Block, Bound, ExprNode, ExprOp, ExprRef, Extents, IndexExpr, Load, Reduction,
-    Stage, StoreOp, Value, Var,
+    scalar, AccId, Block, Bound, ExprNode, ExprOp, ExprRef, Extents, GemmInfo, IndexExpr, Kernel,
+    KernelId, Load, Reduction, Stage, StoreOp, Value, Var,
 };
 use ferrite_ir::types::{contiguous_strides, normalize_axis};
 use ferrite_ir::{promote, BinaryOp, DType, Op, Scalar, ValueId};
@@ -84,6 +84,31 @@ pub(super) fn fail_to_error(f: Fail) -> LowerError {
 }
 
 impl KernelBuilder<'_> {
+    /// The kernel of `stages` over the builder's outer domain, with the nodes it
+    /// computed and its accesses.
+    pub(super) fn finish(
+        self,
+        id: KernelId,
+        name: String,
+        stages: Vec<Stage>,
+        gemm: Option<GemmInfo>,
+    ) -> Kernel {
+        let mut nodes: Vec<ValueId> = self.touched.into_iter().collect();
+        nodes.sort();
+        let mut k = Kernel {
+            id,
+            name,
+            nodes,
+            domain: self.outer,
+            stages,
+            gemm,
+            reads: vec![],
+            writes: vec![],
+        };
+        (k.reads, k.writes) = k.compute_accesses(&self.layout.buffers);
+        k
+    }
+
     pub(super) fn open_stage(&mut self, ext: Extents) {
         self.cur = StageState {
             ext,
