@@ -277,6 +277,20 @@ fn padded_depthwise_convs_are_vector_code_and_exact_at_the_edges() {
     }
 }
 
+/// Runs `g`'s first output on the CPU at each of `threads` against the interpreter's.
+fn check_cpu_threads(g: &Graph, inputs: &[&Tensor], threads: &[usize], tol: f64) {
+    let want = compile(g, &Options::default().target(Target::Interp))
+        .unwrap()
+        .run(inputs)
+        .unwrap();
+    for &t in threads {
+        let exe = compile(g, &Options::default().target(Target::Cpu).threads(t)).unwrap();
+        exe.run(inputs).unwrap()[0]
+            .check_close(&want[0], tol, tol)
+            .unwrap_or_else(|e| panic!("{t} threads: {e}"));
+    }
+}
+
 /// Reads the CPU plan of `g` (its `05-cpu-plan.loop` dump).
 fn cpu_plan(g: &Graph, name: &str) -> String {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
@@ -307,15 +321,7 @@ fn pointwise_conv_epilogues_run_on_each_block_of_rows() {
     ];
     let refs: Vec<&Tensor> = inputs.iter().collect();
     check_everywhere(&g, &refs, 1e-5);
-    let want = compile(&g, &Options::default().target(Target::Interp))
-        .unwrap()
-        .run(&refs)
-        .unwrap();
-    for threads in [1, 3] {
-        let exe = compile(&g, &Options::default().target(Target::Cpu).threads(threads)).unwrap();
-        let got = exe.run(&refs).unwrap();
-        got[0].check_close(&want[0], 1e-5, 1e-5).unwrap();
-    }
+    check_cpu_threads(&g, &refs, &[1, 3], 1e-5);
     let plan = cpu_plan(&g, "expand-1x1");
     assert!(
         plan.contains("epilogue per block of rows"),
@@ -385,17 +391,7 @@ fn conv_im2col_is_one_store_per_tap_and_exact_at_the_edges() {
         let inputs = [random(&[1, 8, 7, w], 11), random(&[6, 8, k, k], 12)];
         let refs: Vec<&Tensor> = inputs.iter().collect();
         check_everywhere(&g, &refs, 1e-5);
-        let want = compile(&g, &Options::default().target(Target::Interp))
-            .unwrap()
-            .run(&refs)
-            .unwrap();
-        for threads in [1, 3] {
-            let exe =
-                compile(&g, &Options::default().target(Target::Cpu).threads(threads)).unwrap();
-            exe.run(&refs).unwrap()[0]
-                .check_close(&want[0], 1e-5, 1e-5)
-                .unwrap();
-        }
+        check_cpu_threads(&g, &refs, &[1, 3], 1e-5);
         let plan = cpu_plan(&g, &format!("im2col-{k}-{s}-{d}-{w}"));
         let case = format!("k={k} s={s} d={d} pad={pad:?} w={w}");
         assert!(

@@ -38,7 +38,7 @@ mod verify;
 pub use eval::evaluate;
 pub use expr::{Block, Bound, ExprNode, ExprOp, Load, Value};
 pub use ids::{AccId, BufferId, ExprRef, KernelId};
-pub use index::{Extents, IndexExpr, Var, VarKind};
+pub use index::{gcd, Extents, IndexExpr, Var, VarKind};
 pub use liveness::{assign_slots, Interval, Liveness, Slot, Slots};
 pub use program::{
     Buffer, BufferAccess, BufferKind, GemmInfo, GemmOperand, Kernel, Program, ReduceKind,

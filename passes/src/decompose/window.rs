@@ -105,6 +105,13 @@ fn coordinates(count: usize, dims: &[usize]) -> Vec<usize> {
 /// compile time than the gather costs to run: 49 of them made ResNet-18's codegen 2x).
 const MAX_DIRECT_TAPS: usize = 25;
 
+/// Whether the windows of `axes` have few enough taps to be read as shifted slices
+/// ([`MAX_DIRECT_TAPS`]) and at least one output along every axis.
+fn sliceable(axes: &[Axis]) -> bool {
+    axes.iter().map(|a| a.kernel).product::<usize>() <= MAX_DIRECT_TAPS
+        && axes.iter().all(|a| a.output > 0)
+}
+
 impl Decomposer {
     fn shape(&self, v: ValueId) -> Vec<usize> {
         self.out.ty(v).shape.clone()
@@ -238,21 +245,17 @@ impl Decomposer {
         let p: usize = ty.shape[2..].iter().product();
         // Half types keep the reduction, which accumulates in f32 (a chain of adds would
         // round each partial sum to the half type).
-        let taps_direct = cg == 1
-            && og == 1
-            && k <= MAX_DIRECT_TAPS
-            && matches!(xt.dtype, DType::F32 | DType::F64);
-        if taps_direct && axes.iter().all(|a| a.output > 0) {
+        let depthwise = cg == 1 && og == 1;
+        let sliced = sliceable(&axes);
+        if depthwise && sliced && matches!(xt.dtype, DType::F32 | DType::F64) {
             return self.depthwise_direct(x, w, &axes, ty);
         }
-        let sliced =
-            !(cg == 1 && og == 1) && k <= MAX_DIRECT_TAPS && axes.iter().all(|a| a.output > 0);
-        let cols = if sliced {
+        let cols = if sliced && !depthwise {
             self.im2col_sliced(x, &axes)?
         } else {
             self.im2col(x, &axes, 0.0)?
         };
-        let y = if cg == 1 && og == 1 {
+        let y = if depthwise {
             // Depthwise: sum over the taps of tap * w[c, tap], in the result's layout
             // so that what follows fuses as the reduction's epilogue.
             let mut wk = vec![c, k];
@@ -456,8 +459,7 @@ impl Decomposer {
                     Some((lo, _)) => lo as f64,
                     None => f64::NEG_INFINITY,
                 };
-                let taps: usize = axes.iter().map(|a| a.kernel).product();
-                if taps <= MAX_DIRECT_TAPS && axes.iter().all(|a| a.output > 0) {
+                if sliceable(&axes) {
                     return self.max_pool_direct(x, &axes, fill);
                 }
                 let stack = self.im2col(x, &axes, fill)?;

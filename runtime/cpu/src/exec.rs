@@ -934,9 +934,11 @@ impl CpuProgram {
         let work = info.points.saturating_mul(info.work_per_point.max(1));
         let can_split = info.parallel && team.threads() > 1 && info.points > 1;
         let by_work = can_split && work >= MIN_PARALLEL_WORK;
-        let timed = j.serial_runs.load(Ordering::Relaxed);
+        // Small kernels: sampling while fewer than SERIAL_SAMPLES runs have timed them.
+        let sampling =
+            can_split && !by_work && j.serial_runs.load(Ordering::Relaxed) < SERIAL_SAMPLES;
         let serial_ns = j.serial_ns.load(Ordering::Relaxed);
-        let by_time = can_split && timed >= SERIAL_SAMPLES && serial_ns >= MIN_PARALLEL_NS;
+        let by_time = can_split && !by_work && !sampling && serial_ns >= MIN_PARALLEL_NS;
         let ran = if by_work || by_time {
             let min_chunk = if by_work {
                 MIN_CHUNK_WORK / info.work_per_point.max(1)
@@ -951,15 +953,14 @@ impl CpuProgram {
                 None => team.parallel_for_range(info.points, min_chunk, task),
                 Some(times) => team.parallel_for_range_timed(info.points, min_chunk, times, task),
             }
-        } else if can_split && timed < SERIAL_SAMPLES {
-            let begin = Instant::now();
-            calling_thread_span(times, || call(0, info.points));
-            let ns = u64::try_from(begin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            j.serial_ns.fetch_min(ns, Ordering::Relaxed);
-            j.serial_runs.fetch_add(1, Ordering::Relaxed);
-            Ok(())
         } else {
+            let begin = sampling.then(Instant::now);
             calling_thread_span(times, || call(0, info.points));
+            if let Some(begin) = begin {
+                let ns = u64::try_from(begin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                j.serial_ns.fetch_min(ns, Ordering::Relaxed);
+                j.serial_runs.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(())
         };
         storage.addrs = addrs;

@@ -420,6 +420,25 @@ fn profiled_runs_report_each_workers_chunks() {
     assert!(saw_both, "no profiled run used both threads");
 }
 
+/// A program of one parallel kernel over `n` points, `out[i0] = f(x[i0])`, with `f` the
+/// nodes `value` adds after the load.
+fn pointwise_program(
+    name: &str,
+    n: usize,
+    value: impl FnOnce(&mut Block, ExprRef) -> ExprRef,
+) -> Program {
+    let buffers = vec![
+        buffer(0, BufferKind::Input(0), DType::F32, &[n]),
+        buffer(1, BufferKind::Output(0), DType::F32, &[n]),
+    ];
+    let i0 = IndexExpr::Var(Var::outer(0));
+    let mut body = Block::default();
+    let x = load(&mut body, 0, i0.clone());
+    let v = value(&mut body, x);
+    let k = store_kernel(name, vec![n], body, 1, i0, v);
+    finish(name, buffers, vec![k], vec![BufferId(0)], vec![BufferId(1)])
+}
+
 /// A parallel kernel with less work than `MIN_PARALLEL_WORK` runs on the calling thread
 /// in one chunk (waking the team would cost more than the kernel); one just above it is
 /// cut into chunks for the team.
@@ -430,21 +449,7 @@ fn small_kernels_run_on_the_calling_thread() {
         (MIN_PARALLEL_WORK - 1, false),
         (2 * MIN_PARALLEL_WORK, true),
     ] {
-        let buffers = vec![
-            buffer(0, BufferKind::Input(0), DType::F32, &[n]),
-            buffer(1, BufferKind::Output(0), DType::F32, &[n]),
-        ];
-        let i0 = IndexExpr::Var(Var::outer(0));
-        let mut body = Block::default();
-        let v = load(&mut body, 0, i0.clone());
-        let k = store_kernel("copy", vec![n], body, 1, i0, v);
-        let p = finish(
-            "copy",
-            buffers,
-            vec![k],
-            vec![BufferId(0)],
-            vec![BufferId(1)],
-        );
+        let p = pointwise_program("copy", n, |_, v| v);
         let x = Tensor::random(&p.buffers[0].ty, 5);
         let c = CpuProgram::compile(&p, &CpuOptions::with_threads(2)).unwrap();
         assert!(c.kernel_info(0).unwrap().parallel);
@@ -470,30 +475,17 @@ fn small_kernels_run_on_the_calling_thread() {
 fn costly_small_kernels_go_to_the_team_once_timed() {
     use ferrite_cpu::exec::{MIN_PARALLEL_WORK, SERIAL_SAMPLES};
     use ferrite_ir::UnaryOp;
-    let n = MIN_PARALLEL_WORK / 2;
-    let buffers = vec![
-        buffer(0, BufferKind::Input(0), DType::F32, &[n]),
-        buffer(1, BufferKind::Output(0), DType::F32, &[n]),
-    ];
-    let i0 = IndexExpr::Var(Var::outer(0));
-    let mut body = Block::default();
-    let mut v = load(&mut body, 0, i0.clone());
-    for _ in 0..64 {
-        for op in [UnaryOp::Sin, UnaryOp::Exp] {
-            v = body.push(ExprNode {
-                dtype: DType::F32,
-                op: ExprOp::Unary(op, v),
-            });
+    let p = pointwise_program("costly", MIN_PARALLEL_WORK / 2, |body, mut v| {
+        for _ in 0..64 {
+            for op in [UnaryOp::Sin, UnaryOp::Exp] {
+                v = body.push(ExprNode {
+                    dtype: DType::F32,
+                    op: ExprOp::Unary(op, v),
+                });
+            }
         }
-    }
-    let k = store_kernel("costly", vec![n], body, 1, i0, v);
-    let p = finish(
-        "costly",
-        buffers,
-        vec![k],
-        vec![BufferId(0)],
-        vec![BufferId(1)],
-    );
+        v
+    });
     let x = Tensor::random(&p.buffers[0].ty, 5);
     let c = CpuProgram::compile(&p, &CpuOptions::with_threads(2)).unwrap();
     assert!(c.kernel_info(0).unwrap().parallel);
