@@ -145,6 +145,17 @@ impl Emitter<'_, '_> {
         }
     }
 
+    /// The flags of a vector load. Never `readonly`, even from a buffer the kernel only
+    /// reads: Cranelift treats read-only loads as pure and elaborates them apart from their
+    /// uses, which gathered the loads of all of an unrolled body's groups ahead of its
+    /// arithmetic (a 3x3 depthwise conv: 36 vectors live at once, 62 spill moves per
+    /// iteration); in program order each group's loads die before the next group's start.
+    /// A vector load's address moves with the innermost loop, so nothing is lost: such a
+    /// load can neither be hoisted nor meet a duplicate.
+    fn vector_flags(&self) -> MemFlagsData {
+        MemFlagsData::new().with_notrap()
+    }
+
     /// The address of element `idx` of `buffer`.
     fn element_address(
         &mut self,
@@ -782,7 +793,7 @@ impl Emitter<'_, '_> {
                     self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
                 let idx = self.index_value(&l.index)?;
                 let addr = self.element_address(l.buffer, idx)?;
-                let flags = self.flags_for(l.buffer);
+                let flags = self.vector_flags();
                 self.vector_load(i, vector_type(lanes), flags, addr, g)
             }
             ExprOp::Index(e) => {
@@ -896,6 +907,13 @@ impl Emitter<'_, '_> {
             let other = self.constant(l.other, d)?;
             return Ok(self.b.ins().splat(vty, other));
         }
+        if self.nest.guards_hold {
+            // Inside a peeled loop's interval: every lane's guard holds.
+            let idx = self.index_value(&l.index)?;
+            let addr = self.element_address(l.buffer, idx)?;
+            let flags = self.vector_flags();
+            return Ok(self.vector_load(i, vty, flags, addr, g));
+        }
         // Index values of outer levels first computed here live in this loop body, which
         // does not dominate what follows the loop (the tail, later stages): they are
         // forgotten at the end, as the slow arm's are at its end.
@@ -928,7 +946,7 @@ impl Emitter<'_, '_> {
         let all = self.b.ins().band(g_first, g_last);
         let idx = self.index_value(&l.index)?;
         let addr = self.element_address(l.buffer, idx)?;
-        let flags = self.flags_for(l.buffer);
+        let flags = self.vector_flags();
         let fast = self.b.create_block();
         let slow = self.b.create_block();
         let join = self.b.create_block();
@@ -944,6 +962,24 @@ impl Emitter<'_, '_> {
         self.b.seal_block(slow);
         let memo = self.nest.index_memo.clone();
         let other = self.constant(l.other, d)?;
+        if let Some(masked) = self.masked_edge(l, i, g, first, &at)? {
+            // The group's elements are all inside the buffer: one vector load, and
+            // `other` in the lanes whose guard fails.
+            let (inside, lanes_ok) = masked;
+            let load_block = self.b.create_block();
+            let scalar_block = self.b.create_block();
+            self.b
+                .ins()
+                .brif(inside, load_block, &[], scalar_block, &[]);
+            self.b.switch_to_block(load_block);
+            self.b.seal_block(load_block);
+            let whole = self.vector_load(i, vty, flags, addr, g);
+            let others = self.b.ins().splat(vty, other);
+            let v = self.vselect(lanes_ok, whole, others);
+            self.b.ins().jump(join, &[v.into()]);
+            self.b.switch_to_block(scalar_block);
+            self.b.seal_block(scalar_block);
+        }
         let mut v: Option<Value> = None;
         for k in 0..4 {
             let lane = first + k;
@@ -964,6 +1000,78 @@ impl Emitter<'_, '_> {
             .index_memo
             .retain(|e, (_, level)| *level >= innermost || before.contains_key(e));
         Ok(self.b.block_params(join)[0])
+    }
+
+    /// For a guarded vector load at a window's edge: whether all of group `g`'s elements
+    /// (from the first lane's to the last lane's, as [`Self::vector_load`] reads them) are
+    /// inside the buffer, and the `i32x4` mask of the lanes whose guard holds. Each
+    /// bound's value at lane `k` is its value at the group's first lane (`first`) plus
+    /// `k` times its coefficient. `None` where that cannot be done in `i32` lanes.
+    fn masked_edge(
+        &mut self,
+        l: &Load,
+        i: usize,
+        g: usize,
+        first: i64,
+        at: &dyn Fn(&IndexExpr, i64) -> IndexExpr,
+    ) -> Result<Option<(Value, Value)>> {
+        const LIMIT: i64 = 1 << 30;
+        let var = self.level_var(self.nest.innermost);
+        let mut bounds = Vec::new();
+        for b in &l.guard {
+            let Some((_, a)) = crate::plan::analysis::split_linear(&b.expr, var) else {
+                return Ok(None);
+            };
+            let fits = |x: i64| x.abs() < LIMIT;
+            match b.expr.range(&self.nest.ext) {
+                Some((lo, hi))
+                    if fits(lo) && fits(hi) && fits(b.lo) && fits(b.hi) && fits(4 * a) => {}
+                _ => return Ok(None),
+            }
+            bounds.push((at(&b.expr, first), a, b.lo, b.hi));
+        }
+        let numel = self.buffer_numel(l.buffer)? as i64;
+        let stride = self
+            .vals
+            .strided
+            .iter()
+            .find(|&&(n, _)| n == i)
+            .map_or(1, |&(_, s)| s);
+        // The group's first element and its last (`vector_load` reads from one to the other).
+        let idx = self.index_value(&l.index)?;
+        let lo_idx = self.b.ins().iadd_imm_s(idx, 4 * g as i64 * stride);
+        let hi_idx = self.b.ins().iadd_imm_s(lo_idx, 3 * stride);
+        let ge = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, lo_idx, 0);
+        let lt = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThan, hi_idx, numel);
+        let inside = self.b.ins().band(ge, lt);
+        let mut mask: Option<Value> = None;
+        for (e0, a, lo, hi) in bounds {
+            let x = self.index_value(&e0)?;
+            let x = self.b.ins().ireduce(types::I32, x);
+            let x = self.b.ins().splat(types::I32X4, x);
+            let steps: Vec<u8> = (0..4i64)
+                .flat_map(|k| ((a * k) as i32).to_le_bytes())
+                .collect();
+            let steps = self.b.func.dfg.constants.insert(ConstantData::from(steps));
+            let steps = self.b.ins().vconst(types::I32X4, steps);
+            let x = self.b.ins().iadd(x, steps);
+            let lo = self.splat_i32(lo as i32);
+            let hi = self.splat_i32(hi as i32);
+            let ge = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, x, lo);
+            let lt = self.b.ins().icmp(IntCC::SignedLessThan, x, hi);
+            let ok = self.b.ins().band(ge, lt);
+            mask = Some(match mask {
+                None => ok,
+                Some(m) => self.b.ins().band(m, ok),
+            });
+        }
+        Ok(mask.map(|m| (inside, m)))
     }
 
     fn vector_unary(&mut self, op: UnaryOp, x: Value, from: Lanes) -> Result<Value> {

@@ -12,11 +12,12 @@
 use super::reduce::Accumulators;
 use super::state::{Emitter, LoopSpec};
 use crate::error::{Error, Result};
-use crate::plan::analysis::{live_nodes, node_indices, Levels};
+use crate::plan::analysis::{live_nodes, node_indices, split_linear, Levels};
 use crate::plan::{OuterLanes, StageLanes, StagePlan, VectorPlan};
-use cranelift_codegen::ir::{types, InstBuilder};
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::Variable;
-use ferrite_ir::loops::{Block, ExprOp, Extents, IndexExpr, Reduction, Stage, StoreOp};
+use ferrite_ir::loops::{Block, Bound, ExprOp, Extents, IndexExpr, Reduction, Stage, StoreOp};
 
 /// How the points of a stage run.
 #[derive(Clone, Copy)]
@@ -277,6 +278,14 @@ impl<'a> Emitter<'a, '_> {
 
     /// The vector loops over the innermost level: `4 * unroll` elements per iteration,
     /// then four, leaving the rest to the scalar loop after them.
+    ///
+    /// A store stage whose vector loads are guarded (a padded window: a convolution's or a
+    /// pool's taps) is peeled instead: every guard is affine in the innermost variable, so
+    /// the elements where all of them hold form an interval, computed once before the
+    /// loops ([`Emitter::guard_interval`]). Four-wide iterations with the guards run up to
+    /// its start, `4 * unroll`-wide iterations with plain vector loads (no tests, no
+    /// branches) while they stay inside it, and four-wide iterations with the guards
+    /// after it. Each element is computed by the same expression either way.
     fn emit_vector_loops(
         &mut self,
         ctx: &StageCtx<'_>,
@@ -290,34 +299,242 @@ impl<'a> Emitter<'a, '_> {
             let lanes = self.vals.lanes[i].ok_or_else(|| Error::internal("splat without lanes"))?;
             self.emit_splat(i, lanes)?;
         }
-        let len = self.b.ins().isub(spec.end, spec.start);
-        let mut shapes = Vec::new();
-        if unroll > 1 {
-            shapes.push(unroll);
+        let interval = if ctx.reductions.is_empty() {
+            self.guard_interval(ctx, level)?
+        } else {
+            None
+        };
+        if let Some((lo, hi)) = interval {
+            let width = 4 * unroll as i64;
+            // Four at a time, guarded, until the interval starts (or fewer than four are
+            // left: the loop runs from `start` in steps of four, so it stops by `end4`).
+            let len = self.b.ins().isub(spec.end, spec.start);
+            let whole4 = self.b.ins().band_imm_s(len, !3);
+            let end4 = self.b.ins().iadd(spec.start, whole4);
+            let before = self.b.ins().smin(lo, end4);
+            self.vector_loop(ctx, level, var, 1, before, false, false)?;
+            // Unguarded while the whole iteration is inside the interval: wide, then four
+            // at a time.
+            let hi_end = self.b.ins().iadd_imm_s(hi, 1);
+            let stop = self.b.ins().smin(hi_end, spec.end);
+            if unroll > 1 {
+                let inside = self.b.ins().iadd_imm_s(stop, 1 - width);
+                self.vector_loop(ctx, level, var, unroll, inside, true, false)?;
+            }
+            let inside4 = self.b.ins().iadd_imm_s(stop, -3);
+            self.vector_loop(ctx, level, var, 1, inside4, true, false)?;
+            // The rest, four at a time, guarded.
+            let last4 = self.b.ins().iadd_imm_s(spec.end, -3);
+            self.vector_loop(ctx, level, var, 1, last4, false, false)?;
+        } else {
+            let len = self.b.ins().isub(spec.end, spec.start);
+            let mut shapes = Vec::new();
+            if unroll > 1 {
+                shapes.push(unroll);
+            }
+            shapes.push(1);
+            for u in shapes {
+                let width = 4 * u as i64;
+                let whole = self.b.ins().band_imm_s(len, !(width - 1));
+                let end = self.b.ins().iadd(spec.start, whole);
+                self.vector_loop(ctx, level, var, u, end, false, u == unroll)?;
+            }
         }
-        shapes.push(1);
-        for u in shapes {
-            let width = 4 * u as i64;
-            let whole = self.b.ins().band_imm_s(len, !(width - 1));
-            let end = self.b.ins().iadd(spec.start, whole);
-            let lp = self.begin_loop(var, end);
-            // Group by group: each group's values die before the next starts, so long
-            // bodies (vector math) do not run out of registers.
-            for g in 0..u {
-                for i in 0..self.vals.body.nodes.len() {
-                    if ctx.live[i] && self.node_level(i) == level {
-                        self.emit_vector_node(i, g)?;
-                    }
-                }
-                self.point(ctx, &[Some(g)])?;
-            }
-            if u == unroll {
-                self.fold_sums(ctx.accs);
-            }
-            self.end_loop(var, width, lp);
-            self.forget_from(level);
+        if self.tail_may_overlap(ctx) {
+            self.overlapping_tail(ctx, level, var, spec)?;
         }
         Ok(())
+    }
+
+    /// Whether the last elements of the innermost loop may be computed as one vector
+    /// group that overlaps elements already done: a stage that only stores, whose loads
+    /// read none of the buffers it stores to, computes the same value for an element
+    /// however often it runs.
+    fn tail_may_overlap(&self, ctx: &StageCtx<'_>) -> bool {
+        if !ctx.reductions.is_empty() || ctx.stores.is_empty() {
+            return false;
+        }
+        !self.vals.body.nodes.iter().any(|n| match &n.op {
+            ExprOp::Load(l) => ctx.stores.iter().any(|s| s.buffer == l.buffer),
+            _ => false,
+        })
+    }
+
+    /// Fewer than four elements left after the vector loops of a row of at least four:
+    /// the last four, as one vector group (guards tested), instead of the scalar loop.
+    fn overlapping_tail(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        spec: LoopSpec,
+    ) -> Result<()> {
+        let v = self.b.use_var(var);
+        let left = self.b.ins().isub(spec.end, v);
+        let len = self.b.ins().isub(spec.end, spec.start);
+        let some = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, left, 0);
+        let room = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, len, 4);
+        let go = self.b.ins().band(some, room);
+        let tail = self.b.create_block();
+        let after = self.b.create_block();
+        self.b.ins().brif(go, tail, &[], after, &[]);
+        self.b.switch_to_block(tail);
+        self.b.seal_block(tail);
+        let memo = self.nest.index_memo.clone();
+        let last4 = self.b.ins().iadd_imm_s(spec.end, -4);
+        self.b.def_var(var, last4);
+        self.vector_body(ctx, level, 1)?;
+        // The scalar loop after this finds nothing left.
+        self.b.def_var(var, spec.end);
+        self.b.ins().jump(after, &[]);
+        self.b.switch_to_block(after);
+        self.b.seal_block(after);
+        self.nest.index_memo = memo;
+        self.forget_from(level);
+        Ok(())
+    }
+
+    /// One vector loop over the innermost level from the variable's current value while
+    /// it is below `end`, `4 * u` elements per iteration; with `guards_hold`, guarded
+    /// loads are plain vector loads (the caller has proved every guard holds); `fold`:
+    /// the loop that folds the stage's vector sums periodically.
+    #[allow(clippy::too_many_arguments)]
+    fn vector_loop(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        u: usize,
+        end: Value,
+        guards_hold: bool,
+        fold: bool,
+    ) -> Result<()> {
+        let width = 4 * u as i64;
+        let lp = self.begin_loop(var, end);
+        self.nest.guards_hold = guards_hold;
+        self.vector_body(ctx, level, u)?;
+        self.nest.guards_hold = false;
+        if fold {
+            self.fold_sums(ctx.accs);
+        }
+        self.end_loop(var, width, lp);
+        self.forget_from(level);
+        Ok(())
+    }
+
+    /// One iteration of a vector loop: `u` groups of four elements at the variable's
+    /// current value.
+    fn vector_body(&mut self, ctx: &StageCtx<'_>, level: usize, u: usize) -> Result<()> {
+        // Group by group: each group's values die before the next starts, so long
+        // bodies (vector math) do not run out of registers.
+        for g in 0..u {
+            for i in 0..self.vals.body.nodes.len() {
+                if ctx.live[i] && self.node_level(i) == level {
+                    self.emit_vector_node(i, g)?;
+                }
+            }
+            self.point(ctx, &[Some(g)])?;
+        }
+        Ok(())
+    }
+
+    /// The interval `lo..=hi` of the innermost variable where every guard of the stage's
+    /// guarded vector loads holds, as values fixed before the loop (`lo > hi` where it is
+    /// empty); `None` when the innermost loop has no guarded vector load. Each bound
+    /// `lo_b <= a * v + c < hi_b` has a constant `a` and a `c` fixed outside the loop (the
+    /// plan vectorizes no other guard), so it holds on one interval of `v`.
+    fn guard_interval(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+    ) -> Result<Option<(Value, Value)>> {
+        let body = self.vals.body;
+        let mut bounds: Vec<&Bound> = Vec::new();
+        for (i, node) in body.nodes.iter().enumerate() {
+            if !ctx.live[i] || self.node_level(i) != level || self.vals.lanes[i].is_none() {
+                continue;
+            }
+            if let ExprOp::Load(l) = &node.op {
+                for b in &l.guard {
+                    if !bounds.contains(&b) {
+                        bounds.push(b);
+                    }
+                }
+            }
+        }
+        if bounds.is_empty() {
+            return Ok(None);
+        }
+        let v = self.level_var(level);
+        // Far from any index, so that `v + width` cannot overflow.
+        const FAR: i64 = 1 << 60;
+        let mut lo = self.b.ins().iconst(types::I64, -FAR);
+        let mut hi = self.b.ins().iconst(types::I64, FAR);
+        let mut fixed: Option<Value> = None;
+        for b in bounds {
+            let (rest, a) = split_linear(&b.expr, v)
+                .ok_or_else(|| Error::internal(format!("guard `{}` is not affine", b.expr)))?;
+            let rest = rest.simplify(&self.nest.ext);
+            let c = self.index_value(&rest)?;
+            if a == 0 {
+                let ge = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, c, b.lo);
+                let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, c, b.hi);
+                let ok = self.b.ins().band(ge, lt);
+                fixed = Some(match fixed {
+                    None => ok,
+                    Some(f) => self.b.ins().band(f, ok),
+                });
+                continue;
+            }
+            // lo_b <= a v + c < hi_b, i.e. for a > 0: ceil((lo_b - c) / a) <= v <=
+            // floor((hi_b - 1 - c) / a); for a < 0 (|a| = m): ceil((c - hi_b + 1) / m) <= v
+            // <= floor((c - lo_b) / m).
+            let (from, to, m) = if a > 0 {
+                let neg = self.b.ins().ineg(c);
+                let from = self.b.ins().iadd_imm_s(neg, b.lo);
+                let to = self.b.ins().iadd_imm_s(neg, b.hi - 1);
+                (from, to, a)
+            } else {
+                let from = self.b.ins().iadd_imm_s(c, 1 - b.hi);
+                let to = self.b.ins().iadd_imm_s(c, -b.lo);
+                (from, to, -a)
+            };
+            let first = self.ceil_div(from, m);
+            let last = self.floor_div(to, m);
+            lo = self.b.ins().smax(lo, first);
+            hi = self.b.ins().smin(hi, last);
+        }
+        if let Some(ok) = fixed {
+            let empty = self.b.ins().iconst(types::I64, FAR);
+            lo = self.b.ins().select(ok, lo, empty);
+        }
+        Ok(Some((lo, hi)))
+    }
+
+    /// `floor(x / m)` for a constant `m > 0`.
+    fn floor_div(&mut self, x: Value, m: i64) -> Value {
+        if m == 1 {
+            return x;
+        }
+        let q = self.b.ins().sdiv_imm_s(x, m);
+        let r = self.b.ins().imul_imm_s(q, m);
+        let r = self.b.ins().isub(x, r);
+        let negative = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, r, 0);
+        let one = self.b.ins().uextend(types::I64, negative);
+        self.b.ins().isub(q, one)
+    }
+
+    /// `ceil(x / m)` for a constant `m > 0`.
+    fn ceil_div(&mut self, x: Value, m: i64) -> Value {
+        let neg = self.b.ins().ineg(x);
+        let f = self.floor_div(neg, m);
+        self.b.ins().ineg(f)
     }
 
     /// The work of one point of the nest for `groups` (`None`: the scalar point): every

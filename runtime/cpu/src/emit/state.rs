@@ -79,6 +79,9 @@ pub(super) struct Nest {
     pub(super) ext: Extents,
     /// Index values emitted so far, with their levels.
     pub(super) index_memo: HashMap<IndexExpr, (Value, usize)>,
+    /// Set while emitting the inside of a peeled vector loop, where every guard of the
+    /// guarded vector loads holds (`stage.rs`'s `guard_interval`).
+    pub(super) guards_hold: bool,
 }
 
 /// The values of the current stage's nodes at the current position.
