@@ -358,22 +358,7 @@ fn malformed_kernels_are_errors_not_panics() {
 #[test]
 fn profiled_runs_report_each_workers_chunks() {
     // A copy of 4 Mi elements is parallel and large enough to be cut into several chunks.
-    let n = 1 << 22;
-    let buffers = vec![
-        buffer(0, BufferKind::Input(0), DType::F32, &[n]),
-        buffer(1, BufferKind::Output(0), DType::F32, &[n]),
-    ];
-    let i0 = IndexExpr::Var(Var::outer(0));
-    let mut body = Block::default();
-    let v = load(&mut body, 0, i0.clone());
-    let k = store_kernel("copy", vec![n], body, 1, i0, v);
-    let p = finish(
-        "copy",
-        buffers,
-        vec![k],
-        vec![BufferId(0)],
-        vec![BufferId(1)],
-    );
+    let p = pointwise_program("copy", 1 << 22, |_, v| v);
     let x = Tensor::random(&p.buffers[0].ty, 5);
     let c = CpuProgram::compile(&p, &CpuOptions::with_threads(2)).unwrap();
     assert!(c.kernel_info(0).unwrap().parallel);

@@ -233,7 +233,7 @@ impl Emitter<'_, '_> {
     }
 
     /// 1 when every bound of `guard` holds, else 0 (an `i8`).
-    fn guard_value(&mut self, guard: &[Bound]) -> Result<Option<Value>> {
+    pub(super) fn guard_value(&mut self, guard: &[Bound]) -> Result<Option<Value>> {
         let mut all: Option<Value> = None;
         for g in guard {
             let x = self.index_value(&g.expr)?;
@@ -787,7 +787,11 @@ impl Emitter<'_, '_> {
         let node = &body.nodes[i];
         let lanes_of = |s: &Self, r: &ExprRef| s.vals.lanes.get(r.index()).copied().flatten();
         let v = match &node.op {
-            ExprOp::Load(l) if !l.guard.is_empty() => self.vector_guarded_load(i, l, g)?,
+            // Inside a peeled loop's interval (`guards_hold`) every lane's guard holds:
+            // a plain vector load.
+            ExprOp::Load(l) if !l.guard.is_empty() && !self.nest.guards_hold => {
+                self.vector_guarded_load(i, l, g)?
+            }
             ExprOp::Load(l) => {
                 let lanes =
                     self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
@@ -804,15 +808,7 @@ impl Emitter<'_, '_> {
                 // `rest + c*v` at lane 0, computed once per iteration (memoized).
                 let lane0 = rest + IndexExpr::Var(v) * c;
                 let base = self.index_value(&lane0)?;
-                let base = self.b.ins().ireduce(types::I32, base);
-                let base = self.b.ins().splat(types::I32X4, base);
-                let g = g as i64;
-                let step: Vec<u8> = (0..4i64)
-                    .flat_map(|lane| ((c * (4 * g + lane)) as i32).to_le_bytes())
-                    .collect();
-                let k = self.b.func.dfg.constants.insert(step.into());
-                let k = self.b.ins().vconst(types::I32X4, k);
-                self.b.ins().iadd(base, k)
+                self.lane_values(base, c, 4 * g as i64)
             }
             ExprOp::Unary(op, a) => {
                 let x = self.vector_operand(*a, g)?;
@@ -862,15 +858,10 @@ impl Emitter<'_, '_> {
         addr: Value,
         g: usize,
     ) -> Value {
-        let Some(s) = self
-            .vals
-            .strided
-            .iter()
-            .find(|&&(n, _)| n == i)
-            .map(|&(_, s)| s)
-        else {
+        let s = self.lane_stride(i);
+        if s == 1 {
             return self.b.ins().load(vty, flags, addr, (16 * g) as i32);
-        };
+        }
         let first = 16 * g as i64 * s;
         let low = self.b.ins().load(vty, flags, addr, first as i32);
         let high = self
@@ -906,13 +897,6 @@ impl Emitter<'_, '_> {
             // Nothing can be read: every lane is `other`.
             let other = self.constant(l.other, d)?;
             return Ok(self.b.ins().splat(vty, other));
-        }
-        if self.nest.guards_hold {
-            // Inside a peeled loop's interval: every lane's guard holds.
-            let idx = self.index_value(&l.index)?;
-            let addr = self.element_address(l.buffer, idx)?;
-            let flags = self.vector_flags();
-            return Ok(self.vector_load(i, vty, flags, addr, g));
         }
         // Index values of outer levels first computed here live in this loop body, which
         // does not dominate what follows the loop (the tail, later stages): they are
@@ -1031,12 +1015,7 @@ impl Emitter<'_, '_> {
             bounds.push((at(&b.expr, first), a, b.lo, b.hi));
         }
         let numel = self.buffer_numel(l.buffer)? as i64;
-        let stride = self
-            .vals
-            .strided
-            .iter()
-            .find(|&&(n, _)| n == i)
-            .map_or(1, |&(_, s)| s);
+        let stride = self.lane_stride(i);
         // The group's first element and its last (`vector_load` reads from one to the other).
         let idx = self.index_value(&l.index)?;
         let lo_idx = self.b.ins().iadd_imm_s(idx, 4 * g as i64 * stride);
@@ -1053,14 +1032,7 @@ impl Emitter<'_, '_> {
         let mut mask: Option<Value> = None;
         for (e0, a, lo, hi) in bounds {
             let x = self.index_value(&e0)?;
-            let x = self.b.ins().ireduce(types::I32, x);
-            let x = self.b.ins().splat(types::I32X4, x);
-            let steps: Vec<u8> = (0..4i64)
-                .flat_map(|k| ((a * k) as i32).to_le_bytes())
-                .collect();
-            let steps = self.b.func.dfg.constants.insert(ConstantData::from(steps));
-            let steps = self.b.ins().vconst(types::I32X4, steps);
-            let x = self.b.ins().iadd(x, steps);
+            let x = self.lane_values(x, a, 0);
             let lo = self.splat_i32(lo as i32);
             let hi = self.splat_i32(hi as i32);
             let ge = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, x, lo);
@@ -1072,6 +1044,29 @@ impl Emitter<'_, '_> {
             });
         }
         Ok(mask.map(|m| (inside, m)))
+    }
+
+    /// The `i32x4` of `base + step * (from + k)` for lanes `k = 0..4` (`base` an `i64`
+    /// known to fit `i32` with the steps).
+    fn lane_values(&mut self, base: Value, step: i64, from: i64) -> Value {
+        let base = self.b.ins().ireduce(types::I32, base);
+        let base = self.b.ins().splat(types::I32X4, base);
+        let steps: Vec<u8> = (0..4i64)
+            .flat_map(|k| ((step * (from + k)) as i32).to_le_bytes())
+            .collect();
+        let steps = self.b.func.dfg.constants.insert(ConstantData::from(steps));
+        let steps = self.b.ins().vconst(types::I32X4, steps);
+        self.b.ins().iadd(base, steps)
+    }
+
+    /// The element stride between lanes of vector load node `i` (1 unless the plan
+    /// made it a strided load).
+    fn lane_stride(&self, i: usize) -> i64 {
+        self.vals
+            .strided
+            .iter()
+            .find(|&&(n, _)| n == i)
+            .map_or(1, |&(_, s)| s)
     }
 
     fn vector_unary(&mut self, op: UnaryOp, x: Value, from: Lanes) -> Result<Value> {

@@ -473,25 +473,17 @@ impl<'a> Emitter<'a, '_> {
         const FAR: i64 = 1 << 60;
         let mut lo = self.b.ins().iconst(types::I64, -FAR);
         let mut hi = self.b.ins().iconst(types::I64, FAR);
-        let mut fixed: Option<Value> = None;
+        // Bounds that do not move with `v` hold on all of the row or on none of it.
+        let mut fixed: Vec<Bound> = Vec::new();
         for b in bounds {
             let (rest, a) = split_linear(&b.expr, v)
                 .ok_or_else(|| Error::internal(format!("guard `{}` is not affine", b.expr)))?;
-            let rest = rest.simplify(&self.nest.ext);
-            let c = self.index_value(&rest)?;
             if a == 0 {
-                let ge = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, c, b.lo);
-                let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, c, b.hi);
-                let ok = self.b.ins().band(ge, lt);
-                fixed = Some(match fixed {
-                    None => ok,
-                    Some(f) => self.b.ins().band(f, ok),
-                });
+                fixed.push(b.clone());
                 continue;
             }
+            let rest = rest.simplify(&self.nest.ext);
+            let c = self.index_value(&rest)?;
             // lo_b <= a v + c < hi_b, i.e. for a > 0: ceil((lo_b - c) / a) <= v <=
             // floor((hi_b - 1 - c) / a); for a < 0 (|a| = m): ceil((c - hi_b + 1) / m) <= v
             // <= floor((c - lo_b) / m).
@@ -510,7 +502,7 @@ impl<'a> Emitter<'a, '_> {
             lo = self.b.ins().smax(lo, first);
             hi = self.b.ins().smin(hi, last);
         }
-        if let Some(ok) = fixed {
+        if let Some(ok) = self.guard_value(&fixed)? {
             let empty = self.b.ins().iconst(types::I64, FAR);
             lo = self.b.ins().select(ok, lo, empty);
         }
