@@ -33,7 +33,7 @@ use super::denormals::FlushDenormals;
 use super::emit::{self, KernelInfo};
 use super::error::{Error, Result};
 use super::gemm::{
-    gemm_nd_then, AfterRows, BatchAxes, MatLayout, MatMut, MatRef, Parallelism, Scale,
+    gemm_nd_then, AfterBlock, BatchAxes, MatLayout, MatMut, MatRef, Parallelism, Scale,
 };
 use super::jit::{Jit, JitCode, JitOptions};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
@@ -45,13 +45,17 @@ use ferrite_ir::loops::{
 use ferrite_ir::{DType, Data, Tensor};
 use std::borrow::Borrow;
 use std::fmt::Write;
+use std::ops::Range;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Inner-loop iterations a parallel chunk should hold at least, so that handing it to a
-/// worker costs little compared with running it.
-const MIN_CHUNK_WORK: usize = 32 * 1024;
+/// worker costs little compared with running it. Iterations differ in cost by 10x and
+/// more (a copy, a 3x3 depthwise tap sum): at 32K a depthwise conv of 384x14x14 was 3
+/// chunks, 3 of 16 threads busy, on the 16-core Xeon; claiming a chunk is one atomic
+/// add, so chunks can be small (there are at most 4 per thread anyway).
+const MIN_CHUNK_WORK: usize = 4 * 1024;
 
 /// Inner-loop iterations (all outer points together) below which a kernel runs on the
 /// calling thread alone. Waking the team costs more than a small kernel: on the 16-core
@@ -682,6 +686,8 @@ impl CpuProgram {
         }
         let _mode = FlushDenormals::enter(self.flush_denormals);
         let team = self.pool.team(self.threads, self.flush_denormals);
+        // Workers keep polling between this run's kernels, through serial ones too.
+        let _awake = (self.threads > 1).then(|| self.pool.stay_awake());
         let mut storage = self.take_storage();
         // Profiled runs measure every kernel and chunk from here; unprofiled runs read
         // no clock at all.
@@ -796,14 +802,13 @@ impl CpuProgram {
                 product_batch_strides,
                 epilogue: Some(j),
             } if plan.epilogue_per_rows => {
-                // The blocks (each with its epilogue) run on the team; the call is one span
-                // of the calling thread.
-                calling_thread_span(times, || {
+                // The blocks (each with its epilogue) run on the team, each a span.
+                gemm_spans(times, || {
                     self.run_gemm_then(
                         plan,
                         product_batch_strides,
                         j,
-                        team,
+                        team.timed(times),
                         inputs,
                         outputs,
                         storage,
@@ -815,13 +820,12 @@ impl CpuProgram {
                 product_batch_strides,
                 epilogue,
             } => {
-                // The GEMM's blocks run on the team; its call is one span of the calling
-                // thread.
-                calling_thread_span(times, || {
+                // The GEMM's blocks run on the team, each a span.
+                gemm_spans(times, || {
                     self.run_gemm(
                         plan,
                         product_batch_strides,
-                        team,
+                        team.timed(times),
                         inputs,
                         outputs,
                         &mut storage.slots,
@@ -836,11 +840,11 @@ impl CpuProgram {
         }
     }
 
-    /// A GEMM whose epilogue runs on each block of rows as the GEMM computes it
-    /// (`ExternGemm::epilogue_per_rows`): block `p, rows` of the dense product is the
-    /// epilogue's points `(p * m + rows.start) * n .. (p * m + rows.end) * n`, which the
-    /// plan proved touch only those elements of the product (updated in place) and read
-    /// nothing else the GEMM writes.
+    /// A GEMM whose epilogue runs on each block as the GEMM computes it
+    /// (`ExternGemm::epilogue_per_rows`): row `i` of block `p, rows, cols` of the dense
+    /// product is the epilogue's points `(p * m + i) * n + cols.start .. + cols.end`,
+    /// which the plan proved touch only those elements of the product (updated in
+    /// place) and read nothing else the GEMM writes.
     #[allow(clippy::too_many_arguments)]
     fn run_gemm_then(
         &self,
@@ -862,12 +866,22 @@ impl CpuProgram {
                 let failure = AtomicI32::new(0);
                 let (m, n) = (plan.m, plan.n);
                 let args = &addrs;
-                let after = |p: usize, rows: std::ops::Range<usize>| {
-                    let (begin, end) = ((p * m + rows.start) * n, (p * m + rows.end) * n);
+                let call = |begin: usize, end: usize| {
                     let code = entry(args.as_ptr(), begin as i64, end as i64);
                     if code != 0 {
                         let _ =
                             failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
+                    }
+                };
+                // Whole rows are one range of points; a block of columns, one per row.
+                let after = |p: usize, rows: Range<usize>, cols: Range<usize>| {
+                    if cols.len() == n {
+                        call((p * m + rows.start) * n, (p * m + rows.end) * n);
+                    } else {
+                        for i in rows {
+                            let row = (p * m + i) * n;
+                            call(row + cols.start, row + cols.end);
+                        }
                     }
                 };
                 self.run_gemm(
@@ -988,7 +1002,7 @@ impl CpuProgram {
         inputs: &dyn InputTensors,
         outputs: &mut dyn OutputTensors,
         storage: &mut [Data],
-        after: Option<AfterRows<'_>>,
+        after: Option<AfterBlock<'_>>,
     ) -> Result<()> {
         // Take the product's storage out, so the operands can be borrowed alongside it.
         let pbuf = &self.buffers[plan.product.index()];
@@ -1058,6 +1072,20 @@ impl CpuProgram {
     }
 }
 
+/// `f()`, a GEMM whose parallel blocks record their own spans in `times` (when
+/// profiling); one that ran on the calling thread alone is recorded as one span of it.
+fn gemm_spans<R>(times: Option<&ChunkTimes>, f: impl FnOnce() -> R) -> R {
+    let before = times.map(ChunkTimes::count);
+    let start = Instant::now();
+    let r = f();
+    if let (Some(times), Some(before)) = (times, before) {
+        if times.count() == before {
+            times.record(0, 0, start);
+        }
+    }
+    r
+}
+
 /// `f()`, recorded with `times` (when profiling) as one span of the calling thread.
 fn calling_thread_span<R>(times: Option<&ChunkTimes>, f: impl FnOnce() -> R) -> R {
     let start = times.map(|_| Instant::now());
@@ -1078,7 +1106,7 @@ fn gemm_batches<T: super::gemm::GemmScalar>(
     a: &[T],
     b: &[T],
     c: &mut [T],
-    after: Option<AfterRows<'_>>,
+    after: Option<AfterBlock<'_>>,
 ) -> Result<()> {
     let layout = |offset: i64, row: i64, col: i64| -> Result<MatLayout> {
         Ok(MatLayout {

@@ -393,6 +393,17 @@ const COL_ALIGN: usize = 64;
 pub const OURS_MIN_PARALLEL_MACS: usize = 1 << 20;
 /// See [`OURS_MIN_PARALLEL_MACS`].
 pub const OURS_MIN_TASK_MACS: usize = 256 << 10;
+/// [`OURS_MIN_PARALLEL_MACS`] and [`OURS_MIN_TASK_MACS`] for a matrix-vector product
+/// (at most [`crate::sgemm::STREAM_MAX_ROWS`] rows), which reads `B` once and does
+/// nothing else: its speed is the bandwidth of the cores that read `B`, so it is cut
+/// into blocks of 256 KiB of `B` (MobileNetV2's classifier, 1x1280 by 1280x1000, in 5
+/// blocks took 364 us on 16 threads of the Xeon and 477 us on one).
+pub const STREAM_MIN_PARALLEL_MACS: usize = 256 << 10;
+/// See [`STREAM_MIN_PARALLEL_MACS`].
+pub const STREAM_MIN_TASK_MACS: usize = 64 << 10;
+/// Rows a block of a product on [`crate::sgemm`] has at least, where the product has
+/// them (see [`plan_split_for`]).
+const OURS_BLOCK_ROWS: usize = 32;
 /// Column blocks of a few-row product are multiples of this (two AVX-512 vectors).
 const OURS_COL_ALIGN: usize = 32;
 
@@ -406,12 +417,21 @@ pub fn plan_split(shape: GemmShape, threads: usize) -> Option<GemmSplit> {
     plan_split_for(shape, threads, false)
 }
 
-/// [`plan_split`], or with `few_rows` (every block computed by [`crate::sgemm`], which
-/// packs nothing) the finer split of [`OURS_MIN_PARALLEL_MACS`], [`OURS_MIN_TASK_MACS`]
-/// and column blocks of [`OURS_COL_ALIGN`]. Each output of that kernel is the same sum
-/// whatever the block, so the split never changes a bit.
+/// [`plan_split`], or with `few_rows` (blocks of at most [`OURS_MAX_ROWS`] rows computed
+/// by [`crate::sgemm`], which packs nothing) the finer split of
+/// [`OURS_MIN_PARALLEL_MACS`], [`OURS_MIN_TASK_MACS`] (for a matrix-vector product
+/// [`STREAM_MIN_PARALLEL_MACS`], [`STREAM_MIN_TASK_MACS`]) and column blocks of
+/// [`OURS_COL_ALIGN`], rows cut first down to blocks of `OURS_BLOCK_ROWS`, then columns,
+/// then rows again. Each output of that kernel is the same sum whatever the block, so the
+/// split never changes a bit.
 pub fn plan_split_for(shape: GemmShape, threads: usize, few_rows: bool) -> Option<GemmSplit> {
-    let (min_parallel, min_task, col_align) = if few_rows {
+    let (min_parallel, min_task, col_align) = if few_rows && shape.m <= sgemm::STREAM_MAX_ROWS {
+        (
+            STREAM_MIN_PARALLEL_MACS,
+            STREAM_MIN_TASK_MACS,
+            OURS_COL_ALIGN,
+        )
+    } else if few_rows {
         (OURS_MIN_PARALLEL_MACS, OURS_MIN_TASK_MACS, OURS_COL_ALIGN)
     } else {
         (MIN_PARALLEL_MACS, MIN_TASK_MACS, COL_ALIGN)
@@ -438,7 +458,17 @@ pub fn plan_split_for(shape: GemmShape, threads: usize, few_rows: bool) -> Optio
     let per_product = blocks.div_ceil(batch).min((macs / min_task).max(1));
     let (row_max, col_max) = (m.div_ceil(ROW_ALIGN), n.div_ceil(col_align));
     let (mut row_parts, mut col_parts);
-    if m >= n {
+    if few_rows {
+        // Blocks of at least OURS_BLOCK_ROWS rows where there are that many: a block
+        // reads its columns of B once per KC rows for every row tile, so a block of
+        // 8 rows (128x1152 by 1152x784, a ResNet-18 convolution, in 16 blocks of
+        // whole rows) streams all 3.6 MiB of B through each core for 8 FMAs per
+        // element, and ran at a fifth of the speed of 4 x 4 blocks of 32 x 196.
+        // Shorter blocks only when the columns run out.
+        row_parts = per_product.min(m.div_ceil(OURS_BLOCK_ROWS));
+        col_parts = (per_product / row_parts).min(col_max);
+        row_parts = row_parts.max((per_product / col_parts).min(row_max));
+    } else if m >= n {
         row_parts = per_product.min(row_max);
         col_parts = (per_product / row_parts).min(col_max);
     } else {
@@ -703,16 +733,21 @@ pub fn gemm_nd<T: GemmScalar>(
     gemm_nd_then(axes, dims, a, b, c, scale, parallelism, None)
 }
 
-/// What runs after each block of rows of a product ([`gemm_nd_then`]): called with the
-/// flat batch index and the block's rows, on the thread that computed the block, once
-/// every element of those rows (all columns) is written.
-pub type AfterRows<'f> = &'f (dyn Fn(usize, std::ops::Range<usize>) + Sync);
+/// What runs after each block of a product ([`gemm_nd_then`]): called with the flat
+/// batch index, the block's rows and its columns, on the thread that computed the
+/// block, once every element of the block is written.
+pub type AfterBlock<'f> =
+    &'f (dyn Fn(usize, std::ops::Range<usize>, std::ops::Range<usize>) + Sync);
 
-/// [`gemm_nd`], and with `after` the product is cut into blocks of whole rows (see
-/// [`rows_per_block`]) and `after` runs on each block as soon as it is computed, while
-/// it is in cache: a GEMM kernel's pointwise epilogue, which would otherwise read the
-/// whole product back from memory. Each output's sum is the same as without `after`
-/// (every block runs the kernel its rows select, as the usual split does).
+/// [`gemm_nd`], and with `after` run on each block of the product as soon as it is
+/// computed, while it is in cache: a GEMM kernel's pointwise epilogue, which would
+/// otherwise read the whole product back from memory. On one thread the blocks are
+/// whole rows (see [`rows_per_block`]); on a team they are the blocks of rows and
+/// columns of the usual split ([`plan_split_for`]), so that a product of few rows and
+/// many columns (a convolution's: output channels by positions) still gives every
+/// thread a block, and its epilogue runs on all of them. Each output's sum is the same
+/// as without `after` (every block runs the kernel its rows select, as the usual split
+/// does).
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_nd_then<T: GemmScalar>(
     axes: BatchAxes<'_>,
@@ -722,7 +757,7 @@ pub fn gemm_nd_then<T: GemmScalar>(
     c: MatMut<'_, T>,
     scale: Scale<T>,
     parallelism: Parallelism<'_>,
-    after: Option<AfterRows<'_>>,
+    after: Option<AfterBlock<'_>>,
 ) -> Result<(), GemmError> {
     let r = axes.extents.len();
     if r > MAX_BATCH_AXES || axes.a.len() != r || axes.b.len() != r || axes.c.len() != r {
@@ -784,7 +819,7 @@ pub fn gemm_nd_then<T: GemmScalar>(
                 parallelism,
             )?;
             if let Some(after) = after {
-                after(p, 0..m);
+                after(p, 0..m, 0..n);
             }
         }
         return Ok(());
@@ -836,9 +871,9 @@ fn run_blocks<T: GemmScalar>(
     c: MatMut<'_, T>,
     scale: Scale<T>,
     parallelism: Parallelism<'_>,
-    after: Option<(AfterRows<'_>, usize)>,
+    after: Option<(AfterBlock<'_>, usize)>,
 ) -> Result<(), GemmError> {
-    let GemmShape { batch, m, k, .. } = shape;
+    let GemmShape { k, .. } = shape;
     let (la, lb, lc) = (a.layout, b.layout, c.layout);
     let a_ptr = SharedPtr(a.data.as_ptr().cast_mut());
     let b_ptr = SharedPtr(b.data.as_ptr().cast_mut());
@@ -918,22 +953,21 @@ fn run_blocks<T: GemmScalar>(
         Parallelism::Pool(pool) => Some(pool.all()),
         Parallelism::Team(team) => Some(team),
     };
-    let few_rows = ours.is_some() && m <= OURS_MAX_ROWS;
+    // Blocks of at most OURS_MAX_ROWS rows run on our kernel whatever the product's rows.
+    let few_rows = ours.is_some();
     let split =
         team.and_then(|team| Some((team, plan_split_for(shape, team.threads(), few_rows)?)));
-    if let Some((after, rows)) = after {
-        // Too few rows to give every thread a block of 8 (a matrix-vector product): the
-        // usual split, which also cuts columns, then `after` on each product's rows.
-        let few = split
-            .as_ref()
-            .is_some_and(|(t, s)| batch * m.div_ceil(8) < t.threads().min(s.tasks()));
-        if !few {
-            return run_row_blocks(shape, team, few_rows, rows, &run_block, after);
-        }
-        return run_split(shape, split, &run_block)
-            .and_then(|()| for_each_task(team, batch, |p| after(p, 0..m)));
-    }
-    run_split(shape, split, &run_block)
+    let Some((after, rows)) = after else {
+        return run_split(shape, split, &run_block);
+    };
+    let Some(split) = split else {
+        return run_row_blocks(shape, rows, &run_block, after);
+    };
+    // Each block's epilogue right after the block, on its thread.
+    run_split(shape, Some(split), &|p, rows, cols| {
+        run_block(p, rows.clone(), cols.clone());
+        after(p, rows, cols);
+    })
 }
 
 /// Runs `run_block` on the blocks of `split`, or on each whole product of the batch.
@@ -958,48 +992,24 @@ fn run_split(
     ran.map_err(GemmError::Pool)
 }
 
-/// [`run_blocks`] in blocks of whole rows, `after` run on each block: blocks of `rows`
-/// rows, or smaller ones (multiples of 8) where the team has more threads than the
-/// product has blocks and the product is large enough to be split (as [`plan_split_for`]
-/// decides).
+/// [`run_blocks`] on the calling thread in blocks of `rows` whole rows, `after` run on
+/// each block.
 fn run_row_blocks(
     shape: GemmShape,
-    team: Option<Team<'_>>,
-    few_rows: bool,
     rows: usize,
     run_block: &(dyn Fn(usize, std::ops::Range<usize>, std::ops::Range<usize>) + Sync),
-    after: AfterRows<'_>,
+    after: AfterBlock<'_>,
 ) -> Result<(), GemmError> {
     let GemmShape { batch, m, n, .. } = shape;
-    let mut rows = rows.clamp(1, m.max(1));
-    let parallel = team.filter(|t| plan_split_for(shape, t.threads(), few_rows).is_some());
-    if let Some(t) = parallel {
-        let per_product = t.threads().div_ceil(batch.max(1));
-        rows = rows.min(m.div_ceil(per_product).next_multiple_of(8)).max(1);
-    }
-    let parts = m.div_ceil(rows);
-    let block = |t: usize| {
-        let (p, i) = (t / parts, t % parts);
-        let r = i * rows..((i + 1) * rows).min(m);
-        run_block(p, r.clone(), 0..n);
-        after(p, r);
-    };
-    for_each_task(parallel, batch * parts, block)
-}
-
-/// `task(t)` for every `t in 0..n`: on the team, or in order on the calling thread.
-fn for_each_task(
-    team: Option<Team<'_>>,
-    n: usize,
-    task: impl Fn(usize) + Sync,
-) -> Result<(), GemmError> {
-    match team {
-        Some(t) => t.parallel_for(n, task).map_err(GemmError::Pool),
-        None => {
-            (0..n).for_each(task);
-            Ok(())
+    let rows = rows.clamp(1, m.max(1));
+    for p in 0..batch {
+        for start in (0..m).step_by(rows) {
+            let r = start..(start + rows).min(m);
+            run_block(p, r.clone(), 0..n);
+            after(p, r, 0..n);
         }
     }
+    Ok(())
 }
 
 /// Rows of a block (of `C`) up to which [`crate::sgemm`] computes it instead of the

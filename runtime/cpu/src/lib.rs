@@ -48,15 +48,15 @@ pub use exec::{
     CpuOptions, CpuProgram, InputTensors, KernelTiming, OutputTensors, MAX_GENERATED_KERNELS,
 };
 pub use gemm::{
-    gemm_nd, gemm_nd_then, plan_split, plan_split_for, AfterRows, BatchAxes, GemmError, GemmScalar,
-    GemmShape, GemmSplit, MatLayout, MatMut, MatRef, Parallelism, Scale,
+    gemm_nd, gemm_nd_then, plan_split, plan_split_for, AfterBlock, BatchAxes, GemmError,
+    GemmScalar, GemmShape, GemmSplit, MatLayout, MatMut, MatRef, Parallelism, Scale,
 };
 pub use jit::{FunctionDump, Jit, JitCode, JitError, JitFunction, JitOptions, JitStats, OptLevel};
 pub use kernels::{BinaryKernel, KernelError, UnaryKernel};
 pub use plan::{plan_program, CodegenOptions, CpuPlan};
 pub use pool::{
-    default_thread_count, global_pool, split_range, threads_from_env, PoolError, Team, ThreadPool,
-    MAX_THREADS, NUM_THREADS_VAR,
+    default_thread_count, global_pool, split_range, threads_from_env, AwakeGuard, PoolError, Team,
+    ThreadPool, MAX_THREADS, NUM_THREADS_VAR,
 };
 pub use vmath::{UnaryFn, VMath};
 pub use wide::{ExpSumFn, InPlaceFn, Isa, RowFn, RowReduce, WideFn, ISA_VAR};

@@ -2,10 +2,11 @@
 //!
 //! [`ThreadPool::parallel_for`] runs `task(chunk)` for every `chunk in 0..n_chunks`, with the
 //! calling thread working alongside `threads - 1` long-lived workers. Workers claim chunks
-//! from a shared atomic counter, so uneven chunks balance themselves. Dispatch costs one
-//! mutex round trip, not a thread spawn: after a job a worker spins for a few microseconds
-//! before it sleeps on a condition variable, because kernels of a compiled program arrive
-//! back to back and waking a sleeping thread costs a futex call.
+//! from a shared atomic counter, so uneven chunks balance themselves. Dispatch is a few
+//! atomic operations, not a thread spawn nor a lock: after a job a worker polls for
+//! [`SPIN_BEFORE_SLEEP`] before it sleeps on a condition variable, because kernels of a
+//! compiled program arrive back to back and waking a sleeping thread costs a futex call;
+//! while a program runs it holds [`ThreadPool::stay_awake`] and idle workers keep polling.
 //!
 //! Behaviour worth knowing:
 //! * The pool runs one job at a time. A `parallel_for` issued while another is in flight
@@ -31,7 +32,7 @@ use crate::denormals::FlushDenormals;
 use std::fmt;
 use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -134,6 +135,11 @@ impl ChunkTimes {
         lock(&self.spans).push(span);
     }
 
+    /// How many spans have been recorded (and not taken).
+    pub fn count(&self) -> usize {
+        lock(&self.spans).len()
+    }
+
     /// The spans recorded so far, leaving the sink empty.
     pub fn take(&self) -> Vec<ChunkSpan> {
         std::mem::take(&mut *lock(&self.spans))
@@ -232,43 +238,61 @@ pub struct Team<'p> {
     pool: &'p ThreadPool,
     threads: usize,
     flush_denormals: bool,
+    /// Where [`Team::parallel_for`] records its chunks (see [`Team::timed`]).
+    times: Option<&'p ChunkTimes>,
 }
 
+/// What the submitter and the workers share. Joining and leaving a job are atomic
+/// operations, not lock round trips: with 15 workers taking a mutex twice per job, the
+/// last of them entered a job 15-45 us after it was published on the 16-core Xeon, longer
+/// than many whole kernels take there. The mutex is only for going to sleep and waking.
 struct Shared {
-    state: Mutex<State>,
-    /// Workers wait here for a new generation.
-    work_ready: Condvar,
-    /// The submitter waits here for `active` to drop to zero.
-    workers_left: Condvar,
-    /// A copy of `State::generation` that spinning workers can poll without the lock.
+    /// The published job, null when none (see [`Shared::job_for_worker`]).
+    job: AtomicPtr<Job<'static>>,
+    /// Bumped on every publish and at shutdown; idle workers poll it.
     generation: AtomicU64,
+    /// Workers inside, or entering, the published job.
+    active: AtomicUsize,
+    /// Workers asleep, or about to sleep, on `work_ready`.
+    sleeping: AtomicUsize,
+    /// Holds of [`ThreadPool::stay_awake`]: while there are any, idle workers keep
+    /// polling instead of going to sleep.
+    awake: AtomicUsize,
+    /// Whether a hold may keep workers polling: only while the pool has no more threads
+    /// than the machine has cores (polling threads would take the cores of working ones).
+    may_stay_awake: AtomicBool,
+    shutdown: AtomicBool,
+    /// Guards sleeping on `work_ready` (and nothing else).
+    sleep_lock: Mutex<()>,
+    work_ready: Condvar,
 }
 
-struct State {
-    generation: u64,
-    job: Option<JobPtr>,
-    /// The published job's team size: workers numbered at or above it skip the job.
-    team: usize,
-    /// Whether the published job's workers flush denormals while they run it.
-    flush_denormals: bool,
-    /// Workers currently inside `job`.
-    active: usize,
-    sleeping: usize,
-    shutdown: bool,
+/// How the submitter retires a job and a worker joins one, without a lock:
+///
+/// * the submitter stores the job (`SeqCst`), bumps the generation, runs chunks, then
+///   stores null (`SeqCst`) and waits until `active` is zero;
+/// * a worker increments `active` (`SeqCst`), then loads the job (`SeqCst`) and runs it
+///   only if it is not null, and decrements `active` when it is done.
+///
+/// In the single total order of `SeqCst` operations, a worker that loads the job before
+/// the submitter's null store has incremented `active` before that store too, so the
+/// submitter's later loads of `active` see it until the worker leaves: the job (on the
+/// submitter's stack) outlives every worker's use of it. A worker that loads after the
+/// null store sees null (or a later job) and touches nothing.
+impl Shared {
+    fn job_for_worker(&self) -> *const Job<'static> {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        self.job.load(Ordering::SeqCst)
+    }
 }
-
-/// A type-erased pointer to the submitter's stack-allocated [`Job`].
-#[derive(Clone, Copy)]
-struct JobPtr(*const Job<'static>);
-
-// SAFETY: a `JobPtr` is only dereferenced by a worker between incrementing and decrementing
-// `State::active` under the lock while the job is published; the submitter unpublishes it
-// and returns only after `active` is zero, so the pointee outlives every use on any thread.
-unsafe impl Send for JobPtr {}
 
 struct Job<'a> {
     task: &'a (dyn Fn(usize) + Sync + 'a),
     n_chunks: usize,
+    /// The team's size: workers numbered at or above it skip the job.
+    team: usize,
+    /// Whether the job's workers flush denormals while they run it.
+    flush_denormals: bool,
     next: AtomicUsize,
     failure: Mutex<Option<(usize, String)>>,
     /// Where to record chunk timings; `None` outside profiling.
@@ -279,11 +303,15 @@ impl<'a> Job<'a> {
     fn new(
         task: &'a (dyn Fn(usize) + Sync + 'a),
         n_chunks: usize,
+        team: usize,
+        flush_denormals: bool,
         times: Option<&'a ChunkTimes>,
     ) -> Self {
         Job {
             task,
             n_chunks,
+            team,
+            flush_denormals,
             next: AtomicUsize::new(0),
             failure: Mutex::new(None),
             times,
@@ -354,18 +382,15 @@ impl ThreadPool {
             return Err(PoolError::TooManyThreads(threads));
         }
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                generation: 0,
-                job: None,
-                team: 0,
-                flush_denormals: false,
-                active: 0,
-                sleeping: 0,
-                shutdown: false,
-            }),
-            work_ready: Condvar::new(),
-            workers_left: Condvar::new(),
+            job: AtomicPtr::new(std::ptr::null_mut()),
             generation: AtomicU64::new(0),
+            active: AtomicUsize::new(0),
+            sleeping: AtomicUsize::new(0),
+            awake: AtomicUsize::new(0),
+            may_stay_awake: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            sleep_lock: Mutex::new(()),
+            work_ready: Condvar::new(),
         });
         let pool = ThreadPool {
             shared,
@@ -390,7 +415,7 @@ impl ThreadPool {
             let index = workers.len() + 1;
             let shared = Arc::clone(&self.shared);
             // The worker waits for jobs published after it started.
-            let seen = lock(&self.shared.state).generation;
+            let seen = self.shared.generation.load(Ordering::SeqCst);
             let handle = thread::Builder::new()
                 .name(format!("ferrite-worker-{index}"))
                 .spawn(move || worker_loop(&shared, index, seen))
@@ -398,6 +423,10 @@ impl ThreadPool {
             workers.push(handle);
             self.threads.store(workers.len() + 1, Ordering::Release);
         }
+        let cores = thread::available_parallelism().map_or(1, |n| n.get());
+        self.shared
+            .may_stay_awake
+            .store(workers.len() < cores, Ordering::Relaxed);
         Ok(())
     }
 
@@ -409,6 +438,7 @@ impl ThreadPool {
             pool: self,
             threads: threads.clamp(1, self.threads()),
             flush_denormals,
+            times: None,
         }
     }
 
@@ -476,37 +506,77 @@ impl ThreadPool {
             .parallel_for_range_timed(len, min_chunk_len, times, task)
     }
 
-    fn publish(&self, job: &Job<'_>, team: usize, flush_denormals: bool) {
+    /// Keeps idle workers polling for jobs, instead of sleeping after
+    /// [`SPIN_BEFORE_SLEEP`], until the guard is dropped: a program holds it for a run,
+    /// so that a kernel that runs on the calling thread alone for longer than that does
+    /// not cost the next parallel kernel a futex wake-up per worker. Ignored (workers
+    /// sleep as usual) when the pool has more threads than the machine has cores.
+    pub fn stay_awake(&self) -> AwakeGuard<'_> {
+        self.shared.awake.fetch_add(1, Ordering::Relaxed);
+        AwakeGuard { pool: self }
+    }
+
+    fn publish(&self, job: &Job<'_>) {
         // Erase the job's lifetime for the workers; `retire` restores the guarantee.
-        let ptr = JobPtr((job as *const Job<'_>).cast::<Job<'static>>());
-        let mut state = lock(&self.shared.state);
-        state.generation += 1;
-        state.job = Some(ptr);
-        state.team = team;
-        state.flush_denormals = flush_denormals;
-        self.shared
-            .generation
-            .store(state.generation, Ordering::Release);
-        if state.sleeping > 0 {
-            self.shared.work_ready.notify_all();
+        let ptr = (job as *const Job<'_>).cast::<Job<'static>>().cast_mut();
+        let shared = &*self.shared;
+        shared.job.store(ptr, Ordering::SeqCst);
+        shared.generation.fetch_add(1, Ordering::SeqCst);
+        // A worker counts itself as sleeping before it checks the generation, so either
+        // it sees the new generation or it is counted here (see `worker_loop`).
+        if shared.sleeping.load(Ordering::SeqCst) > 0 {
+            let _guard = lock(&shared.sleep_lock);
+            shared.work_ready.notify_all();
         }
     }
 
-    /// Waits until no worker is inside the published job, then unpublishes it.
+    /// Unpublishes the job, then waits until no worker is inside it (see [`Shared`]).
     fn retire(&self) {
-        let mut state = lock(&self.shared.state);
-        while state.active > 0 {
-            state = self
-                .shared
-                .workers_left
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
+        let shared = &*self.shared;
+        shared.job.store(std::ptr::null_mut(), Ordering::SeqCst);
+        let mut polls = 0u32;
+        while shared.active.load(Ordering::SeqCst) != 0 {
+            polls = polls.wrapping_add(1);
+            if polls < 1 << 12 {
+                std::hint::spin_loop();
+            } else {
+                // A worker still inside may have lost its core (more threads than cores).
+                thread::yield_now();
+            }
         }
-        state.job = None;
     }
 }
 
-impl Team<'_> {
+/// Keeps a pool's idle workers polling while it lives: see [`ThreadPool::stay_awake`].
+#[must_use = "workers stay awake only while the guard lives"]
+pub struct AwakeGuard<'p> {
+    pool: &'p ThreadPool,
+}
+
+impl Drop for AwakeGuard<'_> {
+    fn drop(&mut self) {
+        self.pool.shared.awake.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for AwakeGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AwakeGuard")
+    }
+}
+
+impl<'p> Team<'p> {
+    /// The team, with every loop of [`Team::parallel_for`] and
+    /// [`Team::parallel_for_range`] recording its chunks into `times` when it is given
+    /// (as [`Team::parallel_for_timed`] does): for code that runs its own parallel loops
+    /// on a team it is handed, such as the GEMM's blocks.
+    pub fn timed<'a>(self, times: Option<&'a ChunkTimes>) -> Team<'a>
+    where
+        'p: 'a,
+    {
+        Team { times, ..self }
+    }
+
     /// The number of threads of the team (the caller's included).
     pub fn threads(&self) -> usize {
         self.threads
@@ -524,7 +594,7 @@ impl Team<'_> {
     where
         F: Fn(usize) + Sync,
     {
-        self.run_job(n_chunks, &task, None)
+        self.run_job(n_chunks, &task, self.times)
     }
 
     /// [`ThreadPool::parallel_for`], recording each chunk's thread, start and duration
@@ -548,7 +618,15 @@ impl Team<'_> {
         task: &(dyn Fn(usize) + Sync),
         times: Option<&ChunkTimes>,
     ) -> Result<(), PoolError> {
-        let job = Job::new(task, n_chunks, times);
+        // Only as many threads as there are chunks take part: the others stay out of
+        // the job instead of waking up to find nothing left.
+        let job = Job::new(
+            task,
+            n_chunks,
+            self.threads.min(n_chunks),
+            self.flush_denormals,
+            times,
+        );
         if n_chunks <= 1 || self.threads <= 1 {
             job.run(0);
             return job.into_result();
@@ -563,9 +641,7 @@ impl Team<'_> {
                 return job.into_result();
             }
         };
-        // Only as many threads as there are chunks take part: the others stay out of
-        // the job (and off its lock) instead of waking up to find nothing left.
-        pool.publish(&job, self.threads.min(n_chunks), self.flush_denormals);
+        pool.publish(&job);
         job.run(0);
         pool.retire();
         job.into_result()
@@ -620,55 +696,58 @@ fn worker_loop(shared: &Shared, index: usize, mut seen: u64) {
             std::hint::spin_loop();
             polls = polls.wrapping_add(1);
             // Reading the clock costs more than a poll, so check it only now and then.
-            if polls.is_multiple_of(64) && spin_start.elapsed() > SPIN_BEFORE_SLEEP {
+            if polls.is_multiple_of(64)
+                && !(shared.awake.load(Ordering::Relaxed) > 0
+                    && shared.may_stay_awake.load(Ordering::Relaxed))
+                && spin_start.elapsed() > SPIN_BEFORE_SLEEP
+            {
                 break;
             }
         }
-        let mut state = lock(&shared.state);
-        while state.generation == seen && !state.shutdown {
-            state.sleeping += 1;
-            state = shared
-                .work_ready
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-            state.sleeping -= 1;
+        if shared.generation.load(Ordering::SeqCst) == seen {
+            let mut guard = lock(&shared.sleep_lock);
+            // Counted before the check: `publish` bumps the generation, then notifies
+            // if it sees any sleeper, so no new generation goes unnoticed.
+            shared.sleeping.fetch_add(1, Ordering::SeqCst);
+            while shared.generation.load(Ordering::SeqCst) == seen
+                && !shared.shutdown.load(Ordering::SeqCst)
+            {
+                guard = shared
+                    .work_ready
+                    .wait(guard)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            shared.sleeping.fetch_sub(1, Ordering::SeqCst);
         }
-        if state.shutdown {
+        if shared.shutdown.load(Ordering::SeqCst) {
             return;
         }
-        seen = state.generation;
-        // The job may already be retired if the others finished it before we woke.
-        let Some(job) = state.job else { continue };
-        // A worker outside the job's team leaves it to the others.
-        if index >= state.team {
-            continue;
+        seen = shared.generation.load(Ordering::Acquire);
+        let job = shared.job_for_worker();
+        // SAFETY: `job_for_worker` counted this worker in `active` before loading the
+        // pointer, so a non-null job stays alive until the decrement below (see
+        // `Shared`). It may be a later job than `seen`'s: running it is as good.
+        if let Some(job) = unsafe { job.as_ref() } {
+            // A worker outside the job's team leaves it to the others.
+            if index < job.team {
+                let mode = FlushDenormals::enter(job.flush_denormals);
+                job.run(index);
+                drop(mode);
+            }
         }
-        let flush = state.flush_denormals;
-        state.active += 1;
-        drop(state);
-        // SAFETY: the job stays published, and so alive, until `active` returns to zero
-        // (see `JobPtr`); we incremented it under the lock while the job was published.
-        let job: &Job<'_> = unsafe { &*job.0 };
-        let mode = FlushDenormals::enter(flush);
-        job.run(index);
-        drop(mode);
-        let mut state = lock(&shared.state);
-        state.active -= 1;
-        if state.active == 0 {
-            shared.workers_left.notify_all();
-        }
+        shared.active.fetch_sub(1, Ordering::Release);
     }
 }
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        // Bump the generation so that polling workers stop and see the shutdown.
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
         {
-            let mut state = lock(&self.shared.state);
-            state.shutdown = true;
+            let _guard = lock(&self.shared.sleep_lock);
             self.shared.work_ready.notify_all();
         }
-        // Bump the generation so that spinning workers stop polling and see the shutdown.
-        self.shared.generation.fetch_add(1, Ordering::Release);
         let workers = std::mem::take(&mut *lock(&self.workers));
         for handle in workers {
             // Workers catch task panics, so a join error cannot carry anything useful.

@@ -705,19 +705,19 @@ fn the_flush_scan_sees_every_element() {
     }
 }
 
-/// `gemm_nd_then` cuts a product into blocks of whole rows (small enough to stay in cache
-/// when `B` is, whole products when it is not) and runs `after` once on every block: each
-/// row of every batch exactly once, serial and on a team, with the same results as
-/// `gemm_nd`.
+/// `gemm_nd_then` runs `after` once on every element's block: on one thread blocks of
+/// whole rows (small enough to stay in cache when `B` is, whole products when it is
+/// not), on a team the blocks of rows and columns of the usual split, so that a product
+/// of few rows still spreads over the team; every element of every batch exactly once,
+/// with the same results as `gemm_nd`.
 #[test]
-fn blocks_of_rows_run_after_once_each() {
+fn blocks_run_after_once_each() {
     use ferrite_cpu::gemm::rows_per_block;
     use ferrite_cpu::{gemm_nd, gemm_nd_then, BatchAxes};
     use std::sync::Mutex;
     let pool = ThreadPool::new(3).expect("pool");
-    // (m, n, k): a small B (cut into blocks of 8 rows), a B over 2 MiB (whole rows), a
-    // small product, and a matrix-vector product (too few rows for the team: the usual
-    // split by columns, then `after` on each product).
+    // (m, n, k): a small B (serial blocks of 8 rows), a B over 2 MiB (serial whole
+    // rows), a small product (serial on the team too), and a matrix-vector product.
     for (m, n, k) in [(40, 20000, 8), (20, 9000, 64), (5, 100, 3), (1, 40000, 64)] {
         let batch = 2;
         let mut rng = Rng(m as u64);
@@ -750,12 +750,18 @@ fn blocks_of_rows_run_after_once_each() {
             "{m}x{n}x{k}: {rows}"
         );
         for par in [Parallelism::None, Parallelism::Pool(&pool)] {
-            let seen = Mutex::new(vec![0u32; batch * m]);
-            let after = |p: usize, r: std::ops::Range<usize>| {
-                assert!(r.len() <= rows.max(8), "{m}x{n}x{k}: block {r:?}");
+            let serial = matches!(par, Parallelism::None);
+            let seen = Mutex::new(vec![0u32; batch * m * n]);
+            let after = |p: usize, r: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+                if serial {
+                    assert!(r.len() <= rows, "{m}x{n}x{k}: block {r:?}");
+                    assert_eq!(cols, 0..n, "{m}x{n}x{k}: serial blocks are whole rows");
+                }
                 let mut seen = seen.lock().unwrap();
                 for i in r {
-                    seen[p * m + i] += 1;
+                    for j in cols.clone() {
+                        seen[(p * m + i) * n + j] += 1;
+                    }
                 }
             };
             let mut c = vec![f32::NAN; batch * m * n];

@@ -290,3 +290,59 @@ fn timed_loops_record_every_chunk_on_its_thread() {
     pool.parallel_for(8, |_| {}).expect("no panic");
     assert!(times.take().is_empty());
 }
+
+/// Joining and leaving a job are lock-free (`Shared` in `pool.rs`): many short jobs
+/// whose tasks write into the submitter's stack, back to back and with pauses long
+/// enough for the workers to fall asleep, with and without a `stay_awake` hold, each
+/// see every chunk once and return only when every chunk has finished. A lost wake-up
+/// would hang here; a job retired while a worker is still inside it would miss writes.
+#[test]
+fn short_jobs_with_sleeps_between_never_lose_a_chunk() {
+    let pool = ThreadPool::new(4).expect("pool");
+    for hold in [false, true] {
+        let _awake = hold.then(|| pool.stay_awake());
+        for round in 0..2000 {
+            let n = 1 + round % 13;
+            let slots: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool.parallel_for(n, |c| {
+                if c % 5 == 0 {
+                    std::hint::black_box((0..500).sum::<u64>());
+                }
+                slots[c].fetch_add(round + 1, Ordering::Relaxed);
+            })
+            .expect("no panic");
+            assert!(
+                slots.iter().all(|s| s.load(Ordering::Relaxed) == round + 1),
+                "round {round}, hold {hold}"
+            );
+            if round % 200 == 0 {
+                // Past SPIN_BEFORE_SLEEP: without a hold the workers go to sleep.
+                thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// A team made `timed` records the chunks of its plain loops (the GEMM's blocks are
+/// such loops); the untimed team records nothing.
+#[test]
+fn timed_teams_record_their_loops() {
+    use ferrite_cpu::pool::ChunkTimes;
+    let pool = ThreadPool::new(3).expect("pool");
+    let times = ChunkTimes::new(Instant::now());
+    let team = pool.team(3, false);
+    team.parallel_for(6, |_| {}).expect("no panic");
+    assert_eq!(times.count(), 0);
+    team.timed(Some(&times))
+        .parallel_for(6, |_| {})
+        .expect("no panic");
+    let mut chunks: Vec<usize> = times.take().iter().map(|s| s.chunk).collect();
+    chunks.sort_unstable();
+    assert_eq!(chunks, (0..6).collect::<Vec<_>>());
+    // One chunk runs on the caller, and is recorded as worker 0.
+    team.timed(Some(&times))
+        .parallel_for(1, |_| {})
+        .expect("no panic");
+    let spans = times.take();
+    assert_eq!((spans.len(), spans[0].worker), (1, 0));
+}

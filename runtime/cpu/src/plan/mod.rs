@@ -379,12 +379,12 @@ fn skip_empty(plan: &CpuPlan, _: &Options) -> Result<CpuPlan> {
     Ok(out)
 }
 
-/// `gemm-blocks`: a GEMM whose epilogue may run on each block of rows of the product as
-/// soon as it is computed ([`crate::gemm::gemm_nd_then`]), instead of reading the whole
-/// product back from memory after it. That needs the epilogue to be a parallel pointwise
-/// kernel (outer points in any order and any ranges) that updates the product in place
-/// and touches it only at each point's own element, that element being the point's flat
-/// index: then the points of a block of rows are one range of the epilogue, and it reads
+/// `gemm-blocks`: a GEMM whose epilogue may run on each block of the product as soon as
+/// it is computed ([`crate::gemm::gemm_nd_then`]), instead of reading the whole product
+/// back from memory after it. That needs the epilogue to be a parallel pointwise kernel
+/// (outer points in any order and any ranges) that updates the product in place and
+/// touches it only at each point's own element, that element being the point's flat
+/// index: then each row of a block is one range of the epilogue's points, and it reads
 /// nothing the GEMM has yet to write. Its other buffers are read-only and live across the
 /// product kernel (they are read after it), so no GEMM operand shares their storage.
 fn gemm_blocks(plan: &CpuPlan, _: &Options) -> Result<CpuPlan> {
