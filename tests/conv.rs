@@ -445,3 +445,34 @@ fn max_pool_of_shifted_slices_keeps_special_values() {
     let plan = cpu_plan(&g, "maxpool-slices");
     assert!(!plan.contains("i64[") && !plan.contains("bool["), "{plan}");
 }
+
+/// A `pad` into rows of at most 16 (`fuse::SHORT_PADDED_ROW`: MobileNetV2's 14x14 and
+/// 7x7 depthwise convs, ResNet's late im2col) is stored once by a kernel of its own, the
+/// input copied inside and the fill stored over each border, with no guard anywhere;
+/// its consumers read it at plain indices. Zero and `-inf` fills (a conv, a max pool),
+/// stride 1 and 2, on every target fused and unfused, and on 1 and 3 CPU threads.
+#[test]
+fn short_padded_rows_are_stored_once_without_guards() {
+    for (w, stride) in [(7usize, 1i64), (14, 1), (14, 2), (9, 2)] {
+        let g = Graph::new("short-rows");
+        let x = g.input("x", ferrite::f32(&[1, 5, w, w]));
+        let wd = g.input("wd", ferrite::f32(&[5, 1, 3, 3]));
+        let y = x
+            .conv2d(&wd, None, [stride, stride], [1, 1], [1, 1], 5)
+            .relu6();
+        let m = x.max_pool2d([3, 3], [stride, stride], [1, 1], [1, 1], false);
+        g.output(&y);
+        g.output(&m);
+        let inputs = [random(&[1, 5, w, w], 8), random(&[5, 1, 3, 3], 9)];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_everywhere(&g, &refs, 1e-5);
+        check_cpu_threads(&g, &refs, &[1, 3], 1e-5);
+        let plan = cpu_plan(&g, &format!("short-rows-{w}-{stride}"));
+        let kernels: Vec<&str> = plan.split("\nkernel ").skip(1).collect();
+        let pads: Vec<&&str> = kernels.iter().filter(|k| k.contains("_pad(")).collect();
+        assert!(!pads.is_empty(), "w={w}: no pad kernel:\n{plan}");
+        for k in &kernels {
+            assert!(!k.contains(" if "), "w={w}: a guarded load is left:\n{k}");
+        }
+    }
+}

@@ -32,6 +32,7 @@
 //! | `gemm-with-reduction` | a matmul kernel holds one product and no other reduction |
 //! | `gemm-operand-not-strided` | a matmul operand computed in the kernel instead of read through strides |
 //! | `expression-too-deep` | the merged expressions nest too deeply |
+//! | `short-padded-rows` | a `pad` into rows of at most 16 elements feeds its consumer from memory ([`SHORT_PADDED_ROW`]) |
 //!
 //! Recomputation rule: nothing that reads memory is ever computed by two kernels; a
 //! value needed by several kernels is stored once and loaded. Within a kernel a fused
@@ -48,9 +49,11 @@
 //! wherever it is recomputed and is not held to this rule.
 
 use crate::error::{Error, Result};
-use crate::lower::{build_kernel, materialize_gemm_operands, Layout, LowerError, Plan, SNode};
+use crate::lower::{
+    build_kernel, materialize_gemm_operands, Layout, LowerError, Plan, Role, SNode,
+};
 use ferrite_ir::loops::KernelId;
-use ferrite_ir::{Graph, ValueId};
+use ferrite_ir::{Graph, Op, ValueId};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::fmt;
 
@@ -175,9 +178,57 @@ struct Cost {
     loads: bool,
 }
 
+/// Padded rows at most this long are stored once, padding included, rather than read
+/// through the `pad` view's guards by each consumer ([`materialize_short_padded_rows`]).
+pub const SHORT_PADDED_ROW: usize = 16;
+
+/// Materializes each `pad` view that pads its last axis into rows of at most
+/// [`SHORT_PADDED_ROW`] elements and is read by several views (the taps of a window:
+/// a 3x3 window's input of 7 or 14 positions a row, MobileNetV2's late depthwise convs,
+/// ResNet's late im2col): read through the view, every tap of every output tests the
+/// padding per element, and a row of 7 is all edges; stored once (one more pass over the
+/// input, the padding written as values by a kernel without guards), the taps read it at
+/// plain strided indices. Longer rows are read through the view, whose edges the CPU code
+/// peels off, and so is a pad read once per element. The fuser keeps each such `pad` a
+/// kernel of its own (rule `short-padded-rows`): merged into a consumer, it would be read
+/// through guards again. Returns the plan and the pads it stored.
+fn materialize_short_padded_rows(mut plan: Plan<'_>) -> (Plan<'_>, HashSet<ValueId>) {
+    let g = plan.g;
+    let mut readers = vec![0usize; g.nodes.len()];
+    for node in &g.nodes {
+        for x in &node.inputs {
+            readers[x.index()] += 1;
+        }
+    }
+    let mut stored = HashSet::new();
+    for (i, &n) in readers.iter().enumerate() {
+        let v = ValueId(i as u32);
+        if n >= 2 && pads_short_rows(g, v) && matches!(plan.role[i], Role::View) {
+            plan = plan.with_scheduled(v);
+            stored.insert(v);
+        }
+    }
+    (plan, stored)
+}
+
+/// Whether `v` is a `pad` ([`materialize_short_padded_rows`]) of its last axis into rows
+/// of at most [`SHORT_PADDED_ROW`] elements, of at least two axes, padding only.
+fn pads_short_rows(g: &Graph, v: ValueId) -> bool {
+    let Op::Pad { pads, .. } = &g.node(v).op else {
+        return false;
+    };
+    let shape = &g.ty(v).shape;
+    let r = shape.len();
+    r >= 2
+        && shape[r - 1] <= SHORT_PADDED_ROW
+        && (pads[2 * (r - 1)] != 0 || pads[2 * (r - 1) + 1] != 0)
+        && pads.iter().all(|&p| p >= 0)
+}
+
 /// Groups the primitive graph `g` into kernels (see the module docs).
 pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>> {
-    let plan = materialize_gemm_operands(Plan::fused(g))?;
+    let (plan, stored_pads) =
+        materialize_short_padded_rows(materialize_gemm_operands(Plan::fused(g))?);
     let layout = Layout::provisional(&plan);
     let n = plan.snodes.len();
     let mut succ = vec![BTreeSet::new(); n];
@@ -215,6 +266,7 @@ pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>> {
         decisions: Vec::new(),
         max_fusion_size: max_fusion_size.max(1),
         stats: FusionStats::default(),
+        stored_pads,
     };
     for s in 0..n {
         f.cost(&[s]).map_err(|e| match e {
@@ -267,6 +319,8 @@ struct Fuser<'a, 'g> {
     cache: HashMap<Vec<usize>, Result<Cost, crate::lower::Refusal>>,
     /// Candidate pairs already decided (by member lists), so refusals are recorded once.
     decided: HashSet<(Vec<usize>, Vec<usize>)>,
+    /// The pads stored for their short rows ([`materialize_short_padded_rows`]).
+    stored_pads: HashSet<ValueId>,
     decisions: Vec<FusionDecision>,
     max_fusion_size: usize,
     stats: FusionStats,
@@ -740,6 +794,21 @@ impl Fuser<'_, '_> {
                     self.max_fusion_size
                 );
                 self.refuse(a, b, kind, "max-fusion-size", detail);
+                continue;
+            }
+            let short_pad = |m: &[usize]| {
+                matches!(m, [s] if matches!(self.plan.snodes[*s],
+                    SNode::Value(v) if self.stored_pads.contains(&v)))
+            };
+            if vertical && short_pad(&ma) {
+                self.decided.insert(key);
+                self.refuse(
+                    a,
+                    b,
+                    kind,
+                    "short-padded-rows",
+                    "a pad into short rows is stored once, not read through guards".into(),
+                );
                 continue;
             }
             if self.would_cycle(a, b) {

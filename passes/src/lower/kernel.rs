@@ -4,6 +4,7 @@
 
 use super::domain::{coords_of, is_reduction, reduction_shape, squeeze};
 use super::gemm::gemm_info;
+use super::pad::{is_pad_kernel, pad_kernel};
 use super::plan::{Layout, Plan, Role, SNode, MAX_INLINE_CHAIN};
 use super::refusal::{LowerError, Refusal};
 use super::scatter::{index_add_kernel, index_add_member};
@@ -85,6 +86,12 @@ pub fn build_kernel(
     if let Some(v) = index_add_member(plan, &values, members.len())? {
         let name = kernel_name(g, id, &members, plan);
         return index_add_kernel(plan, layout, v, id, name);
+    }
+    if let ([v], 1) = (values.as_slice(), members.len()) {
+        if is_pad_kernel(plan, layout, *v) {
+            let name = kernel_name(g, id, &members, plan);
+            return pad_kernel(plan, layout, *v, id, name);
+        }
     }
 
     // What must be written.

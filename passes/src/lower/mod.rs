@@ -37,6 +37,7 @@
 mod domain;
 mod gemm;
 mod kernel;
+mod pad;
 mod plan;
 mod refusal;
 mod scatter;

@@ -308,6 +308,12 @@ impl KernelBuilder<'_> {
         self.push(dtype, ExprOp::Const(v))
     }
 
+    /// The fill value of a `pad` as a constant of `dtype`.
+    pub(super) fn fill(&mut self, value: f64, dtype: DType) -> Result<ExprRef> {
+        let v = fill_value(value, dtype, "pad")?;
+        Ok(self.constant(v, dtype))
+    }
+
     fn simplify(&self, e: &IndexExpr) -> IndexExpr {
         e.simplify(&self.cur.ext)
     }
