@@ -33,7 +33,8 @@ use super::denormals::FlushDenormals;
 use super::emit::{self, KernelInfo};
 use super::error::{Error, Result};
 use super::gemm::{
-    gemm_nd_then, AfterBlock, BatchAxes, MatLayout, MatMut, MatRef, Parallelism, Scale,
+    gemm_nd_then, AfterBlock, BatchAxes, GemmScalar, MatLayout, MatMut, MatRef, Parallelism, Scale,
+    Scan,
 };
 use super::jit::{Jit, JitCode, JitOptions};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
@@ -253,6 +254,9 @@ enum Step {
         /// The dense strides of the product's batch axes (it is stored row-major).
         product_batch_strides: Vec<i64>,
         epilogue: Option<JitKernel>,
+        /// The scans of the operands that are constants, taken once here rather than
+        /// by every run ([`crate::gemm::MatRef::scan`]).
+        scans: [Option<Scan>; 2],
     },
     /// A kernel over an empty domain.
     Nothing,
@@ -379,7 +383,20 @@ impl CpuProgram {
                         .map(|s| s as i64)
                         .collect();
                     strides.truncate(plan.batch.len());
+                    let scan = |b: BufferId| match buffers[b.index()].kind {
+                        BufferKind::Constant(c) => program.constants.get(c).and_then(|c| match &c
+                            .tensor()
+                            .data
+                        {
+                            Data::F32(v) => Some(scan_of(v)),
+                            Data::F16(v) => Some(scan_of(v)),
+                            Data::F64(v) => Some(scan_of(v)),
+                            _ => None,
+                        }),
+                        _ => None,
+                    };
                     Step::Gemm {
+                        scans: [scan(plan.lhs.buffer), scan(plan.rhs.buffer)],
                         plan: Box::new(plan),
                         product_batch_strides: strides,
                         epilogue: jit_kernel,
@@ -801,12 +818,14 @@ impl CpuProgram {
                 plan,
                 product_batch_strides,
                 epilogue: Some(j),
+                scans,
             } if plan.epilogue_per_rows => {
                 // The blocks (each with its epilogue) run on the team, each a span.
                 gemm_spans(times, || {
                     self.run_gemm_then(
                         plan,
                         product_batch_strides,
+                        *scans,
                         j,
                         team.timed(times),
                         inputs,
@@ -819,12 +838,14 @@ impl CpuProgram {
                 plan,
                 product_batch_strides,
                 epilogue,
+                scans,
             } => {
                 // The GEMM's blocks run on the team, each a span.
                 gemm_spans(times, || {
                     self.run_gemm(
                         plan,
                         product_batch_strides,
+                        *scans,
                         team.timed(times),
                         inputs,
                         outputs,
@@ -850,6 +871,7 @@ impl CpuProgram {
         &self,
         plan: &ExternGemm,
         product_batch_strides: &[i64],
+        scans: [Option<Scan>; 2],
         j: &JitKernel,
         team: Team<'_>,
         inputs: &dyn InputTensors,
@@ -887,6 +909,7 @@ impl CpuProgram {
                 self.run_gemm(
                     plan,
                     product_batch_strides,
+                    scans,
                     team,
                     inputs,
                     outputs,
@@ -998,6 +1021,7 @@ impl CpuProgram {
         &self,
         plan: &ExternGemm,
         product_batch_strides: &[i64],
+        scans: [Option<Scan>; 2],
         team: Team<'_>,
         inputs: &dyn InputTensors,
         outputs: &mut dyn OutputTensors,
@@ -1049,13 +1073,13 @@ impl CpuProgram {
             let c_strides = product_batch_strides;
             match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
                 (Data::F32(a), Data::F32(b), Data::F32(c)) => {
-                    gemm_batches(plan, c_strides, team, a, b, c, after)
+                    gemm_batches(plan, c_strides, scans, team, a, b, c, after)
                 }
                 (Data::F16(a), Data::F16(b), Data::F16(c)) => {
-                    gemm_batches(plan, c_strides, team, a, b, c, after)
+                    gemm_batches(plan, c_strides, scans, team, a, b, c, after)
                 }
                 (Data::F64(a), Data::F64(b), Data::F64(c)) => {
-                    gemm_batches(plan, c_strides, team, a, b, c, after)
+                    gemm_batches(plan, c_strides, scans, team, a, b, c, after)
                 }
                 _ => Err(Error::GemmDType { dtype: plan.dtype }),
             }
@@ -1070,6 +1094,11 @@ impl CpuProgram {
         }
         result
     }
+}
+
+/// The [`Scan`] of a GEMM operand's elements.
+fn scan_of<T: GemmScalar>(v: &[T]) -> Scan {
+    T::scan(v)
 }
 
 /// `f()`, a GEMM whose parallel blocks record their own spans in `times` (when
@@ -1099,9 +1128,11 @@ fn calling_thread_span<R>(times: Option<&ChunkTimes>, f: impl FnOnce() -> R) -> 
 /// Runs a planned product through [`gemm_nd`]: every batch axis strided on its own, the
 /// whole cut into blocks across the team (one single-threaded library call per block),
 /// or run on the calling thread when small ([`crate::gemm::plan_split`]).
+#[allow(clippy::too_many_arguments)]
 fn gemm_batches<T: super::gemm::GemmScalar>(
     plan: &ExternGemm,
     c_batch_strides: &[i64],
+    scans: [Option<Scan>; 2],
     team: Team<'_>,
     a: &[T],
     b: &[T],
@@ -1128,8 +1159,8 @@ fn gemm_batches<T: super::gemm::GemmScalar>(
     gemm_nd_then(
         axes,
         (plan.m, plan.n, plan.k),
-        MatRef::new(a, la),
-        MatRef::new(b, lb),
+        MatRef::new(a, la).with_scan(scans[0]),
+        MatRef::new(b, lb).with_scan(scans[1]),
         MatMut::new(c, lc),
         Scale::overwrite(),
         Parallelism::Team(team),
