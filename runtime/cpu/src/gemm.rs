@@ -1216,6 +1216,30 @@ mod tests {
         }
     }
 
+    /// A known scan decides first (the weights' scan, taken once), so the other operand
+    /// is not read; without one, the smaller operand is scanned, then the other.
+    #[test]
+    fn known_scans_decide_flushing_first() {
+        let l = MatLayout::row_major(1, 4);
+        let normal: &[f32] = &[1.0, -2.0, 0.0, 3.0];
+        let subnormal: &[f32] = &[1.0, f32::MIN_POSITIVE / 4.0, 0.0, 1.0];
+        let unbounded: &[f32] = &[1.0, f32::NAN, 0.0, 1.0];
+        let m = |d: &'static [f32]| MatRef::new(d, l);
+        let known = |d: &'static [f32]| MatRef::new(d, l).with_scan(Some(scan_f32(d)));
+        // Bounded without subnormals: flushes whatever the other holds.
+        assert!(flushes(&known(normal), &m(unbounded)));
+        assert!(flushes(&m(unbounded), &known(normal)));
+        // A known scan that does not decide alone: the other must be bounded.
+        assert!(flushes(&known(subnormal), &m(subnormal)));
+        assert!(!flushes(&known(subnormal), &m(unbounded)));
+        // A known scan is believed: a (wrongly) known bounded, normal operand decides.
+        let lie = MatRef::new(unbounded, l).with_scan(Some(Scan {
+            bounded: true,
+            normal: true,
+        }));
+        assert!(flushes(&lie, &m(unbounded)));
+    }
+
     #[test]
     fn reach_with_negative_strides() {
         assert_eq!(reach(10, &[(3, -4), (4, 1)]), (2, 13));
