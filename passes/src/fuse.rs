@@ -32,7 +32,7 @@
 //! | `gemm-with-reduction` | a matmul kernel holds one product and no other reduction |
 //! | `gemm-operand-not-strided` | a matmul operand computed in the kernel instead of read through strides |
 //! | `expression-too-deep` | the merged expressions nest too deeply |
-//! | `short-padded-rows` | a `pad` into rows of at most 16 elements feeds its consumer from memory ([`SHORT_PADDED_ROW`]) |
+//! | `short-padded-rows` | a `pad` into rows of at most 16 elements read by a window's taps is a kernel of its own, lowered without guards ([`SHORT_PADDED_ROW`]) |
 //!
 //! Recomputation rule: nothing that reads memory is ever computed by two kernels; a
 //! value needed by several kernels is stored once and loaded. Within a kernel a fused
@@ -191,7 +191,8 @@ pub const SHORT_PADDED_ROW: usize = 16;
 /// plain strided indices. Longer rows are read through the view, whose edges the CPU code
 /// peels off, and so is a pad read once per element. The fuser keeps each such `pad` a
 /// kernel of its own (rule `short-padded-rows`): merged into a consumer, it would be read
-/// through guards again. Returns the plan and the pads it stored.
+/// through guards again, and merged with anything else it would no longer be lowered as a
+/// pad alone (`lower/pad.rs`). Returns the plan and the pads it stored.
 fn materialize_short_padded_rows(mut plan: Plan<'_>) -> (Plan<'_>, HashSet<ValueId>) {
     let g = plan.g;
     let mut readers = vec![0usize; g.nodes.len()];
@@ -800,7 +801,7 @@ impl Fuser<'_, '_> {
                 matches!(m, [s] if matches!(self.plan.snodes[*s],
                     SNode::Value(v) if self.stored_pads.contains(&v)))
             };
-            if vertical && short_pad(&ma) {
+            if short_pad(&ma) || short_pad(&mb) {
                 self.decided.insert(key);
                 self.refuse(
                     a,

@@ -10,14 +10,13 @@
 //! the output (slabs of two axes meet at the corners, written twice with the same
 //! value). Every element of the output is written, on every target.
 
-use super::domain::squeeze;
+use super::domain::{coords_of, squeeze};
 use super::plan::Plan;
-use super::value::{fail_to_error, KernelBuilder, StageState};
+use super::value::{fail_to_error, KernelBuilder};
 use super::{Layout, LowerError};
 use crate::error::Error;
 use ferrite_ir::loops::{Extents, IndexExpr, Kernel, KernelId, Stage, StoreOp, Var};
 use ferrite_ir::{Op, ValueId};
-use std::collections::{HashMap, HashSet};
 
 /// Whether `v` is a `pad` this module lowers: no negative amount (a crop), some axis
 /// padded, and a buffer of its own to store into.
@@ -57,41 +56,10 @@ pub(super) fn pad_kernel(
         .unwrap_or(rank);
     let lead = &out[..first];
     let outer = squeeze(lead);
-    let mut lead_coords = Vec::with_capacity(first);
-    let mut next = 0;
-    for &d in lead {
-        if d == 1 {
-            lead_coords.push(IndexExpr::Const(0));
-        } else {
-            lead_coords.push(IndexExpr::Var(Var::outer(next)));
-            next += 1;
-        }
-    }
-    let mut b = KernelBuilder {
-        plan,
-        layout,
-        in_group: Vec::new(),
-        outer: outer.clone(),
-        ready: HashMap::new(),
-        next_acc: 0,
-        cur: StageState::default(),
-        depth: 0,
-        touched: HashSet::from([v]),
-    };
+    let lead_coords = coords_of(lead, Var::outer);
+    let mut b = KernelBuilder::alone(plan, layout, outer.clone(), v);
     // The store domain of a block of trailing extents, and its coordinates.
-    let block = |extents: &[usize]| {
-        let mut coords = Vec::with_capacity(extents.len());
-        let mut next = 0;
-        for &d in extents {
-            if d == 1 {
-                coords.push(IndexExpr::Const(0));
-            } else {
-                coords.push(IndexExpr::Var(Var::store(next)));
-                next += 1;
-            }
-        }
-        (squeeze(extents), coords)
-    };
+    let block = |extents: &[usize]| (squeeze(extents), coords_of(extents, Var::store));
     let open = |b: &mut KernelBuilder, domain: &[usize]| {
         b.open_stage(Extents {
             outer: outer.clone(),

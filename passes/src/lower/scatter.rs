@@ -15,14 +15,13 @@
 use super::domain::squeeze;
 use super::plan::{Layout, Plan};
 use super::refusal::{LowerError, Refusal};
-use super::value::{bug, fail_to_error, Fail, KernelBuilder, StageState};
+use super::value::{bug, fail_to_error, Fail, KernelBuilder};
 use crate::error::Error;
 use ferrite_ir::loops::{
     ExprOp, Extents, IndexExpr, Kernel, KernelId, Load, Stage, StoreOp, Value, Var,
 };
 use ferrite_ir::types::normalize_axis;
 use ferrite_ir::{BinaryOp, Op, ValueId};
-use std::collections::{HashMap, HashSet};
 
 /// The `index_add` among `members` (the values a group of `count` scheduled nodes
 /// computes), if there is one; a group of it and anything else is refused.
@@ -91,17 +90,7 @@ pub(super) fn index_add_kernel(
             IndexExpr::Var(Var::store(0))
         }
     };
-    let mut b = KernelBuilder {
-        plan,
-        layout,
-        in_group: Vec::new(),
-        outer: outer.clone(),
-        ready: HashMap::new(),
-        next_acc: 0,
-        cur: StageState::default(),
-        depth: 0,
-        touched: HashSet::from([v]),
-    };
+    let mut b = KernelBuilder::alone(plan, layout, outer.clone(), v);
     let open = |b: &mut KernelBuilder, domain: &[usize]| {
         b.open_stage(Extents {
             outer: outer.clone(),

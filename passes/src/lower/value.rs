@@ -76,6 +76,29 @@ pub(super) struct KernelBuilder<'a> {
     pub(super) touched: HashSet<ValueId>,
 }
 
+impl<'a> KernelBuilder<'a> {
+    /// A builder for a kernel of `v` alone over `outer` (an `index_add`'s, a `pad`'s),
+    /// its stages made by the caller.
+    pub(super) fn alone(
+        plan: &'a Plan<'a>,
+        layout: &'a Layout,
+        outer: Vec<usize>,
+        v: ValueId,
+    ) -> Self {
+        KernelBuilder {
+            plan,
+            layout,
+            in_group: Vec::new(),
+            outer,
+            ready: HashMap::new(),
+            next_acc: 0,
+            cur: StageState::default(),
+            depth: 0,
+            touched: HashSet::from([v]),
+        }
+    }
+}
+
 pub(super) fn fail_to_error(f: Fail) -> LowerError {
     match f {
         Fail::Lower(e) => e,
