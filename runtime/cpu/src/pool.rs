@@ -6,7 +6,8 @@
 //! atomic operations, not a thread spawn nor a lock: after a job a worker polls for
 //! [`SPIN_BEFORE_SLEEP`] before it sleeps on a condition variable, because kernels of a
 //! compiled program arrive back to back and waking a sleeping thread costs a futex call;
-//! while a program runs it holds [`ThreadPool::stay_awake`] and idle workers keep polling.
+//! while a program runs it holds [`ThreadPool::stay_awake`] and idle workers poll for up
+//! to [`SPIN_WHILE_AWAKE`].
 //!
 //! Behaviour worth knowing:
 //! * The pool runs one job at a time. A `parallel_for` issued while another is in flight
@@ -39,6 +40,12 @@ use std::time::{Duration, Instant};
 
 /// How long an idle worker polls for the next job before it goes to sleep.
 const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
+
+/// How long an idle worker polls while a [`ThreadPool::stay_awake`] hold lasts: long
+/// enough to outlast a program's serial kernels (MobileNetV2's and ResNet-18's take
+/// tens to a few hundred microseconds), short enough that a long one, or a pause of the
+/// caller's between kernels, costs no more than a millisecond of a core per worker.
+const SPIN_WHILE_AWAKE: Duration = Duration::from_millis(1);
 
 /// [`ThreadPool::parallel_for_range`] cuts a range into at most this many chunks per thread:
 /// enough to balance uneven work, few enough that claiming a chunk stays negligible.
@@ -506,11 +513,12 @@ impl ThreadPool {
             .parallel_for_range_timed(len, min_chunk_len, times, task)
     }
 
-    /// Keeps idle workers polling for jobs, instead of sleeping after
-    /// [`SPIN_BEFORE_SLEEP`], until the guard is dropped: a program holds it for a run,
-    /// so that a kernel that runs on the calling thread alone for longer than that does
-    /// not cost the next parallel kernel a futex wake-up per worker. Ignored (workers
-    /// sleep as usual) when the pool has more threads than the machine has cores.
+    /// Keeps idle workers polling for jobs for [`SPIN_WHILE_AWAKE`] after each job,
+    /// instead of [`SPIN_BEFORE_SLEEP`], until the guard is dropped: a program holds it
+    /// for a run, so that a kernel that runs on the calling thread alone for longer than
+    /// the short spin does not cost the next parallel kernel a futex wake-up per worker.
+    /// Ignored (workers sleep as usual) when the pool has more threads than the machine
+    /// has cores.
     pub fn stay_awake(&self) -> AwakeGuard<'_> {
         self.shared.awake.fetch_add(1, Ordering::Relaxed);
         AwakeGuard { pool: self }
@@ -696,12 +704,17 @@ fn worker_loop(shared: &Shared, index: usize, mut seen: u64) {
             std::hint::spin_loop();
             polls = polls.wrapping_add(1);
             // Reading the clock costs more than a poll, so check it only now and then.
-            if polls.is_multiple_of(64)
-                && !(shared.awake.load(Ordering::Relaxed) > 0
-                    && shared.may_stay_awake.load(Ordering::Relaxed))
-                && spin_start.elapsed() > SPIN_BEFORE_SLEEP
-            {
-                break;
+            if polls.is_multiple_of(64) {
+                let awake = shared.awake.load(Ordering::Relaxed) > 0
+                    && shared.may_stay_awake.load(Ordering::Relaxed);
+                let limit = if awake {
+                    SPIN_WHILE_AWAKE
+                } else {
+                    SPIN_BEFORE_SLEEP
+                };
+                if spin_start.elapsed() > limit {
+                    break;
+                }
             }
         }
         if shared.generation.load(Ordering::SeqCst) == seen {
