@@ -32,7 +32,7 @@
 //! | `gemm-with-reduction` | a matmul kernel holds one product and no other reduction |
 //! | `gemm-operand-not-strided` | a matmul operand computed in the kernel instead of read through strides |
 //! | `expression-too-deep` | the merged expressions nest too deeply |
-//! | `short-padded-rows` | a `pad` into rows of at most 16 elements read by a window's taps is a kernel of its own, lowered without guards ([`SHORT_PADDED_ROW`]) |
+//! | `short-padded-rows` | a `pad` into rows of at most 16 elements read by a window's taps, or by a window of more than 25 taps, is a kernel of its own, lowered without guards ([`SHORT_PADDED_ROW`], [`MANY_TAPS`]) |
 //!
 //! Recomputation rule: nothing that reads memory is ever computed by two kernels; a
 //! value needed by several kernels is stored once and loaded. Within a kernel a fused
@@ -182,7 +182,14 @@ struct Cost {
 /// through the `pad` view's guards by each consumer ([`materialize_short_padded_rows`]).
 pub const SHORT_PADDED_ROW: usize = 16;
 
-/// Materializes each `pad` view that pads its last axis into rows of at most
+/// A `pad` read by a window of at least this many taps (more than 5x5: ResNet's 7x7 stem)
+/// is stored once whatever its rows ([`materialize_short_padded_rows`]): 49 guarded,
+/// peeled row copies made the stem's codegen 2x; unguarded, they compile as fast as a
+/// gather and run 2.6x faster than one.
+pub const MANY_TAPS: usize = 26;
+
+/// Materializes each `pad` view read by a window of [`MANY_TAPS`] taps or more, and each
+/// that pads its last axis into rows of at most
 /// [`SHORT_PADDED_ROW`] elements and is read by several views (the taps of a window:
 /// a 3x3 window's input of 7 or 14 positions a row, MobileNetV2's late depthwise convs,
 /// ResNet's late im2col): read through the view, every tap of every output tests the
@@ -195,21 +202,41 @@ pub const SHORT_PADDED_ROW: usize = 16;
 /// pad alone (`lower/pad.rs`). Returns the plan and the pads it stored.
 fn materialize_short_padded_rows(mut plan: Plan<'_>) -> (Plan<'_>, HashSet<ValueId>) {
     let g = plan.g;
-    let mut readers = vec![0usize; g.nodes.len()];
-    for node in &g.nodes {
+    let mut readers = vec![Vec::new(); g.nodes.len()];
+    for (i, node) in g.nodes.iter().enumerate() {
         for x in &node.inputs {
-            readers[x.index()] += 1;
+            readers[x.index()].push(i);
         }
     }
     let mut stored = HashSet::new();
-    for (i, &n) in readers.iter().enumerate() {
+    for i in 0..g.nodes.len() {
         let v = ValueId(i as u32);
-        if n >= 2 && pads_short_rows(g, v) && matches!(plan.role[i], Role::View) {
+        if !matches!(g.node(v).op, Op::Pad { .. }) || !matches!(plan.role[i], Role::View) {
+            continue;
+        }
+        let taps = window_taps(g, &readers, i, 0);
+        if taps >= MANY_TAPS || taps >= 2 && pads_short_rows(g, v) {
             plan = plan.with_scheduled(v);
             stored.insert(v);
         }
     }
     (plan, stored)
+}
+
+/// How many views read node `i` through chains of `slice`s at most 2 deep (a window's
+/// taps: a 3x3 window's slices along one axis then the other are 9 either way, shared or
+/// not by common subexpressions).
+fn window_taps(g: &Graph, readers: &[Vec<usize>], i: usize, depth: usize) -> usize {
+    readers[i]
+        .iter()
+        .map(|&r| {
+            if depth < 2 && matches!(g.nodes[r].op, Op::Slice { .. }) && !readers[r].is_empty() {
+                window_taps(g, readers, r, depth + 1)
+            } else {
+                1
+            }
+        })
+        .sum()
 }
 
 /// Whether `v` is a `pad` ([`materialize_short_padded_rows`]) of its last axis into rows

@@ -110,7 +110,7 @@ fn conv_forms_decompose_to_the_interpreter() {
         "graph c(x: f32[2, 8, 4, 4], w: f32[3, 8, 1, 1]) { return conv(x, w) }",
         // depthwise as shifted slices: dilated with asymmetric padding, a stride that
         // leaves a remainder, more padding than the taps reach, 5x5, 1-D, 3-D, f16; and
-        // 7x7, past MAX_DIRECT_TAPS, as a gather
+        // 7x7 and 9x9, past MAX_DIRECT_TAPS, as a gather
         "graph c(x: f32[1, 4, 9, 8], w: f32[4, 1, 3, 3]) { return conv(x, w, padding=[2, 0, 1, 3], dilation=[2, 3], groups=4) }",
         "graph c(x: f32[2, 3, 8, 8], w: f32[3, 1, 3, 3]) { return conv(x, w, stride=[3, 3], groups=3) }",
         "graph c(x: f32[1, 2, 5, 5], w: f32[2, 1, 3, 3]) { return conv(x, w, padding=[3, 2], groups=2) }",
@@ -118,6 +118,7 @@ fn conv_forms_decompose_to_the_interpreter() {
         "graph c(x: f32[2, 3, 11], w: f32[3, 1, 3]) { return conv(x, w, padding=[1], groups=3) }",
         "graph c(x: f32[1, 2, 4, 5, 3], w: f32[2, 1, 2, 3, 2]) { return conv(x, w, padding=[1, 1, 0], groups=2) }",
         "graph c(x: f32[1, 2, 9, 9], w: f32[2, 1, 7, 7]) { return conv(x, w, padding=[3, 3], groups=2) }",
+        "graph c(x: f32[1, 2, 11, 11], w: f32[2, 1, 9, 9]) { return conv(x, w, padding=[4, 4], groups=2) }",
         // 1-D and 3-D
         "graph c(x: f32[2, 3, 11], w: f32[2, 3, 4]) { return conv(x, w, stride=[2], padding=[3]) }",
         "graph c(x: f32[1, 2, 4, 5, 3], w: f32[2, 2, 2, 3, 2]) { return conv(x, w, padding=[1, 1, 0]) }",
@@ -222,6 +223,18 @@ fn pooling_is_one_kernel_and_fuses_with_what_follows() {
     );
     assert_eq!(n.0, 1, "{}", n.1);
     assert!(n.1.contains("i64[49, 81]"), "{}", n.1);
+    // A 7x7 conv's im2col (ResNet's stem) is 49 row copies of the pad, stored once (a
+    // window of more than 25 taps reads it), then the GEMM: no index or mask.
+    let n = check(
+        "graph c(x: f32[1, 3, 20, 20], w: f32[4, 3, 7, 7]) { return relu(conv(x, w, stride=[2, 2], padding=[3, 3])) }",
+        1e-5,
+    );
+    assert_eq!(n.0, 3, "{}", n.1);
+    assert!(
+        n.1.contains("_pad(") && !n.1.contains("i64[") && !n.1.contains(" if "),
+        "{}",
+        n.1
+    );
 }
 
 #[test]
