@@ -904,7 +904,7 @@ fn run_blocks<T: GemmScalar>(
         let (a_ptr, b_ptr, c_ptr) = (a_ptr, b_ptr, c_ptr);
         let (r0, c0) = (rows.start as isize, cols.start as isize);
         let (ba, bb, bc) = bases(p);
-        if let Some(isa) = ours.filter(|_| rows.len() <= OURS_MAX_ROWS) {
+        if let Some(isa) = ours.filter(|_| ours_block(rows.len(), cols.len())) {
             let ops = sgemm::Operands {
                 a: a_ptr
                     .0
@@ -1028,6 +1028,21 @@ fn run_row_blocks(
     }
     Ok(())
 }
+
+/// Whether a block of `rows x cols` of `C` runs on [`crate::sgemm`] rather than the
+/// crate: at most [`OURS_MAX_ROWS`] rows, and not both more than `OURS_BLOCK_ROWS` rows and
+/// at least [`CRATE_MIN_COLS`] columns.
+fn ours_block(rows: usize, cols: usize) -> bool {
+    rows <= OURS_MAX_ROWS && !(rows > OURS_BLOCK_ROWS && cols >= CRATE_MIN_COLS)
+}
+
+/// Columns from which a block of more than `OURS_BLOCK_ROWS` rows runs on the crate:
+/// over rows thousands of positions long (a convolution's 64 output channels by 3136 or
+/// 12544 positions, on one or two threads) the crate's packed panels beat reading `B` in
+/// place: 64x576x3136 ran 103 / 128 GFLOP/s (ours / crate) on the 16-core Xeon and
+/// 124 / 133 on the 2-core VM, 64x147x12544 96 / 132 and 103 / 131; 32-row blocks (an
+/// MLP's, or a conv's on a team) stay ours (32x1024x1024: 92 / 74).
+pub const CRATE_MIN_COLS: usize = 2048;
 
 /// Rows of a block (of `C`) up to which [`crate::sgemm`] computes it instead of the
 /// `gemm` crate. Both read `B` from memory once per block of rows; the crate packs it
@@ -1214,6 +1229,17 @@ mod tests {
             assert_eq!(plan_split(shape, 16).map(|s| s.tasks()), Some(4));
             assert_eq!(plan_split_for(shape, 16, true).map(|s| s.tasks()), Some(16));
         }
+    }
+
+    /// Which blocks run on our kernel: few rows, unless taller than a team's blocks and
+    /// thousands of columns long (a conv's product on one thread), which the crate packs.
+    #[test]
+    fn blocks_of_few_rows_or_short_rows_run_on_ours() {
+        assert!(ours_block(8, 100_000));
+        assert!(ours_block(OURS_BLOCK_ROWS, 3136));
+        assert!(ours_block(64, CRATE_MIN_COLS - 1));
+        assert!(!ours_block(64, CRATE_MIN_COLS));
+        assert!(!ours_block(OURS_MAX_ROWS + 1, 16));
     }
 
     /// A known scan decides first (the weights' scan, taken once), so the other operand
