@@ -68,6 +68,18 @@ pub(super) fn pad_kernel(
         })
     };
     let mut stages: Vec<Stage> = Vec::new();
+    // A stage storing `value` at `dst` (coordinates of the output) over `domain`.
+    let mut store = |b: &mut KernelBuilder, domain: Vec<usize>, dst: &[IndexExpr], value| {
+        let index = b.flat(dst, &out);
+        stages.push(b.close_store_stage(
+            domain,
+            vec![StoreOp {
+                buffer,
+                index,
+                value,
+            }],
+        ));
+    };
 
     // The input, inside.
     let inner = &own[first..];
@@ -86,15 +98,7 @@ pub(super) fn pad_kernel(
                     .map(|(i, c)| c.clone() + IndexExpr::Const(pads[2 * (first + i)])),
             )
             .collect();
-        let index = b.flat(&dst, &out);
-        stages.push(b.close_store_stage(
-            domain,
-            vec![StoreOp {
-                buffer,
-                index,
-                value,
-            }],
-        ));
+        store(&mut b, domain, &dst, value);
     }
 
     // The fill, over each padded side's slab.
@@ -124,15 +128,7 @@ pub(super) fn pad_kernel(
                     }
                 }))
                 .collect();
-            let index = b.flat(&dst, &out);
-            stages.push(b.close_store_stage(
-                domain,
-                vec![StoreOp {
-                    buffer,
-                    index,
-                    value: fill,
-                }],
-            ));
+            store(&mut b, domain, &dst, fill);
         }
     }
     Ok(b.finish(id, name, stages, None))
