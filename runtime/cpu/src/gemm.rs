@@ -1231,6 +1231,26 @@ mod tests {
         }
     }
 
+    /// On our kernel a product is cut into blocks of at least 32 rows where it has them,
+    /// then columns: a conv's few output channels by many positions fill 16 threads with
+    /// blocks that each read a part of `B` (whole rows of 8 read all of it), and a
+    /// matrix-vector product is cut into blocks of 256 KiB of `B`.
+    #[test]
+    fn our_splits_keep_blocks_tall_and_fill_the_team() {
+        let parts = |m, n, k| {
+            let s = plan_split_for(GemmShape::batched(1, m, n, k), 16, true).unwrap();
+            (s.row_parts, s.col_parts)
+        };
+        assert_eq!(parts(64, 3136, 576), (2, 8));
+        assert_eq!(parts(128, 784, 1152), (4, 4));
+        assert_eq!(parts(24, 3136, 144), (1, 16));
+        assert_eq!(parts(512, 49, 4608), (16, 1));
+        // 1x1280 by 1280x1000: 1.28M multiply-adds, blocks of at least 64K.
+        assert_eq!(parts(1, 1000, 1280), (1, 16));
+        // Columns run out: shorter row blocks fill the rest.
+        assert_eq!(parts(32, 256, 1024), (2, 8));
+    }
+
     /// Which blocks run on our kernel: few rows, unless taller than a team's blocks and
     /// thousands of columns long (a conv's product on one thread), which the crate packs.
     #[test]
