@@ -179,11 +179,11 @@ struct Cost {
 }
 
 /// Padded rows at most this long are stored once, padding included, rather than read
-/// through the `pad` view's guards by each consumer ([`materialize_short_padded_rows`]).
+/// through the `pad` view's guards by each consumer ([`store_window_pads`]).
 pub const SHORT_PADDED_ROW: usize = 16;
 
 /// A `pad` read by a window of at least this many taps (more than 5x5: ResNet's 7x7 stem)
-/// is stored once whatever its rows ([`materialize_short_padded_rows`]): 49 guarded,
+/// is stored once whatever its rows ([`store_window_pads`]): 49 guarded,
 /// peeled row copies made the stem's codegen 2x; unguarded, they compile as fast as a
 /// gather and run 2.6x faster than one.
 pub const MANY_TAPS: usize = 26;
@@ -200,7 +200,7 @@ pub const MANY_TAPS: usize = 26;
 /// kernel of its own (rule `short-padded-rows`): merged into a consumer, it would be read
 /// through guards again, and merged with anything else it would no longer be lowered as a
 /// pad alone (`lower/pad.rs`). Returns the plan and the pads it stored.
-fn materialize_short_padded_rows(mut plan: Plan<'_>) -> (Plan<'_>, HashSet<ValueId>) {
+fn store_window_pads(mut plan: Plan<'_>) -> (Plan<'_>, HashSet<ValueId>) {
     let g = plan.g;
     let mut readers = vec![Vec::new(); g.nodes.len()];
     for (i, node) in g.nodes.iter().enumerate() {
@@ -239,7 +239,7 @@ fn window_taps(g: &Graph, readers: &[Vec<usize>], i: usize, depth: usize) -> usi
         .sum()
 }
 
-/// Whether `v` is a `pad` ([`materialize_short_padded_rows`]) of its last axis into rows
+/// Whether `v` is a `pad` ([`store_window_pads`]) of its last axis into rows
 /// of at most [`SHORT_PADDED_ROW`] elements, of at least two axes, padding only.
 fn pads_short_rows(g: &Graph, v: ValueId) -> bool {
     let Op::Pad { pads, .. } = &g.node(v).op else {
@@ -255,8 +255,7 @@ fn pads_short_rows(g: &Graph, v: ValueId) -> bool {
 
 /// Groups the primitive graph `g` into kernels (see the module docs).
 pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>> {
-    let (plan, stored_pads) =
-        materialize_short_padded_rows(materialize_gemm_operands(Plan::fused(g))?);
+    let (plan, stored_pads) = store_window_pads(materialize_gemm_operands(Plan::fused(g))?);
     let layout = Layout::provisional(&plan);
     let n = plan.snodes.len();
     let mut succ = vec![BTreeSet::new(); n];
@@ -347,7 +346,7 @@ struct Fuser<'a, 'g> {
     cache: HashMap<Vec<usize>, Result<Cost, crate::lower::Refusal>>,
     /// Candidate pairs already decided (by member lists), so refusals are recorded once.
     decided: HashSet<(Vec<usize>, Vec<usize>)>,
-    /// The pads stored for their short rows ([`materialize_short_padded_rows`]).
+    /// The pads stored for their window's taps ([`store_window_pads`]).
     stored_pads: HashSet<ValueId>,
     decisions: Vec<FusionDecision>,
     max_fusion_size: usize,
@@ -824,18 +823,18 @@ impl Fuser<'_, '_> {
                 self.refuse(a, b, kind, "max-fusion-size", detail);
                 continue;
             }
-            let short_pad = |m: &[usize]| {
+            let stored_pad = |m: &[usize]| {
                 matches!(m, [s] if matches!(self.plan.snodes[*s],
                     SNode::Value(v) if self.stored_pads.contains(&v)))
             };
-            if short_pad(&ma) || short_pad(&mb) {
+            if stored_pad(&ma) || stored_pad(&mb) {
                 self.decided.insert(key);
                 self.refuse(
                     a,
                     b,
                     kind,
                     "short-padded-rows",
-                    "a pad into short rows is stored once, not read through guards".into(),
+                    "a stored pad is read by its window's taps without guards".into(),
                 );
                 continue;
             }

@@ -250,16 +250,22 @@ struct JitKernel {
 enum Step {
     Jit(JitKernel),
     Gemm {
-        plan: Box<ExternGemm>,
-        /// The dense strides of the product's batch axes (it is stored row-major).
-        product_batch_strides: Vec<i64>,
+        call: GemmCall,
         epilogue: Option<JitKernel>,
-        /// The scans of the operands that are constants, taken once here rather than
-        /// by every run ([`crate::gemm::MatRef::scan`]).
-        scans: [Option<Scan>; 2],
     },
     /// A kernel over an empty domain.
     Nothing,
+}
+
+/// What a GEMM step's product runs with.
+#[derive(Debug)]
+struct GemmCall {
+    plan: Box<ExternGemm>,
+    /// The dense strides of the product's batch axes (it is stored row-major).
+    product_batch_strides: Vec<i64>,
+    /// The scans of the operands that are constants, taken once when the program is
+    /// built rather than by every run ([`crate::gemm::MatRef::scan`]).
+    scans: [Option<Scan>; 2],
 }
 
 /// A program compiled for the CPU. See the module docs.
@@ -388,17 +394,19 @@ impl CpuProgram {
                             .tensor()
                             .data
                         {
-                            Data::F32(v) => Some(scan_of(v)),
-                            Data::F16(v) => Some(scan_of(v)),
-                            Data::F64(v) => Some(scan_of(v)),
+                            Data::F32(v) => Some(GemmScalar::scan(v.as_slice())),
+                            Data::F16(v) => Some(GemmScalar::scan(v.as_slice())),
+                            Data::F64(v) => Some(GemmScalar::scan(v.as_slice())),
                             _ => None,
                         }),
                         _ => None,
                     };
                     Step::Gemm {
-                        scans: [scan(plan.lhs.buffer), scan(plan.rhs.buffer)],
-                        plan: Box::new(plan),
-                        product_batch_strides: strides,
+                        call: GemmCall {
+                            scans: [scan(plan.lhs.buffer), scan(plan.rhs.buffer)],
+                            plan: Box::new(plan),
+                            product_batch_strides: strides,
+                        },
                         epilogue: jit_kernel,
                     }
                 }
@@ -586,8 +594,8 @@ impl CpuProgram {
             let _ = writeln!(s, "{}:", k.name);
             let jit = match step {
                 Step::Jit(j) => Some(j),
-                Step::Gemm { plan, epilogue, .. } => {
-                    let _ = writeln!(s, "  {}", plan.describe());
+                Step::Gemm { call, epilogue } => {
+                    let _ = writeln!(s, "  {}", call.plan.describe());
                     epilogue.as_ref()
                 }
                 Step::Nothing => {
@@ -622,11 +630,11 @@ impl CpuProgram {
             let _ = writeln!(s, "{}", self.program.display_kernel(k));
             let jit = match step {
                 Step::Jit(j) => Some(j),
-                Step::Gemm { plan, epilogue, .. } => {
+                Step::Gemm { call, epilogue } => {
                     if let Some(g) = &k.gemm {
                         let _ = writeln!(s, "-- {}", super::plan::describe_gemm(g));
                     }
-                    let _ = writeln!(s, "-- product into {}", plan.product);
+                    let _ = writeln!(s, "-- product into {}", call.plan.product);
                     epilogue.as_ref()
                 }
                 Step::Nothing => None,
@@ -815,37 +823,19 @@ impl CpuProgram {
             Step::Jit(j) => self.run_jit(j, team, inputs, outputs, storage, times),
             Step::Nothing => Ok(()),
             Step::Gemm {
-                plan,
-                product_batch_strides,
+                call,
                 epilogue: Some(j),
-                scans,
-            } if plan.epilogue_per_rows => {
+            } if call.plan.epilogue_per_rows => {
                 // The blocks (each with its epilogue) run on the team, each a span.
                 gemm_spans(times, || {
-                    self.run_gemm_then(
-                        plan,
-                        product_batch_strides,
-                        *scans,
-                        j,
-                        team.timed(times),
-                        inputs,
-                        outputs,
-                        storage,
-                    )
+                    self.run_gemm_then(call, j, team.timed(times), inputs, outputs, storage)
                 })
             }
-            Step::Gemm {
-                plan,
-                product_batch_strides,
-                epilogue,
-                scans,
-            } => {
+            Step::Gemm { call, epilogue } => {
                 // The GEMM's blocks run on the team, each a span.
                 gemm_spans(times, || {
                     self.run_gemm(
-                        plan,
-                        product_batch_strides,
-                        *scans,
+                        call,
                         team.timed(times),
                         inputs,
                         outputs,
@@ -866,12 +856,9 @@ impl CpuProgram {
     /// product is the epilogue's points `(p * m + i) * n + cols.start .. + cols.end`,
     /// which the plan proved touch only those elements of the product (updated in
     /// place) and read nothing else the GEMM writes.
-    #[allow(clippy::too_many_arguments)]
     fn run_gemm_then(
         &self,
-        plan: &ExternGemm,
-        product_batch_strides: &[i64],
-        scans: [Option<Scan>; 2],
+        call: &GemmCall,
         j: &JitKernel,
         team: Team<'_>,
         inputs: &dyn InputTensors,
@@ -886,9 +873,9 @@ impl CpuProgram {
             .and_then(|()| {
                 let entry = self.entry(j);
                 let failure = AtomicI32::new(0);
-                let (m, n) = (plan.m, plan.n);
+                let (m, n) = (call.plan.m, call.plan.n);
                 let args = &addrs;
-                let call = |begin: usize, end: usize| {
+                let points = |begin: usize, end: usize| {
                     let code = entry(args.as_ptr(), begin as i64, end as i64);
                     if code != 0 {
                         let _ =
@@ -898,18 +885,16 @@ impl CpuProgram {
                 // Whole rows are one range of points; a block of columns, one per row.
                 let after = |p: usize, rows: Range<usize>, cols: Range<usize>| {
                     if cols.len() == n {
-                        call((p * m + rows.start) * n, (p * m + rows.end) * n);
+                        points((p * m + rows.start) * n, (p * m + rows.end) * n);
                     } else {
                         for i in rows {
                             let row = (p * m + i) * n;
-                            call(row + cols.start, row + cols.end);
+                            points(row + cols.start, row + cols.end);
                         }
                     }
                 };
                 self.run_gemm(
-                    plan,
-                    product_batch_strides,
-                    scans,
+                    call,
                     team,
                     inputs,
                     outputs,
@@ -1016,18 +1001,16 @@ impl CpuProgram {
         unsafe { std::mem::transmute::<*const u8, KernelFn>(j.address as *const u8) }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run_gemm(
         &self,
-        plan: &ExternGemm,
-        product_batch_strides: &[i64],
-        scans: [Option<Scan>; 2],
+        call: &GemmCall,
         team: Team<'_>,
         inputs: &dyn InputTensors,
         outputs: &mut dyn OutputTensors,
         storage: &mut [Data],
         after: Option<AfterBlock<'_>>,
     ) -> Result<()> {
+        let plan = &call.plan;
         // Take the product's storage out, so the operands can be borrowed alongside it.
         let pbuf = &self.buffers[plan.product.index()];
         let mut product = match pbuf.kind {
@@ -1070,16 +1053,15 @@ impl CpuProgram {
                     }
                 })
             };
-            let c_strides = product_batch_strides;
             match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
                 (Data::F32(a), Data::F32(b), Data::F32(c)) => {
-                    gemm_batches(plan, c_strides, scans, team, a, b, c, after)
+                    gemm_batches(call, team, a, b, c, after)
                 }
                 (Data::F16(a), Data::F16(b), Data::F16(c)) => {
-                    gemm_batches(plan, c_strides, scans, team, a, b, c, after)
+                    gemm_batches(call, team, a, b, c, after)
                 }
                 (Data::F64(a), Data::F64(b), Data::F64(c)) => {
-                    gemm_batches(plan, c_strides, scans, team, a, b, c, after)
+                    gemm_batches(call, team, a, b, c, after)
                 }
                 _ => Err(Error::GemmDType { dtype: plan.dtype }),
             }
@@ -1096,19 +1078,14 @@ impl CpuProgram {
     }
 }
 
-/// The [`Scan`] of a GEMM operand's elements.
-fn scan_of<T: GemmScalar>(v: &[T]) -> Scan {
-    T::scan(v)
-}
-
 /// `f()`, a GEMM whose parallel blocks record their own spans in `times` (when
 /// profiling); one that ran on the calling thread alone is recorded as one span of it.
 fn gemm_spans<R>(times: Option<&ChunkTimes>, f: impl FnOnce() -> R) -> R {
-    let before = times.map(ChunkTimes::count);
-    let start = Instant::now();
+    // Unprofiled runs read no clock.
+    let before = times.map(|t| (t.count(), Instant::now()));
     let r = f();
-    if let (Some(times), Some(before)) = (times, before) {
-        if times.count() == before {
+    if let (Some(times), Some((count, start))) = (times, before) {
+        if times.count() == count {
             times.record(0, 0, start);
         }
     }
@@ -1128,17 +1105,19 @@ fn calling_thread_span<R>(times: Option<&ChunkTimes>, f: impl FnOnce() -> R) -> 
 /// Runs a planned product through [`gemm_nd`]: every batch axis strided on its own, the
 /// whole cut into blocks across the team (one single-threaded library call per block),
 /// or run on the calling thread when small ([`crate::gemm::plan_split`]).
-#[allow(clippy::too_many_arguments)]
-fn gemm_batches<T: super::gemm::GemmScalar>(
-    plan: &ExternGemm,
-    c_batch_strides: &[i64],
-    scans: [Option<Scan>; 2],
+fn gemm_batches<T: GemmScalar>(
+    call: &GemmCall,
     team: Team<'_>,
     a: &[T],
     b: &[T],
     c: &mut [T],
     after: Option<AfterBlock<'_>>,
 ) -> Result<()> {
+    let GemmCall {
+        plan,
+        product_batch_strides: c_batch_strides,
+        scans,
+    } = call;
     let layout = |offset: i64, row: i64, col: i64| -> Result<MatLayout> {
         Ok(MatLayout {
             offset: usize::try_from(offset).map_err(|_| Error::internal("negative GEMM offset"))?,
@@ -1271,8 +1250,8 @@ fn data_addr_mut(d: &mut Data) -> usize {
 fn plan_storage(program: &Program, steps: &[Step], buffers: &[Buffer]) -> Slots {
     let mut live = Liveness::of(program);
     for (si, step) in steps.iter().enumerate() {
-        if let Step::Gemm { plan, .. } = step {
-            live.note_write(plan.product, si);
+        if let Step::Gemm { call, .. } = step {
+            live.note_write(call.plan.product, si);
         }
     }
     assign_slots(buffers, &live)
@@ -1280,8 +1259,8 @@ fn plan_storage(program: &Program, steps: &[Step], buffers: &[Buffer]) -> Slots 
 
 /// True when running `step` writes every element of `buf` (so stale contents never show).
 fn writes_every_element(kernel: &Kernel, step: &Step, buf: &Buffer) -> bool {
-    if let Step::Gemm { plan, .. } = step {
-        if plan.product == buf.id {
+    if let Step::Gemm { call, .. } = step {
+        if call.plan.product == buf.id {
             return true;
         }
     }

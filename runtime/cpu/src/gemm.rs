@@ -434,21 +434,21 @@ pub fn plan_split(shape: GemmShape, threads: usize) -> Option<GemmSplit> {
     plan_split_for(shape, threads, false)
 }
 
-/// [`plan_split`], or with `few_rows` (blocks of at most [`OURS_MAX_ROWS`] rows computed
-/// by [`crate::sgemm`], which packs nothing) the finer split of
+/// [`plan_split`], or with `ours` (a product on [`crate::sgemm`]: blocks of at most
+/// [`OURS_MAX_ROWS`] rows run on it, see `ours_block`; it packs nothing) the finer split of
 /// [`OURS_MIN_PARALLEL_MACS`], [`OURS_MIN_TASK_MACS`] (for a matrix-vector product
 /// [`STREAM_MIN_PARALLEL_MACS`], [`STREAM_MIN_TASK_MACS`]) and column blocks of
 /// [`OURS_COL_ALIGN`], rows cut first down to blocks of `OURS_BLOCK_ROWS`, then columns,
 /// then rows again. Each output of that kernel is the same sum whatever the block, so the
 /// split never changes a bit.
-pub fn plan_split_for(shape: GemmShape, threads: usize, few_rows: bool) -> Option<GemmSplit> {
-    let (min_parallel, min_task, col_align) = if few_rows && shape.m <= sgemm::STREAM_MAX_ROWS {
+pub fn plan_split_for(shape: GemmShape, threads: usize, ours: bool) -> Option<GemmSplit> {
+    let (min_parallel, min_task, col_align) = if ours && shape.m <= sgemm::STREAM_MAX_ROWS {
         (
             STREAM_MIN_PARALLEL_MACS,
             STREAM_MIN_TASK_MACS,
             OURS_COL_ALIGN,
         )
-    } else if few_rows {
+    } else if ours {
         (OURS_MIN_PARALLEL_MACS, OURS_MIN_TASK_MACS, OURS_COL_ALIGN)
     } else {
         (MIN_PARALLEL_MACS, MIN_TASK_MACS, COL_ALIGN)
@@ -475,7 +475,7 @@ pub fn plan_split_for(shape: GemmShape, threads: usize, few_rows: bool) -> Optio
     let per_product = blocks.div_ceil(batch).min((macs / min_task).max(1));
     let (row_max, col_max) = (m.div_ceil(ROW_ALIGN), n.div_ceil(col_align));
     let (mut row_parts, mut col_parts);
-    if few_rows {
+    if ours {
         // Blocks of at least OURS_BLOCK_ROWS rows where there are that many: a block
         // reads its columns of B once per KC rows for every row tile, so a block of
         // 8 rows (128x1152 by 1152x784, a ResNet-18 convolution, in 16 blocks of
@@ -970,10 +970,9 @@ fn run_blocks<T: GemmScalar>(
         Parallelism::Pool(pool) => Some(pool.all()),
         Parallelism::Team(team) => Some(team),
     };
-    // Blocks of at most OURS_MAX_ROWS rows run on our kernel whatever the product's rows.
-    let few_rows = ours.is_some();
+    // Our kernel's split whatever the product's rows: its blocks mostly run on it.
     let split =
-        team.and_then(|team| Some((team, plan_split_for(shape, team.threads(), few_rows)?)));
+        team.and_then(|team| Some((team, plan_split_for(shape, team.threads(), ours.is_some())?)));
     let Some((after, rows)) = after else {
         return run_split(shape, split, &run_block);
     };

@@ -108,20 +108,28 @@ impl Emitter<'_, '_> {
                     } else {
                         self.b.ins().urem_imm_u(xv, n)
                     }
+                } else if is_div {
+                    self.floor_div_imm(xv, n)
                 } else {
-                    // Truncating division, then one step toward -inf when a remainder is negative.
-                    let q = self.b.ins().sdiv_imm_s(xv, n);
                     let r = self.b.ins().srem_imm_s(xv, n);
                     let negative = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, r, 0);
-                    if is_div {
-                        let adjust = self.b.ins().uextend(types::I64, negative);
-                        self.b.ins().isub(q, adjust)
-                    } else {
-                        let wrapped = self.b.ins().iadd_imm_s(r, n);
-                        self.b.ins().select(negative, wrapped, r)
-                    }
+                    let wrapped = self.b.ins().iadd_imm_s(r, n);
+                    self.b.ins().select(negative, wrapped, r)
                 }
             }
         })
+    }
+
+    /// `floor(x / n)` of a signed `i64` for a constant `n > 0`: the truncating division,
+    /// then one step toward -inf when the remainder is negative.
+    pub(super) fn floor_div_imm(&mut self, x: Value, n: i64) -> Value {
+        if n == 1 {
+            return x;
+        }
+        let q = self.b.ins().sdiv_imm_s(x, n);
+        let r = self.b.ins().srem_imm_s(x, n);
+        let negative = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, r, 0);
+        let adjust = self.b.ins().uextend(types::I64, negative);
+        self.b.ins().isub(q, adjust)
     }
 }

@@ -498,7 +498,7 @@ impl<'a> Emitter<'a, '_> {
                 (from, to, -a)
             };
             let first = self.ceil_div(from, m);
-            let last = self.floor_div(to, m);
+            let last = self.floor_div_imm(to, m);
             lo = self.b.ins().smax(lo, first);
             hi = self.b.ins().smin(hi, last);
         }
@@ -509,23 +509,10 @@ impl<'a> Emitter<'a, '_> {
         Ok(Some((lo, hi)))
     }
 
-    /// `floor(x / m)` for a constant `m > 0`.
-    fn floor_div(&mut self, x: Value, m: i64) -> Value {
-        if m == 1 {
-            return x;
-        }
-        let q = self.b.ins().sdiv_imm_s(x, m);
-        let r = self.b.ins().imul_imm_s(q, m);
-        let r = self.b.ins().isub(x, r);
-        let negative = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, r, 0);
-        let one = self.b.ins().uextend(types::I64, negative);
-        self.b.ins().isub(q, one)
-    }
-
     /// `ceil(x / m)` for a constant `m > 0`.
     fn ceil_div(&mut self, x: Value, m: i64) -> Value {
         let neg = self.b.ins().ineg(x);
-        let f = self.floor_div(neg, m);
+        let f = self.floor_div_imm(neg, m);
         self.b.ins().ineg(f)
     }
 
