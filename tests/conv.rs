@@ -446,6 +446,32 @@ fn max_pool_of_shifted_slices_keeps_special_values() {
     assert!(!plan.contains("i64[") && !plan.contains("bool["), "{plan}");
 }
 
+/// A max pool of one tap at stride 1 without padding is an identity: its rewrite is its
+/// input, and the node's name (here an output's) goes on a no-op reshape of it (an
+/// internal error before; found by the ONNX model fuzzer). 1-D and 2-D, ceil mode, a
+/// named intermediate and a named output, every target, fused and unfused.
+#[test]
+fn one_tap_max_pools_are_identities_that_keep_their_names() {
+    let src = "graph g(x: f32[1, 3, 4, 5], z: f32[1, 3, 8]) {
+  a = max_pool(x, kernel=[1, 1], stride=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], ceil_mode=true)
+  b = add(a, x)
+  c = max_pool(z, kernel=[1], stride=[1], padding=[0, 0], dilation=[1])
+  return b, c
+}";
+    let g = ferrite::parse("g.fg", src).unwrap_or_else(|d| panic!("{d}"));
+    let (x, z) = (random(&[1, 3, 4, 5], 3), random(&[1, 3, 8], 4));
+    let want: Vec<f64> = x.to_f64_vec().iter().map(|v| 2.0 * v).collect();
+    for target in Target::ALL {
+        for fuse in [true, false] {
+            let out = ferrite::compile_ir(&g, &Options::default().target(target).fuse(fuse))
+                .and_then(|exe| exe.run(&[&x, &z]))
+                .unwrap_or_else(|e| panic!("{target} fuse={fuse}: {e}"));
+            assert_eq!(out[0].to_f64_vec(), want, "{target} fuse={fuse}");
+            assert_eq!(out[1].to_f64_vec(), z.to_f64_vec(), "{target} fuse={fuse}");
+        }
+    }
+}
+
 /// A `pad` into rows of at most 16 (`fuse::SHORT_PADDED_ROW`: MobileNetV2's 14x14 and
 /// 7x7 depthwise convs, ResNet's late im2col) is stored once by a kernel of its own, the
 /// input copied inside and the fill stored over each border, with no guard anywhere;

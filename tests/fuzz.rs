@@ -473,7 +473,11 @@ fn onnx_models_target(input: &[u8]) -> Verdict {
 /// an infinite weight that met the decomposition's padding zeros (NaN for a number),
 /// window attributes and DepthToSpace blocksizes that overflowed (2^62 strides), and pools
 /// padded by 2^27 and ConvTransposes with a 12288-tap kernel whose decomposition built
-/// tap indices of billions of entries (out of memory, now refused by the budget).
+/// tap indices of billions of entries (out of memory, now refused by the budget). Session
+/// 19's device hour added three: max pools of one tap at stride 1 (an identity, whose
+/// rewrite returned its input and so could not carry the node's name: an internal error)
+/// and a DFT of length 687194767360, whose `length^2` matrix wrapped past its bound (a
+/// 5 TB allocation abort).
 #[test]
 fn onnx_model_findings_stay_fixed() {
     let dir =

@@ -286,15 +286,18 @@ impl Decomposer {
         }
     }
 
-    /// Gives `name` to the value `v` that decomposing a named node produced. Every rewrite
-    /// ends in a node of its own, so `v` is new and unnamed; a rewrite that returned an
-    /// existing value would lose the name, which is reported rather than papered over.
+    /// Gives `name` to the value `v` that decomposing a named node produced. A rewrite
+    /// that is an identity (a max pool of one tap at stride 1 without padding) returns an
+    /// existing value, which has a name of its own or belongs to an earlier node; the name
+    /// then goes on a reshape of that value to its own shape, a new node the optimizer
+    /// removes as it does any no-op reshape.
     fn bind_name(&mut self, v: ValueId, start: usize, name: &str) -> Result<ValueId> {
-        if v.index() < start || self.out.node(v).name.is_some() {
-            return Err(Error::Internal(format!(
-                "decompose: the rewrite of `{name}` reused {v} and so cannot carry its name"
-            )));
-        }
+        let v = if v.index() < start || self.out.node(v).name.is_some() {
+            let shape = self.out.ty(v).shape.iter().map(|&d| d as i64).collect();
+            self.emit(Op::Reshape { shape }, &[v])?
+        } else {
+            v
+        };
         self.out
             .set_name(v, name)
             .map_err(|e| Error::Internal(format!("decompose: naming {v}: {e}")))?;

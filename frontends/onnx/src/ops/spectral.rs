@@ -120,7 +120,8 @@ fn transform(
         (true, false) => (size, size),
         (true, true) => (size / 2 + 1, size),
     };
-    if inp * out > MAX_DFT_MATRIX {
+    // Checked: a hostile `dft_length` near 2^32 would wrap the product past the bound.
+    if inp.checked_mul(out).is_none_or(|n| n > MAX_DFT_MATRIX) {
         unsupported!("a DFT of length {size} needs a {inp}x{out} matrix, more than Ferrite builds");
     }
     // Real and imaginary parts, the axis moved last and fitted to `inp`.
@@ -260,6 +261,12 @@ fn stft(ctx: &mut Ctx, n: &NodeIn) -> OpResult<Val> {
         }
     }
     let frames = (len - length) / step + 1;
+    if frames
+        .checked_mul(length)
+        .is_none_or(|n| n > MAX_DFT_MATRIX)
+    {
+        unsupported!("{frames} frames of {length} need a larger frame index than Ferrite builds");
+    }
     let idx: Vec<i64> = (0..frames)
         .flat_map(|f| (0..length).map(move |t| (f * step + t) as i64))
         .collect();
