@@ -508,7 +508,10 @@ fn onnx_model_findings_stay_fixed() {
 /// `1 / sqrt(var + eps)`; f32 now centers about the row's first element as the half
 /// dtypes did). Session 13: `0326075d..`, the accelerator lowering carried an i64
 /// gathered index as an i32 index tile around an argmin loop (its tile kernel failed its
-/// check); a gathered value is now cast to the kernel's index dtype.
+/// check); a gathered value is now cast to the kernel's index dtype. Session 19:
+/// `e67e0bed..`, a product sliced to nothing and padded: the CPU plan split the dead GEMM
+/// from stores that do not read it, so both wrote the output (an internal error); a
+/// product nothing reads now stays in its kernel.
 #[test]
 fn pipeline_findings_stay_fixed() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-findings/pipeline");

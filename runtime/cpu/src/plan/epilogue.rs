@@ -187,6 +187,12 @@ pub fn split_gemm(kernel: &Kernel, buffers: &[Buffer], temp_id: BufferId) -> Opt
             stages.push(stage.clone());
         }
     }
+    // A product nothing after it reads (its result sliced away: `slice(a @ b)` to empty,
+    // then padded) is dead; splitting would have the GEMM and the stores that replace it
+    // both write the output, which is not an update in place. The kernel stays whole.
+    if !stages.iter().any(|s| reads_acc(s, g.acc)) {
+        return None;
+    }
     let numel: usize = extents.iter().product();
     let in_place = in_place_target(
         &stages,
@@ -324,6 +330,16 @@ fn in_place_target(
         }
     }
     found
+}
+
+/// Whether `stage`'s body reads the accumulator `acc`.
+fn reads_acc(stage: &Stage, acc: AccId) -> bool {
+    let body = match stage {
+        Stage::Reduce { body, .. } | Stage::Store { body, .. } => body,
+    };
+    body.nodes
+        .iter()
+        .any(|n| matches!(n.op, ExprOp::Acc(a) if a == acc))
 }
 
 /// True when the only remaining work is storing `acc` itself.
