@@ -10,6 +10,9 @@
 //! FERRITE_FUZZ_SECONDS=3600 cargo test --release --test fuzz -- --test-threads 1 onnx_models
 //! ```
 //!
+//! or an hour as many seeds at once on a many-core machine (16 processes of 225 s, each
+//! printing its counts): `scripts/fuzz-seeds.sh pipeline 225 16`.
+//!
 //! `onnx_models` mutates valid ONNX models (small ones built here and, when
 //! `scripts/fetch-onnx-node-tests.sh` has cached them, every node test's `model.onnx`) at
 //! the protobuf level (`ferrite_testkit::protobuf`: varints, lengths, dims, data sizes,
