@@ -812,41 +812,34 @@ impl Fuser<'_, '_> {
             if self.decided.contains(&key) {
                 continue;
             }
-            if ma.len() + mb.len() > self.max_fusion_size {
-                self.decided.insert(key);
+            let stored_pad = |m: &[usize]| {
+                matches!(m, [s] if matches!(self.plan.snodes[*s],
+                    SNode::Value(v) if self.stored_pads.contains(&v)))
+            };
+            let refusal = if ma.len() + mb.len() > self.max_fusion_size {
                 let detail = format!(
                     "{} + {} nodes exceed {}",
                     ma.len(),
                     mb.len(),
                     self.max_fusion_size
                 );
-                self.refuse(a, b, kind, "max-fusion-size", detail);
-                continue;
-            }
-            let stored_pad = |m: &[usize]| {
-                matches!(m, [s] if matches!(self.plan.snodes[*s],
-                    SNode::Value(v) if self.stored_pads.contains(&v)))
-            };
-            if stored_pad(&ma) || stored_pad(&mb) {
-                self.decided.insert(key);
-                self.refuse(
-                    a,
-                    b,
-                    kind,
+                Some(("max-fusion-size", detail))
+            } else if stored_pad(&ma) || stored_pad(&mb) {
+                Some((
                     "short-padded-rows",
                     "a stored pad is read by its window's taps without guards".into(),
-                );
-                continue;
-            }
-            if self.would_cycle(a, b) {
-                self.decided.insert(key);
-                self.refuse(
-                    a,
-                    b,
-                    kind,
+                ))
+            } else if self.would_cycle(a, b) {
+                Some((
                     "would-create-cycle",
                     "another kernel lies on a path between them".into(),
-                );
+                ))
+            } else {
+                None
+            };
+            if let Some((rule, detail)) = refusal {
+                self.decided.insert(key);
+                self.refuse(a, b, kind, rule, detail);
                 continue;
             }
             let mut merged = ma.clone();

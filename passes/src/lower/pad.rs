@@ -67,6 +67,18 @@ pub(super) fn pad_kernel(
             store: domain.to_vec(),
         })
     };
+    // Output coordinates: the outer ones, then `coords` (over the axes from `first`)
+    // shifted by `offset(axis)`.
+    let at = |coords: &[IndexExpr], offset: &dyn Fn(usize) -> i64| -> Vec<IndexExpr> {
+        let shifted = coords
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match offset(first + i) {
+                0 => c.clone(),
+                o => c.clone() + IndexExpr::Const(o),
+            });
+        lead_coords.iter().cloned().chain(shifted).collect()
+    };
     let mut stages: Vec<Stage> = Vec::new();
     // A stage storing `value` at `dst` (coordinates of the output) over `domain`.
     let mut store = |b: &mut KernelBuilder, domain: Vec<usize>, dst: &[IndexExpr], value| {
@@ -88,16 +100,7 @@ pub(super) fn pad_kernel(
         open(&mut b, &domain);
         let src: Vec<IndexExpr> = lead_coords.iter().chain(&coords).cloned().collect();
         let value = b.value_at(x, &src, &[]).map_err(fail_to_error)?;
-        let dst: Vec<IndexExpr> = lead_coords
-            .iter()
-            .cloned()
-            .chain(
-                coords
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| c.clone() + IndexExpr::Const(pads[2 * (first + i)])),
-            )
-            .collect();
+        let dst = at(&coords, &|axis| pads[2 * axis]);
         store(&mut b, domain, &dst, value);
     }
 
@@ -117,17 +120,7 @@ pub(super) fn pad_kernel(
             } else {
                 pads[2 * k] + own[k] as i64
             };
-            let dst: Vec<IndexExpr> = lead_coords
-                .iter()
-                .cloned()
-                .chain(coords.iter().enumerate().map(|(i, c)| {
-                    if first + i == k {
-                        c.clone() + IndexExpr::Const(start)
-                    } else {
-                        c.clone()
-                    }
-                }))
-                .collect();
+            let dst = at(&coords, &|axis| if axis == k { start } else { 0 });
             store(&mut b, domain, &dst, fill);
         }
     }

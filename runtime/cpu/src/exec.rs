@@ -390,15 +390,10 @@ impl CpuProgram {
                         .collect();
                     strides.truncate(plan.batch.len());
                     let scan = |b: BufferId| match buffers[b.index()].kind {
-                        BufferKind::Constant(c) => program.constants.get(c).and_then(|c| match &c
-                            .tensor()
-                            .data
-                        {
-                            Data::F32(v) => Some(GemmScalar::scan(v.as_slice())),
-                            Data::F16(v) => Some(GemmScalar::scan(v.as_slice())),
-                            Data::F64(v) => Some(GemmScalar::scan(v.as_slice())),
-                            _ => None,
-                        }),
+                        BufferKind::Constant(c) => program
+                            .constants
+                            .get(c)
+                            .and_then(|c| scan_of(&c.tensor().data)),
                         _ => None,
                     };
                     Step::Gemm {
@@ -1075,6 +1070,16 @@ impl CpuProgram {
             }
         }
         result
+    }
+}
+
+/// The [`Scan`] of a GEMM operand's elements, for the dtypes a GEMM takes.
+fn scan_of(data: &Data) -> Option<Scan> {
+    match data {
+        Data::F32(v) => Some(GemmScalar::scan(v.as_slice())),
+        Data::F16(v) => Some(GemmScalar::scan(v.as_slice())),
+        Data::F64(v) => Some(GemmScalar::scan(v.as_slice())),
+        _ => None,
     }
 }
 
