@@ -27,7 +27,7 @@ mod rules;
 
 use crate::error::{Error, Result};
 use analysis::TensorAnalysis;
-use egg::{BackoffScheduler, Language, Rewrite, Runner, SimpleScheduler};
+use egg::{BackoffScheduler, Language, Rewrite, Runner, SimpleScheduler, StopReason};
 use egraph::{add_graph, extract_graph, TensorEGraph};
 use ferrite_ir::{verify, Graph, Node, Op, ValueId};
 use language::TensorLang;
@@ -150,6 +150,10 @@ pub fn rule_names() -> Vec<&'static str> {
 /// This isolates a rule's right-hand side, so a test can check it against the left-hand side
 /// with the interpreter; [`optimize`] itself might extract neither.
 pub fn rewrite_once(g: &Graph, rule: &str) -> Result<Option<Graph>> {
+    on_mock_clock(|| rewrite_once_timed(g, rule))
+}
+
+fn rewrite_once_timed(g: &Graph, rule: &str) -> Result<Option<Graph>> {
     verify(g).map_err(|e| Error::invalid_input("rewrite_once", e))?;
     let rewrite = rules::rewrites()
         .into_iter()
@@ -198,6 +202,26 @@ pub fn rewrite_once(g: &Graph, rule: &str) -> Result<Option<Graph>> {
 /// Returns an equivalent graph and a report. Errors only on an invalid input graph, or on an
 /// internal inconsistency (which would be a bug, reported rather than miscompiled).
 pub fn optimize(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeReport)> {
+    on_mock_clock(|| optimize_timed(g, cfg))
+}
+
+/// Runs `f` with egg's clock stopped.
+///
+/// egg times its runner, its rebuilds and its rules with `quanta`, whose first reading in a
+/// process calibrates the TSC against the OS clock in a busy loop: at least 500 rounds of a
+/// microsecond, up to 200 ms on a noisy machine. That was half the instructions of compiling a
+/// small graph, and its wall time came on every `ferrite` invocation. Under a mock clock egg's
+/// timings all read zero, so its own time limit never fires; [`optimize_region`] enforces the
+/// budget with std's clock in a runner hook instead, checked where egg checks its limits (at the
+/// start of each iteration).
+fn on_mock_clock<T>(f: impl FnOnce() -> T) -> T {
+    thread_local! {
+        static STOPPED: quanta::Clock = quanta::Clock::mock().0;
+    }
+    STOPPED.with(|clock| quanta::with_clock(clock, f))
+}
+
+fn optimize_timed(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeReport)> {
     let start = Instant::now();
     verify(g).map_err(|e| Error::invalid_input("optimize", e))?;
     let cost_before = cost::graph_cost(g);
@@ -423,6 +447,9 @@ struct RegionStats {
     rules_fired: BTreeMap<String, usize>,
 }
 
+/// How a stop for time reads in [`OptimizeReport::stop_reason`], as egg's own `TimeLimit` does.
+const TIME_LIMIT: &str = "TimeLimit";
+
 /// Runs the rules on one graph and extracts the cheapest equivalent graph.
 fn optimize_region(
     g: &Graph,
@@ -434,11 +461,21 @@ fn optimize_region(
     let mut eg = TensorEGraph::new(TensorAnalysis::default());
     let classes = add_graph(&mut eg, g);
     let initial = eg.number_of_classes();
+    let started = Instant::now();
     let runner: Runner<TensorLang, TensorAnalysis> = Runner::default()
         .with_egraph(eg)
         .with_iter_limit(cfg.iter_limit)
         .with_node_limit(cfg.node_limit)
-        .with_time_limit(time)
+        // egg's clock is stopped (see `on_mock_clock`): the budget is this hook's.
+        .with_time_limit(Duration::MAX)
+        .with_hook(move |_| {
+            let elapsed = started.elapsed();
+            if elapsed > time {
+                Err(format!("{TIME_LIMIT}({:.4})", elapsed.as_secs_f64()))
+            } else {
+                Ok(())
+            }
+        })
         // Backoff bans a rule that matches too often, against explosive rules; none of ours is,
         // so the first ban waits until a rule matches more often than there are classes.
         .with_scheduler(BackoffScheduler::default().with_initial_match_limit(initial.max(1_000)))
@@ -450,6 +487,7 @@ fn optimize_region(
         }
     }
     let stop_reason = match &runner.stop_reason {
+        Some(StopReason::Other(r)) if r.starts_with(TIME_LIMIT) => r.clone(),
         Some(r) => format!("{r:?}"),
         None => "unknown".into(),
     };
