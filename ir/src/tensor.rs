@@ -104,6 +104,44 @@ impl Data {
         }
     }
 
+    /// `n` elements of `dtype` whose little-endian bytes `read` writes into the buffer it is
+    /// given (exactly `n` elements' worth). On a little-endian host that buffer is the
+    /// elements' own storage, so the bytes are copied once, from wherever `read` takes them
+    /// (a file's weights: no staging buffer to allocate and fault in); otherwise they are
+    /// staged and decoded as [`Data::from_le_bytes`] does. `Ok(None)` where that returns
+    /// `None` (a bool byte that is neither 0 nor 1).
+    pub fn read_le<E>(
+        dtype: DType,
+        n: usize,
+        read: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Option<Data>, E> {
+        macro_rules! direct {
+            ($variant:ident, $t:ty) => {{
+                let mut v: Vec<$t> = vec![0 as $t; n];
+                read(bytemuck::cast_slice_mut::<$t, u8>(&mut v))?;
+                return Ok(Some(Data::$variant(v)));
+            }};
+        }
+        if cfg!(target_endian = "little") {
+            match dtype {
+                DType::F32 => direct!(F32, f32),
+                DType::I32 => direct!(I32, i32),
+                DType::I64 => direct!(I64, i64),
+                DType::F64 => direct!(F64, f64),
+                DType::I8 => direct!(I8, i8),
+                DType::U8 => direct!(U8, u8),
+                DType::I16 => direct!(I16, i16),
+                DType::U16 => direct!(U16, u16),
+                DType::U32 => direct!(U32, u32),
+                DType::U64 => direct!(U64, u64),
+                DType::F16 | DType::Bf16 | DType::Bool => {}
+            }
+        }
+        let mut bytes = vec![0u8; n * dtype.size_bytes()];
+        read(&mut bytes)?;
+        Ok(Data::from_le_bytes(dtype, &bytes))
+    }
+
     /// Elements of `dtype` from little-endian bytes, or `None` when the length is not
     /// a whole number of elements or a bool byte is neither 0 nor 1.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<Data> {
@@ -689,5 +727,31 @@ mod tests {
         }
         let f = Data::from_le_bytes(DType::F32, &1.5f32.to_le_bytes()).unwrap();
         assert_eq!(f, Data::F32(vec![1.5]));
+    }
+
+    #[test]
+    fn elements_read_in_place_equal_the_decoded_bytes() {
+        // `read_le` hands out the elements' own storage on this host: what the reader writes
+        // must come out as `from_le_bytes` decodes it, for every dtype, and a reader's error
+        // must come back as it is.
+        for dtype in DType::ALL {
+            let ty = TensorType::new(dtype, vec![29]).unwrap();
+            let bytes = Tensor::random(&ty, 5).data.to_le_bytes();
+            let read = Data::read_le(dtype, 29, |dst: &mut [u8]| {
+                assert_eq!(dst.len(), bytes.len(), "{dtype}");
+                dst.copy_from_slice(&bytes);
+                Ok::<(), String>(())
+            })
+            .unwrap()
+            .unwrap();
+            assert_eq!(read, Data::from_le_bytes(dtype, &bytes).unwrap(), "{dtype}");
+            let failed = Data::read_le(dtype, 29, |_: &mut [u8]| Err("short file".to_string()));
+            assert_eq!(failed, Err("short file".to_string()), "{dtype}");
+        }
+        let bad = Data::read_le(DType::Bool, 2, |dst: &mut [u8]| {
+            dst.copy_from_slice(&[1, 7]);
+            Ok::<(), ()>(())
+        });
+        assert_eq!(bad, Ok(None));
     }
 }

@@ -257,19 +257,22 @@ fn plan(
         ferrite_ir::Data::F32(v) if w.ty.dtype == ferrite_ir::DType::F32 => {
             // One output channel's `per` weights at a time: no division per element (it
             // was most of a ResNet's fold), and a loop the compiler vectorizes.
+            // The overflow check is in the same pass: the weights are tens of MB, and a
+            // second pass over both tensors cost as much as the scaling.
             let per = per.max(1);
             let mut scaled = vec![0f32; v.len()];
+            let mut overflow = false;
             for (o, (dst, src)) in scaled.chunks_mut(per).zip(v.chunks(per)).enumerate() {
                 let sc = s[o];
+                // Not `any`: a loop without an early exit vectorizes.
+                let mut lost = false;
                 for (d, &x) in dst.iter_mut().zip(src) {
-                    *d = (x as f64 * sc) as f32;
+                    let y = (x as f64 * sc) as f32;
+                    *d = y;
+                    lost |= !y.is_finite() & x.is_finite();
                 }
+                overflow |= lost;
             }
-            // Not `any`: a fold without an early exit vectorizes.
-            let overflow = scaled
-                .iter()
-                .zip(v)
-                .fold(false, |acc, (y, x)| acc | (!y.is_finite() & x.is_finite()));
             let weight = Tensor {
                 ty: w.ty.clone(),
                 data: ferrite_ir::Data::F32(scaled),

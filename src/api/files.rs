@@ -116,6 +116,23 @@ impl InputFile {
     /// (by a header it checked against [`InputFile::len`] and its memory budget).
     /// A range past the end of the file is an [`Error::Io`].
     pub fn read_range(&mut self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.check_range(offset, len)?;
+        let mut bytes = vec![0u8; len as usize];
+        self.read_into(offset, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Fills `dst` with the bytes at `offset`: the range is checked against the file's
+    /// length first, as by [`InputFile::read_range`], without a buffer of its own.
+    pub fn read_into(&mut self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        self.check_range(offset, dst.len() as u64)?;
+        self.file
+            .seek(SeekFrom::Start(offset))
+            .map_err(|e| self.io(e))?;
+        self.file.read_exact(dst).map_err(|e| self.io(e))
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<()> {
         let end = offset.checked_add(len).filter(|&end| end <= self.len);
         if end.is_none() {
             return Err(Error::Io {
@@ -127,12 +144,7 @@ impl InputFile {
                 ),
             });
         }
-        self.file
-            .seek(SeekFrom::Start(offset))
-            .map_err(|e| self.io(e))?;
-        let mut bytes = vec![0u8; len as usize];
-        self.file.read_exact(&mut bytes).map_err(|e| self.io(e))?;
-        Ok(bytes)
+        Ok(())
     }
 
     fn io(&self, e: std::io::Error) -> Error {

@@ -73,7 +73,10 @@ pub fn read_tensor(path: impl AsRef<Path>) -> Result<Tensor> {
 /// External data read from inside one folder.
 struct Folder {
     root: PathBuf,
+    /// Bytes checked so far, against [`MAX_EXTERNAL_BYTES`].
     read: u64,
+    /// The file the last location named, kept open: a model's tensors mostly share one.
+    open: Option<(String, InputFile)>,
 }
 
 impl Folder {
@@ -82,30 +85,42 @@ impl Folder {
             path: folder.to_path_buf(),
             message: e.to_string(),
         })?;
-        Ok(Folder { root, read: 0 })
+        Ok(Folder {
+            root,
+            read: 0,
+            open: None,
+        })
+    }
+
+    /// The file `location` names, opened once.
+    fn file(&mut self, location: &str) -> std::result::Result<&mut InputFile, String> {
+        if self.open.as_ref().is_none_or(|(l, _)| l != location) {
+            ferrite_onnx::check_location(location)?;
+            let path = self.root.join(location);
+            // Canonicalizing resolves every symbolic link on the way: the file it names
+            // must still lie inside the model's folder.
+            let real = path
+                .canonicalize()
+                .map_err(|e| format!("cannot open `{location}`: {e}"))?;
+            if !real.starts_with(&self.root) {
+                return Err(format!("`{location}` leads outside the model's folder"));
+            }
+            // Stat first: a FIFO or device is refused before it is opened (it could block).
+            let file = InputFile::open(&real).map_err(|e| format!("`{location}`: {e}"))?;
+            self.open = Some((location.to_string(), file));
+        }
+        Ok(&mut self.open.as_mut().expect("opened above").1)
     }
 }
 
 impl ferrite_onnx::ExternalData for Folder {
-    fn read(
+    fn check(
         &mut self,
         location: &str,
         offset: u64,
         length: u64,
-    ) -> std::result::Result<Vec<u8>, String> {
-        ferrite_onnx::check_location(location)?;
-        let path = self.root.join(location);
-        // Canonicalizing resolves every symbolic link on the way: the file it names
-        // must still lie inside the model's folder.
-        let real = path
-            .canonicalize()
-            .map_err(|e| format!("cannot open `{location}`: {e}"))?;
-        if !real.starts_with(&self.root) {
-            return Err(format!("`{location}` leads outside the model's folder"));
-        }
-        // Stat first: a FIFO or device is refused before it is opened (it could block).
-        let mut file = InputFile::open(&real).map_err(|e| format!("`{location}`: {e}"))?;
-        let len = file.len();
+    ) -> std::result::Result<(), String> {
+        let len = self.file(location)?.len();
         let end = offset
             .checked_add(length)
             .ok_or_else(|| format!("offset {offset} + length {length} overflows"))?;
@@ -120,7 +135,17 @@ impl ferrite_onnx::ExternalData for Folder {
             ));
         }
         self.read += length;
-        file.read_range(offset, length)
+        Ok(())
+    }
+
+    fn read(
+        &mut self,
+        location: &str,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        self.file(location)?
+            .read_into(offset, dst)
             .map_err(|e| format!("`{location}`: {e}"))
     }
 }

@@ -12,22 +12,38 @@ use half::{bf16, f16};
 /// Reads the external data of initializers. The importer does no I/O itself: the
 /// caller (the `ferrite` face) resolves `location` inside the model's folder.
 pub trait ExternalData {
-    /// The `length` bytes at `offset` of the file `location` names (a relative path
-    /// that [`check_location`] has accepted). The implementation must check the
-    /// file's size before reading and refuse to leave the model's folder.
-    fn read(
+    /// Checks that the file `location` names (a relative path that [`check_location`] has
+    /// accepted) holds `length` bytes at `offset` and that they fit the caller's memory
+    /// budget. The importer calls it before it allocates the tensor, so a declared size is
+    /// checked against the file before anything is allocated or read.
+    fn check(
         &mut self,
         location: &str,
         offset: u64,
         length: u64,
-    ) -> std::result::Result<Vec<u8>, String>;
+    ) -> std::result::Result<(), String>;
+
+    /// Fills `dst` with the `dst.len()` bytes at `offset` of the file `location` names (a
+    /// relative path that [`check_location`] has accepted). The implementation must check
+    /// the file's size before reading and refuse to leave the model's folder. `dst` is the
+    /// tensor's own storage where the host's byte order allows, so a weight is copied once.
+    fn read(
+        &mut self,
+        location: &str,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> std::result::Result<(), String>;
 }
 
 /// A resolver for models that must have no external data (`from_bytes`).
 pub struct NoExternalData;
 
 impl ExternalData for NoExternalData {
-    fn read(&mut self, location: &str, _: u64, _: u64) -> std::result::Result<Vec<u8>, String> {
+    fn check(&mut self, location: &str, _: u64, _: u64) -> std::result::Result<(), String> {
+        self.read(location, 0, &mut [])
+    }
+
+    fn read(&mut self, location: &str, _: u64, _: &mut [u8]) -> std::result::Result<(), String> {
         Err(format!(
             "the model refers to external file `{location}`, but it was loaded from bytes with no folder to read it from"
         ))
@@ -134,33 +150,44 @@ pub fn to_tensor(t: &TensorProto, ext: &mut dyn ExternalData) -> Result<Tensor> 
     let n = ty.numel();
     let width = dtype.size_bytes();
     let external = t.data_location() == tensor_proto::DataLocation::External;
-    let raw: Option<Vec<u8>> = if external {
-        Some(read_external(t, &name, (n * width) as u64, ext)?)
-    } else {
-        t.raw_data.clone()
-    };
-    let data = match raw {
-        Some(bytes) => {
-            if bytes.len() != n * width {
-                return Err(bad(format!(
-                    "{ty} needs {} bytes of data, the file has {}",
-                    n * width,
-                    bytes.len()
-                )));
+    let data = if external {
+        let (location, offset) = external_place(t, &name, (n * width) as u64)?;
+        let err = |message: String| Error::ExternalData {
+            tensor: name.clone(),
+            message,
+        };
+        ext.check(&location, offset, (n * width) as u64)
+            .map_err(err)?;
+        let mut read = |dst: &mut [u8]| ext.read(&location, offset, dst).map_err(err);
+        match dtype {
+            // Any non-zero byte is true, as in `raw_data`.
+            DType::Bool => {
+                let mut bytes = vec![0u8; n];
+                read(&mut bytes)?;
+                from_le_bytes(dtype, &bytes)
             }
-            from_le_bytes(dtype, &bytes)
+            _ => Data::read_le(dtype, n, read)?.expect("only bools can be invalid bytes"),
         }
-        None => from_fields(t, dtype, n).map_err(bad)?,
+    } else {
+        match &t.raw_data {
+            Some(bytes) => {
+                if bytes.len() != n * width {
+                    return Err(bad(format!(
+                        "{ty} needs {} bytes of data, the file has {}",
+                        n * width,
+                        bytes.len()
+                    )));
+                }
+                from_le_bytes(dtype, bytes)
+            }
+            None => from_fields(t, dtype, n).map_err(bad)?,
+        }
     };
     Ok(Tensor { ty, data })
 }
 
-fn read_external(
-    t: &TensorProto,
-    name: &str,
-    expected: u64,
-    ext: &mut dyn ExternalData,
-) -> Result<Vec<u8>> {
+/// Where a tensor's external data lies: the file and the offset of its `expected` bytes.
+fn external_place(t: &TensorProto, name: &str, expected: u64) -> Result<(String, u64)> {
     let err = |message: String| Error::ExternalData {
         tensor: name.to_string(),
         message,
@@ -193,14 +220,7 @@ fn read_external(
             "offset {offset} + length {expected} overflows"
         )));
     }
-    let bytes = ext.read(&location, offset, expected).map_err(err)?;
-    if bytes.len() as u64 != expected {
-        return Err(err(format!(
-            "read {} bytes where {expected} were asked for",
-            bytes.len()
-        )));
-    }
-    Ok(bytes)
+    Ok((location, offset))
 }
 
 /// `raw_data` as elements (the caller checked its length): little-endian, bools one
