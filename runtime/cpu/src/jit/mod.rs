@@ -6,9 +6,11 @@
 //!   (from a finished `ir::Function`) or [`Jit::define_with`] (which hands out a
 //!   `FunctionBuilder`). Every function is checked by `cranelift_codegen::verify_function`
 //!   before it is compiled, so a codegen bug is a [`JitError::Verifier`] naming the function,
-//!   not a crash inside Cranelift. With [`JitOptions::compile_threads`] above 1, `define` only
-//!   verifies and declares a function, and [`Jit::finalize`] compiles the pending ones on
-//!   that many threads (Cranelift compiles each function independently) before it links. With [`JitOptions::capture_dumps`] the input CLIF, the
+//!   not a crash inside Cranelift. With [`JitOptions::compile_threads`] above 1, `define`
+//!   declares a function and queues it, and background threads verify and compile queued
+//!   functions while the caller emits the next ones (`background.rs`; Cranelift compiles each
+//!   function independently); [`Jit::finalize`] waits for them before it links. With
+//!   [`JitOptions::capture_dumps`] the input CLIF, the
 //!   optimized CLIF and the register-allocated machine code (`vcode`) are kept for `--dump`.
 //! * [`JitCode`] is what [`Jit::finalize`] returns: the code is made executable, the module
 //!   is frozen, and the handle is `Send + Sync` so kernels can run on pool threads. It owns the
@@ -56,6 +58,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleError, ModuleReloc};
 
+mod background;
 mod interleave;
 
 use interleave::interleave_groups;
@@ -128,8 +131,10 @@ pub struct JitOptions {
     /// Let Cranelift run its verifier again after its own passes (we always verify the input).
     pub verify_after_passes: bool,
     /// Threads that compile the module's functions. With more than one, [`Jit::define`]
-    /// only verifies and declares a function, and [`Jit::finalize`] compiles every pending
-    /// one on up to this many threads (a module that captures dumps compiles at `define`).
+    /// declares a function and queues it; background workers (up to this many less one)
+    /// verify and compile queued functions while the caller defines more, and
+    /// [`Jit::finalize`] compiles what is left beside them (a module that captures dumps
+    /// compiles at `define`).
     pub compile_threads: usize,
 }
 
@@ -194,8 +199,11 @@ pub struct Jit {
     borrowed: Vec<Arc<FrozenModule>>,
     /// The functions borrowed from them, by body hash.
     borrowed_keys: HashMap<u64, Vec<(Arc<FunctionStencil>, JitFunctionInfo)>>,
-    /// Functions declared but not compiled yet, in definition order.
-    pending: Vec<Pending>,
+    /// The module's ISA (`opt_level=none`), owned, for compiling on other threads.
+    isa: OwnedTargetIsa,
+    /// Functions declared and compiling on other threads (see `background.rs`), with
+    /// more than one compile thread; started by the first such definition.
+    compiler: Option<background::Compiler>,
     stats: JitStats,
 }
 
@@ -299,7 +307,7 @@ impl Jit {
             options.opt_level,
             options.verify_after_passes,
         ));
-        let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        let builder = JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names());
         Ok(Jit {
             module: Some(JITModule::new(builder)),
             optimizer,
@@ -312,7 +320,8 @@ impl Jit {
             compiled_keys: HashMap::new(),
             borrowed: Vec::new(),
             borrowed_keys: HashMap::new(),
-            pending: Vec::new(),
+            isa,
+            compiler: None,
             stats: JitStats::default(),
         })
     }
@@ -415,11 +424,15 @@ impl Jit {
             }
         }
         let body = key.map(|hash| (hash, Arc::new(func.stencil.clone())));
-        if let Err(errors) = verify_function(&func, self.module().isa()) {
-            return Err(JitError::Verifier {
-                name: name.to_string(),
-                errors: print_errors::pretty_verifier_error(&func, None, errors),
-            });
+        let background = self.options.compile_threads > 1 && !self.options.capture_dumps;
+        // A function compiled in the background is verified there, before it compiles.
+        if !background {
+            if let Err(errors) = verify_function(&func, self.module().isa()) {
+                return Err(JitError::Verifier {
+                    name: name.to_string(),
+                    errors: print_errors::pretty_verifier_error(&func, None, errors),
+                });
+            }
         }
         let clif = if self.options.capture_dumps {
             func.display().to_string()
@@ -430,12 +443,22 @@ impl Jit {
             .module_mut()
             .declare_function(name, Linkage::Export, &func.signature)
             .map_err(|e| module_error(name, e))?;
-        if self.options.compile_threads > 1 && !self.options.capture_dumps {
-            self.pending.push(Pending {
-                name: name.to_string(),
-                id,
-                func,
-            });
+        if background {
+            let (threads, optimizer, isa, opt_level) = (
+                self.options.compile_threads,
+                &self.optimizer,
+                &self.isa,
+                self.options.opt_level,
+            );
+            self.compiler
+                .get_or_insert_with(|| {
+                    background::Compiler::new(threads, optimizer.clone(), isa.clone(), opt_level)
+                })
+                .submit(Pending {
+                    name: name.to_string(),
+                    id,
+                    func,
+                });
             self.functions
                 .push((name.to_string(), Definition::Compiled(id)));
             if let Some((hash, body)) = body {
@@ -574,59 +597,23 @@ impl Jit {
         )
     }
 
-    /// Compiles every pending function, on up to `compile_threads` threads, and adds its
-    /// code to the module. The first failure, in definition order, is the error.
+    /// Waits for the functions compiling in the background (compiling the rest on this
+    /// thread too) and adds their code to the module. The first failure, in definition
+    /// order, is the error.
     fn compile_pending(&mut self) -> Result<(), JitError> {
-        let pending = std::mem::take(&mut self.pending);
-        if pending.is_empty() {
+        let Some(compiler) = self.compiler.take() else {
             return Ok(());
-        }
-        let threads = self.options.compile_threads.clamp(1, pending.len());
-        let module = self
-            .module
-            .as_ref()
-            .expect("the module lives until finalize consumes the Jit");
-        let (optimizer, isa, opt_level) = (&*self.optimizer, module.isa(), self.options.opt_level);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let mut results: Vec<Option<Result<MachineCode, JitError>>> =
-            (0..pending.len()).map(|_| None).collect();
-        let done: Vec<Vec<(usize, Result<MachineCode, JitError>)>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut ctx = Context::new();
-                        let mut out = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(p) = pending.get(i) else { break };
-                            ctx.clear();
-                            ctx.func = p.func.clone();
-                            out.push((i, compile_function(&mut ctx, optimizer, isa, opt_level, p)));
-                        }
-                        out
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| {
-                    w.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect()
-        });
-        for (i, r) in done.into_iter().flatten() {
-            results[i] = Some(r);
-        }
+        };
+        let done = compiler.finish();
         let module = self
             .module
             .as_mut()
             .expect("the module lives until finalize consumes the Jit");
-        for (p, r) in pending.iter().zip(results) {
-            let code = r.expect("every pending function was compiled")?;
+        for c in done {
+            let code = c.code?;
             module
-                .define_function_bytes(p.id, code.alignment, &code.bytes, &code.relocs)
-                .map_err(|e| module_error(&p.name, e))?;
+                .define_function_bytes(c.pending.id, code.alignment, &code.bytes, &code.relocs)
+                .map_err(|e| module_error(&c.pending.name, e))?;
         }
         Ok(())
     }
