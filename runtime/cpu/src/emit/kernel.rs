@@ -264,6 +264,7 @@ impl<'a> Emitter<'a, '_> {
             let spec = LoopSpec {
                 var: Var::outer(last),
                 extent: domain[last],
+                whole: false,
                 start: i_last,
                 end: seg_end,
             };

@@ -68,6 +68,7 @@ impl<'a> Emitter<'a, '_> {
                 LoopSpec {
                     var,
                     extent: d,
+                    whole: true,
                     start,
                     end,
                 }
@@ -255,22 +256,40 @@ impl<'a> Emitter<'a, '_> {
         self.b.def_var(var, spec.start);
         let innermost = level == ctx.loops.len();
         if innermost {
+            let mut rest = true;
             if let Shape::Point(StagePlan {
                 vector: Some(vector),
                 unroll,
                 ..
             }) = ctx.shape
             {
-                self.emit_vector_loops(ctx, level, var, spec, vector, *unroll)?;
+                rest = self.emit_vector_loops(ctx, level, var, spec, vector, *unroll)?;
             }
-        }
-        let lp = self.begin_loop(var, spec.end);
-        self.emit_level(ctx, level)?;
-        if innermost {
-            self.point(ctx, &ctx.point_groups())?;
+            if rest {
+                self.scalar_loop(ctx, level, var, spec.end)?;
+            }
         } else {
+            let lp = self.begin_loop(var, spec.end);
+            self.emit_level(ctx, level)?;
             self.emit_loop(ctx, level + 1)?;
+            self.end_loop(var, 1, lp);
+            self.forget_from(level);
         }
+        Ok(())
+    }
+
+    /// The scalar loop over the innermost level, from the variable's current value while
+    /// it is below `end`.
+    fn scalar_loop(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        end: Value,
+    ) -> Result<()> {
+        let lp = self.begin_loop(var, end);
+        self.emit_level(ctx, level)?;
+        self.point(ctx, &ctx.point_groups())?;
         self.end_loop(var, 1, lp);
         self.forget_from(level);
         Ok(())
@@ -282,10 +301,20 @@ impl<'a> Emitter<'a, '_> {
     /// A store stage whose vector loads are guarded (a padded window: a convolution's or a
     /// pool's taps) is peeled instead: every guard is affine in the innermost variable, so
     /// the elements where all of them hold form an interval, computed once before the
-    /// loops ([`Emitter::guard_interval`]). Four-wide iterations with the guards run up to
-    /// its start, `4 * unroll`-wide iterations with plain vector loads (no tests, no
-    /// branches) while they stay inside it, and four-wide iterations with the guards
-    /// after it. Each element is computed by the same expression either way.
+    /// loops ([`Emitter::guard_interval`]). Scalar iterations with the guards run up to its
+    /// start, `4 * unroll`-wide and then four-wide iterations with plain vector loads (no
+    /// tests, no branches) while they stay inside it, and the scalar loop after them does
+    /// the rest, guards tested. Each element is computed by the same expression either way.
+    ///
+    /// The edges are scalar, not guarded vectors: a window's edge is a tap or two wide
+    /// (wider rows than 16, as the plan stores shorter padded rows), and a guarded vector
+    /// body tests its guards lane by lane. Three of those per stage (before, after, and
+    /// the overlapping tail) were nine tenths of a ResNet im2col kernel's code, and that
+    /// kernel's Cranelift compile was the longest of the model's.
+    ///
+    /// Over bounds known here (`0..extent`), a loop that would run no iteration is left
+    /// out, and so is the scalar loop when nothing is left for it: whether it is needed
+    /// is the return value. A copy of 112 elements is one wide loop and nothing else.
     fn emit_vector_loops(
         &mut self,
         ctx: &StageCtx<'_>,
@@ -294,7 +323,7 @@ impl<'a> Emitter<'a, '_> {
         spec: LoopSpec,
         vector: &VectorPlan,
         unroll: usize,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         for &i in &vector.splats {
             let lanes = self.vals.lanes[i].ok_or_else(|| Error::internal("splat without lanes"))?;
             self.emit_splat(i, lanes)?;
@@ -306,15 +335,12 @@ impl<'a> Emitter<'a, '_> {
         };
         if let Some((lo, hi)) = interval {
             let width = 4 * unroll as i64;
-            // Four at a time, guarded, until the interval starts (or fewer than four are
-            // left: the loop runs from `start` in steps of four, so it stops by `end4`).
-            let len = self.b.ins().isub(spec.end, spec.start);
-            let whole4 = self.b.ins().band_imm_s(len, !3);
-            let end4 = self.b.ins().iadd(spec.start, whole4);
-            let before = self.b.ins().smin(lo, end4);
-            self.vector_loop(ctx, level, var, 1, before, false, false)?;
+            // One at a time, guarded, until the interval starts (all of the row where it
+            // is empty).
+            let before = self.b.ins().smin(lo, spec.end);
+            self.scalar_loop(ctx, level, var, before)?;
             // Unguarded while the whole iteration is inside the interval: wide, then four
-            // at a time.
+            // at a time. The scalar loop after these does the rest.
             let hi_end = self.b.ins().iadd_imm_s(hi, 1);
             let stop = self.b.ins().smin(hi_end, spec.end);
             if unroll > 1 {
@@ -323,27 +349,47 @@ impl<'a> Emitter<'a, '_> {
             }
             let inside4 = self.b.ins().iadd_imm_s(stop, -3);
             self.vector_loop(ctx, level, var, 1, inside4, true, false)?;
-            // The rest, four at a time, guarded.
-            let last4 = self.b.ins().iadd_imm_s(spec.end, -3);
-            self.vector_loop(ctx, level, var, 1, last4, false, false)?;
-        } else {
-            let len = self.b.ins().isub(spec.end, spec.start);
-            let mut shapes = Vec::new();
-            if unroll > 1 {
-                shapes.push(unroll);
+            // The interval's last four as one unguarded group, over elements already done.
+            if self.tail_may_overlap(ctx) {
+                let from = self.b.ins().smax(lo, spec.start);
+                self.overlapping_tail(ctx, level, var, from, stop, true)?;
             }
-            shapes.push(1);
-            for u in shapes {
-                let width = 4 * u as i64;
-                let whole = self.b.ins().band_imm_s(len, !(width - 1));
-                let end = self.b.ins().iadd(spec.start, whole);
-                self.vector_loop(ctx, level, var, u, end, false, u == unroll)?;
+            return Ok(true);
+        }
+        // Elements the loops emitted so far leave, where the bounds are known.
+        let mut left = spec.whole.then_some(spec.extent as i64);
+        let len = self.b.ins().isub(spec.end, spec.start);
+        let mut shapes = Vec::new();
+        if unroll > 1 {
+            shapes.push(unroll);
+        }
+        shapes.push(1);
+        for u in shapes {
+            let width = 4 * u as i64;
+            if let Some(n) = &mut left {
+                if *n < width {
+                    continue;
+                }
+                *n %= width;
+            }
+            let whole = self.b.ins().band_imm_s(len, !(width - 1));
+            let end = self.b.ins().iadd(spec.start, whole);
+            self.vector_loop(ctx, level, var, u, end, false, u == unroll)?;
+        }
+        match left {
+            Some(0) => return Ok(false),
+            Some(_) if spec.extent >= 4 && self.tail_may_overlap(ctx) => {
+                self.overlapping_tail(ctx, level, var, spec.start, spec.end, false)?;
+                return Ok(false);
+            }
+            Some(_) => {}
+            None => {
+                if self.tail_may_overlap(ctx) {
+                    self.overlapping_tail(ctx, level, var, spec.start, spec.end, false)?;
+                }
             }
         }
-        if self.tail_may_overlap(ctx) {
-            self.overlapping_tail(ctx, level, var, spec)?;
-        }
-        Ok(())
+        Ok(true)
     }
 
     /// Whether the last elements of the innermost loop may be computed as one vector
@@ -360,18 +406,21 @@ impl<'a> Emitter<'a, '_> {
         })
     }
 
-    /// Fewer than four elements left after the vector loops of a row of at least four:
-    /// the last four, as one vector group (guards tested), instead of the scalar loop.
+    /// Fewer than four elements of `from..to` left after the vector loops, where that run
+    /// has at least four: its last four, as one vector group (with `guards_hold`, plain
+    /// vector loads; otherwise guards tested), instead of the scalar loop.
     fn overlapping_tail(
         &mut self,
         ctx: &StageCtx<'_>,
         level: usize,
         var: Variable,
-        spec: LoopSpec,
+        from: Value,
+        to: Value,
+        guards_hold: bool,
     ) -> Result<()> {
         let v = self.b.use_var(var);
-        let left = self.b.ins().isub(spec.end, v);
-        let len = self.b.ins().isub(spec.end, spec.start);
+        let left = self.b.ins().isub(to, v);
+        let len = self.b.ins().isub(to, from);
         let some = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, left, 0);
         let room = self
             .b
@@ -384,11 +433,13 @@ impl<'a> Emitter<'a, '_> {
         self.b.switch_to_block(tail);
         self.b.seal_block(tail);
         let memo = self.nest.index_memo.clone();
-        let last4 = self.b.ins().iadd_imm_s(spec.end, -4);
+        let last4 = self.b.ins().iadd_imm_s(to, -4);
         self.b.def_var(var, last4);
+        self.nest.guards_hold = guards_hold;
         self.vector_body(ctx, level, 1)?;
-        // The scalar loop after this finds nothing left.
-        self.b.def_var(var, spec.end);
+        self.nest.guards_hold = false;
+        // The scalar loop after this starts at `to`.
+        self.b.def_var(var, to);
         self.b.ins().jump(after, &[]);
         self.b.switch_to_block(after);
         self.b.seal_block(after);

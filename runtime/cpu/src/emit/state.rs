@@ -132,6 +132,9 @@ pub(super) struct LoopSpec {
     pub(super) var: Var,
     /// The loop's full extent (the bounds are `start..end`).
     pub(super) extent: usize,
+    /// The bounds are `0..extent`, known here: loops that would run no iteration are not
+    /// emitted at all (see `emit_vector_loops`).
+    pub(super) whole: bool,
     pub(super) start: Value,
     pub(super) end: Value,
 }
