@@ -2,7 +2,7 @@
 //! every output element and copy values bit for bit ([`pick`]), so no dtype ever
 //! passes through f64 here.
 
-use super::strided::{broadcast_offsets, concat_data, pick, split_at_axis, Offsets};
+use super::strided::{broadcast_strides, concat_data, pick, pick_strided, split_at_axis, Offsets};
 use crate::infer::{permutation, slice_bounds};
 use crate::types::{contiguous_strides, normalize_axis, TensorType};
 use crate::{DType, Tensor};
@@ -19,7 +19,7 @@ fn with_data(out: &TensorType, data: crate::Data) -> Tensor {
 fn permuted(perm: &[usize], x: &Tensor, out: &TensorType) -> Tensor {
     let own = contiguous_strides(&x.ty.shape);
     let strides: Vec<usize> = perm.iter().map(|&d| own[d]).collect();
-    with_data(out, pick(&x.data, Offsets::new(&out.shape, &strides, 0)))
+    with_data(out, pick_strided(&x.data, &out.shape, &strides, 0))
 }
 
 /// `permute(x, dims)`.
@@ -42,7 +42,12 @@ pub(super) fn transpose(dim0: i64, dim1: i64, x: &Tensor, out: &TensorType) -> R
 pub(super) fn expand(x: &Tensor, out: &TensorType) -> Tensor {
     with_data(
         out,
-        pick(&x.data, broadcast_offsets(&x.ty.shape, &out.shape)),
+        pick_strided(
+            &x.data,
+            &out.shape,
+            &broadcast_strides(&x.ty.shape, &out.shape),
+            0,
+        ),
     )
 }
 
@@ -65,7 +70,7 @@ pub(super) fn slice(
     strides[a] *= step as usize;
     Ok(with_data(
         out,
-        pick(&x.data, Offsets::new(&out.shape, &strides, base)),
+        pick_strided(&x.data, &out.shape, &strides, base),
     ))
 }
 

@@ -124,6 +124,33 @@ pub(super) fn pick(data: &Data, src: impl Iterator<Item = usize>) -> Data {
     map_data!(data, v => src.map(|i| v[i]).collect())
 }
 
+/// [`pick`] over the offsets of a strided view, `Offsets::new(shape, strides, base)`, a row
+/// of the innermost axis at a time: one tight loop per row instead of the odometer's step per
+/// element. Constant folding permutes and broadcasts whole weight tensors with it (a
+/// classifier's transposed weight is a million elements).
+pub(super) fn pick_strided(data: &Data, shape: &[usize], strides: &[usize], base: usize) -> Data {
+    let (n, s) = match (shape.last(), strides.last()) {
+        (Some(&n), Some(&s)) => (n, s),
+        _ => (1, 0),
+    };
+    let rank = shape.len().saturating_sub(1);
+    let total: usize = shape.iter().product();
+    let rows = || Offsets::new(&shape[..rank], &strides[..rank], base);
+    map_data!(data, v => {
+        let mut out = Vec::with_capacity(total);
+        if n > 0 {
+            for row in rows() {
+                if s == 1 {
+                    out.extend_from_slice(&v[row..row + n]);
+                } else {
+                    out.extend((0..n).map(|k| v[row + k * s]));
+                }
+            }
+        }
+        out
+    })
+}
+
 /// The elements of every part, one after another. All parts must share a dtype.
 pub(super) fn concat_data(parts: &[&Data]) -> Result<Data> {
     macro_rules! join {
@@ -178,6 +205,26 @@ mod tests {
         assert_eq!(broadcast_strides(&[2, 1], &[2, 3]), vec![1, 0]);
         let o: Vec<usize> = broadcast_offsets(&[2, 1], &[2, 3]).collect();
         assert_eq!(o, vec![0, 0, 0, 1, 1, 1]);
+    }
+
+    #[test]
+    fn row_by_row_picks_what_the_odometer_picks() {
+        let data = Data::F32((0..60).map(|i| i as f32).collect());
+        let views: [(&[usize], &[usize], usize); 8] = [
+            (&[3, 4, 5], &[20, 5, 1], 0),
+            (&[5, 4, 3], &[1, 5, 20], 0),
+            (&[4, 3], &[5, 20], 2),
+            (&[2, 3], &[0, 1], 7),
+            (&[3, 0], &[0, 1], 0),
+            (&[0, 3], &[1, 0], 0),
+            (&[], &[], 9),
+            (&[6], &[0], 4),
+        ];
+        for (shape, strides, base) in views {
+            let want = pick(&data, Offsets::new(shape, strides, base));
+            let got = pick_strided(&data, shape, strides, base);
+            assert_eq!(got, want, "{shape:?} {strides:?} {base}");
+        }
     }
 
     #[test]
