@@ -392,3 +392,29 @@ fn a_rejected_function_leaves_the_pending_ones_intact() {
     let code = jit.finalize().unwrap();
     assert_eq!(call_mul_add(&code, "fine", 1, 1), 9_201);
 }
+
+#[test]
+fn a_module_dropped_while_its_functions_compile_lets_its_workers_go() {
+    // Functions queued for the background workers, then the module dropped without
+    // `finalize` (a caller's error while defining): the queue is dropped and the workers
+    // leave. A second module after it compiles and runs as usual.
+    for _ in 0..3 {
+        let mut jit = Jit::with_options(JitOptions {
+            compile_threads: 4,
+            ..JitOptions::default()
+        })
+        .unwrap();
+        for c in 0..12 {
+            define_mul_add_c(&mut jit, &format!("f{c}"), 9_300 + c);
+        }
+        drop(jit);
+    }
+    let mut jit = Jit::with_options(JitOptions {
+        compile_threads: 4,
+        ..JitOptions::default()
+    })
+    .unwrap();
+    define_mul_add_c(&mut jit, "after", 9_400);
+    let code = jit.finalize().unwrap();
+    assert_eq!(call_mul_add(&code, "after", 2, 3), 9_406);
+}

@@ -7,9 +7,9 @@
 //! waited for the last one to be emitted, so the serial emission of a model's kernels (a third
 //! of its codegen) was never overlapped with Cranelift.
 //!
-//! A worker verifies its function before compiling it, as `define` does on the serial path,
-//! so a codegen bug is still a [`JitError::Verifier`] naming the function. Results are
-//! returned in definition order, and the first failure in that order is the error.
+//! `define` has verified every function it queues (a rejected one is its caller's error,
+//! not the module's). Results are returned in definition order, and the first failure in
+//! that order is the error.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::isa::OwnedTargetIsa;
-use cranelift_codegen::{print_errors, verify_function, Context};
+use cranelift_codegen::Context;
 
 use super::{compile_function, JitError, MachineCode, OptLevel, Pending};
 
@@ -164,15 +164,8 @@ impl Shared {
         }
     }
 
-    /// Verifies and compiles `p`'s function (moved out of `p`: only its name and id are
-    /// needed after).
+    /// Compiles `p`'s function (moved out of `p`: only its name and id are needed after).
     fn compile(&self, ctx: &mut Context, p: &mut Pending) -> Result<MachineCode, JitError> {
-        if let Err(errors) = verify_function(&p.func, &*self.isa) {
-            return Err(JitError::Verifier {
-                name: p.name.clone(),
-                errors: print_errors::pretty_verifier_error(&p.func, None, errors),
-            });
-        }
         ctx.clear();
         ctx.func = std::mem::replace(&mut p.func, Function::new());
         compile_function(ctx, &*self.optimizer, &*self.isa, self.opt_level, p)

@@ -7,7 +7,7 @@
 //!   `FunctionBuilder`). Every function is checked by `cranelift_codegen::verify_function`
 //!   before it is compiled, so a codegen bug is a [`JitError::Verifier`] naming the function,
 //!   not a crash inside Cranelift. With [`JitOptions::compile_threads`] above 1, `define`
-//!   declares a function and queues it, and background threads verify and compile queued
+//!   verifies, declares and queues a function, and background threads compile queued
 //!   functions while the caller emits the next ones (`background.rs`; Cranelift compiles each
 //!   function independently); [`Jit::finalize`] waits for them before it links. With
 //!   [`JitOptions::capture_dumps`] the input CLIF, the
@@ -131,8 +131,8 @@ pub struct JitOptions {
     /// Let Cranelift run its verifier again after its own passes (we always verify the input).
     pub verify_after_passes: bool,
     /// Threads that compile the module's functions. With more than one, [`Jit::define`]
-    /// declares a function and queues it; background workers (up to this many less one)
-    /// verify and compile queued functions while the caller defines more, and
+    /// verifies, declares and queues a function; background workers (up to this many less
+    /// one) compile queued functions while the caller defines more, and
     /// [`Jit::finalize`] compiles what is left beside them (a module that captures dumps
     /// compiles at `define`).
     pub compile_threads: usize,
@@ -424,16 +424,15 @@ impl Jit {
             }
         }
         let body = key.map(|hash| (hash, Arc::new(func.stencil.clone())));
-        let background = self.options.compile_threads > 1 && !self.options.capture_dumps;
-        // A function compiled in the background is verified there, before it compiles.
-        if !background {
-            if let Err(errors) = verify_function(&func, self.module().isa()) {
-                return Err(JitError::Verifier {
-                    name: name.to_string(),
-                    errors: print_errors::pretty_verifier_error(&func, None, errors),
-                });
-            }
+        // Verified here, also where it compiles in the background: a rejected function is
+        // this call's error, and the module stays usable for the others.
+        if let Err(errors) = verify_function(&func, self.module().isa()) {
+            return Err(JitError::Verifier {
+                name: name.to_string(),
+                errors: print_errors::pretty_verifier_error(&func, None, errors),
+            });
         }
+        let background = self.options.compile_threads > 1 && !self.options.capture_dumps;
         let clif = if self.options.capture_dumps {
             func.display().to_string()
         } else {
