@@ -37,7 +37,8 @@ use super::egraph::{Choice, TensorEGraph};
 use super::language::TensorLang;
 use egg::{CostFunction, Id};
 use ferrite_ir::{BinaryOp, Graph, Op, TensorType, UnaryOp};
-use std::collections::{HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::VecDeque;
 
 /// Cost of one byte materialized in memory.
 pub const BYTE_COST: f64 = 1.0;
@@ -132,7 +133,7 @@ impl<'a> CostModel<'a> {
     pub(crate) fn new(egraph: &'a TensorEGraph) -> Self {
         CostModel {
             egraph,
-            own: HashMap::new(),
+            own: HashMap::default(),
         }
     }
 
@@ -203,14 +204,14 @@ where
     let mut classes: Vec<Id> = eg.classes().map(|c| c.id).collect();
     // Classes were created operands-first, so id order visits most operands before their users.
     classes.sort_unstable();
-    let mut parents: HashMap<Id, Vec<Id>> = HashMap::new();
+    let mut parents: HashMap<Id, Vec<Id>> = HashMap::default();
     for c in eg.classes() {
         let mut ps: Vec<Id> = c.parents().map(|p| eg.find(p)).collect();
         ps.sort_unstable();
         ps.dedup();
         parents.insert(c.id, ps);
     }
-    let mut best: HashMap<Id, (f64, TensorLang)> = HashMap::new();
+    let mut best: HashMap<Id, (f64, TensorLang)> = HashMap::default();
     let mut queued: HashSet<Id> = classes.iter().copied().collect();
     let mut queue: VecDeque<Id> = classes.into();
     // Strict improvements terminate, but a pathological e-graph could take long to settle; the
