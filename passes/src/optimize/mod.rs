@@ -150,10 +150,10 @@ pub fn rule_names() -> Vec<&'static str> {
 /// This isolates a rule's right-hand side, so a test can check it against the left-hand side
 /// with the interpreter; [`optimize`] itself might extract neither.
 pub fn rewrite_once(g: &Graph, rule: &str) -> Result<Option<Graph>> {
-    on_mock_clock(|| rewrite_once_timed(g, rule))
+    on_mock_clock(|| rewrite_once_stopped_clock(g, rule))
 }
 
-fn rewrite_once_timed(g: &Graph, rule: &str) -> Result<Option<Graph>> {
+fn rewrite_once_stopped_clock(g: &Graph, rule: &str) -> Result<Option<Graph>> {
     verify(g).map_err(|e| Error::invalid_input("rewrite_once", e))?;
     let rewrite = rules::rewrites()
         .into_iter()
@@ -202,7 +202,7 @@ fn rewrite_once_timed(g: &Graph, rule: &str) -> Result<Option<Graph>> {
 /// Returns an equivalent graph and a report. Errors only on an invalid input graph, or on an
 /// internal inconsistency (which would be a bug, reported rather than miscompiled).
 pub fn optimize(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeReport)> {
-    on_mock_clock(|| optimize_timed(g, cfg))
+    on_mock_clock(|| optimize_stopped_clock(g, cfg))
 }
 
 /// Runs `f` with egg's clock stopped.
@@ -221,7 +221,7 @@ fn on_mock_clock<T>(f: impl FnOnce() -> T) -> T {
     STOPPED.with(|clock| quanta::with_clock(clock, f))
 }
 
-fn optimize_timed(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeReport)> {
+fn optimize_stopped_clock(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeReport)> {
     let start = Instant::now();
     verify(g).map_err(|e| Error::invalid_input("optimize", e))?;
     let cost_before = cost::graph_cost(g);

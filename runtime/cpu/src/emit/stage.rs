@@ -268,18 +268,14 @@ impl<'a> Emitter<'a, '_> {
             if rest {
                 self.scalar_loop(ctx, level, var, spec.end)?;
             }
+            Ok(())
         } else {
-            let lp = self.begin_loop(var, spec.end);
-            self.emit_level(ctx, level)?;
-            self.emit_loop(ctx, level + 1)?;
-            self.end_loop(var, 1, lp);
-            self.forget_from(level);
+            self.scalar_loop(ctx, level, var, spec.end)
         }
-        Ok(())
     }
 
-    /// The scalar loop over the innermost level, from the variable's current value while
-    /// it is below `end`.
+    /// The loop of `level`, one element at a time from the variable's current value while
+    /// it is below `end`: the points of the innermost level, or each one's inner loops.
     fn scalar_loop(
         &mut self,
         ctx: &StageCtx<'_>,
@@ -289,7 +285,11 @@ impl<'a> Emitter<'a, '_> {
     ) -> Result<()> {
         let lp = self.begin_loop(var, end);
         self.emit_level(ctx, level)?;
-        self.point(ctx, &ctx.point_groups())?;
+        if level == ctx.loops.len() {
+            self.point(ctx, &ctx.point_groups())?;
+        } else {
+            self.emit_loop(ctx, level + 1)?;
+        }
         self.end_loop(var, 1, lp);
         self.forget_from(level);
         Ok(())
@@ -376,18 +376,13 @@ impl<'a> Emitter<'a, '_> {
             let end = self.b.ins().iadd(spec.start, whole);
             self.vector_loop(ctx, level, var, u, end, false, u == unroll)?;
         }
-        match left {
-            Some(0) => return Ok(false),
-            Some(_) if spec.extent >= 4 && self.tail_may_overlap(ctx) => {
-                self.overlapping_tail(ctx, level, var, spec.start, spec.end, false)?;
-                return Ok(false);
-            }
-            Some(_) => {}
-            None => {
-                if self.tail_may_overlap(ctx) {
-                    self.overlapping_tail(ctx, level, var, spec.start, spec.end, false)?;
-                }
-            }
+        if left == Some(0) {
+            return Ok(false);
+        }
+        // Over known bounds the tail is emitted only where it runs, and then finishes the row.
+        if self.tail_may_overlap(ctx) && (left.is_none() || spec.extent >= 4) {
+            self.overlapping_tail(ctx, level, var, spec.start, spec.end, false)?;
+            return Ok(left.is_none());
         }
         Ok(true)
     }

@@ -136,25 +136,7 @@ impl Shared {
     /// Compiles queued functions until the queue is empty and closed.
     fn work(&self) {
         let mut ctx = Context::new();
-        loop {
-            let next = {
-                let mut state = self.lock();
-                loop {
-                    if let Some(item) = state.todo.pop_front() {
-                        break Some(item);
-                    }
-                    if state.closed {
-                        break None;
-                    }
-                    state = self
-                        .arrived
-                        .wait(state)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
-                }
-            };
-            let Some((index, mut pending)) = next else {
-                return;
-            };
+        while let Some((index, mut pending)) = self.next() {
             let code = self.compile(&mut ctx, &mut pending);
             self.lock().done.push(Compiled {
                 index,
@@ -162,6 +144,16 @@ impl Shared {
                 code,
             });
         }
+    }
+
+    /// The next queued function, waiting for one while the queue is open; `None` once it
+    /// is empty and closed.
+    fn next(&self) -> Option<(usize, Pending)> {
+        self.arrived
+            .wait_while(self.lock(), |s| s.todo.is_empty() && !s.closed)
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .todo
+            .pop_front()
     }
 
     /// Compiles `p`'s function (moved out of `p`: only its name and id are needed after).

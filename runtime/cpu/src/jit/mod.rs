@@ -444,15 +444,14 @@ impl Jit {
             .declare_function(name, Linkage::Export, &func.signature)
             .map_err(|e| module_error(name, e))?;
         if background {
-            let (threads, optimizer, isa, opt_level) = (
-                self.options.compile_threads,
-                &self.optimizer,
-                &self.isa,
-                self.options.opt_level,
-            );
             self.compiler
                 .get_or_insert_with(|| {
-                    background::Compiler::new(threads, optimizer.clone(), isa.clone(), opt_level)
+                    background::Compiler::new(
+                        self.options.compile_threads,
+                        self.optimizer.clone(),
+                        self.isa.clone(),
+                        self.options.opt_level,
+                    )
                 })
                 .submit(Pending {
                     name: name.to_string(),
