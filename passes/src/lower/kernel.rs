@@ -22,38 +22,56 @@ use std::collections::{HashMap, HashSet};
 /// Repairs a fused plan so every matmul can be a GEMM: a GEMM reads its operands
 /// through strides, so any operand that is not a strided view of a buffer (a padded
 /// view, an arange, ..) is materialized, until none is left.
+///
+/// Each matmul is built until it lowers, materializing the culprit of each refusal.
+/// Materializing a value only turns its readers' view of it into a buffer read, so a
+/// matmul that lowered keeps lowering; a last pass over every matmul checks that, and
+/// the whole repeats if it ever did not (the fixed point of the plain algorithm, without
+/// rebuilding every matmul after each repair).
 pub fn materialize_gemm_operands(mut plan: Plan<'_>) -> Result<Plan<'_>> {
     let g = plan.g;
-    for _ in 0..=2 * g.nodes.len() {
+    // By value: materializing renumbers the scheduled nodes.
+    let matmuls: Vec<ValueId> = plan
+        .snodes
+        .iter()
+        .filter_map(|n| match *n {
+            SNode::Value(v) if g.node(v).op == Op::MatMul => Some(v),
+            _ => None,
+        })
+        .collect();
+    let mut repairs = 0usize;
+    let mut layout = Layout::provisional(&plan);
+    loop {
         let mut changed = false;
-        let layout = Layout::provisional(&plan);
-        for s in 0..plan.snodes.len() {
-            let SNode::Value(v) = plan.snodes[s] else {
-                continue;
-            };
-            if g.node(v).op != Op::MatMul {
-                continue;
-            }
-            match build_kernel(&plan, &layout, &[s], KernelId(0)) {
-                Ok(_) => {}
-                Err(LowerError::Refused(r)) => match r.culprit {
-                    Some(c) if !matches!(plan.role[c.index()], Role::Scheduled(_)) => {
-                        plan = plan.with_scheduled(c);
-                        changed = true;
-                        break;
-                    }
-                    _ => return Err(Error::Internal(format!("cannot lower %{}: {r}", v.0))),
-                },
-                Err(LowerError::Failed(e)) => return Err(e),
+        for &v in &matmuls {
+            loop {
+                let Role::Scheduled(s) = plan.role[v.index()] else {
+                    break;
+                };
+                match build_kernel(&plan, &layout, &[s], KernelId(0)) {
+                    Ok(_) => break,
+                    Err(LowerError::Refused(r)) => match r.culprit {
+                        Some(c) if !matches!(plan.role[c.index()], Role::Scheduled(_)) => {
+                            repairs += 1;
+                            if repairs > 2 * g.nodes.len() {
+                                return Err(Error::internal(
+                                    "lowering: materializing matmul operands did not converge",
+                                ));
+                            }
+                            plan = plan.with_scheduled(c);
+                            layout = Layout::provisional(&plan);
+                            changed = true;
+                        }
+                        _ => return Err(Error::Internal(format!("cannot lower %{}: {r}", v.0))),
+                    },
+                    Err(LowerError::Failed(e)) => return Err(e),
+                }
             }
         }
         if !changed {
             return Ok(plan);
         }
     }
-    Err(Error::internal(
-        "lowering: materializing matmul operands did not converge",
-    ))
 }
 
 /// A store the group must perform.
