@@ -34,6 +34,8 @@ use crate::error::{Error, Result};
 use ferrite_ir::{BinaryOp, Constant, Graph, Op, Scalar, Tensor, TensorType, UnaryOp, ValueId};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// Per-channel constant expressions of more elements than this are not evaluated (a
 /// per-channel vector has one per channel; this bounds the work on anything else).
@@ -43,8 +45,10 @@ const MAX_VECTOR: usize = 1 << 16;
 const MAX_DEPTH: usize = 16;
 
 /// `g` with every foldable conv epilogue folded (see the module docs), and how many
-/// were; `None` when there was none (the graph is then not copied).
-pub fn fold_conv_epilogues(g: &Graph) -> Result<Option<(Graph, usize)>> {
+/// were; `None` when there was none (the graph is then not copied). The weights are
+/// scaled on up to `threads` threads (a ResNet's are tens of MB); the result does not
+/// depend on it.
+pub fn fold_conv_epilogues(g: &Graph, threads: usize) -> Result<Option<(Graph, usize)>> {
     let uses = g.use_counts();
     let mut user: Vec<Option<usize>> = vec![None; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate() {
@@ -56,14 +60,15 @@ pub fn fold_conv_epilogues(g: &Graph) -> Result<Option<(Graph, usize)>> {
         g,
         memo: HashMap::new(),
     };
-    let mut plans: HashMap<usize, Plan> = HashMap::new();
+    let mut affine = Vec::new();
     for (i, n) in g.nodes.iter().enumerate() {
         if let Op::Conv { .. } = n.op {
-            if let Some(p) = plan(g, i, &uses, &user, &mut eval) {
-                plans.insert(i, p);
+            if let Some(a) = chain(g, i, &uses, &user, &mut eval) {
+                affine.push((i, a));
             }
         }
     }
+    let mut plans: HashMap<usize, Plan> = scale_all(g, affine, threads).into_iter().collect();
     if plans.is_empty() {
         return Ok(None);
     }
@@ -141,18 +146,69 @@ struct Plan {
     bias: Option<Constant>,
 }
 
-/// The fold of the conv at node `i`, if it has a foldable epilogue.
-fn plan(
+/// A conv's foldable epilogue: its chain of nodes and `y = conv * s + t` per output
+/// channel, before the weight is scaled.
+struct Affine {
+    chain: Vec<usize>,
+    s: Vec<f64>,
+    t: Vec<f64>,
+}
+
+/// The plans of the convs in `affine` (those whose weights scale without overflow), the
+/// weights scaled on up to `threads` threads, in `affine`'s order.
+fn scale_all(g: &Graph, affine: Vec<(usize, Affine)>, threads: usize) -> Vec<(usize, Plan)> {
+    let workers = threads.min(affine.len()).max(1);
+    if workers == 1 {
+        return affine
+            .into_iter()
+            .filter_map(|(i, a)| Some((i, scale(g, i, a)?)))
+            .collect();
+    }
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<(usize, Affine)>>> =
+        affine.into_iter().map(|a| Mutex::new(Some(a))).collect();
+    let mut done: Vec<(usize, usize, Plan)> = std::thread::scope(|scope| {
+        let work = || {
+            let mut out = Vec::new();
+            loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(slot) = slots.get(k) else { break };
+                let taken = slot.lock().ok().and_then(|mut s| s.take());
+                if let Some((i, a)) = taken {
+                    if let Some(p) = scale(g, i, a) {
+                        out.push((k, i, p));
+                    }
+                }
+            }
+            out
+        };
+        let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
+        let mut all = work();
+        for h in helpers {
+            match h.join() {
+                Ok(out) => all.extend(out),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        all
+    });
+    done.sort_unstable_by_key(|&(k, _, _)| k);
+    done.into_iter().map(|(_, i, p)| (i, p)).collect()
+}
+
+/// The epilogue chain of the conv at node `i` and its per-channel affine map, if it has
+/// a foldable one.
+fn chain(
     g: &Graph,
     i: usize,
     uses: &[usize],
     user: &[Option<usize>],
     eval: &mut Evaluator<'_>,
-) -> Option<Plan> {
+) -> Option<Affine> {
     let conv = &g.nodes[i];
     let ty = &conv.ty;
     let w = g.node(*conv.inputs.get(1)?);
-    let Op::Constant(wc) = &w.op else {
+    let Op::Constant(_) = &w.op else {
         return None;
     };
     if !ty.dtype.is_float() || w.ty.dtype != ty.dtype || ty.rank() < 2 {
@@ -248,6 +304,20 @@ fn plan(
     if !scaled || s.iter().chain(&t).any(|x| !x.is_finite()) {
         return None;
     }
+    Some(Affine { chain, s, t })
+}
+
+/// The fold of the conv at node `i` with its epilogue `a`: the weight scaled, the shift
+/// as a bias; `None` when a finite weight would overflow.
+fn scale(g: &Graph, i: usize, a: Affine) -> Option<Plan> {
+    let Affine { chain, s, t } = a;
+    let conv = &g.nodes[i];
+    let ty = &conv.ty;
+    let w = g.node(conv.inputs[1]);
+    let Op::Constant(wc) = &w.op else {
+        return None;
+    };
+    let c = ty.shape[1];
     let tensor = wc.tensor();
     let per = tensor.ty.numel() / c.max(1);
     let (weight, overflow) = match &tensor.data {

@@ -52,10 +52,11 @@ use crate::error::{Error, Result};
 use crate::lower::{
     build_kernel, materialize_gemm_operands, Layout, LowerError, Plan, Role, SNode,
 };
-use ferrite_ir::loops::KernelId;
+use ferrite_ir::loops::{Kernel, KernelId};
 use ferrite_ir::{Graph, Op, ValueId};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Inductor's `max_fusion_size`: the most scheduled nodes one kernel may hold.
 pub const MAX_FUSION_SIZE: usize = 64;
@@ -178,6 +179,20 @@ struct Cost {
     loads: bool,
 }
 
+impl Cost {
+    fn of(k: &Kernel) -> Cost {
+        Cost {
+            bytes: k.bytes_moved() as i64,
+            ops: k.op_count(),
+            loads: !k.reads.is_empty(),
+        }
+    }
+}
+
+/// A round's candidate kernels are built on several threads only when each thread gets
+/// at least this many (a scoped thread costs tens of microseconds to start).
+const PREFETCH_PER_THREAD: usize = 4;
+
 /// Padded rows at most this long are stored once, padding included, rather than read
 /// through the `pad` view's guards by each consumer ([`store_window_pads`]).
 pub const SHORT_PADDED_ROW: usize = 16;
@@ -254,7 +269,7 @@ fn pads_short_rows(g: &Graph, v: ValueId) -> bool {
 }
 
 /// Groups the primitive graph `g` into kernels (see the module docs).
-pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>> {
+pub fn fuse(g: &Graph, max_fusion_size: usize, threads: usize) -> Result<Fusion<'_>> {
     let (plan, stored_pads) = store_window_pads(materialize_gemm_operands(Plan::fused(g))?);
     let layout = Layout::provisional(&plan);
     let n = plan.snodes.len();
@@ -292,9 +307,12 @@ pub fn fuse(g: &Graph, max_fusion_size: usize) -> Result<Fusion<'_>> {
         decided: HashSet::new(),
         decisions: Vec::new(),
         max_fusion_size: max_fusion_size.max(1),
+        threads: threads.max(1),
         stats: FusionStats::default(),
         stored_pads,
     };
+    let singletons: Vec<Vec<usize>> = (0..n).map(|s| vec![s]).collect();
+    f.prefetch(singletons);
     for s in 0..n {
         f.cost(&[s]).map_err(|e| match e {
             LowerError::Refused(r) => Error::Internal(format!("node cannot be lowered alone: {r}")),
@@ -350,6 +368,8 @@ struct Fuser<'a, 'g> {
     stored_pads: HashSet<ValueId>,
     decisions: Vec<FusionDecision>,
     max_fusion_size: usize,
+    /// Threads that may build a round's candidate kernels ([`Fuser::prefetch`]).
+    threads: usize,
     stats: FusionStats,
 }
 
@@ -401,16 +421,77 @@ impl Fuser<'_, '_> {
             return c.clone().map_err(LowerError::Refused);
         }
         let result = match build_kernel(self.plan, self.layout, &key, KernelId(0)) {
-            Ok(k) => Ok(Cost {
-                bytes: k.bytes_moved() as i64,
-                ops: k.op_count(),
-                loads: !k.reads.is_empty(),
-            }),
+            Ok(k) => Ok(Cost::of(&k)),
             Err(LowerError::Refused(r)) => Err(r),
             Err(LowerError::Failed(e)) => return Err(LowerError::Failed(e)),
         };
         self.cache.insert(key, result.clone());
         result.map_err(LowerError::Refused)
+    }
+
+    /// Builds the kernels of `lists` (sorted member lists) that are not cached yet, on
+    /// up to `threads` threads, and caches their costs: the same entries [`Fuser::cost`]
+    /// would make one at a time (a build that fails is left for it to report).
+    fn prefetch(&mut self, mut lists: Vec<Vec<usize>>) {
+        lists.retain(|l| !self.cache.contains_key(l));
+        lists.sort_unstable();
+        lists.dedup();
+        let workers = self.threads.min(lists.len() / PREFETCH_PER_THREAD);
+        if workers < 2 {
+            return;
+        }
+        let (plan, layout) = (self.plan, self.layout);
+        let next = AtomicUsize::new(0);
+        let built: Vec<Vec<(usize, Result<Cost, crate::lower::Refusal>)>> =
+            std::thread::scope(|scope| {
+                let work = || {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(key) = lists.get(i) else { break };
+                        match build_kernel(plan, layout, key, KernelId(0)) {
+                            Ok(k) => out.push((i, Ok(Cost::of(&k)))),
+                            Err(LowerError::Refused(r)) => out.push((i, Err(r))),
+                            Err(LowerError::Failed(_)) => {}
+                        }
+                    }
+                    out
+                };
+                let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
+                let mut all = vec![work()];
+                // A helper that panicked left its lists unbuilt; `cost` builds them.
+                all.extend(helpers.into_iter().filter_map(|h| h.join().ok()));
+                all
+            });
+        for (i, cost) in built.into_iter().flatten() {
+            self.cache.insert(std::mem::take(&mut lists[i]), cost);
+        }
+    }
+
+    /// [`Fuser::prefetch`] for the merged kernels a round will cost: the pairs that pass
+    /// the cheap refusals (size, stored pads, cycles) and are not decided yet.
+    fn prefetch_round(&mut self, pairs: &BTreeSet<(usize, usize, bool)>) {
+        if self.threads < 2 {
+            return;
+        }
+        let mut lists = Vec::new();
+        for &(a, b, _) in pairs {
+            let (Some(ma), Some(mb)) = (&self.groups[a], &self.groups[b]) else {
+                continue;
+            };
+            if ma.len() + mb.len() > self.max_fusion_size
+                || self.decided.contains(&(ma.clone(), mb.clone()))
+            {
+                continue;
+            }
+            let mut merged = ma.clone();
+            merged.extend(mb);
+            merged.sort_unstable();
+            if !self.cache.contains_key(&merged) && !self.would_cycle(a, b) {
+                lists.push(merged);
+            }
+        }
+        self.prefetch(lists);
     }
 
     /// Edges producer group -> consumer group.
@@ -797,6 +878,7 @@ impl Fuser<'_, '_> {
             }
         }
 
+        self.prefetch_round(&pairs);
         let mut candidates = Vec::new();
         for (a, b, vertical) in pairs {
             self.stats.candidates += 1;

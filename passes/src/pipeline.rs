@@ -34,6 +34,10 @@ pub struct PipelineOptions {
     pub schedule: ScheduleOptions,
     /// Whether each stage's text is made (for `--dump`); off, [`StageRecord::text`] is empty.
     pub texts: bool,
+    /// Threads the passes may spread independent work over (scaling folded weights,
+    /// building the fusion planner's candidate kernels); 0 and 1 are the calling thread
+    /// only. No result depends on it. It overrides `schedule.threads`.
+    pub threads: usize,
 }
 
 /// One stage of a compile: its name, how long it took and what it produced, as text.
@@ -104,7 +108,7 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered> {
         opts.texts,
         "decompose",
         "decomposed.fg",
-        || match fold_conv_epilogues(g)? {
+        || match fold_conv_epilogues(g, opts.threads)? {
             Some((folded, _)) => decompose(&folded),
             None => decompose(g),
         },
@@ -140,7 +144,13 @@ pub fn lower_graph(g: &Graph, opts: &PipelineOptions) -> Result<Lowered> {
         opts.texts,
         "schedule",
         "kernels.loop",
-        || schedule(&optimized, &opts.schedule),
+        || {
+            let options = ScheduleOptions {
+                threads: opts.threads,
+                ..opts.schedule.clone()
+            };
+            schedule(&optimized, &options)
+        },
         |s| s.program.verify(),
         |s| {
             let mut text = s.program.to_string();

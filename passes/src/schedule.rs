@@ -27,6 +27,13 @@ pub struct ScheduleOptions {
     pub fuse: bool,
     /// The most graph nodes one fused kernel may hold.
     pub max_fusion_size: usize,
+    /// Threads the fusion planner may build candidate kernels on (0 and 1: the calling
+    /// thread only). The result does not depend on it. [`lower_graph`] sets it from
+    /// [`PipelineOptions::threads`].
+    ///
+    /// [`lower_graph`]: crate::pipeline::lower_graph
+    /// [`PipelineOptions::threads`]: crate::pipeline::PipelineOptions::threads
+    pub threads: usize,
 }
 
 impl Default for ScheduleOptions {
@@ -34,6 +41,7 @@ impl Default for ScheduleOptions {
         ScheduleOptions {
             fuse: true,
             max_fusion_size: MAX_FUSION_SIZE,
+            threads: 1,
         }
     }
 }
@@ -89,7 +97,7 @@ pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled> {
     let checked = add_index_checks(g)?;
     let g = checked.as_ref().unwrap_or(g);
     let (program, decisions, fusion_stats) = if opts.fuse {
-        let f = fuse(g, opts.max_fusion_size)?;
+        let f = fuse(g, opts.max_fusion_size, opts.threads)?;
         (assemble(&f.plan, &f.groups)?, f.decisions, f.stats)
     } else {
         (lower_unfused(g)?, Vec::new(), FusionStats::default())

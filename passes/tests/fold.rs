@@ -76,7 +76,7 @@ fn a_constant_batch_norm_folds_into_the_conv() {
         let z = bn(&mut g, y, 6, 10);
         let r = g.add(Op::Unary(UnaryOp::Relu), &[z], None).unwrap();
         g.outputs = vec![r];
-        let (f, n) = fold_conv_epilogues(&g).unwrap().expect("folds");
+        let (f, n) = fold_conv_epilogues(&g, 1).unwrap().expect("folds");
         assert_eq!(n, 1);
         let text = ferrite_ir::print(&f);
         assert_eq!(
@@ -142,7 +142,7 @@ fn the_onnx_form_of_bias_and_batch_norm_folds() {
     let d = g.add(Op::Binary(BinaryOp::Mul), &[d, s], None).unwrap();
     let out = g.add(Op::Binary(BinaryOp::Add), &[d, t], Some("out".into()));
     g.outputs = vec![out.unwrap()];
-    let (f, _) = fold_conv_epilogues(&g).unwrap().expect("folds");
+    let (f, _) = fold_conv_epilogues(&g, 1).unwrap().expect("folds");
     let text = ferrite_ir::print(&f);
     assert_eq!(f.op_count(), 2, "conv(x, W') + t:\n{text}");
     assert_eq!(count(&f, |op| matches!(op, Op::Unary(_))), 0, "{text}");
@@ -167,7 +167,7 @@ fn what_is_not_constant_or_is_read_elsewhere_stays() {
         .add(Op::BatchNorm { eps: 1e-5 }, &[y, s, t, m, v], None)
         .unwrap();
     g.outputs = vec![z];
-    assert!(fold_conv_epilogues(&g).unwrap().is_none());
+    assert!(fold_conv_epilogues(&g, 1).unwrap().is_none());
 
     // A weight that is a parameter.
     let mut g = Graph::new("f");
@@ -176,7 +176,7 @@ fn what_is_not_constant_or_is_read_elsewhere_stays() {
     let y = conv(&mut g, x, w, 1);
     let z = bn(&mut g, y, 4, 10);
     g.outputs = vec![z];
-    assert!(fold_conv_epilogues(&g).unwrap().is_none());
+    assert!(fold_conv_epilogues(&g, 1).unwrap().is_none());
 
     // The conv's result also returned: it must keep its value.
     let mut g = Graph::new("f");
@@ -185,7 +185,7 @@ fn what_is_not_constant_or_is_read_elsewhere_stays() {
     let y = conv(&mut g, x, w, 1);
     let z = bn(&mut g, y, 4, 10);
     g.outputs = vec![z, y];
-    assert!(fold_conv_epilogues(&g).unwrap().is_none());
+    assert!(fold_conv_epilogues(&g, 1).unwrap().is_none());
 
     // A scale that varies along a spatial axis is not per channel.
     let mut g = Graph::new("f");
@@ -195,7 +195,7 @@ fn what_is_not_constant_or_is_read_elsewhere_stays() {
     let k = constant(&mut g, &[1, 6], 5);
     let z = g.add(Op::Binary(BinaryOp::Mul), &[y, k], None).unwrap();
     g.outputs = vec![z];
-    assert!(fold_conv_epilogues(&g).unwrap().is_none());
+    assert!(fold_conv_epilogues(&g, 1).unwrap().is_none());
 
     // A bias add alone is already one op: nothing to fold.
     let mut g = Graph::new("f");
@@ -205,7 +205,7 @@ fn what_is_not_constant_or_is_read_elsewhere_stays() {
     let b = constant(&mut g, &[4, 1, 1], 5);
     let z = g.add(Op::Binary(BinaryOp::Add), &[y, b], None).unwrap();
     g.outputs = vec![z];
-    assert!(fold_conv_epilogues(&g).unwrap().is_none());
+    assert!(fold_conv_epilogues(&g, 1).unwrap().is_none());
 }
 
 #[test]
@@ -219,8 +219,44 @@ fn a_chain_folds_up_to_a_value_read_elsewhere() {
     let k = constant(&mut g, &[4, 1, 1], 20);
     let u = g.add(Op::Binary(BinaryOp::Mul), &[z, k], None).unwrap();
     g.outputs = vec![u, z];
-    let (f, _) = fold_conv_epilogues(&g).unwrap().expect("folds");
+    let (f, _) = fold_conv_epilogues(&g, 1).unwrap().expect("folds");
     let text = ferrite_ir::print(&f);
     assert_eq!(f.op_count(), 3, "conv, + t, * k:\n{text}");
     check_same(&g, &f);
+}
+
+/// The weights of many convs are scaled on several threads: the folded graph is the
+/// one a single thread makes, constant for constant, whatever the order they finish in.
+#[test]
+fn folding_on_several_threads_gives_the_single_thread_graph() {
+    let mut g = Graph::new("f");
+    let mut x = g.add_param("x", f32s(&[1, 4, 6, 6])).unwrap();
+    for layer in 0..9u64 {
+        let w = constant(&mut g, &[4, 4, 3, 3], 100 + layer);
+        let y = conv(&mut g, x, w, 1);
+        // Every third layer has an overflowing scale and is left as it is.
+        let z = if layer % 3 == 2 {
+            // 3e38 * 1e3 is finite in f64 but scales the weight past f32's range.
+            let big = g.add_literal(Scalar::Float(3e38), DType::F32).unwrap();
+            let more = g.add_literal(Scalar::Float(1e3), DType::F32).unwrap();
+            let y = g.add(Op::Binary(BinaryOp::Mul), &[y, big], None).unwrap();
+            g.add(Op::Binary(BinaryOp::Mul), &[y, more], None).unwrap()
+        } else {
+            bn(&mut g, y, 4, 10 * layer)
+        };
+        x = g.add(Op::Unary(UnaryOp::Relu), &[z], None).unwrap();
+    }
+    g.outputs = vec![x];
+    let (one, n) = fold_conv_epilogues(&g, 1).unwrap().expect("folds");
+    assert_eq!(n, 6);
+    for threads in [2, 4, 16] {
+        let (many, m) = fold_conv_epilogues(&g, threads).unwrap().expect("folds");
+        assert_eq!(m, n);
+        assert_eq!(
+            ferrite_ir::print(&many),
+            ferrite_ir::print(&one),
+            "{threads} threads"
+        );
+    }
+    check_same(&g, &one);
 }

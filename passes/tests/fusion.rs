@@ -316,3 +316,38 @@ fn outputs_that_are_params_views_or_repeated_still_work() {
     let unfused = schedule(&g, &ScheduleOptions::unfused()).unwrap();
     assert!(count(&unfused.program) > count(&s.program));
 }
+
+/// The fusion planner builds a round's candidate kernels on several threads when asked:
+/// the kernels, their order and every decision are the ones a single thread makes.
+#[test]
+fn planning_on_several_threads_gives_the_single_thread_schedule() {
+    let mut graphs: Vec<ferrite_ir::Graph> = ferrite_testkit::example_names()
+        .iter()
+        .map(|name| example(name))
+        .collect();
+    graphs.push(primitive(
+        "graph r(x: f32[1, 8, 12, 12], w1: f32[8, 8, 3, 3], w2: f32[8, 8, 3, 3], w3: f32[16, 8, 1, 1], s: f32[8]) {
+           h = relu(add(conv(x, w1, padding=[1, 1]), reshape(s, shape=[1, 8, 1, 1])))
+           r = add(conv(h, w2, padding=[1, 1]), x)
+           p = max_pool(relu(r), kernel=[3, 3], stride=[2, 2], padding=[1, 1])
+           return softmax(reshape(conv(p, w3), shape=[16, 36]), axis=-1)
+         }",
+    ));
+    for g in &graphs {
+        let one = schedule(g, &ScheduleOptions::default()).unwrap();
+        for threads in [2, 5] {
+            let options = ScheduleOptions {
+                threads,
+                ..ScheduleOptions::default()
+            };
+            let many = schedule(g, &options).unwrap();
+            assert_eq!(
+                many.program.to_string(),
+                one.program.to_string(),
+                "{}",
+                g.name
+            );
+            assert_eq!(many.decisions_text(), one.decisions_text(), "{}", g.name);
+        }
+    }
+}

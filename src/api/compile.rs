@@ -247,6 +247,13 @@ impl Options {
         let mut p = PipelineOptions::default();
         p.optimize.enabled = self.optimize;
         p.schedule.fuse = self.fuse;
+        // The passes spread their work over as many threads as the code will run on (as
+        // the CPU backend compiles its functions), at most one a core.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        p.threads = self
+            .threads
+            .unwrap_or_else(ferrite_cpu::default_thread_count)
+            .min(cores);
         p.texts = self.dump.is_some();
         p
     }
