@@ -31,11 +31,10 @@
 //! the weight changes).
 
 use crate::error::{Error, Result};
+use crate::parallel::parallel_map;
 use ferrite_ir::{BinaryOp, Constant, Graph, Op, Scalar, Tensor, TensorType, UnaryOp, ValueId};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 /// Per-channel constant expressions of more elements than this are not evaluated (a
 /// per-channel vector has one per channel; this bounds the work on anything else).
@@ -68,7 +67,7 @@ pub fn fold_conv_epilogues(g: &Graph, threads: usize) -> Result<Option<(Graph, u
             }
         }
     }
-    let mut plans: HashMap<usize, Plan> = scale_all(g, affine, threads).into_iter().collect();
+    let mut plans: HashMap<usize, Plan> = scale_all(g, &affine, threads).into_iter().collect();
     if plans.is_empty() {
         return Ok(None);
     }
@@ -156,44 +155,12 @@ struct Affine {
 
 /// The plans of the convs in `affine` (those whose weights scale without overflow), the
 /// weights scaled on up to `threads` threads, in `affine`'s order.
-fn scale_all(g: &Graph, affine: Vec<(usize, Affine)>, threads: usize) -> Vec<(usize, Plan)> {
-    let workers = threads.min(affine.len()).max(1);
-    if workers == 1 {
-        return affine
-            .into_iter()
-            .filter_map(|(i, a)| Some((i, scale(g, i, a)?)))
-            .collect();
-    }
-    let next = AtomicUsize::new(0);
-    let slots: Vec<Mutex<Option<(usize, Affine)>>> =
-        affine.into_iter().map(|a| Mutex::new(Some(a))).collect();
-    let mut done: Vec<(usize, usize, Plan)> = std::thread::scope(|scope| {
-        let work = || {
-            let mut out = Vec::new();
-            loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(slot) = slots.get(k) else { break };
-                let taken = slot.lock().ok().and_then(|mut s| s.take());
-                if let Some((i, a)) = taken {
-                    if let Some(p) = scale(g, i, a) {
-                        out.push((k, i, p));
-                    }
-                }
-            }
-            out
-        };
-        let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
-        let mut all = work();
-        for h in helpers {
-            match h.join() {
-                Ok(out) => all.extend(out),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        all
+fn scale_all(g: &Graph, affine: &[(usize, Affine)], threads: usize) -> Vec<(usize, Plan)> {
+    let plans = parallel_map(affine.len(), threads, |k| {
+        let (i, a) = &affine[k];
+        Some((*i, scale(g, *i, a)?))
     });
-    done.sort_unstable_by_key(|&(k, _, _)| k);
-    done.into_iter().map(|(_, i, p)| (i, p)).collect()
+    plans.into_iter().flatten().collect()
 }
 
 /// The epilogue chain of the conv at node `i` and its per-channel affine map, if it has
@@ -309,7 +276,7 @@ fn chain(
 
 /// The fold of the conv at node `i` with its epilogue `a`: the weight scaled, the shift
 /// as a bias; `None` when a finite weight would overflow.
-fn scale(g: &Graph, i: usize, a: Affine) -> Option<Plan> {
+fn scale(g: &Graph, i: usize, a: &Affine) -> Option<Plan> {
     let Affine { chain, s, t } = a;
     let conv = &g.nodes[i];
     let ty = &conv.ty;
@@ -386,7 +353,7 @@ fn scale(g: &Graph, i: usize, a: Affine) -> Option<Plan> {
         None => Constant::new(weight),
     };
     Some(Plan {
-        chain,
+        chain: chain.clone(),
         weight,
         bias,
     })

@@ -52,11 +52,11 @@ use crate::error::{Error, Result};
 use crate::lower::{
     build_kernel, materialize_gemm_operands, Layout, LowerError, Plan, Role, SNode,
 };
+use crate::parallel::parallel_map;
 use ferrite_ir::loops::{Kernel, KernelId};
 use ferrite_ir::{Graph, Op, ValueId};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Inductor's `max_fusion_size`: the most scheduled nodes one kernel may hold.
 pub const MAX_FUSION_SIZE: usize = 64;
@@ -441,30 +441,18 @@ impl Fuser<'_, '_> {
             return;
         }
         let (plan, layout) = (self.plan, self.layout);
-        let next = AtomicUsize::new(0);
-        let built: Vec<Vec<(usize, Result<Cost, crate::lower::Refusal>)>> =
-            std::thread::scope(|scope| {
-                let work = || {
-                    let mut out = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(key) = lists.get(i) else { break };
-                        match build_kernel(plan, layout, key, KernelId(0)) {
-                            Ok(k) => out.push((i, Ok(Cost::of(&k)))),
-                            Err(LowerError::Refused(r)) => out.push((i, Err(r))),
-                            Err(LowerError::Failed(_)) => {}
-                        }
-                    }
-                    out
-                };
-                let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
-                let mut all = vec![work()];
-                // A helper that panicked left its lists unbuilt; `cost` builds them.
-                all.extend(helpers.into_iter().filter_map(|h| h.join().ok()));
-                all
-            });
-        for (i, cost) in built.into_iter().flatten() {
-            self.cache.insert(std::mem::take(&mut lists[i]), cost);
+        let built = parallel_map(lists.len(), workers, |i| {
+            match build_kernel(plan, layout, &lists[i], KernelId(0)) {
+                Ok(k) => Some(Ok(Cost::of(&k))),
+                Err(LowerError::Refused(r)) => Some(Err(r)),
+                // A failure is `cost`'s to report.
+                Err(LowerError::Failed(_)) => None,
+            }
+        });
+        for (i, cost) in built.into_iter().enumerate() {
+            if let Some(cost) = cost {
+                self.cache.insert(std::mem::take(&mut lists[i]), cost);
+            }
         }
     }
 

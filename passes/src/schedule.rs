@@ -98,7 +98,11 @@ pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled> {
     let g = checked.as_ref().unwrap_or(g);
     let (program, decisions, fusion_stats) = if opts.fuse {
         let f = fuse(g, opts.max_fusion_size, opts.threads)?;
-        (assemble(&f.plan, &f.groups)?, f.decisions, f.stats)
+        (
+            assemble(&f.plan, &f.groups, opts.threads)?,
+            f.decisions,
+            f.stats,
+        )
     } else {
         (lower_unfused(g)?, Vec::new(), FusionStats::default())
     };

@@ -48,6 +48,7 @@ pub use plan::{Layout, Plan, Role, SNode};
 pub use refusal::{LowerError, Refusal};
 
 use crate::error::{Error, Result};
+use crate::parallel::parallel_map;
 use ferrite_ir::loops::{KernelId, Program};
 use ferrite_ir::Graph;
 
@@ -56,20 +57,22 @@ use ferrite_ir::Graph;
 pub fn lower_unfused(g: &Graph) -> Result<Program> {
     let plan = Plan::unfused(g);
     let groups: Vec<Vec<usize>> = (0..plan.snodes.len()).map(|s| vec![s]).collect();
-    assemble(&plan, &groups)
+    assemble(&plan, &groups, 1)
 }
 
-/// Builds the program for `groups` (each a kernel, in execution order).
-pub fn assemble(plan: &Plan, groups: &[Vec<usize>]) -> Result<Program> {
+/// Builds the program for `groups` (each a kernel, in execution order), the kernels on
+/// up to `threads` threads (the program does not depend on it).
+pub fn assemble(plan: &Plan, groups: &[Vec<usize>], threads: usize) -> Result<Program> {
     let layout = Layout::for_groups(plan, groups);
-    let mut kernels = Vec::with_capacity(groups.len());
-    for (i, members) in groups.iter().enumerate() {
-        let k = build_kernel(plan, &layout, members, KernelId(i as u32)).map_err(|e| match e {
+    let build = |i: usize| {
+        build_kernel(plan, &layout, &groups[i], KernelId(i as u32)).map_err(|e| match e {
             LowerError::Refused(r) => Error::Internal(format!("kernel {i} cannot be built: {r}")),
             LowerError::Failed(e) => e,
-        })?;
-        kernels.push(k);
-    }
+        })
+    };
+    let kernels = parallel_map(groups.len(), threads, build)
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
     let outputs = layout
         .of_output
         .iter()
