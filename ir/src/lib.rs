@@ -16,6 +16,7 @@ pub mod interp;
 pub mod loops;
 pub mod npy;
 pub mod op;
+pub mod parallel;
 mod scalar_ops;
 mod spelling;
 pub mod sym;

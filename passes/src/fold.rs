@@ -31,7 +31,7 @@
 //! the weight changes).
 
 use crate::error::{Error, Result};
-use crate::parallel::parallel_map;
+use ferrite_ir::parallel::parallel_map;
 use ferrite_ir::{BinaryOp, Constant, Graph, Op, Scalar, Tensor, TensorType, UnaryOp, ValueId};
 use std::collections::HashMap;
 use std::rc::Rc;

@@ -52,8 +52,8 @@ use crate::error::{Error, Result};
 use crate::lower::{
     build_kernel, materialize_gemm_operands, Layout, LowerError, Plan, Role, SNode,
 };
-use crate::parallel::parallel_map;
 use ferrite_ir::loops::{Kernel, KernelId};
+use ferrite_ir::parallel::parallel_map;
 use ferrite_ir::{Graph, Op, ValueId};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::fmt;

@@ -8,7 +8,6 @@ pub mod index_checks;
 pub mod lower;
 pub mod memory;
 pub mod optimize;
-mod parallel;
 pub mod pipeline;
 pub mod schedule;
 pub mod train;

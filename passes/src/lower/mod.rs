@@ -48,8 +48,8 @@ pub use plan::{Layout, Plan, Role, SNode};
 pub use refusal::{LowerError, Refusal};
 
 use crate::error::{Error, Result};
-use crate::parallel::parallel_map;
 use ferrite_ir::loops::{KernelId, Program};
+use ferrite_ir::parallel::parallel_map;
 use ferrite_ir::Graph;
 
 /// Lowers a primitive graph with one kernel per primitive op, every value

@@ -36,13 +36,14 @@ use super::gemm::{
     gemm_nd_then, AfterBlock, BatchAxes, GemmScalar, MatLayout, MatMut, MatRef, Parallelism, Scale,
     Scan,
 };
-use super::jit::{Jit, JitCode, JitOptions};
+use super::jit::{verify, Jit, JitCode, JitOptions};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, global_pool, ChunkSpan, ChunkTimes, Team, ThreadPool};
 use ferrite_ir::loops::{
     assign_slots, Buffer, BufferId, BufferKind, Extents, Kernel, Liveness, Program, Slot, Slots,
     Stage, Var,
 };
+use ferrite_ir::parallel::parallel_map;
 use ferrite_ir::{DType, Data, Tensor};
 use std::borrow::Borrow;
 use std::fmt::Write;
@@ -342,22 +343,30 @@ impl CpuProgram {
         // generated function (a GEMM kernel's epilogue, or the kernel itself).
         let mut planned: Vec<(Option<ExternGemm>, Option<Compiled>)> =
             vec![(None, None); program.kernels.len()];
+        let mut generated = Vec::new();
         for (k, kp) in plan.program.kernels.iter().zip(&plan.kernels) {
-            let source = &program.kernels[kp.source];
             match &kp.run {
                 Run::ExternGemm(g) => planned[kp.source].0 = Some(g.clone()),
-                Run::Generated(schedule) => {
-                    let fname = format!("k{}_{}", kp.source, sanitize(&source.name));
-                    let info = emit::function(&jit, &fname, &buffers, k, schedule)
-                        .and_then(|(func, info)| {
-                            jit.define(&fname, func)?;
-                            Ok(info)
-                        })
-                        .map_err(|e| e.context(format!("kernel {}", source.name)))?;
-                    planned[kp.source].1 = Some((fname, info));
-                }
+                Run::Generated(schedule) => generated.push((kp.source, k, schedule)),
                 Run::Nothing => {}
             }
+        }
+        // The functions are built and verified on the compile's threads, then defined in
+        // order (each queued for the background compilers as it is).
+        let isa = jit.shared_isa();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let emitted = parallel_map(generated.len(), opts.threads.min(cores), |i| {
+            let (source, k, schedule) = generated[i];
+            let fname = format!("k{source}_{}", sanitize(&program.kernels[source].name));
+            let (func, info) = emit::function(&*isa, &fname, &buffers, k, schedule)?;
+            Ok((verify(&*isa, &fname, func)?, fname, info))
+        });
+        for ((source, _, _), built) in generated.iter().zip(emitted) {
+            let context = |e: Error| e.context(format!("kernel {}", program.kernels[*source].name));
+            let (func, fname, info) = built.map_err(context)?;
+            jit.define_verified(&fname, func)
+                .map_err(|e| context(e.into()))?;
+            planned[*source].1 = Some((fname, info));
         }
         let code = jit.finalize()?;
         let mut steps = Vec::with_capacity(planned.len());

@@ -418,3 +418,82 @@ fn a_module_dropped_while_its_functions_compile_lets_its_workers_go() {
     let code = jit.finalize().unwrap();
     assert_eq!(call_mul_add(&code, "after", 2, 3), 9_406);
 }
+
+/// Builds `name(a: i64, b: i64) -> i64 { a * b + c }` without a module, for `isa`.
+fn build_mul_add(
+    isa: &dyn cranelift_codegen::isa::TargetIsa,
+    name: &str,
+    c: i64,
+) -> cranelift_codegen::ir::Function {
+    use cranelift_codegen::ir::{Function, UserFuncName};
+    use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+    let sig = ferrite_cpu::jit::signature(isa, &[types::I64, types::I64], &[types::I64]);
+    let mut func = Function::with_name_signature(UserFuncName::testcase(name), sig);
+    let mut ctx = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut func, &mut ctx);
+    let block = b.create_block();
+    b.append_block_params_for_function_params(block);
+    b.switch_to_block(block);
+    let (x, y) = (b.block_params(block)[0], b.block_params(block)[1]);
+    let p = b.ins().imul(x, y);
+    let r = b.ins().iadd_imm_s(p, c);
+    b.ins().return_(&[r]);
+    b.seal_all_blocks();
+    b.finalize(isa.frontend_config());
+    func
+}
+
+/// Functions built and verified on other threads with the module's shared ISA are
+/// defined without a second verification, and run; `verify` rejects what `define` would.
+#[test]
+fn functions_built_and_verified_on_other_threads_are_defined() {
+    let mut jit = Jit::with_options(JitOptions {
+        compile_threads: 3,
+        ..JitOptions::default()
+    })
+    .expect("host JIT");
+    let isa = jit.shared_isa();
+    let verified: Vec<_> = thread::scope(|s| {
+        let handles: Vec<_> = (0..4i64)
+            .map(|c| {
+                let isa = &isa;
+                s.spawn(move || {
+                    let name = format!("f{c}");
+                    let f = build_mul_add(&**isa, &name, c);
+                    (
+                        name,
+                        ferrite_cpu::jit::verify(&**isa, "f", f).expect("valid"),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (name, f) in verified {
+        jit.define_verified(&name, f).expect("defined");
+    }
+    let sig = ferrite_cpu::jit::signature(&*isa, &[types::I64], &[types::I64]);
+    let mut broken = cranelift_codegen::ir::Function::with_name_signature(
+        cranelift_codegen::ir::UserFuncName::testcase("broken"),
+        sig,
+    );
+    {
+        let mut ctx = cranelift_frontend::FunctionBuilderContext::new();
+        let mut b = cranelift_frontend::FunctionBuilder::new(&mut broken, &mut ctx);
+        let block = b.create_block();
+        b.append_block_params_for_function_params(block);
+        b.switch_to_block(block);
+        let v = b.ins().f32const(1.0);
+        b.ins().return_(&[v]);
+        b.seal_all_blocks();
+        b.finalize(isa.frontend_config());
+    }
+    assert!(matches!(
+        ferrite_cpu::jit::verify(&*isa, "broken", broken),
+        Err(JitError::Verifier { name, .. }) if name == "broken"
+    ));
+    let code = jit.finalize().expect("finalize");
+    for c in 0..4 {
+        assert_eq!(call_mul_add(&code, &format!("f{c}"), 6, 7), 42 + c);
+    }
+}

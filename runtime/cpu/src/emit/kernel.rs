@@ -23,7 +23,7 @@
 use super::stage::Shape;
 use super::state::{Emitter, Exits, Finished, LoopSpec, Memory, Nest, Target, Values};
 use crate::error::{Error, Result};
-use crate::jit::Jit;
+use crate::jit::{isa_has_fma, signature};
 use crate::plan::analysis::{is_pointwise, substitute};
 use crate::plan::wide::{Factor, WideCall, WideOp};
 use crate::plan::{Schedule, StagePlan, StageReport};
@@ -32,7 +32,9 @@ use crate::wide::{exp_sum_routine, in_place_routine, offset_routine, row_routine
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, Block as ClifBlock, Function, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind,
+    UserFuncName,
 };
+use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use ferrite_ir::loops::{
     Buffer, BufferId, BufferKind, ExprOp, Extents, IndexExpr, Kernel, Load, Var,
@@ -63,21 +65,22 @@ pub struct KernelInfo {
 }
 
 /// Builds (without compiling) the Cranelift function `name` computing the planned
-/// `kernel` (whose buffers are `buffers`) as `schedule` says, for the ISA of `jit`.
+/// `kernel` (whose buffers are `buffers`) as `schedule` says, for `isa` (a
+/// [`Jit`](crate::jit::Jit)'s: any thread may build functions for it).
 pub fn function(
-    jit: &Jit,
+    isa: &dyn TargetIsa,
     name: &str,
     buffers: &[Buffer],
     kernel: &Kernel,
     schedule: &Schedule,
 ) -> Result<(Function, KernelInfo)> {
-    let ptr_type = jit.pointer_type();
-    let signature = jit.signature(&[ptr_type, types::I64, types::I64], &[types::I32]);
+    let ptr_type = isa.pointer_type();
+    let signature = signature(isa, &[ptr_type, types::I64, types::I64], &[types::I32]);
     let call_conv = signature.call_conv;
-    let mut func = jit.new_function(name, signature);
+    let mut func = Function::with_name_signature(UserFuncName::testcase(name), signature);
     let mut fctx = FunctionBuilderContext::new();
-    let vm = VMath::for_isa(jit.isa());
-    let frontend_config = jit.isa().frontend_config();
+    let vm = VMath::for_isa(isa);
+    let frontend_config = isa.frontend_config();
     let scratch = |b: &BufferId| {
         buffers
             .get(b.index())
@@ -125,7 +128,7 @@ pub fn function(
             vm,
             call_conv,
             ptr_type,
-            has_fma: jit.has_fma(),
+            has_fma: isa_has_fma(isa),
             sigs: HashMap::new(),
         },
         mem: Memory {

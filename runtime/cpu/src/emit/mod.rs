@@ -85,7 +85,7 @@ pub fn kernel_function(
         ));
     };
     function(
-        jit,
+        jit.isa(),
         name,
         &plan.program.buffers,
         &plan.program.kernels[0],

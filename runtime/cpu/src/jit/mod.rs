@@ -370,18 +370,13 @@ impl Jit {
 
     /// A signature in the host's default calling convention (`extern "C"` on x86-64 Linux).
     pub fn signature(&self, params: &[Type], returns: &[Type]) -> Signature {
-        let mut sig = self.module().make_signature();
-        sig.params.extend(
-            params
-                .iter()
-                .map(|&t| cranelift_codegen::ir::AbiParam::new(t)),
-        );
-        sig.returns.extend(
-            returns
-                .iter()
-                .map(|&t| cranelift_codegen::ir::AbiParam::new(t)),
-        );
-        sig
+        signature(self.isa(), params, returns)
+    }
+
+    /// The module's ISA as a shared handle, for building and verifying functions on other
+    /// threads ([`verify`], then [`Jit::define_verified`]).
+    pub fn shared_isa(&self) -> OwnedTargetIsa {
+        self.isa.clone()
     }
 
     /// An empty function named `name` (the name shows in CLIF dumps as `%name`).
@@ -415,6 +410,21 @@ impl Jit {
     /// identical function was compiled before (see the module docs), adds `name` for that
     /// code instead.
     pub fn define(&mut self, name: &str, func: Function) -> Result<(), JitError> {
+        self.define_checked(name, func, false)
+    }
+
+    /// [`Jit::define`] for a function [`verify`] passed (for this module's ISA), which is
+    /// not verified again: functions built on several threads are verified there.
+    pub fn define_verified(&mut self, name: &str, func: Verified) -> Result<(), JitError> {
+        self.define_checked(name, func.0, true)
+    }
+
+    fn define_checked(
+        &mut self,
+        name: &str,
+        func: Function,
+        verified: bool,
+    ) -> Result<(), JitError> {
         if self.functions.iter().any(|(n, _)| n == name) {
             return Err(JitError::DuplicateName(name.to_string()));
         }
@@ -425,14 +435,13 @@ impl Jit {
             }
         }
         let body = key.map(|hash| (hash, Arc::new(func.stencil.clone())));
-        // Verified here, also where it compiles in the background: a rejected function is
-        // this call's error, and the module stays usable for the others.
-        if let Err(errors) = verify_function(&func, self.module().isa()) {
-            return Err(JitError::Verifier {
-                name: name.to_string(),
-                errors: print_errors::pretty_verifier_error(&func, None, errors),
-            });
-        }
+        // Verified before it is queued: a rejected function is this call's error, and the
+        // module stays usable for the others.
+        let func = if verified {
+            func
+        } else {
+            verify(self.module().isa(), name, func)?.0
+        };
         let background = self.options.compile_threads > 1 && !self.options.capture_dumps;
         let clif = if self.options.capture_dumps {
             func.display().to_string()
@@ -777,6 +786,37 @@ fn module_error(name: &str, e: ModuleError) -> JitError {
     JitError::Compile {
         name: name.to_string(),
         message: e.to_string(),
+    }
+}
+
+/// A signature in `isa`'s default calling convention.
+pub fn signature(isa: &dyn TargetIsa, params: &[Type], returns: &[Type]) -> Signature {
+    let mut sig = Signature::new(isa.default_call_conv());
+    sig.params.extend(
+        params
+            .iter()
+            .map(|&t| cranelift_codegen::ir::AbiParam::new(t)),
+    );
+    sig.returns.extend(
+        returns
+            .iter()
+            .map(|&t| cranelift_codegen::ir::AbiParam::new(t)),
+    );
+    sig
+}
+
+/// A function that passed Cranelift's verifier (made by [`verify`]).
+pub struct Verified(Function);
+
+/// Runs Cranelift's verifier on `func` (named `name` in the error) for `isa`; any thread
+/// may, with the module's [`Jit::shared_isa`].
+pub fn verify(isa: &dyn TargetIsa, name: &str, func: Function) -> Result<Verified, JitError> {
+    match verify_function(&func, isa) {
+        Ok(()) => Ok(Verified(func)),
+        Err(errors) => Err(JitError::Verifier {
+            name: name.to_string(),
+            errors: print_errors::pretty_verifier_error(&func, None, errors),
+        }),
     }
 }
 

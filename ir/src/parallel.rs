@@ -1,7 +1,8 @@
-//! `parallel_map`: independent work of a pass spread over scoped threads.
+//! `parallel_map`: a compile's independent work spread over scoped threads (the passes'
+//! candidate kernels and folded weights, the CPU backend's functions).
 //!
-//! The passes are deterministic whatever the thread count: each item is computed by a
-//! pure function of its index, and the results come back in index order.
+//! Compiling stays deterministic whatever the thread count: each item is computed by a
+//! function of its index alone, and the results come back in index order.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
