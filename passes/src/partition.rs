@@ -37,7 +37,7 @@
 
 use crate::error::{Error, Result};
 use crate::optimize::cost::op_flops;
-use ferrite_ir::{verify, Graph, Op, TensorType, ValueId};
+use ferrite_ir::{print, verify, Graph, Op, TensorType, ValueId};
 use std::collections::VecDeque;
 use std::fmt;
 
@@ -75,6 +75,24 @@ pub struct Partition {
     pub report: Report,
 }
 
+impl Partition {
+    /// What `ferrite grad --partition` prints: the report as `#` comment lines, then the
+    /// forward graph and the backward graph as `.fg` text, a blank line between them.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        for line in self.report.to_string().lines() {
+            s.push_str("# ");
+            s.push_str(line);
+            s.push('\n');
+        }
+        s.push('\n');
+        s.push_str(&print(&self.forward));
+        s.push('\n');
+        s.push_str(&print(&self.backward));
+        s
+    }
+}
+
 /// What a partition saves and recomputes, for the naive and the min-cut policy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
@@ -98,7 +116,7 @@ pub struct Report {
 pub struct SavedValue {
     /// Its id in the joint graph.
     pub value: ValueId,
-    /// Its name there, or `%id`.
+    /// Its name there, or `%id` (the forward and backward graphs call it `saved<id>`).
     pub name: String,
     /// Its type.
     pub ty: TensorType,
@@ -147,7 +165,12 @@ impl fmt::Display for Report {
         )?;
         let list = |f: &mut fmt::Formatter<'_>, label: &str, saved: &[SavedValue]| {
             let bytes: usize = saved.iter().map(|s| s.ty.size_bytes()).sum();
-            writeln!(f, "saved ({label}): {} values, {bytes} bytes", saved.len())?;
+            let values = if saved.len() == 1 { "value" } else { "values" };
+            writeln!(
+                f,
+                "saved ({label}): {} {values}, {bytes} bytes",
+                saved.len()
+            )?;
             for s in saved {
                 writeln!(f, "  {} {} ({} bytes)", s.name, s.ty, s.ty.size_bytes())?;
             }
