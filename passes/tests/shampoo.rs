@@ -176,11 +176,11 @@ fn a_shampoo_step_is_the_blockwise_host_update() {
                     assert!(err < 1e-8, "step {s}: X^4 (L + eps I) is off I by {err}");
                 }
                 let u = matmul(&matmul(&xl, &gb), &xr);
-                for i in 0..bs {
-                    for j in 0..bs {
+                for (i, row) in u.iter().enumerate() {
+                    for (j, v) in row.iter().enumerate() {
                         let (r, q) = (bi * bs + i, bj * bs + j);
                         if r < m && q < n {
-                            new_w[r][q] = w[r][q] - lr * u[i][j];
+                            new_w[r][q] = w[r][q] - lr * v;
                         }
                     }
                 }
