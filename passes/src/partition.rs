@@ -160,17 +160,15 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "partition of `{}`: forward {} ops, backward {} ops",
-            self.graph, self.forward_ops, self.backward_ops
+            "partition of `{}`: forward {}, backward {}",
+            self.graph,
+            count(self.forward_ops, "op"),
+            count(self.backward_ops, "op")
         )?;
         let list = |f: &mut fmt::Formatter<'_>, label: &str, saved: &[SavedValue]| {
             let bytes: usize = saved.iter().map(|s| s.ty.size_bytes()).sum();
-            let values = if saved.len() == 1 { "value" } else { "values" };
-            writeln!(
-                f,
-                "saved ({label}): {} {values}, {bytes} bytes",
-                saved.len()
-            )?;
+            let values = count(saved.len(), "value");
+            writeln!(f, "saved ({label}): {values}, {bytes} bytes")?;
             for s in saved {
                 writeln!(f, "  {} {} ({} bytes)", s.name, s.ty, s.ty.size_bytes())?;
             }
@@ -180,14 +178,22 @@ impl fmt::Display for Report {
         list(f, "min-cut", &self.min_cut)?;
         writeln!(
             f,
-            "recomputed in backward: {} ops, {} flops",
-            self.recomputed.len(),
+            "recomputed in backward: {}, {} flops",
+            count(self.recomputed.len(), "op"),
             self.recomputed_flops()
         )?;
         for r in &self.recomputed {
             writeln!(f, "  {} = {} {} ({} flops)", r.name, r.op, r.ty, r.flops)?;
         }
         Ok(())
+    }
+}
+
+/// `n` and `noun`, plural unless `n` is 1.
+fn count(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        _ => format!("{n} {noun}s"),
     }
 }
 
