@@ -95,6 +95,7 @@ pub use api::jit::{
     eager, jit, IntoOutputs, Jit, JitEvent, JitStats, WhenFull, DEFAULT_CACHE_LIMIT,
 };
 pub use api::ops::{concat, where_, AxisRange, DimInt, Dims};
+pub use api::partition::Partitioned;
 pub use api::train::{Optimizer, TrainStep};
 pub use api::weights::{load, load_parsed, save, MAX_WEIGHTS_BYTES};
 pub use api::{files, memory, onnx, profile, sim};

@@ -315,6 +315,9 @@ impl HostOpt {
                         p[i] -= m[i] / den * step_size;
                     }
                 }
+                ferrite::Optimizer::Shampoo { .. } => {
+                    unreachable!("Shampoo is checked by its own test")
+                }
             }
         }
     }
@@ -386,7 +389,7 @@ fn optimizer_updates_in_the_step_graph_follow_pytorchs_rules() {
             state: init
                 .iter()
                 .map(|t| {
-                    let n = opt.slot_type(t.ty()).numel();
+                    let n = opt.slot_type(0, t.ty()).numel();
                     vec![vec![0.0f32; n]; opt.slots().len()]
                 })
                 .collect(),
@@ -431,6 +434,17 @@ fn optimizer_updates_in_the_step_graph_follow_pytorchs_rules() {
 /// same start and data; the loss must fall below `below` times its start and every
 /// target's curve must follow the interpreter's.
 fn trains_on_every_target(src: &str, classes: usize, below: f64) {
+    trains_on_every_target_with(src, classes, &ferrite::Optimizer::adam(0.01), 100, below);
+}
+
+/// [`trains_on_every_target`] with `opt` for `steps` steps.
+fn trains_on_every_target_with(
+    src: &str,
+    classes: usize,
+    opt: &ferrite::Optimizer,
+    steps: usize,
+    below: f64,
+) {
     let g = parse("t.fg", src).unwrap();
     let xs = inputs(&g, classes);
     let (trained, data): (Vec<usize>, Vec<usize>) =
@@ -442,21 +456,13 @@ fn trains_on_every_target(src: &str, classes: usize, below: f64) {
     let init: Vec<Tensor> = trained.iter().map(|&i| xs[i].clone()).collect();
     let data: Vec<Tensor> = data.iter().map(|&i| xs[i].clone()).collect();
     let curve = |opts: Options| {
-        let mut ts = ferrite::TrainStep::new(
-            &g,
-            0,
-            &names,
-            init.clone(),
-            &ferrite::Optimizer::adam(0.01),
-            &opts,
-        )
-        .unwrap();
-        (0..100)
+        let mut ts = ferrite::TrainStep::new(&g, 0, &names, init.clone(), opt, &opts).unwrap();
+        (0..steps)
             .map(|_| ts.step(&data).unwrap())
             .collect::<Vec<f64>>()
     };
     let reference = curve(Options::default().target(Target::Interp));
-    assert!(reference[99] < below * reference[0], "{reference:?}");
+    assert!(reference[steps - 1] < below * reference[0], "{reference:?}");
     for (label, opts) in [
         ("cpu", Options::default().target(Target::Cpu).threads(2)),
         (
@@ -478,6 +484,20 @@ fn trains_on_every_target(src: &str, classes: usize, below: f64) {
 #[test]
 fn an_mlp_classifier_trains_on_every_target() {
     trains_on_every_target(MLP, 5, 0.2);
+}
+
+/// Shampoo, a matrix-heavy optimizer (its inverse fourth roots are chains of matmuls;
+/// `passes/tests/shampoo.rs` checks them against a host reference), trains the MLP
+/// classifier on every target, with blocks of 16 (w1 is two blocks of 12 x 16).
+#[test]
+fn shampoo_trains_an_mlp_classifier_on_every_target() {
+    let opt = ferrite::Optimizer::Shampoo {
+        lr: 0.05,
+        eps: 1e-4,
+        block_size: 16,
+        iterations: 20,
+    };
+    trains_on_every_target_with(MLP, 5, &opt, 20, 0.7);
 }
 
 #[test]
@@ -709,4 +729,104 @@ fn the_report_names_what_backward_reads_from_forward() {
     assert_eq!(saved.activation_bytes, bytes);
     assert!(saved.inputs.contains(&g.find("x").unwrap()));
     assert!(saved.inputs.contains(&g.find("w2").unwrap()));
+}
+
+/// Forward then backward, each compiled on its own (`ferrite::Partitioned`), give the
+/// joint graph's outputs: exactly on the interpreter, on the CPU what the compiled joint
+/// graph gives, bit for bit where `cpu_exact` (the optimizer
+/// may rewrite the joint graph across its forward and backward halves, which the split
+/// graphs cannot share: the tiny LM's layer norms differ in the last bits) and always
+/// within the targets' tolerance of the interpreter.
+fn check_partition_on_targets(src: &str, wrt: &[&str], xs: &[Tensor], cpu_exact: bool) {
+    let (_, j) = joint(src, wrt);
+    let interp = Options::default().target(Target::Interp);
+    let want = compile_ir(&j, &interp).unwrap().run(xs).unwrap();
+    for (label, opts) in [
+        ("interp", interp),
+        ("cpu", Options::default().target(Target::Cpu).threads(1)),
+        ("sim", Options::default().target(Target::Sim)),
+    ] {
+        let p = ferrite::Partitioned::new(&j, 1, &opts).unwrap();
+        let r = &p.partition().report;
+        assert!(r.min_cut_bytes() <= r.naive_bytes());
+        let got = p.run(xs).unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert_eq!(got.len(), want.len());
+        let joint_here = compile_ir(&j, &opts).unwrap().run(xs).unwrap();
+        for (k, ((a, b), c)) in got.iter().zip(&want).zip(&joint_here).enumerate() {
+            if label == "interp" {
+                assert_eq!(a, b, "{label}: output {k}");
+            } else if label == "cpu" && cpu_exact {
+                assert_eq!(a, c, "{label}: output {k} against the compiled joint graph");
+            }
+            if let Err(m) = a.check_close(b, 1e-3, 1e-5) {
+                panic!("{label}: output {k}: {m}");
+            }
+            if let Err(m) = a.check_close(c, 1e-4, 1e-6) {
+                panic!("{label}: output {k} against the compiled joint graph: {m}");
+            }
+        }
+    }
+}
+
+#[test]
+fn partitioned_training_examples_compose_to_the_joint_graph_on_every_target() {
+    let g = parse("t.fg", MLP).unwrap();
+    check_partition_on_targets(MLP, &["w1", "b1", "w2"], &inputs(&g, 5), true);
+    let g = parse("t.fg", TINY_LM).unwrap();
+    check_partition_on_targets(
+        TINY_LM,
+        &[
+            "wte", "wpe", "g1", "b1", "wqkv", "wo", "g2", "b2", "wfc", "wpr", "gf", "bf",
+        ],
+        &inputs(&g, 16),
+        false,
+    );
+    // The DLRM's data (indices, offsets, labels) and weights, in parameter order.
+    let (g, names, init, data) = dlrm();
+    let (mut init, mut data) = (init.into_iter(), data.into_iter());
+    let xs: Vec<Tensor> = g
+        .params
+        .iter()
+        .map(
+            |&p| match names.contains(g.node(p).name.as_ref().unwrap()) {
+                true => init.next().unwrap(),
+                false => data.next().unwrap(),
+            },
+        )
+        .collect();
+    let wrt: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+    check_partition_on_targets(DLRM, &wrt, &xs, true);
+}
+
+#[test]
+fn grad_partition_prints_the_report_and_both_graphs() {
+    let dir = std::env::temp_dir().join(format!("ferrite-partition-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("mlp.fg");
+    std::fs::write(&src, MLP).unwrap();
+    let out = ferrite(&[
+        "grad",
+        src.to_str().unwrap(),
+        "--wrt",
+        "w1,b1,w2",
+        "--partition",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    // The golden text of tests/filetests/partition/mlp_classifier.fg, after its separator.
+    let golden = include_str!("filetests/partition/mlp_classifier.fg");
+    let expected = golden.split("=== expected ===\n").nth(1).unwrap();
+    assert_eq!(text, expected);
+    // Each graph is `.fg` that `check` takes.
+    let (fwd, bwd) = text.split_once("\n\ngraph mlp_loss_backward").unwrap();
+    for (name, body) in [
+        ("f.fg", fwd.to_string()),
+        ("b.fg", format!("graph mlp_loss_backward{bwd}")),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, body).unwrap();
+        let check = ferrite(&["check", path.to_str().unwrap()]);
+        assert!(check.status.success(), "{check:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -413,8 +413,10 @@ fn sparse_updates_give_the_dense_updates_numbers_and_leave_untouched_rows_alone(
                 }
             }
             let mut xs = vec![f32s(&[6, 4], 9), i64s(&idx), i64s(&offs), f32s(&[3, 4], 10)];
-            let state_ty =
-                opt.slot_type(&ferrite::TensorType::new(ferrite::DType::F32, vec![6, 4]).unwrap());
+            let state_ty = opt.slot_type(
+                0,
+                &ferrite::TensorType::new(ferrite::DType::F32, vec![6, 4]).unwrap(),
+            );
             for _ in 0..slots {
                 xs.push(Tensor::zeros(&state_ty).unwrap());
             }

@@ -34,6 +34,7 @@ const STAGES: &[Stage] = &[
     Stage::new("cpu-plan", cpu_plan_stage)
         .with_options(&["scalar", "no-stash", "no-gemm", "narrow"]),
     Stage::new("tile", tile_stage).with_options(&["lpddr"]),
+    Stage::new("partition", partition_stage).with_options(&["wrt"]),
 ];
 
 #[test]
@@ -215,4 +216,20 @@ fn cpu_plan_stage(case: &Case) -> Result<String, String> {
             g.map(|_| "outputs")
         )),
     }
+}
+
+/// `partition`: `.fg` in (output 0 a scalar loss), the min-cut partition of its joint
+/// graph for the values of `wrt=NAME,..` out: the report, the forward and the backward graph.
+fn partition_stage(case: &Case) -> Result<String, String> {
+    let g = graph(case)?;
+    let wrt = case
+        .value("wrt")
+        .ok_or("the partition stage needs wrt=NAME,..")?;
+    let ids = wrt
+        .split(',')
+        .map(|n| g.find(n).ok_or_else(|| format!("no value named `{n}`")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let j = ferrite_passes::autodiff::grad(&g, 0, &ids).map_err(|e| e.to_string())?;
+    let p = ferrite_passes::partition::partition(&j, g.outputs.len()).map_err(|e| e.to_string())?;
+    Ok(p.text())
 }

@@ -8,6 +8,7 @@ pub mod index_checks;
 pub mod lower;
 pub mod memory;
 pub mod optimize;
+pub mod partition;
 pub mod pipeline;
 pub mod schedule;
 pub mod train;

@@ -6,9 +6,10 @@
 //! returns a graph with these parameters, in order:
 //! 1. the graph's own parameters (the trained ones and the data), unchanged in position;
 //! 2. the optimizer's state: one tensor per trained parameter and slot (`momentum` for SGD
-//!    with momentum; `exp_avg` and `exp_avg_sq` for Adam; `sum` for Adagrad), named
-//!    `<param>.<slot>`, with the parameter's type (a column for row-wise Adagrad); zeros
-//!    before the first step;
+//!    with momentum; `exp_avg` and `exp_avg_sq` for Adam; `sum` for Adagrad; `left` and
+//!    `right` for Shampoo), named `<param>.<slot>`, with the parameter's type (a column
+//!    for row-wise Adagrad; for Shampoo a `[row_blocks, col_blocks, side, side]` stack of
+//!    one statistic per block, [`Optimizer::slot_type`]); zeros before the first step;
 //! 3. `step`, an `f64` scalar: the number of steps taken so far (0 before the first).
 //!
 //! and these results: the loss, each trained parameter's new value, each state slot's new
@@ -84,6 +85,24 @@ pub enum Optimizer {
         /// One accumulator per row (the last axis) instead of per element.
         row_wise: bool,
     },
+    /// Shampoo's block preconditioner (Gupta, Koren and Singer, 2018), as graph code: the
+    /// parameter is seen as a matrix (a vector as one row, a tensor of higher rank as its
+    /// last axis by the rest), cut into blocks of at most `block_size` x `block_size`
+    /// (zero-padded at the edges, which leaves the real rows and columns exact), and each
+    /// block `G` of the gradient updates its statistics `L += G G^T`, `R += G^T G`; then
+    /// `W -= lr * (L + eps I)^(-1/4) G (R + eps I)^(-1/4)`. The inverse fourth roots are
+    /// matmul-only: `iterations` steps of the coupled Newton iteration (see
+    /// [`inverse_fourth_root`]), no eigendecomposition.
+    Shampoo {
+        /// Learning rate.
+        lr: f64,
+        /// Added to the diagonal of both statistics (their `eps I` start).
+        eps: f64,
+        /// The largest block side.
+        block_size: usize,
+        /// Newton steps per inverse root.
+        iterations: usize,
+    },
 }
 
 impl Optimizer {
@@ -133,9 +152,22 @@ impl Optimizer {
         }
     }
 
+    /// Shampoo with `eps` 1e-4, blocks of at most 128 x 128 and 20 Newton steps per
+    /// inverse root (enough for statistics whose largest eigenvalue is up to about 1e5
+    /// times `eps`: see [`inverse_fourth_root`]).
+    pub fn shampoo(lr: f64) -> Optimizer {
+        Optimizer::Shampoo {
+            lr,
+            eps: 1e-4,
+            block_size: 128,
+            iterations: 20,
+        }
+    }
+
     /// The names of the state slots each trained parameter has.
     pub fn slots(&self) -> &'static [&'static str] {
         match self {
+            Optimizer::Shampoo { .. } => &["left", "right"],
             Optimizer::Sgd { momentum, .. } if *momentum != 0.0 => &["momentum"],
             Optimizer::Sgd { .. } => &[],
             Optimizer::Adam { .. } => &["exp_avg", "exp_avg_sq"],
@@ -143,9 +175,18 @@ impl Optimizer {
         }
     }
 
-    /// The type of a state slot of a parameter of type `ty`.
-    pub fn slot_type(&self, ty: &TensorType) -> TensorType {
+    /// The type of state slot `slot` (an index into [`Optimizer::slots`]) of a parameter
+    /// of type `ty`.
+    pub fn slot_type(&self, slot: usize, ty: &TensorType) -> TensorType {
         match self {
+            Optimizer::Shampoo { block_size, .. } => {
+                let b = Blocks::of(&ty.shape, *block_size);
+                let side = if slot == 0 { b.rows } else { b.cols };
+                TensorType {
+                    dtype: ty.dtype,
+                    shape: vec![b.row_blocks, b.col_blocks, side, side],
+                }
+            }
             Optimizer::Adagrad { row_wise: true, .. } if ty.rank() > 0 => {
                 let mut shape = ty.shape.clone();
                 *shape.last_mut().unwrap() = 1;
@@ -218,6 +259,21 @@ impl Optimizer {
                     ("weight_decay", weight_decay),
                     ("eps", eps),
                 ])?;
+            }
+            Optimizer::Shampoo {
+                lr,
+                eps,
+                block_size,
+                iterations,
+            } => {
+                non_negative(&[("lr", lr), ("eps", eps)])?;
+                if eps == 0.0 || block_size == 0 || !(1..=MAX_NEWTON_STEPS).contains(&iterations) {
+                    return Err(Error::InvalidGraph(format!(
+                        "train_step: Shampoo needs eps > 0, block_size > 0 and 1 to \
+                         {MAX_NEWTON_STEPS} iterations, not eps {eps}, block_size \
+                         {block_size}, iterations {iterations}"
+                    )));
+                }
             }
         }
         Ok(())
@@ -293,7 +349,7 @@ pub fn train_step_sparse(
                 ..
             } => momentum == 0.0 && weight_decay == 0.0,
             Optimizer::Adagrad { weight_decay, .. } => weight_decay == 0.0,
-            Optimizer::Adam { .. } => false,
+            Optimizer::Adam { .. } | Optimizer::Shampoo { .. } => false,
         };
         if !fits {
             return Err(Error::InvalidGraph(format!(
@@ -310,11 +366,11 @@ pub fn train_step_sparse(
     // State parameters, slot-major per parameter.
     let mut state = Vec::new();
     for (&p, opt) in trained.iter().zip(&opts) {
-        let ty = opt.slot_type(g.ty(p));
         let mut slots = Vec::new();
-        for slot in opt.slots() {
+        for (i, slot) in opt.slots().iter().enumerate() {
             let nm = fresh(&out, &format!("{}.{slot}", name_raw(g, p)));
-            slots.push(out.add_param(nm, ty.clone()).map_err(ir)?);
+            let ty = opt.slot_type(i, g.ty(p));
+            slots.push(out.add_param(nm, ty).map_err(ir)?);
         }
         state.push(slots);
     }
@@ -466,6 +522,25 @@ pub fn train_step_sparse(
                 new_params.push(b.bin(B::Sub, p, upd)?);
                 new_state.push(s1);
             }
+            Optimizer::Shampoo {
+                lr,
+                eps,
+                block_size,
+                iterations,
+            } => {
+                let (np, l1, r1) = b.shampoo(
+                    p,
+                    d,
+                    (state[k][0], state[k][1]),
+                    lr,
+                    eps,
+                    block_size,
+                    iterations,
+                )?;
+                new_params.push(np);
+                new_state.push(l1);
+                new_state.push(r1);
+            }
         }
     }
     out.outputs = vec![loss_v];
@@ -605,8 +680,106 @@ impl Build<'_> {
                 let ns = apply(self, sum, d2)?;
                 Ok((np, vec![ns]))
             }
-            Optimizer::Adam { .. } => Err(Error::internal("a sparse Adam update")),
+            Optimizer::Adam { .. } | Optimizer::Shampoo { .. } => {
+                Err(Error::internal("a sparse Adam or Shampoo update"))
+            }
         }
+    }
+
+    /// Shampoo's update of `p` from its dense gradient `d` and its statistics `(l, r)`
+    /// (see [`Optimizer::Shampoo`]): the new parameter and statistics.
+    #[allow(clippy::too_many_arguments)]
+    fn shampoo(
+        &mut self,
+        p: ValueId,
+        d: ValueId,
+        (l, r): (ValueId, ValueId),
+        lr: f64,
+        eps: f64,
+        block_size: usize,
+        iterations: usize,
+    ) -> Result<(ValueId, ValueId, ValueId)> {
+        let ty = self.g.ty(p).clone();
+        if ty.numel() == 0 {
+            return Ok((p, l, r));
+        }
+        let bl = Blocks::of(&ty.shape, block_size);
+        let (mp, np) = (bl.row_blocks * bl.rows, bl.col_blocks * bl.cols);
+        let i = |v: usize| v as i64;
+        let g2 = self.add(
+            Op::Reshape {
+                shape: vec![i(bl.m), i(bl.n)],
+            },
+            &[d],
+        )?;
+        let g2 = if (mp, np) != (bl.m, bl.n) {
+            self.add(
+                Op::Pad {
+                    pads: vec![0, i(mp - bl.m), 0, i(np - bl.n)],
+                    value: 0.0,
+                },
+                &[g2],
+            )?
+        } else {
+            g2
+        };
+        // [row_blocks, col_blocks, rows, cols]: one matrix per block.
+        let g4 = self.add(
+            Op::Reshape {
+                shape: vec![i(bl.row_blocks), i(bl.rows), i(bl.col_blocks), i(bl.cols)],
+            },
+            &[g2],
+        )?;
+        let gb = self.add(
+            Op::Permute {
+                dims: vec![0, 2, 1, 3],
+            },
+            &[g4],
+        )?;
+        let gt = self.add(
+            Op::Permute {
+                dims: vec![0, 1, 3, 2],
+            },
+            &[gb],
+        )?;
+        let ggt = self.add(Op::MatMul, &[gb, gt])?;
+        let l1 = self.bin(B::Add, l, ggt)?;
+        let gtg = self.add(Op::MatMul, &[gt, gb])?;
+        let r1 = self.bin(B::Add, r, gtg)?;
+        let xl = inverse_fourth_root(self.g, l1, eps, iterations)?;
+        let xr = inverse_fourth_root(self.g, r1, eps, iterations)?;
+        let u = self.add(Op::MatMul, &[xl, gb])?;
+        let u = self.add(Op::MatMul, &[u, xr])?;
+        // Back to the parameter's layout, the padding cut off.
+        let u = self.add(
+            Op::Permute {
+                dims: vec![0, 2, 1, 3],
+            },
+            &[u],
+        )?;
+        let mut u = self.add(
+            Op::Reshape {
+                shape: vec![i(mp), i(np)],
+            },
+            &[u],
+        )?;
+        for (axis, (padded, real)) in [(mp, bl.m), (np, bl.n)].into_iter().enumerate() {
+            if padded != real {
+                u = self.add(
+                    Op::Slice {
+                        axis: axis as i64,
+                        start: 0,
+                        end: i(real),
+                        step: 1,
+                    },
+                    &[u],
+                )?;
+            }
+        }
+        let shape = ty.shape.iter().map(|&e| i(e)).collect();
+        let u = self.add(Op::Reshape { shape }, &[u])?;
+        let u = self.bin_s(B::Mul, u, lr)?;
+        Ok((self.bin(B::Sub, p, u)?, l1, r1))
     }
 
     fn lit(&mut self, x: f64, dtype: DType) -> Result<ValueId> {
@@ -629,6 +802,130 @@ impl Build<'_> {
         }
         self.g.add(Op::Cast { to }, &[x], None).map_err(ir)
     }
+}
+
+/// The most Newton steps an inverse root may take: each is four matmuls per block.
+pub const MAX_NEWTON_STEPS: usize = 100;
+
+/// How Shampoo sees a parameter of shape `shape` as an `m x n` matrix cut into
+/// `row_blocks x col_blocks` blocks of `rows x cols` (the last ones zero-padded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Blocks {
+    m: usize,
+    n: usize,
+    rows: usize,
+    cols: usize,
+    row_blocks: usize,
+    col_blocks: usize,
+}
+
+impl Blocks {
+    fn of(shape: &[usize], block_size: usize) -> Blocks {
+        let (m, n) = match shape.len() {
+            0 => (1, 1),
+            1 => (1, shape[0]),
+            r => (shape[..r - 1].iter().product(), shape[r - 1]),
+        };
+        let rows = block_size.min(m).max(1);
+        let cols = block_size.min(n).max(1);
+        Blocks {
+            m,
+            n,
+            rows,
+            cols,
+            row_blocks: m.div_ceil(rows),
+            col_blocks: n.div_ceil(cols),
+        }
+    }
+}
+
+/// Appends to `g` the inverse fourth root of `a + eps I`, for `a` a stack of symmetric
+/// positive semi-definite `k x k` matrices (`[.., k, k]`, a float type), by the coupled
+/// Newton iteration for `A^(-1/p)` at `p = 4` (Guo and Higham, 2006; the form Shampoo's
+/// implementations use), matmuls and elementwise ops only:
+///
+/// ```text
+/// A = a + eps I;  z = (p + 1) / (2 |A|_F);  X = z^(1/p) I;  M = z A
+/// repeat `iterations` times:  T = ((p + 1) I - M) / p;  X = X T;  M = T^p M
+/// ```
+///
+/// `M = X^p A` throughout and `M -> I`, so `X -> A^(-1/p)`. The scaling puts every
+/// eigenvalue of `M` in `(0, (p + 1) / 2]`, where the iteration converges; a small
+/// eigenvalue `mu` grows about `((p + 1) / p)^p`, 2.44 times, per step until it nears 1,
+/// then converges quadratically, so a condition number `c` of `A` needs about
+/// `log(c) / log(2.44) + 5` steps: 20 steps reach `c` near 1e6.
+pub fn inverse_fourth_root(
+    g: &mut Graph,
+    a: ValueId,
+    eps: f64,
+    iterations: usize,
+) -> Result<ValueId> {
+    let ty = g.ty(a).clone();
+    let r = ty.rank();
+    if r < 2 || ty.shape[r - 1] != ty.shape[r - 2] || !ty.dtype.is_float() {
+        return Err(Error::InvalidGraph(format!(
+            "inverse_fourth_root: {ty} is no stack of square float matrices"
+        )));
+    }
+    let (k, dt) = (ty.shape[r - 1], ty.dtype);
+    let mut b = Build { g };
+    // The identity, `arange(k)[:, None] == arange(k)[None, :]`.
+    let iota = b.add(
+        Op::Arange {
+            start: 0.0,
+            end: k as f64,
+            step: 1.0,
+            dtype: DType::I64,
+        },
+        &[],
+    )?;
+    let col = b.add(
+        Op::Reshape {
+            shape: vec![k as i64, 1],
+        },
+        &[iota],
+    )?;
+    let row = b.add(
+        Op::Reshape {
+            shape: vec![1, k as i64],
+        },
+        &[iota],
+    )?;
+    let eye = b.bin(B::Eq, col, row)?;
+    let eye = b.cast(eye, dt)?;
+    let eps_eye = b.bin_s(B::Mul, eye, eps)?;
+    let a = b.bin(B::Add, a, eps_eye)?;
+    let axes = Some(vec![r as i64 - 2, r as i64 - 1]);
+    let sq = b.bin(B::Mul, a, a)?;
+    let norm = b.add(
+        Op::Reduce {
+            op: ferrite_ir::ReduceOp::Sum,
+            axes,
+            keepdim: true,
+        },
+        &[sq],
+    )?;
+    let norm = b.add(Op::Unary(U::Sqrt), &[norm])?;
+    // z = 5 / (2 |A|) = 2.5 / |A|; X = z^(1/4) I; M = z A.
+    let two_and_half = b.lit(2.5, dt)?;
+    let z = b.bin(B::Div, two_and_half, norm)?;
+    let root = b.add(Op::Unary(U::Sqrt), &[z])?;
+    let root = b.add(Op::Unary(U::Sqrt), &[root])?;
+    let mut x = b.bin(B::Mul, eye, root)?;
+    let mut m = b.bin(B::Mul, a, z)?;
+    let five_fourths_eye = b.bin_s(B::Mul, eye, 1.25)?;
+    for step in 0..iterations {
+        // T = 1.25 I - 0.25 M.
+        let quarter = b.bin_s(B::Mul, m, 0.25)?;
+        let t = b.bin(B::Sub, five_fourths_eye, quarter)?;
+        x = b.add(Op::MatMul, &[x, t])?;
+        if step + 1 < iterations {
+            let t2 = b.add(Op::MatMul, &[t, t])?;
+            let t4 = b.add(Op::MatMul, &[t2, t2])?;
+            m = b.add(Op::MatMul, &[t4, m])?;
+        }
+    }
+    Ok(x)
 }
 
 fn ir(e: ferrite_ir::Error) -> Error {

@@ -20,6 +20,8 @@
 //!   safetensors weights file beside them (the only place that reads one);
 //! - `train.rs`: [`TrainStep`](crate::TrainStep): forward, backward and optimizer update
 //!   compiled as one program, run step after step;
+//! - `partition.rs`: [`Partitioned`](crate::Partitioned): a joint graph split by the min-cut
+//!   partitioner and compiled as a forward and a backward program;
 //! - `error.rs`: [`Error`](crate::Error).
 
 pub mod builder;
@@ -35,6 +37,7 @@ pub mod memory;
 mod ndarray;
 pub mod onnx;
 pub mod ops;
+pub mod partition;
 pub mod profile;
 pub mod sim;
 pub mod train;

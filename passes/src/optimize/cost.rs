@@ -75,17 +75,37 @@ fn binary_weight(b: BinaryOp) -> f64 {
 /// The own cost of `op` applied to operands of types `inputs`, producing `out` (the model above).
 pub fn op_cost(op: &Op, inputs: &[&TensorType], out: &TensorType) -> f64 {
     let bytes = out.size_bytes() as f64;
-    let n = out.numel() as f64;
-    let input_elems = inputs.first().map_or(0.0, |t| t.numel() as f64);
-    let flops = match op {
-        Op::Param { .. } | Op::Literal { .. } | Op::Constant(_) => return 0.0,
+    match op {
+        Op::Param { .. } | Op::Literal { .. } | Op::Constant(_) => 0.0,
         // Keeping row-major order, a reshape is the simplest view of all.
-        Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => return VIEW_COST / 2.0,
+        Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => VIEW_COST / 2.0,
         Op::Full { .. }
         | Op::Permute { .. }
         | Op::Transpose { .. }
         | Op::Expand { .. }
-        | Op::Slice { .. } => return VIEW_COST,
+        | Op::Slice { .. } => VIEW_COST,
+        _ => BYTE_COST * bytes + FLOP_COST * op_flops(op, inputs, out),
+    }
+}
+
+/// The arithmetic work of `op` on operands of types `inputs`, producing `out`, as the model
+/// counts it: zero for leaves and views, a weight per element for elementwise ops, one per
+/// input element for a reduction, `2 * M * N * K` for a `matmul`.
+pub fn op_flops(op: &Op, inputs: &[&TensorType], out: &TensorType) -> f64 {
+    let n = out.numel() as f64;
+    let input_elems = inputs.first().map_or(0.0, |t| t.numel() as f64);
+    match op {
+        Op::Param { .. }
+        | Op::Literal { .. }
+        | Op::Constant(_)
+        | Op::Reshape { .. }
+        | Op::Squeeze { .. }
+        | Op::Unsqueeze { .. }
+        | Op::Full { .. }
+        | Op::Permute { .. }
+        | Op::Transpose { .. }
+        | Op::Expand { .. }
+        | Op::Slice { .. } => 0.0,
         Op::Unary(u) => n * unary_weight(*u),
         Op::Binary(b) => n * binary_weight(*b),
         Op::Where | Op::Cast { .. } => n,
@@ -106,8 +126,7 @@ pub fn op_cost(op: &Op, inputs: &[&TensorType], out: &TensorType) -> f64 {
         | Op::Arange { .. } => n,
         // Composite ops (normally gone by now): a few passes over the input.
         _ => 8.0 * input_elems.max(n),
-    };
-    BYTE_COST * bytes + FLOP_COST * flops
+    }
 }
 
 /// The cost of a whole graph: every live node once (the DAG cost, sharing counted once).
