@@ -46,6 +46,7 @@ use ferrite_ir::loops::{
 use ferrite_ir::parallel::parallel_map;
 use ferrite_ir::{DType, Data, Tensor};
 use std::borrow::Borrow;
+use std::collections::HashMap;
 use std::fmt::Write;
 use std::ops::Range;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -368,6 +369,30 @@ impl CpuProgram {
                 .map_err(|e| context(e.into()))?;
             planned[*source].1 = Some((fname, info));
         }
+        // The constant GEMM operands are scanned for subnormals once, here (tens of MB in
+        // a conv net), on the compile's threads while the functions compile.
+        let mut constant_operands: Vec<usize> = planned
+            .iter()
+            .filter_map(|(g, _)| g.as_ref())
+            .flat_map(|g| [g.lhs.buffer, g.rhs.buffer])
+            .filter_map(|b| match buffers[b.index()].kind {
+                BufferKind::Constant(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        constant_operands.sort_unstable();
+        constant_operands.dedup();
+        let scanned = parallel_map(constant_operands.len(), opts.threads.min(cores), |i| {
+            program
+                .constants
+                .get(constant_operands[i])
+                .and_then(|c| scan_of(&c.tensor().data))
+        });
+        let scans: HashMap<usize, Scan> = constant_operands
+            .into_iter()
+            .zip(scanned)
+            .filter_map(|(c, scan)| Some((c, scan?)))
+            .collect();
         let code = jit.finalize()?;
         let mut steps = Vec::with_capacity(planned.len());
         for (gemm_plan, info) in planned {
@@ -399,10 +424,7 @@ impl CpuProgram {
                         .collect();
                     strides.truncate(plan.batch.len());
                     let scan = |b: BufferId| match buffers[b.index()].kind {
-                        BufferKind::Constant(c) => program
-                            .constants
-                            .get(c)
-                            .and_then(|c| scan_of(&c.tensor().data)),
+                        BufferKind::Constant(c) => scans.get(&c).copied(),
                         _ => None,
                     };
                     Step::Gemm {
