@@ -166,17 +166,6 @@ fn find_shared(kernel: &Kernel, ei: usize, li: usize) -> Option<(ExprRef, ExprRe
     if early.domain() != late.domain() || early.domain().is_empty() {
         return None;
     }
-    let mut table = HashMap::new();
-    let e_ids = intern(early.body(), &mut table);
-    let l_ids = intern(late.body(), &mut table);
-    let e_live = live_nodes(early);
-    let l_live = live_nodes(late);
-    let mut in_early: HashMap<u32, usize> = HashMap::new();
-    for (i, &id) in e_ids.iter().enumerate() {
-        if e_live[i] {
-            in_early.entry(id).or_insert(i);
-        }
-    }
     // A transcendental counts only where it is evaluated per inner point: `log(acc1)` is
     // computed once per outer point anyway (the emitter hoists it), so an expression over it
     // is cheap to recompute.
@@ -199,6 +188,22 @@ fn find_shared(kernel: &Kernel, ei: usize, li: usize) -> Option<(ExprRef, ExprRe
         x
     };
     let l_exp = expensive(late.body());
+    // Most kernels evaluate no transcendental per inner point: nothing to look up (interning
+    // both bodies was 4% of compiling ResNet-18's nine-stage im2col kernels).
+    if !l_exp.contains(&true) {
+        return None;
+    }
+    let mut table = HashMap::new();
+    let e_ids = intern(early.body(), &mut table);
+    let l_ids = intern(late.body(), &mut table);
+    let e_live = live_nodes(early);
+    let l_live = live_nodes(late);
+    let mut in_early: HashMap<u32, usize> = HashMap::new();
+    for (i, &id) in e_ids.iter().enumerate() {
+        if e_live[i] {
+            in_early.entry(id).or_insert(i);
+        }
+    }
     for i in (0..late.body().nodes.len()).rev() {
         let node = &late.body().nodes[i];
         if !l_live[i] || !l_exp[i] || node.dtype != DType::F32 {
