@@ -463,3 +463,35 @@ fn thread_counts_are_bounded_everywhere() {
         "{e:?}"
     );
 }
+
+/// A large read (a model's weight) is split over threads: the bytes are the file's, at
+/// any offset and length around the part size, and a range past the end is still an
+/// error naming the file, read or not.
+#[test]
+fn large_reads_split_over_threads_read_the_files_bytes() {
+    let s = Scratch::new("large_reads");
+    let path = s.path("weights.bin");
+    let bytes: Vec<u8> = (0..(5u64 << 20) + 12345)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&path, &bytes).unwrap();
+    let mut file = ferrite::files::InputFile::open(&path).unwrap();
+    for (offset, len) in [
+        (0usize, bytes.len()),
+        (7, (2 << 20) - 1),
+        (7, 2 << 20),
+        (1 << 20, 3 << 20),
+        (bytes.len() - (2 << 20) - 3, (2 << 20) + 3),
+    ] {
+        let mut dst = vec![0u8; len];
+        file.read_into(offset as u64, &mut dst).unwrap();
+        assert!(dst == bytes[offset..offset + len], "{offset}+{len}");
+    }
+    let mut dst = vec![0u8; 3 << 20];
+    let past = (bytes.len() - (2 << 20)) as u64;
+    let err = file.read_into(past, &mut dst).unwrap_err();
+    assert!(
+        matches!(&err, Error::Io { path: p, .. } if p.as_path() == std::path::Path::new(&path)),
+        "{err}"
+    );
+}

@@ -29,6 +29,10 @@ use std::path::{Path, PathBuf};
 /// is a few MiB; anything larger is refused unless the limit is raised.
 pub const DEFAULT_TEXT_LIMIT: u64 = 16 << 20;
 
+/// A read of at least twice this many bytes ([`InputFile::read_into`], a model's large
+/// weights) is split over threads, each part at least this long.
+const PARALLEL_READ_PART: usize = 1 << 20;
+
 /// A regular file opened for bounded reading. See the module docs.
 #[derive(Debug)]
 pub struct InputFile {
@@ -126,10 +130,48 @@ impl InputFile {
     /// length first, as by [`InputFile::read_range`], without a buffer of its own.
     pub fn read_into(&mut self, offset: u64, dst: &mut [u8]) -> Result<()> {
         self.check_range(offset, dst.len() as u64)?;
+        #[cfg(unix)]
+        if dst.len() >= 2 * PARALLEL_READ_PART {
+            return self.read_parallel(offset, dst);
+        }
         self.file
             .seek(SeekFrom::Start(offset))
             .map_err(|e| self.io(e))?;
         self.file.read_exact(dst).map_err(|e| self.io(e))
+    }
+
+    /// `dst` read from `offset` in parts of at least [`PARALLEL_READ_PART`] bytes, on up
+    /// to one thread a core: most of reading a large weight is faulting in and zeroing
+    /// its fresh pages and copying from the page cache, which scale with threads.
+    #[cfg(unix)]
+    fn read_parallel(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let threads = ferrite_cpu::default_thread_count()
+            .min(std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .min(dst.len() / PARALLEL_READ_PART)
+            .max(1);
+        let part = dst.len().div_ceil(threads);
+        let file = &self.file;
+        let read = |at: usize, buf: &mut [u8]| file.read_exact_at(buf, offset + at as u64);
+        let results: Vec<std::io::Result<()>> = std::thread::scope(|scope| {
+            let mut parts = dst.chunks_mut(part).enumerate();
+            let first = parts.next();
+            let helpers: Vec<_> = parts
+                .map(|(i, buf)| scope.spawn(move || read(i * part, buf)))
+                .collect();
+            let mut results = vec![first.map_or(Ok(()), |(_, buf)| read(0, buf))];
+            for h in helpers {
+                match h.join() {
+                    Ok(r) => results.push(r),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            results
+        });
+        results
+            .into_iter()
+            .collect::<std::io::Result<()>>()
+            .map_err(|e| self.io(e))
     }
 
     fn check_range(&self, offset: u64, len: u64) -> Result<()> {
