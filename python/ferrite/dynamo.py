@@ -3,9 +3,14 @@
 The package registers it under the ``torch_dynamo_backends`` entry point, so the name works
 right after ``pip install``. What it does with the FX graph TorchDynamo captures:
 
-1. AOT dispatch (``torch._dynamo.backends.common.aot_autograd``) with the core ATen
-   decompositions (``torch._decomp.core_aten_decompositions``) lowers the graph to core ATen
-   ops, as Inductor does;
+1. the graph is lowered to ATen ops, with the core ATen decompositions
+   (``torch._decomp.core_aten_decompositions``) of the ops Ferrite does not map, so that a
+   mapped op (``addmm``, ``native_layer_norm``, ``gelu``) is kept whole and costs no Python
+   decomposition. An inference graph is lowered by one fake-tensor trace
+   (``make_fx``), the cheapest way to ATen; one that mutates (an in-place op) or has symbolic
+   inputs, and every training graph, goes through AOT dispatch
+   (``torch._dynamo.backends.common.aot_autograd``) as Inductor does, whose functionalization
+   makes mutations safe to partition and which builds the backward graph;
 2. ``torch.fx.passes.infra.partitioner.CapabilityBasedPartitioner`` groups the nodes Ferrite
    maps (``ATEN`` below) into regions; every other node stays in the graph and runs eagerly;
 3. each region is built as a Ferrite graph through the builder and compiled for the CPU at its
@@ -14,7 +19,8 @@ right after ``pip install``. What it does with the FX graph TorchDynamo captures
    build fails run eagerly, with the reason kept for ``explain``.
 
 Parameters and buffers arrive as graph inputs (AOT lifts them, or Dynamo passes those of inlined
-modules); AOT lists them as static inputs (``fw_metadata.static_input_indices``). Those the graph
+modules); AOT lists them as static inputs (``fw_metadata.static_input_indices``), the direct
+trace takes those that are ``nn.Parameter``s or that Dynamo marks static. Those the graph
 does not mutate are frozen: each region builds them into its program as constants at its first
 call, so a steady-state call passes and copies only the other inputs (numpy views of the tensors,
 ``Tensor.numpy()``, which the program copies once into its own storage). A frozen tensor is
@@ -756,8 +762,11 @@ class Explanation:
     regions: List[Region] = dataclasses.field(default_factory=list)
     fallbacks: List[Fallback] = dataclasses.field(default_factory=list)
     graph_breaks: List[str] = dataclasses.field(default_factory=list)
-    #: Seconds spent, summed over the graphs and regions: "aot" (AOT dispatch and the core ATen
-    #: decompositions, up to the partitioner), "partition", "ferrite_build" (the mapping onto
+    #: How each graph Dynamo captured was lowered to ATen: "trace" (one fake-tensor trace) or
+    #: "aot" (AOT dispatch).
+    lowerings: List[str] = dataclasses.field(default_factory=list)
+    #: Seconds spent, summed over the graphs and regions: "aot" (the lowering to ATen, by the
+    #: direct trace or AOT dispatch, up to the partitioner), "partition", "ferrite_build" (the mapping onto
     #: the builder) and "ferrite_compile" (`ferrite.compile`). Dynamo's own tracing and guards
     #: are the rest of a first call.
     seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
@@ -858,6 +867,79 @@ def _frozen_inputs() -> List[int]:
     ]
 
 
+def _decompositions():
+    """The core ATen decompositions of the ops Ferrite does not map: a mapped op (addmm,
+    native_layer_norm, gelu, the ops of ATEN and CREATION) is compiled as it is, so tracing
+    does not spend time decomposing it. Built once per process from the table that
+    `core_aten_decompositions` starts from: that function also lists every
+    CompositeImplicitAutograd op for torch.export (a third of a second, at every call), which
+    a trace below autograd decomposes anyway."""
+    global _DECOMPOSITIONS
+    if _DECOMPOSITIONS is None:
+        import torch._decomp
+
+        core = getattr(torch._decomp, "_core_aten_decompositions_post_autograd", None)
+        table = core() if core is not None else torch._decomp.core_aten_decompositions()
+        _DECOMPOSITIONS = {
+            op: fn for op, fn in table.items() if str(op) not in ATEN and str(op) not in CREATION
+        }
+    return _DECOMPOSITIONS
+
+
+_DECOMPOSITIONS = None
+
+
+def _trace_inference(gm, example_inputs):
+    """An inference graph's ATen graph by a fake-tensor trace (`make_fx` with the
+    decompositions of the unmapped ops), without AOT autograd's metadata pass, and the
+    positions of its parameters and buffers; None where AOT is needed: symbolic inputs, or a
+    graph that mutates its inputs. In-place ops on its own tensors (which the partitioner could
+    not order) are removed by a second trace through functionalization."""
+    import torch
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fake = detect_fake_mode(example_inputs)
+    if fake is None or not all(isinstance(t, torch.Tensor) for t in example_inputs):
+        return None
+    inputs = [fake.from_tensor(t, static_shapes=True) for t in example_inputs]
+
+    def mutates(aten_gm):
+        return any(
+            node.op == "call_function"
+            and isinstance(node.target, torch._ops.OpOverload)
+            and node.target._schema.is_mutable
+            for node in aten_gm.graph.nodes
+        )
+
+    with fake:
+        aten_gm = make_fx(gm, decomposition_table=_decompositions())(*inputs)
+        if mutates(aten_gm):
+            # Views stay views: Ferrite maps them, not their *_copy forms.
+            functional = torch.func.functionalize(gm, remove="mutations")
+            aten_gm = make_fx(functional, decomposition_table=_decompositions())(*inputs)
+            if mutates(aten_gm):
+                return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    static = [
+        i
+        for i, (node, t) in enumerate(zip(placeholders, example_inputs))
+        if isinstance(t, torch.nn.Parameter)
+        or node.meta.get("tensor_dict", {}).get("_dynamo_static_input_type")
+    ]
+    return aten_gm, static
+
+
+def _needs_grad(gm, example_inputs) -> bool:
+    """Whether AOT autograd would make this a training graph."""
+    import torch
+
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    return any(t.requires_grad for t in tensors) or any(p.requires_grad for p in gm.parameters())
+
+
 _LAST = Explanation()
 
 
@@ -866,12 +948,24 @@ def make_backend(record: Optional[Explanation] = None):
     module-level Explanation that `last_explanation()` returns)."""
 
     def backend(gm, example_inputs, **kwargs):
-        from functorch.compile import min_cut_rematerialization_partition
-        from torch._decomp import core_aten_decompositions
-        from torch._dynamo.backends.common import aot_autograd
-
         target = record if record is not None else _LAST
         entered = time.perf_counter()
+        if not _needs_grad(gm, example_inputs):
+            direct = _trace_inference(gm, example_inputs)
+            if direct is not None:
+                aten_gm, frozen = direct
+                target.lowerings.append("trace")
+                started = time.perf_counter()
+                target.add_time("aot", started - entered)
+                target.graphs += 1
+                fused = _partition(aten_gm, target, frozen)
+                target.add_time("partition", time.perf_counter() - started)
+                return fused.forward
+        # Imported here: importing AOT autograd is a noticeable part of a first call.
+        from functorch.compile import min_cut_rematerialization_partition
+        from torch._dynamo.backends.common import aot_autograd
+
+        target.lowerings.append("aot")
         traced = []
 
         def compiler(graph: str):
@@ -899,7 +993,7 @@ def make_backend(record: Optional[Explanation] = None):
             bw_compiler=compiler("backward"),
             inference_compiler=compiler("inference"),
             partition_fn=min_cut_rematerialization_partition,
-            decompositions=core_aten_decompositions(),
+            decompositions=_decompositions(),
         )(gm, example_inputs)
 
     return backend

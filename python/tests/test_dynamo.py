@@ -326,6 +326,38 @@ def test_training_graphs_compile_forward_and_backward():
     assert all(r.compiled and r.frozen == 0 for r in record.regions), str(record)
 
 
+def test_inference_graphs_are_traced_directly_unless_they_mutate():
+    global torch
+    torch = _torch()
+
+    def pure(x):
+        return torch.nn.functional.gelu(x) * 2
+
+    def mutating(x):
+        y = x.clone()
+        y.add_(1.0)
+        return torch.tanh(y) * x
+
+    def mutating_its_input(x):
+        x.mul_(2.0)
+        return torch.tanh(x)
+
+    # An in-place op on the graph's own tensor is functionalized away; one on an input is left
+    # to AOT.
+    x = torch.randn(3, 4)
+    for fn, lowering in [(pure, "trace"), (mutating, "trace"), (mutating_its_input, "aot")]:
+        record = dynamo.Explanation()
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=dynamo.make_backend(record), dynamic=False)
+        a, b = x.clone(), x.clone()
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(a), fn(b))
+        torch.testing.assert_close(a, b)
+        assert record.lowerings == [lowering], fn.__name__
+        assert any(r.compiled for r in record.regions), str(record)
+    torch._dynamo.reset()
+
+
 def test_shape_change_recompiles():
     global torch
     torch = _torch()
