@@ -962,6 +962,7 @@ def make_backend(record: Optional[Explanation] = None):
                 target.add_time("partition", time.perf_counter() - started)
                 return fused.forward
         # Imported here: importing AOT autograd is a noticeable part of a first call.
+        import torch._functorch.config
         from functorch.compile import min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
 
@@ -988,13 +989,16 @@ def make_backend(record: Optional[Explanation] = None):
 
             return compile_graph
 
-        return aot_autograd(
-            fw_compiler=compiler("forward"),
-            bw_compiler=compiler("backward"),
-            inference_compiler=compiler("inference"),
-            partition_fn=min_cut_rematerialization_partition,
-            decompositions=_decompositions(),
-        )(gm, example_inputs)
+        # No CSE of the joint graph before partitioning: Ferrite's optimizer does its own, and
+        # functorch's imports Inductor's pattern matcher, seconds of a cold first step.
+        with torch._functorch.config.patch(cse=False):
+            return aot_autograd(
+                fw_compiler=compiler("forward"),
+                bw_compiler=compiler("backward"),
+                inference_compiler=compiler("inference"),
+                partition_fn=min_cut_rematerialization_partition,
+                decompositions=_decompositions(),
+            )(gm, example_inputs)
 
     return backend
 
