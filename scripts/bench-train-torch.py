@@ -130,18 +130,23 @@ def one_process(name, backend, threads, runs):
 
 
 def criterion_median(name):
-    """Seconds: criterion's median estimate of bench `name`, or None where it did not run."""
-    path = REPO / "target" / "criterion" / name / "new" / "estimates.json"
-    if not path.exists():
-        return None
-    return json.loads(path.read_text())["median"]["point_estimate"] * 1e-9
+    """Seconds: criterion's median estimate of bench `name`, or None where it did not run.
+    Criterion keeps a group's bench as group/bench and writes a plain bench's slashes as _."""
+    for folder in [name, name.replace("/", "_")]:
+        path = REPO / "target" / "criterion" / folder / "new" / "estimates.json"
+        if path.exists():
+            return json.loads(path.read_text())["median"]["point_estimate"] * 1e-9
+    return None
 
 
 def native_row(name, cores):
     """Ferrite's own TrainStep (benches/train.rs) as a table row."""
     step = (lambda t: f"dlrm_step/{t}t") if name == "dlrm" else (lambda t: f"train_step/{name}/{t}t")
     times = [criterion_median(f"train_compile/{name}"), criterion_median(step(1)), criterion_median(step(cores))]
-    cells = ["not run" if t is None else (f"{t:.3f} s" if i == 0 else f"{t * 1e3:.3f} ms") for i, t in enumerate(times)]
+    cells = [
+        "not run" if t is None else (f"{t:.3f} s" if i == 0 else f"{t * 1e3:.4g} ms")
+        for i, t in enumerate(times)
+    ]
     return f"| {name} | Ferrite TrainStep | " + " | ".join(cells) + " |"
 
 
