@@ -89,7 +89,8 @@ def one_process(name, backend, threads, runs):
     import torch
 
     torch.set_num_threads(threads)
-    spec = importlib.util.spec_from_file_location("train_torch", REPO / "scripts" / "train-torch.py")
+    path = REPO / "scripts" / "train-torch.py"
+    spec = importlib.util.spec_from_file_location("train_torch", path)
     train_torch = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train_torch)
     torch.manual_seed(0)
@@ -141,8 +142,12 @@ def criterion_median(name):
 
 def native_row(name, cores):
     """Ferrite's own TrainStep (benches/train.rs) as a table row."""
-    step = (lambda t: f"dlrm_step/{t}t") if name == "dlrm" else (lambda t: f"train_step/{name}/{t}t")
-    times = [criterion_median(f"train_compile/{name}"), criterion_median(step(1)), criterion_median(step(cores))]
+    def step(threads):
+        return f"dlrm_step/{threads}t" if name == "dlrm" else f"train_step/{name}/{threads}t"
+
+    times = [criterion_median(f"train_compile/{name}")] + [
+        criterion_median(step(t)) for t in [1, cores]
+    ]
     cells = [
         "not run" if t is None else (f"{t:.3f} s" if i == 0 else f"{t * 1e3:.4g} ms")
         for i, t in enumerate(times)

@@ -8,10 +8,11 @@ interpreter's curves, which the tests check cpu and sim against):
 
 Each model is rebuilt from its `.fg` file's semantics and trained for 100 steps on the same
 batch as the test trains it: `mlp_classifier` and `tiny_lm` with torch.optim.Adam(lr=0.01)
-on every float parameter of the graph (the MLP's features `x` included); `dlrm` with its tables trained as the test trains them (embedding_bag with
-sparse=True gradients, coalesced, and fbgemm's exact row-wise Adagrad: one accumulator per
-row, the mean of the row's squared gradient; lr 0.1, eps 1e-8, on the touched rows only) and
-its MLPs with torch.optim.Adam(lr=0.01). Prints, per model found in the folder (or named
+on every float parameter of the graph (the MLP's features `x` included); `dlrm` with its
+tables trained as the test trains them (embedding_bag with sparse=True gradients, coalesced,
+and fbgemm's exact row-wise Adagrad: one accumulator per row, the mean of the row's squared
+gradient; lr 0.1, eps 1e-8, on the touched rows only) and its MLPs with
+torch.optim.Adam(lr=0.01). Prints, per model found in the folder (or named
 with --models), one line per step with --verbose and the largest relative difference;
 exits 1 when one is above 1e-3.
 """

@@ -692,7 +692,9 @@ class _FerriteRegion:
     built into the program as constants; a change to one (another tensor, or an in-place write)
     rebuilds it."""
 
-    def __init__(self, gm, record: "Explanation", frozen: Sequence[int] = (), graph: str = "inference"):
+    def __init__(
+        self, gm, record: "Explanation", frozen: Sequence[int] = (), graph: str = "inference"
+    ):
         self.gm = gm
         self.graph = graph
         self.frozen = tuple(sorted(frozen))
@@ -766,9 +768,9 @@ class Explanation:
     #: "aot" (AOT dispatch).
     lowerings: List[str] = dataclasses.field(default_factory=list)
     #: Seconds spent, summed over the graphs and regions: "aot" (the lowering to ATen, by the
-    #: direct trace or AOT dispatch, up to the partitioner), "partition", "ferrite_build" (the mapping onto
-    #: the builder) and "ferrite_compile" (`ferrite.compile`). Dynamo's own tracing and guards
-    #: are the rest of a first call.
+    #: direct trace or AOT dispatch, up to the partitioner), "partition", "ferrite_build" (the
+    #: mapping onto the builder) and "ferrite_compile" (`ferrite.compile`). Dynamo's own
+    #: tracing and guards are the rest of a first call.
     seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
 
     def add_time(self, what: str, seconds: float) -> None:
