@@ -9,7 +9,11 @@
 //! - `dlrm_step/<threads>t`: one warm step of the DLRM-style model of
 //!   `examples/training/dlrm.fg` at a realistic size (8 tables of 100k x 64 rows, batch
 //!   512, bags of 1 to 40 lookups), its tables trained by sparse row-wise Adagrad from
-//!   row-sparse `embedding_bag` gradients, its MLPs by Adam.
+//!   row-sparse `embedding_bag` gradients, its MLPs by Adam; `train_compile/dlrm` builds
+//!   and compiles that step (the tables' initial values copied in included).
+//!
+//! `scripts/bench-train-torch.py` times the same steps in PyTorch (eager, Inductor,
+//! `backend="ferrite"`).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ferrite::ir::{parse, Graph};
@@ -177,6 +181,26 @@ fn dlrm(c: &mut Criterion) {
         row_wise: true,
     };
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let groups = [
+        (&tnames[..], row_wise.clone()),
+        (&mnames[..], Optimizer::adam(1e-3)),
+    ];
+    let mut compile = c.benchmark_group("train_compile");
+    compile.sample_size(10);
+    compile.bench_function("dlrm", |b| {
+        b.iter(|| {
+            TrainStep::with_sparse(
+                black_box(&g),
+                0,
+                &groups,
+                &tnames,
+                init.clone(),
+                &Options::default().target(Target::Cpu).threads(all),
+            )
+            .unwrap()
+        })
+    });
+    compile.finish();
     let mut threads = vec![1, all];
     threads.dedup();
     for t in threads {

@@ -432,13 +432,16 @@ fn optimizer_updates_in_the_step_graph_follow_pytorchs_rules() {
 
 /// Trains every float parameter of `src` with Adam for 100 steps on each target from the
 /// same start and data; the loss must fall below `below` times its start and every
-/// target's curve must follow the interpreter's.
-fn trains_on_every_target(src: &str, classes: usize, below: f64) {
-    trains_on_every_target_with(src, classes, &ferrite::Optimizer::adam(0.01), 100, below);
+/// target's curve must follow the interpreter's. `name` names the model's dump folder
+/// (`dump_for_torch`).
+fn trains_on_every_target(name: &str, src: &str, classes: usize, below: f64) {
+    let adam = ferrite::Optimizer::adam(0.01);
+    trains_on_every_target_with(Some(name), src, classes, &adam, 100, below);
 }
 
-/// [`trains_on_every_target`] with `opt` for `steps` steps.
+/// [`trains_on_every_target`] with `opt` for `steps` steps; dumped for PyTorch when named.
 fn trains_on_every_target_with(
+    name: Option<&str>,
     src: &str,
     classes: usize,
     opt: &ferrite::Optimizer,
@@ -479,11 +482,52 @@ fn trains_on_every_target_with(
             );
         }
     }
+    if let Some(name) = name {
+        dump_for_torch(name, &g, &names, &init, &data, &reference);
+    }
+}
+
+/// For scripts/train-torch.py: with `FERRITE_TRAIN_DUMP=DIR`, writes the model's initial
+/// weights (by parameter name), its data (the other parameters, by name) and the
+/// interpreter's per-step losses (`losses.npy`, which every target follows) into
+/// `DIR/name/` as `.npy` files.
+fn dump_for_torch(
+    name: &str,
+    g: &Graph,
+    trained: &[&str],
+    init: &[Tensor],
+    data: &[Tensor],
+    losses: &[f64],
+) {
+    let Some(dir) = std::env::var_os("FERRITE_TRAIN_DUMP") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let save = |name: &str, t: &Tensor| {
+        let bytes = ferrite::ir::npy::encode(&t.clone().into_ir());
+        std::fs::write(dir.join(format!("{name}.npy")), bytes).unwrap();
+    };
+    for (name, t) in trained.iter().zip(init) {
+        save(name, t);
+    }
+    let data_names = g
+        .params
+        .iter()
+        .map(|&p| g.node(p).name.clone().unwrap())
+        .filter(|n| !trained.contains(&n.as_str()));
+    for (name, t) in data_names.zip(data) {
+        save(&name, t);
+    }
+    save(
+        "losses",
+        &Tensor::from_vec(&[losses.len()], losses.to_vec()).unwrap(),
+    );
 }
 
 #[test]
 fn an_mlp_classifier_trains_on_every_target() {
-    trains_on_every_target(MLP, 5, 0.2);
+    trains_on_every_target("mlp_classifier", MLP, 5, 0.2);
 }
 
 /// Shampoo, a matrix-heavy optimizer (its inverse fourth roots are chains of matmuls;
@@ -497,12 +541,12 @@ fn shampoo_trains_an_mlp_classifier_on_every_target() {
         block_size: 16,
         iterations: 20,
     };
-    trains_on_every_target_with(MLP, 5, &opt, 20, 0.7);
+    trains_on_every_target_with(None, MLP, 5, &opt, 20, 0.7);
 }
 
 #[test]
 fn a_tiny_language_model_trains_on_every_target() {
-    trains_on_every_target(TINY_LM, 16, 0.5);
+    trains_on_every_target("tiny_lm", TINY_LM, 16, 0.5);
 }
 
 #[test]
@@ -683,30 +727,8 @@ fn a_dlrm_style_model_on_embedding_bags_trains_its_tables_sparsely_on_every_targ
             );
         }
     }
-    // For scripts/dlrm-torch.py: the initial weights, the data and the losses.
-    if let Some(dir) = std::env::var_os("FERRITE_DLRM_DUMP") {
-        let dir = std::path::PathBuf::from(dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let save = |name: &str, t: &Tensor| {
-            let bytes = ferrite::ir::npy::encode(&t.clone().into_ir());
-            std::fs::write(dir.join(format!("{name}.npy")), bytes).unwrap();
-        };
-        for (name, t) in tnames.iter().chain(&mnames).zip(&init) {
-            save(name, t);
-        }
-        let data_names = g
-            .params
-            .iter()
-            .map(|&p| g.node(p).name.clone().unwrap())
-            .filter(|n| !names.contains(n));
-        for (name, t) in data_names.zip(&data) {
-            save(&name, t);
-        }
-        save(
-            "losses",
-            &Tensor::from_vec(&[100], reference.clone()).unwrap(),
-        );
-    }
+    let trained: Vec<&str> = tnames.iter().chain(&mnames).copied().collect();
+    dump_for_torch("dlrm", &g, &trained, &init, &data, &reference);
 }
 
 #[test]

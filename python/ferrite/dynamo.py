@@ -3,9 +3,14 @@
 The package registers it under the ``torch_dynamo_backends`` entry point, so the name works
 right after ``pip install``. What it does with the FX graph TorchDynamo captures:
 
-1. AOT dispatch (``torch._dynamo.backends.common.aot_autograd``) with the core ATen
-   decompositions (``torch._decomp.core_aten_decompositions``) lowers the graph to core ATen
-   ops, as Inductor does;
+1. the graph is lowered to ATen ops, with the core ATen decompositions
+   (``torch._decomp.core_aten_decompositions``) of the ops Ferrite does not map, so that a
+   mapped op (``addmm``, ``native_layer_norm``, ``gelu``) is kept whole and costs no Python
+   decomposition. An inference graph is lowered by one fake-tensor trace
+   (``make_fx``), the cheapest way to ATen; one that mutates (an in-place op) or has symbolic
+   inputs, and every training graph, goes through AOT dispatch
+   (``torch._dynamo.backends.common.aot_autograd``) as Inductor does, whose functionalization
+   makes mutations safe to partition and which builds the backward graph;
 2. ``torch.fx.passes.infra.partitioner.CapabilityBasedPartitioner`` groups the nodes Ferrite
    maps (``ATEN`` below) into regions; every other node stays in the graph and runs eagerly;
 3. each region is built as a Ferrite graph through the builder and compiled for the CPU at its
@@ -14,7 +19,8 @@ right after ``pip install``. What it does with the FX graph TorchDynamo captures
    build fails run eagerly, with the reason kept for ``explain``.
 
 Parameters and buffers arrive as graph inputs (AOT lifts them, or Dynamo passes those of inlined
-modules); AOT lists them as static inputs (``fw_metadata.static_input_indices``). Those the graph
+modules); AOT lists them as static inputs (``fw_metadata.static_input_indices``), the direct
+trace takes those that are ``nn.Parameter``s or that Dynamo marks static. Those the graph
 does not mutate are frozen: each region builds them into its program as constants at its first
 call, so a steady-state call passes and copies only the other inputs (numpy views of the tensors,
 ``Tensor.numpy()``, which the program copies once into its own storage). A frozen tensor is
@@ -22,9 +28,15 @@ still checked on every call, by its storage pointer and version counter (two att
 so a parameter updated in place or replaced after compiling rebuilds the region instead of
 running stale weights. Outputs come back through ``torch.from_numpy`` without a copy.
 
-Inference only: a graph that needs gradients (grad mode on and an input or parameter that
-requires grad) is refused with an error that says so; run the model under ``torch.no_grad()``
-or ``torch.inference_mode()``. Symbolic shapes are not compiled (regions with them run
+Training: a graph that needs gradients (grad mode on and an input or parameter that requires
+grad) goes through AOT autograd's joint forward + backward trace, split into a forward and a
+backward graph by ``min_cut_rematerialization_partition`` (Inductor's partitioner: cheap
+pointwise ops are recomputed in the backward graph instead of saved). Both graphs go through the
+same mapping and partitioning as an inference graph, but nothing is frozen: the parameters
+change at every optimizer step, so they stay inputs of the programs. What a backward graph
+needs beyond the forward ops (one-hot ``scatter`` of a loss, ``index_put`` of an embedding's
+rows, ``slice_scatter``) is mapped; other ops run eagerly as in inference, and
+``explain_training`` reports them. Symbolic shapes are not compiled (regions with them run
 eagerly); ``torch.compile(..., dynamic=False)`` keeps shapes static.
 
 Nothing here imports torch until the backend is called, so ``import ferrite`` stays free of it.
@@ -41,7 +53,7 @@ import numpy as np
 
 from . import _ferrite
 
-__all__ = ["ferrite_backend", "explain", "Explanation", "ATEN"]
+__all__ = ["ferrite_backend", "explain", "explain_training", "Explanation", "ATEN"]
 
 #: torch dtype names and their Ferrite dtypes (bfloat16 is left out: numpy has no such type).
 TORCH_DTYPES = {
@@ -130,6 +142,24 @@ def _addmm(bias, a, b, *, beta=1, alpha=1):
     return product + (bias if beta == 1 else bias * beta)
 
 
+class _LayerNormOutputs:
+    """native_layer_norm's (output, mean, rstd), each built when read: inference reads only
+    the output, a training forward graph also saves mean and rstd for the backward one."""
+
+    def __init__(self, x, weight, bias, eps):
+        self.x, self.weight, self.bias, self.eps = x, weight, bias, eps
+
+    def __getitem__(self, i):
+        x = self.x
+        if i == 0:
+            return x.layer_norm(self.weight, self.bias, self.eps)
+        if i == 1:
+            return x.mean([-1], True)
+        if i == 2:
+            return (x.var([-1], 0, True) + self.eps).rsqrt()
+        raise IndexError(i)
+
+
 def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if len(normalized_shape) != 1:
         raise Unsupported("layer_norm over more than the last axis")
@@ -137,8 +167,7 @@ def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     g = _graph_of(x)
     weight = weight if weight is not None else g.ones([n], x.dtype)
     bias = bias if bias is not None else g.zeros([n], x.dtype)
-    # (output, mean, rstd): only the output is mapped (see _getitem).
-    return (x.layer_norm(weight, bias, eps), None, None)
+    return _LayerNormOutputs(x, weight, bias, eps)
 
 
 def _shape(x, size):
@@ -301,6 +330,49 @@ def _embedding(weight, indices, *args, **kwargs):
     return weight.index_select(0, indices)
 
 
+def _scatter_value(x, dim, index, value):
+    # What a loss's backward builds (nll_loss's one-hot gradient): one index per slice along
+    # `dim`, so a comparison with the positions along it picks the element to write.
+    dim = dim % x.ndim
+    if index.ndim != x.ndim or index.shape[dim] != 1:
+        raise Unsupported("scatter with more than one index per slice")
+    extent = x.shape[dim]
+    positions = x.graph.arange(0.0, float(extent), 1.0, index.dtype)
+    positions = positions.reshape([extent if a == dim else 1 for a in range(x.ndim)])
+    return _ferrite.where(index == positions, float(value), x)
+
+
+def _index_put(x, indices, values, accumulate=False):
+    # What embedding's backward builds: rows of `values` added into a zero table at `indices`.
+    indices = list(indices)
+    if not accumulate:
+        raise Unsupported("index_put without accumulate (duplicate indices are unordered)")
+    if len(indices) != 1 or indices[0] is None or indices[0].dtype == "bool":
+        raise Unsupported("index_put with other than one integer index tensor")
+    index = indices[0]
+    count = 1
+    for s in index.shape:
+        count *= s
+    rows = values.expand(list(index.shape) + list(x.shape[1:])).reshape([count] + list(x.shape[1:]))
+    return x.index_add(0, index.reshape([count]), rows)
+
+
+def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    # x with src written over x[start:end] along dim: the untouched slices around it and src.
+    if step != 1:
+        raise Unsupported("slice_scatter with a step")
+    extent = x.shape[dim]
+    start = 0 if start is None else start
+    end = extent if end is None or end >= INT64_MAX else end
+    start = max(start + extent, 0) if start < 0 else min(start, extent)
+    end = max(end + extent, 0) if end < 0 else min(end, extent)
+    pieces = [x.slice(dim, 0, start)] if start > 0 else []
+    pieces.append(src)
+    if end < extent:
+        pieces.append(x.slice(dim, end, extent))
+    return pieces[0] if len(pieces) == 1 else _ferrite.concat(pieces, dim)
+
+
 def _method(name):
     return lambda x, *args: getattr(x, name)(*args)
 
@@ -418,6 +490,9 @@ ATEN: Dict[str, Callable[..., Any]] = {
     "aten.embedding.default": _embedding,
     "aten.index_select.default": lambda x, dim, index: x.index_select(dim, index),
     "aten.gather.default": lambda x, dim, index, *, sparse_grad=False: x.gather(dim, index),
+    "aten.scatter.value": _scatter_value,
+    "aten.index_put.default": _index_put,
+    "aten.slice_scatter.default": _slice_scatter,
     "aten.constant_pad_nd.default": _pad,
     "aten.full_like.default": _full_like,
     "aten.zeros_like.default": lambda x, *, dtype=None, **kw: _full_like(x, 0.0, dtype=dtype),
@@ -451,8 +526,6 @@ def unsupported_reason(node) -> Optional[str]:
     name = _target_name(node)
     if name == "getitem":
         source = node.args[0]
-        if _target_name(source) == "aten.native_layer_norm.default" and node.args[1] != 0:
-            return "the mean and rstd outputs of native_layer_norm"
         return unsupported_reason(source) if hasattr(source, "op") else None
     if name not in ATEN and name not in CREATION:
         return f"no mapping for {name}"
@@ -589,6 +662,8 @@ class Region:
     reason: Optional[str] = None
     #: How many of its inputs (parameters, buffers) were built in as constants.
     frozen: int = 0
+    #: The AOT graph it belongs to: "inference", or "forward" / "backward" of a training one.
+    graph: str = "inference"
 
 
 @dataclasses.dataclass
@@ -597,6 +672,8 @@ class Fallback:
 
     op: str
     reason: str
+    #: As Region.graph.
+    graph: str = "inference"
 
 
 def _stamp(t):
@@ -615,8 +692,11 @@ class _FerriteRegion:
     built into the program as constants; a change to one (another tensor, or an in-place write)
     rebuilds it."""
 
-    def __init__(self, gm, record: "Explanation", frozen: Sequence[int] = ()):
+    def __init__(
+        self, gm, record: "Explanation", frozen: Sequence[int] = (), graph: str = "inference"
+    ):
         self.gm = gm
+        self.graph = graph
         self.frozen = tuple(sorted(frozen))
         self.frozen_set = set(self.frozen)
         # Per signature of the other inputs: (program, its frozen positions, their stamps).
@@ -636,14 +716,16 @@ class _FerriteRegion:
                     stamps[i] = stamp
         try:
             program, ops = build_region(self.gm, args, frozen=list(stamps))
-            self.record.regions.append(Region(ops=ops, compiled=True, frozen=len(stamps)))
+            self.record.regions.append(
+                Region(ops=ops, compiled=True, frozen=len(stamps), graph=self.graph)
+            )
             self.record.add_time("ferrite_build", _TIMES["build"])
             self.record.add_time("ferrite_compile", _TIMES["compile"])
         except (Unsupported, _ferrite.FerriteError) as e:
             program, stamps = "eager", {}
             self.record.regions.append(
                 Region(ops=[_target_name(n) for n in self.gm.graph.nodes if n.op == "call_function"],
-                       compiled=False, reason=str(e))
+                       compiled=False, reason=str(e), graph=self.graph)
             )
         live = [i for i in range(len(args)) if i not in stamps]
         return program, live, stamps
@@ -682,10 +764,13 @@ class Explanation:
     regions: List[Region] = dataclasses.field(default_factory=list)
     fallbacks: List[Fallback] = dataclasses.field(default_factory=list)
     graph_breaks: List[str] = dataclasses.field(default_factory=list)
-    #: Seconds spent, summed over the graphs and regions: "aot" (AOT dispatch and the core ATen
-    #: decompositions, up to the partitioner), "partition", "ferrite_build" (the mapping onto
-    #: the builder) and "ferrite_compile" (`ferrite.compile`). Dynamo's own tracing and guards
-    #: are the rest of a first call.
+    #: How each graph Dynamo captured was lowered to ATen: "trace" (one fake-tensor trace) or
+    #: "aot" (AOT dispatch).
+    lowerings: List[str] = dataclasses.field(default_factory=list)
+    #: Seconds spent, summed over the graphs and regions: "aot" (the lowering to ATen, by the
+    #: direct trace or AOT dispatch, up to the partitioner), "partition", "ferrite_build" (the
+    #: mapping onto the builder) and "ferrite_compile" (`ferrite.compile`). Dynamo's own
+    #: tracing and guards are the rest of a first call.
     seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
 
     def add_time(self, what: str, seconds: float) -> None:
@@ -699,9 +784,12 @@ class Explanation:
         ]
         for i, r in enumerate(self.regions):
             what = f"ferrite, {r.frozen} input(s) frozen" if r.compiled else f"eager ({r.reason})"
-            lines.append(f"  region {i}: {len(r.ops)} ops on {what}: {', '.join(sorted(set(r.ops)))}")
+            lines.append(
+                f"  region {i}{_graph_tag(r.graph)}: {len(r.ops)} ops on {what}: "
+                f"{', '.join(sorted(set(r.ops)))}"
+            )
         for f in self.fallbacks:
-            lines.append(f"  eager: {f.op}: {f.reason}")
+            lines.append(f"  eager{_graph_tag(f.graph)}: {f.op}: {f.reason}")
         for b in self.graph_breaks:
             lines.append(f"  graph break: {b}")
         if self.seconds:
@@ -709,9 +797,14 @@ class Explanation:
         return "\n".join(lines)
 
 
-def _partition(gm, record: Explanation, frozen: Sequence[int] = ()):
+def _graph_tag(graph: str) -> str:
+    return "" if graph == "inference" else f" ({graph})"
+
+
+def _partition(gm, record: Explanation, frozen: Sequence[int] = (), graph: str = "inference"):
     """Replaces the mapped parts of an ATen graph module with Ferrite regions; `frozen` are the
-    positions among the module's placeholders of the inputs to freeze into the programs."""
+    positions among the module's placeholders of the inputs to freeze into the programs, and
+    `graph` names the AOT graph for the record."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -723,7 +816,7 @@ def _partition(gm, record: Explanation, frozen: Sequence[int] = ()):
                 return False
             reason = unsupported_reason(node)
             if reason is not None:
-                record.fallbacks.append(Fallback(op=_target_name(node), reason=reason))
+                record.fallbacks.append(Fallback(op=_target_name(node), reason=reason, graph=graph))
             return reason is None
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -738,7 +831,7 @@ def _partition(gm, record: Explanation, frozen: Sequence[int] = ()):
                 for i, a in enumerate(node.args)
                 if getattr(a, "op", None) == "placeholder" and a.name in frozen_names
             ]
-            region = _FerriteRegion(getattr(fused, node.target), record, positions)
+            region = _FerriteRegion(getattr(fused, node.target), record, positions, graph)
             # A child module's slot takes only a module.
             setattr(fused, node.target, _module(region))
     return fused
@@ -759,20 +852,6 @@ def _module(region: "_FerriteRegion"):
     return FerriteRegion(region)
 
 
-def _refuse_training(gm, example_inputs):
-    import torch
-
-    if not torch.is_grad_enabled():
-        return
-    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    if any(t.requires_grad for t in tensors) or any(p.requires_grad for p in gm.parameters()):
-        raise RuntimeError(
-            "ferrite: training graphs are not supported yet (an input or parameter requires "
-            "grad with grad mode on); run the model under torch.no_grad() or "
-            "torch.inference_mode(), or call .requires_grad_(False) on its parameters"
-        )
-
-
 def _frozen_inputs() -> List[int]:
     """The positions among the AOT graph's inputs of the parameters and buffers (AOT's static
     inputs) that the graph does not mutate: those to freeze."""
@@ -790,6 +869,79 @@ def _frozen_inputs() -> List[int]:
     ]
 
 
+def _decompositions():
+    """The core ATen decompositions of the ops Ferrite does not map: a mapped op (addmm,
+    native_layer_norm, gelu, the ops of ATEN and CREATION) is compiled as it is, so tracing
+    does not spend time decomposing it. Built once per process from the table that
+    `core_aten_decompositions` starts from: that function also lists every
+    CompositeImplicitAutograd op for torch.export (a third of a second, at every call), which
+    a trace below autograd decomposes anyway."""
+    global _DECOMPOSITIONS
+    if _DECOMPOSITIONS is None:
+        import torch._decomp
+
+        core = getattr(torch._decomp, "_core_aten_decompositions_post_autograd", None)
+        table = core() if core is not None else torch._decomp.core_aten_decompositions()
+        _DECOMPOSITIONS = {
+            op: fn for op, fn in table.items() if str(op) not in ATEN and str(op) not in CREATION
+        }
+    return _DECOMPOSITIONS
+
+
+_DECOMPOSITIONS = None
+
+
+def _trace_inference(gm, example_inputs):
+    """An inference graph's ATen graph by a fake-tensor trace (`make_fx` with the
+    decompositions of the unmapped ops), without AOT autograd's metadata pass, and the
+    positions of its parameters and buffers; None where AOT is needed: symbolic inputs, or a
+    graph that mutates its inputs. In-place ops on its own tensors (which the partitioner could
+    not order) are removed by a second trace through functionalization."""
+    import torch
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fake = detect_fake_mode(example_inputs)
+    if fake is None or not all(isinstance(t, torch.Tensor) for t in example_inputs):
+        return None
+    inputs = [fake.from_tensor(t, static_shapes=True) for t in example_inputs]
+
+    def mutates(aten_gm):
+        return any(
+            node.op == "call_function"
+            and isinstance(node.target, torch._ops.OpOverload)
+            and node.target._schema.is_mutable
+            for node in aten_gm.graph.nodes
+        )
+
+    with fake:
+        aten_gm = make_fx(gm, decomposition_table=_decompositions())(*inputs)
+        if mutates(aten_gm):
+            # Views stay views: Ferrite maps them, not their *_copy forms.
+            functional = torch.func.functionalize(gm, remove="mutations")
+            aten_gm = make_fx(functional, decomposition_table=_decompositions())(*inputs)
+            if mutates(aten_gm):
+                return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    static = [
+        i
+        for i, (node, t) in enumerate(zip(placeholders, example_inputs))
+        if isinstance(t, torch.nn.Parameter)
+        or node.meta.get("tensor_dict", {}).get("_dynamo_static_input_type")
+    ]
+    return aten_gm, static
+
+
+def _needs_grad(gm, example_inputs) -> bool:
+    """Whether AOT autograd would make this a training graph."""
+    import torch
+
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    return any(t.requires_grad for t in tensors) or any(p.requires_grad for p in gm.parameters())
+
+
 _LAST = Explanation()
 
 
@@ -798,28 +950,57 @@ def make_backend(record: Optional[Explanation] = None):
     module-level Explanation that `last_explanation()` returns)."""
 
     def backend(gm, example_inputs, **kwargs):
-        from torch._decomp import core_aten_decompositions
+        target = record if record is not None else _LAST
+        entered = time.perf_counter()
+        if not _needs_grad(gm, example_inputs):
+            direct = _trace_inference(gm, example_inputs)
+            if direct is not None:
+                aten_gm, frozen = direct
+                target.lowerings.append("trace")
+                started = time.perf_counter()
+                target.add_time("aot", started - entered)
+                target.graphs += 1
+                fused = _partition(aten_gm, target, frozen)
+                target.add_time("partition", time.perf_counter() - started)
+                return fused.forward
+        # Imported here: importing AOT autograd is a noticeable part of a first call.
+        import torch._functorch.config
+        from functorch.compile import min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
 
-        target = record if record is not None else _LAST
-        _refuse_training(gm, example_inputs)
-        entered = time.perf_counter()
+        target.lowerings.append("aot")
+        traced = []
 
-        def inference_compiler(aten_gm, aten_inputs):
-            from functorch.compile import make_boxed_func
+        def compiler(graph: str):
+            def compile_graph(aten_gm, aten_inputs):
+                from functorch.compile import make_boxed_func
 
-            started = time.perf_counter()
-            target.add_time("aot", started - entered)
-            target.graphs += 1
-            fused = _partition(aten_gm, target, _frozen_inputs())
-            target.add_time("partition", time.perf_counter() - started)
-            return make_boxed_func(fused.forward)
+                started = time.perf_counter()
+                if not traced:
+                    # AOT traced (and, for training, differentiated and split) before the
+                    # first of its graphs reaches a compiler.
+                    target.add_time("aot", started - entered)
+                    traced.append(True)
+                target.graphs += 1
+                # A training step's parameters change at every optimizer step: they stay
+                # inputs, where an inference graph freezes them.
+                frozen = _frozen_inputs() if graph == "inference" else []
+                fused = _partition(aten_gm, target, frozen, graph)
+                target.add_time("partition", time.perf_counter() - started)
+                return make_boxed_func(fused.forward)
 
-        return aot_autograd(
-            fw_compiler=inference_compiler,
-            inference_compiler=inference_compiler,
-            decompositions=core_aten_decompositions(),
-        )(gm, example_inputs)
+            return compile_graph
+
+        # No CSE of the joint graph before partitioning: Ferrite's optimizer does its own, and
+        # functorch's imports Inductor's pattern matcher, seconds of a cold first step.
+        with torch._functorch.config.patch(cse=False):
+            return aot_autograd(
+                fw_compiler=compiler("forward"),
+                bw_compiler=compiler("backward"),
+                inference_compiler=compiler("inference"),
+                partition_fn=min_cut_rematerialization_partition,
+                decompositions=_decompositions(),
+            )(gm, example_inputs)
 
     return backend
 
@@ -831,6 +1012,24 @@ ferrite_backend = make_backend()
 def last_explanation() -> Explanation:
     """What `ferrite_backend` did in this process so far."""
     return _LAST
+
+
+def explain_training(fn, *args, **kwargs) -> Explanation:
+    """As `explain`, for training: compiles `fn`, calls it on `args` with grad mode on and calls
+    `.backward()` on its result (a loss; a tensor of more elements is summed first), and
+    reports the regions and fallbacks of the forward and backward graphs."""
+    import torch
+
+    record = Explanation()
+    torch._dynamo.reset()
+    try:
+        with torch.enable_grad():
+            compiled = torch.compile(fn, backend=make_backend(record), dynamic=False)
+            result = compiled(*args, **kwargs)
+            (result if result.numel() == 1 else result.sum()).backward()
+    finally:
+        torch._dynamo.reset()
+    return record
 
 
 def explain(model, *args, **kwargs) -> Explanation:

@@ -688,6 +688,18 @@ macro_rules! var_methods {
                 self.wrap(py, self.var.index_select(axis, &self.other(index)?))
             }
 
+            /// This tensor with slice `j` of `source` along `axis` added to slice `index[j]`,
+            /// duplicates accumulating (`torch.index_add`); `index` is 1-D.
+            fn index_add(
+                &self,
+                py: Python<'_>,
+                axis: i64,
+                index: &Bound<'_, PyAny>,
+                source: &Bound<'_, PyAny>,
+            ) -> PyResult<PyVar> {
+                self.wrap(py, self.var.index_add(axis, &self.other(index)?, &self.other(source)?))
+            }
+
             /// Picks along `axis` with an index of the same rank (`torch.take_along_dim`).
             fn gather(&self, py: Python<'_>, axis: i64, index: &Bound<'_, PyAny>) -> PyResult<PyVar> {
                 self.wrap(py, self.var.gather(axis, &self.other(index)?))

@@ -171,6 +171,9 @@ def test_aten_movement_and_layer_norm():
             m.call("aten.full.default", [2, 2], 7.0, dtype=DType(np.int64)),
             m.call("aten.index.Tensor", x, [None, ids]),
             m.call("getitem", m.call("aten.var_mean.correction", x, [2], correction=1), 1),
+            # What a training forward graph saves for layer_norm's backward one.
+            m.call("getitem", ln, 1),
+            m.call("getitem", ln, 2),
         ]
 
     got, _ = run_region(build, x, ids, gamma)
@@ -191,9 +194,40 @@ def test_aten_movement_and_layer_norm():
         np.full((2, 2), 7, np.int64),
         x[:, ids],
         x.mean(2),
+        mu,
+        1 / np.sqrt(var + 1e-5),
     ]
     for i, (g, w_) in enumerate(zip(got, want)):
         np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+
+
+def test_aten_ops_of_backward_graphs():
+    x = RNG.standard_normal((4, 5)).astype(np.float32)
+    labels = np.array([[1], [4], [0], [1]], dtype=np.int64)
+    rows = RNG.standard_normal((2, 3, 5)).astype(np.float32)
+    ids = np.array([[3, 0, 3], [1, 3, 2]], dtype=np.int64)
+    src = RNG.standard_normal((4, 2)).astype(np.float32)
+
+    def build(m, x, labels, rows, ids, src):
+        return [
+            # nll_loss's backward: the one-hot gradient.
+            m.call("aten.scatter.value", x, 1, labels, -1.0),
+            # embedding's backward: rows added into the table, duplicates accumulating.
+            m.call("aten.index_put.default", x, [ids], rows, True),
+            # a slice's backward.
+            m.call("aten.slice_scatter.default", x, src, 1, 2, 4),
+        ]
+
+    got, ops = run_region(build, x, labels, rows, ids, src)
+    one_hot = x.copy()
+    np.put_along_axis(one_hot, labels, -1.0, axis=1)
+    table = x.copy()
+    np.add.at(table, ids.reshape(-1), rows.reshape(-1, 5))
+    scattered = x.copy()
+    scattered[:, 2:4] = src
+    for i, (g, w_) in enumerate(zip(got, [one_hot, table, scattered])):
+        np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+    assert "aten.index_put.default" in ops
 
 
 def test_unmapped_ops_and_wrong_types_are_reported():
@@ -201,8 +235,6 @@ def test_unmapped_ops_and_wrong_types_are_reported():
     x = m.input(np.zeros((2, 2), np.float32))
     node = m.call("aten.cumsum.default", x, 0)
     assert dynamo.unsupported_reason(node) == "no mapping for aten.cumsum.default"
-    ln = m.call("aten.native_layer_norm.default", x, [2], None, None, 1e-5)
-    assert "mean and rstd" in dynamo.unsupported_reason(m.call("getitem", ln, 1))
     # A mapping whose result differs from PyTorch's type is refused, not run.
     m = Module()
     x = m.input(np.zeros((2, 2), np.float32))
@@ -274,13 +306,56 @@ def test_explain_reports_regions_and_fallbacks():
     assert "aten.cumsum.default" in str(report)
 
 
-def test_training_graphs_are_refused():
+def test_training_graphs_compile_forward_and_backward():
+    # More in test_dynamo_training.py: models trained against eager.
     global torch
     torch = _torch()
+    torch._dynamo.reset()
+    torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
-    compiled = torch.compile(model, backend="ferrite")
-    with pytest.raises(Exception, match="training graphs are not supported"):
-        compiled(torch.randn(2, 4))
+    record = dynamo.Explanation()
+    compiled = torch.compile(model, backend=dynamo.make_backend(record), dynamic=False)
+    x = torch.randn(2, 4)
+    compiled(x).square().sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().sum().backward()
+    for g, w in zip(got, [p.grad for p in model.parameters()]):
+        torch.testing.assert_close(g, w)
+    assert [r.graph for r in record.regions] == ["forward", "backward"], str(record)
+    assert all(r.compiled and r.frozen == 0 for r in record.regions), str(record)
+
+
+def test_inference_graphs_are_traced_directly_unless_they_mutate():
+    global torch
+    torch = _torch()
+
+    def pure(x):
+        return torch.nn.functional.gelu(x) * 2
+
+    def mutating(x):
+        y = x.clone()
+        y.add_(1.0)
+        return torch.tanh(y) * x
+
+    def mutating_its_input(x):
+        x.mul_(2.0)
+        return torch.tanh(x)
+
+    # An in-place op on the graph's own tensor is functionalized away; one on an input is left
+    # to AOT.
+    x = torch.randn(3, 4)
+    for fn, lowering in [(pure, "trace"), (mutating, "trace"), (mutating_its_input, "aot")]:
+        record = dynamo.Explanation()
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=dynamo.make_backend(record), dynamic=False)
+        a, b = x.clone(), x.clone()
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(a), fn(b))
+        torch.testing.assert_close(a, b)
+        assert record.lowerings == [lowering], fn.__name__
+        assert any(r.compiled for r in record.regions), str(record)
+    torch._dynamo.reset()
 
 
 def test_shape_change_recompiles():
