@@ -342,7 +342,7 @@ fn scale(g: &Graph, i: usize, a: &Affine) -> Option<Plan> {
         let mut shape = vec![1; ty.rank() - 1];
         shape[0] = c;
         let bt = TensorType::new(ty.dtype, shape).ok()?;
-        let b = Tensor::from_f64(&bt, &t);
+        let b = Tensor::from_f64(&bt, t);
         if b.to_f64().iter().any(|x| !x.is_finite()) {
             return None;
         }

@@ -44,10 +44,7 @@ pub fn materialize_gemm_operands(mut plan: Plan<'_>) -> Result<Plan<'_>> {
     loop {
         let mut changed = false;
         for &v in &matmuls {
-            loop {
-                let Role::Scheduled(s) = plan.role[v.index()] else {
-                    break;
-                };
+            while let Role::Scheduled(s) = plan.role[v.index()] {
                 match build_kernel(&plan, &layout, &[s], KernelId(0)) {
                     Ok(_) => break,
                     Err(LowerError::Refused(r)) => match r.culprit {
