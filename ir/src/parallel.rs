@@ -5,13 +5,21 @@
 //! function of its index alone, and the results come back in index order.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Work a helper thread should have before one is started for it: starting and joining a
+/// scoped thread costs tens of microseconds of the calling thread.
+const WORK_PER_HELPER: Duration = Duration::from_micros(200);
 
 /// `(0..n).map(f)` computed on up to `threads` threads (the calling thread is one of
-/// them), in index order. Items are handed out one at a time, so uneven items balance.
-/// A panic in `f` is resumed on the calling thread.
+/// them), in index order. The calling thread starts computing the items and, after each,
+/// starts helpers for as many threads as the items left would keep busy at its pace so
+/// far ([`WORK_PER_HELPER`] each): a map of small items stays on one thread, and one
+/// whose first items were quick still spreads once the slow ones come. Items are handed
+/// out one at a time, so uneven items balance. A panic in `f` is resumed on the calling
+/// thread.
 pub fn parallel_map<T: Send>(n: usize, threads: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    let workers = threads.min(n);
-    if workers <= 1 {
+    if threads <= 1 || n <= 1 {
         return (0..n).map(f).collect();
     }
     let next = AtomicUsize::new(0);
@@ -26,9 +34,27 @@ pub fn parallel_map<T: Send>(n: usize, threads: usize, f: impl Fn(usize) -> T + 
         }
     };
     let mut done: Vec<(usize, T)> = std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
-        let mut all = work();
-        for h in helpers {
+        let start = Instant::now();
+        let mut handles = Vec::new();
+        let mut all = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            all.push((i, f(i)));
+            let left = n.saturating_sub(next.load(Ordering::Relaxed));
+            if left > 1 && handles.len() + 1 < threads {
+                let pace = start.elapsed().as_nanos() as f64 / all.len() as f64;
+                let wanted = ((pace * left as f64 / WORK_PER_HELPER.as_nanos() as f64) as usize)
+                    .min(threads - 1)
+                    .min(left - 1);
+                while handles.len() < wanted {
+                    handles.push(scope.spawn(work));
+                }
+            }
+        }
+        for h in handles {
             match h.join() {
                 Ok(out) => all.extend(out),
                 Err(panic) => std::panic::resume_unwind(panic),
@@ -56,9 +82,26 @@ mod tests {
     }
 
     #[test]
+    fn slow_items_run_on_several_threads_and_quick_ones_on_one() {
+        let ids = |n: usize, pause: std::time::Duration| {
+            let mut ids = parallel_map(n, 4, |_| {
+                std::thread::sleep(pause);
+                std::thread::current().id()
+            });
+            ids.sort_by_key(|id| format!("{id:?}"));
+            ids.dedup();
+            ids.len()
+        };
+        assert!(ids(16, std::time::Duration::from_millis(2)) > 1);
+        assert_eq!(ids(16, std::time::Duration::ZERO), 1);
+    }
+
+    #[test]
     #[should_panic(expected = "item 3")]
     fn a_panic_in_a_worker_reaches_the_caller() {
         parallel_map(8, 4, |i| {
+            // Slow enough that helpers are started.
+            std::thread::sleep(std::time::Duration::from_millis(1));
             if i == 3 {
                 panic!("item 3");
             }

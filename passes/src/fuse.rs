@@ -189,10 +189,6 @@ impl Cost {
     }
 }
 
-/// A round's candidate kernels are built on several threads only when each thread gets
-/// at least this many (a scoped thread costs tens of microseconds to start).
-const PREFETCH_PER_THREAD: usize = 4;
-
 /// Padded rows at most this long are stored once, padding included, rather than read
 /// through the `pad` view's guards by each consumer ([`store_window_pads`]).
 pub const SHORT_PADDED_ROW: usize = 16;
@@ -436,12 +432,11 @@ impl Fuser<'_, '_> {
         lists.retain(|l| !self.cache.contains_key(l));
         lists.sort_unstable();
         lists.dedup();
-        let workers = self.threads.min(lists.len() / PREFETCH_PER_THREAD);
-        if workers < 2 {
+        if self.threads < 2 || lists.len() < 2 {
             return;
         }
         let (plan, layout) = (self.plan, self.layout);
-        let built = parallel_map(lists.len(), workers, |i| {
+        let built = parallel_map(lists.len(), self.threads, |i| {
             match build_kernel(plan, layout, &lists[i], KernelId(0)) {
                 Ok(k) => Some(Ok(Cost::of(&k))),
                 Err(LowerError::Refused(r)) => Some(Err(r)),
