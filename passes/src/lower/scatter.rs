@@ -68,27 +68,46 @@ pub(super) fn index_add_kernel(
         .ok_or_else(|| Error::internal(format!("%{} has no buffer", v.0)))?;
 
     // The outer domain: every axis but `a`, extents of 1 dropped.
+    // Outer points are the dimensions before the axis; each stage loops over the axis
+    // and, inside it, the dimensions after it, so that the copy and the scatter walk
+    // rows in memory order (with the trailing dimensions outer, each pass over a column
+    // re-read the whole table: a DLRM table update took 0.6 s).
     let mut outer = Vec::new();
     let mut coords = Vec::with_capacity(shape.len());
+    let mut trailing = Vec::new();
     for (k, &d) in shape.iter().enumerate() {
         if k == a || d == 1 {
             coords.push(IndexExpr::Const(0));
-        } else {
+        } else if k < a {
             coords.push(IndexExpr::Var(Var::outer(outer.len())));
             outer.push(d);
+        } else {
+            trailing.push((k, d));
+            coords.push(IndexExpr::Const(0));
         }
     }
-    let along = |e: IndexExpr| {
-        let mut c = coords.clone();
-        c[a] = e;
-        c
+    // A stage over `extent` positions of the axis: its store domain (without extents of
+    // 1), the axis coordinate, and every coordinate with the axis at `at(axis)`.
+    let stage_domain = |extent: usize| {
+        let mut domain = vec![extent];
+        domain.extend(trailing.iter().map(|&(_, d)| d));
+        squeeze(&domain)
     };
-    let inner = |extent: usize| {
+    let axis_var = |extent: usize| {
         if extent == 1 {
             IndexExpr::Const(0)
         } else {
             IndexExpr::Var(Var::store(0))
         }
+    };
+    let along = |extent: usize, e: IndexExpr| {
+        let first = usize::from(extent != 1);
+        let mut c = coords.clone();
+        for (n, &(k, _)) in trailing.iter().enumerate() {
+            c[k] = IndexExpr::Var(Var::store(first + n));
+        }
+        c[a] = e;
+        c
     };
     let mut b = KernelBuilder::alone(plan, layout, outer.clone(), v);
     let open = |b: &mut KernelBuilder, domain: &[usize]| {
@@ -101,9 +120,9 @@ pub(super) fn index_add_kernel(
     let mut stages: Vec<Stage> = Vec::new();
 
     // The base's line, copied.
-    let domain = squeeze(&[m]);
+    let domain = stage_domain(m);
     open(&mut b, &domain);
-    let at = along(inner(m));
+    let at = along(m, axis_var(m));
     let value = b.value_at(base, &at, &[]).map_err(fail_to_error)?;
     let index_of = b.flat(&at, &shape);
     stages.push(b.close_store_stage(
@@ -118,13 +137,13 @@ pub(super) fn index_add_kernel(
     // Each source element added where its index says, in index order. Into an empty
     // axis nothing is added, and the index is checked by the check `index_checks` adds.
     if p > 0 && m > 0 {
-        let domain = squeeze(&[p]);
+        let domain = stage_domain(p);
         open(&mut b, &domain);
-        let j = inner(p);
+        let j = axis_var(p);
         let add = (|| -> Result<StoreOp, Fail> {
             let iv = b.value_at(index, std::slice::from_ref(&j), &[])?;
             let k = b.checked_index(iv, m, &[]);
-            let target = b.flat(&along(k), &shape);
+            let target = b.flat(&along(p, k), &shape);
             let old = b.push(
                 dtype,
                 ExprOp::Load(Load {
@@ -134,7 +153,7 @@ pub(super) fn index_add_kernel(
                     other: Value::zero(dtype),
                 }),
             );
-            let s = b.value_at(source, &along(j.clone()), &[])?;
+            let s = b.value_at(source, &along(p, j.clone()), &[])?;
             if b.cur.block.get(s).map(|n| n.dtype) != Some(dtype) {
                 return Err(bug("index_add: the source has another dtype"));
             }
