@@ -109,13 +109,7 @@ def one_process(name, backend, threads, runs):
         loss = torch.compile(loss, backend="ferrite", dynamic=False)
 
     def step():
-        value = loss()
-        for o in optimizers + sparse:
-            o.zero_grad()
-        value.backward()
-        for o in optimizers + sparse:
-            o.step()
-        return value
+        return train_torch.train_step(loss, optimizers + sparse)
 
     started = time.perf_counter()
     step()

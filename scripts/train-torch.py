@@ -121,18 +121,24 @@ class RowWiseAdagrad:
 MODELS = {"mlp_classifier": mlp_classifier, "tiny_lm": tiny_lm, "dlrm": dlrm}
 
 
+def train_step(loss, optimizers):
+    """One step: the loss, its gradients, every optimizer's update; returns the loss."""
+    value = loss()
+    for o in optimizers:
+        o.zero_grad()
+    value.backward()
+    for o in optimizers:
+        o.step()
+    return value
+
+
 def compare(name: str, folder: Path, verbose: bool) -> float:
     """Trains `name` from `folder`'s dump; returns the largest relative loss difference."""
     loss, optimizers, sparse = MODELS[name](loader(folder))
     ferrite = np.load(folder / "losses.npy")
     worst = 0.0
     for step in range(STEPS):
-        value = loss()
-        for o in optimizers + sparse:
-            o.zero_grad()
-        value.backward()
-        for o in optimizers + sparse:
-            o.step()
+        value = train_step(loss, optimizers + sparse)
         a, b = value.item(), float(ferrite[step])
         rel = abs(a - b) / max(abs(b), 1e-2)
         worst = max(worst, rel)

@@ -172,20 +172,22 @@ fn sgd_on_the_compiled_joint_graph_follows_the_interpreter() {
     }
 }
 
-#[test]
-fn grad_command_prints_a_joint_graph_that_runs() {
-    let dir = std::env::temp_dir().join(format!("ferrite-grad-cli-{}", std::process::id()));
+/// `ferrite grad` on the MLP classifier written to a folder of its own (named after
+/// `folder` and this process), with `args` after the file; the folder and the output.
+fn grad_mlp(folder: &str, args: &[&str]) -> (std::path::PathBuf, std::process::Output) {
+    let dir = std::env::temp_dir().join(format!("{folder}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("mlp.fg");
     std::fs::write(&src, MLP).unwrap();
-    let out = ferrite(&[
-        "grad",
-        src.to_str().unwrap(),
-        "--wrt",
-        "w1,b1",
-        "--wrt",
-        "w2",
-    ]);
+    let mut all = vec!["grad", src.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = ferrite(&all);
+    (dir, out)
+}
+
+#[test]
+fn grad_command_prints_a_joint_graph_that_runs() {
+    let (dir, out) = grad_mlp("ferrite-grad-cli", &["--wrt", "w1,b1", "--wrt", "w2"]);
     assert!(out.status.success(), "{out:?}");
     let text = stdout(&out);
     assert!(
@@ -202,6 +204,7 @@ fn grad_command_prints_a_joint_graph_that_runs() {
     let check = ferrite(&["check", jf.to_str().unwrap()]);
     assert!(check.status.success(), "{check:?}");
     // Unknown names and a non-scalar loss are user errors (exit 1) that say so.
+    let src = dir.join("mlp.fg");
     let bad = ferrite(&["grad", src.to_str().unwrap(), "--wrt", "nope"]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no value named `nope`"));
@@ -822,17 +825,10 @@ fn partitioned_training_examples_compose_to_the_joint_graph_on_every_target() {
 
 #[test]
 fn grad_partition_prints_the_report_and_both_graphs() {
-    let dir = std::env::temp_dir().join(format!("ferrite-partition-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("mlp.fg");
-    std::fs::write(&src, MLP).unwrap();
-    let out = ferrite(&[
-        "grad",
-        src.to_str().unwrap(),
-        "--wrt",
-        "w1,b1,w2",
-        "--partition",
-    ]);
+    let (dir, out) = grad_mlp(
+        "ferrite-partition-cli",
+        &["--wrt", "w1,b1,w2", "--partition"],
+    );
     assert!(out.status.success(), "{out:?}");
     let text = stdout(&out);
     // The golden text of tests/filetests/partition/mlp_classifier.fg, after its separator.

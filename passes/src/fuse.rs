@@ -452,7 +452,7 @@ impl Fuser<'_, '_> {
     }
 
     /// [`Fuser::prefetch`] for the merged kernels a round will cost: the pairs that pass
-    /// the cheap refusals (size, stored pads, cycles) and are not decided yet.
+    /// the cheap refusals (size, cycles) and are not decided yet.
     fn prefetch_round(&mut self, pairs: &BTreeSet<(usize, usize, bool)>) {
         if self.threads < 2 {
             return;

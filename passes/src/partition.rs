@@ -198,7 +198,8 @@ fn count(n: usize, noun: &str) -> String {
 }
 
 /// Whether the backward may compute `op` again instead of the forward saving its
-/// result: cheap ops with no data-dependent reads (the module docs).
+/// result: cheap ops with no data-dependent reads (the module docs). Anything else (and
+/// any op added later) is saved, never recomputed.
 pub fn recomputable(op: &Op) -> bool {
     match op {
         Op::Unary(_)
@@ -206,36 +207,9 @@ pub fn recomputable(op: &Op) -> bool {
         | Op::Where
         | Op::Cast { .. }
         | Op::Clip { .. }
-        | Op::Reshape { .. }
-        | Op::Permute { .. }
-        | Op::Transpose { .. }
-        | Op::Expand { .. }
-        | Op::Squeeze { .. }
-        | Op::Unsqueeze { .. }
-        | Op::Slice { .. }
-        | Op::Concat { .. }
-        | Op::Pad { .. }
         | Op::Full { .. }
         | Op::Arange { .. } => true,
-        Op::Param { .. }
-        | Op::Literal { .. }
-        | Op::Constant(_)
-        | Op::Reduce { .. }
-        | Op::ArgReduce { .. }
-        | Op::Softmax { .. }
-        | Op::LogSoftmax { .. }
-        | Op::LayerNorm { .. }
-        | Op::RmsNorm { .. }
-        | Op::MatMul
-        | Op::IndexSelect { .. }
-        | Op::Gather { .. }
-        | Op::IndexAdd { .. }
-        | Op::EmbeddingBag { .. }
-        | Op::Conv { .. }
-        | Op::ConvTranspose { .. }
-        | Op::MaxPool { .. }
-        | Op::AvgPool { .. }
-        | Op::BatchNorm { .. } => false,
+        _ => op.is_movement(),
     }
 }
 

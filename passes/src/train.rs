@@ -593,34 +593,9 @@ impl Build<'_> {
             DType::F64
         };
         let keys = self.cast(indices, exact)?;
-        let col = self.add(
-            Op::Reshape {
-                shape: vec![n as i64, 1],
-            },
-            &[keys],
-        )?;
-        let row = self.add(
-            Op::Reshape {
-                shape: vec![1, n as i64],
-            },
-            &[keys],
-        )?;
-        let same = self.bin(B::Eq, col, row)?;
-        let positions = self.add(
-            Op::Arange {
-                start: 0.0,
-                end: n as f64,
-                step: 1.0,
-                dtype: exact,
-            },
-            &[],
-        )?;
-        let positions = self.add(
-            Op::Reshape {
-                shape: vec![1, n as i64],
-            },
-            &[positions],
-        )?;
+        let same = self.outer_eq(keys, n)?;
+        let positions = self.arange(n, exact)?;
+        let positions = self.reshape(positions, &[1, n])?;
         let none = self.lit(n as f64, exact)?;
         let candidates = self.add(Op::Where, &[same, positions, none])?;
         let first = self.add(
@@ -642,22 +617,9 @@ impl Build<'_> {
         )?;
         // The coalesced gradient, at each row's first lookup.
         let sums = self.add(Op::IndexAdd { axis: 0 }, &[zeros, first, rows])?;
-        let pos = self.add(
-            Op::Arange {
-                start: 0.0,
-                end: n as f64,
-                step: 1.0,
-                dtype: DType::I64,
-            },
-            &[],
-        )?;
+        let pos = self.arange(n, DType::I64)?;
         let is_first = self.bin(B::Eq, first, pos)?;
-        let is_first = self.add(
-            Op::Reshape {
-                shape: vec![n as i64, 1],
-            },
-            &[is_first],
-        )?;
+        let is_first = self.reshape(is_first, &[n, 1])?;
         let neg_zero = self.lit(-0.0, dt)?;
         // `base` with `delta` added at each distinct row once: `-0.0` elsewhere.
         let apply = |b: &mut Build, base: ValueId, delta: ValueId| -> Result<ValueId> {
@@ -832,6 +794,29 @@ impl Build<'_> {
         }
         self.g.add(Op::Cast { to }, &[x], None).map_err(ir)
     }
+
+    fn reshape(&mut self, x: ValueId, shape: &[usize]) -> Result<ValueId> {
+        let shape = shape.iter().map(|&d| d as i64).collect();
+        self.add(Op::Reshape { shape }, &[x])
+    }
+
+    /// `0, 1, .., n - 1` as `dtype`.
+    fn arange(&mut self, n: usize, dtype: DType) -> Result<ValueId> {
+        let op = Op::Arange {
+            start: 0.0,
+            end: n as f64,
+            step: 1.0,
+            dtype,
+        };
+        self.add(op, &[])
+    }
+
+    /// `x[:, None] == x[None, :]` for a vector `x` of `n` elements: `[n, n]` booleans.
+    fn outer_eq(&mut self, x: ValueId, n: usize) -> Result<ValueId> {
+        let col = self.reshape(x, &[n, 1])?;
+        let row = self.reshape(x, &[1, n])?;
+        self.bin(B::Eq, col, row)
+    }
 }
 
 /// The most Newton steps an inverse root may take: each is four matmuls per block.
@@ -900,28 +885,8 @@ pub fn inverse_fourth_root(
     let (k, dt) = (ty.shape[r - 1], ty.dtype);
     let mut b = Build { g };
     // The identity, `arange(k)[:, None] == arange(k)[None, :]`.
-    let iota = b.add(
-        Op::Arange {
-            start: 0.0,
-            end: k as f64,
-            step: 1.0,
-            dtype: DType::I64,
-        },
-        &[],
-    )?;
-    let col = b.add(
-        Op::Reshape {
-            shape: vec![k as i64, 1],
-        },
-        &[iota],
-    )?;
-    let row = b.add(
-        Op::Reshape {
-            shape: vec![1, k as i64],
-        },
-        &[iota],
-    )?;
-    let eye = b.bin(B::Eq, col, row)?;
+    let iota = b.arange(k, DType::I64)?;
+    let eye = b.outer_eq(iota, k)?;
     let eye = b.cast(eye, dt)?;
     let eps_eye = b.bin_s(B::Mul, eye, eps)?;
     let a = b.bin(B::Add, a, eps_eye)?;

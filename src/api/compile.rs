@@ -248,12 +248,10 @@ impl Options {
         p.optimize.enabled = self.optimize;
         p.schedule.fuse = self.fuse;
         // The passes spread their work over as many threads as the code will run on (as
-        // the CPU backend compiles its functions), at most one a core.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // the CPU backend compiles its functions; `parallel_map` uses one a core at most).
         p.threads = self
             .threads
-            .unwrap_or_else(ferrite_cpu::default_thread_count)
-            .min(cores);
+            .unwrap_or_else(ferrite_cpu::default_thread_count);
         p.texts = self.dump.is_some();
         p
     }

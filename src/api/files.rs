@@ -147,7 +147,7 @@ impl InputFile {
     fn read_parallel(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
         let threads = ferrite_cpu::default_thread_count()
-            .min(std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .min(ferrite_ir::parallel::cores())
             .min(dst.len() / PARALLEL_READ_PART)
             .max(1);
         let part = dst.len().div_ceil(threads);

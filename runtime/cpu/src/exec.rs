@@ -355,8 +355,7 @@ impl CpuProgram {
         // The functions are built and verified on the compile's threads, then defined in
         // order (each queued for the background compilers as it is).
         let isa = jit.shared_isa();
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let emitted = parallel_map(generated.len(), opts.threads.min(cores), |i| {
+        let emitted = parallel_map(generated.len(), opts.threads, |i| {
             let (source, k, schedule) = generated[i];
             let fname = format!("k{source}_{}", sanitize(&program.kernels[source].name));
             let (func, info) = emit::function(&*isa, &fname, &buffers, k, schedule)?;
@@ -382,7 +381,7 @@ impl CpuProgram {
             .collect();
         constant_operands.sort_unstable();
         constant_operands.dedup();
-        let scanned = parallel_map(constant_operands.len(), opts.threads.min(cores), |i| {
+        let scanned = parallel_map(constant_operands.len(), opts.threads, |i| {
             program
                 .constants
                 .get(constant_operands[i])

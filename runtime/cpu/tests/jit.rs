@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::thread;
 
 use cranelift_codegen::ir::{types, InstBuilder};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use ferrite_cpu::kernels::define_elementwise_f32;
 use ferrite_cpu::{
     BinaryKernel, Jit, JitCode, JitError, JitOptions, KernelError, OptLevel, UnaryKernel,
@@ -11,19 +12,29 @@ use ferrite_cpu::{
 
 fn assert_send_sync<T: Send + Sync>() {}
 
+/// The body of `(a: i64, b: i64) -> i64 { a * b + c }`.
+fn mul_add_body(b: &mut FunctionBuilder<'_>, c: i64) {
+    let block = b.create_block();
+    b.append_block_params_for_function_params(block);
+    b.switch_to_block(block);
+    let (x, y) = (b.block_params(block)[0], b.block_params(block)[1]);
+    let p = b.ins().imul(x, y);
+    let r = b.ins().iadd_imm_s(p, c);
+    b.ins().return_(&[r]);
+}
+
+/// A body that returns an f32 from a function declared to return i64.
+fn wrong_return_body(b: &mut FunctionBuilder<'_>) {
+    let block = b.create_block();
+    b.append_block_params_for_function_params(block);
+    b.switch_to_block(block);
+    let v = b.ins().f32const(1.0);
+    b.ins().return_(&[v]);
+}
+
 /// Defines `name(a: i64, b: i64) -> i64 { a * b + 7 }`.
 fn define_mul_add(jit: &mut Jit, name: &str) {
-    let sig = jit.signature(&[types::I64, types::I64], &[types::I64]);
-    jit.define_with(name, sig, |b| {
-        let block = b.create_block();
-        b.append_block_params_for_function_params(block);
-        b.switch_to_block(block);
-        let (x, y) = (b.block_params(block)[0], b.block_params(block)[1]);
-        let p = b.ins().imul(x, y);
-        let r = b.ins().iadd_imm_s(p, 7);
-        b.ins().return_(&[r]);
-    })
-    .expect("valid function");
+    define_mul_add_c(jit, name, 7);
 }
 
 fn call_mul_add(code: &JitCode, name: &str, x: i64, y: i64) -> i64 {
@@ -63,13 +74,7 @@ fn verifier_errors_are_values_naming_the_function() {
     let sig = jit.signature(&[types::I64], &[types::I64]);
     // Returns an f32 from a function declared to return i64.
     let err = jit
-        .define_with("broken", sig, |b| {
-            let block = b.create_block();
-            b.append_block_params_for_function_params(block);
-            b.switch_to_block(block);
-            let v = b.ins().f32const(1.0);
-            b.ins().return_(&[v]);
-        })
+        .define_with("broken", sig, wrong_return_body)
         .unwrap_err();
     match &err {
         JitError::Verifier { name, errors } => {
@@ -230,16 +235,8 @@ fn elementwise_kernels_for_every_length_and_unroll() {
 /// Defines `name(a: i64, b: i64) -> i64 { a * b + c }`.
 fn define_mul_add_c(jit: &mut Jit, name: &str, c: i64) {
     let sig = jit.signature(&[types::I64, types::I64], &[types::I64]);
-    jit.define_with(name, sig, |b| {
-        let block = b.create_block();
-        b.append_block_params_for_function_params(block);
-        b.switch_to_block(block);
-        let (x, y) = (b.block_params(block)[0], b.block_params(block)[1]);
-        let p = b.ins().imul(x, y);
-        let r = b.ins().iadd_imm_s(p, c);
-        b.ins().return_(&[r]);
-    })
-    .expect("valid function");
+    jit.define_with(name, sig, |b| mul_add_body(b, c))
+        .expect("valid function");
 }
 
 #[test]
@@ -419,25 +416,21 @@ fn a_module_dropped_while_its_functions_compile_lets_its_workers_go() {
     assert_eq!(call_mul_add(&code, "after", 2, 3), 9_406);
 }
 
-/// Builds `name(a: i64, b: i64) -> i64 { a * b + c }` without a module, for `isa`.
-fn build_mul_add(
+/// Builds the function `name` with `params -> returns` and `body` without a module, for
+/// `isa`.
+fn build_for(
     isa: &dyn cranelift_codegen::isa::TargetIsa,
     name: &str,
-    c: i64,
+    params: &[cranelift_codegen::ir::Type],
+    returns: &[cranelift_codegen::ir::Type],
+    body: impl FnOnce(&mut FunctionBuilder<'_>),
 ) -> cranelift_codegen::ir::Function {
     use cranelift_codegen::ir::{Function, UserFuncName};
-    use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
-    let sig = ferrite_cpu::jit::signature(isa, &[types::I64, types::I64], &[types::I64]);
+    let sig = ferrite_cpu::jit::signature(isa, params, returns);
     let mut func = Function::with_name_signature(UserFuncName::testcase(name), sig);
     let mut ctx = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut func, &mut ctx);
-    let block = b.create_block();
-    b.append_block_params_for_function_params(block);
-    b.switch_to_block(block);
-    let (x, y) = (b.block_params(block)[0], b.block_params(block)[1]);
-    let p = b.ins().imul(x, y);
-    let r = b.ins().iadd_imm_s(p, c);
-    b.ins().return_(&[r]);
+    body(&mut b);
     b.seal_all_blocks();
     b.finalize(isa.frontend_config());
     func
@@ -459,7 +452,8 @@ fn functions_built_and_verified_on_other_threads_are_defined() {
                 let isa = &isa;
                 s.spawn(move || {
                     let name = format!("f{c}");
-                    let f = build_mul_add(&**isa, &name, c);
+                    let i64s = [types::I64, types::I64];
+                    let f = build_for(&**isa, &name, &i64s, &i64s[..1], |b| mul_add_body(b, c));
                     (
                         name,
                         ferrite_cpu::jit::verify(&**isa, "f", f).expect("valid"),
@@ -472,22 +466,13 @@ fn functions_built_and_verified_on_other_threads_are_defined() {
     for (name, f) in verified {
         jit.define_verified(&name, f).expect("defined");
     }
-    let sig = ferrite_cpu::jit::signature(&*isa, &[types::I64], &[types::I64]);
-    let mut broken = cranelift_codegen::ir::Function::with_name_signature(
-        cranelift_codegen::ir::UserFuncName::testcase("broken"),
-        sig,
+    let broken = build_for(
+        &*isa,
+        "broken",
+        &[types::I64],
+        &[types::I64],
+        wrong_return_body,
     );
-    {
-        let mut ctx = cranelift_frontend::FunctionBuilderContext::new();
-        let mut b = cranelift_frontend::FunctionBuilder::new(&mut broken, &mut ctx);
-        let block = b.create_block();
-        b.append_block_params_for_function_params(block);
-        b.switch_to_block(block);
-        let v = b.ins().f32const(1.0);
-        b.ins().return_(&[v]);
-        b.seal_all_blocks();
-        b.finalize(isa.frontend_config());
-    }
     assert!(matches!(
         ferrite_cpu::jit::verify(&*isa, "broken", broken),
         Err(JitError::Verifier { name, .. }) if name == "broken"
