@@ -247,12 +247,195 @@ fn offsets_pytorch_rejects_stop_the_run() {
     let xs = [t.clone(), i.clone(), i64s(&[0, 2, 2, 5])];
     assert!(run(&g, &Options::default().target(Target::Interp), &xs).is_err());
     assert!(run(&g, &Options::default().target(Target::Cpu), &xs).is_err());
-    // Max mode is the interpreter's only, and says so.
+    // Max mode checks its offsets too.
     let g = bag_graph("max", false, "", 6, 4);
-    let e = compile_ir(&g, &Options::default().target(Target::Cpu))
-        .err()
-        .unwrap();
-    assert!(!e.is_internal() && e.to_string().contains("max"), "{e}");
+    for (label, opts) in targets() {
+        let e = run(&g, &opts, &[t.clone(), i.clone(), i64s(&[1, 2, 2, 5])])
+            .err()
+            .unwrap_or_else(|| panic!("{label}: no error"));
+        assert!(!e.is_internal(), "{label}: {e}");
+    }
+}
+
+#[test]
+fn embedding_bag_max_mode_runs_on_every_target() {
+    let i = i64s(&[1, 2, 4, 5, 0, 2, 2, 3, 5]);
+    let o = i64s(&[0, 2, 2, 5, 8]);
+    for extra in ["", ", padding_idx=2", ", padding_idx=-1"] {
+        let g = bag_graph("max", false, extra, 9, 5);
+        agree(&g, &[f32s(&[6, 4], 3), i.clone(), o.clone()], true, 0.0);
+    }
+    // A bag of padding rows only is empty: 0, as in PyTorch.
+    let g = bag_graph("max", false, ", padding_idx=2", 9, 5);
+    let t = Tensor::from_vec(&[6, 4], (0..24).map(|k| -(k as f32) - 1.0).collect()).unwrap();
+    let only_pad = i64s(&[2, 2, 4, 5, 0, 2, 2, 3, 5]);
+    let y = interp(&g, &[t.clone(), only_pad.clone(), o.clone()])[0].to_f64_vec();
+    assert_eq!(&y[0..4], &[0.0; 4][..]);
+    // Negative rows: the maximum, not 0, in a bag with rows.
+    assert_eq!(&y[8..12], &[-1.0, -2.0, -3.0, -4.0][..]);
+    agree(&g, &[t, only_pad, o.clone()], true, 0.0);
+    let g = bag_graph("max", false, ", include_last_offset=true", 9, 5);
+    agree(
+        &g,
+        &[f32s(&[6, 4], 3), i.clone(), i64s(&[0, 2, 2, 5, 9])],
+        true,
+        0.0,
+    );
+}
+
+fn index_reduce_graph(dtype: &str, reduce: &str, include_self: bool) -> Graph {
+    let src = format!(
+        "graph ir(base: {dtype}[5, 3], idx: i64[7], src: {dtype}[7, 3]) -> {dtype}[5, 3] {{\n  y = index_reduce(base, idx, src, axis=0, reduce=\"{reduce}\", include_self={include_self})\n  return y\n}}\n"
+    );
+    parse("ir.fg", &src).unwrap_or_else(|e| panic!("{e}\n{src}"))
+}
+
+#[test]
+fn index_reduce_follows_pytorch_by_hand_and_agrees_on_every_target() {
+    let base = Tensor::from_vec(&[5, 3], (0..15).map(|v| v as f32).collect()).unwrap();
+    let src = Tensor::from_vec(
+        &[7, 3],
+        (0..21).map(|v| ((v * 7) % 11) as f32 - 5.0).collect(),
+    )
+    .unwrap();
+    let idx = i64s(&[4, 0, 4, 2, 0, 4, 1]);
+    let by_hand = |reduce: &str, include_self: bool| -> Vec<f64> {
+        let (b, s) = (base.to_f64_vec(), src.to_f64_vec());
+        let mut out = b.clone();
+        let ix = [4usize, 0, 4, 2, 0, 4, 1];
+        for r in 0..5 {
+            let picked: Vec<usize> = (0..7).filter(|&j| ix[j] == r).collect();
+            if picked.is_empty() {
+                continue;
+            }
+            for c in 0..3 {
+                let mut vals: Vec<f64> = picked.iter().map(|&j| s[j * 3 + c]).collect();
+                if include_self {
+                    vals.insert(0, b[r * 3 + c]);
+                }
+                out[r * 3 + c] = match reduce {
+                    "prod" => vals.iter().product(),
+                    "mean" => vals.iter().sum::<f64>() / vals.len() as f64,
+                    "amax" => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+                    _ => vals.iter().cloned().fold(f64::INFINITY, f64::min),
+                };
+            }
+        }
+        out
+    };
+    for reduce in ["prod", "mean", "amax", "amin"] {
+        for include_self in [true, false] {
+            let g = index_reduce_graph("f32", reduce, include_self);
+            let xs = [base.clone(), idx.clone(), src.clone()];
+            let y = interp(&g, &xs)[0].to_f64_vec();
+            let want = by_hand(reduce, include_self);
+            for (k, (a, b)) in y.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                    "{reduce} include_self={include_self} element {k}: {a} against {b}"
+                );
+            }
+            agree(&g, &xs, true, 0.0);
+        }
+    }
+    // Integers: mean rounds down (PyTorch's floor division), extremes are identities.
+    let ibase = Tensor::from_vec(&[5, 3], (0..15i32).map(|v| v - 7).collect()).unwrap();
+    let isrc = Tensor::from_vec(
+        &[7, 3],
+        (0..21).map(|v| (v * 5) % 9 - 4).collect::<Vec<i32>>(),
+    )
+    .unwrap();
+    for reduce in ["prod", "mean", "amax", "amin"] {
+        for include_self in [true, false] {
+            let g = index_reduce_graph("i32", reduce, include_self);
+            agree(&g, &[ibase.clone(), idx.clone(), isrc.clone()], true, 0.0);
+        }
+    }
+    let g = index_reduce_graph("i32", "mean", true);
+    let y = interp(&g, &[ibase.clone(), idx.clone(), isrc.clone()])[0].to_f64_vec();
+    // Row 1: base -4 and source row 6's first element 54 % 9 - 4 = -4: mean -4; row 2
+    // column 0: base -1 and source row 3's 45 % 9 - 4 = -4: floor(-5 / 2) = -3.
+    assert_eq!(y[3], -4.0);
+    assert_eq!(y[6], -3.0);
+    // NaN wins a maximum and a minimum, as `maximum`/`minimum` say.
+    let mut s = src.to_f64_vec();
+    s[0] = f64::NAN;
+    let nan_src = Tensor::from_f64(src.ty(), &s).unwrap();
+    for reduce in ["amax", "amin"] {
+        let g = index_reduce_graph("f32", reduce, true);
+        let xs = [base.clone(), idx.clone(), nan_src.clone()];
+        assert!(interp(&g, &xs)[0].to_f64_vec()[12].is_nan());
+        agree(&g, &xs, true, 0.0);
+    }
+    // An index out of range is a located run-time error, never a wild write.
+    let g = index_reduce_graph("f32", "amax", false);
+    let xs = [base.clone(), i64s(&[4, 0, 5, 2, 0, 4, 1]), src.clone()];
+    for (label, opts) in targets() {
+        let e = run(&g, &opts, &xs)
+            .err()
+            .unwrap_or_else(|| panic!("{label}: no error"));
+        assert!(
+            !e.is_internal() && e.to_string().contains("index"),
+            "{label}: {e}"
+        );
+    }
+}
+
+#[test]
+fn index_reduce_gradients_split_ties_as_pytorch_does() {
+    // loss = sum(index_reduce(base, idx, src) * weights), f64.
+    for (reduce, include_self) in [
+        ("amax", true),
+        ("amin", false),
+        ("amax", false),
+        ("mean", true),
+    ] {
+        let src = format!(
+            "graph l(base: f64[4, 2], src: f64[5, 2], w: f64[4, 2]) -> f64[] {{\n  y = index_reduce(base, constant(values=[3, 0, 3, 1, 0], dtype=i64, shape=[5]), src, axis=0, reduce=\"{reduce}\", include_self={include_self})\n  l = sum(mul(y, w))\n  return l\n}}\n"
+        );
+        let g = parse("l.fg", &src).unwrap();
+        let wrt: Vec<_> = g.params[..2].to_vec();
+        let joint = grad(&g, 0, &wrt).unwrap();
+        let f64s = |shape: &[usize], seed: u64| {
+            let ty = ferrite::TensorType::new(ferrite::DType::F64, shape.to_vec()).unwrap();
+            Tensor::random(&ty, seed).unwrap()
+        };
+        // Distinct values: a finite difference sees the same winner on both sides.
+        let xs = [f64s(&[4, 2], 1), f64s(&[5, 2], 2), f64s(&[4, 2], 3)];
+        let got = interp(&joint, &xs);
+        for which in 0..2 {
+            let fd = finite_difference(&g, &xs, which);
+            let an = got[1 + which].to_f64_vec();
+            for (k, (a, b)) in an.iter().zip(&fd).enumerate() {
+                assert!(
+                    (a - b).abs() < 1e-6,
+                    "{reduce} include_self={include_self} operand {which} element {k}: {a} against {b}"
+                );
+            }
+        }
+        agree(&joint, &xs, false, 1e-12);
+    }
+    // A tie between the base and two sources: each gets a third (PyTorch's rule).
+    let g = parse(
+        "t.fg",
+        "graph t(base: f64[1, 1], src: f64[2, 1]) -> f64[] {
+  y = index_reduce(base, constant(values=[0, 0], dtype=i64, shape=[2]), src, axis=0, reduce=\"amax\")
+  l = sum(y)
+  return l
+}
+",
+    )
+    .unwrap();
+    let joint = grad(&g, 0, &g.params.clone()).unwrap();
+    let one = |n: usize| Tensor::from_vec(&[n, 1], vec![2.0f64; n]).unwrap();
+    let got = interp(&joint, &[one(1), one(2)]);
+    assert_eq!(got[1].to_f64_vec(), vec![1.0 / 3.0]);
+    assert_eq!(got[2].to_f64_vec(), vec![1.0 / 3.0; 2]);
+    // prod has no rule, and says so.
+    let src = "graph p(base: f32[5, 3], idx: i64[7], src: f32[7, 3]) -> f32[] {\n  l = sum(index_reduce(base, idx, src, axis=0, reduce=\"prod\"))\n  return l\n}\n";
+    let g = parse("p.fg", src).unwrap();
+    let e = grad(&g, 0, &[g.params[0]]).err().unwrap().to_string();
+    assert!(e.contains("prod"), "{e}");
 }
 
 /// `d loss / d x` by central differences in f64 on the interpreter.
@@ -295,6 +478,8 @@ fn embedding_bag_gradients_match_finite_differences_and_sparse_rows_sum_to_the_d
         ("sum", true, ", padding_idx=2"),
         ("mean", false, ""),
         ("mean", false, ", padding_idx=5"),
+        ("max", false, ""),
+        ("max", false, ", padding_idx=2"),
     ] {
         let src = f64_bag_loss(mode, weights, extra);
         let g = parse("bag.fg", &src).unwrap();
@@ -324,6 +509,10 @@ fn embedding_bag_gradients_match_finite_differences_and_sparse_rows_sum_to_the_d
                     "weight {k}: {a} vs {b}"
                 );
             }
+        }
+        if mode == "max" {
+            // The backward's scatter-min and scatter-max compile on every target.
+            agree(&j, &xs, false, 1e-12);
         }
         // The row-sparse form: (indices, rows), which index_add back to the dense gradient.
         let (js, forms) = grad_sparse(&g, 0, &wrt, &[g.params[0]]).unwrap();

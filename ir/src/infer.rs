@@ -403,7 +403,7 @@ pub fn infer_dims<D: Dim>(
             }
             TensorType::checked(x.dtype, shape)?
         }
-        Op::IndexAdd { .. } | Op::EmbeddingBag { .. } => {
+        Op::IndexAdd { .. } | Op::IndexReduce { .. } | Op::EmbeddingBag { .. } => {
             D::with_numbers(name, inputs, &|inputs| bag_type(op, inputs))?
         }
         Op::Full {
@@ -518,19 +518,19 @@ pub fn infer_dims<D: Dim>(
     Ok(ty)
 }
 
-/// The typing rules of `index_add` and `embedding_bag`, over concrete shapes.
+/// The typing rules of `index_add`, `index_reduce` and `embedding_bag`, over concrete shapes.
 fn bag_type(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
     let name = op.name();
     Ok(match op {
-        Op::IndexAdd { axis } => {
+        Op::IndexAdd { axis } | Op::IndexReduce { axis, .. } => {
             let (base, idx, src) = (inputs[0], inputs[1], inputs[2]);
             index_dtype(name, idx)?;
             if base.dtype == DType::Bool {
-                return Err(TypeError::new("index_add: the base cannot be bool"));
+                return Err(TypeError::new(format!("{name}: the base cannot be bool")));
             }
             if base.rank() == 0 || idx.rank() != 1 {
                 return Err(TypeError::new(format!(
-                    "index_add needs a base of rank >= 1 and a 1-D index, not {} and {}",
+                    "{name} needs a base of rank >= 1 and a 1-D index, not {} and {}",
                     ShapeDisplay(&base.shape),
                     ShapeDisplay(&idx.shape)
                 )));
@@ -540,7 +540,7 @@ fn bag_type(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             want[a] = idx.shape[0];
             if src.dtype != base.dtype || src.shape != want {
                 return Err(TypeError::new(format!(
-                    "index_add: the source must be {} {} (the base's with the index's length on axis {a}), not {} {}",
+                    "{name}: the source must be {} {} (the base's with the index's length on axis {a}), not {} {}",
                     base.dtype,
                     ShapeDisplay(&want),
                     src.dtype,

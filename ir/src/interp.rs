@@ -227,6 +227,11 @@ fn dispatch(op: &Op, x: &[&Tensor], out: &TensorType) -> Result<Tensor> {
         Op::IndexSelect { axis } => movement::index_select(*axis, x[0], x[1], out),
         Op::Gather { axis } => movement::gather(*axis, x[0], x[1], out),
         Op::IndexAdd { axis } => bag::index_add(*axis, x[0], x[1], x[2], out),
+        Op::IndexReduce {
+            axis,
+            reduce,
+            include_self,
+        } => bag::index_reduce(*axis, *reduce, *include_self, x[0], x[1], x[2], out),
         Op::EmbeddingBag {
             mode,
             include_last_offset,

@@ -31,7 +31,8 @@ pub use error::{Error, Result, TypeError};
 pub use graph::{check_declared_outputs, is_valid_name, verify, Graph, Node, ValueId};
 pub use interp::interpret;
 pub use op::{
-    ArgReduceOp, AttrError, AttrValue, BagMode, BinaryOp, Op, OpSpec, ReduceOp, Scalar, UnaryOp,
+    ArgReduceOp, AttrError, AttrValue, BagMode, BinaryOp, IndexReduceOp, Op, OpSpec, ReduceOp,
+    Scalar, UnaryOp,
 };
 pub use tensor::{i128_to_f64_round_odd, round_to_dtype, Data, Mismatch, SplitMix64, Tensor};
 pub use text::{parse, parse_bytes, print, Diagnostic};

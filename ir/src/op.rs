@@ -127,6 +127,41 @@ impl UnaryOp {
     }
 }
 
+/// How `index_reduce` combines the slices an index sends to the same place.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum IndexReduceOp {
+    /// Their product.
+    Prod,
+    /// Their mean (a composite: `decompose` writes it with `index_add`s).
+    Mean,
+    /// Their maximum (NaN wins).
+    Amax,
+    /// Their minimum (NaN wins).
+    Amin,
+}
+
+impl IndexReduceOp {
+    /// The `reduce` attribute's value (PyTorch's names).
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexReduceOp::Prod => "prod",
+            IndexReduceOp::Mean => "mean",
+            IndexReduceOp::Amax => "amax",
+            IndexReduceOp::Amin => "amin",
+        }
+    }
+
+    /// The elementwise op that combines two values (`None` for `mean`, a composite).
+    pub fn combine(self) -> Option<BinaryOp> {
+        match self {
+            IndexReduceOp::Prod => Some(BinaryOp::Mul),
+            IndexReduceOp::Mean => None,
+            IndexReduceOp::Amax => Some(BinaryOp::Maximum),
+            IndexReduceOp::Amin => Some(BinaryOp::Minimum),
+        }
+    }
+}
+
 /// How `embedding_bag` combines the rows of a bag.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum BagMode {
@@ -526,6 +561,21 @@ pub enum Op {
         /// Axis as written.
         axis: i64,
     },
+    /// `index_reduce(base, index, source, axis=, reduce=, include_self=true)`: PyTorch's
+    /// `index_reduce` as a new tensor: slice `index[j]` of the result along `axis` is
+    /// reduced (`reduce`: `prod`, `mean`, `amax`, `amin`) with slice `j` of `source`, for
+    /// every `j` in order; with `include_self` false the base's values at indexed slices
+    /// are left out (slices no index picks keep the base's). `amax`/`amin` propagate NaN
+    /// (as `maximum`/`minimum`); `mean` of integers rounds down, as PyTorch does.
+    /// Operands as for `index_add`; out-of-range indices are an error.
+    IndexReduce {
+        /// Axis as written.
+        axis: i64,
+        /// How the slices combine.
+        reduce: IndexReduceOp,
+        /// Whether the base's values at indexed slices take part.
+        include_self: bool,
+    },
     /// `embedding_bag(table, indices, offsets[, per_sample_weights], mode="sum",
     /// include_last_offset=false, padding_idx=)`: PyTorch's `embedding_bag` over a 2-D
     /// `table`, 1-D `indices` and 1-D `offsets` (composite: `decompose` makes it
@@ -668,6 +718,7 @@ impl Op {
             Op::IndexSelect { .. } => Kind::IndexSelect,
             Op::Gather { .. } => Kind::Gather,
             Op::IndexAdd { .. } => Kind::IndexAdd,
+            Op::IndexReduce { .. } => Kind::IndexReduce,
             Op::EmbeddingBag { .. } => Kind::EmbeddingBag,
             Op::Full { .. } => Kind::Full,
             Op::Arange { .. } => Kind::Arange,

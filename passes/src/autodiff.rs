@@ -178,6 +178,7 @@ fn has_rule(op: &Op) -> bool {
         | Op::Full { .. }
         | Op::Arange { .. }
         | Op::Constant(_) => true,
+        Op::IndexReduce { reduce, .. } => *reduce != ferrite_ir::IndexReduceOp::Mean,
         Op::Conv { .. }
         | Op::ConvTranspose { .. }
         | Op::MaxPool { .. }
@@ -1181,21 +1182,80 @@ impl<'g> Backward<'g> {
                 }
                 Ok(())
             }
+            Op::IndexReduce {
+                axis,
+                reduce,
+                include_self,
+            } => self.index_reduce(*axis, *reduce, *include_self, v, &xs, d),
             Op::EmbeddingBag { .. } => self.embedding_bag(&node.op, &xs, d),
         }
+    }
+
+    /// `index_reduce`'s rule for `amax`/`amin` (PyTorch's): the cotangent of each result
+    /// element is split evenly among the values equal to it, the base's (when it took
+    /// part) and the sources sent there. `prod` has no rule (its zeros need exclusive
+    /// products); `mean` is differentiated through its decomposition.
+    fn index_reduce(
+        &mut self,
+        axis: i64,
+        reduce: ferrite_ir::IndexReduceOp,
+        include_self: bool,
+        v: ValueId,
+        xs: &[ValueId],
+        d: ValueId,
+    ) -> Result<()> {
+        use ferrite_ir::IndexReduceOp as R;
+        if !matches!(reduce, R::Amax | R::Amin) {
+            return Err(Error::InvalidGraph(format!(
+                "index_reduce with reduce=\"{}\" has no gradient rule",
+                reduce.name()
+            )));
+        }
+        let (base, idx, src) = (xs[0], xs[1], xs[2]);
+        if !self.wants(base) && !self.wants(src) {
+            return Ok(());
+        }
+        let dt = self.ty(v).dtype;
+        let picked = self.add(Op::IndexSelect { axis }, &[v, idx])?;
+        let src_is = self.bin(B::Eq, src, picked)?;
+        let src_is = self.cast(src_is, dt)?;
+        let self_is = self.bin(B::Eq, base, v)?;
+        let mut self_is = self.cast(self_is, dt)?;
+        if !include_self {
+            // The base's value took part only where no index points.
+            let zeros = self.full(&self.shape(base), 0.0, dt)?;
+            let ones = self.full(&self.shape(src), 1.0, dt)?;
+            let hits = self.add(Op::IndexAdd { axis }, &[zeros, idx, ones])?;
+            let zero = self.lit(0.0, dt)?;
+            let untouched = self.bin(B::Eq, hits, zero)?;
+            let untouched = self.cast(untouched, dt)?;
+            self_is = self.mul(self_is, untouched)?;
+        }
+        let ties = self.add(Op::IndexAdd { axis }, &[self_is, idx, src_is])?;
+        let share = self.bin(B::Div, d, ties)?;
+        if self.wants(base) {
+            let db = self.mul(self_is, share)?;
+            self.accumulate(base, db)?;
+        }
+        if self.wants(src) {
+            let ds = self.add(Op::IndexSelect { axis }, &[share, idx])?;
+            let ds = self.mul(src_is, ds)?;
+            self.accumulate(src, ds)?;
+        }
+        Ok(())
     }
 
     /// `embedding_bag`'s rule: each lookup's row gets its bag's cotangent, times its
     /// factor (weight, padding mask, 1/count), added into the table by `index_add`, or
     /// kept as (indices, rows) for a row-sparse table; each weight gets the dot product
-    /// of its bag's cotangent with its row.
+    /// of its bag's cotangent with its row. In max mode each element of a bag's
+    /// cotangent goes to the first lookup whose row attains the maximum there (PyTorch's
+    /// rule), found by an `index_reduce(amin)` of the positions that attain it.
     fn embedding_bag(&mut self, op: &Op, xs: &[ValueId], d: ValueId) -> Result<()> {
         use crate::decompose::bag::{bag_parts, BagAttrs};
         let attrs = BagAttrs::of(op).ok_or_else(|| Error::internal("not an embedding_bag"))?;
         if attrs.mode == ferrite_ir::BagMode::Max {
-            return Err(Error::InvalidGraph(
-                "embedding_bag with mode=\"max\" has no gradient rule yet".into(),
-            ));
+            return self.embedding_bag_max(attrs, xs, d);
         }
         let (table, idx) = (xs[0], xs[1]);
         let weights = xs.get(3).copied().filter(|&w| self.wants(w));
@@ -1233,6 +1293,13 @@ impl<'g> Backward<'g> {
             let c = self.reshape(c, &[n, 1])?;
             rows = self.bin(B::Div, rows, c)?;
         }
+        self.table_cotangent(table, idx, rows)
+    }
+
+    /// The table's cotangent from each lookup's row of it: kept as (indices, rows) for a
+    /// row-sparse table, else added into zeros by `index_add`.
+    fn table_cotangent(&mut self, table: ValueId, idx: ValueId, rows: ValueId) -> Result<()> {
+        let tt = self.ty(table);
         let rows = self.cast(rows, tt.dtype)?;
         if self.row_sparse.contains(&table) {
             let iv = self.cast(idx, DType::I64)?;
@@ -1242,6 +1309,57 @@ impl<'g> Backward<'g> {
         let zero = self.full(&tt.shape, 0.0, tt.dtype)?;
         let dx = self.add(Op::IndexAdd { axis: 0 }, &[zero, idx, rows])?;
         self.accumulate(table, dx)
+    }
+
+    /// `embedding_bag(mode="max")`'s rule (see [`Backward::embedding_bag`]).
+    fn embedding_bag_max(
+        &mut self,
+        attrs: crate::decompose::bag::BagAttrs,
+        xs: &[ValueId],
+        d: ValueId,
+    ) -> Result<()> {
+        use crate::decompose::bag::{bag_parts, max_segments};
+        use ferrite_ir::IndexReduceOp;
+        let (table, idx) = (xs[0], xs[1]);
+        if !self.wants(table) {
+            return Ok(());
+        }
+        let tt = self.ty(table);
+        let parts = bag_parts(self.g, attrs, xs).map_err(ir("grad"))?;
+        let seg = max_segments(self.g, attrs, &parts, idx, tt.shape[0]).map_err(ir("grad"))?;
+        // Padding rows go to a bag past the real ones, whose cotangent is 0.
+        let bags = parts.bags + usize::from(attrs.padding_idx.is_some());
+        let (n, dim) = (self.shape(idx)[0], tt.shape[1]);
+        let rows = self.add(Op::IndexSelect { axis: 0 }, &[table, idx])?;
+        let rows = self.cast(rows, parts.compute)?;
+        let reduce = |reduce| Op::IndexReduce {
+            axis: 0,
+            reduce,
+            include_self: reduce == IndexReduceOp::Amin,
+        };
+        let zeros = self.full(&[bags, dim], 0.0, parts.compute)?;
+        let maxes = self.add(reduce(IndexReduceOp::Amax), &[zeros, seg, rows])?;
+        let best = self.add(Op::IndexSelect { axis: 0 }, &[maxes, seg])?;
+        let attains = self.bin(B::Eq, rows, best)?;
+        let pos = self.iota(n)?;
+        let pos = self.reshape(pos, &[n, 1])?;
+        let none = self.int(n as i64)?;
+        let cand = self.select(attains, pos, none)?;
+        let start = self.full(&[bags, dim], n as f64, DType::I64)?;
+        let first = self.add(reduce(IndexReduceOp::Amin), &[start, seg, cand])?;
+        let first = self.add(Op::IndexSelect { axis: 0 }, &[first, seg])?;
+        let is_first = self.bin(B::Eq, cand, first)?;
+        // A NaN attains nothing: no row of its bag gets that element.
+        let is_first = self.bin(B::And, is_first, attains)?;
+        let mut dc = self.cast(d, parts.compute)?;
+        if bags > parts.bags {
+            let pad = self.full(&[1, dim], 0.0, parts.compute)?;
+            dc = self.add(Op::Concat { axis: 0 }, &[dc, pad])?;
+        }
+        let per_lookup = self.add(Op::IndexSelect { axis: 0 }, &[dc, seg])?;
+        let zero = self.lit(0.0, parts.compute)?;
+        let rows = self.select(is_first, per_lookup, zero)?;
+        self.table_cotangent(table, idx, rows)
     }
 
     /// An `i64` literal.

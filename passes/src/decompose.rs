@@ -81,8 +81,8 @@ use crate::error::{Error, Result};
 use ferrite_ir::infer::reduced_axes;
 use ferrite_ir::types::normalize_axis;
 use ferrite_ir::{
-    promote, verify, BinaryOp, DType, Graph, Op, ReduceOp, Scalar, Tensor, TensorType, UnaryOp,
-    ValueId,
+    promote, verify, BinaryOp, DType, Graph, IndexReduceOp, Op, ReduceOp, Scalar, Tensor,
+    TensorType, UnaryOp, ValueId,
 };
 use std::collections::HashMap;
 use std::f64::consts::FRAC_1_SQRT_2;
@@ -256,16 +256,13 @@ impl Decomposer {
             Op::Clip { min, max } => self.clip(ins[0], *min, *max),
             op @ Op::EmbeddingBag { .. } => {
                 let attrs = bag::BagAttrs::of(op).ok_or_else(|| Error::internal("not a bag"))?;
-                bag::embedding_bag(&mut self.out, attrs, &ins)
-                    .map_err(Error::internal)?
-                    .ok_or_else(|| {
-                        Error::InvalidGraph(
-                            "embedding_bag with mode=\"max\" runs on the interpreter only \
-                             (no scatter-max primitive yet)"
-                                .into(),
-                        )
-                    })
+                bag::embedding_bag(&mut self.out, attrs, &ins).map_err(Error::internal)
             }
+            Op::IndexReduce {
+                axis,
+                reduce: IndexReduceOp::Mean,
+                include_self,
+            } => self.index_mean(*axis, *include_self, &ins),
             // Primitive ops are copied. Listed one by one so that a new op added to `Op`
             // has to be classified here.
             op @ (Op::Cast { .. }
@@ -281,6 +278,7 @@ impl Decomposer {
             | Op::IndexSelect { .. }
             | Op::Gather { .. }
             | Op::IndexAdd { .. }
+            | Op::IndexReduce { .. }
             | Op::Full { .. }
             | Op::Arange { .. }) => self.emit(op.clone(), &ins),
         }
@@ -362,6 +360,46 @@ impl Decomposer {
     fn binary_const(&mut self, op: BinaryOp, x: ValueId, c: f64) -> Result<ValueId> {
         let c = self.literal(c, self.dtype(x))?;
         self.binary(op, x, c)
+    }
+
+    /// `index_reduce(base, idx, src, reduce="mean")` as `index_add`s: the sums (from the
+    /// base, or from zero where an index points without `include_self`) over the counts
+    /// (plus one with `include_self`), floor-divided for integers as PyTorch divides.
+    fn index_mean(&mut self, axis: i64, include_self: bool, ins: &[ValueId]) -> Result<ValueId> {
+        let (base, idx, src) = (ins[0], ins[1], ins[2]);
+        let ty = self.out.ty(base).clone();
+        let dt = ty.dtype;
+        let div = if dt.is_float() {
+            BinaryOp::Div
+        } else {
+            BinaryOp::FloorDivide
+        };
+        let full = |d: &mut Self, shape: Vec<usize>, value: f64| {
+            d.emit(
+                Op::Full {
+                    shape,
+                    value,
+                    dtype: dt,
+                },
+                &[],
+            )
+        };
+        let zeros = full(self, ty.shape.clone(), 0.0)?;
+        let ones = full(self, self.out.ty(src).shape.clone(), 1.0)?;
+        let count = self.emit(Op::IndexAdd { axis }, &[zeros, idx, ones])?;
+        if include_self {
+            let sum = self.emit(Op::IndexAdd { axis }, &[base, idx, src])?;
+            let n = self.binary_const(BinaryOp::Add, count, 1.0)?;
+            return self.emit(Op::Binary(div), &[sum, n]);
+        }
+        let zero = self.literal(0.0, dt)?;
+        let hit = self.emit(Op::Binary(BinaryOp::Gt), &[count, zero])?;
+        let start = self.emit(Op::Where, &[hit, zero, base])?;
+        let sum = self.emit(Op::IndexAdd { axis }, &[start, idx, src])?;
+        let one = self.literal(1.0, dt)?;
+        let n = self.emit(Op::Binary(BinaryOp::Maximum), &[count, one])?;
+        let mean = self.emit(Op::Binary(div), &[sum, n])?;
+        self.emit(Op::Where, &[hit, mean, base])
     }
 
     fn reduce(

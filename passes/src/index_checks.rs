@@ -36,7 +36,10 @@ pub fn add_index_checks(g: &Graph) -> Result<Option<Graph>> {
     for (i, n) in g.nodes.iter().enumerate() {
         let inputs: Vec<ValueId> = n.inputs.iter().map(|x| remap[x.index()]).collect();
         let v = match &n.op {
-            op @ (Op::IndexSelect { axis } | Op::Gather { axis } | Op::IndexAdd { axis })
+            op @ (Op::IndexSelect { axis }
+            | Op::Gather { axis }
+            | Op::IndexAdd { axis }
+            | Op::IndexReduce { axis, .. })
                 if needs[i] =>
             {
                 let y = out.add(op.clone(), &inputs, None).map_err(internal)?;
@@ -123,7 +126,7 @@ fn needs_check(g: &Graph) -> Vec<bool> {
             let axis = match node.op {
                 Op::IndexSelect { axis } | Op::Gather { axis } => axis,
                 // Its kernel walks the whole index, unless the result is empty.
-                Op::IndexAdd { .. } => {
+                Op::IndexAdd { .. } | Op::IndexReduce { .. } => {
                     return g.ty(node.inputs[1]).numel() > 0 && node.ty.numel() == 0
                 }
                 _ => return false,
@@ -205,7 +208,10 @@ pub fn keep_dropped_index_checks(before: &Graph, after: &Graph) -> Result<Option
             .enumerate()
             .filter_map(|(i, n)| {
                 let axis = match n.op {
-                    Op::IndexSelect { axis } | Op::Gather { axis } | Op::IndexAdd { axis } => axis,
+                    Op::IndexSelect { axis }
+                    | Op::Gather { axis }
+                    | Op::IndexAdd { axis }
+                    | Op::IndexReduce { axis, .. } => axis,
                     _ => return None,
                 };
                 if g.ty(n.inputs[1]).numel() == 0 || constant_in_range(g, n, axis) {

@@ -24,8 +24,8 @@
 //! only the rows the batch touched, through `index_add`, and no tensor of the table's
 //! size is made besides the table, its state and their new values. Duplicate indices are
 //! coalesced as PyTorch coalesces a sparse gradient: each lookup finds the first lookup
-//! of the same row (a `min` of positions over `lookups x lookups` comparisons, fused into
-//! one vectorized reduction; a scatter-min primitive would make it linear), the rows are summed there in lookup order (`index_add` into a
+//! of the same row (an `index_reduce(amin)` of positions into one integer per table row,
+//! read back by `index_select`), the rows are summed there in lookup order (`index_add` into a
 //! `[lookups, D]` buffer), and only those first positions update, once per distinct
 //! row, by adding `-update` (and `-0.0` elsewhere, which leaves a value's bits as they
 //! are). The numbers are the dense update's: the coalesced sum is the dense gradient's
@@ -580,33 +580,29 @@ impl Build<'_> {
             return Ok((p, state.to_vec()));
         }
         // first[j]: the first lookup of the same row as lookup j, the least position of an
-        // equal lookup: a plain `min` over `where(same, position, n)`, the same integer as
-        // an argmax of `same` but a reduction the CPU backend vectorizes, with the rows
-        // and positions compared as floats (i64 lanes are not vectorized; the argmax over
-        // i64 comparisons was 57% of a DLRM step at batch 512). Both are below the table's
-        // rows or the lookups, exact in f32 below 2^24 and in f64 beyond (a lookup past
-        // the table fails the forward's bounds check first).
+        // equal lookup: each row's least position by a scatter-min of the positions into a
+        // column of the table's rows (`n` where no lookup points), read back at each
+        // lookup. Linear in the lookups plus one integer per table row, where comparing
+        // every pair of lookups was `n^2` (57% of a DLRM step at batch 512).
         let rows_of_table = self.g.ty(p).shape.first().copied().unwrap_or(0);
-        let exact = if n.max(rows_of_table) < 1 << 24 {
-            DType::F32
-        } else {
-            DType::F64
-        };
-        let keys = self.cast(indices, exact)?;
-        let same = self.outer_eq(keys, n)?;
-        let positions = self.arange(n, exact)?;
-        let positions = self.reshape(positions, &[1, n])?;
-        let none = self.lit(n as f64, exact)?;
-        let candidates = self.add(Op::Where, &[same, positions, none])?;
-        let first = self.add(
-            Op::Reduce {
-                op: ferrite_ir::ReduceOp::Min,
-                axes: Some(vec![1]),
-                keepdim: false,
+        let positions = self.arange(n, DType::I64)?;
+        let none = self.add(
+            Op::Full {
+                shape: vec![rows_of_table],
+                value: n as f64,
+                dtype: DType::I64,
             },
-            &[candidates],
+            &[],
         )?;
-        let first = self.cast(first, DType::I64)?;
+        let least = self.add(
+            Op::IndexReduce {
+                axis: 0,
+                reduce: ferrite_ir::IndexReduceOp::Amin,
+                include_self: true,
+            },
+            &[none, indices, positions],
+        )?;
+        let first = self.add(Op::IndexSelect { axis: 0 }, &[least, indices])?;
         let zeros = self.add(
             Op::Full {
                 shape: ty.shape.clone(),
@@ -617,8 +613,7 @@ impl Build<'_> {
         )?;
         // The coalesced gradient, at each row's first lookup.
         let sums = self.add(Op::IndexAdd { axis: 0 }, &[zeros, first, rows])?;
-        let pos = self.arange(n, DType::I64)?;
-        let is_first = self.bin(B::Eq, first, pos)?;
+        let is_first = self.bin(B::Eq, first, positions)?;
         let is_first = self.reshape(is_first, &[n, 1])?;
         let neg_zero = self.lit(-0.0, dt)?;
         // `base` with `delta` added at each distinct row once: `-0.0` elsewhere.

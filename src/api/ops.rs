@@ -500,6 +500,31 @@ impl Var {
         )
     }
 
+    /// PyTorch's `index_reduce(self, axis, index, source, reduce, include_self=)` as a new
+    /// value: slice `j` of `source` along `axis` is combined into slice `index[j]` of
+    /// `self` by `reduce` (`prod`, `mean`, `amax`, `amin`), for every `j` in order; with
+    /// `include_self` false the indexed slices of `self` take no part. `index` is 1-D;
+    /// `source` has `self`'s shape with the index's length on `axis`. An index out of
+    /// range is an error when the program runs.
+    #[track_caller]
+    pub fn index_reduce(
+        &self,
+        axis: i64,
+        index: &Var,
+        source: &Var,
+        reduce: crate::ir::IndexReduceOp,
+        include_self: bool,
+    ) -> Var {
+        self.graph().record(
+            Op::IndexReduce {
+                axis,
+                reduce,
+                include_self,
+            },
+            &[self.into(), index.into(), source.into()],
+        )
+    }
+
     /// PyTorch's `embedding_bag(indices, self, offsets, mode=, per_sample_weights=,
     /// include_last_offset=, padding_idx=)` over this `[rows, D]` table: bag `b` holds
     /// `indices[offsets[b]..offsets[b + 1]]` (to the end for the last bag), and the

@@ -5,6 +5,7 @@
 use super::compile::{compile_ir, Compiled, Options};
 use super::error::{Error, Result};
 use super::host::Tensor;
+use super::profile::ScheduleProfile;
 pub use ferrite_passes::train::Optimizer;
 
 /// A compiled training step. Each [`TrainStep::step`] runs forward, backward and the
@@ -145,17 +146,7 @@ impl TrainStep {
     /// One step on `data` (the graph's untrained parameters, in their order); returns the
     /// loss before the update.
     pub fn step(&mut self, data: &[Tensor]) -> Result<f64> {
-        if data.len() != self.data.len() {
-            return Err(Error::InputCount {
-                expected: self.data.len(),
-                got: data.len(),
-            });
-        }
-        // The batch is read in place: the step's inputs are borrowed, never copied.
-        let mut refs: Vec<&Tensor> = self.inputs.iter().collect();
-        for (&pos, t) in self.data.iter().zip(data) {
-            refs[pos] = t;
-        }
+        let refs = step_inputs(&self.inputs, &self.data, data)?;
         self.exe.run_into(&refs, &mut self.outputs)?;
         let loss = self.outputs[0].to_f64_vec()[0];
         // Outputs: loss, new params, new state (in input order), step + 1.
@@ -174,6 +165,13 @@ impl TrainStep {
         Ok(loss)
     }
 
+    /// Kernel-by-kernel times of `runs` steps on `data` from the current values, which
+    /// stay as they are (no step is taken): where a step's time goes.
+    pub fn profile(&self, data: &[Tensor], runs: usize) -> Result<ScheduleProfile> {
+        self.exe
+            .profile(&step_inputs(&self.inputs, &self.data, data)?, runs)
+    }
+
     /// The current value of each trained parameter, in the order given to [`TrainStep::new`].
     pub fn params(&self) -> Vec<&Tensor> {
         self.trained.iter().map(|&p| &self.inputs[p]).collect()
@@ -188,4 +186,24 @@ impl TrainStep {
     pub fn compiled(&self) -> &Compiled {
         &self.exe
     }
+}
+
+/// Every input of the step program: the current values `inputs`, with `data` in the slots
+/// at `positions` (borrowed: the batch is read in place, never copied).
+fn step_inputs<'a>(
+    inputs: &'a [Tensor],
+    positions: &[usize],
+    data: &'a [Tensor],
+) -> Result<Vec<&'a Tensor>> {
+    if data.len() != positions.len() {
+        return Err(Error::InputCount {
+            expected: positions.len(),
+            got: data.len(),
+        });
+    }
+    let mut refs: Vec<&Tensor> = inputs.iter().collect();
+    for (&pos, t) in positions.iter().zip(data) {
+        refs[pos] = t;
+    }
+    Ok(refs)
 }

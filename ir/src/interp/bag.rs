@@ -1,9 +1,12 @@
-//! `index_add` and `embedding_bag`: the ops that add rows into data-chosen places.
+//! `index_add`, `index_reduce` and `embedding_bag`: the ops that combine rows into
+//! data-chosen places.
 
 use super::strided::split_at_axis;
-use crate::op::BagMode;
+use crate::op::{BagMode, IndexReduceOp};
+use crate::scalar_ops::{float_binary, int_binary, int_division};
 use crate::tensor::round_to_dtype;
 use crate::types::TensorType;
+use crate::BinaryOp;
 use crate::{Error, Result, Tensor};
 
 /// Checks one index value against the extent it selects from.
@@ -60,6 +63,84 @@ pub(super) fn index_add(
                 }
             }
         }
+        Ok(Tensor::from_i128(out, &v))
+    }
+}
+
+/// `index_reduce`: each slice `j` of `source` combined into slice `index[j]` of the
+/// result in index order, starting from the base's slice (`include_self`) or from the
+/// first source slice sent there; `mean` divides each picked slice's sum by its count
+/// (plus one with `include_self`), rounding down for integers.
+pub(super) fn index_reduce(
+    axis: i64,
+    reduce: IndexReduceOp,
+    include_self: bool,
+    base: &Tensor,
+    index: &Tensor,
+    source: &Tensor,
+    out: &TensorType,
+) -> Result<Tensor> {
+    let (outer, len, inner) = split_at_axis(&base.ty.shape, axis)?;
+    let picks = index
+        .to_i64()
+        .into_iter()
+        .map(|k| checked("index_reduce", k, len))
+        .collect::<Result<Vec<usize>>>()?;
+    let p = picks.len();
+    let at = |o: usize, k: usize, i: usize| (o * len + k) * inner + i;
+    let from = |o: usize, j: usize, i: usize| (o * p + j) * inner + i;
+    let combine = reduce.combine().unwrap_or(BinaryOp::Add);
+    // How many source slices each slice of the axis receives.
+    let mut count = vec![0usize; len];
+    for &k in &picks {
+        count[k] += 1;
+    }
+    // Whether element (o, k, i) already holds a value to combine with.
+    let mut started = vec![include_self; len];
+    macro_rules! run {
+        ($v:expr, $s:expr, $op:expr, $div:expr) => {{
+            let (mut v, s) = ($v, $s);
+            for o in 0..outer {
+                started.iter_mut().for_each(|x| *x = include_self);
+                for (j, &k) in picks.iter().enumerate() {
+                    for i in 0..inner {
+                        let (x, y) = (v[at(o, k, i)], s[from(o, j, i)]);
+                        v[at(o, k, i)] = if started[k] { $op(x, y)? } else { y };
+                    }
+                    started[k] = true;
+                }
+            }
+            if reduce == IndexReduceOp::Mean {
+                for o in 0..outer {
+                    for (k, &c) in count.iter().enumerate() {
+                        if c > 0 {
+                            let c = c + usize::from(include_self);
+                            for i in 0..inner {
+                                v[at(o, k, i)] = $div(v[at(o, k, i)], c)?;
+                            }
+                        }
+                    }
+                }
+            }
+            v
+        }};
+    }
+    if out.dtype.is_float() {
+        let dt = out.dtype;
+        let v = run!(
+            base.to_f64(),
+            source.to_f64(),
+            |x, y| float_binary(combine, x, y).map(|r| round_to_dtype(r, dt)),
+            |x: f64, c: usize| Ok::<f64, Error>(round_to_dtype(x / c as f64, dt))
+        );
+        Ok(Tensor::from_f64(out, &v))
+    } else {
+        let v = run!(
+            base.to_i128(),
+            source.to_i128(),
+            |x, y| int_binary(combine, x, y),
+            |x: i128, c: usize| int_division(BinaryOp::FloorDivide, x, c as i128)
+        );
         Ok(Tensor::from_i128(out, &v))
     }
 }

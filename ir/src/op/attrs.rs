@@ -2,7 +2,7 @@
 //! op table, writing them back out, and the typed error of a bad attribute.
 
 use super::table::{AttrDefault, AttrType, Kind, OpSpec, Rule};
-use super::{BagMode, Op, Scalar, UnaryOp};
+use super::{BagMode, IndexReduceOp, Op, Scalar, UnaryOp};
 use crate::spelling::{edit_distance, threshold};
 use crate::DType;
 use std::fmt;
@@ -343,6 +343,15 @@ fn values(op: &Op) -> Vec<Option<AttrValue>> {
         | Op::IndexSelect { axis }
         | Op::Gather { axis }
         | Op::IndexAdd { axis } => vec![int(*axis)],
+        Op::IndexReduce {
+            axis,
+            reduce,
+            include_self,
+        } => vec![
+            int(*axis),
+            Some(A::Str(reduce.name().into())),
+            Some(A::Bool(*include_self)),
+        ],
         Op::EmbeddingBag {
             mode,
             include_last_offset,
@@ -560,6 +569,17 @@ fn build(kind: Kind, v: &Values) -> Op {
         Kind::IndexSelect => Op::IndexSelect { axis: v.int(0) },
         Kind::Gather => Op::Gather { axis: v.int(0) },
         Kind::IndexAdd => Op::IndexAdd { axis: v.int(0) },
+        Kind::IndexReduce => Op::IndexReduce {
+            axis: v.int(0),
+            reduce: match v.str(1) {
+                "prod" => IndexReduceOp::Prod,
+                "mean" => IndexReduceOp::Mean,
+                "amax" => IndexReduceOp::Amax,
+                // `Rule::OneOf` has checked the value.
+                _ => IndexReduceOp::Amin,
+            },
+            include_self: v.bool(2),
+        },
         Kind::EmbeddingBag => Op::EmbeddingBag {
             mode: match v.str(0) {
                 "mean" => BagMode::Mean,

@@ -162,6 +162,7 @@ pub(super) enum Kind {
     IndexSelect,
     Gather,
     IndexAdd,
+    IndexReduce,
     EmbeddingBag,
     Full,
     Arange,
@@ -270,7 +271,7 @@ const AVG_POOL: &[AttrSpec] = &[
 /// Every op `.fg` text can call. Suggestions for a misspelled name go to the
 /// first of the closest, so the order is part of the language.
 #[rustfmt::skip]
-pub static OPS: [OpSpec; 80] = [
+pub static OPS: [OpSpec; 81] = [
     //  name            builds                             operands     attributes
     op("neg",           K::Unary(UnaryOp::Neg),            Exactly(1),  NONE),
     op("abs",           K::Unary(UnaryOp::Abs),            Exactly(1),  NONE),
@@ -350,6 +351,11 @@ pub static OPS: [OpSpec; 80] = [
     op("index_select",  K::IndexSelect,                    Exactly(2),  AXIS),
     op("gather",        K::Gather,                         Exactly(2),  AXIS),
     op("index_add",     K::IndexAdd,                       Exactly(3),  AXIS),
+    op("index_reduce",  K::IndexReduce,                    Exactly(3),  &[
+        req("axis", Int),
+        req("reduce", AttrType::Str).rule(Rule::OneOf(&["prod", "mean", "amax", "amin"])),
+        opt("include_self", D::Bool(true)),
+    ]),
     op("embedding_bag", K::EmbeddingBag,                   AtLeast(3),  &[
         opt("mode", D::Str("sum")).rule(Rule::OneOf(&["sum", "mean", "max"])),
         opt("include_last_offset", D::Bool(false)),

@@ -11,7 +11,9 @@
 //! The autodiff rule reads the same parts ([`BagParts`]), so forward and backward agree
 //! on which position goes to which bag and with which factor.
 
-use ferrite_ir::{BagMode, BinaryOp as B, DType, Graph, Op, ReduceOp, Result, Scalar, ValueId};
+use ferrite_ir::{
+    BagMode, BinaryOp as B, DType, Graph, IndexReduceOp, Op, ReduceOp, Result, Scalar, ValueId,
+};
 
 /// What forward and backward of one `embedding_bag` share.
 pub struct BagParts {
@@ -143,20 +145,30 @@ pub fn bag_parts(g: &mut Graph, attrs: BagAttrs, ins: &[ValueId]) -> Result<BagP
         } else {
             offs
         };
-        let row = reshape(g, starts, &[1, bags])?;
+        // Compared and counted as f32 where every position and count is exact in it
+        // (below 2^24), so the comparisons run as vector code (i64 lanes do not); an
+        // offset rounded there is still past every position if it was, or before every
+        // one if negative (and rejected below).
+        let exact = if n.max(bags) < 1 << 24 {
+            DType::F32
+        } else {
+            DType::I64
+        };
+        let row = cast(g, starts, exact)?;
+        let row = reshape(g, row, &[1, bags])?;
         let pos = add(
             g,
             Op::Arange {
                 start: 0.0,
                 end: n as f64,
                 step: 1.0,
-                dtype: DType::I64,
+                dtype: exact,
             },
             &[],
         )?;
         let col = reshape(g, pos, &[n, 1])?;
         let le = bin(g, B::Le, row, col)?;
-        let le = cast(g, le, DType::I64)?;
+        let le = cast(g, le, exact)?;
         let count = add(
             g,
             Op::Reduce {
@@ -166,6 +178,7 @@ pub fn bag_parts(g: &mut Graph, attrs: BagAttrs, ins: &[ValueId]) -> Result<BagP
             },
             &[le],
         )?;
+        let count = cast(g, count, DType::I64)?;
         let one = int(g, 1)?;
         let seg = bin(g, B::Sub, count, one)?;
 
@@ -243,14 +256,59 @@ pub fn bag_parts(g: &mut Graph, attrs: BagAttrs, ins: &[ValueId]) -> Result<BagP
     })
 }
 
-/// `embedding_bag` in sum or mean mode as primitives; `None` for max mode, which the
-/// primitives cannot express yet.
-pub fn embedding_bag(g: &mut Graph, attrs: BagAttrs, ins: &[ValueId]) -> Result<Option<ValueId>> {
-    if attrs.mode == BagMode::Max {
-        return Ok(None);
-    }
+/// The bag of each position for max mode, `[N]` i64: its segment id, or `bags` (a bag
+/// past the real ones, sliced off) at `padding_idx`, which takes part in no bag.
+pub fn max_segments(
+    g: &mut Graph,
+    attrs: BagAttrs,
+    parts: &BagParts,
+    indices: ValueId,
+    rows: usize,
+) -> Result<ValueId> {
+    let Some(p) = attrs.padding_idx else {
+        return Ok(parts.seg);
+    };
+    let p = if p < 0 { p + rows as i64 } else { p };
+    let idx = cast(g, indices, DType::I64)?;
+    let p = int(g, p)?;
+    let keep = bin(g, B::Ne, idx, p)?;
+    // Invalid offsets (-1 everywhere) stay -1, so the index check still fails.
+    let zero = int(g, 0)?;
+    let invalid = bin(g, B::Lt, parts.seg, zero)?;
+    let past = int(g, parts.bags as i64)?;
+    let aside = add(g, Op::Where, &[invalid, parts.seg, past])?;
+    add(g, Op::Where, &[keep, parts.seg, aside])
+}
+
+/// `embedding_bag` as primitives: sum and mean modes add the (weighted) rows into their
+/// bags with `index_add`; max mode takes each bag's elementwise maximum with
+/// `index_reduce(amax)` into zeros without the base, so an empty bag is 0 as in PyTorch.
+pub fn embedding_bag(g: &mut Graph, attrs: BagAttrs, ins: &[ValueId]) -> Result<ValueId> {
     let dt = g.ty(ins[0]).dtype;
     let parts = bag_parts(g, attrs, ins)?;
+    if attrs.mode == BagMode::Max {
+        let tt = g.ty(ins[0]).clone();
+        let seg = max_segments(g, attrs, &parts, ins[1], tt.shape[0])?;
+        let rows = add(g, Op::IndexSelect { axis: 0 }, &[ins[0], ins[1]])?;
+        let rows = cast(g, rows, parts.compute)?;
+        let extra = usize::from(attrs.padding_idx.is_some());
+        let zeros = full(g, &[parts.bags + extra, tt.shape[1]], 0.0, parts.compute)?;
+        let out = add(
+            g,
+            Op::IndexReduce {
+                axis: 0,
+                reduce: IndexReduceOp::Amax,
+                include_self: false,
+            },
+            &[zeros, seg, rows],
+        )?;
+        let out = if extra == 1 {
+            slice(g, out, 0, parts.bags)?
+        } else {
+            out
+        };
+        return cast(g, out, dt);
+    }
     let rows = add(g, Op::IndexSelect { axis: 0 }, &[ins[0], ins[1]])?;
     let rows = cast(g, rows, parts.compute)?;
     let rows = match parts.factor {
@@ -265,5 +323,5 @@ pub fn embedding_bag(g: &mut Graph, attrs: BagAttrs, ins: &[ValueId]) -> Result<
         }
         None => out,
     };
-    Ok(Some(cast(g, out, dt)?))
+    cast(g, out, dt)
 }

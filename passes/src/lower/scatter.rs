@@ -1,4 +1,5 @@
-//! The kernel of an `index_add`, the one op whose stores go to data-chosen places.
+//! The kernel of an `index_add` or `index_reduce`, the ops whose stores go to
+//! data-chosen places.
 //!
 //! Its outer domain is the result's axes other than the indexed one, so every outer
 //! point owns one line along that axis and no two points touch the same element. At
@@ -7,10 +8,15 @@
 //! picks: a load of the result and a store back at the same checked, data-dependent
 //! index (an out-of-range index is a run-time error naming the kernel, never a wild
 //! write). Walking the index serially at each point is what makes duplicate indices
-//! accumulate deterministically, in index order, on every backend.
+//! accumulate deterministically, in index order, on every backend. An `index_reduce`
+//! combines with its op (`mul`, `maximum`, `minimum`) instead of adding; without
+//! `include_self`, a stage between the two first stores the op's identity (1, -inf,
+//! +inf, or the dtype's extreme integer) at every element an index picks, so those
+//! elements reduce the source alone. (`mean` never gets here: `decompose` writes it
+//! with `index_add`s.)
 //!
-//! An `index_add` is a kernel of its own: fusion may inline its operands' producers
-//! into it (views, elementwise ops), never its consumers.
+//! Such an op is a kernel of its own: fusion may inline its operands' producers into
+//! it (views, elementwise ops), never its consumers.
 
 use super::domain::squeeze;
 use super::plan::{Layout, Plan};
@@ -21,10 +27,10 @@ use ferrite_ir::loops::{
     ExprOp, Extents, IndexExpr, Kernel, KernelId, Load, Stage, StoreOp, Value, Var,
 };
 use ferrite_ir::types::normalize_axis;
-use ferrite_ir::{BinaryOp, Op, ValueId};
+use ferrite_ir::{BinaryOp, DType, Op, ValueId};
 
-/// The `index_add` among `members` (the values a group of `count` scheduled nodes
-/// computes), if there is one; a group of it and anything else is refused.
+/// The `index_add` or `index_reduce` among `members` (the values a group of `count`
+/// scheduled nodes computes), if there is one; a group of it and anything else is refused.
 pub(super) fn index_add_member(
     plan: &Plan,
     members: &[ValueId],
@@ -33,20 +39,50 @@ pub(super) fn index_add_member(
     let g = plan.g;
     let Some(&v) = members
         .iter()
-        .find(|&&v| matches!(g.node(v).op, Op::IndexAdd { .. }))
+        .find(|&&v| matches!(g.node(v).op, Op::IndexAdd { .. } | Op::IndexReduce { .. }))
     else {
         return Ok(None);
     };
     if count > 1 {
         return Err(Refusal::new(
             "index-add-alone",
-            format!("%{} (an index_add) is a kernel of its own", v.0),
+            format!(
+                "%{} (an {}) is a kernel of its own",
+                v.0,
+                g.node(v).op.name()
+            ),
         ));
     }
     Ok(Some(v))
 }
 
-/// The kernel computing `index_add` value `v` into its buffer.
+/// The identity of `op` in `dtype`: what an element starts from when the base's value
+/// takes no part.
+fn identity(op: BinaryOp, dtype: DType) -> Result<Value, LowerError> {
+    let float = dtype.is_float();
+    let (lo, hi) = match dtype {
+        DType::I8 => (i8::MIN as i128, i8::MAX as i128),
+        DType::I16 => (i16::MIN as i128, i16::MAX as i128),
+        DType::I32 => (i32::MIN as i128, i32::MAX as i128),
+        DType::I64 => (i64::MIN as i128, i64::MAX as i128),
+        DType::U8 => (0, u8::MAX as i128),
+        DType::U16 => (0, u16::MAX as i128),
+        DType::U32 => (0, u32::MAX as i128),
+        DType::U64 => (0, u64::MAX as i128),
+        _ => (0, 0),
+    };
+    Ok(match (op, float) {
+        (BinaryOp::Mul, true) => Value::Float(1.0),
+        (BinaryOp::Mul, false) => Value::Int(1),
+        (BinaryOp::Maximum, true) => Value::Float(f64::NEG_INFINITY),
+        (BinaryOp::Maximum, false) => Value::Int(lo),
+        (BinaryOp::Minimum, true) => Value::Float(f64::INFINITY),
+        (BinaryOp::Minimum, false) => Value::Int(hi),
+        _ => return Err(Error::internal(format!("no identity of {} here", op.name())).into()),
+    })
+}
+
+/// The kernel computing `index_add` or `index_reduce` value `v` into its buffer.
 pub(super) fn index_add_kernel(
     plan: &Plan,
     layout: &Layout,
@@ -56,8 +92,17 @@ pub(super) fn index_add_kernel(
 ) -> Result<Kernel, LowerError> {
     let g = plan.g;
     let node = g.node(v);
-    let Op::IndexAdd { axis } = node.op else {
-        return Err(Error::internal("index_add_kernel of another op").into());
+    let (axis, combine, include_self) = match node.op {
+        Op::IndexAdd { axis } => (axis, BinaryOp::Add, true),
+        Op::IndexReduce {
+            axis,
+            reduce,
+            include_self,
+        } => match reduce.combine() {
+            Some(op) => (axis, op, include_self),
+            None => return Err(Error::internal("index_reduce(mean) was not decomposed").into()),
+        },
+        _ => return Err(Error::internal("index_add_kernel of another op").into()),
     };
     let (base, index, source) = (node.inputs[0], node.inputs[1], node.inputs[2]);
     let shape = node.ty.shape.clone();
@@ -134,7 +179,28 @@ pub(super) fn index_add_kernel(
         }],
     ));
 
-    // Each source element added where its index says, in index order. Into an empty
+    // Without the base: the identity at every element an index picks.
+    if !include_self && p > 0 && m > 0 {
+        let domain = stage_domain(p);
+        open(&mut b, &domain);
+        let j = axis_var(p);
+        let start = identity(combine, dtype)?;
+        let store = (|| -> Result<StoreOp, Fail> {
+            let iv = b.value_at(index, std::slice::from_ref(&j), &[])?;
+            let k = b.checked_index(iv, m, &[]);
+            let target = b.flat(&along(p, k), &shape);
+            let value = b.push(dtype, ExprOp::Const(start));
+            Ok(StoreOp {
+                buffer,
+                index: target,
+                value,
+            })
+        })()
+        .map_err(fail_to_error)?;
+        stages.push(b.close_store_stage(domain, vec![store]));
+    }
+
+    // Each source element combined where its index says, in index order. Into an empty
     // axis nothing is added, and the index is checked by the check `index_checks` adds.
     if p > 0 && m > 0 {
         let domain = stage_domain(p);
@@ -157,7 +223,7 @@ pub(super) fn index_add_kernel(
             if b.cur.block.get(s).map(|n| n.dtype) != Some(dtype) {
                 return Err(bug("index_add: the source has another dtype"));
             }
-            let sum = b.push(dtype, ExprOp::Binary(BinaryOp::Add, old, s));
+            let sum = b.push(dtype, ExprOp::Binary(combine, old, s));
             Ok(StoreOp {
                 buffer,
                 index: target,
