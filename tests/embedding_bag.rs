@@ -662,3 +662,128 @@ fn sparse_updates_give_the_dense_updates_numbers_and_leave_untouched_rows_alone(
         }
     }
 }
+
+#[test]
+fn donated_tables_are_updated_in_place_with_the_same_numbers() {
+    let opt = Optimizer::Adagrad {
+        lr: 0.1,
+        lr_decay: 0.0,
+        weight_decay: 0.0,
+        eps: 1e-8,
+        row_wise: true,
+    };
+    let idx = vec![0i64, 1, 2, 2, 3, 4, 5, 0, 5];
+    let g = sparse_loss(idx.len());
+    let t = g.params[0];
+    let sparse = train_step_sparse(&g, 0, &[(vec![t], opt.clone())], &[t]).unwrap();
+    // Inputs: t, i, o, c, t.sum, step; outputs: loss, new t, new t.sum, step + 1.
+    let pairs = vec![(0, 1), (4, 2), (2, 0)];
+    let state_ty = opt.slot_type(
+        0,
+        &ferrite::TensorType::new(ferrite::DType::F32, vec![6, 4]).unwrap(),
+    );
+    let xs = vec![
+        f32s(&[6, 4], 9),
+        i64s(&idx),
+        i64s(&[0, 4, 4]),
+        f32s(&[3, 4], 10),
+        Tensor::from_f64(&state_ty, &[0.5; 6]).unwrap(),
+        Tensor::zeros(&ferrite::TensorType::scalar(ferrite::DType::F64)).unwrap(),
+    ];
+    let want = interp(&sparse, &xs);
+    for target in [Target::Cpu, Target::Loops] {
+        let exe = compile_ir(
+            &sparse,
+            &Options::default().target(target).donate(pairs.clone()),
+        )
+        .unwrap();
+        // Both updates are `index_add`s of the old value: donated. The third pair is
+        // refused (an i64 input and the f32 loss), and nothing else changes.
+        let donated: Vec<(usize, usize)> =
+            exe.donated().iter().map(|d| (d.input, d.output)).collect();
+        assert_eq!(donated, vec![(0, 1), (4, 2)], "{target:?}");
+        let text = exe.program().unwrap().to_string();
+        assert!(text.contains("output 1 in place of input 0"), "{text}");
+        // The loop-IR text reads back with its donations.
+        let back = ferrite::ir::loops::parse_program("step.loops", &text).unwrap();
+        assert_eq!(back.donated, exe.program().unwrap().donated);
+        // Plain runs copy the donated inputs in first: the same numbers.
+        let same = |got: &[Tensor], how: &str| {
+            for (k, (p, q)) in got.iter().zip(&want).enumerate() {
+                for (x, y) in p.to_f64_vec().iter().zip(q.to_f64_vec()) {
+                    assert!(
+                        (x - y).abs() <= 1e-5 * y.abs().max(1.0),
+                        "{target:?} {how}: output {k}: {x} vs {y}"
+                    );
+                }
+            }
+        };
+        same(&exe.run(&xs).unwrap(), "run");
+        let mut outs = exe.new_outputs();
+        exe.run_into(&xs, &mut outs).unwrap();
+        same(&outs, "run_into");
+        // A donated run: the outputs hold the inputs' values, the inputs' slots garbage.
+        let mut outs = exe.new_outputs();
+        let mut ins = xs.clone();
+        for d in exe.donated() {
+            outs[d.output] = xs[d.input].clone();
+            ins[d.input] = Tensor::from_f64(
+                xs[d.input].ty(),
+                &vec![f64::NAN; 24][..xs[d.input].ty().numel()],
+            )
+            .unwrap();
+        }
+        exe.run_into_donated(&ins, &mut outs).unwrap();
+        same(&outs, "run_into_donated");
+    }
+    // An output that is not an update of its input's copy is not donated.
+    let g1 = parse(
+        "m.fg",
+        "graph m(t: f32[6, 4]) -> f32[6, 4] {\n  y = mul(t, 2.0)\n  return y\n}\n",
+    )
+    .unwrap();
+    let exe = compile_ir(
+        &g1,
+        &Options::default().target(Target::Cpu).donate(vec![(0, 0)]),
+    )
+    .unwrap();
+    assert!(exe.donated().is_empty());
+    // A table read again after its update is not donated: the reader would see the new rows.
+    let g2 = parse(
+        "r.fg",
+        "graph r(t: f32[6, 4], i: i64[3], s: f32[3, 4]) -> f32[6, 4], f32[] {
+  u = index_add(t, i, s, axis=0)
+  l = sum(mul(index_select(t, i, axis=0), index_select(u, i, axis=0)))
+  return u, l
+}
+",
+    )
+    .unwrap();
+    let exe = compile_ir(
+        &g2,
+        &Options::default().target(Target::Cpu).donate(vec![(0, 0)]),
+    )
+    .unwrap();
+    let xs = [f32s(&[6, 4], 1), i64s(&[1, 1, 4]), f32s(&[3, 4], 2)];
+    let want = interp(&g2, &xs);
+    let got = exe.run(&xs).unwrap();
+    for (p, q) in got.iter().zip(&want) {
+        for (x, y) in p.to_f64_vec().iter().zip(q.to_f64_vec()) {
+            assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "{x} vs {y}");
+        }
+    }
+    if !exe.donated().is_empty() {
+        // Donated only if every read of the old table comes before the update.
+        let mut outs = exe.new_outputs();
+        outs[0] = xs[0].clone();
+        exe.run_into_donated(&xs, &mut outs).unwrap();
+        for (p, q) in outs.iter().zip(&want) {
+            for (x, y) in p.to_f64_vec().iter().zip(q.to_f64_vec()) {
+                assert!(
+                    (x - y).abs() <= 1e-5 * y.abs().max(1.0),
+                    "donated: {x} vs {y}"
+                );
+            }
+        }
+    }
+}

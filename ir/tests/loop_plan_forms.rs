@@ -112,6 +112,7 @@ fn normalize(stash: bool) -> Program {
         outputs: vec![BufferId(1)],
         kernels: vec![k],
         constants: vec![],
+        donated: vec![],
     }
 }
 
@@ -215,6 +216,7 @@ fn update(index: IndexExpr) -> Program {
         outputs: vec![BufferId(1)],
         kernels,
         constants: vec![],
+        donated: vec![],
     }
 }
 

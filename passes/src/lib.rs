@@ -1,5 +1,6 @@
 pub mod autodiff;
 pub mod decompose;
+pub mod donate;
 pub mod dot;
 pub mod error;
 pub mod fold;

@@ -147,6 +147,12 @@ pub struct Options {
     /// ([`crate::sim::tune`]) instead of taking the cost model's choice; `None`
     /// (default) takes the model's.
     pub autotune: Option<TuneOptions>,
+    /// Pairs (input, output) whose output may be written in place of the input on
+    /// [`Target::Cpu`] and [`Target::Loops`] (donated buffers, as `torch.compile`'s and
+    /// JAX's): each pair the compiler finds safe ([`ferrite_passes::donate`]) is
+    /// recorded in [`Compiled::donated`] and pays off through
+    /// [`Compiled::run_into_donated`]. Empty (default): none.
+    pub donate: Vec<(usize, usize)>,
 }
 
 impl Default for Options {
@@ -161,11 +167,19 @@ impl Default for Options {
             memory_limit: None,
             flush_denormals: false,
             autotune: None,
+            donate: Vec::new(),
         }
     }
 }
 
 impl Options {
+    /// Offers the outputs of `pairs` (input, output) the inputs' buffers
+    /// ([`Options::donate`]).
+    pub fn donate(mut self, pairs: Vec<(usize, usize)>) -> Options {
+        self.donate = pairs;
+        self
+    }
+
     /// Sets the target.
     pub fn target(mut self, target: Target) -> Options {
         self.target = target;
@@ -301,10 +315,16 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
                     limit,
                 });
             }
-            let lowered = lower_graph(graph, &options.pipeline()).map_err(|e| Error::Compile {
-                message: e.to_string(),
-                internal: e.is_internal(),
-            })?;
+            let mut lowered =
+                lower_graph(graph, &options.pipeline()).map_err(|e| Error::Compile {
+                    message: e.to_string(),
+                    internal: e.is_internal(),
+                })?;
+            if matches!(options.target, Target::Cpu | Target::Loops) && !options.donate.is_empty() {
+                // Pairs found unsafe stay copies; the program says which were taken.
+                let _refused =
+                    ferrite_passes::donate::donate(&mut lowered.scheduled.program, &options.donate);
+            }
             let mut records = lowered.stages;
             let (code, record, tunings) = generate(&lowered.scheduled.program, options)?;
             records.extend(record);
@@ -590,6 +610,39 @@ impl Compiled {
                 Ok(())
             }
         }
+    }
+
+    /// [`Compiled::run_into`] with the donated outputs ([`Compiled::donated`]) holding
+    /// their inputs' values already (the caller swapped the tensors): those inputs are
+    /// not read, and on [`Target::Cpu`] the outputs are updated in place, only where
+    /// they change (a sparse table update writes the touched rows). Other targets read
+    /// the values from the outputs and run as by [`Compiled::run_into`].
+    pub fn run_into_donated<A: Borrow<Tensor>>(
+        &self,
+        inputs: &[A],
+        outputs: &mut [Tensor],
+    ) -> Result<()> {
+        let donated = self.donated();
+        if let Backend::Lowered(_, Code::Cpu(p)) = &self.backend {
+            check_types(&self.graph, inputs.iter().map(|t| t.borrow().ty()))?;
+            self.check_memory()?;
+            return p
+                .run_into_donated(&Borrowed(inputs), &mut BorrowedMut(outputs))
+                .map_err(|e| Error::Run {
+                    message: e.to_string(),
+                });
+        }
+        let held: Vec<(usize, Tensor)> = donated
+            .iter()
+            .filter_map(|d| outputs.get(d.output).map(|t| (d.input, t.clone())))
+            .collect();
+        let mut refs: Vec<&Tensor> = inputs.iter().map(Borrow::borrow).collect();
+        for (i, t) in &held {
+            if let Some(r) = refs.get_mut(*i) {
+                *r = t;
+            }
+        }
+        self.run_into(&refs, outputs)
     }
 
     /// Zero tensors of the output types, to pass to [`Compiled::run_into`].
@@ -970,6 +1023,12 @@ impl Compiled {
     /// The scheduled loop-IR program.
     pub fn program(&self) -> Option<&Program> {
         self.schedule().map(|s| &s.program)
+    }
+
+    /// The outputs written in place of inputs ([`Options::donate`]): those of the
+    /// offered pairs that the compiler found safe.
+    pub fn donated(&self) -> &[ferrite_ir::loops::Donation] {
+        self.program().map_or(&[], |p| &p.donated[..])
     }
 
     /// The number of kernels, when there is a program.

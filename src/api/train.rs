@@ -118,8 +118,17 @@ impl TrainStep {
                 },
                 false => invalid(e.to_string()),
             })?;
-        let exe = compile_ir(&step_graph, options)?;
+        // Each new parameter and state value may be written in place of the old one (a
+        // sparse table update then writes only the rows the batch touched).
         let graph_params = graph.params.len();
+        let state = step_graph.params.len() - graph_params;
+        let mut pairs: Vec<(usize, usize)> = positions
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| (p, 1 + k))
+            .collect();
+        pairs.extend((0..state).map(|s| (graph_params + s, 1 + positions.len() + s)));
+        let exe = compile_ir(&step_graph, &options.clone().donate(pairs))?;
         let mut inputs: Vec<Tensor> = step_graph
             .params
             .iter()
@@ -146,8 +155,20 @@ impl TrainStep {
     /// One step on `data` (the graph's untrained parameters, in their order); returns the
     /// loss before the update.
     pub fn step(&mut self, data: &[Tensor]) -> Result<f64> {
+        // A donated output starts as its input's value: swapped in, so nothing is copied
+        // (the input's slot then holds the spare buffer, which the step does not read).
+        for d in self.exe.donated() {
+            std::mem::swap(&mut self.inputs[d.input], &mut self.outputs[d.output]);
+        }
         let refs = step_inputs(&self.inputs, &self.data, data)?;
-        self.exe.run_into(&refs, &mut self.outputs)?;
+        let run = self.exe.run_into_donated(&refs, &mut self.outputs);
+        if run.is_err() {
+            // Back as they were: the step did not happen.
+            for d in self.exe.donated() {
+                std::mem::swap(&mut self.inputs[d.input], &mut self.outputs[d.output]);
+            }
+        }
+        run?;
         let loss = self.outputs[0].to_f64_vec()[0];
         // Outputs: loss, new params, new state (in input order), step + 1.
         let n = self.trained.len();

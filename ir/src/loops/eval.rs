@@ -63,6 +63,11 @@ pub fn evaluate(p: &Program, inputs: &[Tensor]) -> crate::Result<Vec<Tensor>> {
             memory[b.id.index()] = Some(tensor_values(constant.tensor()));
         }
     }
+    // A donated output starts as its input's value.
+    for d in &p.donated {
+        let (from, to) = (p.inputs[d.input], p.outputs[d.output]);
+        memory[to.index()] = memory[from.index()].clone();
+    }
     for k in &p.kernels {
         run_kernel(p, k, &mut memory)
             .map_err(|e| Error::Eval(format!("kernel {}: {e}", k.name)))?;

@@ -41,7 +41,7 @@ pub use ids::{AccId, BufferId, ExprRef, KernelId};
 pub use index::{gcd, Extents, IndexExpr, Var, VarKind};
 pub use liveness::{assign_slots, Interval, Liveness, Slot, Slots};
 pub use program::{
-    Buffer, BufferAccess, BufferKind, GemmInfo, GemmOperand, Kernel, Program, ReduceKind,
+    Buffer, BufferAccess, BufferKind, Donation, GemmInfo, GemmOperand, Kernel, Program, ReduceKind,
     Reduction, Stage, StoreOp,
 };
 pub use read::{parse_program, MAX_NESTING};

@@ -43,7 +43,10 @@ impl fmt::Display for Program {
         for b in &self.buffers {
             let role = match b.kind {
                 BufferKind::Input(i) => format!("input {i}"),
-                BufferKind::Output(i) => format!("output {i}"),
+                BufferKind::Output(i) => match self.donated.iter().find(|d| d.output == i) {
+                    Some(d) => format!("output {i} in place of input {}", d.input),
+                    None => format!("output {i}"),
+                },
                 BufferKind::Intermediate => "intermediate".to_string(),
                 BufferKind::Scratch => "scratch".to_string(),
                 BufferKind::Constant(i) => format!("constant {i}"),

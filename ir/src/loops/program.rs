@@ -398,6 +398,15 @@ impl Kernel {
     }
 }
 
+/// An output written in place of an input (a donated buffer, [`Program::donated`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Donation {
+    /// The graph parameter whose value the output's buffer holds when the program starts.
+    pub input: usize,
+    /// The graph output written there.
+    pub output: usize,
+}
+
 /// A whole scheduled graph: buffers and the kernels that run in order.
 #[derive(Clone, PartialEq, Debug, Default)]
 pub struct Program {
@@ -414,6 +423,11 @@ pub struct Program {
     /// The constant tensors that [`BufferKind::Constant`] buffers hold, shared with the
     /// graph (never copied).
     pub constants: Vec<crate::Constant>,
+    /// Outputs written in place of inputs: each output's buffer holds its input's value
+    /// when the program starts (whoever runs the program puts it there), kernels read it
+    /// there instead of the input's buffer, which nothing reads, and only the elements
+    /// that change are written (`passes::donate` makes these).
+    pub donated: Vec<Donation>,
 }
 
 impl Program {

@@ -26,8 +26,8 @@ use super::ids::{AccId, BufferId, ExprRef, KernelId};
 use super::index::{IndexExpr, Var};
 use super::print::{default_dtype, gemm_outer_axes, gemm_stage, infix, unary_name};
 use super::program::{
-    Buffer, BufferKind, GemmInfo, GemmOperand, Kernel, Program, ReduceKind, Reduction, Stage,
-    StoreOp,
+    Buffer, BufferKind, Donation, GemmInfo, GemmOperand, Kernel, Program, ReduceKind, Reduction,
+    Stage, StoreOp,
 };
 use super::scalar;
 use crate::op::{BinaryOp, UnaryOp};
@@ -1305,8 +1305,13 @@ fn read(text: &str) -> R<(Program, Vec<usize>)> {
     };
     let mut i = 1;
     let mut buffers = Vec::new();
+    let mut donated = Vec::new();
     while i < lines.len() && lines[i].indent > 0 {
-        buffers.push(buffer_line(&lines[i], buffers.len())?);
+        let (b, from) = buffer_line(&lines[i], buffers.len())?;
+        if let (BufferKind::Output(output), Some(input)) = (b.kind, from) {
+            donated.push(Donation { input, output });
+        }
+        buffers.push(b);
         i += 1;
     }
     let ids = |kind: fn(BufferKind) -> Option<usize>, what: &str| -> R<Vec<BufferId>> {
@@ -1365,12 +1370,14 @@ fn read(text: &str) -> R<(Program, Vec<usize>)> {
         outputs,
         kernels,
         constants: Vec::new(),
+        donated,
     };
     Ok((program, headers))
 }
 
-/// `buf3: f32[4, 8]  input 0 `x``
-fn buffer_line(line: &Line, index: usize) -> R<Buffer> {
+/// `buf3: f32[4, 8]  input 0 `x``, or `buf5: f32[4, 8]  output 1 in place of input 0
+/// `t.new``; the second value is that input.
+fn buffer_line(line: &Line, index: usize) -> R<(Buffer, Option<usize>)> {
     let mut c = Cursor::new(line)?;
     let at = c.at();
     let name = c.ident("a buffer")?;
@@ -1380,9 +1387,23 @@ fn buffer_line(line: &Line, index: usize) -> R<Buffer> {
     c.expect_sym(":")?;
     let ty = c.tensor_type()?;
     let at = c.at();
+    let mut from = None;
     let kind = match c.ident("`input`, `output`, `intermediate` or `scratch`")? {
         "input" => BufferKind::Input(c.usize("an input number")?),
-        "output" => BufferKind::Output(c.usize("an output number")?),
+        "output" => {
+            let n = c.usize("an output number")?;
+            if matches!(c.peek(), Tok::Ident("in")) {
+                c.bump();
+                for word in ["place", "of", "input"] {
+                    let at = c.at();
+                    if c.ident(&format!("`{word}`"))? != word {
+                        return err(at, format!("expected `{word}`"));
+                    }
+                }
+                from = Some(c.usize("an input number")?);
+            }
+            BufferKind::Output(n)
+        }
         "intermediate" => BufferKind::Intermediate,
         "scratch" => BufferKind::Scratch,
         // The printer leaves a constant's data out, so text cannot rebuild it.
@@ -1408,12 +1429,13 @@ fn buffer_line(line: &Line, index: usize) -> R<Buffer> {
     };
     c.bump();
     c.end()?;
-    Ok(Buffer {
+    let buffer = Buffer {
         id: BufferId(index as u32),
         ty,
         kind,
         name: value.to_string(),
-    })
+    };
+    Ok((buffer, from))
 }
 
 impl Cursor<'_> {

@@ -62,6 +62,27 @@ impl Program {
                 }
             }
         }
+        // Donations: distinct inputs and outputs of one type; the input is never read,
+        // the output holds its value from the start.
+        let mut donated_out = vec![false; self.buffers.len()];
+        let mut donated_in = vec![false; self.buffers.len()];
+        for d in &self.donated {
+            let (Some(&i), Some(&o)) = (self.inputs.get(d.input), self.outputs.get(d.output))
+            else {
+                return Err(format!(
+                    "donation of input {} to output {}: no such input or output",
+                    d.input, d.output
+                ));
+            };
+            if self.buffers[i.index()].ty != self.buffers[o.index()].ty {
+                return Err(format!("donated {i} and {o} have different types"));
+            }
+            if std::mem::replace(&mut donated_in[i.index()], true)
+                || std::mem::replace(&mut donated_out[o.index()], true)
+            {
+                return Err(format!("{i} or {o} is in two donations"));
+            }
+        }
         // writer[b] = kernel index that writes buffer b.
         let mut writer: Vec<Option<usize>> = vec![None; self.buffers.len()];
         for (ki, k) in self.kernels.iter().enumerate() {
@@ -72,7 +93,16 @@ impl Program {
                 .map_err(|e| format!("kernel {}: {e}", k.name))?;
             for r in &k.reads {
                 let kind = self.buffers[r.buffer.index()].kind;
+                if donated_in[r.buffer.index()] {
+                    return Err(format!(
+                        "kernel {} reads {}, which is donated to an output",
+                        k.name, r.buffer
+                    ));
+                }
                 match writer[r.buffer.index()] {
+                    // A donated output holds its input's value until its writer updates
+                    // it (in place: checked below).
+                    None if donated_out[r.buffer.index()] => {}
                     // Scratch is read back by the kernel that writes it (the order of its
                     // stages is checked with the kernel).
                     None if kind == BufferKind::Scratch
@@ -511,7 +541,20 @@ mod tests {
             outputs: vec![BufferId(1)],
             kernels: vec![k],
             constants: vec![],
+            donated: vec![],
         }
+    }
+
+    #[test]
+    fn a_donated_input_is_never_read() {
+        let mut p = copy_program(IndexExpr::Var(Var::outer(0)));
+        p.verify().unwrap();
+        p.donated = vec![super::super::Donation {
+            input: 0,
+            output: 0,
+        }];
+        let e = p.verify().unwrap_err().to_string();
+        assert!(e.contains("donated"), "{e}");
     }
 
     #[test]

@@ -94,6 +94,7 @@ pub fn assemble(plan: &Plan, groups: &[Vec<usize>], threads: usize) -> Result<Pr
         outputs,
         kernels,
         constants: layout.constants,
+        donated: Vec::new(),
     };
     p.verify()
         .map_err(|e| Error::Internal(format!("lowered program is invalid: {e}")))?;

@@ -133,6 +133,14 @@ impl SimProgram {
         program.verify().map_err(|e| {
             Error::InvalidProgram(format!("program `{}` is invalid: {e}", program.name))
         })?;
+        if !program.donated.is_empty() {
+            // The simulator's launches copy their outputs out of SRAM; an output updated
+            // in place of an input is the CPU target's (and the loop-IR evaluator's).
+            return Err(Error::InvalidProgram(format!(
+                "program `{}` has donated buffers, which the simulator does not take",
+                program.name
+            )));
+        }
         let n = program.kernels.len();
         // Groups are decided from the program alone; the members' outputs then
         // live from the group's first kernel, where its launch runs.

@@ -456,6 +456,13 @@ impl CpuProgram {
                             || matches!(buffers[b.index()].kind, BufferKind::Output(_))
                     })
                     .filter(|&b| !writes_every_element(k, step, &buffers[b.index()]))
+                    // A donated output holds its input's value: the kernel updates it.
+                    .filter(|&b| {
+                        !program
+                            .donated
+                            .iter()
+                            .any(|d| program.outputs[d.output] == b)
+                    })
                     .collect();
                 z.sort();
                 z
@@ -541,6 +548,21 @@ impl CpuProgram {
         let outputs = &mut OutputsMut(outputs);
         self.check_outputs(outputs)?;
         self.execute(&InputsRef(inputs), outputs, false, None)
+    }
+
+    /// [`CpuProgram::run_into`] for a program with donated buffers
+    /// ([`Program::donated`]), the caller having put each donation's input value in its
+    /// output tensor already (by swapping the tensors, say): the donated inputs are not
+    /// read, and the outputs are updated in place, only where they change. Every other
+    /// way of running a program copies each donated input into its output first.
+    pub fn run_into_donated<I: InputTensors + ?Sized, O: OutputTensors + ?Sized>(
+        &self,
+        inputs: &I,
+        outputs: &mut O,
+    ) -> Result<()> {
+        let outputs = &mut OutputsMut(outputs);
+        self.check_outputs(outputs)?;
+        self.execute_with(&InputsRef(inputs), outputs, false, true, None)
     }
 
     /// Zero tensors of the program's output types, for [`CpuProgram::run_into`].
@@ -714,6 +736,19 @@ impl CpuProgram {
         inputs: &dyn InputTensors,
         outputs: &mut dyn OutputTensors,
         fresh: bool,
+        timings: Option<&mut Vec<KernelTiming>>,
+    ) -> Result<()> {
+        self.execute_with(inputs, outputs, fresh, false, timings)
+    }
+
+    /// [`CpuProgram::execute`]; `donated` says the donated outputs hold their inputs'
+    /// values already (otherwise they are copied in first).
+    fn execute_with(
+        &self,
+        inputs: &dyn InputTensors,
+        outputs: &mut dyn OutputTensors,
+        fresh: bool,
+        donated: bool,
         mut timings: Option<&mut Vec<KernelTiming>>,
     ) -> Result<()> {
         let p = &self.program;
@@ -733,6 +768,11 @@ impl CpuProgram {
                 got,
                 expected,
             });
+        }
+        if !donated {
+            for d in &p.donated {
+                outputs.tensor_mut(d.output).data = inputs.tensor(d.input).data.clone();
+            }
         }
         let _mode = FlushDenormals::enter(self.flush_denormals);
         let team = self.pool.team(self.threads, self.flush_denormals);

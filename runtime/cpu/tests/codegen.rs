@@ -57,6 +57,7 @@ fn program(name: &str, buffers: Vec<Buffer>, mut kernels: Vec<Kernel>) -> Progra
         outputs: outputs.into_iter().map(|x| x.1).collect(),
         kernels,
         constants: vec![],
+        donated: vec![],
     };
     p.verify().unwrap();
     p

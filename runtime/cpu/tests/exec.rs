@@ -139,6 +139,7 @@ fn finish(
         outputs,
         kernels,
         constants: vec![],
+        donated: vec![],
     };
     p.verify().unwrap();
     p

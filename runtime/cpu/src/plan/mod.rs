@@ -239,6 +239,7 @@ pub fn plan_kernel(
             outputs: vec![],
             kernels: vec![kernel.clone()],
             constants: vec![],
+            donated: vec![],
         },
         kernels: vec![KernelPlan {
             source: 0,
