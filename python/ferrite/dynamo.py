@@ -10,7 +10,10 @@ right after ``pip install``. What it does with the FX graph TorchDynamo captures
    (``make_fx``), the cheapest way to ATen; one that mutates (an in-place op) or has symbolic
    inputs, and every training graph, goes through AOT dispatch
    (``torch._dynamo.backends.common.aot_autograd``) as Inductor does, whose functionalization
-   makes mutations safe to partition and which builds the backward graph;
+   makes mutations safe to partition and which builds the backward graph. An output that eager
+   returns as a view of an input (or of a tensor another output shares) is taken again as a
+   view in torch at run time, as AOT autograd does, so that writes through it reach the same
+   storage as in eager;
 2. ``torch.fx.passes.infra.partitioner.CapabilityBasedPartitioner`` groups the nodes Ferrite
    maps (``ATEN`` below) into regions; every other node stays in the graph and runs eagerly;
 3. each region is built as a Ferrite graph through the builder and compiled for the CPU at its
@@ -814,6 +817,10 @@ def _partition(gm, record: Explanation, frozen: Sequence[int] = (), graph: str =
             # (the partitioner asks about every node).
             if node.op != "call_function":
                 return False
+            if _in_torch(node):
+                if node.target is not operator.getitem:
+                    record.fallbacks.append(Fallback(_target_name(node), VIEW_REASON, graph))
+                return False
             reason = unsupported_reason(node)
             if reason is not None:
                 record.fallbacks.append(Fallback(op=_target_name(node), reason=reason, graph=graph))
@@ -835,6 +842,17 @@ def _partition(gm, record: Explanation, frozen: Sequence[int] = (), graph: str =
             # A child module's slot takes only a module.
             setattr(fused, node.target, _module(region))
     return fused
+
+
+#: Why `_views_in_torch`'s views run in torch, for `explain`.
+VIEW_REASON = "a view returned aliasing an input or another output: taken in torch, as in eager"
+
+
+def _in_torch(node) -> bool:
+    """Whether `_views_in_torch` left `node` (or, for a getitem, the view it reads) to torch."""
+    if node.target is operator.getitem and hasattr(node.args[0], "meta"):
+        node = node.args[0]
+    return bool(node.meta.get(TORCH_VIEW))
 
 
 def _module(region: "_FerriteRegion"):
@@ -932,6 +950,88 @@ def _trace_inference(gm, example_inputs):
     return aten_gm, static
 
 
+def _aliased_source(node):
+    """The node argument whose storage `node`'s result shares (a view op's `self`, the view
+    list a getitem reads), or None for a result of its own."""
+    import torch
+
+    if node.op != "call_function":
+        return None
+    if node.target is operator.getitem:
+        source = node.args[0]
+        return source if _aliased_source(source) is not None else None
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return None
+    # A view's schema marks its result and its `self` with one alias set, `Tensor(a)`; the
+    # elements of a list result (`split`'s `Tensor(a)[]`) carry theirs out of reach.
+    schema = node.target._schema
+    if not any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+        return None
+    for arg, value in zip(schema.arguments, node.args):
+        info = arg.alias_info
+        if info is not None and not info.is_write and hasattr(value, "op"):
+            return value
+    return None
+
+
+#: The `node.meta` key of the views that `_views_in_torch` leaves to torch.
+TORCH_VIEW = "ferrite_torch_view"
+
+
+def _views_in_torch(aten_gm) -> None:
+    """Makes the outputs that eager PyTorch returns as views of an input, or of a tensor that
+    another output also views (or is), views again: each is taken at run time in torch by a
+    copy of its chain of view ops, from the input or from that tensor (then an output of its
+    region), as AOT autograd regenerates aliased outputs. A Ferrite region returns fresh
+    tensors, so without this a caller that writes into such an output (or into the input
+    afterwards) would see otherwise than in eager. The original chains stay for the graph's
+    other uses of the views, inside the regions. A view of an intermediate that no other
+    output shares may stay a copy: nothing else can see its storage."""
+    graph = aten_gm.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    base: Dict[Any, Any] = {}
+    for node in graph.nodes:
+        source = _aliased_source(node)
+        base[node] = node if source is None else base[source]
+    flat = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    outs = [o for o in flat if hasattr(o, "op")]
+    sharing: Dict[Any, int] = {}
+    for o in outs:
+        sharing[base[o]] = sharing.get(base[o], 0) + 1
+    rebuilt: Dict[Any, Any] = {}
+
+    def rebuild(node):
+        if node is base[node]:
+            return node
+        if node not in rebuilt:
+            source = _aliased_source(node)
+            copy_of_source = rebuild(source)
+            with graph.inserting_before(output):
+                copy = graph.call_function(
+                    node.target,
+                    tuple(copy_of_source if a is source else a for a in node.args),
+                    dict(node.kwargs),
+                )
+            copy.meta = dict(node.meta)
+            copy.meta[TORCH_VIEW] = True
+            rebuilt[node] = copy
+        return rebuilt[node]
+
+    replaced = [
+        rebuild(o)
+        if hasattr(o, "op")
+        and o is not base[o]
+        and (base[o].op in ("placeholder", "get_attr") or sharing[base[o]] > 1)
+        else o
+        for o in flat
+    ]
+    if rebuilt:
+        output.args = (type(flat)(replaced) if flat is output.args[0] else replaced[0],)
+        graph.eliminate_dead_code()
+        graph.lint()
+        aten_gm.recompile()
+
+
 def _needs_grad(gm, example_inputs) -> bool:
     """Whether AOT autograd would make this a training graph."""
     import torch
@@ -960,6 +1060,7 @@ def make_backend(record: Optional[Explanation] = None):
                 started = time.perf_counter()
                 target.add_time("aot", started - entered)
                 target.graphs += 1
+                _views_in_torch(aten_gm)
                 fused = _partition(aten_gm, target, frozen)
                 target.add_time("partition", time.perf_counter() - started)
                 return fused.forward
