@@ -298,6 +298,15 @@ def _argmin(x, dim=None, keepdim=False):
     return x.argmin(dim, keepdim)
 
 
+def _any_all(method):
+    # any / all: the largest / least of the operand's truth values, as 0 or 1.
+    def build(x, dim=None, keepdim=False):
+        truth = (x if x.dtype == "bool" else x.ne(0)).cast("f32")
+        return getattr(truth, method)(_axes(dim, x.ndim), keepdim).gt(0.5)
+
+    return build
+
+
 def _bool_only(method):
     def build(x, y):
         if x.dtype != "bool":
@@ -374,6 +383,15 @@ def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     if end < extent:
         pieces.append(x.slice(dim, end, extent))
     return pieces[0] if len(pieces) == 1 else _ferrite.concat(pieces, dim)
+
+
+def _cat(tensors, dim=0):
+    # torch.cat skips 1-D empty operands whatever the others' rank: the `torch.tensor([])` a
+    # transformers KV cache starts from before its first update.
+    kept = [t for t in tensors if t.shape != (0,)]
+    if not kept:
+        return tensors[0]
+    return kept[0] if len(kept) == 1 else _ferrite.concat(kept, dim)
 
 
 def _method(name):
@@ -462,6 +480,8 @@ ATEN: Dict[str, Callable[..., Any]] = {
     "aten.prod.dim_int": lambda x, dim, keepdim=False, *, dtype=None: _reduce("prod")(
         x, [dim], keepdim, dtype=dtype
     ),
+    **{f"aten.any.{kind}": _any_all("max") for kind in ["default", "dim", "dims"]},
+    **{f"aten.all.{kind}": _any_all("min") for kind in ["default", "dim", "dims"]},
     "aten.argmax.default": _argmax,
     "aten.argmin.default": _argmin,
     "aten.var.correction": _var,
@@ -483,7 +503,7 @@ ATEN: Dict[str, Callable[..., Any]] = {
     "aten.unsqueeze.default": lambda x, dim: x.unsqueeze(dim),
     "aten.slice.Tensor": _slice,
     "aten.select.int": _select,
-    "aten.cat.default": lambda tensors, dim=0: _ferrite.concat(list(tensors), dim),
+    "aten.cat.default": _cat,
     "aten.clone.default": _identity,
     "aten.alias.default": _identity,
     "aten.detach.default": _identity,

@@ -274,6 +274,9 @@ FUNCTIONS = {
     ),
     "cat_split": (lambda x: torch.cat(x.split([1, 3], dim=1)[::-1], dim=1), [(2, 4)]),
     "pad": (lambda x: torch.nn.functional.pad(x, (1, 2), value=0.5), [(3, 3)]),
+    # A transformers KV cache starts as torch.tensor([]), which torch.cat skips.
+    "cat_legacy_empty": (lambda x: torch.cat([torch.tensor([]), torch.tanh(x)], dim=-2), [(2, 3, 4)]),
+    "any_all": (lambda x: ((x > 0).any(-1), (x != 0).all(0), (x > 1).any(), x.all()), [(3, 5)]),
 }
 
 
@@ -284,9 +287,12 @@ def test_functions_match_eager(name):
     fn, shapes = FUNCTIONS[name]
     args = [torch.randn(*s) for s in shapes]
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend="ferrite", dynamic=False)
+    record = dynamo.Explanation()
+    compiled = torch.compile(fn, backend=dynamo.make_backend(record), dynamic=False)
     with torch.no_grad():
         want, got = fn(*args), compiled(*args)
+    assert record.regions and all(r.compiled for r in record.regions), str(record)
+    assert record.fallbacks == [], str(record)
     want = want if isinstance(want, tuple) else (want,)
     got = got if isinstance(got, tuple) else (got,)
     for w, g in zip(want, got):
@@ -499,10 +505,14 @@ def _check_model(model, inputs):
     import torch as t
 
     model.eval()
+    record = dynamo.Explanation()
     with t.no_grad():
         want = model(**inputs)
         t._dynamo.reset()
-        got = t.compile(model, backend="ferrite", dynamic=False)(**inputs)
+        got = t.compile(model, backend=dynamo.make_backend(record), dynamic=False)(**inputs)
+    # Matching eager is not enough: a region that fails to build runs eagerly.
+    assert record.regions and all(r.compiled for r in record.regions), str(record)
+    assert record.fallbacks == [], str(record)
     # The tensors (logits, hidden states); a KV cache object (transformers' DynamicCache)
     # holds the same keys and values the model computed from them.
     compared = 0
