@@ -934,7 +934,8 @@ def _trace_inference(gm, example_inputs):
     decompositions of the unmapped ops), without AOT autograd's metadata pass, and the
     positions of its parameters and buffers; None where AOT is needed: symbolic inputs, or a
     graph that mutates its inputs. In-place ops on its own tensors (which the partitioner could
-    not order) are removed by a second trace through functionalization."""
+    not order) are made out-of-place where nothing else views their tensor, the rest by a
+    second trace through functionalization."""
     import torch
     from torch._guards import detect_fake_mode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -954,6 +955,8 @@ def _trace_inference(gm, example_inputs):
 
     with fake:
         aten_gm = make_fx(gm, decomposition_table=_decompositions())(*inputs)
+        if mutates(aten_gm) and _out_of_place(aten_gm):
+            aten_gm.recompile()
         if mutates(aten_gm):
             # Views stay views: Ferrite maps them, not their *_copy forms.
             functional = torch.func.functionalize(gm, remove="mutations")
@@ -968,6 +971,68 @@ def _trace_inference(gm, example_inputs):
         or node.meta.get("tensor_dict", {}).get("_dynamo_static_input_type")
     ]
     return aten_gm, static
+
+
+def _out_of_place(aten_gm) -> bool:
+    """Replaces each in-place op (`add_`) whose target is a tensor of the graph's own that
+    nothing else views (the `arange(n).add_(offset)` of transformers' masks) by its
+    out-of-place form, read by the uses after it: the second, functionalizing trace is then
+    not needed. Returns whether it replaced any; others (on inputs, on views, with a dtype
+    the out-of-place op would promote) stay for functionalization."""
+    import torch
+
+    graph = aten_gm.graph
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    base: Dict[Any, Any] = {}
+    viewed = set()
+    for node in graph.nodes:
+        source = _aliased_source(node)
+        base[node] = node if source is None else base[source]
+        if source is not None:
+            viewed.add(base[node])
+    replaced = False
+    for node in list(graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        schema = target._schema
+        writes = [a.alias_info is not None and a.alias_info.is_write for a in schema.arguments]
+        if not writes or not writes[0] or any(writes[1:]):
+            continue
+        packet = getattr(torch.ops.aten, schema.name.split("::")[-1].rstrip("_"), None)
+        functional = getattr(packet, target._overloadname, None) if packet is not None else None
+        self_ = node.args[0]
+        if (
+            functional is None
+            or functional._schema.is_mutable
+            or self_.op != "call_function"
+            or base.get(self_) is not self_
+            or self_ in viewed
+        ):
+            continue
+        val, result = self_.meta.get("val"), node.meta.get("val")
+        others = [a.meta.get("val") if hasattr(a, "op") else a for a in node.args[1:]]
+        try:
+            promoted = torch.result_type(val, others[0]) if others else val.dtype
+        except (TypeError, RuntimeError):
+            continue
+        if result is None or promoted != val.dtype:
+            continue
+        with graph.inserting_before(node):
+            fresh = graph.call_function(functional, node.args, dict(node.kwargs))
+        fresh.meta = dict(node.meta)
+        order[fresh] = order[node]
+        base[fresh] = fresh
+        # The uses of the tensor after the write read the new value; those before, the old.
+        for user in list(self_.users):
+            if user is not node and user is not fresh and order[user] > order[node]:
+                user.replace_input_with(self_, fresh)
+        node.replace_all_uses_with(fresh)
+        graph.erase_node(node)
+        replaced = True
+    if replaced:
+        graph.lint()
+    return replaced
 
 
 def _aliased_source(node):

@@ -457,6 +457,53 @@ def test_in_place_ops_on_inputs_mutate_them_as_in_eager():
     torch._dynamo.reset()
 
 
+def test_in_place_ops_on_the_graphs_own_tensors_match_eager():
+    global torch
+    torch = _torch()
+
+    def read_before_and_after(x):
+        y = x * 2
+        before = y.sum(0)
+        y.mul_(3.0)
+        return before, y + 1
+
+    def arange_offset(x):
+        # transformers' masks: kv_idx = arange(n); kv_idx += offset.
+        idx = torch.arange(x.shape[1])
+        idx += 2
+        return x * idx
+
+    def through_a_view_taken_before(x):
+        y = x * 2
+        row = y[0]
+        y.add_(1.0)
+        return row * 3
+
+    def narrower_dtype(x):
+        y = x.half()
+        y.add_(x)
+        return y.float()
+
+    def twice(x):
+        y = torch.tanh(x)
+        y.add_(1.0)
+        y.mul_(y)
+        return y
+
+    for fn in [read_before_and_after, arange_offset, through_a_view_taken_before, narrower_dtype, twice]:
+        record = dynamo.Explanation()
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=dynamo.make_backend(record), dynamic=False)
+        x = torch.randn(3, 4)
+        want = _run_and_write(fn, [x.clone()])
+        got = _run_and_write(compiled, [x.clone()])
+        assert got[0] == want[0], fn.__name__
+        for g, w in zip(got[1] + got[2], want[1] + want[2]):
+            torch.testing.assert_close(g, w, msg=fn.__name__)
+        assert record.lowerings == ["trace"], fn.__name__
+    torch._dynamo.reset()
+
+
 def test_shape_change_recompiles():
     global torch
     torch = _torch()
