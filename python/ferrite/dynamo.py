@@ -824,10 +824,16 @@ def _graph_tag(graph: str) -> str:
     return "" if graph == "inference" else f" ({graph})"
 
 
-def _partition(gm, record: Explanation, frozen: Sequence[int] = (), graph: str = "inference"):
-    """Replaces the mapped parts of an ATen graph module with Ferrite regions; `frozen` are the
-    positions among the module's placeholders of the inputs to freeze into the programs, and
-    `graph` names the AOT graph for the record."""
+def _partition(
+    gm, record: Explanation, frozen: Sequence[int] = (), graph: str = "inference"
+) -> Callable[..., Any]:
+    """The ATen graph module's forward with its mapped parts replaced by Ferrite regions;
+    `frozen` are the positions among the module's placeholders of the inputs to freeze into
+    the programs, and `graph` names the AOT graph for the record. A graph that Ferrite maps
+    whole is one region, called directly: no partitioner pass (a cold import and tens of
+    milliseconds on GPT-2), and no FX module around the region at every call."""
+    if _maps_whole(gm):
+        return _FerriteRegion(gm, record, frozen, graph)
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -861,7 +867,22 @@ def _partition(gm, record: Explanation, frozen: Sequence[int] = (), graph: str =
             region = _FerriteRegion(getattr(fused, node.target), record, positions, graph)
             # A child module's slot takes only a module.
             setattr(fused, node.target, _module(region))
-    return fused
+    return fused.forward
+
+
+def _maps_whole(gm) -> bool:
+    """Whether every call in the graph is mapped and every output is a distinct result of
+    one: a region returns fresh tensors, so an input returned as it is, or one tensor
+    returned twice, needs the partitioner's graph around the region."""
+    outputs = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and (_in_torch(node) or unsupported_reason(node) is not None):
+            return False
+        if node.op == "output":
+            outputs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+    return all(getattr(o, "op", None) == "call_function" for o in outputs) and len(
+        set(outputs)
+    ) == len(outputs)
 
 
 #: Why `_views_in_torch`'s views run in torch, for `explain`.
@@ -1146,9 +1167,9 @@ def make_backend(record: Optional[Explanation] = None):
                 target.add_time("aot", started - entered)
                 target.graphs += 1
                 _views_in_torch(aten_gm)
-                fused = _partition(aten_gm, target, frozen)
+                compiled = _partition(aten_gm, target, frozen)
                 target.add_time("partition", time.perf_counter() - started)
-                return fused.forward
+                return compiled
         # Imported here: importing AOT autograd is a noticeable part of a first call.
         import torch._functorch.config
         from functorch.compile import min_cut_rematerialization_partition
@@ -1171,9 +1192,9 @@ def make_backend(record: Optional[Explanation] = None):
                 # A training step's parameters change at every optimizer step: they stay
                 # inputs, where an inference graph freezes them.
                 frozen = _frozen_inputs() if graph == "inference" else []
-                fused = _partition(aten_gm, target, frozen, graph)
+                compiled = _partition(aten_gm, target, frozen, graph)
                 target.add_time("partition", time.perf_counter() - started)
-                return make_boxed_func(fused.forward)
+                return make_boxed_func(compiled)
 
             return compile_graph
 
