@@ -754,12 +754,15 @@ class _FerriteRegion:
         return program, live, stamps
 
     def __call__(self, *args):
+        # The steady-state path of every call: list comprehensions over precomputed
+        # positions, torch.Size as it is in the key.
         import torch
 
         key = tuple(
-            (a.dtype, tuple(a.shape)) if isinstance(a, torch.Tensor) else a
-            for i, a in enumerate(args)
-            if i not in self.frozen_set
+            [
+                (a.dtype, a.shape) if isinstance(a, torch.Tensor) else a
+                for a in [args[i] for i in range(len(args)) if i not in self.frozen_set]
+            ]
         )
         entry = self.programs.get(key)
         if entry is not None:
@@ -773,8 +776,13 @@ class _FerriteRegion:
         program, live, _ = entry
         if program == "eager":
             return self.gm(*args)
-        outputs = program.run(*[_to_numpy(args[i]) for i in live])
-        outputs = [torch.from_numpy(o) for o in outputs]
+        try:
+            # No detach: under no_grad the tensors need none, and `numpy()` refuses those
+            # that would, as it refuses other devices; _to_numpy then says what to do.
+            arrays = [args[i].numpy() for i in live]
+        except (RuntimeError, TypeError):
+            arrays = [_to_numpy(args[i]) for i in live]
+        outputs = [torch.from_numpy(o) for o in program.run(*arrays)]
         return tuple(outputs) if self.tuple_output else outputs[0]
 
 
