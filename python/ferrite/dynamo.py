@@ -1026,15 +1026,15 @@ def _out_of_place(aten_gm) -> bool:
             continue
         schema = target._schema
         writes = [a.alias_info is not None and a.alias_info.is_write for a in schema.arguments]
-        if not writes or not writes[0] or any(writes[1:]):
+        if not schema.name.startswith("aten::") or not writes or not writes[0] or any(writes[1:]):
             continue
-        packet = getattr(torch.ops.aten, schema.name.split("::")[-1].rstrip("_"), None)
+        packet = getattr(torch.ops.aten, schema.name[len("aten::") :].rstrip("_"), None)
         functional = getattr(packet, target._overloadname, None) if packet is not None else None
         self_ = node.args[0]
         if (
             functional is None
             or functional._schema.is_mutable
-            or self_.op != "call_function"
+            or getattr(self_, "op", None) != "call_function"
             or base.get(self_) is not self_
             or self_ in viewed
         ):
