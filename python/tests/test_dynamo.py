@@ -275,7 +275,9 @@ FUNCTIONS = {
     "cat_split": (lambda x: torch.cat(x.split([1, 3], dim=1)[::-1], dim=1), [(2, 4)]),
     "pad": (lambda x: torch.nn.functional.pad(x, (1, 2), value=0.5), [(3, 3)]),
     # A transformers KV cache starts as torch.tensor([]), which torch.cat skips.
-    "cat_legacy_empty": (lambda x: torch.cat([torch.tensor([]), torch.tanh(x)], dim=-2), [(2, 3, 4)]),
+    "cat_legacy_empty": (
+        lambda x: torch.cat([torch.tensor([]), torch.tanh(x)], dim=-2), [(2, 3, 4)],
+    ),
     "any_all": (lambda x: ((x > 0).any(-1), (x != 0).all(0), (x > 1).any(), x.all()), [(3, 5)]),
 }
 
@@ -442,7 +444,13 @@ def test_in_place_ops_on_inputs_mutate_them_as_in_eager():
         x.view(-1)[1:3].mul_(5.0)
         return x.sum(0)
 
-    for fn in [add_then_use, returns_the_mutated_input, through_a_view]:
+    def returns_views_of_the_mutated_input(x):
+        x.mul_(2.0)
+        return x.t(), x[1:], torch.relu(x)
+
+    for fn in [
+        add_then_use, returns_the_mutated_input, through_a_view, returns_views_of_the_mutated_input,
+    ]:
         record = dynamo.Explanation()
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend=dynamo.make_backend(record), dynamic=False)
@@ -490,7 +498,9 @@ def test_in_place_ops_on_the_graphs_own_tensors_match_eager():
         y.mul_(y)
         return y
 
-    for fn in [read_before_and_after, arange_offset, through_a_view_taken_before, narrower_dtype, twice]:
+    for fn in [
+        read_before_and_after, arange_offset, through_a_view_taken_before, narrower_dtype, twice,
+    ]:
         record = dynamo.Explanation()
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend=dynamo.make_backend(record), dynamic=False)
