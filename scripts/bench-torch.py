@@ -8,12 +8,13 @@ Needs torch (and onnxruntime for its row) in the Python that runs it, and
 the ferrite package installed there (scripts/python-test.sh builds it into its venv; a release
 build is what to measure: `cd python && maturin develop --release`). Prints a Markdown table.
 
-    python scripts/bench-torch.py [--models gpt2,bert,llama,mlp] [--backends eager,ferrite] [--runs 20]
-    python scripts/bench-torch.py --breakdown [--models gpt2]
+    python scripts/bench-torch.py [--models gpt2,bert,llama,mlp,hf-gpt2] [--backends eager,ferrite] [--runs 20]
+    python scripts/bench-torch.py --breakdown [--models gpt2] [--repeat 5]
 
 Each measurement runs in a subprocess of its own, so that the first call is cold (no compiled
 code, no warm caches) for every backend. `mlp` is a 32x256 -> 1024 -> 1024 -> 256 GELU MLP
-(`mlp_large`'s shape, seeded weights), compared against eager instead of ONNX Runtime.
+(`mlp_large`'s shape, seeded weights) and `hf-gpt2` transformers' GPT-2 as the tests build it
+(random weights, returning the logits); both are compared against eager instead of ONNX Runtime.
 
 `--breakdown` splits the first ferrite call of a fresh process: `import torch`, the model's
 construction, then within the first call Dynamo's tracing (the rest), AOT dispatch with the
@@ -32,6 +33,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ["eager", "inductor", "ferrite", "onnxruntime"]
+#: Models without an ONNX export, compared against eager instead.
+EAGER_REFERENCE = ["mlp", "hf-gpt2"]
 
 
 class Mlp:
@@ -48,6 +51,27 @@ class Mlp:
         )
 
 
+def hf_gpt2():
+    """transformers' GPT-2 as python/tests/test_dynamo.py builds it (random weights, 2 layers,
+    64 wide, 16 tokens), returning its logits."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=256, n_positions=64)
+    model = transformers.GPT2LMHeadModel(config).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids):
+            return self.model(input_ids=input_ids).logits
+
+    return Logits().eval(), {"input_ids": torch.randint(0, 256, (1, 16))}
+
+
 def build(name):
     """The model as scripts/export-models.py defines and seeds it (so its weights are those of
     the committed ONNX export, examples/onnx/NAME/), with the committed inputs."""
@@ -59,6 +83,8 @@ def build(name):
     if name == "mlp":
         model = Mlp.make()
         return model.eval(), {"input": torch.randn(32, 256, generator=torch.Generator().manual_seed(1))}
+    if name == "hf-gpt2":
+        return hf_gpt2()
     spec = importlib.util.spec_from_file_location("export_models", REPO / "scripts" / "export-models.py")
     export = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(export)
@@ -73,7 +99,7 @@ def max_diff(name, outputs):
     """The largest difference from ONNX Runtime's committed outputs."""
     import numpy as np
 
-    if name == "mlp":
+    if name in EAGER_REFERENCE:
         import torch
 
         model, inputs = build(name)
@@ -162,6 +188,9 @@ def main():
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--breakdown", action="store_true", help="split the first ferrite call")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="--breakdown: fresh processes per model, medians shown"
+    )
     parser.add_argument("--breakdown-one", metavar="MODEL", help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -172,11 +201,14 @@ def main():
         print("| model | " + " | ".join(BREAKDOWN) + " |")
         print("|---|" + "---:|" * len(BREAKDOWN))
         for name in args.models.split(","):
-            out = subprocess.run(
-                [sys.executable, __file__, "--breakdown-one", name], capture_output=True, text=True, check=True
-            )
-            parts = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"| {name} | " + " | ".join(f"{1e3 * parts.get(k, 0.0):.0f} ms" for k in BREAKDOWN) + " |")
+            runs = []
+            for _ in range(args.repeat):
+                out = subprocess.run(
+                    [sys.executable, __file__, "--breakdown-one", name], capture_output=True, text=True, check=True
+                )
+                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            cells = [statistics.median(r.get(k, 0.0) for r in runs) for k in BREAKDOWN]
+            print(f"| {name} | " + " | ".join(f"{1e3 * c:.0f} ms" for c in cells) + " |")
         return
     if args.one:
         name, backend, threads = args.one

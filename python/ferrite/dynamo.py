@@ -10,7 +10,10 @@ right after ``pip install``. What it does with the FX graph TorchDynamo captures
    (``make_fx``), the cheapest way to ATen; one that mutates (an in-place op) or has symbolic
    inputs, and every training graph, goes through AOT dispatch
    (``torch._dynamo.backends.common.aot_autograd``) as Inductor does, whose functionalization
-   makes mutations safe to partition and which builds the backward graph;
+   makes mutations safe to partition and which builds the backward graph. An output that eager
+   returns as a view of an input (or of a tensor another output shares) is taken again as a
+   view in torch at run time, as AOT autograd does, so that writes through it reach the same
+   storage as in eager;
 2. ``torch.fx.passes.infra.partitioner.CapabilityBasedPartitioner`` groups the nodes Ferrite
    maps (``ATEN`` below) into regions; every other node stays in the graph and runs eagerly;
 3. each region is built as a Ferrite graph through the builder and compiled for the CPU at its
@@ -295,6 +298,15 @@ def _argmin(x, dim=None, keepdim=False):
     return x.argmin(dim, keepdim)
 
 
+def _any_all(method):
+    # any / all: the largest / least of the operand's truth values, as 0 or 1.
+    def build(x, dim=None, keepdim=False):
+        truth = (x if x.dtype == "bool" else x.ne(0)).cast("f32")
+        return getattr(truth, method)(_axes(dim, x.ndim), keepdim).gt(0.5)
+
+    return build
+
+
 def _bool_only(method):
     def build(x, y):
         if x.dtype != "bool":
@@ -371,6 +383,15 @@ def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     if end < extent:
         pieces.append(x.slice(dim, end, extent))
     return pieces[0] if len(pieces) == 1 else _ferrite.concat(pieces, dim)
+
+
+def _cat(tensors, dim=0):
+    # torch.cat skips 1-D empty operands whatever the others' rank: the `torch.tensor([])` a
+    # transformers KV cache starts from before its first update.
+    kept = [t for t in tensors if t.shape != (0,)]
+    if not kept:
+        return tensors[0]
+    return kept[0] if len(kept) == 1 else _ferrite.concat(kept, dim)
 
 
 def _method(name):
@@ -459,6 +480,8 @@ ATEN: Dict[str, Callable[..., Any]] = {
     "aten.prod.dim_int": lambda x, dim, keepdim=False, *, dtype=None: _reduce("prod")(
         x, [dim], keepdim, dtype=dtype
     ),
+    **{f"aten.any.{kind}": _any_all("max") for kind in ["default", "dim", "dims"]},
+    **{f"aten.all.{kind}": _any_all("min") for kind in ["default", "dim", "dims"]},
     "aten.argmax.default": _argmax,
     "aten.argmin.default": _argmin,
     "aten.var.correction": _var,
@@ -480,7 +503,7 @@ ATEN: Dict[str, Callable[..., Any]] = {
     "aten.unsqueeze.default": lambda x, dim: x.unsqueeze(dim),
     "aten.slice.Tensor": _slice,
     "aten.select.int": _select,
-    "aten.cat.default": lambda tensors, dim=0: _ferrite.concat(list(tensors), dim),
+    "aten.cat.default": _cat,
     "aten.clone.default": _identity,
     "aten.alias.default": _identity,
     "aten.detach.default": _identity,
@@ -731,12 +754,15 @@ class _FerriteRegion:
         return program, live, stamps
 
     def __call__(self, *args):
+        # The steady-state path of every call: list comprehensions over precomputed
+        # positions, torch.Size as it is in the key.
         import torch
 
         key = tuple(
-            (a.dtype, tuple(a.shape)) if isinstance(a, torch.Tensor) else a
-            for i, a in enumerate(args)
-            if i not in self.frozen_set
+            [
+                (a.dtype, a.shape) if isinstance(a, torch.Tensor) else a
+                for a in [args[i] for i in range(len(args)) if i not in self.frozen_set]
+            ]
         )
         entry = self.programs.get(key)
         if entry is not None:
@@ -750,8 +776,13 @@ class _FerriteRegion:
         program, live, _ = entry
         if program == "eager":
             return self.gm(*args)
-        outputs = program.run(*[_to_numpy(args[i]) for i in live])
-        outputs = [torch.from_numpy(o) for o in outputs]
+        try:
+            # No detach: under no_grad the tensors need none, and `numpy()` refuses those
+            # that would, as it refuses other devices; _to_numpy then says what to do.
+            arrays = [args[i].numpy() for i in live]
+        except (RuntimeError, TypeError):
+            arrays = [_to_numpy(args[i]) for i in live]
+        outputs = [torch.from_numpy(o) for o in program.run(*arrays)]
         return tuple(outputs) if self.tuple_output else outputs[0]
 
 
@@ -801,10 +832,16 @@ def _graph_tag(graph: str) -> str:
     return "" if graph == "inference" else f" ({graph})"
 
 
-def _partition(gm, record: Explanation, frozen: Sequence[int] = (), graph: str = "inference"):
-    """Replaces the mapped parts of an ATen graph module with Ferrite regions; `frozen` are the
-    positions among the module's placeholders of the inputs to freeze into the programs, and
-    `graph` names the AOT graph for the record."""
+def _partition(
+    gm, record: Explanation, frozen: Sequence[int] = (), graph: str = "inference"
+) -> Callable[..., Any]:
+    """The ATen graph module's forward with its mapped parts replaced by Ferrite regions;
+    `frozen` are the positions among the module's placeholders of the inputs to freeze into
+    the programs, and `graph` names the AOT graph for the record. A graph that Ferrite maps
+    whole is one region, called directly: no partitioner pass (a cold import and tens of
+    milliseconds on GPT-2), and no FX module around the region at every call."""
+    if _maps_whole(gm):
+        return _FerriteRegion(gm, record, frozen, graph)
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -813,6 +850,10 @@ def _partition(gm, record: Explanation, frozen: Sequence[int] = (), graph: str =
             # Regions hold calls only: placeholders, constants and the output stay outside
             # (the partitioner asks about every node).
             if node.op != "call_function":
+                return False
+            if _in_torch(node):
+                if node.target is not operator.getitem:
+                    record.fallbacks.append(Fallback(_target_name(node), VIEW_REASON, graph))
                 return False
             reason = unsupported_reason(node)
             if reason is not None:
@@ -834,7 +875,33 @@ def _partition(gm, record: Explanation, frozen: Sequence[int] = (), graph: str =
             region = _FerriteRegion(getattr(fused, node.target), record, positions, graph)
             # A child module's slot takes only a module.
             setattr(fused, node.target, _module(region))
-    return fused
+    return fused.forward
+
+
+def _maps_whole(gm) -> bool:
+    """Whether every call in the graph is mapped and every output is a distinct result of
+    one: a region returns fresh tensors, so an input returned as it is, or one tensor
+    returned twice, needs the partitioner's graph around the region."""
+    outputs = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and (_in_torch(node) or unsupported_reason(node) is not None):
+            return False
+        if node.op == "output":
+            outputs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+    return all(getattr(o, "op", None) == "call_function" for o in outputs) and len(
+        set(outputs)
+    ) == len(outputs)
+
+
+#: Why `_views_in_torch`'s views run in torch, for `explain`.
+VIEW_REASON = "a view returned aliasing an input or another output: taken in torch, as in eager"
+
+
+def _in_torch(node) -> bool:
+    """Whether `_views_in_torch` left `node` (or, for a getitem, the view it reads) to torch."""
+    if node.target is operator.getitem and hasattr(node.args[0], "meta"):
+        node = node.args[0]
+    return bool(node.meta.get(TORCH_VIEW))
 
 
 def _module(region: "_FerriteRegion"):
@@ -896,7 +963,8 @@ def _trace_inference(gm, example_inputs):
     decompositions of the unmapped ops), without AOT autograd's metadata pass, and the
     positions of its parameters and buffers; None where AOT is needed: symbolic inputs, or a
     graph that mutates its inputs. In-place ops on its own tensors (which the partitioner could
-    not order) are removed by a second trace through functionalization."""
+    not order) are made out-of-place where nothing else views their tensor, the rest by a
+    second trace through functionalization."""
     import torch
     from torch._guards import detect_fake_mode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -916,6 +984,8 @@ def _trace_inference(gm, example_inputs):
 
     with fake:
         aten_gm = make_fx(gm, decomposition_table=_decompositions())(*inputs)
+        if mutates(aten_gm) and _out_of_place(aten_gm):
+            aten_gm.recompile()
         if mutates(aten_gm):
             # Views stay views: Ferrite maps them, not their *_copy forms.
             functional = torch.func.functionalize(gm, remove="mutations")
@@ -930,6 +1000,150 @@ def _trace_inference(gm, example_inputs):
         or node.meta.get("tensor_dict", {}).get("_dynamo_static_input_type")
     ]
     return aten_gm, static
+
+
+def _out_of_place(aten_gm) -> bool:
+    """Replaces each in-place op (`add_`) whose target is a tensor of the graph's own that
+    nothing else views (the `arange(n).add_(offset)` of transformers' masks) by its
+    out-of-place form, read by the uses after it: the second, functionalizing trace is then
+    not needed. Returns whether it replaced any; others (on inputs, on views, with a dtype
+    the out-of-place op would promote) stay for functionalization."""
+    import torch
+
+    graph = aten_gm.graph
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    base: Dict[Any, Any] = {}
+    viewed = set()
+    for node in graph.nodes:
+        source = _aliased_source(node)
+        base[node] = node if source is None else base[source]
+        if source is not None:
+            viewed.add(base[node])
+    replaced = False
+    for node in list(graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        schema = target._schema
+        writes = [a.alias_info is not None and a.alias_info.is_write for a in schema.arguments]
+        if not schema.name.startswith("aten::") or not writes or not writes[0] or any(writes[1:]):
+            continue
+        packet = getattr(torch.ops.aten, schema.name[len("aten::") :].rstrip("_"), None)
+        functional = getattr(packet, target._overloadname, None) if packet is not None else None
+        self_ = node.args[0]
+        if (
+            functional is None
+            or functional._schema.is_mutable
+            or getattr(self_, "op", None) != "call_function"
+            or base.get(self_) is not self_
+            or self_ in viewed
+        ):
+            continue
+        val, result = self_.meta.get("val"), node.meta.get("val")
+        others = [a.meta.get("val") if hasattr(a, "op") else a for a in node.args[1:]]
+        try:
+            promoted = torch.result_type(val, others[0]) if others else val.dtype
+        except (TypeError, RuntimeError):
+            continue
+        if result is None or promoted != val.dtype:
+            continue
+        with graph.inserting_before(node):
+            fresh = graph.call_function(functional, node.args, dict(node.kwargs))
+        fresh.meta = dict(node.meta)
+        order[fresh] = order[node]
+        base[fresh] = fresh
+        # The uses of the tensor after the write read the new value; those before, the old.
+        for user in list(self_.users):
+            if user is not node and user is not fresh and order[user] > order[node]:
+                user.replace_input_with(self_, fresh)
+        node.replace_all_uses_with(fresh)
+        graph.erase_node(node)
+        replaced = True
+    if replaced:
+        graph.lint()
+    return replaced
+
+
+def _aliased_source(node):
+    """The node argument whose storage `node`'s result shares (a view op's `self`, the view
+    list a getitem reads), or None for a result of its own."""
+    import torch
+
+    if node.op != "call_function":
+        return None
+    if node.target is operator.getitem:
+        source = node.args[0]
+        return source if _aliased_source(source) is not None else None
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return None
+    # A view's schema marks its result and its `self` with one alias set, `Tensor(a)`; the
+    # elements of a list result (`split`'s `Tensor(a)[]`) carry theirs out of reach.
+    schema = node.target._schema
+    if not any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+        return None
+    for arg, value in zip(schema.arguments, node.args):
+        info = arg.alias_info
+        if info is not None and not info.is_write and hasattr(value, "op"):
+            return value
+    return None
+
+
+#: The `node.meta` key of the views that `_views_in_torch` leaves to torch.
+TORCH_VIEW = "ferrite_torch_view"
+
+
+def _views_in_torch(aten_gm) -> None:
+    """Makes the outputs that eager PyTorch returns as views of an input, or of a tensor that
+    another output also views (or is), views again: each is taken at run time in torch by a
+    copy of its chain of view ops, from the input or from that tensor (then an output of its
+    region), as AOT autograd regenerates aliased outputs. A Ferrite region returns fresh
+    tensors, so without this a caller that writes into such an output (or into the input
+    afterwards) would see otherwise than in eager. The original chains stay for the graph's
+    other uses of the views, inside the regions. A view of an intermediate that no other
+    output shares may stay a copy: nothing else can see its storage."""
+    graph = aten_gm.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    base: Dict[Any, Any] = {}
+    for node in graph.nodes:
+        source = _aliased_source(node)
+        base[node] = node if source is None else base[source]
+    flat = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    outs = [o for o in flat if hasattr(o, "op")]
+    sharing: Dict[Any, int] = {}
+    for o in outs:
+        sharing[base[o]] = sharing.get(base[o], 0) + 1
+    rebuilt: Dict[Any, Any] = {}
+
+    def rebuild(node):
+        if node is base[node]:
+            return node
+        if node not in rebuilt:
+            source = _aliased_source(node)
+            copy_of_source = rebuild(source)
+            with graph.inserting_before(output):
+                copy = graph.call_function(
+                    node.target,
+                    tuple(copy_of_source if a is source else a for a in node.args),
+                    dict(node.kwargs),
+                )
+            copy.meta = dict(node.meta)
+            copy.meta[TORCH_VIEW] = True
+            rebuilt[node] = copy
+        return rebuilt[node]
+
+    replaced = [
+        rebuild(o)
+        if hasattr(o, "op")
+        and o is not base[o]
+        and (base[o].op in ("placeholder", "get_attr") or sharing[base[o]] > 1)
+        else o
+        for o in flat
+    ]
+    if rebuilt:
+        output.args = (type(flat)(replaced) if flat is output.args[0] else replaced[0],)
+        graph.eliminate_dead_code()
+        graph.lint()
+        aten_gm.recompile()
 
 
 def _needs_grad(gm, example_inputs) -> bool:
@@ -960,9 +1174,10 @@ def make_backend(record: Optional[Explanation] = None):
                 started = time.perf_counter()
                 target.add_time("aot", started - entered)
                 target.graphs += 1
-                fused = _partition(aten_gm, target, frozen)
+                _views_in_torch(aten_gm)
+                compiled = _partition(aten_gm, target, frozen)
                 target.add_time("partition", time.perf_counter() - started)
-                return fused.forward
+                return compiled
         # Imported here: importing AOT autograd is a noticeable part of a first call.
         import torch._functorch.config
         from functorch.compile import min_cut_rematerialization_partition
@@ -985,9 +1200,9 @@ def make_backend(record: Optional[Explanation] = None):
                 # A training step's parameters change at every optimizer step: they stay
                 # inputs, where an inference graph freezes them.
                 frozen = _frozen_inputs() if graph == "inference" else []
-                fused = _partition(aten_gm, target, frozen, graph)
+                compiled = _partition(aten_gm, target, frozen, graph)
                 target.add_time("partition", time.perf_counter() - started)
-                return make_boxed_func(fused.forward)
+                return make_boxed_func(compiled)
 
             return compile_graph
 
