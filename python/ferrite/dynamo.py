@@ -354,6 +354,10 @@ def _scatter_value(x, dim, index, value):
     return _ferrite.where(index == positions, float(value), x)
 
 
+def _index_add(x, dim, index, source, *, alpha=1):
+    return x.index_add(dim, index, source if alpha == 1 else source * alpha)
+
+
 def _index_put(x, indices, values, accumulate=False):
     # What embedding's backward builds: rows of `values` added into a zero table at `indices`.
     indices = list(indices)
@@ -515,6 +519,10 @@ ATEN: Dict[str, Callable[..., Any]] = {
     "aten.gather.default": lambda x, dim, index, *, sparse_grad=False: x.gather(dim, index),
     "aten.scatter.value": _scatter_value,
     "aten.index_put.default": _index_put,
+    "aten.index_add.default": _index_add,
+    "aten.index_reduce.default": lambda x, dim, index, source, reduce, *, include_self=True: (
+        x.index_reduce(dim, index, source, reduce, include_self)
+    ),
     "aten.slice_scatter.default": _slice_scatter,
     "aten.constant_pad_nd.default": _pad,
     "aten.full_like.default": _full_like,

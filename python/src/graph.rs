@@ -700,6 +700,36 @@ macro_rules! var_methods {
                 self.wrap(py, self.var.index_add(axis, &self.other(index)?, &self.other(source)?))
             }
 
+            /// This tensor with slice `j` of `source` along `axis` combined into slice
+            /// `index[j]` by `reduce` (`"prod"`, `"mean"`, `"amax"`, `"amin"`), in order;
+            /// with `include_self` false the indexed slices of this tensor take no part
+            /// (`torch.index_reduce`); `index` is 1-D.
+            #[pyo3(signature = (axis, index, source, reduce, include_self = true))]
+            fn index_reduce(
+                &self,
+                py: Python<'_>,
+                axis: i64,
+                index: &Bound<'_, PyAny>,
+                source: &Bound<'_, PyAny>,
+                reduce: &str,
+                include_self: bool,
+            ) -> PyResult<PyVar> {
+                use ferrite::ir::IndexReduceOp as R;
+                let op = match reduce {
+                    "prod" => R::Prod,
+                    "mean" => R::Mean,
+                    "amax" => R::Amax,
+                    "amin" => R::Amin,
+                    other => {
+                        return Err(PyValueError::new_err(format!(
+                            "index_reduce: reduce must be \"prod\", \"mean\", \"amax\" or \"amin\", not {other:?}"
+                        )))
+                    }
+                };
+                let (index, source) = (self.other(index)?, self.other(source)?);
+                self.wrap(py, self.var.index_reduce(axis, &index, &source, op, include_self))
+            }
+
             /// Picks along `axis` with an index of the same rank (`torch.take_along_dim`).
             fn gather(&self, py: Python<'_>, axis: i64, index: &Bound<'_, PyAny>) -> PyResult<PyVar> {
                 self.wrap(py, self.var.gather(axis, &self.other(index)?))

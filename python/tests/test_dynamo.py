@@ -279,6 +279,14 @@ FUNCTIONS = {
         lambda x: torch.cat([torch.tensor([]), torch.tanh(x)], dim=-2), [(2, 3, 4)],
     ),
     "any_all": (lambda x: ((x > 0).any(-1), (x != 0).all(0), (x > 1).any(), x.all()), [(3, 5)]),
+    "index_add_reduce": (
+        lambda x, s: (
+            x.index_add(0, torch.tensor([3, 0, 3, 1]), s, alpha=2.0),
+            x.index_reduce(0, torch.tensor([3, 0, 3, 1]), s, "amax"),
+            x.index_reduce(0, torch.tensor([3, 0, 3, 1]), s, "mean", include_self=False),
+        ),
+        [(5, 3), (4, 3)],
+    ),
 }
 
 
