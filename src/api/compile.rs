@@ -592,6 +592,42 @@ impl Compiled {
         }
     }
 
+    /// Makes a CPU program compiled at `max` rows a row program (see
+    /// `ferrite_cpu::CpuProgram::with_rows`), or says why it cannot be one.
+    pub(crate) fn make_rows(
+        &mut self,
+        name: &str,
+        max: usize,
+        inputs: &[Option<usize>],
+        outputs: &[Option<usize>],
+    ) -> std::result::Result<(), String> {
+        match &mut self.backend {
+            Backend::Lowered(_, Code::Cpu(p)) => p.with_rows(name, max, inputs, outputs),
+            _ => Err("symbolic kernels exist for the cpu target only".into()),
+        }
+    }
+
+    /// Runs a row program ([`Compiled::make_rows`]) at `rows` rows into `outputs`,
+    /// whose types the caller has bound.
+    pub(crate) fn run_rows<A: Borrow<Tensor>>(
+        &self,
+        rows: usize,
+        inputs: &[A],
+        outputs: &mut [Tensor],
+    ) -> Result<()> {
+        self.check_memory()?;
+        match &self.backend {
+            Backend::Lowered(_, Code::Cpu(p)) => p
+                .run_rows_into(rows, &Borrowed(inputs), &mut BorrowedMut(outputs))
+                .map_err(|e| Error::Run {
+                    message: e.to_string(),
+                }),
+            _ => Err(Error::Internal {
+                message: "a row program runs on the cpu target only".into(),
+            }),
+        }
+    }
+
     /// Zero tensors of the output types, to pass to [`Compiled::run_into`].
     pub fn new_outputs(&self) -> Vec<Tensor> {
         self.output_types_iter()
