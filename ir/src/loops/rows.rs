@@ -61,7 +61,7 @@ pub struct RowProgram {
 fn leading_rows(dims: &[usize], max: usize) -> Option<RowAxis> {
     let axis = dims.iter().position(|&d| d != 1)?;
     let d = dims[axis];
-    (d > 0 && d % max == 0).then_some(RowAxis {
+    (d > 0 && d.is_multiple_of(max)).then_some(RowAxis {
         axis,
         factor: d / max,
     })

@@ -170,10 +170,9 @@ impl SymGraph {
             let ok = match &node.op {
                 Op::Param { .. } | Op::Full { .. } => true,
                 Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } => operands_ok(ins),
-                Op::Reduce { axes, .. } => match axes {
-                    Some(axes) => axes.iter().all(|&a| trailing(a, rank_of(&ins[0]))),
-                    None => false,
-                },
+                Op::Reduce {
+                    axes: Some(axes), ..
+                } => axes.iter().all(|&a| trailing(a, rank_of(&ins[0]))),
                 Op::ArgReduce { axis, .. } => axis.is_some_and(|a| trailing(a, rank_of(&ins[0]))),
                 Op::Softmax { axis } | Op::LogSoftmax { axis } => trailing(*axis, t.rank()),
                 Op::LayerNorm { .. } | Op::RmsNorm { .. } => {

@@ -1008,6 +1008,7 @@ impl CpuProgram {
     }
 
     /// Runs one step; with `times`, records its chunks' spans there.
+    #[allow(clippy::too_many_arguments)]
     fn run_step(
         &self,
         step: &Step,
@@ -1060,6 +1061,7 @@ impl CpuProgram {
     /// product is the epilogue's points `(p * m + i) * n + cols.start .. + cols.end`,
     /// which the plan proved touch only those elements of the product (updated in
     /// place) and read nothing else the GEMM writes.
+    #[allow(clippy::too_many_arguments)]
     fn run_gemm_then(
         &self,
         call: &GemmCall,
@@ -1129,6 +1131,7 @@ impl CpuProgram {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_jit(
         &self,
         j: &JitKernel,
@@ -1209,6 +1212,7 @@ impl CpuProgram {
         unsafe { std::mem::transmute::<*const u8, KernelFn>(j.address as *const u8) }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_gemm(
         &self,
         call: &GemmCall,
