@@ -226,7 +226,8 @@ impl Dynamic {
         }
     }
 
-    /// The program compiled for binding `b` (compiled now unless cached).
+    /// The static program compiled for binding `b` alone (compiled now unless cached),
+    /// on either path: [`Dynamic::run`] uses it only where the graph is specialized.
     pub fn specialize(&self, b: &Binding) -> Result<Arc<Compiled>> {
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let mut evicted = None;

@@ -241,7 +241,7 @@ struct JitKernel {
     address: usize,
     /// A parallel kernel below [`MIN_PARALLEL_WORK`] runs on the calling thread until
     /// [`SERIAL_SAMPLES`] runs have timed it: the least of those times, in nanoseconds
-    /// (see [`MIN_PARALLEL_NS`]) ...
+    /// (see [`MIN_PARALLEL_NS`]), scaled to the compiled point count ...
     serial_ns: AtomicU64,
     /// ... and how many runs have timed it.
     serial_runs: AtomicU32,
@@ -1170,7 +1170,15 @@ impl CpuProgram {
         // Small kernels: sampling while fewer than SERIAL_SAMPLES runs have timed them.
         let sampling =
             can_split && !by_work && j.serial_runs.load(Ordering::Relaxed) < SERIAL_SAMPLES;
-        let serial_ns = j.serial_ns.load(Ordering::Relaxed);
+        // Timed at the compiled point count; a row program's run of fewer points takes
+        // proportionally less.
+        let at_points = |ns: u64, from: usize, to: usize| {
+            (ns as u128 * to as u128 / from.max(1) as u128).min(u64::MAX as u128) as u64
+        };
+        let serial_ns = match j.serial_ns.load(Ordering::Relaxed) {
+            u64::MAX => u64::MAX,
+            ns => at_points(ns, info.points, points),
+        };
         let by_time = can_split && !by_work && !sampling && serial_ns >= MIN_PARALLEL_NS;
         let ran = if by_work || by_time {
             let min_chunk = if by_work {
@@ -1191,7 +1199,8 @@ impl CpuProgram {
             calling_thread_span(times, || call(0, points));
             if let Some(begin) = begin {
                 let ns = u64::try_from(begin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                j.serial_ns.fetch_min(ns, Ordering::Relaxed);
+                j.serial_ns
+                    .fetch_min(at_points(ns, points, info.points), Ordering::Relaxed);
                 j.serial_runs.fetch_add(1, Ordering::Relaxed);
             }
             Ok(())
@@ -1350,6 +1359,14 @@ fn gemm_batches<T: GemmScalar>(
             col_stride: col as isize,
         })
     };
+    // A row program's product of fewer rows than compiled reads and writes only
+    // their elements (so scanning an operand for flushing reads no unused rows).
+    let (a, c) = match used_prefix(plan, m) {
+        Some((a_len, c_len)) if a_len <= a.len() && c_len <= c.len() => {
+            (&a[..a_len], &mut c[..c_len])
+        }
+        _ => (a, c),
+    };
     let la = layout(plan.lhs.offset, plan.lhs.row_stride, plan.lhs.col_stride)?;
     let lb = layout(plan.rhs.offset, plan.rhs.row_stride, plan.rhs.col_stride)?;
     let lc = layout(0, plan.n as i64, 1)?;
@@ -1370,6 +1387,23 @@ fn gemm_batches<T: GemmScalar>(
         after,
     )?;
     Ok(())
+}
+
+/// For a product of `m` rows where `plan` has more (a row program's run) and no batch
+/// axis longer than 1: the elements of its left operand and product that it touches,
+/// as prefix lengths.
+fn used_prefix(plan: &ExternGemm, m: usize) -> Option<(usize, usize)> {
+    let l = &plan.lhs;
+    if m == 0 || m >= plan.m || plan.batch.iter().any(|&b| b != 1) || plan.k == 0 {
+        return None;
+    }
+    let (offset, rs, cs) = (
+        usize::try_from(l.offset).ok()?,
+        usize::try_from(l.row_stride).ok()?,
+        usize::try_from(l.col_stride).ok()?,
+    );
+    let a_len = offset + (m - 1) * rs + (plan.k - 1) * cs + 1;
+    Some((a_len, m * plan.n))
 }
 
 /// The result of a kernel's calls: `Ok`, or the check whose 1-based number `code` is.
