@@ -120,6 +120,29 @@ fn wrong_row_axes_are_refused_at_their_line() {
 }
 
 #[test]
+fn rows_read_through_a_division_are_not_proved() {
+    let p = row_program(&sym(MLP), ScheduleOptions::default());
+    let text = p.to_string();
+    // In bounds at 48 rows (the program verifies), but its bounds are not affine in
+    // the rows, so the proof refuses it.
+    let load = "acc0 = sum(r0 in 0..8) buf0[i0*8 + r0]";
+    assert!(text.contains(load), "{text}");
+    let edited = text.replacen(load, "acc0 = sum(r0 in 0..8) buf0[(i0*8 + r0) % 384]", 1);
+    let err = parse_row_program("mlp.loops", &edited)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("indexes rows through a division"), "{err}");
+    // Reading the next row: in bounds at 48 rows only if guarded, so the program
+    // itself refuses an unguarded one; a read of the last row from every row is in
+    // bounds at 48 rows but not at fewer.
+    let edited = text.replacen(load, "acc0 = sum(r0 in 0..8) buf0[r0 + 376]", 1);
+    let err = parse_row_program("mlp.loops", &edited)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("may leave buf0 at some row count"), "{err}");
+}
+
+#[test]
 fn a_kernel_that_reduces_over_rows_is_not_a_row_program() {
     // The instance of a graph summing over its rows is a valid static program, but no
     // row program: its sum kernel reads rows and writes none.
