@@ -230,3 +230,25 @@ fn bindings_outside_the_ranges_are_located_errors() {
     d.run(&inputs(&g, &bt(2, 3), 1)).unwrap();
     assert_eq!(d.stats().compiles, 1);
 }
+
+#[test]
+fn a_row_program_over_the_memory_budget_is_specialized() {
+    let g = load("mlp_block.fg");
+    // 16384 rows of 1024 floats do not fit in 16 MiB; one small binding does.
+    let options = Options::default().memory_limit(16 << 20);
+    let d = compile_dynamic(&g, &options).unwrap();
+    let b = bt(2, 3);
+    let x = inputs(&g, &b, 5);
+    let got = d.run(&x).unwrap();
+    assert!(!d.is_symbolic());
+    assert!(
+        d.summary()
+            .contains("specialized per binding (the row program at 16384 rows: "),
+        "{}",
+        d.summary()
+    );
+    let instance = g.instantiate(&b).unwrap();
+    let raw: Vec<ferrite::ir::Tensor> = x.iter().map(|t| t.as_ir().clone()).collect();
+    let want = ferrite::ir::interpret(&instance, &raw).unwrap();
+    got[0].as_ir().check_close(&want[0], 1e-4, 1e-4).unwrap();
+}

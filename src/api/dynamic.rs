@@ -184,6 +184,12 @@ impl Dynamic {
                 .map_err(|message| Error::InvalidGraph { message })?;
             Ok(c)
         });
+        // A program sized by the bound that does not fit the memory budget is
+        // specialized instead (each binding then needs only its own storage).
+        if let Ok(c) = &compiled {
+            c.check_memory()
+                .map_err(|e| format!("the row program at {} rows: {e}", form.max_rows))?;
+        }
         reported(
             |e| self.emit(e),
             self.graph.name().to_string(),
@@ -207,6 +213,10 @@ impl Dynamic {
         let rows = form.rows(b).ok_or_else(|| Error::Binding {
             message: format!("the rows {} are not bound", form.name()),
         })?;
+        if rows == 0 {
+            // No rows to run; the static outputs, if any, are still computed.
+            return self.specialize(b)?.run(inputs);
+        }
         let mut outputs = Vec::with_capacity(form.outputs.len());
         for t in self.graph.output_types() {
             let ty = t.bind(b).map_err(|message| Error::Binding { message })?;
