@@ -532,7 +532,17 @@ impl CpuProgram {
         for (pk, kp) in self.plan.kernels.iter().enumerate() {
             let scales = rows.kernels[pk].is_some();
             match &kp.run {
-                Run::ExternGemm(_) => steps[kp.source].gemm = scales,
+                Run::ExternGemm(g) => {
+                    // Its rows must be the product's `m` (as `Rows::check` asks of the
+                    // kernel's `GemmInfo`, which the plan's GEMM describes).
+                    let rows_in_m = g.m.is_multiple_of(max)
+                        && g.batch.iter().all(|&b| b == 1)
+                        && rows.buffer(g.rhs.buffer).is_none();
+                    if scales && !rows_in_m {
+                        return Err(format!("GEMM {} has rows outside its m", g.product));
+                    }
+                    steps[kp.source].gemm = scales;
+                }
                 Run::Generated(_) => steps[kp.source].jit = scales,
                 Run::Nothing => {}
             }
