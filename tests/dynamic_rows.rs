@@ -252,3 +252,37 @@ fn a_row_program_over_the_memory_budget_is_specialized() {
     let want = ferrite::ir::interpret(&instance, &raw).unwrap();
     got[0].as_ir().check_close(&want[0], 1e-4, 1e-4).unwrap();
 }
+
+#[test]
+fn threads_run_one_row_program_at_different_bindings_at_once() {
+    let g = load("mlp_block.fg");
+    let d = compile_dynamic(&g, &Options::default().threads(2)).unwrap();
+    let cases: Vec<(Binding, Vec<Tensor>, Vec<ferrite::ir::Tensor>)> =
+        [(1, 3), (2, 17), (5, 9), (3, 40)]
+            .iter()
+            .enumerate()
+            .map(|(k, &(b, t))| {
+                let binding = bt(b, t);
+                let x = inputs(&g, &binding, 50 + k as u64);
+                let raw: Vec<ferrite::ir::Tensor> = x.iter().map(|t| t.as_ir().clone()).collect();
+                let want = ferrite::ir::interpret(&g.instantiate(&binding).unwrap(), &raw).unwrap();
+                (binding, x, want)
+            })
+            .collect();
+    std::thread::scope(|s| {
+        for (binding, x, want) in &cases {
+            let d = &d;
+            s.spawn(move || {
+                for _ in 0..5 {
+                    let got = d.run(x).unwrap();
+                    got[0]
+                        .as_ir()
+                        .check_close(&want[0], 1e-4, 1e-4)
+                        .unwrap_or_else(|m| panic!("{binding}: {m}"));
+                }
+            });
+        }
+    });
+    assert!(d.is_symbolic(), "{}", d.summary());
+    assert_eq!(d.stats().compiles, 1);
+}
