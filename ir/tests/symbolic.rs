@@ -290,6 +290,12 @@ fn row_graphs_are_told_apart_with_reasons() {
         assert!(err.contains(why), "{body}: {err}");
         assert!(err.contains("rows.fg:"), "{body}: {err}");
     }
+    // A symbol leading twice is not a count of rows.
+    let g = sym(
+        "t.fg",
+        "dims T in [1, 8]\ngraph g(x: f32[T, T, 4]) {\n  return relu(x)\n}\n",
+    );
+    assert!(g.rows().unwrap_err().contains("`T` leads twice"));
     // Unbounded row symbols size no program.
     let g = sym("u.fg", "graph g(x: f32[N, 4]) {\n  return relu(x)\n}\n");
     assert!(g.rows().unwrap_err().contains("no upper bound"));

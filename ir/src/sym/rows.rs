@@ -92,6 +92,13 @@ impl SymGraph {
         }
         let k = lead.len();
         let symbols: Vec<Symbol> = lead.iter().filter_map(|e| e.as_symbol().cloned()).collect();
+        if let Some(s) = symbols
+            .iter()
+            .enumerate()
+            .find_map(|(i, s)| symbols[..i].contains(s).then_some(s))
+        {
+            return Err(format!("row symbol `{s}` leads twice"));
+        }
         let mut max_rows = 1usize;
         for s in &symbols {
             let info = self
@@ -116,7 +123,7 @@ impl SymGraph {
                 ));
             }
         }
-        // Row-ness of every value; None for static.
+        // Whether each value carries rows (else it is static).
         let mut is_row = vec![false; sk.nodes.len()];
         for (i, node) in sk.nodes.iter().enumerate() {
             let v = ValueId(i as u32);
