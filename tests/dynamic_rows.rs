@@ -242,8 +242,9 @@ fn a_row_program_over_the_memory_budget_is_specialized() {
     let got = d.run(&x).unwrap();
     assert!(!d.is_symbolic());
     assert!(
-        d.summary()
-            .contains("specialized per binding (the row program at 16384 rows: "),
+        d.summary().contains(
+            "specialized per binding (the row program's storage at 16384 rows: running graph "
+        ),
         "{}",
         d.summary()
     );

@@ -165,8 +165,8 @@ impl Dynamic {
     }
 
     /// Compiles the row instance at the most rows and makes it a row program; a
-    /// refusal of the row proof is kept as the reason to specialize instead (a
-    /// failed compile is reported as one and specializes too).
+    /// refusal (of the row proof, of the memory budget at the bound, or a failed
+    /// compile) is kept as the reason to specialize instead.
     fn compile_rows(&self, form: &RowForm) -> std::result::Result<Arc<Compiled>, String> {
         let start = Instant::now();
         let graph = self
@@ -176,21 +176,23 @@ impl Dynamic {
         let signature: Vec<TensorType> =
             graph.params.iter().map(|&p| graph.ty(p).clone()).collect();
         self.counters.compiles.fetch_add(1, Ordering::Relaxed);
-        let compiled = compile_ir(&graph, &self.options).and_then(|mut c| {
+        // The compile is reported as one; the row proof or the memory budget may still
+        // refuse the program, which is then the reason the graph is specialized.
+        let mut refusal = None;
+        let compiled = compile_ir(&graph, &self.options).map(|mut c| {
             let axis = |carries: &bool| carries.then_some(form.row_axis());
             let inputs: Vec<Option<usize>> = form.params.iter().map(axis).collect();
             let outputs: Vec<Option<usize>> = form.outputs.iter().map(axis).collect();
-            c.make_rows(&form.name(), form.max_rows, &inputs, &outputs)
-                .map_err(|message| Error::InvalidGraph { message })?;
-            Ok(c)
+            refusal = match c.make_rows(&form.name(), form.max_rows, &inputs, &outputs) {
+                Err(why) => Some(format!("the row proof: {why}")),
+                Ok(()) => c
+                    .check_memory()
+                    .err()
+                    .map(|e| format!("the row program's storage at {} rows: {e}", form.max_rows)),
+            };
+            c
         });
-        // A program sized by the bound that does not fit the memory budget is
-        // specialized instead (each binding then needs only its own storage).
-        if let Ok(c) = &compiled {
-            c.check_memory()
-                .map_err(|e| format!("the row program at {} rows: {e}", form.max_rows))?;
-        }
-        reported(
+        let program = reported(
             |e| self.emit(e),
             self.graph.name().to_string(),
             signature,
@@ -200,7 +202,11 @@ impl Dynamic {
             start,
             compiled,
         )
-        .map_err(|e| format!("the row program: {e}"))
+        .map_err(|e| format!("the row program: {e}"))?;
+        match refusal {
+            Some(why) => Err(why),
+            None => Ok(program),
+        }
     }
 
     fn run_rows<A: Borrow<Tensor>>(
