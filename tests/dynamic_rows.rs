@@ -107,6 +107,8 @@ fn the_mlp_block_runs_random_bindings_from_one_program_fused_and_unfused() {
     check_against_interp(&g, Options::default(), &bindings);
     check_against_interp(&g, Options::default().fuse(false), &bindings[..6]);
     check_against_interp(&g, Options::default().threads(3), &bindings[..6]);
+    // The loop-IR evaluator runs the same row program (`RowProgram::at` each count).
+    check_against_interp(&g, Options::default().target(Target::Loops), &bindings[..2]);
 }
 
 #[test]
@@ -211,7 +213,11 @@ fn graphs_that_mix_rows_are_specialized_and_say_why() {
     // A row graph on another target.
     let g = load("mlp_block.fg");
     let d = compile_dynamic(&g, &Options::default().target(Target::Interp)).unwrap();
-    assert!(d.summary().contains("cpu target only"), "{}", d.summary());
+    assert!(
+        d.summary().contains("cpu and loops targets only"),
+        "{}",
+        d.summary()
+    );
 }
 
 #[test]

@@ -8,12 +8,14 @@
 //!
 //! Two paths, and [`Dynamic::summary`] says which one a graph takes and why:
 //!
-//! - **One program for every binding**: a *row graph* on [`Target::Cpu`] (its symbols
-//!   are leading axes that no op mixes, `SymGraph::rows`: MLPs, layer norms, the
-//!   feed-forward half of a transformer, embedding lookups) is compiled once, at its
-//!   most rows (the product of its row symbols' upper bounds), into a CPU row program
-//!   whose kernels take the row count at each run (`CpuProgram::with_rows`, proved
-//!   for every count by `ferrite_ir::loops::Rows`). Its storage is sized by that bound.
+//! - **One program for every binding**: a *row graph* (its symbols are leading axes
+//!   that no op mixes, `SymGraph::rows`: MLPs, layer norms, the feed-forward half of a
+//!   transformer, embedding lookups) on [`Target::Cpu`] is compiled once, at its most rows
+//!   (the product of its row symbols' upper bounds), into a CPU row program whose kernels
+//!   take the row count at each run (`CpuProgram::with_rows`, proved for every count by
+//!   `ferrite_ir::loops::Rows`); its storage is sized by that bound. On [`Target::Loops`]
+//!   the loop-IR evaluator runs the proved row program at each count
+//!   (`RowProgram::at`).
 //! - **Specialized per binding**: every other graph (attention mixes the rows of a
 //!   sequence; other targets), and a row graph whose compiled program the row proof
 //!   refuses: each new binding is instantiated with its numbers and compiled as a
@@ -67,12 +69,12 @@ enum Path {
 /// ([`Dynamic::specialize`]).
 pub fn compile_dynamic(graph: &SymGraph, options: &Options) -> Result<Dynamic> {
     let path = match graph.rows() {
-        Ok(form) if options.target == Target::Cpu => Path::Rows {
+        Ok(form) if matches!(options.target, Target::Cpu | Target::Loops) => Path::Rows {
             form,
             program: OnceLock::new(),
         },
         Ok(_) => Path::Specialized(format!(
-            "symbolic kernels exist for the cpu target only, not {:?}",
+            "symbolic kernels exist for the cpu and loops targets only, not {:?}",
             options.target
         )),
         Err(why) => Path::Specialized(why),
