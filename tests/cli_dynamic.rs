@@ -107,6 +107,25 @@ fn compile_prints_the_symbolic_types_and_the_binding() {
     let text = stdout(&o);
     assert!(text.contains("specialized at B=2, T=16"), "{text}");
     assert!(text.contains("output 0: f32[B, T, 256]"), "{text}");
+    // Which path `compile_dynamic` takes, and why.
+    assert!(
+        text.contains("each binding compiles on its own (`q` at "),
+        "{text}"
+    );
+    let o = ferrite(&[
+        "compile",
+        "examples/dynamic/mlp_block.fg",
+        "--dim",
+        "B=2",
+        "--dim",
+        "T=16",
+    ]);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
+    assert!(
+        text.contains("as a row graph over B*T (up to 16384 rows), `compile_dynamic` runs every binding on one cpu program"),
+        "{text}"
+    );
     let s = Scratch::new("dyn-compile");
     let f = s.file(
         "r.fg",

@@ -241,3 +241,62 @@ fn the_concrete_reader_refuses_symbols_with_a_hint() {
         "{e}"
     );
 }
+
+/// Which graphs are row graphs (`SymGraph::rows`), and why the others are not.
+#[test]
+fn row_graphs_are_told_apart_with_reasons() {
+    let row = |body: &str, params: &str| {
+        let src = format!("dims B in [1, 4], T in [1, 8]\ngraph g({params}) {{\n{body}\n}}\n");
+        sym("rows.fg", &src).rows()
+    };
+    let x = "x: f32[B, T, 6], w: f32[6, 6], v: f32[6]";
+    for body in [
+        "  return add(matmul(relu(x), w), v)",
+        "  return softmax(x, axis=-1)",
+        "  return sum(x, axes=[2], keepdim=true)",
+        "  return reshape(permute(reshape(x, shape=[B, T, 2, 3]), dims=[0, 1, 3, 2]), shape=[B, T, 6])",
+        "  return slice(x, axis=2, start=1, end=4)",
+        "  return concat(x, x, axis=-1)",
+        "  return unsqueeze(x, axis=2)",
+        "  return layer_norm(x, v, v)",
+        "  return add(x, full(shape=[B, T, 6], value=1.0))",
+    ] {
+        let form = row(body, x).unwrap_or_else(|e| panic!("{body}: {e}"));
+        assert_eq!(form.name(), "B*T");
+        assert_eq!(form.max_rows, 32);
+        assert_eq!(form.params, [true, false, false]);
+    }
+    for (body, why) in [
+        (
+            "  return sum(x, axes=[1])",
+            "has type f32[B, 6]: symbols past the leading [B, T]",
+        ),
+        ("  return sum(x)", "reduces across rows"),
+        ("  return softmax(x, axis=1)", "(softmax) mixes rows"),
+        (
+            "  return permute(x, dims=[1, 0, 2])",
+            "has type f32[T, B, 6]",
+        ),
+        (
+            "  return slice(x, axis=1, start=0, end=1)",
+            "has type f32[B, 1, 6]",
+        ),
+        (
+            "  return add(x, reshape(arange(end=T, dtype=f32), shape=[1, T, 1]))",
+            "has type f32[T]",
+        ),
+    ] {
+        let err = row(body, x).unwrap_err();
+        assert!(err.contains(why), "{body}: {err}");
+        assert!(err.contains("rows.fg:"), "{body}: {err}");
+    }
+    // A symbol leading twice is not a count of rows.
+    let g = sym(
+        "t.fg",
+        "dims T in [1, 8]\ngraph g(x: f32[T, T, 4]) {\n  return relu(x)\n}\n",
+    );
+    assert!(g.rows().unwrap_err().contains("`T` leads twice"));
+    // Unbounded row symbols size no program.
+    let g = sym("u.fg", "graph g(x: f32[N, 4]) {\n  return relu(x)\n}\n");
+    assert!(g.rows().unwrap_err().contains("no upper bound"));
+}

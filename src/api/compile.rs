@@ -347,6 +347,7 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
         compile_time: Duration::ZERO,
         dump_files: Vec::new(),
         tunings,
+        loop_rows: None,
     };
     if let Some(dir) = &options.dump {
         compiled.dump_files = compiled.write_dump(dir, records)?;
@@ -475,6 +476,8 @@ pub struct Compiled {
     tunings: Vec<KernelTuning>,
     /// The memory one run needs, estimated ([`Compiled::run_memory_bytes`]).
     run_bytes: u64,
+    /// On [`Target::Loops`], the row axes of a row program ([`Compiled::make_rows`]).
+    loop_rows: Option<ferrite_ir::loops::Rows>,
 }
 
 /// The memory one run of `backend` needs, estimated (see [`crate::memory`]).
@@ -643,6 +646,86 @@ impl Compiled {
             }
         }
         self.run_into(&refs, outputs)
+    }
+
+    /// Makes a CPU program compiled at `max` rows a row program (see
+    /// `ferrite_cpu::CpuProgram::with_rows`), or says why it cannot be one.
+    pub(crate) fn make_rows(
+        &mut self,
+        name: &str,
+        max: usize,
+        inputs: &[Option<usize>],
+        outputs: &[Option<usize>],
+    ) -> std::result::Result<(), String> {
+        match &mut self.backend {
+            Backend::Lowered(_, Code::Cpu(p)) => p.with_rows(name, max, inputs, outputs),
+            Backend::Lowered(pipeline, Code::Loops) => {
+                let program = &pipeline.scheduled.program;
+                self.loop_rows = Some(ferrite_ir::loops::Rows::derive(
+                    program, name, max, inputs, outputs,
+                )?);
+                Ok(())
+            }
+            _ => Err("symbolic kernels exist for the cpu and loops targets only".into()),
+        }
+    }
+
+    /// Runs a row program ([`Compiled::make_rows`]) at `rows` rows into `outputs`,
+    /// whose types the caller has bound.
+    pub(crate) fn run_rows<A: Borrow<Tensor>>(
+        &self,
+        rows: usize,
+        inputs: &[A],
+        outputs: &mut [Tensor],
+    ) -> Result<()> {
+        self.check_memory()?;
+        match &self.backend {
+            Backend::Lowered(_, Code::Cpu(p)) => p
+                .run_rows_into(rows, &Borrowed(inputs), &mut BorrowedMut(outputs))
+                .map_err(|e| Error::Run {
+                    message: e.to_string(),
+                }),
+            Backend::Lowered(pipeline, Code::Loops) => {
+                let rows_of = self.loop_rows.clone().ok_or_else(|| Error::Internal {
+                    message: "the loop program has no row axes".into(),
+                })?;
+                let program = ferrite_ir::loops::RowProgram {
+                    program: pipeline.scheduled.program.clone(),
+                    rows: rows_of,
+                }
+                .at(rows);
+                // The caller's shapes ([B, T, 256]) as the program's buffers at this
+                // count ([1, B*T, 256]): the same elements.
+                let as_type = |mut t: ferrite_ir::Tensor, ty: &TensorType| {
+                    if t.ty.dtype != ty.dtype || t.data.len() != ty.numel() {
+                        return Err(Error::Internal {
+                            message: format!("{} does not hold a {ty}", t.ty),
+                        });
+                    }
+                    t.ty = ty.clone();
+                    Ok(t)
+                };
+                let mut args = Vec::with_capacity(inputs.len());
+                for (t, &b) in inputs.iter().zip(&program.inputs) {
+                    args.push(as_type(
+                        t.borrow().as_ir().clone(),
+                        &program.buffers[b.index()].ty,
+                    )?);
+                }
+                let results =
+                    ferrite_ir::loops::evaluate(&program, &args).map_err(|e| Error::Run {
+                        message: e.to_string(),
+                    })?;
+                for (out, t) in outputs.iter_mut().zip(results) {
+                    let ty = out.ty().clone();
+                    *out = Tensor::from_backend(as_type(t, &ty)?)?;
+                }
+                Ok(())
+            }
+            _ => Err(Error::Internal {
+                message: "a row program runs on the cpu and loops targets only".into(),
+            }),
+        }
     }
 
     /// Zero tensors of the output types, to pass to [`Compiled::run_into`].
@@ -929,6 +1012,7 @@ impl Compiled {
             compile_time: start.elapsed(),
             dump_files: Vec::new(),
             tunings,
+            loop_rows: None,
         })
     }
 

@@ -6,23 +6,36 @@
 //! for symbols no input carries), checks the graph's ranges and constraints, and
 //! runs the graph at that binding.
 //!
-//! The backends have no symbolic kernels yet: each new binding is specialized, the
-//! graph instantiated with its numbers and compiled as a static graph. The compiled
-//! programs are kept in a bounded cache with least-recently-used eviction, the
-//! [`jit`](super::jit) cache: its [`JitStats`] count hits, compiles and evictions,
-//! and every compile and eviction is a [`JitEvent`] whose signature is the inputs'
-//! types at that binding. [`Dynamic::summary`] says so.
+//! Two paths, and [`Dynamic::summary`] says which one a graph takes and why:
+//!
+//! - **One program for every binding**: a *row graph* (its symbols are leading axes
+//!   that no op mixes, `SymGraph::rows`: MLPs, layer norms, the feed-forward half of a
+//!   transformer, embedding lookups) on [`Target::Cpu`] is compiled once, at its most rows
+//!   (the product of its row symbols' upper bounds), into a CPU row program whose kernels
+//!   take the row count at each run (`CpuProgram::with_rows`, proved for every count by
+//!   `ferrite_ir::loops::Rows`); its storage is sized by that bound. On [`Target::Loops`]
+//!   the loop-IR evaluator runs the proved row program at each count
+//!   (`RowProgram::at`).
+//! - **Specialized per binding**: every other graph (attention mixes the rows of a
+//!   sequence; other targets), and a row graph whose compiled program the row proof
+//!   refuses: each new binding is instantiated with its numbers and compiled as a
+//!   static graph. The programs are kept in a bounded cache with least-recently-used
+//!   eviction, the [`jit`](super::jit) cache.
+//!
+//! Either way [`JitStats`] count calls, hits, compiles and evictions, and every
+//! compile and eviction is a [`JitEvent`] whose signature is the inputs' types at that
+//! binding (at the most rows, for a row program).
 
-use super::compile::{compile_ir, Compiled, Options};
+use super::compile::{compile_ir, Compiled, Options, Target};
 use super::error::{Error, Result};
 use super::host::Tensor;
 use super::jit::{emit_to, lock, reported, Cache, Counters, Hook, JitEvent, JitStats, Slot};
-use ferrite_ir::sym::{Binding, SymGraph};
+use ferrite_ir::sym::{Binding, RowForm, SymGraph};
 use ferrite_ir::TensorType;
 use std::borrow::Borrow;
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// Specializations a [`Dynamic`] keeps by default.
@@ -36,13 +49,38 @@ pub struct Dynamic {
     hook: Option<Hook>,
     cache: Mutex<Cache<Binding>>,
     counters: Counters,
+    path: Path,
+}
+
+/// How a [`Dynamic`] runs its graph (see the [module docs](self)).
+enum Path {
+    /// One row program for every binding, compiled at the first run: the program,
+    /// or why the row proof refused it (the graph is then specialized per binding).
+    Rows {
+        form: RowForm,
+        program: OnceLock<std::result::Result<Arc<Compiled>, String>>,
+    },
+    /// Each binding compiled on its own, for this reason.
+    Specialized(String),
 }
 
 /// Prepares `graph` to run at any binding of its size symbols with `options`.
 /// Nothing is compiled until a binding is run ([`Dynamic::run`]) or asked for
 /// ([`Dynamic::specialize`]).
 pub fn compile_dynamic(graph: &SymGraph, options: &Options) -> Result<Dynamic> {
+    let path = match graph.rows() {
+        Ok(form) if matches!(options.target, Target::Cpu | Target::Loops) => Path::Rows {
+            form,
+            program: OnceLock::new(),
+        },
+        Ok(_) => Path::Specialized(format!(
+            "symbolic kernels exist for the cpu and loops targets only, not {:?}",
+            options.target
+        )),
+        Err(why) => Path::Specialized(why),
+    };
     Ok(Dynamic {
+        path,
         graph: graph.clone(),
         options: options.clone(),
         cache_limit: DEFAULT_SPECIALIZATIONS,
@@ -92,10 +130,122 @@ impl Dynamic {
         extra: &Binding,
     ) -> Result<Vec<Tensor>> {
         let b = self.binding(inputs, extra)?;
+        if let Some((form, program)) = self.row_program()? {
+            return self.run_rows(form, &program, &b, inputs);
+        }
         self.specialize(&b)?.run(inputs)
     }
 
-    /// The program compiled for binding `b` (compiled now unless cached).
+    /// The row program, compiled now if this is its first run; `None` on the
+    /// specialized path (or when the row proof refused the program).
+    fn row_program(&self) -> Result<Option<(&RowForm, Arc<Compiled>)>> {
+        let Path::Rows { form, program } = &self.path else {
+            return Ok(None);
+        };
+        let mut first = false;
+        let compiled = program.get_or_init(|| {
+            first = true;
+            self.compile_rows(form)
+        });
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        match compiled {
+            Ok(p) => {
+                let hits = if first {
+                    &self.counters.misses
+                } else {
+                    &self.counters.hits
+                };
+                hits.fetch_add(1, Ordering::Relaxed);
+                Ok(Some((form, p.clone())))
+            }
+            Err(_) => {
+                // Counted again by `specialize`.
+                self.counters.calls.fetch_sub(1, Ordering::Relaxed);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Compiles the row instance at the most rows and makes it a row program; a
+    /// refusal (of the row proof, of the memory budget at the bound, or a failed
+    /// compile) is kept as the reason to specialize instead.
+    fn compile_rows(&self, form: &RowForm) -> std::result::Result<Arc<Compiled>, String> {
+        let start = Instant::now();
+        let graph = self
+            .graph
+            .row_instance(form, form.max_rows)
+            .map_err(|e| format!("its instance at {} rows: {e}", form.max_rows))?;
+        let signature: Vec<TensorType> =
+            graph.params.iter().map(|&p| graph.ty(p).clone()).collect();
+        self.counters.compiles.fetch_add(1, Ordering::Relaxed);
+        // The compile is reported as one; the row proof or the memory budget may still
+        // refuse the program, which is then the reason the graph is specialized.
+        let mut refusal = None;
+        let compiled = compile_ir(&graph, &self.options).map(|mut c| {
+            let axis = |carries: &bool| carries.then_some(form.row_axis());
+            let inputs: Vec<Option<usize>> = form.params.iter().map(axis).collect();
+            let outputs: Vec<Option<usize>> = form.outputs.iter().map(axis).collect();
+            refusal = match c.make_rows(&form.name(), form.max_rows, &inputs, &outputs) {
+                Err(why) => Some(format!("the row proof: {why}")),
+                Ok(()) => c
+                    .check_memory()
+                    .err()
+                    .map(|e| format!("the row program's storage at {} rows: {e}", form.max_rows)),
+            };
+            c
+        });
+        let program = reported(
+            |e| self.emit(e),
+            self.graph.name().to_string(),
+            signature,
+            false,
+            || 1,
+            1,
+            start,
+            compiled,
+        )
+        .map_err(|e| format!("the row program: {e}"))?;
+        match refusal {
+            Some(why) => Err(why),
+            None => Ok(program),
+        }
+    }
+
+    fn run_rows<A: Borrow<Tensor>>(
+        &self,
+        form: &RowForm,
+        program: &Compiled,
+        b: &Binding,
+        inputs: &[A],
+    ) -> Result<Vec<Tensor>> {
+        let rows = form.rows(b).ok_or_else(|| Error::Binding {
+            message: format!("the rows {} are not bound", form.name()),
+        })?;
+        if rows == 0 {
+            // No rows to run; the static outputs, if any, are still computed.
+            return self.specialize(b)?.run(inputs);
+        }
+        let mut outputs = Vec::with_capacity(form.outputs.len());
+        for t in self.graph.output_types() {
+            let ty = t.bind(b).map_err(|message| Error::Binding { message })?;
+            outputs.push(Tensor::from_backend(ferrite_ir::Tensor::zeros(&ty))?);
+        }
+        program.run_rows(rows, inputs, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    /// Whether every binding runs one program (a row graph on the cpu target whose
+    /// row program was proved), as far as known now: before the first run, whether
+    /// the graph qualifies.
+    pub fn is_symbolic(&self) -> bool {
+        match &self.path {
+            Path::Rows { program, .. } => !matches!(program.get(), Some(Err(_))),
+            Path::Specialized(_) => false,
+        }
+    }
+
+    /// The static program compiled for binding `b` alone (compiled now unless cached),
+    /// on either path: [`Dynamic::run`] uses it only where the graph is specialized.
     pub fn specialize(&self, b: &Binding) -> Result<Arc<Compiled>> {
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let mut evicted = None;
@@ -160,8 +310,8 @@ impl Dynamic {
         }
     }
 
-    /// One line on how the graph runs: its symbols, and that each binding is compiled
-    /// on its own (the backends have no symbolic kernels yet).
+    /// One line on how the graph runs: its symbols, which path it takes
+    /// (one program for every binding, or specialized per binding) and why.
     pub fn summary(&self) -> String {
         let symbols: Vec<String> = self
             .graph
@@ -177,15 +327,38 @@ impl Dynamic {
             })
             .collect();
         let s = self.stats();
+        let how = match &self.path {
+            Path::Rows { form, program } => match program.get() {
+                Some(Err(why)) => format!("specialized per binding ({why})"),
+                state => format!(
+                    "one program for every binding (rows {} up to {}, {}): {} compiled",
+                    form.name(),
+                    form.max_rows,
+                    if state.is_some() {
+                        "compiled"
+                    } else {
+                        "compiled at the first run"
+                    },
+                    s.compiles
+                ),
+            },
+            Path::Specialized(why) => format!("specialized per binding ({why})"),
+        };
+        if !self.is_symbolic() {
+            return format!(
+                "`{}` has size symbols {}; {how}: {} compiled, {} cached of {}, {} evicted",
+                self.graph.name(),
+                symbols.join(", "),
+                s.compiles,
+                s.cache_entries,
+                self.cache_limit,
+                s.evictions
+            );
+        }
         format!(
-            "`{}` has size symbols {}; specialized per binding (no symbolic kernels yet): \
-             {} compiled, {} cached of {}, {} evicted",
+            "`{}` has size symbols {}; {how}",
             self.graph.name(),
-            symbols.join(", "),
-            s.compiles,
-            s.cache_entries,
-            self.cache_limit,
-            s.evictions
+            symbols.join(", ")
         )
     }
 

@@ -10,7 +10,8 @@
 //! - `compile.rs`: [`Options`](crate::Options), [`Target`](crate::Target), [`compile`](crate::compile), [`Compiled`](crate::Compiled);
 //! - `jit.rs`: [`jit`](crate::jit), tracing, the guard cache, eager mode;
 //! - `dynamic.rs`: [`compile_dynamic`](crate::compile_dynamic), [`Dynamic`](crate::Dynamic): a
-//!   graph with size symbols run at any binding, specialized per binding through the jit's cache;
+//!   graph with size symbols run at any binding: a row graph on one CPU program for every
+//!   binding, any other specialized per binding through the jit's cache;
 //! - `profile.rs`: [`ferrite::profile`](crate::profile), the profiler's reports, re-exported;
 //! - `sim.rs`: [`ferrite::sim`](crate::sim), the simulator's machines and reports, re-exported;
 //! - `files.rs`: [`ferrite::files`](crate::files), every file read, bounded;

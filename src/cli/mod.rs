@@ -328,8 +328,18 @@ impl Loaded {
                     .iter()
                     .map(|(n, t)| format!("{n}: {t}"))
                     .collect();
+                // What `compile_dynamic` would do with it, over many bindings.
+                let path = match g.rows() {
+                    Ok(form) => format!(
+                        "as a row graph over {} (up to {} rows), `compile_dynamic` runs every \
+                         binding on one cpu program",
+                        form.name(),
+                        form.max_rows
+                    ),
+                    Err(why) => format!("each binding compiles on its own ({why})"),
+                };
                 format!(
-                    "symbolic graph ({}) specialized at {b}: each binding compiles on its own (no symbolic kernels yet)",
+                    "symbolic graph ({}) specialized at {b}; {path}",
                     params.join(", ")
                 )
             }

@@ -32,6 +32,7 @@ mod liveness;
 mod print;
 mod program;
 mod read;
+mod rows;
 pub mod scalar;
 mod verify;
 
@@ -45,3 +46,4 @@ pub use program::{
     Reduction, Stage, StoreOp,
 };
 pub use read::{parse_program, MAX_NESTING};
+pub use rows::{parse_row_program, RowAxis, RowProgram, Rows};

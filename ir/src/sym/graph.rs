@@ -182,6 +182,12 @@ impl SymGraph {
     /// rejects is reported at its place in the file.
     pub fn instantiate(&self, b: &Binding) -> Result<Graph> {
         self.facts.check(b).map_err(Error::Input)?;
+        self.build(b)
+    }
+
+    /// The concrete graph at `b` without checking the facts (the typing still checks
+    /// every node): [`SymGraph::instantiate`] after its check, and row instances.
+    pub(crate) fn build(&self, b: &Binding) -> Result<Graph> {
         let sk = &self.skeleton;
         let mut g = Graph::new(sk.name.clone());
         g.weights = sk.weights.clone();

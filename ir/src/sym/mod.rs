@@ -13,10 +13,12 @@
 mod dim;
 mod expr;
 pub mod graph;
+mod rows;
 
 pub use dim::{Dim, SymAttrs};
 pub use expr::{Atom, EvalError, Expr, Monomial, Symbol};
 pub use graph::{is_symbolic_attribute, SymGraph, SYMBOLIC_ATTRIBUTES};
+pub use rows::RowForm;
 
 use std::collections::BTreeMap;
 use std::fmt;

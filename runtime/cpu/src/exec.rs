@@ -40,8 +40,8 @@ use super::jit::{verify, Jit, JitCode, JitOptions};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, global_pool, ChunkSpan, ChunkTimes, Team, ThreadPool};
 use ferrite_ir::loops::{
-    assign_slots, Buffer, BufferId, BufferKind, Extents, Kernel, Liveness, Program, Slot, Slots,
-    Stage, Var,
+    assign_slots, Buffer, BufferId, BufferKind, Extents, Kernel, Liveness, Program, Rows, Slot,
+    Slots, Stage, Var,
 };
 use ferrite_ir::parallel::parallel_map;
 use ferrite_ir::{DType, Data, Tensor};
@@ -241,7 +241,7 @@ struct JitKernel {
     address: usize,
     /// A parallel kernel below [`MIN_PARALLEL_WORK`] runs on the calling thread until
     /// [`SERIAL_SAMPLES`] runs have timed it: the least of those times, in nanoseconds
-    /// (see [`MIN_PARALLEL_NS`]) ...
+    /// (see [`MIN_PARALLEL_NS`]), scaled to the compiled point count ...
     serial_ns: AtomicU64,
     /// ... and how many runs have timed it.
     serial_runs: AtomicU32,
@@ -295,6 +295,33 @@ pub struct CpuProgram {
     /// The most slots any generated kernel takes (the length of `Storage::addrs`).
     max_slots: usize,
     code: JitCode,
+    /// Set by [`CpuProgram::with_rows`]: the plan's row axes, and per step whether its
+    /// GEMM's `m` and its generated function's points count rows.
+    rows: Option<(Rows, Vec<StepRows>)>,
+}
+
+/// Which of a step's sizes count rows (see [`CpuProgram::with_rows`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct StepRows {
+    gemm: bool,
+    jit: bool,
+}
+
+/// The row count of one run, for scaling a row program's sizes (`None`: static).
+#[derive(Clone, Copy, Debug)]
+struct At {
+    rows: usize,
+    max: usize,
+}
+
+impl At {
+    /// `n`, an extent at `max` rows that counts rows when `scales`, at this run's rows.
+    fn scale(at: Option<At>, n: usize, scales: bool) -> usize {
+        match at {
+            Some(a) if scales => n / a.max * a.rows,
+            _ => n,
+        }
+    }
 }
 
 /// What one run works in, kept between runs: the storage slots, and the array of
@@ -491,7 +518,108 @@ impl CpuProgram {
             flush_denormals: opts.flush_denormals,
             max_slots,
             code,
+            rows: None,
         })
+    }
+
+    /// This program as a row program: one that runs at any row count from 1 to `max`
+    /// ([`CpuProgram::run_rows_into`]), given which axis of each input and output
+    /// holds the rows (`None`: it has none). The planned loop IR's row axes are derived
+    /// and proved by [`Rows::derive`]; where they cannot be, the reason comes back
+    /// (the program then runs only at `max`, as compiled, and is unchanged).
+    pub fn with_rows(
+        &mut self,
+        name: &str,
+        max: usize,
+        inputs: &[Option<usize>],
+        outputs: &[Option<usize>],
+    ) -> std::result::Result<(), String> {
+        let rows = Rows::derive(&self.plan.program, name, max, inputs, outputs)?;
+        let mut steps = vec![StepRows::default(); self.steps.len()];
+        for (pk, kp) in self.plan.kernels.iter().enumerate() {
+            let scales = rows.kernels[pk].is_some();
+            match &kp.run {
+                Run::ExternGemm(g) => {
+                    // Its rows must be the product's `m` (as `Rows::check` asks of the
+                    // kernel's `GemmInfo`, which the plan's GEMM describes).
+                    let rows_in_m = g.m.is_multiple_of(max)
+                        && g.batch.iter().all(|&b| b == 1)
+                        && rows.buffer(g.rhs.buffer).is_none();
+                    if scales && !rows_in_m {
+                        return Err(format!("GEMM {} has rows outside its m", g.product));
+                    }
+                    steps[kp.source].gemm = scales;
+                }
+                Run::Generated(_) => steps[kp.source].jit = scales,
+                Run::Nothing => {}
+            }
+        }
+        for (step, sr) in self.steps.iter().zip(&steps) {
+            if let Step::Gemm {
+                epilogue: Some(_),
+                call,
+            } = step
+            {
+                if sr.gemm != sr.jit {
+                    return Err(format!(
+                        "GEMM {} and its epilogue disagree on rows",
+                        call.plan.product
+                    ));
+                }
+            }
+        }
+        self.rows = Some((rows, steps));
+        Ok(())
+    }
+
+    /// The row axes of a row program ([`CpuProgram::with_rows`]).
+    pub fn rows(&self) -> Option<&Rows> {
+        self.rows.as_ref().map(|(r, _)| r)
+    }
+
+    /// Runs a row program at `rows` rows (1 to its `max`): each input and output holds
+    /// its buffer's elements at that count, in the buffer's dtype (its shape is the
+    /// caller's: `[B, T, 256]` for a buffer of `[1, B*T, 256]`).
+    pub fn run_rows_into<I: InputTensors + ?Sized, O: OutputTensors + ?Sized>(
+        &self,
+        rows: usize,
+        inputs: &I,
+        outputs: &mut O,
+    ) -> Result<()> {
+        let Some((r, _)) = &self.rows else {
+            return Err(Error::Options {
+                message: format!("program `{}` has no row axes", self.program.name),
+            });
+        };
+        if rows == 0 || rows > r.max {
+            return Err(Error::Options {
+                message: format!(
+                    "program `{}` runs 1 to {} rows ({}), not {rows}",
+                    self.program.name, r.max, r.name
+                ),
+            });
+        }
+        let at = At { rows, max: r.max };
+        let outputs = &mut OutputsMut(outputs);
+        let p = &self.program;
+        if outputs.count() != p.outputs.len() {
+            return Err(Error::OutputCount {
+                program: p.name.clone(),
+                expected: p.outputs.len(),
+                got: outputs.count(),
+            });
+        }
+        if let Some((index, name, got, expected)) =
+            self.first_mismatch_at(&p.outputs, Some(at), |i| outputs.tensor(i))
+        {
+            return Err(Error::OutputType {
+                index,
+                name,
+                got,
+                expected,
+            });
+        }
+        self.execute_at(&InputsRef(inputs), outputs, false, false, None, Some(at))
     }
 
     /// Bytes of storage one run allocates for intermediates and GEMM temporaries (the
@@ -562,7 +690,7 @@ impl CpuProgram {
     ) -> Result<()> {
         let outputs = &mut OutputsMut(outputs);
         self.check_outputs(outputs)?;
-        self.execute_with(&InputsRef(inputs), outputs, false, true, None)
+        self.execute_at(&InputsRef(inputs), outputs, false, true, None, None)
     }
 
     /// Zero tensors of the program's output types, for [`CpuProgram::run_into`].
@@ -603,6 +731,32 @@ impl CpuProgram {
         ids: &[BufferId],
         tensor: impl Fn(usize) -> &'t Tensor,
     ) -> Option<(usize, String, String, String)> {
+        self.first_mismatch_at(ids, None, tensor)
+    }
+
+    /// [`CpuProgram::first_mismatch`] at a row program's row count: a tensor then
+    /// matches a row buffer by dtype and element count (its shape is the caller's).
+    fn first_mismatch_at<'t>(
+        &self,
+        ids: &[BufferId],
+        at: Option<At>,
+        tensor: impl Fn(usize) -> &'t Tensor,
+    ) -> Option<(usize, String, String, String)> {
+        if let (Some((r, _)), Some(a)) = (&self.rows, at) {
+            return ids.iter().enumerate().find_map(|(i, &b)| {
+                let (t, buf) = (tensor(i), &self.buffers[b.index()]);
+                let numel = r.numel(buf, a.rows);
+                let fits = t.ty.dtype == buf.ty.dtype
+                    && t.ty.numel() == numel
+                    && t.data.len() == numel
+                    && (r.buffer(b).is_some() || t.ty == buf.ty);
+                let expected = format!(
+                    "{} of {numel} elements ({} = {})",
+                    buf.ty.dtype, r.name, a.rows
+                );
+                (!fits).then(|| (i, buf.name.clone(), t.ty.to_string(), expected))
+            });
+        }
         ids.iter().enumerate().find_map(|(i, &b)| {
             let (t, buf) = (tensor(i), &self.buffers[b.index()]);
             let fits =
@@ -738,18 +892,20 @@ impl CpuProgram {
         fresh: bool,
         timings: Option<&mut Vec<KernelTiming>>,
     ) -> Result<()> {
-        self.execute_with(inputs, outputs, fresh, false, timings)
+        self.execute_at(inputs, outputs, fresh, false, timings, None)
     }
 
-    /// [`CpuProgram::execute`]; `donated` says the donated outputs hold their inputs'
-    /// values already (otherwise they are copied in first).
-    fn execute_with(
+    /// [`CpuProgram::execute`] at a row program's row count (`None`: as compiled);
+    /// `donated` says the donated outputs hold their inputs' values already (otherwise
+    /// they are copied in first).
+    fn execute_at(
         &self,
         inputs: &dyn InputTensors,
         outputs: &mut dyn OutputTensors,
         fresh: bool,
         donated: bool,
         mut timings: Option<&mut Vec<KernelTiming>>,
+        at: Option<At>,
     ) -> Result<()> {
         let p = &self.program;
         if inputs.count() != p.inputs.len() {
@@ -760,7 +916,7 @@ impl CpuProgram {
             });
         }
         if let Some((index, name, got, expected)) =
-            self.first_mismatch(&p.inputs, |i| inputs.tensor(i))
+            self.first_mismatch_at(&p.inputs, at, |i| inputs.tensor(i))
         {
             return Err(Error::InputType {
                 index,
@@ -784,9 +940,17 @@ impl CpuProgram {
         let origin = timings.as_ref().map(|_| Instant::now());
         let result = (|| {
             for (si, (step, kernel)) in self.steps.iter().zip(&p.kernels).enumerate() {
+                let sr = match &self.rows {
+                    Some((_, steps)) if at.is_some() => steps[si],
+                    _ => StepRows::default(),
+                };
                 for &b in &self.zero_before[si] {
                     let buf = &self.buffers[b.index()];
-                    let bytes = buf.ty.numel() * buf.ty.dtype.size_bytes();
+                    let numel = match (&self.rows, at) {
+                        (Some((r, _)), Some(a)) => r.numel(buf, a.rows),
+                        _ => buf.ty.numel(),
+                    };
+                    let bytes = numel * buf.ty.dtype.size_bytes();
                     match (buf.kind, self.slot_of[b.index()]) {
                         (_, Some(slot)) => zero(team, &mut storage.slots[slot], bytes)?,
                         (BufferKind::Output(o), None) if !fresh => {
@@ -796,14 +960,23 @@ impl CpuProgram {
                     }
                 }
                 let Some(origin) = origin else {
-                    self.run_step(step, team, inputs, outputs, &mut storage, None)
+                    self.run_step(step, team, inputs, outputs, &mut storage, None, at, sr)
                         .map_err(|e| e.context(format!("kernel {}", kernel.name)))?;
                     continue;
                 };
                 let times = ChunkTimes::new(origin);
                 let start = Instant::now();
-                self.run_step(step, team, inputs, outputs, &mut storage, Some(&times))
-                    .map_err(|e| e.context(format!("kernel {}", kernel.name)))?;
+                self.run_step(
+                    step,
+                    team,
+                    inputs,
+                    outputs,
+                    &mut storage,
+                    Some(&times),
+                    at,
+                    sr,
+                )
+                .map_err(|e| e.context(format!("kernel {}", kernel.name)))?;
                 let duration = start.elapsed();
                 if let Some(t) = timings.as_deref_mut() {
                     t.push(KernelTiming {
@@ -875,6 +1048,7 @@ impl CpuProgram {
     }
 
     /// Runs one step; with `times`, records its chunks' spans there.
+    #[allow(clippy::too_many_arguments)]
     fn run_step(
         &self,
         step: &Step,
@@ -883,24 +1057,30 @@ impl CpuProgram {
         outputs: &mut dyn OutputTensors,
         storage: &mut Storage,
         times: Option<&ChunkTimes>,
+        at: Option<At>,
+        sr: StepRows,
     ) -> Result<()> {
+        let points = |j: &JitKernel| At::scale(at, j.info.points, sr.jit);
         match step {
-            Step::Jit(j) => self.run_jit(j, team, inputs, outputs, storage, times),
+            Step::Jit(j) => self.run_jit(j, points(j), team, inputs, outputs, storage, times),
             Step::Nothing => Ok(()),
             Step::Gemm {
                 call,
                 epilogue: Some(j),
             } if call.plan.epilogue_per_rows => {
                 // The blocks (each with its epilogue) run on the team, each a span.
+                let m = At::scale(at, call.plan.m, sr.gemm);
                 gemm_spans(times, || {
-                    self.run_gemm_then(call, j, team.timed(times), inputs, outputs, storage)
+                    self.run_gemm_then(call, m, j, team.timed(times), inputs, outputs, storage)
                 })
             }
             Step::Gemm { call, epilogue } => {
                 // The GEMM's blocks run on the team, each a span.
+                let m = At::scale(at, call.plan.m, sr.gemm);
                 gemm_spans(times, || {
                     self.run_gemm(
                         call,
+                        m,
                         team.timed(times),
                         inputs,
                         outputs,
@@ -909,7 +1089,7 @@ impl CpuProgram {
                     )
                 })?;
                 match epilogue {
-                    Some(j) => self.run_jit(j, team, inputs, outputs, storage, times),
+                    Some(j) => self.run_jit(j, points(j), team, inputs, outputs, storage, times),
                     None => Ok(()),
                 }
             }
@@ -921,9 +1101,11 @@ impl CpuProgram {
     /// product is the epilogue's points `(p * m + i) * n + cols.start .. + cols.end`,
     /// which the plan proved touch only those elements of the product (updated in
     /// place) and read nothing else the GEMM writes.
+    #[allow(clippy::too_many_arguments)]
     fn run_gemm_then(
         &self,
         call: &GemmCall,
+        m: usize,
         j: &JitKernel,
         team: Team<'_>,
         inputs: &dyn InputTensors,
@@ -938,7 +1120,7 @@ impl CpuProgram {
             .and_then(|()| {
                 let entry = self.entry(j);
                 let failure = AtomicI32::new(0);
-                let (m, n) = (call.plan.m, call.plan.n);
+                let n = call.plan.n;
                 let args = &addrs;
                 let points = |begin: usize, end: usize| {
                     let code = entry(args.as_ptr(), begin as i64, end as i64);
@@ -960,6 +1142,7 @@ impl CpuProgram {
                 };
                 self.run_gemm(
                     call,
+                    m,
                     team,
                     inputs,
                     outputs,
@@ -988,9 +1171,11 @@ impl CpuProgram {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_jit(
         &self,
         j: &JitKernel,
+        points: usize,
         team: Team<'_>,
         inputs: &dyn InputTensors,
         outputs: &mut dyn OutputTensors,
@@ -998,7 +1183,7 @@ impl CpuProgram {
         times: Option<&ChunkTimes>,
     ) -> Result<()> {
         let info = &j.info;
-        if info.points == 0 {
+        if points == 0 {
             return Ok(());
         }
         // The argument array is the storage set's own (reused, never reallocated: it
@@ -1009,7 +1194,8 @@ impl CpuProgram {
             return Err(e);
         }
         // Sizes are what the code was compiled for: inputs were checked, outputs and
-        // storage are allocated from the same types.
+        // storage are allocated from the same types. A row program runs the prefix of
+        // points that its rows have (`points`), in buffers of at least those rows.
         let entry = self.entry(j);
         let failure = AtomicI32::new(0);
         let call = |begin: usize, end: usize| {
@@ -1018,34 +1204,43 @@ impl CpuProgram {
                 let _ = failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
             }
         };
-        let work = info.points.saturating_mul(info.work_per_point.max(1));
-        let can_split = info.parallel && team.threads() > 1 && info.points > 1;
+        let work = points.saturating_mul(info.work_per_point.max(1));
+        let can_split = info.parallel && team.threads() > 1 && points > 1;
         let by_work = can_split && work >= MIN_PARALLEL_WORK;
         // Small kernels: sampling while fewer than SERIAL_SAMPLES runs have timed them.
         let sampling =
             can_split && !by_work && j.serial_runs.load(Ordering::Relaxed) < SERIAL_SAMPLES;
-        let serial_ns = j.serial_ns.load(Ordering::Relaxed);
+        // Timed at the compiled point count; a row program's run of fewer points takes
+        // proportionally less.
+        let at_points = |ns: u64, from: usize, to: usize| {
+            (ns as u128 * to as u128 / from.max(1) as u128).min(u64::MAX as u128) as u64
+        };
+        let serial_ns = match j.serial_ns.load(Ordering::Relaxed) {
+            u64::MAX => u64::MAX,
+            ns => at_points(ns, info.points, points),
+        };
         let by_time = can_split && !by_work && !sampling && serial_ns >= MIN_PARALLEL_NS;
         let ran = if by_work || by_time {
             let min_chunk = if by_work {
                 MIN_CHUNK_WORK / info.work_per_point.max(1)
             } else {
                 // Points per chunk so that a chunk takes MIN_CHUNK_NS by the timed runs.
-                let points = info.points as u128 * MIN_CHUNK_NS as u128;
+                let points = points as u128 * MIN_CHUNK_NS as u128;
                 (points / serial_ns as u128) as usize
             }
             .max(1);
             let task = |r: std::ops::Range<usize>| call(r.start, r.end);
             match times {
-                None => team.parallel_for_range(info.points, min_chunk, task),
-                Some(times) => team.parallel_for_range_timed(info.points, min_chunk, times, task),
+                None => team.parallel_for_range(points, min_chunk, task),
+                Some(times) => team.parallel_for_range_timed(points, min_chunk, times, task),
             }
         } else {
             let begin = sampling.then(Instant::now);
-            calling_thread_span(times, || call(0, info.points));
+            calling_thread_span(times, || call(0, points));
             if let Some(begin) = begin {
                 let ns = u64::try_from(begin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                j.serial_ns.fetch_min(ns, Ordering::Relaxed);
+                j.serial_ns
+                    .fetch_min(at_points(ns, points, info.points), Ordering::Relaxed);
                 j.serial_runs.fetch_add(1, Ordering::Relaxed);
             }
             Ok(())
@@ -1066,9 +1261,11 @@ impl CpuProgram {
         unsafe { std::mem::transmute::<*const u8, KernelFn>(j.address as *const u8) }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_gemm(
         &self,
         call: &GemmCall,
+        m: usize,
         team: Team<'_>,
         inputs: &dyn InputTensors,
         outputs: &mut dyn OutputTensors,
@@ -1120,13 +1317,13 @@ impl CpuProgram {
             };
             match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
                 (Data::F32(a), Data::F32(b), Data::F32(c)) => {
-                    gemm_batches(call, team, a, b, c, after)
+                    gemm_batches(call, m, team, a, b, c, after)
                 }
                 (Data::F16(a), Data::F16(b), Data::F16(c)) => {
-                    gemm_batches(call, team, a, b, c, after)
+                    gemm_batches(call, m, team, a, b, c, after)
                 }
                 (Data::F64(a), Data::F64(b), Data::F64(c)) => {
-                    gemm_batches(call, team, a, b, c, after)
+                    gemm_batches(call, m, team, a, b, c, after)
                 }
                 _ => Err(Error::GemmDType { dtype: plan.dtype }),
             }
@@ -1182,6 +1379,7 @@ fn calling_thread_span<R>(times: Option<&ChunkTimes>, f: impl FnOnce() -> R) -> 
 /// or run on the calling thread when small ([`crate::gemm::plan_split`]).
 fn gemm_batches<T: GemmScalar>(
     call: &GemmCall,
+    m: usize,
     team: Team<'_>,
     a: &[T],
     b: &[T],
@@ -1201,6 +1399,14 @@ fn gemm_batches<T: GemmScalar>(
             col_stride: col as isize,
         })
     };
+    // A row program's product of fewer rows than compiled reads and writes only
+    // their elements (so scanning an operand for flushing reads no unused rows).
+    let (a, c) = match used_prefix(plan, m) {
+        Some((a_len, c_len)) if a_len <= a.len() && c_len <= c.len() => {
+            (&a[..a_len], &mut c[..c_len])
+        }
+        _ => (a, c),
+    };
     let la = layout(plan.lhs.offset, plan.lhs.row_stride, plan.lhs.col_stride)?;
     let lb = layout(plan.rhs.offset, plan.rhs.row_stride, plan.rhs.col_stride)?;
     let lc = layout(0, plan.n as i64, 1)?;
@@ -1212,7 +1418,7 @@ fn gemm_batches<T: GemmScalar>(
     };
     gemm_nd_then(
         axes,
-        (plan.m, plan.n, plan.k),
+        (m, plan.n, plan.k),
         MatRef::new(a, la).with_scan(scans[0]),
         MatRef::new(b, lb).with_scan(scans[1]),
         MatMut::new(c, lc),
@@ -1221,6 +1427,23 @@ fn gemm_batches<T: GemmScalar>(
         after,
     )?;
     Ok(())
+}
+
+/// For a product of `m` rows where `plan` has more (a row program's run) and no batch
+/// axis longer than 1: the elements of its left operand and product that it touches,
+/// as prefix lengths.
+fn used_prefix(plan: &ExternGemm, m: usize) -> Option<(usize, usize)> {
+    let l = &plan.lhs;
+    if m == 0 || m >= plan.m || plan.batch.iter().any(|&b| b != 1) || plan.k == 0 {
+        return None;
+    }
+    let (offset, rs, cs) = (
+        usize::try_from(l.offset).ok()?,
+        usize::try_from(l.row_stride).ok()?,
+        usize::try_from(l.col_stride).ok()?,
+    );
+    let a_len = offset + (m - 1) * rs + (plan.k - 1) * cs + 1;
+    Some((a_len, m * plan.n))
 }
 
 /// The result of a kernel's calls: `Ok`, or the check whose 1-based number `code` is.
