@@ -153,7 +153,9 @@ impl TrainStep {
     }
 
     /// One step on `data` (the graph's untrained parameters, in their order); returns the
-    /// loss before the update.
+    /// loss before the update. Tables and states updated in place ([`Compiled::donated`])
+    /// are left as the failing kernel found them when a step fails part-way (an index out
+    /// of range in a later kernel), as an in-place PyTorch step would leave them.
     pub fn step(&mut self, data: &[Tensor]) -> Result<f64> {
         // A donated output starts as its input's value: swapped in, so nothing is copied
         // (the input's slot then holds the spare buffer, which the step does not read).
