@@ -262,7 +262,9 @@ impl Decomposer {
                 axis,
                 reduce: IndexReduceOp::Mean,
                 include_self,
-            } => self.index_mean(*axis, *include_self, &ins),
+            } => {
+                bag::index_mean(&mut self.out, *axis, *include_self, &ins).map_err(Error::internal)
+            }
             // Primitive ops are copied. Listed one by one so that a new op added to `Op`
             // has to be classified here.
             op @ (Op::Cast { .. }
@@ -360,46 +362,6 @@ impl Decomposer {
     fn binary_const(&mut self, op: BinaryOp, x: ValueId, c: f64) -> Result<ValueId> {
         let c = self.literal(c, self.dtype(x))?;
         self.binary(op, x, c)
-    }
-
-    /// `index_reduce(base, idx, src, reduce="mean")` as `index_add`s: the sums (from the
-    /// base, or from zero where an index points without `include_self`) over the counts
-    /// (plus one with `include_self`), floor-divided for integers as PyTorch divides.
-    fn index_mean(&mut self, axis: i64, include_self: bool, ins: &[ValueId]) -> Result<ValueId> {
-        let (base, idx, src) = (ins[0], ins[1], ins[2]);
-        let ty = self.out.ty(base).clone();
-        let dt = ty.dtype;
-        let div = if dt.is_float() {
-            BinaryOp::Div
-        } else {
-            BinaryOp::FloorDivide
-        };
-        let full = |d: &mut Self, shape: Vec<usize>, value: f64| {
-            d.emit(
-                Op::Full {
-                    shape,
-                    value,
-                    dtype: dt,
-                },
-                &[],
-            )
-        };
-        let zeros = full(self, ty.shape.clone(), 0.0)?;
-        let ones = full(self, self.out.ty(src).shape.clone(), 1.0)?;
-        let count = self.emit(Op::IndexAdd { axis }, &[zeros, idx, ones])?;
-        if include_self {
-            let sum = self.emit(Op::IndexAdd { axis }, &[base, idx, src])?;
-            let n = self.binary_const(BinaryOp::Add, count, 1.0)?;
-            return self.emit(Op::Binary(div), &[sum, n]);
-        }
-        let zero = self.literal(0.0, dt)?;
-        let hit = self.emit(Op::Binary(BinaryOp::Gt), &[count, zero])?;
-        let start = self.emit(Op::Where, &[hit, zero, base])?;
-        let sum = self.emit(Op::IndexAdd { axis }, &[start, idx, src])?;
-        let one = self.literal(1.0, dt)?;
-        let n = self.emit(Op::Binary(BinaryOp::Maximum), &[count, one])?;
-        let mean = self.emit(Op::Binary(div), &[sum, n])?;
-        self.emit(Op::Where, &[hit, mean, base])
     }
 
     fn reduce(

@@ -81,39 +81,34 @@ fn donate_one(p: &mut Program, input: usize, output: usize) -> Result<(), String
             p.kernels[w].name
         ));
     }
-    let rest_reads = p.kernels[w].stages[1..].iter().any(|s| loads(s, ib));
-    if rest_reads {
+    if p.kernels[w].stages[1..].iter().any(|s| loads(s, ib)) {
         return Err(format!(
             "{} reads input {input} besides copying it",
             p.kernels[w].name
         ));
     }
-    if let Some(k) = p.kernels[w + 1..].iter().find(|k| reads(k, ib)) {
+    let readers: Vec<usize> = (0..p.kernels.len())
+        .filter(|&k| k != w && reads(&p.kernels[k], ib))
+        .collect();
+    if let Some(&k) = readers.iter().find(|&&k| k > w) {
         return Err(format!(
             "{} reads input {input} after {} updates it",
-            k.name, p.kernels[w].name
+            p.kernels[k].name, p.kernels[w].name
         ));
     }
-    if let Some(k) = p.kernels[..w]
-        .iter()
-        .find(|k| reads(k, ob) || writes(k, ob))
-    {
-        return Err(format!(
-            "{} touches output {output} before its writer",
-            k.name
-        ));
-    }
-    // Safe: drop the copy, and read the output where the input was read.
+    // Safe: drop the copy, and read the output where the input was read (the output
+    // has no other writer, so no kernel before `w` touches it).
     p.kernels[w].stages.remove(0);
-    for k in &mut p.kernels[..=w] {
-        if let Some(g) = &mut k.gemm {
+    for &k in readers.iter().chain([&w]) {
+        let kernel = &mut p.kernels[k];
+        if let Some(g) = &mut kernel.gemm {
             for op in [&mut g.lhs, &mut g.rhs] {
                 if op.buffer == ib {
                     op.buffer = ob;
                 }
             }
         }
-        for s in &mut k.stages {
+        for s in &mut kernel.stages {
             for n in &mut stage_body_mut(s).nodes {
                 if let ExprOp::Load(l) = &mut n.op {
                     if l.buffer == ib {
@@ -122,11 +117,7 @@ fn donate_one(p: &mut Program, input: usize, output: usize) -> Result<(), String
                 }
             }
         }
-    }
-    for k in 0..=w {
-        let (r, wr) = p.kernels[k].compute_accesses(&p.buffers);
-        p.kernels[k].reads = r;
-        p.kernels[k].writes = wr;
+        (kernel.reads, kernel.writes) = kernel.compute_accesses(&p.buffers);
     }
     p.donated.push(Donation { input, output });
     Ok(())
@@ -141,7 +132,8 @@ fn starts_with_copy(k: &Kernel, from: BufferId, to: BufferId) -> bool {
     let [store] = &stores[..] else {
         return false;
     };
-    if store.buffer != to || k.stages.len() < 2 {
+    // A GEMM kernel's stage numbers would shift; an update kernel has none.
+    if store.buffer != to || k.stages.len() < 2 || k.gemm.is_some() {
         return false;
     }
     let ext = k.stages[0].extents(&k.domain);

@@ -586,14 +586,7 @@ impl Build<'_> {
         // every pair of lookups was `n^2` (57% of a DLRM step at batch 512).
         let rows_of_table = self.g.ty(p).shape.first().copied().unwrap_or(0);
         let positions = self.arange(n, DType::I64)?;
-        let none = self.add(
-            Op::Full {
-                shape: vec![rows_of_table],
-                value: n as f64,
-                dtype: DType::I64,
-            },
-            &[],
-        )?;
+        let none = self.full(&[rows_of_table], n as f64, DType::I64)?;
         let least = self.add(
             Op::IndexReduce {
                 axis: 0,
@@ -603,14 +596,7 @@ impl Build<'_> {
             &[none, indices, positions],
         )?;
         let first = self.add(Op::IndexSelect { axis: 0 }, &[least, indices])?;
-        let zeros = self.add(
-            Op::Full {
-                shape: ty.shape.clone(),
-                value: 0.0,
-                dtype: dt,
-            },
-            &[],
-        )?;
+        let zeros = self.full(&ty.shape, 0.0, dt)?;
         // The coalesced gradient, at each row's first lookup.
         let sums = self.add(Op::IndexAdd { axis: 0 }, &[zeros, first, rows])?;
         let is_first = self.bin(B::Eq, first, positions)?;
@@ -796,6 +782,19 @@ impl Build<'_> {
     }
 
     /// `0, 1, .., n - 1` as `dtype`.
+    /// `full(shape, value)` of `dtype`.
+    fn full(&mut self, shape: &[usize], value: f64, dtype: DType) -> Result<ValueId> {
+        let shape = shape.to_vec();
+        self.add(
+            Op::Full {
+                shape,
+                value,
+                dtype,
+            },
+            &[],
+        )
+    }
+
     fn arange(&mut self, n: usize, dtype: DType) -> Result<ValueId> {
         let op = Op::Arange {
             start: 0.0,

@@ -456,21 +456,12 @@ def test_in_place_ops_on_inputs_mutate_them_as_in_eager():
         x.mul_(2.0)
         return x.t(), x[1:], torch.relu(x)
 
-    for fn in [
-        add_then_use, returns_the_mutated_input, through_a_view, returns_views_of_the_mutated_input,
-    ]:
-        record = dynamo.Explanation()
-        torch._dynamo.reset()
-        compiled = torch.compile(fn, backend=dynamo.make_backend(record), dynamic=False)
-        x = torch.randn(3, 4)
-        want = _run_and_write(fn, [x.clone()])
-        got = _run_and_write(compiled, [x.clone()])
-        assert got[0] == want[0], fn.__name__
-        for g, w in zip(got[1] + got[2], want[1] + want[2]):
-            torch.testing.assert_close(g, w)
-        # AOT dispatch functionalizes the mutation and writes the input back after the call.
-        assert record.lowerings == ["aot"], fn.__name__
-    torch._dynamo.reset()
+    # AOT dispatch functionalizes the mutation and writes the input back after the call.
+    _in_place_matches_eager(
+        [add_then_use, returns_the_mutated_input, through_a_view,
+         returns_views_of_the_mutated_input],
+        "aot",
+    )
 
 
 def test_in_place_ops_on_the_graphs_own_tensors_match_eager():
@@ -506,9 +497,17 @@ def test_in_place_ops_on_the_graphs_own_tensors_match_eager():
         y.mul_(y)
         return y
 
-    for fn in [
-        read_before_and_after, arange_offset, through_a_view_taken_before, narrower_dtype, twice,
-    ]:
+    _in_place_matches_eager(
+        [read_before_and_after, arange_offset, through_a_view_taken_before, narrower_dtype,
+         twice],
+        "trace",
+    )
+
+
+def _in_place_matches_eager(fns, lowering):
+    """Each of `fns`, compiled, returns and writes what eager does (`_run_and_write` on a
+    fresh (3, 4) input), lowered by the route `lowering` names."""
+    for fn in fns:
         record = dynamo.Explanation()
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend=dynamo.make_backend(record), dynamic=False)
@@ -518,7 +517,7 @@ def test_in_place_ops_on_the_graphs_own_tensors_match_eager():
         assert got[0] == want[0], fn.__name__
         for g, w in zip(got[1] + got[2], want[1] + want[2]):
             torch.testing.assert_close(g, w, msg=fn.__name__)
-        assert record.lowerings == ["trace"], fn.__name__
+        assert record.lowerings == [lowering], fn.__name__
     torch._dynamo.reset()
 
 

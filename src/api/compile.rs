@@ -320,7 +320,7 @@ pub fn compile_ir(graph: &ferrite_ir::Graph, options: &Options) -> Result<Compil
                     message: e.to_string(),
                     internal: e.is_internal(),
                 })?;
-            if matches!(options.target, Target::Cpu | Target::Loops) && !options.donate.is_empty() {
+            if matches!(options.target, Target::Cpu | Target::Loops) {
                 // Pairs found unsafe stay copies; the program says which were taken.
                 let _refused =
                     ferrite_passes::donate::donate(&mut lowered.scheduled.program, &options.donate);
@@ -582,6 +582,25 @@ impl Compiled {
     /// [`Compiled::run`] and copy their results in. A wrong output count or type is an
     /// [`Error::OutputCount`] or [`Error::OutputType`].
     pub fn run_into<A: Borrow<Tensor>>(&self, inputs: &[A], outputs: &mut [Tensor]) -> Result<()> {
+        self.check_into(inputs, outputs)?;
+        match &self.backend {
+            Backend::Lowered(_, Code::Cpu(p)) => p
+                .run_into(&Borrowed(inputs), &mut BorrowedMut(outputs))
+                .map_err(|e| Error::Run {
+                    message: e.to_string(),
+                }),
+            _ => {
+                for (out, t) in outputs.iter_mut().zip(self.run(inputs)?) {
+                    *out = t;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// What [`Compiled::run_into`] checks before it runs: the inputs' and the outputs'
+    /// count and types, and the memory budget.
+    fn check_into<A: Borrow<Tensor>>(&self, inputs: &[A], outputs: &[Tensor]) -> Result<()> {
         check_types(&self.graph, inputs.iter().map(|t| t.borrow().ty()))?;
         let types = self.output_types_iter();
         if outputs.len() != self.graph.outputs.len() {
@@ -599,20 +618,7 @@ impl Compiled {
                 });
             }
         }
-        self.check_memory()?;
-        match &self.backend {
-            Backend::Lowered(_, Code::Cpu(p)) => p
-                .run_into(&Borrowed(inputs), &mut BorrowedMut(outputs))
-                .map_err(|e| Error::Run {
-                    message: e.to_string(),
-                }),
-            _ => {
-                for (out, t) in outputs.iter_mut().zip(self.run(inputs)?) {
-                    *out = t;
-                }
-                Ok(())
-            }
-        }
+        self.check_memory()
     }
 
     /// [`Compiled::run_into`] with the donated outputs ([`Compiled::donated`]) holding
@@ -625,17 +631,16 @@ impl Compiled {
         inputs: &[A],
         outputs: &mut [Tensor],
     ) -> Result<()> {
-        let donated = self.donated();
         if let Backend::Lowered(_, Code::Cpu(p)) = &self.backend {
-            check_types(&self.graph, inputs.iter().map(|t| t.borrow().ty()))?;
-            self.check_memory()?;
+            self.check_into(inputs, outputs)?;
             return p
                 .run_into_donated(&Borrowed(inputs), &mut BorrowedMut(outputs))
                 .map_err(|e| Error::Run {
                     message: e.to_string(),
                 });
         }
-        let held: Vec<(usize, Tensor)> = donated
+        let held: Vec<(usize, Tensor)> = self
+            .donated()
             .iter()
             .filter_map(|d| outputs.get(d.output).map(|t| (d.input, t.clone())))
             .collect();

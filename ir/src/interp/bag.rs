@@ -31,40 +31,12 @@ pub(super) fn index_add(
     source: &Tensor,
     out: &TensorType,
 ) -> Result<Tensor> {
-    let (outer, len, inner) = split_at_axis(&base.ty.shape, axis)?;
-    let picks = index
-        .to_i64()
-        .into_iter()
-        .map(|k| checked("index_add", k, len))
-        .collect::<Result<Vec<usize>>>()?;
-    let p = picks.len();
-    let at = |o: usize, k: usize, i: usize| (o * len + k) * inner + i;
-    let from = |o: usize, j: usize, i: usize| (o * p + j) * inner + i;
-    if out.dtype.is_float() {
-        let mut v = base.to_f64();
-        let s = source.to_f64();
-        for o in 0..outer {
-            for (j, &k) in picks.iter().enumerate() {
-                for i in 0..inner {
-                    let x = &mut v[at(o, k, i)];
-                    *x = round_to_dtype(*x + s[from(o, j, i)], out.dtype);
-                }
-            }
-        }
-        Ok(Tensor::from_f64(out, &v))
-    } else {
-        let mut v = base.to_i128();
-        let s = source.to_i128();
-        for o in 0..outer {
-            for (j, &k) in picks.iter().enumerate() {
-                for i in 0..inner {
-                    let x = &mut v[at(o, k, i)];
-                    *x = x.wrapping_add(s[from(o, j, i)]);
-                }
-            }
-        }
-        Ok(Tensor::from_i128(out, &v))
-    }
+    let how = Combine {
+        op: BinaryOp::Add,
+        include_self: true,
+        mean: false,
+    };
+    scatter("index_add", axis, how, base, index, source, out)
 }
 
 /// `index_reduce`: each slice `j` of `source` combined into slice `index[j]` of the
@@ -80,68 +52,120 @@ pub(super) fn index_reduce(
     source: &Tensor,
     out: &TensorType,
 ) -> Result<Tensor> {
+    let how = Combine {
+        op: reduce.combine().unwrap_or(BinaryOp::Add),
+        include_self,
+        mean: reduce == IndexReduceOp::Mean,
+    };
+    scatter("index_reduce", axis, how, base, index, source, out)
+}
+
+/// How [`scatter`] combines a source slice into the slice its index picks.
+#[derive(Clone, Copy)]
+struct Combine {
+    /// The elementwise op (in the dtype: floats round after each, integers wrap).
+    op: BinaryOp,
+    /// Whether the base's value is the first operand (else the first source's is taken).
+    include_self: bool,
+    /// Divide each picked slice by the number of values combined there.
+    mean: bool,
+}
+
+/// `index_add` and `index_reduce`: the source slices combined into the slices `index`
+/// picks along `axis`, in index order; `name` is the op, for errors.
+fn scatter(
+    name: &str,
+    axis: i64,
+    how: Combine,
+    base: &Tensor,
+    index: &Tensor,
+    source: &Tensor,
+    out: &TensorType,
+) -> Result<Tensor> {
     let (outer, len, inner) = split_at_axis(&base.ty.shape, axis)?;
     let picks = index
         .to_i64()
         .into_iter()
-        .map(|k| checked("index_reduce", k, len))
+        .map(|k| checked(name, k, len))
         .collect::<Result<Vec<usize>>>()?;
-    let p = picks.len();
-    let at = |o: usize, k: usize, i: usize| (o * len + k) * inner + i;
-    let from = |o: usize, j: usize, i: usize| (o * p + j) * inner + i;
-    let combine = reduce.combine().unwrap_or(BinaryOp::Add);
-    // How many source slices each slice of the axis receives.
-    let mut count = vec![0usize; len];
-    for &k in &picks {
-        count[k] += 1;
-    }
-    // Whether element (o, k, i) already holds a value to combine with.
-    let mut started = vec![include_self; len];
-    macro_rules! run {
-        ($v:expr, $s:expr, $op:expr, $div:expr) => {{
-            let (mut v, s) = ($v, $s);
-            for o in 0..outer {
-                started.iter_mut().for_each(|x| *x = include_self);
-                for (j, &k) in picks.iter().enumerate() {
-                    for i in 0..inner {
-                        let (x, y) = (v[at(o, k, i)], s[from(o, j, i)]);
-                        v[at(o, k, i)] = if started[k] { $op(x, y)? } else { y };
-                    }
-                    started[k] = true;
-                }
-            }
-            if reduce == IndexReduceOp::Mean {
-                for o in 0..outer {
-                    for (k, &c) in count.iter().enumerate() {
-                        if c > 0 {
-                            let c = c + usize::from(include_self);
-                            for i in 0..inner {
-                                v[at(o, k, i)] = $div(v[at(o, k, i)], c)?;
-                            }
-                        }
-                    }
-                }
-            }
-            v
-        }};
-    }
+    let lines = Lines {
+        outer,
+        len,
+        inner,
+        picks,
+    };
     if out.dtype.is_float() {
         let dt = out.dtype;
-        let v = run!(
+        let v = lines.combine(
+            how,
             base.to_f64(),
-            source.to_f64(),
-            |x, y| float_binary(combine, x, y).map(|r| round_to_dtype(r, dt)),
-            |x: f64, c: usize| Ok::<f64, Error>(round_to_dtype(x / c as f64, dt))
-        );
+            &source.to_f64(),
+            |x, y| float_binary(how.op, x, y).map(|r| round_to_dtype(r, dt)),
+            |x, c| Ok(round_to_dtype(x / c as f64, dt)),
+        )?;
         Ok(Tensor::from_f64(out, &v))
     } else {
-        let v = run!(
+        let v = lines.combine(
+            how,
             base.to_i128(),
-            source.to_i128(),
-            |x, y| int_binary(combine, x, y),
-            |x: i128, c: usize| int_division(BinaryOp::FloorDivide, x, c as i128)
-        );
+            &source.to_i128(),
+            |x, y| int_binary(how.op, x, y),
+            |x, c| int_division(BinaryOp::FloorDivide, x, c as i128),
+        )?;
         Ok(Tensor::from_i128(out, &v))
+    }
+}
+
+/// A scatter's layout: `outer` lines of `len` slices of `inner` elements in the result,
+/// and source slice `j` of each line sent to slice `picks[j]`.
+struct Lines {
+    outer: usize,
+    len: usize,
+    inner: usize,
+    picks: Vec<usize>,
+}
+
+impl Lines {
+    /// `v` (the base's values) with the source `s` combined in by `op`, then divided
+    /// by `div` for `mean`.
+    fn combine<T: Copy>(
+        &self,
+        how: Combine,
+        mut v: Vec<T>,
+        s: &[T],
+        op: impl Fn(T, T) -> Result<T>,
+        div: impl Fn(T, usize) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let (len, inner, p) = (self.len, self.inner, self.picks.len());
+        let at = |o: usize, k: usize, i: usize| (o * len + k) * inner + i;
+        // Whether slice k of the current line holds a value to combine with yet.
+        let mut started = vec![how.include_self; len];
+        for o in 0..self.outer {
+            started.fill(how.include_self);
+            for (j, &k) in self.picks.iter().enumerate() {
+                for i in 0..inner {
+                    let (x, y) = (v[at(o, k, i)], s[(o * p + j) * inner + i]);
+                    v[at(o, k, i)] = if started[k] { op(x, y)? } else { y };
+                }
+                started[k] = true;
+            }
+        }
+        if how.mean {
+            // How many source slices each slice of a line receives.
+            let mut count = vec![0usize; len];
+            for &k in &self.picks {
+                count[k] += 1;
+            }
+            for o in 0..self.outer {
+                for (k, &c) in count.iter().enumerate().filter(|(_, &c)| c > 0) {
+                    let c = c + usize::from(how.include_self);
+                    for i in 0..inner {
+                        v[at(o, k, i)] = div(v[at(o, k, i)], c)?;
+                    }
+                }
+            }
+        }
+        Ok(v)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Programs, buffers, kernels and stages: the structure of the loop IR.
 
-use super::expr::{Block, ExprOp};
+use super::expr::{Block, ExprOp, Value};
 use super::ids::{AccId, BufferId, ExprRef, KernelId};
 use super::index::{Extents, IndexExpr, VarKind};
 use crate::types::TensorType;
@@ -58,6 +58,29 @@ pub enum ReduceKind {
 }
 
 impl ReduceKind {
+    /// The identity of the reduction in dtype `d` (what an empty combination starts
+    /// from, and what padding lanes take): 0, 1, or the dtype's lowest (max, argmax) or
+    /// highest (min, argmin) value, infinities for floats.
+    pub fn identity(self, d: DType) -> Value {
+        let low = matches!(self, ReduceKind::Max | ReduceKind::ArgMax);
+        match self {
+            ReduceKind::Sum => Value::zero(d),
+            ReduceKind::Prod if d.is_float() => Value::Float(1.0),
+            ReduceKind::Prod => Value::Int(1),
+            _ if d.is_float() => Value::Float(if low {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            }),
+            _ => Value::Int(match (d.int_range(), low) {
+                (Some((lo, _)), true) => lo,
+                (Some((_, hi)), false) => hi,
+                (None, true) => i64::MIN as i128,
+                (None, false) => i64::MAX as i128,
+            }),
+        }
+    }
+
     /// The name used in printed kernels.
     pub fn name(self) -> &'static str {
         match self {

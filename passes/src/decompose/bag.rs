@@ -10,6 +10,8 @@
 //!
 //! The autodiff rule reads the same parts ([`BagParts`]), so forward and backward agree
 //! on which position goes to which bag and with which factor.
+//!
+//! `index_reduce(reduce="mean")` is written here too, as `index_add`s ([`index_mean`]).
 
 use ferrite_ir::{
     BagMode, BinaryOp as B, DType, Graph, IndexReduceOp, Op, ReduceOp, Result, Scalar, ValueId,
@@ -111,6 +113,50 @@ fn full(g: &mut Graph, shape: &[usize], value: f64, dtype: DType) -> Result<Valu
         },
         &[],
     )
+}
+
+/// `index_reduce(base, idx, src, reduce="mean")` as `index_add`s: the sums (from the
+/// base, or from zero where an index points without `include_self`) over the counts
+/// (plus one with `include_self`), floor-divided for integers as PyTorch divides.
+pub fn index_mean(
+    g: &mut Graph,
+    axis: i64,
+    include_self: bool,
+    ins: &[ValueId],
+) -> Result<ValueId> {
+    let (base, idx, src) = (ins[0], ins[1], ins[2]);
+    let ty = g.ty(base).clone();
+    let dt = ty.dtype;
+    let div = if dt.is_float() {
+        B::Div
+    } else {
+        B::FloorDivide
+    };
+    let lit = |g: &mut Graph, v: f64| {
+        let value = if dt.is_float() {
+            Scalar::Float(v)
+        } else {
+            Scalar::Int(v as i64)
+        };
+        g.add_literal(value, dt)
+    };
+    let zeros = full(g, &ty.shape, 0.0, dt)?;
+    let src_shape = g.ty(src).shape.clone();
+    let ones = full(g, &src_shape, 1.0, dt)?;
+    let count = add(g, Op::IndexAdd { axis }, &[zeros, idx, ones])?;
+    let one = lit(g, 1.0)?;
+    if include_self {
+        let sum = add(g, Op::IndexAdd { axis }, &[base, idx, src])?;
+        let n = bin(g, B::Add, count, one)?;
+        return bin(g, div, sum, n);
+    }
+    let zero = lit(g, 0.0)?;
+    let hit = bin(g, B::Gt, count, zero)?;
+    let start = add(g, Op::Where, &[hit, zero, base])?;
+    let sum = add(g, Op::IndexAdd { axis }, &[start, idx, src])?;
+    let n = bin(g, B::Maximum, count, one)?;
+    let mean = bin(g, div, sum, n)?;
+    add(g, Op::Where, &[hit, mean, base])
 }
 
 /// `index_add(zeros([bags, ..]), seg, x)` along axis 0.

@@ -24,7 +24,7 @@ use super::refusal::{LowerError, Refusal};
 use super::value::{bug, fail_to_error, Fail, KernelBuilder};
 use crate::error::Error;
 use ferrite_ir::loops::{
-    ExprOp, Extents, IndexExpr, Kernel, KernelId, Load, Stage, StoreOp, Value, Var,
+    ExprOp, Extents, IndexExpr, Kernel, KernelId, Load, ReduceKind, Stage, StoreOp, Value, Var,
 };
 use ferrite_ir::types::normalize_axis;
 use ferrite_ir::{BinaryOp, DType, Op, ValueId};
@@ -56,30 +56,16 @@ pub(super) fn index_add_member(
     Ok(Some(v))
 }
 
-/// The identity of `op` in `dtype`: what an element starts from when the base's value
-/// takes no part.
+/// The identity of the combining op in `dtype`: what an element starts from when the
+/// base's value takes no part.
 fn identity(op: BinaryOp, dtype: DType) -> Result<Value, LowerError> {
-    let float = dtype.is_float();
-    let (lo, hi) = match dtype {
-        DType::I8 => (i8::MIN as i128, i8::MAX as i128),
-        DType::I16 => (i16::MIN as i128, i16::MAX as i128),
-        DType::I32 => (i32::MIN as i128, i32::MAX as i128),
-        DType::I64 => (i64::MIN as i128, i64::MAX as i128),
-        DType::U8 => (0, u8::MAX as i128),
-        DType::U16 => (0, u16::MAX as i128),
-        DType::U32 => (0, u32::MAX as i128),
-        DType::U64 => (0, u64::MAX as i128),
-        _ => (0, 0),
-    };
-    Ok(match (op, float) {
-        (BinaryOp::Mul, true) => Value::Float(1.0),
-        (BinaryOp::Mul, false) => Value::Int(1),
-        (BinaryOp::Maximum, true) => Value::Float(f64::NEG_INFINITY),
-        (BinaryOp::Maximum, false) => Value::Int(lo),
-        (BinaryOp::Minimum, true) => Value::Float(f64::INFINITY),
-        (BinaryOp::Minimum, false) => Value::Int(hi),
+    let kind = match op {
+        BinaryOp::Mul => ReduceKind::Prod,
+        BinaryOp::Maximum => ReduceKind::Max,
+        BinaryOp::Minimum => ReduceKind::Min,
         _ => return Err(Error::internal(format!("no identity of {} here", op.name())).into()),
-    })
+    };
+    Ok(kind.identity(dtype))
 }
 
 /// The kernel computing `index_add` or `index_reduce` value `v` into its buffer.

@@ -601,24 +601,7 @@ impl CpuProgram {
         }
         let at = At { rows, max: r.max };
         let outputs = &mut OutputsMut(outputs);
-        let p = &self.program;
-        if outputs.count() != p.outputs.len() {
-            return Err(Error::OutputCount {
-                program: p.name.clone(),
-                expected: p.outputs.len(),
-                got: outputs.count(),
-            });
-        }
-        if let Some((index, name, got, expected)) =
-            self.first_mismatch_at(&p.outputs, Some(at), |i| outputs.tensor(i))
-        {
-            return Err(Error::OutputType {
-                index,
-                name,
-                got,
-                expected,
-            });
-        }
+        self.check_outputs_at(outputs, Some(at))?;
         self.execute_at(&InputsRef(inputs), outputs, false, false, None, Some(at))
     }
 
@@ -725,17 +708,9 @@ impl CpuProgram {
     }
 
     /// The first of `tensor(0..)` whose type or data does not match buffer `ids[i]`, as
-    /// (index, buffer name, its type, the buffer's type).
-    fn first_mismatch<'t>(
-        &self,
-        ids: &[BufferId],
-        tensor: impl Fn(usize) -> &'t Tensor,
-    ) -> Option<(usize, String, String, String)> {
-        self.first_mismatch_at(ids, None, tensor)
-    }
-
-    /// [`CpuProgram::first_mismatch`] at a row program's row count: a tensor then
-    /// matches a row buffer by dtype and element count (its shape is the caller's).
+    /// (index, buffer name, its type, the buffer's type). At a row program's row count
+    /// (`at`), a tensor matches a row buffer by dtype and element count (its shape is the
+    /// caller's).
     fn first_mismatch_at<'t>(
         &self,
         ids: &[BufferId],
@@ -767,6 +742,11 @@ impl CpuProgram {
 
     /// Checks caller-owned outputs against the program's output types.
     fn check_outputs(&self, outputs: &dyn OutputTensors) -> Result<()> {
+        self.check_outputs_at(outputs, None)
+    }
+
+    /// [`CpuProgram::check_outputs`] at a row program's row count (`None`: as compiled).
+    fn check_outputs_at(&self, outputs: &dyn OutputTensors, at: Option<At>) -> Result<()> {
         let p = &self.program;
         if outputs.count() != p.outputs.len() {
             return Err(Error::OutputCount {
@@ -776,7 +756,7 @@ impl CpuProgram {
             });
         }
         if let Some((index, name, got, expected)) =
-            self.first_mismatch(&p.outputs, |i| outputs.tensor(i))
+            self.first_mismatch_at(&p.outputs, at, |i| outputs.tensor(i))
         {
             return Err(Error::OutputType {
                 index,

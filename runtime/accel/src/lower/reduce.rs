@@ -52,27 +52,6 @@ fn running_dtype(kind: ReduceKind, v: DType) -> DType {
     }
 }
 
-/// The identity of `kind` in dtype `d` (the value padding lanes take).
-fn identity(kind: ReduceKind, d: DType) -> Value {
-    let low = kind == ReduceKind::Max || kind == ReduceKind::ArgMax;
-    match kind {
-        ReduceKind::Sum => Value::zero(d),
-        ReduceKind::Prod if d.is_float() => Value::Float(1.0),
-        ReduceKind::Prod => Value::Int(1),
-        _ if d.is_float() => Value::Float(if low {
-            f64::NEG_INFINITY
-        } else {
-            f64::INFINITY
-        }),
-        _ => Value::Int(match (d.int_range(), low) {
-            (Some((lo, _)), true) => lo,
-            (Some((_, hi)), false) => hi,
-            (None, true) => i64::MIN as i128,
-            (None, false) => i64::MAX as i128,
-        }),
-    }
-}
-
 /// The accumulator of a reduction over no points, as the loop IR defines it.
 fn empty(r: &Reduction) -> Value {
     if r.kind.is_arg() {
@@ -178,7 +157,7 @@ pub(super) fn emit(
         };
         running.push(if r.kind.is_arg() {
             Running::Arg {
-                best: full(b, &format!("best{}", r.acc.0), identity(r.kind, rd), rd),
+                best: full(b, &format!("best{}", r.acc.0), r.kind.identity(rd), rd),
                 pos: full(b, &format!("pos{}", r.acc.0), Value::Int(0), cx.index_dtype),
                 dtype: rd,
             }
@@ -189,7 +168,7 @@ pub(super) fn emit(
                 format!("run{}", r.acc.0)
             };
             Running::Value {
-                name: full(b, &hint, identity(r.kind, rd), rd),
+                name: full(b, &hint, r.kind.identity(rd), rd),
                 dtype: rd,
             }
         });
@@ -248,7 +227,7 @@ fn block_partial(
     let deps = v.deps() | AXIS1;
     let x = match &frame.masks[1] {
         Some(m) => {
-            let id = identity(r.kind, rd);
+            let id = r.kind.identity(rd);
             let typed = match &v {
                 Val::Lit(..) => broadcast(frame, &v, rd, deps),
                 Val::Tile(t) => t.e.clone(),
