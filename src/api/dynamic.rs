@@ -30,7 +30,9 @@ use super::compile::{compile_ir, Compiled, Options, Target};
 use super::error::{Error, Result};
 use super::host::Tensor;
 use super::jit::{emit_to, lock, reported, Cache, Counters, Hook, JitEvent, JitStats, Slot};
-use ferrite_ir::sym::{Binding, RowForm, SymGraph};
+use ferrite_cpu::attention::{attention, AttentionShape, RowsLayout};
+use ferrite_cpu::gemm::Parallelism;
+use ferrite_ir::sym::{Binding, RowForm, Segment, Segments, Source, SymGraph};
 use ferrite_ir::TensorType;
 use std::borrow::Borrow;
 use std::fmt;
@@ -60,6 +62,14 @@ enum Path {
         form: RowForm,
         program: OnceLock<std::result::Result<Arc<Compiled>, String>>,
     },
+    /// Row programs between attention kernels, each compiled once at the first run
+    /// (one per [`Segment::Rows`]), or why one of them was refused.
+    Segmented {
+        segments: Segments,
+        programs: OnceLock<std::result::Result<Vec<Option<Arc<Compiled>>>, String>>,
+        /// Slot tensors of the last run, reused by the next one at the same binding.
+        workspace: Mutex<Option<(Binding, Vec<Option<Tensor>>)>>,
+    },
     /// Each binding compiled on its own, for this reason.
     Specialized(String),
 }
@@ -77,6 +87,16 @@ pub fn compile_dynamic(graph: &SymGraph, options: &Options) -> Result<Dynamic> {
             "symbolic kernels exist for the cpu and loops targets only, not {:?}",
             options.target
         )),
+        Err(why) if matches!(options.target, Target::Cpu | Target::Loops) => {
+            match graph.segments() {
+                Ok(segments) => Path::Segmented {
+                    segments,
+                    programs: OnceLock::new(),
+                    workspace: Mutex::new(None),
+                },
+                Err(cut) => Path::Specialized(format!("{why}; cut at its attentions, {cut}")),
+            }
+        }
         Err(why) => Path::Specialized(why),
     };
     Ok(Dynamic {
@@ -133,7 +153,200 @@ impl Dynamic {
         if let Some((form, program)) = self.row_program()? {
             return self.run_rows(form, &program, &b, inputs);
         }
+        if let Some(programs) = self.segment_programs() {
+            return self.run_segments(&programs, &b, inputs);
+        }
         self.specialize(&b)?.run(inputs)
+    }
+
+    /// The row programs of a segmented graph, compiled now if this is its first run;
+    /// `None` on the other paths (or when one of them was refused).
+    fn segment_programs(&self) -> Option<Vec<Option<Arc<Compiled>>>> {
+        let Path::Segmented {
+            segments, programs, ..
+        } = &self.path
+        else {
+            return None;
+        };
+        let mut first = false;
+        let compiled = programs.get_or_init(|| {
+            first = true;
+            segments
+                .steps
+                .iter()
+                .map(|step| match step {
+                    Segment::Rows { graph, form, .. } => self.compile_rows(graph, form).map(Some),
+                    Segment::Attention { .. } => Ok(None),
+                })
+                .collect()
+        });
+        let programs = compiled.as_ref().ok()?;
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let hits = if first {
+            &self.counters.misses
+        } else {
+            &self.counters.hits
+        };
+        hits.fetch_add(1, Ordering::Relaxed);
+        Some(programs.clone())
+    }
+
+    /// Runs the steps of a segmented graph at binding `b`: each row program at the
+    /// binding's rows, each attention at its sequences and length.
+    fn run_segments<A: Borrow<Tensor>>(
+        &self,
+        programs: &[Option<Arc<Compiled>>],
+        b: &Binding,
+        inputs: &[A],
+    ) -> Result<Vec<Tensor>> {
+        let Path::Segmented {
+            segments,
+            workspace,
+            ..
+        } = &self.path
+        else {
+            return Err(Error::Internal {
+                message: "not a segmented graph".into(),
+            });
+        };
+        let form = &segments.form;
+        let unbound = || Error::Binding {
+            message: format!("the rows {} are not bound", form.name()),
+        };
+        let rows = form.rows(b).ok_or_else(unbound)?;
+        let seq = form
+            .symbols
+            .last()
+            .and_then(|s| b.get(s))
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(unbound)?;
+        if rows == 0 {
+            return self.specialize(b)?.run(inputs);
+        }
+        // Slot tensors of the last run at this binding, else new ones.
+        let mut slots: Vec<Option<Tensor>> = match lock(workspace).take() {
+            Some((at, slots)) if at == *b => slots,
+            _ => vec![None; segments.slots.len()],
+        };
+        let fresh = |j: usize, slots: &mut Vec<Option<Tensor>>| -> Result<Tensor> {
+            if let Some(t) = slots[j].take() {
+                return Ok(t);
+            }
+            let ty = segments.slots[j]
+                .1
+                .bind(b)
+                .map_err(|message| Error::Binding { message })?;
+            Tensor::from_backend(ferrite_ir::Tensor::zeros(&ty))
+        };
+        for &j in &segments.positions {
+            if slots[j].is_none() {
+                let ty = segments.slots[j]
+                    .1
+                    .bind(b)
+                    .map_err(|message| Error::Binding { message })?;
+                let t: Vec<f64> = (0..rows).map(|r| (r % seq) as f64).collect();
+                slots[j] = Some(Tensor::from_backend(ferrite_ir::Tensor::from_f64(&ty, &t))?);
+            }
+        }
+        for (step, program) in segments.steps.iter().zip(programs) {
+            match step {
+                Segment::Rows {
+                    inputs: from,
+                    outputs: to,
+                    ..
+                } => {
+                    let program = program.as_ref().ok_or_else(|| Error::Internal {
+                        message: "a row step without its program".into(),
+                    })?;
+                    let mut outs = Vec::with_capacity(to.len());
+                    for &j in to {
+                        outs.push(fresh(j, &mut slots)?);
+                    }
+                    let ins = from
+                        .iter()
+                        .map(|s| source(s, inputs, &slots))
+                        .collect::<Result<Vec<&Tensor>>>()?;
+                    program.run_rows(rows, &ins, &mut outs)?;
+                    for (&j, t) in to.iter().zip(outs) {
+                        slots[j] = Some(t);
+                    }
+                }
+                Segment::Attention { site, q, k, v, out } => {
+                    let mut o = fresh(*out, &mut slots)?;
+                    let shape = AttentionShape {
+                        batch: rows / seq,
+                        seq,
+                        heads: site.heads,
+                        head_dim: site.head_dim,
+                        value_dim: site.value_dim,
+                        causal: site.causal,
+                        scale: site.scale as f32,
+                    };
+                    let operand = |s: &Source, dim: usize| -> Result<(&[f32], RowsLayout)> {
+                        let t = source(s, inputs, &slots)?;
+                        let data = t.as_slice::<f32>().ok_or_else(|| Error::Internal {
+                            message: "attention on a tensor that is not f32".into(),
+                        })?;
+                        Ok((
+                            data,
+                            RowsLayout {
+                                offset: 0,
+                                row_stride: site.heads * dim,
+                            },
+                        ))
+                    };
+                    let (qd, ql) = operand(q, site.head_dim)?;
+                    let (kd, kl) = operand(k, site.head_dim)?;
+                    let (vd, vl) = operand(v, site.value_dim)?;
+                    let ol = RowsLayout {
+                        offset: 0,
+                        row_stride: site.heads * site.value_dim,
+                    };
+                    let threads = self
+                        .options
+                        .threads
+                        .unwrap_or_else(ferrite_cpu::pool::default_thread_count);
+                    let pool = ferrite_cpu::pool::global_pool(threads).map_err(|e| Error::Run {
+                        message: e.to_string(),
+                    })?;
+                    let team = pool.team(threads, self.options.flush_denormals);
+                    let od = o.as_mut_f32().ok_or_else(|| Error::Internal {
+                        message: "attention into a tensor that is not f32".into(),
+                    })?;
+                    attention(
+                        &shape,
+                        qd,
+                        ql,
+                        kd,
+                        kl,
+                        vd,
+                        vl,
+                        od,
+                        ol,
+                        Parallelism::Team(team),
+                    )
+                    .map_err(|e| Error::Run {
+                        message: format!("attention: {e}"),
+                    })?;
+                    slots[*out] = Some(o);
+                }
+            }
+        }
+        let mut outputs = Vec::with_capacity(segments.outputs.len());
+        for (i, &j) in segments.outputs.iter().enumerate() {
+            // Positions stay for the next run; an output that is one is a copy.
+            let again = segments.outputs[i + 1..].contains(&j) || segments.positions.contains(&j);
+            let t = if again {
+                slots[j].clone()
+            } else {
+                slots[j].take()
+            };
+            outputs.push(t.ok_or_else(|| Error::Internal {
+                message: format!("output {i} was not computed"),
+            })?);
+        }
+        *lock(workspace) = Some((b.clone(), slots));
+        Ok(outputs)
     }
 
     /// The row program, compiled now if this is its first run; `None` on the
@@ -145,7 +358,7 @@ impl Dynamic {
         let mut first = false;
         let compiled = program.get_or_init(|| {
             first = true;
-            self.compile_rows(form)
+            self.compile_rows(&self.graph, form)
         });
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         match compiled {
@@ -169,10 +382,13 @@ impl Dynamic {
     /// Compiles the row instance at the most rows and makes it a row program; a
     /// refusal (of the row proof, of the memory budget at the bound, or a failed
     /// compile) is kept as the reason to specialize instead.
-    fn compile_rows(&self, form: &RowForm) -> std::result::Result<Arc<Compiled>, String> {
+    fn compile_rows(
+        &self,
+        graph: &SymGraph,
+        form: &RowForm,
+    ) -> std::result::Result<Arc<Compiled>, String> {
         let start = Instant::now();
-        let graph = self
-            .graph
+        let graph = graph
             .row_instance(form, form.max_rows)
             .map_err(|e| format!("its instance at {} rows: {e}", form.max_rows))?;
         let signature: Vec<TensorType> =
@@ -196,7 +412,7 @@ impl Dynamic {
         });
         let program = reported(
             |e| self.emit(e),
-            self.graph.name().to_string(),
+            graph.name.clone(),
             signature,
             false,
             || 1,
@@ -240,6 +456,7 @@ impl Dynamic {
     pub fn is_symbolic(&self) -> bool {
         match &self.path {
             Path::Rows { program, .. } => !matches!(program.get(), Some(Err(_))),
+            Path::Segmented { programs, .. } => !matches!(programs.get(), Some(Err(_))),
             Path::Specialized(_) => false,
         }
     }
@@ -342,6 +559,31 @@ impl Dynamic {
                     s.compiles
                 ),
             },
+            Path::Segmented {
+                segments, programs, ..
+            } => match programs.get() {
+                Some(Err(why)) => format!("specialized per binding ({why})"),
+                state => {
+                    let attentions = segments
+                        .steps
+                        .iter()
+                        .filter(|s| matches!(s, Segment::Attention { .. }))
+                        .count();
+                    format!(
+                        "one program for every binding ({} row programs over rows {} up to {} \
+                         between {attentions} attention kernels, {}): {} compiled",
+                        segments.steps.len() - attentions,
+                        segments.form.name(),
+                        segments.form.max_rows,
+                        if state.is_some() {
+                            "compiled"
+                        } else {
+                            "compiled at the first run"
+                        },
+                        s.compiles
+                    )
+                }
+            },
             Path::Specialized(why) => format!("specialized per binding ({why})"),
         };
         if !self.is_symbolic() {
@@ -399,6 +641,21 @@ impl Dynamic {
     fn emit(&self, event: JitEvent) {
         emit_to(&self.hook, event)
     }
+}
+
+/// The tensor a step's operand comes from: an input of the run or a slot.
+fn source<'t, A: Borrow<Tensor>>(
+    s: &Source,
+    inputs: &'t [A],
+    slots: &'t [Option<Tensor>],
+) -> Result<&'t Tensor> {
+    let t = match *s {
+        Source::Input(i) => inputs.get(i).map(Borrow::borrow),
+        Source::Slot(j) => slots.get(j).and_then(Option::as_ref),
+    };
+    t.ok_or_else(|| Error::Internal {
+        message: format!("{s:?} is not computed before it is used"),
+    })
 }
 
 impl fmt::Debug for Dynamic {

@@ -196,6 +196,14 @@ impl Tensor {
         T::slice(&self.0.data)
     }
 
+    /// The elements to write, if they are `f32`.
+    pub(crate) fn as_mut_f32(&mut self) -> Option<&mut [f32]> {
+        match &mut self.0.data {
+            ferrite_ir::Data::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// A copy of the elements as a `Vec<T>`; an error if the dtype is not `T`'s.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         self.as_slice::<T>()

@@ -10,15 +10,19 @@
 //! under it, with a message naming the symbols, their values and the place that
 //! needs the fact, before the graph is instantiated with those numbers.
 
+mod attention;
 mod dim;
 mod expr;
 pub mod graph;
 mod rows;
+mod segments;
 
+pub use attention::AttentionSite;
 pub use dim::{Dim, SymAttrs};
 pub use expr::{Atom, EvalError, Expr, Monomial, Symbol};
 pub use graph::{is_symbolic_attribute, SymGraph, SYMBOLIC_ATTRIBUTES};
 pub use rows::RowForm;
+pub use segments::{Segment, Segments, Source};
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -75,18 +75,7 @@ impl SymGraph {
                 .map_or(format!("{v}"), |n| format!("`{n}`"))
         };
         // The leading symbols: those of the first parameter that has any.
-        let lead: Vec<Expr> = self
-            .params()
-            .iter()
-            .find(|(_, t)| t.shape.iter().any(|d| !d.is_const()))
-            .map(|(_, t)| {
-                t.shape
-                    .iter()
-                    .take_while(|d| d.as_symbol().is_some())
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+        let lead = self.lead();
         if lead.is_empty() {
             return Err("no parameter leads with size symbols".into());
         }

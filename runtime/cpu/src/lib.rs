@@ -27,6 +27,7 @@
 //! borrowed tasks to workers, and at the `gemm` FFI-like boundary; each block states why
 //! it holds.
 
+pub mod attention;
 pub mod denormals;
 pub mod emit;
 pub mod error;

@@ -1,0 +1,442 @@
+//! Attention in row graphs: the one op family that mixes the rows of a sequence.
+//!
+//! A transformer is a row graph (see [`super::rows`]) except for its attention: the scores
+//! `q @ k^T` of a sequence's `T` tokens mix its rows, and their shapes (`[B, H, T, T]`)
+//! have `T` past the leading axes. [`SymGraph::attention_sites`] finds each attention
+//! written out in the usual form, as Inductor's attention pattern matcher does before it
+//! calls one scaled-dot-product kernel:
+//!
+//! ```text
+//! q4 = permute(reshape(Q, [B, T, H, D]), [0, 2, 1, 3])      Q: f32[B, T, H*D], a row value
+//! k4 = ... K ...   (or k^T directly: permute(reshape(K, ..), [0, 2, 3, 1]))
+//! v4 = ... V ...
+//! s  = matmul(q4, transpose(k4, -2, -1)) [* c | / c]
+//! m  = where(j <= i, s, -inf)                               optional: the causal mask
+//! o  = matmul(softmax(m, axis=-1), v4)
+//! O  = reshape(permute(o, [0, 2, 1, 3]), [B, T, H*Dv])       a row value again
+//! ```
+//!
+//! The causal mask must be built from `arange(T)` compared along the two axes (`le(pos_j,
+//! pos_i)` or `ge(pos_i, pos_j)`, the positions reshaped to `[1, T]` and `[T, 1]`); any
+//! other mask (a window, padding) is not matched, so the graph is specialized per binding
+//! instead of computing something else. The values between `Q`, `K`, `V` and `O` must have
+//! no other use. [`super::segments`] then cuts the graph at the sites into row graphs.
+
+use super::{Expr, SymGraph};
+use crate::op::{BinaryOp, Op};
+use crate::types::normalize_axis;
+use crate::{DType, ValueId};
+
+/// One attention found in a symbolic graph (see the [module docs](self)).
+#[derive(Clone, PartialEq, Debug)]
+pub struct AttentionSite {
+    /// The queries: a row value `L ++ [H*D]` (or `L ++ [H, D]`).
+    pub q: ValueId,
+    /// The keys, laid out as the queries.
+    pub k: ValueId,
+    /// The values: `L ++ [H*Dv]` (or `L ++ [H, Dv]`).
+    pub v: ValueId,
+    /// The result: `L ++ [H*Dv]` (or `L ++ [H, Dv]`), the same layout.
+    pub out: ValueId,
+    /// Heads.
+    pub heads: usize,
+    /// Elements per head of the queries and keys.
+    pub head_dim: usize,
+    /// Elements per head of the values and the result.
+    pub value_dim: usize,
+    /// Whether query `i` sees only keys `j <= i`.
+    pub causal: bool,
+    /// The factor applied to the scores `q . k`.
+    pub scale: f64,
+    /// The nodes the site computes, `out` included (none of them but `out` is used
+    /// elsewhere).
+    pub nodes: Vec<ValueId>,
+}
+
+impl SymGraph {
+    /// The leading size symbols of the graph's row values: those leading the first
+    /// parameter that has any symbol (`[B, T]` for `x: f32[B, T, 256]`).
+    pub(crate) fn lead(&self) -> Vec<Expr> {
+        self.params()
+            .iter()
+            .find(|(_, t)| t.shape.iter().any(|d| !d.is_const()))
+            .map(|(_, t)| {
+                t.shape
+                    .iter()
+                    .take_while(|d| d.as_symbol().is_some())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every attention written in the usual form (see the [module docs](self)) whose
+    /// sequence axis is the last leading symbol, in graph order.
+    pub fn attention_sites(&self) -> Vec<AttentionSite> {
+        let lead = self.lead();
+        if lead.is_empty() {
+            return Vec::new();
+        }
+        let mut uses = vec![0usize; self.skeleton.nodes.len()];
+        for node in &self.skeleton.nodes {
+            for x in &node.inputs {
+                uses[x.index()] += 1;
+            }
+        }
+        for o in &self.skeleton.outputs {
+            uses[o.index()] += 1;
+        }
+        let m = Matcher {
+            g: self,
+            lead: &lead,
+            uses: &uses,
+        };
+        let sites: Vec<AttentionSite> = (0..self.skeleton.nodes.len())
+            .filter_map(|i| m.site(ValueId(i as u32)))
+            .collect();
+        // A permuted result is a site, and so is its reshape: keep the larger one.
+        sites
+            .iter()
+            .filter(|s| {
+                !sites
+                    .iter()
+                    .any(|t| t.out != s.out && t.nodes.binary_search(&s.out).is_ok())
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+struct Matcher<'a> {
+    g: &'a SymGraph,
+    lead: &'a [Expr],
+    uses: &'a [usize],
+}
+
+/// What one projection (`q`, `k` or `v`) looks like inside the site.
+struct Heads {
+    /// The row value.
+    rows: ValueId,
+    heads: usize,
+    dim: usize,
+    /// The nodes from the row value to the per-head view.
+    nodes: Vec<ValueId>,
+}
+
+impl Matcher<'_> {
+    fn op(&self, v: ValueId) -> &Op {
+        &self.g.skeleton.node(v).op
+    }
+
+    fn ins(&self, v: ValueId) -> &[ValueId] {
+        &self.g.skeleton.node(v).inputs
+    }
+
+    fn shape(&self, v: ValueId) -> &[Expr] {
+        &self.g.types[v.index()].shape
+    }
+
+    fn dtype(&self, v: ValueId) -> DType {
+        self.g.skeleton.node(v).ty.dtype
+    }
+
+    fn single(&self, v: ValueId) -> bool {
+        self.uses[v.index()] == 1
+    }
+
+    fn k(&self) -> usize {
+        self.lead.len()
+    }
+
+    /// `L[..k-1] ++ [H, T, X]` shapes: the per-head view of a row value, with the
+    /// heads before the sequence.
+    fn per_head(&self, shape: &[Expr]) -> Option<(usize, usize)> {
+        let k = self.k();
+        if shape.len() != k + 2
+            || shape[..k - 1] != self.lead[..k - 1]
+            || shape[k] != self.lead[k - 1]
+        {
+            return None;
+        }
+        Some((const_size(&shape[k - 1])?, const_size(&shape[k + 1])?))
+    }
+
+    /// `perm` swaps the sequence axis `k-1` with the heads axis `k` and keeps the rest.
+    fn swaps_heads(&self, dims: &[i64], rank: usize) -> bool {
+        let k = self.k();
+        dims.len() == rank
+            && dims.iter().enumerate().all(|(j, &d)| {
+                let want = match j {
+                    _ if j == k - 1 => k,
+                    _ if j == k => k - 1,
+                    _ => j,
+                };
+                normalize_axis(d, rank).ok() == Some(want)
+            })
+    }
+
+    /// `L ++ [H, X]` from a row value `L ++ [H*X]` (a reshape) or itself.
+    fn split_heads(&self, v: ValueId) -> Option<(ValueId, usize, usize, Vec<ValueId>)> {
+        let k = self.k();
+        let shape = self.shape(v);
+        if shape.len() != k + 2 || shape[..k] != self.lead[..] {
+            return None;
+        }
+        let (h, x) = (const_size(&shape[k])?, const_size(&shape[k + 1])?);
+        if let Op::Reshape { .. } = self.op(v) {
+            let src = self.ins(v)[0];
+            let s = self.shape(src);
+            if s.len() == k + 1
+                && s[..k] == self.lead[..]
+                && const_size(&s[k]) == Some(h * x)
+                && self.single(v)
+            {
+                return Some((src, h, x, vec![v]));
+            }
+        }
+        Some((v, h, x, vec![]))
+    }
+
+    /// `permute(split_heads(rows), swap)`: `[.., H, T, X]`.
+    fn heads(&self, v: ValueId) -> Option<Heads> {
+        let Op::Permute { dims } = self.op(v) else {
+            return None;
+        };
+        let (h, x) = self.per_head(self.shape(v))?;
+        if !self.swaps_heads(dims, self.k() + 2) || !self.single(v) {
+            return None;
+        }
+        let (rows, h2, x2, mut nodes) = self.split_heads(self.ins(v)[0])?;
+        if (h2, x2) != (h, x) || self.dtype(rows) != DType::F32 {
+            return None;
+        }
+        nodes.push(v);
+        Some(Heads {
+            rows,
+            heads: h,
+            dim: x,
+            nodes,
+        })
+    }
+
+    /// The keys transposed, `[.., H, D, T]`: `transpose(heads, -2, -1)`, or one permute
+    /// of the split row value.
+    fn keys_t(&self, v: ValueId) -> Option<Heads> {
+        if !self.single(v) {
+            return None;
+        }
+        let k = self.k();
+        let rank = k + 2;
+        match self.op(v) {
+            Op::Transpose { dim0, dim1 } => {
+                let (a, b) = (
+                    normalize_axis(*dim0, rank).ok()?,
+                    normalize_axis(*dim1, rank).ok()?,
+                );
+                if (a.min(b), a.max(b)) != (rank - 2, rank - 1) {
+                    return None;
+                }
+                let mut h = self.heads(self.ins(v)[0])?;
+                h.nodes.push(v);
+                Some(h)
+            }
+            Op::Permute { dims } => {
+                // [L[..k-1], H, X, T] from [L, H, X]: axes (.., k, k+1, k-1).
+                let ok = dims.len() == rank
+                    && dims.iter().enumerate().all(|(j, &d)| {
+                        let want = if j < k - 1 {
+                            j
+                        } else if j == k - 1 {
+                            k
+                        } else if j == k {
+                            k + 1
+                        } else {
+                            k - 1
+                        };
+                        normalize_axis(d, rank).ok() == Some(want)
+                    });
+                if !ok {
+                    return None;
+                }
+                let (rows, h, x, mut nodes) = self.split_heads(self.ins(v)[0])?;
+                if self.dtype(rows) != DType::F32 {
+                    return None;
+                }
+                nodes.push(v);
+                Some(Heads {
+                    rows,
+                    heads: h,
+                    dim: x,
+                    nodes,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// A rank-0 (or all-ones) constant's value.
+    fn scalar(&self, v: ValueId) -> Option<f64> {
+        match self.op(v) {
+            Op::Literal { value } => Some(value.as_f64()),
+            Op::Full { value, .. } if self.shape(v).iter().all(|d| d.as_const() == Some(1)) => {
+                Some(*value)
+            }
+            _ => None,
+        }
+    }
+
+    /// `arange(0, T, 1)` reshaped so that its one non-unit axis is `from_end` axes
+    /// from the end (0: the key axis `j`, 1: the query axis `i`).
+    fn positions(&self, v: ValueId) -> Option<usize> {
+        let t = self.lead.last()?;
+        let (mut x, mut reshaped) = (v, false);
+        while let Op::Reshape { .. } = self.op(x) {
+            x = self.ins(x)[0];
+            reshaped = true;
+        }
+        let Op::Arange { start, step, .. } = self.op(x) else {
+            return None;
+        };
+        if *start != 0.0 || *step != 1.0 || self.shape(x) != [t.clone()] {
+            return None;
+        }
+        let shape = if reshaped {
+            self.shape(v)
+        } else {
+            self.shape(x)
+        };
+        let mut long = shape
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.as_const() != Some(1));
+        let (axis, d) = long.next()?;
+        if long.next().is_some() || d != t {
+            return None;
+        }
+        Some(shape.len() - 1 - axis)
+    }
+
+    /// Whether `mask` is `j <= i` over the last two axes.
+    fn causal(&self, mask: ValueId) -> bool {
+        let Op::Binary(op) = self.op(mask) else {
+            return false;
+        };
+        let ins = self.ins(mask);
+        let (a, b) = (self.positions(ins[0]), self.positions(ins[1]));
+        matches!(
+            (op, a, b),
+            (BinaryOp::Le, Some(0), Some(1)) | (BinaryOp::Ge, Some(1), Some(0))
+        )
+    }
+
+    /// The attention whose result (after the last reshape, if any) is `out`.
+    fn site(&self, out: ValueId) -> Option<AttentionSite> {
+        let k = self.k();
+        let mut nodes = vec![out];
+        // O = reshape(permute(o)) or permute(o).
+        let shape = self.shape(out);
+        let perm = match self.op(out) {
+            Op::Reshape { .. } if shape.len() == k + 1 && shape[..k] == self.lead[..] => {
+                let p = self.ins(out)[0];
+                nodes.push(p);
+                p
+            }
+            Op::Permute { .. } => out,
+            _ => return None,
+        };
+        let Op::Permute { dims } = self.op(perm) else {
+            return None;
+        };
+        let ps = self.shape(perm);
+        if ps.len() != k + 2
+            || ps[..k] != self.lead[..]
+            || !self.swaps_heads(dims, k + 2)
+            || (perm != out && !self.single(perm))
+        {
+            return None;
+        }
+        let o = self.ins(perm)[0];
+        if !matches!(self.op(o), Op::MatMul) || !self.single(o) {
+            return None;
+        }
+        nodes.push(o);
+        let (w, v4) = (self.ins(o)[0], self.ins(o)[1]);
+        let Op::Softmax { axis } = self.op(w) else {
+            return None;
+        };
+        if normalize_axis(*axis, k + 2).ok() != Some(k + 1) || !self.single(w) {
+            return None;
+        }
+        nodes.push(w);
+        let mut m = self.ins(w)[0];
+        let mut causal = false;
+        if let Op::Where = self.op(m) {
+            let ins = self.ins(m);
+            let fill = self.scalar(ins[2])?;
+            if !self.single(m) || fill > -1e30 || !self.causal(ins[0]) {
+                return None;
+            }
+            causal = true;
+            nodes.push(m);
+            m = ins[1];
+        }
+        let mut scale = 1.0;
+        let mut mm = m;
+        if let Op::Binary(op @ (BinaryOp::Mul | BinaryOp::Div)) = self.op(m) {
+            let ins = self.ins(m);
+            let (x, c) = match (self.scalar(ins[0]), self.scalar(ins[1])) {
+                (_, Some(c)) => (ins[0], c),
+                (Some(c), None) if *op == BinaryOp::Mul => (ins[1], c),
+                _ => return None,
+            };
+            if !self.single(m) || !c.is_finite() || c == 0.0 {
+                return None;
+            }
+            scale = if *op == BinaryOp::Div { 1.0 / c } else { c };
+            nodes.push(m);
+            mm = x;
+        }
+        if !matches!(self.op(mm), Op::MatMul) || !self.single(mm) {
+            return None;
+        }
+        nodes.push(mm);
+        let q = self.heads(self.ins(mm)[0])?;
+        let kt = self.keys_t(self.ins(mm)[1])?;
+        let v = self.heads(v4)?;
+        if q.heads != kt.heads || q.heads != v.heads || q.dim != kt.dim {
+            return None;
+        }
+        // The result's layout: `L ++ [H*Dv]` after the reshape, `L ++ [H, Dv]` without.
+        let ok_out = if perm == out {
+            shape.len() == k + 2
+                && const_size(&shape[k]) == Some(v.heads)
+                && const_size(&shape[k + 1]) == Some(v.dim)
+        } else {
+            const_size(&shape[k]) == Some(v.heads * v.dim)
+        };
+        if !ok_out {
+            return None;
+        }
+        for h in [&q, &kt, &v] {
+            nodes.extend(&h.nodes);
+        }
+        nodes.sort();
+        nodes.dedup();
+        Some(AttentionSite {
+            q: q.rows,
+            k: kt.rows,
+            v: v.rows,
+            out,
+            heads: q.heads,
+            head_dim: q.dim,
+            value_dim: v.dim,
+            causal,
+            scale,
+            nodes,
+        })
+    }
+}
+
+fn const_size(e: &Expr) -> Option<usize> {
+    e.as_const().and_then(|c| usize::try_from(c).ok())
+}
