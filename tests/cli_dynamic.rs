@@ -109,7 +109,7 @@ fn compile_prints_the_symbolic_types_and_the_binding() {
     assert!(text.contains("output 0: f32[B, T, 256]"), "{text}");
     // Which path `compile_dynamic` takes, and why.
     assert!(
-        text.contains("each binding compiles on its own (`q` at "),
+        text.contains("cut at its 1 attentions into row graphs over B*T (up to 16384 rows)"),
         "{text}"
     );
     let o = ferrite(&[

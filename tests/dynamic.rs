@@ -82,13 +82,16 @@ fn the_block_runs_random_bindings_alike_on_every_target() {
         "a cached binding is not recompiled"
     );
     assert_eq!(after.hits, before.hits + 1);
-    // Attention mixes the rows of a sequence: no row program.
+    // Attention mixes the rows of a sequence: two row programs around an attention
+    // kernel, compiled once (`tests/dynamic_attention.rs`); sim specializes.
     let summary = cpu.summary();
     assert!(
-        summary.contains("specialized per binding (`q` at ")
-            && summary.contains("symbols past the leading [B, T]"),
+        summary.contains("one program for every binding (2 row programs over rows B*T")
+            && summary.contains("between 1 attention kernels"),
         "{summary}"
     );
+    assert_eq!(cpu.stats().compiles, 2, "{summary}");
+    assert!(programs[2].summary().contains("specialized per binding"));
 }
 
 #[test]

@@ -89,3 +89,135 @@ fn a_gpt2_style_decoder_runs_random_bindings_from_one_compile() {
     let n = check_against_interp(&g, Options::default(), &bindings);
     assert_eq!(n, 3);
 }
+
+fn parse(text: &str) -> SymGraph {
+    match ferrite::ir::text::parse_any("test.fg", text, &mut ferrite::ir::text::NoWeights).unwrap()
+    {
+        Parsed::Symbolic(g) => g,
+        Parsed::Graph(_) => panic!("no symbols"),
+    }
+}
+
+/// Attention on the inputs themselves, with `mask` (a `where` condition over `[T, T]`
+/// built from `pos`, or none).
+fn attention_graph(mask: Option<&str>, extra_output: bool) -> String {
+    let (masked, mask_lines) = match mask {
+        Some(m) => (
+            "where(mask, scores, -inf)".to_string(),
+            format!("  pos = arange(end=T)\n  mask = {m}\n"),
+        ),
+        None => ("scores".to_string(), String::new()),
+    };
+    let (ret, rty) = if extra_output {
+        ("out, scores", "f32[B, T, 64], f32[B, 2, T, T]")
+    } else {
+        ("out", "f32[B, T, 64]")
+    };
+    format!(
+        "dims B in [1, 8], T in [1, 64]\n\
+         graph attn(q: f32[B, T, 64], k: f32[B, T, 64], v: f32[B, T, 64]) -> {rty} {{\n\
+         \x20 q4 = permute(reshape(q, shape=[B, T, 2, 32]), dims=[0, 2, 1, 3])\n\
+         \x20 k4 = permute(reshape(k, shape=[B, T, 2, 32]), dims=[0, 2, 1, 3])\n\
+         \x20 v4 = permute(reshape(v, shape=[B, T, 2, 32]), dims=[0, 2, 1, 3])\n\
+         \x20 scores = mul(matmul(q4, transpose(k4, dim0=-2, dim1=-1)), 0.3)\n\
+         {mask_lines}\
+         \x20 w = softmax({masked}, axis=-1)\n\
+         \x20 out = reshape(permute(matmul(w, v4), dims=[0, 2, 1, 3]), shape=[B, T, 64])\n\
+         \x20 return {ret}\n}}\n"
+    )
+}
+
+#[test]
+fn causal_and_unmasked_attention_on_the_inputs_run_from_one_compile_on_every_path() {
+    let bindings = vec![bt(1, 1), bt(3, 7), bt(8, 64), bt(2, 33)];
+    for mask in [
+        Some("le(reshape(pos, shape=[1, T]), reshape(pos, shape=[T, 1]))"),
+        Some("ge(reshape(pos, shape=[T, 1]), reshape(pos, shape=[1, T]))"),
+        None,
+    ] {
+        let g = parse(&attention_graph(mask, false));
+        let sites = g.attention_sites();
+        assert_eq!(sites.len(), 1, "{mask:?}");
+        assert_eq!(sites[0].causal, mask.is_some());
+        assert_eq!(
+            (sites[0].heads, sites[0].head_dim, sites[0].value_dim),
+            (2, 32, 32)
+        );
+        assert!((sites[0].scale - 0.3).abs() < 1e-12);
+        // Nothing but the attention: no row program, only the kernel.
+        assert_eq!(check_against_interp(&g, Options::default(), &bindings), 0);
+    }
+}
+
+#[test]
+fn the_transformer_block_is_exact_enough_fused_unfused_threaded_and_on_loops() {
+    let g = load("transformer_block.fg");
+    let bindings = vec![bt(2, 3), bt(1, 40)];
+    for options in [
+        Options::default().fuse(false),
+        Options::default().threads(3),
+        Options::default().target(ferrite::Target::Loops),
+    ] {
+        assert_eq!(check_against_interp(&g, options, &bindings), 2);
+    }
+}
+
+#[test]
+fn other_masks_and_shared_scores_are_specialized_and_say_why() {
+    for (mask, extra) in [
+        // A sliding window (causal only while T <= 4): another function.
+        (
+            Some("le(reshape(pos, shape=[1, T]), add(reshape(pos, shape=[T, 1]), 4))"),
+            false,
+        ),
+        // Strictly below the diagonal.
+        (
+            Some("lt(reshape(pos, shape=[1, T]), reshape(pos, shape=[T, 1]))"),
+            false,
+        ),
+        // The scores are returned too: the kernel does not materialize them.
+        (None, true),
+    ] {
+        let g = parse(&attention_graph(mask, extra));
+        assert!(g.attention_sites().is_empty() || extra, "{mask:?}");
+        let d = compile_dynamic(&g, &Options::default()).unwrap();
+        assert!(!d.is_symbolic(), "{}", d.summary());
+        assert!(
+            d.summary().contains("specialized per binding"),
+            "{}",
+            d.summary()
+        );
+        // Still right, one program per binding.
+        let b = bt(2, 5);
+        let x = inputs(&g, &b, 3);
+        let raw: Vec<ferrite::ir::Tensor> = x.iter().map(|t| t.as_ir().clone()).collect();
+        let want = ferrite::ir::interpret(&g.instantiate(&b).unwrap(), &raw).unwrap();
+        let got = d.run(&x).unwrap();
+        got[0].as_ir().check_close(&want[0], 1e-4, 1e-4).unwrap();
+    }
+}
+
+#[test]
+fn a_hundred_bindings_of_gpt2_compile_once() {
+    let g = load("gpt2.fg");
+    let d = compile_dynamic(&g, &Options::default()).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut state = 0x1234_5678u64;
+    while seen.len() < 100 {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let b = ((state >> 33) % 4) as i64 + 1;
+        let t = ((state >> 45) % 40) as i64 + 1;
+        if !seen.insert((b, t)) {
+            continue;
+        }
+        let x = inputs(&g, &bt(b, t), 1);
+        let y = d.run(&x).unwrap();
+        assert_eq!(y[0].shape(), &[b as usize, t as usize, 1000]);
+    }
+    let s = d.stats();
+    assert_eq!(s.compiles, 3, "{}", d.summary());
+    assert_eq!(s.recompiles, 2, "three parts, compiled once each");
+    assert!(d.is_symbolic());
+}

@@ -16,9 +16,15 @@
 //!   `ferrite_ir::loops::Rows`); its storage is sized by that bound. On [`Target::Loops`]
 //!   the loop-IR evaluator runs the proved row program at each count
 //!   (`RowProgram::at`).
-//! - **Specialized per binding**: every other graph (attention mixes the rows of a
-//!   sequence; other targets), and a row graph whose compiled program the row proof
-//!   refuses: each new binding is instantiated with its numbers and compiled as a
+//! - **Row programs between attention kernels**: a transformer (a row graph but for its
+//!   attentions, `SymGraph::segments`) on the same targets is cut at its attentions into
+//!   row graphs, each compiled once as above; a run runs them in order at the binding's
+//!   rows, with each attention in between run by `ferrite_cpu::attention` with the
+//!   binding's batch and sequence length. The values passed between steps are kept for
+//!   the next run at the same binding.
+//! - **Specialized per binding**: every other graph (an op that mixes rows otherwise, an
+//!   attention in another form; other targets), and a row graph whose compiled program the
+//!   row proof refuses: each new binding is instantiated with its numbers and compiled as a
 //!   static graph. The programs are kept in a bounded cache with least-recently-used
 //!   eviction, the [`jit`](super::jit) cache.
 //!

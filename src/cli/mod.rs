@@ -336,7 +336,24 @@ impl Loaded {
                         form.name(),
                         form.max_rows
                     ),
-                    Err(why) => format!("each binding compiles on its own ({why})"),
+                    Err(why) => match g.segments() {
+                        Ok(seg) => format!(
+                            "cut at its {} attentions into row graphs over {} (up to {} rows), \
+                             `compile_dynamic` runs every binding on one set of cpu programs",
+                            seg.steps
+                                .iter()
+                                .filter(|s| matches!(
+                                    s,
+                                    ferrite::ir::sym::Segment::Attention { .. }
+                                ))
+                                .count(),
+                            seg.form.name(),
+                            seg.form.max_rows
+                        ),
+                        Err(cut) => format!(
+                            "each binding compiles on its own ({why}; cut at its attentions, {cut})"
+                        ),
+                    },
                 };
                 format!(
                     "symbolic graph ({}) specialized at {b}; {path}",

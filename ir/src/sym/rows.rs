@@ -75,43 +75,8 @@ impl SymGraph {
                 .map_or(format!("{v}"), |n| format!("`{n}`"))
         };
         // The leading symbols: those of the first parameter that has any.
-        let lead = self.lead();
-        if lead.is_empty() {
-            return Err("no parameter leads with size symbols".into());
-        }
+        let (lead, symbols, max_rows) = self.row_symbols()?;
         let k = lead.len();
-        let symbols: Vec<Symbol> = lead.iter().filter_map(|e| e.as_symbol().cloned()).collect();
-        if let Some(s) = symbols
-            .iter()
-            .enumerate()
-            .find_map(|(i, s)| symbols[..i].contains(s).then_some(s))
-        {
-            return Err(format!("row symbol `{s}` leads twice"));
-        }
-        let mut max_rows = 1usize;
-        for s in &symbols {
-            let info = self
-                .facts
-                .symbol(s)
-                .ok_or_else(|| format!("`{s}` is not declared"))?;
-            if info.hi >= DEFAULT_MAX {
-                return Err(format!(
-                    "row symbol `{s}` has no upper bound (declare one: `dims {s} in [1, N]`); \
-                     a row program is sized by it"
-                ));
-            }
-            max_rows = max_rows
-                .checked_mul(info.hi as usize)
-                .ok_or("too many rows")?;
-        }
-        for info in &self.facts.symbols {
-            if !symbols.contains(&info.name) {
-                return Err(format!(
-                    "size symbol `{}` is not a leading axis of the inputs",
-                    info.name
-                ));
-            }
-        }
         // Whether each value carries rows (else it is static).
         let mut is_row = vec![false; sk.nodes.len()];
         for (i, node) in sk.nodes.iter().enumerate() {
@@ -227,6 +192,51 @@ impl SymGraph {
             params: sk.params.iter().map(|p| is_row[p.index()]).collect(),
             outputs: sk.outputs.iter().map(|o| is_row[o.index()]).collect(),
         })
+    }
+
+    /// The leading row symbols (as expressions and as symbols) and the most rows: the
+    /// product of their upper bounds. An error when no parameter leads with symbols, a
+    /// symbol leads twice or has no bound, or another symbol is not leading.
+    pub(crate) fn row_symbols(
+        &self,
+    ) -> std::result::Result<(Vec<Expr>, Vec<Symbol>, usize), String> {
+        let lead = self.lead();
+        if lead.is_empty() {
+            return Err("no parameter leads with size symbols".into());
+        }
+        let symbols: Vec<Symbol> = lead.iter().filter_map(|e| e.as_symbol().cloned()).collect();
+        if let Some(s) = symbols
+            .iter()
+            .enumerate()
+            .find_map(|(i, s)| symbols[..i].contains(s).then_some(s))
+        {
+            return Err(format!("row symbol `{s}` leads twice"));
+        }
+        let mut max_rows = 1usize;
+        for s in &symbols {
+            let info = self
+                .facts
+                .symbol(s)
+                .ok_or_else(|| format!("`{s}` is not declared"))?;
+            if info.hi >= DEFAULT_MAX {
+                return Err(format!(
+                    "row symbol `{s}` has no upper bound (declare one: `dims {s} in [1, N]`); \
+                     a row program is sized by it"
+                ));
+            }
+            max_rows = max_rows
+                .checked_mul(info.hi as usize)
+                .ok_or("too many rows")?;
+        }
+        for info in &self.facts.symbols {
+            if !symbols.contains(&info.name) {
+                return Err(format!(
+                    "size symbol `{}` is not a leading axis of the inputs",
+                    info.name
+                ));
+            }
+        }
+        Ok((lead, symbols, max_rows))
     }
 
     /// The concrete graph of row graph `form` at `rows` rows: the last row symbol

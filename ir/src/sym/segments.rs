@@ -375,7 +375,21 @@ impl SymGraph {
                 outputs,
             });
         }
-        let form = form.ok_or("no part of it is a row graph")?;
+        let form = match form {
+            Some(f) => f,
+            // Attention alone: the rows are the leading symbols of its inputs.
+            None => {
+                let (_, symbols, max_rows) = self.row_symbols()?;
+                let carries =
+                    |v: &ValueId| self.types[v.index()].shape.iter().any(|d| !d.is_const());
+                RowForm {
+                    symbols,
+                    max_rows,
+                    params: sk.params.iter().map(carries).collect(),
+                    outputs: sk.outputs.iter().map(carries).collect(),
+                }
+            }
+        };
         for site in &sites {
             for x in [site.q, site.k, site.v, site.out] {
                 let t = &self.types[x.index()];
