@@ -19,6 +19,8 @@
 //! * [`denormals`]: the flush-to-zero / denormals-are-zero mode of a run.
 //! * [`gemm`]: strided, batched matrix multiplication through the `gemm` crate, or
 //!   through [`sgemm`], Ferrite's own `f32` kernel for few rows (B read in place).
+//! * [`attention`]: multi-head scaled dot-product attention over token rows, one
+//!   hand-written kernel on [`sgemm`] and the [`wide`] `exp`, tasks on the pool.
 //! * [`exec`]: [`CpuProgram`], a whole compiled program: kernels, storage, threads, run.
 //!
 //! Architecture Invariant: `plan` knows nothing of Cranelift and `emit` makes no
