@@ -1,5 +1,5 @@
 //! Causal multi-head attention (`ferrite_cpu::attention`) over token rows, head_dim 64,
-//! 4 heads: batch 1 at seq 128 and 512, batch 8 at seq 128, on 1 thread
+//! 4 heads: batch 1 at seq 16, 128 and 512, batch 8 at seq 128, on 1 thread
 //! (`Parallelism::None`) and on a pool of 2.
 //!
 //! `cargo bench -p ferrite-cpu --bench cpu_attention`
@@ -18,7 +18,7 @@ fn bench_attention(c: &mut Criterion) {
     let pool = ThreadPool::new(2).expect("a pool of 2 threads");
     let mut group = c.benchmark_group("attention_causal_h4_d64");
     group.sample_size(20);
-    for (batch, seq) in [(1, 128), (1, 512), (8, 128)] {
+    for (batch, seq) in [(1, 16), (1, 128), (1, 512), (8, 128)] {
         let shape = AttentionShape {
             batch,
             seq,
