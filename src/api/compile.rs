@@ -153,6 +153,9 @@ pub struct Options {
     /// recorded in [`Compiled::donated`] and pays off through
     /// [`Compiled::run_into_donated`]. Empty (default): none.
     pub donate: Vec<(usize, usize)>,
+    /// Set by [`crate::compile_dynamic`] for a row program's instance: its most rows,
+    /// so that the CPU plan keeps blocks within a row (`CodegenOptions::row_bound`).
+    pub(crate) row_bound: Option<usize>,
 }
 
 impl Default for Options {
@@ -168,6 +171,7 @@ impl Default for Options {
             flush_denormals: false,
             autotune: None,
             donate: Vec::new(),
+            row_bound: None,
         }
     }
 }
@@ -380,6 +384,7 @@ fn generate(
             }
             cpu_options.capture_dumps = options.dump.is_some();
             cpu_options.flush_denormals = options.flush_denormals;
+            cpu_options.codegen.row_bound = options.row_bound;
             let cpu = CpuProgram::compile(program, &cpu_options)
                 .map_err(|e| failed("cpu codegen", e.to_string(), e.is_internal()))?;
             (Code::Cpu(Box::new(cpu)), "cpu codegen", "cpu.clif")

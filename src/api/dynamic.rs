@@ -403,7 +403,11 @@ impl Dynamic {
         // The compile is reported as one; the row proof or the memory budget may still
         // refuse the program, which is then the reason the graph is specialized.
         let mut refusal = None;
-        let compiled = compile_ir(&graph, &self.options).map(|mut c| {
+        let options = Options {
+            row_bound: Some(form.max_rows),
+            ..self.options.clone()
+        };
+        let compiled = compile_ir(&graph, &options).map(|mut c| {
             let axis = |carries: &bool| carries.then_some(form.row_axis());
             let inputs: Vec<Option<usize>> = form.params.iter().map(axis).collect();
             let outputs: Vec<Option<usize>> = form.outputs.iter().map(axis).collect();

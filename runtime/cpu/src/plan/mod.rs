@@ -84,6 +84,10 @@ pub struct CodegenOptions {
     /// lacks is planned all the same (the plan does not depend on the host), and its
     /// apply stages are emitted as the `f32x4` loops they are.
     pub wide: Option<Isa>,
+    /// For a row program (`CpuProgram::with_rows`): its most rows. A pointwise row cut
+    /// into wide blocks is then cut within each of those rows (the block divides the
+    /// elements per row), so that a run of fewer rows is a prefix of whole blocks.
+    pub row_bound: Option<usize>,
 }
 
 impl Default for CodegenOptions {
@@ -93,6 +97,7 @@ impl Default for CodegenOptions {
             unroll: 4,
             stash: true,
             wide: Some(Isa::host()).filter(|&isa| isa != Isa::Sse),
+            row_bound: None,
         }
     }
 }
@@ -586,6 +591,7 @@ fn wide(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<Kernel
         scope.buffers,
         isa,
         unroll,
+        opts.row_bound,
         &vectorizes,
     ))
 }

@@ -561,6 +561,7 @@ pub fn apply_wide(
     buffers: &mut Vec<Buffer>,
     isa: Isa,
     unroll: usize,
+    row_bound: Option<usize>,
     vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
 ) -> Option<Kernel> {
     if isa == Isa::Sse || schedule.lanes.is_some() || kernel.gemm.is_some() {
@@ -570,7 +571,7 @@ pub fn apply_wide(
         return None;
     }
     let split = if has_wide(kernel) {
-        split_kernel(kernel, schedule, buffers, isa, vectorizes)
+        split_kernel(kernel, schedule, buffers, isa, row_bound, vectorizes)
     } else {
         None
     };
@@ -630,6 +631,7 @@ fn split_kernel(
     schedule: &mut Schedule,
     buffers: &mut Vec<Buffer>,
     isa: Isa,
+    row_bound: Option<usize>,
     vectorizes: &dyn Fn(&Kernel, usize, &[Buffer]) -> bool,
 ) -> Option<(Kernel, Vec<Option<WideCall>>, Vec<usize>)> {
     let mut k = kernel.clone();
@@ -640,7 +642,11 @@ fn split_kernel(
             return None;
         }
         let row = kernel.domain[n - 1];
-        let b = block_for(row)?;
+        // In a row program whose rows this merged axis holds, blocks stay within a row.
+        let b = match row_bound.filter(|&m| m > 1 && row.is_multiple_of(m)) {
+            Some(m) => block_for(row / m)?,
+            None => block_for(row)?,
+        };
         k = block_rows(kernel, b);
         note = Some(format!(
             "wide: rows cut into blocks of {b} (i{} = i{}*{b} + j0)",
