@@ -436,3 +436,75 @@ fn eager_and_compiled_agree_on_the_mlp_example() {
         assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-5);
     }
 }
+
+#[test]
+fn automatic_dynamic_compiles_a_transformer_once_for_every_length_after_the_second() {
+    let (events, hook) = recorder();
+    let f = jit(models::transformer_block())
+        .name("block")
+        .automatic_dynamic(true)
+        .on_event(hook);
+    let weights = models::block_weights();
+    let mut lengths: Vec<usize> = vec![16, 24];
+    lengths.extend((1..=40).map(|i| (i * 37) % 97 + 1));
+    for (i, &t) in lengths.iter().enumerate() {
+        let b = 1 + i % 3;
+        let x = models::uniform(&[b, t, models::D_MODEL], 100 + i as u64, 1.0);
+        let inputs = models::with_weights(&x, &weights);
+        let got = f.run(&inputs).unwrap();
+        let want = f.run_eager(&inputs).unwrap();
+        got[0]
+            .check_close(&want[0], 1e-4, 1e-4)
+            .unwrap_or_else(|m| panic!("B={b}, T={t}: {m}"));
+    }
+    let events = events.lock().unwrap();
+    let generalized: Vec<&JitEvent> = events
+        .iter()
+        .filter(|e| matches!(e, JitEvent::Generalized { .. }))
+        .collect();
+    // The first call compiles its shapes; the second generalizes B and T (both changed),
+    // and later calls past the symbols' ranges generalize again with wider ones.
+    assert!(
+        !generalized.is_empty() && generalized.len() <= 3,
+        "{events:#?}"
+    );
+    let text = generalized[0].to_string();
+    assert!(text.contains("f32[s0, s1, 64]"), "{text}");
+    assert!(text.contains("one program for every binding"), "{text}");
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, JitEvent::NotGeneralized { .. })));
+    // Every compile: the first signature, then each generalization's row programs.
+    let compiled = events
+        .iter()
+        .filter(|e| matches!(e, JitEvent::Compiled { .. }))
+        .count();
+    let lines: Vec<String> = events.iter().map(|e| e.to_string()).collect();
+    assert!(compiled <= 1 + 2 * generalized.len(), "{lines:#?}");
+}
+
+#[test]
+fn automatic_dynamic_says_why_a_closure_does_not_generalize() {
+    let (events, hook) = recorder();
+    // A pad of the length squared: `pad` amounts are no size expressions, so the
+    // traces differ beyond their sizes.
+    let f = jit(|[x]: [Var; 1]| {
+        let n = x.size(0);
+        x.reshape([1, n]).pad([0, 0, 0, n * n + 1 - n], 0.0)
+    })
+    .automatic_dynamic(true)
+    .on_event(hook);
+    for n in [2usize, 3, 5] {
+        let x = ramp(&[n]);
+        let y = f.run(&[x]).unwrap();
+        assert_eq!(y[0].shape(), &[1, n * n + 1]);
+    }
+    let events = events.lock().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, JitEvent::NotGeneralized { .. })),
+        "{events:#?}"
+    );
+    assert_eq!(f.stats().compiles, 3);
+}

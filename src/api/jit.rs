@@ -48,6 +48,7 @@
 //! `0`) and the fallback is always reported, once; [`Jit::on_event`] routes every event to
 //! a hook instead.
 
+use super::automatic::Automatic;
 use super::builder::{Graph, Var};
 use super::compile::{check_inputs, compile_ir, Compiled, Options};
 use super::error::{Error, Result};
@@ -168,6 +169,24 @@ pub enum JitEvent {
         /// The cache limit.
         limit: usize,
     },
+    /// Automatic dynamic shapes ([`Jit::automatic_dynamic`]): a signature with other sizes
+    /// than an earlier one made the closure's graph generalize over the changed axes.
+    Generalized {
+        /// The function's name.
+        name: String,
+        /// The parameters' types over the size symbols (`(f32[s0, s1, 64], ..)`).
+        types: String,
+        /// How the generalized graph runs ([`super::dynamic::Dynamic::summary`]).
+        summary: String,
+    },
+    /// Automatic dynamic shapes: the traces did not generalize (reported once per dtypes
+    /// and ranks); each signature is compiled on its own.
+    NotGeneralized {
+        /// The function's name.
+        name: String,
+        /// Why.
+        why: String,
+    },
     /// The cache is full: calls with new signatures run eagerly from now on (reported once).
     EagerFallback {
         /// The function's name.
@@ -239,6 +258,19 @@ impl fmt::Display for JitEvent {
                  the least recently used, to compile {}",
                 SignatureDisplay(evicted),
                 SignatureDisplay(signature)
+            ),
+            JitEvent::Generalized {
+                name,
+                types,
+                summary,
+            } => write!(
+                f,
+                "ferrite::jit `{name}`: sizes changed; generalized to {types}: {summary}"
+            ),
+            JitEvent::NotGeneralized { name, why } => write!(
+                f,
+                "ferrite::jit `{name}`: sizes changed but the traces do not generalize ({why}); \
+                 each signature compiles on its own"
             ),
             JitEvent::EagerFallback {
                 name,
@@ -369,6 +401,8 @@ pub struct Jit<F, const N: usize> {
     cache: Mutex<Cache>,
     counters: Counters,
     warned_eager: AtomicBool,
+    automatic: bool,
+    auto: Automatic,
 }
 
 /// Wraps `f` for compiled, cached execution: see [`Jit`]. The closure takes its inputs
@@ -388,6 +422,8 @@ where
         cache: Mutex::new(Cache::default()),
         counters: Counters::default(),
         warned_eager: AtomicBool::new(false),
+        automatic: false,
+        auto: Automatic::default(),
     }
 }
 
@@ -440,6 +476,16 @@ where
         self
     }
 
+    /// Dynamo's automatic dynamic shapes (default off): once a call comes with other sizes
+    /// than an earlier one of the same dtypes and ranks, the changed axes become size
+    /// symbols and the closure is compiled once over them ([`super::dynamic`]), so later
+    /// sizes run without recompiling (see `src/api/automatic.rs`). Each generalization is
+    /// a [`JitEvent::Generalized`] (or [`JitEvent::NotGeneralized`], saying why not).
+    pub fn automatic_dynamic(mut self, on: bool) -> Self {
+        self.automatic = on;
+        self
+    }
+
     /// Sends every [`JitEvent`] to `hook` instead of the default log on standard error.
     pub fn on_event(mut self, hook: impl Fn(&JitEvent) + Send + Sync + 'static) -> Self {
         self.hook = Some(Arc::new(hook));
@@ -453,6 +499,27 @@ where
     pub fn run<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Vec<Tensor>> {
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let signature = signature(inputs, N)?;
+        if self.automatic {
+            if let Some(d) = self.auto.program(inputs) {
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                return d.run(inputs);
+            }
+            if !lock(&self.cache).map.contains_key(&signature) {
+                let general = self.auto.on_miss(
+                    &self.name,
+                    &signature,
+                    &|sig| self.trace(sig),
+                    &self.options,
+                    &self.hook,
+                    &|e| self.emit(e),
+                );
+                if let Some(d) = general {
+                    self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                    self.counters.compiles.fetch_add(1, Ordering::Relaxed);
+                    return d.run(inputs);
+                }
+            }
+        }
         let mut evicted = None;
         let slot = {
             let mut cache = lock(&self.cache);

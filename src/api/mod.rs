@@ -25,6 +25,7 @@
 //!   partitioner and compiled as a forward and a backward program;
 //! - `error.rs`: [`Error`](crate::Error).
 
+mod automatic;
 pub mod builder;
 pub mod compile;
 pub mod compose;

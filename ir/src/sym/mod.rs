@@ -13,6 +13,7 @@
 mod attention;
 mod dim;
 mod expr;
+mod generalize;
 pub mod graph;
 mod rows;
 mod segments;
