@@ -221,3 +221,72 @@ fn a_hundred_bindings_of_gpt2_compile_once() {
     assert_eq!(s.recompiles, 2, "three parts, compiled once each");
     assert!(d.is_symbolic());
 }
+
+#[test]
+fn the_builders_attention_is_matched_through_jit_automatic_dynamic() {
+    use ferrite::{jit, scaled_dot_product_attention, Var};
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    // Heads split and merged around the builder's causal attention.
+    let f = jit(|[x, wq, wk, wv]: [Var; 4]| {
+        let (b, t) = (x.size(0), x.size(1));
+        let heads = |y: Var| y.reshape([b, t, 2, 16]).permute([0, 2, 1, 3]);
+        let (q, k, v) = (
+            heads(x.matmul(&wq)),
+            heads(x.matmul(&wk)),
+            heads(x.matmul(&wv)),
+        );
+        scaled_dot_product_attention(&q, &k, &v, None, true, None)
+            .permute([0, 2, 1, 3])
+            .reshape([b, t, 32])
+    })
+    .automatic_dynamic(true)
+    .on_event(move |e| sink.lock().unwrap().push(e.to_string()));
+    let w = |seed| Tensor::from_f64(&f32_type(&[32, 32]), &values(32 * 32, seed, 0.2)).unwrap();
+    let (wq, wk, wv) = (w(1), w(2), w(3));
+    for (i, (b, t)) in [(1, 5), (2, 9), (3, 4), (1, 20), (2, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        let x = Tensor::from_f64(
+            &f32_type(&[b, t, 32]),
+            &values(b * t * 32, 10 + i as u64, 1.0),
+        )
+        .unwrap();
+        let inputs = [&x, &wq, &wk, &wv];
+        let got = f.run(&inputs).unwrap();
+        let want = f.run_eager(&inputs).unwrap();
+        got[0].check_close(&want[0], 1e-4, 1e-4).unwrap();
+    }
+    let events = events.lock().unwrap();
+    let generalized: Vec<&String> = events
+        .iter()
+        .filter(|e| e.contains("generalized"))
+        .collect();
+    assert_eq!(generalized.len(), 1, "{events:#?}");
+    assert!(
+        generalized[0].contains("between 1 attention kernels"),
+        "{}",
+        generalized[0]
+    );
+}
+
+fn f32_type(shape: &[usize]) -> ferrite::TensorType {
+    ferrite::TensorType {
+        dtype: ferrite::DType::F32,
+        shape: shape.to_vec(),
+    }
+}
+
+/// `n` deterministic values in `[-scale, scale)`.
+fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}

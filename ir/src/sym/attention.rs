@@ -17,7 +17,8 @@
 //! ```
 //!
 //! The causal mask must be built from `arange(T)` compared along the two axes (`le(pos_j,
-//! pos_i)` or `ge(pos_i, pos_j)`, the positions reshaped to `[1, T]` and `[T, 1]`); any
+//! pos_i)`, `ge(pos_i, pos_j)` or `le(pos_j - pos_i, 0)` and its equivalents, the
+//! positions reshaped to `[1, T]` and `[T, 1]`); any
 //! other mask (a window, padding) is not matched, so the graph is specialized per binding
 //! instead of computing something else. The values between `Q`, `K`, `V` and `O` must have
 //! no other use. [`super::segments`] then cuts the graph at the sites into row graphs.
@@ -316,16 +317,43 @@ impl Matcher<'_> {
         Some(shape.len() - 1 - axis)
     }
 
-    /// Whether `mask` is `j <= i` over the last two axes.
+    /// Whether `mask` is `j <= i` over the last two axes: `le(pos_j, pos_i)`,
+    /// `ge(pos_i, pos_j)`, or the difference against the main diagonal as the builder's
+    /// `scaled_dot_product_attention` writes it (`le(pos_j - pos_i, 0)`, `ge(pos_i -
+    /// pos_j, 0)`, `lt(pos_j - pos_i, 1)`, `gt(pos_i - pos_j, -1)`).
     fn causal(&self, mask: ValueId) -> bool {
         let Op::Binary(op) = self.op(mask) else {
             return false;
         };
         let ins = self.ins(mask);
         let (a, b) = (self.positions(ins[0]), self.positions(ins[1]));
-        matches!(
+        if matches!(
             (op, a, b),
             (BinaryOp::Le, Some(0), Some(1)) | (BinaryOp::Ge, Some(1), Some(0))
+        ) {
+            return true;
+        }
+        // `d = pos_j - pos_i` (`Some(true)`) or `pos_i - pos_j` (`Some(false)`).
+        let diff = |v: ValueId| -> Option<bool> {
+            let Op::Binary(BinaryOp::Sub) = self.op(v) else {
+                return None;
+            };
+            let x = self.ins(v);
+            match (self.positions(x[0]), self.positions(x[1])) {
+                (Some(0), Some(1)) => Some(true),
+                (Some(1), Some(0)) => Some(false),
+                _ => None,
+            }
+        };
+        let (Some(j_minus_i), Some(c)) = (diff(ins[0]), self.scalar(ins[1])) else {
+            return false;
+        };
+        matches!(
+            (op, j_minus_i, c),
+            (BinaryOp::Le, true, 0.0)
+                | (BinaryOp::Lt, true, 1.0)
+                | (BinaryOp::Ge, false, 0.0)
+                | (BinaryOp::Gt, false, -1.0)
         )
     }
 
