@@ -229,6 +229,16 @@ impl Dynamic {
         if rows == 0 {
             return self.specialize(b)?.run(inputs);
         }
+        // The pool's workers keep polling between the steps (as they do between the
+        // kernels of one program), instead of going to sleep at each attention.
+        let threads = self
+            .options
+            .threads
+            .unwrap_or_else(ferrite_cpu::pool::default_thread_count);
+        let pool = ferrite_cpu::pool::global_pool(threads).map_err(|e| Error::Run {
+            message: e.to_string(),
+        })?;
+        let _awake = (threads > 1).then(|| pool.stay_awake());
         // Slot tensors of the last run at this binding, else new ones.
         let mut slots: Vec<Option<Tensor>> = match lock(workspace).take() {
             Some((at, slots)) if at == *b => slots,
@@ -308,13 +318,6 @@ impl Dynamic {
                         offset: 0,
                         row_stride: site.heads * site.value_dim,
                     };
-                    let threads = self
-                        .options
-                        .threads
-                        .unwrap_or_else(ferrite_cpu::pool::default_thread_count);
-                    let pool = ferrite_cpu::pool::global_pool(threads).map_err(|e| Error::Run {
-                        message: e.to_string(),
-                    })?;
                     let team = pool.team(threads, self.options.flush_denormals);
                     let od = o.as_mut_f32().ok_or_else(|| Error::Internal {
                         message: "attention into a tensor that is not f32".into(),
