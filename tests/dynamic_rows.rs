@@ -293,3 +293,83 @@ fn threads_run_one_row_program_at_different_bindings_at_once() {
     assert!(d.is_symbolic(), "{}", d.summary());
     assert_eq!(d.stats().compiles, 1);
 }
+
+#[test]
+fn an_onnx_model_with_symbolic_dims_compiles_once_for_every_binding() {
+    use ferrite_onnx::prost::Message;
+    use ferrite_onnx::proto::{
+        tensor_proto, tensor_shape_proto, type_proto, GraphProto, ModelProto, NodeProto,
+        OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    };
+    let f32_code = tensor_proto::DataType::Float as i32;
+    let value = |name: &str, last: i64| {
+        let dim = [Err("batch"), Err("seq"), Ok(last)]
+            .iter()
+            .map(|d: &Result<i64, &str>| tensor_shape_proto::Dimension {
+                value: Some(match d {
+                    Ok(v) => tensor_shape_proto::dimension::Value::DimValue(*v),
+                    Err(p) => tensor_shape_proto::dimension::Value::DimParam(p.to_string()),
+                }),
+                ..Default::default()
+            })
+            .collect();
+        ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(TypeProto {
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                    elem_type: Some(f32_code),
+                    shape: Some(TensorShapeProto { dim }),
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    };
+    let node = |op: &str, inputs: &[&str], output: &str| NodeProto {
+        op_type: Some(op.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        ..Default::default()
+    };
+    let bytes = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(GraphProto {
+            name: Some("mlp".into()),
+            node: vec![node("MatMul", &["x", "w"], "h"), node("Relu", &["h"], "y")],
+            input: vec![value("x", 8)],
+            output: vec![value("y", 16)],
+            initializer: vec![TensorProto {
+                name: Some("w".into()),
+                dims: vec![8, 16],
+                data_type: Some(f32_code),
+                float_data: (0..128).map(|i| (i % 11) as f32 * 0.1 - 0.5).collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let dir = std::env::temp_dir().join(format!("ferrite-onnx-dyn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mlp.onnx");
+    std::fs::write(&path, bytes).unwrap();
+    let (g, _) =
+        ferrite::onnx::load_symbolic(&path, &Default::default(), &[("batch", 8), ("seq", 64)])
+            .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut binding = Binding::new();
+    let bindings: Vec<Binding> = [(1, 1), (3, 17), (8, 64)]
+        .iter()
+        .map(|&(b, s)| {
+            binding.set("batch", b);
+            binding.set("seq", s);
+            binding.clone()
+        })
+        .collect();
+    check_against_interp(&g, Options::default(), &bindings);
+}

@@ -34,6 +34,39 @@ pub fn load(path: impl AsRef<Path>) -> Result<Model> {
     load_with(path, &Options::default())
 }
 
+/// Loads a `.onnx` file whose inputs have symbolic dimensions (`dim_param`s) as one graph
+/// over size symbols of the same names, for [`crate::compile_dynamic`]: the model is
+/// imported at a few values of its free dimensions and the imports generalized
+/// ([`ferrite_onnx::import_symbolic`]). `options.dims` pins dimensions to values as for
+/// [`load_with`]; `bounds` gives symbols their upper bounds (`("sequence", 512)`), which
+/// row programs need. Returns the graph and the model imported at the first values tried
+/// (for its input and output names).
+///
+/// ```no_run
+/// let (g, _) = ferrite::onnx::load_symbolic("model.onnx", &Default::default(), &[("batch", 32), ("sequence", 512)])?;
+/// let exe = ferrite::compile_dynamic(&g, &ferrite::Options::default())?;
+/// # Ok::<(), ferrite::Error>(())
+/// ```
+pub fn load_symbolic(
+    path: impl AsRef<Path>,
+    options: &Options,
+    bounds: &[(&str, usize)],
+) -> Result<(ferrite_ir::sym::SymGraph, Model)> {
+    let path = path.as_ref();
+    let bytes = read_bounded(path, MAX_MODEL_BYTES, "a smaller model")?;
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut ext = Folder::new(folder)?;
+    let onnx = |error| Error::Onnx {
+        path: Some(path.to_path_buf()),
+        error: Box::new(error),
+    };
+    let model = ferrite_onnx::decode_model(&bytes).map_err(onnx)?;
+    ferrite_onnx::import_symbolic(&model, options, bounds, &mut ext).map_err(onnx)
+}
+
 /// Loads a `.onnx` file; external data is read from the model's folder.
 pub fn load_with(path: impl AsRef<Path>, options: &Options) -> Result<Model> {
     let path = path.as_ref();

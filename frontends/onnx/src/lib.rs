@@ -13,6 +13,7 @@ mod error;
 mod import;
 mod ops;
 pub mod proto;
+mod symbolic;
 pub mod tensor;
 
 pub use error::{Error, NodeRef, Result};
@@ -20,6 +21,7 @@ pub use import::{
     Binding, Model, Options, FOLD_BUDGET, FOLD_LIMIT, MAX_NODES, MAX_NODE_ARITY, MAX_OPSET,
     MAX_VALUES, MIN_OPSET,
 };
+pub use symbolic::import_symbolic;
 pub use tensor::{check_location, decode_tensor, ExternalData, NoExternalData};
 
 /// The `prost` crate, to encode and decode the [`proto`] messages.

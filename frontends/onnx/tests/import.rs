@@ -1582,3 +1582,79 @@ fn window_and_resize_attributes_out_of_range_are_named_errors() {
         assert!(!e.is_internal(), "{text}");
     }
 }
+
+#[test]
+fn symbolic_dims_stay_symbols_through_folded_shape_computations() {
+    // y = reshape(relu(reshape(x, [-1, 4]) @ w), concat(shape(x)[0:2], [3])): the target
+    // folds at import, so it generalizes only as [batch, seq, 3].
+    let w = TensorProto {
+        name: Some("w".into()),
+        dims: vec![4, 3],
+        data_type: Some(F32),
+        float_data: (0..12).map(|i| i as f32 * 0.25 - 1.0).collect(),
+        ..Default::default()
+    };
+    let mut concat = node("Concat", &["bs", "three"], &["target"]);
+    concat.attribute.push(AttributeProto {
+        name: Some("axis".into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(0),
+        ..Default::default()
+    });
+    let bytes = model(
+        vec![
+            node("Shape", &["x"], &["shape"]),
+            node("Slice", &["shape", "zero", "two"], &["bs"]),
+            concat,
+            node("Reshape", &["x", "flat"], &["x2"]),
+            node("MatMul", &["x2", "w"], &["h"]),
+            node("Relu", &["h"], &["r"]),
+            node("Reshape", &["r", "target"], &["y"]),
+        ],
+        vec![value("x", F32, &[Err("batch"), Err("seq"), Ok(4)])],
+        vec![value("y", F32, &[Err("batch"), Err("seq"), Ok(3)])],
+        vec![
+            ints("zero", &[0]),
+            ints("two", &[2]),
+            ints("three", &[3]),
+            ints("flat", &[-1, 4]),
+            w,
+        ],
+    );
+    let proto = ferrite_onnx::decode_model(&bytes).unwrap();
+    let (g, m) = ferrite_onnx::import_symbolic(
+        &proto,
+        &Options::default(),
+        &[("seq", 64)],
+        &mut NoExternalData,
+    )
+    .unwrap();
+    assert_eq!(m.inputs[0].onnx, "x");
+    assert_eq!(g.params()[0].1.to_string(), "f32[batch, seq, 4]");
+    assert_eq!(g.output_types()[0].to_string(), "f32[batch, seq, 3]");
+    let seq = g.facts().symbol("seq").unwrap();
+    assert_eq!((seq.lo, seq.hi), (1, 64));
+    // Any binding: the instance computes what a plain import at those values does.
+    for (b, s) in [(1usize, 1usize), (2, 5), (6, 40)] {
+        let mut binding = ferrite_ir::sym::Binding::new();
+        binding.set("batch", b as i64);
+        binding.set("seq", s as i64);
+        let instance = g.instantiate(&binding).unwrap();
+        let mut options = Options::default();
+        options.dims.insert("batch".into(), b);
+        options.dims.insert("seq".into(), s);
+        let plain = import(&bytes, &options, &mut NoExternalData).unwrap();
+        let x = f32s(
+            &[b, s, 4],
+            (0..b * s * 4).map(|i| (i % 7) as f32 - 3.0).collect(),
+        );
+        let got = interpret(&instance, std::slice::from_ref(&x)).unwrap();
+        let want = interpret(&plain.graph, &[x]).unwrap();
+        assert_eq!(got, want, "batch {b}, seq {s}");
+    }
+    // A dimension pinned by the options stays a number.
+    let mut pinned = Options::default();
+    pinned.dims.insert("batch".into(), 2);
+    let (g, _) = ferrite_onnx::import_symbolic(&proto, &pinned, &[], &mut NoExternalData).unwrap();
+    assert_eq!(g.params()[0].1.to_string(), "f32[2, seq, 4]");
+}
