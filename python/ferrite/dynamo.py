@@ -39,8 +39,13 @@ same mapping and partitioning as an inference graph, but nothing is frozen: the 
 change at every optimizer step, so they stay inputs of the programs. What a backward graph
 needs beyond the forward ops (one-hot ``scatter`` of a loss, ``index_put`` of an embedding's
 rows, ``slice_scatter``) is mapped; other ops run eagerly as in inference, and
-``explain_training`` reports them. Symbolic shapes are not compiled (regions with them run
-eagerly); ``torch.compile(..., dynamic=False)`` keeps shapes static.
+``explain_training`` reports them.
+
+Symbolic shapes (``dynamic=True``, or Dynamo's automatic dynamic once a shape changed): an
+inference graph with symbolic sizes is compiled per concrete shape at call time (traced again
+with the call's sizes as numbers and compiled as a static graph, kept per shape), so a new
+shape costs a Ferrite compile (milliseconds) instead of an eager run. A training graph with
+symbolic sizes still runs its symbolic regions eagerly.
 
 Nothing here imports torch until the backend is called, so ``import ferrite`` stays free of it.
 """
@@ -1174,6 +1179,10 @@ def make_backend(record: Optional[Explanation] = None):
     def backend(gm, example_inputs, **kwargs):
         target = record if record is not None else _LAST
         entered = time.perf_counter()
+        if _symbolic(example_inputs) and not _needs_grad(gm, example_inputs):
+            # Dynamo's dynamic shapes: compiled per concrete shape at call time.
+            target.lowerings.append("per-shape")
+            return _PerShape(gm, backend)
         if not _needs_grad(gm, example_inputs):
             direct = _trace_inference(gm, example_inputs)
             if direct is not None:
@@ -1226,6 +1235,96 @@ def make_backend(record: Optional[Explanation] = None):
             )(gm, example_inputs)
 
     return backend
+
+
+def _symbolic(example_inputs) -> bool:
+    """Whether Dynamo passed symbolic sizes: a SymInt input, or a tensor of symbolic shape."""
+    import torch
+
+    for t in example_inputs:
+        if isinstance(t, torch.SymInt):
+            return True
+        if isinstance(t, torch.Tensor) and any(not isinstance(d, int) for d in t.shape):
+            return True
+    return False
+
+
+class _PerShape:
+    """A graph with Dynamo's symbolic sizes (``dynamic=True``, or automatic dynamic after a
+    shape changed), run compiled: at each call the sizes are concrete, so the graph is traced
+    again at them (on the call's tensors, the ints as themselves) and compiled by the backend
+    as a static graph, once per distinct shapes and sizes, and kept. Ferrite compiles in
+    milliseconds, so a new shape costs a compile, not a fall back to eager."""
+
+    def __init__(self, gm, backend):
+        self.gm = gm
+        self.backend = backend
+        self.programs: Dict[Any, Callable[..., Any]] = {}
+        # Inputs whose value the graph reads back as a scalar (`.item()`): written into the
+        # static graph, so part of its key.
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.read = {
+            i
+            for i, p in enumerate(placeholders)
+            if any(u.op == "call_method" and u.target == "item" for u in p.users)
+        }
+
+    def __call__(self, *args):
+        import torch
+
+        key = tuple(
+            a.item()
+            if i in self.read and isinstance(a, torch.Tensor) and a.dim() == 0
+            else (tuple(a.shape), a.dtype, a.requires_grad)
+            if isinstance(a, torch.Tensor)
+            else a
+            for i, a in enumerate(args)
+        )
+        fn = self.programs.get(key)
+        if fn is None:
+            fn = self._static(args)
+            self.programs[key] = fn
+        return fn(*args)
+
+    def _static(self, args):
+        import torch
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        # The graph with every size a number: Dynamo's own code with the call's sizes and
+        # scalars written in, traced on the call's tensors.
+        tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        specialized = _specialize(self.gm, args)
+        static_gm = make_fx(specialized)(*[args[i] for i in tensors])
+        compiled = self.backend(static_gm, [args[i] for i in tensors])
+        return lambda *call: compiled(*[call[i] for i in tensors])
+
+
+def _specialize(gm, args):
+    """A copy of Dynamo's graph module `gm` whose inputs are the tensor arguments alone: the
+    placeholders of the other arguments (SymInts, as ints) are replaced by their values, and
+    so is each `.item()` of a 0-dim input tensor (Dynamo lifts a module's float constant, a
+    layer norm's eps, as one)."""
+    import copy
+
+    import torch
+
+    gm = copy.deepcopy(gm)
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    values = dict(zip(placeholders, args))
+    for node in list(graph.nodes):
+        if node.op == "call_method" and node.target == "item" and node.args[0] in values:
+            t = values[node.args[0]]
+            if isinstance(t, torch.Tensor) and t.dim() == 0:
+                node.replace_all_uses_with(t.item())
+                graph.erase_node(node)
+    for node, a in values.items():
+        if not isinstance(a, torch.Tensor):
+            node.replace_all_uses_with(a)
+            graph.erase_node(node)
+    graph.lint()
+    gm.recompile()
+    return gm
 
 
 #: The backend registered as `backend="ferrite"`.
