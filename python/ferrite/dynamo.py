@@ -982,9 +982,14 @@ def _trace_inference(gm, example_inputs):
     from torch._guards import detect_fake_mode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    fake = detect_fake_mode(example_inputs)
-    if fake is None or not all(isinstance(t, torch.Tensor) for t in example_inputs):
+    if not all(isinstance(t, torch.Tensor) for t in example_inputs):
         return None
+    fake = detect_fake_mode(example_inputs)
+    if fake is None:
+        # Real example inputs (a `_PerShape` graph at one call's shapes).
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake = FakeTensorMode()
     inputs = [fake.from_tensor(t, static_shapes=True) for t in example_inputs]
 
     def mutates(aten_gm):

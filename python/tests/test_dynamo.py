@@ -674,6 +674,9 @@ def test_dynamic_shapes_compile_per_shape_instead_of_running_eagerly():
     assert record.regions and all(r.compiled for r in record.regions), str(record)
     assert record.fallbacks == [], str(record)
     assert record.graphs == 3, str(record)
+    # Traced directly (no AOT dispatch), with the parameters frozen in.
+    assert record.lowerings.count("trace") == 3, str(record)
+    assert all(r.frozen == 6 for r in record.regions), str(record)
 
 
 def test_dynamic_shapes_key_on_scalars_the_graph_reads():
