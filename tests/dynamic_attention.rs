@@ -290,3 +290,33 @@ fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
         })
         .collect()
 }
+
+#[test]
+fn an_additive_causal_mask_shared_by_two_layers_is_matched() {
+    // One bias for both attentions, as models build it once; its -inf side either way round.
+    for bias in [
+        "where(le(reshape(pos, shape=[1, T]), reshape(pos, shape=[T, 1])), 0.0, -inf)",
+        "where(gt(sub(reshape(pos, shape=[1, T]), reshape(pos, shape=[T, 1])), 0), -3.4e38, 0.0)",
+    ] {
+        let text = format!(
+            "dims B in [1, 8], T in [1, 64]\n\
+             graph two(x: f32[B, T, 64], w: f32[64, 64]) -> f32[B, T, 64] {{\n\
+             \x20 pos = arange(end=T)\n\
+             \x20 bias = {bias}\n\
+             \x20 h = permute(reshape(x, shape=[B, T, 2, 32]), dims=[0, 2, 1, 3])\n\
+             \x20 s1 = add(mul(matmul(h, transpose(h, dim0=-2, dim1=-1)), 0.2), bias)\n\
+             \x20 a1 = reshape(permute(matmul(softmax(s1, axis=-1), h), dims=[0, 2, 1, 3]), shape=[B, T, 64])\n\
+             \x20 y = matmul(a1, w)\n\
+             \x20 g = permute(reshape(y, shape=[B, T, 2, 32]), dims=[0, 2, 1, 3])\n\
+             \x20 s2 = add(bias, mul(matmul(g, transpose(g, dim0=-2, dim1=-1)), 0.2))\n\
+             \x20 a2 = reshape(permute(matmul(softmax(s2, axis=-1), g), dims=[0, 2, 1, 3]), shape=[B, T, 64])\n\
+             \x20 return add(a2, x)\n}}\n"
+        );
+        let g = parse(&text);
+        let sites = g.attention_sites();
+        assert_eq!(sites.len(), 2, "{bias}");
+        assert!(sites.iter().all(|s| s.causal));
+        let n = check_against_interp(&g, Options::default(), &[bt(1, 1), bt(2, 9), bt(3, 40)]);
+        assert_eq!(n, 2, "{bias}");
+    }
+}

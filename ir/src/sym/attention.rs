@@ -12,6 +12,7 @@
 //! v4 = ... V ...
 //! s  = matmul(q4, transpose(k4, -2, -1)) [* c | / c]
 //! m  = where(j <= i, s, -inf)                               optional: the causal mask
+//!      (or s + where(j <= i, 0, -inf), an additive one)
 //! o  = matmul(softmax(m, axis=-1), v4)
 //! O  = reshape(permute(o, [0, 2, 1, 3]), [B, T, H*Dv])       a row value again
 //! ```
@@ -78,19 +79,20 @@ impl SymGraph {
         if lead.is_empty() {
             return Vec::new();
         }
-        let mut uses = vec![0usize; self.skeleton.nodes.len()];
-        for node in &self.skeleton.nodes {
+        // Each value's users; a returned value has a user outside every site.
+        let mut users: Vec<Vec<Option<ValueId>>> = vec![Vec::new(); self.skeleton.nodes.len()];
+        for (i, node) in self.skeleton.nodes.iter().enumerate() {
             for x in &node.inputs {
-                uses[x.index()] += 1;
+                users[x.index()].push(Some(ValueId(i as u32)));
             }
         }
         for o in &self.skeleton.outputs {
-            uses[o.index()] += 1;
+            users[o.index()].push(None);
         }
         let m = Matcher {
             g: self,
             lead: &lead,
-            uses: &uses,
+            users: &users,
         };
         let sites: Vec<AttentionSite> = (0..self.skeleton.nodes.len())
             .filter_map(|i| m.site(ValueId(i as u32)))
@@ -111,7 +113,7 @@ impl SymGraph {
 struct Matcher<'a> {
     g: &'a SymGraph,
     lead: &'a [Expr],
-    uses: &'a [usize],
+    users: &'a [Vec<Option<ValueId>>],
 }
 
 /// What one projection (`q`, `k` or `v`) looks like inside the site.
@@ -141,8 +143,14 @@ impl Matcher<'_> {
         self.g.skeleton.node(v).ty.dtype
     }
 
-    fn single(&self, v: ValueId) -> bool {
-        self.uses[v.index()] == 1
+    /// Whether every use of each of `nodes` but `out` is one of `nodes`: the values
+    /// between the row values and the result are used by the attention alone.
+    fn closed(&self, nodes: &[ValueId], out: ValueId) -> bool {
+        nodes.iter().filter(|&&v| v != out).all(|v| {
+            self.users[v.index()]
+                .iter()
+                .all(|u| u.is_some_and(|u| nodes.binary_search(&u).is_ok()))
+        })
     }
 
     fn k(&self) -> usize {
@@ -187,11 +195,7 @@ impl Matcher<'_> {
         if let Op::Reshape { .. } = self.op(v) {
             let src = self.ins(v)[0];
             let s = self.shape(src);
-            if s.len() == k + 1
-                && s[..k] == self.lead[..]
-                && const_size(&s[k]) == Some(h * x)
-                && self.single(v)
-            {
+            if s.len() == k + 1 && s[..k] == self.lead[..] && const_size(&s[k]) == Some(h * x) {
                 return Some((src, h, x, vec![v]));
             }
         }
@@ -204,7 +208,7 @@ impl Matcher<'_> {
             return None;
         };
         let (h, x) = self.per_head(self.shape(v))?;
-        if !self.swaps_heads(dims, self.k() + 2) || !self.single(v) {
+        if !self.swaps_heads(dims, self.k() + 2) {
             return None;
         }
         let (rows, h2, x2, mut nodes) = self.split_heads(self.ins(v)[0])?;
@@ -223,9 +227,6 @@ impl Matcher<'_> {
     /// The keys transposed, `[.., H, D, T]`: `transpose(heads, -2, -1)`, or one permute
     /// of the split row value.
     fn keys_t(&self, v: ValueId) -> Option<Heads> {
-        if !self.single(v) {
-            return None;
-        }
         let k = self.k();
         let rank = k + 2;
         match self.op(v) {
@@ -317,21 +318,25 @@ impl Matcher<'_> {
         Some(shape.len() - 1 - axis)
     }
 
-    /// Whether `mask` is `j <= i` over the last two axes: `le(pos_j, pos_i)`,
-    /// `ge(pos_i, pos_j)`, or the difference against the main diagonal as the builder's
-    /// `scaled_dot_product_attention` writes it (`le(pos_j - pos_i, 0)`, `ge(pos_i -
-    /// pos_j, 0)`, `lt(pos_j - pos_i, 1)`, `gt(pos_i - pos_j, -1)`).
-    fn causal(&self, mask: ValueId) -> bool {
+    /// Which triangle `mask` is over the last two axes: `Some(true)` for the causal `j <=
+    /// i` (`le(pos_j, pos_i)`, `ge(pos_i, pos_j)`, or against the main diagonal as the
+    /// builder's `scaled_dot_product_attention` writes it: `le(pos_j - pos_i, 0)`, `ge(pos_i
+    /// - pos_j, 0)`, `lt(pos_j - pos_i, 1)`, `gt(pos_i - pos_j, -1)`), `Some(false)` for its
+    /// complement `j > i` (the same comparisons the other way round), `None` for anything
+    /// else.
+    fn triangle(&self, mask: ValueId) -> Option<bool> {
         let Op::Binary(op) = self.op(mask) else {
-            return false;
+            return None;
         };
         let ins = self.ins(mask);
-        let (a, b) = (self.positions(ins[0]), self.positions(ins[1]));
-        if matches!(
-            (op, a, b),
-            (BinaryOp::Le, Some(0), Some(1)) | (BinaryOp::Ge, Some(1), Some(0))
-        ) {
-            return true;
+        match (op, self.positions(ins[0]), self.positions(ins[1])) {
+            (BinaryOp::Le, Some(0), Some(1)) | (BinaryOp::Ge, Some(1), Some(0)) => {
+                return Some(true)
+            }
+            (BinaryOp::Gt, Some(0), Some(1)) | (BinaryOp::Lt, Some(1), Some(0)) => {
+                return Some(false)
+            }
+            _ => {}
         }
         // `d = pos_j - pos_i` (`Some(true)`) or `pos_i - pos_j` (`Some(false)`).
         let diff = |v: ValueId| -> Option<bool> {
@@ -345,16 +350,32 @@ impl Matcher<'_> {
                 _ => None,
             }
         };
-        let (Some(j_minus_i), Some(c)) = (diff(ins[0]), self.scalar(ins[1])) else {
+        let (j_minus_i, c) = (diff(ins[0])?, self.scalar(ins[1])?);
+        match (op, j_minus_i, c) {
+            (BinaryOp::Le, true, 0.0)
+            | (BinaryOp::Lt, true, 1.0)
+            | (BinaryOp::Ge, false, 0.0)
+            | (BinaryOp::Gt, false, -1.0) => Some(true),
+            (BinaryOp::Gt, true, 0.0)
+            | (BinaryOp::Ge, true, 1.0)
+            | (BinaryOp::Lt, false, 0.0)
+            | (BinaryOp::Le, false, -1.0) => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Whether `bias` is an additive causal mask: `where(j <= i, 0, -inf)` or `where(j > i,
+    /// -inf, 0)` (a fill of -1e30 or less, as models write `finfo.min`).
+    fn causal_bias(&self, bias: ValueId) -> bool {
+        let Op::Where = self.op(bias) else {
             return false;
         };
-        matches!(
-            (op, j_minus_i, c),
-            (BinaryOp::Le, true, 0.0)
-                | (BinaryOp::Lt, true, 1.0)
-                | (BinaryOp::Ge, false, 0.0)
-                | (BinaryOp::Gt, false, -1.0)
-        )
+        let ins = self.ins(bias);
+        match (self.scalar(ins[1]), self.scalar(ins[2])) {
+            (Some(a), Some(b)) if a == 0.0 && b <= -1e30 => self.triangle(ins[0]) == Some(true),
+            (Some(a), Some(b)) if a <= -1e30 && b == 0.0 => self.triangle(ins[0]) == Some(false),
+            _ => false,
+        }
     }
 
     /// The attention whose result (after the last reshape, if any) is `out`.
@@ -376,15 +397,11 @@ impl Matcher<'_> {
             return None;
         };
         let ps = self.shape(perm);
-        if ps.len() != k + 2
-            || ps[..k] != self.lead[..]
-            || !self.swaps_heads(dims, k + 2)
-            || (perm != out && !self.single(perm))
-        {
+        if ps.len() != k + 2 || ps[..k] != self.lead[..] || !self.swaps_heads(dims, k + 2) {
             return None;
         }
         let o = self.ins(perm)[0];
-        if !matches!(self.op(o), Op::MatMul) || !self.single(o) {
+        if !matches!(self.op(o), Op::MatMul) {
             return None;
         }
         nodes.push(o);
@@ -392,21 +409,38 @@ impl Matcher<'_> {
         let Op::Softmax { axis } = self.op(w) else {
             return None;
         };
-        if normalize_axis(*axis, k + 2).ok() != Some(k + 1) || !self.single(w) {
+        if normalize_axis(*axis, k + 2).ok() != Some(k + 1) {
             return None;
         }
         nodes.push(w);
         let mut m = self.ins(w)[0];
         let mut causal = false;
-        if let Op::Where = self.op(m) {
-            let ins = self.ins(m);
-            let fill = self.scalar(ins[2])?;
-            if !self.single(m) || fill > -1e30 || !self.causal(ins[0]) {
-                return None;
+        match self.op(m) {
+            Op::Where => {
+                let ins = self.ins(m);
+                let fill = self.scalar(ins[2])?;
+                if fill > -1e30 || self.triangle(ins[0]) != Some(true) {
+                    return None;
+                }
+                causal = true;
+                nodes.push(m);
+                m = ins[1];
             }
-            causal = true;
-            nodes.push(m);
-            m = ins[1];
+            Op::Binary(BinaryOp::Add) => {
+                // An additive mask, which models often build once for every layer.
+                let ins = self.ins(m);
+                let scores = if self.causal_bias(ins[1]) {
+                    ins[0]
+                } else if self.causal_bias(ins[0]) {
+                    ins[1]
+                } else {
+                    return None;
+                };
+                causal = true;
+                nodes.push(m);
+                m = scores;
+            }
+            _ => {}
         }
         let mut scale = 1.0;
         let mut mm = m;
@@ -417,14 +451,14 @@ impl Matcher<'_> {
                 (Some(c), None) if *op == BinaryOp::Mul => (ins[1], c),
                 _ => return None,
             };
-            if !self.single(m) || !c.is_finite() || c == 0.0 {
+            if !c.is_finite() || c == 0.0 {
                 return None;
             }
             scale = if *op == BinaryOp::Div { 1.0 / c } else { c };
             nodes.push(m);
             mm = x;
         }
-        if !matches!(self.op(mm), Op::MatMul) || !self.single(mm) {
+        if !matches!(self.op(mm), Op::MatMul) {
             return None;
         }
         nodes.push(mm);
@@ -450,6 +484,9 @@ impl Matcher<'_> {
         }
         nodes.sort();
         nodes.dedup();
+        if !self.closed(&nodes, out) {
+            return None;
+        }
         Some(AttentionSite {
             q: q.rows,
             k: kt.rows,
