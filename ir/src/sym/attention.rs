@@ -318,12 +318,12 @@ impl Matcher<'_> {
         Some(shape.len() - 1 - axis)
     }
 
-    /// Which triangle `mask` is over the last two axes: `Some(true)` for the causal `j <=
-    /// i` (`le(pos_j, pos_i)`, `ge(pos_i, pos_j)`, or against the main diagonal as the
-    /// builder's `scaled_dot_product_attention` writes it: `le(pos_j - pos_i, 0)`, `ge(pos_i
-    /// - pos_j, 0)`, `lt(pos_j - pos_i, 1)`, `gt(pos_i - pos_j, -1)`), `Some(false)` for its
-    /// complement `j > i` (the same comparisons the other way round), `None` for anything
-    /// else.
+    /// Which triangle `mask` is over the last two axes: `Some(true)` for the causal
+    /// `j <= i` (`le(pos_j, pos_i)`, `ge(pos_i, pos_j)`, or against the main diagonal as
+    /// the builder's `scaled_dot_product_attention` writes it: `le(pos_j - pos_i, 0)`,
+    /// `ge(pos_i - pos_j, 0)`, `lt(pos_j - pos_i, 1)`, `gt(pos_i - pos_j, -1)`),
+    /// `Some(false)` for its complement `j > i` (the same comparisons the other way
+    /// round), `None` for anything else.
     fn triangle(&self, mask: ValueId) -> Option<bool> {
         let Op::Binary(op) = self.op(mask) else {
             return None;
