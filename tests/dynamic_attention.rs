@@ -320,3 +320,25 @@ fn an_additive_causal_mask_shared_by_two_layers_is_matched() {
         assert_eq!(n, 2, "{bias}");
     }
 }
+
+#[test]
+fn grouped_query_attention_with_repeated_kv_heads_is_one_kernel() {
+    // LLaMA's repeat_kv: 4 query heads over 2 key/value heads, each read by two.
+    let text = "dims B in [1, 8], T in [1, 64]\n\
+        graph gqa(x: f32[B, T, 64], wq: f32[64, 64], wk: f32[64, 32], wv: f32[64, 32]) -> f32[B, T, 64] {\n\
+        \x20 q = permute(reshape(matmul(x, wq), shape=[B, T, 4, 16]), dims=[0, 2, 1, 3])\n\
+        \x20 k = permute(reshape(matmul(x, wk), shape=[B, T, 2, 16]), dims=[0, 2, 1, 3])\n\
+        \x20 v = permute(reshape(matmul(x, wv), shape=[B, T, 2, 16]), dims=[0, 2, 1, 3])\n\
+        \x20 kr = reshape(expand(unsqueeze(k, axis=2), shape=[B, 2, 2, T, 16]), shape=[B, 4, T, 16])\n\
+        \x20 vr = reshape(expand(unsqueeze(v, axis=2), shape=[B, 2, 2, T, 16]), shape=[B, 4, T, 16])\n\
+        \x20 pos = arange(end=T)\n\
+        \x20 s = mul(matmul(q, transpose(kr, dim0=-2, dim1=-1)), 0.25)\n\
+        \x20 w = softmax(where(le(reshape(pos, shape=[1, T]), reshape(pos, shape=[T, 1])), s, -inf), axis=-1)\n\
+        \x20 return reshape(permute(matmul(w, vr), dims=[0, 2, 1, 3]), shape=[B, T, 64])\n}\n";
+    let g = parse(text);
+    let sites = g.attention_sites();
+    assert_eq!(sites.len(), 1);
+    assert_eq!((sites[0].heads, sites[0].kv_heads), (4, 2));
+    let n = check_against_interp(&g, Options::default(), &[bt(1, 1), bt(2, 9), bt(3, 40)]);
+    assert_eq!(n, 1);
+}

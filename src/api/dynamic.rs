@@ -293,12 +293,14 @@ impl Dynamic {
                         batch: rows / seq,
                         seq,
                         heads: site.heads,
+                        kv_heads: site.kv_heads,
                         head_dim: site.head_dim,
                         value_dim: site.value_dim,
                         causal: site.causal,
                         scale: site.scale as f32,
                     };
-                    let operand = |s: &Source, dim: usize| -> Result<(&[f32], RowsLayout)> {
+                    // A row of `width` elements per token.
+                    let operand = |s: &Source, width: usize| -> Result<(&[f32], RowsLayout)> {
                         let t = source(s, inputs, &slots)?;
                         let data = t.as_slice::<f32>().ok_or_else(|| Error::Internal {
                             message: "attention on a tensor that is not f32".into(),
@@ -307,13 +309,13 @@ impl Dynamic {
                             data,
                             RowsLayout {
                                 offset: 0,
-                                row_stride: site.heads * dim,
+                                row_stride: width,
                             },
                         ))
                     };
-                    let (qd, ql) = operand(q, site.head_dim)?;
-                    let (kd, kl) = operand(k, site.head_dim)?;
-                    let (vd, vl) = operand(v, site.value_dim)?;
+                    let (qd, ql) = operand(q, site.heads * site.head_dim)?;
+                    let (kd, kl) = operand(k, site.kv_heads * site.head_dim)?;
+                    let (vd, vl) = operand(v, site.kv_heads * site.value_dim)?;
                     let ol = RowsLayout {
                         offset: 0,
                         row_stride: site.heads * site.value_dim,

@@ -8,7 +8,8 @@
 //!
 //! ```text
 //! q4 = permute(reshape(Q, [B, T, H, D]), [0, 2, 1, 3])      Q: f32[B, T, H*D], a row value
-//! k4 = ... K ...   (or k^T directly: permute(reshape(K, ..), [0, 2, 3, 1]))
+//! k4 = ... K ...   (or k^T directly: permute(reshape(K, ..), [0, 2, 3, 1]); with fewer
+//!                   heads than q, repeated: reshape(expand(unsqueeze(k4, 2), ..), ..))
 //! v4 = ... V ...
 //! s  = matmul(q4, transpose(k4, -2, -1)) [* c | / c]
 //! m  = where(j <= i, s, -inf)                               optional: the causal mask
@@ -40,8 +41,12 @@ pub struct AttentionSite {
     pub v: ValueId,
     /// The result: `L ++ [H*Dv]` (or `L ++ [H, Dv]`), the same layout.
     pub out: ValueId,
-    /// Heads.
+    /// Heads of the queries and the result.
     pub heads: usize,
+    /// Heads of the keys and values: `heads` for multi-head attention, fewer for
+    /// grouped-query attention (query head `h` reads key/value head `h / (heads /
+    /// kv_heads)`, as `repeat_kv` repeats them).
+    pub kv_heads: usize,
     /// Elements per head of the queries and keys.
     pub head_dim: usize,
     /// Elements per head of the values and the result.
@@ -120,8 +125,12 @@ struct Matcher<'a> {
 struct Heads {
     /// The row value.
     rows: ValueId,
+    /// Heads of the row value.
     heads: usize,
     dim: usize,
+    /// Each head used by this many consecutive query heads (grouped-query attention's
+    /// repeated keys and values); 1 otherwise.
+    repeat: usize,
     /// The nodes from the row value to the per-head view.
     nodes: Vec<ValueId>,
 }
@@ -204,6 +213,9 @@ impl Matcher<'_> {
 
     /// `permute(split_heads(rows), swap)`: `[.., H, T, X]`.
     fn heads(&self, v: ValueId) -> Option<Heads> {
+        if let Some(h) = self.repeated(v) {
+            return Some(h);
+        }
         let Op::Permute { dims } = self.op(v) else {
             return None;
         };
@@ -220,8 +232,48 @@ impl Matcher<'_> {
             rows,
             heads: h,
             dim: x,
+            repeat: 1,
             nodes,
         })
+    }
+
+    /// Grouped-query attention's repeated heads, `[.., Hkv*r, T, X]` from a per-head view
+    /// `[.., Hkv, T, X]`: `reshape(expand(unsqueeze(view, axis=k), [.., Hkv, r, T, X]))`,
+    /// as `repeat_kv` writes it (each head used by `r` consecutive query heads).
+    fn repeated(&self, v: ValueId) -> Option<Heads> {
+        let k = self.k();
+        let Op::Reshape { .. } = self.op(v) else {
+            return None;
+        };
+        let e = self.ins(v)[0];
+        let Op::Expand { .. } = self.op(e) else {
+            return None;
+        };
+        let u = self.ins(e)[0];
+        let Op::Unsqueeze { axis } = self.op(u) else {
+            return None;
+        };
+        let (us, es) = (self.shape(u), self.shape(e));
+        if normalize_axis(*axis, k + 3).ok() != Some(k)
+            || us.len() != k + 3
+            || es.len() != k + 3
+            || us[k].as_const() != Some(1)
+            || (0..k + 3).any(|j| j != k && us[j] != es[j])
+        {
+            return None;
+        }
+        let r = const_size(&es[k])?;
+        let mut inner = self.heads(self.ins(u)[0])?;
+        if inner.repeat != 1 {
+            return None;
+        }
+        let (h, x) = self.per_head(self.shape(v))?;
+        if h != inner.heads * r || x != inner.dim {
+            return None;
+        }
+        inner.repeat = r;
+        inner.nodes.extend([u, e, v]);
+        Some(inner)
     }
 
     /// The keys transposed, `[.., H, D, T]`: `transpose(heads, -2, -1)`, or one permute
@@ -269,6 +321,7 @@ impl Matcher<'_> {
                     rows,
                     heads: h,
                     dim: x,
+                    repeat: 1,
                     nodes,
                 })
             }
@@ -465,16 +518,21 @@ impl Matcher<'_> {
         let q = self.heads(self.ins(mm)[0])?;
         let kt = self.keys_t(self.ins(mm)[1])?;
         let v = self.heads(v4)?;
-        if q.heads != kt.heads || q.heads != v.heads || q.dim != kt.dim {
+        // Query heads; key and value heads, each read by `repeat` query heads.
+        if q.repeat != 1
+            || (kt.heads, kt.repeat) != (v.heads, v.repeat)
+            || kt.heads * kt.repeat != q.heads
+            || q.dim != kt.dim
+        {
             return None;
         }
         // The result's layout: `L ++ [H*Dv]` after the reshape, `L ++ [H, Dv]` without.
         let ok_out = if perm == out {
             shape.len() == k + 2
-                && const_size(&shape[k]) == Some(v.heads)
+                && const_size(&shape[k]) == Some(q.heads)
                 && const_size(&shape[k + 1]) == Some(v.dim)
         } else {
-            const_size(&shape[k]) == Some(v.heads * v.dim)
+            const_size(&shape[k]) == Some(q.heads * v.dim)
         };
         if !ok_out {
             return None;
@@ -493,6 +551,7 @@ impl Matcher<'_> {
             v: v.rows,
             out,
             heads: q.heads,
+            kv_heads: kt.heads,
             head_dim: q.dim,
             value_dim: v.dim,
             causal,

@@ -23,6 +23,7 @@ fn bench_attention(c: &mut Criterion) {
             batch,
             seq,
             heads: 4,
+            kv_heads: 4,
             head_dim: 64,
             value_dim: 64,
             causal: true,

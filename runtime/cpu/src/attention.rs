@@ -51,8 +51,12 @@ pub struct AttentionShape {
     pub batch: usize,
     /// Tokens per sequence (queries and keys alike).
     pub seq: usize,
-    /// Heads.
+    /// Heads of the queries and the output.
     pub heads: usize,
+    /// Heads of the keys and values (grouped-query attention): query head `h` reads
+    /// key/value head `h / (heads / kv_heads)`. Equal to `heads` for multi-head attention;
+    /// it must divide `heads`.
+    pub kv_heads: usize,
     /// Elements per head of q and k.
     pub head_dim: usize,
     /// Elements per head of v and of the output.
@@ -100,6 +104,13 @@ pub enum AttentionError {
         /// `"q"`, `"k"`, `"v"` or `"out"`.
         operand: &'static str,
     },
+    /// `kv_heads` is 0 or does not divide `heads`.
+    Heads {
+        /// Query heads.
+        heads: usize,
+        /// Key and value heads.
+        kv_heads: usize,
+    },
     /// The parallel loop failed.
     Pool(PoolError),
 }
@@ -127,6 +138,10 @@ impl fmt::Display for AttentionError {
             AttentionError::Overflow { operand } => {
                 write!(f, "attention operand {operand}: layout extent overflows")
             }
+            AttentionError::Heads { heads, kv_heads } => write!(
+                f,
+                "attention: {kv_heads} key/value heads do not divide {heads} query heads"
+            ),
             AttentionError::Pool(e) => write!(f, "attention: {e}"),
         }
     }
@@ -228,9 +243,15 @@ fn attention_at(
         .batch
         .checked_mul(s.seq)
         .ok_or(AttentionError::Overflow { operand: "q" })?;
+    if s.kv_heads == 0 || !s.heads.is_multiple_of(s.kv_heads) {
+        return Err(AttentionError::Heads {
+            heads: s.heads,
+            kv_heads: s.kv_heads,
+        });
+    }
     check("q", q.0.len(), q.1, tokens, s.heads, s.head_dim)?;
-    check("k", k.0.len(), k.1, tokens, s.heads, s.head_dim)?;
-    check("v", v.0.len(), v.1, tokens, s.heads, s.value_dim)?;
+    check("k", k.0.len(), k.1, tokens, s.kv_heads, s.head_dim)?;
+    check("v", v.0.len(), v.1, tokens, s.kv_heads, s.value_dim)?;
     check("out", out.len(), out_layout, tokens, s.heads, s.value_dim)?;
     if tokens == 0 || s.heads == 0 || s.value_dim == 0 {
         return Ok(());
@@ -394,7 +415,9 @@ impl Ctx<'_> {
         }
 
         // S^T = K[..keys] Q^T, flushed as `gemm` would flush it.
-        let k0 = Self::at(kl, tok0, h, hd, 0);
+        // The key/value head this query head reads (grouped-query attention).
+        let kvh = h / (s.heads / s.kv_heads);
+        let k0 = Self::at(kl, tok0, kvh, hd, 0);
         let qs = scan_rows(
             q,
             Self::at(ql, tok0 + r0, h, hd, 0),
@@ -455,7 +478,7 @@ impl Ctx<'_> {
         };
 
         // O = P V over the keys, P[i, j] = st[j * rows + i].
-        let v0 = Self::at(vl, tok0, h, vd, 0);
+        let v0 = Self::at(vl, tok0, kvh, vd, 0);
         let vs = scan_rows(v, v0, vl.row_stride, keys, vd);
         let _flush = FlushDenormals::enter(vs.bounded && (vs.normal || p_bounded));
         // Masked keys of the block's own rows must add nothing, not 0 * inf.
@@ -626,6 +649,7 @@ mod tests {
             batch: 2,
             seq: 70,
             heads: 3,
+            kv_heads: 3,
             head_dim: 16,
             value_dim: 8,
             causal: true,

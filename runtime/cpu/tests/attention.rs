@@ -59,6 +59,8 @@ fn reference(s: &AttentionShape, q: &Operand, k: &Operand, v: &Operand) -> Vec<(
     let mut out = vec![(0.0, 0.0); s.batch * s.seq * s.heads * vd];
     for b in 0..s.batch {
         for h in 0..s.heads {
+            // The key/value head of query head `h`.
+            let kvh = h / (s.heads / s.kv_heads);
             for i in 0..s.seq {
                 let keys = if s.causal { i + 1 } else { s.seq };
                 let mut spread: f64 = 0.0;
@@ -66,7 +68,7 @@ fn reference(s: &AttentionShape, q: &Operand, k: &Operand, v: &Operand) -> Vec<(
                     .map(|j| {
                         let terms = (0..hd).map(|d| {
                             q.get(b * s.seq + i, h, hd, d) as f64
-                                * k.get(b * s.seq + j, h, hd, d) as f64
+                                * k.get(b * s.seq + j, kvh, hd, d) as f64
                         });
                         let size: f64 = terms.clone().map(f64::abs).sum();
                         spread = spread.max(size * (s.scale as f64).abs());
@@ -89,7 +91,7 @@ fn reference(s: &AttentionShape, q: &Operand, k: &Operand, v: &Operand) -> Vec<(
                 for d in 0..vd {
                     let (mut o, mut mag) = (0.0, 0.0);
                     for (j, &pj) in p.iter().enumerate() {
-                        let x = v.get(b * s.seq + j, h, vd, d) as f64;
+                        let x = v.get(b * s.seq + j, kvh, vd, d) as f64;
                         o += pj * x;
                         mag += (pj * x).abs();
                     }
@@ -109,10 +111,10 @@ const SENTINEL: f32 = 12345.5;
 /// gives the same bits, and that the other columns are untouched.
 fn check_shape(s: &AttentionShape, pool: &ThreadPool, seed: u64) {
     let tokens = s.batch * s.seq;
-    let (hd, vd, heads) = (s.head_dim, s.value_dim, s.heads);
+    let (hd, vd, heads, kvh) = (s.head_dim, s.value_dim, s.heads, s.kv_heads);
     let q = Operand::new(seed, tokens, heads * hd, 3, 5);
-    let k = Operand::new(seed + 1, tokens, heads * hd, 0, 1);
-    let v = Operand::new(seed + 2, tokens, heads * vd, 11, 2);
+    let k = Operand::new(seed + 1, tokens, kvh * hd, 0, 1);
+    let v = Operand::new(seed + 2, tokens, kvh * vd, 11, 2);
     // The output's heads are every other block of `vd` columns of a row, after a gap.
     let out_layout = RowsLayout {
         offset: 7,
@@ -183,6 +185,7 @@ fn matches_the_f64_reference_over_shapes() {
                             batch,
                             seq,
                             heads,
+                            kv_heads: heads,
                             head_dim,
                             value_dim: head_dim,
                             causal,
@@ -205,6 +208,7 @@ fn value_dim_may_differ_from_head_dim() {
             batch: 2,
             seq: 75,
             heads: 3,
+            kv_heads: 3,
             head_dim,
             value_dim,
             causal,
@@ -223,6 +227,7 @@ fn spread_scores_flush_tiny_weights() {
             batch: 2,
             seq: 130,
             heads: 4,
+            kv_heads: 4,
             head_dim: 64,
             value_dim: 64,
             causal,
@@ -240,6 +245,7 @@ fn every_parallelism_gives_the_same_bits_at_larger_sizes() {
         batch: 4,
         seq: 200,
         heads: 4,
+        kv_heads: 4,
         head_dim: 64,
         value_dim: 64,
         causal: true,
@@ -255,6 +261,7 @@ fn masked_keys_contribute_nothing() {
         batch: 1,
         seq: 40,
         heads: 2,
+        kv_heads: 2,
         head_dim: 8,
         value_dim: 8,
         causal: true,
@@ -310,6 +317,7 @@ fn empty_shapes_write_nothing() {
             batch,
             seq,
             heads: 2,
+            kv_heads: 2,
             head_dim: 4,
             value_dim: 4,
             causal: true,
@@ -331,6 +339,7 @@ fn bad_layouts_are_errors() {
         batch: 2,
         seq: 3,
         heads: 2,
+        kv_heads: 2,
         head_dim: 4,
         value_dim: 5,
         causal: false,
@@ -385,4 +394,41 @@ fn bad_layouts_are_errors() {
     );
     let err: Box<dyn std::error::Error> = Box::new(e);
     assert!(!err.to_string().is_empty());
+}
+
+#[test]
+fn grouped_query_heads_read_their_groups_key_and_value_heads() {
+    let pool = ThreadPool::new(3).expect("pool");
+    for (heads, kv_heads, causal) in [(4, 2, true), (4, 1, false), (6, 3, true)] {
+        let s = AttentionShape {
+            batch: 2,
+            seq: 19,
+            heads,
+            kv_heads,
+            head_dim: 16,
+            value_dim: 16,
+            causal,
+            scale: 0.25,
+        };
+        check_shape(&s, &pool, 40 + heads as u64);
+    }
+    // Key/value heads that do not divide the query heads are an error.
+    let s = AttentionShape {
+        batch: 1,
+        seq: 2,
+        heads: 4,
+        kv_heads: 3,
+        head_dim: 4,
+        value_dim: 4,
+        causal: false,
+        scale: 1.0,
+    };
+    let x = vec![0.0f32; 64];
+    let mut out = vec![0.0f32; 64];
+    let l = RowsLayout {
+        offset: 0,
+        row_stride: 16,
+    };
+    let e = attention(&s, &x, l, &x, l, &x, l, &mut out, l, Parallelism::None).unwrap_err();
+    assert!(e.to_string().contains("do not divide"), "{e}");
 }
