@@ -1,78 +1,11 @@
 //! Transformers with symbolic batch and sequence: row programs between attention kernels,
 //! compiled once by `compile_dynamic` and run at every binding.
 
-use ferrite::ir::sym::{Binding, SymGraph};
-use ferrite::ir::text::Parsed;
-use ferrite::{compile_dynamic, JitEvent, Options, Tensor};
+mod common;
+
+use common::dynamic::{bt, check_against_interp, inputs, load, parse};
+use ferrite::{compile_dynamic, Options, Tensor};
 use std::sync::{Arc, Mutex};
-
-fn load(name: &str) -> SymGraph {
-    let path = format!("{}/examples/dynamic/{name}", env!("CARGO_MANIFEST_DIR"));
-    match ferrite::load_parsed(&path).unwrap() {
-        Parsed::Symbolic(g) => g,
-        Parsed::Graph(_) => panic!("{name} has no symbols"),
-    }
-}
-
-/// Random inputs at `binding`, weights scaled by 0.1.
-fn inputs(g: &SymGraph, binding: &Binding, seed: u64) -> Vec<Tensor> {
-    g.params()
-        .iter()
-        .enumerate()
-        .map(|(i, (_, ty))| {
-            let ty = ty.bind(binding).unwrap();
-            let x = Tensor::random(&ty, seed + i as u64).unwrap();
-            if ty.dtype != ferrite::DType::F32 {
-                return x;
-            }
-            let scale = if i == 0 { 1.0 } else { 0.1 };
-            let v: Vec<f32> = x
-                .as_slice::<f32>()
-                .unwrap()
-                .iter()
-                .map(|v| v * scale)
-                .collect();
-            Tensor::from_vec(&ty.shape, v).unwrap()
-        })
-        .collect()
-}
-
-fn bt(b: i64, t: i64) -> Binding {
-    let mut binding = Binding::new();
-    binding.set("B", b);
-    binding.set("T", t);
-    binding
-}
-
-fn check_against_interp(g: &SymGraph, options: Options, bindings: &[Binding]) -> usize {
-    let events = Arc::new(Mutex::new(0usize));
-    let seen = events.clone();
-    let d = compile_dynamic(g, &options).unwrap().on_event(move |e| {
-        if let JitEvent::Compiled { .. } = e {
-            *seen.lock().unwrap() += 1;
-        }
-    });
-    assert!(d.is_symbolic(), "{}", d.summary());
-    for (k, b) in bindings.iter().enumerate() {
-        let x = inputs(g, b, 10 * k as u64);
-        let instance = g.instantiate(b).unwrap();
-        let raw: Vec<ferrite::ir::Tensor> = x.iter().map(|t| t.as_ir().clone()).collect();
-        let want = ferrite::ir::interpret(&instance, &raw).unwrap();
-        let got = d.run(&x).unwrap();
-        assert_eq!(got.len(), want.len());
-        for (o, (got, want)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(got.shape(), &want.ty.shape[..], "output {o} at {b}");
-            got.as_ir()
-                .check_close(want, 1e-4, 1e-4)
-                .unwrap_or_else(|m| panic!("output {o} at {b}: {m}"));
-        }
-    }
-    assert!(d.is_symbolic(), "{}", d.summary());
-    println!("{}", d.summary());
-    let compiles = d.stats().compiles as usize;
-    assert_eq!(*events.lock().unwrap(), compiles);
-    compiles
-}
 
 #[test]
 fn the_transformer_block_runs_random_bindings_from_one_compile() {
@@ -88,14 +21,6 @@ fn a_gpt2_style_decoder_runs_random_bindings_from_one_compile() {
     let bindings = vec![bt(1, 1), bt(2, 9), bt(1, 77), bt(4, 33)];
     let n = check_against_interp(&g, Options::default(), &bindings);
     assert_eq!(n, 3);
-}
-
-fn parse(text: &str) -> SymGraph {
-    match ferrite::ir::text::parse_any("test.fg", text, &mut ferrite::ir::text::NoWeights).unwrap()
-    {
-        Parsed::Symbolic(g) => g,
-        Parsed::Graph(_) => panic!("no symbols"),
-    }
 }
 
 /// Attention on the inputs themselves, with `mask` (a `where` condition over `[T, T]`
@@ -280,14 +205,9 @@ fn f32_type(shape: &[usize]) -> ferrite::TensorType {
 
 /// `n` deterministic values in `[-scale, scale)`.
 fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rng = ferrite::ir::SplitMix64(seed);
     (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
-        })
+        .map(|_| (rng.next_f64() * 2.0 - 1.0) * scale)
         .collect()
 }
 

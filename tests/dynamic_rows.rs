@@ -1,56 +1,11 @@
 //! Row programs: graphs whose size symbols are leading rows that no op mixes, compiled
 //! once by `compile_dynamic` and run at every binding from that one CPU program.
 
-use ferrite::ir::sym::{Binding, SymGraph};
-use ferrite::ir::text::Parsed;
-use ferrite::{compile_dynamic, JitEvent, Options, Target, Tensor};
-use std::sync::{Arc, Mutex};
+mod common;
 
-fn load(name: &str) -> SymGraph {
-    let path = format!("{}/examples/dynamic/{name}", env!("CARGO_MANIFEST_DIR"));
-    match ferrite::load_parsed(&path).unwrap() {
-        Parsed::Symbolic(g) => g,
-        Parsed::Graph(_) => panic!("{name} has no symbols"),
-    }
-}
-
-fn parse(text: &str) -> SymGraph {
-    match ferrite::ir::text::parse_any("test.fg", text, &mut ferrite::ir::text::NoWeights).unwrap()
-    {
-        Parsed::Symbolic(g) => g,
-        Parsed::Graph(_) => panic!("no symbols"),
-    }
-}
-
-/// Random inputs at `binding`, weights scaled by 0.1.
-fn inputs(g: &SymGraph, binding: &Binding, seed: u64) -> Vec<Tensor> {
-    g.params()
-        .iter()
-        .enumerate()
-        .map(|(i, (_, ty))| {
-            let ty = ty.bind(binding).unwrap();
-            let x = Tensor::random(&ty, seed + i as u64).unwrap();
-            if ty.dtype != ferrite::DType::F32 {
-                return x;
-            }
-            let scale = if i == 0 { 1.0 } else { 0.1 };
-            let v: Vec<f32> = x
-                .as_slice::<f32>()
-                .unwrap()
-                .iter()
-                .map(|v| v * scale)
-                .collect();
-            Tensor::from_vec(&ty.shape, v).unwrap()
-        })
-        .collect()
-}
-
-fn bt(b: i64, t: i64) -> Binding {
-    let mut binding = Binding::new();
-    binding.set("B", b);
-    binding.set("T", t);
-    binding
-}
+use common::dynamic::{bt, check_against_interp, inputs, load, parse};
+use ferrite::ir::sym::Binding;
+use ferrite::{compile_dynamic, Options, Target, Tensor};
 
 /// SplitMix64-style draws in `1..=m`.
 struct Draw(u64);
@@ -65,37 +20,6 @@ impl Draw {
     }
 }
 
-/// The row program against the interpreter on the instance at each binding.
-fn check_against_interp(g: &SymGraph, options: Options, bindings: &[Binding]) {
-    let events = Arc::new(Mutex::new(0usize));
-    let seen = events.clone();
-    let d = compile_dynamic(g, &options).unwrap().on_event(move |e| {
-        if let JitEvent::Compiled { .. } = e {
-            *seen.lock().unwrap() += 1;
-        }
-    });
-    assert!(d.is_symbolic(), "{}", d.summary());
-    for (k, b) in bindings.iter().enumerate() {
-        let x = inputs(g, b, 10 * k as u64);
-        let instance = g.instantiate(b).unwrap();
-        let raw: Vec<ferrite::ir::Tensor> = x.iter().map(|t| t.as_ir().clone()).collect();
-        let want = ferrite::ir::interpret(&instance, &raw).unwrap();
-        let got = d.run(&x).unwrap();
-        assert_eq!(got.len(), want.len());
-        for (o, (got, want)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(got.shape(), &want.ty.shape[..], "output {o} at {b}");
-            got.as_ir()
-                .check_close(want, 1e-4, 1e-4)
-                .unwrap_or_else(|m| panic!("output {o} at {b}: {m}"));
-        }
-    }
-    assert!(d.is_symbolic(), "{}", d.summary());
-    let stats = d.stats();
-    assert_eq!(stats.compiles, 1, "{}", d.summary());
-    assert_eq!(*events.lock().unwrap(), 1);
-    assert_eq!(stats.calls, bindings.len() as u64);
-}
-
 #[test]
 fn the_mlp_block_runs_random_bindings_from_one_program_fused_and_unfused() {
     let g = load("mlp_block.fg");
@@ -104,11 +28,20 @@ fn the_mlp_block_runs_random_bindings_from_one_program_fused_and_unfused() {
     for _ in 0..6 {
         bindings.push(bt(draw.next(32), draw.next(64)));
     }
-    check_against_interp(&g, Options::default(), &bindings);
-    check_against_interp(&g, Options::default().fuse(false), &bindings[..6]);
-    check_against_interp(&g, Options::default().threads(3), &bindings[..6]);
+    assert_eq!(check_against_interp(&g, Options::default(), &bindings), 1);
+    assert_eq!(
+        check_against_interp(&g, Options::default().fuse(false), &bindings[..6]),
+        1
+    );
+    assert_eq!(
+        check_against_interp(&g, Options::default().threads(3), &bindings[..6]),
+        1
+    );
     // The loop-IR evaluator runs the same row program (`RowProgram::at` each count).
-    check_against_interp(&g, Options::default().target(Target::Loops), &bindings[..2]);
+    assert_eq!(
+        check_against_interp(&g, Options::default().target(Target::Loops), &bindings[..2]),
+        1
+    );
 }
 
 #[test]
@@ -292,84 +225,4 @@ fn threads_run_one_row_program_at_different_bindings_at_once() {
     });
     assert!(d.is_symbolic(), "{}", d.summary());
     assert_eq!(d.stats().compiles, 1);
-}
-
-#[test]
-fn an_onnx_model_with_symbolic_dims_compiles_once_for_every_binding() {
-    use ferrite_onnx::prost::Message;
-    use ferrite_onnx::proto::{
-        tensor_proto, tensor_shape_proto, type_proto, GraphProto, ModelProto, NodeProto,
-        OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
-    };
-    let f32_code = tensor_proto::DataType::Float as i32;
-    let value = |name: &str, last: i64| {
-        let dim = [Err("batch"), Err("seq"), Ok(last)]
-            .iter()
-            .map(|d: &Result<i64, &str>| tensor_shape_proto::Dimension {
-                value: Some(match d {
-                    Ok(v) => tensor_shape_proto::dimension::Value::DimValue(*v),
-                    Err(p) => tensor_shape_proto::dimension::Value::DimParam(p.to_string()),
-                }),
-                ..Default::default()
-            })
-            .collect();
-        ValueInfoProto {
-            name: Some(name.into()),
-            r#type: Some(TypeProto {
-                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                    elem_type: Some(f32_code),
-                    shape: Some(TensorShapeProto { dim }),
-                })),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    };
-    let node = |op: &str, inputs: &[&str], output: &str| NodeProto {
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: vec![output.into()],
-        ..Default::default()
-    };
-    let bytes = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(GraphProto {
-            name: Some("mlp".into()),
-            node: vec![node("MatMul", &["x", "w"], "h"), node("Relu", &["h"], "y")],
-            input: vec![value("x", 8)],
-            output: vec![value("y", 16)],
-            initializer: vec![TensorProto {
-                name: Some("w".into()),
-                dims: vec![8, 16],
-                data_type: Some(f32_code),
-                float_data: (0..128).map(|i| (i % 11) as f32 * 0.1 - 0.5).collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-    .encode_to_vec();
-    let dir = std::env::temp_dir().join(format!("ferrite-onnx-dyn-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("mlp.onnx");
-    std::fs::write(&path, bytes).unwrap();
-    let (g, _) =
-        ferrite::onnx::load_symbolic(&path, &Default::default(), &[("batch", 8), ("seq", 64)])
-            .unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    let mut binding = Binding::new();
-    let bindings: Vec<Binding> = [(1, 1), (3, 17), (8, 64)]
-        .iter()
-        .map(|&(b, s)| {
-            binding.set("batch", b);
-            binding.set("seq", s);
-            binding.clone()
-        })
-        .collect();
-    check_against_interp(&g, Options::default(), &bindings);
 }

@@ -11,6 +11,8 @@ use ferrite_onnx::proto::{
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 const F32: i32 = tensor_proto::DataType::Float as i32;
 
 fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
@@ -32,6 +34,14 @@ fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// Axis `axis` of `v`'s shape named `name` (a `dim_param`) instead of a number.
+fn name_dim(v: &mut ValueInfoProto, axis: usize, name: &str) {
+    if let Some(type_proto::Value::TensorType(t)) = v.r#type.as_mut().unwrap().value.as_mut() {
+        t.shape.as_mut().unwrap().dim[axis].value =
+            Some(tensor_shape_proto::dimension::Value::DimParam(name.into()));
     }
 }
 
@@ -189,12 +199,7 @@ fn the_cli_names_a_missing_symbolic_dim_and_exits_1() {
     let g = m.graph.as_mut().unwrap();
     g.initializer.clear();
     g.input.push(value("w", &[2]));
-    if let Some(type_proto::Value::TensorType(t)) =
-        g.input[0].r#type.as_mut().unwrap().value.as_mut()
-    {
-        t.shape.as_mut().unwrap().dim[0].value =
-            Some(tensor_shape_proto::dimension::Value::DimParam("n".into()));
-    }
+    name_dim(&mut g.input[0], 0, "n");
     g.output[0] = ValueInfoProto {
         name: Some("y:0".into()),
         ..Default::default()
@@ -233,4 +238,63 @@ fn the_cli_names_a_missing_symbolic_dim_and_exits_1() {
     let x2 = format!("x={}", dir.join("x2.npy").display());
     let r = run(&["--input", &x2]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}
+
+#[test]
+fn an_onnx_model_with_symbolic_dims_compiles_once_for_every_binding() {
+    // relu(x @ w) over x: f32[batch, seq, 8].
+    let (mut x, mut y) = (value("x", &[1, 1, 8]), value("y", &[1, 1, 16]));
+    for v in [&mut x, &mut y] {
+        name_dim(v, 0, "batch");
+        name_dim(v, 1, "seq");
+    }
+    let node = |op: &str, inputs: &[&str], output: &str| NodeProto {
+        op_type: Some(op.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        ..Default::default()
+    };
+    let bytes = ModelProto {
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(GraphProto {
+            name: Some("mlp".into()),
+            node: vec![node("MatMul", &["x", "w"], "h"), node("Relu", &["h"], "y")],
+            input: vec![x],
+            output: vec![y],
+            initializer: vec![TensorProto {
+                name: Some("w".into()),
+                dims: vec![8, 16],
+                data_type: Some(F32),
+                float_data: (0..128).map(|i| (i % 11) as f32 * 0.1 - 0.5).collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let dir = scratch("symbolic");
+    std::fs::write(dir.join("mlp.onnx"), bytes).unwrap();
+    let (g, _) = ferrite::onnx::load_symbolic(
+        dir.join("mlp.onnx"),
+        &Default::default(),
+        &[("batch", 8), ("seq", 64)],
+    )
+    .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let bindings: Vec<ferrite::ir::sym::Binding> = [(1, 1), (3, 17), (8, 64)]
+        .iter()
+        .map(|&(b, s)| {
+            let mut binding = ferrite::ir::sym::Binding::new();
+            binding.set("batch", b);
+            binding.set("seq", s);
+            binding
+        })
+        .collect();
+    let compiled =
+        common::dynamic::check_against_interp(&g, ferrite::Options::default(), &bindings);
+    assert_eq!(compiled, 1);
 }

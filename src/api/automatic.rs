@@ -22,7 +22,7 @@ use super::dynamic::{compile_dynamic, Dynamic};
 use super::error::Result;
 use super::host::Tensor;
 use super::jit::{lock, Hook, JitEvent};
-use ferrite_ir::sym::{Binding, Expr, Facts, SymGraph};
+use ferrite_ir::sym::{trace_bindings, Binding, Expr, Facts, SymGraph};
 use ferrite_ir::{DType, Graph, TensorType};
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -147,27 +147,20 @@ fn generalize(
             shape,
         });
     }
-    // Checking bindings: each symbol in turn moved past both values, the others as in
-    // `b`, so that no fit holds by the symbols moving together.
-    let past: Vec<usize> = changes
+    // Each symbol's range: 1 to four times the largest value traced, a power of two.
+    let names: Vec<String> = (0..changes.len()).map(|i| format!("s{i}")).collect();
+    let values: Vec<(&str, i64, i64)> = names
         .iter()
-        .map(|&(x, y)| x.max(y) + x.abs_diff(y))
+        .zip(&changes)
+        .map(|(n, &(x, y))| (n.as_str(), x as i64, y as i64))
         .collect();
+    let bindings = trace_bindings(&values);
     let mut facts = Facts::new();
-    let mut bindings = vec![Binding::new(); 2 + changes.len()];
-    for (i, &(x, y)) in changes.iter().enumerate() {
-        let name = format!("s{i}");
-        facts.add_symbol(&name, None);
-        if let Some(info) = facts.symbols.iter_mut().find(|s| *s.name == *name) {
-            info.hi = ((4 * x.max(y).max(past[i])).next_power_of_two()).max(16) as i64;
-        }
-        for (j, b) in bindings.iter_mut().enumerate() {
-            let v = match j {
-                0 => x,
-                _ if j == 2 + i => past[i],
-                _ => y,
-            };
-            b.set(name.as_str(), v as i64);
+    for (name, &(x, y)) in names.iter().zip(&changes) {
+        facts.add_symbol(name, None);
+        let most = x.max(y) + x.abs_diff(y);
+        if let Some(info) = facts.symbols.iter_mut().find(|s| *s.name == **name) {
+            info.hi = ((4 * most).next_power_of_two()).max(16) as i64;
         }
     }
     let mut traces = Vec::with_capacity(bindings.len());

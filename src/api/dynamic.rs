@@ -74,11 +74,17 @@ enum Path {
         segments: Segments,
         programs: OnceLock<std::result::Result<Vec<Option<Arc<Compiled>>>, String>>,
         /// Slot tensors of the last run, reused by the next one at the same binding.
-        workspace: Mutex<Option<(Binding, Vec<Option<Tensor>>)>>,
+        workspace: Workspace,
     },
     /// Each binding compiled on its own, for this reason.
     Specialized(String),
 }
+
+/// A segmented graph's row programs, one per step (`None` for an attention step).
+type Programs = [Option<Arc<Compiled>>];
+
+/// A segmented graph's slot tensors kept from one run to the next, with their binding.
+type Workspace = Mutex<Option<(Binding, Vec<Option<Tensor>>)>>;
 
 /// Prepares `graph` to run at any binding of its size symbols with `options`.
 /// Nothing is compiled until a binding is run ([`Dynamic::run`]) or asked for
@@ -159,17 +165,20 @@ impl Dynamic {
         if let Some((form, program)) = self.row_program()? {
             return self.run_rows(form, &program, &b, inputs);
         }
-        if let Some(programs) = self.segment_programs() {
-            return self.run_segments(&programs, &b, inputs);
+        if let Some((segments, programs, workspace)) = self.segment_programs() {
+            return self.run_segments(segments, programs, workspace, &b, inputs);
         }
         self.specialize(&b)?.run(inputs)
     }
 
-    /// The row programs of a segmented graph, compiled now if this is its first run;
-    /// `None` on the other paths (or when one of them was refused).
-    fn segment_programs(&self) -> Option<Vec<Option<Arc<Compiled>>>> {
+    /// A segmented graph's steps, their row programs (compiled now if this is its first
+    /// run; `None` for an attention step) and its workspace; `None` on the other paths (or
+    /// when one of the programs was refused).
+    fn segment_programs(&self) -> Option<(&Segments, &Programs, &Workspace)> {
         let Path::Segmented {
-            segments, programs, ..
+            segments,
+            programs,
+            workspace,
         } = &self.path
         else {
             return None;
@@ -194,27 +203,19 @@ impl Dynamic {
             &self.counters.hits
         };
         hits.fetch_add(1, Ordering::Relaxed);
-        Some(programs.clone())
+        Some((segments, programs, workspace))
     }
 
     /// Runs the steps of a segmented graph at binding `b`: each row program at the
     /// binding's rows, each attention at its sequences and length.
     fn run_segments<A: Borrow<Tensor>>(
         &self,
-        programs: &[Option<Arc<Compiled>>],
+        segments: &Segments,
+        programs: &Programs,
+        workspace: &Workspace,
         b: &Binding,
         inputs: &[A],
     ) -> Result<Vec<Tensor>> {
-        let Path::Segmented {
-            segments,
-            workspace,
-            ..
-        } = &self.path
-        else {
-            return Err(Error::Internal {
-                message: "not a segmented graph".into(),
-            });
-        };
         let form = &segments.form;
         let unbound = || Error::Binding {
             message: format!("the rows {} are not bound", form.name()),

@@ -53,33 +53,36 @@ pub fn load_symbolic(
     bounds: &[(&str, usize)],
 ) -> Result<(ferrite_ir::sym::SymGraph, Model)> {
     let path = path.as_ref();
-    let bytes = read_bounded(path, MAX_MODEL_BYTES, "a smaller model")?;
-    let folder = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut ext = Folder::new(folder)?;
-    let onnx = |error| Error::Onnx {
-        path: Some(path.to_path_buf()),
-        error: Box::new(error),
-    };
-    let model = ferrite_onnx::decode_model(&bytes).map_err(onnx)?;
-    ferrite_onnx::import_symbolic(&model, options, bounds, &mut ext).map_err(onnx)
+    let (bytes, mut ext) = read_model(path)?;
+    let model = ferrite_onnx::decode_model(&bytes).map_err(|e| import_error(path, e))?;
+    ferrite_onnx::import_symbolic(&model, options, bounds, &mut ext)
+        .map_err(|e| import_error(path, e))
 }
 
 /// Loads a `.onnx` file; external data is read from the model's folder.
 pub fn load_with(path: impl AsRef<Path>, options: &Options) -> Result<Model> {
     let path = path.as_ref();
+    let (bytes, mut ext) = read_model(path)?;
+    ferrite_onnx::import(&bytes, options, &mut ext).map_err(|e| import_error(path, e))
+}
+
+/// A model file's bytes (size-checked before the read) and the resolver of its external
+/// data, inside the model's folder.
+fn read_model(path: &Path) -> Result<(Vec<u8>, Folder)> {
     let bytes = read_bounded(path, MAX_MODEL_BYTES, "a smaller model")?;
     let folder = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let mut ext = Folder::new(folder)?;
-    ferrite_onnx::import(&bytes, options, &mut ext).map_err(|error| Error::Onnx {
+    Ok((bytes, Folder::new(folder)?))
+}
+
+/// The importer's `error` about the model at `path`.
+fn import_error(path: &Path, error: ImportError) -> Error {
+    Error::Onnx {
         path: Some(path.to_path_buf()),
         error: Box::new(error),
-    })
+    }
 }
 
 /// Imports a model from bytes; a model with external data is refused (it has no folder).
@@ -96,10 +99,7 @@ pub fn from_bytes(bytes: &[u8], options: &Options) -> Result<Model> {
 pub fn read_tensor(path: impl AsRef<Path>) -> Result<Tensor> {
     let path = path.as_ref();
     let bytes = read_bounded(path, MAX_TENSOR_BYTES, "a smaller tensor file")?;
-    let t = ferrite_onnx::decode_tensor(&bytes).map_err(|error| Error::Onnx {
-        path: Some(path.to_path_buf()),
-        error: Box::new(error),
-    })?;
+    let t = ferrite_onnx::decode_tensor(&bytes).map_err(|e| import_error(path, e))?;
     Tensor::try_from(t)
 }
 

@@ -1,5 +1,8 @@
-//! Helpers shared by the tests that run the `ferrite` binary (`cli.rs`, `profile.rs`).
+//! Helpers shared by the tests that run the `ferrite` binary (`cli.rs`, `profile.rs`), and
+//! by the tests of graphs with size symbols ([`dynamic`]).
 #![allow(dead_code)]
+
+pub mod dynamic;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

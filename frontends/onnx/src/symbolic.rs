@@ -14,7 +14,7 @@
 use crate::import::{import_model, Model, Options};
 use crate::proto::{tensor_shape_proto, type_proto, ModelProto};
 use crate::{Error, ExternalData, Result};
-use ferrite_ir::sym::{Binding, Expr, Facts, SymGraph, DEFAULT_MAX};
+use ferrite_ir::sym::{trace_bindings, Binding, Expr, Facts, SymGraph, DEFAULT_MAX};
 use ferrite_ir::TensorType;
 use std::collections::HashSet;
 
@@ -75,35 +75,27 @@ pub fn import_symbolic(
             "the model's inputs have no symbolic dimension to keep".into(),
         ));
     }
-    // Values: every symbol at a first and a second value, then each moved on its own.
-    let first = |i: usize| 3 + 2 * i;
-    let second = |i: usize| first(i) + 4;
-    let past = |i: usize| second(i) + 4;
-    let mut bindings: Vec<Binding> = Vec::with_capacity(2 + symbols.len());
-    for j in 0..2 + symbols.len() {
-        let mut b = Binding::new();
-        for (i, s) in symbols.iter().enumerate() {
-            let v = match j {
-                0 => first(i),
-                _ if j == 2 + i => past(i),
-                _ => second(i),
-            };
-            b.set(s.as_str(), v as i64);
-        }
-        bindings.push(b);
-    }
-    let mut traces = Vec::with_capacity(bindings.len());
-    let mut models = Vec::with_capacity(bindings.len());
-    for b in &bindings {
+    // Small distinct values, two per symbol, then each symbol moved on its own.
+    let values: Vec<(&str, i64, i64)> = symbols
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.as_str(), 3 + 2 * i as i64, 7 + 2 * i as i64))
+        .collect();
+    let bindings = trace_bindings(&values);
+    let import_at = |b: &Binding, ext: &mut dyn ExternalData| {
         let mut o = options.clone();
         for (s, v) in b.iter() {
             o.dims.insert(s.to_string(), v as usize);
         }
-        let m = import_model(model, &o, ext)?;
-        traces.push((m.graph.clone(), b.clone()));
-        models.push(m);
+        import_model(model, &o, ext)
+    };
+    // The first import is also returned, for its names; of the others only the graphs.
+    let m0 = import_at(&bindings[0], ext)?;
+    let mut traces = Vec::with_capacity(bindings.len());
+    traces.push((m0.graph.clone(), bindings[0].clone()));
+    for b in &bindings[1..] {
+        traces.push((import_at(b, ext)?.graph, b.clone()));
     }
-    let m0 = models.swap_remove(0);
     // The parameters' types over the symbols.
     let mut params: Vec<TensorType<Expr>> = Vec::with_capacity(m0.inputs.len());
     for (k, input) in m0.inputs.iter().enumerate() {

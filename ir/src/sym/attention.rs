@@ -182,15 +182,11 @@ impl Matcher<'_> {
     /// `perm` swaps the sequence axis `k-1` with the heads axis `k` and keeps the rest.
     fn swaps_heads(&self, dims: &[i64], rank: usize) -> bool {
         let k = self.k();
-        dims.len() == rank
-            && dims.iter().enumerate().all(|(j, &d)| {
-                let want = match j {
-                    _ if j == k - 1 => k,
-                    _ if j == k => k - 1,
-                    _ => j,
-                };
-                normalize_axis(d, rank).ok() == Some(want)
-            })
+        is_permutation(dims, rank, |j| match j {
+            _ if j == k - 1 => k,
+            _ if j == k => k - 1,
+            _ => j,
+        })
     }
 
     /// `L ++ [H, X]` from a row value `L ++ [H*X]` (a reshape) or itself.
@@ -223,15 +219,20 @@ impl Matcher<'_> {
         if !self.swaps_heads(dims, self.k() + 2) {
             return None;
         }
-        let (rows, h2, x2, mut nodes) = self.split_heads(self.ins(v)[0])?;
-        if (h2, x2) != (h, x) || self.dtype(rows) != DType::F32 {
+        self.view(v).filter(|view| (view.heads, view.dim) == (h, x))
+    }
+
+    /// The per-head view `v` (a permute) of the `f32` row value its operand splits.
+    fn view(&self, v: ValueId) -> Option<Heads> {
+        let (rows, heads, dim, mut nodes) = self.split_heads(self.ins(v)[0])?;
+        if self.dtype(rows) != DType::F32 {
             return None;
         }
         nodes.push(v);
         Some(Heads {
             rows,
-            heads: h,
-            dim: x,
+            heads,
+            dim,
             repeat: 1,
             nodes,
         })
@@ -296,34 +297,16 @@ impl Matcher<'_> {
             }
             Op::Permute { dims } => {
                 // [L[..k-1], H, X, T] from [L, H, X]: axes (.., k, k+1, k-1).
-                let ok = dims.len() == rank
-                    && dims.iter().enumerate().all(|(j, &d)| {
-                        let want = if j < k - 1 {
-                            j
-                        } else if j == k - 1 {
-                            k
-                        } else if j == k {
-                            k + 1
-                        } else {
-                            k - 1
-                        };
-                        normalize_axis(d, rank).ok() == Some(want)
-                    });
-                if !ok {
+                let keys_last = |j: usize| match j {
+                    _ if j < k - 1 => j,
+                    _ if j == k - 1 => k,
+                    _ if j == k => k + 1,
+                    _ => k - 1,
+                };
+                if !is_permutation(dims, rank, keys_last) {
                     return None;
                 }
-                let (rows, h, x, mut nodes) = self.split_heads(self.ins(v)[0])?;
-                if self.dtype(rows) != DType::F32 {
-                    return None;
-                }
-                nodes.push(v);
-                Some(Heads {
-                    rows,
-                    heads: h,
-                    dim: x,
-                    repeat: 1,
-                    nodes,
-                })
+                self.view(v)
             }
             _ => None,
         }
@@ -559,6 +542,16 @@ impl Matcher<'_> {
             nodes,
         })
     }
+}
+
+/// Whether `dims` (a permute's, of a rank-`rank` value) takes result axis `j` from
+/// operand axis `want(j)` for every `j`.
+fn is_permutation(dims: &[i64], rank: usize, want: impl Fn(usize) -> usize) -> bool {
+    dims.len() == rank
+        && dims
+            .iter()
+            .enumerate()
+            .all(|(j, &d)| normalize_axis(d, rank).ok() == Some(want(j)))
 }
 
 fn const_size(e: &Expr) -> Option<usize> {

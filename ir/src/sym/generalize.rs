@@ -95,6 +95,28 @@ fn fit(values: &[i64], bindings: &[Binding], symbols: &[String]) -> Option<Expr>
     (found.len() == 1).then(|| found.remove(0))
 }
 
+/// The bindings to trace a program at for [`SymGraph::generalize`], from each symbol's two
+/// values `(name, first, second)`: every symbol at its first value, then every symbol at its
+/// second, then for each symbol in turn one binding with it moved past both (to the larger
+/// plus their difference) and the others at their second, so that no fit holds by the
+/// symbols moving together.
+pub fn trace_bindings(symbols: &[(&str, i64, i64)]) -> Vec<Binding> {
+    (0..2 + symbols.len())
+        .map(|j| {
+            let mut b = Binding::new();
+            for (i, &(name, first, second)) in symbols.iter().enumerate() {
+                let v = match j {
+                    0 => first,
+                    _ if j == 2 + i => first.max(second) + first.abs_diff(second) as i64,
+                    _ => second,
+                };
+                b.set(name, v);
+            }
+            b
+        })
+        .collect()
+}
+
 impl SymGraph {
     /// One graph with size symbols from `traces`, the same program traced at several
     /// bindings (at least two; the first two fit each changed number, the rest check
@@ -135,14 +157,18 @@ impl SymGraph {
                 }
             }
             let mut sym: SymAttrs = Vec::new();
-            let sizes = size_attrs(&node.op);
-            for (k, (key, values)) in sizes.iter().enumerate() {
+            // The node's size attributes in every trace (the first is this node's).
+            let sizes: Vec<Vec<(&str, Vec<i64>)>> = traces
+                .iter()
+                .map(|(g, _)| size_attrs(&g.nodes[i].op))
+                .collect();
+            for (k, (key, values)) in sizes[0].iter().enumerate() {
                 let mut exprs = Vec::with_capacity(values.len());
                 let mut changed = false;
                 for (j, &v0) in values.iter().enumerate() {
-                    let seen: Vec<i64> = traces
+                    let seen: Vec<i64> = sizes
                         .iter()
-                        .map(|(g, _)| size_attrs(&g.nodes[i].op)[k].1.get(j).copied())
+                        .map(|t| t[k].1.get(j).copied())
                         .collect::<Option<Vec<i64>>>()
                         .ok_or_else(|| format!("node {i} ({}) changes rank", node.op.name()))?;
                     let e = fit(&seen, &bindings, &symbols).ok_or_else(|| {

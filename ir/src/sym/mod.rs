@@ -21,6 +21,7 @@ mod segments;
 pub use attention::AttentionSite;
 pub use dim::{Dim, SymAttrs};
 pub use expr::{Atom, EvalError, Expr, Monomial, Symbol};
+pub use generalize::trace_bindings;
 pub use graph::{is_symbolic_attribute, SymGraph, SYMBOLIC_ATTRIBUTES};
 pub use rows::RowForm;
 pub use segments::{Segment, Segments, Source};

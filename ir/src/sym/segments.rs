@@ -205,11 +205,10 @@ impl SymGraph {
         let mut form: Option<RowForm> = None;
         for (s, roots_here) in roots.iter().enumerate() {
             if s > 0 {
-                for (i, site) in sites.iter().enumerate() {
+                for site in &sites {
                     if stage[site.out.index()] != Some(s) {
                         continue;
                     }
-                    let _ = i;
                     let mut source = |x: ValueId| match sk.node(x).op {
                         Op::Param { index } => Source::Input(index),
                         _ => Source::Slot(slot(x, &mut slots)),

@@ -454,27 +454,32 @@ impl Ctx<'_> {
                     c: st.as_mut_ptr(),
                     c_row: rows as isize,
                 };
-                // SAFETY: `check` proved token rows tok0..tok0 + keys of k, with head
-                // h's hd elements, inside `k` (k[k0..] starts at the first); `qt` is
+                // SAFETY: `check` proved token rows tok0..tok0 + keys of k, with key/value
+                // head kvh's hd elements, inside `k` (k[k0..] starts at the first); `qt` is
                 // hd x rows and `st` keys x rows, both dense scratch of this thread, apart
                 // from each other and from `k`. `isa` is supported (`attention_at`), hd > 0.
                 unsafe { sgemm::product(self.isa, &ops, keys, rows, hd) };
             }
         }
 
-        let diag = s.causal.then_some(r0);
+        let cols = Columns {
+            st,
+            keys,
+            rows,
+            diag: s.causal.then_some(r0),
+            scale: s.scale,
+            exp: self.exp,
+            colmax,
+            colsum,
+        };
         let p_bounded = match self.isa {
             // SAFETY: the width is supported (`attention_at`).
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe {
-                softmax_avx512(st, keys, rows, diag, s.scale, self.exp, colmax, colsum)
-            },
+            Isa::Avx512 => unsafe { softmax_avx512(cols) },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe {
-                softmax_avx2(st, keys, rows, diag, s.scale, self.exp, colmax, colsum)
-            },
-            _ => softmax_columns(st, keys, rows, diag, s.scale, self.exp, colmax, colsum),
+            Isa::Avx2 => unsafe { softmax_avx2(cols) },
+            _ => softmax_columns(cols),
         };
 
         // O = P V over the keys, P[i, j] = st[j * rows + i].
@@ -521,9 +526,10 @@ impl Ctx<'_> {
                 c_row: o_row as isize,
             };
             // SAFETY: A is rows i0..i1 by keys ..n of `st` (n <= keys); B is token rows
-            // tok0..tok0 + n of v, head h's vd elements, in bounds by `check`; C is output
-            // rows r0 + i0..r0 + i1 of head h, this task's own elements (see `OutPtr`),
-            // apart from `st` and `v`. The width is supported and n > 0.
+            // tok0..tok0 + n of v, key/value head kvh's vd elements, in bounds by `check`
+            // (of `kv_heads` heads); C is output rows r0 + i0..r0 + i1 of head h, this
+            // task's own elements (see `OutPtr`), apart from `st` and `v`. The width is
+            // supported and n > 0.
             unsafe { sgemm::product(self.isa, &ops, i1 - i0, vd, n) };
         };
         if by_row {
@@ -534,24 +540,29 @@ impl Ctx<'_> {
     }
 }
 
+/// One block's scores for [`softmax_columns`]: `st` holds `keys` rows of `rows` floats
+/// (column `i` is query `i` of the block, row `j` key `j`); with `diag = Some(r0)` the keys
+/// `j > r0 + i` are masked (given weight 0); `exp` is the wide routine, or `None` for
+/// `f32::exp`; `colmax` and `colsum` are `rows` floats of scratch.
+struct Columns<'a> {
+    st: &'a mut [f32],
+    keys: usize,
+    rows: usize,
+    diag: Option<usize>,
+    scale: f32,
+    exp: Option<InPlaceFn>,
+    colmax: &'a mut [f32],
+    colsum: &'a mut [f32],
+}
+
 /// [`softmax_columns`] compiled for AVX-512.
 ///
 /// # Safety
 /// The CPU has AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn softmax_avx512(
-    st: &mut [f32],
-    keys: usize,
-    rows: usize,
-    diag: Option<usize>,
-    scale: f32,
-    exp: Option<InPlaceFn>,
-    colmax: &mut [f32],
-    colsum: &mut [f32],
-) -> bool {
-    softmax_columns(st, keys, rows, diag, scale, exp, colmax, colsum)
+unsafe fn softmax_avx512(c: Columns<'_>) -> bool {
+    softmax_columns(c)
 }
 
 /// [`softmax_columns`] compiled for AVX2 + FMA.
@@ -560,37 +571,24 @@ unsafe fn softmax_avx512(
 /// The CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn softmax_avx2(
-    st: &mut [f32],
-    keys: usize,
-    rows: usize,
-    diag: Option<usize>,
-    scale: f32,
-    exp: Option<InPlaceFn>,
-    colmax: &mut [f32],
-    colsum: &mut [f32],
-) -> bool {
-    softmax_columns(st, keys, rows, diag, scale, exp, colmax, colsum)
+unsafe fn softmax_avx2(c: Columns<'_>) -> bool {
+    softmax_columns(c)
 }
 
-/// The softmax of each column of `st` (`keys` rows of `rows` floats; column `i` is query
-/// `i` of the block, row `j` key `j`), in place: scaled by `scale`, with `diag = Some(r0)`
-/// the keys `j > r0 + i` masked (given weight 0), `exp` the wide routine or `None` for
-/// `f32::exp`. `colmax` and `colsum` are `rows` floats of scratch. Returns whether no
-/// weight is NaN.
+/// The softmax of each column of the block's scores (see [`Columns`]), in place, the
+/// scores scaled by `scale` first. Returns whether no weight is NaN.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn softmax_columns(
-    st: &mut [f32],
-    keys: usize,
-    rows: usize,
-    diag: Option<usize>,
-    scale: f32,
-    exp: Option<InPlaceFn>,
-    colmax: &mut [f32],
-    colsum: &mut [f32],
-) -> bool {
+fn softmax_columns(c: Columns<'_>) -> bool {
+    let Columns {
+        st,
+        keys,
+        rows,
+        diag,
+        scale,
+        exp,
+        colmax,
+        colsum,
+    } = c;
     // Queries 0..masked(j) of the block do not see key j.
     let masked = |j: usize| diag.map_or(0, |r0| j.saturating_sub(r0).min(rows));
     colmax.fill(f32::NEG_INFINITY);

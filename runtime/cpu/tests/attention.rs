@@ -5,19 +5,13 @@
 
 use ferrite_cpu::attention::{attention, AttentionError, AttentionShape, RowsLayout};
 use ferrite_cpu::{Parallelism, ThreadPool};
+use ferrite_ir::SplitMix64;
 
-/// Deterministic pseudo-random values in [-1, 1) (SplitMix64).
+/// Deterministic pseudo-random values in [-1, 1).
 fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed;
+    let mut rng = SplitMix64(seed);
     (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
+        .map(|_| ((rng.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
         .collect()
 }
 
