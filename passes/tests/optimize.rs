@@ -710,6 +710,9 @@ golden! {
     offset_chain:         "x: i32[4]", "return add(sub(add(x, 1), 3), 5)" => "return add(x, 3)";
     offset_chain_float:   "x: f32[4]", "return add(sub(add(x, 1.0), 3.0), 2.0)" => "return add(sub(add(x, 1.0), 3.0), 2.0)";
     square:               "x: f32[4]", "return pow(x, 2.0)" => "return mul(x, x)";
+    // The square of an expensive value (LLaMA's RMSNorm squares the residual stream): `x * x`
+    // reads the value once, so it must not cost twice the value's cost and lose to `pow`.
+    square_of_expensive:  "x: f32[64, 64], w: f32[64, 64]", "return sum(pow(exp(matmul(x, w)), 2.0), axes=[1])" => "t0 = exp(matmul(x, w)); return sum(mul(t0, t0), axes=[1])";
     // sqrt differs from pow(x, 0.5) at -0 (-0, not +0) and -inf (NaN, not +inf).
     square_root:          "x: f32[4]", "return pow(x, 0.5)" => "return pow(x, 0.5)";
     inverse_sqrt:         "x: f32[4]", "return div(1.0, sqrt(x))" => "return rsqrt(x)";

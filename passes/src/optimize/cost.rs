@@ -27,7 +27,8 @@
 //!
 //! A class's cost is its cheapest node's own cost plus its operand classes' costs (egg's tree
 //! cost: a value shared by two users is counted for each, which can only make sharing look
-//! expensive, never make a result wrong). Costs are computed by a worklist over parent links, in
+//! expensive, never make a result wrong; an operand a node uses twice, as `x * x` does, is
+//! counted once). Costs are computed by a worklist over parent links, in
 //! time near-linear in the e-graph's size; egg's `Extractor` sweeps every class until nothing
 //! changes, which is quadratic on the deep chains that real models are. The result is then
 //! checked against the input with [`graph_cost`], which counts each node of the DAG once.
@@ -182,7 +183,16 @@ impl CostFunction<TensorLang> for CostModel<'_> {
         C: FnMut(Id) -> f64,
     {
         let own = self.own_cost(enode);
-        enode.children.iter().fold(own, |sum, &c| sum + costs(c))
+        // An operand used twice by the same node (`x * x`) is one value: counted once, or
+        // `x * x` would cost `x` twice and lose to `pow(x, 2)` whenever `x` is expensive.
+        let eg = self.egraph;
+        let children = &enode.children;
+        (0..children.len())
+            .filter(|&i| {
+                let c = eg.find(children[i]);
+                !children[..i].iter().any(|&d| eg.find(d) == c)
+            })
+            .fold(own, |sum, i| sum + costs(children[i]))
     }
 }
 
