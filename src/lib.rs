@@ -98,7 +98,7 @@ pub use api::ops::{concat, where_, AxisRange, DimInt, Dims};
 pub use api::partition::Partitioned;
 pub use api::train::{Optimizer, TrainStep};
 pub use api::weights::{load, load_parsed, save, MAX_WEIGHTS_BYTES};
-pub use api::{files, memory, onnx, profile, sim};
+pub use api::{alloc, files, memory, onnx, profile, sim};
 /// The most kernels the CPU target compiles for one program (one function each).
 pub use ferrite_cpu::MAX_GENERATED_KERNELS as MAX_CPU_KERNELS;
 

@@ -14,9 +14,11 @@ mod program;
 use pyo3::prelude::*;
 
 /// Rust's allocations in the extension go through mimalloc, as in the `ferrite` binary
-/// (`src/main.rs`); Python's own stay with Python.
+/// (`src/main.rs`), with huge pages for large blocks only (`ferrite::alloc`); Python's own
+/// stay with Python.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: ferrite::alloc::LargePages<mimalloc::MiMalloc> =
+    ferrite::alloc::LargePages(mimalloc::MiMalloc);
 
 /// Ferrite: load or build tensor graphs, compile them for the CPU or a simulated
 /// accelerator, and run them on numpy arrays.

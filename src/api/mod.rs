@@ -23,8 +23,11 @@
 //!   compiled as one program, run step after step;
 //! - `partition.rs`: [`Partitioned`](crate::Partitioned): a joint graph split by the min-cut
 //!   partitioner and compiled as a forward and a backward program;
-//! - `error.rs`: [`Error`](crate::Error).
+//! - `error.rs`: [`Error`](crate::Error);
+//! - `alloc.rs`: [`LargePages`](crate::alloc::LargePages), the global-allocator wrapper of the
+//!   binary and the Python extension (huge pages for large blocks only).
 
+pub mod alloc;
 mod automatic;
 pub mod builder;
 pub mod compile;
