@@ -50,11 +50,13 @@
 
 use crate::error::{Error, Result};
 use crate::lower::{
-    build_kernel, materialize_gemm_operands, Layout, LowerError, Plan, Role, SNode,
+    build_kernel, materialize_gemm_operands, signature, Layout, LowerError, Plan, Role, SNode,
+    Signature,
 };
 use ferrite_ir::loops::{Kernel, KernelId};
 use ferrite_ir::parallel::parallel_map;
 use ferrite_ir::{Graph, Op, ValueId};
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::fmt;
 
@@ -160,6 +162,11 @@ pub struct FusionStats {
     /// Groups ordered by full recomputations of the execution order and the live-bytes
     /// profile: one per round, and one per merge that the order cannot absorb in place.
     pub reorder_steps: usize,
+    /// Candidate kernels built to be costed.
+    pub kernels_built: usize,
+    /// Candidates costed from an equal [`Signature`] built before (a twin in another
+    /// layer) instead of being built.
+    pub twin_costs: usize,
 }
 
 impl FusionStats {
@@ -169,8 +176,11 @@ impl FusionStats {
     }
 }
 
+/// What costing a candidate gives: its cost, or why it cannot be one kernel.
+type Outcome = Result<Cost, crate::lower::Refusal>;
+
 /// Static cost of one candidate kernel.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 struct Cost {
     bytes: i64,
     ops: u64,
@@ -300,6 +310,7 @@ pub fn fuse(g: &Graph, max_fusion_size: usize, threads: usize) -> Result<Fusion<
         seen: vec![0; n],
         stamp: 0,
         cache: HashMap::new(),
+        twins: HashMap::new(),
         decided: HashSet::new(),
         decisions: Vec::new(),
         max_fusion_size: max_fusion_size.max(1),
@@ -357,7 +368,10 @@ struct Fuser<'a, 'g> {
     /// Visit marks of path searches (`stamp` is the current search's).
     seen: Vec<u32>,
     stamp: u32,
-    cache: HashMap<Vec<usize>, Result<Cost, crate::lower::Refusal>>,
+    cache: HashMap<Vec<usize>, Outcome>,
+    /// The outcomes of the kernels built so far by [`Signature`]: a candidate whose
+    /// signature is here (its twin in another layer was built) is not built again.
+    twins: HashMap<Signature<'a>, Outcome>,
     /// Candidate pairs already decided (by member lists), so refusals are recorded once.
     decided: HashSet<(Vec<usize>, Vec<usize>)>,
     /// The pads stored for their window's taps ([`store_window_pads`]).
@@ -408,7 +422,7 @@ struct Undo {
 /// A position that holds no kernel is pushed this far below any real total.
 const GONE: i64 = 1 << 62;
 
-impl Fuser<'_, '_> {
+impl<'a> Fuser<'a, '_> {
     /// The static cost of a kernel made of `members` (cached), or why it cannot exist.
     fn cost(&mut self, members: &[usize]) -> Result<Cost, LowerError> {
         let mut key = members.to_vec();
@@ -416,37 +430,106 @@ impl Fuser<'_, '_> {
         if let Some(c) = self.cache.get(&key) {
             return c.clone().map_err(LowerError::Refused);
         }
+        let sig = signature(self.plan, self.layout, &key);
+        if let Some(result) = self.twin_outcome(&sig, &key) {
+            self.cache.insert(key, result.clone());
+            return result.map_err(LowerError::Refused);
+        }
+        self.stats.kernels_built += 1;
         let result = match build_kernel(self.plan, self.layout, &key, KernelId(0)) {
             Ok(k) => Ok(Cost::of(&k)),
             Err(LowerError::Refused(r)) => Err(r),
             Err(LowerError::Failed(e)) => return Err(LowerError::Failed(e)),
         };
+        self.twins.insert(sig, result.clone());
         self.cache.insert(key, result.clone());
         result.map_err(LowerError::Refused)
     }
 
+    /// The outcome of the group `members` taken from its twin, a group with an equal
+    /// [`Signature`] built before: its cost, or its refusal restated for these values.
+    /// Debug builds check it against a fresh build, so a field the builder reads and the
+    /// signature lacks fails the tests.
+    fn twin_outcome(&mut self, sig: &Signature<'a>, members: &[usize]) -> Option<Outcome> {
+        let (twin, outcome) = self.twins.get_key_value(sig)?;
+        let outcome = match outcome {
+            Ok(c) => Ok(*c),
+            Err(r) => Err(sig.translate(twin, r)?),
+        };
+        if cfg!(debug_assertions) {
+            let built = match build_kernel(self.plan, self.layout, members, KernelId(0)) {
+                Ok(k) => Some(Ok(Cost::of(&k))),
+                Err(LowerError::Refused(r)) => Some(Err(r)),
+                Err(LowerError::Failed(_)) => None,
+            };
+            assert_eq!(
+                built.as_ref(),
+                Some(&outcome),
+                "a group with an equal signature builds differently: {members:?}"
+            );
+        }
+        self.stats.twin_costs += 1;
+        Some(outcome)
+    }
+
     /// Builds the kernels of `lists` (sorted member lists) that are not cached yet, on
     /// up to `threads` threads, and caches their costs: the same entries [`Fuser::cost`]
-    /// would make one at a time (a build that fails is left for it to report).
+    /// would make one at a time (a build that fails is left for it to report). A list
+    /// whose [`Signature`] was built before takes that outcome; of several lists with one
+    /// new signature, one is built and the others take its outcome.
     fn prefetch(&mut self, mut lists: Vec<Vec<usize>>) {
+        if self.threads < 2 {
+            return;
+        }
         lists.retain(|l| !self.cache.contains_key(l));
         lists.sort_unstable();
         lists.dedup();
-        if self.threads < 2 || lists.len() < 2 {
+        // Per new signature: the lists that have it, the first to be built.
+        let mut slot: HashMap<Signature<'a>, usize> = HashMap::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (i, l) in lists.iter().enumerate() {
+            let sig = signature(self.plan, self.layout, l);
+            if let Some(outcome) = self.twin_outcome(&sig, l) {
+                self.cache.insert(l.clone(), outcome);
+                continue;
+            }
+            match slot.entry(sig) {
+                Entry::Occupied(e) => groups[*e.get()].push(i),
+                Entry::Vacant(e) => {
+                    e.insert(groups.len());
+                    groups.push(vec![i]);
+                }
+            }
+        }
+        if groups.len() < 2 {
             return;
         }
+        self.stats.kernels_built += groups.len();
         let (plan, layout) = (self.plan, self.layout);
-        let built = parallel_map(lists.len(), self.threads, |i| {
-            match build_kernel(plan, layout, &lists[i], KernelId(0)) {
+        let built = parallel_map(groups.len(), self.threads, |j| {
+            match build_kernel(plan, layout, &lists[groups[j][0]], KernelId(0)) {
                 Ok(k) => Some(Ok(Cost::of(&k))),
                 Err(LowerError::Refused(r)) => Some(Err(r)),
                 // A failure is `cost`'s to report.
                 Err(LowerError::Failed(_)) => None,
             }
         });
-        for (i, cost) in built.into_iter().enumerate() {
-            if let Some(cost) = cost {
-                self.cache.insert(std::mem::take(&mut lists[i]), cost);
+        let mut sigs: Vec<Option<Signature<'a>>> = (0..groups.len()).map(|_| None).collect();
+        for (sig, j) in slot {
+            sigs[j] = Some(sig);
+        }
+        for ((members, outcome), sig) in groups.iter().zip(built).zip(sigs) {
+            let (Some(outcome), Some(sig)) = (outcome, sig) else {
+                continue;
+            };
+            self.cache
+                .insert(std::mem::take(&mut lists[members[0]]), outcome.clone());
+            self.twins.insert(sig, outcome);
+            for &i in &members[1..] {
+                let twin = signature(self.plan, self.layout, &lists[i]);
+                if let Some(outcome) = self.twin_outcome(&twin, &lists[i]) {
+                    self.cache.insert(std::mem::take(&mut lists[i]), outcome);
+                }
             }
         }
     }

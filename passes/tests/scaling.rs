@@ -76,6 +76,18 @@ fn graph(kind: &str, n: usize) -> String {
             let outs: Vec<String> = (0..n).map(|i| format!("o{i}")).collect();
             ("x: f32[8, 8]".to_string(), outs.join(", "))
         }
+        "layers" => {
+            // Identical layers with their own weights: a matmul, its row sums, a relu.
+            let mut params = vec!["x: f32[8, 16]".to_string()];
+            for i in 0..n {
+                let p = prev(i);
+                params.push(format!("w{i}: f32[16, 16]"));
+                body += &format!("  m{i} = matmul({p}, w{i})\n");
+                body += &format!("  s{i} = sum(m{i}, axes=[1], keepdim=true)\n");
+                body += &format!("  a{i} = relu(sub(m{i}, s{i}))\n");
+            }
+            (params.join(", "), format!("a{}", n - 1))
+        }
         _ => unreachable!("no graph kind {kind}"),
     };
     format!("graph g({params}) {{\n{body}  return {ret}\n}}\n")
@@ -141,4 +153,27 @@ fn unfused_schedules_have_one_kernel_per_op() {
         assert_eq!(s.program.kernels.len(), 10_000, "{kind}");
         assert_eq!(s.fusion_stats.work(), 0);
     }
+}
+
+#[test]
+fn repeated_layers_are_built_once_and_costed_by_signature() {
+    // The planner builds a candidate kernel to cost it; a candidate whose signature equals
+    // one built before (the same candidate in an earlier layer) takes that cost.
+    let two = fused("layers", 2);
+    let many = fused("layers", 12);
+    let (a, b) = (two.fusion_stats, many.fusion_stats);
+    assert!(b.twin_costs > 0, "no twin found: {b:?}");
+    assert!(
+        b.kernels_built <= a.kernels_built + 4,
+        "12 layers built {} candidates, 2 layers {}: {a:?} {b:?}",
+        b.kernels_built,
+        a.kernels_built
+    );
+    // Every layer is fused alike.
+    assert_eq!(
+        many.program.kernels.len(),
+        6 * two.program.kernels.len(),
+        "{}",
+        many.decisions_text()
+    );
 }

@@ -41,11 +41,13 @@ mod pad;
 mod plan;
 mod refusal;
 mod scatter;
+mod signature;
 mod value;
 
 pub use kernel::{build_kernel, materialize_gemm_operands};
 pub use plan::{Layout, Plan, Role, SNode};
 pub use refusal::{LowerError, Refusal};
+pub use signature::{signature, Signature};
 
 use crate::error::{Error, Result};
 use ferrite_ir::loops::{KernelId, Program};
