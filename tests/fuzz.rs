@@ -244,7 +244,12 @@ fn f32_init(name: &str, dims: &[i64], raw: bool) -> TensorProto {
         name: Some(name.into()),
         dims: dims.to_vec(),
         data_type: Some(F32),
-        raw_data: raw.then(|| v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        raw_data: raw.then(|| {
+            v.iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect::<Vec<u8>>()
+                .into()
+        }),
         float_data: if raw { vec![] } else { v },
         ..Default::default()
     }

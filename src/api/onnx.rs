@@ -54,7 +54,7 @@ pub fn load_symbolic(
 ) -> Result<(ferrite_ir::sym::SymGraph, Model)> {
     let path = path.as_ref();
     let (bytes, mut ext) = read_model(path)?;
-    let model = ferrite_onnx::decode_model(&bytes).map_err(|e| import_error(path, e))?;
+    let model = ferrite_onnx::decode_model_owned(bytes).map_err(|e| import_error(path, e))?;
     ferrite_onnx::import_symbolic(&model, options, bounds, &mut ext)
         .map_err(|e| import_error(path, e))
 }
@@ -63,7 +63,7 @@ pub fn load_symbolic(
 pub fn load_with(path: impl AsRef<Path>, options: &Options) -> Result<Model> {
     let path = path.as_ref();
     let (bytes, mut ext) = read_model(path)?;
-    ferrite_onnx::import(&bytes, options, &mut ext).map_err(|e| import_error(path, e))
+    ferrite_onnx::import_owned(bytes, options, &mut ext).map_err(|e| import_error(path, e))
 }
 
 /// A model file's bytes (size-checked before the read) and the resolver of its external

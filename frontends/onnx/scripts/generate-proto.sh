@@ -22,7 +22,13 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (dir, out) = (&args[1], &args[2]);
     let fds = protox::compile([format!("{dir}/onnx.proto")], [dir.as_str()]).expect("compile onnx.proto");
-    prost_build::Config::new().out_dir(out).compile_fds(fds).expect("generate");
+    // A tensor's raw_data as `Bytes`: decoded from a `Bytes` buffer it is a slice of the
+    // model's bytes, not a copy (weights are most of a model file).
+    prost_build::Config::new()
+        .bytes([".onnx.TensorProto.raw_data"])
+        .out_dir(out)
+        .compile_fds(fds)
+        .expect("generate");
 }
 RS
 cargo run --quiet --release --manifest-path "$work/Cargo.toml" -- "$here/proto" "$work/out"

@@ -34,9 +34,26 @@ pub fn decode_model(bytes: &[u8]) -> Result<proto::ModelProto> {
     proto::ModelProto::decode(bytes).map_err(|e| Error::Decode(e.to_string()))
 }
 
+/// [`decode_model`] from an owned buffer: each tensor's `raw_data` is then a slice of
+/// `bytes`, not a copy of it.
+pub fn decode_model_owned(bytes: impl Into<prost::bytes::Bytes>) -> Result<proto::ModelProto> {
+    proto::ModelProto::decode(bytes.into()).map_err(|e| Error::Decode(e.to_string()))
+}
+
 /// Imports a serialized ONNX model.
 pub fn import(bytes: &[u8], options: &Options, ext: &mut dyn ExternalData) -> Result<Model> {
     let model = decode_model(bytes)?;
+    import::import_model(&model, options, ext)
+}
+
+/// [`import`] from an owned buffer, which the weights are not copied out of before they
+/// become tensors ([`decode_model_owned`]).
+pub fn import_owned(
+    bytes: impl Into<prost::bytes::Bytes>,
+    options: &Options,
+    ext: &mut dyn ExternalData,
+) -> Result<Model> {
+    let model = decode_model_owned(bytes)?;
     import::import_model(&model, options, ext)
 }
 

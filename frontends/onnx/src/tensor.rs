@@ -315,7 +315,7 @@ pub fn from_tensor(name: &str, t: &Tensor) -> TensorProto {
         dims: t.ty.shape.iter().map(|&d| d as i64).collect(),
         data_type: Some(elem_type_of(t.ty.dtype)),
         name: Some(name.to_string()),
-        raw_data: Some(raw),
+        raw_data: Some(raw.into()),
         ..TensorProto::default()
     }
 }

@@ -536,7 +536,7 @@ fn tensor_sizes_are_checked_against_the_bytes_before_allocating() {
             name: Some("w".into()),
             dims,
             data_type: Some(F32),
-            raw_data: Some(vec![0; 8]),
+            raw_data: Some(vec![0u8; 8].into()),
             ..Default::default()
         };
         let bytes = model(
@@ -553,7 +553,7 @@ fn tensor_sizes_are_checked_against_the_bytes_before_allocating() {
         name: Some("w".into()),
         dims: vec![3],
         data_type: Some(F32),
-        raw_data: Some(vec![0; 8]),
+        raw_data: Some(vec![0u8; 8].into()),
         ..Default::default()
     };
     let bytes = model(
