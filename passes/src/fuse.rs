@@ -179,6 +179,16 @@ impl FusionStats {
 /// What costing a candidate gives: its cost, or why it cannot be one kernel.
 type Outcome = Result<Cost, crate::lower::Refusal>;
 
+/// Builds the kernel of `members` to cost it; `Err` only for a failure (a bug), which is
+/// not an outcome.
+fn build_outcome(plan: &Plan<'_>, layout: &Layout, members: &[usize]) -> Result<Outcome> {
+    match build_kernel(plan, layout, members, KernelId(0)) {
+        Ok(k) => Ok(Ok(Cost::of(&k))),
+        Err(LowerError::Refused(r)) => Ok(Err(r)),
+        Err(LowerError::Failed(e)) => Err(e),
+    }
+}
+
 /// Static cost of one candidate kernel.
 #[derive(Clone, Copy, PartialEq, Debug)]
 struct Cost {
@@ -436,11 +446,7 @@ impl<'a> Fuser<'a, '_> {
             return result.map_err(LowerError::Refused);
         }
         self.stats.kernels_built += 1;
-        let result = match build_kernel(self.plan, self.layout, &key, KernelId(0)) {
-            Ok(k) => Ok(Cost::of(&k)),
-            Err(LowerError::Refused(r)) => Err(r),
-            Err(LowerError::Failed(e)) => return Err(LowerError::Failed(e)),
-        };
+        let result = build_outcome(self.plan, self.layout, &key).map_err(LowerError::Failed)?;
         self.twins.insert(sig, result.clone());
         self.cache.insert(key, result.clone());
         result.map_err(LowerError::Refused)
@@ -457,11 +463,7 @@ impl<'a> Fuser<'a, '_> {
             Err(r) => Err(sig.translate(twin, r)?),
         };
         if cfg!(debug_assertions) {
-            let built = match build_kernel(self.plan, self.layout, members, KernelId(0)) {
-                Ok(k) => Some(Ok(Cost::of(&k))),
-                Err(LowerError::Refused(r)) => Some(Err(r)),
-                Err(LowerError::Failed(_)) => None,
-            };
+            let built = build_outcome(self.plan, self.layout, members).ok();
             assert_eq!(
                 built.as_ref(),
                 Some(&outcome),
@@ -484,13 +486,17 @@ impl<'a> Fuser<'a, '_> {
         lists.retain(|l| !self.cache.contains_key(l));
         lists.sort_unstable();
         lists.dedup();
-        // Per new signature: the lists that have it, the first to be built.
-        let mut slot: HashMap<Signature<'a>, usize> = HashMap::new();
+        let mut sigs: Vec<Option<Signature<'a>>> = lists
+            .iter()
+            .map(|l| Some(signature(self.plan, self.layout, l)))
+            .collect();
+        // Per new signature, the lists that have it; the first is built.
         let mut groups: Vec<Vec<usize>> = Vec::new();
-        for (i, l) in lists.iter().enumerate() {
-            let sig = signature(self.plan, self.layout, l);
-            if let Some(outcome) = self.twin_outcome(&sig, l) {
-                self.cache.insert(l.clone(), outcome);
+        let mut slot: HashMap<&Signature<'a>, usize> = HashMap::new();
+        for (i, sig) in sigs.iter().enumerate() {
+            let sig = sig.as_ref().expect("every list has its signature");
+            if let Some(outcome) = self.twin_outcome(sig, &lists[i]) {
+                self.cache.insert(lists[i].clone(), outcome);
                 continue;
             }
             match slot.entry(sig) {
@@ -501,33 +507,26 @@ impl<'a> Fuser<'a, '_> {
                 }
             }
         }
+        drop(slot);
         if groups.len() < 2 {
             return;
         }
         self.stats.kernels_built += groups.len();
         let (plan, layout) = (self.plan, self.layout);
+        // A failure is `cost`'s to report.
         let built = parallel_map(groups.len(), self.threads, |j| {
-            match build_kernel(plan, layout, &lists[groups[j][0]], KernelId(0)) {
-                Ok(k) => Some(Ok(Cost::of(&k))),
-                Err(LowerError::Refused(r)) => Some(Err(r)),
-                // A failure is `cost`'s to report.
-                Err(LowerError::Failed(_)) => None,
-            }
+            build_outcome(plan, layout, &lists[groups[j][0]]).ok()
         });
-        let mut sigs: Vec<Option<Signature<'a>>> = (0..groups.len()).map(|_| None).collect();
-        for (sig, j) in slot {
-            sigs[j] = Some(sig);
-        }
-        for ((members, outcome), sig) in groups.iter().zip(built).zip(sigs) {
-            let (Some(outcome), Some(sig)) = (outcome, sig) else {
-                continue;
-            };
+        for (members, outcome) in groups.iter().zip(built) {
+            let Some(outcome) = outcome else { continue };
+            let first = members[0];
+            let sig = sigs[first].take().expect("taken once, by its group");
             self.cache
-                .insert(std::mem::take(&mut lists[members[0]]), outcome.clone());
+                .insert(std::mem::take(&mut lists[first]), outcome.clone());
             self.twins.insert(sig, outcome);
             for &i in &members[1..] {
-                let twin = signature(self.plan, self.layout, &lists[i]);
-                if let Some(outcome) = self.twin_outcome(&twin, &lists[i]) {
+                let sig = sigs[i].as_ref().expect("only a group's first is taken");
+                if let Some(outcome) = self.twin_outcome(sig, &lists[i]) {
                     self.cache.insert(std::mem::take(&mut lists[i]), outcome);
                 }
             }

@@ -49,11 +49,21 @@ fn advise(ptr: *mut u8, size: usize) {
         return;
     }
     #[cfg(target_os = "linux")]
-    // SAFETY: the range lies inside a block the allocator just handed out (so it is mapped
-    // and ours); MADV_HUGEPAGE changes no contents and no protection, only how later faults
-    // are served.
+    // SAFETY: MADV_HUGEPAGE changes no contents and no protection of any page, only how later
+    // faults of anonymous memory are served, so it is harmless on the block's neighbours too;
+    // a part of the range that is not mapped makes the call fail, which is ignored.
     unsafe {
         libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+    }
+}
+
+impl<A> LargePages<A> {
+    /// `p`, a block of `size` bytes just handed out (or null), advised if it is large.
+    fn advised(p: *mut u8, size: usize) -> *mut u8 {
+        if !p.is_null() && size >= Self::THRESHOLD {
+            advise(p, size);
+        }
+        p
     }
 }
 
@@ -62,22 +72,14 @@ fn advise(ptr: *mut u8, size: usize) {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for LargePages<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract is `A::alloc`'s.
-        let p = unsafe { self.0.alloc(layout) };
-        if !p.is_null() && layout.size() >= Self::THRESHOLD {
-            advise(p, layout.size());
-        }
-        p
+        Self::advised(unsafe { self.0.alloc(layout) }, layout.size())
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // A zeroed large block is usually fresh memory the allocator does not write, so the
         // advice comes in time for its first faults.
         // SAFETY: the caller's contract is `A::alloc_zeroed`'s.
-        let p = unsafe { self.0.alloc_zeroed(layout) };
-        if !p.is_null() && layout.size() >= Self::THRESHOLD {
-            advise(p, layout.size());
-        }
-        p
+        Self::advised(unsafe { self.0.alloc_zeroed(layout) }, layout.size())
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -87,11 +89,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for LargePages<A> {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller's contract is `A::realloc`'s.
-        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
-        if !p.is_null() && new_size >= Self::THRESHOLD {
-            advise(p, new_size);
-        }
-        p
+        Self::advised(unsafe { self.0.realloc(ptr, layout, new_size) }, new_size)
     }
 }
 
