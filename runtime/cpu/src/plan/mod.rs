@@ -105,7 +105,7 @@ impl Default for CodegenOptions {
 /// A step over the whole program.
 struct ProgramStep {
     name: &'static str,
-    run: fn(&CpuPlan, &Options) -> Result<CpuPlan>,
+    run: fn(&mut CpuPlan, &Options) -> Result<()>,
 }
 
 /// A step over one generated kernel: its new form (`None`: unchanged), deciding parts of
@@ -130,7 +130,7 @@ struct Scope<'a> {
 }
 
 impl ProgramStep {
-    const fn new(name: &'static str, run: fn(&CpuPlan, &Options) -> Result<CpuPlan>) -> Self {
+    const fn new(name: &'static str, run: fn(&mut CpuPlan, &Options) -> Result<()>) -> Self {
         ProgramStep { name, run }
     }
 }
@@ -195,19 +195,19 @@ pub fn plan_program(
     // from it. Verifying the whole program after every step was 2.5% of compiling GPT-2.
     let each = cfg!(debug_assertions);
     for step in &PROGRAM_STEPS {
-        plan = (step.run)(&plan, &opts)?;
+        (step.run)(&mut plan, &opts)?;
         if each {
             verify(&plan, step.name, true)?;
         }
     }
     for step in &KERNEL_STEPS {
-        plan = run_kernel_step(&plan, step, &opts)?;
+        run_kernel_step(&mut plan, step, &opts)?;
         if each {
             verify(&plan, step.name, true)?;
         }
     }
     for step in &FINAL_STEPS {
-        plan = (step.run)(&plan, &opts)?;
+        (step.run)(&mut plan, &opts)?;
         if each {
             verify(&plan, step.name, true)?;
         }
@@ -257,7 +257,7 @@ pub fn plan_kernel(
             message: format!("kernel {}: {e}", kernel.name),
         })?;
     for step in &KERNEL_STEPS {
-        plan = run_kernel_step(&plan, step, &opts)?;
+        run_kernel_step(&mut plan, step, &opts)?;
         verify(&plan, step.name, false)?;
     }
     Ok(plan)
@@ -294,12 +294,11 @@ fn verify(plan: &CpuPlan, step: &'static str, whole: bool) -> Result<()> {
 
 /// Runs a kernel step on every generated kernel of `plan`, recomputing the accesses of
 /// the kernels it rewrites.
-fn run_kernel_step(plan: &CpuPlan, step: &KernelStep, opts: &Options) -> Result<CpuPlan> {
-    let mut out = plan.clone();
+fn run_kernel_step(plan: &mut CpuPlan, step: &KernelStep, opts: &Options) -> Result<()> {
     let Program {
         buffers, kernels, ..
-    } = &mut out.program;
-    for (k, kp) in kernels.iter_mut().zip(&mut out.kernels) {
+    } = &mut plan.program;
+    for (k, kp) in kernels.iter_mut().zip(&mut plan.kernels) {
         let Run::Generated(schedule) = &mut kp.run else {
             continue;
         };
@@ -314,7 +313,7 @@ fn run_kernel_step(plan: &CpuPlan, step: &KernelStep, opts: &Options) -> Result<
             *k = new;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Proves every access of `kernel` in bounds (see [`prove_accesses`]), for a kernel
@@ -343,21 +342,22 @@ fn prove_kernel(kernel: &Kernel, buffers: &[Buffer]) -> Result<()> {
 
 /// `split-gemm`: each matmul kernel the extern GEMM can run becomes its product kernel
 /// and, unless the product is the whole result, an epilogue kernel (`epilogue.rs`).
-fn split_gemm(plan: &CpuPlan, opts: &Options) -> Result<CpuPlan> {
+fn split_gemm(plan: &mut CpuPlan, opts: &Options) -> Result<()> {
     if !opts.use_gemm {
-        return Ok(plan.clone());
+        return Ok(());
     }
-    let mut buffers = plan.program.buffers.clone();
+    let buffers = &mut plan.program.buffers;
     let mut kernels = Vec::with_capacity(plan.program.kernels.len());
     let mut plans = Vec::with_capacity(plan.kernels.len());
-    for (k, kp) in plan.program.kernels.iter().zip(&plan.kernels) {
+    let old = std::mem::take(&mut plan.program.kernels);
+    for (k, kp) in old.into_iter().zip(std::mem::take(&mut plan.kernels)) {
         let split = match kp.run {
-            Run::Generated(_) => epilogue::split_gemm(k, &buffers, BufferId(buffers.len() as u32)),
+            Run::Generated(_) => epilogue::split_gemm(&k, buffers, BufferId(buffers.len() as u32)),
             _ => None,
         };
         let Some(split) = split else {
-            kernels.push(k.clone());
-            plans.push(kp.clone());
+            kernels.push(k);
+            plans.push(kp);
             continue;
         };
         buffers.extend(split.temp);
@@ -376,27 +376,21 @@ fn split_gemm(plan: &CpuPlan, opts: &Options) -> Result<CpuPlan> {
     }
     for (i, k) in kernels.iter_mut().enumerate() {
         k.id = KernelId(i as u32);
-        (k.reads, k.writes) = k.compute_accesses(&buffers);
+        (k.reads, k.writes) = k.compute_accesses(buffers);
     }
-    Ok(CpuPlan {
-        program: Program {
-            buffers,
-            kernels,
-            ..plan.program.clone()
-        },
-        kernels: plans,
-    })
+    plan.program.kernels = kernels;
+    plan.kernels = plans;
+    Ok(())
 }
 
 /// `skip-empty`: a generated kernel over an empty domain runs nothing.
-fn skip_empty(plan: &CpuPlan, _: &Options) -> Result<CpuPlan> {
-    let mut out = plan.clone();
-    for (k, kp) in out.program.kernels.iter().zip(&mut out.kernels) {
+fn skip_empty(plan: &mut CpuPlan, _: &Options) -> Result<()> {
+    for (k, kp) in plan.program.kernels.iter().zip(&mut plan.kernels) {
         if matches!(kp.run, Run::Generated(_)) && k.domain.contains(&0) {
             kp.run = Run::Nothing;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// `gemm-blocks`: a GEMM whose epilogue may run on each block of the product as soon as
@@ -407,20 +401,24 @@ fn skip_empty(plan: &CpuPlan, _: &Options) -> Result<CpuPlan> {
 /// index: then each row of a block is one range of the epilogue's points, and it reads
 /// nothing the GEMM has yet to write. Its other buffers are read-only and live across the
 /// product kernel (they are read after it), so no GEMM operand shares their storage.
-fn gemm_blocks(plan: &CpuPlan, _: &Options) -> Result<CpuPlan> {
-    let mut out = plan.clone();
+fn gemm_blocks(plan: &mut CpuPlan, _: &Options) -> Result<()> {
     let pairs = plan.kernels.windows(2).zip(&plan.program.kernels[1..]);
-    for (i, (pair, epilogue)) in pairs.enumerate() {
-        let (Run::ExternGemm(g), Run::Generated(s)) = (&pair[0].run, &pair[1].run) else {
-            continue;
-        };
-        if pair[0].source == pair[1].source && epilogue_runs_per_rows(g, epilogue, s) {
-            if let Run::ExternGemm(g) = &mut out.kernels[i].run {
-                g.epilogue_per_rows = true;
-            }
+    let per_rows: Vec<usize> = pairs
+        .enumerate()
+        .filter_map(|(i, (pair, epilogue))| {
+            let (Run::ExternGemm(g), Run::Generated(s)) = (&pair[0].run, &pair[1].run) else {
+                return None;
+            };
+            (pair[0].source == pair[1].source && epilogue_runs_per_rows(g, epilogue, s))
+                .then_some(i)
+        })
+        .collect();
+    for i in per_rows {
+        if let Run::ExternGemm(g) = &mut plan.kernels[i].run {
+            g.epilogue_per_rows = true;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Whether `epilogue` (scheduled `s`) may run on blocks of rows of `g`'s product (see
