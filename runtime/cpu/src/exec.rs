@@ -36,9 +36,10 @@ use super::gemm::{
     gemm_nd_then, AfterBlock, BatchAxes, GemmScalar, MatLayout, MatMut, MatRef, Parallelism, Scale,
     Scan,
 };
-use super::jit::{verify, Jit, JitCode, JitOptions};
+use super::jit::{verify, Jit, JitCode, JitOptions, Verified};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, global_pool, ChunkSpan, ChunkTimes, Team, ThreadPool};
+use cranelift_codegen::ir::Function;
 use ferrite_ir::loops::{
     assign_slots, Buffer, BufferId, BufferKind, Extents, Kernel, Liveness, Program, Rows, Slot,
     Slots, Stage, Var,
@@ -379,21 +380,77 @@ impl CpuProgram {
                 Run::Nothing => {}
             }
         }
+        // Twins (kernels equal up to their buffers' numbers: a layer's and the next
+        // layer's) are built once; each other twin is the first's function with its own
+        // slots. Debug builds build every kernel and check each twin against its first.
+        let keys = parallel_map(generated.len(), opts.threads, |i| {
+            let (_, k, schedule) = generated[i];
+            emit::twin_key(&buffers, k, schedule)
+        });
+        let mut first_with: HashMap<&str, usize> = HashMap::new();
+        let first: Vec<usize> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, (key, _))| *first_with.entry(key.as_str()).or_insert(i))
+            .collect();
+        drop(first_with);
+        let built_here: Vec<usize> = (0..generated.len())
+            .filter(|&i| first[i] == i || cfg!(debug_assertions))
+            .collect();
+        let fname =
+            |source: usize| format!("k{source}_{}", sanitize(&program.kernels[source].name));
         // The functions are built and verified on the compile's threads, then defined in
         // order (each queued for the background compilers as it is).
         let isa = jit.shared_isa();
-        let emitted = parallel_map(generated.len(), opts.threads, |i| {
-            let (source, k, schedule) = generated[i];
-            let fname = format!("k{source}_{}", sanitize(&program.kernels[source].name));
+        let emitted_here = parallel_map(built_here.len(), opts.threads, |j| {
+            let (source, k, schedule) = generated[built_here[j]];
+            let fname = fname(source);
             let (func, info) = emit::function(&*isa, &fname, &buffers, k, schedule)?;
-            Ok((verify(&*isa, &fname, func)?, fname, info))
+            Ok((verify(&*isa, &fname, func)?, info))
         });
-        for ((source, _, _), built) in generated.iter().zip(emitted) {
-            let context = |e: Error| e.context(format!("kernel {}", program.kernels[*source].name));
-            let (func, fname, info) = built.map_err(context)?;
-            jit.define_verified(&fname, func)
-                .map_err(|e| context(e.into()))?;
-            planned[*source].1 = Some((fname, info));
+        let mut emitted: Vec<Option<Result<(Verified, KernelInfo)>>> =
+            (0..generated.len()).map(|_| None).collect();
+        for (i, e) in built_here.into_iter().zip(emitted_here) {
+            emitted[i] = Some(e);
+        }
+        // Debug builds: the first twins' functions, to check the others against.
+        let mut bodies: Vec<Option<Function>> = vec![None; generated.len()];
+        let mut infos: Vec<Option<KernelInfo>> = vec![None; generated.len()];
+        for (i, &(source, k, schedule)) in generated.iter().enumerate() {
+            let context = |e: Error| e.context(format!("kernel {}", program.kernels[source].name));
+            let name = fname(source);
+            let f = first[i];
+            let built = emitted[i].take();
+            let info = if f == i {
+                let (func, info) = built.expect("every first twin is built").map_err(context)?;
+                if cfg!(debug_assertions) {
+                    bodies[i] = Some(func.function().clone());
+                }
+                jit.define_verified(&name, func)
+                    .map_err(|e| context(e.into()))?;
+                info
+            } else {
+                let of = infos[f]
+                    .as_ref()
+                    .expect("a first twin is defined before the others");
+                let info = of.for_twin(&name, k, schedule, &keys[f].1, &keys[i].1);
+                if let Some(built) = built {
+                    let (func, fresh) = built.map_err(context)?;
+                    let same =
+                        bodies[f].as_ref().map(|b| &b.stencil) == Some(&func.function().stencil);
+                    assert!(
+                        same && fresh == info,
+                        "twin kernels build different functions: {} and {}",
+                        program.kernels[generated[f].0].name,
+                        program.kernels[source].name
+                    );
+                }
+                jit.define_same_as(&name, &of.function)
+                    .map_err(|e| context(e.into()))?;
+                info
+            };
+            infos[i] = Some(info.clone());
+            planned[source].1 = Some((name, info));
         }
         // The constant GEMM operands are scanned for subnormals once, here (tens of MB in
         // a conv net), on the compile's threads while the functions compile.

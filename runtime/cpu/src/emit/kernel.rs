@@ -100,10 +100,12 @@ pub fn function(
         }
         slots.extend(stage.stores().iter().map(|s| s.buffer));
     }
-    // Scratch buffers live in the stack frame, not in a slot.
+    // Scratch buffers live in the stack frame, not in a slot. Slots are in order of
+    // first appearance (not of buffer number), so that twins (kernels equal up to their
+    // buffers' numbers, see [`twin_key`]) build the same function.
     slots.retain(|b| !scratch(b));
-    slots.sort();
-    slots.dedup();
+    let mut seen = HashSet::new();
+    slots.retain(|b| seen.insert(*b));
     for s in &slots {
         if s.index() >= buffers.len() {
             return Err(Error::InvalidProgram {
@@ -153,22 +155,129 @@ pub fn function(
     drop(e);
     b.seal_all_blocks();
     b.finalize(frontend_config);
-    let info = KernelInfo {
-        function: name.to_string(),
-        kernel: kernel.name.clone(),
-        slots,
-        checks,
-        stages: schedule.reports(),
-        parallel: schedule.parallel,
-        points: kernel.domain.iter().product(),
-        work_per_point: kernel
-            .stages
+    Ok((func, KernelInfo::new(name, kernel, schedule, slots, checks)))
+}
+
+impl KernelInfo {
+    /// The facts of the function `name` built for `kernel` scheduled so.
+    pub fn new(
+        name: &str,
+        kernel: &Kernel,
+        schedule: &Schedule,
+        slots: Vec<BufferId>,
+        checks: Vec<String>,
+    ) -> KernelInfo {
+        KernelInfo {
+            function: name.to_string(),
+            kernel: kernel.name.clone(),
+            slots,
+            checks,
+            stages: schedule.reports(),
+            parallel: schedule.parallel,
+            points: kernel.domain.iter().product(),
+            work_per_point: kernel
+                .stages
+                .iter()
+                .map(|s| s.domain().iter().product::<usize>().max(1))
+                .sum(),
+            notes: schedule.notes.clone(),
+        }
+    }
+
+    /// The facts of the function built for `kernel`, a twin of the kernel this one was
+    /// built for (see [`twin_key`]: `order` and `twin_order` are their buffers in the
+    /// order of the key): the same function, its slots holding the twin's buffers.
+    pub fn for_twin(
+        &self,
+        name: &str,
+        kernel: &Kernel,
+        schedule: &Schedule,
+        order: &[BufferId],
+        twin_order: &[BufferId],
+    ) -> KernelInfo {
+        let map: HashMap<BufferId, BufferId> = order
             .iter()
-            .map(|s| s.domain().iter().product::<usize>().max(1))
-            .sum(),
-        notes: schedule.notes.clone(),
-    };
-    Ok((func, info))
+            .copied()
+            .zip(twin_order.iter().copied())
+            .collect();
+        let slots = self.slots.iter().map(|b| map[b]).collect();
+        KernelInfo::new(name, kernel, schedule, slots, self.checks.clone())
+    }
+}
+
+/// What [`function`] builds from, with the buffers renumbered by first appearance: two
+/// planned kernels with equal keys (a layer's kernel and its twin in the next layer) build
+/// the same function, up to which buffer each slot holds. Returns the key and the buffers
+/// in their key order.
+///
+/// The key is the `Debug` text of every field the emitter reads (the kernel but its id,
+/// name and graph nodes; the schedule but its notes; the element type and shape of each
+/// buffer, and whether it is scratch), so that a field added later takes part without a
+/// list to keep; debug builds check each twin against a fresh build
+/// (`CpuProgram::compile`).
+pub fn twin_key(
+    buffers: &[Buffer],
+    kernel: &Kernel,
+    schedule: &Schedule,
+) -> (String, Vec<BufferId>) {
+    use std::fmt::Write;
+    let Kernel {
+        id: _,
+        name: _,
+        nodes: _,
+        domain,
+        stages,
+        gemm,
+        reads,
+        writes,
+    } = kernel;
+    let Schedule {
+        parallel,
+        lanes,
+        stages: plans,
+        scratch,
+        notes: _,
+        wide,
+    } = schedule;
+    let text = format!(
+        "{domain:?}{stages:?}{gemm:?}{reads:?}{writes:?}{parallel:?}{lanes:?}{plans:?}{scratch:?}{wide:?}"
+    );
+    const TAG: &str = "BufferId(";
+    let mut key = String::with_capacity(text.len() + 64);
+    let mut order: Vec<BufferId> = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(TAG) {
+        let (head, tail) = rest.split_at(at + TAG.len());
+        key.push_str(head);
+        let digits = tail
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        match tail[..digits].parse::<u32>() {
+            Ok(n) => {
+                let b = BufferId(n);
+                let ordinal = match order.iter().position(|&o| o == b) {
+                    Some(p) => p,
+                    None => {
+                        order.push(b);
+                        order.len() - 1
+                    }
+                };
+                let _ = write!(key, "{ordinal}");
+            }
+            Err(_) => key.push_str(&tail[..digits]),
+        }
+        rest = &tail[digits..];
+    }
+    key.push_str(rest);
+    for b in &order {
+        match buffers.get(b.index()) {
+            Some(buf) => {
+                let _ = write!(key, "|{:?} {}", buf.ty, buf.kind == BufferKind::Scratch);
+            }
+            None => key.push_str("|missing"),
+        }
+    }
+    (key, order)
 }
 
 impl<'a> Emitter<'a, '_> {

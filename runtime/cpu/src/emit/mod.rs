@@ -60,7 +60,7 @@ mod reduce;
 mod stage;
 mod state;
 
-pub use kernel::{function, KernelInfo};
+pub use kernel::{function, twin_key, KernelInfo};
 
 use crate::error::{Error, Result};
 use crate::jit::Jit;

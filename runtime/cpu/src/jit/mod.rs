@@ -419,6 +419,32 @@ impl Jit {
         self.define_checked(name, func.0, true)
     }
 
+    /// Adds `name` for the function defined as `existing`: the same code under a second
+    /// name, for a caller that knows the two functions would be identical (it built
+    /// `existing` from the same input; see `CpuProgram::compile`'s twins), so that the
+    /// second is neither built nor hashed.
+    pub fn define_same_as(&mut self, name: &str, existing: &str) -> Result<(), JitError> {
+        if self.functions.iter().any(|(n, _)| n == name) {
+            return Err(JitError::DuplicateName(name.to_string()));
+        }
+        let definition = self
+            .functions
+            .iter()
+            .find(|(n, _)| n == existing)
+            .map(|(_, d)| d.clone())
+            .ok_or_else(|| JitError::UnknownFunction(existing.to_string()))?;
+        if let Some(dump) = self.dumps.iter().find(|d| d.name == existing) {
+            let dump = FunctionDump {
+                name: name.to_string(),
+                ..dump.clone()
+            };
+            self.dumps.push(dump);
+        }
+        self.functions.push((name.to_string(), definition));
+        self.stats.shared_in_module += 1;
+        Ok(())
+    }
+
     fn define_checked(
         &mut self,
         name: &str,
@@ -807,6 +833,13 @@ pub fn signature(isa: &dyn TargetIsa, params: &[Type], returns: &[Type]) -> Sign
 
 /// A function that passed Cranelift's verifier (made by [`verify`]).
 pub struct Verified(Function);
+
+impl Verified {
+    /// The verified function.
+    pub fn function(&self) -> &Function {
+        &self.0
+    }
+}
 
 /// Runs Cranelift's verifier on `func` (named `name` in the error) for `isa`; any thread
 /// may, with the module's [`Jit::shared_isa`].
