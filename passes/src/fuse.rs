@@ -167,6 +167,9 @@ pub struct FusionStats {
     /// Candidates costed from an equal [`Signature`] built before (a twin in another
     /// layer) instead of being built.
     pub twin_costs: usize,
+    /// Plans rebuilt to materialize matmul operands the GEMM cannot read as strided views
+    /// (one per pass of repairs, whatever the number of matmuls repaired).
+    pub operand_plans: usize,
 }
 
 impl FusionStats {
@@ -286,7 +289,8 @@ fn pads_short_rows(g: &Graph, v: ValueId) -> bool {
 
 /// Groups the primitive graph `g` into kernels (see the module docs).
 pub fn fuse(g: &Graph, max_fusion_size: usize, threads: usize) -> Result<Fusion<'_>> {
-    let (plan, stored_pads) = store_window_pads(materialize_gemm_operands(Plan::fused(g))?);
+    let (plan, operand_plans) = materialize_gemm_operands(Plan::fused(g))?;
+    let (plan, stored_pads) = store_window_pads(plan);
     let layout = Layout::provisional(&plan);
     let n = plan.snodes.len();
     let mut succ = vec![BTreeSet::new(); n];
@@ -325,7 +329,10 @@ pub fn fuse(g: &Graph, max_fusion_size: usize, threads: usize) -> Result<Fusion<
         decisions: Vec::new(),
         max_fusion_size: max_fusion_size.max(1),
         threads: threads.max(1),
-        stats: FusionStats::default(),
+        stats: FusionStats {
+            operand_plans,
+            ..FusionStats::default()
+        },
         stored_pads,
     };
     let singletons: Vec<Vec<usize>> = (0..n).map(|s| vec![s]).collect();

@@ -23,22 +23,129 @@ use std::collections::{HashMap, HashSet};
 /// through strides, so any operand that is not a strided view of a buffer (a padded
 /// view, an arange, ..) is materialized, until none is left.
 ///
-/// Each matmul is built until it lowers, materializing the culprit of each refusal.
-/// Materializing a value only turns its readers' view of it into a buffer read, so a
-/// matmul that lowered keeps lowering; a last pass over every matmul checks that, and
-/// the whole repeats if it ever did not (the fixed point of the plain algorithm, without
-/// rebuilding every matmul after each repair).
-pub fn materialize_gemm_operands(mut plan: Plan<'_>) -> Result<Plan<'_>> {
+/// Each matmul is built until it lowers, materializing the culprit of each refusal, in
+/// matmul order: the plain algorithm is [`materialize_one_at_a_time`]. Materializing a
+/// value only turns its readers' view of it into a buffer read, so a matmul that lowered
+/// keeps lowering; and a matmul's build reads only its *cone* (the values it reaches
+/// through views and inlined values), so a repair elsewhere cannot change its outcome.
+/// Each pass therefore builds every matmul against one plan and materializes the culprits
+/// of all refused ones at once, deferring to the next pass any matmul whose cone meets the
+/// cone of one refused before it in this pass (a later repair of that one could change
+/// its outcome). The result is the plain algorithm's (debug builds check), with one plan
+/// rebuilt per pass instead of one per repair, which was quadratic in a deep model.
+/// Returns the repaired plan and the number of plans rebuilt.
+pub fn materialize_gemm_operands(plan: Plan<'_>) -> Result<(Plan<'_>, usize)> {
+    let plain = cfg!(debug_assertions).then(|| materialize_one_at_a_time(plan.clone()));
+    let batched = materialize_in_passes(plan);
+    if let Some(plain) = plain {
+        let same = match (&plain, &batched) {
+            (Ok(p), Ok((b, _))) => p.role == b.role,
+            (Err(_), Err(_)) => true,
+            _ => false,
+        };
+        assert!(
+            same,
+            "batched matmul repairs differ from the plain algorithm's: {:?} vs {:?}",
+            plain.map(|p| p.snodes),
+            batched.map(|(b, _)| b.snodes)
+        );
+    }
+    batched
+}
+
+/// [`materialize_gemm_operands`]: the repairs of each pass at once.
+fn materialize_in_passes(mut plan: Plan<'_>) -> Result<(Plan<'_>, usize)> {
     let g = plan.g;
-    // By value: materializing renumbers the scheduled nodes.
-    let matmuls: Vec<ValueId> = plan
-        .snodes
+    let matmuls = matmul_values(&plan);
+    let mut repairs = 0usize;
+    // Per value, the pass that last marked it as in a refused matmul's cone.
+    let mut claimed = vec![0u32; g.nodes.len()];
+    let mut pass = 0u32;
+    loop {
+        pass += 1;
+        let layout = Layout::provisional(&plan);
+        let mut culprits: Vec<ValueId> = Vec::new();
+        let mut deferred = false;
+        for &v in &matmuls {
+            let Role::Scheduled(s) = plan.role[v.index()] else {
+                continue;
+            };
+            let cone = operand_cone(&plan, v);
+            if cone.iter().any(|c| claimed[c.index()] == pass) {
+                // Its outcome may depend on how an earlier refused matmul gets repaired:
+                // claim its cone too, so later matmuls keep their order around it.
+                deferred = true;
+                for c in &cone {
+                    claimed[c.index()] = pass;
+                }
+                continue;
+            }
+            match build_kernel(&plan, &layout, &[s], KernelId(0)) {
+                Ok(_) => {}
+                Err(LowerError::Refused(r)) => match r.culprit {
+                    Some(c) if !matches!(plan.role[c.index()], Role::Scheduled(_)) => {
+                        for c in &cone {
+                            claimed[c.index()] = pass;
+                        }
+                        culprits.push(c);
+                    }
+                    _ => return Err(Error::Internal(format!("cannot lower %{}: {r}", v.0))),
+                },
+                Err(LowerError::Failed(e)) => return Err(e),
+            }
+        }
+        if culprits.is_empty() {
+            debug_assert!(!deferred, "a deferred matmul waits on a repair");
+            return Ok((plan, pass as usize - 1));
+        }
+        repairs += culprits.len();
+        if repairs > 2 * g.nodes.len() {
+            return Err(Error::internal(
+                "lowering: materializing matmul operands did not converge",
+            ));
+        }
+        plan = plan.with_scheduled_all(&culprits);
+    }
+}
+
+/// The matmuls of `plan`'s scheduled nodes (by value: materializing renumbers them).
+fn matmul_values(plan: &Plan<'_>) -> Vec<ValueId> {
+    plan.snodes
         .iter()
         .filter_map(|n| match *n {
-            SNode::Value(v) if g.node(v).op == Op::MatMul => Some(v),
+            SNode::Value(v) if plan.g.node(v).op == Op::MatMul => Some(v),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// The values a build of `v` alone reads: `v`, and its operands through views and
+/// inlined values, with the values they end at (scheduled, parameters, constants, literals).
+fn operand_cone(plan: &Plan<'_>, v: ValueId) -> Vec<ValueId> {
+    let mut cone = vec![v];
+    let mut seen: HashSet<ValueId> = HashSet::from([v]);
+    let mut i = 0;
+    while i < cone.len() {
+        let x = cone[i];
+        i += 1;
+        if x != v && !matches!(plan.role[x.index()], Role::View | Role::Inline) {
+            continue;
+        }
+        for &input in &plan.g.node(x).inputs {
+            if seen.insert(input) {
+                cone.push(input);
+            }
+        }
+    }
+    cone
+}
+
+/// [`materialize_gemm_operands`] one repair at a time: each matmul is built until it
+/// lowers, the plan rebuilt after each materialized culprit; a last pass over every matmul
+/// checks that each still lowers, and the whole repeats if one did not.
+fn materialize_one_at_a_time(mut plan: Plan<'_>) -> Result<Plan<'_>> {
+    let g = plan.g;
+    let matmuls = matmul_values(&plan);
     let mut repairs = 0usize;
     let mut layout = Layout::provisional(&plan);
     loop {

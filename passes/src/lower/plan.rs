@@ -120,8 +120,15 @@ impl<'g> Plan<'g> {
 
     /// This plan with value `v` scheduled (materialized) instead of inlined.
     pub fn with_scheduled(&self, v: ValueId) -> Plan<'g> {
+        self.with_scheduled_all(&[v])
+    }
+
+    /// This plan with every value of `values` scheduled (materialized) instead of inlined.
+    pub fn with_scheduled_all(&self, values: &[ValueId]) -> Plan<'g> {
         let mut role = self.role.clone();
-        role[v.index()] = Role::Scheduled(0);
+        for v in values {
+            role[v.index()] = Role::Scheduled(0);
+        }
         Plan::with_roles(self.g, role)
     }
 
