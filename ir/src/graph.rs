@@ -358,32 +358,38 @@ pub fn verify(g: &Graph) -> Result<()> {
     let mut param_count = 0;
     for (i, n) in g.nodes.iter().enumerate() {
         let id = ValueId(i as u32);
-        let label = match &n.name {
+        // Formatted only for an error: verify runs several times per compile.
+        let label = || match &n.name {
             Some(name) => format!("{id} (`{name}`)"),
             None => format!("{id}"),
         };
         if let Some(name) = &n.name {
             if !is_valid_name(name) {
-                return Err(Error::InvalidGraph(format!("{label}: invalid name")));
+                return Err(Error::InvalidGraph(format!("{}: invalid name", label())));
             }
             if !names.insert(name.as_str()) {
-                return Err(Error::InvalidGraph(format!("{label}: name defined twice")));
+                return Err(Error::InvalidGraph(format!(
+                    "{}: name defined twice",
+                    label()
+                )));
             }
         }
         for &x in &n.inputs {
             if x.index() >= i {
                 return Err(Error::InvalidGraph(format!(
-                    "{label}: operand {x} is not defined before its use"
+                    "{}: operand {x} is not defined before its use",
+                    label()
                 )));
             }
         }
         crate::types::check_shape(&n.ty.shape)
-            .map_err(|e| Error::InvalidGraph(format!("{label}: {e}")))?;
+            .map_err(|e| Error::InvalidGraph(format!("{}: {e}", label())))?;
         match &n.op {
             Op::Param { index } => {
                 if *index != param_count || g.params.get(*index) != Some(&id) {
                     return Err(Error::InvalidGraph(format!(
-                        "{label}: parameter {index} is out of order"
+                        "{}: parameter {index} is out of order",
+                        label()
                     )));
                 }
                 param_count += 1;
@@ -391,33 +397,37 @@ pub fn verify(g: &Graph) -> Result<()> {
             Op::Literal { value } => {
                 if !n.inputs.is_empty() || n.ty.rank() != 0 {
                     return Err(Error::InvalidGraph(format!(
-                        "{label}: a literal is rank 0 with no operands"
+                        "{}: a literal is rank 0 with no operands",
+                        label()
                     )));
                 }
                 if matches!(value, Scalar::Float(_)) && !n.ty.dtype.is_float() {
                     return Err(Error::InvalidGraph(format!(
-                        "{label}: float literal typed {}",
+                        "{}: float literal typed {}",
+                        label(),
                         n.ty.dtype
                     )));
                 }
             }
             Op::Constant(c) => {
                 c.check()
-                    .map_err(|e| Error::InvalidGraph(format!("{label}: {e}")))?;
+                    .map_err(|e| Error::InvalidGraph(format!("{}: {e}", label())))?;
                 if !n.inputs.is_empty() || &n.ty != c.ty() {
                     return Err(Error::InvalidGraph(format!(
-                        "{label}: a constant has no operands and the type of its tensor ({})",
+                        "{}: a constant has no operands and the type of its tensor ({})",
+                        label(),
                         c.ty()
                     )));
                 }
             }
             op => {
                 let tys: Vec<&TensorType> = n.inputs.iter().map(|&x| g.ty(x)).collect();
-                let ty =
-                    infer(op, &tys).map_err(|e| Error::InvalidGraph(format!("{label}: {e}")))?;
+                let ty = infer(op, &tys)
+                    .map_err(|e| Error::InvalidGraph(format!("{}: {e}", label())))?;
                 if ty != n.ty {
                     return Err(Error::InvalidGraph(format!(
-                        "{label}: {} is recorded as {} but infers as {ty}",
+                        "{}: {} is recorded as {} but infers as {ty}",
+                        label(),
                         op.name(),
                         n.ty
                     )));
