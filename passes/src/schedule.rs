@@ -104,7 +104,11 @@ pub fn schedule(g: &Graph, opts: &ScheduleOptions) -> Result<Scheduled> {
             f.stats,
         )
     } else {
-        (lower_unfused(g)?, Vec::new(), FusionStats::default())
+        (
+            lower_unfused(g, opts.threads)?,
+            Vec::new(),
+            FusionStats::default(),
+        )
     };
     let memory = plan_memory(&program);
     Ok(Scheduled {

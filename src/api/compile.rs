@@ -265,13 +265,16 @@ impl Options {
         let mut p = PipelineOptions::default();
         p.optimize.enabled = self.optimize;
         p.schedule.fuse = self.fuse;
-        // The passes spread their work over as many threads as the code will run on (as
-        // the CPU backend compiles its functions; `parallel_map` uses one a core at most).
-        p.threads = self
-            .threads
-            .unwrap_or_else(ferrite_cpu::default_thread_count);
+        p.threads = self.pass_threads();
         p.texts = self.dump.is_some();
         p
+    }
+
+    /// The threads the passes spread their work over: as many as the code will run on (as
+    /// the CPU backend compiles its functions; `parallel_map` uses one a core at most).
+    pub fn pass_threads(&self) -> usize {
+        self.threads
+            .unwrap_or_else(ferrite_cpu::default_thread_count)
     }
 }
 
@@ -995,13 +998,14 @@ impl Compiled {
             dump: None,
             ..self.options.clone()
         };
-        let scheduled =
-            schedule(&pipeline.optimized, &ScheduleOptions::unfused()).map_err(|e| {
-                Error::Compile {
-                    message: format!("schedule: {e}"),
-                    internal: e.is_internal(),
-                }
-            })?;
+        let unfused = ScheduleOptions {
+            threads: self.options.pass_threads(),
+            ..ScheduleOptions::unfused()
+        };
+        let scheduled = schedule(&pipeline.optimized, &unfused).map_err(|e| Error::Compile {
+            message: format!("schedule: {e}"),
+            internal: e.is_internal(),
+        })?;
         let mut stages = vec![("schedule", start.elapsed())];
         let (code, record, tunings) = generate(&scheduled.program, &options)?;
         stages.extend(record.map(|r| (r.name, r.time)));

@@ -84,8 +84,11 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult {
     let unfused = if args.no_fuse {
         scheduled.clone()
     } else {
-        schedule(optimized, &ScheduleOptions::unfused())
-            .map_err(|e| CliError::Internal(e.to_string()))?
+        let unfused = ScheduleOptions {
+            threads: options.pass_threads(),
+            ..ScheduleOptions::unfused()
+        };
+        schedule(optimized, &unfused).map_err(|e| CliError::Internal(e.to_string()))?
     };
 
     writeln!(

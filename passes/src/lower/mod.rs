@@ -55,11 +55,12 @@ use ferrite_ir::parallel::parallel_map;
 use ferrite_ir::Graph;
 
 /// Lowers a primitive graph with one kernel per primitive op, every value
-/// materialized (views and output copies included): the `--no-fuse` baseline.
-pub fn lower_unfused(g: &Graph) -> Result<Program> {
+/// materialized (views and output copies included): the `--no-fuse` baseline. The kernels
+/// are built on up to `threads` threads (the program does not depend on it).
+pub fn lower_unfused(g: &Graph, threads: usize) -> Result<Program> {
     let plan = Plan::unfused(g);
     let groups: Vec<Vec<usize>> = (0..plan.snodes.len()).map(|s| vec![s]).collect();
-    assemble(&plan, &groups, 1)
+    assemble(&plan, &groups, threads)
 }
 
 /// Builds the program for `groups` (each a kernel, in execution order), the kernels on
