@@ -76,27 +76,23 @@ fn graph(kind: &str, n: usize) -> String {
             let outs: Vec<String> = (0..n).map(|i| format!("o{i}")).collect();
             ("x: f32[8, 8]".to_string(), outs.join(", "))
         }
-        "layers" => {
-            // Identical layers with their own weights: a matmul, its row sums, a relu.
+        "layers" | "padded" => {
+            // Identical layers with their own weights. `layers`: a matmul, its row sums, a
+            // relu. `padded`: a matmul of a padded view, which the GEMM cannot read through
+            // strides, so every layer's pad is materialized.
             let mut params = vec!["x: f32[8, 16]".to_string()];
             for i in 0..n {
                 let p = prev(i);
                 params.push(format!("w{i}: f32[16, 16]"));
-                body += &format!("  m{i} = matmul({p}, w{i})\n");
-                body += &format!("  s{i} = sum(m{i}, axes=[1], keepdim=true)\n");
-                body += &format!("  a{i} = relu(sub(m{i}, s{i}))\n");
-            }
-            (params.join(", "), format!("a{}", n - 1))
-        }
-        "padded" => {
-            // Layers whose matmul reads a padded view, which the GEMM cannot read through
-            // strides: every layer's pad is materialized.
-            let mut params = vec!["x: f32[8, 16]".to_string()];
-            for i in 0..n {
-                let p = prev(i);
-                params.push(format!("w{i}: f32[16, 16]"));
-                body += &format!("  c{i} = pad(slice({p}, axis=1, start=1), pads=[0, 0, 0, 1])\n");
-                body += &format!("  a{i} = relu(matmul(c{i}, w{i}))\n");
+                body += &if kind == "layers" {
+                    format!(
+                        "  m{i} = matmul({p}, w{i})\n  s{i} = sum(m{i}, axes=[1], keepdim=true)\n  a{i} = relu(sub(m{i}, s{i}))\n"
+                    )
+                } else {
+                    format!(
+                        "  c{i} = pad(slice({p}, axis=1, start=1), pads=[0, 0, 0, 1])\n  a{i} = relu(matmul(c{i}, w{i}))\n"
+                    )
+                };
             }
             (params.join(", "), format!("a{}", n - 1))
         }

@@ -393,7 +393,6 @@ impl CpuProgram {
             .enumerate()
             .map(|(i, (key, _))| *first_with.entry(key.as_str()).or_insert(i))
             .collect();
-        drop(first_with);
         let built_here: Vec<usize> = (0..generated.len())
             .filter(|&i| first[i] == i || cfg!(debug_assertions))
             .collect();
@@ -415,7 +414,6 @@ impl CpuProgram {
         }
         // Debug builds: the first twins' functions, to check the others against.
         let mut bodies: Vec<Option<Function>> = vec![None; generated.len()];
-        let mut infos: Vec<Option<KernelInfo>> = vec![None; generated.len()];
         for (i, &(source, k, schedule)) in generated.iter().enumerate() {
             let context = |e: Error| e.context(format!("kernel {}", program.kernels[source].name));
             let name = fname(source);
@@ -430,7 +428,8 @@ impl CpuProgram {
                     .map_err(|e| context(e.into()))?;
                 info
             } else {
-                let of = infos[f]
+                let (_, of) = planned[generated[f].0]
+                    .1
                     .as_ref()
                     .expect("a first twin is defined before the others");
                 let info = of.for_twin(&name, k, schedule, &keys[f].1, &keys[i].1);
@@ -449,7 +448,6 @@ impl CpuProgram {
                     .map_err(|e| context(e.into()))?;
                 info
             };
-            infos[i] = Some(info.clone());
             planned[source].1 = Some((name, info));
         }
         // The constant GEMM operands are scanned for subnormals once, here (tens of MB in
