@@ -669,6 +669,22 @@ fn vectorize(k: &Kernel, s: &mut Schedule, scope: &mut Scope) -> Result<Option<K
     Ok(None)
 }
 
+/// The vector groups per iteration of a stage's vector loop whose innermost loop runs
+/// `n` times: the options', but one for rows shorter than [`wide::MIN_POINTS`] that the
+/// unrolled loop would cover in one or two iterations. A row of 16 at four groups is one
+/// iteration of four copies of the body (a softmax's exp polynomial four times over) and
+/// a combine of four accumulators: four times the code, and Cranelift's compile time
+/// grows with it, for no speed on rows that short (out-of-order execution overlaps the
+/// iterations of one group as well). From 32 elements, where the row calls of `rows.rs`
+/// start, whose order is the `f32x4x4` loop's, the options' unroll stays.
+fn stage_unroll(unroll: usize, n: Option<usize>) -> usize {
+    let unroll = unroll.clamp(1, 8);
+    match n {
+        Some(n) if n < wide::MIN_POINTS && n >= 4 * unroll => 1,
+        _ => unroll,
+    }
+}
+
 /// The plan of one stage at one outer point: its accesses proved, its innermost loop
 /// vectorized when it can be (`arg_accs`: the argmax/argmin accumulators of earlier
 /// stages, whose values fit `i32` lanes).
@@ -682,7 +698,7 @@ fn plan_stage(
     arg_accs: &[ferrite_ir::loops::AccId],
 ) -> Result<StagePlan> {
     let body = stage.body();
-    let unroll = opts.unroll.clamp(1, 8);
+    let unroll = stage_unroll(opts.unroll, loops.last().map(|&(_, n)| n));
     let mut report = stage_report(stage, index, &loops);
     if !loops.iter().all(|&(_, d)| d > 0) {
         report.scalar_reason = Some("the loop is empty".into());
