@@ -11,6 +11,7 @@ mod constant;
 mod dtype;
 mod error;
 mod graph;
+pub mod hash;
 pub mod infer;
 pub mod interp;
 pub mod loops;

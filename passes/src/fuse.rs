@@ -53,11 +53,12 @@ use crate::lower::{
     build_kernel, materialize_gemm_operands, signature, Layout, LowerError, Plan, Role, SNode,
     Signature,
 };
+use ferrite_ir::hash::{HashMap, HashSet};
 use ferrite_ir::loops::{Kernel, KernelId};
 use ferrite_ir::parallel::parallel_map;
 use ferrite_ir::{Graph, Op, ValueId};
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 
 /// Inductor's `max_fusion_size`: the most scheduled nodes one kernel may hold.
@@ -242,7 +243,7 @@ fn store_window_pads(mut plan: Plan<'_>) -> (Plan<'_>, HashSet<ValueId>) {
             readers[x.index()].push(i);
         }
     }
-    let mut stored = HashSet::new();
+    let mut stored = HashSet::default();
     for i in 0..g.nodes.len() {
         let v = ValueId(i as u32);
         if !matches!(g.node(v).op, Op::Pad { .. }) || !matches!(plan.role[i], Role::View) {
@@ -323,9 +324,9 @@ pub fn fuse(g: &Graph, max_fusion_size: usize, threads: usize) -> Result<Fusion<
         profile: Profile::default(),
         seen: vec![0; n],
         stamp: 0,
-        cache: HashMap::new(),
-        twins: HashMap::new(),
-        decided: HashSet::new(),
+        cache: HashMap::default(),
+        twins: HashMap::default(),
+        decided: HashSet::default(),
         decisions: Vec::new(),
         max_fusion_size: max_fusion_size.max(1),
         threads: threads.max(1),
@@ -499,7 +500,7 @@ impl<'a> Fuser<'a, '_> {
             .collect();
         // Per new signature, the lists that have it; the first is built.
         let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut slot: HashMap<&Signature<'a>, usize> = HashMap::new();
+        let mut slot: HashMap<&Signature<'a>, usize> = HashMap::default();
         for (i, sig) in sigs.iter().enumerate() {
             let sig = sig.as_ref().expect("every list has its signature");
             if let Some(outcome) = self.twin_outcome(sig, &lists[i]) {
@@ -1060,7 +1061,7 @@ impl<'a> Fuser<'a, '_> {
                 .then((x.a, x.b).cmp(&(y.a, y.b)))
         });
 
-        let mut used = HashSet::new();
+        let mut used = HashSet::default();
         let mut merged_any = false;
         let mut peak = self.peak();
         for c in candidates {

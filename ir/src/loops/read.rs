@@ -30,11 +30,12 @@ use super::program::{
     Stage, StoreOp,
 };
 use super::scalar;
+use crate::hash::HashMap;
 use crate::op::{BinaryOp, UnaryOp};
 use crate::types::TensorType;
 use crate::{DType, Diagnostic, ValueId};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 /// How deeply expressions (scalar and index) may nest in loop-IR text. Printed programs
 /// nest far less: a value used twice is bound to a name, and operator chains do not nest.
@@ -1526,7 +1527,7 @@ fn kernel(buffers: &[Buffer], id: KernelId, header: &Line, body: &[Line]) -> R<K
         rest = &rest[1..];
     }
 
-    let mut accs: HashMap<u32, DType> = HashMap::new();
+    let mut accs: HashMap<u32, DType> = HashMap::default();
     let mut stages = Vec::new();
     for st in stage_texts(rest)? {
         stages.push(stage(buffers, &mut accs, st)?);
@@ -1754,7 +1755,7 @@ fn stage(buffers: &[Buffer], accs: &mut HashMap<u32, DType>, st: StageText) -> R
         buffers,
         accs,
         nodes: Vec::new(),
-        shared: HashMap::new(),
+        shared: HashMap::default(),
         labels: Vec::new(),
     };
     match st {

@@ -12,8 +12,8 @@
 //! [`Op::attributes`]: super::Op::attributes
 
 use super::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
+use crate::hash::HashMap;
 use crate::DType;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::OnceLock;
 

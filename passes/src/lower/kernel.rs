@@ -10,6 +10,7 @@ use super::refusal::{LowerError, Refusal};
 use super::scatter::{index_add_kernel, index_add_member};
 use super::value::{fail_to_error, Fail, KernelBuilder, StageState};
 use crate::error::{Error, Result};
+use ferrite_ir::hash::{HashMap, HashSet};
 use ferrite_ir::infer::permutation;
 use ferrite_ir::loops::{
     AccId, BufferId, Extents, IndexExpr, Kernel, KernelId, ReduceKind, Reduction, Stage, StoreOp,
@@ -17,7 +18,6 @@ use ferrite_ir::loops::{
 };
 use ferrite_ir::types::contiguous_strides;
 use ferrite_ir::{Graph, Op, ValueId};
-use std::collections::{HashMap, HashSet};
 
 /// Repairs a fused plan so every matmul can be a GEMM: a GEMM reads its operands
 /// through strides, so any operand that is not a strided view of a buffer (a padded
@@ -123,7 +123,7 @@ fn matmul_values(plan: &Plan<'_>) -> Vec<ValueId> {
 /// inlined values, with the values they end at (scheduled, parameters, constants, literals).
 fn operand_cone(plan: &Plan<'_>, v: ValueId) -> Vec<ValueId> {
     let mut cone = vec![v];
-    let mut seen: HashSet<ValueId> = HashSet::from([v]);
+    let mut seen: HashSet<ValueId> = HashSet::from_iter([v]);
     let mut i = 0;
     while i < cone.len() {
         let x = cone[i];
@@ -295,11 +295,11 @@ pub fn build_kernel(
         layout,
         in_group,
         outer: outer.clone(),
-        ready: HashMap::new(),
+        ready: HashMap::default(),
         next_acc: 0,
         cur: StageState::default(),
         depth: 0,
-        touched: HashSet::new(),
+        touched: HashSet::default(),
     };
     for &s in &members {
         if let SNode::Value(v) = plan.snodes[s] {

@@ -8,6 +8,7 @@ use super::domain::{coords_of, reduction_shape, squeeze};
 use super::plan::{Layout, Plan, Role};
 use super::refusal::{LowerError, Refusal};
 use crate::error::{Error, Result};
+use ferrite_ir::hash::{HashMap, HashSet};
 use ferrite_ir::infer::{permutation, slice_bounds};
 use ferrite_ir::loops::{
     scalar, AccId, Block, Bound, ExprNode, ExprOp, ExprRef, Extents, GemmInfo, IndexExpr, Kernel,
@@ -16,7 +17,6 @@ use ferrite_ir::loops::{
 use ferrite_ir::types::{contiguous_strides, normalize_axis};
 use ferrite_ir::{promote, BinaryOp, DType, Op, Scalar, ValueId};
 use rustc_hash::FxHashMap;
-use std::collections::{HashMap, HashSet};
 
 /// Code generation gives up on expressions nested deeper than this (fusion then
 /// refuses the group with `expression-too-deep`).
@@ -90,11 +90,11 @@ impl<'a> KernelBuilder<'a> {
             layout,
             in_group: Vec::new(),
             outer,
-            ready: HashMap::new(),
+            ready: HashMap::default(),
             next_acc: 0,
             cur: StageState::default(),
             depth: 0,
-            touched: HashSet::from([v]),
+            touched: HashSet::from_iter([v]),
         }
     }
 }

@@ -4,9 +4,9 @@ use super::analysis::TensorAnalysis;
 use super::language::{Kind, TensorLang};
 use crate::error::{Error, Result};
 use egg::{EGraph, Id};
+use ferrite_ir::hash::{HashMap, HashSet};
 use ferrite_ir::infer::infer;
 use ferrite_ir::{Graph, Node, Op, TensorType, ValueId};
-use std::collections::{HashMap, HashSet};
 
 /// The e-graph the optimizer works on.
 pub type TensorEGraph = EGraph<TensorLang, TensorAnalysis>;
@@ -52,7 +52,7 @@ pub fn extract_graph(
     let find = |id: Id| eg.find(id);
     let mut out = Graph::new(template.name.clone());
     out.declared_outputs = template.declared_outputs.clone();
-    let mut value: HashMap<Id, ValueId> = HashMap::new();
+    let mut value: HashMap<Id, ValueId> = HashMap::default();
     for &p in &template.params {
         let node = template.node(p);
         let id = ValueId(out.nodes.len() as u32);
@@ -81,7 +81,7 @@ pub fn extract_graph(
                 .get(&c)
                 .is_some_and(|n| !matches!(n.kind, Kind::Literal | Kind::Param))
     };
-    let mut names: HashMap<Id, String> = HashMap::new();
+    let mut names: HashMap<Id, String> = HashMap::default();
     let mut used: HashSet<String> = template
         .params
         .iter()
@@ -90,7 +90,7 @@ pub fn extract_graph(
     // Outputs that need a node of their own: a name the class cannot carry, or no name where
     // the class's node has one (an anonymous output must stay anonymous: its name is `output{i}`).
     let mut wrappers: Vec<(usize, Option<String>)> = Vec::new();
-    let mut anonymous: HashSet<Id> = HashSet::new();
+    let mut anonymous: HashSet<Id> = HashSet::default();
     for (i, (&o, &c)) in template.outputs.iter().zip(&roots).enumerate() {
         let node = template.node(o);
         // A returned parameter is itself; non-strict outputs are named below, as any value.
@@ -142,7 +142,7 @@ pub fn extract_graph(
         }
     }
     let mut outputs: Vec<ValueId> = roots.iter().map(|c| value[c]).collect();
-    let mut wrapped: HashMap<String, ValueId> = HashMap::new();
+    let mut wrapped: HashMap<String, ValueId> = HashMap::default();
     for (i, name) in wrappers {
         let v = outputs[i];
         let shape = out.ty(v).shape.iter().map(|&d| d as i64).collect();
@@ -165,7 +165,7 @@ pub fn extract_graph(
 /// The classes the outputs depend on through the chosen representatives. Fails on a cycle,
 /// which a sound extraction never produces.
 fn live_classes(eg: &TensorEGraph, choice: &Choice, roots: &[Id]) -> Result<HashSet<Id>> {
-    let mut live = HashSet::new();
+    let mut live = HashSet::default();
     let mut stack: Vec<Id> = roots.to_vec();
     while let Some(c) = stack.pop() {
         let c = eg.find(c);
@@ -193,7 +193,7 @@ fn emit(
 ) -> Result<()> {
     // (class, next child to visit); `on_stack` detects cycles.
     let mut stack: Vec<(Id, usize)> = vec![(root, 0)];
-    let mut on_stack: HashSet<Id> = HashSet::from([root]);
+    let mut on_stack: HashSet<Id> = HashSet::from_iter([root]);
     while let Some(&mut (c, ref mut next)) = stack.last_mut() {
         let node = &choice[&c];
         if let Some(&child) = node.children.get(*next) {

@@ -36,10 +36,10 @@ use cranelift_codegen::ir::{
 };
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use ferrite_ir::hash::{HashMap, HashSet};
 use ferrite_ir::loops::{
     Buffer, BufferId, BufferKind, ExprOp, Extents, IndexExpr, Kernel, Load, Var,
 };
-use std::collections::{HashMap, HashSet};
 
 /// What the executor needs to know about a compiled kernel function.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,7 +104,7 @@ pub fn function(
     // first appearance (not of buffer number), so that twins (kernels equal up to their
     // buffers' numbers, see [`twin_key`]) build the same function.
     slots.retain(|b| !scratch(b));
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::default();
     slots.retain(|b| seen.insert(*b));
     for s in &slots {
         if s.index() >= buffers.len() {
@@ -131,11 +131,11 @@ pub fn function(
             call_conv,
             ptr_type,
             has_fma: isa_has_fma(isa),
-            sigs: HashMap::new(),
+            sigs: HashMap::default(),
         },
         mem: Memory {
             buffers,
-            ptrs: HashMap::new(),
+            ptrs: HashMap::default(),
             read_only: slots
                 .iter()
                 .copied()

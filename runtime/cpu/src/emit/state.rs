@@ -12,8 +12,8 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{Block as ClifBlock, InstBuilder, SigRef, Type, Value};
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, Variable};
+use ferrite_ir::hash::{HashMap, HashSet};
 use ferrite_ir::loops::{AccId, Block, Buffer, BufferId, Extents, IndexExpr, Var};
-use std::collections::{HashMap, HashSet};
 
 static EMPTY_BLOCK: Block = Block { nodes: Vec::new() };
 

@@ -3,10 +3,10 @@
 //! index in one variable, and the proof that every access stays in its buffer.
 
 use crate::error::{Error, Result};
+use ferrite_ir::hash::HashMap;
 use ferrite_ir::loops::{
     Block, Buffer, ExprNode, ExprOp, ExprRef, Extents, IndexExpr, Kernel, Stage, StoreOp, Var,
 };
-use std::collections::HashMap;
 
 /// True when `v` occurs anywhere in `e`.
 pub fn mentions(e: &IndexExpr, v: Var) -> bool {

@@ -13,17 +13,17 @@
 //! ([`offsets_step_over`]). Kernels that fail the test run on one thread.
 
 use super::analysis::split_linear;
+use ferrite_ir::hash::HashMap;
 use ferrite_ir::loops::{gcd, BufferId, Kernel, Stage, Var, VarKind};
-use std::collections::HashMap;
 
 /// True when distinct outer points of `kernel` provably write distinct elements.
 pub fn outer_points_write_disjoint(kernel: &Kernel) -> bool {
     let n = kernel.domain.len();
     // buffer -> (outer coefficients, lowest and highest offset of the rest)
-    let mut shapes: HashMap<BufferId, (Vec<i64>, i64, i64)> = HashMap::new();
+    let mut shapes: HashMap<BufferId, (Vec<i64>, i64, i64)> = HashMap::default();
     // buffer -> per store, the constant and the (extent, stride) of every inner variable
     // of its index, None once an index is not affine.
-    let mut whole: HashMap<BufferId, Option<Vec<Affine>>> = HashMap::new();
+    let mut whole: HashMap<BufferId, Option<Vec<Affine>>> = HashMap::default();
     for stage in &kernel.stages {
         let Stage::Store { stores, .. } = stage else {
             continue;

@@ -26,13 +26,13 @@
 //! as before).
 
 use super::analysis::{drop_dead_nodes, live_nodes, node_indices, substitute};
+use ferrite_ir::hash::HashMap;
 use ferrite_ir::loops::{
     Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, Stage,
     StoreOp, Value, Var, VarKind,
 };
 use ferrite_ir::types::TensorType;
 use ferrite_ir::{BinaryOp, DType, UnaryOp};
-use std::collections::HashMap;
 
 /// Scratch bytes a kernel may keep in its stack frame.
 pub const MAX_SCRATCH_BYTES: usize = 64 * 1024;
@@ -62,7 +62,7 @@ pub fn stash_shared(kernel: &Kernel, first_id: usize) -> Option<Stashed> {
     };
     let mut bytes = 0usize;
     // (stage, node) -> the scratch row it is written to.
-    let mut stashed: HashMap<(usize, ExprRef), BufferId> = HashMap::new();
+    let mut stashed: HashMap<(usize, ExprRef), BufferId> = HashMap::default();
     'search: while s.scratch.len() < MAX_STASHES {
         for li in 1..s.kernel.stages.len() {
             for ei in 0..li {
@@ -193,12 +193,12 @@ fn find_shared(kernel: &Kernel, ei: usize, li: usize) -> Option<(ExprRef, ExprRe
     if !l_exp.contains(&true) {
         return None;
     }
-    let mut table = HashMap::new();
+    let mut table = HashMap::default();
     let e_ids = intern(early.body(), &mut table);
     let l_ids = intern(late.body(), &mut table);
     let e_live = live_nodes(early);
     let l_live = live_nodes(late);
-    let mut in_early: HashMap<u32, usize> = HashMap::new();
+    let mut in_early: HashMap<u32, usize> = HashMap::default();
     for (i, &id) in e_ids.iter().enumerate() {
         if e_live[i] {
             in_early.entry(id).or_insert(i);
@@ -299,7 +299,7 @@ pub fn lanes_form(s: &Stashed, first_id: usize, width: usize, extent: usize) -> 
     }
     let last = Var::outer(s.kernel.domain.len().checked_sub(1)?);
     let mut scratch = Vec::with_capacity(s.scratch.len());
-    let mut id_map = HashMap::new();
+    let mut id_map = HashMap::default();
     for (k, b) in s.scratch.iter().enumerate() {
         let id = BufferId((first_id + k) as u32);
         let numel = (b.ty.numel().checked_sub(1)?)
