@@ -27,6 +27,26 @@ pub fn cores() -> usize {
 /// out one at a time, so uneven items balance. A panic in `f` is resumed on the calling
 /// thread.
 pub fn parallel_map<T: Send>(n: usize, threads: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    map_on_threads(n, threads, false, f)
+}
+
+/// [`parallel_map`] for items each known to take well over [`WORK_PER_HELPER`] (a
+/// function's Cranelift compile): the helpers start at once instead of after the first
+/// item, which would otherwise run alone.
+pub fn parallel_map_heavy<T: Send>(
+    n: usize,
+    threads: usize,
+    f: impl Fn(usize) -> T + Sync,
+) -> Vec<T> {
+    map_on_threads(n, threads, true, f)
+}
+
+fn map_on_threads<T: Send>(
+    n: usize,
+    threads: usize,
+    eager: bool,
+    f: impl Fn(usize) -> T + Sync,
+) -> Vec<T> {
     let threads = threads.min(cores());
     if threads <= 1 || n <= 1 {
         return (0..n).map(f).collect();
@@ -45,6 +65,11 @@ pub fn parallel_map<T: Send>(n: usize, threads: usize, f: impl Fn(usize) -> T + 
     let mut done: Vec<(usize, T)> = std::thread::scope(|scope| {
         let start = Instant::now();
         let mut handles = Vec::new();
+        if eager {
+            while handles.len() + 1 < threads.min(n) {
+                handles.push(scope.spawn(work));
+            }
+        }
         let mut all = Vec::new();
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);

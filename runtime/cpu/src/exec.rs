@@ -36,7 +36,7 @@ use super::gemm::{
     gemm_nd_then, AfterBlock, BatchAxes, GemmScalar, MatLayout, MatMut, MatRef, Parallelism, Scale,
     Scan,
 };
-use super::jit::{verify, Jit, JitCode, JitOptions, Verified};
+use super::jit::{verify, Jit, JitCode, JitOptions, Precompiled, Verified};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, global_pool, ChunkSpan, ChunkTimes, Team, ThreadPool};
 use cranelift_codegen::ir::Function;
@@ -44,7 +44,7 @@ use ferrite_ir::loops::{
     assign_slots, Buffer, BufferId, BufferKind, Extents, Kernel, Liveness, Program, Rows, Slot,
     Slots, Stage, Var,
 };
-use ferrite_ir::parallel::parallel_map;
+use ferrite_ir::parallel::{parallel_map, parallel_map_heavy};
 use ferrite_ir::{DType, Data, Tensor};
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -271,6 +271,18 @@ struct GemmCall {
     scans: [Option<Scan>; 2],
 }
 
+/// A function of `CpuProgram::compile` after its thread built it: compiled there, or
+/// verified only (a module that captures dumps compiles at `define`; debug builds'
+/// extra twins are only compared).
+enum Ready {
+    Compiled(Box<Precompiled>),
+    Verified(Box<Verified>),
+}
+
+/// One function of `CpuProgram::compile` as its thread left it: its `Ready` (taken
+/// when it is defined), its facts, and (debug builds, first twins) its body.
+type Built = (Option<Ready>, KernelInfo, Option<Function>);
+
 /// A program compiled for the CPU. See the module docs.
 #[derive(Debug)]
 pub struct CpuProgram {
@@ -398,34 +410,82 @@ impl CpuProgram {
             .collect();
         let fname =
             |source: usize| format!("k{source}_{}", sanitize(&program.kernels[source].name));
-        // The functions are built and verified on the compile's threads, then defined in
-        // order (each queued for the background compilers as it is).
+        // The functions are built, verified and compiled on the compile's threads, each
+        // where it was built as soon as it is (Cranelift's compile is most of the work,
+        // and a function waiting for the others to be emitted first left cores idle), then
+        // defined in order. A module that captures dumps compiles at `define` instead.
         let isa = jit.shared_isa();
-        let emitted_here = parallel_map(built_here.len(), opts.threads, |j| {
-            let (source, k, schedule) = generated[built_here[j]];
+        let precompiler = jit.precompiler();
+        let emitted_here = parallel_map_heavy(built_here.len(), opts.threads, |j| {
+            let i = built_here[j];
+            let (source, k, schedule) = generated[i];
             let fname = fname(source);
             let (func, info) = emit::function(&*isa, &fname, &buffers, k, schedule)?;
-            Ok((verify(&*isa, &fname, func)?, info))
+            let func = verify(&*isa, &fname, func)?;
+            // Debug builds: the first twins' functions, to check the others against.
+            let body = (cfg!(debug_assertions) && first[i] == i).then(|| func.function().clone());
+            let ready = match &precompiler {
+                Some(p) if first[i] == i => Ready::Compiled(Box::new(p.compile(&fname, func)?)),
+                _ => Ready::Verified(Box::new(func)),
+            };
+            Ok((ready, info, body))
         });
-        let mut emitted: Vec<Option<Result<(Verified, KernelInfo)>>> =
-            (0..generated.len()).map(|_| None).collect();
+        // Each function's outcome; its `Ready` is taken when it is defined.
+        let mut emitted: Vec<Option<Result<Built>>> = (0..generated.len()).map(|_| None).collect();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
         for (i, e) in built_here.into_iter().zip(emitted_here) {
-            emitted[i] = Some(e);
+            by_name.insert(fname(generated[i].0), i);
+            emitted[i] = Some(e.map(|(ready, info, body)| (Some(ready), info, body)));
         }
-        // Debug builds: the first twins' functions, to check the others against.
+        let context_of = |source: usize| {
+            move |e: Error| e.context(format!("kernel {}", program.kernels[source].name))
+        };
         let mut bodies: Vec<Option<Function>> = vec![None; generated.len()];
         for (i, &(source, k, schedule)) in generated.iter().enumerate() {
-            let context = |e: Error| e.context(format!("kernel {}", program.kernels[source].name));
+            let context = context_of(source);
             let name = fname(source);
             let f = first[i];
-            let built = emitted[i].take();
             let info = if f == i {
-                let (func, info) = built.expect("every first twin is built").map_err(context)?;
-                if cfg!(debug_assertions) {
-                    bodies[i] = Some(func.function().clone());
-                }
-                jit.define_verified(&name, func)
+                let built = emitted[i].as_mut().expect("every first twin is built");
+                let (ready, info, body) = match built {
+                    Ok(b) => b,
+                    Err(_) => {
+                        return Err(emitted[i]
+                            .take()
+                            .and_then(Result::err)
+                            .map(context)
+                            .expect("an error"))
+                    }
+                };
+                bodies[i] = body.take();
+                let info = info.clone();
+                // Defined already: the function of a body that an earlier one repeated.
+                if let Some(ready) = ready.take() {
+                    if let Ready::Compiled(p) = &ready {
+                        // A body that a later kernel claimed first (the two compiled on
+                        // different threads): that kernel's function is defined first.
+                        if let Some(&j) = p.same_as().and_then(|other| by_name.get(other)) {
+                            let jsource = generated[j].0;
+                            match emitted[j].as_mut().expect("a claimant was built") {
+                                Ok((claimed, _, _)) => {
+                                    if let Some(Ready::Compiled(q)) = claimed.take() {
+                                        jit.define_precompiled(*q)
+                                            .map_err(|e| context_of(jsource)(e.into()))?;
+                                    }
+                                }
+                                Err(_) => {
+                                    let e = emitted[j].take().and_then(Result::err);
+                                    return Err(e.map(context_of(jsource)).expect("an error"));
+                                }
+                            }
+                        }
+                    }
+                    match ready {
+                        Ready::Compiled(p) => jit.define_precompiled(*p),
+                        Ready::Verified(func) => jit.define_verified(&name, *func),
+                    }
                     .map_err(|e| context(e.into()))?;
+                }
                 info
             } else {
                 let (_, of) = planned[generated[f].0]
@@ -433,8 +493,11 @@ impl CpuProgram {
                     .as_ref()
                     .expect("a first twin is defined before the others");
                 let info = of.for_twin(&name, k, schedule, &keys[f].1, &keys[i].1);
-                if let Some(built) = built {
-                    let (func, fresh) = built.map_err(context)?;
+                if let Some(built) = emitted[i].take() {
+                    let (ready, fresh, _) = built.map_err(context)?;
+                    let Some(Ready::Verified(func)) = ready else {
+                        unreachable!("only first twins are compiled where they are built")
+                    };
                     let same =
                         bodies[f].as_ref().map(|b| &b.stencil) == Some(&func.function().stencil);
                     assert!(

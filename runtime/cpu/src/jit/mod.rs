@@ -43,6 +43,7 @@
 //! function it lists has its dump. [`JitCode::stats`] counts what was compiled and what
 //! was shared.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -56,7 +57,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{print_errors, verify_function, Context};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{FuncId, Linkage, Module, ModuleError, ModuleReloc};
+use cranelift_module::{FuncId, Linkage, Module, ModuleError, ModuleReloc, ModuleRelocTarget};
 
 mod background;
 mod interleave;
@@ -550,6 +551,24 @@ impl Jit {
     /// Defines `name` as a function compiled before with this body, in this module or in a
     /// live earlier one; false when there is none.
     fn reuse(&mut self, name: &str, hash: u64, body: &FunctionStencil) -> bool {
+        if self.reuse_local(name, hash, body) {
+            return true;
+        }
+        if self.options.capture_dumps {
+            return false;
+        }
+        match lookup_shared(&self.fingerprint, hash, body) {
+            Some(found) => {
+                self.adopt(name, hash, found);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Defines `name` as a function with this body compiled into this module, or borrowed
+    /// by it, before; false when there is none.
+    fn reuse_local(&mut self, name: &str, hash: u64, body: &FunctionStencil) -> bool {
         let local = self
             .compiled_keys
             .get(&hash)
@@ -585,23 +604,12 @@ impl Jit {
             self.stats.shared_in_module += 1;
             return true;
         }
-        if self.options.capture_dumps {
-            return false;
-        }
-        let table = shared_functions()
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let found = table.get(&hash).and_then(|v| {
-            v.iter().find_map(|f| {
-                let same = f.fingerprint == self.fingerprint && *f.body == *body;
-                let module = f.module.upgrade().filter(|_| same)?;
-                Some((module, f.info.clone(), f.body.clone()))
-            })
-        });
-        drop(table);
-        let Some((module, info, body)) = found else {
-            return false;
-        };
+        false
+    }
+
+    /// Defines `name` as `found`, a function of an earlier live module.
+    fn adopt(&mut self, name: &str, hash: u64, found: SharedFound) {
+        let SharedFound { module, info, body } = found;
         if !self.borrowed.iter().any(|m| Arc::ptr_eq(m, &module)) {
             self.borrowed.push(module);
         }
@@ -612,7 +620,70 @@ impl Jit {
         self.functions
             .push((name.to_string(), Definition::Borrowed(info)));
         self.stats.shared_across_modules += 1;
-        true
+    }
+
+    /// A compiler of this module's functions for any thread ([`Precompiler::compile`],
+    /// then [`Jit::define_precompiled`] here): callers that build functions on several
+    /// threads compile each where it was built, as soon as it is, instead of queueing
+    /// them all for [`Jit::define`]. `None` for a module that captures dumps (those
+    /// compile at `define`).
+    pub fn precompiler(&self) -> Option<Precompiler> {
+        (!self.options.capture_dumps).then(|| Precompiler {
+            optimizer: self.optimizer.clone(),
+            isa: self.isa.clone(),
+            opt_level: self.options.opt_level,
+            fingerprint: self.fingerprint.clone(),
+            claims: Arc::default(),
+        })
+    }
+
+    /// Adds a function compiled by this module's [`Jit::precompiler`] under its name: its
+    /// code, or the code of an identical function compiled into this module before (the
+    /// second compile is then dropped), or an earlier module's that the precompiler found.
+    pub fn define_precompiled(&mut self, p: Precompiled) -> Result<(), JitError> {
+        let Precompiled {
+            name,
+            signature,
+            body,
+            made,
+        } = p;
+        if self.functions.iter().any(|(n, _)| *n == name) {
+            return Err(JitError::DuplicateName(name));
+        }
+        if let Some((hash, body)) = &body {
+            if self.reuse_local(&name, *hash, body) {
+                return Ok(());
+            }
+        }
+        let mut code = match made {
+            Made::Same(other) => return self.define_same_as(&name, &other),
+            Made::Shared(found) => {
+                let hash = body.as_ref().map_or(0, |(h, _)| *h);
+                self.adopt(&name, hash, found);
+                return Ok(());
+            }
+            Made::Code(code) => code,
+        };
+        let id = self
+            .module_mut()
+            .declare_function(&name, Linkage::Export, &signature)
+            .map_err(|e| module_error(&name, e))?;
+        for r in &mut code.relocs {
+            if let ModuleRelocTarget::FunctionOffset(f, offset) = r.name {
+                if f == precompiled_id() {
+                    r.name = ModuleRelocTarget::FunctionOffset(id, offset);
+                }
+            }
+        }
+        self.module_mut()
+            .define_function_bytes(id, code.alignment, &code.bytes, &code.relocs)
+            .map_err(|e| module_error(&name, e))?;
+        self.functions.push((name, Definition::Compiled(id)));
+        if let Some((hash, body)) = body {
+            self.compiled_keys.entry(hash).or_default().push((body, id));
+        }
+        self.stats.compiled += 1;
+        Ok(())
     }
 
     /// The mid-end on `self.ctx.func` (see [`optimize_function`]).
@@ -795,6 +866,143 @@ fn compile_function(
             .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, p.id))
             .collect(),
     })
+}
+
+/// A function of an earlier live module with the same body and settings.
+struct SharedFound {
+    module: Arc<FrozenModule>,
+    info: JitFunctionInfo,
+    body: Arc<FunctionStencil>,
+}
+
+/// The function with this body that a live module compiled with the same settings
+/// (`fingerprint`), from the process-wide table.
+fn lookup_shared(fingerprint: &Arc<str>, hash: u64, body: &FunctionStencil) -> Option<SharedFound> {
+    let table = shared_functions()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    table.get(&hash).and_then(|v| {
+        v.iter().find_map(|f| {
+            let same = f.fingerprint == *fingerprint && *f.body == *body;
+            let module = f.module.upgrade().filter(|_| same)?;
+            Some(SharedFound {
+                module,
+                info: f.info.clone(),
+                body: f.body.clone(),
+            })
+        })
+    })
+}
+
+/// The id a precompiled function's self-references carry until
+/// [`Jit::define_precompiled`] declares it and puts its own id in their place.
+fn precompiled_id() -> FuncId {
+    FuncId::from_u32(u32::MAX)
+}
+
+/// Compiles functions for one [`Jit`] module on any thread (see [`Jit::precompiler`]):
+/// the same mid-end, interleaving and Cranelift compile as [`Jit::define`], and the same
+/// process-wide sharing (a function a live module compiled before is not compiled again).
+/// Functions with equal bodies given to one precompiler are compiled once: the first to
+/// arrive claims its body, and the others become names for its code
+/// ([`Precompiled::same_as`]).
+#[derive(Clone)]
+pub struct Precompiler {
+    optimizer: OwnedTargetIsa,
+    isa: OwnedTargetIsa,
+    opt_level: OptLevel,
+    fingerprint: Arc<str>,
+    /// The bodies claimed so far, by sharing key, with the name that claimed each.
+    claims: Arc<Mutex<Claims>>,
+}
+
+/// Bodies by sharing key, with the name of the function that claimed each.
+type Claims = HashMap<u64, Vec<(Arc<FunctionStencil>, String)>>;
+
+/// A function [`Precompiler::compile`] made ready for [`Jit::define_precompiled`].
+pub struct Precompiled {
+    name: String,
+    signature: Signature,
+    /// The sharing key (see [`sharing_key`]) and the body it hashes.
+    body: Option<(u64, Arc<FunctionStencil>)>,
+    made: Made,
+}
+
+enum Made {
+    Code(MachineCode),
+    Shared(SharedFound),
+    /// The body another function of this precompiler claimed first (by that name).
+    Same(String),
+}
+
+impl Precompiled {
+    /// The function whose code this one is (an equal body the same precompiler compiled
+    /// under that name), which must be defined first.
+    pub fn same_as(&self) -> Option<&str> {
+        match &self.made {
+            Made::Same(other) => Some(other),
+            _ => None,
+        }
+    }
+}
+
+impl Precompiler {
+    /// Compiles `func` (verified for the module's ISA) under `name`, or finds the code of
+    /// an identical function a live module compiled before.
+    pub fn compile(&self, name: &str, func: Verified) -> Result<Precompiled, JitError> {
+        let func = func.0;
+        let signature = func.signature.clone();
+        let body = sharing_key(&func).map(|hash| (hash, Arc::new(func.stencil.clone())));
+        if let Some((hash, stencil)) = &body {
+            let made = {
+                let mut claims = self
+                    .claims
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let same = claims.entry(*hash).or_default();
+                match same.iter().find(|(b, _)| **b == **stencil) {
+                    Some((_, other)) => Some(Made::Same(other.clone())),
+                    None => {
+                        same.push((stencil.clone(), name.to_string()));
+                        None
+                    }
+                }
+            }
+            .or_else(|| lookup_shared(&self.fingerprint, *hash, stencil).map(Made::Shared));
+            if let Some(made) = made {
+                return Ok(Precompiled {
+                    name: name.to_string(),
+                    signature,
+                    body,
+                    made,
+                });
+            }
+        }
+        let pending = Pending {
+            name: name.to_string(),
+            id: precompiled_id(),
+            func: Function::new(),
+        };
+        // One context per thread, cleared between functions: its tables keep their
+        // capacity (a fresh one per function allocates them all again).
+        thread_local! {
+            static CONTEXT: RefCell<Context> = RefCell::new(Context::new());
+        }
+        let code = CONTEXT.with_borrow_mut(|ctx| {
+            ctx.clear();
+            ctx.func = func;
+            let code =
+                compile_function(ctx, &*self.optimizer, &*self.isa, self.opt_level, &pending);
+            ctx.clear();
+            code
+        })?;
+        Ok(Precompiled {
+            name: pending.name,
+            signature,
+            body,
+            made: Made::Code(code),
+        })
+    }
 }
 
 /// The hash of `func`'s body for sharing, or `None` when it must not be shared: it refers
