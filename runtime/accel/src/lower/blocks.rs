@@ -15,7 +15,9 @@
 //! (documented in `docs/tile-language.md`): for each candidate `BM x BN x BK`, the
 //! K loop costs `max(dot, operand DMA)` per step, where the DMA's bandwidth is
 //! the SRAM share of the PEs active in a wave, and the grid runs in waves of one
-//! program per PE.
+//! program per PE. A GEMM split along K (`split.rs`) is costed launch by launch
+//! ([`split_cycles`]), each step or chunk of rows the larger of its dot and the
+//! memory port's work.
 
 use super::GemmChoice;
 use crate::sim::Machine;
@@ -706,6 +708,24 @@ mod tests {
             serial: true,
         };
         assert_eq!(rows(&m, 4, &[serial]).1, vec![1]);
+    }
+
+    #[test]
+    fn shares_are_copied_in_whole_lines_at_most_one_chunk_per_step() {
+        // 16 rows of 448: pieces of 224 (14 lines of 16), two per row, 32 chunks.
+        let c = chunking(16, 448, 36, 16);
+        assert_eq!((c.rows, c.cols, c.per_row, c.chunks), (1, 224, 2, 32));
+        // 448 rows of 16: whole rows, 13 at a time.
+        let c = chunking(448, 16, 36, 16);
+        assert_eq!((c.rows, c.cols, c.per_row, c.chunks), (13, 16, 1, 35));
+        // More rows than steps, each longer than a step's part: whole rows.
+        let c = chunking(100, 64, 10, 16);
+        assert_eq!((c.rows, c.cols, c.chunks), (10, 64, 10));
+        for (r, c_, steps) in [(7, 1000, 3), (1, 5, 40), (300, 300, 17), (16, 96, 6)] {
+            let c = chunking(r, c_, steps, 16);
+            assert!(c.chunks <= steps, "{r} x {c_} over {steps}: {c:?}");
+            assert!(c.rows == 1 || c.cols == c_, "{c:?}");
+        }
     }
 
     #[test]

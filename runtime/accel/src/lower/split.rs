@@ -104,7 +104,6 @@ fn finish(
     sig: &[(String, DType)],
     grid: [usize; 3],
     params: Vec<Bound>,
-    scratch: Option<ferrite_ir::TensorType>,
 ) -> Result<TileLaunch> {
     let mut tile_kernel = b.finish(header, name, sig);
     let text = tile::print_located(&mut tile_kernel);
@@ -123,7 +122,7 @@ fn finish(
         grid,
         params,
         staging: Vec::new(),
-        scratch,
+        scratch: None,
     })
 }
 
@@ -203,7 +202,6 @@ pub(super) fn first_part_staging(
             Bound::Copy(a.buffer),
             Bound::Copy(w.buffer),
         ],
-        None,
     )
 }
 
@@ -438,7 +436,6 @@ pub(super) fn part_launch(
             Bound::Copy(w.buffer),
             Bound::Scratch,
         ],
-        None,
     )
 }
 
