@@ -30,7 +30,7 @@
 //! assert!(compiled.kernels_text().contains("acc0 = max(where(mr, x, -inf), axis=1)"));
 //! ```
 
-use super::lower::{group_choices, lhs_groups, lower_group, TileLaunch};
+use super::lower::{group_choices, lhs_groups, lower_group, Bound, TileLaunch};
 use super::sim::{self, Device, DeviceArg, DeviceReport, Machine, Placement};
 use super::tune::{tune_kernel, KernelTuning, TuneOptions};
 use crate::error::{Error, Result};
@@ -225,7 +225,7 @@ impl SimProgram {
         self.launches
             .iter()
             .flatten()
-            .flat_map(|l| l.staging.as_deref().into_iter().chain([l]))
+            .flat_map(|l| l.staging.iter().chain([l]))
     }
 
     /// For loop-IR kernel `ki`: the earlier kernel whose launch computes it too
@@ -275,21 +275,15 @@ impl SimProgram {
             );
         }
         for l in self.launches() {
-            let mut args: Vec<String> = l
-                .args
+            let args: Vec<String> = l
+                .params
                 .iter()
-                .map(|a| {
-                    if l.staged.contains(a) {
-                        format!("{a} staged in SRAM")
-                    } else {
-                        a.to_string()
-                    }
+                .map(|b| match b {
+                    Bound::Buffer(a) => a.to_string(),
+                    Bound::Copy(a) => format!("{a} staged in SRAM"),
+                    Bound::Scratch => "partial sums in SRAM".to_string(),
                 })
                 .collect();
-            if l.staging.is_none() && l.kernel.kernel().params.len() == 2 * l.args.len() {
-                // A staging launch: the SRAM copies follow the sources.
-                args.extend(l.args.iter().map(|a| format!("{a} in SRAM")));
-            }
             let _ = write!(
                 out,
                 "\n# launch {} grid [{}, {}, {}] ({})\n{}",
@@ -352,42 +346,13 @@ impl SimProgram {
                 }
             }
             if let Some(l) = launch {
-                let bound = |a: &BufferId| {
-                    ids[a.index()].ok_or_else(|| {
+                run_launch(&mut dev, l, &|a| {
+                    let plan = &self.buffers[a.index()];
+                    let id = ids[a.index()].ok_or_else(|| {
                         Error::internal(format!("kernel {}: buffer {a} is not allocated", l.name))
-                    })
-                };
-                // Staged operands are copied to SRAM first, and read from there.
-                let mut copies = Vec::new();
-                if let Some(st) = &l.staging {
-                    let mut args = Vec::with_capacity(2 * st.args.len());
-                    for a in &st.args {
-                        args.push(DeviceArg::Buffer(bound(a)?));
-                    }
-                    for a in &st.args {
-                        let plan = &self.buffers[a.index()];
-                        let copy = dev.alloc(
-                            &format!("{} staged", plan.device_name),
-                            &plan.ty,
-                            Placement::Sram,
-                        )?;
-                        copies.push((*a, copy));
-                        args.push(DeviceArg::Buffer(copy));
-                    }
-                    dev.launch(&st.kernel, st.grid, &args)?;
-                }
-                let mut args = Vec::with_capacity(l.args.len());
-                for a in &l.args {
-                    let id = match copies.iter().find(|(s, _)| s == a) {
-                        Some(&(_, copy)) => copy,
-                        None => bound(a)?,
-                    };
-                    args.push(DeviceArg::Buffer(id));
-                }
-                dev.launch(&l.kernel, l.grid, &args)?;
-                for (_, copy) in copies {
-                    dev.free(copy)?;
-                }
+                    })?;
+                    Ok((id, plan.ty.clone(), plan.device_name.clone()))
+                })?;
             }
             // ... and end right after the last kernel that reads them.
             for plan in &self.buffers {
@@ -406,6 +371,57 @@ impl SimProgram {
         }
         Ok((outputs, dev.report().clone()))
     }
+}
+
+/// Runs launch `l` on `dev`: its staging launches, then itself, with `buffer(id)`
+/// the device buffer of the program's buffer `id` (with its type and device
+/// name). The SRAM copies of staged buffers and the scratch buffer are
+/// allocated before the first of these launches and freed after the last.
+pub(crate) fn run_launch(
+    dev: &mut Device,
+    l: &TileLaunch,
+    buffer: &dyn Fn(BufferId) -> Result<(sim::BufferId, TensorType, String)>,
+) -> Result<()> {
+    let mut copies = Vec::new();
+    for a in l.copies() {
+        let (_, ty, name) = buffer(a)?;
+        copies.push((
+            a,
+            dev.alloc(&format!("{name} staged"), &ty, Placement::Sram)?,
+        ));
+    }
+    let scratch = match &l.scratch {
+        Some(ty) => Some(dev.alloc(&format!("{} partial sums", l.name), ty, Placement::Sram)?),
+        None => None,
+    };
+    let mut ran = Ok(());
+    for launch in l.staging.iter().chain([l]) {
+        let mut args = Vec::with_capacity(launch.params.len());
+        for b in &launch.params {
+            args.push(DeviceArg::Buffer(match b {
+                Bound::Buffer(a) => buffer(*a)?.0,
+                Bound::Copy(a) => copies
+                    .iter()
+                    .find(|c| c.0 == *a)
+                    .map(|c| c.1)
+                    .ok_or_else(|| Error::internal(format!("{a} has no copy")))?,
+                Bound::Scratch => {
+                    scratch.ok_or_else(|| Error::internal(format!("{} has no scratch", l.name)))?
+                }
+            }));
+        }
+        ran = dev.launch(&launch.kernel, launch.grid, &args).map(|_| ());
+        if ran.is_err() {
+            break;
+        }
+    }
+    for (_, copy) in copies {
+        dev.free(copy)?;
+    }
+    if let Some(s) = scratch {
+        dev.free(s)?;
+    }
+    Ok(ran?)
 }
 
 fn placement_name(p: Placement) -> &'static str {

@@ -20,7 +20,8 @@
 
 use crate::error::Result;
 use crate::lower::{gemm_choices, lower_kernel, GemmChoice};
-use crate::sim::{Device, DeviceArg, Machine, Placement};
+use crate::program::run_launch;
+use crate::sim::{Device, Machine, Placement};
 use ferrite_ir::loops::{Kernel, Program};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -229,8 +230,8 @@ pub fn tune_kernel(
 }
 
 /// The choices one step from `c`: a block size or the K slice halved or
-/// doubled, one operand's staging flipped, or the row blocks per program
-/// switched between 1 and 2.
+/// doubled, one operand's staging flipped, the row blocks per program
+/// switched between 1 and 2, or a split's first part moved by a K slice.
 fn neighbours(c: &GemmChoice) -> Vec<GemmChoice> {
     let mut out = Vec::new();
     for scale in [2, 0] {
@@ -248,6 +249,18 @@ fn neighbours(c: &GemmChoice) -> Vec<GemmChoice> {
         rows: 3 - c.rows.clamp(1, 2),
         ..*c
     });
+    // A split GEMM's first part a K slice longer or shorter, or no split.
+    if c.split > 0 {
+        out.push(GemmChoice {
+            split: c.split + c.bk,
+            ..*c
+        });
+        out.push(GemmChoice {
+            split: c.split - c.bk,
+            ..*c
+        });
+        out.push(GemmChoice { split: 0, ..*c });
+    }
     out
 }
 
@@ -281,8 +294,8 @@ fn simulate(
     let Some(l) = lower_kernel(p, k, &machine, placements, sram_room, Some(choice))? else {
         return Ok(None);
     };
-    let mut bound = Vec::with_capacity(l.args.len());
-    for &a in &l.args {
+    let mut bound = Vec::new();
+    for a in l.buffers() {
         let ty = p
             .buffer(a)
             .map(|b| b.ty.clone())
@@ -296,46 +309,20 @@ fn simulate(
         };
         bound.push((a, ty, id));
     }
-    let mut args: Vec<DeviceArg> = bound.iter().map(|b| DeviceArg::Buffer(b.2)).collect();
-    if let Some(st) = &l.staging {
-        let mut staging_args = Vec::new();
-        let mut copies = Vec::new();
-        for a in &st.args {
-            let Some((_, ty, id)) = bound.iter().find(|b| b.0 == *a) else {
-                return Err(crate::Error::internal(format!("staged {a} is no argument")));
-            };
-            staging_args.push(DeviceArg::Buffer(*id));
-            let Ok(copy) = dev.alloc(&format!("{a} staged"), ty, Placement::Sram) else {
-                return Ok(None);
-            };
-            copies.push((*a, copy));
-        }
-        staging_args.extend(copies.iter().map(|c| DeviceArg::Buffer(c.1)));
-        if run_within_budget(dev, &st.kernel, st.grid, &staging_args)?.is_none() {
-            return Ok(None);
-        }
-        for (arg, (a, ..)) in args.iter_mut().zip(&bound) {
-            if let Some(c) = copies.iter().find(|c| c.0 == *a) {
-                *arg = DeviceArg::Buffer(c.1);
-            }
-        }
-    }
-    if run_within_budget(dev, &l.kernel, l.grid, &args)?.is_none() {
+    // A candidate the simulator refuses (over the simulation budget, or local
+    // memory) is not a choice; the program's own run reports any error of the
+    // choice it keeps.
+    let ran = run_launch(dev, &l, &|a| {
+        bound
+            .iter()
+            .find(|b| b.0 == a)
+            .map(|b| (b.2, b.1.clone(), a.to_string()))
+            .ok_or_else(|| crate::Error::internal(format!("{a} is no argument")))
+    });
+    if ran.is_err() {
         return Ok(None);
     }
     Ok(Some(dev.report().cycles()))
-}
-
-/// Launches; `None` when the simulator refuses or stops the candidate (over
-/// the simulation budget, or local memory): it is not a choice, and the
-/// program's own run reports any error of the choice it keeps.
-fn run_within_budget(
-    dev: &mut Device,
-    k: &crate::tile::CheckedKernel,
-    grid: [usize; 3],
-    args: &[DeviceArg],
-) -> Result<Option<()>> {
-    Ok(dev.launch(k, grid, args).ok().map(|_| ()))
 }
 
 /// FNV-1a, 64 bits: a hash that is the same in every build.
@@ -377,12 +364,12 @@ fn cache_path(
     dir.join(format!("{name}-{:016x}.txt", fnv1a(&key)))
 }
 
-const CACHE_HEADER: &str = "ferrite-autotune 2";
+const CACHE_HEADER: &str = "ferrite-autotune 3";
 
 fn choice_fields(c: &GemmChoice) -> String {
     format!(
-        "{} {} {} {} {} {}",
-        c.bm, c.bn, c.bk, c.staged[0] as u8, c.staged[1] as u8, c.rows
+        "{} {} {} {} {} {} {}",
+        c.bm, c.bn, c.bk, c.staged[0] as u8, c.staged[1] as u8, c.rows, c.split
     )
 }
 
@@ -424,6 +411,7 @@ fn read_cache(path: &Path, valid: &[GemmChoice]) -> Option<KernelTuning> {
             bk: n(2)?,
             staged: [n(3)? == 1, n(4)? == 1],
             rows: n(5)?,
+            split: n(6)?,
         };
         valid.contains(&c).then_some(c)
     };
@@ -432,12 +420,12 @@ fn read_cache(path: &Path, valid: &[GemmChoice]) -> Option<KernelTuning> {
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.first() {
             Some(&"best") => {
-                best = Some((parse_choice(&f[1..])?, f.get(7)?.parse::<u64>().ok()?));
+                best = Some((parse_choice(&f[1..])?, f.get(8)?.parse::<u64>().ok()?));
             }
             Some(&"model") => model_cycles = Some(f.get(1)?.parse::<u64>().ok()?),
             Some(&"tried") => tried.push(Trial {
                 choice: parse_choice(&f[1..])?,
-                cycles: f.get(7)?.parse::<u64>().ok(),
+                cycles: f.get(8)?.parse::<u64>().ok(),
             }),
             _ => {}
         }

@@ -258,21 +258,31 @@ pub fn profile_sim(
             }
         };
         // A kernel whose operands are staged in SRAM first has two launches:
-        // the copy, then the kernel itself; its row counts both.
-        let (staging, launch) = match launch {
-            Some(l) if l.kernel == format!("{}_stage", k.name) => match launches.next() {
-                Some(main) if main.kernel == k.name => (Some(l), Some(main)),
-                _ => {
-                    return Err(Error::Internal(format!(
-                        "kernel `{}` was not launched after its staging",
-                        k.name
-                    )))
+        // the copy, then the kernel itself; a GEMM split along K has a third
+        // between them, its first part (`NAME_part`). Its row counts them all.
+        let mut staging = Vec::new();
+        let launch = match launch {
+            Some(l) if l.kernel == format!("{}_stage", k.name) => {
+                staging.push(l);
+                loop {
+                    match launches.next() {
+                        Some(part) if part.kernel == format!("{}_part", k.name) => {
+                            staging.push(part)
+                        }
+                        Some(main) if main.kernel == k.name => break Some(main),
+                        _ => {
+                            return Err(Error::Internal(format!(
+                                "kernel `{}` was not launched after its staging",
+                                k.name
+                            )))
+                        }
+                    }
                 }
-            },
-            other => (None, other),
+            }
+            other => other,
         };
         let mut row = sim_row(i, k.name.clone(), kernel_ops(graph, k), launch);
-        if let Some(st) = staging {
+        for st in staging {
             add_staging(&mut row, st);
         }
         rows.push(row);
@@ -293,7 +303,8 @@ pub fn profile_sim(
     })
 }
 
-/// Adds a kernel's staging launch (its operands copied to SRAM) to its row.
+/// Adds a kernel's staging launch (its operands copied to SRAM, or the first
+/// part of a GEMM split along K) to its row.
 fn add_staging(row: &mut KernelProfile, st: &SimReport) {
     let b = &st.bytes;
     row.time_ns += st.seconds() * 1e9;
@@ -307,6 +318,7 @@ fn add_staging(row: &mut KernelProfile, st: &SimReport) {
     if let Some(sim) = &mut row.sim {
         sim.launches += 1;
         sim.launch_cycles += st.launch_cycles;
+        sim.dot_flops += st.dot_flops;
         for (busy, more) in sim.pe_busy_cycles.iter_mut().zip(&st.pe_busy_cycles) {
             *busy += more;
         }

@@ -15,7 +15,9 @@
 //! (documented in `docs/tile-language.md`): for each candidate `BM x BN x BK`, the
 //! K loop costs `max(dot, operand DMA)` per step, where the DMA's bandwidth is
 //! the SRAM share of the PEs active in a wave, and the grid runs in waves of one
-//! program per PE.
+//! program per PE. A GEMM split along K (`split.rs`) is costed launch by launch
+//! ([`split_cycles`]), each step or chunk of rows the larger of its dot and the
+//! memory port's work.
 
 use super::GemmChoice;
 use crate::sim::Machine;
@@ -168,6 +170,8 @@ pub(super) struct GemmNeed {
     /// of each right operand, runs one dot and one epilogue (the epilogue
     /// figures above are their sum) and stores one block per GEMM.
     pub group: usize,
+    /// Whether the GEMM may be split along K (`split.rs`).
+    pub splittable: bool,
 }
 
 /// A GEMM choice with the cycles the cost model expects of it (both launches).
@@ -298,12 +302,216 @@ fn gemm_cycles(
     r.launch + busy.into_iter().fold(0.0, f64::max)
 }
 
+/// Elements of `elem` bytes in one line of the SRAM read cache: a copy whose
+/// chunks are whole lines reads each line from LPDDR once, by one program.
+pub(super) fn line_elements(m: &Machine, elem: usize) -> usize {
+    (m.sram_line_bytes as usize / elem.max(1)).max(1)
+}
+
+/// How a step of the part launch of a split GEMM copies a piece of a
+/// program's share of an operand: the share is `rows x cols` (row-major in the
+/// share's own order), copied a `[rows, cols]` chunk per step.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct Chunking {
+    /// The chunk's shape: one row's `cols`-wide piece (`rows == 1`, then a row
+    /// takes `per_row` chunks), or whole rows.
+    pub rows: usize,
+    pub cols: usize,
+    /// Chunks per row of the share (1 when a chunk is whole rows).
+    pub per_row: usize,
+    /// Chunks in all, at most one per step.
+    pub chunks: usize,
+}
+
+/// The chunks of a `rows x cols` share spread over `steps` steps: pieces of
+/// a row in whole cache lines of `line` elements when a row is more than a
+/// step's part, else whole rows.
+pub(super) fn chunking(rows: usize, cols: usize, steps: usize, line: usize) -> Chunking {
+    let steps = steps.max(1);
+    let target = (rows * cols).div_ceil(steps).max(1);
+    if cols > target {
+        let mut width = target.div_ceil(line) * line;
+        while width < cols {
+            let per_row = cols.div_ceil(width);
+            if rows * per_row <= steps {
+                return Chunking {
+                    rows: 1,
+                    cols: width,
+                    per_row,
+                    chunks: rows * per_row,
+                };
+            }
+            width += line;
+        }
+    }
+    let r = rows
+        .div_ceil(steps)
+        .max(target.div_ceil(cols.max(1)))
+        .min(rows.max(1));
+    Chunking {
+        rows: r,
+        cols,
+        per_row: 1,
+        chunks: rows.div_ceil(r),
+    }
+}
+
+/// The chunkings of a program's shares of the lhs (`[rows, K - split]`) and
+/// the rhs (`[K - split, columns]`) in the part launch of a split GEMM.
+pub(super) fn split_chunks(
+    mach: &Machine,
+    (m, n, k): (usize, usize, usize),
+    elem: usize,
+    (bm, bn, bk): (usize, usize, usize),
+    split: usize,
+) -> (Chunking, Chunking) {
+    let programs = m.div_ceil(bm) * n.div_ceil(bn);
+    let steps = split / bk.max(1);
+    let line = line_elements(mach, elem);
+    (
+        chunking(m.div_ceil(programs), k - split, steps, line),
+        chunking(k - split, n.div_ceil(programs), steps, line),
+    )
+}
+
+/// The blocks of the final launch of a GEMM split after `split` of its K: a
+/// program finishes `rows x cols` of the output, `chunk` rows at a time.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(super) struct FinalBlocks {
+    pub rows: usize,
+    pub cols: usize,
+    pub chunk: usize,
+    /// The cycles the model expects of the launch (without its overhead).
+    pub cycles: f64,
+}
+
+/// The fastest blocks of the final launch of a GEMM split after `split` that
+/// fit local memory, by the model of [`split_cycles`]: per program, the rest
+/// of the rhs, then per chunk of rows the larger of its dot and its port (its
+/// lhs rows, partial sums and store). Every tile a program holds counts: the
+/// rest of the rhs and the tile read from it, two buffers of lhs rows and of
+/// partial sums and the tiles read from them, the chunk's result and
+/// epilogue. `None` when nothing fits.
+pub(super) fn final_blocks(mach: &Machine, g: &GemmNeed, split: usize) -> Option<FinalBlocks> {
+    let r = PerCycle::new(mach, g.narrow);
+    let rest = g.k.checked_sub(split).filter(|&x| x > 0)?;
+    let e = g.elem;
+    let mut best: Option<FinalBlocks> = None;
+    let top = |x: usize| next_pow2(x).min(512);
+    let mut bm = 16.min(top(g.m));
+    while bm <= top(g.m) {
+        let mut bn = 16.min(top(g.n));
+        while bn <= top(g.n) {
+            for parts in [4, 8, 16] {
+                let ch = (bm / parts).max(1);
+                let bytes = 2 * rest * bn * e
+                    + 3 * ch * rest * e
+                    + 3 * ch * bn * 4
+                    + ch * bn * (4 + g.epilogue_bytes_per_point);
+                if bytes as u64 > mach.local_memory_bytes
+                    || rest * bn > MAX_TILE_ELEMENTS
+                    || ch * rest > MAX_TILE_ELEMENTS
+                {
+                    continue;
+                }
+                let chunks = bm.div_ceil(ch);
+                let programs = g.m.div_ceil(bm) * g.n.div_ceil(bn);
+                let mut last = vec![0.0f64; r.pes];
+                for i in 0..programs {
+                    let wave = i / r.pes * r.pes;
+                    let (lshare, sshare) = r.shares((programs - wave).min(r.pes));
+                    let out_share = if g.out_lpddr { lshare } else { sshare };
+                    let w_rest = (rest * bn * e) as f64;
+                    let rows_in = (ch * rest * e + ch * bn * 4) as f64;
+                    let store = (ch * bn * g.out_elem) as f64 / out_share;
+                    let c_dot = (2 * ch * bn * rest) as f64 / r.dot
+                        + (rows_in / r.local).ceil()
+                        + ((ch * bn * g.epilogue_ops) as f64 / r.vector).ceil();
+                    let c_port = rows_in / sshare + store;
+                    let mut c = w_rest / sshare + rows_in / sshare + (w_rest / r.local).ceil();
+                    c += chunks as f64 * c_dot.max(c_port);
+                    if c_dot > c_port {
+                        c += store;
+                    }
+                    last[i % r.pes] += c;
+                }
+                let cycles = last.into_iter().fold(0.0, f64::max);
+                if best.is_none_or(|b| cycles < b.cycles) {
+                    best = Some(FinalBlocks {
+                        rows: bm,
+                        cols: bn,
+                        chunk: ch,
+                        cycles,
+                    });
+                }
+            }
+            bn *= 2;
+        }
+        bm *= 2;
+    }
+    best
+}
+
+/// Cycles of the three launches of a GEMM split along K after `split`
+/// (`split.rs`), by the same per-program model as [`gemm_cycles`]: the staging
+/// of the first part; the part launch, whose steps cost the larger of the dot
+/// and the port (the slices from SRAM and a slice of the rest's copy); the
+/// final launch, the rest of the rhs, then per chunk of rows the larger of
+/// its dot and its port (its lhs rows, partial sums and store).
+fn split_cycles(
+    mach: &Machine,
+    r: &PerCycle,
+    g: &GemmNeed,
+    (bm, bn, bk): (usize, usize, usize),
+    split: usize,
+) -> f64 {
+    let e = g.elem as f64;
+    let first = ((g.m + g.n) * split * g.elem) as u64;
+    let stage = staging_cycles(r, first);
+    let (gx, gy) = (g.m.div_ceil(bm), g.n.div_ceil(bn));
+    let programs = gx * gy;
+    let (ca, cb) = split_chunks(mach, (g.m, g.n, g.k), g.elem, (bm, bn, bk), split);
+    let copy_steps = ca.chunks.max(cb.chunks);
+    let steps = split / bk;
+    let Some(fin) = final_blocks(mach, g, split) else {
+        return f64::INFINITY;
+    };
+    let mut part = vec![0.0f64; r.pes];
+    for i in 0..programs {
+        let wave = i / r.pes * r.pes;
+        let (lshare, sshare) = r.shares((programs - wave).min(r.pes));
+        let slices = ((bm * bk + bk * bn) as f64) * e;
+        let share = ((ca.rows * ca.cols + cb.rows * cb.cols) as f64) * e;
+        let dot = (2 * bm * bn * bk) as f64 / r.dot;
+        let local = ((slices + share) / r.local).ceil() + 1.0;
+        let masks = 16.0 + ((6 * (ca.rows + ca.cols + cb.rows + cb.cols)) as f64 / r.vector).ceil();
+        let copy = slices / sshare;
+        let with_share = copy + share / lshare + share / sshare;
+        let mut c = copy
+            + ((bm * bn) as f64 / r.vector).ceil()
+            + copy_steps.min(steps) as f64 * (local + masks + dot.max(with_share))
+            + steps.saturating_sub(copy_steps) as f64 * (local + dot.max(copy));
+        c += (bm * bn * 4) as f64 / sshare;
+        part[i % r.pes] += c;
+    }
+    let longest = |v: Vec<f64>| v.into_iter().fold(0.0, f64::max);
+    stage + 2.0 * r.launch + longest(part) + fin.cycles
+}
+
 /// True when `c` fits local memory and the tile limit, and stages only LPDDR
 /// operands that fit the free SRAM.
 pub(super) fn gemm_fits(mach: &Machine, g: &GemmNeed, c: &GemmChoice) -> bool {
     let (bm, bn, bk) = (c.bm, c.bn, c.bk);
     if bm == 0 || bn == 0 || bk == 0 || !(c.rows == 1 || (c.rows == 2 && g.m > bm)) {
         return false;
+    }
+    if c.split > 0 {
+        // Its launches hold other tiles than an unsplit GEMM's (`split::fits`);
+        // the SRAM copies and the partial sums must fit beside each other.
+        return g.splittable
+            && g.lpddr == [true, true]
+            && super::split::fits(mach, g, c)
+            && g.operand_bytes[0] + g.operand_bytes[1] + (g.m * g.n * 4) as u64 <= g.sram_room;
     }
     // Local buffers, the tiles read from them, the accumulator and the epilogue;
     // with two row blocks, also the first block's result and pointers, kept
@@ -361,6 +569,7 @@ pub(super) fn gemm_ranked(mach: &Machine, g: &GemmNeed) -> Vec<GemmPlan> {
                         bk,
                         staged,
                         rows,
+                        split: 0,
                     };
                     if !gemm_fits(mach, g, &choice) {
                         continue;
@@ -374,6 +583,26 @@ pub(super) fn gemm_ranked(mach: &Machine, g: &GemmNeed) -> Vec<GemmPlan> {
                     if copied > 0 {
                         cycles += staging_cycles(&r, copied);
                     }
+                    plans.push(GemmPlan { choice, cycles });
+                }
+                // Split along K: the first part from a half to 15/16 of K.
+                if !g.splittable {
+                    continue;
+                }
+                for sixteenths in 8..16 {
+                    let split = g.k * sixteenths / 16 / bk * bk;
+                    let choice = GemmChoice {
+                        bm,
+                        bn,
+                        bk,
+                        staged: [true, true],
+                        rows: 1,
+                        split,
+                    };
+                    if split == 0 || !gemm_fits(mach, g, &choice) {
+                        continue;
+                    }
+                    let cycles = split_cycles(mach, &r, g, (bm, bn, bk), split);
                     plans.push(GemmPlan { choice, cycles });
                 }
             }
@@ -410,6 +639,7 @@ pub(super) fn gemm(mach: &Machine, g: &GemmNeed) -> GemmChoice {
             bk: 16,
             staged: [false, false],
             rows: 1,
+            split: 0,
         },
         |p| p.choice,
     )
@@ -481,6 +711,24 @@ mod tests {
     }
 
     #[test]
+    fn shares_are_copied_in_whole_lines_at_most_one_chunk_per_step() {
+        // 16 rows of 448: pieces of 224 (14 lines of 16), two per row, 32 chunks.
+        let c = chunking(16, 448, 36, 16);
+        assert_eq!((c.rows, c.cols, c.per_row, c.chunks), (1, 224, 2, 32));
+        // 448 rows of 16: whole rows, 13 at a time.
+        let c = chunking(448, 16, 36, 16);
+        assert_eq!((c.rows, c.cols, c.per_row, c.chunks), (13, 16, 1, 35));
+        // More rows than steps, each longer than a step's part: whole rows.
+        let c = chunking(100, 64, 10, 16);
+        assert_eq!((c.rows, c.cols, c.chunks), (10, 64, 10));
+        for (r, c_, steps) in [(7, 1000, 3), (1, 5, 40), (300, 300, 17), (16, 96, 6)] {
+            let c = chunking(r, c_, steps, 16);
+            assert!(c.chunks <= steps, "{r} x {c_} over {steps}: {c:?}");
+            assert!(c.rows == 1 || c.cols == c_, "{c:?}");
+        }
+    }
+
+    #[test]
     fn gemm_blocks_fit_and_spread() {
         let m = Machine::mtia2i();
         let need = |m_: usize, n: usize, k: usize, lpddr: bool| GemmNeed {
@@ -499,6 +747,7 @@ mod tests {
             epilogue_ops: 2,
             sram_room: m.sram_bytes,
             group: 1,
+            splittable: true,
         };
         let p = gemm(&m, &need(1024, 1024, 1024, false));
         assert!(gemm_fits(&m, &need(1024, 1024, 1024, false), &p));

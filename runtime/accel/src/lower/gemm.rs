@@ -22,13 +22,13 @@ use super::frame::{Frame, AXIS0, AXIS1};
 use super::kernel::emit_stage;
 use super::ops::{TileVal, Val};
 use super::stage::{bytes_per_point, points, Cx};
-use super::GemmChoice;
+use super::{split, GemmChoice, TileLaunch};
 use crate::error::{Error, Result};
 use crate::tile::ast::Builtin;
 use ferrite_ir::loops::{
     AccId, BufferId, ExprOp, Extents, GemmInfo, GemmOperand, Kernel, Program, Stage, Var,
 };
-use ferrite_ir::DType;
+use ferrite_ir::{DType, TensorType};
 use std::collections::HashMap;
 
 /// The kernel's GEMM when it can run on the dot engine: numeric operands of one
@@ -139,6 +139,7 @@ pub(super) fn need_group(cx: &Cx, members: &[(&Kernel, &GemmInfo)]) -> Result<Ge
         }
     }
     need.group = members.len();
+    need.splittable &= members.len() == 1;
     Ok(need)
 }
 
@@ -200,6 +201,7 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
         epilogue_ops,
         sram_room: cx.sram_room,
         group: 1,
+        splittable: split::splittable(cx, g, dt) && a_lpddr && b_lpddr,
     })
 }
 
@@ -265,10 +267,95 @@ fn epilogue_bytes_per_point(k: &Kernel, g: &GemmInfo, index_bytes: usize) -> usi
     total
 }
 
+/// Emits GEMM `g`'s epilogue (the stages of kernel `k` after its reduction) on
+/// `acc`, the dot engine's `[rows, cols]` tile (of `dot_dtype`) of the output
+/// rows `rm` and columns `rn` (lanes, masked by `masks`), for the batch
+/// coordinates `coords` (none for a single product).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn emit_epilogue(
+    cx: &Cx,
+    b: &mut Builder,
+    k: &Kernel,
+    g: &GemmInfo,
+    acc: E,
+    dot_dtype: DType,
+    rm: &E,
+    rn: &E,
+    blocks: [usize; 2],
+    masks: [Option<E>; 2],
+    coords: &[Option<E>],
+) -> Result<()> {
+    let Stage::Reduce { reductions, .. } = &k.stages[g.stage] else {
+        return Err(Error::internal("the GEMM stage is not a reduction"));
+    };
+    let acc_dtype = reductions[0].dtype;
+    // The dot engine's accumulator wraps (integers) or rounds (floats) once into
+    // the loop IR's: an i32 sum of i8 products modulo 2^8 is the i8 sum.
+    let acc_e = if acc_dtype == dot_dtype {
+        acc
+    } else {
+        b.bind(&format!("{}", g.acc), cast(acc, acc_dtype))
+    };
+    let mut accs: HashMap<AccId, Val> = HashMap::new();
+    accs.insert(
+        g.acc,
+        Val::Tile(TileVal {
+            e: acc_e,
+            dtype: acc_dtype,
+            deps: AXIS0 | AXIS1,
+            depth: Depth::ZERO,
+        }),
+    );
+    let nb = g.batch.len();
+    let mut leaves = HashMap::new();
+    for (t, axis) in g.outer_axes.iter().enumerate() {
+        let Some(axis) = axis else { continue };
+        let leaf = if t < nb {
+            (
+                coords.get(t).cloned().flatten().unwrap_or_else(|| int(0)),
+                0,
+            )
+        } else if t == nb {
+            (column(rm.clone()), AXIS0)
+        } else {
+            (row(rn.clone()), AXIS1)
+        };
+        leaves.insert(Var::outer(*axis), leaf);
+    }
+    let frame = Frame {
+        rank: 2,
+        blocks,
+        masks,
+        subst: HashMap::new(),
+        ext: Extents {
+            outer: k.domain.clone(),
+            reduce: vec![],
+            store: vec![],
+        },
+        leaves,
+    };
+    for (si, stage) in k.stages.iter().enumerate().skip(g.stage + 1) {
+        emit_stage(cx, b, &frame, &mut accs, si, stage, 1)?;
+    }
+    Ok(())
+}
+
+/// A GEMM kernel lowered into a builder.
+pub(super) struct Lowered {
+    pub grid: [usize; 3],
+    /// A line describing the blocks.
+    pub note: String,
+    /// The operands read from SRAM copies.
+    pub staged: Vec<BufferId>,
+    /// For a GEMM split along K (`split.rs`): the launches before its own, and
+    /// the partial sums' scratch buffer; else none (a staging launch of
+    /// `staged`, if any, is made by the caller).
+    pub split: Option<(Vec<TileLaunch>, TensorType)>,
+}
+
 /// Lowers the GEMM kernels `members` (one, or several sharing their left
 /// operand: [`shares_lhs`]) into `b` with `choice` (the cost model's when `None`
-/// or when it does not fit); returns the grid, a line describing the blocks
-/// and the operands to stage in SRAM first.
+/// or when it does not fit).
 ///
 /// With several members, program `(i, j, z)` computes block `(i, j)` of every
 /// member's product: each K step copies the left operand's slice once and each
@@ -279,7 +366,7 @@ pub(super) fn lower(
     members: &[(&Kernel, &GemmInfo)],
     b: &mut Builder,
     choice: Option<GemmChoice>,
-) -> Result<([usize; 3], String, Vec<BufferId>)> {
+) -> Result<Lowered> {
     let Some(&(_, g)) = members.first() else {
         return Err(Error::internal("a GEMM group without members"));
     };
@@ -295,6 +382,40 @@ pub(super) fn lower(
         _ => blocks::gemm(cx.machine, &need),
     };
     let (bm, bn, bk) = (plan.bm, plan.bn, plan.bk);
+    if plan.split > 0 {
+        let &(k, g) = &members[0];
+        let fin = blocks::final_blocks(cx.machine, &need, plan.split)
+            .ok_or_else(|| Error::internal("a split GEMM whose final launch does not fit"))?;
+        let grid = split::final_launch(cx, k, g, b, dt, plan.split, &fin)?;
+        let name = super::kernel_name(&k.name);
+        let before = vec![
+            split::first_part_staging(cx, g, &name, dt, plan.split)?,
+            split::part_launch(cx, g, &name, dt, &plan)?,
+        ];
+        let scratch = TensorType::new(DType::F32, vec![g.m, g.n])
+            .map_err(|e| Error::internal(format!("partial sums: {e}")))?;
+        return Ok(Lowered {
+            grid,
+            note: format!(
+                "[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks, split after K {}; \
+                 the rest here in {} x {} blocks, {} rows at a time; {} and {} staged in SRAM",
+                g.m,
+                g.n,
+                g.m,
+                g.k,
+                g.k,
+                g.n,
+                plan.split,
+                fin.rows,
+                fin.cols,
+                fin.chunk,
+                g.lhs.buffer,
+                g.rhs.buffer
+            ),
+            staged: vec![g.lhs.buffer, g.rhs.buffer],
+            split: Some((before, scratch)),
+        });
+    }
     let mut staged = Vec::new();
     if plan.staged[0] {
         staged.push(g.lhs.buffer);
@@ -402,13 +523,6 @@ pub(super) fn lower(
         .collect();
     let dot_dtype = crate::tile::dot_dtype(dt)
         .ok_or_else(|| Error::internal("a GEMM of operands the dot engine does not take"))?;
-    let mut acc_dtypes = Vec::with_capacity(members.len());
-    for &(k, m) in members {
-        let Stage::Reduce { reductions, .. } = &k.stages[m.stage] else {
-            return Err(Error::internal("the GEMM stage is not a reduction"));
-        };
-        acc_dtypes.push(reductions[0].dtype);
-    }
     let nb = g.batch.len();
     let slices = g.k.div_ceil(bk);
     // With several row blocks per program, each block's store is deferred into
@@ -579,54 +693,23 @@ pub(super) fn lower(
         if !last {
             b.capture_stores();
         }
-        for ((&(k, m), &acc), &acc_dtype) in members.iter().zip(&accs).zip(&acc_dtypes) {
+        for (&(k, m), &acc) in members.iter().zip(&accs) {
             if members.len() > 1 {
                 b.comment(&format!("the epilogue of {}", k.name));
             }
-            // The dot engine's accumulator wraps (integers) or rounds (floats) once into
-            // the loop IR's: an i32 sum of i8 products modulo 2^8 is the i8 sum.
-            let acc_e = if acc_dtype == dot_dtype {
-                E::Def(acc)
-            } else {
-                b.bind(&format!("{}", m.acc), cast(E::Def(acc), acc_dtype))
-            };
-            let mut accs: HashMap<AccId, Val> = HashMap::new();
-            accs.insert(
-                m.acc,
-                Val::Tile(TileVal {
-                    e: acc_e,
-                    dtype: acc_dtype,
-                    deps: AXIS0 | AXIS1,
-                    depth: Depth::ZERO,
-                }),
-            );
-            let mut leaves = HashMap::new();
-            for (t, axis) in m.outer_axes.iter().enumerate() {
-                let Some(axis) = axis else { continue };
-                let leaf = if t < nb {
-                    (coords[t].clone().unwrap_or_else(|| int(0)), 0)
-                } else if t == nb {
-                    (column(rm.clone()), AXIS0)
-                } else {
-                    (row(rn.clone()), AXIS1)
-                };
-                leaves.insert(Var::outer(*axis), leaf);
-            }
-            let frame = Frame {
-                rank: 2,
-                blocks: [bm, bn],
-                masks: [m_mask.clone(), n_mask.clone()],
-                subst: HashMap::new(),
-                ext: Extents {
-                    outer: k.domain.clone(),
-                    reduce: vec![],
-                    store: vec![],
-                },
-                leaves,
-            };
-            for (si, stage) in k.stages.iter().enumerate().skip(m.stage + 1) {
-                emit_stage(cx, b, &frame, &mut accs, si, stage, 1)?;
-            }
+            emit_epilogue(
+                cx,
+                b,
+                k,
+                m,
+                E::Def(acc),
+                dot_dtype,
+                &rm,
+                &rn,
+                [bm, bn],
+                [m_mask.clone(), n_mask.clone()],
+                &coords,
+            )?;
         }
         if !last {
             deferred = b.take_captured_stores();
@@ -662,9 +745,10 @@ pub(super) fn lower(
             format!("; {} staged in SRAM first", names.join(" and "))
         }
     );
-    Ok((
-        [g.m.div_ceil(rows * bm), g.n.div_ceil(bn), batch.max(1)],
+    Ok(Lowered {
+        grid: [g.m.div_ceil(rows * bm), g.n.div_ceil(bn), batch.max(1)],
         note,
         staged,
-    ))
+        split: None,
+    })
 }

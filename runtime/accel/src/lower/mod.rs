@@ -32,6 +32,7 @@ mod gemm;
 mod kernel;
 mod ops;
 mod reduce;
+mod split;
 mod stage;
 mod staging;
 
@@ -39,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::sim::{Machine, Placement};
 use crate::tile::{self, CheckedKernel};
 use ferrite_ir::loops::{BufferId, ExprOp, Kernel, Program, Stage};
-use ferrite_ir::DType;
+use ferrite_ir::{DType, TensorType};
 use std::collections::HashMap;
 
 /// One loop-IR kernel lowered to a tile kernel, with its launch.
@@ -53,13 +54,59 @@ pub struct TileLaunch {
     pub kernel: CheckedKernel,
     /// The launch grid.
     pub grid: [usize; 3],
-    /// The loop-IR buffer bound to each pointer parameter, in parameter order
-    /// (for a staging launch: the sources; their copies follow them as parameters).
-    pub args: Vec<BufferId>,
-    /// Arguments read from an SRAM copy made by `staging` instead of the buffer.
-    pub staged: Vec<BufferId>,
-    /// The launch that copies `staged` from LPDDR to SRAM right before this one.
-    pub staging: Option<Box<TileLaunch>>,
+    /// What each pointer parameter is bound to, in parameter order.
+    pub params: Vec<Bound>,
+    /// The launches that run right before this one, in order: copies of
+    /// operands from LPDDR to SRAM, and the first part of a split GEMM.
+    pub staging: Vec<TileLaunch>,
+    /// The type of the SRAM scratch buffer that this launch and its staging
+    /// launches share (a split GEMM's partial sums), if they use one.
+    pub scratch: Option<TensorType>,
+}
+
+/// What a launch binds to a pointer parameter of its kernel.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Bound {
+    /// A buffer of the program.
+    Buffer(BufferId),
+    /// The SRAM copy of a buffer of the program, which the staging launches of
+    /// the kernel fill; it lives from the first of them to the kernel's launch.
+    Copy(BufferId),
+    /// The kernel's scratch buffer in SRAM ([`TileLaunch::scratch`]).
+    Scratch,
+}
+
+impl TileLaunch {
+    /// The buffers of the program that this launch and its staging launches
+    /// read or write (not their copies), in parameter order, each once.
+    pub fn buffers(&self) -> Vec<BufferId> {
+        let mut out = Vec::new();
+        for l in self.staging.iter().chain([self]) {
+            for b in &l.params {
+                if let Bound::Buffer(id) = b {
+                    if !out.contains(id) {
+                        out.push(*id);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The buffers whose SRAM copies this launch and its staging launches use.
+    pub fn copies(&self) -> Vec<BufferId> {
+        let mut out = Vec::new();
+        for l in self.staging.iter().chain([self]) {
+            for b in &l.params {
+                if let Bound::Copy(id) = b {
+                    if !out.contains(id) {
+                        out.push(*id);
+                    }
+                }
+            }
+        }
+        out
+    }
 }
 
 /// The tunable parameters of a GEMM kernel's lowering: its blocks, and which
@@ -77,6 +124,12 @@ pub struct GemmChoice {
     /// Row blocks per program (1 or 2): with 2, the first block's store is
     /// written during the second block's K loop.
     pub rows: usize,
+    /// When not 0, the GEMM is split along K after this many (a multiple of
+    /// `bk`, with both operands staged and one row block): a launch stages the
+    /// first part of K, a second multiplies it into partial sums in SRAM while
+    /// it stages the rest, and the kernel's own launch finishes the sums and
+    /// runs the epilogue, so that LPDDR and the dot engine work at once.
+    pub split: usize,
 }
 
 impl std::fmt::Display for GemmChoice {
@@ -90,7 +143,11 @@ impl std::fmt::Display for GemmChoice {
             [true, false] => write!(f, ", lhs staged"),
             [false, true] => write!(f, ", rhs staged"),
             [true, true] => write!(f, ", both staged"),
+        }?;
+        if self.split > 0 {
+            write!(f, ", split after K {}", self.split)?;
         }
+        Ok(())
     }
 }
 
@@ -212,21 +269,33 @@ pub fn lower_group(
         .iter()
         .filter_map(|k| gemm::eligible(p, k).map(|g| (*k, g)))
         .collect();
-    let (grid, note, staged) = if members.len() == ks.len() {
+    let lowered = if members.len() == ks.len() {
         gemm::lower(&cx, &members, &mut b, choice)?
     } else if ks.len() == 1 {
         let (grid, note) = kernel::lower(&cx, k, &mut b)?;
-        (grid, note, Vec::new())
+        gemm::Lowered {
+            grid,
+            note,
+            staged: Vec::new(),
+            split: None,
+        }
     } else {
         return Err(Error::internal("a group of kernels that are not all GEMMs"));
     };
+    let gemm::Lowered {
+        grid,
+        note,
+        staged,
+        split,
+    } = lowered;
     let name = kernel_name(&k.name);
-    let staging = if staged.is_empty() {
-        None
-    } else {
-        Some(Box::new(staging::staging_launch(
-            p, &name, &staged, machine,
-        )?))
+    let (staging, scratch) = match split {
+        Some((before, scratch)) => (before, Some(scratch)),
+        None if staged.is_empty() => (Vec::new(), None),
+        None => (
+            vec![staging::staging_launch(p, &name, &staged, machine)?],
+            None,
+        ),
     };
     let mut header = vec![if ks.len() == 1 {
         format!("{name}: lowered from the loop-IR kernel")
@@ -249,13 +318,27 @@ pub fn lower_group(
         "grid [{}, {}, {}]: {note}",
         grid[0], grid[1], grid[2]
     ));
-    let sig: Vec<(String, DType)> = args
+    let mut sig: Vec<(String, DType)> = args
         .iter()
         .map(|&id| {
             let d = p.buffer(id).map_or(DType::F32, |b| b.ty.dtype);
             (params[&id].clone(), d)
         })
         .collect();
+    let mut bound: Vec<Bound> = args
+        .iter()
+        .map(|&id| {
+            if staged.contains(&id) {
+                Bound::Copy(id)
+            } else {
+                Bound::Buffer(id)
+            }
+        })
+        .collect();
+    if let Some(s) = &scratch {
+        sig.push((split::PARTIAL.to_string(), s.dtype));
+        bound.push(Bound::Scratch);
+    }
     let mut tile_kernel = b.finish(header, &name, &sig);
     let text = tile::print_located(&mut tile_kernel);
     let file = format!("{name}.tile");
@@ -271,9 +354,9 @@ pub fn lower_group(
         text,
         kernel,
         grid,
-        args,
-        staged,
+        params: bound,
         staging,
+        scratch,
     }))
 }
 
@@ -329,7 +412,7 @@ pub fn group_choices(
 
 /// A valid kernel name: the loop IR's names are identifiers already, but a name
 /// from elsewhere is made one.
-fn kernel_name(name: &str) -> String {
+pub(super) fn kernel_name(name: &str) -> String {
     let mut s: String = name
         .chars()
         .map(|c| {

@@ -15,7 +15,7 @@
 use super::blocks::{next_pow2, staging_programs};
 use super::builder::{add, call, cast, int, lt, mul, param, program_id, Builder, E};
 use super::stage::param_name;
-use super::TileLaunch;
+use super::{Bound, TileLaunch};
 use crate::error::{Error, Result};
 use crate::sim::Machine;
 use crate::tile::{self, ast::Builtin};
@@ -113,8 +113,12 @@ pub(super) fn staging_launch(
         text,
         kernel: checked,
         grid: [programs, 1, 1],
-        args: sources.to_vec(),
-        staged: Vec::new(),
-        staging: None,
+        params: sources
+            .iter()
+            .map(|&id| Bound::Buffer(id))
+            .chain(sources.iter().map(|&id| Bound::Copy(id)))
+            .collect(),
+        staging: Vec::new(),
+        scratch: None,
     })
 }
