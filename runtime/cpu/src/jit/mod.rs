@@ -897,7 +897,9 @@ fn lookup_shared(fingerprint: &Arc<str>, hash: u64, body: &FunctionStencil) -> O
 /// The id a precompiled function's self-references carry until
 /// [`Jit::define_precompiled`] declares it and puts its own id in their place.
 fn precompiled_id() -> FuncId {
-    FuncId::from_u32(u32::MAX)
+    // The largest id an entity may have (`u32::MAX` is its reserved value): a module
+    // never declares that many functions.
+    FuncId::from_u32(u32::MAX - 1)
 }
 
 /// Compiles functions for one [`Jit`] module on any thread (see [`Jit::precompiler`]):
