@@ -30,11 +30,11 @@
 //! assert!(compiled.kernels_text().contains("acc0 = max(where(mr, x, -inf), axis=1)"));
 //! ```
 
-use super::lower::{group_choices, lhs_groups, lower_group, TileLaunch};
+use super::lower::{group_choices, lhs_groups, lower_group_rows, RowGrid, TileLaunch};
 use super::sim::{self, Device, DeviceArg, DeviceReport, Machine, Placement};
 use super::tune::{tune_kernel, KernelTuning, TuneOptions};
 use crate::error::{Error, Result};
-use ferrite_ir::loops::{BufferId, BufferKind, Liveness, Program};
+use ferrite_ir::loops::{BufferId, BufferKind, Liveness, Program, Rows};
 use ferrite_ir::{Tensor, TensorType};
 use std::fmt::Write;
 
@@ -82,6 +82,11 @@ pub struct SimProgram {
     merged: Vec<Option<usize>>,
     /// The constant tensors of the program's constant buffers, shared with the graph.
     constants: Vec<ferrite_ir::Constant>,
+    /// For a row program ([`SimProgram::compile_rows`]): its row axes.
+    rows: Option<Rows>,
+    /// Per loop-IR kernel: how its launch follows the row count (row kernels of a
+    /// row program only).
+    row_grids: Vec<Option<RowGrid>>,
 }
 
 impl SimProgram {
@@ -130,6 +135,45 @@ impl SimProgram {
         tune: Option<&TuneOptions>,
         group: bool,
     ) -> Result<(SimProgram, Vec<KernelTuning>)> {
+        SimProgram::compile_any(program, machine, intermediates, tune, group, None)
+    }
+
+    /// Lowers a row program (`program` at its most rows, with the row axes `rows`
+    /// proved by [`Rows::check`]) once, to run at any row count
+    /// ([`SimProgram::run_rows`]): each row kernel takes the points of its row
+    /// axis at the launch's count as a scalar argument (`n_rows`), masks its row
+    /// axis with it, and its grid is computed at the launch from the count; every
+    /// other kernel is static. A GEMM never stages a row operand in SRAM (its
+    /// staging copy has a static extent), and nothing is autotuned. Placements
+    /// are planned again at each run from the sizes at its count. Fails when a
+    /// kernel's rows are not masked along its grid's first axis.
+    pub fn compile_rows(
+        program: &Program,
+        machine: &Machine,
+        rows: &Rows,
+        group: bool,
+    ) -> Result<SimProgram> {
+        rows.check(program)
+            .map_err(|e| Error::InvalidProgram(format!("rows {}: {e}", rows.name)))?;
+        let (p, _) = SimProgram::compile_any(
+            program,
+            machine,
+            Intermediates::default(),
+            None,
+            group,
+            Some(rows),
+        )?;
+        Ok(p)
+    }
+
+    fn compile_any(
+        program: &Program,
+        machine: &Machine,
+        intermediates: Intermediates,
+        tune: Option<&TuneOptions>,
+        group: bool,
+        rows: Option<&Rows>,
+    ) -> Result<(SimProgram, Vec<KernelTuning>)> {
         program.verify().map_err(|e| {
             Error::InvalidProgram(format!("program `{}` is invalid: {e}", program.name))
         })?;
@@ -177,6 +221,7 @@ impl SimProgram {
         }
         let placements: Vec<Placement> = buffers.iter().map(|b| b.placement).collect();
         let mut launches: Vec<Option<TileLaunch>> = (0..n).map(|_| None).collect();
+        let mut row_grids: Vec<Option<RowGrid>> = vec![None; n];
         let mut tunings = Vec::new();
         for r in &ranges {
             let ki = r.start;
@@ -184,7 +229,17 @@ impl SimProgram {
             let room = sram_room(&buffers, machine, ki);
             let context = |e: Error| e.context(format_args!("kernel {}", k.name));
             let mut choice = None;
-            if let (Some(opts), 1) = (tune, r.len()) {
+            let row_axis = rows.and_then(|rs| rs.kernels.get(ki).copied().flatten());
+            let row = rows.zip(row_axis).map(|(rs, a)| (rs.max, a.axis));
+            if let (Some(rs), Some(_), Some(g)) = (rows, row, k.gemm.as_ref()) {
+                if rs.buffer(g.lhs.buffer).is_some() {
+                    // The first choice that copies no row operand to SRAM first.
+                    let ks: Vec<_> = program.kernels[r.clone()].iter().collect();
+                    let choices =
+                        group_choices(program, &ks, machine, &placements, room).map_err(context)?;
+                    choice = choices.into_iter().find(|c| !c.staged[0]);
+                }
+            } else if let (Some(opts), 1, None) = (tune, r.len(), rows) {
                 if let Some(t) =
                     tune_kernel(program, k, machine, &placements, room, opts).map_err(context)?
                 {
@@ -193,8 +248,24 @@ impl SimProgram {
                 }
             }
             let ks: Vec<_> = program.kernels[r.clone()].iter().collect();
-            launches[ki] =
-                lower_group(program, &ks, machine, &placements, room, choice).map_err(context)?;
+            match lower_group_rows(program, &ks, machine, &placements, room, choice, row)
+                .map_err(context)?
+            {
+                Some((launch, grid)) => {
+                    if launch.staging.as_ref().is_some_and(|st| {
+                        st.args
+                            .iter()
+                            .any(|a| rows.is_some_and(|rs| rs.buffer(*a).is_some()))
+                    }) {
+                        return Err(context(Error::unsupported(
+                            "a row operand staged in SRAM by a copy of static extent",
+                        )));
+                    }
+                    launches[ki] = Some(launch);
+                    row_grids[ki] = grid;
+                }
+                None => launches[ki] = None,
+            }
         }
         let compiled = SimProgram {
             name: program.name.clone(),
@@ -205,6 +276,8 @@ impl SimProgram {
             launches,
             merged,
             constants: program.constants.clone(),
+            rows: rows.cloned(),
+            row_grids,
         };
         Ok((compiled, tunings))
     }
@@ -308,6 +381,33 @@ impl SimProgram {
     /// order, of the input buffers' types) in, one per output out, and the
     /// simulator's report of every launch.
     pub fn run(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, DeviceReport)> {
+        self.run_at(None, inputs)
+    }
+
+    /// The row axes of a row program ([`SimProgram::compile_rows`]).
+    pub fn rows(&self) -> Option<&Rows> {
+        self.rows.as_ref()
+    }
+
+    /// Runs a row program ([`SimProgram::compile_rows`]) at `rows` rows (1 to its
+    /// most) on a fresh device: the inputs and outputs are its buffers at that
+    /// count (a row input of `[1, max, 256]` is given as `[1, rows, 256]`, or
+    /// any shape of as many elements, which it is taken as).
+    pub fn run_rows(&self, rows: usize, inputs: &[Tensor]) -> Result<(Vec<Tensor>, DeviceReport)> {
+        if self.rows.is_none() {
+            return Err(Error::Input(format!(
+                "program `{}` is not a row program",
+                self.name
+            )));
+        }
+        self.run_at(Some(rows), inputs)
+    }
+
+    fn run_at(
+        &self,
+        rows: Option<usize>,
+        inputs: &[Tensor],
+    ) -> Result<(Vec<Tensor>, DeviceReport)> {
         if inputs.len() != self.inputs.len() {
             return Err(Error::Input(format!(
                 "program `{}` takes {} input{}, got {}",
@@ -318,37 +418,183 @@ impl SimProgram {
             )));
         }
         let mut dev = Device::new(self.machine.clone());
-        let mut ids: Vec<Option<sim::BufferId>> = vec![None; self.buffers.len()];
+        let mut ins = Vec::with_capacity(inputs.len());
         for (i, (&b, t)) in self.inputs.iter().zip(inputs).enumerate() {
             let plan = &self.buffers[b.index()];
-            if t.ty != plan.ty {
-                return Err(Error::Input(format!(
-                    "input {i} has type {} but the program expects {}",
-                    t.ty, plan.ty
-                )));
-            }
-            ids[b.index()] = Some(dev.upload(&plan.device_name, t, plan.placement)?);
+            let ty = self.type_at(plan, rows)?;
+            let t = match rows {
+                // A row input is taken as the buffer at its count, whatever its shape.
+                Some(_) if t.ty.dtype == ty.dtype && t.ty.numel() == ty.numel() => {
+                    let mut t = t.clone();
+                    t.ty = ty.clone();
+                    t
+                }
+                _ if t.ty == ty => t.clone(),
+                _ => {
+                    return Err(Error::Input(format!(
+                        "input {i} has type {} but the program expects {ty}",
+                        t.ty
+                    )))
+                }
+            };
+            ins.push(dev.upload(&plan.device_name, &t, plan.placement)?);
         }
         // Constants are in device memory when the program is loaded, before any launch.
+        let constants = self.upload_constants(&mut dev, "")?;
+        let mut outs = Vec::with_capacity(self.outputs.len());
+        for &b in &self.outputs {
+            let plan = &self.buffers[b.index()];
+            let ty = self.type_at(plan, rows)?;
+            outs.push(dev.alloc(&plan.device_name, &ty, plan.placement)?);
+        }
+        self.launch_all(&mut dev, rows, &ins, &outs, &constants, "")?;
+        let mut outputs = Vec::with_capacity(outs.len());
+        for id in outs {
+            outputs.push(dev.read(id)?);
+        }
+        Ok((outputs, dev.report().clone()))
+    }
+
+    /// The type of buffer `plan` at `rows` rows (its own type without a count).
+    fn type_at(&self, plan: &BufferPlan, rows: Option<usize>) -> Result<TensorType> {
+        let mut ty = plan.ty.clone();
+        if let (Some(r), Some(rs)) = (rows, &self.rows) {
+            if r == 0 || r > rs.max {
+                return Err(Error::Input(format!(
+                    "program `{}` runs 1 to {} rows, not {r}",
+                    self.name, rs.max
+                )));
+            }
+            if let Some(a) = rs.buffer(plan.id) {
+                ty.shape[a.axis] = a.factor * r;
+            }
+        }
+        Ok(ty)
+    }
+
+    /// Runs a row program ([`SimProgram::compile_rows`]) at `rows` rows on `dev`,
+    /// whose buffers `inputs` and `outputs` (one per graph input and output, in
+    /// order, each with as many elements as the program's buffer at that count)
+    /// the caller made and keeps. The program's constants and intermediates live
+    /// on `dev` during the run only, named after `prefix`; intermediates go to
+    /// SRAM where they fit beside what `dev` holds there already.
+    pub fn run_rows_on(
+        &self,
+        dev: &mut Device,
+        rows: usize,
+        inputs: &[sim::BufferId],
+        outputs: &[sim::BufferId],
+        prefix: &str,
+    ) -> Result<()> {
+        if self.rows.is_none() {
+            return Err(Error::Input(format!(
+                "program `{}` is not a row program",
+                self.name
+            )));
+        }
+        if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
+            return Err(Error::Input(format!(
+                "program `{}` takes {} inputs and {} outputs, got {} and {}",
+                self.name,
+                self.inputs.len(),
+                self.outputs.len(),
+                inputs.len(),
+                outputs.len()
+            )));
+        }
+        let constants = self.upload_constants(dev, prefix)?;
+        self.launch_all(dev, Some(rows), inputs, outputs, &constants, prefix)?;
+        for (_, id) in constants {
+            dev.free(id)?;
+        }
+        Ok(())
+    }
+
+    /// Uploads the program's constants to `dev`, named after `prefix`: their
+    /// buffers' indices and device buffers.
+    fn upload_constants(
+        &self,
+        dev: &mut Device,
+        prefix: &str,
+    ) -> Result<Vec<(usize, sim::BufferId)>> {
+        let mut made = Vec::new();
         for plan in &self.buffers {
             if let BufferKind::Constant(c) = plan.kind {
                 let constant = self.constants.get(c).ok_or_else(|| {
                     Error::internal(format!("{} holds constant {c}, which is missing", plan.id))
                 })?;
-                ids[plan.id.index()] =
-                    Some(dev.upload(&plan.device_name, constant.tensor(), plan.placement)?);
+                let name = format!("{prefix}{}", plan.device_name);
+                let id = dev.upload(&name, constant.tensor(), plan.placement)?;
+                made.push((plan.id.index(), id));
             }
         }
-        for &b in &self.outputs {
-            let plan = &self.buffers[b.index()];
-            ids[b.index()] = Some(dev.alloc(&plan.device_name, &plan.ty, plan.placement)?);
+        Ok(made)
+    }
+
+    /// Where every buffer lives in a run at `rows` rows: the compile's placements
+    /// for a static run; for a row count, the intermediates placed again from
+    /// their sizes at the count (as a static compile at that count places them),
+    /// in the SRAM left beside `held` bytes and the largest staging copy.
+    fn placements_at(&self, rows: Option<usize>, held: u64) -> Result<Vec<Placement>> {
+        let Some(r) = rows else {
+            return Ok(self.buffers.iter().map(|b| b.placement).collect());
+        };
+        let staging: u64 = self
+            .launches()
+            .filter_map(|l| l.staging.as_deref())
+            .map(|st| {
+                st.args
+                    .iter()
+                    .map(|a| self.buffers[a.index()].ty.size_bytes() as u64)
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0);
+        let room = self
+            .machine
+            .sram_bytes
+            .saturating_sub(held)
+            .saturating_sub(staging);
+        let mut bytes = Vec::with_capacity(self.buffers.len());
+        for b in &self.buffers {
+            bytes.push(self.type_at(b, Some(r))?.size_bytes() as u64);
+        }
+        let live: Vec<Option<(usize, usize)>> = self.buffers.iter().map(|b| b.live).collect();
+        Ok(greedy_sram(&live, &bytes, room))
+    }
+
+    /// Runs every launch on `dev` with the graph's inputs and outputs at `inputs`
+    /// and `outputs` (see [`SimProgram::run_rows_on`]) and its constants at
+    /// `constants`; the intermediates are made and freed here.
+    fn launch_all(
+        &self,
+        dev: &mut Device,
+        rows: Option<usize>,
+        inputs: &[sim::BufferId],
+        outputs: &[sim::BufferId],
+        constants: &[(usize, sim::BufferId)],
+        prefix: &str,
+    ) -> Result<()> {
+        let held = dev.used_bytes(Placement::Sram);
+        let placements = self.placements_at(rows, held)?;
+        let name = |plan: &BufferPlan| format!("{prefix}{}", plan.device_name);
+        let mut ids: Vec<Option<sim::BufferId>> = vec![None; self.buffers.len()];
+        for (&b, &id) in self.inputs.iter().zip(inputs) {
+            ids[b.index()] = Some(id);
+        }
+        for (&b, &id) in self.outputs.iter().zip(outputs) {
+            ids[b.index()] = Some(id);
+        }
+        for &(i, id) in constants {
+            ids[i] = Some(id);
         }
         for (ki, launch) in self.launches.iter().enumerate() {
             // Intermediates come to life right before the kernel that writes them.
             for plan in &self.buffers {
                 if plan.live.is_some_and(|(w, _)| w == ki) {
+                    let ty = self.type_at(plan, rows)?;
                     ids[plan.id.index()] =
-                        Some(dev.alloc(&plan.device_name, &plan.ty, plan.placement)?);
+                        Some(dev.alloc(&name(plan), &ty, placements[plan.id.index()])?);
                 }
             }
             if let Some(l) = launch {
@@ -367,7 +613,7 @@ impl SimProgram {
                     for a in &st.args {
                         let plan = &self.buffers[a.index()];
                         let copy = dev.alloc(
-                            &format!("{} staged", plan.device_name),
+                            &format!("{} staged", name(plan)),
                             &plan.ty,
                             Placement::Sram,
                         )?;
@@ -376,7 +622,7 @@ impl SimProgram {
                     }
                     dev.launch(&st.kernel, st.grid, &args)?;
                 }
-                let mut args = Vec::with_capacity(l.args.len());
+                let mut args = Vec::with_capacity(l.args.len() + 1);
                 for a in &l.args {
                     let id = match copies.iter().find(|(s, _)| s == a) {
                         Some(&(_, copy)) => copy,
@@ -384,7 +630,12 @@ impl SimProgram {
                     };
                     args.push(DeviceArg::Buffer(id));
                 }
-                dev.launch(&l.kernel, l.grid, &args)?;
+                let mut grid = l.grid;
+                if let (Some(r), Some(g)) = (rows, self.row_grids[ki]) {
+                    grid = g.grid(l.grid, r);
+                    args.push(DeviceArg::Int(g.n_rows(r) as i64));
+                }
+                dev.launch(&l.kernel, grid, &args)?;
                 for (_, copy) in copies {
                     dev.free(copy)?;
                 }
@@ -398,13 +649,7 @@ impl SimProgram {
                 }
             }
         }
-        let mut outputs = Vec::with_capacity(self.outputs.len());
-        for &b in &self.outputs {
-            let id = ids[b.index()]
-                .ok_or_else(|| Error::internal(format!("output buffer {b} is missing")))?;
-            outputs.push(dev.read(id)?);
-        }
-        Ok((outputs, dev.report().clone()))
+        Ok(())
     }
 }
 
@@ -456,25 +701,36 @@ fn plan_buffers(
         })
         .collect();
     if intermediates == Intermediates::SramWhenFits {
-        // Greedy in kernel order: an intermediate goes to SRAM when it fits beside
-        // the SRAM intermediates still live when it is written.
-        let mut placed: Vec<(usize, u64)> = Vec::new(); // (last reader, bytes)
-        let mut order: Vec<usize> = (0..plans.len())
-            .filter(|&i| plans[i].live.is_some())
-            .collect();
-        order.sort_by_key(|&i| (plans[i].live.map_or(0, |l| l.0), i));
-        for i in order {
-            let Some((w, r)) = plans[i].live else {
-                continue;
-            };
-            placed.retain(|&(last, _)| last >= w);
-            let used: u64 = placed.iter().map(|&(_, b)| b).sum();
-            let bytes = plans[i].ty.size_bytes() as u64;
-            if used.saturating_add(bytes) <= m.sram_bytes {
-                plans[i].placement = Placement::Sram;
-                placed.push((r, bytes));
-            }
+        let live: Vec<Option<(usize, usize)>> = plans.iter().map(|b| b.live).collect();
+        let bytes: Vec<u64> = plans.iter().map(|b| b.ty.size_bytes() as u64).collect();
+        for (plan, placement) in plans
+            .iter_mut()
+            .zip(greedy_sram(&live, &bytes, m.sram_bytes))
+        {
+            plan.placement = placement;
         }
     }
     plans
+}
+
+/// Places intermediates (buffers with a lifetime `live`, of `bytes` each) greedily
+/// in kernel order: one goes to SRAM when it fits in `room` beside the SRAM
+/// intermediates still live when it is written; everything else is in LPDDR.
+fn greedy_sram(live: &[Option<(usize, usize)>], bytes: &[u64], room: u64) -> Vec<Placement> {
+    let mut out = vec![Placement::Lpddr; live.len()];
+    let mut placed: Vec<(usize, u64)> = Vec::new(); // (last reader, bytes)
+    let mut order: Vec<usize> = (0..live.len()).filter(|&i| live[i].is_some()).collect();
+    order.sort_by_key(|&i| (live[i].map_or(0, |l| l.0), i));
+    for i in order {
+        let Some((w, r)) = live[i] else {
+            continue;
+        };
+        placed.retain(|&(last, _)| last >= w);
+        let used: u64 = placed.iter().map(|&(_, b)| b).sum();
+        if used.saturating_add(bytes[i]) <= room {
+            out[i] = Placement::Sram;
+            placed.push((r, bytes[i]));
+        }
+    }
+    out
 }

@@ -434,8 +434,7 @@ pub(super) fn lower(
         } else {
             b.bind("rm", cx.lanes(0, bmc.clone()))
         };
-        let m_mask = (!g.m.is_multiple_of(rows * bm))
-            .then(|| b.bind("mm", lt(column(rm.clone()), int(g.m as i64))));
+        let m_mask = cx.row_mask(b, "mm", column(rm.clone()), g.m, rows * bm);
         let mut pa = base(a)?;
         if a.row_stride != 0 {
             pa = add(pa, scaled(column(rm.clone()), a.row_stride));

@@ -66,8 +66,7 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
         let (b0, inner) = blocks::rows(cx.machine, outer, &needs);
         let bo = b.constant("BO", b0 as i64);
         let o = b.bind("o", column(cx.lanes(0, bo)));
-        let mask =
-            (!outer.is_multiple_of(b0)).then(|| b.bind("mo", lt(o.clone(), int(outer as i64))));
+        let mask = cx.row_mask(b, "mo", o.clone(), outer, b0);
         let mut frame = Frame {
             rank: 2,
             blocks: [b0, 1],
@@ -110,7 +109,9 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
         .max()
         .unwrap_or(8);
     let last = k.domain.last().copied().unwrap_or(1);
-    let split = if k.domain.len() >= 2 {
+    // Rows along the last axis (a domain `[1, .., R]`) are never split into
+    // columns: the row mask is along tile axis 0.
+    let split = if k.domain.len() >= 2 && !cx.rows_along(k.domain.len() - 1) {
         blocks::column_block(last)
     } else {
         None
@@ -123,7 +124,7 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
         let bcc = b.constant("BC", bc as i64);
         let o = b.bind("o", column(cx.lanes(0, brc)));
         let c = b.bind("c", row(cx.lanes(1, bcc)));
-        let mo = (!rows.is_multiple_of(br)).then(|| b.bind("mo", lt(o.clone(), int(rows as i64))));
+        let mo = cx.row_mask(b, "mo", o.clone(), rows, br);
         let mc = (!last.is_multiple_of(bc)).then(|| b.bind("mc", lt(c.clone(), int(last as i64))));
         let c_var = Var::outer(1);
         let mut frame = Frame {
@@ -157,7 +158,7 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
     let b0 = blocks::pointwise(cx.machine, outer, bpp);
     let bo = b.constant("BO", b0 as i64);
     let o = b.bind("o", cx.lanes(0, bo));
-    let mask = (!outer.is_multiple_of(b0)).then(|| b.bind("mo", lt(o.clone(), int(outer as i64))));
+    let mask = cx.row_mask(b, "mo", o.clone(), outer, b0);
     let mut frame = Frame {
         rank: 1,
         blocks: [b0, 1],

@@ -174,6 +174,61 @@ pub fn lower_group(
     sram_room: u64,
     choice: Option<GemmChoice>,
 ) -> Result<Option<TileLaunch>> {
+    Ok(lower_any(p, ks, machine, placements, sram_room, choice, None)?.map(|(l, _)| l))
+}
+
+/// How a row kernel's launch follows the row count: its scalar parameter
+/// `n_rows` is `per_row * rows`, and grid axis 0 has `ceil(per_row * rows / block)`
+/// programs (the other axes are the launch's own).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RowGrid {
+    /// Points of the masked tile axis per row.
+    pub per_row: usize,
+    /// Lanes of that axis per program.
+    pub block: usize,
+}
+
+impl RowGrid {
+    /// The launch grid at `rows` rows, from the grid at the most rows.
+    pub fn grid(&self, grid: [usize; 3], rows: usize) -> [usize; 3] {
+        [(self.per_row * rows).div_ceil(self.block), grid[1], grid[2]]
+    }
+
+    /// The value of the kernel's `n_rows` parameter at `rows` rows.
+    pub fn n_rows(&self, rows: usize) -> usize {
+        self.per_row * rows
+    }
+}
+
+/// As [`lower_group`], for kernels of a row program at its most rows `max` whose
+/// rows run along `axis` of their domain (`None` for a kernel without rows,
+/// lowered as [`lower_group`] does): the kernel takes the row count's points as
+/// its last parameter, `n_rows`, masks its row axis with it (`o < n_rows`, even
+/// where the blocks divide the extent at `max`), and its [`RowGrid`] says how the
+/// launch follows the count. Fails when the lowering did not mask the rows
+/// along grid axis 0 (a layout that splits them otherwise).
+pub fn lower_group_rows(
+    p: &Program,
+    ks: &[&Kernel],
+    machine: &Machine,
+    placements: &[Placement],
+    sram_room: u64,
+    choice: Option<GemmChoice>,
+    rows: Option<(usize, usize)>,
+) -> Result<Option<(TileLaunch, Option<RowGrid>)>> {
+    lower_any(p, ks, machine, placements, sram_room, choice, rows)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn lower_any(
+    p: &Program,
+    ks: &[&Kernel],
+    machine: &Machine,
+    placements: &[Placement],
+    sram_room: u64,
+    choice: Option<GemmChoice>,
+    rows: Option<(usize, usize)>,
+) -> Result<Option<(TileLaunch, Option<RowGrid>)>> {
     let Some(&k) = ks.first() else {
         return Err(Error::internal("a launch of no kernels"));
     };
@@ -203,11 +258,18 @@ pub fn lower_group(
         placements,
         sram_room,
         probe: ks.iter().find_map(|k| probe_buffer(p, k)),
+        rows: rows.map(|(max, axis)| stage::RowCx {
+            max,
+            axis,
+            grid: std::cell::Cell::new(None),
+            conflict: std::cell::Cell::new(false),
+        }),
     };
     let mut b = builder::Builder::new();
     for &id in &args {
         b.reserve(&params[&id]);
     }
+    b.reserve(stage::ROWS_PARAM);
     let members: Vec<(&Kernel, &ferrite_ir::loops::GemmInfo)> = ks
         .iter()
         .filter_map(|k| gemm::eligible(p, k).map(|g| (*k, g)))
@@ -257,6 +319,23 @@ pub fn lower_group(
         })
         .collect();
     let mut tile_kernel = b.finish(header, &name, &sig);
+    let row_grid = match &cx.rows {
+        None => None,
+        Some(r) => {
+            let grid_of = r.grid.get().filter(|_| !r.conflict.get());
+            let Some((per_row, block)) = grid_of else {
+                return Err(Error::unsupported(format!(
+                    "kernel {name}: its rows are not masked along grid axis 0 alone"
+                )));
+            };
+            tile_kernel.params.push(tile::Param {
+                name: stage::ROWS_PARAM.to_string(),
+                ty: tile::ParamType::Scalar(index_dtype),
+                span: tile::Span::default(),
+            });
+            Some(RowGrid { per_row, block })
+        }
+    };
     let text = tile::print_located(&mut tile_kernel);
     let file = format!("{name}.tile");
     let mut kernel = tile::check(&tile_kernel).map_err(|e| {
@@ -266,15 +345,18 @@ pub fn lower_group(
         ))
     })?;
     kernel.locate(&file, &text);
-    Ok(Some(TileLaunch {
-        name,
-        text,
-        kernel,
-        grid,
-        args,
-        staged,
-        staging,
-    }))
+    Ok(Some((
+        TileLaunch {
+            name,
+            text,
+            kernel,
+            grid,
+            args,
+            staged,
+            staging,
+        },
+        row_grid,
+    )))
 }
 
 /// The choices of a GEMM kernel that fit, fastest first by the cost model
@@ -319,6 +401,7 @@ pub fn group_choices(
         placements,
         sram_room,
         probe: probe_buffer(p, k),
+        rows: None,
     };
     let need = gemm::need_group(&cx, &members)?;
     Ok(blocks::gemm_ranked(machine, &need)
