@@ -32,10 +32,12 @@
 //! compile and eviction is a [`JitEvent`] whose signature is the inputs' types at that
 //! binding (at the most rows, for a row program).
 
-use super::compile::{compile_ir, Compiled, Options, Target};
+use super::compile::{compile_ir, Compiled, Execution, Options, Target};
 use super::error::{Error, Result};
 use super::host::Tensor;
 use super::jit::{emit_to, lock, reported, Cache, Counters, Hook, JitEvent, JitStats, Slot};
+use ferrite_accel::attention::{AttentionKernel, AttentionSpec};
+use ferrite_accel::sim::{self, DeviceReport, Placement};
 use ferrite_cpu::attention::{attention, AttentionShape, RowsLayout};
 use ferrite_cpu::gemm::Parallelism;
 use ferrite_ir::sym::{Binding, RowForm, Segment, Segments, Source, SymGraph};
@@ -72,7 +74,7 @@ enum Path {
     /// (one per [`Segment::Rows`]), or why one of them was refused.
     Segmented {
         segments: Segments,
-        programs: OnceLock<std::result::Result<Vec<Option<Arc<Compiled>>>, String>>,
+        programs: OnceLock<std::result::Result<Vec<StepCode>, String>>,
         /// Slot tensors of the last run, reused by the next one at the same binding.
         workspace: Workspace,
     },
@@ -80,8 +82,21 @@ enum Path {
     Specialized(String),
 }
 
-/// A segmented graph's row programs, one per step (`None` for an attention step).
-type Programs = [Option<Arc<Compiled>>];
+/// What runs one step of a segmented graph.
+enum StepCode {
+    /// A row program.
+    Rows(Arc<Compiled>),
+    /// An attention: on [`Target::Sim`] its tile kernel, elsewhere `ferrite_cpu::attention`.
+    Attention(Option<AttentionKernel>),
+}
+
+/// A segmented graph's code, one per step.
+type Programs = [StepCode];
+
+/// Whether the target runs graphs with size symbols from programs compiled once.
+fn symbolic_target(target: Target) -> bool {
+    matches!(target, Target::Cpu | Target::Loops | Target::Sim)
+}
 
 /// A segmented graph's slot tensors kept from one run to the next, with their binding.
 type Workspace = Mutex<Option<(Binding, Vec<Option<Tensor>>)>>;
@@ -91,15 +106,15 @@ type Workspace = Mutex<Option<(Binding, Vec<Option<Tensor>>)>>;
 /// ([`Dynamic::specialize`]).
 pub fn compile_dynamic(graph: &SymGraph, options: &Options) -> Result<Dynamic> {
     let path = match graph.rows() {
-        Ok(form) if matches!(options.target, Target::Cpu | Target::Loops) => Path::Rows {
+        Ok(form) if symbolic_target(options.target) => Path::Rows {
             form,
             program: OnceLock::new(),
         },
         Ok(_) => Path::Specialized(format!(
-            "symbolic kernels exist for the cpu and loops targets only, not {:?}",
+            "symbolic kernels exist for the cpu, loops and sim targets only, not {:?}",
             options.target
         )),
-        Err(why) if matches!(options.target, Target::Cpu | Target::Loops) => {
+        Err(why) if symbolic_target(options.target) => {
             match graph.segments() {
                 Ok(segments) => Path::Segmented {
                     segments,
@@ -161,14 +176,39 @@ impl Dynamic {
         inputs: &[A],
         extra: &Binding,
     ) -> Result<Vec<Tensor>> {
+        Ok(self.execute_with(inputs, extra)?.into_outputs())
+    }
+
+    /// Runs the graph on `inputs` and reports the run ([`Execution`]): on
+    /// [`Target::Sim`] with the device's report of every launch of the run (of every
+    /// step's, for a segmented graph), whose cycles are what the run costs.
+    pub fn execute<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Execution> {
+        self.execute_with(inputs, &Binding::new())
+    }
+
+    /// [`Dynamic::execute`] at the binding the inputs' shapes and `extra` give.
+    pub fn execute_with<A: Borrow<Tensor>>(
+        &self,
+        inputs: &[A],
+        extra: &Binding,
+    ) -> Result<Execution> {
         let b = self.binding(inputs, extra)?;
-        if let Some((form, program)) = self.row_program()? {
-            return self.run_rows(form, &program, &b, inputs);
-        }
-        if let Some((segments, programs, workspace)) = self.segment_programs() {
-            return self.run_segments(segments, programs, workspace, &b, inputs);
-        }
-        self.specialize(&b)?.run(inputs)
+        let start = Instant::now();
+        let (outputs, report) = if let Some((form, program)) = self.row_program()? {
+            self.run_rows(form, &program, &b, inputs)?
+        } else if let Some((segments, programs, workspace)) = self.segment_programs() {
+            if self.options.target == Target::Sim {
+                self.run_segments_sim(segments, programs, &b, inputs)?
+            } else {
+                (
+                    self.run_segments(segments, programs, workspace, &b, inputs)?,
+                    None,
+                )
+            }
+        } else {
+            return self.specialize(&b)?.execute(inputs);
+        };
+        Ok(Execution::new(outputs, start.elapsed(), report))
     }
 
     /// A segmented graph's steps, their row programs (compiled now if this is its first
@@ -190,8 +230,22 @@ impl Dynamic {
                 .steps
                 .iter()
                 .map(|step| match step {
-                    Segment::Rows { graph, form, .. } => self.compile_rows(graph, form).map(Some),
-                    Segment::Attention { .. } => Ok(None),
+                    Segment::Rows { graph, form, .. } => {
+                        self.compile_rows(graph, form).map(StepCode::Rows)
+                    }
+                    Segment::Attention { site, .. } if self.options.target == Target::Sim => {
+                        AttentionKernel::new(&AttentionSpec {
+                            heads: site.heads,
+                            kv_heads: site.kv_heads,
+                            head_dim: site.head_dim,
+                            value_dim: site.value_dim,
+                            causal: site.causal,
+                            scale: site.scale,
+                        })
+                        .map(|k| StepCode::Attention(Some(k)))
+                        .map_err(|e| format!("the attention kernel: {e}"))
+                    }
+                    Segment::Attention { .. } => Ok(StepCode::Attention(None)),
                 })
                 .collect()
         });
@@ -272,9 +326,11 @@ impl Dynamic {
                     outputs: to,
                     ..
                 } => {
-                    let program = program.as_ref().ok_or_else(|| Error::Internal {
-                        message: "a row step without its program".into(),
-                    })?;
+                    let StepCode::Rows(program) = program else {
+                        return Err(Error::Internal {
+                            message: "a row step without its program".into(),
+                        });
+                    };
                     let mut outs = Vec::with_capacity(to.len());
                     for &j in to {
                         outs.push(fresh(j, &mut slots)?);
@@ -449,21 +505,198 @@ impl Dynamic {
         program: &Compiled,
         b: &Binding,
         inputs: &[A],
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<(Vec<Tensor>, Option<DeviceReport>)> {
         let rows = form.rows(b).ok_or_else(|| Error::Binding {
             message: format!("the rows {} are not bound", form.name()),
         })?;
         if rows == 0 {
             // No rows to run; the static outputs, if any, are still computed.
-            return self.specialize(b)?.run(inputs);
+            let e = self.specialize(b)?.execute(inputs)?;
+            let report = e.device_report().cloned();
+            return Ok((e.into_outputs(), report));
         }
         let mut outputs = Vec::with_capacity(form.outputs.len());
         for t in self.graph.output_types() {
             let ty = t.bind(b).map_err(|message| Error::Binding { message })?;
             outputs.push(Tensor::from_backend(ferrite_ir::Tensor::zeros(&ty))?);
         }
-        program.run_rows(rows, inputs, &mut outputs)?;
-        Ok(outputs)
+        let report = program.run_rows(rows, inputs, &mut outputs)?;
+        Ok((outputs, report))
+    }
+
+    /// Runs the steps of a segmented graph at binding `b` on one simulated device:
+    /// the inputs are uploaded once, each row program runs at the binding's rows
+    /// and each attention kernel at its sequences and length on the buffers the
+    /// steps share (in SRAM where they fit, as a static program's intermediates
+    /// are), each freed after its last reader; the outputs are read back at the end.
+    fn run_segments_sim<A: Borrow<Tensor>>(
+        &self,
+        segments: &Segments,
+        programs: &Programs,
+        b: &Binding,
+        inputs: &[A],
+    ) -> Result<(Vec<Tensor>, Option<DeviceReport>)> {
+        let form = &segments.form;
+        let unbound = || Error::Binding {
+            message: format!("the rows {} are not bound", form.name()),
+        };
+        let rows = form.rows(b).ok_or_else(unbound)?;
+        let seq = form
+            .symbols
+            .last()
+            .and_then(|s| b.get(s))
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(unbound)?;
+        if rows == 0 {
+            let e = self.specialize(b)?.execute(inputs)?;
+            let report = e.device_report().cloned();
+            return Ok((e.into_outputs(), report));
+        }
+        let run_err = |e: ferrite_accel::Error| Error::Run {
+            message: e.to_string(),
+        };
+        let dev_err = |e: sim::SimError| Error::Run {
+            message: e.to_string(),
+        };
+        let machine = self
+            .options
+            .machine
+            .clone()
+            .unwrap_or_else(sim::Machine::mtia2i);
+        let mut dev = sim::Device::new(machine.clone());
+        // The graph's inputs, uploaded when a step first reads them.
+        let mut ins: Vec<Option<sim::BufferId>> = vec![None; inputs.len()];
+        let mut slots: Vec<Option<sim::BufferId>> = vec![None; segments.slots.len()];
+        // The last step that reads each slot (outputs are read at the end).
+        let mut last_read: Vec<Option<usize>> = vec![None; segments.slots.len()];
+        for (i, step) in segments.steps.iter().enumerate() {
+            let reads: Vec<&Source> = match step {
+                Segment::Rows { inputs, .. } => inputs.iter().collect(),
+                Segment::Attention { q, k, v, .. } => vec![q, k, v],
+            };
+            for s in reads {
+                if let Source::Slot(j) = *s {
+                    last_read[j] = Some(i);
+                }
+            }
+        }
+        for &j in &segments.outputs {
+            last_read[j] = None;
+        }
+        let slot_type = |j: usize| -> Result<TensorType> {
+            segments.slots[j]
+                .1
+                .bind(b)
+                .map_err(|message| Error::Binding { message })
+        };
+        // A slot is made in SRAM when it fits beside what is there.
+        let make = |dev: &mut sim::Device, j: usize| -> Result<sim::BufferId> {
+            let ty = slot_type(j)?;
+            let fits = dev.used_bytes(Placement::Sram) + ty.size_bytes() as u64
+                <= machine.sram_bytes / 2;
+            let placement = if fits && !segments.outputs.contains(&j) {
+                Placement::Sram
+            } else {
+                Placement::Lpddr
+            };
+            dev.alloc(&format!("slot{j}"), &ty, placement).map_err(dev_err)
+        };
+        for &j in &segments.positions {
+            let ty = slot_type(j)?;
+            let t: Vec<f64> = (0..rows).map(|r| (r % seq) as f64).collect();
+            let t = ferrite_ir::Tensor::from_f64(&ty, &t);
+            slots[j] = Some(
+                dev.upload(&format!("slot{j}"), &t, Placement::Lpddr)
+                    .map_err(dev_err)?,
+            );
+        }
+        let mut buffer = |dev: &mut sim::Device,
+                          slots: &[Option<sim::BufferId>],
+                          s: &Source|
+         -> Result<sim::BufferId> {
+            match *s {
+                Source::Input(i) => {
+                    if let Some(id) = ins[i] {
+                        return Ok(id);
+                    }
+                    let t = inputs.get(i).ok_or_else(|| Error::Internal {
+                        message: format!("input {i} is missing"),
+                    })?;
+                    let id = dev
+                        .upload(&format!("input{i}"), t.borrow().as_ir(), Placement::Lpddr)
+                        .map_err(dev_err)?;
+                    ins[i] = Some(id);
+                    Ok(id)
+                }
+                Source::Slot(j) => slots[j].ok_or_else(|| Error::Internal {
+                    message: format!("slot {j} is not computed before it is used"),
+                }),
+            }
+        };
+        for (i, (step, code)) in segments.steps.iter().zip(programs).enumerate() {
+            match (step, code) {
+                (
+                    Segment::Rows {
+                        inputs: from,
+                        outputs: to,
+                        ..
+                    },
+                    StepCode::Rows(program),
+                ) => {
+                    let p = program.sim_program().ok_or_else(|| Error::Internal {
+                        message: "a row step without its tile program".into(),
+                    })?;
+                    let mut args = Vec::with_capacity(from.len());
+                    for s in from {
+                        args.push(buffer(&mut dev, &slots, s)?);
+                    }
+                    let mut outs = Vec::with_capacity(to.len());
+                    for &j in to {
+                        let id = make(&mut dev, j)?;
+                        slots[j] = Some(id);
+                        outs.push(id);
+                    }
+                    p.run_rows_on(&mut dev, rows, &args, &outs, &format!("step{i} "))
+                        .map_err(run_err)?;
+                }
+                (
+                    Segment::Attention { q, k, v, out, .. },
+                    StepCode::Attention(Some(kernel)),
+                ) => {
+                    let q = buffer(&mut dev, &slots, q)?;
+                    let k = buffer(&mut dev, &slots, k)?;
+                    let v = buffer(&mut dev, &slots, v)?;
+                    let o = make(&mut dev, *out)?;
+                    slots[*out] = Some(o);
+                    kernel
+                        .launch(&mut dev, rows / seq, seq, [q, k, v, o])
+                        .map_err(run_err)?;
+                }
+                _ => {
+                    return Err(Error::Internal {
+                        message: format!("step {i} has no code for the sim target"),
+                    })
+                }
+            }
+            // Slots end after their last reader.
+            for (j, last) in last_read.iter().enumerate() {
+                if *last == Some(i) && !segments.positions.contains(&j) {
+                    if let Some(id) = slots[j].take() {
+                        dev.free(id).map_err(dev_err)?;
+                    }
+                }
+            }
+        }
+        let mut outputs = Vec::with_capacity(segments.outputs.len());
+        for (i, &j) in segments.outputs.iter().enumerate() {
+            let id = slots[j].ok_or_else(|| Error::Internal {
+                message: format!("output {i} was not computed"),
+            })?;
+            let mut t = dev.read(id).map_err(dev_err)?;
+            t.ty = slot_type(j)?;
+            outputs.push(Tensor::from_backend(t)?);
+        }
+        Ok((outputs, Some(dev.report().clone())))
     }
 
     /// Whether every binding runs one program (a row graph on the cpu target whose
