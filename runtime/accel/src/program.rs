@@ -30,7 +30,10 @@
 //! assert!(compiled.kernels_text().contains("acc0 = max(where(mr, x, -inf), axis=1)"));
 //! ```
 
-use super::lower::{group_choices, lhs_groups, lower_group_rows, RowGrid, TileLaunch};
+use super::lower::{
+    group_choices, group_choices_rows, lhs_groups, lower_group, lower_group_rows, RowGrid,
+    RowHint, TileLaunch,
+};
 use super::sim::{self, Device, DeviceArg, DeviceReport, Machine, Placement};
 use super::tune::{tune_kernel, KernelTuning, TuneOptions};
 use crate::error::{Error, Result};
@@ -84,9 +87,19 @@ pub struct SimProgram {
     constants: Vec<ferrite_ir::Constant>,
     /// For a row program ([`SimProgram::compile_rows`]): its row axes.
     rows: Option<Rows>,
-    /// Per loop-IR kernel: how its launch follows the row count (row kernels of a
-    /// row program only).
-    row_grids: Vec<Option<RowGrid>>,
+    /// Per loop-IR kernel of a row program that has rows: its variants, each with
+    /// blocks chosen for a row count, by that count ascending (the first for 1
+    /// row); a run at `r` rows launches the last variant chosen for at most `r`.
+    /// The last is [`SimProgram::launches`]'s.
+    row_variants: Vec<Vec<RowVariant>>,
+}
+
+/// A row kernel lowered with its blocks chosen for `from` rows.
+#[derive(Clone, Debug)]
+struct RowVariant {
+    from: usize,
+    launch: TileLaunch,
+    grid: RowGrid,
 }
 
 impl SimProgram {
@@ -221,25 +234,24 @@ impl SimProgram {
         }
         let placements: Vec<Placement> = buffers.iter().map(|b| b.placement).collect();
         let mut launches: Vec<Option<TileLaunch>> = (0..n).map(|_| None).collect();
-        let mut row_grids: Vec<Option<RowGrid>> = vec![None; n];
+        let mut row_variants: Vec<Vec<RowVariant>> = vec![Vec::new(); n];
         let mut tunings = Vec::new();
         for r in &ranges {
             let ki = r.start;
             let k = &program.kernels[ki];
             let room = sram_room(&buffers, machine, ki);
             let context = |e: Error| e.context(format_args!("kernel {}", k.name));
-            let mut choice = None;
+            let ks: Vec<_> = program.kernels[r.clone()].iter().collect();
             let row_axis = rows.and_then(|rs| rs.kernels.get(ki).copied().flatten());
-            let row = rows.zip(row_axis).map(|(rs, a)| (rs.max, a.axis));
-            if let (Some(rs), Some(_), Some(g)) = (rows, row, k.gemm.as_ref()) {
-                if rs.buffer(g.lhs.buffer).is_some() {
-                    // The first choice that copies no row operand to SRAM first.
-                    let ks: Vec<_> = program.kernels[r.clone()].iter().collect();
-                    let choices =
-                        group_choices(program, &ks, machine, &placements, room).map_err(context)?;
-                    choice = choices.into_iter().find(|c| !c.staged[0]);
-                }
-            } else if let (Some(opts), 1, None) = (tune, r.len(), rows) {
+            if let (Some(rs), Some(axis)) = (rows, row_axis) {
+                let variants = lower_row_variants(program, &ks, machine, &buffers, rs, axis.axis)
+                    .map_err(context)?;
+                launches[ki] = variants.last().map(|v| v.launch.clone());
+                row_variants[ki] = variants;
+                continue;
+            }
+            let mut choice = None;
+            if let (Some(opts), 1, None) = (tune, r.len(), rows) {
                 if let Some(t) =
                     tune_kernel(program, k, machine, &placements, room, opts).map_err(context)?
                 {
@@ -247,25 +259,8 @@ impl SimProgram {
                     tunings.push(t);
                 }
             }
-            let ks: Vec<_> = program.kernels[r.clone()].iter().collect();
-            match lower_group_rows(program, &ks, machine, &placements, room, choice, row)
-                .map_err(context)?
-            {
-                Some((launch, grid)) => {
-                    if launch.staging.as_ref().is_some_and(|st| {
-                        st.args
-                            .iter()
-                            .any(|a| rows.is_some_and(|rs| rs.buffer(*a).is_some()))
-                    }) {
-                        return Err(context(Error::unsupported(
-                            "a row operand staged in SRAM by a copy of static extent",
-                        )));
-                    }
-                    launches[ki] = Some(launch);
-                    row_grids[ki] = grid;
-                }
-                None => launches[ki] = None,
-            }
+            launches[ki] =
+                lower_group(program, &ks, machine, &placements, room, choice).map_err(context)?;
         }
         let compiled = SimProgram {
             name: program.name.clone(),
@@ -277,7 +272,7 @@ impl SimProgram {
             merged,
             constants: program.constants.clone(),
             rows: rows.cloned(),
-            row_grids,
+            row_variants,
         };
         Ok((compiled, tunings))
     }
@@ -631,11 +626,15 @@ impl SimProgram {
                     args.push(DeviceArg::Buffer(id));
                 }
                 let mut grid = l.grid;
-                if let (Some(r), Some(g)) = (rows, self.row_grids[ki]) {
-                    grid = g.grid(l.grid, r);
-                    args.push(DeviceArg::Int(g.n_rows(r) as i64));
+                let mut kernel = &l.kernel;
+                if let Some(r) = rows {
+                    if let Some(v) = self.row_variants[ki].iter().rev().find(|v| v.from <= r) {
+                        grid = v.grid.grid(v.launch.grid, r);
+                        kernel = &v.launch.kernel;
+                        args.push(DeviceArg::Int(v.grid.n_rows(r) as i64));
+                    }
                 }
-                dev.launch(&l.kernel, grid, &args)?;
+                dev.launch(kernel, grid, &args)?;
                 for (_, copy) in copies {
                     dev.free(copy)?;
                 }
@@ -658,6 +657,94 @@ fn placement_name(p: Placement) -> &'static str {
         Placement::Lpddr => "LPDDR",
         Placement::Sram => "SRAM",
     }
+}
+
+/// The row counts a row kernel's variants are chosen for: the powers of two
+/// below `max`, and `max`.
+fn row_hints(max: usize) -> Vec<usize> {
+    let mut hints: Vec<usize> = (0..usize::BITS)
+        .map(|i| 1usize << i)
+        .take_while(|&h| h < max)
+        .collect();
+    hints.push(max);
+    hints
+}
+
+/// Lowers the row kernels `ks` (one launch; rows along `axis`) of row program
+/// `p` once per row hint, each with the placements and SRAM room a static
+/// compile at that count would see; variants equal to the one before are left
+/// out. A row operand is never staged (the copy's extent is static).
+fn lower_row_variants(
+    p: &Program,
+    ks: &[&ferrite_ir::loops::Kernel],
+    machine: &Machine,
+    buffers: &[BufferPlan],
+    rows: &Rows,
+    axis: usize,
+) -> Result<Vec<RowVariant>> {
+    let ki = ks
+        .first()
+        .and_then(|k| p.kernels.iter().position(|x| std::ptr::eq(x, *k)))
+        .ok_or_else(|| Error::internal("a launch of no kernels"))?;
+    let live: Vec<Option<(usize, usize)>> = buffers.iter().map(|b| b.live).collect();
+    let mut out: Vec<RowVariant> = Vec::new();
+    for hint in row_hints(rows.max) {
+        let bytes: Vec<u64> = buffers
+            .iter()
+            .map(|b| {
+                let n = match rows.buffer(b.id) {
+                    Some(a) => b.ty.numel() / b.ty.shape[a.axis].max(1) * a.factor * hint,
+                    None => b.ty.numel(),
+                };
+                (n * b.ty.dtype.size_bytes()) as u64
+            })
+            .collect();
+        let placements = greedy_sram(&live, &bytes, machine.sram_bytes);
+        let used: u64 = (0..buffers.len())
+            .filter(|&i| placements[i] == Placement::Sram)
+            .filter(|&i| live[i].is_none_or(|(w, r)| w <= ki && ki <= r))
+            .map(|i| bytes[i])
+            .sum();
+        let room = machine.sram_bytes.saturating_sub(used);
+        let row = Some(RowHint {
+            max: rows.max,
+            axis,
+            hint,
+        });
+        let mut choice = None;
+        if let Some(g) = ks[0].gemm.as_ref() {
+            if rows.buffer(g.lhs.buffer).is_some() {
+                // The first choice that copies no row operand to SRAM first.
+                let choices = group_choices_rows(p, ks, machine, &placements, room, row)?;
+                choice = choices.into_iter().find(|c| !c.staged[0]);
+            }
+        }
+        let Some((launch, grid)) =
+            lower_group_rows(p, ks, machine, &placements, room, choice, row)?
+        else {
+            return Ok(Vec::new());
+        };
+        let Some(grid) = grid else {
+            return Err(Error::internal("a row kernel lowered without its row grid"));
+        };
+        let staged = launch.staging.as_ref().is_some_and(|st| {
+            st.args.iter().any(|a| rows.buffer(*a).is_some())
+        });
+        if staged {
+            return Err(Error::unsupported(
+                "a row operand staged in SRAM by a copy of static extent",
+            ));
+        }
+        if out.last().is_some_and(|v| v.launch.text == launch.text) {
+            continue;
+        }
+        out.push(RowVariant {
+            from: hint,
+            launch,
+            grid,
+        });
+    }
+    Ok(out)
 }
 
 /// Bytes of SRAM not taken by the intermediates placed there that are live

@@ -185,7 +185,7 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
     // The same buffer on both sides is copied once, so it is staged only as the lhs.
     let same = g.lhs.buffer == g.rhs.buffer;
     Ok(GemmNeed {
-        m: g.m,
+        m: cx.sized(g.m),
         n: g.n,
         k: g.k,
         batch,

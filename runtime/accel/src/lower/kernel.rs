@@ -63,7 +63,7 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
                     || updates_in_place(s),
             })
             .collect();
-        let (b0, inner) = blocks::rows(cx.machine, outer, &needs);
+        let (b0, inner) = blocks::rows(cx.machine, cx.sized(outer), &needs);
         let bo = b.constant("BO", b0 as i64);
         let o = b.bind("o", column(cx.lanes(0, bo)));
         let mask = cx.row_mask(b, "mo", o.clone(), outer, b0);
@@ -119,7 +119,7 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
     if let Some(bc) = split {
         let rows = outer / last.max(1);
         let col_blocks = last.div_ceil(bc);
-        let br = blocks::row_block(cx.machine, rows, col_blocks, bc, bpp);
+        let br = blocks::row_block(cx.machine, cx.sized(rows), col_blocks, bc, bpp);
         let brc = b.constant("BR", br as i64);
         let bcc = b.constant("BC", bc as i64);
         let o = b.bind("o", column(cx.lanes(0, brc)));
@@ -155,7 +155,7 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
         let note = format!("[{br}, {bc}] blocks of the [{rows}, {last}] outer domain per program");
         return Ok(([rows.div_ceil(br), col_blocks, 1], note));
     }
-    let b0 = blocks::pointwise(cx.machine, outer, bpp);
+    let b0 = blocks::pointwise(cx.machine, cx.sized(outer), bpp);
     let bo = b.constant("BO", b0 as i64);
     let o = b.bind("o", cx.lanes(0, bo));
     let mask = cx.row_mask(b, "mo", o.clone(), outer, b0);

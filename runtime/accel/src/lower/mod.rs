@@ -200,9 +200,10 @@ impl RowGrid {
     }
 }
 
-/// As [`lower_group`], for kernels of a row program at its most rows `max` whose
-/// rows run along `axis` of their domain (`None` for a kernel without rows,
-/// lowered as [`lower_group`] does): the kernel takes the row count's points as
+/// As [`lower_group`], for kernels of a row program at its most rows whose rows
+/// run along an axis of their domain (`rows`: `None` for a kernel without rows,
+/// lowered as [`lower_group`] does), with blocks chosen for a row count (the
+/// hint; `placements` and `sram_room` should be those at that count): the kernel takes the row count's points as
 /// its last parameter, `n_rows`, masks its row axis with it (`o < n_rows`, even
 /// where the blocks divide the extent at `max`), and its [`RowGrid`] says how the
 /// launch follows the count. Fails when the lowering did not mask the rows
@@ -214,9 +215,30 @@ pub fn lower_group_rows(
     placements: &[Placement],
     sram_room: u64,
     choice: Option<GemmChoice>,
-    rows: Option<(usize, usize)>,
+    rows: Option<RowHint>,
 ) -> Result<Option<(TileLaunch, Option<RowGrid>)>> {
     lower_any(p, ks, machine, placements, sram_room, choice, rows)
+}
+
+/// A row kernel's rows for [`lower_group_rows`] and [`group_choices_rows`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RowHint {
+    /// The program's most rows.
+    pub max: usize,
+    /// The row axis of the kernel's domain.
+    pub axis: usize,
+    /// The row count the blocks are chosen for (1 to `max`).
+    pub hint: usize,
+}
+
+fn row_cx(rows: Option<RowHint>) -> Option<stage::RowCx> {
+    rows.map(|r| stage::RowCx {
+        max: r.max,
+        axis: r.axis,
+        hint: r.hint,
+        grid: std::cell::Cell::new(None),
+        conflict: std::cell::Cell::new(false),
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -227,7 +249,7 @@ fn lower_any(
     placements: &[Placement],
     sram_room: u64,
     choice: Option<GemmChoice>,
-    rows: Option<(usize, usize)>,
+    rows: Option<RowHint>,
 ) -> Result<Option<(TileLaunch, Option<RowGrid>)>> {
     let Some(&k) = ks.first() else {
         return Err(Error::internal("a launch of no kernels"));
@@ -258,12 +280,7 @@ fn lower_any(
         placements,
         sram_room,
         probe: ks.iter().find_map(|k| probe_buffer(p, k)),
-        rows: rows.map(|(max, axis)| stage::RowCx {
-            max,
-            axis,
-            grid: std::cell::Cell::new(None),
-            conflict: std::cell::Cell::new(false),
-        }),
+        rows: row_cx(rows),
     };
     let mut b = builder::Builder::new();
     for &id in &args {
@@ -382,6 +399,19 @@ pub fn group_choices(
     placements: &[Placement],
     sram_room: u64,
 ) -> Result<Vec<GemmChoice>> {
+    group_choices_rows(p, ks, machine, placements, sram_room, None)
+}
+
+/// As [`group_choices`], for row kernels with their blocks chosen for a row
+/// count (see [`lower_group_rows`]).
+pub fn group_choices_rows(
+    p: &Program,
+    ks: &[&Kernel],
+    machine: &Machine,
+    placements: &[Placement],
+    sram_room: u64,
+    rows: Option<RowHint>,
+) -> Result<Vec<GemmChoice>> {
     let mut members = Vec::with_capacity(ks.len());
     for &k in ks {
         match gemm::eligible(p, k) {
@@ -401,7 +431,7 @@ pub fn group_choices(
         placements,
         sram_room,
         probe: probe_buffer(p, k),
-        rows: None,
+        rows: row_cx(rows),
     };
     let need = gemm::need_group(&cx, &members)?;
     Ok(blocks::gemm_ranked(machine, &need)

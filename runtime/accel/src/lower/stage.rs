@@ -44,6 +44,8 @@ pub(super) struct RowCx {
     pub max: usize,
     /// The kernel domain's row axis.
     pub axis: usize,
+    /// The row count the blocks are chosen for (their cost model's size).
+    pub hint: usize,
     /// `(per_row, block)` of the masked tile axis: its extent is `per_row * rows`,
     /// `block` lanes per program along grid axis 0.
     pub grid: std::cell::Cell<Option<(usize, usize)>>,
@@ -81,6 +83,15 @@ impl Cx<'_> {
             None => {
                 (!extent.is_multiple_of(block)).then(|| b.bind(hint, lt(lanes, int(extent as i64))))
             }
+        }
+    }
+
+    /// An extent of `extent` points at the most rows as the block choices see it:
+    /// in a row kernel, the extent at the row count its blocks are chosen for.
+    pub fn sized(&self, extent: usize) -> usize {
+        match &self.rows {
+            Some(r) if extent.is_multiple_of(r.max) => extent / r.max * r.hint,
+            _ => extent,
         }
     }
 
