@@ -97,3 +97,22 @@ fn symbolic_cycles_are_close_to_a_static_compile() {
         assert!(d.is_symbolic(), "{}", d.summary());
     }
 }
+
+#[test]
+#[ignore]
+fn launches_side_by_side() {
+    let name = std::env::var("GRAPH").unwrap_or("mlp_block.fg".into());
+    let g = load(&name);
+    let d = compile_dynamic(&g, &sim()).unwrap();
+    let b = bt(1, 64);
+    let x = inputs(&g, &b, 1);
+    let s = d.execute(&x).unwrap();
+    let exe = compile_ir(&g.instantiate(&b).unwrap(), &sim()).unwrap();
+    let f = exe.execute(&x).unwrap();
+    for l in &s.device_report().unwrap().launches {
+        eprintln!("sym {} {:?} {}", l.kernel, l.grid, l.cycles);
+    }
+    for l in &f.device_report().unwrap().launches {
+        eprintln!("fix {} {:?} {}", l.kernel, l.grid, l.cycles);
+    }
+}

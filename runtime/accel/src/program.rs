@@ -31,8 +31,8 @@
 //! ```
 
 use super::lower::{
-    group_choices, group_choices_rows, lhs_groups, lower_group, lower_group_rows, RowGrid,
-    RowHint, TileLaunch,
+    group_choices, group_choices_rows, lhs_groups, lower_group, lower_group_rows, row_elements,
+    RowGrid, RowHint, TileLaunch,
 };
 use super::sim::{self, Device, DeviceArg, DeviceReport, Machine, Placement};
 use super::tune::{tune_kernel, KernelTuning, TuneOptions};
@@ -592,6 +592,15 @@ impl SimProgram {
                         Some(dev.alloc(&name(plan), &ty, placements[plan.id.index()])?);
                 }
             }
+            // A row kernel's variant for this count, with its grid and row count.
+            let variant = rows.and_then(|r| {
+                let v = self.row_variants[ki].iter().rev().find(|v| v.from <= r)?;
+                Some((&v.launch, v.grid.grid(v.launch.grid, r), v.grid.n_rows(r)))
+            });
+            let launch = match variant {
+                Some((l, _, _)) => Some(l),
+                None => launch.as_ref(),
+            };
             if let Some(l) = launch {
                 let bound = |a: &BufferId| {
                     ids[a.index()].ok_or_else(|| {
@@ -626,15 +635,11 @@ impl SimProgram {
                     args.push(DeviceArg::Buffer(id));
                 }
                 let mut grid = l.grid;
-                let mut kernel = &l.kernel;
-                if let Some(r) = rows {
-                    if let Some(v) = self.row_variants[ki].iter().rev().find(|v| v.from <= r) {
-                        grid = v.grid.grid(v.launch.grid, r);
-                        kernel = &v.launch.kernel;
-                        args.push(DeviceArg::Int(v.grid.n_rows(r) as i64));
-                    }
+                if let Some((_, g, n)) = variant {
+                    grid = g;
+                    args.push(DeviceArg::Int(n as i64));
                 }
-                dev.launch(kernel, grid, &args)?;
+                dev.launch(&l.kernel, grid, &args)?;
                 for (_, copy) in copies {
                     dev.free(copy)?;
                 }
@@ -687,6 +692,7 @@ fn lower_row_variants(
         .and_then(|k| p.kernels.iter().position(|x| std::ptr::eq(x, *k)))
         .ok_or_else(|| Error::internal("a launch of no kernels"))?;
     let live: Vec<Option<(usize, usize)>> = buffers.iter().map(|b| b.live).collect();
+    let elements = row_elements(p, rows);
     let mut out: Vec<RowVariant> = Vec::new();
     for hint in row_hints(rows.max) {
         let bytes: Vec<u64> = buffers
@@ -710,6 +716,7 @@ fn lower_row_variants(
             max: rows.max,
             axis,
             hint,
+            elements: &elements,
         });
         let mut choice = None;
         if let Some(g) = ks[0].gemm.as_ref() {
@@ -735,7 +742,11 @@ fn lower_row_variants(
                 "a row operand staged in SRAM by a copy of static extent",
             ));
         }
-        if out.last().is_some_and(|v| v.launch.text == launch.text) {
+        let same = |a: &TileLaunch, b: &TileLaunch| {
+            a.text == b.text
+                && a.staging.as_ref().map(|s| &s.text) == b.staging.as_ref().map(|s| &s.text)
+        };
+        if out.last().is_some_and(|v| same(&v.launch, &launch)) {
             continue;
         }
         out.push(RowVariant {

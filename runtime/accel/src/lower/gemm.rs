@@ -152,10 +152,7 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
     let batch: usize = g.batch.iter().product();
     let epilogue = epilogue_bytes_per_point(k, g, cx.index_dtype.size_bytes());
     let operand = |op: &GemmOperand| {
-        let bytes = cx
-            .program
-            .buffer(op.buffer)
-            .map_or(0, |buf| buf.ty.size_bytes() as u64);
+        let bytes = cx.buffer_bytes(op.buffer);
         (
             cx.in_lpddr(op.buffer),
             op.batch_strides.iter().any(|&s| s != 0),

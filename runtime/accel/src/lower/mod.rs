@@ -222,13 +222,24 @@ pub fn lower_group_rows(
 
 /// A row kernel's rows for [`lower_group_rows`] and [`group_choices_rows`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct RowHint {
+pub struct RowHint<'a> {
     /// The program's most rows.
     pub max: usize,
     /// The row axis of the kernel's domain.
     pub axis: usize,
     /// The row count the blocks are chosen for (1 to `max`).
     pub hint: usize,
+    /// Elements per row of each buffer of the program with rows ([`row_elements`]).
+    pub elements: &'a [Option<usize>],
+}
+
+/// The elements per row of every buffer of `p` with rows (by index), as
+/// [`RowHint`]'s users need them; `None` for a buffer without rows.
+pub fn row_elements(p: &Program, rows: &ferrite_ir::loops::Rows) -> Vec<Option<usize>> {
+    p.buffers
+        .iter()
+        .map(|b| rows.buffer(b.id).map(|_| b.ty.numel() / rows.max))
+        .collect()
 }
 
 fn row_cx(rows: Option<RowHint>) -> Option<stage::RowCx> {
@@ -236,6 +247,7 @@ fn row_cx(rows: Option<RowHint>) -> Option<stage::RowCx> {
         max: r.max,
         axis: r.axis,
         hint: r.hint,
+        buffers: r.elements.to_vec(),
         grid: std::cell::Cell::new(None),
         conflict: std::cell::Cell::new(false),
     })

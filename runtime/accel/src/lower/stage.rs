@@ -46,6 +46,8 @@ pub(super) struct RowCx {
     pub axis: usize,
     /// The row count the blocks are chosen for (their cost model's size).
     pub hint: usize,
+    /// Per buffer of the program (by index): its rows per row, when it has rows.
+    pub buffers: Vec<Option<usize>>,
     /// `(per_row, block)` of the masked tile axis: its extent is `per_row * rows`,
     /// `block` lanes per program along grid axis 0.
     pub grid: std::cell::Cell<Option<(usize, usize)>>,
@@ -92,6 +94,22 @@ impl Cx<'_> {
         match &self.rows {
             Some(r) if extent.is_multiple_of(r.max) => extent / r.max * r.hint,
             _ => extent,
+        }
+    }
+
+    /// Bytes of buffer `id` as the block choices see it: in a row kernel, a row
+    /// buffer's at the row count its blocks are chosen for.
+    pub fn buffer_bytes(&self, id: BufferId) -> u64 {
+        let Some(buf) = self.program.buffer(id) else {
+            return 0;
+        };
+        let per_row = self
+            .rows
+            .as_ref()
+            .and_then(|r| Some((r.buffers.get(id.index()).copied().flatten()?, r.hint)));
+        match per_row {
+            Some((elems, hint)) => (elems * hint * buf.ty.dtype.size_bytes()) as u64,
+            None => buf.ty.size_bytes() as u64,
         }
     }
 
