@@ -104,7 +104,9 @@ fn launches_side_by_side() {
     let name = std::env::var("GRAPH").unwrap_or("mlp_block.fg".into());
     let g = load(&name);
     let d = compile_dynamic(&g, &sim()).unwrap();
-    let b = bt(1, 64);
+    let t: i64 = std::env::var("T").map_or(64, |t| t.parse().unwrap());
+    let bb: i64 = std::env::var("B").map_or(1, |t| t.parse().unwrap());
+    let b = bt(bb, t);
     let x = inputs(&g, &b, 1);
     let s = d.execute(&x).unwrap();
     let exe = compile_ir(&g.instantiate(&b).unwrap(), &sim()).unwrap();

@@ -594,7 +594,7 @@ impl SimProgram {
             }
             // A row kernel's variant for this count, with its grid and row count.
             let variant = rows.and_then(|r| {
-                let v = self.row_variants[ki].iter().rev().find(|v| v.from <= r)?;
+                let v = pick_variant(&self.row_variants[ki], r, self.machine.pes())?;
                 Some((&v.launch, v.grid.grid(v.launch.grid, r), v.grid.n_rows(r)))
             });
             let launch = match variant {
@@ -662,6 +662,28 @@ fn placement_name(p: Placement) -> &'static str {
         Placement::Lpddr => "LPDDR",
         Placement::Sram => "SRAM",
     }
+}
+
+/// The variant of a row kernel to launch at `rows` rows on `pes` PEs: of the
+/// variants chosen for the power of two at most `rows` and the one above, the
+/// one with fewer waves of programs times work per program (each program's
+/// share of the kernel's work at the bound); the one below on a tie.
+fn pick_variant(variants: &[RowVariant], rows: usize, pes: usize) -> Option<&RowVariant> {
+    let below = variants.iter().rposition(|v| v.from <= rows)?;
+    let cost = |v: &RowVariant| {
+        let programs: usize = v.grid.grid(v.launch.grid, rows).iter().product();
+        let at_max: usize = v.launch.grid.iter().product();
+        // waves / programs at the bound, compared as a fraction.
+        (programs.div_ceil(pes.max(1)) as u128, at_max.max(1) as u128)
+    };
+    let mut best = &variants[below];
+    if let Some(above) = variants.get(below + 1) {
+        let ((wb, pb), (wa, pa)) = (cost(best), cost(above));
+        if wa * pb < wb * pa {
+            best = above;
+        }
+    }
+    Some(best)
 }
 
 /// The row counts a row kernel's variants are chosen for: the powers of two
