@@ -53,6 +53,27 @@ fn the_transformer_block_runs_random_bindings_from_one_compile_on_sim() {
     let g = load("transformer_block.fg");
     let b = bindings(0xb10c, &[(1, 1), (3, 17)], 10, 4, 64);
     assert_eq!(check_against_interp(&g, sim(), &b), 2);
+    let d = compile_dynamic(&g, &sim()).unwrap();
+    d.run(&inputs(&g, &bt(2, 3), 1)).unwrap();
+    let summary = d.summary();
+    assert!(
+        summary.contains("one program for every binding (2 row programs")
+            && summary.contains("on sim, ")
+            && summary.contains("the tile attention kernel"),
+        "{summary}"
+    );
+}
+
+/// The ranges, batch 1..=32 and length 1..=512, at random bindings (slow: run
+/// with `--ignored`).
+#[test]
+#[ignore]
+fn the_transformers_run_bindings_over_the_whole_range_on_sim() {
+    for (name, programs) in [("transformer_block.fg", 2), ("gpt2.fg", 3)] {
+        let g = load(name);
+        let b = bindings(0x51de, &[(32, 512), (1, 512), (32, 1)], 9, 32, 512);
+        assert_eq!(check_against_interp(&g, sim(), &b), programs);
+    }
 }
 
 #[test]
@@ -92,7 +113,10 @@ fn symbolic_cycles_are_close_to_a_static_compile() {
             let (s, f) = cycles(&d, &g, &bt(b, t));
             let ratio = s as f64 / f as f64;
             eprintln!("| {name} | {b} | {t} | {s} | {f} | {ratio:.3} |");
-            assert!(ratio < 1.1, "{name} at B={b}, T={t}: {s} cycles against {f}");
+            assert!(
+                ratio < 1.1,
+                "{name} at B={b}, T={t}: {s} cycles against {f}"
+            );
         }
         assert!(d.is_symbolic(), "{}", d.summary());
         // No recompilation: one compile per part, whatever the binding.

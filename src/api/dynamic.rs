@@ -15,13 +15,20 @@
 //!   take the row count at each run (`CpuProgram::with_rows`, proved for every count by
 //!   `ferrite_ir::loops::Rows`); its storage is sized by that bound. On [`Target::Loops`]
 //!   the loop-IR evaluator runs the proved row program at each count
-//!   (`RowProgram::at`).
+//!   (`RowProgram::at`). On [`Target::Sim`] the same proved program is lowered once to
+//!   tile kernels that take the row count as an argument
+//!   (`ferrite_accel::program::SimProgram::compile_rows`): each row kernel masks its row
+//!   axis with it, its grid is computed at the launch, and it comes in a few variants
+//!   whose blocks are chosen for different counts (one per power of two); buffers are
+//!   sized and placed at the run's count.
 //! - **Row programs between attention kernels**: a transformer (a row graph but for its
 //!   attentions, `SymGraph::segments`) on the same targets is cut at its attentions into
 //!   row graphs, each compiled once as above; a run runs them in order at the binding's
 //!   rows, with each attention in between run by `ferrite_cpu::attention` with the
 //!   binding's batch and sequence length. The values passed between steps are kept for
-//!   the next run at the same binding.
+//!   the next run at the same binding. On [`Target::Sim`] the steps run on one simulated
+//!   device, the attentions as the tile attention kernel
+//!   (`ferrite_accel::attention`), the values between steps in device buffers.
 //! - **Specialized per binding**: every other graph (an op that mixes rows otherwise, an
 //!   attention in another form; other targets), and a row graph whose compiled program the
 //!   row proof refuses: each new binding is instantiated with its numbers and compiled as a
@@ -87,7 +94,7 @@ enum StepCode {
     /// A row program.
     Rows(Arc<Compiled>),
     /// An attention: on [`Target::Sim`] its tile kernel, elsewhere `ferrite_cpu::attention`.
-    Attention(Option<AttentionKernel>),
+    Attention(Option<Box<AttentionKernel>>),
 }
 
 /// A segmented graph's code, one per step.
@@ -114,16 +121,14 @@ pub fn compile_dynamic(graph: &SymGraph, options: &Options) -> Result<Dynamic> {
             "symbolic kernels exist for the cpu, loops and sim targets only, not {:?}",
             options.target
         )),
-        Err(why) if symbolic_target(options.target) => {
-            match graph.segments() {
-                Ok(segments) => Path::Segmented {
-                    segments,
-                    programs: OnceLock::new(),
-                    workspace: Mutex::new(None),
-                },
-                Err(cut) => Path::Specialized(format!("{why}; cut at its attentions, {cut}")),
-            }
-        }
+        Err(why) if symbolic_target(options.target) => match graph.segments() {
+            Ok(segments) => Path::Segmented {
+                segments,
+                programs: OnceLock::new(),
+                workspace: Mutex::new(None),
+            },
+            Err(cut) => Path::Specialized(format!("{why}; cut at its attentions, {cut}")),
+        },
         Err(why) => Path::Specialized(why),
     };
     Ok(Dynamic {
@@ -242,7 +247,7 @@ impl Dynamic {
                             causal: site.causal,
                             scale: site.scale,
                         })
-                        .map(|k| StepCode::Attention(Some(k)))
+                        .map(|k| StepCode::Attention(Some(Box::new(k))))
                         .map_err(|e| format!("the attention kernel: {e}"))
                     }
                     Segment::Attention { .. } => Ok(StepCode::Attention(None)),
@@ -592,14 +597,15 @@ impl Dynamic {
         // A slot is made in SRAM when it fits beside what is there.
         let make = |dev: &mut sim::Device, j: usize| -> Result<sim::BufferId> {
             let ty = slot_type(j)?;
-            let fits = dev.used_bytes(Placement::Sram) + ty.size_bytes() as u64
-                <= machine.sram_bytes / 2;
+            let fits =
+                dev.used_bytes(Placement::Sram) + ty.size_bytes() as u64 <= machine.sram_bytes / 2;
             let placement = if fits && !segments.outputs.contains(&j) {
                 Placement::Sram
             } else {
                 Placement::Lpddr
             };
-            dev.alloc(&format!("slot{j}"), &ty, placement).map_err(dev_err)
+            dev.alloc(&format!("slot{j}"), &ty, placement)
+                .map_err(dev_err)
         };
         for &j in &segments.positions {
             let ty = slot_type(j)?;
@@ -659,10 +665,7 @@ impl Dynamic {
                     p.run_rows_on(&mut dev, rows, &args, &outs, &format!("step{i} "))
                         .map_err(run_err)?;
                 }
-                (
-                    Segment::Attention { q, k, v, out, .. },
-                    StepCode::Attention(Some(kernel)),
-                ) => {
+                (Segment::Attention { q, k, v, out, .. }, StepCode::Attention(Some(kernel))) => {
                     let q = buffer(&mut dev, &slots, q)?;
                     let k = buffer(&mut dev, &slots, k)?;
                     let v = buffer(&mut dev, &slots, v)?;
@@ -699,9 +702,9 @@ impl Dynamic {
         Ok((outputs, Some(dev.report().clone())))
     }
 
-    /// Whether every binding runs one program (a row graph on the cpu target whose
-    /// row program was proved), as far as known now: before the first run, whether
-    /// the graph qualifies.
+    /// Whether every binding runs one program (a row graph on the cpu, loops or sim
+    /// target whose row program was proved), as far as known now: before the first
+    /// run, whether the graph qualifies.
     pub fn is_symbolic(&self) -> bool {
         match &self.path {
             Path::Rows { program, .. } => !matches!(program.get(), Some(Err(_))),
@@ -797,7 +800,7 @@ impl Dynamic {
             Path::Rows { form, program } => match program.get() {
                 Some(Err(why)) => format!("specialized per binding ({why})"),
                 state => format!(
-                    "one program for every binding (rows {} up to {}, {}): {} compiled",
+                    "one program for every binding (rows {} up to {}, {}): {} compiled{}",
                     form.name(),
                     form.max_rows,
                     if state.is_some() {
@@ -805,7 +808,8 @@ impl Dynamic {
                     } else {
                         "compiled at the first run"
                     },
-                    s.compiles
+                    s.compiles,
+                    sim_note(state.and_then(|p| p.as_ref().ok()).into_iter(), false)
                 ),
             },
             Path::Segmented {
@@ -818,9 +822,18 @@ impl Dynamic {
                         .iter()
                         .filter(|s| matches!(s, Segment::Attention { .. }))
                         .count();
+                    let rows = state
+                        .and_then(|p| p.as_ref().ok())
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|c| match c {
+                            StepCode::Rows(p) => Some(p),
+                            StepCode::Attention(_) => None,
+                        });
+                    let note = sim_note(rows, attentions > 0);
                     format!(
                         "one program for every binding ({} row programs over rows {} up to {} \
-                         between {attentions} attention kernels, {}): {} compiled",
+                         between {attentions} attention kernels, {}): {} compiled{note}",
                         segments.steps.len() - attentions,
                         segments.form.name(),
                         segments.form.max_rows,
@@ -890,6 +903,32 @@ impl Dynamic {
     fn emit(&self, event: JitEvent) {
         emit_to(&self.hook, event)
     }
+}
+
+/// On the sim target, what the tile programs of `programs` hold (nothing elsewhere):
+/// their row kernels and block variants, and the attention kernel if `attention`.
+fn sim_note<'a>(programs: impl Iterator<Item = &'a Arc<Compiled>>, attention: bool) -> String {
+    let (mut kernels, mut variants, mut any) = (0, 0, false);
+    for p in programs {
+        if let Some(sim) = p.sim_program() {
+            any = true;
+            let (k, v) = sim.row_variant_counts();
+            kernels += k;
+            variants += v;
+        }
+    }
+    if !any {
+        return String::new();
+    }
+    format!(
+        "; on sim, {kernels} row kernels in {variants} variants with blocks by row count \
+         (the count, the grid and the row masks are launch arguments){}",
+        if attention {
+            ", and the tile attention kernel (batch and length at launch)"
+        } else {
+            ""
+        }
+    )
 }
 
 /// The tensor a step's operand comes from: an input of the run or a slot.

@@ -384,6 +384,18 @@ impl SimProgram {
         self.rows.as_ref()
     }
 
+    /// Of a row program: how many launches have rows, and how many variants
+    /// (blocks chosen for different row counts) they have in all.
+    pub fn row_variant_counts(&self) -> (usize, usize) {
+        let with: Vec<usize> = self
+            .row_variants
+            .iter()
+            .map(Vec::len)
+            .filter(|&n| n > 0)
+            .collect();
+        (with.len(), with.iter().sum())
+    }
+
     /// Runs a row program ([`SimProgram::compile_rows`]) at `rows` rows (1 to its
     /// most) on a fresh device: the inputs and outputs are its buffers at that
     /// count (a row input of `[1, max, 256]` is given as `[1, rows, 256]`, or
@@ -756,9 +768,10 @@ fn lower_row_variants(
         let Some(grid) = grid else {
             return Err(Error::internal("a row kernel lowered without its row grid"));
         };
-        let staged = launch.staging.as_ref().is_some_and(|st| {
-            st.args.iter().any(|a| rows.buffer(*a).is_some())
-        });
+        let staged = launch
+            .staging
+            .as_ref()
+            .is_some_and(|st| st.args.iter().any(|a| rows.buffer(*a).is_some()));
         if staged {
             return Err(Error::unsupported(
                 "a row operand staged in SRAM by a copy of static extent",
