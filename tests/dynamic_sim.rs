@@ -144,3 +144,27 @@ fn launches_side_by_side() {
         eprintln!("fix {} {:?} {}", l.kernel, l.grid, l.cycles);
     }
 }
+
+/// Compile times, symbolic (every part, all variants) against a static compile at one
+/// binding (printed; run with `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn compile_times() {
+    for name in ["mlp_block.fg", "transformer_block.fg", "gpt2.fg"] {
+        let g = load(name);
+        let b = bt(1, 16);
+        let x = inputs(&g, &b, 1);
+        let t = std::time::Instant::now();
+        let d = compile_dynamic(&g, &sim()).unwrap();
+        d.run(&x).unwrap();
+        let symbolic = t.elapsed();
+        let t = std::time::Instant::now();
+        let exe = compile_ir(&g.instantiate(&b).unwrap(), &sim()).unwrap();
+        exe.run(&x).unwrap();
+        eprintln!(
+            "{name}: symbolic {symbolic:?} (first run included), static {:?}; {}",
+            t.elapsed(),
+            d.summary()
+        );
+    }
+}
