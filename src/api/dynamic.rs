@@ -594,7 +594,8 @@ impl Dynamic {
                 .bind(b)
                 .map_err(|message| Error::Binding { message })
         };
-        // A slot is made in SRAM when it fits beside what is there.
+        // A slot is made in SRAM when it fits in half of it beside the slots there (the
+        // other half is left to the row programs' own intermediates); outputs are in LPDDR.
         let make = |dev: &mut sim::Device, j: usize| -> Result<sim::BufferId> {
             let ty = slot_type(j)?;
             let fits =
