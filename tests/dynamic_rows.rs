@@ -147,7 +147,7 @@ fn graphs_that_mix_rows_are_specialized_and_say_why() {
     let g = load("mlp_block.fg");
     let d = compile_dynamic(&g, &Options::default().target(Target::Interp)).unwrap();
     assert!(
-        d.summary().contains("cpu and loops targets only"),
+        d.summary().contains("cpu, loops and sim targets only"),
         "{}",
         d.summary()
     );

@@ -510,6 +510,19 @@ pub struct Execution {
 }
 
 impl Execution {
+    /// An execution of these outputs that took `time`, with the device's report.
+    pub(crate) fn new(
+        outputs: Vec<Tensor>,
+        time: Duration,
+        device_report: Option<DeviceReport>,
+    ) -> Execution {
+        Execution {
+            outputs,
+            time,
+            device_report,
+        }
+    }
+
     /// The outputs, one per graph output, in order.
     pub fn outputs(&self) -> &[Tensor] {
         &self.outputs
@@ -679,25 +692,64 @@ impl Compiled {
                 )?);
                 Ok(())
             }
-            _ => Err("symbolic kernels exist for the cpu and loops targets only".into()),
+            Backend::Lowered(pipeline, Code::Sim(p)) => {
+                let program = &pipeline.scheduled.program;
+                let rows = ferrite_ir::loops::Rows::derive(program, name, max, inputs, outputs)?;
+                let machine = p.machine().clone();
+                let lowered = SimProgram::compile_rows(program, &machine, &rows, self.options.fuse)
+                    .map_err(|e| format!("its tile lowering at any row count: {e}"))?;
+                **p = lowered;
+                self.run_bytes = run_bytes(&self.graph, &self.backend);
+                Ok(())
+            }
+            _ => Err("symbolic kernels exist for the cpu, loops and sim targets only".into()),
+        }
+    }
+
+    /// The tile program, on [`Target::Sim`].
+    pub(crate) fn sim_program(&self) -> Option<&SimProgram> {
+        match &self.backend {
+            Backend::Lowered(_, Code::Sim(p)) => Some(p),
+            _ => None,
         }
     }
 
     /// Runs a row program ([`Compiled::make_rows`]) at `rows` rows into `outputs`,
-    /// whose types the caller has bound.
+    /// whose types the caller has bound; on [`Target::Sim`], the device's report.
     pub(crate) fn run_rows<A: Borrow<Tensor>>(
         &self,
         rows: usize,
         inputs: &[A],
         outputs: &mut [Tensor],
-    ) -> Result<()> {
+    ) -> Result<Option<DeviceReport>> {
         self.check_memory()?;
         match &self.backend {
             Backend::Lowered(_, Code::Cpu(p)) => p
                 .run_rows_into(rows, &Borrowed(inputs), &mut BorrowedMut(outputs))
+                .map(|()| None)
                 .map_err(|e| Error::Run {
                     message: e.to_string(),
                 }),
+            Backend::Lowered(_, Code::Sim(p)) => {
+                let args: Vec<ferrite_ir::Tensor> =
+                    inputs.iter().map(|t| t.borrow().as_ir().clone()).collect();
+                let (results, report) = p.run_rows(rows, &args).map_err(|e| Error::Run {
+                    message: e.to_string(),
+                })?;
+                for (out, mut t) in outputs.iter_mut().zip(results) {
+                    // The program's buffer at this count ([1, B*T, 256]) is the
+                    // caller's type ([B, T, 256]): the same elements.
+                    let ty = out.ty().clone();
+                    if t.ty.dtype != ty.dtype || t.ty.numel() != ty.numel() {
+                        return Err(Error::Internal {
+                            message: format!("{} does not hold a {ty}", t.ty),
+                        });
+                    }
+                    t.ty = ty;
+                    *out = Tensor::from_backend(t)?;
+                }
+                Ok(Some(report))
+            }
             Backend::Lowered(pipeline, Code::Loops) => {
                 let rows_of = self.loop_rows.clone().ok_or_else(|| Error::Internal {
                     message: "the loop program has no row axes".into(),
@@ -733,10 +785,10 @@ impl Compiled {
                     let ty = out.ty().clone();
                     *out = Tensor::from_backend(as_type(t, &ty)?)?;
                 }
-                Ok(())
+                Ok(None)
             }
             _ => Err(Error::Internal {
-                message: "a row program runs on the cpu and loops targets only".into(),
+                message: "a row program runs on the cpu, loops and sim targets only".into(),
             }),
         }
     }

@@ -15,13 +15,20 @@
 //!   take the row count at each run (`CpuProgram::with_rows`, proved for every count by
 //!   `ferrite_ir::loops::Rows`); its storage is sized by that bound. On [`Target::Loops`]
 //!   the loop-IR evaluator runs the proved row program at each count
-//!   (`RowProgram::at`).
+//!   (`RowProgram::at`). On [`Target::Sim`] the same proved program is lowered once to
+//!   tile kernels that take the row count as an argument
+//!   (`ferrite_accel::program::SimProgram::compile_rows`): each row kernel masks its row
+//!   axis with it, its grid is computed at the launch, and it comes in a few variants
+//!   whose blocks are chosen for different counts (one per power of two); buffers are
+//!   sized and placed at the run's count.
 //! - **Row programs between attention kernels**: a transformer (a row graph but for its
 //!   attentions, `SymGraph::segments`) on the same targets is cut at its attentions into
 //!   row graphs, each compiled once as above; a run runs them in order at the binding's
 //!   rows, with each attention in between run by `ferrite_cpu::attention` with the
 //!   binding's batch and sequence length. The values passed between steps are kept for
-//!   the next run at the same binding.
+//!   the next run at the same binding. On [`Target::Sim`] the steps run on one simulated
+//!   device, the attentions as the tile attention kernel
+//!   (`ferrite_accel::attention`), the values between steps in device buffers.
 //! - **Specialized per binding**: every other graph (an op that mixes rows otherwise, an
 //!   attention in another form; other targets), and a row graph whose compiled program the
 //!   row proof refuses: each new binding is instantiated with its numbers and compiled as a
@@ -32,10 +39,12 @@
 //! compile and eviction is a [`JitEvent`] whose signature is the inputs' types at that
 //! binding (at the most rows, for a row program).
 
-use super::compile::{compile_ir, Compiled, Options, Target};
+use super::compile::{compile_ir, Compiled, Execution, Options, Target};
 use super::error::{Error, Result};
 use super::host::Tensor;
 use super::jit::{emit_to, lock, reported, Cache, Counters, Hook, JitEvent, JitStats, Slot};
+use ferrite_accel::attention::{AttentionKernel, AttentionSpec};
+use ferrite_accel::sim::{self, DeviceReport, Placement};
 use ferrite_cpu::attention::{attention, AttentionShape, RowsLayout};
 use ferrite_cpu::gemm::Parallelism;
 use ferrite_ir::sym::{Binding, RowForm, Segment, Segments, Source, SymGraph};
@@ -72,7 +81,7 @@ enum Path {
     /// (one per [`Segment::Rows`]), or why one of them was refused.
     Segmented {
         segments: Segments,
-        programs: OnceLock<std::result::Result<Vec<Option<Arc<Compiled>>>, String>>,
+        programs: OnceLock<std::result::Result<Vec<StepCode>, String>>,
         /// Slot tensors of the last run, reused by the next one at the same binding.
         workspace: Workspace,
     },
@@ -80,8 +89,21 @@ enum Path {
     Specialized(String),
 }
 
-/// A segmented graph's row programs, one per step (`None` for an attention step).
-type Programs = [Option<Arc<Compiled>>];
+/// What runs one step of a segmented graph.
+enum StepCode {
+    /// A row program.
+    Rows(Arc<Compiled>),
+    /// An attention: on [`Target::Sim`] its tile kernel, elsewhere `ferrite_cpu::attention`.
+    Attention(Option<Box<AttentionKernel>>),
+}
+
+/// A segmented graph's code, one per step.
+type Programs = [StepCode];
+
+/// Whether the target runs graphs with size symbols from programs compiled once.
+fn symbolic_target(target: Target) -> bool {
+    matches!(target, Target::Cpu | Target::Loops | Target::Sim)
+}
 
 /// A segmented graph's slot tensors kept from one run to the next, with their binding.
 type Workspace = Mutex<Option<(Binding, Vec<Option<Tensor>>)>>;
@@ -91,24 +113,22 @@ type Workspace = Mutex<Option<(Binding, Vec<Option<Tensor>>)>>;
 /// ([`Dynamic::specialize`]).
 pub fn compile_dynamic(graph: &SymGraph, options: &Options) -> Result<Dynamic> {
     let path = match graph.rows() {
-        Ok(form) if matches!(options.target, Target::Cpu | Target::Loops) => Path::Rows {
+        Ok(form) if symbolic_target(options.target) => Path::Rows {
             form,
             program: OnceLock::new(),
         },
         Ok(_) => Path::Specialized(format!(
-            "symbolic kernels exist for the cpu and loops targets only, not {:?}",
+            "symbolic kernels exist for the cpu, loops and sim targets only, not {:?}",
             options.target
         )),
-        Err(why) if matches!(options.target, Target::Cpu | Target::Loops) => {
-            match graph.segments() {
-                Ok(segments) => Path::Segmented {
-                    segments,
-                    programs: OnceLock::new(),
-                    workspace: Mutex::new(None),
-                },
-                Err(cut) => Path::Specialized(format!("{why}; cut at its attentions, {cut}")),
-            }
-        }
+        Err(why) if symbolic_target(options.target) => match graph.segments() {
+            Ok(segments) => Path::Segmented {
+                segments,
+                programs: OnceLock::new(),
+                workspace: Mutex::new(None),
+            },
+            Err(cut) => Path::Specialized(format!("{why}; cut at its attentions, {cut}")),
+        },
         Err(why) => Path::Specialized(why),
     };
     Ok(Dynamic {
@@ -161,14 +181,39 @@ impl Dynamic {
         inputs: &[A],
         extra: &Binding,
     ) -> Result<Vec<Tensor>> {
+        Ok(self.execute_with(inputs, extra)?.into_outputs())
+    }
+
+    /// Runs the graph on `inputs` and reports the run ([`Execution`]): on
+    /// [`Target::Sim`] with the device's report of every launch of the run (of every
+    /// step's, for a segmented graph), whose cycles are what the run costs.
+    pub fn execute<A: Borrow<Tensor>>(&self, inputs: &[A]) -> Result<Execution> {
+        self.execute_with(inputs, &Binding::new())
+    }
+
+    /// [`Dynamic::execute`] at the binding the inputs' shapes and `extra` give.
+    pub fn execute_with<A: Borrow<Tensor>>(
+        &self,
+        inputs: &[A],
+        extra: &Binding,
+    ) -> Result<Execution> {
         let b = self.binding(inputs, extra)?;
-        if let Some((form, program)) = self.row_program()? {
-            return self.run_rows(form, &program, &b, inputs);
-        }
-        if let Some((segments, programs, workspace)) = self.segment_programs() {
-            return self.run_segments(segments, programs, workspace, &b, inputs);
-        }
-        self.specialize(&b)?.run(inputs)
+        let start = Instant::now();
+        let (outputs, report) = if let Some((form, program)) = self.row_program()? {
+            self.run_rows(form, &program, &b, inputs)?
+        } else if let Some((segments, programs, workspace)) = self.segment_programs() {
+            if self.options.target == Target::Sim {
+                self.run_segments_sim(segments, programs, &b, inputs)?
+            } else {
+                (
+                    self.run_segments(segments, programs, workspace, &b, inputs)?,
+                    None,
+                )
+            }
+        } else {
+            return self.specialize(&b)?.execute(inputs);
+        };
+        Ok(Execution::new(outputs, start.elapsed(), report))
     }
 
     /// A segmented graph's steps, their row programs (compiled now if this is its first
@@ -190,8 +235,22 @@ impl Dynamic {
                 .steps
                 .iter()
                 .map(|step| match step {
-                    Segment::Rows { graph, form, .. } => self.compile_rows(graph, form).map(Some),
-                    Segment::Attention { .. } => Ok(None),
+                    Segment::Rows { graph, form, .. } => {
+                        self.compile_rows(graph, form).map(StepCode::Rows)
+                    }
+                    Segment::Attention { site, .. } if self.options.target == Target::Sim => {
+                        AttentionKernel::new(&AttentionSpec {
+                            heads: site.heads,
+                            kv_heads: site.kv_heads,
+                            head_dim: site.head_dim,
+                            value_dim: site.value_dim,
+                            causal: site.causal,
+                            scale: site.scale,
+                        })
+                        .map(|k| StepCode::Attention(Some(Box::new(k))))
+                        .map_err(|e| format!("the attention kernel: {e}"))
+                    }
+                    Segment::Attention { .. } => Ok(StepCode::Attention(None)),
                 })
                 .collect()
         });
@@ -272,9 +331,11 @@ impl Dynamic {
                     outputs: to,
                     ..
                 } => {
-                    let program = program.as_ref().ok_or_else(|| Error::Internal {
-                        message: "a row step without its program".into(),
-                    })?;
+                    let StepCode::Rows(program) = program else {
+                        return Err(Error::Internal {
+                            message: "a row step without its program".into(),
+                        });
+                    };
                     let mut outs = Vec::with_capacity(to.len());
                     for &j in to {
                         outs.push(fresh(j, &mut slots)?);
@@ -449,26 +510,202 @@ impl Dynamic {
         program: &Compiled,
         b: &Binding,
         inputs: &[A],
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<(Vec<Tensor>, Option<DeviceReport>)> {
         let rows = form.rows(b).ok_or_else(|| Error::Binding {
             message: format!("the rows {} are not bound", form.name()),
         })?;
         if rows == 0 {
             // No rows to run; the static outputs, if any, are still computed.
-            return self.specialize(b)?.run(inputs);
+            let e = self.specialize(b)?.execute(inputs)?;
+            let report = e.device_report().cloned();
+            return Ok((e.into_outputs(), report));
         }
         let mut outputs = Vec::with_capacity(form.outputs.len());
         for t in self.graph.output_types() {
             let ty = t.bind(b).map_err(|message| Error::Binding { message })?;
             outputs.push(Tensor::from_backend(ferrite_ir::Tensor::zeros(&ty))?);
         }
-        program.run_rows(rows, inputs, &mut outputs)?;
-        Ok(outputs)
+        let report = program.run_rows(rows, inputs, &mut outputs)?;
+        Ok((outputs, report))
     }
 
-    /// Whether every binding runs one program (a row graph on the cpu target whose
-    /// row program was proved), as far as known now: before the first run, whether
-    /// the graph qualifies.
+    /// Runs the steps of a segmented graph at binding `b` on one simulated device:
+    /// the inputs are uploaded once, each row program runs at the binding's rows
+    /// and each attention kernel at its sequences and length on the buffers the
+    /// steps share (in SRAM where they fit, as a static program's intermediates
+    /// are), each freed after its last reader; the outputs are read back at the end.
+    fn run_segments_sim<A: Borrow<Tensor>>(
+        &self,
+        segments: &Segments,
+        programs: &Programs,
+        b: &Binding,
+        inputs: &[A],
+    ) -> Result<(Vec<Tensor>, Option<DeviceReport>)> {
+        let form = &segments.form;
+        let unbound = || Error::Binding {
+            message: format!("the rows {} are not bound", form.name()),
+        };
+        let rows = form.rows(b).ok_or_else(unbound)?;
+        let seq = form
+            .symbols
+            .last()
+            .and_then(|s| b.get(s))
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(unbound)?;
+        if rows == 0 {
+            let e = self.specialize(b)?.execute(inputs)?;
+            let report = e.device_report().cloned();
+            return Ok((e.into_outputs(), report));
+        }
+        let run_err = |e: ferrite_accel::Error| Error::Run {
+            message: e.to_string(),
+        };
+        let dev_err = |e: sim::SimError| Error::Run {
+            message: e.to_string(),
+        };
+        let machine = self
+            .options
+            .machine
+            .clone()
+            .unwrap_or_else(sim::Machine::mtia2i);
+        let mut dev = sim::Device::new(machine.clone());
+        // The graph's inputs, uploaded when a step first reads them.
+        let mut ins: Vec<Option<sim::BufferId>> = vec![None; inputs.len()];
+        let mut slots: Vec<Option<sim::BufferId>> = vec![None; segments.slots.len()];
+        // The last step that reads each slot (outputs are read at the end).
+        let mut last_read: Vec<Option<usize>> = vec![None; segments.slots.len()];
+        for (i, step) in segments.steps.iter().enumerate() {
+            let reads: Vec<&Source> = match step {
+                Segment::Rows { inputs, .. } => inputs.iter().collect(),
+                Segment::Attention { q, k, v, .. } => vec![q, k, v],
+            };
+            for s in reads {
+                if let Source::Slot(j) = *s {
+                    last_read[j] = Some(i);
+                }
+            }
+        }
+        for &j in &segments.outputs {
+            last_read[j] = None;
+        }
+        let slot_type = |j: usize| -> Result<TensorType> {
+            segments.slots[j]
+                .1
+                .bind(b)
+                .map_err(|message| Error::Binding { message })
+        };
+        // A slot is made in SRAM when it fits in half of it beside the slots there (the
+        // other half is left to the row programs' own intermediates); outputs are in LPDDR.
+        let make = |dev: &mut sim::Device, j: usize| -> Result<sim::BufferId> {
+            let ty = slot_type(j)?;
+            let fits =
+                dev.used_bytes(Placement::Sram) + ty.size_bytes() as u64 <= machine.sram_bytes / 2;
+            let placement = if fits && !segments.outputs.contains(&j) {
+                Placement::Sram
+            } else {
+                Placement::Lpddr
+            };
+            dev.alloc(&format!("slot{j}"), &ty, placement)
+                .map_err(dev_err)
+        };
+        for &j in &segments.positions {
+            let ty = slot_type(j)?;
+            let t: Vec<f64> = (0..rows).map(|r| (r % seq) as f64).collect();
+            let t = ferrite_ir::Tensor::from_f64(&ty, &t);
+            slots[j] = Some(
+                dev.upload(&format!("slot{j}"), &t, Placement::Lpddr)
+                    .map_err(dev_err)?,
+            );
+        }
+        let mut buffer = |dev: &mut sim::Device,
+                          slots: &[Option<sim::BufferId>],
+                          s: &Source|
+         -> Result<sim::BufferId> {
+            match *s {
+                Source::Input(i) => {
+                    if let Some(id) = ins[i] {
+                        return Ok(id);
+                    }
+                    let t = inputs.get(i).ok_or_else(|| Error::Internal {
+                        message: format!("input {i} is missing"),
+                    })?;
+                    let id = dev
+                        .upload(&format!("input{i}"), t.borrow().as_ir(), Placement::Lpddr)
+                        .map_err(dev_err)?;
+                    ins[i] = Some(id);
+                    Ok(id)
+                }
+                Source::Slot(j) => slots[j].ok_or_else(|| Error::Internal {
+                    message: format!("slot {j} is not computed before it is used"),
+                }),
+            }
+        };
+        for (i, (step, code)) in segments.steps.iter().zip(programs).enumerate() {
+            match (step, code) {
+                (
+                    Segment::Rows {
+                        inputs: from,
+                        outputs: to,
+                        ..
+                    },
+                    StepCode::Rows(program),
+                ) => {
+                    let p = program.sim_program().ok_or_else(|| Error::Internal {
+                        message: "a row step without its tile program".into(),
+                    })?;
+                    let mut args = Vec::with_capacity(from.len());
+                    for s in from {
+                        args.push(buffer(&mut dev, &slots, s)?);
+                    }
+                    let mut outs = Vec::with_capacity(to.len());
+                    for &j in to {
+                        let id = make(&mut dev, j)?;
+                        slots[j] = Some(id);
+                        outs.push(id);
+                    }
+                    p.run_rows_on(&mut dev, rows, &args, &outs, &format!("step{i} "))
+                        .map_err(run_err)?;
+                }
+                (Segment::Attention { q, k, v, out, .. }, StepCode::Attention(Some(kernel))) => {
+                    let q = buffer(&mut dev, &slots, q)?;
+                    let k = buffer(&mut dev, &slots, k)?;
+                    let v = buffer(&mut dev, &slots, v)?;
+                    let o = make(&mut dev, *out)?;
+                    slots[*out] = Some(o);
+                    kernel
+                        .launch(&mut dev, rows / seq, seq, [q, k, v, o])
+                        .map_err(run_err)?;
+                }
+                _ => {
+                    return Err(Error::Internal {
+                        message: format!("step {i} has no code for the sim target"),
+                    })
+                }
+            }
+            // Slots end after their last reader.
+            for (j, last) in last_read.iter().enumerate() {
+                if *last == Some(i) && !segments.positions.contains(&j) {
+                    if let Some(id) = slots[j].take() {
+                        dev.free(id).map_err(dev_err)?;
+                    }
+                }
+            }
+        }
+        let mut outputs = Vec::with_capacity(segments.outputs.len());
+        for (i, &j) in segments.outputs.iter().enumerate() {
+            let id = slots[j].ok_or_else(|| Error::Internal {
+                message: format!("output {i} was not computed"),
+            })?;
+            let mut t = dev.read(id).map_err(dev_err)?;
+            t.ty = slot_type(j)?;
+            outputs.push(Tensor::from_backend(t)?);
+        }
+        Ok((outputs, Some(dev.report().clone())))
+    }
+
+    /// Whether every binding runs one program (a row graph on the cpu, loops or sim
+    /// target whose row program was proved), as far as known now: before the first
+    /// run, whether the graph qualifies.
     pub fn is_symbolic(&self) -> bool {
         match &self.path {
             Path::Rows { program, .. } => !matches!(program.get(), Some(Err(_))),
@@ -564,7 +801,7 @@ impl Dynamic {
             Path::Rows { form, program } => match program.get() {
                 Some(Err(why)) => format!("specialized per binding ({why})"),
                 state => format!(
-                    "one program for every binding (rows {} up to {}, {}): {} compiled",
+                    "one program for every binding (rows {} up to {}, {}): {} compiled{}",
                     form.name(),
                     form.max_rows,
                     if state.is_some() {
@@ -572,7 +809,8 @@ impl Dynamic {
                     } else {
                         "compiled at the first run"
                     },
-                    s.compiles
+                    s.compiles,
+                    sim_note(state.and_then(|p| p.as_ref().ok()).into_iter(), false)
                 ),
             },
             Path::Segmented {
@@ -585,9 +823,18 @@ impl Dynamic {
                         .iter()
                         .filter(|s| matches!(s, Segment::Attention { .. }))
                         .count();
+                    let rows = state
+                        .and_then(|p| p.as_ref().ok())
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|c| match c {
+                            StepCode::Rows(p) => Some(p),
+                            StepCode::Attention(_) => None,
+                        });
+                    let note = sim_note(rows, attentions > 0);
                     format!(
                         "one program for every binding ({} row programs over rows {} up to {} \
-                         between {attentions} attention kernels, {}): {} compiled",
+                         between {attentions} attention kernels, {}): {} compiled{note}",
                         segments.steps.len() - attentions,
                         segments.form.name(),
                         segments.form.max_rows,
@@ -657,6 +904,32 @@ impl Dynamic {
     fn emit(&self, event: JitEvent) {
         emit_to(&self.hook, event)
     }
+}
+
+/// On the sim target, what the tile programs of `programs` hold (nothing elsewhere):
+/// their row kernels and block variants, and the attention kernel if `attention`.
+fn sim_note<'a>(programs: impl Iterator<Item = &'a Arc<Compiled>>, attention: bool) -> String {
+    let (mut kernels, mut variants, mut any) = (0, 0, false);
+    for p in programs {
+        if let Some(sim) = p.sim_program() {
+            any = true;
+            let (k, v) = sim.row_variant_counts();
+            kernels += k;
+            variants += v;
+        }
+    }
+    if !any {
+        return String::new();
+    }
+    format!(
+        "; on sim, {kernels} row kernels in {variants} variants with blocks by row count \
+         (the count, the grid and the row masks are launch arguments){}",
+        if attention {
+            ", and the tile attention kernel (batch and length at launch)"
+        } else {
+            ""
+        }
+    )
 }
 
 /// The tensor a step's operand comes from: an input of the run or a slot.

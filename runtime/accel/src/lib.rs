@@ -25,6 +25,7 @@
 //! Cranelift; it takes kernels (parsed or built as [`tile::TileKernel`]) and
 //! host [`ferrite_ir::Tensor`]s.
 
+pub mod attention;
 mod error;
 pub mod lower;
 pub mod program;

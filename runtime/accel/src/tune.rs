@@ -312,7 +312,7 @@ fn simulate(
     // A candidate the simulator refuses (over the simulation budget, or local
     // memory) is not a choice; the program's own run reports any error of the
     // choice it keeps.
-    let ran = run_launch(dev, &l, &|a| {
+    let ran = run_launch(dev, &l, None, &|a| {
         bound
             .iter()
             .find(|b| b.0 == a)

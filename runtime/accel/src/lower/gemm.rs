@@ -153,10 +153,7 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
     let batch: usize = g.batch.iter().product();
     let epilogue = epilogue_bytes_per_point(k, g, cx.index_dtype.size_bytes());
     let operand = |op: &GemmOperand| {
-        let bytes = cx
-            .program
-            .buffer(op.buffer)
-            .map_or(0, |buf| buf.ty.size_bytes() as u64);
+        let bytes = cx.buffer_bytes(op.buffer);
         (
             cx.in_lpddr(op.buffer),
             op.batch_strides.iter().any(|&s| s != 0),
@@ -186,7 +183,7 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
     // The same buffer on both sides is copied once, so it is staged only as the lhs.
     let same = g.lhs.buffer == g.rhs.buffer;
     Ok(GemmNeed {
-        m: g.m,
+        m: cx.sized(g.m),
         n: g.n,
         k: g.k,
         batch,
@@ -201,7 +198,8 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
         epilogue_ops,
         sram_room: cx.sram_room,
         group: 1,
-        splittable: split::splittable(cx, g, dt) && a_lpddr && b_lpddr,
+        // A row kernel's launches take the row count; the split's first two do not.
+        splittable: split::splittable(cx, g, dt) && a_lpddr && b_lpddr && cx.rows.is_none(),
     })
 }
 
@@ -548,8 +546,7 @@ pub(super) fn lower(
         } else {
             b.bind("rm", cx.lanes(0, bmc.clone()))
         };
-        let m_mask = (!g.m.is_multiple_of(rows * bm))
-            .then(|| b.bind("mm", lt(column(rm.clone()), int(g.m as i64))));
+        let m_mask = cx.row_mask(b, "mm", column(rm.clone()), g.m, rows * bm);
         let mut pa = base(a)?;
         if a.row_stride != 0 {
             pa = add(pa, scaled(column(rm.clone()), a.row_stride));

@@ -63,11 +63,10 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
                     || updates_in_place(s),
             })
             .collect();
-        let (b0, inner) = blocks::rows(cx.machine, outer, &needs);
+        let (b0, inner) = blocks::rows(cx.machine, cx.sized(outer), &needs);
         let bo = b.constant("BO", b0 as i64);
         let o = b.bind("o", column(cx.lanes(0, bo)));
-        let mask =
-            (!outer.is_multiple_of(b0)).then(|| b.bind("mo", lt(o.clone(), int(outer as i64))));
+        let mask = cx.row_mask(b, "mo", o.clone(), outer, b0);
         let mut frame = Frame {
             rank: 2,
             blocks: [b0, 1],
@@ -110,7 +109,9 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
         .max()
         .unwrap_or(8);
     let last = k.domain.last().copied().unwrap_or(1);
-    let split = if k.domain.len() >= 2 {
+    // Rows along the last axis (a domain `[1, .., R]`) are never split into
+    // columns: the row mask is along tile axis 0.
+    let split = if k.domain.len() >= 2 && !cx.rows_along(k.domain.len() - 1) {
         blocks::column_block(last)
     } else {
         None
@@ -118,12 +119,12 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
     if let Some(bc) = split {
         let rows = outer / last.max(1);
         let col_blocks = last.div_ceil(bc);
-        let br = blocks::row_block(cx.machine, rows, col_blocks, bc, bpp);
+        let br = blocks::row_block(cx.machine, cx.sized(rows), col_blocks, bc, bpp);
         let brc = b.constant("BR", br as i64);
         let bcc = b.constant("BC", bc as i64);
         let o = b.bind("o", column(cx.lanes(0, brc)));
         let c = b.bind("c", row(cx.lanes(1, bcc)));
-        let mo = (!rows.is_multiple_of(br)).then(|| b.bind("mo", lt(o.clone(), int(rows as i64))));
+        let mo = cx.row_mask(b, "mo", o.clone(), rows, br);
         let mc = (!last.is_multiple_of(bc)).then(|| b.bind("mc", lt(c.clone(), int(last as i64))));
         let c_var = Var::outer(1);
         let mut frame = Frame {
@@ -154,10 +155,10 @@ pub(super) fn lower(cx: &Cx, k: &Kernel, b: &mut Builder) -> Result<([usize; 3],
         let note = format!("[{br}, {bc}] blocks of the [{rows}, {last}] outer domain per program");
         return Ok(([rows.div_ceil(br), col_blocks, 1], note));
     }
-    let b0 = blocks::pointwise(cx.machine, outer, bpp);
+    let b0 = blocks::pointwise(cx.machine, cx.sized(outer), bpp);
     let bo = b.constant("BO", b0 as i64);
     let o = b.bind("o", cx.lanes(0, bo));
-    let mask = (!outer.is_multiple_of(b0)).then(|| b.bind("mo", lt(o.clone(), int(outer as i64))));
+    let mask = cx.row_mask(b, "mo", o.clone(), outer, b0);
     let mut frame = Frame {
         rank: 1,
         blocks: [b0, 1],

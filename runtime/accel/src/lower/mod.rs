@@ -231,6 +231,95 @@ pub fn lower_group(
     sram_room: u64,
     choice: Option<GemmChoice>,
 ) -> Result<Option<TileLaunch>> {
+    Ok(lower_any(p, ks, machine, placements, sram_room, choice, None)?.map(|(l, _)| l))
+}
+
+/// How a row kernel's launch follows the row count: its scalar parameter
+/// `n_rows` is `per_row * rows`, and grid axis 0 has `ceil(per_row * rows / block)`
+/// programs (the other axes are the launch's own).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RowGrid {
+    /// Points of the masked tile axis per row.
+    pub per_row: usize,
+    /// Lanes of that axis per program.
+    pub block: usize,
+}
+
+impl RowGrid {
+    /// The launch grid at `rows` rows, from the grid at the most rows.
+    pub fn grid(&self, grid: [usize; 3], rows: usize) -> [usize; 3] {
+        [(self.per_row * rows).div_ceil(self.block), grid[1], grid[2]]
+    }
+
+    /// The value of the kernel's `n_rows` parameter at `rows` rows.
+    pub fn n_rows(&self, rows: usize) -> usize {
+        self.per_row * rows
+    }
+}
+
+/// As [`lower_group`], for kernels of a row program at its most rows whose rows
+/// run along an axis of their domain (`rows`: `None` for a kernel without rows,
+/// lowered as [`lower_group`] does), with blocks chosen for a row count (the
+/// hint; `placements` and `sram_room` should be those at that count): the kernel takes the row count's points as
+/// its last parameter, `n_rows`, masks its row axis with it (`o < n_rows`, even
+/// where the blocks divide the extent at `max`), and its [`RowGrid`] says how the
+/// launch follows the count. Fails when the lowering did not mask the rows
+/// along grid axis 0 (a layout that splits them otherwise).
+pub fn lower_group_rows(
+    p: &Program,
+    ks: &[&Kernel],
+    machine: &Machine,
+    placements: &[Placement],
+    sram_room: u64,
+    choice: Option<GemmChoice>,
+    rows: Option<RowHint>,
+) -> Result<Option<(TileLaunch, Option<RowGrid>)>> {
+    lower_any(p, ks, machine, placements, sram_room, choice, rows)
+}
+
+/// A row kernel's rows for [`lower_group_rows`] and [`group_choices_rows`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RowHint<'a> {
+    /// The program's most rows.
+    pub max: usize,
+    /// The row axis of the kernel's domain.
+    pub axis: usize,
+    /// The row count the blocks are chosen for (1 to `max`).
+    pub hint: usize,
+    /// Elements per row of each buffer of the program with rows ([`row_elements`]).
+    pub elements: &'a [Option<usize>],
+}
+
+/// The elements per row of every buffer of `p` with rows (by index), as
+/// [`RowHint`]'s users need them; `None` for a buffer without rows.
+pub fn row_elements(p: &Program, rows: &ferrite_ir::loops::Rows) -> Vec<Option<usize>> {
+    p.buffers
+        .iter()
+        .map(|b| rows.buffer(b.id).map(|_| b.ty.numel() / rows.max))
+        .collect()
+}
+
+fn row_cx(rows: Option<RowHint>) -> Option<stage::RowCx> {
+    rows.map(|r| stage::RowCx {
+        max: r.max,
+        axis: r.axis,
+        hint: r.hint,
+        buffers: r.elements.to_vec(),
+        grid: std::cell::Cell::new(None),
+        conflict: std::cell::Cell::new(false),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn lower_any(
+    p: &Program,
+    ks: &[&Kernel],
+    machine: &Machine,
+    placements: &[Placement],
+    sram_room: u64,
+    choice: Option<GemmChoice>,
+    rows: Option<RowHint>,
+) -> Result<Option<(TileLaunch, Option<RowGrid>)>> {
     let Some(&k) = ks.first() else {
         return Err(Error::internal("a launch of no kernels"));
     };
@@ -260,11 +349,13 @@ pub fn lower_group(
         placements,
         sram_room,
         probe: ks.iter().find_map(|k| probe_buffer(p, k)),
+        rows: row_cx(rows),
     };
     let mut b = builder::Builder::new();
     for &id in &args {
         b.reserve(&params[&id]);
     }
+    b.reserve(stage::ROWS_PARAM);
     let members: Vec<(&Kernel, &ferrite_ir::loops::GemmInfo)> = ks
         .iter()
         .filter_map(|k| gemm::eligible(p, k).map(|g| (*k, g)))
@@ -340,6 +431,23 @@ pub fn lower_group(
         bound.push(Bound::Scratch);
     }
     let mut tile_kernel = b.finish(header, &name, &sig);
+    let row_grid = match &cx.rows {
+        None => None,
+        Some(r) => {
+            let grid_of = r.grid.get().filter(|_| !r.conflict.get());
+            let Some((per_row, block)) = grid_of else {
+                return Err(Error::unsupported(format!(
+                    "kernel {name}: its rows are not masked along grid axis 0 alone"
+                )));
+            };
+            tile_kernel.params.push(tile::Param {
+                name: stage::ROWS_PARAM.to_string(),
+                ty: tile::ParamType::Scalar(index_dtype),
+                span: tile::Span::default(),
+            });
+            Some(RowGrid { per_row, block })
+        }
+    };
     let text = tile::print_located(&mut tile_kernel);
     let file = format!("{name}.tile");
     let mut kernel = tile::check(&tile_kernel).map_err(|e| {
@@ -349,15 +457,18 @@ pub fn lower_group(
         ))
     })?;
     kernel.locate(&file, &text);
-    Ok(Some(TileLaunch {
-        name,
-        text,
-        kernel,
-        grid,
-        params: bound,
-        staging,
-        scratch,
-    }))
+    Ok(Some((
+        TileLaunch {
+            name,
+            text,
+            kernel,
+            grid,
+            params: bound,
+            staging,
+            scratch,
+        },
+        row_grid,
+    )))
 }
 
 /// The choices of a GEMM kernel that fit, fastest first by the cost model
@@ -383,6 +494,19 @@ pub fn group_choices(
     placements: &[Placement],
     sram_room: u64,
 ) -> Result<Vec<GemmChoice>> {
+    group_choices_rows(p, ks, machine, placements, sram_room, None)
+}
+
+/// As [`group_choices`], for row kernels with their blocks chosen for a row
+/// count (see [`lower_group_rows`]).
+pub fn group_choices_rows(
+    p: &Program,
+    ks: &[&Kernel],
+    machine: &Machine,
+    placements: &[Placement],
+    sram_room: u64,
+    rows: Option<RowHint>,
+) -> Result<Vec<GemmChoice>> {
     let mut members = Vec::with_capacity(ks.len());
     for &k in ks {
         match gemm::eligible(p, k) {
@@ -402,6 +526,7 @@ pub fn group_choices(
         placements,
         sram_room,
         probe: probe_buffer(p, k),
+        rows: row_cx(rows),
     };
     let need = gemm::need_group(&cx, &members)?;
     Ok(blocks::gemm_ranked(machine, &need)

@@ -28,9 +28,96 @@ pub(super) struct Cx<'a> {
     /// A buffer the kernel stores to that has elements, for the probe that checks an
     /// index no access reads through (see `Body::probe_index`).
     pub probe: Option<BufferId>,
+    /// For a row kernel of a row program (`lower_rows`): its rows, whose count is
+    /// the kernel's scalar parameter [`ROWS_PARAM`] at each launch.
+    pub rows: Option<RowCx>,
+}
+
+/// The scalar parameter of a row kernel: the points of its masked row axis at
+/// the launch's row count (see [`Cx::row_mask`]).
+pub(crate) const ROWS_PARAM: &str = "n_rows";
+
+/// A row kernel's rows while it is lowered: the program's most rows, and what
+/// [`Cx::row_mask`] recorded of the tile axis that enumerates them.
+pub(super) struct RowCx {
+    /// The most rows (the program's extents are at this count).
+    pub max: usize,
+    /// The kernel domain's row axis.
+    pub axis: usize,
+    /// The row count the blocks are chosen for (their cost model's size).
+    pub hint: usize,
+    /// Per buffer of the program (by index): its rows per row, when it has rows.
+    pub buffers: Vec<Option<usize>>,
+    /// `(per_row, block)` of the masked tile axis: its extent is `per_row * rows`,
+    /// `block` lanes per program along grid axis 0.
+    pub grid: std::cell::Cell<Option<(usize, usize)>>,
+    /// Set when a row mask disagreed with an earlier one (the kernel is refused).
+    pub conflict: std::cell::Cell<bool>,
 }
 
 impl Cx<'_> {
+    /// The mask `lanes < extent` of the tile axis that enumerates `extent` points
+    /// at the most rows in blocks of `block` along grid axis 0, or `None` when
+    /// every lane is inside. In a row kernel the extent is a run-time size, the
+    /// scalar parameter [`ROWS_PARAM`] (`extent / max * rows` at a launch), so the
+    /// mask is always made and the axis recorded for the launch's grid.
+    pub fn row_mask(
+        &self,
+        b: &mut Builder,
+        hint: &str,
+        lanes: E,
+        extent: usize,
+        block: usize,
+    ) -> Option<E> {
+        match &self.rows {
+            Some(r) if extent.is_multiple_of(r.max) => {
+                let seen = (extent / r.max, block);
+                match r.grid.get() {
+                    Some(g) if g != seen => r.conflict.set(true),
+                    _ => r.grid.set(Some(seen)),
+                }
+                Some(b.bind(hint, lt(lanes, param(ROWS_PARAM))))
+            }
+            Some(r) => {
+                r.conflict.set(true);
+                None
+            }
+            None => {
+                (!extent.is_multiple_of(block)).then(|| b.bind(hint, lt(lanes, int(extent as i64))))
+            }
+        }
+    }
+
+    /// An extent of `extent` points at the most rows as the block choices see it:
+    /// in a row kernel, the extent at the row count its blocks are chosen for.
+    pub fn sized(&self, extent: usize) -> usize {
+        match &self.rows {
+            Some(r) if extent.is_multiple_of(r.max) => extent / r.max * r.hint,
+            _ => extent,
+        }
+    }
+
+    /// Bytes of buffer `id` as the block choices see it: in a row kernel, a row
+    /// buffer's at the row count its blocks are chosen for.
+    pub fn buffer_bytes(&self, id: BufferId) -> u64 {
+        let Some(buf) = self.program.buffer(id) else {
+            return 0;
+        };
+        let per_row = self
+            .rows
+            .as_ref()
+            .and_then(|r| Some((r.buffers.get(id.index()).copied().flatten()?, r.hint)));
+        match per_row {
+            Some((elems, hint)) => (elems * hint * buf.ty.dtype.size_bytes()) as u64,
+            None => buf.ty.size_bytes() as u64,
+        }
+    }
+
+    /// True when the kernel's rows are along `axis` of its domain (a row kernel).
+    pub fn rows_along(&self, axis: usize) -> bool {
+        self.rows.as_ref().is_some_and(|r| r.axis == axis)
+    }
+
     /// True when buffer `id` lives in LPDDR (buffers without a placement do).
     pub fn in_lpddr(&self, id: BufferId) -> bool {
         self.placements.get(id.index()) != Some(&Placement::Sram)

@@ -114,6 +114,11 @@ impl Device {
         &self.report
     }
 
+    /// Bytes of the buffers placed at `placement` now.
+    pub fn used_bytes(&self, placement: Placement) -> u64 {
+        self.used(placement)
+    }
+
     /// Bytes of buffers placed at `placement`.
     fn used(&self, placement: Placement) -> u64 {
         self.buffers
