@@ -275,17 +275,7 @@ impl Dynamic {
         b: &Binding,
         inputs: &[A],
     ) -> Result<Vec<Tensor>> {
-        let form = &segments.form;
-        let unbound = || Error::Binding {
-            message: format!("the rows {} are not bound", form.name()),
-        };
-        let rows = form.rows(b).ok_or_else(unbound)?;
-        let seq = form
-            .symbols
-            .last()
-            .and_then(|s| b.get(s))
-            .and_then(|v| usize::try_from(v).ok())
-            .ok_or_else(unbound)?;
+        let (rows, seq) = rows_and_length(segments, b)?;
         if rows == 0 {
             return self.specialize(b)?.run(inputs);
         }
@@ -541,17 +531,7 @@ impl Dynamic {
         b: &Binding,
         inputs: &[A],
     ) -> Result<(Vec<Tensor>, Option<DeviceReport>)> {
-        let form = &segments.form;
-        let unbound = || Error::Binding {
-            message: format!("the rows {} are not bound", form.name()),
-        };
-        let rows = form.rows(b).ok_or_else(unbound)?;
-        let seq = form
-            .symbols
-            .last()
-            .and_then(|s| b.get(s))
-            .and_then(|v| usize::try_from(v).ok())
-            .ok_or_else(unbound)?;
+        let (rows, seq) = rows_and_length(segments, b)?;
         if rows == 0 {
             let e = self.specialize(b)?.execute(inputs)?;
             let report = e.device_report().cloned();
@@ -956,4 +936,21 @@ impl fmt::Debug for Dynamic {
             .field("cache_entries", &lock(&self.cache).len())
             .finish()
     }
+}
+
+/// The rows (the product of the row symbols) and the sequence length (the last
+/// row symbol) of a segmented graph at binding `b`.
+fn rows_and_length(segments: &Segments, b: &Binding) -> Result<(usize, usize)> {
+    let form = &segments.form;
+    let unbound = || Error::Binding {
+        message: format!("the rows {} are not bound", form.name()),
+    };
+    let rows = form.rows(b).ok_or_else(unbound)?;
+    let seq = form
+        .symbols
+        .last()
+        .and_then(|s| b.get(s))
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or_else(unbound)?;
+    Ok((rows, seq))
 }

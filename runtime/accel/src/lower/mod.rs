@@ -80,28 +80,28 @@ impl TileLaunch {
     /// The buffers of the program that this launch and its staging launches
     /// read or write (not their copies), in parameter order, each once.
     pub fn buffers(&self) -> Vec<BufferId> {
-        let mut out = Vec::new();
-        for l in self.staging.iter().chain([self]) {
-            for b in &l.params {
-                if let Bound::Buffer(id) = b {
-                    if !out.contains(id) {
-                        out.push(*id);
-                    }
-                }
-            }
-        }
-        out
+        self.bound(|b| match b {
+            Bound::Buffer(id) => Some(id),
+            _ => None,
+        })
     }
 
     /// The buffers whose SRAM copies this launch and its staging launches use.
     pub fn copies(&self) -> Vec<BufferId> {
+        self.bound(|b| match b {
+            Bound::Copy(id) => Some(id),
+            _ => None,
+        })
+    }
+
+    /// The buffers `pick` takes from the parameters of this launch and its
+    /// staging launches, in parameter order, each once.
+    fn bound(&self, pick: impl Fn(Bound) -> Option<BufferId>) -> Vec<BufferId> {
         let mut out = Vec::new();
         for l in self.staging.iter().chain([self]) {
-            for b in &l.params {
-                if let Bound::Copy(id) = b {
-                    if !out.contains(id) {
-                        out.push(*id);
-                    }
+            for id in l.params.iter().filter_map(|&b| pick(b)) {
+                if !out.contains(&id) {
+                    out.push(id);
                 }
             }
         }
