@@ -986,11 +986,15 @@ impl Precompiler {
             func: Function::new(),
         };
         // One context per thread, cleared between functions: its tables keep their
-        // capacity (a fresh one per function allocates them all again).
+        // capacity (a fresh one per function allocates them all again). Boxed, so that
+        // the thread-local itself is a pointer: the Python extension's thread-locals live
+        // in glibc's small static TLS block (mimalloc's initial-exec model), where a
+        // whole `Context` does not fit and the module fails to load.
         thread_local! {
-            static CONTEXT: RefCell<Context> = RefCell::new(Context::new());
+            static CONTEXT: RefCell<Option<Box<Context>>> = const { RefCell::new(None) };
         }
-        let code = CONTEXT.with_borrow_mut(|ctx| {
+        let code = CONTEXT.with_borrow_mut(|slot| {
+            let ctx = slot.get_or_insert_with(|| Box::new(Context::new()));
             ctx.clear();
             ctx.func = func;
             let code =
