@@ -3,22 +3,9 @@
 
 mod common;
 
-use common::dynamic::{bt, check_against_interp, inputs, load, parse};
+use common::dynamic::{bt, check_against_interp, inputs, load, parse, Draw};
 use ferrite::ir::sym::Binding;
 use ferrite::{compile_dynamic, Options, Target, Tensor};
-
-/// SplitMix64-style draws in `1..=m`.
-struct Draw(u64);
-
-impl Draw {
-    fn next(&mut self, m: u64) -> i64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % m) as i64 + 1
-    }
-}
 
 #[test]
 fn the_mlp_block_runs_random_bindings_from_one_program_fused_and_unfused() {

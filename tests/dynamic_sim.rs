@@ -5,25 +5,12 @@
 
 mod common;
 
-use common::dynamic::{bt, check_against_interp, inputs, load};
+use common::dynamic::{bt, check_against_interp, inputs, load, Draw};
 use ferrite::ir::sym::{Binding, SymGraph};
 use ferrite::{compile_dynamic, compile_ir, Options, Target};
 
 fn sim() -> Options {
     Options::default().target(Target::Sim)
-}
-
-/// SplitMix64-style draws in `1..=m`.
-struct Draw(u64);
-
-impl Draw {
-    fn next(&mut self, m: u64) -> i64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % m) as i64 + 1
-    }
 }
 
 /// `n` distinct random bindings with batch in `1..=batch` and length in `1..=len`,

@@ -736,17 +736,9 @@ impl Compiled {
                 let (results, report) = p.run_rows(rows, &args).map_err(|e| Error::Run {
                     message: e.to_string(),
                 })?;
-                for (out, mut t) in outputs.iter_mut().zip(results) {
-                    // The program's buffer at this count ([1, B*T, 256]) is the
-                    // caller's type ([B, T, 256]): the same elements.
+                for (out, t) in outputs.iter_mut().zip(results) {
                     let ty = out.ty().clone();
-                    if t.ty.dtype != ty.dtype || t.ty.numel() != ty.numel() {
-                        return Err(Error::Internal {
-                            message: format!("{} does not hold a {ty}", t.ty),
-                        });
-                    }
-                    t.ty = ty;
-                    *out = Tensor::from_backend(t)?;
+                    *out = Tensor::from_backend(retyped(t, &ty)?)?;
                 }
                 Ok(Some(report))
             }
@@ -759,20 +751,9 @@ impl Compiled {
                     rows: rows_of,
                 }
                 .at(rows);
-                // The caller's shapes ([B, T, 256]) as the program's buffers at this
-                // count ([1, B*T, 256]): the same elements.
-                let as_type = |mut t: ferrite_ir::Tensor, ty: &TensorType| {
-                    if t.ty.dtype != ty.dtype || t.data.len() != ty.numel() {
-                        return Err(Error::Internal {
-                            message: format!("{} does not hold a {ty}", t.ty),
-                        });
-                    }
-                    t.ty = ty.clone();
-                    Ok(t)
-                };
                 let mut args = Vec::with_capacity(inputs.len());
                 for (t, &b) in inputs.iter().zip(&program.inputs) {
-                    args.push(as_type(
+                    args.push(retyped(
                         t.borrow().as_ir().clone(),
                         &program.buffers[b.index()].ty,
                     )?);
@@ -783,7 +764,7 @@ impl Compiled {
                     })?;
                 for (out, t) in outputs.iter_mut().zip(results) {
                     let ty = out.ty().clone();
-                    *out = Tensor::from_backend(as_type(t, &ty)?)?;
+                    *out = Tensor::from_backend(retyped(t, &ty)?)?;
                 }
                 Ok(None)
             }
@@ -1341,4 +1322,16 @@ fn check_types<'a>(
         }
     }
     Ok(())
+}
+
+/// A row program's tensor at a row count ([1, B*T, 256]) as the caller's type
+/// ([B, T, 256]), or the other way: the same elements under another shape.
+fn retyped(mut t: ferrite_ir::Tensor, ty: &TensorType) -> Result<ferrite_ir::Tensor> {
+    if t.ty.dtype != ty.dtype || t.data.len() != ty.numel() {
+        return Err(Error::Internal {
+            message: format!("{} does not hold a {ty}", t.ty),
+        });
+    }
+    t.ty = ty.clone();
+    Ok(t)
 }

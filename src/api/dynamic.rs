@@ -298,20 +298,12 @@ impl Dynamic {
             if let Some(t) = slots[j].take() {
                 return Ok(t);
             }
-            let ty = segments.slots[j]
-                .1
-                .bind(b)
-                .map_err(|message| Error::Binding { message })?;
-            Tensor::from_backend(ferrite_ir::Tensor::zeros(&ty))
+            Tensor::from_backend(ferrite_ir::Tensor::zeros(&slot_type(segments, j, b)?))
         };
         for &j in &segments.positions {
             if slots[j].is_none() {
-                let ty = segments.slots[j]
-                    .1
-                    .bind(b)
-                    .map_err(|message| Error::Binding { message })?;
-                let t: Vec<f64> = (0..rows).map(|r| (r % seq) as f64).collect();
-                slots[j] = Some(Tensor::from_backend(ferrite_ir::Tensor::from_f64(&ty, &t))?);
+                let ty = slot_type(segments, j, b)?;
+                slots[j] = Some(Tensor::from_backend(positions(&ty, rows, seq))?);
             }
         }
         for (step, program) in segments.steps.iter().zip(programs) {
@@ -506,9 +498,7 @@ impl Dynamic {
         })?;
         if rows == 0 {
             // No rows to run; the static outputs, if any, are still computed.
-            let e = self.specialize(b)?.execute(inputs)?;
-            let report = e.device_report().cloned();
-            return Ok((e.into_outputs(), report));
+            return self.run_specialized(b, inputs);
         }
         let mut outputs = Vec::with_capacity(form.outputs.len());
         for t in self.graph.output_types() {
@@ -533,9 +523,7 @@ impl Dynamic {
     ) -> Result<(Vec<Tensor>, Option<DeviceReport>)> {
         let (rows, seq) = rows_and_length(segments, b)?;
         if rows == 0 {
-            let e = self.specialize(b)?.execute(inputs)?;
-            let report = e.device_report().cloned();
-            return Ok((e.into_outputs(), report));
+            return self.run_specialized(b, inputs);
         }
         let run_err = |e: ferrite_accel::Error| Error::Run {
             message: e.to_string(),
@@ -568,12 +556,7 @@ impl Dynamic {
         for &j in &segments.outputs {
             last_read[j] = None;
         }
-        let slot_type = |j: usize| -> Result<TensorType> {
-            segments.slots[j]
-                .1
-                .bind(b)
-                .map_err(|message| Error::Binding { message })
-        };
+        let slot_type = |j: usize| slot_type(segments, j, b);
         // A slot is made in SRAM when it fits in half of it beside the slots there (the
         // other half is left to the row programs' own intermediates); outputs are in LPDDR.
         let make = |dev: &mut sim::Device, j: usize| -> Result<sim::BufferId> {
@@ -589,9 +572,7 @@ impl Dynamic {
                 .map_err(dev_err)
         };
         for &j in &segments.positions {
-            let ty = slot_type(j)?;
-            let t: Vec<f64> = (0..rows).map(|r| (r % seq) as f64).collect();
-            let t = ferrite_ir::Tensor::from_f64(&ty, &t);
+            let t = positions(&slot_type(j)?, rows, seq);
             slots[j] = Some(
                 dev.upload(&format!("slot{j}"), &t, Placement::Lpddr)
                     .map_err(dev_err)?,
@@ -681,6 +662,17 @@ impl Dynamic {
             outputs.push(Tensor::from_backend(t)?);
         }
         Ok((outputs, Some(dev.report().clone())))
+    }
+
+    /// Runs binding `b` on its own specialized program, with the device's report.
+    fn run_specialized<A: Borrow<Tensor>>(
+        &self,
+        b: &Binding,
+        inputs: &[A],
+    ) -> Result<(Vec<Tensor>, Option<DeviceReport>)> {
+        let e = self.specialize(b)?.execute(inputs)?;
+        let report = e.device_report().cloned();
+        Ok((e.into_outputs(), report))
     }
 
     /// Whether every binding runs one program (a row graph on the cpu, loops or sim
@@ -936,6 +928,21 @@ impl fmt::Debug for Dynamic {
             .field("cache_entries", &lock(&self.cache).len())
             .finish()
     }
+}
+
+/// The type of slot `j` of a segmented graph at binding `b`.
+fn slot_type(segments: &Segments, j: usize, b: &Binding) -> Result<TensorType> {
+    segments.slots[j]
+        .1
+        .bind(b)
+        .map_err(|message| Error::Binding { message })
+}
+
+/// The positions slot of `rows` token rows of sequences of `seq` (each row's index in
+/// its sequence), typed `ty`.
+fn positions(ty: &TensorType, rows: usize, seq: usize) -> ferrite_ir::Tensor {
+    let t: Vec<f64> = (0..rows).map(|r| (r % seq) as f64).collect();
+    ferrite_ir::Tensor::from_f64(ty, &t)
 }
 
 /// The rows (the product of the row symbols) and the sequence length (the last

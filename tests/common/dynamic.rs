@@ -89,3 +89,18 @@ pub fn check_against_interp(g: &SymGraph, options: Options, bindings: &[Binding]
     assert_eq!(*events.lock().unwrap(), compiles);
     compiles
 }
+
+/// Draws in `1..=m` from a linear congruential sequence (Knuth's MMIX constants), for
+/// random bindings that stay the same from run to run.
+pub struct Draw(pub u64);
+
+impl Draw {
+    /// The next draw in `1..=m`.
+    pub fn next(&mut self, m: u64) -> i64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % m) as i64 + 1
+    }
+}

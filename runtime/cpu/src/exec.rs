@@ -279,9 +279,9 @@ enum Ready {
     Verified(Box<Verified>),
 }
 
-/// One function of `CpuProgram::compile` as its thread left it: its `Ready` (taken
-/// when it is defined), its facts, and (debug builds, first twins) its body.
-type Built = (Option<Ready>, KernelInfo, Option<Function>);
+/// One function of `CpuProgram::compile` as its thread left it: its `Ready`, its
+/// facts, and (debug builds, first twins) its body.
+type Built = (Ready, KernelInfo, Option<Function>);
 
 /// A program compiled for the CPU. See the module docs.
 #[derive(Debug)]
@@ -430,62 +430,25 @@ impl CpuProgram {
             };
             Ok((ready, info, body))
         });
-        // Each function's outcome; its `Ready` is taken when it is defined.
         let mut emitted: Vec<Option<Result<Built>>> = (0..generated.len()).map(|_| None).collect();
-        let mut by_name: HashMap<String, usize> = HashMap::new();
         for (i, e) in built_here.into_iter().zip(emitted_here) {
-            by_name.insert(fname(generated[i].0), i);
-            emitted[i] = Some(e.map(|(ready, info, body)| (Some(ready), info, body)));
+            emitted[i] = Some(e);
         }
-        let context_of = |source: usize| {
-            move |e: Error| e.context(format!("kernel {}", program.kernels[source].name))
-        };
         let mut bodies: Vec<Option<Function>> = vec![None; generated.len()];
         for (i, &(source, k, schedule)) in generated.iter().enumerate() {
-            let context = context_of(source);
+            let context = |e: Error| e.context(format!("kernel {}", program.kernels[source].name));
             let name = fname(source);
             let f = first[i];
+            let built = emitted[i].take();
             let info = if f == i {
-                let built = emitted[i].as_mut().expect("every first twin is built");
-                let (ready, info, body) = match built {
-                    Ok(b) => b,
-                    Err(_) => {
-                        return Err(emitted[i]
-                            .take()
-                            .and_then(Result::err)
-                            .map(context)
-                            .expect("an error"))
-                    }
-                };
-                bodies[i] = body.take();
-                let info = info.clone();
-                // Defined already: the function of a body that an earlier one repeated.
-                if let Some(ready) = ready.take() {
-                    if let Ready::Compiled(p) = &ready {
-                        // A body that a later kernel claimed first (the two compiled on
-                        // different threads): that kernel's function is defined first.
-                        if let Some(&j) = p.same_as().and_then(|other| by_name.get(other)) {
-                            let jsource = generated[j].0;
-                            match emitted[j].as_mut().expect("a claimant was built") {
-                                Ok((claimed, _, _)) => {
-                                    if let Some(Ready::Compiled(q)) = claimed.take() {
-                                        jit.define_precompiled(*q)
-                                            .map_err(|e| context_of(jsource)(e.into()))?;
-                                    }
-                                }
-                                Err(_) => {
-                                    let e = emitted[j].take().and_then(Result::err);
-                                    return Err(e.map(context_of(jsource)).expect("an error"));
-                                }
-                            }
-                        }
-                    }
-                    match ready {
-                        Ready::Compiled(p) => jit.define_precompiled(*p),
-                        Ready::Verified(func) => jit.define_verified(&name, *func),
-                    }
-                    .map_err(|e| context(e.into()))?;
+                let (ready, info, body) =
+                    built.expect("every first twin is built").map_err(context)?;
+                bodies[i] = body;
+                match ready {
+                    Ready::Compiled(p) => jit.define_precompiled(*p),
+                    Ready::Verified(func) => jit.define_verified(&name, *func),
                 }
+                .map_err(|e| context(e.into()))?;
                 info
             } else {
                 let (_, of) = planned[generated[f].0]
@@ -493,9 +456,9 @@ impl CpuProgram {
                     .as_ref()
                     .expect("a first twin is defined before the others");
                 let info = of.for_twin(&name, k, schedule, &keys[f].1, &keys[i].1);
-                if let Some(built) = emitted[i].take() {
+                if let Some(built) = built {
                     let (ready, fresh, _) = built.map_err(context)?;
-                    let Some(Ready::Verified(func)) = ready else {
+                    let Ready::Verified(func) = ready else {
                         unreachable!("only first twins are compiled where they are built")
                     };
                     let same =
@@ -514,7 +477,7 @@ impl CpuProgram {
             planned[source].1 = Some((name, info));
         }
         // The constant GEMM operands are scanned for subnormals once, here (tens of MB in
-        // a conv net), on the compile's threads while the functions compile.
+        // a conv net), on the compile's threads.
         let mut constant_operands: Vec<usize> = planned
             .iter()
             .filter_map(|(g, _)| g.as_ref())

@@ -482,3 +482,77 @@ fn functions_built_and_verified_on_other_threads_are_defined() {
         assert_eq!(call_mul_add(&code, &format!("f{c}"), 6, 7), 42 + c);
     }
 }
+
+/// Precompiled functions with one body are compiled once, whatever order they are
+/// defined in: one whose body another claimed (on another thread, say) waits for that
+/// one's definition, and so does a name defined as the same as it.
+#[test]
+fn precompiled_functions_share_a_claimed_body_in_any_order() {
+    let mut jit = Jit::new().expect("host JIT");
+    let isa = jit.shared_isa();
+    let pre = jit
+        .precompiler()
+        .expect("a module without dumps precompiles");
+    let i64s = [types::I64, types::I64];
+    // The constant makes the body unlike any other test's (the process-wide table).
+    let compile = |name: &str, c: i64| {
+        let f = build_for(&*isa, name, &i64s, &i64s[..1], |b| mul_add_body(b, c));
+        pre.compile(
+            name,
+            ferrite_cpu::jit::verify(&*isa, name, f).expect("valid"),
+        )
+        .expect("compiles")
+    };
+    let claimant = compile("claimant", 7_101);
+    let repeat = compile("repeat", 7_101);
+    let other = compile("other", 7_102);
+    jit.define_precompiled(repeat)
+        .expect("waits for its claimant");
+    jit.define_same_as("twin", "repeat").expect("waits too");
+    jit.define_precompiled(other).expect("defined");
+    jit.define_precompiled(claimant).expect("defined");
+    let code = jit.finalize().expect("finalize");
+    let stats = code.stats();
+    assert_eq!(
+        (
+            stats.compiled,
+            stats.shared_in_module,
+            stats.shared_across_modules
+        ),
+        (2, 2, 0),
+        "{stats:?}"
+    );
+    for name in ["claimant", "repeat", "twin"] {
+        assert_eq!(call_mul_add(&code, name, 6, 7), 7_143, "{name}");
+    }
+    assert_eq!(call_mul_add(&code, "other", 6, 7), 7_144);
+    assert_eq!(
+        code.function("claimant").unwrap().as_ptr(),
+        code.function("twin").unwrap().as_ptr()
+    );
+}
+
+/// A precompiled function whose claimant is never defined fails the finalize, naming it.
+#[test]
+fn a_claimed_body_never_defined_fails_the_finalize() {
+    let mut jit = Jit::new().expect("host JIT");
+    let isa = jit.shared_isa();
+    let pre = jit
+        .precompiler()
+        .expect("a module without dumps precompiles");
+    let i64s = [types::I64, types::I64];
+    let compile = |name: &str| {
+        let f = build_for(&*isa, name, &i64s, &i64s[..1], |b| mul_add_body(b, 7_201));
+        pre.compile(
+            name,
+            ferrite_cpu::jit::verify(&*isa, name, f).expect("valid"),
+        )
+        .expect("compiles")
+    };
+    let _claimant = compile("claimant");
+    jit.define_precompiled(compile("repeat")).expect("waits");
+    assert!(matches!(
+        jit.finalize(),
+        Err(JitError::UnknownFunction(name)) if name == "claimant"
+    ));
+}

@@ -231,7 +231,7 @@ pub fn lower_group(
     sram_room: u64,
     choice: Option<GemmChoice>,
 ) -> Result<Option<TileLaunch>> {
-    Ok(lower_any(p, ks, machine, placements, sram_room, choice, None)?.map(|(l, _)| l))
+    Ok(lower_group_rows(p, ks, machine, placements, sram_room, choice, None)?.map(|(l, _)| l))
 }
 
 /// How a row kernel's launch follows the row count: its scalar parameter
@@ -255,26 +255,6 @@ impl RowGrid {
     pub fn n_rows(&self, rows: usize) -> usize {
         self.per_row * rows
     }
-}
-
-/// As [`lower_group`], for kernels of a row program at its most rows whose rows
-/// run along an axis of their domain (`rows`: `None` for a kernel without rows,
-/// lowered as [`lower_group`] does), with blocks chosen for a row count (the
-/// hint; `placements` and `sram_room` should be those at that count): the kernel takes the row count's points as
-/// its last parameter, `n_rows`, masks its row axis with it (`o < n_rows`, even
-/// where the blocks divide the extent at `max`), and its [`RowGrid`] says how the
-/// launch follows the count. Fails when the lowering did not mask the rows
-/// along grid axis 0 (a layout that splits them otherwise).
-pub fn lower_group_rows(
-    p: &Program,
-    ks: &[&Kernel],
-    machine: &Machine,
-    placements: &[Placement],
-    sram_room: u64,
-    choice: Option<GemmChoice>,
-    rows: Option<RowHint>,
-) -> Result<Option<(TileLaunch, Option<RowGrid>)>> {
-    lower_any(p, ks, machine, placements, sram_room, choice, rows)
 }
 
 /// A row kernel's rows for [`lower_group_rows`] and [`group_choices_rows`].
@@ -310,8 +290,16 @@ fn row_cx(rows: Option<RowHint>) -> Option<stage::RowCx> {
     })
 }
 
+/// As [`lower_group`], for kernels of a row program at its most rows whose rows
+/// run along an axis of their domain (`rows`: `None` for a kernel without rows,
+/// lowered as [`lower_group`] does), with blocks chosen for a row count (the
+/// hint; `placements` and `sram_room` should be those at that count): the kernel takes the row count's points as
+/// its last parameter, `n_rows`, masks its row axis with it (`o < n_rows`, even
+/// where the blocks divide the extent at `max`), and its [`RowGrid`] says how the
+/// launch follows the count. Fails when the lowering did not mask the rows
+/// along grid axis 0 (a layout that splits them otherwise).
 #[allow(clippy::too_many_arguments)]
-fn lower_any(
+pub fn lower_group_rows(
     p: &Program,
     ks: &[&Kernel],
     machine: &Machine,

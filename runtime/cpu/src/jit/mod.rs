@@ -206,6 +206,9 @@ pub struct Jit {
     /// Functions declared and compiling on other threads (see `background.rs`), with
     /// more than one compile thread; started by the first such definition.
     compiler: Option<background::Compiler>,
+    /// Precompiled functions whose body another one claimed (name, claimant's name) that
+    /// was not defined yet: each becomes a name for the claimant's code when it is.
+    waiting: Vec<(String, String)>,
     stats: JitStats,
 }
 
@@ -324,6 +327,7 @@ impl Jit {
             borrowed_keys: HashMap::new(),
             isa,
             compiler: None,
+            waiting: Vec::new(),
             stats: JitStats::default(),
         })
     }
@@ -423,17 +427,27 @@ impl Jit {
     /// Adds `name` for the function defined as `existing`: the same code under a second
     /// name, for a caller that knows the two functions would be identical (it built
     /// `existing` from the same input; see `CpuProgram::compile`'s twins), so that the
-    /// second is neither built nor hashed.
+    /// second is neither built nor hashed. An `existing` that waits for the code of a
+    /// precompiled function (see [`Jit::define_precompiled`]) makes `name` wait for it too.
     pub fn define_same_as(&mut self, name: &str, existing: &str) -> Result<(), JitError> {
         if self.functions.iter().any(|(n, _)| n == name) {
             return Err(JitError::DuplicateName(name.to_string()));
         }
-        let definition = self
+        let found = self
             .functions
             .iter()
             .find(|(n, _)| n == existing)
-            .map(|(_, d)| d.clone())
-            .ok_or_else(|| JitError::UnknownFunction(existing.to_string()))?;
+            .map(|(_, d)| d.clone());
+        let Some(definition) = found else {
+            let claimant = self
+                .waiting
+                .iter()
+                .find(|(n, _)| n == existing)
+                .map(|(_, other)| other.clone())
+                .ok_or_else(|| JitError::UnknownFunction(existing.to_string()))?;
+            self.waiting.push((name.to_string(), claimant));
+            return Ok(());
+        };
         if let Some(dump) = self.dumps.iter().find(|d| d.name == existing) {
             let dump = FunctionDump {
                 name: name.to_string(),
@@ -640,7 +654,23 @@ impl Jit {
     /// Adds a function compiled by this module's [`Jit::precompiler`] under its name: its
     /// code, or the code of an identical function compiled into this module before (the
     /// second compile is then dropped), or an earlier module's that the precompiler found.
+    /// The functions of one precompiler may come in any order: one whose body another
+    /// claimed (on another thread) waits for that one's definition.
     pub fn define_precompiled(&mut self, p: Precompiled) -> Result<(), JitError> {
+        let name = p.name.clone();
+        self.define_made(p)?;
+        // The functions that waited for this one's code.
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|(_, other)| *other == name);
+        self.waiting = waiting;
+        for (same, _) in ready {
+            self.define_same_as(&same, &name)?;
+        }
+        Ok(())
+    }
+
+    fn define_made(&mut self, p: Precompiled) -> Result<(), JitError> {
         let Precompiled {
             name,
             signature,
@@ -656,7 +686,10 @@ impl Jit {
             }
         }
         let mut code = match made {
-            Made::Same(other) => return self.define_same_as(&name, &other),
+            Made::Same(other) => {
+                self.waiting.push((name, other));
+                return Ok(());
+            }
             Made::Shared(found) => {
                 let hash = body.as_ref().map_or(0, |(h, _)| *h);
                 self.adopt(&name, hash, found);
@@ -725,6 +758,9 @@ impl Jit {
 
     /// Makes every defined function executable and freezes the module.
     pub fn finalize(mut self) -> Result<JitCode, JitError> {
+        if let Some((_, other)) = self.waiting.first() {
+            return Err(JitError::UnknownFunction(other.clone()));
+        }
         self.compile_pending()?;
         let mut module = self
             .module
@@ -907,7 +943,7 @@ fn precompiled_id() -> FuncId {
 /// process-wide sharing (a function a live module compiled before is not compiled again).
 /// Functions with equal bodies given to one precompiler are compiled once: the first to
 /// arrive claims its body, and the others become names for its code
-/// ([`Precompiled::same_as`]).
+/// ([`Jit::define_precompiled`] takes them in any order).
 #[derive(Clone)]
 pub struct Precompiler {
     optimizer: OwnedTargetIsa,
@@ -935,17 +971,6 @@ enum Made {
     Shared(SharedFound),
     /// The body another function of this precompiler claimed first (by that name).
     Same(String),
-}
-
-impl Precompiled {
-    /// The function whose code this one is (an equal body the same precompiler compiled
-    /// under that name), which must be defined first.
-    pub fn same_as(&self) -> Option<&str> {
-        match &self.made {
-            Made::Same(other) => Some(other),
-            _ => None,
-        }
-    }
 }
 
 impl Precompiler {
