@@ -550,32 +550,7 @@ impl CpuProgram {
             });
         }
         let Slots { slot_of, slots } = plan_storage(program, &steps, &buffers);
-        let zero_before = program
-            .kernels
-            .iter()
-            .zip(&steps)
-            .map(|(k, step)| {
-                let mut z: Vec<BufferId> = k
-                    .writes
-                    .iter()
-                    .map(|w| w.buffer)
-                    .filter(|&b| {
-                        slot_of[b.index()].is_some()
-                            || matches!(buffers[b.index()].kind, BufferKind::Output(_))
-                    })
-                    .filter(|&b| !writes_every_element(k, step, &buffers[b.index()]))
-                    // A donated output holds its input's value: the kernel updates it.
-                    .filter(|&b| {
-                        !program
-                            .donated
-                            .iter()
-                            .any(|d| program.outputs[d.output] == b)
-                    })
-                    .collect();
-                z.sort();
-                z
-            })
-            .collect();
+        let zero_before = zero_lists(program, &steps, &buffers, &slot_of, true);
         let max_slots = steps
             .iter()
             .flat_map(|s| match s {
@@ -649,6 +624,15 @@ impl CpuProgram {
                 }
             }
         }
+        // A buffer that several stores cover at the compiled count may not be covered
+        // by them at fewer rows: only single covering stores are trusted here.
+        self.zero_before = zero_lists(
+            &self.program,
+            &self.steps,
+            &self.buffers,
+            &self.slot_of,
+            false,
+        );
         self.rows = Some((rows, steps));
         Ok(())
     }
@@ -852,8 +836,16 @@ impl CpuProgram {
     /// How each kernel was compiled: GEMM or loops, and per stage vector or scalar (why).
     pub fn report(&self) -> String {
         let mut s = String::new();
-        for (k, step) in self.program.kernels.iter().zip(&self.steps) {
+        for (si, (k, step)) in self.program.kernels.iter().zip(&self.steps).enumerate() {
             let _ = writeln!(s, "{}:", k.name);
+            for &b in &self.zero_before[si] {
+                let ty = &self.buffers[b.index()].ty;
+                let _ = writeln!(
+                    s,
+                    "  zeroes {b} ({} bytes) before it runs: its stores are not proved to cover it",
+                    ty.numel() * ty.dtype.size_bytes()
+                );
+            }
             let jit = match step {
                 Step::Jit(j) => Some(j),
                 Step::Gemm { call, epilogue } => {
@@ -1616,27 +1608,180 @@ fn plan_storage(program: &Program, steps: &[Step], buffers: &[Buffer]) -> Slots 
     assign_slots(buffers, &live)
 }
 
-/// True when running `step` writes every element of `buf` (so stale contents never show).
-fn writes_every_element(kernel: &Kernel, step: &Step, buf: &Buffer) -> bool {
+/// Per step, the buffers to zero before it runs: intermediates (in a storage slot) and
+/// outputs that the step's kernel does not provably write entirely (with `union`,
+/// counting several stores that together cover a buffer), other than donated outputs.
+fn zero_lists(
+    program: &Program,
+    steps: &[Step],
+    buffers: &[Buffer],
+    slot_of: &[Option<usize>],
+    union: bool,
+) -> Vec<Vec<BufferId>> {
+    program
+        .kernels
+        .iter()
+        .zip(steps)
+        .map(|(k, step)| {
+            let mut z: Vec<BufferId> = k
+                .writes
+                .iter()
+                .map(|w| w.buffer)
+                .filter(|&b| {
+                    slot_of[b.index()].is_some()
+                        || matches!(buffers[b.index()].kind, BufferKind::Output(_))
+                })
+                .filter(|&b| !writes_every_element(k, step, &buffers[b.index()], union))
+                // A donated output holds its input's value: the kernel updates it.
+                .filter(|&b| {
+                    !program
+                        .donated
+                        .iter()
+                        .any(|d| program.outputs[d.output] == b)
+                })
+                .collect();
+            z.sort();
+            z
+        })
+        .collect()
+}
+
+/// True when running `step` writes every element of `buf` (so stale contents never show):
+/// one store covers it, or with `union` its stores' elements cover it and no stage reads
+/// it (a later stage could read an element before another writes it).
+fn writes_every_element(kernel: &Kernel, step: &Step, buf: &Buffer, union: bool) -> bool {
     if let Step::Gemm { call, .. } = step {
         if call.plan.product == buf.id {
             return true;
         }
     }
     let numel = buf.ty.numel();
-    let mut covering = false;
-    for stage in &kernel.stages {
-        let Stage::Store { domain, stores, .. } = stage else {
-            continue;
-        };
-        let ext = stage.extents(&kernel.domain);
-        for s in stores.iter().filter(|s| s.buffer == buf.id) {
-            if store_covers(&s.index, &ext, &kernel.domain, domain, numel) {
-                covering = true;
-            }
+    let stores = || {
+        kernel.stages.iter().flat_map(|stage| {
+            let Stage::Store { domain, stores, .. } = stage else {
+                return Vec::new();
+            };
+            let ext = stage.extents(&kernel.domain);
+            stores
+                .iter()
+                .filter(|s| s.buffer == buf.id)
+                .map(|s| (s.index.clone(), ext.clone(), domain.clone()))
+                .collect()
+        })
+    };
+    if stores()
+        .any(|(index, ext, domain)| store_covers(&index, &ext, &kernel.domain, &domain, numel))
+    {
+        return true;
+    }
+    if !union {
+        return false;
+    }
+    // Several stores that together cover it: an im2col's taps, a pad's interior and
+    // borders. Only where no stage reads the buffer, which could read an element before
+    // a later stage writes it.
+    let reads = kernel.stages.iter().any(|stage| {
+        stage.body().nodes.iter().any(|n| match &n.op {
+            ferrite_ir::loops::ExprOp::Load(l) => l.buffer == buf.id,
+            _ => false,
+        })
+    });
+    if reads {
+        return false;
+    }
+    let mut runs = Vec::new();
+    for (index, ext, _) in stores() {
+        if !store_runs(&index, &ext, &mut runs) {
+            return false;
         }
     }
-    covering
+    runs_cover(runs, numel)
+}
+
+/// Runs of consecutive elements that [`store_runs`] lists at most, over all of a
+/// buffer's stores; a buffer written in more pieces is zeroed first.
+const MAX_STORE_RUNS: usize = 1 << 16;
+
+/// Appends to `runs` the elements the store at `index` writes, as runs `start..end` of
+/// consecutive elements (a run per point of the variables left after the innermost
+/// dense ones merge into one run), or returns false: the index is not affine over
+/// variables of known extent, or the runs would be more than [`MAX_STORE_RUNS`].
+fn store_runs(
+    index: &ferrite_ir::loops::IndexExpr,
+    ext: &Extents,
+    runs: &mut Vec<(i128, i128)>,
+) -> bool {
+    let Some((offset, terms)) = index.as_affine(ext) else {
+        return false;
+    };
+    // (extent, stride) per moving variable, strides made positive by counting the
+    // variable down (the same elements).
+    let mut start = offset as i128;
+    let mut dims = Vec::with_capacity(terms.len());
+    for (v, c) in terms {
+        let Some(e) = ext.extent(v) else {
+            return false;
+        };
+        if e == 0 {
+            return true;
+        }
+        if c == 0 || e == 1 {
+            continue;
+        }
+        if c < 0 {
+            start += c as i128 * (e as i128 - 1);
+        }
+        dims.push((e as i128, (c as i128).abs()));
+    }
+    dims.sort_by_key(|&(_, c)| c);
+    // The innermost variables that step through consecutive elements make one run.
+    let mut len = 1i128;
+    let mut rest = dims.as_slice();
+    while let [(e, c), tail @ ..] = rest {
+        if *c != len {
+            break;
+        }
+        len *= e;
+        rest = tail;
+    }
+    let count = rest
+        .iter()
+        .try_fold(1usize, |n, &(e, _)| n.checked_mul(e as usize));
+    if count.is_none_or(|n| runs.len() + n > MAX_STORE_RUNS) {
+        return false;
+    }
+    // Every point of the remaining variables, odometer order.
+    let mut at = vec![0i128; rest.len()];
+    loop {
+        let s = start + at.iter().zip(rest).map(|(&i, &(_, c))| i * c).sum::<i128>();
+        runs.push((s, s + len));
+        let mut d = 0;
+        loop {
+            let Some(i) = at.get_mut(d) else {
+                return true;
+            };
+            *i += 1;
+            if *i < rest[d].0 {
+                break;
+            }
+            *i = 0;
+            d += 1;
+        }
+    }
+}
+
+/// Whether `runs` cover `0..numel`: every element in at least one run (a pad's border
+/// stores overlap at the corners), none outside.
+fn runs_cover(mut runs: Vec<(i128, i128)>, numel: usize) -> bool {
+    runs.sort_unstable();
+    let mut next = 0i128;
+    for (s, e) in runs {
+        if s < 0 || s > next {
+            return false;
+        }
+        next = next.max(e);
+    }
+    next == numel as i128
 }
 
 /// A store covers its buffer when its index is an injective affine map from a domain of

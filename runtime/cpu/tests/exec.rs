@@ -244,6 +244,95 @@ fn partially_written_buffers_start_at_zero_on_every_run() {
     }
 }
 
+/// A buffer written by several stores of one kernel (an im2col's taps, a pad's interior
+/// and borders, which overlap at the corners) is not zeroed first when the stores'
+/// elements cover it, and still is when they leave a gap (`u[2i]` and `u[2i + 2]` never
+/// write the odd elements).
+#[test]
+fn buffers_tiled_by_several_stores_are_not_zeroed_first() {
+    let buffers = vec![
+        buffer(0, BufferKind::Input(0), DType::F32, &[64]),
+        buffer(1, BufferKind::Intermediate, DType::F32, &[128]),
+        buffer(2, BufferKind::Output(0), DType::F32, &[128]),
+        buffer(3, BufferKind::Intermediate, DType::F32, &[130]),
+        buffer(4, BufferKind::Output(1), DType::F32, &[130]),
+    ];
+    let i0 = IndexExpr::Var(Var::outer(0));
+    let two_stores = |to: u32, second: i64| {
+        let mut body = Block::default();
+        let v = load(&mut body, 0, i0.clone());
+        let mut k = store_kernel("pieces", vec![64], body, to, i0.clone() * 2, v);
+        let Stage::Store { stores, .. } = &mut k.stages[0] else {
+            unreachable!()
+        };
+        stores.push(StoreOp {
+            buffer: BufferId(to),
+            index: i0.clone() * 2 + IndexExpr::Const(second),
+            value: v,
+        });
+        k
+    };
+    let copy = |from: u32, to: u32, n: usize| {
+        let mut body = Block::default();
+        let v = load(&mut body, from, i0.clone());
+        store_kernel("copy", vec![n], body, to, i0.clone(), v)
+    };
+    let kernels = vec![
+        two_stores(1, 1),
+        copy(1, 2, 128),
+        two_stores(3, 2),
+        copy(3, 4, 130),
+    ];
+    let p = finish(
+        "pieces",
+        buffers,
+        kernels,
+        vec![BufferId(0)],
+        vec![BufferId(2), BufferId(4)],
+    );
+    let c = CpuProgram::compile(&p, &CpuOptions::with_threads(2)).unwrap();
+    let report = c.report();
+    assert!(!report.contains("zeroes buf1"), "{report}");
+    assert!(report.contains("zeroes buf3"), "{report}");
+    for seed in 0..3 {
+        let x = Tensor::random(&p.buffers[0].ty, seed);
+        let want = evaluate(&p, std::slice::from_ref(&x)).unwrap();
+        assert_eq!(c.run(std::slice::from_ref(&x)).unwrap(), want);
+    }
+}
+
+/// A 3x3 convolution's im2col and a 7x7 one's stored pad and im2col are written whole by
+/// their kernels, so nothing is zeroed before them, and runs with other inputs after the storage held other
+/// values still match the interpreter.
+#[test]
+fn a_convolutions_pad_and_im2col_are_not_zeroed() {
+    let g = graph(
+        "graph c(x: f32[1, 8, 20, 20], w: f32[16, 8, 3, 3], v: f32[4, 16, 7, 7]) {\n  \
+         y = conv(x, w, padding=[1, 1, 1, 1])\n  \
+         z = conv(y, v, stride=[2, 2], padding=[3, 3, 3, 3])\n  return z\n}\n",
+    );
+    let p = schedule(&g, true);
+    for threads in [1, 2] {
+        let c = CpuProgram::compile(&p, &CpuOptions::with_threads(threads)).unwrap();
+        let report = c.report();
+        assert!(!report.contains("zeroes"), "{report}");
+        for seed in 0..3 {
+            let inputs: Vec<Tensor> = g
+                .param_types()
+                .iter()
+                .enumerate()
+                .map(|(i, ty)| Tensor::random(ty, seed * 2 + i as u64))
+                .collect();
+            let want = ferrite_ir::interpret(&g, &inputs).unwrap();
+            let got = c.run(&inputs).unwrap();
+            let (rtol, atol) = tolerance(DType::F32);
+            for (a, b) in got[0].to_f64().iter().zip(want[0].to_f64()) {
+                assert!((a - b).abs() <= atol + rtol * b.abs(), "{a} vs {b}");
+            }
+        }
+    }
+}
+
 #[test]
 fn runs_concurrently_from_many_threads() {
     let g = example("softmax_rows");
