@@ -151,7 +151,12 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
         .map(|buf| buf.ty.dtype)
         .ok_or_else(|| Error::internal("GEMM operand buffer"))?;
     let batch: usize = g.batch.iter().product();
-    let epilogue = epilogue_bytes_per_point(k, g, cx.index_dtype.size_bytes());
+    let epilogue = epilogue_bytes_per_point(
+        k,
+        g,
+        cx.index_dtype.size_bytes(),
+        crate::tile::dot_dtype(dt),
+    );
     let operand = |op: &GemmOperand| {
         let bytes = cx.buffer_bytes(op.buffer);
         (
@@ -207,7 +212,15 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
 /// whole `[BM, BN]` block, every one counted as live at once (as
 /// [`bytes_per_point`] counts them): values that depend on the row alone or
 /// the column alone (a bias) are a column or a row of the block, not a block.
-fn epilogue_bytes_per_point(k: &Kernel, g: &GemmInfo, index_bytes: usize) -> usize {
+/// The accumulator read in the dtype the dot engine accumulates in
+/// (`dot_dtype`) is the dot's own tile, which the block choice counts already;
+/// in another dtype it is a cast of it, a tile of its own.
+fn epilogue_bytes_per_point(
+    k: &Kernel,
+    g: &GemmInfo,
+    index_bytes: usize,
+    dot_dtype: Option<DType>,
+) -> usize {
     const ROW: u8 = 1;
     const COL: u8 = 2;
     let nb = g.batch.len();
@@ -246,7 +259,9 @@ fn epilogue_bytes_per_point(k: &Kernel, g: &GemmInfo, index_bytes: usize) -> usi
                 _ => 0,
             };
             node.for_each_operand(&mut |r| d |= deps.get(r.index()).copied().unwrap_or(ROW | COL));
-            if d == ROW | COL {
+            let the_accumulator =
+                matches!(node.op, ExprOp::Acc(_)) && Some(node.dtype) == dot_dtype;
+            if d == ROW | COL && !the_accumulator {
                 n += node.dtype.size_bytes().max(1);
                 if matches!(
                     node.op,
