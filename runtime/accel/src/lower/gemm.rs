@@ -397,20 +397,22 @@ pub(super) fn lower(
     let (bm, bn, bk) = (plan.bm, plan.bn, plan.bk);
     if plan.split > 0 {
         let &(k, g) = &members[0];
-        let fin = blocks::final_blocks(cx.machine, &need, plan.split)
+        let starts = blocks::split_parts(g.k, plan.split);
+        let last = starts.last().copied().unwrap_or(plan.split);
+        let fin = blocks::final_blocks(cx.machine, &need, last)
             .ok_or_else(|| Error::internal("a split GEMM whose final launch does not fit"))?;
-        let grid = split::final_launch(cx, k, g, b, dt, plan.split, &fin)?;
+        let grid = split::final_launch(cx, k, g, b, dt, last, &fin)?;
         let name = super::kernel_name(&k.name);
-        let before = vec![
-            split::first_part_staging(cx, g, &name, dt, plan.split)?,
-            split::part_launch(cx, g, &name, dt, &plan)?,
-        ];
+        let mut before = vec![split::first_part_staging(cx, g, &name, dt, plan.split)?];
+        for part in 0..starts.len() - 1 {
+            before.push(split::part_launch(cx, g, &name, dt, &plan, part)?);
+        }
         let scratch = TensorType::new(DType::F32, vec![g.m, g.n])
             .map_err(|e| Error::internal(format!("partial sums: {e}")))?;
         return Ok(Lowered {
             grid,
             note: format!(
-                "[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks, split after K {}; \
+                "[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks, split after K {}{}; \
                  the rest here in {} x {} blocks, {} rows at a time; {} and {} staged in SRAM",
                 g.m,
                 g.n,
@@ -419,6 +421,11 @@ pub(super) fn lower(
                 g.k,
                 g.n,
                 plan.split,
+                if starts.len() > 2 {
+                    format!(" and every {} to {last}", plan.split)
+                } else {
+                    String::new()
+                },
                 fin.rows,
                 fin.cols,
                 fin.chunk,
