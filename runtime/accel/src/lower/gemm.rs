@@ -151,12 +151,14 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
         .map(|buf| buf.ty.dtype)
         .ok_or_else(|| Error::internal("GEMM operand buffer"))?;
     let batch: usize = g.batch.iter().product();
-    let epilogue = epilogue_bytes_per_point(
-        k,
-        g,
-        cx.index_dtype.size_bytes(),
-        crate::tile::dot_dtype(dt),
-    );
+    // A row kernel still counts the accumulator's read as a tile of its own:
+    // its blocks are chosen at the least row count of their variant and run at
+    // up to twice as many, where the larger blocks the exact count admits (on
+    // half the PEs, at twice the bandwidth each) lose: `mlp_block` at 2 x 200
+    // rows ran 1.13x its static compile (tests/dynamic_sim.rs). Costing a
+    // variant over its whole range of counts would lift this.
+    let accumulator = crate::tile::dot_dtype(dt).filter(|_| cx.rows.is_none());
+    let epilogue = epilogue_bytes_per_point(k, g, cx.index_dtype.size_bytes(), accumulator);
     let operand = |op: &GemmOperand| {
         let bytes = cx.buffer_bytes(op.buffer);
         (
