@@ -757,6 +757,21 @@ mod tests {
     }
 
     #[test]
+    fn a_split_under_half_of_k_is_a_chain_of_parts() {
+        // At least half of K: one part launch, the final launch holds the rest.
+        assert_eq!(split_parts(1024, 576), vec![0, 576]);
+        assert_eq!(split_parts(1024, 512), vec![0, 512]);
+        // Less: parts of the same length while more than one is left.
+        assert_eq!(split_parts(1024, 448), vec![0, 448, 896]);
+        assert_eq!(split_parts(1024, 256), vec![0, 256, 512, 768]);
+        assert_eq!(split_parts(200, 64), vec![0, 64, 128, 192]);
+        // Part 1 of the 448 split multiplies K [448, 896) and copies the last 128.
+        assert_eq!(part_range(1024, 448, 0), (0, 448, 896));
+        assert_eq!(part_range(1024, 448, 1), (448, 896, 1024));
+        assert_eq!(part_range(1024, 576, 0), (0, 576, 1024));
+    }
+
+    #[test]
     fn shares_are_copied_in_whole_lines_at_most_one_chunk_per_step() {
         // 16 rows of 448: pieces of 224 (14 lines of 16), two per row, 32 chunks.
         let c = chunking(16, 448, 36, 16);

@@ -228,6 +228,7 @@ pub(super) fn part_launch(
     part: usize,
 ) -> Result<TileLaunch> {
     let (bm, bn, bk) = (c.bm, c.bn, c.bk);
+    // `split`: where this part ends and the range it copies begins.
     let (lo, split, end) = super::blocks::part_range(g.k, c.split, part);
     let only = super::blocks::split_parts(g.k, c.split).len() == 2;
     let (a, w) = (&g.lhs, &g.rhs);
@@ -390,17 +391,23 @@ pub(super) fn part_launch(
         call(Builtin::Load, args)
     };
     let acc = b.var("acc", init);
+    let copied = if end == g.k {
+        "the rest"
+    } else {
+        "the next part"
+    };
     if lo == 0 {
         b.comment(
             "K [0, split) in slices of BK, the next slice copied while this one is multiplied;",
         );
-        b.comment("each step also copies a slice of this program's share of the rest to SRAM");
     } else {
         b.comment(&format!(
             "K [{lo}, {split}) in slices of BK, the next slice copied while this one is multiplied;"
         ));
-        b.comment("each step also copies a slice of this program's share of the next part to SRAM");
     }
+    b.comment(&format!(
+        "each step also copies a slice of this program's share of {copied} to SRAM"
+    ));
     let t = b.open_loop("t", int(0), int(steps as i64), int(1));
     b.stmt(call(Builtin::DmaWait, vec![E::Def(ta)]));
     b.stmt(call(Builtin::DmaWait, vec![E::Def(tb)]));
