@@ -364,7 +364,10 @@ fn cache_path(
     dir.join(format!("{name}-{:016x}.txt", fnv1a(&key)))
 }
 
-const CACHE_HEADER: &str = "ferrite-autotune 3";
+/// The first line of a cache file; the number changes when a cached choice
+/// would lower to other kernels (4: a split of less than half of K is a chain
+/// of part launches, `lower/split.rs`).
+const CACHE_HEADER: &str = "ferrite-autotune 4";
 
 fn choice_fields(c: &GemmChoice) -> String {
     format!(

@@ -356,21 +356,53 @@ pub(super) fn chunking(rows: usize, cols: usize, steps: usize, line: usize) -> C
     }
 }
 
-/// The chunkings of a program's shares of the lhs (`[rows, K - split]`) and
-/// the rhs (`[K - split, columns]`) in the part launch of a split GEMM.
+/// Where the parts of K of a GEMM split after `split` begin (`split.rs`): at
+/// 0, and then every `split` while more than `split` is left after it, so
+/// that the final launch finishes at most `split` of K (which it must hold in
+/// local memory). The last entry is where the final launch begins; a part
+/// launch multiplies each part, and copies the next one (or the final's rest)
+/// while it does. With `split` at least half of K there is one part.
+pub(super) fn split_parts(k: usize, split: usize) -> Vec<usize> {
+    let mut starts = vec![0];
+    if split == 0 {
+        return starts;
+    }
+    let mut at = split;
+    while at < k {
+        starts.push(at);
+        if k - at <= split {
+            break;
+        }
+        at += split;
+    }
+    starts
+}
+
+/// The K range that part launch `part` of a GEMM split after `split`
+/// multiplies, and the end of the range it copies (which starts where the
+/// multiplied one ends): the next part, or the final launch's rest.
+pub(super) fn part_range(k: usize, split: usize, part: usize) -> (usize, usize, usize) {
+    let starts = split_parts(k, split);
+    let at = |i: usize| starts.get(i).copied().unwrap_or(k);
+    (at(part), at(part + 1), at(part + 2))
+}
+
+/// The chunkings of a program's shares of the lhs (`[rows, copied]`) and the
+/// rhs (`[copied, columns]`) that a part launch of a split GEMM copies over
+/// `steps` K steps.
 pub(super) fn split_chunks(
     mach: &Machine,
-    (m, n, k): (usize, usize, usize),
+    (m, n): (usize, usize),
     elem: usize,
-    (bm, bn, bk): (usize, usize, usize),
-    split: usize,
+    (bm, bn): (usize, usize),
+    steps: usize,
+    copied: usize,
 ) -> (Chunking, Chunking) {
     let programs = m.div_ceil(bm) * n.div_ceil(bn);
-    let steps = split / bk.max(1);
     let line = line_elements(mach, elem);
     (
-        chunking(m.div_ceil(programs), k - split, steps, line),
-        chunking(k - split, n.div_ceil(programs), steps, line),
+        chunking(m.div_ceil(programs), copied, steps, line),
+        chunking(copied, n.div_ceil(programs), steps, line),
     )
 }
 
@@ -452,12 +484,13 @@ pub(super) fn final_blocks(mach: &Machine, g: &GemmNeed, split: usize) -> Option
     best
 }
 
-/// Cycles of the three launches of a GEMM split along K after `split`
-/// (`split.rs`), by the same per-program model as [`gemm_cycles`]: the staging
-/// of the first part; the part launch, whose steps cost the larger of the dot
-/// and the port (the slices from SRAM and a slice of the rest's copy); the
-/// final launch, the rest of the rhs, then per chunk of rows the larger of
-/// its dot and its port (its lhs rows, partial sums and store).
+/// Cycles of the launches of a GEMM split along K after `split` (`split.rs`),
+/// by the same per-program model as [`gemm_cycles`]: the staging of the first
+/// part; each part launch, whose steps cost the larger of the dot and the port
+/// (the slices from SRAM and a slice of the next part's copy), after the
+/// first one reading the partial sums before its K loop; the final launch,
+/// the rest of the rhs, then per chunk of rows the larger of its dot and its
+/// port (its lhs rows, partial sums and store).
 fn split_cycles(
     mach: &Machine,
     r: &PerCycle,
@@ -470,32 +503,44 @@ fn split_cycles(
     let stage = staging_cycles(r, first);
     let (gx, gy) = (g.m.div_ceil(bm), g.n.div_ceil(bn));
     let programs = gx * gy;
-    let (ca, cb) = split_chunks(mach, (g.m, g.n, g.k), g.elem, (bm, bn, bk), split);
-    let copy_steps = ca.chunks.max(cb.chunks);
-    let steps = split / bk;
-    let Some(fin) = final_blocks(mach, g, split) else {
+    let starts = split_parts(g.k, split);
+    let Some(fin) = starts.last().and_then(|&at| final_blocks(mach, g, at)) else {
         return f64::INFINITY;
     };
-    let mut part = vec![0.0f64; r.pes];
-    for i in 0..programs {
-        let wave = i / r.pes * r.pes;
-        let (lshare, sshare) = r.shares((programs - wave).min(r.pes));
-        let slices = ((bm * bk + bk * bn) as f64) * e;
-        let share = ((ca.rows * ca.cols + cb.rows * cb.cols) as f64) * e;
-        let dot = (2 * bm * bn * bk) as f64 / r.dot;
-        let local = ((slices + share) / r.local).ceil() + 1.0;
-        let masks = 16.0 + ((6 * (ca.rows + ca.cols + cb.rows + cb.cols)) as f64 / r.vector).ceil();
-        let copy = slices / sshare;
-        let with_share = copy + share / lshare + share / sshare;
-        let mut c = copy
-            + ((bm * bn) as f64 / r.vector).ceil()
-            + copy_steps.min(steps) as f64 * (local + masks + dot.max(with_share))
-            + steps.saturating_sub(copy_steps) as f64 * (local + dot.max(copy));
-        c += (bm * bn * 4) as f64 / sshare;
-        part[i % r.pes] += c;
-    }
     let longest = |v: Vec<f64>| v.into_iter().fold(0.0, f64::max);
-    stage + 2.0 * r.launch + longest(part) + fin.cycles
+    let mut total = stage + fin.cycles + r.launch;
+    for p in 0..starts.len() - 1 {
+        let (lo, hi, copy_end) = part_range(g.k, split, p);
+        let steps = (hi - lo) / bk;
+        let (ca, cb) = split_chunks(mach, (g.m, g.n), g.elem, (bm, bn), steps, copy_end - hi);
+        let copy_steps = ca.chunks.max(cb.chunks);
+        let mut part = vec![0.0f64; r.pes];
+        for i in 0..programs {
+            let wave = i / r.pes * r.pes;
+            let (lshare, sshare) = r.shares((programs - wave).min(r.pes));
+            let slices = ((bm * bk + bk * bn) as f64) * e;
+            let share = ((ca.rows * ca.cols + cb.rows * cb.cols) as f64) * e;
+            let dot = (2 * bm * bn * bk) as f64 / r.dot;
+            let local = ((slices + share) / r.local).ceil() + 1.0;
+            let masks =
+                16.0 + ((6 * (ca.rows + ca.cols + cb.rows + cb.cols)) as f64 / r.vector).ceil();
+            let copy = slices / sshare;
+            let with_share = copy + share / lshare + share / sshare;
+            let sums = (bm * bn * 4) as f64 / sshare;
+            let mut c = copy
+                + ((bm * bn) as f64 / r.vector).ceil()
+                + copy_steps.min(steps) as f64 * (local + masks + dot.max(with_share))
+                + steps.saturating_sub(copy_steps) as f64 * (local + dot.max(copy));
+            // The partial sums: read back first after the first part, written last.
+            if p > 0 {
+                c += sums;
+            }
+            c += sums;
+            part[i % r.pes] += c;
+        }
+        total += r.launch + longest(part);
+    }
+    total
 }
 
 /// True when `c` fits local memory and the tile limit, and stages only LPDDR
@@ -585,11 +630,12 @@ pub(super) fn gemm_ranked(mach: &Machine, g: &GemmNeed) -> Vec<GemmPlan> {
                     }
                     plans.push(GemmPlan { choice, cycles });
                 }
-                // Split along K: the first part from a half to 15/16 of K.
+                // Split along K: parts from 3/16 to 15/16 of K (more than one
+                // part launch below a half).
                 if !g.splittable {
                     continue;
                 }
-                for sixteenths in 8..16 {
+                for sixteenths in 3..16 {
                     let split = g.k * sixteenths / 16 / bk * bk;
                     let choice = GemmChoice {
                         bm,
@@ -708,6 +754,21 @@ mod tests {
             serial: true,
         };
         assert_eq!(rows(&m, 4, &[serial]).1, vec![1]);
+    }
+
+    #[test]
+    fn a_split_under_half_of_k_is_a_chain_of_parts() {
+        // At least half of K: one part launch, the final launch holds the rest.
+        assert_eq!(split_parts(1024, 576), vec![0, 576]);
+        assert_eq!(split_parts(1024, 512), vec![0, 512]);
+        // Less: parts of the same length while more than one is left.
+        assert_eq!(split_parts(1024, 448), vec![0, 448, 896]);
+        assert_eq!(split_parts(1024, 256), vec![0, 256, 512, 768]);
+        assert_eq!(split_parts(200, 64), vec![0, 64, 128, 192]);
+        // Part 1 of the 448 split multiplies K [448, 896) and copies the last 128.
+        assert_eq!(part_range(1024, 448, 0), (0, 448, 896));
+        assert_eq!(part_range(1024, 448, 1), (448, 896, 1024));
+        assert_eq!(part_range(1024, 576, 0), (0, 576, 1024));
     }
 
     #[test]

@@ -151,7 +151,14 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
         .map(|buf| buf.ty.dtype)
         .ok_or_else(|| Error::internal("GEMM operand buffer"))?;
     let batch: usize = g.batch.iter().product();
-    let epilogue = epilogue_bytes_per_point(k, g, cx.index_dtype.size_bytes());
+    // A row kernel still counts the accumulator's read as a tile of its own:
+    // its blocks are chosen at the least row count of their variant and run at
+    // up to twice as many, where the larger blocks the exact count admits (on
+    // half the PEs, at twice the bandwidth each) lose: `mlp_block` at 2 x 200
+    // rows ran 1.13x its static compile (tests/dynamic_sim.rs). Costing a
+    // variant over its whole range of counts would lift this.
+    let accumulator = crate::tile::dot_dtype(dt).filter(|_| cx.rows.is_none());
+    let epilogue = epilogue_bytes_per_point(k, g, cx.index_dtype.size_bytes(), accumulator);
     let operand = |op: &GemmOperand| {
         let bytes = cx.buffer_bytes(op.buffer);
         (
@@ -207,7 +214,15 @@ pub(super) fn need(cx: &Cx, k: &Kernel, g: &GemmInfo) -> Result<GemmNeed> {
 /// whole `[BM, BN]` block, every one counted as live at once (as
 /// [`bytes_per_point`] counts them): values that depend on the row alone or
 /// the column alone (a bias) are a column or a row of the block, not a block.
-fn epilogue_bytes_per_point(k: &Kernel, g: &GemmInfo, index_bytes: usize) -> usize {
+/// The accumulator read in the dtype the dot engine accumulates in
+/// (`dot_dtype`) is the dot's own tile, which the block choice counts already;
+/// in another dtype it is a cast of it, a tile of its own.
+fn epilogue_bytes_per_point(
+    k: &Kernel,
+    g: &GemmInfo,
+    index_bytes: usize,
+    dot_dtype: Option<DType>,
+) -> usize {
     const ROW: u8 = 1;
     const COL: u8 = 2;
     let nb = g.batch.len();
@@ -246,7 +261,9 @@ fn epilogue_bytes_per_point(k: &Kernel, g: &GemmInfo, index_bytes: usize) -> usi
                 _ => 0,
             };
             node.for_each_operand(&mut |r| d |= deps.get(r.index()).copied().unwrap_or(ROW | COL));
-            if d == ROW | COL {
+            let the_accumulator =
+                matches!(node.op, ExprOp::Acc(_)) && Some(node.dtype) == dot_dtype;
+            if d == ROW | COL && !the_accumulator {
                 n += node.dtype.size_bytes().max(1);
                 if matches!(
                     node.op,
@@ -382,20 +399,22 @@ pub(super) fn lower(
     let (bm, bn, bk) = (plan.bm, plan.bn, plan.bk);
     if plan.split > 0 {
         let &(k, g) = &members[0];
-        let fin = blocks::final_blocks(cx.machine, &need, plan.split)
+        let starts = blocks::split_parts(g.k, plan.split);
+        let last = starts.last().copied().unwrap_or(plan.split);
+        let fin = blocks::final_blocks(cx.machine, &need, last)
             .ok_or_else(|| Error::internal("a split GEMM whose final launch does not fit"))?;
-        let grid = split::final_launch(cx, k, g, b, dt, plan.split, &fin)?;
+        let grid = split::final_launch(cx, k, g, b, dt, last, &fin)?;
         let name = super::kernel_name(&k.name);
-        let before = vec![
-            split::first_part_staging(cx, g, &name, dt, plan.split)?,
-            split::part_launch(cx, g, &name, dt, &plan)?,
-        ];
+        let mut before = vec![split::first_part_staging(cx, g, &name, dt, plan.split)?];
+        for part in 0..starts.len() - 1 {
+            before.push(split::part_launch(cx, g, &name, dt, &plan, part)?);
+        }
         let scratch = TensorType::new(DType::F32, vec![g.m, g.n])
             .map_err(|e| Error::internal(format!("partial sums: {e}")))?;
         return Ok(Lowered {
             grid,
             note: format!(
-                "[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks, split after K {}; \
+                "[{}, {}] = [{}, {}] @ [{}, {}] in {dt}: {bm} x {bn} blocks, split after K {}{}; \
                  the rest here in {} x {} blocks, {} rows at a time; {} and {} staged in SRAM",
                 g.m,
                 g.n,
@@ -404,6 +423,11 @@ pub(super) fn lower(
                 g.k,
                 g.n,
                 plan.split,
+                if starts.len() > 2 {
+                    format!(" and every {} to {last}", plan.split)
+                } else {
+                    String::new()
+                },
                 fin.rows,
                 fin.cols,
                 fin.chunk,

@@ -1,5 +1,5 @@
-//! GEMMs split along K: three launches in which LPDDR and the dot engine work
-//! at the same time.
+//! GEMMs split along K: three launches or more in which LPDDR and the dot
+//! engine work at the same time.
 //!
 //! A staged GEMM is two launches that add up: the staging launch is all LPDDR
 //! (the dot engines wait), the GEMM launch all dot engine and SRAM, and its
@@ -16,6 +16,17 @@
 //!    rows and partial sums are copied in while the previous chunk's dot runs,
 //!    and its epilogue's store is posted while the next one's runs, so that
 //!    only the last chunk's store is left at the end.
+//!
+//! The rest the final launch holds is at most what local memory takes. When
+//! `K0` is less than half of K, more part launches come between 2 and 3
+//! (`NAME_part1`, `NAME_part2`, ..., `blocks::split_parts`): each multiplies
+//! the next `K0` of K on top of the partial sums (read back before its K loop)
+//! and copies the part after it, so that LPDDR is read while the dot engines
+//! work through most of K instead of in a staging launch that idles them. Each
+//! adds a launch and a round trip of the partial sums through SRAM, which pays
+//! where the dot engine, not the memory port, bounds a part launch (1024 on
+//! the MTIA-1 preset, whose 128 KiB of local memory keep the final launch's
+//! rest small).
 //!
 //! A program reads only what an earlier launch has written (never what
 //! another program of its own launch copies), so the launches are correct in
@@ -205,28 +216,34 @@ pub(super) fn first_part_staging(
     )
 }
 
-/// The launch that multiplies K `[0, split)` into the partial sums and copies
-/// K `[split, K)` of both operands to SRAM, a slice per step.
+/// Part launch `part` (`blocks::part_range`): multiplies its part of K, `[lo,
+/// hi)`, into the partial sums (on top of them after the first part) and
+/// copies K `[hi, end)` of both operands to SRAM, a slice per step.
 pub(super) fn part_launch(
     cx: &Cx,
     g: &GemmInfo,
     kernel: &str,
     dt: DType,
     c: &GemmChoice,
+    part: usize,
 ) -> Result<TileLaunch> {
-    let (bm, bn, bk, split) = (c.bm, c.bn, c.bk, c.split);
+    let (bm, bn, bk) = (c.bm, c.bn, c.bk);
+    // `split`: where this part ends and the range it copies begins.
+    let (lo, split, end) = super::blocks::part_range(g.k, c.split, part);
+    let only = super::blocks::split_parts(g.k, c.split).len() == 2;
     let (a, w) = (&g.lhs, &g.rhs);
     let grid = [g.m.div_ceil(bm), g.n.div_ceil(bn), 1];
     let programs = grid[0] * grid[1];
-    let rest = g.k - split;
-    let steps = split / bk;
+    let rest = end - split;
+    let steps = (split - lo) / bk;
     let (mp, np) = (g.m.div_ceil(programs), g.n.div_ceil(programs));
     let (ca, cb) = super::blocks::split_chunks(
         cx.machine,
-        (g.m, g.n, g.k),
+        (g.m, g.n),
         dt.size_bytes(),
-        (bm, bn, bk),
-        split,
+        (bm, bn),
+        steps,
+        rest,
     );
     let mut b = Builder::new();
     let names = [
@@ -247,8 +264,13 @@ pub(super) fn part_launch(
         (!g.m.is_multiple_of(bm)).then(|| b.bind("mm", lt(column(rm.clone()), int(g.m as i64))));
     let n_on =
         (!g.n.is_multiple_of(bn)).then(|| b.bind("mn", lt(row(rn.clone()), int(g.n as i64))));
-    let pa = b.bind("pa", at(&names[2], a, column(rm.clone()), row(rk.clone())));
-    let pb = b.bind("pb", at(&names[3], w, column(rk.clone()), row(rn.clone())));
+    let k0 = if lo == 0 {
+        rk.clone()
+    } else {
+        b.bind("k0", add(int(lo as i64), rk.clone()))
+    };
+    let pa = b.bind("pa", at(&names[2], a, column(rm.clone()), row(k0.clone())));
+    let pb = b.bind("pb", at(&names[3], w, column(k0), row(rn.clone())));
     let alloc = |b: &mut Builder, hint: &str, r: usize, c: usize| {
         E::Def(b.var(
             hint,
@@ -266,9 +288,9 @@ pub(super) fn part_launch(
     // a chunk of each per step (pieces of rows in whole cache lines, or whole
     // rows, so that no line is read by two programs).
     b.comment(&format!(
-        "this program's share of K [{split}, {}): {mp} rows of {} and {np} columns of {}, \
+        "this program's share of K [{split}, {end}): {mp} rows of {} and {np} columns of {}, \
          in chunks of {} x {} and {} x {}",
-        g.k, a.buffer, w.buffer, ca.rows, ca.cols, cb.rows, cb.cols
+        a.buffer, w.buffer, ca.rows, ca.cols, cb.rows, cb.cols
     ));
     let q = b.bind(
         "q",
@@ -348,18 +370,44 @@ pub(super) fn part_launch(
     let tb = b.var("tb", dma(&b_buf, pb.clone(), n_on.clone()));
     let tsa = b.var("tsa", dma(&sa_buf, sa0, Some(on_a0)));
     let tsb = b.var("tsb", dma(&sb_buf, sb0, Some(on_b0)));
-    let acc = b.var(
-        "acc",
+    let init = if lo == 0 {
         call(
             Builtin::Zeros,
             vec![
                 E::Tuple(vec![int(bm as i64), int(bn as i64)]),
                 super::builder::dtype(DType::F32),
             ],
-        ),
-    );
-    b.comment("K [0, split) in slices of BK, the next slice copied while this one is multiplied;");
-    b.comment("each step also copies a slice of this program's share of the rest to SRAM");
+        )
+    } else {
+        b.comment(&format!(
+            "the partial sums of K [0, {lo}) from the launches before"
+        ));
+        let sums = add(
+            add(param(PARTIAL), mul(column(rm.clone()), int(g.n as i64))),
+            row(rn.clone()),
+        );
+        let mut args = vec![sums];
+        args.extend(both(m_on.clone(), n_on.clone()));
+        call(Builtin::Load, args)
+    };
+    let acc = b.var("acc", init);
+    let copied = if end == g.k {
+        "the rest"
+    } else {
+        "the next part"
+    };
+    if lo == 0 {
+        b.comment(
+            "K [0, split) in slices of BK, the next slice copied while this one is multiplied;",
+        );
+    } else {
+        b.comment(&format!(
+            "K [{lo}, {split}) in slices of BK, the next slice copied while this one is multiplied;"
+        ));
+    }
+    b.comment(&format!(
+        "each step also copies a slice of this program's share of {copied} to SRAM"
+    ));
     let t = b.open_loop("t", int(0), int(steps as i64), int(1));
     b.stmt(call(Builtin::DmaWait, vec![E::Def(ta)]));
     b.stmt(call(Builtin::DmaWait, vec![E::Def(tb)]));
@@ -367,7 +415,7 @@ pub(super) fn part_launch(
     let y = b.var("y", call(Builtin::LocalLoad, vec![b_buf.clone()]));
     let next = b.bind("nk", mul(add(t.clone(), int(1)), int(bk as i64)));
     let kn = b.bind("kn", add(next.clone(), rk.clone()));
-    let on_next = b.bind("on", lt(kn.clone(), int(split as i64)));
+    let on_next = b.bind("on", lt(kn.clone(), int((split - lo) as i64)));
     b.assign(
         ta,
         dma(
@@ -415,12 +463,24 @@ pub(super) fn part_launch(
     let mut args = vec![out, E::Def(acc)];
     args.extend(both(m_on, n_on));
     b.stmt(call(Builtin::Store, args));
-    let name = format!("{kernel}_part");
-    let header = vec![format!(
-        "{name}: the first {split} of K of {kernel} ({bm} x {bn} blocks, K slices of {bk}) \
-         into partial sums in SRAM, while copying the rest of K of {} and {} to SRAM",
-        a.buffer, w.buffer
-    )];
+    let name = if part == 0 {
+        format!("{kernel}_part")
+    } else {
+        format!("{kernel}_part{part}")
+    };
+    let header = vec![if only {
+        format!(
+            "{name}: the first {split} of K of {kernel} ({bm} x {bn} blocks, K slices of {bk}) \
+             into partial sums in SRAM, while copying the rest of K of {} and {} to SRAM",
+            a.buffer, w.buffer
+        )
+    } else {
+        format!(
+            "{name}: K [{lo}, {split}) of {kernel} ({bm} x {bn} blocks, K slices of {bk}) \
+             into partial sums in SRAM, while copying K [{split}, {end}) of {} and {} to SRAM",
+            a.buffer, w.buffer
+        )
+    }];
     let mut sig: Vec<(String, DType)> = names[..4].iter().map(|n| (n.clone(), dt)).collect();
     sig.push((PARTIAL.to_string(), DType::F32));
     finish(
@@ -578,7 +638,7 @@ pub(super) fn final_launch(
     Ok([g.m.div_ceil(bm), g.n.div_ceil(bn), 1])
 }
 
-/// True when split choice `c` fits local memory in both of its GEMM launches.
+/// True when split choice `c` fits local memory in every one of its GEMM launches.
 pub(super) fn fits(mach: &crate::sim::Machine, g: &GemmNeed, c: &GemmChoice) -> bool {
     let (bm, bn, bk, split) = (c.bm, c.bn, c.bk, c.split);
     if split == 0
@@ -589,14 +649,28 @@ pub(super) fn fits(mach: &crate::sim::Machine, g: &GemmNeed, c: &GemmChoice) -> 
     {
         return false;
     }
-    let (ca, cb) = super::blocks::split_chunks(mach, (g.m, g.n, g.k), g.elem, (bm, bn, bk), split);
-    let per = (ca.rows * ca.cols).max(cb.rows * cb.cols);
-    // The part launch: its slices and the tiles read from them, its share's
-    // copies (two buffers and two tiles), the accumulator.
-    let part = 2 * (bm * bk + bk * bn) * g.elem + 4 * per * g.elem + bm * bn * 4;
-    part as u64 <= mach.local_memory_bytes
-        && super::blocks::final_blocks(mach, g, split).is_some()
-        && [bm * bk, bk * bn, bm * bn, per]
+    let starts = super::blocks::split_parts(g.k, split);
+    let parts_fit = (0..starts.len() - 1).all(|p| {
+        let (lo, hi, copy_end) = super::blocks::part_range(g.k, split, p);
+        let (ca, cb) = super::blocks::split_chunks(
+            mach,
+            (g.m, g.n),
+            g.elem,
+            (bm, bn),
+            (hi - lo) / bk,
+            copy_end - hi,
+        );
+        let per = (ca.rows * ca.cols).max(cb.rows * cb.cols);
+        // The part launch: its slices and the tiles read from them, its share's
+        // copies (two buffers and two tiles), the accumulator.
+        let part = 2 * (bm * bk + bk * bn) * g.elem + 4 * per * g.elem + bm * bn * 4;
+        part as u64 <= mach.local_memory_bytes && per <= crate::tile::MAX_TILE_ELEMENTS
+    });
+    parts_fit
+        && starts
+            .last()
+            .is_some_and(|&at| super::blocks::final_blocks(mach, g, at).is_some())
+        && [bm * bk, bk * bn, bm * bn]
             .iter()
             .all(|&n| n <= crate::tile::MAX_TILE_ELEMENTS)
 }
