@@ -189,6 +189,7 @@ impl Emitter<'_, '_> {
         let cont = self.b.create_block();
         self.b.ins().brif(due, fold, &[], cont, &[]);
         self.b.switch_to_block(fold);
+        self.b.seal_block(fold);
         self.b.set_cold_block(fold);
         let z = self.b.ins().f32const(0.0);
         let z = self.b.ins().splat(types::F32X4, z);
@@ -210,6 +211,7 @@ impl Emitter<'_, '_> {
         }
         self.b.ins().jump(cont, &[]);
         self.b.switch_to_block(cont);
+        self.b.seal_block(cont);
     }
 
     /// The scalar accumulators of `reductions`, at their identities.
