@@ -56,6 +56,12 @@ pub(super) struct AccVars {
 /// would otherwise chain 65,536 `f32` additions per lane).
 const FOLD_EVERY: i64 = crate::row_order::FOLD_EVERY as i64;
 
+/// Whether the unrolled vector loop of a row runs long enough (`iterations`) to fold its
+/// float sums: a shorter one never does, and is emitted without the fold and its counter.
+pub(super) fn reaches_fold(iterations: i64) -> bool {
+    iterations >= FOLD_EVERY
+}
+
 /// Accumulator registers of one reduction in lane code.
 pub(super) enum LaneAcc {
     /// Sum/product: per group, the `f64x2` of lanes 0-1 and of lanes 2-3.

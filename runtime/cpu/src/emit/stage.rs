@@ -9,7 +9,7 @@
 //! group, so each group's values die before the next starts), then four, then a scalar
 //! tail.
 
-use super::reduce::Accumulators;
+use super::reduce::{reaches_fold, Accumulators};
 use super::state::{Emitter, IntOp, LoopSpec};
 use crate::error::{Error, Result};
 use crate::plan::analysis::{live_nodes, node_indices, split_linear, Levels};
@@ -366,15 +366,19 @@ impl<'a> Emitter<'a, '_> {
         shapes.push(1);
         for u in shapes {
             let width = 4 * u as i64;
+            // The iterations this loop runs, where the bounds are known.
+            let mut runs = None;
             if let Some(n) = &mut left {
                 if *n < width {
                     continue;
                 }
+                runs = Some(*n / width);
                 *n %= width;
             }
             let whole = self.int_op_imm(IntOp::And, len, !(width - 1));
             let end = self.int_op(IntOp::Add, spec.start, whole);
-            self.vector_loop(ctx, level, var, u, end, false, u == unroll)?;
+            let fold = u == unroll && runs.is_none_or(reaches_fold);
+            self.vector_loop(ctx, level, var, u, end, false, fold)?;
         }
         if left == Some(0) {
             return Ok(false);
