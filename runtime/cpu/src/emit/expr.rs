@@ -18,7 +18,7 @@ use super::convert::{
     bf16_bits_to_f32, bitcast, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, iconst,
     round_f32_to, round_f64_to,
 };
-use super::state::Emitter;
+use super::state::{Emitter, IntOp};
 use crate::error::{Error, Result};
 use crate::plan::Lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -156,23 +156,42 @@ impl Emitter<'_, '_> {
         MemFlagsData::new().with_notrap()
     }
 
-    /// The address of element `idx` of `buffer`.
+    /// Where element `idx` of `buffer` is: a pointer and a constant byte offset from it
+    /// (an element at a constant index is at an offset from the buffer's base).
     fn element_address(
         &mut self,
         buffer: ferrite_ir::loops::BufferId,
         idx: Value,
-    ) -> Result<Value> {
+    ) -> Result<(Value, i32)> {
         let base = *self
             .mem
             .ptrs
             .get(&buffer)
             .ok_or_else(|| Error::internal(format!("{buffer} has no pointer slot")))?;
         let size = self.buffer_dtype(buffer)?.size_bytes() as i64;
-        let offset = match size {
-            1 => idx,
-            _ => self.b.ins().imul_imm_s(idx, size),
-        };
-        Ok(self.b.ins().iadd(base, offset))
+        // Far enough from `i32::MAX` for a vector group's offsets on top.
+        const NEAR: i64 = 1 << 30;
+        let at_offset = self
+            .known_i64(idx)
+            .and_then(|k| k.checked_mul(size))
+            .filter(|bytes| bytes.abs() < NEAR)
+            .map(|bytes| bytes as i32);
+        if let Some(bytes) = at_offset {
+            return Ok((base, bytes));
+        }
+        let bytes = self.int_op_imm(IntOp::Mul, idx, size);
+        Ok((self.int_op(IntOp::Add, base, bytes), 0))
+    }
+
+    /// The address of element `idx` of `buffer` as one pointer.
+    pub(super) fn element_pointer(
+        &mut self,
+        buffer: ferrite_ir::loops::BufferId,
+        index: &ferrite_ir::loops::IndexExpr,
+    ) -> Result<Value> {
+        let idx = self.index_value(index)?;
+        let (ptr, offset) = self.element_address(buffer, idx)?;
+        Ok(self.int_op_imm(IntOp::Add, ptr, offset.into()))
     }
 
     pub(super) fn buffer_dtype(&self, buffer: ferrite_ir::loops::BufferId) -> Result<DType> {
@@ -183,50 +202,56 @@ impl Emitter<'_, '_> {
             .ok_or_else(|| Error::internal(format!("{buffer} does not exist")))
     }
 
-    /// Loads one element of `dtype` at `addr` into its scalar register form.
-    fn load_scalar(&mut self, dtype: DType, flags: MemFlagsData, addr: Value) -> Value {
+    /// Loads one element of `dtype` at `addr + offset` into its scalar register form.
+    fn load_scalar(
+        &mut self,
+        dtype: DType,
+        flags: MemFlagsData,
+        (addr, offset): (Value, i32),
+    ) -> Value {
         match dtype {
             DType::F16 => {
-                let h = self.b.ins().uload16(types::I32, flags, addr, 0);
+                let h = self.b.ins().uload16(types::I32, flags, addr, offset);
                 f16_bits_to_f32(self.b, h)
             }
             DType::Bf16 => {
-                let h = self.b.ins().uload16(types::I32, flags, addr, 0);
+                let h = self.b.ins().uload16(types::I32, flags, addr, offset);
                 bf16_bits_to_f32(self.b, h)
             }
-            _ => self.b.ins().load(scalar_type(dtype), flags, addr, 0),
+            _ => self.b.ins().load(scalar_type(dtype), flags, addr, offset),
         }
     }
 
-    /// Stores a scalar register value of `dtype` at `addr`.
+    /// Stores a scalar register value of `dtype` at `addr + offset`.
     pub(super) fn store_scalar(
         &mut self,
         dtype: DType,
         flags: MemFlagsData,
         value: Value,
-        addr: Value,
+        (addr, offset): (Value, i32),
     ) {
         match dtype {
             DType::F16 => {
                 let h = f32_to_f16_bits(self.b, value);
-                self.b.ins().istore16(flags, h, addr, 0);
+                self.b.ins().istore16(flags, h, addr, offset);
             }
             DType::Bf16 => {
                 let h = f32_to_bf16_bits(self.b, value);
-                self.b.ins().istore16(flags, h, addr, 0);
+                self.b.ins().istore16(flags, h, addr, offset);
             }
             _ => {
-                self.b.ins().store(flags, value, addr, 0);
+                self.b.ins().store(flags, value, addr, offset);
             }
         }
     }
 
-    /// The element index of a store, as `i64` (proved in bounds before emission).
+    /// Where a store's element is, as a pointer and a byte offset (proved in bounds
+    /// before emission), and the store's flags.
     pub(super) fn store_address(
         &mut self,
         buffer: ferrite_ir::loops::BufferId,
         index: &ferrite_ir::loops::IndexExpr,
-    ) -> Result<(Value, MemFlagsData)> {
+    ) -> Result<((Value, i32), MemFlagsData)> {
         let idx = self.index_value(index)?;
         let addr = self.element_address(buffer, idx)?;
         Ok((addr, MemFlagsData::new().with_notrap()))
@@ -237,11 +262,8 @@ impl Emitter<'_, '_> {
         let mut all: Option<Value> = None;
         for g in guard {
             let x = self.index_value(&g.expr)?;
-            let ge = self
-                .b
-                .ins()
-                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, x, g.lo);
-            let lt = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, x, g.hi);
+            let ge = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, x, g.lo);
+            let lt = self.icmp_imm(IntCC::SignedLessThan, x, g.hi);
             let ok = self.b.ins().band(ge, lt);
             all = Some(match all {
                 None => ok,
@@ -265,6 +287,7 @@ impl Emitter<'_, '_> {
         let err = self.exits.err_block;
         self.b.ins().brif(bad, err, &[code.into()], cont, &[]);
         self.b.switch_to_block(cont);
+        self.b.seal_block(cont);
     }
 
     // ---- scalar nodes ----
@@ -372,10 +395,8 @@ impl Emitter<'_, '_> {
         let mut idx = self.index_value(index)?;
         if clamp {
             // The value is discarded when the guard fails, so any in-bounds index will do.
-            let zero = self.b.ins().iconst(types::I64, 0);
-            let last = self.b.ins().iconst(types::I64, numel as i64 - 1);
-            idx = self.b.ins().smax(idx, zero);
-            idx = self.b.ins().smin(idx, last);
+            idx = self.int_op_imm(IntOp::Max, idx, 0);
+            idx = self.int_op_imm(IntOp::Min, idx, numel as i64 - 1);
         }
         let addr = self.element_address(buffer, idx)?;
         let flags = self.flags_for(buffer);
@@ -528,6 +549,7 @@ impl Emitter<'_, '_> {
         self.b.set_cold_block(slow);
         self.b.ins().brif(any, slow, &[], done, &[fast.into()]);
         self.b.switch_to_block(slow);
+        self.b.seal_block(slow);
         let helper: extern "C" fn(f32) -> f32 = if cos { f64_cos } else { f64_sin };
         let sig = self.signature(&[types::F32], Some(types::F32));
         let callee = self
@@ -549,6 +571,7 @@ impl Emitter<'_, '_> {
         };
         self.b.ins().jump(done, &[exact.into()]);
         self.b.switch_to_block(done);
+        self.b.seal_block(done);
         result
     }
 
@@ -845,29 +868,33 @@ impl Emitter<'_, '_> {
         Ok(())
     }
 
-    /// The vector of group `g` of load `i`, whose lane 0 of group 0 is at `addr`: one
-    /// vector load, or for a load of stride `s` (2 or 3, the plan's `strided`) the lanes
-    /// `b, b+s, b+2s, b+3s` of group `b = addr + 4gs` as two vector loads, at `b` (lanes 0
-    /// and 1) and at `b + 3s - 3` (lanes 2 and 3), and one shuffle: exactly the elements
-    /// from the first lane's to the last lane's are read, so none outside the buffer.
+    /// The vector of group `g` of load `i`, whose lane 0 of group 0 is at `addr + offset`:
+    /// one vector load, or for a load of stride `s` (2 or 3, the plan's `strided`) the
+    /// lanes `b, b+s, b+2s, b+3s` of group `b = addr + 4gs` as two vector loads, at `b`
+    /// (lanes 0 and 1) and at `b + 3s - 3` (lanes 2 and 3), and one shuffle: exactly the
+    /// elements from the first lane's to the last lane's are read, so none outside the
+    /// buffer.
     fn vector_load(
         &mut self,
         i: usize,
         vty: Type,
         flags: MemFlagsData,
-        addr: Value,
+        (addr, offset): (Value, i32),
         g: usize,
     ) -> Value {
         let s = self.lane_stride(i);
         if s == 1 {
-            return self.b.ins().load(vty, flags, addr, (16 * g) as i32);
+            return self
+                .b
+                .ins()
+                .load(vty, flags, addr, offset + (16 * g) as i32);
         }
-        let first = 16 * g as i64 * s;
-        let low = self.b.ins().load(vty, flags, addr, first as i32);
+        let first = offset + (16 * g as i64 * s) as i32;
+        let low = self.b.ins().load(vty, flags, addr, first);
         let high = self
             .b
             .ins()
-            .load(vty, flags, addr, (first + 4 * (3 * s - 3)) as i32);
+            .load(vty, flags, addr, first + (4 * (3 * s - 3)) as i32);
         // Lanes 0 and s of `low`, then lanes 3 - s and 3 of `high` (bytes 16.. of the pair).
         let lanes = [0, s, 4 + 3 - s, 4 + 3];
         let bytes: Vec<u8> = lanes
@@ -1018,8 +1045,8 @@ impl Emitter<'_, '_> {
         let stride = self.lane_stride(i);
         // The group's first element and its last (`vector_load` reads from one to the other).
         let idx = self.index_value(&l.index)?;
-        let lo_idx = self.b.ins().iadd_imm_s(idx, 4 * g as i64 * stride);
-        let hi_idx = self.b.ins().iadd_imm_s(lo_idx, 3 * stride);
+        let lo_idx = self.int_op_imm(IntOp::Add, idx, 4 * g as i64 * stride);
+        let hi_idx = self.int_op_imm(IntOp::Add, lo_idx, 3 * stride);
         let ge = self
             .b
             .ins()

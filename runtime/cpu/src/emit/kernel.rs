@@ -21,7 +21,7 @@
 //! points run one at a time. The stages themselves are `stage.rs`'s.
 
 use super::stage::Shape;
-use super::state::{Emitter, Exits, Finished, LoopSpec, Memory, Nest, Target, Values};
+use super::state::{Emitter, Exits, Finished, IntOp, Ints, LoopSpec, Memory, Nest, Target, Values};
 use crate::error::{Error, Result};
 use crate::jit::{isa_has_fma, signature};
 use crate::plan::analysis::{is_pointwise, substitute};
@@ -32,7 +32,7 @@ use crate::wide::{exp_sum_routine, in_place_routine, offset_routine, row_routine
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, Block as ClifBlock, Function, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind,
-    UserFuncName,
+    UserFuncName, Value,
 };
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -147,6 +147,7 @@ pub fn function(
             err_block,
         },
         nest: Nest::default(),
+        ints: Ints::default(),
         vals: Values::new(),
         done: Finished::default(),
     };
@@ -290,6 +291,7 @@ impl<'a> Emitter<'a, '_> {
         schedule: &'a Schedule,
     ) -> Result<()> {
         self.b.switch_to_block(entry);
+        self.b.seal_block(entry);
         let params = self.b.block_params(entry).to_vec();
         let (slot_ptr, begin, end) = (params[0], params[1], params[2]);
         let slot_flags = MemFlagsData::trusted().with_readonly();
@@ -332,6 +334,7 @@ impl<'a> Emitter<'a, '_> {
             .icmp(IntCC::SignedGreaterThanOrEqual, begin, end);
         self.b.ins().brif(empty, done, &[], body, &[]);
         self.b.switch_to_block(body);
+        self.b.seal_block(body);
 
         // The outer coordinates of `begin`, then carried from point to point.
         let domain = &kernel.domain;
@@ -356,17 +359,20 @@ impl<'a> Emitter<'a, '_> {
         let header = self.b.create_block();
         self.b.ins().jump(header, &[]);
         self.b.switch_to_block(header);
+        // The point's coordinates and flat index, read once here: the stages' loops do
+        // not change them, and a variable read after a loop would be looked up through it.
+        let here: Vec<Value> = outer.iter().map(|&v| self.b.use_var(v)).collect();
+        let flat_here = self.b.use_var(flat);
 
         let row_loop = n >= 1 && is_pointwise(kernel);
         self.done.scalar.clear();
         let step = if row_loop {
             let last = n - 1;
-            for (k, &v) in outer.iter().enumerate().take(last) {
-                self.nest.vars.insert(Var::outer(k), v);
+            for (k, &v) in here.iter().enumerate().take(last) {
+                self.nest.fixed.insert(Var::outer(k), v);
             }
-            let i_last = self.b.use_var(outer[last]);
-            let f = self.b.use_var(flat);
-            let left_in_range = self.b.ins().isub(end, f);
+            let i_last = here[last];
+            let left_in_range = self.b.ins().isub(end, flat_here);
             let d_last = self.b.ins().iconst(types::I64, domain[last] as i64);
             let left_in_row = self.b.ins().isub(d_last, i_last);
             let seg = self.b.ins().smin(left_in_range, left_in_row);
@@ -391,23 +397,22 @@ impl<'a> Emitter<'a, '_> {
             self.b.def_var(outer[last], next_last);
             seg
         } else {
-            for (k, &v) in outer.iter().enumerate() {
-                self.nest.vars.insert(Var::outer(k), v);
+            for (k, &v) in here.iter().enumerate() {
+                self.nest.fixed.insert(Var::outer(k), v);
             }
             let step_var = self.b.declare_var(types::I64);
             let join = self.b.create_block();
             if let Some(plan) = &schedule.lanes {
                 // A whole group of points left in the row and in the range: a lanes step.
                 let width = 4 * plan.unroll as i64;
-                let i_last = self.b.use_var(outer[n - 1]);
-                let group_end = self.b.ins().iadd_imm_s(i_last, width);
-                let in_row = self.b.ins().icmp_imm_s(
+                let i_last = here[n - 1];
+                let group_end = self.int_op_imm(IntOp::Add, i_last, width);
+                let in_row = self.icmp_imm(
                     IntCC::SignedLessThanOrEqual,
                     group_end,
                     domain[n - 1] as i64,
                 );
-                let f = self.b.use_var(flat);
-                let f_end = self.b.ins().iadd_imm_s(f, width);
+                let f_end = self.int_op_imm(IntOp::Add, flat_here, width);
                 let in_range = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, f_end, end);
                 let whole = self.b.ins().band(in_row, in_range);
                 let lanes_block = self.b.create_block();
@@ -416,6 +421,7 @@ impl<'a> Emitter<'a, '_> {
                     .ins()
                     .brif(whole, lanes_block, &[], scalar_block, &[]);
                 self.b.switch_to_block(lanes_block);
+                self.b.seal_block(lanes_block);
                 self.done.lanes.clear();
                 let lane_kernel = match &plan.stash {
                     Some(ls) => {
@@ -423,8 +429,7 @@ impl<'a> Emitter<'a, '_> {
                         // the lanes index `p*width + i_last + l` from a base `i_last`
                         // elements below the slot. The step runs only for
                         // `i_last + width <= extent`, so every access is in the slot.
-                        let i_last = self.b.use_var(outer[n - 1]);
-                        let shift = self.b.ins().ishl_imm_u(i_last, 2);
+                        let shift = self.int_op_imm(IntOp::Shl, i_last, 2);
                         for (scalar_id, lane_buf) in &ls.scratch {
                             let slot = *self
                                 .mem
@@ -453,13 +458,13 @@ impl<'a> Emitter<'a, '_> {
                     self.emit_stage(stage, ext, loops, shape)?;
                 }
                 self.done.lanes.clear();
-                let i_last = self.b.use_var(outer[n - 1]);
-                let next = self.b.ins().iadd_imm_s(i_last, width);
+                let next = self.int_op_imm(IntOp::Add, i_last, width);
                 self.b.def_var(outer[n - 1], next);
-                let w = self.b.ins().iconst(types::I64, width);
+                let w = self.int_const(types::I64, width);
                 self.b.def_var(step_var, w);
                 self.b.ins().jump(join, &[]);
                 self.b.switch_to_block(scalar_block);
+                self.b.seal_block(scalar_block);
             }
             self.done.scalar.clear();
             for (si, stage) in kernel.stages.iter().enumerate() {
@@ -475,37 +480,43 @@ impl<'a> Emitter<'a, '_> {
                 self.emit_stage(stage, ext, loops, shape)?;
             }
             if n > 0 {
-                let i_last = self.b.use_var(outer[n - 1]);
-                let next = self.b.ins().iadd_imm_s(i_last, 1);
+                let next = self.int_op_imm(IntOp::Add, here[n - 1], 1);
                 self.b.def_var(outer[n - 1], next);
             }
-            let one = self.b.ins().iconst(types::I64, 1);
+            let one = self.int_const(types::I64, 1);
             self.b.def_var(step_var, one);
             self.b.ins().jump(join, &[]);
             self.b.switch_to_block(join);
+            self.b.seal_block(join);
             self.b.use_var(step_var)
         };
-        let f = self.b.use_var(flat);
-        let next = self.b.ins().iadd(f, step);
+        let next = self.int_op(IntOp::Add, flat_here, step);
         self.b.def_var(flat, next);
         let more = self.b.ins().icmp(IntCC::SignedLessThan, next, end);
         let latch = self.b.create_block();
         self.b.ins().brif(more, latch, &[], done, &[]);
         self.b.switch_to_block(latch);
+        self.b.seal_block(latch);
         // Carry: a coordinate that reached its extent wraps to 0 and bumps the next one.
+        // Only the last one changed since the header.
+        let mut coords = here;
+        if n > 0 {
+            coords[n - 1] = self.b.use_var(outer[n - 1]);
+        }
         for k in (1..n).rev() {
-            let x = self.b.use_var(outer[k]);
-            let wrap = self.b.ins().icmp_imm_s(IntCC::Equal, x, domain[k] as i64);
-            let zero = self.b.ins().iconst(types::I64, 0);
+            let x = coords[k];
+            let wrap = self.icmp_imm(IntCC::Equal, x, domain[k] as i64);
+            let zero = self.int_const(types::I64, 0);
             let x = self.b.ins().select(wrap, zero, x);
             self.b.def_var(outer[k], x);
-            let up = self.b.use_var(outer[k - 1]);
             let carry = self.b.ins().uextend(types::I64, wrap);
-            let up = self.b.ins().iadd(up, carry);
-            self.b.def_var(outer[k - 1], up);
+            coords[k - 1] = self.int_op(IntOp::Add, coords[k - 1], carry);
+            self.b.def_var(outer[k - 1], coords[k - 1]);
         }
         self.b.ins().jump(header, &[]);
+        self.b.seal_block(header);
         self.b.switch_to_block(done);
+        self.b.seal_block(done);
         let ok = self.b.ins().iconst(types::I32, 0);
         self.b.ins().return_(&[ok]);
         self.b.switch_to_block(self.exits.err_block);
@@ -569,7 +580,7 @@ impl Emitter<'_, '_> {
                 };
                 let xs = self.row_start(&row.src)?;
                 let first = first_point(&row.out_index);
-                let (out, _) = self.store_address(row.out, &first)?;
+                let out = self.element_pointer(row.out, &first)?;
                 let below = self.b.ins().f32const(row.below);
                 let zero = self.b.ins().f32const(row.zero);
                 let k = self.factor(row.k)?;
@@ -592,7 +603,7 @@ impl Emitter<'_, '_> {
                     return Ok(false);
                 };
                 let xs = self.row_start(src)?;
-                let (dst, _) = self.store_address(*out, &first_point(out_index))?;
+                let dst = self.element_pointer(*out, &first_point(out_index))?;
                 let (a, b) = (self.factor(*a)?, self.factor(*b)?);
                 let sig = self.signature(&[ptr, types::F32, types::F32, ptr, types::I64], None);
                 let callee = self.b.ins().iconst(ptr, routine as usize as i64);
@@ -640,8 +651,7 @@ impl Emitter<'_, '_> {
     /// The address of a row call's first element: `src`'s index with the stage's loop
     /// variable at 0.
     fn row_start(&mut self, src: &Load) -> Result<cranelift_codegen::ir::Value> {
-        let (addr, _) = self.store_address(src.buffer, &first_point(&src.index))?;
-        Ok(addr)
+        self.element_pointer(src.buffer, &first_point(&src.index))
     }
 }
 

@@ -56,6 +56,12 @@ pub(super) struct AccVars {
 /// would otherwise chain 65,536 `f32` additions per lane).
 const FOLD_EVERY: i64 = crate::row_order::FOLD_EVERY as i64;
 
+/// Whether the unrolled vector loop of a row runs long enough (`iterations`) to fold its
+/// float sums: a shorter one never does, and is emitted without the fold and its counter.
+pub(super) fn reaches_fold(iterations: i64) -> bool {
+    iterations >= FOLD_EVERY
+}
+
 /// Accumulator registers of one reduction in lane code.
 pub(super) enum LaneAcc {
     /// Sum/product: per group, the `f64x2` of lanes 0-1 and of lanes 2-3.
@@ -189,6 +195,7 @@ impl Emitter<'_, '_> {
         let cont = self.b.create_block();
         self.b.ins().brif(due, fold, &[], cont, &[]);
         self.b.switch_to_block(fold);
+        self.b.seal_block(fold);
         self.b.set_cold_block(fold);
         let z = self.b.ins().f32const(0.0);
         let z = self.b.ins().splat(types::F32X4, z);
@@ -210,6 +217,7 @@ impl Emitter<'_, '_> {
         }
         self.b.ins().jump(cont, &[]);
         self.b.switch_to_block(cont);
+        self.b.seal_block(cont);
     }
 
     /// The scalar accumulators of `reductions`, at their identities.

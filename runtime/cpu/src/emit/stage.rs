@@ -9,8 +9,8 @@
 //! group, so each group's values die before the next starts), then four, then a scalar
 //! tail.
 
-use super::reduce::Accumulators;
-use super::state::{Emitter, LoopSpec};
+use super::reduce::{reaches_fold, Accumulators};
+use super::state::{Emitter, IntOp, LoopSpec};
 use crate::error::{Error, Result};
 use crate::plan::analysis::{live_nodes, node_indices, split_linear, Levels};
 use crate::plan::{OuterLanes, StageLanes, StagePlan, VectorPlan};
@@ -62,8 +62,8 @@ impl<'a> Emitter<'a, '_> {
         crate::plan::analysis::stage_loops(stage)
             .into_iter()
             .map(|(var, d)| {
-                let start = self.b.ins().iconst(types::I64, 0);
-                let end = self.b.ins().iconst(types::I64, d as i64);
+                let start = self.int_const(types::I64, 0);
+                let end = self.int_const(types::I64, d as i64);
                 self.nest.vars.insert(var, self.b.declare_var(types::I64));
                 LoopSpec {
                     var,
@@ -337,28 +337,28 @@ impl<'a> Emitter<'a, '_> {
             let width = 4 * unroll as i64;
             // One at a time, guarded, until the interval starts (all of the row where it
             // is empty).
-            let before = self.b.ins().smin(lo, spec.end);
+            let before = self.int_op(IntOp::Min, lo, spec.end);
             self.scalar_loop(ctx, level, var, before)?;
             // Unguarded while the whole iteration is inside the interval: wide, then four
             // at a time. The scalar loop after these does the rest.
-            let hi_end = self.b.ins().iadd_imm_s(hi, 1);
-            let stop = self.b.ins().smin(hi_end, spec.end);
+            let hi_end = self.int_op_imm(IntOp::Add, hi, 1);
+            let stop = self.int_op(IntOp::Min, hi_end, spec.end);
             if unroll > 1 {
-                let inside = self.b.ins().iadd_imm_s(stop, 1 - width);
+                let inside = self.int_op_imm(IntOp::Add, stop, 1 - width);
                 self.vector_loop(ctx, level, var, unroll, inside, true, false)?;
             }
-            let inside4 = self.b.ins().iadd_imm_s(stop, -3);
+            let inside4 = self.int_op_imm(IntOp::Add, stop, -3);
             self.vector_loop(ctx, level, var, 1, inside4, true, false)?;
             // The interval's last four as one unguarded group, over elements already done.
             if self.tail_may_overlap(ctx) {
-                let from = self.b.ins().smax(lo, spec.start);
+                let from = self.int_op(IntOp::Max, lo, spec.start);
                 self.overlapping_tail(ctx, level, var, from, stop, true)?;
             }
             return Ok(true);
         }
         // Elements the loops emitted so far leave, where the bounds are known.
         let mut left = spec.whole.then_some(spec.extent as i64);
-        let len = self.b.ins().isub(spec.end, spec.start);
+        let len = self.int_op(IntOp::Sub, spec.end, spec.start);
         let mut shapes = Vec::new();
         if unroll > 1 {
             shapes.push(unroll);
@@ -366,15 +366,19 @@ impl<'a> Emitter<'a, '_> {
         shapes.push(1);
         for u in shapes {
             let width = 4 * u as i64;
+            // The iterations this loop runs, where the bounds are known.
+            let mut runs = None;
             if let Some(n) = &mut left {
                 if *n < width {
                     continue;
                 }
+                runs = Some(*n / width);
                 *n %= width;
             }
-            let whole = self.b.ins().band_imm_s(len, !(width - 1));
-            let end = self.b.ins().iadd(spec.start, whole);
-            self.vector_loop(ctx, level, var, u, end, false, u == unroll)?;
+            let whole = self.int_op_imm(IntOp::And, len, !(width - 1));
+            let end = self.int_op(IntOp::Add, spec.start, whole);
+            let fold = u == unroll && runs.is_none_or(reaches_fold);
+            self.vector_loop(ctx, level, var, u, end, false, fold)?;
         }
         if left == Some(0) {
             return Ok(false);
@@ -414,13 +418,10 @@ impl<'a> Emitter<'a, '_> {
         guards_hold: bool,
     ) -> Result<()> {
         let v = self.b.use_var(var);
-        let left = self.b.ins().isub(to, v);
-        let len = self.b.ins().isub(to, from);
-        let some = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, left, 0);
-        let room = self
-            .b
-            .ins()
-            .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, len, 4);
+        let left = self.int_op(IntOp::Sub, to, v);
+        let len = self.int_op(IntOp::Sub, to, from);
+        let some = self.icmp_imm(IntCC::SignedGreaterThan, left, 0);
+        let room = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, len, 4);
         let go = self.b.ins().band(some, room);
         let tail = self.b.create_block();
         let after = self.b.create_block();
@@ -428,7 +429,7 @@ impl<'a> Emitter<'a, '_> {
         self.b.switch_to_block(tail);
         self.b.seal_block(tail);
         let memo = self.nest.index_memo.clone();
-        let last4 = self.b.ins().iadd_imm_s(to, -4);
+        let last4 = self.int_op_imm(IntOp::Add, to, -4);
         self.b.def_var(var, last4);
         self.nest.guards_hold = guards_hold;
         self.vector_body(ctx, level, 1)?;
@@ -517,8 +518,8 @@ impl<'a> Emitter<'a, '_> {
         let v = self.level_var(level);
         // Far from any index, so that `v + width` cannot overflow.
         const FAR: i64 = 1 << 60;
-        let mut lo = self.b.ins().iconst(types::I64, -FAR);
-        let mut hi = self.b.ins().iconst(types::I64, FAR);
+        let mut lo = self.int_const(types::I64, -FAR);
+        let mut hi = self.int_const(types::I64, FAR);
         // Bounds that do not move with `v` hold on all of the row or on none of it.
         let mut fixed: Vec<Bound> = Vec::new();
         for b in bounds {
@@ -534,22 +535,22 @@ impl<'a> Emitter<'a, '_> {
             // floor((hi_b - 1 - c) / a); for a < 0 (|a| = m): ceil((c - hi_b + 1) / m) <= v
             // <= floor((c - lo_b) / m).
             let (from, to, m) = if a > 0 {
-                let neg = self.b.ins().ineg(c);
-                let from = self.b.ins().iadd_imm_s(neg, b.lo);
-                let to = self.b.ins().iadd_imm_s(neg, b.hi - 1);
+                let neg = self.int_neg(c);
+                let from = self.int_op_imm(IntOp::Add, neg, b.lo);
+                let to = self.int_op_imm(IntOp::Add, neg, b.hi - 1);
                 (from, to, a)
             } else {
-                let from = self.b.ins().iadd_imm_s(c, 1 - b.hi);
-                let to = self.b.ins().iadd_imm_s(c, -b.lo);
+                let from = self.int_op_imm(IntOp::Add, c, 1 - b.hi);
+                let to = self.int_op_imm(IntOp::Add, c, -b.lo);
                 (from, to, -a)
             };
             let first = self.ceil_div(from, m);
             let last = self.floor_div_imm(to, m);
-            lo = self.b.ins().smax(lo, first);
-            hi = self.b.ins().smin(hi, last);
+            lo = self.int_op(IntOp::Max, lo, first);
+            hi = self.int_op(IntOp::Min, hi, last);
         }
         if let Some(ok) = self.guard_value(&fixed)? {
-            let empty = self.b.ins().iconst(types::I64, FAR);
+            let empty = self.int_const(types::I64, FAR);
             lo = self.b.ins().select(ok, lo, empty);
         }
         Ok(Some((lo, hi)))
@@ -557,9 +558,9 @@ impl<'a> Emitter<'a, '_> {
 
     /// `ceil(x / m)` for a constant `m > 0`.
     fn ceil_div(&mut self, x: Value, m: i64) -> Value {
-        let neg = self.b.ins().ineg(x);
+        let neg = self.int_neg(x);
         let f = self.floor_div_imm(neg, m);
-        self.b.ins().ineg(f)
+        self.int_neg(f)
     }
 
     /// The work of one point of the nest for `groups` (`None`: the scalar point): every
@@ -576,8 +577,8 @@ impl<'a> Emitter<'a, '_> {
                     }
                     Some(g) => {
                         let x = self.vector_operand(s.value, g)?;
-                        let (addr, flags) = self.store_address(s.buffer, &s.index)?;
-                        self.b.ins().store(flags, x, addr, (16 * g) as i32);
+                        let ((addr, offset), flags) = self.store_address(s.buffer, &s.index)?;
+                        self.b.ins().store(flags, x, addr, offset + (16 * g) as i32);
                     }
                 }
             }

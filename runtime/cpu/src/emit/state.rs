@@ -1,6 +1,7 @@
 //! The emission state of one kernel function, in the pieces each part of the emitter
 //! reads: the target, the buffers, the run-time checks, the loop nest being emitted,
-//! the values of the current stage's nodes, and the finished accumulators. Other files
+//! the integer values of each block, the values of the current stage's nodes, and the
+//! finished accumulators. Other files
 //! add methods to [`Emitter`] (`expr.rs` nodes, `index.rs` indices, `stage.rs` loops,
 //! `reduce.rs` accumulators, `kernel.rs` the outer loop).
 
@@ -28,6 +29,8 @@ pub(super) struct Emitter<'a, 'f> {
     pub(super) exits: Exits,
     /// The loop nest of the stage being emitted.
     pub(super) nest: Nest,
+    /// The integer constants and operations emitted in each block.
+    pub(super) ints: Ints,
     /// The values of the current stage's nodes.
     pub(super) vals: Values<'a>,
     /// Finished accumulators of earlier stages.
@@ -69,6 +72,8 @@ pub(super) struct Exits {
 pub(super) struct Nest {
     /// The current value of every loop variable in scope.
     pub(super) vars: HashMap<Var, Variable>,
+    /// The values of the outer coordinates, fixed for all of the current point's stages.
+    pub(super) fixed: HashMap<Var, Value>,
     /// The variable of each loop level of the stage (level `k` is `loop_vars[k - 1]`).
     pub(super) loop_vars: Vec<Var>,
     /// The loop levels of the stage's variables and nodes.
@@ -82,6 +87,27 @@ pub(super) struct Nest {
     /// Set while emitting the inside of a peeled vector loop, where every guard of the
     /// guarded vector loads holds (`stage.rs`'s `guard_interval`).
     pub(super) guards_hold: bool,
+}
+
+/// The integer constants and operations (index and address arithmetic) emitted so far,
+/// by the block they are in: a value defined earlier in the current block dominates the
+/// rest of it, so an equal constant or operation there is that value again (`index.rs`).
+#[derive(Default)]
+pub(super) struct Ints {
+    pub(super) consts: HashMap<(ClifBlock, Type, i64), Value>,
+    pub(super) ops: HashMap<(ClifBlock, IntOp, Value, Value), Value>,
+}
+
+/// The integer operations [`Ints`] numbers.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(super) enum IntOp {
+    Add,
+    Sub,
+    Mul,
+    Shl,
+    And,
+    Min,
+    Max,
 }
 
 /// The values of the current stage's nodes at the current position.
@@ -159,6 +185,9 @@ impl Emitter<'_, '_> {
 
     /// The current value of loop variable `v`.
     pub(super) fn var_value(&mut self, v: Var) -> Result<Value> {
+        if let Some(&x) = self.nest.fixed.get(&v) {
+            return Ok(x);
+        }
         let var = *self
             .nest
             .vars
@@ -187,14 +216,21 @@ impl Emitter<'_, '_> {
     }
 
     /// Enters a counted loop `while var < end` (tested once before the first iteration,
-    /// then at the bottom of each, so an iteration costs one branch) and positions the
-    /// builder in its body.
+    /// unless both are constants, then at the bottom of each, so an iteration costs one
+    /// branch) and positions the builder in its body.
     pub(super) fn begin_loop(&mut self, var: Variable, end: Value) -> LoopBlocks {
         let body = self.b.create_block();
         let exit = self.b.create_block();
         let v = self.b.use_var(var);
-        let more = self.b.ins().icmp(IntCC::SignedLessThan, v, end);
-        self.b.ins().brif(more, body, &[], exit, &[]);
+        match (self.known_i64(v), self.known_i64(end)) {
+            (Some(from), Some(to)) if from < to => {
+                self.b.ins().jump(body, &[]);
+            }
+            _ => {
+                let more = self.b.ins().icmp(IntCC::SignedLessThan, v, end);
+                self.b.ins().brif(more, body, &[], exit, &[]);
+            }
+        }
         self.b.switch_to_block(body);
         LoopBlocks { body, exit, end }
     }
@@ -203,10 +239,12 @@ impl Emitter<'_, '_> {
     /// the builder after the loop.
     pub(super) fn end_loop(&mut self, var: Variable, step: i64, lp: LoopBlocks) {
         let v = self.b.use_var(var);
-        let next = self.b.ins().iadd_imm_s(v, step);
+        let next = self.int_op_imm(IntOp::Add, v, step);
         self.b.def_var(var, next);
         let more = self.b.ins().icmp(IntCC::SignedLessThan, next, lp.end);
         self.b.ins().brif(more, lp.body, &[], lp.exit, &[]);
+        self.b.seal_block(lp.body);
         self.b.switch_to_block(lp.exit);
+        self.b.seal_block(lp.exit);
     }
 }

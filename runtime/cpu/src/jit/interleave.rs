@@ -25,8 +25,9 @@
 //! the original layout among those not yet placed is always placeable, so the round-robin
 //! cannot get stuck.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
+use cranelift_codegen::entity::EntityRef;
 use cranelift_codegen::ir::{Function, Inst, InstructionData, Opcode};
 
 /// Blocks whose groups times instructions exceed this are left as they are.
@@ -34,20 +35,54 @@ const MAX_WORK: usize = 1 << 22;
 
 /// Interleaves the groups of every block of `func` (see the module docs).
 pub(crate) fn interleave_groups(func: &mut Function) {
+    let mut scratch = Scratch {
+        position: vec![NOT_IN_BODY; func.dfg.num_insts()],
+        starts: Vec::new(),
+        operands: Vec::new(),
+    };
     let blocks: Vec<_> = func.layout.blocks().collect();
+    let mut insts = Vec::new();
     for block in blocks {
-        let insts: Vec<Inst> = func.layout.block_insts(block).collect();
+        insts.clear();
+        insts.extend(func.layout.block_insts(block));
         let Some((&terminator, body)) = insts.split_last() else {
             continue;
         };
-        if let Some(order) = schedule(func, body) {
-            for &inst in &order {
-                func.layout.remove_inst(inst);
-            }
-            for &inst in &order {
-                func.layout.insert_inst(inst, terminator);
-            }
+        let Some(order) = schedule(func, body, &mut scratch) else {
+            continue;
+        };
+        if order == body {
+            continue;
         }
+        for &inst in &order {
+            func.layout.remove_inst(inst);
+        }
+        for &inst in &order {
+            func.layout.insert_inst(inst, terminator);
+        }
+    }
+}
+
+/// [`Scratch::position`] of an instruction outside the body being scheduled.
+const NOT_IN_BODY: u32 = u32::MAX;
+
+/// Tables [`schedule`] fills for each block, kept from one block to the next.
+struct Scratch {
+    /// The position of each instruction in the body being scheduled, by instruction
+    /// number ([`NOT_IN_BODY`] for the others).
+    position: Vec<u32>,
+    /// Where each body instruction's operands start in `operands` (one more entry at the
+    /// end).
+    starts: Vec<usize>,
+    /// The body positions of the operands defined inside the body, instruction after
+    /// instruction.
+    operands: Vec<usize>,
+}
+
+impl Scratch {
+    /// The body positions of the operands of body instruction `k`.
+    fn operands(&self, k: usize) -> &[usize] {
+        &self.operands[self.starts[k]..self.starts[k + 1]]
     }
 }
 
@@ -78,19 +113,29 @@ fn is_ordered(func: &Function, inst: Inst) -> bool {
 
 /// The interleaved order of `body` (a block without its terminator), or `None` when the
 /// block has fewer than two groups.
-fn schedule(func: &Function, body: &[Inst]) -> Option<Vec<Inst>> {
-    let position: HashMap<Inst, usize> = body.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+fn schedule(func: &Function, body: &[Inst], scratch: &mut Scratch) -> Option<Vec<Inst>> {
     // Operands inside the body, as positions.
-    let operands: Vec<Vec<usize>> = body
-        .iter()
-        .map(|&inst| {
-            func.dfg
-                .inst_values(inst)
-                .filter_map(|v| func.dfg.value_def(v).inst())
-                .filter_map(|d| position.get(&d).copied())
-                .collect()
-        })
-        .collect();
+    for (k, &inst) in body.iter().enumerate() {
+        scratch.position[inst.index()] = k as u32;
+    }
+    scratch.starts.clear();
+    scratch.operands.clear();
+    for &inst in body {
+        scratch.starts.push(scratch.operands.len());
+        for v in func.dfg.inst_values(inst) {
+            if let Some(d) = func.dfg.value_def(v).inst() {
+                let p = scratch.position[d.index()];
+                if p != NOT_IN_BODY {
+                    scratch.operands.push(p as usize);
+                }
+            }
+        }
+    }
+    scratch.starts.push(scratch.operands.len());
+    for &inst in body {
+        scratch.position[inst.index()] = NOT_IN_BODY;
+    }
+    let scratch = &*scratch;
     // Groups, from the last instruction backwards: a sink (no user in the body) starts a
     // new group; anything else joins the earliest group among its users. Numbering is
     // backwards here (a larger number is earlier in layout) and reversed below.
@@ -101,7 +146,7 @@ fn schedule(func: &Function, body: &[Inst]) -> Option<Vec<Inst>> {
             sinks += 1;
             sinks - 1
         });
-        for &o in &operands[k] {
+        for &o in scratch.operands(k) {
             group[o] = Some(group[o].map_or(g, |old| old.max(g)));
         }
     }
@@ -124,7 +169,7 @@ fn schedule(func: &Function, body: &[Inst]) -> Option<Vec<Inst>> {
         let mut progress = false;
         for q in queues.iter_mut() {
             let Some(&k) = q.front() else { continue };
-            let ready = operands[k].iter().all(|&o| state.placed[o])
+            let ready = scratch.operands(k).iter().all(|&o| state.placed[o])
                 && (!ordered[k] || state.next_ordered.front() == Some(&k));
             if ready {
                 q.pop_front();
