@@ -1689,9 +1689,43 @@ fn writes_every_element(kernel: &Kernel, step: &Step, buf: &Buffer, union: bool)
     if reads {
         return false;
     }
-    let mut runs = Vec::new();
+    let mut maps = Vec::new();
     for (index, ext, _) in stores() {
-        if !store_runs(&index, &ext, &mut runs) {
+        match store_map(&index, &ext) {
+            Some(Some(map)) => maps.push(map),
+            Some(None) => {}
+            None => return false,
+        }
+    }
+    // Too few elements written to cover it, whatever they are.
+    let written = maps.iter().fold(0u128, |n, (_, dims)| {
+        n.saturating_add(dims.iter().map(|&(e, _)| e as u128).product::<u128>())
+    });
+    if written < numel as u128 {
+        return false;
+    }
+    // An outer variable every store steps through with the same stride, whose periods
+    // tile the buffer while each store's other terms stay inside one period (a
+    // convolution's channels): the stores cover the buffer when they cover one period.
+    let mut numel = numel as i128;
+    while let Some(&(e, c)) = maps.first().and_then(|(_, dims)| dims.last()) {
+        let inside = |(start, dims): &(i128, Vec<(i128, i128)>)| {
+            let reach = dims.iter().map(|&(e, c)| (e - 1) * c).sum::<i128>() - (e - 1) * c;
+            dims.contains(&(e, c)) && *start >= 0 && start + reach < c
+        };
+        if c.checked_mul(e) != Some(numel) || !maps.iter().all(inside) {
+            break;
+        }
+        for (_, dims) in &mut maps {
+            if let Some(at) = dims.iter().position(|&d| d == (e, c)) {
+                dims.remove(at);
+            }
+        }
+        numel = c;
+    }
+    let mut runs = Vec::new();
+    for (start, dims) in &maps {
+        if !store_runs(*start, dims, &mut runs) {
             return false;
         }
     }
@@ -1699,31 +1733,27 @@ fn writes_every_element(kernel: &Kernel, step: &Step, buf: &Buffer, union: bool)
 }
 
 /// Runs of consecutive elements that [`store_runs`] lists at most, over all of a
-/// buffer's stores; a buffer written in more pieces is zeroed first.
-const MAX_STORE_RUNS: usize = 1 << 16;
+/// buffer's stores (after common outer periods are factored out); a buffer written in
+/// more pieces is zeroed first.
+const MAX_STORE_RUNS: usize = 1 << 14;
 
-/// Appends to `runs` the elements the store at `index` writes, as runs `start..end` of
-/// consecutive elements (a run per point of the variables left after the innermost
-/// dense ones merge into one run), or returns false: the index is not affine over
-/// variables of known extent, or the runs would be more than [`MAX_STORE_RUNS`].
-fn store_runs(
+/// The elements a store at `index` writes, as its first element and the (extent, stride)
+/// of each moving variable, strides positive (a variable with a negative coefficient
+/// counted down writes the same elements), sorted by stride; `Some(None)` for a store
+/// that writes nothing, `None` when the index is not affine over variables of known
+/// extent.
+#[allow(clippy::type_complexity)]
+fn store_map(
     index: &ferrite_ir::loops::IndexExpr,
     ext: &Extents,
-    runs: &mut Vec<(i128, i128)>,
-) -> bool {
-    let Some((offset, terms)) = index.as_affine(ext) else {
-        return false;
-    };
-    // (extent, stride) per moving variable, strides made positive by counting the
-    // variable down (the same elements).
+) -> Option<Option<(i128, Vec<(i128, i128)>)>> {
+    let (offset, terms) = index.as_affine(ext)?;
     let mut start = offset as i128;
     let mut dims = Vec::with_capacity(terms.len());
     for (v, c) in terms {
-        let Some(e) = ext.extent(v) else {
-            return false;
-        };
+        let e = ext.extent(v)?;
         if e == 0 {
-            return true;
+            return Some(None);
         }
         if c == 0 || e == 1 {
             continue;
@@ -1734,9 +1764,16 @@ fn store_runs(
         dims.push((e as i128, (c as i128).abs()));
     }
     dims.sort_by_key(|&(_, c)| c);
-    // The innermost variables that step through consecutive elements make one run.
+    Some(Some((start, dims)))
+}
+
+/// Appends to `runs` the elements of a store's map ([`store_map`]) as runs `start..end`
+/// of consecutive elements (the innermost variables that step through consecutive
+/// elements make one run; one run per point of the others), or returns false when that
+/// would make more than [`MAX_STORE_RUNS`].
+fn store_runs(start: i128, dims: &[(i128, i128)], runs: &mut Vec<(i128, i128)>) -> bool {
     let mut len = 1i128;
-    let mut rest = dims.as_slice();
+    let mut rest = dims;
     while let [(e, c), tail @ ..] = rest {
         if *c != len {
             break;
@@ -1772,7 +1809,7 @@ fn store_runs(
 
 /// Whether `runs` cover `0..numel`: every element in at least one run (a pad's border
 /// stores overlap at the corners), none outside.
-fn runs_cover(mut runs: Vec<(i128, i128)>, numel: usize) -> bool {
+fn runs_cover(mut runs: Vec<(i128, i128)>, numel: i128) -> bool {
     runs.sort_unstable();
     let mut next = 0i128;
     for (s, e) in runs {
@@ -1781,7 +1818,7 @@ fn runs_cover(mut runs: Vec<(i128, i128)>, numel: usize) -> bool {
         }
         next = next.max(e);
     }
-    next == numel as i128
+    next == numel
 }
 
 /// A store covers its buffer when its index is an injective affine map from a domain of
