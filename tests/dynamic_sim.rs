@@ -52,8 +52,8 @@ fn the_transformer_block_runs_random_bindings_from_one_compile_on_sim() {
 }
 
 /// The ranges, batch 1..=32 and length 1..=512, at random bindings over the whole
-/// range, up to 16384 tokens (slow: run with `--ignored`; about 3 minutes in release on the
-/// 2-core VM, the interpreter most of it).
+/// range, up to 16384 tokens (slow: run with `--ignored`; about 2 minutes in release on the
+/// 2-core VM, the interpreter half of it).
 #[test]
 #[ignore]
 fn the_transformers_run_bindings_over_the_whole_range_on_sim() {
