@@ -27,9 +27,9 @@ use super::files::{read_bounded, DEFAULT_TEXT_LIMIT};
 use std::path::Path;
 
 pub use ferrite_accel::sim::{
-    run, BufferId, Bytes, Device, DeviceArg, DeviceReport, KernelArg, Machine, OutOfBounds,
-    Placement, PresetError, SimError, SimReport, MAX_DEVICE_HOST_BYTES, MAX_LOOP_TRIPS,
-    MAX_PROGRAMS, MAX_WORK_PER_DEVICE, MAX_WORK_PER_LAUNCH,
+    launch_budget, run, BufferId, Bytes, Device, DeviceArg, DeviceReport, KernelArg, Machine,
+    OutOfBounds, Placement, PresetError, SimError, SimReport, MAX_DEVICE_HOST_BYTES,
+    MAX_LOOP_TRIPS, MAX_PROGRAMS, MAX_WORK_PER_DEVICE, MAX_WORK_PER_LAUNCH, MAX_WORK_PER_PROGRAM,
 };
 pub use ferrite_accel::tile;
 pub use ferrite_accel::tune;

@@ -570,6 +570,36 @@ fn the_simulation_budget_stops_unbounded_kernels() {
         .unwrap();
 }
 
+/// A launch's budget grows with its grid: 2^32 work units up to 256 programs, 2^24 per
+/// program past that (a GEMM of 16384 rows by 1024 columns is 2048 programs and about
+/// 6.4 * 10^9 units, legitimately), and no launch more than the device's 2^36.
+#[test]
+fn a_launch_budget_grows_with_its_grid() {
+    assert_eq!(sim::launch_budget(1), sim::MAX_WORK_PER_LAUNCH);
+    assert_eq!(sim::launch_budget(256), 1 << 32);
+    assert_eq!(sim::launch_budget(2048), 1 << 35);
+    assert_eq!(sim::launch_budget(usize::MAX), u64::MAX);
+    assert_eq!(sim::MAX_WORK_PER_DEVICE, 1 << 36);
+    // A budget set on the device still caps a large grid's.
+    let store = kernel("kernel k(out: *f32) {\n  store(out, 1.0)\n}\n");
+    let mut dev = sim::Device::new(Machine::mtia2i());
+    dev.limit_work(1 << 16, 1 << 30);
+    let out = dev
+        .upload(
+            "out",
+            &Tensor::from_f32(&[1], vec![0.0]).unwrap(),
+            Placement::Lpddr,
+        )
+        .unwrap();
+    let err = dev
+        .launch(&store, [4096, 1, 1], &[DeviceArg::Buffer(out)])
+        .unwrap_err();
+    assert!(
+        matches!(err, SimError::Budget { limit, .. } if limit == 1 << 16),
+        "{err}"
+    );
+}
+
 /// Reliability finding F09: the simulator keeps 8 bytes per element, so a 4 GiB f32
 /// buffer needed an 8 GiB working copy and aborted; buffers are now bounded together
 /// before anything is allocated.

@@ -2,7 +2,7 @@
 //! and the reports of those launches. [`run`] is the one-launch shortcut.
 
 use super::error::SimError;
-use super::exec::{Launch, MAX_WORK_PER_DEVICE, MAX_WORK_PER_LAUNCH};
+use super::exec::{launch_budget, Launch, MAX_WORK_PER_DEVICE};
 use super::machine::Machine;
 use super::memory::{DeviceBuffer, LineCache, Placement};
 use super::report::{Bytes, DeviceReport, SimReport};
@@ -73,7 +73,8 @@ pub struct Device {
     report: DeviceReport,
     /// Work units of the simulation budget spent by every launch so far.
     work: u64,
-    /// The simulation budget: work units per launch and for all launches together.
+    /// The simulation budget: work units per launch (beside [`launch_budget`]) and for
+    /// all launches together.
     work_limits: (u64, u64),
 }
 
@@ -85,18 +86,15 @@ impl Device {
             buffers: Vec::new(),
             report: DeviceReport::default(),
             work: 0,
-            work_limits: (MAX_WORK_PER_LAUNCH, MAX_WORK_PER_DEVICE),
+            work_limits: (u64::MAX, MAX_WORK_PER_DEVICE),
         }
     }
 
     /// Lowers the simulation budget (work units per launch, and for all launches of
-    /// this device together) below the defaults [`MAX_WORK_PER_LAUNCH`] and
-    /// [`MAX_WORK_PER_DEVICE`]; larger values are clamped to them.
+    /// this device together) below the defaults, [`launch_budget`] of the launch's grid
+    /// and [`MAX_WORK_PER_DEVICE`]; larger values leave them.
     pub fn limit_work(&mut self, per_launch: u64, total: u64) {
-        self.work_limits = (
-            per_launch.min(MAX_WORK_PER_LAUNCH),
-            total.min(MAX_WORK_PER_DEVICE),
-        );
+        self.work_limits = (per_launch, total.min(MAX_WORK_PER_DEVICE));
     }
 
     /// Work units of the simulation budget spent so far.
@@ -400,9 +398,8 @@ impl Device {
             dot_flops: 0,
             vector_ops: 0,
             work: 0,
-            work_limit: self
-                .work_limits
-                .0
+            work_limit: launch_budget(programs)
+                .min(self.work_limits.0)
                 .min(self.work_limits.1.saturating_sub(self.work)),
         };
         let pes = rates.pes;

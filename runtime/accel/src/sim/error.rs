@@ -37,9 +37,9 @@ pub enum SimError {
         /// What went wrong, naming the statement.
         message: String,
     },
-    /// A launch spent its simulation budget (`sim::MAX_WORK_PER_LAUNCH`, or the rest of
-    /// `sim::MAX_WORK_PER_DEVICE`) and was
-    /// stopped: the kernel does more work than the simulator runs in bounded time.
+    /// A launch spent its simulation budget (`sim::launch_budget` of its grid, or the
+    /// rest of `sim::MAX_WORK_PER_DEVICE`) and was stopped: the kernel does more work than
+    /// the simulator runs in bounded time.
     Budget {
         /// The kernel launched.
         kernel: String,

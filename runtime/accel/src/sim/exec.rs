@@ -15,18 +15,38 @@ use std::rc::Rc;
 /// kernel that would keep the simulator busy for hours.
 pub const MAX_LOOP_TRIPS: i128 = 1 << 24;
 
-/// The simulation budget of one launch, in work units: every element a tile operation
-/// computes is one unit (a `dot` of `m x k` by `k x n` is `m * k * n`), and every
-/// statement, expression and loop iteration costs [`STEP_COST`] more, every program
+/// The simulation budget of one launch of few programs, in work units: every element a
+/// tile operation computes is one unit (a `dot` of `m x k` by `k x n` is `m * k * n`), and
+/// every statement, expression and loop iteration costs [`STEP_COST`] more, every program
 /// [`PROGRAM_COST`], since the simulator's own overhead per step is that of a few dozen
-/// elements. A launch that would exceed it stops with [`SimError::Budget`]: the
-/// simulator runs in bounded time whatever the kernel. On this project's 2-core
-/// machine a launch that spends the whole budget takes a few seconds.
+/// elements. A launch of more than `MAX_WORK_PER_LAUNCH / MAX_WORK_PER_PROGRAM` (256)
+/// programs may spend [`MAX_WORK_PER_PROGRAM`] per program instead (see [`launch_budget`]).
+/// A launch that would exceed its budget stops with [`SimError::Budget`]: the simulator runs
+/// in bounded time whatever the kernel. On this project's 2-core machine the simulator
+/// spends about 3 * 2^30 units a second (release build).
 pub const MAX_WORK_PER_LAUNCH: u64 = 1 << 32;
 
+/// The simulation budget of one program of a launch of many (see [`launch_budget`]): a
+/// launch's legitimate work grows with its grid (a GEMM of 16384 x 256 by 256 x 1024 is
+/// 2048 programs of about 3 * 2^20 units each, 2^32.6 in all), a runaway kernel's with its
+/// loops, which the floor of [`MAX_WORK_PER_LAUNCH`] still stops.
+pub const MAX_WORK_PER_PROGRAM: u64 = 1 << 24;
+
 /// The simulation budget of a whole [`Device`](super::Device)'s life (a compiled program's
-/// run): launches together spend at most this many work units.
-pub const MAX_WORK_PER_DEVICE: u64 = 1 << 34;
+/// run): launches together spend at most this many work units. It bounds the time of any
+/// run (about 20 s of simulation in a release build on this project's 2-core machine), and
+/// holds the largest run of the issue-19 range: a two-layer GPT-2-style decoder at 32 x 512
+/// tokens spends about 2^35.6 (2^35.7 compiled for that size alone).
+pub const MAX_WORK_PER_DEVICE: u64 = 1 << 36;
+
+/// The work units a launch of `programs` programs may spend: [`MAX_WORK_PER_LAUNCH`], or
+/// [`MAX_WORK_PER_PROGRAM`] per program when that is more (and in any case no more than
+/// what is left of the device's [`MAX_WORK_PER_DEVICE`]).
+pub fn launch_budget(programs: usize) -> u64 {
+    (programs as u64)
+        .saturating_mul(MAX_WORK_PER_PROGRAM)
+        .max(MAX_WORK_PER_LAUNCH)
+}
 
 /// Work units of one statement, expression or loop iteration, beside its elements.
 pub const STEP_COST: u64 = 64;

@@ -23,7 +23,10 @@ pub use device::{
     run, BufferId, Device, DeviceArg, KernelArg, MAX_DEVICE_HOST_BYTES, MAX_PROGRAMS,
 };
 pub use error::{OutOfBounds, SimError};
-pub use exec::{MAX_LOOP_TRIPS, MAX_WORK_PER_DEVICE, MAX_WORK_PER_LAUNCH, PROGRAM_COST, STEP_COST};
+pub use exec::{
+    launch_budget, MAX_LOOP_TRIPS, MAX_WORK_PER_DEVICE, MAX_WORK_PER_LAUNCH, MAX_WORK_PER_PROGRAM,
+    PROGRAM_COST, STEP_COST,
+};
 pub use machine::{Machine, PresetError};
 pub use memory::Placement;
 pub use report::{Bytes, DeviceReport, SimReport};
