@@ -15,7 +15,10 @@
 //!   after one): tiles are `[BO, BR]`, `BO` outer points (`o[:, None]`) by a
 //!   block of the stage's flattened inner domain (`r[None, :]`). A stage whose
 //!   inner domain is longer than its block loops over blocks (`for rb in
-//!   range(0, R, BR)`), accumulating as it goes.
+//!   range(0, R, BR)`), accumulating as it goes. When stages of one inner
+//!   block read something no row changes (an affine weight), a program may loop
+//!   over `LOOPS` blocks of rows (`for ob in range(0, LOOPS)`), those loads
+//!   written once before the loop ([`blocks::row_loops`] chooses the count).
 //!
 //! A stage with an inner domain of one point is computed at the outer points
 //! alone, and a stage with an empty domain does nothing (its accumulators hold
