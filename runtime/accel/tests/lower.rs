@@ -469,6 +469,25 @@ fn normalizations_and_softmax() {
     );
 }
 
+/// Rows whose programs loop over several blocks of rows, reading the affine
+/// weight and bias once before the loop: 301 rows of 1000 are 151 blocks of 2
+/// (what fits local memory) on 64 PEs, three per program, the last program's
+/// last row masked off.
+#[test]
+fn row_loops_read_the_weights_once() {
+    let src = "graph g(x: f32[301, 1000], w: f32[1000], b: f32[1000]) {
+           d = layer_norm(x, w, b, eps=1e-5)
+           e = rms_norm(x, w, eps=1e-6)
+           return d, e
+         }";
+    check_graph(src, None);
+    let g = parse("case.fg", src);
+    let sim = SimProgram::compile(&program(&g, true), &Machine::mtia2i()).unwrap();
+    let text = sim.kernels_text();
+    assert!(text.contains("for ob in range(0, LOOPS"), "{text}");
+    assert!(text.contains("o < 301"), "{text}");
+}
+
 #[test]
 fn movement_ops_are_index_arithmetic() {
     check_graph(
@@ -717,12 +736,8 @@ fn ops_on_a_constant_index_fold() {
 }
 
 /// Simulated cycles of the hand-written kernel `examples/kernels/NAME.tile` on
-/// `grid` with `args` (buffers in LPDDR, as `ferrite sim` places them).
-fn hand_written_cycles(name: &str, grid: [usize; 3], args: Vec<KernelArg>) -> u64 {
-    hand_written_cycles_on(&Machine::mtia2i(), name, grid, args)
-}
-
-/// As [`hand_written_cycles`], on machine `m`.
+/// machine `m`, on `grid` with `args` (buffers in LPDDR, as `ferrite sim` places
+/// them).
 fn hand_written_cycles_on(
     m: &Machine,
     name: &str,
@@ -734,11 +749,6 @@ fn hand_written_cycles_on(
     sim::run(m, &k, grid, &mut args)
         .unwrap_or_else(|e| panic!("{name}: {e}"))
         .cycles
-}
-
-/// Simulated cycles of graph `src`, fused and lowered, on inputs of zeros.
-fn lowered_cycles(src: &str) -> u64 {
-    lowered_cycles_on(&Machine::mtia2i(), src)
 }
 
 /// Simulated cycles of graph `src`, fused and lowered for `m`, on inputs of zeros.
@@ -755,8 +765,22 @@ fn zeros(shape: &[usize]) -> KernelArg {
     ))
 }
 
+/// The issue's "lowered <= hand-written" on both presets (mtia1's 128 KiB of
+/// local memory take fewer rows per block than mtia2i's 384).
 #[test]
 fn lowered_kernels_are_at_least_as_fast_as_the_hand_written_examples() {
+    lowered_against_hand_written(&Machine::mtia2i());
+}
+
+#[test]
+fn lowered_kernels_are_at_least_as_fast_as_the_hand_written_examples_on_mtia1() {
+    lowered_against_hand_written(&Machine::mtia1());
+}
+
+fn lowered_against_hand_written(mach: &Machine) {
+    let hand_written_cycles =
+        |name: &str, grid, args| hand_written_cycles_on(mach, name, grid, args);
+    let lowered_cycles = |src: &str| lowered_cycles_on(mach, src);
     let int = |v: usize| KernelArg::Int(v as i64);
     let mut cases: Vec<(String, u64, u64)> = Vec::new();
     for s in [256, 512, 1024] {
@@ -830,22 +854,31 @@ fn lowered_kernels_are_at_least_as_fast_as_the_hand_written_examples() {
             format!("graph g(x: f32[{n}], y: f32[{n}]) {{\n  z = add(x, y)\n  return z\n}}\n");
         cases.push((format!("vector_add {n}"), hand, lowered_cycles(&src)));
     }
+    let mut slower = Vec::new();
     for (name, hand, lowered) in &ragged {
         let ratio = *lowered as f64 / *hand as f64;
-        println!("{name:<24} hand-written {hand:>8} cycles, lowered {lowered:>8} ({ratio:.3}x)");
-        assert!(ratio <= 1.02, "{name}: lowered {ratio:.3}x hand-written");
+        println!(
+            "{} {name:<24} hand-written {hand:>8} cycles, lowered {lowered:>8} ({ratio:.3}x)",
+            mach.name
+        );
+        if ratio > 1.02 {
+            slower.push(name.as_str());
+        }
     }
-    let mut slower = Vec::new();
     for (name, hand, lowered) in &cases {
         let ratio = *lowered as f64 / *hand as f64;
-        println!("{name:<24} hand-written {hand:>8} cycles, lowered {lowered:>8} ({ratio:.2}x)");
+        println!(
+            "{} {name:<24} hand-written {hand:>8} cycles, lowered {lowered:>8} ({ratio:.3}x)",
+            mach.name
+        );
         if lowered > hand {
             slower.push(name.as_str());
         }
     }
     assert!(
         slower.is_empty(),
-        "lowered slower than hand-written: {slower:?}"
+        "{}: lowered slower than hand-written: {slower:?}",
+        mach.name
     );
 }
 

@@ -138,6 +138,63 @@ pub(super) fn rows(m: &Machine, outer: usize, stages: &[InnerNeed]) -> (usize, V
     (b0.max(1), inner)
 }
 
+/// A row-reduction kernel's blocks of rows, for [`row_loops`].
+pub(super) struct RowLoopNeed {
+    /// Blocks of rows.
+    pub blocks: usize,
+    /// Bytes every block reads that no row changes (an affine weight and bias).
+    pub fixed: u64,
+    /// The most bytes of tiles a block holds.
+    pub held: u64,
+    /// Bytes a block moves at LPDDR and at SRAM (but `fixed`).
+    pub lpddr: u64,
+    pub sram: u64,
+}
+
+/// Row blocks per program of a row-reduction kernel.
+///
+/// A program that loops over several blocks reads the `fixed` bytes once,
+/// before the loop, and keeps them in local memory (when they fit beside the
+/// tiles): each further block saves their read at its SRAM share (after the
+/// first reader, they come from the read cache) for one scalar cycle of the
+/// loop. But fewer programs may leave PEs idle whose share of bandwidth the
+/// others get only in a wave of fewer programs. So each count up to the waves
+/// of one block per program is costed as the simulator times it: programs in
+/// waves of one per PE, each block's bytes at its wave's shares, and the one
+/// with the shortest longest PE is taken.
+pub(super) fn row_loops(m: &Machine, need: RowLoopNeed) -> usize {
+    let r = PerCycle::new(m, false);
+    let waves = need.blocks.div_ceil(r.pes);
+    if waves <= 1 || need.fixed == 0 || need.held + need.fixed > m.local_memory_bytes {
+        return 1;
+    }
+    let cycles = |loops: usize| {
+        let programs = need.blocks.div_ceil(loops);
+        let mut busy = vec![0.0f64; r.pes];
+        for i in 0..programs {
+            let wave = i / r.pes * r.pes;
+            let (lshare, sshare) = r.shares((programs - wave).min(r.pes));
+            let blocks = loops.min(need.blocks - i * loops) as f64;
+            let fixed = need.fixed as f64 / sshare;
+            let block = need.lpddr as f64 / lshare + need.sram as f64 / sshare;
+            busy[i % r.pes] += if loops > 1 {
+                fixed + blocks * (block + 1.0)
+            } else {
+                blocks * (block + fixed)
+            };
+        }
+        busy.into_iter().fold(0.0, f64::max)
+    };
+    let mut best = (1, cycles(1));
+    for loops in 2..=waves {
+        let c = cycles(loops);
+        if c < best.1 {
+            best = (loops, c);
+        }
+    }
+    best.0
+}
+
 /// A GEMM's shape and what its blocks must hold.
 pub(super) struct GemmNeed {
     pub m: usize,

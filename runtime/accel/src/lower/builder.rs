@@ -456,16 +456,28 @@ impl Builder {
     fn settle_level(&mut self, level: &[Def], bindings: &mut HashMap<E, Vec<Def>>) {
         // The shared values as they will be written, their depths, and how many
         // times each expression is offered.
+        // A binding of the same expression counts as an offer too: the shared
+        // value is then bound, and the binding takes its name where it can (an
+        // `exp` a stage reduces and a later stage stores is computed once).
         let mut offers: HashMap<E, usize> = HashMap::new();
         let mut shared = HashMap::new();
         for &d in level {
-            if let Kind::Shared { depth, again } = &self.defs[d.index()].kind {
-                let value = self.settled(&self.defs[d.index()].value);
-                let depth = self.depth_of(depth);
-                if depth > 0 && depth <= MAX_INLINE_DEPTH {
-                    *offers.entry(value.clone()).or_insert(0) += 1 + again;
+            match &self.defs[d.index()].kind {
+                Kind::Shared { depth, again } => {
+                    let value = self.settled(&self.defs[d.index()].value);
+                    let depth = self.depth_of(depth);
+                    if depth > 0 && depth <= MAX_INLINE_DEPTH {
+                        *offers.entry(value.clone()).or_insert(0) += 1 + again;
+                    }
+                    shared.insert(d, (value, depth));
                 }
-                shared.insert(d, (value, depth));
+                Kind::Bind => {
+                    let value = self.settled(&self.defs[d.index()].value);
+                    if !value.is_leaf() {
+                        *offers.entry(value).or_insert(0) += 1;
+                    }
+                }
+                _ => {}
             }
         }
         for &d in level {
