@@ -187,6 +187,28 @@ macro_rules! kernels {
             }
         }
 
+        /// [`tile`] without prefetching.
+        ///
+        /// # Safety
+        /// As [`tile`].
+        #[target_feature(enable = $feature)]
+        #[inline]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn plain<const R: usize, const NV_: usize, const MASK: bool>(
+            ops: &Operands,
+            i0: usize,
+            j0: usize,
+            k0: usize,
+            kc: usize,
+            tail: usize,
+            first: bool,
+        ) {
+            // SAFETY: the caller's guarantees.
+            unsafe {
+                tile::<R, NV_, MASK, false>(ops, i0, j0, k0, kc, tail, first, std::ptr::null())
+            }
+        }
+
         /// Every row tile of `m` rows for one column tile; the first (of `MR` rows)
         /// prefetches the rows of `B` the next column tile reads, from `next`.
         ///
@@ -213,9 +235,7 @@ macro_rules! kernels {
             }
             while i0 + MR <= m {
                 // SAFETY: rows i0..i0 + MR are rows of C.
-                unsafe {
-                    tile::<MR, NV_, MASK, false>(ops, i0, j0, k0, kc, tail, first, std::ptr::null())
-                };
+                unsafe { plain::<MR, NV_, MASK>(ops, i0, j0, k0, kc, tail, first) };
                 i0 += MR;
             }
             let left = m - i0;
@@ -225,76 +245,13 @@ macro_rules! kernels {
             // SAFETY (each arm): rows i0..m are rows of C.
             unsafe {
                 match left {
-                    1 => tile::<1, NV_, MASK, false>(
-                        ops,
-                        i0,
-                        j0,
-                        k0,
-                        kc,
-                        tail,
-                        first,
-                        std::ptr::null(),
-                    ),
-                    2 => tile::<2, NV_, MASK, false>(
-                        ops,
-                        i0,
-                        j0,
-                        k0,
-                        kc,
-                        tail,
-                        first,
-                        std::ptr::null(),
-                    ),
-                    3 => tile::<3, NV_, MASK, false>(
-                        ops,
-                        i0,
-                        j0,
-                        k0,
-                        kc,
-                        tail,
-                        first,
-                        std::ptr::null(),
-                    ),
-                    4 => tile::<4, NV_, MASK, false>(
-                        ops,
-                        i0,
-                        j0,
-                        k0,
-                        kc,
-                        tail,
-                        first,
-                        std::ptr::null(),
-                    ),
-                    5 => tile::<5, NV_, MASK, false>(
-                        ops,
-                        i0,
-                        j0,
-                        k0,
-                        kc,
-                        tail,
-                        first,
-                        std::ptr::null(),
-                    ),
-                    6 => tile::<6, NV_, MASK, false>(
-                        ops,
-                        i0,
-                        j0,
-                        k0,
-                        kc,
-                        tail,
-                        first,
-                        std::ptr::null(),
-                    ),
-                    7 => tile::<7, NV_, MASK, false>(
-                        ops,
-                        i0,
-                        j0,
-                        k0,
-                        kc,
-                        tail,
-                        first,
-                        std::ptr::null(),
-                    ),
+                    1 => plain::<1, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    2 => plain::<2, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    3 => plain::<3, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    4 => plain::<4, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    5 => plain::<5, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    6 => plain::<6, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    7 => plain::<7, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
                     _ => unreachable!("a row tail is shorter than MR (at most 8)"),
                 }
             }
