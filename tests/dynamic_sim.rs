@@ -110,6 +110,20 @@ fn cycles(d: &ferrite::Dynamic, g: &SymGraph, b: &Binding) -> (u64, u64) {
     )
 }
 
+/// Asserts that `d` runs `g` (named `name`) at each `(batch, length)` in under 1.1x the
+/// cycles of a static compile at that size, printing a table row per size.
+fn assert_close_to_static(name: &str, d: &ferrite::Dynamic, g: &SymGraph, sizes: &[(i64, i64)]) {
+    for &(b, t) in sizes {
+        let (s, f) = cycles(d, g, &bt(b, t));
+        let ratio = s as f64 / f as f64;
+        eprintln!("| {name} | {b} | {t} | {s} | {f} | {ratio:.3} |");
+        assert!(
+            ratio < 1.1,
+            "{name} at B={b}, T={t}: {s} cycles against {f}"
+        );
+    }
+}
+
 #[test]
 fn symbolic_cycles_are_close_to_a_static_compile() {
     let sizes = [(1, 1), (1, 64), (4, 33), (8, 64), (2, 200), (16, 64)];
@@ -120,15 +134,7 @@ fn symbolic_cycles_are_close_to_a_static_compile() {
     ] {
         let g = load(name);
         let d = compile_dynamic(&g, &sim()).unwrap();
-        for (b, t) in sizes {
-            let (s, f) = cycles(&d, &g, &bt(b, t));
-            let ratio = s as f64 / f as f64;
-            eprintln!("| {name} | {b} | {t} | {s} | {f} | {ratio:.3} |");
-            assert!(
-                ratio < 1.1,
-                "{name} at B={b}, T={t}: {s} cycles against {f}"
-            );
-        }
+        assert_close_to_static(name, &d, &g, &sizes);
         assert!(d.is_symbolic(), "{}", d.summary());
         // No recompilation: one compile per part, whatever the binding.
         assert_eq!(d.stats().compiles, programs, "{}", d.summary());
@@ -145,15 +151,7 @@ fn symbolic_cycles_at_the_bound_are_close_to_a_static_compile() {
     for name in ["transformer_block.fg", "gpt2.fg"] {
         let g = load(name);
         let d = compile_dynamic(&g, &sim()).unwrap();
-        for (b, t) in [(32, 512), (16, 512), (32, 256)] {
-            let (s, f) = cycles(&d, &g, &bt(b, t));
-            let ratio = s as f64 / f as f64;
-            eprintln!("| {name} | {b} | {t} | {s} | {f} | {ratio:.3} |");
-            assert!(
-                ratio < 1.1,
-                "{name} at B={b}, T={t}: {s} cycles against {f}"
-            );
-        }
+        assert_close_to_static(name, &d, &g, &[(32, 512), (16, 512), (32, 256)]);
     }
 }
 

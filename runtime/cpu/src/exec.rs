@@ -1656,21 +1656,25 @@ fn writes_every_element(kernel: &Kernel, step: &Step, buf: &Buffer, union: bool)
         }
     }
     let numel = buf.ty.numel();
-    let stores = || {
-        kernel.stages.iter().flat_map(|stage| {
-            let Stage::Store { domain, stores, .. } = stage else {
-                return Vec::new();
-            };
+    // Every store of `buf`: its index, the extents it runs over and its stage's domain.
+    let stores: Vec<(&ferrite_ir::loops::IndexExpr, Extents, &[usize])> = kernel
+        .stages
+        .iter()
+        .filter_map(|stage| match stage {
+            Stage::Store { domain, stores, .. } => Some((stage, domain, stores)),
+            Stage::Reduce { .. } => None,
+        })
+        .flat_map(|(stage, domain, stores)| {
             let ext = stage.extents(&kernel.domain);
             stores
                 .iter()
                 .filter(|s| s.buffer == buf.id)
-                .map(|s| (s.index.clone(), ext.clone(), domain.clone()))
-                .collect()
+                .map(move |s| (&s.index, ext.clone(), domain.as_slice()))
         })
-    };
-    if stores()
-        .any(|(index, ext, domain)| store_covers(&index, &ext, &kernel.domain, &domain, numel))
+        .collect();
+    if stores
+        .iter()
+        .any(|(index, ext, domain)| store_covers(index, ext, &kernel.domain, domain, numel))
     {
         return true;
     }
@@ -1690,8 +1694,8 @@ fn writes_every_element(kernel: &Kernel, step: &Step, buf: &Buffer, union: bool)
         return false;
     }
     let mut maps = Vec::new();
-    for (index, ext, _) in stores() {
-        match store_map(&index, &ext) {
+    for (index, ext, _) in &stores {
+        match store_map(index, ext) {
             Some(Some(map)) => maps.push(map),
             Some(None) => {}
             None => return false,
