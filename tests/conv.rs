@@ -502,3 +502,54 @@ fn short_padded_rows_are_stored_once_without_guards() {
         }
     }
 }
+
+/// A convolution's product gathers its taps from the (padded) input as it runs
+/// (`ferrite_cpu::taps`): no im2col kernel runs, weights are packed once when they are
+/// constants, and the result is the interpreter's at every geometry the im2col test
+/// covers, on 1 and 3 threads, with the output positions split across blocks.
+#[test]
+fn conv_products_gather_their_taps_without_an_im2col() {
+    // The gather runs on Ferrite's own kernel, which needs AVX2 + FMA.
+    #[cfg(target_arch = "x86_64")]
+    let wide = std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::env::var("FERRITE_CPU_ISA").map_or(true, |v| v != "sse");
+    #[cfg(not(target_arch = "x86_64"))]
+    let wide = false;
+    if !wide {
+        return;
+    }
+    for (k, s, d, pad, w, constant) in [
+        (3usize, 1i64, 1i64, [1i64, 1], 17usize, true),
+        (3, 2, 1, [1, 1], 16, false),
+        (3, 1, 2, [2, 1], 9, true),
+        (5, 1, 1, [2, 2], 20, false),
+        (7, 2, 1, [3, 3], 40, true),
+        (3, 1, 1, [3, 2], 6, true),
+    ] {
+        let g = Graph::new("conv");
+        let x = g.input("x", ferrite::f32(&[1, 8, 7, w]));
+        let mut inputs = vec![random(&[1, 8, 7, w], 11)];
+        let wt = if constant {
+            g.constant("w", &random(&[70, 8, k, k], 12))
+        } else {
+            inputs.push(random(&[70, 8, k, k], 12));
+            g.input("w", ferrite::f32(&[70, 8, k, k]))
+        };
+        let y = x.conv2d(&wt, None, [s, s], pad, [d, d], 1).relu();
+        g.output(&y);
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        check_cpu_threads(&g, &refs, &[1, 3], 1e-5);
+        let exe = compile(&g, &Options::default().target(Target::Cpu)).unwrap();
+        let code = exe.code_text().unwrap_or_default();
+        let case = format!("k={k} s={s} d={d} pad={pad:?} w={w}");
+        assert!(
+            code.contains("not run: the next kernel's product gathers"),
+            "{case}:\n{code}"
+        );
+        assert!(
+            code.contains(&format!("({} taps)", k * k)),
+            "{case}:\n{code}"
+        );
+    }
+}

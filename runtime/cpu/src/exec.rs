@@ -33,12 +33,13 @@ use super::denormals::FlushDenormals;
 use super::emit::{self, KernelInfo};
 use super::error::{Error, Result};
 use super::gemm::{
-    gemm_nd_then, AfterBlock, BatchAxes, GemmScalar, MatLayout, MatMut, MatRef, Parallelism, Scale,
-    Scan,
+    gemm_nd_then, gemm_taps, AfterBlock, BatchAxes, GemmScalar, MatLayout, MatMut, MatRef,
+    Parallelism, Scale, Scan,
 };
 use super::jit::{verify, Jit, JitCode, JitOptions, Precompiled, Verified};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, global_pool, ChunkSpan, ChunkTimes, Team, ThreadPool};
+use super::taps::Taps;
 use cranelift_codegen::ir::Function;
 use ferrite_ir::loops::{
     assign_slots, Buffer, BufferId, BufferKind, Extents, Kernel, Liveness, Program, Rows, Slot,
@@ -269,6 +270,12 @@ struct GemmCall {
     /// The scans of the operands that are constants, taken once when the program is
     /// built rather than by every run ([`crate::gemm::MatRef::scan`]).
     scans: [Option<Scan>; 2],
+    /// Set when the right operand is gathered from its source as the product runs
+    /// ([`crate::taps`]); the kernel that stores it (the step before) then does not run.
+    taps: Option<Box<Taps>>,
+    /// A gathering product's left operand (a constant) in panel form, packed once
+    /// ([`crate::sgemm::pack_panels`]), and the distance between its panels.
+    panels: Option<(Vec<f32>, usize)>,
 }
 
 /// A function of `CpuProgram::compile` after its thread built it: compiled there, or
@@ -299,6 +306,10 @@ pub struct CpuProgram {
     slots: Vec<Slot>,
     /// Buffers to zero before each step (not provably covered by their writer).
     zero_before: Vec<Vec<BufferId>>,
+    /// Per step, whether it is skipped: the kernel stores the right operand of the next
+    /// step's product, which gathers it from that kernel's source instead
+    /// ([`GemmCall::taps`]).
+    gathered: Vec<bool>,
     /// Storage sets kept for reuse by later runs.
     spare: Mutex<Vec<Storage>>,
     /// The process's pool; runs use its first `threads` threads.
@@ -539,6 +550,8 @@ impl CpuProgram {
                             scans: [scan(plan.lhs.buffer), scan(plan.rhs.buffer)],
                             plan: Box::new(plan),
                             product_batch_strides: strides,
+                            taps: None,
+                            panels: None,
                         },
                         epilogue: jit_kernel,
                     }
@@ -549,6 +562,7 @@ impl CpuProgram {
                 },
             });
         }
+        let gathered = gather_taps(program, &mut steps, &buffers);
         let Slots { slot_of, slots } = plan_storage(program, &steps, &buffers);
         let zero_before = zero_lists(program, &steps, &buffers, &slot_of, true);
         let max_slots = steps
@@ -568,6 +582,7 @@ impl CpuProgram {
             slot_of,
             slots,
             zero_before,
+            gathered,
             spare: Mutex::new(Vec::new()),
             pool,
             threads: opts.threads,
@@ -624,6 +639,15 @@ impl CpuProgram {
                 }
             }
         }
+        // Gathers were recognized at the compiled sizes: a row program stores its
+        // operands (the storage plan kept their kernels' buffers and the sources live).
+        for step in &mut self.steps {
+            if let Step::Gemm { call, .. } = step {
+                call.taps = None;
+                call.panels = None;
+            }
+        }
+        self.gathered.iter_mut().for_each(|g| *g = false);
         // A buffer that several stores cover at the compiled count may not be covered
         // by them at fewer rows: only single covering stores are trusted here.
         self.zero_before = zero_lists(
@@ -838,6 +862,13 @@ impl CpuProgram {
         let mut s = String::new();
         for (si, (k, step)) in self.program.kernels.iter().zip(&self.steps).enumerate() {
             let _ = writeln!(s, "{}:", k.name);
+            if self.gathered[si] {
+                let _ = writeln!(
+                    s,
+                    "  not run: the next kernel's product gathers its taps from the source"
+                );
+                continue;
+            }
             for &b in &self.zero_before[si] {
                 let ty = &self.buffers[b.index()].ty;
                 let _ = writeln!(
@@ -850,6 +881,14 @@ impl CpuProgram {
                 Step::Jit(j) => Some(j),
                 Step::Gemm { call, epilogue } => {
                     let _ = writeln!(s, "  {}", call.plan.describe());
+                    if let Some(t) = &call.taps {
+                        let _ = writeln!(
+                            s,
+                            "  right operand gathered from {} ({} taps) into each block as it runs: no im2col stored",
+                            t.source,
+                            t.taps()
+                        );
+                    }
                     epilogue.as_ref()
                 }
                 Step::Nothing => {
@@ -997,6 +1036,20 @@ impl CpuProgram {
                     Some((_, steps)) if at.is_some() => steps[si],
                     _ => StepRows::default(),
                 };
+                if self.gathered[si] {
+                    // The next product gathers what this kernel would store.
+                    if let (Some(origin), Some(t)) = (origin, timings.as_deref_mut()) {
+                        t.push(KernelTiming {
+                            name: kernel.name.clone(),
+                            start: Instant::now().saturating_duration_since(origin),
+                            duration: Duration::ZERO,
+                            spans: Vec::new(),
+                            bytes: 0,
+                            gemm: false,
+                        });
+                    }
+                    continue;
+                }
                 for &b in &self.zero_before[si] {
                     let buf = &self.buffers[b.index()];
                     let numel = match (&self.rows, at) {
@@ -1368,17 +1421,22 @@ impl CpuProgram {
                     }
                 })
             };
-            match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
-                (Data::F32(a), Data::F32(b), Data::F32(c)) => {
-                    gemm_batches(call, m, team, a, b, c, after)
+            if let Some(taps) = &call.taps {
+                let (a, x) = (data(plan.lhs.buffer)?, data(taps.source)?);
+                gemm_gathered(call, taps, m, team, a, x, &mut product, after)
+            } else {
+                match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
+                    (Data::F32(a), Data::F32(b), Data::F32(c)) => {
+                        gemm_batches(call, m, team, a, b, c, after)
+                    }
+                    (Data::F16(a), Data::F16(b), Data::F16(c)) => {
+                        gemm_batches(call, m, team, a, b, c, after)
+                    }
+                    (Data::F64(a), Data::F64(b), Data::F64(c)) => {
+                        gemm_batches(call, m, team, a, b, c, after)
+                    }
+                    _ => Err(Error::GemmDType { dtype: plan.dtype }),
                 }
-                (Data::F16(a), Data::F16(b), Data::F16(c)) => {
-                    gemm_batches(call, m, team, a, b, c, after)
-                }
-                (Data::F64(a), Data::F64(b), Data::F64(c)) => {
-                    gemm_batches(call, m, team, a, b, c, after)
-                }
-                _ => Err(Error::GemmDType { dtype: plan.dtype }),
             }
         };
         match pbuf.kind {
@@ -1443,6 +1501,8 @@ fn gemm_batches<T: GemmScalar>(
         plan,
         product_batch_strides: c_batch_strides,
         scans,
+        taps: _,
+        panels: _,
     } = call;
     let layout = |offset: i64, row: i64, col: i64| -> Result<MatLayout> {
         Ok(MatLayout {
@@ -1480,6 +1540,122 @@ fn gemm_batches<T: GemmScalar>(
         after,
     )?;
     Ok(())
+}
+
+/// Runs a product whose right operand `taps` gathers from `x` ([`gemm_taps`]).
+#[allow(clippy::too_many_arguments)]
+fn gemm_gathered(
+    call: &GemmCall,
+    taps: &Taps,
+    m: usize,
+    team: Team<'_>,
+    a: &Data,
+    x: &Data,
+    c: &mut Data,
+    after: Option<AfterBlock<'_>>,
+) -> Result<()> {
+    let plan = &call.plan;
+    let (Data::F32(a), Data::F32(x), Data::F32(c)) = (a, x, c) else {
+        return Err(Error::GemmDType { dtype: plan.dtype });
+    };
+    if m != plan.m {
+        return Err(Error::internal(
+            "a gathered product runs at its compiled rows only",
+        ));
+    }
+    let offset =
+        usize::try_from(plan.lhs.offset).map_err(|_| Error::internal("negative GEMM offset"))?;
+    let la = MatLayout {
+        offset,
+        batch_stride: 0,
+        row_stride: plan.lhs.row_stride as isize,
+        col_stride: plan.lhs.col_stride as isize,
+    };
+    gemm_taps(
+        taps,
+        m,
+        MatRef::new(a, la).with_scan(call.scans[0]),
+        call.panels
+            .as_ref()
+            .map(|(p, stride)| (p.as_slice(), *stride)),
+        x,
+        MatMut::new(c, MatLayout::row_major(m, plan.n)),
+        Parallelism::Team(team),
+        after,
+    )?;
+    Ok(())
+}
+
+/// Bytes of a product's left operand (a convolution's weights) up to which it gathers its
+/// right operand ([`gather_taps`]).
+pub const TAPS_MAX_WEIGHT_BYTES: usize = 512 << 10;
+
+/// Finds the products whose right operand is a gather ([`Taps::recognize`]) that the
+/// kernel right before stores for them alone, and makes them gather it themselves
+/// (`FERRITE_IMPLICIT_IM2COL=0` keeps every operand stored). Returns, per step, whether
+/// it is skipped.
+fn gather_taps(program: &Program, steps: &mut [Step], buffers: &[Buffer]) -> Vec<bool> {
+    let mut gathered = vec![false; steps.len()];
+    let off = std::env::var_os("FERRITE_IMPLICIT_IM2COL").is_some_and(|v| v == "0");
+    if off || crate::wide::Isa::host() == crate::wide::Isa::Sse {
+        return gathered;
+    }
+    for si in 1..steps.len() {
+        let (before, rest) = steps.split_at_mut(si);
+        let (Step::Jit(_), Step::Gemm { call, epilogue }) = (&before[si - 1], &mut rest[0]) else {
+            continue;
+        };
+        let plan = &call.plan;
+        let r = plan.rhs.buffer;
+        let rbuf = &buffers[r.index()];
+        let dense = plan.rhs.offset == 0
+            && plan.rhs.col_stride == 1
+            && plan.rhs.row_stride == plan.n as i64
+            && plan.batch.iter().all(|&b| b == 1)
+            && rbuf.ty.numel() == plan.k * plan.n;
+        // Small weights only: with large ones (ResNet-18's last stages, 2.4 and 9.4 MiB)
+        // the crate's product of the stored im2col ran 1.3-2x faster than ours of the
+        // gathered taps at one thread (Zen 5), more than the im2col kernel costs.
+        let small = plan.m.saturating_mul(plan.k).saturating_mul(4) <= TAPS_MAX_WEIGHT_BYTES;
+        if plan.dtype != DType::F32
+            || !small
+            || !dense
+            || rbuf.kind != BufferKind::Intermediate
+            || plan.lhs.buffer == r
+            || epilogue.as_ref().is_some_and(|j| j.info.slots.contains(&r))
+        {
+            continue;
+        }
+        // Stored by the kernel before for this product alone.
+        let alone = program.kernels.iter().enumerate().all(|(ki, k)| {
+            (ki == si || !k.reads.iter().any(|a| a.buffer == r))
+                && (ki == si - 1 || !k.writes.iter().any(|a| a.buffer == r))
+        });
+        if !alone {
+            continue;
+        }
+        let source_len = |b: BufferId| {
+            let buf = buffers.get(b.index())?;
+            (buf.ty.dtype == DType::F32 && b != r).then(|| buf.ty.numel())
+        };
+        if let Some(t) = Taps::recognize(&program.kernels[si - 1], r, plan.k, plan.n, source_len) {
+            call.taps = Some(Box::new(t));
+            // Constant weights in panel form, packed once here, not per run.
+            let isa = crate::wide::Isa::host();
+            if let BufferKind::Constant(c) = buffers[plan.lhs.buffer.index()].kind {
+                if let Some(Data::F32(a)) = program.constants.get(c).map(|c| &c.tensor().data) {
+                    let la = (
+                        usize::try_from(plan.lhs.offset).unwrap_or(usize::MAX),
+                        plan.lhs.row_stride as isize,
+                        plan.lhs.col_stride as isize,
+                    );
+                    call.panels = crate::sgemm::pack_panels(isa, a, la, plan.m, plan.k);
+                }
+            }
+            gathered[si - 1] = true;
+        }
+    }
+    gathered
 }
 
 /// For a product of `m` rows where `plan` has more (a row program's run) and no batch
@@ -1603,6 +1779,10 @@ fn plan_storage(program: &Program, steps: &[Step], buffers: &[Buffer]) -> Slots 
     for (si, step) in steps.iter().enumerate() {
         if let Step::Gemm { call, .. } = step {
             live.note_write(call.plan.product, si);
+            // A gathering product reads its operand's source.
+            if let Some(t) = &call.taps {
+                live.note_read(t.source, si);
+            }
         }
     }
     assign_slots(buffers, &live)

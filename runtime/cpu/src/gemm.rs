@@ -568,6 +568,8 @@ pub enum GemmError {
     Pool(PoolError),
     /// [`gemm_nd`]'s batch axes disagree in number, or are more than [`MAX_BATCH_AXES`].
     BatchAxes,
+    /// [`gemm_taps`] on a host without AVX2 + FMA, or of an empty product.
+    Unsupported,
 }
 
 impl fmt::Display for GemmError {
@@ -589,6 +591,7 @@ impl fmt::Display for GemmError {
                 )
             }
             GemmError::Pool(e) => write!(f, "matmul: {e}"),
+            GemmError::Unsupported => write!(f, "a gathered matmul needs AVX2 + FMA or AVX-512"),
             GemmError::BatchAxes => write!(
                 f,
                 "matmul batch axes: as many strides as extents, at most {MAX_BATCH_AXES}"
@@ -928,6 +931,7 @@ fn run_blocks<T: GemmScalar>(
                     .cast(),
                 a_row: la.row_stride,
                 a_col: la.col_stride,
+                a_panel: 0,
                 b: b_ptr.0.wrapping_offset(bb + c0).cast_const().cast(),
                 b_row: lb.row_stride,
                 c: c_ptr.0.wrapping_offset(bc + r0 * lc.row_stride + c0).cast(),
@@ -1005,6 +1009,146 @@ fn run_blocks<T: GemmScalar>(
         run_block(p, rows.clone(), cols.clone());
         after(p, rows, cols);
     })
+}
+
+/// Bytes of `B` a block of [`gemm_taps`] packs at a time: its columns of every row,
+/// which stay in the core's L2 while every row tile of `A` passes over them.
+pub const TAPS_PACK_BYTES: usize = 1 << 20;
+
+thread_local! {
+    /// Each thread's packed columns of a gathered `B` (grown once, then reused: a
+    /// steady-state run allocates nothing).
+    static PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `C = A @ B` (`m x n`, `f32`, overwritten) where `B` (`k x n`) is gathered from `x` by
+/// `taps` ([`crate::taps`]) instead of read from memory: each block of the split (as
+/// [`plan_split_for`] cuts a product on [`crate::sgemm`]) packs its columns of `B`, at
+/// most [`TAPS_PACK_BYTES`] at a time, and runs [`crate::sgemm`] on them; `after` runs
+/// on each block of `C` as it is done. `C` has unit column stride.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_taps(
+    taps: &crate::taps::Taps,
+    m: usize,
+    a: MatRef<'_, f32>,
+    panels: Option<(&[f32], usize)>,
+    x: &[f32],
+    c: MatMut<'_, f32>,
+    parallelism: Parallelism<'_>,
+    after: Option<AfterBlock<'_>>,
+) -> Result<(), GemmError> {
+    let (n, k) = (taps.n, taps.k);
+    let (la, lc) = (a.layout, c.layout);
+    check_bounds(
+        "a",
+        a.data.len(),
+        &la,
+        &[(m, la.row_stride), (k, la.col_stride)],
+    )?;
+    check_bounds(
+        "c",
+        c.data.len(),
+        &lc,
+        &[(m, lc.row_stride), (n, lc.col_stride)],
+    )?;
+    if lc.col_stride != 1 || !is_injective(&[(m, lc.row_stride), (n, 1)]) {
+        return Err(GemmError::OverlappingOutput);
+    }
+    if x.len() < taps.source_len() {
+        return Err(GemmError::OutOfBounds {
+            operand: "b",
+            reach: (0, taps.source_len() as i128 - 1),
+            len: x.len(),
+        });
+    }
+    let isa = Isa::host();
+    if m == 0 || n == 0 || k == 0 || isa == Isa::Sse {
+        return Err(GemmError::Unsupported);
+    }
+    let flush = flushes(&a, &MatRef::new(x, MatLayout::row_major(1, x.len())));
+    // `A` in panel form ([`sgemm::pack_panels`]), when given whole.
+    let mr = sgemm::panel_rows(isa);
+    let panels =
+        panels.filter(|&(p, stride)| stride == mr * k && p.len() >= m.div_ceil(mr) * stride);
+    let (a_ptr, c_ptr) = (
+        SharedPtr(a.data.as_ptr().cast_mut()),
+        SharedPtr(c.data.as_mut_ptr()),
+    );
+    let run_block = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+        let (a_ptr, c_ptr) = (a_ptr, c_ptr);
+        let _flush = FlushDenormals::enter(flush);
+        // Columns per pack: all of the block's when they fit in TAPS_PACK_BYTES, else
+        // equal parts that do (whole vectors each but the last).
+        let parts = (cols.len() * k * 4).div_ceil(TAPS_PACK_BYTES).max(1);
+        let width = cols
+            .len()
+            .div_ceil(parts)
+            .next_multiple_of(16)
+            .min(cols.len());
+        PACKED.with(|packed| {
+            let mut packed = packed.borrow_mut();
+            if packed.len() < k * width {
+                packed.resize(k * width, 0.0);
+            }
+            for c0 in (cols.start..cols.end).step_by(width) {
+                let part = c0..(c0 + width).min(cols.end);
+                let w = part.len();
+                taps.pack(x, part.clone(), &mut packed[..k * w]);
+                let mut ops = sgemm::Operands {
+                    a: a_ptr
+                        .0
+                        .wrapping_offset(la.offset as isize + rows.start as isize * la.row_stride)
+                        .cast_const(),
+                    a_row: la.row_stride,
+                    a_col: la.col_stride,
+                    a_panel: 0,
+                    b: packed.as_ptr(),
+                    b_row: w as isize,
+                    c: c_ptr.0.wrapping_offset(
+                        lc.offset as isize + rows.start as isize * lc.row_stride + c0 as isize,
+                    ),
+                    c_row: lc.row_stride,
+                };
+                if let Some((p, stride)) = panels.filter(|_| rows.start.is_multiple_of(mr)) {
+                    // The block's rows from their first panel on (checked whole above).
+                    ops.a = p[rows.start / mr * stride..].as_ptr();
+                    (ops.a_row, ops.a_col, ops.a_panel) = (1, mr as isize, stride as isize);
+                }
+                // SAFETY: A's (strided or in panels) and C's elements of the block were
+                // checked in bounds above (the whole product's reach), the packed B holds
+                // `k x w` floats at unit column stride, C's elements are distinct
+                // (`is_injective`) and this block's are written by it alone (the split's
+                // blocks are disjoint); the ISA is supported (`Isa::host`), not SSE.
+                unsafe { sgemm::product(isa, &ops, rows.len(), w, k) };
+                if let Some(after) = after {
+                    after(0, rows.clone(), part);
+                }
+            }
+        });
+    };
+    let team = match parallelism {
+        Parallelism::None => None,
+        Parallelism::Pool(pool) => Some(pool.all()),
+        Parallelism::Team(team) => Some(team),
+    };
+    let split = team.and_then(|team| {
+        let split = plan_split_for(GemmShape::new(m, n, k), team.threads(), true)?;
+        Some((team, split))
+    });
+    match split {
+        Some((team, split)) => team
+            .parallel_for(split.tasks(), |t| {
+                let (_, rows, cols) = split.block(t, m, n);
+                if !rows.is_empty() && !cols.is_empty() {
+                    run_block(rows, cols);
+                }
+            })
+            .map_err(GemmError::Pool),
+        None => {
+            run_block(0..m, 0..n);
+            Ok(())
+        }
+    }
 }
 
 /// Runs `run_block` on the blocks of `split`, or on each whole product of the batch.

@@ -41,6 +41,7 @@ pub mod plan;
 pub mod pool;
 pub mod row_order;
 pub mod sgemm;
+pub mod taps;
 pub mod vmath;
 pub mod wide;
 

@@ -66,6 +66,10 @@ pub struct Operands {
     pub a_row: isize,
     /// Distance between columns of `A`.
     pub a_col: isize,
+    /// 0 for `A` strided as above; else `A` is in panels of [`panel_rows`] rows, this
+    /// far apart: row `i`'s column `l` is at `a + (i / MR) * a_panel + (i % MR) * a_row +
+    /// l * a_col` (see [`pack_panels`]). The product's rows then start at a panel.
+    pub a_panel: isize,
     /// `B[0, 0]`.
     pub b: *const f32,
     /// Distance between rows of `B`.
@@ -100,11 +104,63 @@ pub unsafe fn product(isa: Isa, ops: &Operands, m: usize, n: usize, k: usize) {
     }
 }
 
+/// Rows per panel of `A` in panel form ([`Operands::a_panel`]) at width `isa`: its
+/// register tile's height.
+pub fn panel_rows(isa: Isa) -> usize {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => avx512::MR,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => avx2::MR,
+        _ => 1,
+    }
+}
+
+/// `A` (`m x k`, element `(i, l)` at `a[offset + i * row + l * col]`) in panel form for
+/// width `isa` ([`Operands::a_panel`]): panels of [`panel_rows`] rows, each `k` columns
+/// of that many consecutive floats, rows past `m` zero. Returns the panels and the
+/// distance between them, or `None` if an element is outside `a`.
+pub fn pack_panels(
+    isa: Isa,
+    a: &[f32],
+    (offset, row, col): (usize, isize, isize),
+    m: usize,
+    k: usize,
+) -> Option<(Vec<f32>, usize)> {
+    let mr = panel_rows(isa);
+    let panel = mr.checked_mul(k)?;
+    let mut out = vec![0.0f32; m.div_ceil(mr).checked_mul(panel)?];
+    for i in 0..m {
+        for l in 0..k {
+            let at = offset as isize + i as isize * row + l as isize * col;
+            out[(i / mr) * panel + l * mr + i % mr] = *a.get(usize::try_from(at).ok()?)?;
+        }
+    }
+    Some((out, panel))
+}
+
 /// The driver and the register tile, written once over each width's `V`, `LANES`, `MR`,
 /// `NV` and vector helpers.
 #[cfg(target_arch = "x86_64")]
 macro_rules! kernels {
     ($feature:literal) => {
+        /// Row `i` of `A` (`i` a multiple of `MR` in panel form).
+        ///
+        /// # Safety
+        /// Row `i` is a row of `A`.
+        #[inline(always)]
+        unsafe fn row_of_a(ops: &Operands, i: usize) -> *const f32 {
+            // SAFETY: the caller's guarantee.
+            unsafe {
+                if ops.a_panel != 0 {
+                    ops.a
+                        .offset((i / MR) as isize * ops.a_panel + (i % MR) as isize * ops.a_row)
+                } else {
+                    ops.a.offset(i as isize * ops.a_row)
+                }
+            }
+        }
+
         /// One register tile: `C[i0.., j0..]` (`R` rows, `NV_` vectors, the last one of
         /// `tail` lanes when `MASK`) over rows `k0..k0 + kc` of `B`, written when `first`,
         /// else added to. With `PF`, each row of `B` it reads has the row at `pf` (the
@@ -144,9 +200,7 @@ macro_rules! kernels {
                     }
                 }
                 let mut b = ops.b.offset(k0 as isize * ops.b_row + j0 as isize);
-                let mut a = ops
-                    .a
-                    .offset(i0 as isize * ops.a_row + k0 as isize * ops.a_col);
+                let mut a = row_of_a(ops, i0).offset(k0 as isize * ops.a_col);
                 let mut pf = pf;
                 for _ in 0..kc {
                     if PF {
@@ -432,7 +486,7 @@ mod avx512 {
     const LANES: usize = 16;
     /// 8 rows x 2 vectors: 16 sums, 2 vectors of `B` and a broadcast in 32 registers;
     /// per row of `B` 10 loads for 16 FMAs, so the FMA ports are the limit.
-    const MR: usize = 8;
+    pub(super) const MR: usize = 8;
     const NV: usize = 2;
 
     #[target_feature(enable = "avx512f")]
@@ -503,7 +557,7 @@ mod avx2 {
     type V = __m256;
     const LANES: usize = 8;
     /// 6 rows x 2 vectors: 12 sums, 2 vectors of `B` and a broadcast in 16 registers.
-    const MR: usize = 6;
+    pub(super) const MR: usize = 6;
     const NV: usize = 2;
 
     #[target_feature(enable = "avx2,fma")]

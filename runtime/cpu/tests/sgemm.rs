@@ -57,6 +57,7 @@ fn check(isa: Isa, m: usize, n: usize, k: usize, a_transposed: bool) {
         a: a.as_ptr(),
         a_row: a_strides.0 as isize,
         a_col: a_strides.1 as isize,
+        a_panel: 0,
         b: b.as_ptr(),
         b_row: n as isize,
         c: c.as_mut_ptr(),
@@ -215,6 +216,54 @@ fn gemm_takes_the_kernel_for_few_rows() {
                         .all(|(x, y)| x.to_bits() == y.to_bits()),
                     "{shape:?}: the thread split changed bits"
                 );
+            }
+        }
+    }
+}
+
+/// `A` in panel form (`sgemm::pack_panels`, `Operands::a_panel`) gives the strided
+/// product's bits, for row counts that end inside a panel, from any starting panel.
+#[test]
+fn panels_of_a_give_the_strided_product() {
+    for isa in widths() {
+        let mr = sgemm::panel_rows(isa);
+        for (m, n, k) in [
+            (1, 5, 3),
+            (2, 17, 9),
+            (mr + 3, 40, KC + 7),
+            (3 * mr, 33, 70),
+        ] {
+            let a = values(7 + m as u64, m * k);
+            let b = values(8 + n as u64, k * n);
+            let (panels, stride) = sgemm::pack_panels(isa, &a, (0, k as isize, 1), m, k).unwrap();
+            assert_eq!(panels.len(), m.div_ceil(mr) * stride);
+            // From panel 0 and from panel 1 (a block that starts at row mr).
+            for first in [0, mr].into_iter().filter(|&f| f < m) {
+                let rows = m - first;
+                let mut c = vec![f32::NAN; rows * n];
+                let ops = Operands {
+                    a: panels[first / mr * stride..].as_ptr(),
+                    a_row: 1,
+                    a_col: mr as isize,
+                    a_panel: stride as isize,
+                    b: b.as_ptr(),
+                    b_row: n as isize,
+                    c: c.as_mut_ptr(),
+                    c_row: n as isize,
+                };
+                // SAFETY: the panels hold rows `first..m` from panel `first / mr` on, B
+                // and C are dense; the ISA is supported.
+                unsafe { sgemm::product(isa, &ops, rows, n, k) };
+                for i in 0..rows {
+                    for j in 0..n {
+                        let want = fma_chain(&a, (k, 1), &b, n, first + i, j, k);
+                        assert_eq!(
+                            c[i * n + j].to_bits(),
+                            want.to_bits(),
+                            "{isa:?} {m}x{n}x{k} from {first} [{i},{j}]"
+                        );
+                    }
+                }
             }
         }
     }

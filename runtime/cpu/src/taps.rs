@@ -1,0 +1,410 @@
+//! Implicit im2col: a convolution's product that gathers its taps from the input as it
+//! runs, instead of reading an im2col buffer that a kernel before it stored.
+//!
+//! `decompose` makes a convolution an im2col kernel (the taps of every output position,
+//! one shifted copy of the (padded) input per tap, `[C * taps, positions]`) and a
+//! product of the weights with it. The im2col is nine (a 3x3 kernel) to 49 (the 7x7
+//! stem) times the input: on the 16-core Xeon ResNet-18's stored 57 MB per run, each
+//! kernel written by one set of cores and read back by others (4.2 ms of a 37 ms run at
+//! one thread, a fifth of the run at 16).
+//!
+//! [`Taps::recognize`] proves, from the loop IR of the kernel that writes the product's
+//! right operand `B` (`k x n`, dense), that `B` is such a gather of one source buffer:
+//! every stage a store of `B` of one (guarded) load of the source, affine in its loop
+//! variables, the variables that move the store by whole rows of `B` apart from those
+//! that move it within a row, the latter the same in every stage (the output positions)
+//! and the guards (padding) on them alone. Then
+//!
+//! ```text
+//! B[k, p] = x[base[k] + start[run] + i * step]   if lo <= i < hi   else 0
+//!           where run = p / run_len, i = p % run_len, (lo, hi) = valid[tap[k]][run]
+//! ```
+//!
+//! (`run`: an output row; `step`: the convolution's stride along it; `tap[k]`: the store
+//! that writes row `k`, whose guard gives each run's valid interval). The product then
+//! packs, per block of columns it computes, those columns of `B` straight from the
+//! source into a buffer that stays in the core's L2 ([`Taps::pack`]), and runs
+//! [`crate::sgemm`] on it; the im2col kernel does not run. The rules are checked on the
+//! loop IR, not on the graph, so any kernel of that form qualifies (a pooling's or an
+//! unfold's gather feeding a product as well as a convolution's); anything else keeps its
+//! stored operand.
+
+use ferrite_ir::loops::{BufferId, ExprOp, Extents, Kernel, Stage, Value, Var};
+use std::ops::Range;
+
+/// Stores and runs (their product) a gather may have: the table of valid intervals
+/// stays small next to the operand it replaces.
+const MAX_TABLE: usize = 1 << 20;
+
+/// A product's right operand gathered from a source buffer (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taps {
+    /// The buffer the taps are read from.
+    pub source: BufferId,
+    /// Rows of `B`.
+    pub k: usize,
+    /// Columns of `B`.
+    pub n: usize,
+    /// Per row of `B`: the source element of its position 0 before the run's start.
+    base: Vec<i64>,
+    /// Per row of `B`: the store (tap) that writes it.
+    tap: Vec<u32>,
+    /// Columns per run (the innermost position variable's extent).
+    run_len: usize,
+    /// Source elements between neighbours in a run.
+    step: i64,
+    /// Per run: its source offset.
+    start: Vec<i64>,
+    /// Per tap and run (`tap * runs + run`): the valid interval of the run's positions.
+    valid: Vec<(u32, u32)>,
+    /// How many stores (taps) the kernel has.
+    taps: usize,
+    /// Elements of the source it was recognized for.
+    source_len: usize,
+}
+
+/// A guard of a store's load: `lo <= c + Σ a * x < hi`, each `x` a position variable
+/// named by its place in the positions' layout (innermost first).
+type Guard = (i64, Vec<(usize, i64)>, i64, i64);
+
+/// One loop variable of a store: its extent and its coefficients in the stored and the
+/// loaded index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Term {
+    var: Var,
+    extent: usize,
+    dst: i64,
+    src: i64,
+}
+
+impl Taps {
+    /// The gather that `kernel` (which writes `b`, `k x n` dense, and nothing else)
+    /// performs, when it is one; `source_len` gives the elements of a candidate source
+    /// (`None`: not an `f32` buffer the product can read).
+    pub fn recognize(
+        kernel: &Kernel,
+        b: BufferId,
+        k: usize,
+        n: usize,
+        source_len: impl Fn(BufferId) -> Option<usize>,
+    ) -> Option<Taps> {
+        if kernel.gemm.is_some() || k == 0 || n == 0 || kernel.writes.iter().any(|w| w.buffer != b)
+        {
+            return None;
+        }
+        let (ni, ki) = (n as i64, k as i64);
+        let mut source = None;
+        // Per store: its k-variables, its row offset, its source base, its p-variables
+        // sorted by stride, and its guards as (k-free) affine bounds.
+        let mut rows = vec![u32::MAX; k];
+        let mut base = vec![0i64; k];
+        let mut inner: Option<(Vec<Term>, i64)> = None;
+        // Per store, its guards: `lo <= c + Σ a * x < hi` over positions' variables,
+        // each named by its place in the (common) layout, innermost first.
+        let mut guards: Vec<Vec<Guard>> = Vec::new();
+        for stage in &kernel.stages {
+            let Stage::Store { body, stores, .. } = stage else {
+                return None;
+            };
+            let ext = stage.extents(&kernel.domain);
+            for store in stores {
+                let ExprOp::Load(load) = &body.nodes.get(store.value.index())?.op else {
+                    return None;
+                };
+                if store.buffer != b || *source.get_or_insert(load.buffer) != load.buffer {
+                    return None;
+                }
+                if !load.guard.is_empty() && load.other != Value::Float(0.0) {
+                    return None;
+                }
+                let (d0, dst) = store.index.as_affine(&ext)?;
+                let (s0, src) = load.index.as_affine(&ext)?;
+                let terms = terms(&ext, &dst, &src)?;
+                let (mut kvars, mut pvars) = (Vec::new(), Vec::new());
+                for t in terms {
+                    match t.dst {
+                        d if d <= 0 => return None,
+                        d if d % ni == 0 => kvars.push(t),
+                        _ => pvars.push(t),
+                    }
+                }
+                if d0 < 0 || d0 % ni != 0 {
+                    return None;
+                }
+                // The positions: p-variables that tile 0..n exactly, in one layout for
+                // every store.
+                pvars.sort_by_key(|t| t.dst);
+                let mut stride = 1i64;
+                for t in &pvars {
+                    if t.dst != stride {
+                        return None;
+                    }
+                    stride = stride.checked_mul(t.extent as i64)?;
+                }
+                if stride != ni {
+                    return None;
+                }
+                let layout: Vec<Term> = pvars
+                    .iter()
+                    .map(|t| Term {
+                        var: Var::outer(0),
+                        ..*t
+                    })
+                    .collect();
+                match &inner {
+                    None => inner = Some((layout, 0)),
+                    Some((l, _)) if *l == layout => {}
+                    Some(_) => return None,
+                }
+                // The guards, on p-variables only.
+                let mut gs = Vec::with_capacity(load.guard.len());
+                for g in &load.guard {
+                    let (c, coeffs) = g.expr.as_affine(&ext)?;
+                    let mut by_p = Vec::new();
+                    for (v, a) in coeffs {
+                        if a == 0 || ext.extent(v) == Some(1) {
+                            continue;
+                        }
+                        by_p.push((pvars.iter().position(|t| t.var == v)?, a));
+                    }
+                    gs.push((c, by_p, g.lo, g.hi));
+                }
+                let tap = guards.len() as u32;
+                // Its rows, each written once.
+                let mut point = vec![0usize; kvars.len()];
+                loop {
+                    let row = d0 / ni
+                        + kvars
+                            .iter()
+                            .zip(&point)
+                            .map(|(t, &x)| t.dst / ni * x as i64)
+                            .sum::<i64>();
+                    if row >= ki || rows[row as usize] != u32::MAX {
+                        return None;
+                    }
+                    rows[row as usize] = tap;
+                    base[row as usize] = s0
+                        + kvars
+                            .iter()
+                            .zip(&point)
+                            .map(|(t, &x)| t.src * x as i64)
+                            .sum::<i64>();
+                    if !odometer(&mut point, kvars.iter().map(|t| t.extent)) {
+                        break;
+                    }
+                }
+                guards.push(gs);
+            }
+        }
+        let (source, (layout, _)) = (source?, inner?);
+        if rows.contains(&u32::MAX) {
+            return None;
+        }
+        let (run_len, step, outer) = match layout.split_first() {
+            Some((first, rest)) => (first.extent, first.src, rest.to_vec()),
+            None => (1, 0, Vec::new()),
+        };
+        let runs = n / run_len;
+        if guards.len().checked_mul(runs)? > MAX_TABLE {
+            return None;
+        }
+        // Each run's source offset, and per tap each run's valid interval.
+        let mut start = Vec::with_capacity(runs);
+        let mut point = vec![0usize; outer.len()];
+        let mut valid = vec![(0u32, 0u32); guards.len() * runs];
+        for run in 0..runs {
+            let off = outer
+                .iter()
+                .zip(&point)
+                .map(|(t, &x)| t.src * x as i64)
+                .sum::<i64>();
+            start.push(off);
+            for (tap, gs) in guards.iter().enumerate() {
+                let (mut lo, mut hi) = (0i64, run_len as i64);
+                for (c, coeffs, glo, ghi) in gs {
+                    // c + a * i + (outer terms) in glo..ghi.
+                    let (mut rest, mut a) = (*c, 0i64);
+                    for &(at, coef) in coeffs {
+                        if at == 0 {
+                            a = coef;
+                        } else {
+                            rest += coef * point[at - 1] as i64;
+                        }
+                    }
+                    let (l, h) = interval(rest, a, *glo, *ghi, run_len as i64);
+                    lo = lo.max(l);
+                    hi = hi.min(h);
+                }
+                if hi <= lo {
+                    (lo, hi) = (0, 0);
+                }
+                valid[tap * runs + run] = (lo as u32, hi as u32);
+            }
+            odometer(&mut point, outer.iter().map(|t| t.extent));
+        }
+        let taps = Taps {
+            source,
+            k,
+            n,
+            base,
+            tap: rows,
+            run_len,
+            step,
+            start,
+            valid,
+            taps: guards.len(),
+            source_len: source_len(source)?,
+        };
+        taps.in_bounds(taps.source_len).then_some(taps)
+    }
+
+    /// Whether every element [`Taps::pack`] reads is one of the source's `len`.
+    fn in_bounds(&self, len: usize) -> bool {
+        let runs = self.start.len();
+        // Per tap, the lowest and highest offset it reads from a row's base.
+        let mut reach = vec![(i64::MAX, i64::MIN); self.taps];
+        for (tap, r) in reach.iter_mut().enumerate() {
+            for run in 0..runs {
+                let (lo, hi) = self.valid[tap * runs + run];
+                if lo >= hi {
+                    continue;
+                }
+                let a = self.start[run] + lo as i64 * self.step;
+                let b = self.start[run] + (hi as i64 - 1) * self.step;
+                r.0 = r.0.min(a.min(b));
+                r.1 = r.1.max(a.max(b));
+            }
+        }
+        self.base.iter().zip(&self.tap).all(|(&b, &t)| {
+            let (lo, hi) = reach[t as usize];
+            lo > hi || (b + lo >= 0 && b + hi < len as i64)
+        })
+    }
+
+    /// Elements of the source [`Taps::pack`] may read (it reads fewer or as many).
+    pub fn source_len(&self) -> usize {
+        self.source_len
+    }
+
+    /// How many stores (taps) the gather has.
+    pub fn taps(&self) -> usize {
+        self.taps
+    }
+
+    /// Columns `cols` of every row of `B` into `out` (`k x cols.len()`, row-major),
+    /// read from `x` (the source).
+    ///
+    /// # Panics
+    /// If `x` is shorter than the source the gather was recognized for, `out` shorter
+    /// than `k * cols.len()` or `cols` not inside `0..n`.
+    pub fn pack(&self, x: &[f32], cols: Range<usize>, out: &mut [f32]) {
+        assert!(x.len() >= self.source_len && cols.end <= self.n);
+        let w = cols.len();
+        let runs = self.start.len();
+        let (step, x) = (self.step as isize, x.as_ptr());
+        for (kk, row) in out[..self.k * w].chunks_exact_mut(w).enumerate() {
+            let (base, tap) = (self.base[kk], self.tap[kk] as usize);
+            let valid = &self.valid[tap * runs..(tap + 1) * runs];
+            let (mut run, mut i0) = (cols.start / self.run_len, cols.start % self.run_len);
+            let mut at = 0;
+            while at < w {
+                let i1 = self.run_len.min(i0 + (w - at));
+                let (lo, hi) = valid[run];
+                let a = (lo as usize).clamp(i0, i1);
+                let b = (hi as usize).clamp(a, i1);
+                let seg = &mut row[at..at + (i1 - i0)];
+                let (head, rest) = seg.split_at_mut(a - i0);
+                let (mid, tail) = rest.split_at_mut(b - a);
+                head.fill(0.0);
+                tail.fill(0.0);
+                let from = (base + self.start[run] + a as i64 * self.step) as isize;
+                // SAFETY: `in_bounds` proved every element a valid position of a row
+                // reads (`from + j * step` for `j` in `0..b - a`) inside the source's
+                // `source_len` elements, and `x` has at least that many.
+                unsafe {
+                    if step == 1 {
+                        for (j, o) in mid.iter_mut().enumerate() {
+                            *o = *x.offset(from + j as isize);
+                        }
+                    } else {
+                        for (j, o) in mid.iter_mut().enumerate() {
+                            *o = *x.offset(from + j as isize * step);
+                        }
+                    }
+                }
+                at += i1 - i0;
+                run += 1;
+                i0 = 0;
+            }
+        }
+    }
+}
+
+/// The moving variables of a store (extent above 1) with their coefficients in the
+/// stored (`dst`) and loaded (`src`) index; `None` if one has no known extent or is
+/// missing from the stored index (two points would write one element).
+fn terms(ext: &Extents, dst: &[(Var, i64)], src: &[(Var, i64)]) -> Option<Vec<Term>> {
+    let coef = |terms: &[(Var, i64)], v: Var| {
+        terms
+            .iter()
+            .filter(|(w, _)| *w == v)
+            .map(|(_, c)| c)
+            .sum::<i64>()
+    };
+    let mut vars: Vec<Var> = dst.iter().chain(src).map(|&(v, _)| v).collect();
+    let all = (0..ext.outer.len())
+        .map(Var::outer)
+        .chain((0..ext.store.len()).map(Var::store));
+    vars.extend(all);
+    vars.sort();
+    vars.dedup();
+    let mut out = Vec::new();
+    for v in vars {
+        let extent = ext.extent(v)?;
+        if extent == 0 {
+            return None;
+        }
+        if extent == 1 {
+            continue;
+        }
+        out.push(Term {
+            var: v,
+            extent,
+            dst: coef(dst, v),
+            src: coef(src, v),
+        });
+    }
+    Some(out)
+}
+
+/// Steps `point` (each coordinate below its extent) to the next point in odometer
+/// order, the first coordinate fastest; false after the last.
+fn odometer(point: &mut [usize], extents: impl Iterator<Item = usize>) -> bool {
+    for (x, e) in point.iter_mut().zip(extents) {
+        *x += 1;
+        if *x < e {
+            return true;
+        }
+        *x = 0;
+    }
+    false
+}
+
+/// The positions `i` in `0..len` where `lo <= c + a * i < hi`, as `lo_i..hi_i`.
+fn interval(c: i64, a: i64, lo: i64, hi: i64, len: i64) -> (i64, i64) {
+    if a == 0 {
+        return if lo <= c && c < hi { (0, len) } else { (0, 0) };
+    }
+    // a > 0: ceil((lo - c) / a) <= i <= floor((hi - 1 - c) / a); a < 0 mirrored.
+    let (first, last) = if a > 0 {
+        (div_ceil(lo - c, a), (hi - 1 - c).div_euclid(a))
+    } else {
+        let m = -a;
+        (div_ceil(c - hi + 1, m), (c - lo).div_euclid(m))
+    };
+    (first.max(0), (last + 1).min(len))
+}
+
+fn div_ceil(x: i64, d: i64) -> i64 {
+    -((-x).div_euclid(d))
+}
