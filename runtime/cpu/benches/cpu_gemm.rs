@@ -94,6 +94,7 @@ fn bench_small_m(c: &mut Criterion, m: usize, k: usize, n: usize) {
                     a_row: k as isize,
                     a_col: 1,
                     a_panel: 0,
+                    a_kblock: 0,
                     b: b.as_ptr(),
                     b_row: n as isize,
                     c: out.as_mut_ptr(),

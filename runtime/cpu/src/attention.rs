@@ -450,6 +450,7 @@ impl Ctx<'_> {
                     a_row: kl.row_stride as isize,
                     a_col: 1,
                     a_panel: 0,
+                    a_kblock: 0,
                     b: qt.as_ptr(),
                     b_row: rows as isize,
                     c: st.as_mut_ptr(),
@@ -521,6 +522,7 @@ impl Ctx<'_> {
                 a_row: 1,
                 a_col: rows as isize,
                 a_panel: 0,
+                a_kblock: 0,
                 b: v[v0..].as_ptr(),
                 b_row: vl.row_stride as isize,
                 // Not dereferenced here; in bounds of `out` by `check`.

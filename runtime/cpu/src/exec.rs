@@ -274,8 +274,8 @@ struct GemmCall {
     /// ([`crate::taps`]); the kernel that stores it (the step before) then does not run.
     taps: Option<Box<Taps>>,
     /// A gathering product's left operand (a constant) in panel form, packed once
-    /// ([`crate::sgemm::pack_panels`]), and the distance between its panels.
-    panels: Option<(Vec<f32>, usize)>,
+    /// ([`crate::sgemm::Panels`]).
+    panels: Option<crate::sgemm::Panels>,
 }
 
 /// A function of `CpuProgram::compile` after its thread built it: compiled there, or
@@ -1575,9 +1575,7 @@ fn gemm_gathered(
         taps,
         m,
         MatRef::new(a, la).with_scan(call.scans[0]),
-        call.panels
-            .as_ref()
-            .map(|(p, stride)| (p.as_slice(), *stride)),
+        call.panels.as_ref(),
         x,
         MatMut::new(c, MatLayout::row_major(m, plan.n)),
         Parallelism::Team(team),
@@ -1649,7 +1647,7 @@ fn gather_taps(program: &Program, steps: &mut [Step], buffers: &[Buffer]) -> Vec
                         plan.lhs.row_stride as isize,
                         plan.lhs.col_stride as isize,
                     );
-                    call.panels = crate::sgemm::pack_panels(isa, a, la, plan.m, plan.k);
+                    call.panels = crate::sgemm::Panels::pack(isa, a, la, plan.m, plan.k);
                 }
             }
             gathered[si - 1] = true;

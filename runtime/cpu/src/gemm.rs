@@ -932,6 +932,7 @@ fn run_blocks<T: GemmScalar>(
                 a_row: la.row_stride,
                 a_col: la.col_stride,
                 a_panel: 0,
+                a_kblock: 0,
                 b: b_ptr.0.wrapping_offset(bb + c0).cast_const().cast(),
                 b_row: lb.row_stride,
                 c: c_ptr.0.wrapping_offset(bc + r0 * lc.row_stride + c0).cast(),
@@ -1031,7 +1032,7 @@ pub fn gemm_taps(
     taps: &crate::taps::Taps,
     m: usize,
     a: MatRef<'_, f32>,
-    panels: Option<(&[f32], usize)>,
+    panels: Option<&sgemm::Panels>,
     x: &[f32],
     c: MatMut<'_, f32>,
     parallelism: Parallelism<'_>,
@@ -1066,10 +1067,9 @@ pub fn gemm_taps(
         return Err(GemmError::Unsupported);
     }
     let flush = flushes(&a, &MatRef::new(x, MatLayout::row_major(1, x.len())));
-    // `A` in panel form ([`sgemm::pack_panels`]), when given whole.
+    // `A` in panel form, when packed for this width and this product.
     let mr = sgemm::panel_rows(isa);
-    let panels =
-        panels.filter(|&(p, stride)| stride == mr * k && p.len() >= m.div_ceil(mr) * stride);
+    let panels = panels.filter(|p| p.mr == mr && p.m == m && p.k == k);
     let (a_ptr, c_ptr) = (
         SharedPtr(a.data.as_ptr().cast_mut()),
         SharedPtr(c.data.as_mut_ptr()),
@@ -1102,6 +1102,7 @@ pub fn gemm_taps(
                     a_row: la.row_stride,
                     a_col: la.col_stride,
                     a_panel: 0,
+                    a_kblock: 0,
                     b: packed.as_ptr(),
                     b_row: w as isize,
                     c: c_ptr.0.wrapping_offset(
@@ -1109,10 +1110,10 @@ pub fn gemm_taps(
                     ),
                     c_row: lc.row_stride,
                 };
-                if let Some((p, stride)) = panels.filter(|_| rows.start.is_multiple_of(mr)) {
-                    // The block's rows from their first panel on (checked whole above).
-                    ops.a = p[rows.start / mr * stride..].as_ptr();
-                    (ops.a_row, ops.a_col, ops.a_panel) = (1, mr as isize, stride as isize);
+                if let Some(p) = panels.filter(|_| rows.start.is_multiple_of(mr)) {
+                    // The block's rows from their first panel on.
+                    (ops.a, ops.a_row, ops.a_col, ops.a_panel, ops.a_kblock) =
+                        p.rows_from(rows.start);
                 }
                 // SAFETY: A's (strided or in panels) and C's elements of the block were
                 // checked in bounds above (the whole product's reach), the packed B holds

@@ -68,8 +68,13 @@ pub struct Operands {
     pub a_col: isize,
     /// 0 for `A` strided as above; else `A` is in panels of [`panel_rows`] rows, this
     /// far apart: row `i`'s column `l` is at `a + (i / MR) * a_panel + (i % MR) * a_row +
-    /// l * a_col` (see [`pack_panels`]). The product's rows then start at a panel.
+    /// l * a_col` (see [`Panels`]). The product's rows then start at a panel.
     pub a_panel: isize,
+    /// 0, or with panels, the distance between blocks of [`KC`] columns: column `l` of
+    /// a row is then at `(l / KC) * a_kblock + (l % KC) * a_col` from its row's start,
+    /// so that each block of columns of every panel is one run of memory (the order in
+    /// which the product reads them).
+    pub a_kblock: isize,
     /// `B[0, 0]`.
     pub b: *const f32,
     /// Distance between rows of `B`.
@@ -116,27 +121,69 @@ pub fn panel_rows(isa: Isa) -> usize {
     }
 }
 
-/// `A` (`m x k`, element `(i, l)` at `a[offset + i * row + l * col]`) in panel form for
-/// width `isa` ([`Operands::a_panel`]): panels of [`panel_rows`] rows, each `k` columns
-/// of that many consecutive floats, rows past `m` zero. Returns the panels and the
-/// distance between them, or `None` if an element is outside `a`.
-pub fn pack_panels(
-    isa: Isa,
-    a: &[f32],
-    (offset, row, col): (usize, isize, isize),
-    m: usize,
-    k: usize,
-) -> Option<(Vec<f32>, usize)> {
-    let mr = panel_rows(isa);
-    let panel = mr.checked_mul(k)?;
-    let mut out = vec![0.0f32; m.div_ceil(mr).checked_mul(panel)?];
-    for i in 0..m {
-        for l in 0..k {
-            let at = offset as isize + i as isize * row + l as isize * col;
-            out[(i / mr) * panel + l * mr + i % mr] = *a.get(usize::try_from(at).ok()?)?;
+/// A left operand packed once in panel form ([`Operands::a_panel`],
+/// [`Operands::a_kblock`]) for one width: per block of [`KC`] columns, panels of
+/// [`panel_rows`] rows, each `KC` columns of that many consecutive floats (rows past `m`
+/// and columns past `k` zero), so a product reads each block of every panel as one run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Panels {
+    /// The packed floats.
+    pub data: Vec<f32>,
+    /// Rows and columns of `A`.
+    pub m: usize,
+    /// See `m`.
+    pub k: usize,
+    /// Rows per panel.
+    pub mr: usize,
+    /// Floats between panels (within a block of columns).
+    pub panel: usize,
+    /// Floats between blocks of columns.
+    pub kblock: usize,
+}
+
+impl Panels {
+    /// `A` (`m x k`, element `(i, l)` at `a[offset + i * row + l * col]`) packed for
+    /// width `isa`, or `None` if an element is outside `a`.
+    pub fn pack(
+        isa: Isa,
+        a: &[f32],
+        (offset, row, col): (usize, isize, isize),
+        m: usize,
+        k: usize,
+    ) -> Option<Panels> {
+        let mr = panel_rows(isa);
+        let panel = mr.checked_mul(KC)?;
+        let kblock = m.div_ceil(mr).checked_mul(panel)?;
+        let mut data = vec![0.0f32; k.div_ceil(KC).checked_mul(kblock)?];
+        for i in 0..m {
+            for l in 0..k {
+                let at = offset as isize + i as isize * row + l as isize * col;
+                let to = (l / KC) * kblock + (i / mr) * panel + (l % KC) * mr + i % mr;
+                data[to] = *a.get(usize::try_from(at).ok()?)?;
+            }
         }
+        Some(Panels {
+            data,
+            m,
+            k,
+            mr,
+            panel,
+            kblock,
+        })
     }
-    Some((out, panel))
+
+    /// The operand fields for rows `first..` (`first` a multiple of `mr`, below `m`):
+    /// `a`, `a_row`, `a_col`, `a_panel`, `a_kblock`.
+    pub fn rows_from(&self, first: usize) -> (*const f32, isize, isize, isize, isize) {
+        assert!(first % self.mr == 0 && first < self.m.max(1));
+        (
+            self.data[first / self.mr * self.panel..].as_ptr(),
+            1,
+            self.mr as isize,
+            self.panel as isize,
+            self.kblock as isize,
+        )
+    }
 }
 
 /// The driver and the register tile, written once over each width's `V`, `LANES`, `MR`,
@@ -144,19 +191,24 @@ pub fn pack_panels(
 #[cfg(target_arch = "x86_64")]
 macro_rules! kernels {
     ($feature:literal) => {
-        /// Row `i` of `A` (`i` a multiple of `MR` in panel form).
+        /// Element `(i, l)` of `A`.
         ///
         /// # Safety
-        /// Row `i` is a row of `A`.
+        /// It is an element of `A`.
         #[inline(always)]
-        unsafe fn row_of_a(ops: &Operands, i: usize) -> *const f32 {
+        unsafe fn a_at(ops: &Operands, i: usize, l: usize) -> *const f32 {
             // SAFETY: the caller's guarantee.
             unsafe {
-                if ops.a_panel != 0 {
+                let row = if ops.a_panel != 0 {
                     ops.a
                         .offset((i / MR) as isize * ops.a_panel + (i % MR) as isize * ops.a_row)
                 } else {
                     ops.a.offset(i as isize * ops.a_row)
+                };
+                if ops.a_kblock != 0 {
+                    row.offset((l / KC) as isize * ops.a_kblock + (l % KC) as isize * ops.a_col)
+                } else {
+                    row.offset(l as isize * ops.a_col)
                 }
             }
         }
@@ -200,7 +252,8 @@ macro_rules! kernels {
                     }
                 }
                 let mut b = ops.b.offset(k0 as isize * ops.b_row + j0 as isize);
-                let mut a = row_of_a(ops, i0).offset(k0 as isize * ops.a_col);
+                // Within one block of KC columns, so `a_col` apart.
+                let mut a = a_at(ops, i0, k0);
                 let mut pf = pf;
                 for _ in 0..kc {
                     if PF {
@@ -370,10 +423,7 @@ macro_rules! kernels {
             for (r, ar) in av.iter_mut().enumerate() {
                 for (kk, x) in ar.iter_mut().enumerate() {
                     // SAFETY: `A[r, k0 + kk]` is an element of A.
-                    *x = splat(unsafe {
-                        *ops.a
-                            .offset(r as isize * ops.a_row + (k0 + kk) as isize * ops.a_col)
-                    });
+                    *x = splat(unsafe { *a_at(ops, r, k0 + kk) });
                 }
             }
             let first = k0 == 0;

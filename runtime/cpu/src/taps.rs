@@ -94,11 +94,11 @@ impl Taps {
         }
         let (ni, ki) = (n as i64, k as i64);
         let mut source = None;
-        // Per store: its k-variables, its row offset, its source base, its p-variables
-        // sorted by stride, and its guards as (k-free) affine bounds.
+        // Per row of B, the store (tap) that writes it and its source base; the
+        // positions' layout, the same for every store.
         let mut rows = vec![u32::MAX; k];
         let mut base = vec![0i64; k];
-        let mut inner: Option<(Vec<Term>, i64)> = None;
+        let mut inner: Option<Vec<Term>> = None;
         // Per store, its guards: `lo <= c + Σ a * x < hi` over positions' variables,
         // each named by its place in the (common) layout, innermost first.
         let mut guards: Vec<Vec<Guard>> = Vec::new();
@@ -120,6 +120,8 @@ impl Taps {
                 let (d0, dst) = store.index.as_affine(&ext)?;
                 let (s0, src) = load.index.as_affine(&ext)?;
                 let terms = terms(&ext, &dst, &src)?;
+                // Variables that move the store by whole rows (rows of B) and within
+                // one (output positions).
                 let (mut kvars, mut pvars) = (Vec::new(), Vec::new());
                 for t in terms {
                     match t.dst {
@@ -152,8 +154,8 @@ impl Taps {
                     })
                     .collect();
                 match &inner {
-                    None => inner = Some((layout, 0)),
-                    Some((l, _)) if *l == layout => {}
+                    None => inner = Some(layout),
+                    Some(l) if *l == layout => {}
                     Some(_) => return None,
                 }
                 // The guards, on p-variables only.
@@ -196,7 +198,7 @@ impl Taps {
                 guards.push(gs);
             }
         }
-        let (source, (layout, _)) = (source?, inner?);
+        let (source, layout) = (source?, inner?);
         if rows.contains(&u32::MAX) {
             return None;
         }

@@ -58,6 +58,7 @@ fn check(isa: Isa, m: usize, n: usize, k: usize, a_transposed: bool) {
         a_row: a_strides.0 as isize,
         a_col: a_strides.1 as isize,
         a_panel: 0,
+        a_kblock: 0,
         b: b.as_ptr(),
         b_row: n as isize,
         c: c.as_mut_ptr(),
@@ -221,8 +222,9 @@ fn gemm_takes_the_kernel_for_few_rows() {
     }
 }
 
-/// `A` in panel form (`sgemm::pack_panels`, `Operands::a_panel`) gives the strided
-/// product's bits, for row counts that end inside a panel, from any starting panel.
+/// `A` in panel form (`sgemm::Panels`, `Operands::a_panel` and `a_kblock`) gives the
+/// strided product's bits, for row counts that end inside a panel and column counts
+/// that end inside a block of `KC`, from any starting panel.
 #[test]
 fn panels_of_a_give_the_strided_product() {
     for isa in widths() {
@@ -231,21 +233,23 @@ fn panels_of_a_give_the_strided_product() {
             (1, 5, 3),
             (2, 17, 9),
             (mr + 3, 40, KC + 7),
-            (3 * mr, 33, 70),
+            (3 * mr, 33, 2 * KC + 1),
         ] {
             let a = values(7 + m as u64, m * k);
             let b = values(8 + n as u64, k * n);
-            let (panels, stride) = sgemm::pack_panels(isa, &a, (0, k as isize, 1), m, k).unwrap();
-            assert_eq!(panels.len(), m.div_ceil(mr) * stride);
+            let p = sgemm::Panels::pack(isa, &a, (0, k as isize, 1), m, k).unwrap();
+            assert_eq!(p.data.len(), k.div_ceil(KC) * m.div_ceil(mr) * mr * KC);
             // From panel 0 and from panel 1 (a block that starts at row mr).
             for first in [0, mr].into_iter().filter(|&f| f < m) {
                 let rows = m - first;
                 let mut c = vec![f32::NAN; rows * n];
+                let (a_ptr, a_row, a_col, a_panel, a_kblock) = p.rows_from(first);
                 let ops = Operands {
-                    a: panels[first / mr * stride..].as_ptr(),
-                    a_row: 1,
-                    a_col: mr as isize,
-                    a_panel: stride as isize,
+                    a: a_ptr,
+                    a_row,
+                    a_col,
+                    a_panel,
+                    a_kblock,
                     b: b.as_ptr(),
                     b_row: n as isize,
                     c: c.as_mut_ptr(),
