@@ -175,7 +175,7 @@ impl Panels {
     /// The operand fields for rows `first..` (`first` a multiple of `mr`, below `m`):
     /// `a`, `a_row`, `a_col`, `a_panel`, `a_kblock`.
     pub fn rows_from(&self, first: usize) -> (*const f32, isize, isize, isize, isize) {
-        assert!(first % self.mr == 0 && first < self.m.max(1));
+        assert!(first.is_multiple_of(self.mr) && first < self.m.max(1));
         (
             self.data[first / self.mr * self.panel..].as_ptr(),
             1,
