@@ -121,9 +121,10 @@ pub(super) fn rows(m: &Machine, outer: usize, stages: &[InnerNeed]) -> (usize, V
             if s.serial || s.extent <= 1 {
                 1
             } else {
-                next_pow2(s.extent)
-                    .min(MAX_INNER_BLOCK)
-                    .min(fitting(m, s.bytes_per_point))
+                // As few blocks as fit, all of one length: a domain that fits one
+                // block is one block of its own length, so no lane pads it.
+                let cap = MAX_INNER_BLOCK.min(fitting(m, s.bytes_per_point));
+                s.extent.div_ceil(s.extent.div_ceil(cap))
             }
         })
         .collect();
