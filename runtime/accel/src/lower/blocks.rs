@@ -121,9 +121,10 @@ pub(super) fn rows(m: &Machine, outer: usize, stages: &[InnerNeed]) -> (usize, V
             if s.serial || s.extent <= 1 {
                 1
             } else {
-                next_pow2(s.extent)
-                    .min(MAX_INNER_BLOCK)
-                    .min(fitting(m, s.bytes_per_point))
+                // As few blocks as fit, all of one length: a domain that fits one
+                // block is one block of its own length, so no lane pads it.
+                let cap = MAX_INNER_BLOCK.min(fitting(m, s.bytes_per_point));
+                s.extent.div_ceil(s.extent.div_ceil(cap))
             }
         })
         .collect();
@@ -800,11 +801,24 @@ mod tests {
             bytes_per_point: 64,
             serial: false,
         };
+        let inner_of = |extent| rows(&m, 4, &[need(extent)]).1[0];
         let (b0, inner) = rows(&m, 128, &[need(512), need(512)]);
         assert_eq!((b0, inner), (2, vec![512, 512]));
         // Long rows loop over blocks of at most MAX_INNER_BLOCK.
         let (_, inner) = rows(&m, 4, &[need(100_000)]);
         assert!(inner[0] <= MAX_INNER_BLOCK);
+        // A row that fits one block is one block of its own length (no padding
+        // lanes); longer rows take the fewest blocks that fit, of one length, so
+        // fewer lanes than blocks pad the last.
+        let (_, inner) = rows(&m, 4, &[need(1000), need(100), need(5000), need(5001)]);
+        assert_eq!(inner, vec![1000, 100, 2500, 2501]);
+        for (extent, bi) in [(100_000usize, inner_of(100_000)), (4097, inner_of(4097))] {
+            let blocks = extent.div_ceil(bi);
+            assert!(
+                bi <= MAX_INNER_BLOCK && blocks * bi - extent < blocks,
+                "{extent}: {bi}"
+            );
+        }
         let serial = InnerNeed {
             extent: 50,
             bytes_per_point: 64,
