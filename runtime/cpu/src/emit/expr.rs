@@ -18,7 +18,7 @@ use super::convert::{
     bf16_bits_to_f32, bitcast, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, iconst,
     round_f32_to, round_f64_to,
 };
-use super::state::{Emitter, IntOp};
+use super::state::{Emitter, GuardMode, IntOp, RowLoad};
 use crate::error::{Error, Result};
 use crate::plan::Lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -367,7 +367,7 @@ impl Emitter<'_, '_> {
     }
 
     /// The elements of `buffer`.
-    fn buffer_numel(&self, buffer: BufferId) -> Result<usize> {
+    pub(super) fn buffer_numel(&self, buffer: BufferId) -> Result<usize> {
         self.mem
             .buffers
             .get(buffer.index())
@@ -782,6 +782,23 @@ impl Emitter<'_, '_> {
         Ok(())
     }
 
+    /// The row load of node `i` in [`GuardMode::Row`], if it has one.
+    fn row_load(&self, i: usize) -> Option<RowLoad> {
+        self.nest.row_loads.get(i).copied().flatten()
+    }
+
+    /// The `i32x4` mask of an `i8` truth value: all ones where it is 1.
+    pub(super) fn lane_mask(&mut self, ok: Value) -> Value {
+        let w = self.b.ins().uextend(types::I32, ok);
+        let m = self.b.ins().ineg(w);
+        self.b.ins().splat(types::I32X4, m)
+    }
+
+    /// A scalar value splatted into the vector of `lanes`.
+    pub(super) fn splat_lanes(&mut self, x: Value, lanes: Lanes) -> Value {
+        self.b.ins().splat(vector_type(lanes), x)
+    }
+
     fn splat_f32(&mut self, c: f32) -> Value {
         let s = self.fconst(c);
         self.b.ins().splat(types::F32X4, s)
@@ -810,11 +827,25 @@ impl Emitter<'_, '_> {
         let node = &body.nodes[i];
         let lanes_of = |s: &Self, r: &ExprRef| s.vals.lanes.get(r.index()).copied().flatten();
         let v = match &node.op {
-            // Inside a peeled loop's interval (`guards_hold`) every lane's guard holds:
-            // a plain vector load.
-            ExprOp::Load(l) if !l.guard.is_empty() && !self.nest.guards_hold => {
+            ExprOp::Load(l) if !l.guard.is_empty() && self.nest.guards == GuardMode::Test => {
                 self.vector_guarded_load(i, l, g)?
             }
+            // In a row whose fixed guards may fail, a load with such guards reads at an
+            // index kept in the buffer and takes its fill where they fail.
+            ExprOp::Load(l) if self.nest.guards == GuardMode::Row && self.row_load(i).is_some() => {
+                let r = self.row_load(i).ok_or_else(|| Error::internal("no row load"))?;
+                let lanes =
+                    self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
+                let x = self.var_value(self.level_var(self.nest.innermost))?;
+                let moved = self.int_op_imm(IntOp::Mul, x, r.step);
+                let idx = self.int_op(IntOp::Add, r.rest, moved);
+                let addr = self.element_address(l.buffer, idx)?;
+                let flags = self.vector_flags();
+                let loaded = self.vector_load(i, vector_type(lanes), flags, addr, g);
+                self.vselect(r.mask, loaded, r.fill)
+            }
+            // Inside a peeled loop's interval every lane's guard that is left holds: a
+            // plain vector load.
             ExprOp::Load(l) => {
                 let lanes =
                     self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
@@ -1088,7 +1119,7 @@ impl Emitter<'_, '_> {
 
     /// The element stride between lanes of vector load node `i` (1 unless the plan
     /// made it a strided load).
-    fn lane_stride(&self, i: usize) -> i64 {
+    pub(super) fn lane_stride(&self, i: usize) -> i64 {
         self.vals
             .strided
             .iter()
