@@ -257,17 +257,23 @@ impl Emitter<'_, '_> {
         Ok((addr, MemFlagsData::new().with_notrap()))
     }
 
-    /// 1 when every bound of `guard` holds, else 0 (an `i8`).
+    /// 1 when every bound of `guard` holds, else 0 (an `i8`; a constant where the
+    /// bounds' values are).
     pub(super) fn guard_value(&mut self, guard: &[Bound]) -> Result<Option<Value>> {
         let mut all: Option<Value> = None;
         for g in guard {
             let x = self.index_value(&g.expr)?;
-            let ge = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, x, g.lo);
-            let lt = self.icmp_imm(IntCC::SignedLessThan, x, g.hi);
-            let ok = self.b.ins().band(ge, lt);
+            let ok = match self.known_i64(x) {
+                Some(k) => self.int_const(types::I8, (g.lo <= k && k < g.hi) as i64),
+                None => {
+                    let ge = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, x, g.lo);
+                    let lt = self.icmp_imm(IntCC::SignedLessThan, x, g.hi);
+                    self.b.ins().band(ge, lt)
+                }
+            };
             all = Some(match all {
                 None => ok,
-                Some(a) => self.b.ins().band(a, ok),
+                Some(a) => self.flag_and(a, ok),
             });
         }
         Ok(all)
@@ -985,20 +991,29 @@ impl Emitter<'_, '_> {
         let (Some(g_first), Some(g_last)) = (g_first, g_last) else {
             return Err(Error::internal("a guarded load without bounds"));
         };
-        let all = self.b.ins().band(g_first, g_last);
+        let all = self.flag_and(g_first, g_last);
         let idx = self.index_value(&l.index)?;
         let addr = self.element_address(l.buffer, idx)?;
         let flags = self.vector_flags();
-        let fast = self.b.create_block();
+        // Where the guards are constants here (a row's first or last group) the group
+        // takes one arm, without a branch.
+        let known = self.known_flag(all);
+        if known == Some(true) {
+            return Ok(self.vector_load(i, vty, flags, addr, g));
+        }
         let slow = self.b.create_block();
         let join = self.b.create_block();
         self.b.append_block_param(join, vty);
-        self.b.ins().brif(all, fast, &[], slow, &[]);
-
-        self.b.switch_to_block(fast);
-        self.b.seal_block(fast);
-        let whole = self.vector_load(i, vty, flags, addr, g);
-        self.b.ins().jump(join, &[whole.into()]);
+        if known.is_none() {
+            let fast = self.b.create_block();
+            self.b.ins().brif(all, fast, &[], slow, &[]);
+            self.b.switch_to_block(fast);
+            self.b.seal_block(fast);
+            let whole = self.vector_load(i, vty, flags, addr, g);
+            self.b.ins().jump(join, &[whole.into()]);
+        } else {
+            self.b.ins().jump(slow, &[]);
+        }
 
         self.b.switch_to_block(slow);
         self.b.seal_block(slow);
@@ -1090,6 +1105,22 @@ impl Emitter<'_, '_> {
         let mut mask: Option<Value> = None;
         for (e0, a, lo, hi) in bounds {
             let x = self.index_value(&e0)?;
+            if let Some(k) = self.known_i64(x) {
+                // The lanes' values are constants: so is the mask.
+                let bytes: Vec<u8> = (0..4)
+                    .flat_map(|j| {
+                        let ok = (lo..hi).contains(&(k + a * j));
+                        (-(ok as i32)).to_le_bytes()
+                    })
+                    .collect();
+                let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+                let ok = self.b.ins().vconst(types::I32X4, c);
+                mask = Some(match mask {
+                    None => ok,
+                    Some(m) => self.b.ins().band(m, ok),
+                });
+                continue;
+            }
             let x = self.lane_values(x, a, 0);
             let lo = self.splat_i32(lo as i32);
             let hi = self.splat_i32(hi as i32);

@@ -345,6 +345,12 @@ impl<'a> Emitter<'a, '_> {
             None
         };
         if let Some(GuardInterval { lo, hi, fixed }) = interval {
+            // A row of at least four of a stage that only stores starts and ends with
+            // guarded groups of four, over elements the interior does again.
+            let edges = self.tail_may_overlap(ctx) && spec.extent >= 4;
+            if edges {
+                self.head_groups(ctx, level, var, lo, spec)?;
+            }
             // One at a time, guarded, until the interval starts (all of the row where it
             // is empty).
             let before = self.int_op(IntOp::Min, lo, spec.end);
@@ -354,6 +360,9 @@ impl<'a> Emitter<'a, '_> {
             let from = self.int_op(IntOp::Max, lo, spec.start);
             let Some(ok) = fixed else {
                 self.interior(ctx, level, var, unroll, (from, stop), GuardMode::Hold)?;
+                if edges {
+                    self.tail_group(ctx, level, var, spec)?;
+                }
                 return Ok(true);
             };
             // A row where a guard that does not move with the loop fails (a padded
@@ -378,6 +387,9 @@ impl<'a> Emitter<'a, '_> {
             // What either arm computed does not dominate the join.
             self.nest.index_memo = memo;
             self.forget_from(level);
+            if edges {
+                self.tail_group(ctx, level, var, spec)?;
+            }
             return Ok(true);
         }
         // Elements the loops emitted so far leave, where the bounds are known.
@@ -413,6 +425,100 @@ impl<'a> Emitter<'a, '_> {
             return Ok(left.is_none());
         }
         Ok(true)
+    }
+
+    /// The start of a peeled row, before the interval `lo..`: where the row segment
+    /// starts at the row's start and has four elements, one guarded group of four there
+    /// (the guards that move with the loop are constants at a constant position, so each
+    /// load is a plain vector load or a masked one, without a test of its own); then,
+    /// for a window wider than that, guarded groups while the interval has not started.
+    fn head_groups(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        lo: Value,
+        spec: LoopSpec,
+    ) -> Result<()> {
+        if self.known_i64(lo).is_some_and(|l| l <= 0) {
+            return Ok(());
+        }
+        let zero = self.int_const(types::I64, 0);
+        let four = self.int_const(types::I64, 4);
+        let at_start = self.b.ins().icmp(IntCC::Equal, spec.start, zero);
+        let room = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, spec.end, 4);
+        let go = self.b.ins().band(at_start, room);
+        self.group_if(ctx, level, var, go, (zero, four))?;
+        if self.known_i64(lo).is_none_or(|l| l > 4) {
+            let last_start = self.int_op_imm(IntOp::Add, spec.end, -3);
+            let head_end = self.int_op(IntOp::Min, lo, last_start);
+            self.vector_loop(ctx, level, var, 1, head_end, GuardMode::Test, false)?;
+        }
+        Ok(())
+    }
+
+    /// The end of a peeled row, after its interval: where elements are left, the segment
+    /// ends at the row's end and holds its last four, those four as one guarded group
+    /// (the guards that move with the loop are constants there), over elements already
+    /// done.
+    fn tail_group(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        spec: LoopSpec,
+    ) -> Result<()> {
+        let n = spec.extent as i64;
+        let at = self.b.use_var(var);
+        let left = self.b.ins().icmp(IntCC::SignedLessThan, at, spec.end);
+        let at_end = self.icmp_imm(IntCC::Equal, spec.end, n);
+        let room = self.icmp_imm(IntCC::SignedLessThanOrEqual, spec.start, n - 4);
+        let go = self.b.ins().band(left, at_end);
+        let go = self.b.ins().band(go, room);
+        let last4 = self.int_const(types::I64, n - 4);
+        let end = self.int_const(types::I64, n);
+        self.group_if(ctx, level, var, go, (last4, end))
+    }
+
+    /// Where `go`, one guarded group of four at `at`, leaving the variable at `next`.
+    fn group_if(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        go: Value,
+        (at, next): (Value, Value),
+    ) -> Result<()> {
+        let group = self.b.create_block();
+        let after = self.b.create_block();
+        self.b.ins().brif(go, group, &[], after, &[]);
+        self.b.switch_to_block(group);
+        self.b.seal_block(group);
+        let memo = self.nest.index_memo.clone();
+        self.edge_group(ctx, level, var, at, next)?;
+        self.b.ins().jump(after, &[]);
+        self.b.switch_to_block(after);
+        self.b.seal_block(after);
+        self.nest.index_memo = memo;
+        self.forget_from(level);
+        Ok(())
+    }
+
+    /// One guarded group of four at `at`, leaving the variable at `next`.
+    fn edge_group(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        at: Value,
+        next: Value,
+    ) -> Result<()> {
+        self.b.def_var(var, at);
+        self.nest.guards = GuardMode::Test;
+        self.vector_body(ctx, level, 1)?;
+        self.b.def_var(var, next);
+        self.forget_from(level);
+        Ok(())
     }
 
     /// The interval `from..stop` of a peeled row with its loads read as `mode` says:
