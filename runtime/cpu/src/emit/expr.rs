@@ -839,7 +839,9 @@ impl Emitter<'_, '_> {
             // In a row whose fixed guards may fail, a load with such guards reads at an
             // index kept in the buffer and takes its fill where they fail.
             ExprOp::Load(l) if self.nest.guards == GuardMode::Row && self.row_load(i).is_some() => {
-                let r = self.row_load(i).ok_or_else(|| Error::internal("no row load"))?;
+                let r = self
+                    .row_load(i)
+                    .ok_or_else(|| Error::internal("no row load"))?;
                 let lanes =
                     self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
                 let x = self.var_value(self.level_var(self.nest.innermost))?;

@@ -14,11 +14,11 @@ use super::state::{Emitter, GuardMode, IntOp, LoopSpec, RowLoad};
 use crate::error::{Error, Result};
 use crate::plan::analysis::{live_nodes, node_indices, split_linear, Levels};
 use crate::plan::{Lanes, OuterLanes, StageLanes, StagePlan, VectorPlan};
-use ferrite_ir::DType;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::Variable;
 use ferrite_ir::loops::{Block, Bound, ExprOp, Extents, IndexExpr, Reduction, Stage, StoreOp};
+use ferrite_ir::DType;
 
 /// How the points of a stage run.
 #[derive(Clone, Copy)]
@@ -311,17 +311,21 @@ impl<'a> Emitter<'a, '_> {
     ///
     /// A store stage whose vector loads are guarded (a padded window: a convolution's or a
     /// pool's taps) is peeled instead: every guard is affine in the innermost variable, so
-    /// the elements where all of them hold form an interval, computed once before the
-    /// loops ([`Emitter::guard_interval`]). Scalar iterations with the guards run up to its
-    /// start, `4 * unroll`-wide and then four-wide iterations with plain vector loads (no
-    /// tests, no branches) while they stay inside it, and the scalar loop after them does
-    /// the rest, guards tested. Each element is computed by the same expression either way.
+    /// the elements where all of those that move with it hold form an interval, computed
+    /// once before the loops ([`Emitter::guard_interval`]). Scalar iterations with the
+    /// guards run up to its start, `4 * unroll`-wide and then four-wide iterations with
+    /// plain vector loads (no tests, no branches) while they stay inside it, and the scalar
+    /// loop after them does the rest, guards tested. A row where a guard that does not move
+    /// fails (a window's first or last rows) runs the interval four-wide with those loads
+    /// masked ([`GuardMode::Row`]). Each element is computed by the same expression either way.
     ///
-    /// The edges are scalar, not guarded vectors: a window's edge is a tap or two wide
-    /// (wider rows than 16, as the plan stores shorter padded rows), and a guarded vector
-    /// body tests its guards lane by lane. Three of those per stage (before, after, and
-    /// the overlapping tail) were nine tenths of a ResNet im2col kernel's code, and that
-    /// kernel's Cranelift compile was the longest of the model's.
+    /// The edges are not guarded vector loops: a window's edge is a tap or two wide (wider
+    /// rows than 16, as the plan stores shorter padded rows), and a guarded vector body
+    /// tests its guards lane by lane. Three such loops per stage (before, after, and the
+    /// overlapping tail) were nine tenths of a ResNet im2col kernel's code, and that
+    /// kernel's Cranelift compile was the longest of the model's. A store-only row does its
+    /// first and last four as one guarded group each at a constant position, where the
+    /// moving guards are constants ([`Emitter::head_groups`], [`Emitter::tail_group`]).
     ///
     /// Over bounds known here (`0..extent`), a loop that would run no iteration is left
     /// out, and so is the scalar loop when nothing is left for it: whether it is needed
@@ -457,10 +461,11 @@ impl<'a> Emitter<'a, '_> {
         Ok(())
     }
 
-    /// The end of a peeled row, after its interval: where elements are left, the segment
-    /// ends at the row's end and holds its last four, those four as one guarded group
-    /// (the guards that move with the loop are constants there), over elements already
-    /// done.
+    /// The end of a peeled row, after its interval: where at most four elements are left,
+    /// the segment ends at the row's end and holds its last four, those four as one
+    /// guarded group (the guards that move with the loop are constants there), over
+    /// elements already done. More left (a row whose interval is empty, or ends more
+    /// than four before the row) is the scalar loop's.
     fn tail_group(
         &mut self,
         ctx: &StageCtx<'_>,
@@ -471,9 +476,11 @@ impl<'a> Emitter<'a, '_> {
         let n = spec.extent as i64;
         let at = self.b.use_var(var);
         let left = self.b.ins().icmp(IntCC::SignedLessThan, at, spec.end);
+        let few = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, at, n - 4);
         let at_end = self.icmp_imm(IntCC::Equal, spec.end, n);
         let room = self.icmp_imm(IntCC::SignedLessThanOrEqual, spec.start, n - 4);
-        let go = self.b.ins().band(left, at_end);
+        let go = self.b.ins().band(left, few);
+        let go = self.b.ins().band(go, at_end);
         let go = self.b.ins().band(go, room);
         let last4 = self.int_const(types::I64, n - 4);
         let end = self.int_const(types::I64, n);
@@ -593,7 +600,11 @@ impl<'a> Emitter<'a, '_> {
             // The groups read `rest + step * x` for x in `from..=last`: the part that
             // keeps the least of those at 0 or above and the greatest below `numel`.
             let numel = self.buffer_numel(l.buffer)? as i64;
-            let (low_x, high_x) = if step >= 0 { (from, last) } else { (last, from) };
+            let (low_x, high_x) = if step >= 0 {
+                (from, last)
+            } else {
+                (last, from)
+            };
             let low = self.int_op_imm(IntOp::Mul, low_x, -step);
             let high = self.int_op_imm(IntOp::Mul, high_x, -step);
             let high = self.int_op_imm(IntOp::Add, high, numel - 1);
