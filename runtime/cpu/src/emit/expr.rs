@@ -836,6 +836,12 @@ impl Emitter<'_, '_> {
             ExprOp::Load(l) if !l.guard.is_empty() && self.nest.guards == GuardMode::Test => {
                 self.vector_guarded_load(i, l, g)?
             }
+            ExprOp::Load(l) if !l.guard.is_empty() && self.nest.guards == GuardMode::Masked => {
+                match self.masked_load(i, l, g)? {
+                    Some(v) => v,
+                    None => self.vector_guarded_load(i, l, g)?,
+                }
+            }
             // In a row whose fixed guards may fail, a load with such guards reads at an
             // index kept in the buffer and takes its fill where they fail.
             ExprOp::Load(l) if self.nest.guards == GuardMode::Row && self.row_load(i).is_some() => {
@@ -1059,6 +1065,75 @@ impl Emitter<'_, '_> {
             .index_memo
             .retain(|e, (_, level)| *level >= innermost || before.contains_key(e));
         Ok(self.b.block_params(join)[0])
+    }
+
+    /// A guarded load of group `g` in [`GuardMode::Masked`]. `None` where a guard that
+    /// moves with the loop is not a constant here or the load is not `f32` (then it tests
+    /// its guards as a window's edge does).
+    fn masked_load(&mut self, i: usize, l: &Load, g: usize) -> Result<Option<Value>> {
+        let lanes = self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
+        if lanes != Lanes::F32 {
+            return Ok(None);
+        }
+        let var = self.level_var(self.nest.innermost);
+        let mut holds = [true; 4];
+        let mut fixed = Vec::new();
+        for b in &l.guard {
+            let Some((_, a)) = crate::plan::analysis::split_linear(&b.expr, var) else {
+                return Ok(None);
+            };
+            if a == 0 {
+                fixed.push(b.clone());
+                continue;
+            }
+            let x = self.index_value(&b.expr)?;
+            let Some(k) = self.known_i64(x) else {
+                return Ok(None);
+            };
+            for (j, h) in holds.iter_mut().enumerate() {
+                *h &= (b.lo..b.hi).contains(&(k + a * (4 * g + j) as i64));
+            }
+        }
+        let d = self.vals.body.nodes[i].dtype;
+        let fill = self.constant(l.other, d)?;
+        let fill = self.splat_lanes(fill, lanes);
+        if !holds.iter().any(|&h| h) {
+            return Ok(Some(fill));
+        }
+        // Computed before the test, so they dominate what follows it.
+        let idx = self.index_value(&l.index)?;
+        let addr = self.element_address(l.buffer, idx)?;
+        let flags = self.vector_flags();
+        let ok = self.guard_value(&fixed)?;
+        let (load, join) = match ok {
+            Some(ok) => {
+                let load = self.b.create_block();
+                let join = self.b.create_block();
+                self.b.append_block_param(join, types::F32X4);
+                self.b.ins().brif(ok, load, &[], join, &[fill.into()]);
+                self.b.switch_to_block(load);
+                self.b.seal_block(load);
+                (true, Some(join))
+            }
+            None => (false, None),
+        };
+        let mut v = self.vector_load(i, types::F32X4, flags, addr, g);
+        if !holds.iter().all(|&h| h) {
+            let bytes: Vec<u8> = holds
+                .iter()
+                .flat_map(|&h| (-(h as i32)).to_le_bytes())
+                .collect();
+            let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+            let mask = self.b.ins().vconst(types::I32X4, c);
+            v = self.vselect(mask, v, fill);
+        }
+        if let (true, Some(join)) = (load, join) {
+            self.b.ins().jump(join, &[v.into()]);
+            self.b.switch_to_block(join);
+            self.b.seal_block(join);
+            v = self.b.block_params(join)[0];
+        }
+        Ok(Some(v))
     }
 
     /// For a guarded vector load at a window's edge: whether all of group `g`'s elements

@@ -17,7 +17,9 @@ use crate::plan::{Lanes, OuterLanes, StageLanes, StagePlan, VectorPlan};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::Variable;
-use ferrite_ir::loops::{Block, Bound, ExprOp, Extents, IndexExpr, Reduction, Stage, StoreOp};
+use ferrite_ir::loops::{
+    Block, Bound, BufferId, ExprOp, Extents, IndexExpr, Reduction, Stage, StoreOp, Var,
+};
 use ferrite_ir::DType;
 
 /// How the points of a stage run.
@@ -432,10 +434,10 @@ impl<'a> Emitter<'a, '_> {
     }
 
     /// The start of a peeled row, before the interval `lo..`: where the row segment
-    /// starts at the row's start and has four elements, one guarded group of four there
-    /// (the guards that move with the loop are constants at a constant position, so each
-    /// load is a plain vector load or a masked one, without a test of its own); then,
-    /// for a window wider than that, guarded groups while the interval has not started.
+    /// starts at the row's start and has four elements, one group of four there in
+    /// [`GuardMode::Masked`] (the guards that move with the loop are constants at a
+    /// constant position); then, for a window wider than that, guarded groups while the
+    /// interval has not started.
     fn head_groups(
         &mut self,
         ctx: &StageCtx<'_>,
@@ -462,9 +464,9 @@ impl<'a> Emitter<'a, '_> {
     }
 
     /// The end of a peeled row, after its interval: where at most four elements are left,
-    /// the segment ends at the row's end and holds its last four, those four as one
-    /// guarded group (the guards that move with the loop are constants there), over
-    /// elements already done. More left (a row whose interval is empty, or ends more
+    /// the segment ends at the row's end and holds its last four, those four as one group
+    /// in [`GuardMode::Masked`] (the guards that move with the loop are constants there),
+    /// over elements already done. More left (a row whose interval is empty, or ends more
     /// than four before the row) is the scalar loop's.
     fn tail_group(
         &mut self,
@@ -487,7 +489,10 @@ impl<'a> Emitter<'a, '_> {
         self.group_if(ctx, level, var, go, (last4, end))
     }
 
-    /// Where `go`, one guarded group of four at `at`, leaving the variable at `next`.
+    /// Where `go`, one guarded group of four at `at` (a constant), leaving the variable at
+    /// `next`. Its guarded loads are read in [`GuardMode::Masked`] where every element
+    /// they read in lanes whose moving guards fail is in the buffer (all but a buffer's
+    /// first or last rows), tested here; elsewhere the group is left to the scalar loop.
     fn group_if(
         &mut self,
         ctx: &StageCtx<'_>,
@@ -496,6 +501,8 @@ impl<'a> Emitter<'a, '_> {
         go: Value,
         (at, next): (Value, Value),
     ) -> Result<()> {
+        let inside = self.group_inside(ctx, level, at)?;
+        let go = self.flag_and(go, inside);
         let group = self.b.create_block();
         let after = self.b.create_block();
         self.b.ins().brif(go, group, &[], after, &[]);
@@ -511,6 +518,81 @@ impl<'a> Emitter<'a, '_> {
         Ok(())
     }
 
+    /// 1 where every element that the group of four at `at` (a constant) reads through
+    /// a guarded vector load whose moving guards fail in some of its lanes but not all is
+    /// in its buffer (an `i8`): the lanes where they hold are, by the plan's proof. Loads
+    /// of one buffer whose indices differ by constants (a window's taps) are tested as one
+    /// span, its least and its greatest element.
+    fn group_inside(&mut self, ctx: &StageCtx<'_>, level: usize, at: Value) -> Result<Value> {
+        let at = self
+            .known_i64(at)
+            .ok_or_else(|| Error::internal("an edge group at a position not known"))?;
+        let v = self.level_var(level);
+        let ext = self.nest.ext.clone();
+        let lane = |e: &IndexExpr, j: i64| {
+            crate::plan::analysis::substitute(e, &|w| (w == v).then_some(IndexExpr::Const(at + j)))
+                .simplify(&ext)
+        };
+        let body = self.vals.body;
+        // (buffer, the index's variable terms) -> (an index, its constant, the span's
+        // least and greatest element).
+        type Span = (BufferId, Vec<(Var, i64)>);
+        let mut spans: Vec<(Span, IndexExpr, i64, i64, i64)> = Vec::new();
+        for (i, node) in body.nodes.iter().enumerate() {
+            if !ctx.live[i] || self.node_level(i) != level || self.vals.lanes[i].is_none() {
+                continue;
+            }
+            let ExprOp::Load(l) = &node.op else { continue };
+            // The lanes where the moving bounds hold, where all are constants here.
+            let mut holds = [true; 4];
+            let mut known = true;
+            for b in &l.guard {
+                if split_linear(&b.expr, v).is_some_and(|(_, a)| a == 0) {
+                    continue;
+                }
+                for (j, h) in holds.iter_mut().enumerate() {
+                    match lane(&b.expr, j as i64) {
+                        IndexExpr::Const(k) => *h &= (b.lo..b.hi).contains(&k),
+                        _ => known = false,
+                    }
+                }
+            }
+            if !known || holds.iter().all(|&h| h) || !holds.iter().any(|&h| h) {
+                continue;
+            }
+            let first = lane(&l.index, 0);
+            let reach = 3 * self.lane_stride(i);
+            let (c, terms) = first
+                .as_affine(&self.nest.ext)
+                .unwrap_or((0, vec![(v, i64::MIN + i as i64)]));
+            let key = (l.buffer, terms);
+            match spans.iter_mut().find(|s| s.0 == key) {
+                Some(s) => {
+                    s.3 = s.3.min(c);
+                    s.4 = s.4.max(c + reach);
+                }
+                None => spans.push((key, first, c, c, c + reach)),
+            }
+        }
+        let mut all = self.int_const(types::I8, 1);
+        for ((buffer, _), first, c, least, greatest) in spans {
+            let x = self.index_value(&first)?;
+            let low = self.int_op_imm(IntOp::Add, x, least - c);
+            let high = self.int_op_imm(IntOp::Add, x, greatest - c);
+            let numel = self.buffer_numel(buffer)? as i64;
+            let ok = match (self.known_i64(low), self.known_i64(high)) {
+                (Some(f), Some(t)) => self.int_const(types::I8, (f >= 0 && t < numel) as i64),
+                _ => {
+                    let ge = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, low, 0);
+                    let lt = self.icmp_imm(IntCC::SignedLessThan, high, numel);
+                    self.b.ins().band(ge, lt)
+                }
+            };
+            all = self.flag_and(all, ok);
+        }
+        Ok(all)
+    }
+
     /// One guarded group of four at `at`, leaving the variable at `next`.
     fn edge_group(
         &mut self,
@@ -521,8 +603,9 @@ impl<'a> Emitter<'a, '_> {
         next: Value,
     ) -> Result<()> {
         self.b.def_var(var, at);
-        self.nest.guards = GuardMode::Test;
+        self.nest.guards = GuardMode::Masked;
         self.vector_body(ctx, level, 1)?;
+        self.nest.guards = GuardMode::Test;
         self.b.def_var(var, next);
         self.forget_from(level);
         Ok(())

@@ -98,6 +98,12 @@ pub(super) enum GuardMode {
     Test,
     /// Every guard holds (inside a peeled row's interval): plain vector loads.
     Hold,
+    /// One group at a constant position (a row's first or last four), where the guards
+    /// that move with the loop are constants: a load is its fill where they fail in every
+    /// lane, else one vector load (with its fill in the lanes where they fail: the caller
+    /// tested that those elements are in the buffer), behind one test of its guards that
+    /// do not move.
+    Masked,
     /// Inside the interval of a row where a guard that does not move with the loop fails
     /// (a padded window's first or last rows): the guards that move hold, so a load
     /// without a fixed guard is a plain vector load, and one with ([`Nest::row_loads`])
