@@ -553,3 +553,66 @@ fn conv_products_gather_their_taps_without_an_im2col() {
         );
     }
 }
+
+/// Padded windows over rows wider than 16 (guarded loads, not a pad kernel): the first and
+/// last rows, where a guard fixed for the row fails, run their interior as vector code
+/// too, and every row starts and ends with one guarded vector group; rows shorter than 32
+/// of 40 channels are each channel's inner loops (`nest`). Widths put the window's edges
+/// at every lane; a window dilated as wide as a row of 17 leaves no element there with
+/// all of its taps inside (an empty interval). Max pools (`-inf` fill, compared bit for
+/// bit) and a depthwise conv (zero fill), stride 1 and 2, every target, 1 and 3 threads.
+#[test]
+fn padded_window_rows_are_vector_code_from_the_first_row_to_the_last() {
+    let c = 40;
+    for (w, stride) in [
+        (17usize, 1i64),
+        (18, 1),
+        (19, 2),
+        (20, 2),
+        (23, 1),
+        (31, 2),
+        (36, 1),
+    ] {
+        let g = Graph::new("window-rows");
+        let x = g.input("x", ferrite::f32(&[1, c, 6, w]));
+        let wd = g.input("wd", ferrite::f32(&[c, 1, 3, 3]));
+        let s = [stride, stride];
+        g.output(&x.conv2d(&wd, None, s, [1, 1], [1, 1], c as i64).relu6());
+        g.output(&x.max_pool2d([3, 3], s, [1, 1], [1, 1], false));
+        g.output(&x.max_pool2d([3, 3], [1, 1], [1, 9], [1, 9], false));
+        let mut v = random(&[1, c, 6, w], 21).to_f64_vec();
+        for (i, x) in v.iter_mut().enumerate() {
+            if i % 7 == 0 {
+                *x = [-0.0, 0.0, f64::NAN, f64::NEG_INFINITY][(i / 7) % 4];
+            }
+        }
+        let inputs = [
+            Tensor::from_f64(&ferrite::f32(&[1, c, 6, w]), &v).unwrap(),
+            random(&[c, 1, 3, 3], 22),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let plan = cpu_plan(&g, &format!("window-rows-{w}-{stride}"));
+        check_everywhere(&g, &refs, 1e-5);
+        check_cpu_threads(&g, &refs, &[1, 3], 1e-5);
+        let run = |target: Target| {
+            compile(&g, &Options::default().target(target))
+                .unwrap()
+                .run(&refs)
+                .unwrap()
+        };
+        let (want, got) = (run(Target::Interp), run(Target::Cpu));
+        for out in [1, 2] {
+            let (a, b) = (got[out].to_f64_vec(), want[out].to_f64_vec());
+            for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+                assert!(
+                    a.is_nan() && b.is_nan() || a.to_bits() == b.to_bits(),
+                    "w={w} s={stride}: output {out} element {i}: {a:?}, interpreter {b:?}"
+                );
+            }
+        }
+        assert!(plan.contains("vector f32x4"), "w={w} s={stride}:\n{plan}");
+        if w.div_ceil(stride as usize) < 32 {
+            assert!(plan.contains("nested"), "w={w} s={stride}:\n{plan}");
+        }
+    }
+}

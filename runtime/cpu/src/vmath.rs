@@ -1052,20 +1052,32 @@ impl Emit<'_, '_> {
             return self.keep_where(keep, v);
         }
         // `y < x ? x : y` is exactly maxps(x, y) (and `x < y ? x : y` minps), which return
-        // the second operand when either is NaN or both are zeros; equal lanes take the
-        // `and` of the two (+0 wins a maximum) or their `or` (-0 wins a minimum), and
-        // lanes where x is NaN are then fixed up.
-        let first_wins = if max {
-            self.cmp(FloatCC::LessThan, y, x)
+        // the second operand when either is NaN or both are zeros. maxps(x, y) and
+        // maxps(y, x) differ only there: their `and` is the maximum of two zeros (+0 wins;
+        // for a minimum their `or`, -0 wins), and lanes where either is NaN take the
+        // canonical NaN, as the interpreter's. Five instructions, where testing for equal
+        // lanes and fixing up x's NaN took six (a max pool is a chain of eight).
+        let (x_wins, y_wins) = if max {
+            (
+                self.cmp(FloatCC::LessThan, y, x),
+                self.cmp(FloatCC::LessThan, x, y),
+            )
         } else {
-            self.cmp(FloatCC::LessThan, x, y)
+            (
+                self.cmp(FloatCC::LessThan, x, y),
+                self.cmp(FloatCC::LessThan, y, x),
+            )
         };
-        let m = self.select(first_wins, x, y);
-        let equal = self.cmp(FloatCC::Equal, x, y);
-        let both = if max { self.band(x, y) } else { self.bor(x, y) };
-        let m = self.select(equal, both, m);
-        let x_nan = self.cmp(FloatCC::Unordered, x, x);
-        self.select(x_nan, x, m)
+        let xy = self.select(x_wins, x, y);
+        let yx = self.select(y_wins, y, x);
+        let m = if max {
+            self.band(xy, yx)
+        } else {
+            self.bor(xy, yx)
+        };
+        let nan = self.cmp(FloatCC::Unordered, x, y);
+        let canonical = self.f(f32::NAN);
+        self.select(nan, canonical, m)
     }
 
     // ---- pow, in f64 ----

@@ -18,7 +18,7 @@ use super::convert::{
     bf16_bits_to_f32, bitcast, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, iconst,
     round_f32_to, round_f64_to,
 };
-use super::state::{Emitter, IntOp};
+use super::state::{Emitter, GuardMode, IntOp, RowLoad};
 use crate::error::{Error, Result};
 use crate::plan::Lanes;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -257,17 +257,23 @@ impl Emitter<'_, '_> {
         Ok((addr, MemFlagsData::new().with_notrap()))
     }
 
-    /// 1 when every bound of `guard` holds, else 0 (an `i8`).
+    /// 1 when every bound of `guard` holds, else 0 (an `i8`; a constant where the
+    /// bounds' values are).
     pub(super) fn guard_value(&mut self, guard: &[Bound]) -> Result<Option<Value>> {
         let mut all: Option<Value> = None;
         for g in guard {
             let x = self.index_value(&g.expr)?;
-            let ge = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, x, g.lo);
-            let lt = self.icmp_imm(IntCC::SignedLessThan, x, g.hi);
-            let ok = self.b.ins().band(ge, lt);
+            let ok = match self.known_i64(x) {
+                Some(k) => self.int_const(types::I8, (g.lo <= k && k < g.hi) as i64),
+                None => {
+                    let ge = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, x, g.lo);
+                    let lt = self.icmp_imm(IntCC::SignedLessThan, x, g.hi);
+                    self.b.ins().band(ge, lt)
+                }
+            };
             all = Some(match all {
                 None => ok,
-                Some(a) => self.b.ins().band(a, ok),
+                Some(a) => self.flag_and(a, ok),
             });
         }
         Ok(all)
@@ -367,7 +373,7 @@ impl Emitter<'_, '_> {
     }
 
     /// The elements of `buffer`.
-    fn buffer_numel(&self, buffer: BufferId) -> Result<usize> {
+    pub(super) fn buffer_numel(&self, buffer: BufferId) -> Result<usize> {
         self.mem
             .buffers
             .get(buffer.index())
@@ -782,6 +788,23 @@ impl Emitter<'_, '_> {
         Ok(())
     }
 
+    /// The row load of node `i` in [`GuardMode::Row`], if it has one.
+    fn row_load(&self, i: usize) -> Option<RowLoad> {
+        self.nest.row_loads.get(i).copied().flatten()
+    }
+
+    /// The `i32x4` mask of an `i8` truth value: all ones where it is 1.
+    pub(super) fn lane_mask(&mut self, ok: Value) -> Value {
+        let w = self.b.ins().uextend(types::I32, ok);
+        let m = self.b.ins().ineg(w);
+        self.b.ins().splat(types::I32X4, m)
+    }
+
+    /// A scalar value splatted into the vector of `lanes`.
+    pub(super) fn splat_lanes(&mut self, x: Value, lanes: Lanes) -> Value {
+        self.b.ins().splat(vector_type(lanes), x)
+    }
+
     fn splat_f32(&mut self, c: f32) -> Value {
         let s = self.fconst(c);
         self.b.ins().splat(types::F32X4, s)
@@ -810,11 +833,33 @@ impl Emitter<'_, '_> {
         let node = &body.nodes[i];
         let lanes_of = |s: &Self, r: &ExprRef| s.vals.lanes.get(r.index()).copied().flatten();
         let v = match &node.op {
-            // Inside a peeled loop's interval (`guards_hold`) every lane's guard holds:
-            // a plain vector load.
-            ExprOp::Load(l) if !l.guard.is_empty() && !self.nest.guards_hold => {
+            ExprOp::Load(l) if !l.guard.is_empty() && self.nest.guards == GuardMode::Test => {
                 self.vector_guarded_load(i, l, g)?
             }
+            ExprOp::Load(l) if !l.guard.is_empty() && self.nest.guards == GuardMode::Masked => {
+                match self.masked_load(i, l, g)? {
+                    Some(v) => v,
+                    None => self.vector_guarded_load(i, l, g)?,
+                }
+            }
+            // In a row whose fixed guards may fail, a load with such guards reads at an
+            // index kept in the buffer and takes its fill where they fail.
+            ExprOp::Load(l) if self.nest.guards == GuardMode::Row && self.row_load(i).is_some() => {
+                let r = self
+                    .row_load(i)
+                    .ok_or_else(|| Error::internal("no row load"))?;
+                let lanes =
+                    self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
+                let x = self.var_value(self.level_var(self.nest.innermost))?;
+                let moved = self.int_op_imm(IntOp::Mul, x, r.step);
+                let idx = self.int_op(IntOp::Add, r.rest, moved);
+                let addr = self.element_address(l.buffer, idx)?;
+                let flags = self.vector_flags();
+                let loaded = self.vector_load(i, vector_type(lanes), flags, addr, g);
+                self.vselect(r.mask, loaded, r.fill)
+            }
+            // Inside a peeled loop's interval every lane's guard that is left holds: a
+            // plain vector load.
             ExprOp::Load(l) => {
                 let lanes =
                     self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
@@ -954,20 +999,29 @@ impl Emitter<'_, '_> {
         let (Some(g_first), Some(g_last)) = (g_first, g_last) else {
             return Err(Error::internal("a guarded load without bounds"));
         };
-        let all = self.b.ins().band(g_first, g_last);
+        let all = self.flag_and(g_first, g_last);
         let idx = self.index_value(&l.index)?;
         let addr = self.element_address(l.buffer, idx)?;
         let flags = self.vector_flags();
-        let fast = self.b.create_block();
+        // Where the guards are constants here (a row's first or last group) the group
+        // takes one arm, without a branch.
+        let known = self.known_flag(all);
+        if known == Some(true) {
+            return Ok(self.vector_load(i, vty, flags, addr, g));
+        }
         let slow = self.b.create_block();
         let join = self.b.create_block();
         self.b.append_block_param(join, vty);
-        self.b.ins().brif(all, fast, &[], slow, &[]);
-
-        self.b.switch_to_block(fast);
-        self.b.seal_block(fast);
-        let whole = self.vector_load(i, vty, flags, addr, g);
-        self.b.ins().jump(join, &[whole.into()]);
+        if known.is_none() {
+            let fast = self.b.create_block();
+            self.b.ins().brif(all, fast, &[], slow, &[]);
+            self.b.switch_to_block(fast);
+            self.b.seal_block(fast);
+            let whole = self.vector_load(i, vty, flags, addr, g);
+            self.b.ins().jump(join, &[whole.into()]);
+        } else {
+            self.b.ins().jump(slow, &[]);
+        }
 
         self.b.switch_to_block(slow);
         self.b.seal_block(slow);
@@ -1011,6 +1065,75 @@ impl Emitter<'_, '_> {
             .index_memo
             .retain(|e, (_, level)| *level >= innermost || before.contains_key(e));
         Ok(self.b.block_params(join)[0])
+    }
+
+    /// A guarded load of group `g` in [`GuardMode::Masked`]. `None` where a guard that
+    /// moves with the loop is not a constant here or the load is not `f32` (then it tests
+    /// its guards as a window's edge does).
+    fn masked_load(&mut self, i: usize, l: &Load, g: usize) -> Result<Option<Value>> {
+        let lanes = self.vals.lanes[i].ok_or_else(|| Error::internal("load without lanes"))?;
+        if lanes != Lanes::F32 {
+            return Ok(None);
+        }
+        let var = self.level_var(self.nest.innermost);
+        let mut holds = [true; 4];
+        let mut fixed = Vec::new();
+        for b in &l.guard {
+            let Some((_, a)) = crate::plan::analysis::split_linear(&b.expr, var) else {
+                return Ok(None);
+            };
+            if a == 0 {
+                fixed.push(b.clone());
+                continue;
+            }
+            let x = self.index_value(&b.expr)?;
+            let Some(k) = self.known_i64(x) else {
+                return Ok(None);
+            };
+            for (j, h) in holds.iter_mut().enumerate() {
+                *h &= (b.lo..b.hi).contains(&(k + a * (4 * g + j) as i64));
+            }
+        }
+        let d = self.vals.body.nodes[i].dtype;
+        let fill = self.constant(l.other, d)?;
+        let fill = self.splat_lanes(fill, lanes);
+        if !holds.iter().any(|&h| h) {
+            return Ok(Some(fill));
+        }
+        // Computed before the test, so they dominate what follows it.
+        let idx = self.index_value(&l.index)?;
+        let addr = self.element_address(l.buffer, idx)?;
+        let flags = self.vector_flags();
+        let ok = self.guard_value(&fixed)?;
+        let (load, join) = match ok {
+            Some(ok) => {
+                let load = self.b.create_block();
+                let join = self.b.create_block();
+                self.b.append_block_param(join, types::F32X4);
+                self.b.ins().brif(ok, load, &[], join, &[fill.into()]);
+                self.b.switch_to_block(load);
+                self.b.seal_block(load);
+                (true, Some(join))
+            }
+            None => (false, None),
+        };
+        let mut v = self.vector_load(i, types::F32X4, flags, addr, g);
+        if !holds.iter().all(|&h| h) {
+            let bytes: Vec<u8> = holds
+                .iter()
+                .flat_map(|&h| (-(h as i32)).to_le_bytes())
+                .collect();
+            let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+            let mask = self.b.ins().vconst(types::I32X4, c);
+            v = self.vselect(mask, v, fill);
+        }
+        if let (true, Some(join)) = (load, join) {
+            self.b.ins().jump(join, &[v.into()]);
+            self.b.switch_to_block(join);
+            self.b.seal_block(join);
+            v = self.b.block_params(join)[0];
+        }
+        Ok(Some(v))
     }
 
     /// For a guarded vector load at a window's edge: whether all of group `g`'s elements
@@ -1059,6 +1182,22 @@ impl Emitter<'_, '_> {
         let mut mask: Option<Value> = None;
         for (e0, a, lo, hi) in bounds {
             let x = self.index_value(&e0)?;
+            if let Some(k) = self.known_i64(x) {
+                // The lanes' values are constants: so is the mask.
+                let bytes: Vec<u8> = (0..4)
+                    .flat_map(|j| {
+                        let ok = (lo..hi).contains(&(k + a * j));
+                        (-(ok as i32)).to_le_bytes()
+                    })
+                    .collect();
+                let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+                let ok = self.b.ins().vconst(types::I32X4, c);
+                mask = Some(match mask {
+                    None => ok,
+                    Some(m) => self.b.ins().band(m, ok),
+                });
+                continue;
+            }
             let x = self.lane_values(x, a, 0);
             let lo = self.splat_i32(lo as i32);
             let hi = self.splat_i32(hi as i32);
@@ -1088,7 +1227,7 @@ impl Emitter<'_, '_> {
 
     /// The element stride between lanes of vector load node `i` (1 unless the plan
     /// made it a strided load).
-    fn lane_stride(&self, i: usize) -> i64 {
+    pub(super) fn lane_stride(&self, i: usize) -> i64 {
         self.vals
             .strided
             .iter()

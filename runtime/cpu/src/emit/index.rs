@@ -158,10 +158,32 @@ impl Emitter<'_, '_> {
 
     /// The value of `x` where it is an `i64` constant.
     pub(super) fn known_i64(&self, x: Value) -> Option<i64> {
-        let dfg = &self.b.func.dfg;
-        if dfg.value_type(x) != types::I64 {
+        if self.b.func.dfg.value_type(x) != types::I64 {
             return None;
         }
+        self.known_int(x)
+    }
+
+    /// The truth of an `i8` 0/1 where it is a constant.
+    pub(super) fn known_flag(&self, x: Value) -> Option<bool> {
+        if self.b.func.dfg.value_type(x) != types::I8 {
+            return None;
+        }
+        self.known_int(x).map(|k| k != 0)
+    }
+
+    /// `a and b` of two `i8` 0/1 values, folded where either is a constant.
+    pub(super) fn flag_and(&mut self, a: Value, b: Value) -> Value {
+        match (self.known_flag(a), self.known_flag(b)) {
+            (Some(false), _) | (_, Some(true)) => a,
+            (_, Some(false)) | (Some(true), _) => b,
+            _ => self.b.ins().band(a, b),
+        }
+    }
+
+    /// The value of an integer constant.
+    fn known_int(&self, x: Value) -> Option<i64> {
+        let dfg = &self.b.func.dfg;
         let inst = dfg.value_def(x).inst()?;
         match dfg.insts[inst] {
             InstructionData::UnaryImm {

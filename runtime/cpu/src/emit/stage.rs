@@ -10,14 +10,17 @@
 //! tail.
 
 use super::reduce::{reaches_fold, Accumulators};
-use super::state::{Emitter, IntOp, LoopSpec};
+use super::state::{Emitter, GuardMode, IntOp, LoopSpec, RowLoad};
 use crate::error::{Error, Result};
 use crate::plan::analysis::{live_nodes, node_indices, split_linear, Levels};
-use crate::plan::{OuterLanes, StageLanes, StagePlan, VectorPlan};
+use crate::plan::{Lanes, OuterLanes, StageLanes, StagePlan, VectorPlan};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::Variable;
-use ferrite_ir::loops::{Block, Bound, ExprOp, Extents, IndexExpr, Reduction, Stage, StoreOp};
+use ferrite_ir::loops::{
+    Block, Bound, BufferId, ExprOp, Extents, IndexExpr, Reduction, Stage, StoreOp, Var,
+};
+use ferrite_ir::DType;
 
 /// How the points of a stage run.
 #[derive(Clone, Copy)]
@@ -32,6 +35,16 @@ pub(super) enum Shape<'s> {
         stage: &'s StageLanes,
         plan: &'s StagePlan,
     },
+}
+
+/// Where the guards of a row's vector loads hold ([`Emitter::guard_interval`]).
+struct GuardInterval {
+    /// The first and last value of the innermost variable where every guard that moves
+    /// with it holds (`lo > hi` where none), values fixed before the loop.
+    lo: Value,
+    hi: Value,
+    /// 1 where every guard fixed for the row holds (an `i8`); `None` when there is none.
+    fixed: Option<Value>,
 }
 
 /// Everything the loop emission of one stage reads.
@@ -300,17 +313,21 @@ impl<'a> Emitter<'a, '_> {
     ///
     /// A store stage whose vector loads are guarded (a padded window: a convolution's or a
     /// pool's taps) is peeled instead: every guard is affine in the innermost variable, so
-    /// the elements where all of them hold form an interval, computed once before the
-    /// loops ([`Emitter::guard_interval`]). Scalar iterations with the guards run up to its
-    /// start, `4 * unroll`-wide and then four-wide iterations with plain vector loads (no
-    /// tests, no branches) while they stay inside it, and the scalar loop after them does
-    /// the rest, guards tested. Each element is computed by the same expression either way.
+    /// the elements where all of those that move with it hold form an interval, computed
+    /// once before the loops ([`Emitter::guard_interval`]). Scalar iterations with the
+    /// guards run up to its start, `4 * unroll`-wide and then four-wide iterations with
+    /// plain vector loads (no tests, no branches) while they stay inside it, and the scalar
+    /// loop after them does the rest, guards tested. A row where a guard that does not move
+    /// fails (a window's first or last rows) runs the interval four-wide with those loads
+    /// masked ([`GuardMode::Row`]). Each element is computed by the same expression either way.
     ///
-    /// The edges are scalar, not guarded vectors: a window's edge is a tap or two wide
-    /// (wider rows than 16, as the plan stores shorter padded rows), and a guarded vector
-    /// body tests its guards lane by lane. Three of those per stage (before, after, and
-    /// the overlapping tail) were nine tenths of a ResNet im2col kernel's code, and that
-    /// kernel's Cranelift compile was the longest of the model's.
+    /// The edges are not guarded vector loops: a window's edge is a tap or two wide (wider
+    /// rows than 16, as the plan stores shorter padded rows), and a guarded vector body
+    /// tests its guards lane by lane. Three such loops per stage (before, after, and the
+    /// overlapping tail) were nine tenths of a ResNet im2col kernel's code, and that
+    /// kernel's Cranelift compile was the longest of the model's. A store-only row does its
+    /// first and last four as one guarded group each at a constant position, where the
+    /// moving guards are constants ([`Emitter::head_groups`], [`Emitter::tail_group`]).
     ///
     /// Over bounds known here (`0..extent`), a loop that would run no iteration is left
     /// out, and so is the scalar loop when nothing is left for it: whether it is needed
@@ -333,26 +350,51 @@ impl<'a> Emitter<'a, '_> {
         } else {
             None
         };
-        if let Some((lo, hi)) = interval {
-            let width = 4 * unroll as i64;
+        if let Some(GuardInterval { lo, hi, fixed }) = interval {
+            // A row of at least four of a stage that only stores starts and ends with
+            // guarded groups of four, over elements the interior does again.
+            let edges = self.tail_may_overlap(ctx) && spec.extent >= 4;
+            if edges {
+                self.head_groups(ctx, level, var, lo, spec)?;
+            }
             // One at a time, guarded, until the interval starts (all of the row where it
             // is empty).
             let before = self.int_op(IntOp::Min, lo, spec.end);
             self.scalar_loop(ctx, level, var, before)?;
-            // Unguarded while the whole iteration is inside the interval: wide, then four
-            // at a time. The scalar loop after these does the rest.
             let hi_end = self.int_op_imm(IntOp::Add, hi, 1);
             let stop = self.int_op(IntOp::Min, hi_end, spec.end);
-            if unroll > 1 {
-                let inside = self.int_op_imm(IntOp::Add, stop, 1 - width);
-                self.vector_loop(ctx, level, var, unroll, inside, true, false)?;
-            }
-            let inside4 = self.int_op_imm(IntOp::Add, stop, -3);
-            self.vector_loop(ctx, level, var, 1, inside4, true, false)?;
-            // The interval's last four as one unguarded group, over elements already done.
-            if self.tail_may_overlap(ctx) {
-                let from = self.int_op(IntOp::Max, lo, spec.start);
-                self.overlapping_tail(ctx, level, var, from, stop, true)?;
+            let from = self.int_op(IntOp::Max, lo, spec.start);
+            let Some(ok) = fixed else {
+                self.interior(ctx, level, var, unroll, (from, stop), GuardMode::Hold)?;
+                if edges {
+                    self.tail_group(ctx, level, var, spec)?;
+                }
+                return Ok(true);
+            };
+            // A row where a guard that does not move with the loop fails (a padded
+            // window's first or last rows) runs its interior as vector code too, four
+            // at a time, the loads whose fixed guards fail giving their fill.
+            let memo = self.nest.index_memo.clone();
+            let hold = self.b.create_block();
+            let edge = self.b.create_block();
+            let join = self.b.create_block();
+            self.b.ins().brif(ok, hold, &[], edge, &[]);
+            self.b.switch_to_block(hold);
+            self.b.seal_block(hold);
+            self.interior(ctx, level, var, unroll, (from, stop), GuardMode::Hold)?;
+            self.b.ins().jump(join, &[]);
+            self.nest.index_memo = memo.clone();
+            self.b.switch_to_block(edge);
+            self.b.seal_block(edge);
+            self.edge_row_interior(ctx, level, var, (from, stop))?;
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(join);
+            self.b.seal_block(join);
+            // What either arm computed does not dominate the join.
+            self.nest.index_memo = memo;
+            self.forget_from(level);
+            if edges {
+                self.tail_group(ctx, level, var, spec)?;
             }
             return Ok(true);
         }
@@ -378,17 +420,307 @@ impl<'a> Emitter<'a, '_> {
             let whole = self.int_op_imm(IntOp::And, len, !(width - 1));
             let end = self.int_op(IntOp::Add, spec.start, whole);
             let fold = u == unroll && runs.is_none_or(reaches_fold);
-            self.vector_loop(ctx, level, var, u, end, false, fold)?;
+            self.vector_loop(ctx, level, var, u, end, GuardMode::Test, fold)?;
         }
         if left == Some(0) {
             return Ok(false);
         }
         // Over known bounds the tail is emitted only where it runs, and then finishes the row.
         if self.tail_may_overlap(ctx) && (left.is_none() || spec.extent >= 4) {
-            self.overlapping_tail(ctx, level, var, spec.start, spec.end, false)?;
+            self.overlapping_tail(ctx, level, var, spec.start, spec.end, GuardMode::Test)?;
             return Ok(left.is_none());
         }
         Ok(true)
+    }
+
+    /// The start of a peeled row, before the interval `lo..`: where the row segment
+    /// starts at the row's start and has four elements, one group of four there in
+    /// [`GuardMode::Masked`] (the guards that move with the loop are constants at a
+    /// constant position); then, for a window wider than that, guarded groups while the
+    /// interval has not started.
+    fn head_groups(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        lo: Value,
+        spec: LoopSpec,
+    ) -> Result<()> {
+        if self.known_i64(lo).is_some_and(|l| l <= 0) {
+            return Ok(());
+        }
+        let zero = self.int_const(types::I64, 0);
+        let four = self.int_const(types::I64, 4);
+        let at_start = self.b.ins().icmp(IntCC::Equal, spec.start, zero);
+        let room = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, spec.end, 4);
+        let go = self.b.ins().band(at_start, room);
+        self.group_if(ctx, level, var, go, (zero, four))?;
+        if self.known_i64(lo).is_none_or(|l| l > 4) {
+            let last_start = self.int_op_imm(IntOp::Add, spec.end, -3);
+            let head_end = self.int_op(IntOp::Min, lo, last_start);
+            self.vector_loop(ctx, level, var, 1, head_end, GuardMode::Test, false)?;
+        }
+        Ok(())
+    }
+
+    /// The end of a peeled row, after its interval: where at most four elements are left,
+    /// the segment ends at the row's end and holds its last four, those four as one group
+    /// in [`GuardMode::Masked`] (the guards that move with the loop are constants there),
+    /// over elements already done. More left (a row whose interval is empty, or ends more
+    /// than four before the row) is the scalar loop's.
+    fn tail_group(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        spec: LoopSpec,
+    ) -> Result<()> {
+        let n = spec.extent as i64;
+        let at = self.b.use_var(var);
+        let left = self.b.ins().icmp(IntCC::SignedLessThan, at, spec.end);
+        let few = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, at, n - 4);
+        let at_end = self.icmp_imm(IntCC::Equal, spec.end, n);
+        let room = self.icmp_imm(IntCC::SignedLessThanOrEqual, spec.start, n - 4);
+        let go = self.b.ins().band(left, few);
+        let go = self.b.ins().band(go, at_end);
+        let go = self.b.ins().band(go, room);
+        let last4 = self.int_const(types::I64, n - 4);
+        let end = self.int_const(types::I64, n);
+        self.group_if(ctx, level, var, go, (last4, end))
+    }
+
+    /// Where `go`, one guarded group of four at `at` (a constant), leaving the variable at
+    /// `next`. Its guarded loads are read in [`GuardMode::Masked`] where every element
+    /// they read in lanes whose moving guards fail is in the buffer (all but a buffer's
+    /// first or last rows), tested here; elsewhere the group is left to the scalar loop.
+    fn group_if(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        go: Value,
+        (at, next): (Value, Value),
+    ) -> Result<()> {
+        let inside = self.group_inside(ctx, level, at)?;
+        let go = self.flag_and(go, inside);
+        let group = self.b.create_block();
+        let after = self.b.create_block();
+        self.b.ins().brif(go, group, &[], after, &[]);
+        self.b.switch_to_block(group);
+        self.b.seal_block(group);
+        let memo = self.nest.index_memo.clone();
+        self.edge_group(ctx, level, var, at, next)?;
+        self.b.ins().jump(after, &[]);
+        self.b.switch_to_block(after);
+        self.b.seal_block(after);
+        self.nest.index_memo = memo;
+        self.forget_from(level);
+        Ok(())
+    }
+
+    /// 1 where every element that the group of four at `at` (a constant) reads through
+    /// a guarded vector load whose moving guards fail in some of its lanes but not all is
+    /// in its buffer (an `i8`): the lanes where they hold are, by the plan's proof. Loads
+    /// of one buffer whose indices differ by constants (a window's taps) are tested as one
+    /// span, its least and its greatest element.
+    fn group_inside(&mut self, ctx: &StageCtx<'_>, level: usize, at: Value) -> Result<Value> {
+        let at = self
+            .known_i64(at)
+            .ok_or_else(|| Error::internal("an edge group at a position not known"))?;
+        let v = self.level_var(level);
+        let ext = self.nest.ext.clone();
+        let lane = |e: &IndexExpr, j: i64| {
+            crate::plan::analysis::substitute(e, &|w| (w == v).then_some(IndexExpr::Const(at + j)))
+                .simplify(&ext)
+        };
+        let body = self.vals.body;
+        // (buffer, the index's variable terms) -> (an index, its constant, the span's
+        // least and greatest element).
+        type Span = (BufferId, Vec<(Var, i64)>);
+        let mut spans: Vec<(Span, IndexExpr, i64, i64, i64)> = Vec::new();
+        for (i, node) in body.nodes.iter().enumerate() {
+            if !ctx.live[i] || self.node_level(i) != level || self.vals.lanes[i].is_none() {
+                continue;
+            }
+            let ExprOp::Load(l) = &node.op else { continue };
+            // The lanes where the moving bounds hold, where all are constants here.
+            let mut holds = [true; 4];
+            let mut known = true;
+            for b in &l.guard {
+                if split_linear(&b.expr, v).is_some_and(|(_, a)| a == 0) {
+                    continue;
+                }
+                for (j, h) in holds.iter_mut().enumerate() {
+                    match lane(&b.expr, j as i64) {
+                        IndexExpr::Const(k) => *h &= (b.lo..b.hi).contains(&k),
+                        _ => known = false,
+                    }
+                }
+            }
+            if !known || holds.iter().all(|&h| h) || !holds.iter().any(|&h| h) {
+                continue;
+            }
+            let first = lane(&l.index, 0);
+            let reach = 3 * self.lane_stride(i);
+            let (c, terms) = first
+                .as_affine(&self.nest.ext)
+                .unwrap_or((0, vec![(v, i64::MIN + i as i64)]));
+            let key = (l.buffer, terms);
+            match spans.iter_mut().find(|s| s.0 == key) {
+                Some(s) => {
+                    s.3 = s.3.min(c);
+                    s.4 = s.4.max(c + reach);
+                }
+                None => spans.push((key, first, c, c, c + reach)),
+            }
+        }
+        let mut all = self.int_const(types::I8, 1);
+        for ((buffer, _), first, c, least, greatest) in spans {
+            let x = self.index_value(&first)?;
+            let low = self.int_op_imm(IntOp::Add, x, least - c);
+            let high = self.int_op_imm(IntOp::Add, x, greatest - c);
+            let numel = self.buffer_numel(buffer)? as i64;
+            let ok = match (self.known_i64(low), self.known_i64(high)) {
+                (Some(f), Some(t)) => self.int_const(types::I8, (f >= 0 && t < numel) as i64),
+                _ => {
+                    let ge = self.icmp_imm(IntCC::SignedGreaterThanOrEqual, low, 0);
+                    let lt = self.icmp_imm(IntCC::SignedLessThan, high, numel);
+                    self.b.ins().band(ge, lt)
+                }
+            };
+            all = self.flag_and(all, ok);
+        }
+        Ok(all)
+    }
+
+    /// One guarded group of four at `at`, leaving the variable at `next`.
+    fn edge_group(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        at: Value,
+        next: Value,
+    ) -> Result<()> {
+        self.b.def_var(var, at);
+        self.nest.guards = GuardMode::Masked;
+        self.vector_body(ctx, level, 1)?;
+        self.nest.guards = GuardMode::Test;
+        self.b.def_var(var, next);
+        self.forget_from(level);
+        Ok(())
+    }
+
+    /// The interval `from..stop` of a peeled row with its loads read as `mode` says:
+    /// `4 * unroll`-wide, then four-wide iterations (no tests, no branches) while they
+    /// stay inside it, and where the stage allows, its last four as one group over
+    /// elements already done. The scalar loop after these does the rest.
+    fn interior(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        unroll: usize,
+        (from, stop): (Value, Value),
+        mode: GuardMode,
+    ) -> Result<()> {
+        let width = 4 * unroll as i64;
+        if unroll > 1 {
+            let inside = self.int_op_imm(IntOp::Add, stop, 1 - width);
+            self.vector_loop(ctx, level, var, unroll, inside, mode, false)?;
+        }
+        let inside4 = self.int_op_imm(IntOp::Add, stop, -3);
+        self.vector_loop(ctx, level, var, 1, inside4, mode, false)?;
+        if self.tail_may_overlap(ctx) {
+            self.overlapping_tail(ctx, level, var, from, stop, mode)?;
+        }
+        Ok(())
+    }
+
+    /// The interior `from..stop` of a row where some guard fixed for the row fails, in
+    /// [`GuardMode::Row`]: for every vector load with fixed guards, the row's mask of
+    /// them and an index part that keeps each element the groups read in the buffer
+    /// (its own where the guards hold: those elements are in bounds). Where no such part
+    /// exists (a row longer than the buffer) the interval is left to the scalar loop.
+    fn edge_row_interior(
+        &mut self,
+        ctx: &StageCtx<'_>,
+        level: usize,
+        var: Variable,
+        (from, stop): (Value, Value),
+    ) -> Result<()> {
+        let body = self.vals.body;
+        let v = self.level_var(level);
+        let last = self.int_op_imm(IntOp::Add, stop, -1);
+        let mut row_loads = vec![None; body.nodes.len()];
+        let mut go: Option<Value> = None;
+        for (i, node) in body.nodes.iter().enumerate() {
+            if !ctx.live[i] || self.node_level(i) != level {
+                continue;
+            }
+            let (ExprOp::Load(l), Some(lanes)) = (&node.op, self.vals.lanes[i]) else {
+                continue;
+            };
+            let fixed: Vec<Bound> = l
+                .guard
+                .iter()
+                .filter(|b| split_linear(&b.expr, v).is_some_and(|(_, a)| a == 0))
+                .cloned()
+                .collect();
+            let Some(ok) = self.guard_value(&fixed)? else {
+                continue;
+            };
+            let (rest, step) = split_linear(&l.index, v)
+                .ok_or_else(|| Error::internal(format!("index `{}` is not affine", l.index)))?;
+            // Only `f32` loads whose lanes step with their index take this path; with
+            // any other, the row is left to the scalar loop.
+            let d = node.dtype;
+            if lanes != Lanes::F32 || d != DType::F32 || self.lane_stride(i) != step {
+                return Ok(());
+            }
+            let rest = rest.simplify(&self.nest.ext);
+            let rest = self.index_value(&rest)?;
+            // The groups read `rest + step * x` for x in `from..=last`: the part that
+            // keeps the least of those at 0 or above and the greatest below `numel`.
+            let numel = self.buffer_numel(l.buffer)? as i64;
+            let (low_x, high_x) = if step >= 0 {
+                (from, last)
+            } else {
+                (last, from)
+            };
+            let low = self.int_op_imm(IntOp::Mul, low_x, -step);
+            let high = self.int_op_imm(IntOp::Mul, high_x, -step);
+            let high = self.int_op_imm(IntOp::Add, high, numel - 1);
+            let fits = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, low, high);
+            let kept = self.int_op(IntOp::Max, rest, low);
+            let kept = self.int_op(IntOp::Min, kept, high);
+            let rest = self.b.ins().select(ok, rest, kept);
+            let can = self.b.ins().bor(ok, fits);
+            go = Some(match go {
+                None => can,
+                Some(g) => self.b.ins().band(g, can),
+            });
+            let mask = self.lane_mask(ok);
+            let fill = self.constant(l.other, d)?;
+            let fill = self.splat_lanes(fill, lanes);
+            row_loads[i] = Some(RowLoad {
+                rest,
+                step,
+                mask,
+                fill,
+            });
+        }
+        let stop = match go {
+            Some(go) => {
+                let now = self.b.use_var(var);
+                self.b.ins().select(go, stop, now)
+            }
+            None => stop,
+        };
+        self.nest.row_loads = row_loads;
+        self.interior(ctx, level, var, 1, (from, stop), GuardMode::Row)?;
+        self.nest.row_loads.clear();
+        Ok(())
     }
 
     /// Whether the last elements of the innermost loop may be computed as one vector
@@ -406,8 +738,8 @@ impl<'a> Emitter<'a, '_> {
     }
 
     /// Fewer than four elements of `from..to` left after the vector loops, where that run
-    /// has at least four: its last four, as one vector group (with `guards_hold`, plain
-    /// vector loads; otherwise guards tested), instead of the scalar loop.
+    /// has at least four: its last four, as one vector group (guarded loads read as
+    /// `mode` says), instead of the scalar loop.
     fn overlapping_tail(
         &mut self,
         ctx: &StageCtx<'_>,
@@ -415,7 +747,7 @@ impl<'a> Emitter<'a, '_> {
         var: Variable,
         from: Value,
         to: Value,
-        guards_hold: bool,
+        mode: GuardMode,
     ) -> Result<()> {
         let v = self.b.use_var(var);
         let left = self.int_op(IntOp::Sub, to, v);
@@ -431,9 +763,9 @@ impl<'a> Emitter<'a, '_> {
         let memo = self.nest.index_memo.clone();
         let last4 = self.int_op_imm(IntOp::Add, to, -4);
         self.b.def_var(var, last4);
-        self.nest.guards_hold = guards_hold;
+        self.nest.guards = mode;
         self.vector_body(ctx, level, 1)?;
-        self.nest.guards_hold = false;
+        self.nest.guards = GuardMode::Test;
         // The scalar loop after this starts at `to`.
         self.b.def_var(var, to);
         self.b.ins().jump(after, &[]);
@@ -445,9 +777,9 @@ impl<'a> Emitter<'a, '_> {
     }
 
     /// One vector loop over the innermost level from the variable's current value while
-    /// it is below `end`, `4 * u` elements per iteration; with `guards_hold`, guarded
-    /// loads are plain vector loads (the caller has proved every guard holds); `fold`:
-    /// the loop that folds the stage's vector sums periodically.
+    /// it is below `end`, `4 * u` elements per iteration, guarded loads read as `mode`
+    /// says (the caller has proved what it assumes); `fold`: the loop that folds the
+    /// stage's vector sums periodically.
     #[allow(clippy::too_many_arguments)]
     fn vector_loop(
         &mut self,
@@ -456,14 +788,14 @@ impl<'a> Emitter<'a, '_> {
         var: Variable,
         u: usize,
         end: Value,
-        guards_hold: bool,
+        mode: GuardMode,
         fold: bool,
     ) -> Result<()> {
         let width = 4 * u as i64;
         let lp = self.begin_loop(var, end);
-        self.nest.guards_hold = guards_hold;
+        self.nest.guards = mode;
         self.vector_body(ctx, level, u)?;
-        self.nest.guards_hold = false;
+        self.nest.guards = GuardMode::Test;
         if fold {
             self.fold_sums(ctx.accs);
         }
@@ -488,16 +820,17 @@ impl<'a> Emitter<'a, '_> {
         Ok(())
     }
 
-    /// The interval `lo..=hi` of the innermost variable where every guard of the stage's
-    /// guarded vector loads holds, as values fixed before the loop (`lo > hi` where it is
-    /// empty); `None` when the innermost loop has no guarded vector load. Each bound
+    /// The interval of the innermost variable where every guard of the stage's guarded
+    /// vector loads that moves with it holds, and whether those that do not all hold;
+    /// `None` when the innermost loop has no guarded vector load. Each bound
     /// `lo_b <= a * v + c < hi_b` has a constant `a` and a `c` fixed outside the loop (the
-    /// plan vectorizes no other guard), so it holds on one interval of `v`.
+    /// plan vectorizes no other guard), so it holds on one interval of `v`, or (`a = 0`)
+    /// on all of the row or none of it.
     fn guard_interval(
         &mut self,
         ctx: &StageCtx<'_>,
         level: usize,
-    ) -> Result<Option<(Value, Value)>> {
+    ) -> Result<Option<GuardInterval>> {
         let body = self.vals.body;
         let mut bounds: Vec<&Bound> = Vec::new();
         for (i, node) in body.nodes.iter().enumerate() {
@@ -549,11 +882,8 @@ impl<'a> Emitter<'a, '_> {
             lo = self.int_op(IntOp::Max, lo, first);
             hi = self.int_op(IntOp::Min, hi, last);
         }
-        if let Some(ok) = self.guard_value(&fixed)? {
-            let empty = self.int_const(types::I64, FAR);
-            lo = self.b.ins().select(ok, lo, empty);
-        }
-        Ok(Some((lo, hi)))
+        let fixed = self.guard_value(&fixed)?;
+        Ok(Some(GuardInterval { lo, hi, fixed }))
     }
 
     /// `ceil(x / m)` for a constant `m > 0`.

@@ -84,9 +84,46 @@ pub(super) struct Nest {
     pub(super) ext: Extents,
     /// Index values emitted so far, with their levels.
     pub(super) index_memo: HashMap<IndexExpr, (Value, usize)>,
-    /// Set while emitting the inside of a peeled vector loop, where every guard of the
-    /// guarded vector loads holds (`stage.rs`'s `guard_interval`).
-    pub(super) guards_hold: bool,
+    /// How the guarded vector loads of the loop being emitted are read.
+    pub(super) guards: GuardMode,
+    /// In [`GuardMode::Row`], by node: the guarded loads whose row-fixed guards may fail.
+    pub(super) row_loads: Vec<Option<RowLoad>>,
+}
+
+/// How a guarded vector load is emitted (`stage.rs`'s `guard_interval` peels a row).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub(super) enum GuardMode {
+    /// Each group tests its guards at its first and last lane (a window's edge).
+    #[default]
+    Test,
+    /// Every guard holds (inside a peeled row's interval): plain vector loads.
+    Hold,
+    /// One group at a constant position (a row's first or last four), where the guards
+    /// that move with the loop are constants: a load is its fill where they fail in every
+    /// lane, else one vector load (with its fill in the lanes where they fail: the caller
+    /// tested that those elements are in the buffer), behind one test of its guards that
+    /// do not move.
+    Masked,
+    /// Inside the interval of a row where a guard that does not move with the loop fails
+    /// (a padded window's first or last rows): the guards that move hold, so a load
+    /// without a fixed guard is a plain vector load, and one with ([`Nest::row_loads`])
+    /// is a vector load at an index kept in the buffer, with the fill in every lane
+    /// where its fixed guard fails.
+    Row,
+}
+
+/// A guarded load of a row in [`GuardMode::Row`]: its values fixed for the row.
+#[derive(Clone, Copy)]
+pub(super) struct RowLoad {
+    /// The index's part fixed for the row: its own where the load's fixed guards hold,
+    /// else clamped so that every element the row's vector groups read is in the buffer.
+    pub(super) rest: Value,
+    /// The index's coefficient of the loop variable (the load's lane stride).
+    pub(super) step: i64,
+    /// All ones (`i32x4`) where the load's fixed guards hold, else zeros.
+    pub(super) mask: Value,
+    /// The load's fill, splatted.
+    pub(super) fill: Value,
 }
 
 /// The integer constants and operations (index and address arithmetic) emitted so far,

@@ -43,6 +43,7 @@ mod coalesce;
 mod disjoint;
 mod epilogue;
 mod lanes;
+mod nest;
 mod rows;
 mod schedule;
 mod stage;
@@ -159,10 +160,11 @@ const FINAL_STEPS: [ProgramStep; 1] = [
 
 /// The kernel steps, in order, run on every kernel that becomes generated code.
 #[rustfmt::skip]
-const KERNEL_STEPS: [KernelStep; 7] = [
+const KERNEL_STEPS: [KernelStep; 8] = [
     KernelStep::new("coalesce",  coalesce),  // pointwise kernels: merge innermost outer axes while indices stay affine
     KernelStep::new("disjoint",  disjoint),  // may distinct outer points run on different threads?
     KernelStep::new("tile",      tile),      // parallel pointwise kernels reading across rows: 16x16 tiles
+    KernelStep::new("nest",      nest),      // parallel pointwise kernels of short rows with per-point loads: rows as inner loops
     KernelStep::new("lanes",     lanes),     // parallel kernels whose inner loops stride: outer points as lanes
     KernelStep::new("stash",     stash),     // a transcendental two stages compute: once per point, in scratch
     KernelStep::new("wide",      wide),      // transcendentals of long vector loops: wide routine calls on scratch rows
@@ -482,6 +484,18 @@ fn tile(k: &Kernel, s: &mut Schedule, _: &mut Scope) -> Result<Option<Kernel>> {
     Ok(tile::tile_strided_pointwise(k).map(|(tiled, note)| {
         s.notes.push(note);
         tiled
+    }))
+}
+
+/// `nest` (`nest.rs`); nesting merges outer points, so only parallel kernels (whose
+/// merged points still write disjoint elements).
+fn nest(k: &Kernel, s: &mut Schedule, _: &mut Scope) -> Result<Option<Kernel>> {
+    if !s.parallel {
+        return Ok(None);
+    }
+    Ok(nest::nest_short_rows(k).map(|(nested, note)| {
+        s.notes.push(note);
+        nested
     }))
 }
 
