@@ -343,13 +343,11 @@ impl KernelBuilder<'_> {
 
     /// Row-major offset of `coords` in a tensor of `shape`, simplified.
     pub(super) fn flat(&self, coords: &[IndexExpr], shape: &[usize]) -> IndexExpr {
-        let strides = contiguous_strides(shape);
-        let terms: Vec<IndexExpr> = coords
-            .iter()
-            .zip(&strides)
-            .map(|(c, &s)| c.clone() * s as i64)
+        let strides: Vec<i64> = contiguous_strides(shape)
+            .into_iter()
+            .map(|s| s as i64)
             .collect();
-        self.simplify(&IndexExpr::Sum(terms))
+        IndexExpr::simplified_dot(coords, &strides, &self.cur.ext)
     }
 
     /// Bounds among `candidates` that the loop ranges do not already prove.
