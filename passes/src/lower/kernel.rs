@@ -98,7 +98,7 @@ fn materialize_in_passes(mut plan: Plan<'_>) -> Result<(Plan<'_>, usize)> {
             let refusal = match twin {
                 Some(r) => r,
                 None => {
-                    let r = match build_kernel(&plan, &layout, &[s], KernelId(0)) {
+                    let r = match build_unnamed(&plan, &layout, &[s]) {
                         Ok(_) => None,
                         Err(LowerError::Refused(r)) => Some(r),
                         Err(LowerError::Failed(e)) => return Err(e),
@@ -181,7 +181,7 @@ fn materialize_one_at_a_time(mut plan: Plan<'_>) -> Result<Plan<'_>> {
         let mut changed = false;
         for &v in &matmuls {
             while let Role::Scheduled(s) = plan.role[v.index()] {
-                match build_kernel(&plan, &layout, &[s], KernelId(0)) {
+                match build_unnamed(&plan, &layout, &[s]) {
                     Ok(_) => break,
                     Err(LowerError::Refused(r)) => match r.culprit {
                         Some(c) if !matches!(plan.role[c.index()], Role::Scheduled(_)) => {
@@ -222,7 +222,34 @@ pub fn build_kernel(
     members: &[usize],
     id: KernelId,
 ) -> Result<Kernel, LowerError> {
+    build(plan, layout, members, id, true)
+}
+
+/// [`build_kernel`] for a kernel only costed or tried (a fusion candidate, a matmul whose
+/// operands are checked), which is thrown away: it is left unnamed (`""`).
+pub(crate) fn build_unnamed(
+    plan: &Plan,
+    layout: &Layout,
+    members: &[usize],
+) -> Result<Kernel, LowerError> {
+    build(plan, layout, members, KernelId(0), false)
+}
+
+fn build(
+    plan: &Plan,
+    layout: &Layout,
+    members: &[usize],
+    id: KernelId,
+    named: bool,
+) -> Result<Kernel, LowerError> {
     let g = plan.g;
+    let kernel_name = |g: &Graph, id: KernelId, members: &[usize], plan: &Plan| {
+        if named {
+            kernel_name(g, id, members, plan)
+        } else {
+            String::new()
+        }
+    };
     let mut members: Vec<usize> = members.to_vec();
     members.sort_unstable();
     members.dedup();
