@@ -103,6 +103,12 @@ const GELU_TANH_CUBIC: f64 = 0.044715;
 /// with [`verify`]; an invalid input graph is an error, never a panic.
 pub fn decompose(g: &Graph) -> Result<Graph> {
     verify(g).map_err(|e| Error::invalid_input("decompose", e))?;
+    decompose_verified(g)
+}
+
+/// [`decompose`] of a graph that its caller has just verified (the pipeline's input), which
+/// is not verified again; its result is.
+pub(crate) fn decompose_verified(g: &Graph) -> Result<Graph> {
     let mut d = Decomposer::new(&g.name);
     for (i, node) in g.nodes.iter().enumerate() {
         let start = d.out.nodes.len();

@@ -50,11 +50,11 @@
 
 use crate::error::{Error, Result};
 use crate::lower::{
-    build_kernel, materialize_gemm_operands, signature, Layout, LowerError, Plan, Role, SNode,
+    build_unnamed, materialize_gemm_operands, signature, Layout, LowerError, Plan, Role, SNode,
     Signature,
 };
 use ferrite_ir::hash::{HashMap, HashSet};
-use ferrite_ir::loops::{Kernel, KernelId};
+use ferrite_ir::loops::Kernel;
 use ferrite_ir::parallel::parallel_map;
 use ferrite_ir::{Graph, Op, ValueId};
 use std::collections::hash_map::Entry;
@@ -186,7 +186,7 @@ type Outcome = Result<Cost, crate::lower::Refusal>;
 /// Builds the kernel of `members` to cost it; `Err` only for a failure (a bug), which is
 /// not an outcome.
 fn build_outcome(plan: &Plan<'_>, layout: &Layout, members: &[usize]) -> Result<Outcome> {
-    match build_kernel(plan, layout, members, KernelId(0)) {
+    match build_unnamed(plan, layout, members) {
         Ok(k) => Ok(Ok(Cost::of(&k))),
         Err(LowerError::Refused(r)) => Ok(Err(r)),
         Err(LowerError::Failed(e)) => Err(e),

@@ -250,6 +250,43 @@ impl IndexExpr {
         }
     }
 
+    /// `Σ coords[i] * strides[i]` simplified (a row-major offset): the same expression as
+    /// `IndexExpr::Sum(coords[i].clone() * strides[i]).simplify(ext)`, without cloning
+    /// the coordinates to build the sum first.
+    pub fn simplified_dot(coords: &[IndexExpr], strides: &[i64], ext: &Extents) -> IndexExpr {
+        // `linear` of that sum, term by term: each `Mul` scaled and recombined, then the
+        // whole recombined.
+        let dot = || {
+            let mut out = Linear::constant(0);
+            for (c, &s) in coords.iter().zip(strides) {
+                let mut term = linear(c, ext)?.scaled(s)?;
+                term.recombine(ext)?;
+                out.add_linear(term, 1)?;
+            }
+            out.recombine(ext)?;
+            Some(out)
+        };
+        let sum = || {
+            IndexExpr::Sum(
+                coords
+                    .iter()
+                    .zip(strides)
+                    .map(|(c, &s)| c.clone() * s)
+                    .collect(),
+            )
+        };
+        let out = match dot() {
+            Some(l) => l.into_expr(),
+            None => sum(),
+        };
+        debug_assert_eq!(
+            out,
+            sum().simplify(ext),
+            "simplified_dot differs from simplify"
+        );
+        out
+    }
+
     /// The expression as `constant + Σ coefficient * variable`, if it is affine in
     /// the loop variables (no division, modulo or dynamic part left after
     /// simplification). The variables come out sorted, each once, with non-zero
@@ -426,6 +463,20 @@ impl Linear {
         Some(out)
     }
 
+    /// `k * self`, consuming `self`: the same result as [`Linear::scale`] (the terms stay
+    /// sorted and distinct; every coefficient is non-zero unless `k` is), without cloning
+    /// the atoms.
+    fn scaled(mut self, k: i64) -> Option<Linear> {
+        if k == 0 {
+            return Some(Linear::constant(0));
+        }
+        self.constant = self.constant.checked_mul(k)?;
+        for (_, c) in &mut self.terms {
+            *c = c.checked_mul(k)?;
+        }
+        Some(self)
+    }
+
     fn into_expr(mut self) -> IndexExpr {
         // One atom with coefficient 1 and no constant, or only a constant: no sum.
         if self.terms.is_empty() {
@@ -530,7 +581,7 @@ fn linear(e: &IndexExpr, ext: &Extents) -> Option<Linear> {
             out
         }
         IndexExpr::Mul(x, c) => {
-            let mut out = linear(x, ext)?.scale(*c)?;
+            let mut out = linear(x, ext)?.scaled(*c)?;
             out.recombine(ext)?;
             out
         }

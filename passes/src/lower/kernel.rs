@@ -8,6 +8,7 @@ use super::pad::{is_pad_kernel, pad_kernel};
 use super::plan::{Layout, Plan, Role, SNode, MAX_INLINE_CHAIN};
 use super::refusal::{LowerError, Refusal};
 use super::scatter::{index_add_kernel, index_add_member};
+use super::signature::{signature, Signature};
 use super::value::{fail_to_error, Fail, KernelBuilder, StageState};
 use crate::error::{Error, Result};
 use ferrite_ir::hash::{HashMap, HashSet};
@@ -61,11 +62,17 @@ fn materialize_in_passes(mut plan: Plan<'_>) -> Result<(Plan<'_>, usize)> {
     // Per value, the pass that last marked it as in a refused matmul's cone.
     let mut claimed = vec![0u32; g.nodes.len()];
     let mut pass = 0u32;
+    // The matmuls that lowered: they keep lowering (see above), so no later pass builds
+    // them again.
+    let mut lowered: HashSet<ValueId> = HashSet::default();
     loop {
         pass += 1;
         let layout = Layout::provisional(&plan);
         let mut culprits: Vec<ValueId> = Vec::new();
         let mut deferred = false;
+        // A matmul with the signature of one built in this pass (its twin in another
+        // layer) builds alike: it takes that outcome, a refusal restated with its values.
+        let mut built: HashMap<Signature<'_>, Option<Refusal>> = HashMap::default();
         for &v in &matmuls {
             let Role::Scheduled(s) = plan.role[v.index()] else {
                 continue;
@@ -80,9 +87,31 @@ fn materialize_in_passes(mut plan: Plan<'_>) -> Result<(Plan<'_>, usize)> {
                 }
                 continue;
             }
-            match build_kernel(&plan, &layout, &[s], KernelId(0)) {
-                Ok(_) => {}
-                Err(LowerError::Refused(r)) => match r.culprit {
+            if lowered.contains(&v) {
+                continue;
+            }
+            let sig = signature(&plan, &layout, &[s]);
+            let twin = built.get_key_value(&sig).and_then(|(twin, r)| match r {
+                None => Some(None),
+                Some(r) => sig.translate(twin, r).map(Some),
+            });
+            let refusal = match twin {
+                Some(r) => r,
+                None => {
+                    let r = match build_unnamed(&plan, &layout, &[s]) {
+                        Ok(_) => None,
+                        Err(LowerError::Refused(r)) => Some(r),
+                        Err(LowerError::Failed(e)) => return Err(e),
+                    };
+                    built.insert(sig, r.clone());
+                    r
+                }
+            };
+            match refusal {
+                None => {
+                    lowered.insert(v);
+                }
+                Some(r) => match r.culprit {
                     Some(c) if !matches!(plan.role[c.index()], Role::Scheduled(_)) => {
                         for c in &cone {
                             claimed[c.index()] = pass;
@@ -91,9 +120,9 @@ fn materialize_in_passes(mut plan: Plan<'_>) -> Result<(Plan<'_>, usize)> {
                     }
                     _ => return Err(Error::Internal(format!("cannot lower %{}: {r}", v.0))),
                 },
-                Err(LowerError::Failed(e)) => return Err(e),
             }
         }
+        drop(built);
         if culprits.is_empty() {
             debug_assert!(!deferred, "a deferred matmul waits on a repair");
             return Ok((plan, pass as usize - 1));
@@ -152,7 +181,7 @@ fn materialize_one_at_a_time(mut plan: Plan<'_>) -> Result<Plan<'_>> {
         let mut changed = false;
         for &v in &matmuls {
             while let Role::Scheduled(s) = plan.role[v.index()] {
-                match build_kernel(&plan, &layout, &[s], KernelId(0)) {
+                match build_unnamed(&plan, &layout, &[s]) {
                     Ok(_) => break,
                     Err(LowerError::Refused(r)) => match r.culprit {
                         Some(c) if !matches!(plan.role[c.index()], Role::Scheduled(_)) => {
@@ -193,7 +222,34 @@ pub fn build_kernel(
     members: &[usize],
     id: KernelId,
 ) -> Result<Kernel, LowerError> {
+    build(plan, layout, members, id, true)
+}
+
+/// [`build_kernel`] for a kernel only costed or tried (a fusion candidate, a matmul whose
+/// operands are checked), which is thrown away: it is left unnamed (`""`).
+pub(crate) fn build_unnamed(
+    plan: &Plan,
+    layout: &Layout,
+    members: &[usize],
+) -> Result<Kernel, LowerError> {
+    build(plan, layout, members, KernelId(0), false)
+}
+
+fn build(
+    plan: &Plan,
+    layout: &Layout,
+    members: &[usize],
+    id: KernelId,
+    named: bool,
+) -> Result<Kernel, LowerError> {
     let g = plan.g;
+    let kernel_name = |g: &Graph, id: KernelId, members: &[usize], plan: &Plan| {
+        if named {
+            kernel_name(g, id, members, plan)
+        } else {
+            String::new()
+        }
+    };
     let mut members: Vec<usize> = members.to_vec();
     members.sort_unstable();
     members.dedup();

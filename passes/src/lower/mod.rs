@@ -44,6 +44,7 @@ mod scatter;
 mod signature;
 mod value;
 
+pub(crate) use kernel::build_unnamed;
 pub use kernel::{build_kernel, materialize_gemm_operands};
 pub use plan::{Layout, Plan, Role, SNode};
 pub use refusal::{LowerError, Refusal};

@@ -17,6 +17,7 @@ use ferrite_ir::loops::{
 use ferrite_ir::types::{contiguous_strides, normalize_axis};
 use ferrite_ir::{promote, BinaryOp, DType, Op, Scalar, ValueId};
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 
 /// Code generation gives up on expressions nested deeper than this (fusion then
 /// refuses the group with `expression-too-deep`).
@@ -303,12 +304,15 @@ impl KernelBuilder<'_> {
     /// Appends a node, reusing an identical existing one.
     pub(super) fn push(&mut self, dtype: DType, op: ExprOp) -> ExprRef {
         let node = ExprNode { dtype, op };
-        if let Some(&r) = self.cur.cse.get(&node) {
-            return r;
+        // One lookup: an expression node hashes its index trees.
+        match self.cur.cse.entry(node) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(e) => {
+                let r = self.cur.block.push(e.key().clone());
+                e.insert(r);
+                r
+            }
         }
-        let r = self.cur.block.push(node.clone());
-        self.cur.cse.insert(node, r);
-        r
     }
 
     fn cast(&mut self, r: ExprRef, to: DType) -> ExprRef {
@@ -343,13 +347,11 @@ impl KernelBuilder<'_> {
 
     /// Row-major offset of `coords` in a tensor of `shape`, simplified.
     pub(super) fn flat(&self, coords: &[IndexExpr], shape: &[usize]) -> IndexExpr {
-        let strides = contiguous_strides(shape);
-        let terms: Vec<IndexExpr> = coords
-            .iter()
-            .zip(&strides)
-            .map(|(c, &s)| c.clone() * s as i64)
+        let strides: Vec<i64> = contiguous_strides(shape)
+            .into_iter()
+            .map(|s| s as i64)
             .collect();
-        self.simplify(&IndexExpr::Sum(terms))
+        IndexExpr::simplified_dot(coords, &strides, &self.cur.ext)
     }
 
     /// Bounds among `candidates` that the loop ranges do not already prove.

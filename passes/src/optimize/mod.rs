@@ -202,6 +202,16 @@ fn rewrite_once_stopped_clock(g: &Graph, rule: &str) -> Result<Option<Graph>> {
 /// Returns an equivalent graph and a report. Errors only on an invalid input graph, or on an
 /// internal inconsistency (which would be a bug, reported rather than miscompiled).
 pub fn optimize(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeReport)> {
+    verify(g).map_err(|e| Error::invalid_input("optimize", e))?;
+    optimize_verified(g, cfg)
+}
+
+/// [`optimize`] of a graph that its caller has just verified (the pipeline's decomposed
+/// graph, which `decompose` verified), which is not verified again; its result is.
+pub(crate) fn optimize_verified(
+    g: &Graph,
+    cfg: &OptimizeConfig,
+) -> Result<(Graph, OptimizeReport)> {
     on_mock_clock(|| optimize_stopped_clock(g, cfg))
 }
 
@@ -223,7 +233,6 @@ fn on_mock_clock<T>(f: impl FnOnce() -> T) -> T {
 
 fn optimize_stopped_clock(g: &Graph, cfg: &OptimizeConfig) -> Result<(Graph, OptimizeReport)> {
     let start = Instant::now();
-    verify(g).map_err(|e| Error::invalid_input("optimize", e))?;
     let cost_before = cost::graph_cost(g);
     let mut report = OptimizeReport {
         stop_reason: "disabled".into(),

@@ -36,7 +36,7 @@ use super::gemm::{
     gemm_nd_then, gemm_taps, AfterBlock, BatchAxes, GemmScalar, MatLayout, MatMut, MatRef,
     Parallelism, Scale, Scan,
 };
-use super::jit::{verify, Jit, JitCode, JitOptions, Precompiled, Verified};
+use super::jit::{verify_emitted, Jit, JitCode, JitOptions, Precompiled, Verified};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, global_pool, ChunkSpan, ChunkTimes, Team, ThreadPool};
 use super::taps::Taps;
@@ -432,7 +432,7 @@ impl CpuProgram {
             let (source, k, schedule) = generated[i];
             let fname = fname(source);
             let (func, info) = emit::function(&*isa, &fname, &buffers, k, schedule)?;
-            let func = verify(&*isa, &fname, func)?;
+            let func = verify_emitted(&*isa, &fname, func)?;
             // Debug builds: the first twins' functions, to check the others against.
             let body = (cfg!(debug_assertions) && first[i] == i).then(|| func.function().clone());
             let ready = match &precompiler {

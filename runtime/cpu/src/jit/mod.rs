@@ -1070,7 +1070,8 @@ pub fn signature(isa: &dyn TargetIsa, params: &[Type], returns: &[Type]) -> Sign
     sig
 }
 
-/// A function that passed Cranelift's verifier (made by [`verify`]).
+/// A function that passed Cranelift's verifier (made by [`verify`]), or one of Ferrite's
+/// own kernels that [`verify_emitted`] took as verified in a release build.
 pub struct Verified(Function);
 
 impl Verified {
@@ -1089,6 +1090,25 @@ pub fn verify(isa: &dyn TargetIsa, name: &str, func: Function) -> Result<Verifie
             name: name.to_string(),
             errors: print_errors::pretty_verifier_error(&func, None, errors),
         }),
+    }
+}
+
+/// [`verify`] for a function that Ferrite's own emitter built, where verifying is worth
+/// its cost: in debug builds (the test suites and the fuzz replays run so, and verify
+/// every kernel they compile) and with an ISA whose `enable_verifier` is set
+/// ([`JitOptions::verify_after_passes`]). A release build takes the function as verified:
+/// there the verifier was 3.5% of compiling GPT-2 from its model file, for functions
+/// whose every shape the tests verify. A function from elsewhere ([`Jit::define`]) is
+/// always verified.
+pub fn verify_emitted(
+    isa: &dyn TargetIsa,
+    name: &str,
+    func: Function,
+) -> Result<Verified, JitError> {
+    if cfg!(debug_assertions) || isa.flags().enable_verifier() {
+        verify(isa, name, func)
+    } else {
+        Ok(Verified(func))
     }
 }
 
