@@ -28,6 +28,11 @@ fn zeros(shape: &[usize]) -> Tensor {
     Tensor::zeros(&TensorType::new(DType::F32, shape.to_vec()).unwrap())
 }
 
+/// A one-element `f32` buffer `out` in LPDDR, for kernels that store one value.
+fn one_float_out(dev: &mut sim::Device) -> sim::BufferId {
+    dev.upload("out", &zeros(&[1]), Placement::Lpddr).unwrap()
+}
+
 fn buffer(args: &[KernelArg], i: usize) -> &Tensor {
     match &args[i] {
         KernelArg::Buffer(t) => t,
@@ -528,13 +533,7 @@ fn the_simulation_budget_stops_unbounded_kernels() {
     );
     let mut dev = sim::Device::new(Machine::mtia2i());
     dev.limit_work(1 << 20, 1 << 30);
-    let out = dev
-        .upload(
-            "out",
-            &Tensor::from_f32(&[1], vec![0.0]).unwrap(),
-            Placement::Lpddr,
-        )
-        .unwrap();
+    let out = one_float_out(&mut dev);
     let err = dev
         .launch(&nested, [1, 1, 1], &[DeviceArg::Buffer(out)])
         .unwrap_err();
@@ -558,13 +557,7 @@ fn the_simulation_budget_stops_unbounded_kernels() {
     assert!(matches!(err, SimError::Budget { limit: 100, .. }), "{err}");
     // An ordinary kernel runs well within the default budget.
     let mut fresh = sim::Device::new(Machine::mtia2i());
-    let out = fresh
-        .upload(
-            "out",
-            &Tensor::from_f32(&[1], vec![0.0]).unwrap(),
-            Placement::Lpddr,
-        )
-        .unwrap();
+    let out = one_float_out(&mut fresh);
     fresh
         .launch(&store, [64, 1, 1], &[DeviceArg::Buffer(out)])
         .unwrap();
@@ -584,13 +577,7 @@ fn a_launch_budget_grows_with_its_grid() {
     let store = kernel("kernel k(out: *f32) {\n  store(out, 1.0)\n}\n");
     let mut dev = sim::Device::new(Machine::mtia2i());
     dev.limit_work(1 << 16, 1 << 30);
-    let out = dev
-        .upload(
-            "out",
-            &Tensor::from_f32(&[1], vec![0.0]).unwrap(),
-            Placement::Lpddr,
-        )
-        .unwrap();
+    let out = one_float_out(&mut dev);
     let err = dev
         .launch(&store, [4096, 1, 1], &[DeviceArg::Buffer(out)])
         .unwrap_err();

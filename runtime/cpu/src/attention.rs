@@ -298,11 +298,7 @@ fn attention_at(
         .saturating_mul(s.seq)
         .saturating_mul(s.seq)
         .saturating_mul(s.head_dim + s.value_dim);
-    let team = match parallelism {
-        Parallelism::None => None,
-        Parallelism::Pool(pool) => Some(pool.all()),
-        Parallelism::Team(team) => Some(team),
-    };
+    let team = parallelism.team();
     match team {
         Some(team) if team.threads() > 1 && tasks > 1 && macs >= MIN_PARALLEL_MACS => {
             team.parallel_for(tasks, run).map_err(AttentionError::Pool)

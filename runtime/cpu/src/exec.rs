@@ -39,7 +39,7 @@ use super::gemm::{
 use super::jit::{verify_emitted, Jit, JitCode, JitOptions, Precompiled, Verified};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, global_pool, ChunkSpan, ChunkTimes, Team, ThreadPool};
-use super::taps::Taps;
+use super::taps::{odometer, Taps};
 use cranelift_codegen::ir::Function;
 use ferrite_ir::loops::{
     assign_slots, Buffer, BufferId, BufferKind, Extents, Kernel, Liveness, Program, Rows, Slot,
@@ -272,8 +272,14 @@ struct GemmCall {
     scans: [Option<Scan>; 2],
     /// Set when the right operand is gathered from its source as the product runs
     /// ([`crate::taps`]); the kernel that stores it (the step before) then does not run.
-    taps: Option<Box<Taps>>,
-    /// A gathering product's left operand (a constant) in panel form, packed once
+    gather: Option<Box<Gather>>,
+}
+
+/// How a product gathers its right operand (see [`GemmCall::gather`]).
+#[derive(Debug)]
+struct Gather {
+    taps: Taps,
+    /// The left operand (a constant) in panel form, packed once
     /// ([`crate::sgemm::Panels`]).
     panels: Option<crate::sgemm::Panels>,
 }
@@ -306,10 +312,6 @@ pub struct CpuProgram {
     slots: Vec<Slot>,
     /// Buffers to zero before each step (not provably covered by their writer).
     zero_before: Vec<Vec<BufferId>>,
-    /// Per step, whether it is skipped: the kernel stores the right operand of the next
-    /// step's product, which gathers it from that kernel's source instead
-    /// ([`GemmCall::taps`]).
-    gathered: Vec<bool>,
     /// Storage sets kept for reuse by later runs.
     spare: Mutex<Vec<Storage>>,
     /// The process's pool; runs use its first `threads` threads.
@@ -550,8 +552,7 @@ impl CpuProgram {
                             scans: [scan(plan.lhs.buffer), scan(plan.rhs.buffer)],
                             plan: Box::new(plan),
                             product_batch_strides: strides,
-                            taps: None,
-                            panels: None,
+                            gather: None,
                         },
                         epilogue: jit_kernel,
                     }
@@ -562,7 +563,7 @@ impl CpuProgram {
                 },
             });
         }
-        let gathered = gather_taps(program, &mut steps, &buffers);
+        gather_taps(program, &mut steps, &buffers);
         let Slots { slot_of, slots } = plan_storage(program, &steps, &buffers);
         let zero_before = zero_lists(program, &steps, &buffers, &slot_of, true);
         let max_slots = steps
@@ -582,7 +583,6 @@ impl CpuProgram {
             slot_of,
             slots,
             zero_before,
-            gathered,
             spare: Mutex::new(Vec::new()),
             pool,
             threads: opts.threads,
@@ -643,11 +643,9 @@ impl CpuProgram {
         // operands (the storage plan kept their kernels' buffers and the sources live).
         for step in &mut self.steps {
             if let Step::Gemm { call, .. } = step {
-                call.taps = None;
-                call.panels = None;
+                call.gather = None;
             }
         }
-        self.gathered.iter_mut().for_each(|g| *g = false);
         // A buffer that several stores cover at the compiled count may not be covered
         // by them at fewer rows: only single covering stores are trusted here.
         self.zero_before = zero_lists(
@@ -857,12 +855,18 @@ impl CpuProgram {
         Ok(())
     }
 
+    /// Whether step `si` is skipped: it stores the right operand of the next step's
+    /// product, which gathers it from the kernel's source instead ([`GemmCall::gather`]).
+    fn gathered(&self, si: usize) -> bool {
+        matches!(self.steps.get(si + 1), Some(Step::Gemm { call, .. }) if call.gather.is_some())
+    }
+
     /// How each kernel was compiled: GEMM or loops, and per stage vector or scalar (why).
     pub fn report(&self) -> String {
         let mut s = String::new();
         for (si, (k, step)) in self.program.kernels.iter().zip(&self.steps).enumerate() {
             let _ = writeln!(s, "{}:", k.name);
-            if self.gathered[si] {
+            if self.gathered(si) {
                 let _ = writeln!(
                     s,
                     "  not run: the next kernel's product gathers its taps from the source"
@@ -881,12 +885,12 @@ impl CpuProgram {
                 Step::Jit(j) => Some(j),
                 Step::Gemm { call, epilogue } => {
                     let _ = writeln!(s, "  {}", call.plan.describe());
-                    if let Some(t) = &call.taps {
+                    if let Some(g) = &call.gather {
                         let _ = writeln!(
                             s,
                             "  right operand gathered from {} ({} taps) into each block as it runs: no im2col stored",
-                            t.source,
-                            t.taps()
+                            g.taps.source,
+                            g.taps.taps()
                         );
                     }
                     epilogue.as_ref()
@@ -1036,7 +1040,7 @@ impl CpuProgram {
                     Some((_, steps)) if at.is_some() => steps[si],
                     _ => StepRows::default(),
                 };
-                if self.gathered[si] {
+                if self.gathered(si) {
                     // The next product gathers what this kernel would store.
                     if let (Some(origin), Some(t)) = (origin, timings.as_deref_mut()) {
                         t.push(KernelTiming {
@@ -1421,9 +1425,9 @@ impl CpuProgram {
                     }
                 })
             };
-            if let Some(taps) = &call.taps {
-                let (a, x) = (data(plan.lhs.buffer)?, data(taps.source)?);
-                gemm_gathered(call, taps, m, team, a, x, &mut product, after)
+            if let Some(g) = &call.gather {
+                let (a, x) = (data(plan.lhs.buffer)?, data(g.taps.source)?);
+                gemm_gathered(call, g, m, team, a, x, &mut product, after)
             } else {
                 match (data(plan.lhs.buffer)?, data(plan.rhs.buffer)?, &mut product) {
                     (Data::F32(a), Data::F32(b), Data::F32(c)) => {
@@ -1501,8 +1505,7 @@ fn gemm_batches<T: GemmScalar>(
         plan,
         product_batch_strides: c_batch_strides,
         scans,
-        taps: _,
-        panels: _,
+        gather: _,
     } = call;
     let layout = |offset: i64, row: i64, col: i64| -> Result<MatLayout> {
         Ok(MatLayout {
@@ -1542,11 +1545,11 @@ fn gemm_batches<T: GemmScalar>(
     Ok(())
 }
 
-/// Runs a product whose right operand `taps` gathers from `x` ([`gemm_taps`]).
+/// Runs a product whose right operand `g` gathers from `x` ([`gemm_taps`]).
 #[allow(clippy::too_many_arguments)]
 fn gemm_gathered(
     call: &GemmCall,
-    taps: &Taps,
+    g: &Gather,
     m: usize,
     team: Team<'_>,
     a: &Data,
@@ -1572,10 +1575,10 @@ fn gemm_gathered(
         col_stride: plan.lhs.col_stride as isize,
     };
     gemm_taps(
-        taps,
+        &g.taps,
         m,
         MatRef::new(a, la).with_scan(call.scans[0]),
-        call.panels.as_ref(),
+        g.panels.as_ref(),
         x,
         MatMut::new(c, MatLayout::row_major(m, plan.n)),
         Parallelism::Team(team),
@@ -1590,13 +1593,13 @@ pub const TAPS_MAX_WEIGHT_BYTES: usize = 512 << 10;
 
 /// Finds the products whose right operand is a gather ([`Taps::recognize`]) that the
 /// kernel right before stores for them alone, and makes them gather it themselves
-/// (`FERRITE_IMPLICIT_IM2COL=0` keeps every operand stored). Returns, per step, whether
-/// it is skipped.
-fn gather_taps(program: &Program, steps: &mut [Step], buffers: &[Buffer]) -> Vec<bool> {
-    let mut gathered = vec![false; steps.len()];
+/// (`FERRITE_IMPLICIT_IM2COL=0` keeps every operand stored); the kernel before is then
+/// skipped ([`CpuProgram::gathered`]).
+fn gather_taps(program: &Program, steps: &mut [Step], buffers: &[Buffer]) {
     let off = std::env::var_os("FERRITE_IMPLICIT_IM2COL").is_some_and(|v| v == "0");
-    if off || crate::wide::Isa::host() == crate::wide::Isa::Sse {
-        return gathered;
+    let isa = crate::wide::Isa::host();
+    if off || isa == crate::wide::Isa::Sse {
+        return;
     }
     for si in 1..steps.len() {
         let (before, rest) = steps.split_at_mut(si);
@@ -1636,24 +1639,28 @@ fn gather_taps(program: &Program, steps: &mut [Step], buffers: &[Buffer]) -> Vec
             let buf = buffers.get(b.index())?;
             (buf.ty.dtype == DType::F32 && b != r).then(|| buf.ty.numel())
         };
-        if let Some(t) = Taps::recognize(&program.kernels[si - 1], r, plan.k, plan.n, source_len) {
-            call.taps = Some(Box::new(t));
-            // Constant weights in panel form, packed once here, not per run.
-            let isa = crate::wide::Isa::host();
-            if let BufferKind::Constant(c) = buffers[plan.lhs.buffer.index()].kind {
-                if let Some(Data::F32(a)) = program.constants.get(c).map(|c| &c.tensor().data) {
-                    let la = (
-                        usize::try_from(plan.lhs.offset).unwrap_or(usize::MAX),
-                        plan.lhs.row_stride as isize,
-                        plan.lhs.col_stride as isize,
-                    );
-                    call.panels = crate::sgemm::Panels::pack(isa, a, la, plan.m, plan.k);
-                }
+        let Some(taps) = Taps::recognize(&program.kernels[si - 1], r, plan.k, plan.n, source_len)
+        else {
+            continue;
+        };
+        // Constant weights in panel form, packed once here, not per run.
+        let weights = match buffers[plan.lhs.buffer.index()].kind {
+            BufferKind::Constant(c) => program.constants.get(c).map(|c| &c.tensor().data),
+            _ => None,
+        };
+        let panels = match weights {
+            Some(Data::F32(a)) => {
+                let la = (
+                    usize::try_from(plan.lhs.offset).unwrap_or(usize::MAX),
+                    plan.lhs.row_stride as isize,
+                    plan.lhs.col_stride as isize,
+                );
+                crate::sgemm::Panels::pack(isa, a, la, plan.m, plan.k)
             }
-            gathered[si - 1] = true;
-        }
+            _ => None,
+        };
+        call.gather = Some(Box::new(Gather { taps, panels }));
     }
-    gathered
 }
 
 /// For a product of `m` rows where `plan` has more (a row program's run) and no batch
@@ -1778,8 +1785,8 @@ fn plan_storage(program: &Program, steps: &[Step], buffers: &[Buffer]) -> Slots 
         if let Step::Gemm { call, .. } = step {
             live.note_write(call.plan.product, si);
             // A gathering product reads its operand's source.
-            if let Some(t) = &call.taps {
-                live.note_read(t.source, si);
+            if let Some(g) = &call.gather {
+                live.note_read(g.taps.source, si);
             }
         }
     }
@@ -1970,21 +1977,16 @@ fn store_runs(start: i128, dims: &[(i128, i128)], runs: &mut Vec<(i128, i128)>) 
         return false;
     }
     // Every point of the remaining variables, odometer order.
-    let mut at = vec![0i128; rest.len()];
+    let mut at = vec![0usize; rest.len()];
     loop {
-        let s = start + at.iter().zip(rest).map(|(&i, &(_, c))| i * c).sum::<i128>();
+        let s = start
+            + at.iter()
+                .zip(rest)
+                .map(|(&i, &(_, c))| i as i128 * c)
+                .sum::<i128>();
         runs.push((s, s + len));
-        let mut d = 0;
-        loop {
-            let Some(i) = at.get_mut(d) else {
-                return true;
-            };
-            *i += 1;
-            if *i < rest[d].0 {
-                break;
-            }
-            *i = 0;
-            d += 1;
+        if !odometer(&mut at, rest.iter().map(|&(e, _)| e as usize)) {
+            return true;
         }
     }
 }

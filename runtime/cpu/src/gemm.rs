@@ -373,6 +373,17 @@ pub enum Parallelism<'p> {
     Team(Team<'p>),
 }
 
+impl<'p> Parallelism<'p> {
+    /// The threads a product may use: `None` for the calling thread alone.
+    pub fn team(self) -> Option<Team<'p>> {
+        match self {
+            Parallelism::None => None,
+            Parallelism::Pool(pool) => Some(pool.all()),
+            Parallelism::Team(team) => Some(team),
+        }
+    }
+}
+
 /// How a (batched) product is cut into independent blocks for the pool: every batch
 /// index is cut into `row_parts` x `col_parts` blocks of `C`, each computed by one
 /// single-threaded library call.
@@ -568,7 +579,7 @@ pub enum GemmError {
     Pool(PoolError),
     /// [`gemm_nd`]'s batch axes disagree in number, or are more than [`MAX_BATCH_AXES`].
     BatchAxes,
-    /// [`gemm_taps`] on a host without AVX2 + FMA, or of an empty product.
+    /// [`gemm_taps`] on a host without AVX2 + FMA.
     Unsupported,
 }
 
@@ -985,11 +996,7 @@ fn run_blocks<T: GemmScalar>(
             )
         }
     };
-    let team = match parallelism {
-        Parallelism::None => None,
-        Parallelism::Pool(pool) => Some(pool.all()),
-        Parallelism::Team(team) => Some(team),
-    };
+    let team = parallelism.team();
     // Our kernel's split whatever the product's rows: its blocks mostly run on it.
     let split = team.and_then(|team| {
         let split = if crate_team {
@@ -1086,8 +1093,11 @@ pub fn gemm_taps(
             len: x.len(),
         });
     }
+    if m == 0 {
+        return Ok(());
+    }
     let isa = Isa::host();
-    if m == 0 || n == 0 || k == 0 || isa == Isa::Sse {
+    if isa == Isa::Sse {
         return Err(GemmError::Unsupported);
     }
     let flush = flushes(&a, &MatRef::new(x, MatLayout::row_major(1, x.len())));
@@ -1107,7 +1117,7 @@ pub fn gemm_taps(
         let width = cols
             .len()
             .div_ceil(parts)
-            .next_multiple_of(16)
+            .next_multiple_of(TAPS_COL_ALIGN)
             .min(cols.len());
         PACKED.with(|packed| {
             let mut packed = packed.borrow_mut();
@@ -1118,7 +1128,7 @@ pub fn gemm_taps(
                 let part = c0..(c0 + width).min(cols.end);
                 let w = part.len();
                 taps.pack(x, part.clone(), &mut packed[..k * w]);
-                let mut ops = sgemm::Operands {
+                let ops = sgemm::Operands {
                     a: a_ptr
                         .0
                         .wrapping_offset(la.offset as isize + rows.start as isize * la.row_stride)
@@ -1134,11 +1144,11 @@ pub fn gemm_taps(
                     ),
                     c_row: lc.row_stride,
                 };
-                if let Some(p) = panels.filter(|_| rows.start.is_multiple_of(mr)) {
-                    // The block's rows from their first panel on.
-                    (ops.a, ops.a_row, ops.a_col, ops.a_panel, ops.a_kblock) =
-                        p.rows_from(rows.start);
-                }
+                // The block's rows from their first panel on, where packed.
+                let ops = match panels.filter(|_| rows.start.is_multiple_of(mr)) {
+                    Some(p) => p.rows_from(rows.start, ops),
+                    None => ops,
+                };
                 // SAFETY: A's (strided or in panels) and C's elements of the block were
                 // checked in bounds above (the whole product's reach), the packed B holds
                 // `k x w` floats at unit column stride, C's elements are distinct
@@ -1151,26 +1161,11 @@ pub fn gemm_taps(
             }
         });
     };
-    let team = match parallelism {
-        Parallelism::None => None,
-        Parallelism::Pool(pool) => Some(pool.all()),
-        Parallelism::Team(team) => Some(team),
-    };
+    let team = parallelism.team();
     let split = team.and_then(|team| Some((team, taps_split(m, n, k, team.threads())?)));
-    match split {
-        Some((team, split)) => team
-            .parallel_for(split.tasks(), |t| {
-                let (_, rows, cols) = split.block(t, m, n);
-                if !rows.is_empty() && !cols.is_empty() {
-                    run_block(rows, cols);
-                }
-            })
-            .map_err(GemmError::Pool),
-        None => {
-            run_block(0..m, 0..n);
-            Ok(())
-        }
-    }
+    run_split(GemmShape::new(m, n, k), split, &|_, rows, cols| {
+        run_block(rows, cols)
+    })
 }
 
 /// Runs `run_block` on the blocks of `split`, or on each whole product of the batch.

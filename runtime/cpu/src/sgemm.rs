@@ -172,17 +172,18 @@ impl Panels {
         })
     }
 
-    /// The operand fields for rows `first..` (`first` a multiple of `mr`, below `m`):
-    /// `a`, `a_row`, `a_col`, `a_panel`, `a_kblock`.
-    pub fn rows_from(&self, first: usize) -> (*const f32, isize, isize, isize, isize) {
+    /// `ops` with its `A` these panels' rows `first..` (`first` a multiple of `mr`,
+    /// below `m`).
+    pub fn rows_from(&self, first: usize, ops: Operands) -> Operands {
         assert!(first.is_multiple_of(self.mr) && first < self.m.max(1));
-        (
-            self.data[first / self.mr * self.panel..].as_ptr(),
-            1,
-            self.mr as isize,
-            self.panel as isize,
-            self.kblock as isize,
-        )
+        Operands {
+            a: self.data[first / self.mr * self.panel..].as_ptr(),
+            a_row: 1,
+            a_col: self.mr as isize,
+            a_panel: self.panel as isize,
+            a_kblock: self.kblock as isize,
+            ..ops
+        }
     }
 }
 

@@ -57,8 +57,6 @@ pub struct Taps {
     start: Vec<i64>,
     /// Per tap and run (`tap * runs + run`): the valid interval of the run's positions.
     valid: Vec<(u32, u32)>,
-    /// How many stores (taps) the kernel has.
-    taps: usize,
     /// Elements of the source it was recognized for.
     source_len: usize,
 }
@@ -98,7 +96,7 @@ impl Taps {
         // positions' layout, the same for every store.
         let mut rows = vec![u32::MAX; k];
         let mut base = vec![0i64; k];
-        let mut inner: Option<Vec<Term>> = None;
+        let mut inner: Option<Vec<(usize, i64)>> = None;
         // Per store, its guards: `lo <= c + Σ a * x < hi` over positions' variables,
         // each named by its place in the (common) layout, innermost first.
         let mut guards: Vec<Vec<Guard>> = Vec::new();
@@ -146,13 +144,9 @@ impl Taps {
                 if stride != ni {
                     return None;
                 }
-                let layout: Vec<Term> = pvars
-                    .iter()
-                    .map(|t| Term {
-                        var: Var::outer(0),
-                        ..*t
-                    })
-                    .collect();
+                // Their strides in B follow from the tiling: extents and source strides
+                // say the rest.
+                let layout: Vec<(usize, i64)> = pvars.iter().map(|t| (t.extent, t.src)).collect();
                 match &inner {
                     None => inner = Some(layout),
                     Some(l) if *l == layout => {}
@@ -203,7 +197,7 @@ impl Taps {
             return None;
         }
         let (run_len, step, outer) = match layout.split_first() {
-            Some((first, rest)) => (first.extent, first.src, rest.to_vec()),
+            Some((&(extent, src), rest)) => (extent, src, rest.to_vec()),
             None => (1, 0, Vec::new()),
         };
         let runs = n / run_len;
@@ -218,7 +212,7 @@ impl Taps {
             let off = outer
                 .iter()
                 .zip(&point)
-                .map(|(t, &x)| t.src * x as i64)
+                .map(|(&(_, src), &x)| src * x as i64)
                 .sum::<i64>();
             start.push(off);
             for (tap, gs) in guards.iter().enumerate() {
@@ -242,7 +236,7 @@ impl Taps {
                 }
                 valid[tap * runs + run] = (lo as u32, hi as u32);
             }
-            odometer(&mut point, outer.iter().map(|t| t.extent));
+            odometer(&mut point, outer.iter().map(|&(extent, _)| extent));
         }
         let taps = Taps {
             source,
@@ -254,7 +248,6 @@ impl Taps {
             step,
             start,
             valid,
-            taps: guards.len(),
             source_len: source_len(source)?,
         };
         taps.in_bounds(taps.source_len).then_some(taps)
@@ -264,7 +257,7 @@ impl Taps {
     fn in_bounds(&self, len: usize) -> bool {
         let runs = self.start.len();
         // Per tap, the lowest and highest offset it reads from a row's base.
-        let mut reach = vec![(i64::MAX, i64::MIN); self.taps];
+        let mut reach = vec![(i64::MAX, i64::MIN); self.taps()];
         for (tap, r) in reach.iter_mut().enumerate() {
             for run in 0..runs {
                 let (lo, hi) = self.valid[tap * runs + run];
@@ -290,7 +283,8 @@ impl Taps {
 
     /// How many stores (taps) the gather has.
     pub fn taps(&self) -> usize {
-        self.taps
+        // Every tap has one interval per run, and there is a run at least (n > 0).
+        self.valid.len() / self.start.len()
     }
 
     /// Columns `cols` of every row of `B` into `out` (`k x cols.len()`, row-major),
@@ -381,7 +375,7 @@ fn terms(ext: &Extents, dst: &[(Var, i64)], src: &[(Var, i64)]) -> Option<Vec<Te
 
 /// Steps `point` (each coordinate below its extent) to the next point in odometer
 /// order, the first coordinate fastest; false after the last.
-fn odometer(point: &mut [usize], extents: impl Iterator<Item = usize>) -> bool {
+pub(crate) fn odometer(point: &mut [usize], extents: impl Iterator<Item = usize>) -> bool {
     for (x, e) in point.iter_mut().zip(extents) {
         *x += 1;
         if *x < e {

@@ -243,18 +243,18 @@ fn panels_of_a_give_the_strided_product() {
             for first in [0, mr].into_iter().filter(|&f| f < m) {
                 let rows = m - first;
                 let mut c = vec![f32::NAN; rows * n];
-                let (a_ptr, a_row, a_col, a_panel, a_kblock) = p.rows_from(first);
-                let ops = Operands {
-                    a: a_ptr,
-                    a_row,
-                    a_col,
-                    a_panel,
-                    a_kblock,
+                let strided = Operands {
+                    a: a.as_ptr(),
+                    a_row: k as isize,
+                    a_col: 1,
+                    a_panel: 0,
+                    a_kblock: 0,
                     b: b.as_ptr(),
                     b_row: n as isize,
                     c: c.as_mut_ptr(),
                     c_row: n as isize,
                 };
+                let ops = p.rows_from(first, strided);
                 // SAFETY: the panels hold rows `first..m` from panel `first / mr` on, B
                 // and C are dense; the ISA is supported.
                 unsafe { sgemm::product(isa, &ops, rows, n, k) };
