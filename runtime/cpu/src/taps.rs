@@ -298,6 +298,9 @@ impl Taps {
         let w = cols.len();
         let runs = self.start.len();
         let (step, x) = (self.step as isize, x.as_ptr());
+        let pairs = cfg!(target_arch = "x86_64")
+            && step == 2
+            && crate::wide::Isa::host() == crate::wide::Isa::Avx512;
         for (kk, row) in out[..self.k * w].chunks_exact_mut(w).enumerate() {
             let (base, tap) = (self.base[kk], self.tap[kk] as usize);
             let valid = &self.valid[tap * runs..(tap + 1) * runs];
@@ -322,6 +325,10 @@ impl Taps {
                         for (j, o) in mid.iter_mut().enumerate() {
                             *o = *x.offset(from + j as isize);
                         }
+                    } else if pairs {
+                        // A stride-2 convolution's taps: every other element.
+                        #[cfg(target_arch = "x86_64")]
+                        evens_avx512(x.offset(from), mid);
                     } else {
                         for (j, o) in mid.iter_mut().enumerate() {
                             *o = *x.offset(from + j as isize * step);
@@ -332,6 +339,47 @@ impl Taps {
                 run += 1;
                 i0 = 0;
             }
+        }
+    }
+}
+
+/// `out[j] = from[2 * j]` for every `j` of `out`, in vectors: two loads of 16 floats and
+/// one permutation per 16 outputs (the scalar loop of a stride-2 gather made the 7x7
+/// stride-2 stem of ResNet-18 a quarter slower than its product alone).
+///
+/// # Safety
+/// `from[0..2 * out.len() - 1]` is readable; the CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn evens_avx512(from: *const f32, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let n = out.len();
+    let to = out.as_mut_ptr();
+    let mut j = 0;
+    // SAFETY (each access): the loads stay inside `from[0..2 * n - 1]` (masked at the
+    // end; masked lanes are not accessed), the stores inside `out`.
+    unsafe {
+        while j + 16 <= n {
+            let p = from.add(2 * j);
+            // Elements 2j .. 2j + 31, of which 2j + 31 may be past the last one read.
+            let lo = _mm512_loadu_ps(p);
+            let left = 2 * (n - j) - 1 - 16;
+            let hi = _mm512_maskz_loadu_ps(((1u32 << left.min(16)) - 1) as __mmask16, p.add(16));
+            _mm512_storeu_ps(to.add(j), _mm512_permutex2var_ps(lo, idx, hi));
+            j += 16;
+        }
+        if j < n {
+            let p = from.add(2 * j);
+            let need = 2 * (n - j) - 1;
+            let lo = _mm512_maskz_loadu_ps(((1u32 << need.min(16)) - 1) as __mmask16, p);
+            let hi = if need > 16 {
+                _mm512_maskz_loadu_ps(((1u32 << (need - 16)) - 1) as __mmask16, p.add(16))
+            } else {
+                _mm512_setzero_ps()
+            };
+            let m = ((1u32 << (n - j)) - 1) as __mmask16;
+            _mm512_mask_storeu_ps(to.add(j), m, _mm512_permutex2var_ps(lo, idx, hi));
         }
     }
 }
@@ -403,4 +451,31 @@ fn interval(c: i64, a: i64, lo: i64, hi: i64, len: i64) -> (i64, i64) {
 
 fn div_ceil(x: i64, d: i64) -> i64 {
     -((-x).div_euclid(d))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The vector stride-2 gather takes every other element for every length (whole
+    /// vectors, and tails that end one element before a vector's end or anywhere else),
+    /// reading nothing past `2 * n - 1` elements (the source is cut there).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn evens_match_the_scalar_gather() {
+        if !crate::wide::Isa::Avx512.supported() {
+            return;
+        }
+        for n in 1..70usize {
+            let src: Vec<f32> = (0..2 * n - 1).map(|i| i as f32 * 0.5 - 3.0).collect();
+            let mut out = vec![f32::NAN; n + 3];
+            // SAFETY: `src` holds exactly `2 * n - 1` floats; AVX-512F is present.
+            unsafe { super::evens_avx512(src.as_ptr(), &mut out[..n]) };
+            for (j, &o) in out[..n].iter().enumerate() {
+                assert_eq!(o, src[2 * j], "n {n} j {j}");
+            }
+            assert!(
+                out[n..].iter().all(|o| o.is_nan()),
+                "n {n}: wrote past the end"
+            );
+        }
+    }
 }
