@@ -505,8 +505,9 @@ fn short_padded_rows_are_stored_once_without_guards() {
 
 /// A convolution's product gathers its taps from the (padded) input as it runs
 /// (`ferrite_cpu::taps`): no im2col kernel runs, weights are packed once when they are
-/// constants, and the result is the interpreter's at every geometry the im2col test
-/// covers, on 1 and 3 threads, with the output positions split across blocks.
+/// constants, a stride-1 convolution packs each channel's kernel column once (its rows
+/// read through offsets), and the result is the interpreter's at every geometry the
+/// im2col test covers, on 1 and 3 threads, with the output positions split across blocks.
 #[test]
 fn conv_products_gather_their_taps_without_an_im2col() {
     // The gather runs on Ferrite's own kernel, which needs AVX2 + FMA.
@@ -551,6 +552,12 @@ fn conv_products_gather_their_taps_without_an_im2col() {
             code.contains(&format!("({} taps)", k * k)),
             "{case}:\n{code}"
         );
+        // Stride 1: the taps of one column of the kernel (every kh) are one packed row
+        // per channel, shifted by whole output rows (`k` times fewer rows packed).
+        if s == 1 {
+            let shared = format!("its {} rows are {} packed rows shifted", 8 * k * k, 8 * k);
+            assert!(code.contains(&shared), "{case}: {shared}\n{code}");
+        }
     }
 }
 

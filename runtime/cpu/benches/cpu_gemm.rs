@@ -97,6 +97,7 @@ fn bench_small_m(c: &mut Criterion, m: usize, k: usize, n: usize) {
                     a_kblock: 0,
                     b: b.as_ptr(),
                     b_row: n as isize,
+                    b_offs: std::ptr::null(),
                     c: out.as_mut_ptr(),
                     c_row: n as isize,
                 };

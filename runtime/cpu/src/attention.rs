@@ -449,6 +449,7 @@ impl Ctx<'_> {
                     a_kblock: 0,
                     b: qt.as_ptr(),
                     b_row: rows as isize,
+                    b_offs: std::ptr::null(),
                     c: st.as_mut_ptr(),
                     c_row: rows as isize,
                 };
@@ -521,6 +522,7 @@ impl Ctx<'_> {
                 a_kblock: 0,
                 b: v[v0..].as_ptr(),
                 b_row: vl.row_stride as isize,
+                b_offs: std::ptr::null(),
                 // Not dereferenced here; in bounds of `out` by `check`.
                 c: self.out.0.wrapping_add(o0 + i0 * o_row),
                 c_row: o_row as isize,

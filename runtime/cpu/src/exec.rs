@@ -892,6 +892,13 @@ impl CpuProgram {
                             g.taps.source,
                             g.taps.taps()
                         );
+                        if let Some((shared, _)) = g.taps.shared_width(0) {
+                            let _ = writeln!(
+                                s,
+                                "  its {} rows are {shared} packed rows shifted by whole output rows",
+                                g.taps.k
+                            );
+                        }
                     }
                     epilogue.as_ref()
                 }
@@ -1588,8 +1595,8 @@ fn gemm_gathered(
 }
 
 /// Bytes of a product's left operand (a convolution's weights) up to which it gathers its
-/// right operand ([`gather_taps`]).
-pub const TAPS_MAX_WEIGHT_BYTES: usize = 512 << 10;
+/// right operand ([`gather_taps`]): ResNet-18's first two stages (at most 576 KiB).
+pub const TAPS_MAX_WEIGHT_BYTES: usize = 1 << 20;
 
 /// Finds the products whose right operand is a gather ([`Taps::recognize`]) that the
 /// kernel right before stores for them alone, and makes them gather it themselves
@@ -1614,9 +1621,11 @@ fn gather_taps(program: &Program, steps: &mut [Step], buffers: &[Buffer]) {
             && plan.rhs.row_stride == plan.n as i64
             && plan.batch.iter().all(|&b| b == 1)
             && rbuf.ty.numel() == plan.k * plan.n;
-        // Small weights only: with large ones (ResNet-18's last stages, 2.4 and 9.4 MiB)
-        // the crate's product of the stored im2col ran 1.3-2x faster than ours of the
-        // gathered taps at one thread (Zen 5), more than the im2col kernel costs.
+        // Small weights only: with large ones (ResNet-18's last stages, 2.3 and 9 MiB)
+        // the crate's product of the stored im2col ran 1.1-1.6x faster than ours of the
+        // gathered taps at one thread (Zen 5), more than the im2col kernel costs; with
+        // layer 2's 576 KiB the two products took the same time and the im2col (0.14-0.18
+        // ms) went.
         let small = plan.m.saturating_mul(plan.k).saturating_mul(4) <= TAPS_MAX_WEIGHT_BYTES;
         if plan.dtype != DType::F32
             || !small

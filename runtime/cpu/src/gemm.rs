@@ -946,6 +946,7 @@ fn run_blocks<T: GemmScalar>(
                 a_kblock: 0,
                 b: b_ptr.0.wrapping_offset(bb + c0).cast_const().cast(),
                 b_row: lb.row_stride,
+                b_offs: std::ptr::null(),
                 c: c_ptr.0.wrapping_offset(bc + r0 * lc.row_stride + c0).cast(),
                 c_row: lc.row_stride,
             };
@@ -1024,9 +1025,11 @@ fn run_blocks<T: GemmScalar>(
 pub const TAPS_PACK_BYTES: usize = 1 << 20;
 
 thread_local! {
-    /// Each thread's packed columns of a gathered `B` (grown once, then reused: a
-    /// steady-state run allocates nothing).
-    static PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each thread's packed columns of a gathered `B` and, for shared rows, the offsets
+    /// of `B`'s rows in them (grown once, then reused: a steady-state run allocates
+    /// nothing).
+    static PACKED: std::cell::RefCell<(Vec<f32>, Vec<isize>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// The split of a [`gemm_taps`] product across `threads`: blocks of all rows where the
@@ -1112,22 +1115,38 @@ pub fn gemm_taps(
         let (a_ptr, c_ptr) = (a_ptr, c_ptr);
         let _flush = FlushDenormals::enter(flush);
         // Columns per pack: all of the block's when they fit in TAPS_PACK_BYTES, else
-        // equal parts that do (whole vectors each but the last).
-        let parts = (cols.len() * k * 4).div_ceil(TAPS_PACK_BYTES).max(1);
+        // equal parts that do (whole vectors each but the last). Rows of B that share
+        // their floats (`Taps::shared_width`) are packed once, and B's rows read through
+        // offsets.
+        let packed_rows = taps.shared_width(0).map_or(k, |(groups, _)| groups);
+        let parts = (cols.len() * packed_rows * 4)
+            .div_ceil(TAPS_PACK_BYTES)
+            .max(1);
         let width = cols
             .len()
             .div_ceil(parts)
             .next_multiple_of(TAPS_COL_ALIGN)
             .min(cols.len());
         PACKED.with(|packed| {
-            let mut packed = packed.borrow_mut();
-            if packed.len() < k * width {
-                packed.resize(k * width, 0.0);
+            let (packed, offs) = &mut *packed.borrow_mut();
+            let shared = taps.shared_width(width);
+            let need = shared.map_or(k * width, |(groups, w)| groups * w);
+            if packed.len() < need {
+                packed.resize(need, 0.0);
+            }
+            if shared.is_some() && offs.len() < k {
+                offs.resize(k, 0);
             }
             for c0 in (cols.start..cols.end).step_by(width) {
                 let part = c0..(c0 + width).min(cols.end);
                 let w = part.len();
-                taps.pack(x, part.clone(), &mut packed[..k * w]);
+                let (b_row, b_offs) = if shared.is_some() {
+                    taps.pack_shared(x, part.clone(), packed, offs);
+                    (0, offs.as_ptr())
+                } else {
+                    taps.pack(x, part.clone(), &mut packed[..k * w]);
+                    (w as isize, std::ptr::null())
+                };
                 let ops = sgemm::Operands {
                     a: a_ptr
                         .0
@@ -1138,7 +1157,8 @@ pub fn gemm_taps(
                     a_panel: 0,
                     a_kblock: 0,
                     b: packed.as_ptr(),
-                    b_row: w as isize,
+                    b_row,
+                    b_offs,
                     c: c_ptr.0.wrapping_offset(
                         lc.offset as isize + rows.start as isize * lc.row_stride + c0 as isize,
                     ),
@@ -1151,7 +1171,8 @@ pub fn gemm_taps(
                 };
                 // SAFETY: A's (strided or in panels) and C's elements of the block were
                 // checked in bounds above (the whole product's reach), the packed B holds
-                // `k x w` floats at unit column stride, C's elements are distinct
+                // `k x w` floats at unit column stride (or its rows at `offs`, each `w`
+                // floats inside the shared rows `pack_shared` wrote), C's elements are distinct
                 // (`is_injective`) and this block's are written by it alone (the split's
                 // blocks are disjoint); the ISA is supported (`Isa::host`), not SSE.
                 unsafe { sgemm::product(isa, &ops, rows.len(), w, k) };

@@ -79,6 +79,10 @@ pub struct Operands {
     pub b: *const f32,
     /// Distance between rows of `B`.
     pub b_row: isize,
+    /// Null, or an array of `k` offsets: row `l` of `B` is then at `b + b_offs[l]` and
+    /// `b_row` is not used (rows of `B` that share their floats at different places, see
+    /// [`crate::taps`]).
+    pub b_offs: *const isize,
     /// `C[0, 0]`.
     pub c: *mut f32,
     /// Distance between rows of `C`.
@@ -89,7 +93,8 @@ pub struct Operands {
 ///
 /// # Safety
 /// Every element `A[i, l]`, `B[l, j]` and `C[i, j]` (`i < m`, `j < n`, `l < k`) at the
-/// operands' pointers and strides is inside one allocation; the elements of `C` are
+/// operands' pointers and strides (or `B`'s row offsets, `b_offs`, `k` of them) is inside
+/// one allocation; the elements of `C` are
 /// distinct and nothing else accesses them during the call, and none of them is an element
 /// of `A` or `B`. `isa` is [`Isa::Avx2`] or [`Isa::Avx512`] and supported by this CPU.
 pub unsafe fn product(isa: Isa, ops: &Operands, m: usize, n: usize, k: usize) {
@@ -253,10 +258,14 @@ macro_rules! kernels {
                     }
                 }
                 let mut b = ops.b.offset(k0 as isize * ops.b_row + j0 as isize);
+                let offs = ops.b_offs;
                 // Within one block of KC columns, so `a_col` apart.
                 let mut a = a_at(ops, i0, k0);
                 let mut pf = pf;
-                for _ in 0..kc {
+                for kk in 0..kc {
+                    if !offs.is_null() {
+                        b = ops.b.offset(*offs.add(k0 + kk) + j0 as isize);
+                    }
                     if PF {
                         for v in 0..NV_ {
                             prefetch(pf.wrapping_add(v * LANES));
@@ -385,7 +394,12 @@ macro_rules! kernels {
             unsafe {
                 let mut bv = [zero(); KB];
                 for (kk, x) in bv.iter_mut().enumerate() {
-                    let p = ops.b.offset((k0 + kk) as isize * ops.b_row + j0 as isize);
+                    let row = if ops.b_offs.is_null() {
+                        (k0 + kk) as isize * ops.b_row
+                    } else {
+                        *ops.b_offs.add(k0 + kk)
+                    };
+                    let p = ops.b.offset(row + j0 as isize);
                     *x = if MASK { load_tail(p, tail) } else { load(p) };
                 }
                 for (r, ar) in av.iter().enumerate() {
@@ -480,7 +494,9 @@ macro_rules! kernels {
             let step = NV * LANES;
             // B's element [k0, j0], where the next column tile starts reading.
             let at = |k0: usize, j0: usize| {
-                Some(ops.b.wrapping_offset(k0 as isize * ops.b_row + j0 as isize))
+                ops.b_offs
+                    .is_null()
+                    .then(|| ops.b.wrapping_offset(k0 as isize * ops.b_row + j0 as isize))
             };
             for jb in (0..n).step_by(NB) {
                 let je = (jb + NB).min(n);

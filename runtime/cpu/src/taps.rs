@@ -59,7 +59,38 @@ pub struct Taps {
     valid: Vec<(u32, u32)>,
     /// Elements of the source it was recognized for.
     source_len: usize,
+    /// Rows of `B` that hold the same floats shifted by whole runs, when there are such
+    /// (see [`Shared`]).
+    shared: Option<Shared>,
 }
+
+/// Rows of `B` that are one row shifted by whole runs: in a stride-1 3x3 convolution the
+/// taps `(c, kh, kw)` for `kh = 0, 1, 2` read the same input row for output rows one
+/// apart, the padding above and below being zero in every one of them. Row `kk` of `B` is
+/// then `B[kk, j] = S[g, j + d * run_len]` for its shared row `g` and shift `d`, where
+/// `S[g]` is a row over "virtual" columns a few runs wider than `B`'s; a product packs each
+/// shared row once (a third of the floats of a 3x3 convolution's) and reads the rows of `B`
+/// through offsets ([`crate::sgemm::Operands::b_offs`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Shared {
+    /// Per row of `B`: its shared row and its shift in runs (at least `dmin`).
+    of_row: Vec<(u32, i32)>,
+    /// Per shared row, its rows of `B` by increasing shift: `rows[first[g]..first[g + 1]]`.
+    rows: Vec<u32>,
+    /// See `rows`.
+    first: Vec<u32>,
+    /// The least and greatest shift.
+    dmin: i32,
+    /// See `dmin`.
+    dmax: i32,
+}
+
+/// Most runs two rows of `B` may be apart to share a row: a kernel's height (with its
+/// dilation), not the distance between channels.
+const MAX_SHIFT: i64 = 8;
+
+/// Most rows of `B` one shared row stands for (a 7x7 kernel's seven rows, with room).
+const MAX_CLUSTER: usize = 16;
 
 /// A guard of a store's load: `lo <= c + Σ a * x < hi`, each `x` a position variable
 /// named by its place in the positions' layout (innermost first).
@@ -249,8 +280,13 @@ impl Taps {
             start,
             valid,
             source_len: source_len(source)?,
+            shared: None,
         };
-        taps.in_bounds(taps.source_len).then_some(taps)
+        if !taps.in_bounds(taps.source_len) {
+            return None;
+        }
+        let shared = taps.find_shared();
+        Some(Taps { shared, ..taps })
     }
 
     /// Whether every element [`Taps::pack`] reads is one of the source's `len`.
@@ -276,6 +312,142 @@ impl Taps {
         })
     }
 
+    /// Rows of `B` that hold the same floats shifted by whole runs ([`Shared`]), when
+    /// rows do and together they are fewer than `B`'s.
+    fn find_shared(&self) -> Option<Shared> {
+        let runs = self.start.len();
+        if runs < 2 {
+            return None;
+        }
+        // Runs a fixed distance apart in the source: one image, its output rows in order.
+        let s = self.start[1] - self.start[0];
+        if s <= 0 || self.start.windows(2).any(|w| w[1] - w[0] != s) {
+            return None;
+        }
+        let runs_i = runs as i64;
+        // A tap's valid interval in a run, empty ones alike.
+        let valid = |tap: usize, run: i64| {
+            let (lo, hi) = self.valid[tap * runs + run as usize];
+            if hi > lo {
+                (lo, hi)
+            } else {
+                (0, 0)
+            }
+        };
+        // Rows by their base's residue modulo `s`, then base: candidates a few runs apart.
+        let mut order: Vec<u32> = (0..self.k as u32).collect();
+        order.sort_by_key(|&kk| {
+            let b = self.base[kk as usize];
+            (b.rem_euclid(s), b, kk)
+        });
+        let mut of_row = vec![(u32::MAX, 0i32); self.k];
+        let (mut rows, mut first) = (Vec::new(), vec![0u32]);
+        // Whether rows k1 and k2 (k2's base d runs after k1's) hold the same floats
+        // wherever both have a run: the same source elements, the same valid positions.
+        let agree = |k1: u32, k2: u32, d: i64| {
+            let (t1, t2) = (
+                self.tap[k1 as usize] as usize,
+                self.tap[k2 as usize] as usize,
+            );
+            (d.max(0)..runs_i.min(runs_i + d)).all(|r| valid(t1, r) == valid(t2, r - d))
+        };
+        let mut cluster: Vec<u32> = Vec::new();
+        let mut flush = |cluster: &mut Vec<u32>, of_row: &mut Vec<(u32, i32)>| {
+            let g = (first.len() - 1) as u32;
+            let b0 = self.base[cluster[0] as usize];
+            for &kk in cluster.iter() {
+                of_row[kk as usize] = (g, ((self.base[kk as usize] - b0) / s) as i32);
+                rows.push(kk);
+            }
+            first.push(rows.len() as u32);
+            cluster.clear();
+        };
+        for &kk in &order {
+            let b = self.base[kk as usize];
+            // Joins the cluster when it is of the same residue, a few runs from the last
+            // member and fewer than `runs` from the first (so that they overlap), and
+            // agrees with every member.
+            let joins = cluster.first().is_some_and(|&c0| {
+                let (b0, bl) = (
+                    self.base[c0 as usize],
+                    self.base[*cluster.last().unwrap() as usize],
+                );
+                b.rem_euclid(s) == b0.rem_euclid(s)
+                    && b - bl <= MAX_SHIFT * s
+                    && (b - b0) / s < runs_i
+                    && cluster.len() < MAX_CLUSTER
+                    && cluster
+                        .iter()
+                        .all(|&m| agree(m, kk, (b - self.base[m as usize]) / s))
+            });
+            if !joins && !cluster.is_empty() {
+                flush(&mut cluster, &mut of_row);
+            }
+            cluster.push(kk);
+        }
+        flush(&mut cluster, &mut of_row);
+        let groups = first.len() - 1;
+        // Worth it when the shared rows are fewer by a third at least.
+        if groups * 3 > self.k * 2 {
+            return None;
+        }
+        let dmax = of_row.iter().map(|&(_, d)| d).max()?;
+        Some(Shared {
+            of_row,
+            rows,
+            first,
+            dmin: 0,
+            dmax,
+        })
+    }
+
+    /// With shared rows ([`Shared`]): how many, and the columns of the packed rows
+    /// [`Taps::pack_shared`] writes for `w` columns of `B`.
+    pub fn shared_width(&self, w: usize) -> Option<(usize, usize)> {
+        let sh = self.shared.as_ref()?;
+        let extra = (sh.dmax - sh.dmin) as usize * self.run_len;
+        Some((sh.first.len() - 1, w + extra))
+    }
+
+    /// Columns `cols` of `B` as shared rows ([`Shared`]): shared row `g` at
+    /// `out[g * width..][..width]` (`width` from [`Taps::shared_width`]), and in `offs`
+    /// (`k` of them) the offset of each row of `B`'s column `cols.start` in `out`. Each
+    /// shared row is written once, from its rows of `B` by increasing shift, each only
+    /// where the ones before it did not reach.
+    ///
+    /// # Panics
+    /// If the taps share no rows, `x` is shorter than the source, `cols` is not inside
+    /// `0..n`, or `out` or `offs` is too short.
+    pub fn pack_shared(&self, x: &[f32], cols: Range<usize>, out: &mut [f32], offs: &mut [isize]) {
+        let sh = self
+            .shared
+            .as_ref()
+            .expect("rows of B that share their floats");
+        assert!(x.len() >= self.source_len && cols.end <= self.n);
+        let (groups, width) = self.shared_width(cols.len()).expect("shared rows");
+        let out = &mut out[..groups * width];
+        let r = self.run_len;
+        for (kk, off) in offs[..self.k].iter_mut().enumerate() {
+            let (g, d) = sh.of_row[kk];
+            *off = (g as usize * width + (d - sh.dmin) as usize * r) as isize;
+        }
+        for (g, row) in out.chunks_exact_mut(width).enumerate() {
+            // Columns of the shared row written so far.
+            let mut done = 0;
+            for &kk in &sh.rows[sh.first[g] as usize..sh.first[g + 1] as usize] {
+                let d = (sh.of_row[kk as usize].1 - sh.dmin) as usize;
+                // Row kk's columns cols land at d * r.. in the shared row.
+                let (lo, hi) = ((d * r).max(done), d * r + cols.len());
+                if lo >= hi {
+                    continue;
+                }
+                let from = cols.start + (lo - d * r);
+                self.row_into(x, kk as usize, (from / r, from % r), &mut row[lo..hi]);
+                done = hi;
+            }
+        }
+    }
+
     /// Elements of the source [`Taps::pack`] may read (it reads fewer or as many).
     pub fn source_len(&self) -> usize {
         self.source_len
@@ -296,49 +468,58 @@ impl Taps {
     pub fn pack(&self, x: &[f32], cols: Range<usize>, out: &mut [f32]) {
         assert!(x.len() >= self.source_len && cols.end <= self.n);
         let w = cols.len();
+        let at = (cols.start / self.run_len, cols.start % self.run_len);
+        for (kk, row) in out[..self.k * w].chunks_exact_mut(w).enumerate() {
+            self.row_into(x, kk, at, row);
+        }
+    }
+
+    /// Row `kk` of `B` from column `(run, i0)` (a run and a position in it) on, into all
+    /// of `row` (columns of `B`, inside `0..n`; `x` the whole source).
+    #[inline]
+    fn row_into(&self, x: &[f32], kk: usize, (mut run, mut i0): (usize, usize), row: &mut [f32]) {
+        assert!(x.len() >= self.source_len);
+        let w = row.len();
         let runs = self.start.len();
         let (step, x) = (self.step as isize, x.as_ptr());
         let pairs = cfg!(target_arch = "x86_64")
             && step == 2
             && crate::wide::Isa::host() == crate::wide::Isa::Avx512;
-        for (kk, row) in out[..self.k * w].chunks_exact_mut(w).enumerate() {
-            let (base, tap) = (self.base[kk], self.tap[kk] as usize);
-            let valid = &self.valid[tap * runs..(tap + 1) * runs];
-            let (mut run, mut i0) = (cols.start / self.run_len, cols.start % self.run_len);
-            let mut at = 0;
-            while at < w {
-                let i1 = self.run_len.min(i0 + (w - at));
-                let (lo, hi) = valid[run];
-                let a = (lo as usize).clamp(i0, i1);
-                let b = (hi as usize).clamp(a, i1);
-                let seg = &mut row[at..at + (i1 - i0)];
-                let (head, rest) = seg.split_at_mut(a - i0);
-                let (mid, tail) = rest.split_at_mut(b - a);
-                head.fill(0.0);
-                tail.fill(0.0);
-                let from = (base + self.start[run] + a as i64 * self.step) as isize;
-                // SAFETY: `in_bounds` proved every element a valid position of a row
-                // reads (`from + j * step` for `j` in `0..b - a`) inside the source's
-                // `source_len` elements, and `x` has at least that many.
-                unsafe {
-                    if step == 1 {
-                        for (j, o) in mid.iter_mut().enumerate() {
-                            *o = *x.offset(from + j as isize);
-                        }
-                    } else if pairs {
-                        // A stride-2 convolution's taps: every other element.
-                        #[cfg(target_arch = "x86_64")]
-                        evens_avx512(x.offset(from), mid);
-                    } else {
-                        for (j, o) in mid.iter_mut().enumerate() {
-                            *o = *x.offset(from + j as isize * step);
-                        }
+        let (base, tap) = (self.base[kk], self.tap[kk] as usize);
+        let valid = &self.valid[tap * runs..(tap + 1) * runs];
+        let mut at = 0;
+        while at < w {
+            let i1 = self.run_len.min(i0 + (w - at));
+            let (lo, hi) = valid[run];
+            let a = (lo as usize).clamp(i0, i1);
+            let b = (hi as usize).clamp(a, i1);
+            let seg = &mut row[at..at + (i1 - i0)];
+            let (head, rest) = seg.split_at_mut(a - i0);
+            let (mid, tail) = rest.split_at_mut(b - a);
+            head.fill(0.0);
+            tail.fill(0.0);
+            let from = (base + self.start[run] + a as i64 * self.step) as isize;
+            // SAFETY: `in_bounds` proved every element a valid position of a row reads
+            // (`from + j * step` for `j` in `0..b - a`) inside the source's `source_len`
+            // elements, and `x` has at least that many (asserted above).
+            unsafe {
+                if step == 1 {
+                    for (j, o) in mid.iter_mut().enumerate() {
+                        *o = *x.offset(from + j as isize);
+                    }
+                } else if pairs {
+                    // A stride-2 convolution's taps: every other element.
+                    #[cfg(target_arch = "x86_64")]
+                    evens_avx512(x.offset(from), mid);
+                } else {
+                    for (j, o) in mid.iter_mut().enumerate() {
+                        *o = *x.offset(from + j as isize * step);
                     }
                 }
-                at += i1 - i0;
-                run += 1;
-                i0 = 0;
             }
+            at += i1 - i0;
+            run += 1;
+            i0 = 0;
         }
     }
 }

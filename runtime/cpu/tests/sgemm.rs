@@ -61,6 +61,7 @@ fn check(isa: Isa, m: usize, n: usize, k: usize, a_transposed: bool) {
         a_kblock: 0,
         b: b.as_ptr(),
         b_row: n as isize,
+        b_offs: std::ptr::null(),
         c: c.as_mut_ptr(),
         c_row: ldc as isize,
     };
@@ -251,6 +252,7 @@ fn panels_of_a_give_the_strided_product() {
                     a_kblock: 0,
                     b: b.as_ptr(),
                     b_row: n as isize,
+                    b_offs: std::ptr::null(),
                     c: c.as_mut_ptr(),
                     c_row: n as isize,
                 };
@@ -269,6 +271,71 @@ fn panels_of_a_give_the_strided_product() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Rows of `B` read through offsets (`Operands::b_offs`, the shared rows of a gathered
+/// convolution) give the product of `B` stored row after row, bit for bit: rows placed in
+/// reverse order with gaps, some rows the same floats as others, every row and column
+/// tail, the streaming path of one and two rows, and K across blocks.
+#[test]
+fn rows_of_b_through_offsets_give_the_stored_product() {
+    for isa in widths() {
+        for (m, n, k) in [
+            (1, 37, 9),
+            (2, 70, 5),
+            (3, 17, KC + 3),
+            (8, 33, 7),
+            (13, 48, 2 * KC + 1),
+            (17, 2 * NB + 5, 70),
+        ] {
+            let a = values(31 + m as u64, m * k);
+            // `k` rows of `n` floats made of `k / 2 + 1` distinct ones: row `l` is
+            // distinct row `l / 2`, shifted by `l % 2` floats.
+            let distinct = k / 2 + 1;
+            let pitch = n + 11;
+            let store = values(32 + n as u64, distinct * pitch + 1);
+            let offs: Vec<isize> = (0..k)
+                .map(|l| ((distinct - 1 - l / 2) * pitch + l % 2) as isize)
+                .collect();
+            let mut b = vec![0.0f32; k * n];
+            for l in 0..k {
+                b[l * n..(l + 1) * n]
+                    .copy_from_slice(&store[offs[l] as usize..offs[l] as usize + n]);
+            }
+            let mut want = vec![f32::NAN; m * n];
+            let mut got = vec![f32::NAN; m * n];
+            let base = Operands {
+                a: a.as_ptr(),
+                a_row: k as isize,
+                a_col: 1,
+                a_panel: 0,
+                a_kblock: 0,
+                b: b.as_ptr(),
+                b_row: n as isize,
+                b_offs: std::ptr::null(),
+                c: want.as_mut_ptr(),
+                c_row: n as isize,
+            };
+            let through = Operands {
+                b: store.as_ptr(),
+                b_row: 0,
+                b_offs: offs.as_ptr(),
+                c: got.as_mut_ptr(),
+                ..base
+            };
+            // SAFETY: A, B and C are dense `m x k`, `k x n`, `m x n`; every row of B
+            // through the offsets has `n` floats inside `store`; the ISA is supported.
+            unsafe {
+                sgemm::product(isa, &base, m, n, k);
+                sgemm::product(isa, &through, m, n, k);
+            }
+            let same = want
+                .iter()
+                .zip(&got)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{isa:?} {m}x{n}x{k}: offsets changed the product");
         }
     }
 }
