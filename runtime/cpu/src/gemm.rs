@@ -923,7 +923,7 @@ fn run_blocks<T: GemmScalar>(
     let ours = ours_for::<T>(&la, &lb, &lc, scale);
     // A product that one thread runs on the crate stays on it on a team, in blocks of
     // at least CRATE_BLOCK_ROWS rows.
-    let crate_team = ours.is_some() && !ours_block(shape.m, shape.n);
+    let crate_team = ours.is_some() && !ours_block(shape.m, shape.n, k);
     let ours = ours.filter(|_| !crate_team);
     let flush = flushes(&a, &b);
     // C[p][rows, cols] = A[p][rows, :] @ B[p][:, cols] on the calling thread.
@@ -933,7 +933,7 @@ fn run_blocks<T: GemmScalar>(
         let (a_ptr, b_ptr, c_ptr) = (a_ptr, b_ptr, c_ptr);
         let (r0, c0) = (rows.start as isize, cols.start as isize);
         let (ba, bb, bc) = bases(p);
-        if let Some(isa) = ours.filter(|_| ours_block(rows.len(), cols.len())) {
+        if let Some(isa) = ours.filter(|_| ours_block(rows.len(), cols.len(), k)) {
             let ops = sgemm::Operands {
                 a: a_ptr
                     .0
@@ -1231,12 +1231,29 @@ fn run_row_blocks(
     Ok(())
 }
 
-/// Whether a block of `rows x cols` of `C` runs on [`crate::sgemm`] rather than the
-/// crate: at most [`OURS_MAX_ROWS`] rows, and not both more than `OURS_BLOCK_ROWS` rows and
-/// at least [`CRATE_MIN_COLS`] columns.
-fn ours_block(rows: usize, cols: usize) -> bool {
-    rows <= OURS_MAX_ROWS && !(rows > OURS_BLOCK_ROWS && cols >= CRATE_MIN_COLS)
+/// Whether a block of `rows x cols` of `C` over `k` runs on [`crate::sgemm`] rather than
+/// the crate: at most [`OURS_MAX_ROWS`] rows, and not both more than `OURS_BLOCK_ROWS` rows
+/// and at least [`CRATE_MIN_COLS`] columns; or any rows over a short `k` (at most
+/// [`OURS_SHORT_K`]) and at least [`OURS_SHORT_K_MIN_COLS`] columns.
+fn ours_block(rows: usize, cols: usize, k: usize) -> bool {
+    (rows <= OURS_MAX_ROWS && !(rows > OURS_BLOCK_ROWS && cols >= CRATE_MIN_COLS))
+        || (k <= OURS_SHORT_K && cols >= OURS_SHORT_K_MIN_COLS)
 }
+
+/// The contracted length up to which a product of any number of rows runs on
+/// [`crate::sgemm`]: the crate packs `A` and `B` on every call, which a few dozen FMAs per
+/// output do not pay back, where ours reads both in place and writes each output once
+/// (one block of [`crate::sgemm::KC`] rows of `B`, or two). 1x1 convolutions of
+/// MobileNetV2 and ResNet-18's downsampling ones, one thread on the dev VM (Zen 5,
+/// `ab_profile.py`, crate / ours): 96x12544x16 451 / 306 us, 144x3136x24 149 / 140,
+/// 384x196x64 71 / 58, 576x196x96 155 / 129, 128x784x64 86 / 74, 256x196x128 94 / 82; at
+/// 2 threads 301 / 190, 95 / 71. With `k` = 160 and 49 columns (960x49x160) ours was 1.7x
+/// slower: a row of 49 is three vectors and a lane.
+pub const OURS_SHORT_K: usize = 128;
+
+/// Columns a block over a short `k` needs to run on [`crate::sgemm`] whatever its rows
+/// ([`OURS_SHORT_K`]): two register tiles' width.
+const OURS_SHORT_K_MIN_COLS: usize = 64;
 
 /// Rows a block has at least (where the product has them) when a product that one
 /// thread runs on the crate (not [`ours_block`] as a whole: a convolution's, a long
@@ -1470,7 +1487,7 @@ mod tests {
     #[test]
     fn crate_products_are_cut_into_tall_blocks() {
         let parts = |m, n, k| {
-            assert!(!ours_block(m, n));
+            assert!(!ours_block(m, n, k));
             let s = plan_split_rows(GemmShape::batched(1, m, n, k), 16, true, CRATE_BLOCK_ROWS)
                 .unwrap();
             (s.row_parts, s.col_parts)
@@ -1482,14 +1499,20 @@ mod tests {
     }
 
     /// Which blocks run on our kernel: few rows, unless taller than a team's blocks and
-    /// thousands of columns long (a conv's product on one thread), which the crate packs.
+    /// thousands of columns long (a conv's product on one thread), which the crate packs;
+    /// and any rows over a short `k`.
     #[test]
     fn blocks_of_few_rows_or_short_rows_run_on_ours() {
-        assert!(ours_block(8, 100_000));
-        assert!(ours_block(OURS_BLOCK_ROWS, 3136));
-        assert!(ours_block(64, CRATE_MIN_COLS - 1));
-        assert!(!ours_block(64, CRATE_MIN_COLS));
-        assert!(!ours_block(OURS_MAX_ROWS + 1, 16));
+        let k = OURS_SHORT_K + 1;
+        assert!(ours_block(8, 100_000, k));
+        assert!(ours_block(OURS_BLOCK_ROWS, 3136, k));
+        assert!(ours_block(64, CRATE_MIN_COLS - 1, k));
+        assert!(!ours_block(64, CRATE_MIN_COLS, k));
+        assert!(!ours_block(OURS_MAX_ROWS + 1, 16, k));
+        // Over a short `k`, any rows, unless the rows are short too.
+        assert!(ours_block(96, 12544, 16));
+        assert!(ours_block(576, 196, OURS_SHORT_K));
+        assert!(!ours_block(960, 49, 96));
     }
 
     /// A known scan decides first (the weights' scan, taken once), so the other operand
