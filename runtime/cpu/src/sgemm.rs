@@ -192,6 +192,11 @@ impl Panels {
     }
 }
 
+/// Operand variant bit of the register tile: `A` in panels, rows 1 apart.
+const A_PANEL: u8 = 1;
+/// Operand variant bit of the register tile: `B`'s rows through `Operands::b_offs`.
+const B_OFFS: u8 = 2;
+
 /// The driver and the register tile, written once over each width's `V`, `LANES`, `MR`,
 /// `NV` and vector helpers.
 #[cfg(target_arch = "x86_64")]
@@ -229,7 +234,13 @@ macro_rules! kernels {
         #[target_feature(enable = $feature)]
         #[inline]
         #[allow(clippy::too_many_arguments)]
-        unsafe fn tile<const R: usize, const NV_: usize, const MASK: bool, const PF: bool>(
+        unsafe fn tile<
+            const R: usize,
+            const NV_: usize,
+            const MASK: bool,
+            const PF: bool,
+            const VAR: u8,
+        >(
             ops: &Operands,
             i0: usize,
             j0: usize,
@@ -259,11 +270,14 @@ macro_rules! kernels {
                 }
                 let mut b = ops.b.offset(k0 as isize * ops.b_row + j0 as isize);
                 let offs = ops.b_offs;
+                // Known at compile time for panels of A (rows 1 apart: the broadcasts
+                // take constant displacements, no address arithmetic per row).
+                let a_row = if VAR & A_PANEL != 0 { 1 } else { ops.a_row };
                 // Within one block of KC columns, so `a_col` apart.
                 let mut a = a_at(ops, i0, k0);
                 let mut pf = pf;
                 for kk in 0..kc {
-                    if !offs.is_null() {
+                    if VAR & B_OFFS != 0 {
                         b = ops.b.offset(*offs.add(k0 + kk) + j0 as isize);
                     }
                     if PF {
@@ -282,7 +296,7 @@ macro_rules! kernels {
                         };
                     }
                     for (r, row) in acc.iter_mut().enumerate() {
-                        let av = splat(*a.offset(r as isize * ops.a_row));
+                        let av = splat(*a.offset(r as isize * a_row));
                         for (x, &bx) in row.iter_mut().zip(&bv) {
                             *x = fma(av, bx, *x);
                         }
@@ -311,7 +325,7 @@ macro_rules! kernels {
         #[target_feature(enable = $feature)]
         #[inline]
         #[allow(clippy::too_many_arguments)]
-        unsafe fn plain<const R: usize, const NV_: usize, const MASK: bool>(
+        unsafe fn plain<const R: usize, const NV_: usize, const MASK: bool, const VAR: u8>(
             ops: &Operands,
             i0: usize,
             j0: usize,
@@ -322,7 +336,7 @@ macro_rules! kernels {
         ) {
             // SAFETY: the caller's guarantees.
             unsafe {
-                tile::<R, NV_, MASK, false>(ops, i0, j0, k0, kc, tail, first, std::ptr::null())
+                tile::<R, NV_, MASK, false, VAR>(ops, i0, j0, k0, kc, tail, first, std::ptr::null())
             }
         }
 
@@ -334,7 +348,7 @@ macro_rules! kernels {
         #[target_feature(enable = $feature)]
         #[inline]
         #[allow(clippy::too_many_arguments)]
-        unsafe fn column<const NV_: usize, const MASK: bool>(
+        unsafe fn column<const NV_: usize, const MASK: bool, const VAR: u8>(
             ops: &Operands,
             m: usize,
             j0: usize,
@@ -347,12 +361,12 @@ macro_rules! kernels {
             let mut i0 = 0;
             if let Some(pf) = next.filter(|_| m >= MR) {
                 // SAFETY: rows 0..MR are rows of C; prefetches never fault.
-                unsafe { tile::<MR, NV_, MASK, true>(ops, 0, j0, k0, kc, tail, first, pf) };
+                unsafe { tile::<MR, NV_, MASK, true, VAR>(ops, 0, j0, k0, kc, tail, first, pf) };
                 i0 = MR;
             }
             while i0 + MR <= m {
                 // SAFETY: rows i0..i0 + MR are rows of C.
-                unsafe { plain::<MR, NV_, MASK>(ops, i0, j0, k0, kc, tail, first) };
+                unsafe { plain::<MR, NV_, MASK, VAR>(ops, i0, j0, k0, kc, tail, first) };
                 i0 += MR;
             }
             let left = m - i0;
@@ -362,13 +376,13 @@ macro_rules! kernels {
             // SAFETY (each arm): rows i0..m are rows of C.
             unsafe {
                 match left {
-                    1 => plain::<1, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
-                    2 => plain::<2, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
-                    3 => plain::<3, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
-                    4 => plain::<4, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
-                    5 => plain::<5, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
-                    6 => plain::<6, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
-                    7 => plain::<7, NV_, MASK>(ops, i0, j0, k0, kc, tail, first),
+                    1 => plain::<1, NV_, MASK, VAR>(ops, i0, j0, k0, kc, tail, first),
+                    2 => plain::<2, NV_, MASK, VAR>(ops, i0, j0, k0, kc, tail, first),
+                    3 => plain::<3, NV_, MASK, VAR>(ops, i0, j0, k0, kc, tail, first),
+                    4 => plain::<4, NV_, MASK, VAR>(ops, i0, j0, k0, kc, tail, first),
+                    5 => plain::<5, NV_, MASK, VAR>(ops, i0, j0, k0, kc, tail, first),
+                    6 => plain::<6, NV_, MASK, VAR>(ops, i0, j0, k0, kc, tail, first),
+                    7 => plain::<7, NV_, MASK, VAR>(ops, i0, j0, k0, kc, tail, first),
                     _ => unreachable!("a row tail is shorter than MR (at most 8)"),
                 }
             }
@@ -490,7 +504,23 @@ macro_rules! kernels {
                     2 => return stream::<2>(ops, n, k),
                     _ => {}
                 }
+                let panel = ops.a_panel != 0 && ops.a_row == 1;
+                match (panel, !ops.b_offs.is_null()) {
+                    (false, false) => blocks::<0>(ops, m, n, k),
+                    (true, false) => blocks::<A_PANEL>(ops, m, n, k),
+                    (false, true) => blocks::<B_OFFS>(ops, m, n, k),
+                    (true, true) => blocks::<{ A_PANEL | B_OFFS }>(ops, m, n, k),
+                }
             }
+        }
+
+        /// [`product`] of at least three rows, in blocks of `B`, for the operands'
+        /// variant `VAR` ([`A_PANEL`], [`B_OFFS`]).
+        ///
+        /// # Safety
+        /// As [`super::product`]; `ops` is of variant `VAR`.
+        #[target_feature(enable = $feature)]
+        unsafe fn blocks<const VAR: u8>(ops: &Operands, m: usize, n: usize, k: usize) {
             let step = NV * LANES;
             // B's element [k0, j0], where the next column tile starts reading.
             let at = |k0: usize, j0: usize| {
@@ -522,7 +552,7 @@ macro_rules! kernels {
                             } else {
                                 after
                             };
-                            column::<NV, false>(ops, m, j0, k0, kc, LANES, first, next);
+                            column::<NV, false, VAR>(ops, m, j0, k0, kc, LANES, first, next);
                             j0 += step;
                         }
                         while j0 + LANES <= je {
@@ -531,11 +561,11 @@ macro_rules! kernels {
                             } else {
                                 after
                             };
-                            column::<1, false>(ops, m, j0, k0, kc, LANES, first, next);
+                            column::<1, false, VAR>(ops, m, j0, k0, kc, LANES, first, next);
                             j0 += LANES;
                         }
                         if j0 < je {
-                            column::<1, true>(ops, m, j0, k0, kc, je - j0, first, after);
+                            column::<1, true, VAR>(ops, m, j0, k0, kc, je - j0, first, after);
                         }
                     }
                 }
@@ -546,7 +576,7 @@ macro_rules! kernels {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{Operands, KC, NB, STREAM_KB};
+    use super::{Operands, A_PANEL, B_OFFS, KC, NB, STREAM_KB};
     use std::arch::x86_64::*;
 
     type V = __m512;
@@ -618,7 +648,7 @@ mod avx512 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Operands, KC, NB, STREAM_KB};
+    use super::{Operands, A_PANEL, B_OFFS, KC, NB, STREAM_KB};
     use std::arch::x86_64::*;
 
     type V = __m256;
