@@ -89,18 +89,7 @@ fn bench_small_m(c: &mut Criterion, m: usize, k: usize, n: usize) {
         }
         group.bench_function(format!("{}/{name}", isa.name()), |bench| {
             bench.iter(|| {
-                let ops = Operands {
-                    a: a.as_ptr(),
-                    a_row: k as isize,
-                    a_col: 1,
-                    a_panel: 0,
-                    a_kblock: 0,
-                    b: b.as_ptr(),
-                    b_row: n as isize,
-                    b_offs: std::ptr::null(),
-                    c: out.as_mut_ptr(),
-                    c_row: n as isize,
-                };
+                let ops = Operands::row_major(a.as_ptr(), k, b.as_ptr(), n, out.as_mut_ptr());
                 // SAFETY: as above; the ISA is supported.
                 unsafe { sgemm::product(isa, &ops, m, n, k) };
                 black_box(&out);

@@ -89,6 +89,25 @@ pub struct Operands {
     pub c_row: isize,
 }
 
+impl Operands {
+    /// Dense row-major operands: `A` (`k` columns) at `a`, `B` (`n` columns) at `b`, `C`
+    /// (`n` columns) at `c`, strided, no panels, no row offsets.
+    pub fn row_major(a: *const f32, k: usize, b: *const f32, n: usize, c: *mut f32) -> Operands {
+        Operands {
+            a,
+            a_row: k as isize,
+            a_col: 1,
+            a_panel: 0,
+            a_kblock: 0,
+            b,
+            b_row: n as isize,
+            b_offs: std::ptr::null(),
+            c,
+            c_row: n as isize,
+        }
+    }
+}
+
 /// `C[m x n] = A[m x k] @ B[k x n]`, at width `isa`. `k > 0`.
 ///
 /// # Safety

@@ -244,18 +244,7 @@ fn panels_of_a_give_the_strided_product() {
             for first in [0, mr].into_iter().filter(|&f| f < m) {
                 let rows = m - first;
                 let mut c = vec![f32::NAN; rows * n];
-                let strided = Operands {
-                    a: a.as_ptr(),
-                    a_row: k as isize,
-                    a_col: 1,
-                    a_panel: 0,
-                    a_kblock: 0,
-                    b: b.as_ptr(),
-                    b_row: n as isize,
-                    b_offs: std::ptr::null(),
-                    c: c.as_mut_ptr(),
-                    c_row: n as isize,
-                };
+                let strided = Operands::row_major(a.as_ptr(), k, b.as_ptr(), n, c.as_mut_ptr());
                 let ops = p.rows_from(first, strided);
                 // SAFETY: the panels hold rows `first..m` from panel `first / mr` on, B
                 // and C are dense; the ISA is supported.
@@ -306,18 +295,7 @@ fn rows_of_b_through_offsets_give_the_stored_product() {
             }
             let mut want = vec![f32::NAN; m * n];
             let mut got = vec![f32::NAN; m * n];
-            let base = Operands {
-                a: a.as_ptr(),
-                a_row: k as isize,
-                a_col: 1,
-                a_panel: 0,
-                a_kblock: 0,
-                b: b.as_ptr(),
-                b_row: n as isize,
-                b_offs: std::ptr::null(),
-                c: want.as_mut_ptr(),
-                c_row: n as isize,
-            };
+            let base = Operands::row_major(a.as_ptr(), k, b.as_ptr(), n, want.as_mut_ptr());
             let through = Operands {
                 b: store.as_ptr(),
                 b_row: 0,
