@@ -92,6 +92,11 @@ const MAX_SHIFT: i64 = 8;
 /// Most rows of `B` one shared row stands for (a 7x7 kernel's seven rows, with room).
 const MAX_CLUSTER: usize = 16;
 
+/// Runs compared, all pairs of taps and shifts together, before the search for shared
+/// rows gives up (the product then packs every row): it bounds the compile time a
+/// gather of many taps over many runs can take.
+const MAX_SHARE_WORK: usize = 1 << 24;
+
 /// A guard of a store's load: `lo <= c + Σ a * x < hi`, each `x` a position variable
 /// named by its place in the positions' layout (innermost first).
 type Guard = (i64, Vec<(usize, i64)>, i64, i64);
@@ -344,12 +349,24 @@ impl Taps {
         let (mut rows, mut first) = (Vec::new(), vec![0u32]);
         // Whether rows k1 and k2 (k2's base d runs after k1's) hold the same floats
         // wherever both have a run: the same source elements, the same valid positions.
-        let agree = |k1: u32, k2: u32, d: i64| {
-            let (t1, t2) = (
-                self.tap[k1 as usize] as usize,
-                self.tap[k2 as usize] as usize,
-            );
-            (d.max(0)..runs_i.min(runs_i + d)).all(|r| valid(t1, r) == valid(t2, r - d))
+        // That depends on their taps and `d` alone, so each triple is compared once, and
+        // all the comparisons together stay under MAX_SHARE_WORK runs (else no sharing).
+        let mut known: std::collections::HashMap<(u32, u32, i64), bool> =
+            std::collections::HashMap::new();
+        let mut work = 0usize;
+        let mut agree = |k1: u32, k2: u32, d: i64| -> Option<bool> {
+            let (t1, t2) = (self.tap[k1 as usize], self.tap[k2 as usize]);
+            if let Some(&same) = known.get(&(t1, t2, d)) {
+                return Some(same);
+            }
+            work += runs;
+            if work > MAX_SHARE_WORK {
+                return None;
+            }
+            let (u1, u2) = (t1 as usize, t2 as usize);
+            let same = (d.max(0)..runs_i.min(runs_i + d)).all(|r| valid(u1, r) == valid(u2, r - d));
+            known.insert((t1, t2, d), same);
+            Some(same)
         };
         let mut cluster: Vec<u32> = Vec::new();
         let mut flush = |cluster: &mut Vec<u32>, of_row: &mut Vec<(u32, i32)>| {
@@ -367,19 +384,22 @@ impl Taps {
             // Joins the cluster when it is of the same residue, a few runs from the last
             // member and fewer than `runs` from the first (so that they overlap), and
             // agrees with every member.
-            let joins = cluster.first().is_some_and(|&c0| {
-                let (b0, bl) = (
-                    self.base[c0 as usize],
-                    self.base[*cluster.last().unwrap() as usize],
-                );
-                b.rem_euclid(s) == b0.rem_euclid(s)
-                    && b - bl <= MAX_SHIFT * s
-                    && (b - b0) / s < runs_i
-                    && cluster.len() < MAX_CLUSTER
-                    && cluster
-                        .iter()
-                        .all(|&m| agree(m, kk, (b - self.base[m as usize]) / s))
-            });
+            let mut joins = match (cluster.first(), cluster.last()) {
+                (Some(&c0), Some(&cl)) => {
+                    let (b0, bl) = (self.base[c0 as usize], self.base[cl as usize]);
+                    b.rem_euclid(s) == b0.rem_euclid(s)
+                        && b - bl <= MAX_SHIFT * s
+                        && (b - b0) / s < runs_i
+                        && cluster.len() < MAX_CLUSTER
+                }
+                _ => false,
+            };
+            for &m in &cluster {
+                if !joins {
+                    break;
+                }
+                joins = agree(m, kk, (b - self.base[m as usize]) / s)?;
+            }
             if !joins && !cluster.is_empty() {
                 flush(&mut cluster, &mut of_row);
             }
