@@ -1514,14 +1514,6 @@ fn gemm_batches<T: GemmScalar>(
         scans,
         gather: _,
     } = call;
-    let layout = |offset: i64, row: i64, col: i64| -> Result<MatLayout> {
-        Ok(MatLayout {
-            offset: usize::try_from(offset).map_err(|_| Error::internal("negative GEMM offset"))?,
-            batch_stride: 0,
-            row_stride: row as isize,
-            col_stride: col as isize,
-        })
-    };
     // A row program's product of fewer rows than compiled reads and writes only
     // their elements (so scanning an operand for flushing reads no unused rows).
     let (a, c) = match used_prefix(plan, m) {
@@ -1530,9 +1522,9 @@ fn gemm_batches<T: GemmScalar>(
         }
         _ => (a, c),
     };
-    let la = layout(plan.lhs.offset, plan.lhs.row_stride, plan.lhs.col_stride)?;
-    let lb = layout(plan.rhs.offset, plan.rhs.row_stride, plan.rhs.col_stride)?;
-    let lc = layout(0, plan.n as i64, 1)?;
+    let la = mat_layout(plan.lhs.offset, plan.lhs.row_stride, plan.lhs.col_stride)?;
+    let lb = mat_layout(plan.rhs.offset, plan.rhs.row_stride, plan.rhs.col_stride)?;
+    let lc = mat_layout(0, plan.n as i64, 1)?;
     let axes = BatchAxes {
         extents: &plan.batch,
         a: &plan.lhs.batch_strides,
@@ -1550,6 +1542,17 @@ fn gemm_batches<T: GemmScalar>(
         after,
     )?;
     Ok(())
+}
+
+/// The layout of a planned product's operand from its offset and strides (one matrix, no
+/// batch stride: batch axes are strided on their own).
+fn mat_layout(offset: i64, row: i64, col: i64) -> Result<MatLayout> {
+    Ok(MatLayout {
+        offset: usize::try_from(offset).map_err(|_| Error::internal("negative GEMM offset"))?,
+        batch_stride: 0,
+        row_stride: row as isize,
+        col_stride: col as isize,
+    })
 }
 
 /// Runs a product whose right operand `g` gathers from `x` ([`gemm_taps`]).
@@ -1573,14 +1576,7 @@ fn gemm_gathered(
             "a gathered product runs at its compiled rows only",
         ));
     }
-    let offset =
-        usize::try_from(plan.lhs.offset).map_err(|_| Error::internal("negative GEMM offset"))?;
-    let la = MatLayout {
-        offset,
-        batch_stride: 0,
-        row_stride: plan.lhs.row_stride as isize,
-        col_stride: plan.lhs.col_stride as isize,
-    };
+    let la = mat_layout(plan.lhs.offset, plan.lhs.row_stride, plan.lhs.col_stride)?;
     gemm_taps(
         &g.taps,
         m,

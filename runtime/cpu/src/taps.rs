@@ -73,15 +73,15 @@ pub struct Taps {
 /// through offsets ([`crate::sgemm::Operands::b_offs`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Shared {
-    /// Per row of `B`: its shared row and its shift in runs (at least `dmin`).
+    /// Per row of `B`: its shared row and its shift in runs (from the shared row's first
+    /// member, so at least 0).
     of_row: Vec<(u32, i32)>,
     /// Per shared row, its rows of `B` by increasing shift: `rows[first[g]..first[g + 1]]`.
     rows: Vec<u32>,
     /// See `rows`.
     first: Vec<u32>,
-    /// The least and greatest shift.
-    dmin: i32,
-    /// See `dmin`.
+    /// The greatest shift: a shared row is `dmax` runs longer than the columns of `B` it
+    /// stands for.
     dmax: i32,
 }
 
@@ -416,7 +416,6 @@ impl Taps {
             of_row,
             rows,
             first,
-            dmin: 0,
             dmax,
         })
     }
@@ -425,7 +424,7 @@ impl Taps {
     /// [`Taps::pack_shared`] writes for `w` columns of `B`.
     pub fn shared_width(&self, w: usize) -> Option<(usize, usize)> {
         let sh = self.shared.as_ref()?;
-        let extra = (sh.dmax - sh.dmin) as usize * self.run_len;
+        let extra = sh.dmax as usize * self.run_len;
         Some((sh.first.len() - 1, w + extra))
     }
 
@@ -449,13 +448,13 @@ impl Taps {
         let r = self.run_len;
         for (kk, off) in offs[..self.k].iter_mut().enumerate() {
             let (g, d) = sh.of_row[kk];
-            *off = (g as usize * width + (d - sh.dmin) as usize * r) as isize;
+            *off = (g as usize * width + d as usize * r) as isize;
         }
         for (g, row) in out.chunks_exact_mut(width).enumerate() {
             // Columns of the shared row written so far.
             let mut done = 0;
             for &kk in &sh.rows[sh.first[g] as usize..sh.first[g + 1] as usize] {
-                let d = (sh.of_row[kk as usize].1 - sh.dmin) as usize;
+                let d = sh.of_row[kk as usize].1 as usize;
                 // Row kk's columns cols land at d * r.. in the shared row.
                 let (lo, hi) = ((d * r).max(done), d * r + cols.len());
                 if lo >= hi {
