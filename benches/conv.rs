@@ -3,10 +3,10 @@
 //!
 //! - `conv/resnet_tiny` and `conv/mobilenetv2_tiny`: the committed ONNX models of
 //!   `examples/onnx/` (`scripts/export-conv-models.py`), end to end;
-//! - `conv/conv3x3_64` and `conv/depthwise3x3_96`: a single 3x3 conv (64 -> 64 channels,
-//!   56x56, the shape of ResNet-18's first stage) with its bias and ReLU epilogue, and a
-//!   depthwise 3x3 conv with ReLU6 (96 channels, 56x56); criterion's throughput is their
-//!   multiply-adds.
+//! - `conv/conv3x3_64` and `conv/depthwise3x3_*`: a single 3x3 conv (64 -> 64 channels,
+//!   56x56, the shape of ResNet-18's first stage) with its bias and ReLU epilogue, and
+//!   MobileNetV2's depthwise 3x3 convs with bias and ReLU6 (144 channels of 56x56 at
+//!   stride 1 and 2, 960 channels of 7x7); criterion's throughput is their multiply-adds.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ferrite::{compile, Graph, Options, Target, Tensor};
@@ -54,16 +54,39 @@ fn single_convs(c: &mut Criterion) {
         bch.iter(|| exe.run(black_box(&[&ins[0], &ins[1], &ins[2]])).unwrap())
     });
 
-    let g = Graph::new("depthwise");
-    let x = g.input("x", ferrite::f32(&[1, 96, 56, 56]));
-    let w = g.input("w", ferrite::f32(&[96, 1, 3, 3]));
-    g.output(&x.conv2d(&w, None, [1, 1], [1, 1], [1, 1], 96).relu6());
-    let exe = compile(&g, &cpu()).unwrap();
-    let ins = [random(&[1, 96, 56, 56], 3), random(&[96, 1, 3, 3], 4)];
-    group.throughput(Throughput::Elements(96 * 9 * 56 * 56));
-    group.bench_function("depthwise3x3_96", |bch| {
-        bch.iter(|| exe.run(black_box(&[&ins[0], &ins[1]])).unwrap())
-    });
+    // MobileNetV2's depthwise layers (with their bias and ReLU6): 56x56 at stride 1 and
+    // 2, and the 7x7 planes of its last stage. Outputs are bound once (`run_into`), so the
+    // time is the kernels', not a fresh output's page faults.
+    for (name, c, hw, stride) in [
+        ("depthwise3x3_144x56", 144usize, 56usize, 1usize),
+        ("depthwise3x3_144x56_s2", 144, 56, 2),
+        ("depthwise3x3_960x7", 960, 7, 1),
+    ] {
+        let g = Graph::new("depthwise");
+        let x = g.input("x", ferrite::f32(&[1, c, hw, hw]));
+        let w = g.input("w", ferrite::f32(&[c, 1, 3, 3]));
+        let b = g.input("b", ferrite::f32(&[c]));
+        let s = stride as i64;
+        g.output(
+            &x.conv2d(&w, Some(&b), [s, s], [1, 1], [1, 1], c as i64)
+                .relu6(),
+        );
+        let exe = compile(&g, &cpu()).unwrap();
+        let ins = [
+            random(&[1, c, hw, hw], 3),
+            random(&[c, 1, 3, 3], 4),
+            random(&[c], 5),
+        ];
+        let mut outs = exe.run(&[&ins[0], &ins[1], &ins[2]]).unwrap();
+        let o = hw.div_ceil(stride);
+        group.throughput(Throughput::Elements((c * 9 * o * o) as u64));
+        group.bench_function(name, |bch| {
+            bch.iter(|| {
+                exe.run_into(black_box(&[&ins[0], &ins[1], &ins[2]]), &mut outs)
+                    .unwrap()
+            })
+        });
+    }
     group.finish();
 }
 

@@ -267,12 +267,78 @@ fn padded_depthwise_convs_are_vector_code_and_exact_at_the_edges() {
             .find(|f| f.to_string_lossy().ends_with("cpu-plan.loop"))
             .map(|f| std::fs::read_to_string(f).unwrap())
             .expect("a cpu plan dump");
+        if plan.contains("direct stencil") {
+            // The direct stencil runs it (`depthwise_convs_run_as_direct_stencils`).
+            continue;
+        }
         assert!(
             !plan.contains("guarded (padded) load"),
             "k={k} w={w}: a padded tap load stayed scalar:\n{plan}"
         );
         if w >= 16 {
             assert!(plan.contains("vector f32x4"), "k={k} w={w}:\n{plan}");
+        }
+    }
+}
+
+/// Depthwise convs (3x3 and 5x5, stride 1 and 2, dilation 2, asymmetric padding, with
+/// and without a bias, a residual add, a batch of two, widths whose window edges fall at
+/// every lane of a 16-lane vector, rows of one to eight vectors and longer) run as the
+/// direct stencil when the CPU has AVX-512, its epilogue on each block of rows, and
+/// match the interpreter on every target and on 1 and 3 threads. Widths under eight
+/// columns keep the generated code.
+#[test]
+fn depthwise_convs_run_as_direct_stencils() {
+    let avx512 = ferrite_cpu::Isa::host() == ferrite_cpu::Isa::Avx512;
+    for (n, k, s, d, pad, h, w, bias, residual) in [
+        (
+            1usize,
+            3usize,
+            1i64,
+            1i64,
+            [1i64, 1, 1, 1],
+            9usize,
+            17usize,
+            true,
+            false,
+        ),
+        (2, 3, 1, 1, [1, 1, 1, 1], 6, 40, true, true),
+        (1, 3, 2, 1, [1, 1, 1, 1], 12, 33, true, false),
+        (1, 3, 2, 1, [0, 0, 1, 1], 11, 130, false, false),
+        (1, 5, 1, 1, [2, 2, 2, 2], 7, 31, true, false),
+        (1, 3, 1, 2, [2, 2, 2, 2], 8, 16, false, true),
+        (1, 3, 1, 1, [0, 1, 2, 0], 5, 264, true, false),
+        (1, 3, 1, 1, [1, 1, 1, 1], 7, 7, true, false),
+    ] {
+        let c = 5usize;
+        let g = Graph::new("depthwise");
+        let x = g.input("x", ferrite::f32(&[n, c, h, w]));
+        let wd = g.input("wd", ferrite::f32(&[c, 1, k, k]));
+        let b = g.input("b", ferrite::f32(&[c]));
+        let mut y = x.conv2d(&wd, bias.then_some(&b), [s, s], pad, [d, d], c as i64);
+        if residual {
+            y = &y + &x;
+        }
+        g.output(&y.relu6());
+        let inputs = [
+            random(&[n, c, h, w], 21),
+            random(&[c, 1, k, k], 22),
+            random(&[c], 23),
+        ];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let case = format!("n={n} k={k} s={s} d={d} pad={pad:?} {h}x{w}");
+        check_everywhere(&g, &refs, 1e-5);
+        check_cpu_threads(&g, &refs, &[1, 3], 1e-5);
+        let report = cpu_plan(&g, &format!("stencil-{n}-{k}-{s}-{d}-{h}-{w}"));
+        let ow = (w as i64 + pad[1] + pad[3] - d * (k as i64 - 1) - 1) / s + 1;
+        if avx512 && ow >= 8 {
+            assert!(report.contains("direct stencil"), "{case}:\n{report}");
+            assert!(
+                report.contains("epilogue per block of rows"),
+                "{case}:\n{report}"
+            );
+        } else {
+            assert!(!report.contains("direct stencil"), "{case}:\n{report}");
         }
     }
 }
@@ -355,6 +421,10 @@ fn strided_depthwise_convs_are_vector_code_and_exact_at_the_edges() {
         let refs: Vec<&Tensor> = inputs.iter().collect();
         check_everywhere(&g, &refs, 1e-5);
         let plan = cpu_plan(&g, &format!("dw-s{s}-{k}-{w}"));
+        if plan.contains("direct stencil") {
+            // The direct stencil runs it (`depthwise_convs_run_as_direct_stencils`).
+            continue;
+        }
         assert!(
             !plan.contains(&format!("has stride {s}")),
             "k={k} s={s} w={w}: a strided tap load stayed scalar:\n{plan}"

@@ -173,7 +173,8 @@ fn tile_stage(case: &Case) -> Result<String, String> {
 
 /// `cpu-plan`: loop IR in, the CPU backend's plan out: the planned loop IR, with each
 /// kernel's schedule as `#` lines under its header. `scalar` turns SIMD off, `no-stash`
-/// stashing, `no-gemm` the extern GEMM, `narrow` the wide routine calls (planned for
+/// stashing, `no-gemm` the extern GEMM and the direct stencil, `no-stencil` the direct
+/// stencil (planned whatever the host), `narrow` the wide routine calls (planned for
 /// AVX-512 otherwise, whatever the host, so the expected text is the same everywhere). The plan must read back from its text and
 /// evaluate to the same bits as the input (on random inputs).
 fn cpu_plan_stage(case: &Case) -> Result<String, String> {
@@ -182,6 +183,7 @@ fn cpu_plan_stage(case: &Case) -> Result<String, String> {
         vectorize: !case.flag("scalar"),
         stash: !case.flag("no-stash"),
         wide: (!case.flag("narrow")).then_some(Isa::Avx512),
+        stencil: !case.flag("no-stencil"),
         ..CodegenOptions::default()
     };
     let plan = plan_program(&p, &codegen, !case.flag("no-gemm")).map_err(|e| e.to_string())?;

@@ -39,6 +39,7 @@ use super::gemm::{
 use super::jit::{verify_emitted, Jit, JitCode, JitOptions, Precompiled, Verified};
 use super::plan::{plan_program, CodegenOptions, CpuPlan, ExternGemm, Run};
 use super::pool::{default_thread_count, global_pool, ChunkSpan, ChunkTimes, Team, ThreadPool};
+use super::stencil::{Coef, Pointers, Stencil};
 use super::taps::{odometer, Taps};
 use cranelift_codegen::ir::Function;
 use ferrite_ir::loops::{
@@ -257,8 +258,20 @@ enum Step {
         call: GemmCall,
         epilogue: Option<JitKernel>,
     },
+    /// The direct stencil loop, then its epilogue ([`crate::stencil`]).
+    Stencil {
+        stencil: Box<Stencil>,
+        epilogue: Option<JitKernel>,
+    },
     /// A kernel over an empty domain.
     Nothing,
+}
+
+/// What an extern step of the plan runs (see [`Step`]).
+#[derive(Clone, Debug)]
+enum Extern {
+    Gemm(ExternGemm),
+    Stencil(Stencil),
 }
 
 /// What a GEMM step's product runs with.
@@ -395,12 +408,13 @@ impl CpuProgram {
         let buffers = plan.program.buffers.clone();
         // Per kernel of the program: its extern GEMM, and the name and facts of its
         // generated function (a GEMM kernel's epilogue, or the kernel itself).
-        let mut planned: Vec<(Option<ExternGemm>, Option<Compiled>)> =
+        let mut planned: Vec<(Option<Extern>, Option<Compiled>)> =
             vec![(None, None); program.kernels.len()];
         let mut generated = Vec::new();
         for (k, kp) in plan.program.kernels.iter().zip(&plan.kernels) {
             match &kp.run {
-                Run::ExternGemm(g) => planned[kp.source].0 = Some(g.clone()),
+                Run::ExternGemm(g) => planned[kp.source].0 = Some(Extern::Gemm(g.clone())),
+                Run::ExternStencil(st) => planned[kp.source].0 = Some(Extern::Stencil(st.clone())),
                 Run::Generated(schedule) => generated.push((kp.source, k, schedule)),
                 Run::Nothing => {}
             }
@@ -493,7 +507,10 @@ impl CpuProgram {
         // a conv net), on the compile's threads.
         let mut constant_operands: Vec<usize> = planned
             .iter()
-            .filter_map(|(g, _)| g.as_ref())
+            .filter_map(|(g, _)| match g {
+                Some(Extern::Gemm(g)) => Some(g),
+                _ => None,
+            })
             .flat_map(|g| [g.lhs.buffer, g.rhs.buffer])
             .filter_map(|b| match buffers[b.index()].kind {
                 BufferKind::Constant(c) => Some(c),
@@ -535,7 +552,11 @@ impl CpuProgram {
                 None => None,
             };
             steps.push(match gemm_plan {
-                Some(plan) => {
+                Some(Extern::Stencil(st)) => Step::Stencil {
+                    stencil: Box::new(st),
+                    epilogue: jit_kernel,
+                },
+                Some(Extern::Gemm(plan)) => {
                     let dims: Vec<usize> =
                         plan.batch.iter().copied().chain([plan.m, plan.n]).collect();
                     let mut strides: Vec<i64> = ferrite_ir::types::contiguous_strides(&dims)
@@ -570,7 +591,9 @@ impl CpuProgram {
             .iter()
             .flat_map(|s| match s {
                 Step::Jit(j) => Some(j.info.slots.len()),
-                Step::Gemm { epilogue, .. } => epilogue.as_ref().map(|j| j.info.slots.len()),
+                Step::Gemm { epilogue, .. } | Step::Stencil { epilogue, .. } => {
+                    epilogue.as_ref().map(|j| j.info.slots.len())
+                }
                 Step::Nothing => None,
             })
             .max()
@@ -620,6 +643,12 @@ impl CpuProgram {
                         return Err(format!("GEMM {} has rows outside its m", g.product));
                     }
                     steps[kp.source].gemm = scales;
+                }
+                Run::ExternStencil(st) => {
+                    return Err(format!(
+                        "the direct stencil into {} runs at its compiled rows only",
+                        st.out
+                    ))
                 }
                 Run::Generated(_) => steps[kp.source].jit = scales,
                 Run::Nothing => {}
@@ -902,6 +931,24 @@ impl CpuProgram {
                     }
                     epilogue.as_ref()
                 }
+                Step::Stencil { stencil, epilogue } => {
+                    let _ = writeln!(
+                        s,
+                        "  {}, {}{}",
+                        stencil.describe(),
+                        if crate::wide::Isa::Avx512.supported() {
+                            "AVX-512"
+                        } else {
+                            "scalar (no AVX-512 here)"
+                        },
+                        if stencil.epilogue_per_rows && epilogue.is_some() {
+                            ", epilogue per block of rows"
+                        } else {
+                            ""
+                        }
+                    );
+                    epilogue.as_ref()
+                }
                 Step::Nothing => {
                     let _ = writeln!(s, "  empty domain: nothing to run");
                     None
@@ -941,6 +988,10 @@ impl CpuProgram {
                     let _ = writeln!(s, "-- product into {}", call.plan.product);
                     epilogue.as_ref()
                 }
+                Step::Stencil { stencil, epilogue } => {
+                    let _ = writeln!(s, "-- {}", stencil.describe());
+                    epilogue.as_ref()
+                }
                 Step::Nothing => None,
             };
             let Some(j) = jit else { continue };
@@ -960,7 +1011,7 @@ impl CpuProgram {
     pub fn disassembly(&self, kernel: usize) -> Option<&str> {
         let j = match self.steps.get(kernel)? {
             Step::Jit(j) => j,
-            Step::Gemm { epilogue, .. } => epilogue.as_ref()?,
+            Step::Gemm { epilogue, .. } | Step::Stencil { epilogue, .. } => epilogue.as_ref()?,
             Step::Nothing => return None,
         };
         self.code.dump(&j.info.function).map(|d| d.vcode.as_str())
@@ -976,7 +1027,9 @@ impl CpuProgram {
     pub fn kernel_info(&self, kernel: usize) -> Option<&KernelInfo> {
         match self.steps.get(kernel)? {
             Step::Jit(j) => Some(&j.info),
-            Step::Gemm { epilogue, .. } => epilogue.as_ref().map(|j| &j.info),
+            Step::Gemm { epilogue, .. } | Step::Stencil { epilogue, .. } => {
+                epilogue.as_ref().map(|j| &j.info)
+            }
             Step::Nothing => None,
         }
     }
@@ -1181,6 +1234,15 @@ impl CpuProgram {
         match step {
             Step::Jit(j) => self.run_jit(j, points(j), team, inputs, outputs, storage, times),
             Step::Nothing => Ok(()),
+            Step::Stencil { stencil, epilogue } => self.run_stencil(
+                stencil,
+                epilogue.as_ref(),
+                team,
+                inputs,
+                outputs,
+                storage,
+                times,
+            ),
             Step::Gemm {
                 call,
                 epilogue: Some(j),
@@ -1270,6 +1332,92 @@ impl CpuProgram {
             });
         storage.addrs = addrs;
         ran
+    }
+
+    /// A direct stencil ([`crate::stencil`]) on the team, its units (blocks of output
+    /// vectors) split into ranges, then its epilogue: on each range right after the
+    /// stencil computes it when the plan proved that safe (`Stencil::epilogue_per_rows`;
+    /// units `a..b` are the epilogue's points `point(a)..point(b)`), else over the whole
+    /// output after it.
+    #[allow(clippy::too_many_arguments)]
+    fn run_stencil(
+        &self,
+        st: &Stencil,
+        epilogue: Option<&JitKernel>,
+        team: Team<'_>,
+        inputs: &dyn InputTensors,
+        outputs: &mut dyn OutputTensors,
+        storage: &mut Storage,
+        times: Option<&ChunkTimes>,
+    ) -> Result<()> {
+        let mut address = |b: BufferId| self.address(b, inputs, outputs, &mut storage.slots);
+        let mut ptrs = Pointers {
+            out: address(st.out)?,
+            sources: Vec::with_capacity(st.taps.len()),
+            coefs: Vec::with_capacity(st.taps.len()),
+        };
+        for tap in &st.taps {
+            ptrs.sources.push(address(tap.source)?);
+            ptrs.coefs.push(match tap.coef {
+                Coef::Buffer(b) => address(b)?,
+                Coef::Const(_) => 0,
+            });
+        }
+        let per_rows = epilogue.filter(|_| st.epilogue_per_rows);
+        let mut addrs = std::mem::take(&mut storage.addrs);
+        if let Some(j) = per_rows {
+            if let Err(e) =
+                self.slot_addresses(&j.info, inputs, outputs, &mut storage.slots, &mut addrs)
+            {
+                storage.addrs = addrs;
+                return Err(e);
+            }
+        }
+        let avx512 = crate::wide::Isa::Avx512.supported();
+        let entry = per_rows.map(|j| self.entry(j));
+        let failure = AtomicI32::new(0);
+        let units = st.units();
+        let args = &addrs;
+        let task = |r: Range<usize>| {
+            // SAFETY: the addresses are the buffers of this run, of the sizes the
+            // program declares (inputs were checked, storage and outputs allocated from
+            // the same types), for which the stencil proved its reads in bounds; the
+            // output is no source (a kernel never reads what it writes) and each range
+            // of rows is written by one task alone.
+            unsafe { st.run_units(&ptrs, r.clone(), avx512) };
+            if let Some(entry) = entry {
+                let (a, b) = (st.point(r.start), st.point(r.end));
+                let code = entry(args.as_ptr(), a as i64, b as i64);
+                if code != 0 {
+                    let _ = failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
+                }
+            }
+        };
+        let per_unit = st.work_per_unit().max(1);
+        let ran = if team.threads() > 1
+            && units > 1
+            && units.saturating_mul(per_unit) >= MIN_PARALLEL_WORK
+        {
+            let min_chunk = (MIN_CHUNK_WORK / per_unit).max(1);
+            match times {
+                None => team.parallel_for_range(units, min_chunk, task),
+                Some(times) => team.parallel_for_range_timed(units, min_chunk, times, task),
+            }
+        } else {
+            calling_thread_span(times, || task(0..units));
+            Ok(())
+        };
+        storage.addrs = addrs;
+        ran?;
+        if let Some(j) = per_rows {
+            check_failure(&j.info, failure.into_inner())?;
+        }
+        match epilogue {
+            Some(j) if per_rows.is_none() => {
+                self.run_jit(j, j.info.points, team, inputs, outputs, storage, times)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Fills `addrs` with the base address of each of `info`'s slots.
@@ -1840,10 +1988,10 @@ fn zero_lists(
 /// one store covers it, or with `union` its stores' elements cover it and no stage reads
 /// it (a later stage could read an element before another writes it).
 fn writes_every_element(kernel: &Kernel, step: &Step, buf: &Buffer, union: bool) -> bool {
-    if let Step::Gemm { call, .. } = step {
-        if call.plan.product == buf.id {
-            return true;
-        }
+    match step {
+        Step::Gemm { call, .. } if call.plan.product == buf.id => return true,
+        Step::Stencil { stencil, .. } if stencil.out == buf.id => return true,
+        _ => {}
     }
     let numel = buf.ty.numel();
     // Every store of `buf`: its index, the extents it runs over and its stage's domain.

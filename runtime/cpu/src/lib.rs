@@ -19,6 +19,8 @@
 //! * [`denormals`]: the flush-to-zero / denormals-are-zero mode of a run.
 //! * [`gemm`]: strided, batched matrix multiplication through the `gemm` crate, or
 //!   through [`sgemm`], Ferrite's own `f32` kernel for few rows (B read in place).
+//! * [`stencil`]: the direct stencil: a depthwise conv (any sum of shifted rows times
+//!   per-plane coefficients) proved from the loop IR and run by an AVX-512 loop.
 //! * [`attention`]: multi-head scaled dot-product attention over token rows, one
 //!   hand-written kernel on [`sgemm`] and the [`wide`] `exp`, tasks on the pool.
 //! * [`exec`]: [`CpuProgram`], a whole compiled program: kernels, storage, threads, run.
@@ -41,6 +43,7 @@ pub mod plan;
 pub mod pool;
 pub mod row_order;
 pub mod sgemm;
+pub mod stencil;
 pub mod taps;
 pub mod vmath;
 pub mod wide;

@@ -635,7 +635,7 @@ pub(crate) fn odometer(point: &mut [usize], extents: impl Iterator<Item = usize>
 }
 
 /// The positions `i` in `0..len` where `lo <= c + a * i < hi`, as `lo_i..hi_i`.
-fn interval(c: i64, a: i64, lo: i64, hi: i64, len: i64) -> (i64, i64) {
+pub(crate) fn interval(c: i64, a: i64, lo: i64, hi: i64, len: i64) -> (i64, i64) {
     if a == 0 {
         return if lo <= c && c < hi { (0, len) } else { (0, 0) };
     }

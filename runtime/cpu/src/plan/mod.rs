@@ -89,6 +89,12 @@ pub struct CodegenOptions {
     /// into wide blocks is then cut within each of those rows (the block divides the
     /// elements per row), so that a run of fewer rows is a prefix of whole blocks.
     pub row_bound: Option<usize>,
+    /// Run kernels that sum shifted rows (depthwise convolutions) through the direct
+    /// stencil loop ([`crate::stencil`]) when the plan also uses extern kernels. The
+    /// default: when this CPU has AVX-512 (the loop's scalar form, which other CPUs
+    /// would run, is slower than the generated code) and `FERRITE_DIRECT_STENCIL` is
+    /// not `0`.
+    pub stencil: bool,
 }
 
 impl Default for CodegenOptions {
@@ -99,9 +105,14 @@ impl Default for CodegenOptions {
             stash: true,
             wide: Some(Isa::host()).filter(|&isa| isa != Isa::Sse),
             row_bound: None,
+            stencil: Isa::host() == Isa::Avx512
+                && std::env::var_os(STENCIL_VAR).is_none_or(|v| v != "0"),
         }
     }
 }
+
+/// The environment variable that turns the direct stencil loop off (`0`).
+pub const STENCIL_VAR: &str = "FERRITE_DIRECT_STENCIL";
 
 /// A step over the whole program.
 struct ProgramStep {
@@ -147,15 +158,17 @@ impl KernelStep {
 
 /// The program steps, in order.
 #[rustfmt::skip]
-const PROGRAM_STEPS: [ProgramStep; 2] = [
+const PROGRAM_STEPS: [ProgramStep; 3] = [
     ProgramStep::new("split-gemm", split_gemm), // matmul kernels: the GEMM's product kernel, then an epilogue
+    ProgramStep::new("split-stencil", split_stencil), // sums of shifted rows: the direct stencil, then an epilogue
     ProgramStep::new("skip-empty", skip_empty), // kernels over an empty domain run nothing
 ];
 
 /// The program steps that read the kernel steps' schedules, in order, run after them.
 #[rustfmt::skip]
-const FINAL_STEPS: [ProgramStep; 1] = [
+const FINAL_STEPS: [ProgramStep; 2] = [
     ProgramStep::new("gemm-blocks", gemm_blocks), // pointwise in-place epilogues: on each block of rows the GEMM computes
+    ProgramStep::new("stencil-blocks", stencil_blocks), // the same after a direct stencil
 ];
 
 /// The kernel steps, in order, run on every kernel that becomes generated code.
@@ -385,6 +398,49 @@ fn split_gemm(plan: &mut CpuPlan, opts: &Options) -> Result<()> {
     Ok(())
 }
 
+/// `split-stencil`: each kernel that sums shifted rows of its input (a depthwise conv)
+/// becomes the direct stencil's kernel and, unless the sum is the whole result, an
+/// epilogue reading it back (`crate::stencil`).
+fn split_stencil(plan: &mut CpuPlan, opts: &Options) -> Result<()> {
+    if !opts.use_gemm || !opts.codegen.stencil {
+        return Ok(());
+    }
+    let buffers = &plan.program.buffers;
+    let mut kernels = Vec::with_capacity(plan.program.kernels.len());
+    let mut plans = Vec::with_capacity(plan.kernels.len());
+    let old = std::mem::take(&mut plan.program.kernels);
+    for (k, kp) in old.into_iter().zip(std::mem::take(&mut plan.kernels)) {
+        let split = match kp.run {
+            Run::Generated(_) => crate::stencil::split(&k, buffers),
+            _ => None,
+        };
+        let Some(split) = split else {
+            kernels.push(k);
+            plans.push(kp);
+            continue;
+        };
+        kernels.push(split.kernel);
+        plans.push(KernelPlan {
+            source: kp.source,
+            run: Run::ExternStencil(split.stencil),
+        });
+        if let Some(e) = split.epilogue {
+            kernels.push(e);
+            plans.push(KernelPlan {
+                source: kp.source,
+                run: Run::Generated(Schedule::default()),
+            });
+        }
+    }
+    for (i, k) in kernels.iter_mut().enumerate() {
+        k.id = KernelId(i as u32);
+        (k.reads, k.writes) = k.compute_accesses(buffers);
+    }
+    plan.program.kernels = kernels;
+    plan.kernels = plans;
+    Ok(())
+}
+
 /// `skip-empty`: a generated kernel over an empty domain runs nothing.
 fn skip_empty(plan: &mut CpuPlan, _: &Options) -> Result<()> {
     for (k, kp) in plan.program.kernels.iter().zip(&mut plan.kernels) {
@@ -423,12 +479,42 @@ fn gemm_blocks(plan: &mut CpuPlan, _: &Options) -> Result<()> {
     Ok(())
 }
 
+/// `stencil-blocks`: a direct stencil's epilogue runs on each block of rows the stencil
+/// computes, under the conditions `gemm-blocks` checks (the stencil writes its output
+/// dense, each row one range of the epilogue's points).
+fn stencil_blocks(plan: &mut CpuPlan, _: &Options) -> Result<()> {
+    let pairs = plan.kernels.windows(2).zip(&plan.program.kernels[1..]);
+    let per_rows: Vec<usize> = pairs
+        .enumerate()
+        .filter_map(|(i, (pair, epilogue))| {
+            let (Run::ExternStencil(st), Run::Generated(s)) = (&pair[0].run, &pair[1].run) else {
+                return None;
+            };
+            let numel = st.planes * st.rows * st.cols;
+            (pair[0].source == pair[1].source && updates_in_place(st.out, numel, epilogue, s))
+                .then_some(i)
+        })
+        .collect();
+    for i in per_rows {
+        if let Run::ExternStencil(st) = &mut plan.kernels[i].run {
+            st.epilogue_per_rows = true;
+        }
+    }
+    Ok(())
+}
+
 /// Whether `epilogue` (scheduled `s`) may run on blocks of rows of `g`'s product (see
 /// `gemm_blocks`).
 fn epilogue_runs_per_rows(g: &ExternGemm, epilogue: &Kernel, s: &Schedule) -> bool {
     let numel = g.batch.iter().product::<usize>() * g.m * g.n;
-    if g.temporary
-        || !s.parallel
+    !g.temporary && updates_in_place(g.product, numel, epilogue, s)
+}
+
+/// Whether `epilogue` (scheduled `s`) is a parallel pointwise kernel of `numel` points
+/// that touches `product` (dense, `numel` elements) only at each point's own element,
+/// the point's flat index, and stores nothing else.
+fn updates_in_place(product: BufferId, numel: usize, epilogue: &Kernel, s: &Schedule) -> bool {
+    if !s.parallel
         || s.lanes.is_some()
         || !s.scratch.is_empty()
         || !is_pointwise(epilogue)
@@ -450,7 +536,7 @@ fn epilogue_runs_per_rows(g: &ExternGemm, epilogue: &Kernel, s: &Schedule) -> bo
     let at_own_element = |index: &IndexExpr| index.simplify(&ext) == flat;
     let stores = stage.stores();
     let loads_ok = stage.body().nodes.iter().all(|node| match &node.op {
-        ferrite_ir::loops::ExprOp::Load(l) if l.buffer == g.product => {
+        ferrite_ir::loops::ExprOp::Load(l) if l.buffer == product => {
             l.guard.is_empty() && at_own_element(&l.index)
         }
         _ => true,
@@ -458,7 +544,7 @@ fn epilogue_runs_per_rows(g: &ExternGemm, epilogue: &Kernel, s: &Schedule) -> bo
     !stores.is_empty()
         && stores
             .iter()
-            .all(|st| st.buffer == g.product && at_own_element(&st.index))
+            .all(|st| st.buffer == product && at_own_element(&st.index))
         && loads_ok
 }
 

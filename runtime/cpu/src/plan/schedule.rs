@@ -11,6 +11,7 @@
 use super::lanes::OuterLanes;
 use super::stage::{StagePlan, StageReport};
 use super::wide::WideCall;
+use crate::stencil::Stencil;
 use ferrite_ir::loops::{BufferId, GemmOperand, Program};
 use ferrite_ir::DType;
 use std::fmt;
@@ -42,6 +43,9 @@ pub enum Run {
     /// The extern GEMM computes the kernel: its reduction stage and the store of the
     /// product.
     ExternGemm(ExternGemm),
+    /// The direct stencil loop computes the kernel (a sum of shifted rows stored at
+    /// each point's element; see [`crate::stencil`]).
+    ExternStencil(Stencil),
     /// A kernel over an empty domain: nothing runs.
     Nothing,
 }
@@ -184,6 +188,15 @@ impl fmt::Display for CpuPlan {
             let lines = match &plan.run {
                 Run::Generated(s) => s.lines(),
                 Run::ExternGemm(g) => vec![g.describe()],
+                Run::ExternStencil(st) => vec![format!(
+                    "{}{}",
+                    st.describe(),
+                    if st.epilogue_per_rows {
+                        ", epilogue per block of rows"
+                    } else {
+                        ""
+                    }
+                )],
                 Run::Nothing => vec!["empty domain: nothing runs".to_string()],
             };
             for line in lines {

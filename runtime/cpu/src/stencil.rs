@@ -1,0 +1,1002 @@
+//! Direct stencils: a kernel that sums a few shifted rows of its input, each times a
+//! coefficient fixed per plane (a depthwise convolution, a box filter, a pooling's sum),
+//! computed by a hand-written AVX-512 loop instead of generated `f32x4` code.
+//!
+//! `decompose` makes a depthwise convolution of few taps a sum over its taps of
+//! `w[c, tap]` times a shifted (padded) copy of the input; fusion puts it into one
+//! kernel with its bias and activation. Generated as `f32x4` code, each tap of each group
+//! of four outputs was a guarded load, a multiply and an add, spilled around a long
+//! expression: MobileNetV2's depthwise convs took 2.9 of its 8 ms at one thread (Zen 5),
+//! 2.5-4x ONNX Runtime's time for the same layers.
+//!
+//! [`split`] proves, from the loop IR, that a pointwise kernel over `[planes.., rows,
+//! cols]` stores (at its own dense element) an expression containing a sum
+//!
+//! ```text
+//! S[p, oh, ow] = Σ_t c_t[p] * x_t[base_t[p] + row_step_t * oh + step * ow]   (0 where t's guard fails)
+//! ```
+//!
+//! (`c_t` a constant or a load that depends on the plane only; `step` 1 or 2, the same for
+//! every tap; each guard bound affine in `oh` and `ow`, so for each tap and output row the
+//! valid columns are one interval), and that every element it would read lies in its
+//! buffer. The kernel then becomes the stencil (the extern loop below, writing `S` into
+//! the kernel's output) and, unless `S` is the whole result, an epilogue: the kernel with
+//! `S` read back from the output, updated in place. The executor runs the epilogue on each
+//! block of rows right after the stencil computes it, while it is in cache, when the plan
+//! proves it pointwise at its own element (as a GEMM's epilogue).
+//!
+//! The loop: per output row, per block of up to eight 16-lane vectors of columns, the
+//! accumulators stay in registers while each tap adds `c * x` with one (masked) load and
+//! one FMA per vector (two loads and a permutation at stride 2). The masks (the valid
+//! columns of a tap in a row) are computed at compile time, one set per distinct interval.
+//! Lanes outside a tap's interval load zero and still add `0 * c`, as the guarded loads of
+//! the loop IR do, so a non-finite coefficient gives the same NaN; a tap whose whole row
+//! is outside its interval is skipped when its coefficient is finite.
+//!
+//! Results differ from the generated code's in rounding only: each tap is one FMA (the
+//! generated code rounds the product, then the sum), summed in the same order.
+
+use ferrite_ir::loops::{
+    Block, Buffer, BufferId, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, Stage, StoreOp,
+    Value, Var, VarKind,
+};
+use ferrite_ir::types::contiguous_strides;
+use ferrite_ir::{BinaryOp, DType};
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// Most taps one stencil sums (a 7x7 kernel's 49, with room).
+pub const MAX_TAPS: usize = 64;
+
+/// Fewest taps worth a stencil: a single shifted product is a pointwise kernel.
+const MIN_TAPS: usize = 2;
+
+/// Fewest output columns worth a stencil: rows of fewer fill under half a vector, where
+/// the generated `f32x4` code was as fast (MobileNetV2's 7x7 planes: 58-65 us generated,
+/// 63-72 us here, Zen 5).
+const MIN_COLS: usize = 8;
+
+/// Largest per-plane and per-row tables (`planes * taps`, `taps * rows`).
+const MAX_TABLE: usize = 1 << 20;
+
+/// Most (plane, tap, row) triples whose reads are proved in bounds at compile time.
+const MAX_CHECK: usize = 1 << 24;
+
+/// Lanes of a vector.
+const LANES: usize = 16;
+
+/// Vectors of a row computed together (their accumulators in registers).
+const BLOCK: usize = 8;
+
+/// A tap's coefficient.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Coef {
+    /// The same for every plane.
+    Const(f32),
+    /// Read per plane from this buffer (at [`Stencil`]'s per-plane index).
+    Buffer(BufferId),
+}
+
+/// One tap of a stencil.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tap {
+    /// The buffer its shifted rows are read from.
+    pub source: BufferId,
+    /// Source elements between output rows.
+    pub row_step: i64,
+    /// Its coefficient.
+    pub coef: Coef,
+}
+
+/// A kernel's sum of shifted rows (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stencil {
+    /// The buffer the sum is written to, dense `[planes, rows, cols]`.
+    pub out: BufferId,
+    /// Planes (the product of the outer axes before the last two).
+    pub planes: usize,
+    /// Output rows per plane.
+    pub rows: usize,
+    /// Output columns per row.
+    pub cols: usize,
+    /// Source elements between neighbours in a row: 1 or 2.
+    pub step: usize,
+    /// The taps, in the order they are summed.
+    pub taps: Vec<Tap>,
+    /// Whether the epilogue (the next planned kernel) runs on each block of rows right
+    /// after the stencil computes it (set by the plan's `stencil-blocks` step).
+    pub epilogue_per_rows: bool,
+    /// Per plane and tap (`p * taps + t`): the source offset of output `(0, 0)`.
+    base: Vec<i64>,
+    /// Per plane and tap: the coefficient's index in its buffer (0 for a constant).
+    coef_at: Vec<usize>,
+    /// Per row and tap (`oh * taps + t`): the source offset of the row from the tap's
+    /// plane base, and where its mask set starts in `masks`.
+    row_taps: Vec<RowTap>,
+    /// Mask sets, one mask per vector of a row each: the valid lanes of a tap in a row
+    /// (bit `i`; at stride 2, bit `2i` of the 32 elements two loads read).
+    masks: Vec<u32>,
+    /// The blocks of vectors computed together, in output order; the same for every
+    /// plane.
+    blocks: Vec<BlockOf>,
+    /// Per vector of a row: the lanes the row has.
+    out_masks: Vec<u16>,
+}
+
+/// One row of one tap (see [`Stencil::row_taps`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RowTap {
+    offset: i64,
+    mask: u32,
+    /// The masks of the row's first and last vectors, when every vector between them
+    /// has all its lanes valid (its loads then need no mask); else 0.
+    first: u16,
+    last: u16,
+}
+
+/// Vectors of output computed together, their accumulators in registers: `rows` whole
+/// rows of a plane whose rows are short (a 7x7 plane's seven rows), or up to eight
+/// vectors of one long row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BlockOf {
+    /// Its first output element within the plane (blocks tile the plane in order).
+    first: usize,
+    /// Its first row.
+    row: usize,
+    /// Its rows (at most [`BLOCK`] vectors in all).
+    rows: usize,
+    /// Its first vector within each row.
+    v0: usize,
+    /// Its vectors per row.
+    vectors: usize,
+}
+
+/// A stencil kernel split off a kernel ([`split`]).
+#[derive(Clone, Debug)]
+pub struct Split {
+    /// The stencil.
+    pub stencil: Stencil,
+    /// The kernel the stencil computes: the sum alone, stored at each point's element.
+    pub kernel: Kernel,
+    /// The rest of the kernel, reading the sum from the output (`None`: the sum is the
+    /// result).
+    pub epilogue: Option<Kernel>,
+}
+
+/// A shifted-row load: `x[c0 + Σ a * plane_var + row_step * oh + step * ow]` under
+/// guards `lo <= c + a_row * oh + a_col * ow < hi`.
+#[derive(Clone, Debug)]
+struct TapLoad {
+    source: BufferId,
+    c0: i64,
+    plane: Vec<(usize, i64)>,
+    row_step: i64,
+    step: i64,
+    guards: Vec<(i64, i64, i64, i64, i64)>,
+}
+
+/// A coefficient as recognized: what it is, and (for a load) its index's offset and
+/// plane terms.
+type CoefAt = (Coef, i64, Vec<(usize, i64)>);
+
+/// The view of a kernel's variables that recognition needs.
+struct Axes<'a> {
+    domain: &'a [usize],
+    ext: ferrite_ir::loops::Extents,
+    buffers: &'a [Buffer],
+}
+
+impl Axes<'_> {
+    fn rank(&self) -> usize {
+        self.domain.len()
+    }
+
+    /// An outer variable's role: `Some(Some(a))` the plane axis `a`, `Some(None)` a
+    /// variable that is always 0 (extent 1), `None` the row or column variable or any
+    /// other kind.
+    fn plane_axis(&self, v: Var) -> Option<Option<usize>> {
+        let r = self.rank();
+        if v.kind != VarKind::Outer || v.index as usize >= r - 2 {
+            return None;
+        }
+        let a = v.index as usize;
+        Some((self.domain[a] > 1).then_some(a))
+    }
+
+    fn is_f32(&self, b: BufferId) -> bool {
+        self.buffers
+            .get(b.index())
+            .is_some_and(|b| b.ty.dtype == DType::F32)
+    }
+
+    fn tap_load(&self, node: &ExprNode) -> Option<TapLoad> {
+        let ExprOp::Load(l) = &node.op else {
+            return None;
+        };
+        if node.dtype != DType::F32
+            || !self.is_f32(l.buffer)
+            || (!l.guard.is_empty() && l.other != Value::Float(0.0))
+        {
+            return None;
+        }
+        let r = self.rank();
+        let (hv, wv) = (Var::outer(r - 2), Var::outer(r - 1));
+        let (c0, terms) = l.index.as_affine(&self.ext)?;
+        let (mut row_step, mut step, mut plane) = (0, 0, Vec::new());
+        for (v, a) in terms {
+            if v == wv {
+                step = a;
+            } else if v == hv {
+                row_step = a;
+            } else if let Some(p) = self.plane_axis(v)?.map(|p| (p, a)) {
+                plane.push(p);
+            }
+        }
+        if !(1..=2).contains(&step) {
+            return None;
+        }
+        let mut guards = Vec::with_capacity(l.guard.len());
+        for b in &l.guard {
+            let (c, terms) = b.expr.as_affine(&self.ext)?;
+            let (mut ar, mut ac) = (0, 0);
+            for (v, a) in terms {
+                if v == wv {
+                    ac = a;
+                } else if v == hv {
+                    ar = a;
+                } else if self.plane_axis(v)?.is_some() {
+                    // A guard that depends on the plane: not one interval per row.
+                    return None;
+                }
+            }
+            guards.push((c, ar, ac, b.lo, b.hi));
+        }
+        Some(TapLoad {
+            source: l.buffer,
+            c0,
+            plane,
+            row_step,
+            step,
+            guards,
+        })
+    }
+
+    /// A coefficient: a constant, or an unguarded load whose index depends on the plane
+    /// only (its offset and plane terms).
+    fn coef(&self, node: &ExprNode) -> Option<CoefAt> {
+        if node.dtype != DType::F32 {
+            return None;
+        }
+        match &node.op {
+            ExprOp::Const(Value::Float(v)) => Some((Coef::Const(*v as f32), 0, Vec::new())),
+            ExprOp::Load(l) if l.guard.is_empty() && self.is_f32(l.buffer) => {
+                let (c0, terms) = l.index.as_affine(&self.ext)?;
+                let mut plane = Vec::new();
+                for (v, a) in terms {
+                    if let Some(p) = self.plane_axis(v)? {
+                        plane.push((p, a));
+                    }
+                }
+                Some((Coef::Buffer(l.buffer), c0, plane))
+            }
+            _ => None,
+        }
+    }
+
+    /// The tap and coefficient of a product node, either way round.
+    fn term(&self, body: &Block, node: &ExprNode) -> Option<(TapLoad, CoefAt)> {
+        let ExprOp::Binary(BinaryOp::Mul, a, b) = node.op else {
+            return None;
+        };
+        if node.dtype != DType::F32 {
+            return None;
+        }
+        let (na, nb) = (body.get(a)?, body.get(b)?);
+        let pick = |t: &ExprNode, c: &ExprNode| {
+            let tap = self.tap_load(t)?;
+            let (coef, c0, plane) = self.coef(c)?;
+            Some((tap, (coef, c0, plane)))
+        };
+        pick(na, nb).or_else(|| pick(nb, na))
+    }
+}
+
+/// Splits `kernel` into a stencil and its epilogue when it holds one (see the module
+/// docs); `None` otherwise.
+pub fn split(kernel: &Kernel, buffers: &[Buffer]) -> Option<Split> {
+    if kernel.gemm.is_some() || kernel.stages.len() != 1 {
+        return None;
+    }
+    let stage = &kernel.stages[0];
+    let Stage::Store {
+        domain: sd,
+        body,
+        stores,
+    } = stage
+    else {
+        return None;
+    };
+    let r = kernel.domain.len();
+    if !sd.is_empty() || stores.len() != 1 || r < 2 {
+        return None;
+    }
+    let (rows, cols) = (kernel.domain[r - 2], kernel.domain[r - 1]);
+    let planes: usize = kernel.domain[..r - 2].iter().product();
+    let numel = planes.checked_mul(rows)?.checked_mul(cols)?;
+    if numel == 0 || cols < MIN_COLS {
+        return None;
+    }
+    let axes = Axes {
+        domain: &kernel.domain,
+        ext: stage.extents(&kernel.domain),
+        buffers,
+    };
+    let store = &stores[0];
+    let out = store.buffer;
+    let obuf = buffers.get(out.index())?;
+    if obuf.ty.dtype != DType::F32 || obuf.ty.numel() != numel {
+        return None;
+    }
+    let strides = contiguous_strides(&kernel.domain);
+    let flat = IndexExpr::Sum(
+        strides
+            .iter()
+            .enumerate()
+            .map(|(a, &s)| IndexExpr::Var(Var::outer(a)) * s as i64)
+            .collect(),
+    )
+    .simplify(&axes.ext);
+    if store.index.simplify(&axes.ext) != flat
+        || body
+            .nodes
+            .iter()
+            .any(|n| matches!(&n.op, ExprOp::Load(l) if l.buffer == out))
+    {
+        return None;
+    }
+
+    // Per node: how many taps the sum it computes has (0: not such a sum).
+    let mut count = vec![0usize; body.nodes.len()];
+    for (i, node) in body.nodes.iter().enumerate() {
+        count[i] = match node.op {
+            ExprOp::Binary(BinaryOp::Mul, ..) => usize::from(axes.term(body, node).is_some()),
+            ExprOp::Binary(BinaryOp::Add, a, b) if node.dtype == DType::F32 => {
+                match (count.get(a.index()), count.get(b.index())) {
+                    (Some(&x), Some(&y)) if x > 0 && y > 0 => x + y,
+                    _ => 0,
+                }
+            }
+            _ => 0,
+        };
+    }
+    // The largest sum the stored value needs.
+    let mut live = vec![false; body.nodes.len()];
+    *live.get_mut(store.value.index())? = true;
+    for i in (0..body.nodes.len()).rev() {
+        if live[i] {
+            body.nodes[i].for_each_operand(&mut |e| {
+                if let Some(l) = live.get_mut(e.index()) {
+                    *l = true;
+                }
+            });
+        }
+    }
+    let sum = (0..body.nodes.len())
+        .filter(|&i| live[i] && count[i] >= MIN_TAPS)
+        .max_by_key(|&i| (count[i], i))?;
+    let taps_n = count[sum];
+    if taps_n > MAX_TAPS {
+        return None;
+    }
+    // Its terms, left to right.
+    let mut terms = Vec::with_capacity(taps_n);
+    let mut stack = vec![ExprRef(sum as u32)];
+    while let Some(e) = stack.pop() {
+        let node = body.get(e)?;
+        match node.op {
+            ExprOp::Binary(BinaryOp::Add, a, b) => {
+                stack.push(b);
+                stack.push(a);
+            }
+            _ => terms.push(axes.term(body, node)?),
+        }
+    }
+    let step = terms.first()?.0.step;
+    if terms.len() != taps_n || terms.iter().any(|t| t.0.step != step) {
+        return None;
+    }
+    let tn = terms.len();
+    if planes.checked_mul(tn)? > MAX_TABLE || rows.checked_mul(tn)? > MAX_TABLE {
+        return None;
+    }
+    let len = |b: BufferId| buffers.get(b.index()).map(|b| b.ty.numel() as i64);
+
+    // Per plane and tap: the source base and the coefficient's index.
+    let outer = &kernel.domain[..r - 2];
+    let mut point = vec![0usize; outer.len()];
+    let mut base = Vec::with_capacity(planes * tn);
+    let mut coef_at = Vec::with_capacity(planes * tn);
+    let at = |c0: i64, plane: &[(usize, i64)], point: &[usize]| {
+        plane.iter().try_fold(c0, |s, &(a, k)| {
+            s.checked_add(k.checked_mul(point[a] as i64)?)
+        })
+    };
+    for _ in 0..planes {
+        for (tap, (coef, c0, plane)) in &terms {
+            base.push(at(tap.c0, &tap.plane, &point)?);
+            match coef {
+                Coef::Const(_) => coef_at.push(0),
+                Coef::Buffer(b) => {
+                    let i = at(*c0, plane, &point)?;
+                    if i < 0 || i >= len(*b)? {
+                        return None;
+                    }
+                    coef_at.push(i as usize);
+                }
+            }
+        }
+        for a in (0..point.len()).rev() {
+            point[a] += 1;
+            if point[a] < outer[a] {
+                break;
+            }
+            point[a] = 0;
+        }
+    }
+
+    // Per tap and row: the valid columns, as mask sets.
+    let vectors = cols.div_ceil(LANES);
+    let mut set_by_interval: HashMap<(i64, i64), u32> = HashMap::new();
+    let mut masks = Vec::new();
+    let mut intervals = Vec::with_capacity(tn * rows);
+    let mut row_taps = vec![
+        RowTap {
+            offset: 0,
+            mask: 0,
+            first: 0,
+            last: 0,
+        };
+        tn * rows
+    ];
+    for (t, (tap, ..)) in terms.iter().enumerate() {
+        for oh in 0..rows {
+            let (mut lo, mut hi) = (0i64, cols as i64);
+            for &(c, ar, ac, glo, ghi) in &tap.guards {
+                let (l, h) = crate::taps::interval(c + ar * oh as i64, ac, glo, ghi, cols as i64);
+                lo = lo.max(l);
+                hi = hi.min(h);
+            }
+            if hi <= lo {
+                (lo, hi) = (0, 0);
+            }
+            intervals.push((lo, hi));
+            let next = masks.len() as u32;
+            let set = *set_by_interval.entry((lo, hi)).or_insert(next);
+            if set == next {
+                for v in 0..vectors as i64 {
+                    let (a, b) = ((lo - v * 16).clamp(0, 16), (hi - v * 16).clamp(0, 16));
+                    let m = if b > a {
+                        ((1u32 << b) - 1) & !((1u32 << a) - 1)
+                    } else {
+                        0
+                    };
+                    masks.push(if step == 2 { spread(m) } else { m });
+                }
+            }
+            // Vectors strictly inside the valid columns need no mask.
+            let inner = (1..vectors.saturating_sub(1))
+                .all(|v| lo <= (v * LANES) as i64 && ((v + 1) * LANES) as i64 <= hi);
+            let (first, last) = if inner && vectors >= 2 && step == 1 {
+                let m = |v: usize| masks[set as usize + v] as u16;
+                (m(0), m(vectors - 1))
+            } else {
+                (0, 0)
+            };
+            row_taps[oh * tn + t] = RowTap {
+                offset: tap.row_step.checked_mul(oh as i64)?,
+                mask: set,
+                first,
+                last,
+            };
+        }
+    }
+    if u32::try_from(masks.len()).is_err() || u32::try_from(rows * cols).is_err() {
+        return None;
+    }
+    // Every element a valid lane reads lies in its source.
+    if planes.checked_mul(tn)?.checked_mul(rows)? > MAX_CHECK {
+        return None;
+    }
+    for p in 0..planes {
+        for (t, (tap, ..)) in terms.iter().enumerate() {
+            let n = len(tap.source)?;
+            let b = base[p * tn + t];
+            for oh in 0..rows {
+                let (lo, hi) = intervals[t * rows + oh];
+                if hi <= lo {
+                    continue;
+                }
+                let row = b.checked_add(tap.row_step.checked_mul(oh as i64)?)?;
+                let first = row.checked_add(step * lo)?;
+                let last = row.checked_add(step * (hi - 1))?;
+                if first < 0 || last >= n {
+                    return None;
+                }
+            }
+        }
+    }
+    let blocks = blocks(rows, cols);
+    let out_masks = (0..vectors)
+        .map(|v| ((1u32 << (cols - v * LANES).min(LANES)) - 1) as u16)
+        .collect();
+    let stencil = Stencil {
+        out,
+        planes,
+        rows,
+        cols,
+        step: step as usize,
+        taps: terms
+            .iter()
+            .map(|(tap, (coef, ..))| Tap {
+                source: tap.source,
+                row_step: tap.row_step,
+                coef: *coef,
+            })
+            .collect(),
+        epilogue_per_rows: false,
+        base,
+        coef_at,
+        row_taps,
+        masks,
+        blocks,
+        out_masks,
+    };
+
+    // The stencil's kernel: the sum alone.
+    let mut sum_body = body.clone();
+    let map = sum_body.retain_live(&[ExprRef(sum as u32)]);
+    let value = map.get(sum).copied().flatten()?;
+    let stencil_kernel = Kernel {
+        stages: vec![Stage::Store {
+            domain: vec![],
+            body: sum_body,
+            stores: vec![StoreOp {
+                buffer: out,
+                index: store.index.clone(),
+                value,
+            }],
+        }],
+        reads: vec![],
+        writes: vec![],
+        ..kernel.clone()
+    };
+    // The epilogue: the sum read back from the output.
+    let epilogue = (store.value.index() != sum).then(|| {
+        let mut e_body = body.clone();
+        e_body.nodes[sum] = ExprNode {
+            dtype: DType::F32,
+            op: ExprOp::Load(Load {
+                buffer: out,
+                index: store.index.clone(),
+                guard: vec![],
+                other: Value::Float(0.0),
+            }),
+        };
+        let map = e_body.retain_live(&[store.value]);
+        let value = map.get(store.value.index()).copied().flatten()?;
+        Some(Kernel {
+            name: format!("{}_epilogue", kernel.name),
+            stages: vec![Stage::Store {
+                domain: vec![],
+                body: e_body,
+                stores: vec![StoreOp {
+                    buffer: out,
+                    index: store.index.clone(),
+                    value,
+                }],
+            }],
+            reads: vec![],
+            writes: vec![],
+            ..kernel.clone()
+        })
+    });
+    let epilogue = match epilogue {
+        Some(e) => Some(e?),
+        None => None,
+    };
+    Some(Split {
+        stencil,
+        kernel: stencil_kernel,
+        epilogue,
+    })
+}
+
+/// The blocks of a plane of `rows x cols` (see [`BlockOf`]).
+fn blocks(rows: usize, cols: usize) -> Vec<BlockOf> {
+    let vectors = cols.div_ceil(LANES);
+    let mut blocks = Vec::new();
+    if vectors >= BLOCK {
+        for row in 0..rows {
+            for v0 in (0..vectors).step_by(BLOCK) {
+                blocks.push(BlockOf {
+                    first: row * cols + v0 * LANES,
+                    row,
+                    rows: 1,
+                    v0,
+                    vectors: (vectors - v0).min(BLOCK),
+                });
+            }
+        }
+    } else {
+        let per = BLOCK / vectors;
+        for row in (0..rows).step_by(per) {
+            blocks.push(BlockOf {
+                first: row * cols,
+                row,
+                rows: (rows - row).min(per),
+                v0: 0,
+                vectors,
+            });
+        }
+    }
+    blocks
+}
+
+/// Bit `i` of `m` (16 bits) to bit `2i`.
+fn spread(m: u32) -> u32 {
+    let mut x = m & 0xFFFF;
+    x = (x | (x << 8)) & 0x00FF_00FF;
+    x = (x | (x << 4)) & 0x0F0F_0F0F;
+    x = (x | (x << 2)) & 0x3333_3333;
+    (x | (x << 1)) & 0x5555_5555
+}
+
+/// Where one run's buffers are (addresses of `f32` arrays, shared across threads): the
+/// output, and per tap its source and coefficient buffer (0 for a constant), each of the
+/// length the program declares.
+#[derive(Clone, Debug)]
+pub struct Pointers {
+    /// The output (`planes * rows * cols` floats).
+    pub out: usize,
+    /// Per tap: its source.
+    pub sources: Vec<usize>,
+    /// Per tap: its coefficient buffer, or 0.
+    pub coefs: Vec<usize>,
+}
+
+/// What a block's loop reads besides the block: per tap, where output `(0, 0)` of the
+/// plane reads (the pointer may lie outside the source; only valid lanes are read) and
+/// its coefficient; the row table and the masks.
+struct Plane<'a> {
+    srcs: &'a [*const f32],
+    coefs: &'a [f32],
+    row_taps: &'a [RowTap],
+    masks: &'a [u32],
+    out_masks: &'a [u16],
+    cols: usize,
+    out: *mut f32,
+}
+
+impl Stencil {
+    /// The units [`Stencil::run_units`] takes: blocks of output vectors, `planes *
+    /// blocks per plane`, in output order.
+    pub fn units(&self) -> usize {
+        self.planes * self.blocks.len()
+    }
+
+    /// Multiply-adds per unit, about (for splitting work).
+    pub fn work_per_unit(&self) -> usize {
+        (self.rows * self.cols * self.taps.len()).div_ceil(self.blocks.len().max(1))
+    }
+
+    /// The first output element of unit `u` (`units()` gives the output's length): the
+    /// units `a..b` write the elements `point(a)..point(b)` and no other.
+    pub fn point(&self, u: usize) -> usize {
+        let nb = self.blocks.len();
+        let plane = self.rows * self.cols;
+        match self.blocks.get(u % nb.max(1)) {
+            Some(b) if u < self.units() => (u / nb) * plane + b.first,
+            _ => self.planes * plane,
+        }
+    }
+
+    /// One line for plans and reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "direct stencil f32: {} taps over {} planes of {}x{} into {}{}",
+            self.taps.len(),
+            self.planes,
+            self.rows,
+            self.cols,
+            self.out,
+            if self.step == 2 {
+                ", every other column"
+            } else {
+                ""
+            }
+        )
+    }
+
+    /// Computes the output units `units` ([`Stencil::units`]), with AVX-512 when
+    /// `avx512` (which the CPU must have), else scalar code giving the same bits.
+    ///
+    /// # Safety
+    /// `ptrs` points at buffers of the lengths this stencil was recognized for (its
+    /// reads were proved inside them then), the output not overlapping any source or
+    /// coefficient buffer; no other thread touches the output elements of `units`
+    /// while this runs.
+    pub unsafe fn run_units(&self, ptrs: &Pointers, units: Range<usize>, avx512: bool) {
+        let tn = self.taps.len();
+        let nb = self.blocks.len();
+        let mut coefs = [0f32; MAX_TAPS];
+        let mut srcs = [std::ptr::null::<f32>(); MAX_TAPS];
+        let mut plane = usize::MAX;
+        for u in units {
+            let (p, b) = (u / nb, u % nb);
+            if p != plane {
+                plane = p;
+                for (t, tap) in self.taps.iter().enumerate() {
+                    coefs[t] = match tap.coef {
+                        Coef::Const(c) => c,
+                        // SAFETY: the index was checked against the buffer's length.
+                        Coef::Buffer(_) => unsafe {
+                            *(ptrs.coefs[t] as *const f32).add(self.coef_at[p * tn + t])
+                        },
+                    };
+                    srcs[t] = (ptrs.sources[t] as *const f32)
+                        .wrapping_offset(self.base[p * tn + t] as isize);
+                }
+            }
+            let at = Plane {
+                srcs: &srcs[..tn],
+                coefs: &coefs[..tn],
+                row_taps: &self.row_taps,
+                masks: &self.masks,
+                out_masks: &self.out_masks,
+                cols: self.cols,
+                out: (ptrs.out as *mut f32).wrapping_add(p * self.rows * self.cols),
+            };
+            let block = self.blocks[b];
+            // SAFETY: as this function's contract; the block's rows and vectors index
+            // the tables they were built with.
+            unsafe {
+                #[cfg(target_arch = "x86_64")]
+                if avx512 {
+                    avx512::block(&at, block, self.step);
+                    continue;
+                }
+                scalar_block(&at, block, self.step);
+            }
+        }
+    }
+}
+
+/// The scalar loop: lane by lane what the vector loop does, with the same FMAs in the
+/// same order.
+///
+/// # Safety
+/// As [`Stencil::run_units`].
+unsafe fn scalar_block(at: &Plane<'_>, block: BlockOf, step: usize) {
+    let tn = at.srcs.len();
+    let mut acc = [0f32; BLOCK * LANES];
+    for (t, (&src, &c)) in at.srcs.iter().zip(at.coefs).enumerate() {
+        for r in 0..block.rows {
+            let rt = at.row_taps[(block.row + r) * tn + t];
+            let row = src.wrapping_offset(rt.offset as isize);
+            for v in 0..block.vectors {
+                let m = at.masks[rt.mask as usize + block.v0 + v];
+                let a = &mut acc[(r * block.vectors + v) * LANES..][..LANES];
+                for (i, a) in a.iter_mut().enumerate() {
+                    let bit = if step == 2 { 2 * i } else { i };
+                    let x = if m >> bit & 1 == 1 {
+                        // SAFETY: a valid lane, proved in bounds.
+                        unsafe { *row.wrapping_add(step * ((block.v0 + v) * LANES + i)) }
+                    } else {
+                        0.0
+                    };
+                    *a = x.mul_add(c, *a);
+                }
+            }
+        }
+    }
+    for r in 0..block.rows {
+        for v in 0..block.vectors {
+            let lanes = at.out_masks[block.v0 + v];
+            let to = (block.row + r) * at.cols + (block.v0 + v) * LANES;
+            for i in 0..LANES {
+                if lanes >> i & 1 == 1 {
+                    // SAFETY: a lane of the plane's output.
+                    unsafe { *at.out.add(to + i) = acc[(r * block.vectors + v) * LANES + i] };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{BlockOf, Plane, LANES};
+    use std::arch::x86_64::*;
+
+    /// One block (see [`super::scalar_block`]).
+    ///
+    /// # Safety
+    /// As [`super::scalar_block`], and the CPU has AVX-512F.
+    pub(super) unsafe fn block(at: &Plane<'_>, b: BlockOf, step: usize) {
+        macro_rules! shapes {
+            ($(($r:literal, $v:literal)),*) => {
+                match (b.rows, b.vectors, step) {
+                    $(
+                        ($r, $v, 1) => run::<$r, $v, 1>(at, b),
+                        ($r, $v, _) => run::<$r, $v, 2>(at, b),
+                    )*
+                    _ => unreachable!("a block of {} rows of {} vectors", b.rows, b.vectors),
+                }
+            };
+        }
+        // SAFETY: as this function's contract.
+        unsafe {
+            shapes!(
+                (1, 1),
+                (2, 1),
+                (3, 1),
+                (4, 1),
+                (5, 1),
+                (6, 1),
+                (7, 1),
+                (8, 1),
+                (1, 2),
+                (2, 2),
+                (3, 2),
+                (4, 2),
+                (1, 3),
+                (2, 3),
+                (1, 4),
+                (2, 4),
+                (1, 5),
+                (1, 6),
+                (1, 7),
+                (1, 8)
+            )
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn run<const R: usize, const V: usize, const STEP: usize>(at: &Plane<'_>, b: BlockOf) {
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let tn = at.srcs.len();
+        // The block holds whole rows (a row's first and last vectors are its own).
+        let whole = b.v0 == 0 && b.vectors == at.out_masks.len();
+        let mut acc = [[_mm512_setzero_ps(); V]; R];
+        for (t, (&src, &c)) in at.srcs.iter().zip(at.coefs).enumerate() {
+            let c = _mm512_set1_ps(c);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: the row's entry and its masks exist (the block was built with
+                // the tables); masked lanes are not accessed, valid ones were proved in
+                // bounds.
+                unsafe {
+                    let rt = *at.row_taps.get_unchecked((b.row + r) * tn + t);
+                    let p = src
+                        .wrapping_offset(rt.offset as isize)
+                        .wrapping_add(STEP * LANES * b.v0);
+                    if STEP == 1 && V >= 2 && whole && (rt.first | rt.last) != 0 {
+                        // The row's inner vectors are valid throughout: masks on its
+                        // first and last only.
+                        for (v, acc) in acc.iter_mut().enumerate() {
+                            let p = p.wrapping_add(LANES * v);
+                            let x = if v == 0 {
+                                _mm512_maskz_loadu_ps(rt.first, p)
+                            } else if v == V - 1 {
+                                _mm512_maskz_loadu_ps(rt.last, p)
+                            } else {
+                                _mm512_loadu_ps(p)
+                            };
+                            *acc = _mm512_fmadd_ps(x, c, *acc);
+                        }
+                        continue;
+                    }
+                    let masks = at.masks.as_ptr().add(rt.mask as usize + b.v0);
+                    for (v, acc) in acc.iter_mut().enumerate() {
+                        let m = *masks.add(v);
+                        let p = p.wrapping_add(STEP * LANES * v);
+                        let x = if STEP == 1 {
+                            _mm512_maskz_loadu_ps(m as __mmask16, p)
+                        } else {
+                            let lo = _mm512_maskz_loadu_ps(m as __mmask16, p);
+                            let hi =
+                                _mm512_maskz_loadu_ps((m >> 16) as __mmask16, p.wrapping_add(16));
+                            _mm512_permutex2var_ps(lo, evens, hi)
+                        };
+                        *acc = _mm512_fmadd_ps(x, c, *acc);
+                    }
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (v, acc) in acc.iter().enumerate() {
+                let to = (b.row + r) * at.cols + (b.v0 + v) * LANES;
+                // SAFETY: the vector's lanes are the plane's output.
+                unsafe {
+                    _mm512_mask_storeu_ps(
+                        at.out.add(to),
+                        *at.out_masks.get_unchecked(b.v0 + v),
+                        *acc,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_ir::loops::parse_program;
+
+    /// A depthwise 3x3 conv (padding 1, stride `s`) of `c` planes of `h x h`, as fusion
+    /// writes it, with a bias and ReLU6.
+    fn depthwise(c: usize, h: usize, s: usize) -> ferrite_ir::loops::Program {
+        let o = (h + 2 - 3) / s + 1;
+        let mut terms = Vec::new();
+        for kh in 0..3i64 {
+            for kw in 0..3i64 {
+                let (dh, dw) = (kh - 1, kw - 1);
+                let idx = format!(
+                    "i0*{} + i1*{} + i2*{} + {}",
+                    h * h,
+                    h * s,
+                    s,
+                    dh * h as i64 + dw
+                );
+                let guard = format!("0 <= i1*{s} + {dh} < {h} and 0 <= i2*{s} + {dw} < {h}");
+                terms.push(format!(
+                    "(buf0[{idx}] if {guard} else 0.0) * buf1[i0*9 + {}]",
+                    kh * 3 + kw
+                ));
+            }
+        }
+        let text = format!(
+            "program dw\n  buf0: f32[{c}, {h}, {h}]  input 0 `x`\n  buf1: f32[{c}, 9]  input 1 `w`\n  buf2: f32[{c}]  input 2 `b`\n  buf3: f32[{c}, {o}, {o}]  output 0 `y`\n\n\
+             kernel k0(buf0: f32[{c}, {h}, {h}], buf1: f32[{c}, 9], buf2: f32[{c}]) -> buf3: f32[{c}, {o}, {o}]\n  for i0 in 0..{c}, i1 in 0..{o}, i2 in 0..{o} parallel:\n    buf3[i0*{} + i1*{o} + i2] = minimum(maximum({} + buf2[i0], 0.0), 6.0)\n",
+            o * o,
+            terms.join(" + ")
+        );
+        parse_program("dw", &text).unwrap_or_else(|d| panic!("{d}\n{text}"))
+    }
+
+    #[test]
+    #[ignore = "a timing, not a test: cargo test --release -p ferrite-cpu stencil_speed -- --ignored --nocapture"]
+    fn stencil_speed() {
+        for (c, h, s) in [
+            (144usize, 56usize, 1usize),
+            (144, 112, 2),
+            (960, 7, 1),
+            (4, 56, 1),
+        ] {
+            let p = depthwise(c, h, s);
+            let split = split(&p.kernels[0], &p.buffers).expect("a stencil");
+            let st = split.stencil;
+            let x: Vec<f32> = (0..c * h * h).map(|i| (i % 7) as f32).collect();
+            let wt: Vec<f32> = (0..c * 9).map(|i| (i % 5) as f32 * 0.1).collect();
+            let mut out = vec![0f32; st.planes * st.rows * st.cols];
+            let ptrs = Pointers {
+                out: out.as_mut_ptr() as usize,
+                sources: vec![x.as_ptr() as usize; 9],
+                coefs: vec![wt.as_ptr() as usize; 9],
+            };
+            let avx = crate::wide::Isa::Avx512.supported();
+            let mut best = f64::MAX;
+            for _ in 0..300 {
+                let t = std::time::Instant::now();
+                unsafe { st.run_units(&ptrs, 0..st.units(), avx) };
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            let fmas = st.planes * st.rows * st.cols * 9;
+            println!(
+                "{c}x{h}x{h}/{s}: {:.1} us, {:.2} GFMA/s",
+                best * 1e6,
+                fmas as f64 / best * 1e-9
+            );
+        }
+    }
+}
