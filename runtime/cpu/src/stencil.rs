@@ -51,10 +51,16 @@ pub const MAX_TAPS: usize = 64;
 /// Fewest taps worth a stencil: a single shifted product is a pointwise kernel.
 const MIN_TAPS: usize = 2;
 
-/// Fewest output columns worth a stencil: rows of fewer fill under half a vector, where
-/// the generated `f32x4` code was as fast (MobileNetV2's 7x7 planes: 58-65 us generated,
-/// 63-72 us here, Zen 5).
+/// Fewest output columns worth a stencil by rows: rows of fewer fill under half a
+/// vector, where the generated `f32x4` code was as fast (MobileNetV2's 7x7 planes: 58-65
+/// us generated, 63-72 us by rows, Zen 5). A flat stencil has no such minimum.
 const MIN_COLS: usize = 8;
+
+/// Widest rows run flat (vectors along the whole plane) when they may: narrower rows
+/// fill their vectors poorly one row at a time; wider ones lose more to masks on every
+/// vector than they gain (one Zen 5 core, 3x3 taps: 112 columns 24.5 GFMA/s by rows, 20.7
+/// flat; 56 even; 28 columns 17.4 by rows, 20.8 flat; 14 columns 14.9 and 20.8).
+const MAX_FLAT_COLS: usize = 32;
 
 /// Largest per-plane and per-row tables (`planes * taps`, `taps * rows`).
 const MAX_TABLE: usize = 1 << 20;
@@ -121,6 +127,20 @@ pub struct Stencil {
     blocks: Vec<BlockOf>,
     /// Per vector of a row: the lanes the row has.
     out_masks: Vec<u16>,
+    /// Set when the taps read each plane as one run: the blocks are then vectors of the
+    /// whole plane (rows included), not of a row.
+    flat: Option<Flat>,
+}
+
+/// The masks of a flat stencil: per tap, per vector of the plane, its valid lanes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Flat {
+    /// Vectors per plane.
+    vectors: usize,
+    /// `t * vectors + j`: the lanes of vector `j` tap `t` reads (spread at stride 2).
+    masks: Vec<u32>,
+    /// The lanes of the plane's last vector.
+    last: u16,
 }
 
 /// One row of one tap (see [`Stencil::row_taps`]).
@@ -323,7 +343,7 @@ pub fn split(kernel: &Kernel, buffers: &[Buffer]) -> Option<Split> {
     let (rows, cols) = (kernel.domain[r - 2], kernel.domain[r - 1]);
     let planes: usize = kernel.domain[..r - 2].iter().product();
     let numel = planes.checked_mul(rows)?.checked_mul(cols)?;
-    if numel == 0 || cols < MIN_COLS {
+    if numel == 0 {
         return None;
     }
     let axes = Axes {
@@ -407,6 +427,15 @@ pub fn split(kernel: &Kernel, buffers: &[Buffer]) -> Option<Split> {
     }
     let tn = terms.len();
     if planes.checked_mul(tn)? > MAX_TABLE || rows.checked_mul(tn)? > MAX_TABLE {
+        return None;
+    }
+    // Flat: every tap reads its plane as one run (`row_step == step * cols`: a stride-1
+    // conv whose output is as wide as its input), so vectors may span rows.
+    let flat_vectors = numel.div_ceil(planes).div_ceil(LANES);
+    let flat = terms.iter().all(|(t, _)| t.row_step == step * cols as i64)
+        && flat_vectors.checked_mul(tn)? <= MAX_TABLE
+        && cols <= MAX_FLAT_COLS;
+    if !flat && cols < MIN_COLS {
         return None;
     }
     let len = |b: BufferId| buffers.get(b.index()).map(|b| b.ty.numel() as i64);
@@ -525,7 +554,44 @@ pub fn split(kernel: &Kernel, buffers: &[Buffer]) -> Option<Split> {
             }
         }
     }
-    let blocks = blocks(rows, cols);
+    let (blocks, flat) = if flat {
+        // Per tap and vector of the plane: its valid lanes (the row's interval at each).
+        let plane = rows * cols;
+        let mut masks = vec![0u32; tn * flat_vectors];
+        for t in 0..tn {
+            for q in 0..plane {
+                let (oh, ow) = (q / cols, (q % cols) as i64);
+                let (lo, hi) = intervals[t * rows + oh];
+                if lo <= ow && ow < hi {
+                    masks[t * flat_vectors + q / LANES] |= 1 << (q % LANES);
+                }
+            }
+        }
+        if step == 2 {
+            for m in &mut masks {
+                *m = spread(*m);
+            }
+        }
+        let blocks = (0..flat_vectors)
+            .step_by(BLOCK)
+            .map(|j| BlockOf {
+                first: j * LANES,
+                row: 0,
+                rows: 1,
+                v0: j,
+                vectors: (flat_vectors - j).min(BLOCK),
+            })
+            .collect();
+        let last = plane - (flat_vectors - 1) * LANES;
+        let flat = Flat {
+            vectors: flat_vectors,
+            masks,
+            last: ((1u32 << last) - 1) as u16,
+        };
+        (blocks, Some(flat))
+    } else {
+        (blocks(rows, cols), None)
+    };
     let out_masks = (0..vectors)
         .map(|v| ((1u32 << (cols - v * LANES).min(LANES)) - 1) as u16)
         .collect();
@@ -550,6 +616,7 @@ pub fn split(kernel: &Kernel, buffers: &[Buffer]) -> Option<Split> {
         masks,
         blocks,
         out_masks,
+        flat,
     };
 
     // The stencil's kernel: the sum alone.
@@ -703,7 +770,7 @@ impl Stencil {
     /// One line for plans and reports.
     pub fn describe(&self) -> String {
         format!(
-            "direct stencil f32: {} taps over {} planes of {}x{} into {}{}",
+            "direct stencil f32: {} taps over {} planes of {}x{} into {}{}{}",
             self.taps.len(),
             self.planes,
             self.rows,
@@ -711,6 +778,11 @@ impl Stencil {
             self.out,
             if self.step == 2 {
                 ", every other column"
+            } else {
+                ""
+            },
+            if self.flat.is_some() {
+                ", vectors across rows"
             } else {
                 ""
             }
@@ -757,6 +829,19 @@ impl Stencil {
                 out: (ptrs.out as *mut f32).wrapping_add(p * self.rows * self.cols),
             };
             let block = self.blocks[b];
+            if let Some(flat) = &self.flat {
+                // SAFETY: as this function's contract; the block's vectors index the
+                // flat masks.
+                unsafe {
+                    #[cfg(target_arch = "x86_64")]
+                    if avx512 {
+                        avx512::flat_block(&at, flat, block, self.step);
+                        continue;
+                    }
+                    scalar_flat_block(&at, flat, block, self.step);
+                }
+                continue;
+            }
             // SAFETY: as this function's contract; the block's rows and vectors index
             // the tables they were built with.
             unsafe {
@@ -813,9 +898,47 @@ unsafe fn scalar_block(at: &Plane<'_>, block: BlockOf, step: usize) {
     }
 }
 
+/// [`scalar_block`] for a flat stencil: the block's vectors run along the whole plane.
+///
+/// # Safety
+/// As [`Stencil::run_units`].
+unsafe fn scalar_flat_block(at: &Plane<'_>, flat: &Flat, block: BlockOf, step: usize) {
+    let mut acc = [0f32; BLOCK * LANES];
+    for (t, (&src, &c)) in at.srcs.iter().zip(at.coefs).enumerate() {
+        for v in 0..block.vectors {
+            let j = block.v0 + v;
+            let m = flat.masks[t * flat.vectors + j];
+            for i in 0..LANES {
+                let bit = if step == 2 { 2 * i } else { i };
+                let x = if m >> bit & 1 == 1 {
+                    // SAFETY: a valid lane, proved in bounds.
+                    unsafe { *src.wrapping_add(step * (j * LANES + i)) }
+                } else {
+                    0.0
+                };
+                acc[v * LANES + i] = x.mul_add(c, acc[v * LANES + i]);
+            }
+        }
+    }
+    for v in 0..block.vectors {
+        let j = block.v0 + v;
+        let lanes = if j + 1 == flat.vectors {
+            flat.last
+        } else {
+            u16::MAX
+        };
+        for i in 0..LANES {
+            if lanes >> i & 1 == 1 {
+                // SAFETY: a lane of the plane's output.
+                unsafe { *at.out.add(j * LANES + i) = acc[v * LANES + i] };
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{BlockOf, Plane, LANES};
+    use super::{BlockOf, Flat, Plane, LANES};
     use std::arch::x86_64::*;
 
     /// One block (see [`super::scalar_block`]).
@@ -858,6 +981,71 @@ mod avx512 {
                 (1, 7),
                 (1, 8)
             )
+        }
+    }
+
+    /// One block of a flat stencil (see [`super::scalar_flat_block`]).
+    ///
+    /// # Safety
+    /// As [`super::scalar_flat_block`], and the CPU has AVX-512F.
+    pub(super) unsafe fn flat_block(at: &Plane<'_>, flat: &Flat, b: BlockOf, step: usize) {
+        // SAFETY: as this function's contract.
+        unsafe {
+            match (b.vectors, step) {
+                (1, 1) => flat_run::<1, 1>(at, flat, b),
+                (2, 1) => flat_run::<2, 1>(at, flat, b),
+                (3, 1) => flat_run::<3, 1>(at, flat, b),
+                (4, 1) => flat_run::<4, 1>(at, flat, b),
+                (5, 1) => flat_run::<5, 1>(at, flat, b),
+                (6, 1) => flat_run::<6, 1>(at, flat, b),
+                (7, 1) => flat_run::<7, 1>(at, flat, b),
+                (_, 1) => flat_run::<8, 1>(at, flat, b),
+                (1, _) => flat_run::<1, 2>(at, flat, b),
+                (2, _) => flat_run::<2, 2>(at, flat, b),
+                (3, _) => flat_run::<3, 2>(at, flat, b),
+                (4, _) => flat_run::<4, 2>(at, flat, b),
+                (5, _) => flat_run::<5, 2>(at, flat, b),
+                (6, _) => flat_run::<6, 2>(at, flat, b),
+                (7, _) => flat_run::<7, 2>(at, flat, b),
+                _ => flat_run::<8, 2>(at, flat, b),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn flat_run<const V: usize, const STEP: usize>(at: &Plane<'_>, flat: &Flat, b: BlockOf) {
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let mut acc = [_mm512_setzero_ps(); V];
+        for (t, (&src, &c)) in at.srcs.iter().zip(at.coefs).enumerate() {
+            let c = _mm512_set1_ps(c);
+            // SAFETY: the block's vectors have masks (it was built with the table);
+            // masked lanes are not accessed, valid ones were proved in bounds.
+            unsafe {
+                let masks = flat.masks.as_ptr().add(t * flat.vectors + b.v0);
+                let p = src.wrapping_add(STEP * LANES * b.v0);
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    let m = *masks.add(v);
+                    let p = p.wrapping_add(STEP * LANES * v);
+                    let x = if STEP == 1 {
+                        _mm512_maskz_loadu_ps(m as __mmask16, p)
+                    } else {
+                        let lo = _mm512_maskz_loadu_ps(m as __mmask16, p);
+                        let hi = _mm512_maskz_loadu_ps((m >> 16) as __mmask16, p.wrapping_add(16));
+                        _mm512_permutex2var_ps(lo, evens, hi)
+                    };
+                    *acc = _mm512_fmadd_ps(x, c, *acc);
+                }
+            }
+        }
+        for (v, acc) in acc.iter().enumerate() {
+            let j = b.v0 + v;
+            let lanes = if j + 1 == flat.vectors {
+                flat.last
+            } else {
+                u16::MAX
+            };
+            // SAFETY: the vector's lanes are the plane's output.
+            unsafe { _mm512_mask_storeu_ps(at.out.add(j * LANES), lanes, *acc) };
         }
     }
 
@@ -969,7 +1157,10 @@ mod tests {
     fn stencil_speed() {
         for (c, h, s) in [
             (1usize, 56usize, 1usize),
+            (32, 112, 1),
             (144, 56, 1),
+            (192, 28, 1),
+            (960, 7, 1),
             (144, 112, 2),
             (96, 14, 1),
             (1, 24, 1),
