@@ -361,40 +361,15 @@ fn split_gemm(plan: &mut CpuPlan, opts: &Options) -> Result<()> {
     if !opts.use_gemm {
         return Ok(());
     }
-    let buffers = &mut plan.program.buffers;
-    let mut kernels = Vec::with_capacity(plan.program.kernels.len());
-    let mut plans = Vec::with_capacity(plan.kernels.len());
-    let old = std::mem::take(&mut plan.program.kernels);
-    for (k, kp) in old.into_iter().zip(std::mem::take(&mut plan.kernels)) {
-        let split = match kp.run {
-            Run::Generated(_) => epilogue::split_gemm(&k, buffers, BufferId(buffers.len() as u32)),
-            _ => None,
-        };
-        let Some(split) = split else {
-            kernels.push(k);
-            plans.push(kp);
-            continue;
-        };
+    split_kernels(plan, |k, buffers| {
+        let split = epilogue::split_gemm(k, buffers, BufferId(buffers.len() as u32))?;
         buffers.extend(split.temp);
-        kernels.push(split.product_kernel);
-        plans.push(KernelPlan {
-            source: kp.source,
-            run: Run::ExternGemm(split.gemm),
-        });
-        if let Some(e) = split.epilogue {
-            kernels.push(e);
-            plans.push(KernelPlan {
-                source: kp.source,
-                run: Run::Generated(Schedule::default()),
-            });
-        }
-    }
-    for (i, k) in kernels.iter_mut().enumerate() {
-        k.id = KernelId(i as u32);
-        (k.reads, k.writes) = k.compute_accesses(buffers);
-    }
-    plan.program.kernels = kernels;
-    plan.kernels = plans;
+        Some((
+            split.product_kernel,
+            Run::ExternGemm(split.gemm),
+            split.epilogue,
+        ))
+    });
     Ok(())
 }
 
@@ -405,26 +380,44 @@ fn split_stencil(plan: &mut CpuPlan, opts: &Options) -> Result<()> {
     if !opts.use_gemm || !opts.codegen.stencil {
         return Ok(());
     }
-    let buffers = &plan.program.buffers;
+    split_kernels(plan, |k, buffers| {
+        let split = crate::stencil::split(k, buffers)?;
+        Some((
+            split.kernel,
+            Run::ExternStencil(split.stencil),
+            split.epilogue,
+        ))
+    });
+    Ok(())
+}
+
+/// Replaces each generated kernel that `split` takes (it may add buffers) by the extern
+/// kernel it returns, how that runs, and its epilogue (generated) when it has one; then
+/// renumbers the kernels and recomputes their accesses.
+fn split_kernels(
+    plan: &mut CpuPlan,
+    mut split: impl FnMut(&Kernel, &mut Vec<Buffer>) -> Option<(Kernel, Run, Option<Kernel>)>,
+) {
+    let buffers = &mut plan.program.buffers;
     let mut kernels = Vec::with_capacity(plan.program.kernels.len());
     let mut plans = Vec::with_capacity(plan.kernels.len());
     let old = std::mem::take(&mut plan.program.kernels);
     for (k, kp) in old.into_iter().zip(std::mem::take(&mut plan.kernels)) {
-        let split = match kp.run {
-            Run::Generated(_) => crate::stencil::split(&k, buffers),
+        let parts = match kp.run {
+            Run::Generated(_) => split(&k, buffers),
             _ => None,
         };
-        let Some(split) = split else {
+        let Some((extern_kernel, run, epilogue)) = parts else {
             kernels.push(k);
             plans.push(kp);
             continue;
         };
-        kernels.push(split.kernel);
+        kernels.push(extern_kernel);
         plans.push(KernelPlan {
             source: kp.source,
-            run: Run::ExternStencil(split.stencil),
+            run,
         });
-        if let Some(e) = split.epilogue {
+        if let Some(e) = epilogue {
             kernels.push(e);
             plans.push(KernelPlan {
                 source: kp.source,
@@ -438,7 +431,6 @@ fn split_stencil(plan: &mut CpuPlan, opts: &Options) -> Result<()> {
     }
     plan.program.kernels = kernels;
     plan.kernels = plans;
-    Ok(())
 }
 
 /// `skip-empty`: a generated kernel over an empty domain runs nothing.
