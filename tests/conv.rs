@@ -284,10 +284,10 @@ fn padded_depthwise_convs_are_vector_code_and_exact_at_the_edges() {
 /// Depthwise convs (3x3 and 5x5, stride 1 and 2, dilation 2, asymmetric padding, with
 /// and without a bias, a residual add, a batch of two, widths whose window edges fall at
 /// every lane of a 16-lane vector, rows of one to eight vectors and longer, short rows
-/// whose vectors run across rows) run as the direct stencil when the CPU has AVX-512,
-/// its epilogue on each block of rows, and match the interpreter on every target and on
-/// 1 and 3 threads. Rows under eight columns that cannot run across rows keep the
-/// generated code.
+/// whose vectors run across rows, short padded rows read through their pad kernel) run
+/// as the direct stencil when the CPU has AVX-512, its epilogue on each block of rows,
+/// and match the interpreter on every target and on 1 and 3 threads. Rows under eight
+/// columns that cannot run across rows keep the generated code.
 #[test]
 fn depthwise_convs_run_as_direct_stencils() {
     let avx512 = ferrite_cpu::Isa::host() == ferrite_cpu::Isa::Avx512;
@@ -313,6 +313,9 @@ fn depthwise_convs_run_as_direct_stencils() {
         (1, 3, 1, 1, [1, 1, 1, 1], 14, 14, true, true),
         (1, 3, 2, 1, [1, 1, 1, 1], 14, 14, true, false),
         (1, 3, 1, 1, [0, 0, 0, 0], 9, 12, true, false),
+        (2, 3, 1, 1, [1, 1, 1, 1], 7, 7, false, true),
+        (1, 5, 1, 1, [2, 2, 2, 2], 9, 9, true, false),
+        (1, 3, 1, 1, [1, 0, 1, 2], 6, 13, true, false),
     ] {
         let c = 5usize;
         let g = Graph::new("depthwise");
@@ -336,13 +339,24 @@ fn depthwise_convs_run_as_direct_stencils() {
         let report = cpu_plan(&g, &format!("stencil-{n}-{k}-{s}-{d}-{h}-{w}"));
         let ow = (w as i64 + pad[1] + pad[3] - d * (k as i64 - 1) - 1) / s + 1;
         // Vectors across rows when every tap reads the plane as one run (stride 1, the
-        // output as wide as the input) and rows are short; padded rows of at most 16 are
-        // stored by a pad kernel of their own first (`fuse::SHORT_PADDED_ROW`), which the
-        // stencil then reads by rows.
+        // output as wide as the input) and rows are short. Padded rows of at most 16 are
+        // stored by a pad kernel of their own (`fuse::SHORT_PADDED_ROW`); the stencil
+        // reads through it instead, and the pad does not run.
         let padded = w as i64 + pad[1] + pad[3];
         let own_pad = padded <= 16 && pad.iter().any(|&p| p != 0);
-        let flat = s == 1 && ow == w as i64 && ow <= 32 && !own_pad;
+        let flat = s == 1 && ow == w as i64 && ow <= 32;
         if avx512 && (ow >= 8 || flat) {
+            assert_eq!(
+                report.contains("through the padding"),
+                own_pad,
+                "{case}:\n{report}"
+            );
+            if own_pad {
+                assert!(
+                    report.contains("not run: the next kernel's stencil reads through this pad"),
+                    "{case}:\n{report}"
+                );
+            }
             assert_eq!(
                 report.contains("vectors across rows"),
                 flat,

@@ -416,7 +416,7 @@ impl CpuProgram {
                 Run::ExternGemm(g) => planned[kp.source].0 = Some(Extern::Gemm(g.clone())),
                 Run::ExternStencil(st) => planned[kp.source].0 = Some(Extern::Stencil(st.clone())),
                 Run::Generated(schedule) => generated.push((kp.source, k, schedule)),
-                Run::Nothing => {}
+                Run::Nothing | Run::Absorbed => {}
             }
         }
         // Twins (kernels equal up to their buffers' numbers: a layer's and the next
@@ -651,7 +651,7 @@ impl CpuProgram {
                     ))
                 }
                 Run::Generated(_) => steps[kp.source].jit = scales,
-                Run::Nothing => {}
+                Run::Nothing | Run::Absorbed => {}
             }
         }
         for (step, sr) in self.steps.iter().zip(&steps) {
@@ -950,7 +950,19 @@ impl CpuProgram {
                     epilogue.as_ref()
                 }
                 Step::Nothing => {
-                    let _ = writeln!(s, "  empty domain: nothing to run");
+                    let through = matches!(
+                        self.steps.get(si + 1),
+                        Some(Step::Stencil { stencil, .. }) if stencil.through.is_some()
+                    );
+                    let _ = writeln!(
+                        s,
+                        "  {}",
+                        if through {
+                            "not run: the next kernel's stencil reads through this pad"
+                        } else {
+                            "empty domain: nothing to run"
+                        }
+                    );
                     None
                 }
             };
@@ -1940,6 +1952,16 @@ fn plan_storage(program: &Program, steps: &[Step], buffers: &[Buffer]) -> Slots 
             // A gathering product reads its operand's source.
             if let Some(g) = &call.gather {
                 live.note_read(g.taps.source, si);
+            }
+        }
+        // A stencil may read a buffer its kernel does not (the source of a pad it reads
+        // through).
+        if let Step::Stencil { stencil, .. } = step {
+            for tap in &stencil.taps {
+                live.note_read(tap.source, si);
+                if let crate::stencil::Coef::Buffer(b) = tap.coef {
+                    live.note_read(b, si);
+                }
             }
         }
     }

@@ -130,6 +130,197 @@ pub struct Stencil {
     /// Set when the taps read each plane as one run: the blocks are then vectors of the
     /// whole plane (rows included), not of a row.
     flat: Option<Flat>,
+    /// The padded buffer its kernel reads, when the stencil reads the pad's source
+    /// through the padding instead ([`split_through`]; the pad kernel does not run).
+    pub through: Option<BufferId>,
+}
+
+/// A kernel that stores a zero-padded copy of a buffer: `padded[.., pt + i, pl + j] =
+/// source[.., i, j]`, zero elsewhere ([`Pad::recognize`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pad {
+    /// The buffer copied.
+    pub source: BufferId,
+    /// The padded buffer.
+    pub padded: BufferId,
+    /// Rows and columns of a plane of the source, and of the padded buffer.
+    h: i64,
+    w: i64,
+    hp: i64,
+    wp: i64,
+    /// The padding before the first row and column.
+    pt: i64,
+    pl: i64,
+}
+
+impl Pad {
+    /// The pad `kernel` stores, when every one of its stores writes one `f32` buffer,
+    /// one of them (a store stage of its own) the copy of a source plane by plane at an
+    /// offset, the others zeros outside the copy.
+    pub fn recognize(kernel: &Kernel, buffers: &[Buffer]) -> Option<Pad> {
+        if kernel.gemm.is_some() {
+            return None;
+        }
+        let mut copy = None;
+        let mut fills = Vec::new();
+        let mut padded = None;
+        for stage in &kernel.stages {
+            let Stage::Store { body, stores, .. } = stage else {
+                return None;
+            };
+            for st in stores {
+                if *padded.get_or_insert(st.buffer) != st.buffer {
+                    return None;
+                }
+                match &body.get(st.value)?.op {
+                    ExprOp::Const(Value::Float(z)) if *z == 0.0 => fills.push((stage, st)),
+                    ExprOp::Load(l) if l.guard.is_empty() && copy.is_none() => {
+                        copy = Some((stage, st, l))
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        let (padded, (stage, store, load)) = (padded?, copy?);
+        let (pb, xb) = (
+            buffers.get(padded.index())?,
+            buffers.get(load.buffer.index())?,
+        );
+        if pb.ty.dtype != DType::F32 || xb.ty.dtype != DType::F32 || load.buffer == padded {
+            return None;
+        }
+        let (pd, xd) = (&pb.ty.shape, &xb.ty.shape);
+        let (np, nx) = (pd.len(), xd.len());
+        if np < 2 || nx < 2 {
+            return None;
+        }
+        let dim = |d: &[usize], i: usize| i64::try_from(d[i]).ok();
+        let (hp, wp, h, w) = (
+            dim(pd, np - 2)?,
+            dim(pd, np - 1)?,
+            dim(xd, nx - 2)?,
+            dim(xd, nx - 1)?,
+        );
+        let planes: usize = xd[..nx - 2].iter().product();
+        if pd[..np - 2].iter().product::<usize>() != planes || h < 2 || w < 2 {
+            return None;
+        }
+        // The copy: per variable, its coefficients in the padded and the source index.
+        let ext = stage.extents(&kernel.domain);
+        let (pc0, pterms) = store.index.as_affine(&ext)?;
+        let (xc0, xterms) = load.index.as_affine(&ext)?;
+        if xc0 != 0 {
+            return None;
+        }
+        let mut vars: Vec<Var> = pterms.iter().chain(&xterms).map(|&(v, _)| v).collect();
+        vars.sort();
+        vars.dedup();
+        let coef = |terms: &[(Var, i64)], v: Var| {
+            terms.iter().find(|&&(u, _)| u == v).map_or(0, |&(_, c)| c)
+        };
+        let (mut rows, mut cols, mut lead) = (false, false, Vec::new());
+        for v in vars {
+            let extent = ext.extent(v)?;
+            if extent == 1 {
+                continue;
+            }
+            let (pc, xc) = (coef(&pterms, v), coef(&xterms, v));
+            if (pc, xc) == (1, 1) && extent as i64 == w && !cols {
+                cols = true;
+            } else if (pc, xc) == (wp, w) && extent as i64 == h && !rows {
+                rows = true;
+            } else if xc > 0 && xc % (h * w) == 0 && pc == xc / (h * w) * (hp * wp) {
+                lead.push((xc, extent));
+            } else {
+                return None;
+            }
+        }
+        // The plane variables lay the planes out densely, one after another.
+        lead.sort_unstable();
+        let mut next = h * w;
+        for &(xc, extent) in &lead {
+            if xc != next {
+                return None;
+            }
+            next = next.checked_mul(extent as i64)?;
+        }
+        let (pt, pl) = (pc0.div_euclid(wp), pc0.rem_euclid(wp));
+        if !rows || !cols || next != h * w * planes as i64 || pt + h > hp || pl + w > wp {
+            return None;
+        }
+        // The fills stay outside the copy.
+        let interior = |idx: i64| {
+            let at = idx.rem_euclid(hp * wp);
+            let (r, c) = (at / wp, at % wp);
+            (pt..pt + h).contains(&r) && (pl..pl + w).contains(&c)
+        };
+        for (stage, st) in fills {
+            let ext = stage.extents(&kernel.domain);
+            let (c0, terms) = st.index.as_affine(&ext)?;
+            let extents: Vec<usize> = terms
+                .iter()
+                .map(|&(v, _)| ext.extent(v))
+                .collect::<Option<_>>()?;
+            if extents.iter().try_fold(1usize, |a, &e| a.checked_mul(e))? > MAX_CHECK {
+                return None;
+            }
+            let total = extents.iter().product::<usize>();
+            for n in 0..total {
+                let (mut rest, mut idx) = (n, c0);
+                for (&(_, k), &e) in terms.iter().zip(&extents).rev() {
+                    idx += k * (rest % e) as i64;
+                    rest /= e;
+                }
+                if interior(idx) {
+                    return None;
+                }
+            }
+        }
+        Some(Pad {
+            source: load.buffer,
+            padded,
+            h,
+            w,
+            hp,
+            wp,
+            pt,
+            pl,
+        })
+    }
+
+    /// `tap` (reading the padded buffer over `rows x cols` outputs, its reads inside
+    /// their padded rows and planes) reading the source instead, guarded to it.
+    fn map(&self, tap: &TapLoad, rows: usize, cols: usize) -> Option<TapLoad> {
+        let (pp, xp) = (self.hp * self.wp, self.h * self.w);
+        if tap.source != self.padded || tap.row_step % self.wp != 0 {
+            return None;
+        }
+        let sh = tap.row_step / self.wp;
+        let mut plane = Vec::with_capacity(tap.plane.len());
+        for &(a, k) in &tap.plane {
+            if k % pp != 0 {
+                return None;
+            }
+            plane.push((a, k / pp * xp));
+        }
+        let (q, at) = (tap.c0.div_euclid(pp), tap.c0.rem_euclid(pp));
+        let (kr, kc) = (at / self.wp, at % self.wp);
+        // Every read stays in its padded row and plane.
+        if kc + tap.step * (cols as i64 - 1) >= self.wp || kr + sh * (rows as i64 - 1) >= self.hp {
+            return None;
+        }
+        let mut guards = tap.guards.clone();
+        guards.push((kr - self.pt, sh, 0, 0, self.h));
+        guards.push((kc - self.pl, 0, tap.step, 0, self.w));
+        Some(TapLoad {
+            source: self.source,
+            c0: q * xp + (kr - self.pt) * self.w + (kc - self.pl),
+            plane,
+            row_step: sh * self.w,
+            step: tap.step,
+            guards,
+        })
+    }
 }
 
 /// The masks of a flat stencil: per tap, per vector of the plane, its valid lanes.
@@ -324,6 +515,12 @@ impl Axes<'_> {
 /// Splits `kernel` into a stencil and its epilogue when it holds one (see the module
 /// docs); `None` otherwise.
 pub fn split(kernel: &Kernel, buffers: &[Buffer]) -> Option<Split> {
+    split_through(kernel, buffers, None)
+}
+
+/// [`split`], the taps reading `pad`'s padded buffer read instead its source through
+/// the padding (guarded, zero outside), so that the pad kernel need not run.
+pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> Option<Split> {
     if kernel.gemm.is_some() || kernel.stages.len() != 1 {
         return None;
     }
@@ -419,6 +616,11 @@ pub fn split(kernel: &Kernel, buffers: &[Buffer]) -> Option<Split> {
                 stack.push(a);
             }
             _ => terms.push(axes.term(body, node)?),
+        }
+    }
+    if let Some(pad) = pad {
+        for (tap, _) in &mut terms {
+            *tap = pad.map(tap, rows, cols)?;
         }
     }
     let step = terms.first()?.0.step;
@@ -617,6 +819,7 @@ pub fn split(kernel: &Kernel, buffers: &[Buffer]) -> Option<Split> {
         blocks,
         out_masks,
         flat,
+        through: pad.map(|p| p.padded),
     };
 
     // The stencil's kernel: the sum alone.
@@ -770,7 +973,7 @@ impl Stencil {
     /// One line for plans and reports.
     pub fn describe(&self) -> String {
         format!(
-            "direct stencil f32: {} taps over {} planes of {}x{} into {}{}{}",
+            "direct stencil f32: {} taps over {} planes of {}x{} into {}{}{}{}",
             self.taps.len(),
             self.planes,
             self.rows,
@@ -785,6 +988,13 @@ impl Stencil {
                 ", vectors across rows"
             } else {
                 ""
+            },
+            match self.through {
+                Some(p) => format!(
+                    ", reading {} through the padding of {p}",
+                    self.taps[0].source
+                ),
+                None => String::new(),
             }
         )
     }

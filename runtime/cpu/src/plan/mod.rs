@@ -64,9 +64,11 @@ use crate::error::{Error, Result};
 use crate::wide::Isa;
 use analysis::{check_references, is_pointwise, live_nodes, prove_accesses, stage_loops, Levels};
 use ferrite_ir::loops::{
-    Buffer, BufferId, Extents, IndexExpr, Kernel, KernelId, Program, Reduction, Stage, Var,
+    Buffer, BufferId, BufferKind, Extents, IndexExpr, Kernel, KernelId, Program, Reduction, Stage,
+    Var,
 };
 use stage::stage_report;
+use std::collections::HashMap;
 use vectorize::{narrow_i64, plan_vector, StageFacts};
 
 /// How kernels are compiled.
@@ -160,7 +162,7 @@ impl KernelStep {
 #[rustfmt::skip]
 const PROGRAM_STEPS: [ProgramStep; 3] = [
     ProgramStep::new("split-gemm", split_gemm), // matmul kernels: the GEMM's product kernel, then an epilogue
-    ProgramStep::new("split-stencil", split_stencil), // sums of shifted rows: the direct stencil, then an epilogue
+    ProgramStep::new("split-stencil", split_stencil), // sums of shifted rows: the direct stencil (through a pad before it), then an epilogue
     ProgramStep::new("skip-empty", skip_empty), // kernels over an empty domain run nothing
 ];
 
@@ -375,19 +377,61 @@ fn split_gemm(plan: &mut CpuPlan, opts: &Options) -> Result<()> {
 
 /// `split-stencil`: each kernel that sums shifted rows of its input (a depthwise conv)
 /// becomes the direct stencil's kernel and, unless the sum is the whole result, an
-/// epilogue reading it back (`crate::stencil`).
+/// epilogue reading it back (`crate::stencil`). When its taps all read a zero-padded copy
+/// that the generated kernel right before stores for it alone (MobileNetV2's 14x14 and
+/// 7x7 planes, whose short padded rows fusion stores apart), the stencil reads the copy's
+/// source through the padding instead and the pad kernel runs nothing (`Run::Absorbed`).
+/// The loop IR is unchanged (the stencil's kernel reads the padded buffer, which the pad
+/// kernel still stores): the plan evaluates as before; only the extern stencil reads the
+/// source.
 fn split_stencil(plan: &mut CpuPlan, opts: &Options) -> Result<()> {
     if !opts.use_gemm || !opts.codegen.stencil {
         return Ok(());
     }
+    // Per kernel: the pad before it that it may read through.
+    let p = &plan.program;
+    let mut pads: HashMap<KernelId, (usize, crate::stencil::Pad)> = HashMap::new();
+    for i in 1..plan.kernels.len() {
+        let (Run::Generated(_), Run::Generated(_)) =
+            (&plan.kernels[i - 1].run, &plan.kernels[i].run)
+        else {
+            continue;
+        };
+        if plan.kernels[i - 1].source == plan.kernels[i].source {
+            continue;
+        }
+        let Some(pad) = crate::stencil::Pad::recognize(&p.kernels[i - 1], &p.buffers) else {
+            continue;
+        };
+        let b = pad.padded;
+        let alone = p.buffers[b.index()].kind == BufferKind::Intermediate
+            && p.kernels.iter().enumerate().all(|(j, k)| {
+                (j == i || !k.reads.iter().any(|a| a.buffer == b))
+                    && (j == i - 1 || !k.writes.iter().any(|a| a.buffer == b))
+            });
+        if alone {
+            pads.insert(p.kernels[i].id, (plan.kernels[i - 1].source, pad));
+        }
+    }
+    let mut absorbed = Vec::new();
     split_kernels(plan, |k, buffers| {
-        let split = crate::stencil::split(k, buffers)?;
+        let through = pads.get(&k.id).and_then(|(source, pad)| {
+            let split = crate::stencil::split_through(k, buffers, Some(pad))?;
+            absorbed.push(*source);
+            Some(split)
+        });
+        let split = through.or_else(|| crate::stencil::split(k, buffers))?;
         Some((
             split.kernel,
             Run::ExternStencil(split.stencil),
             split.epilogue,
         ))
     });
+    for kp in &mut plan.kernels {
+        if absorbed.contains(&kp.source) && matches!(kp.run, Run::Generated(_)) {
+            kp.run = Run::Absorbed;
+        }
+    }
     Ok(())
 }
 

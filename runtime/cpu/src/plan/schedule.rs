@@ -46,6 +46,9 @@ pub enum Run {
     /// The direct stencil loop computes the kernel (a sum of shifted rows stored at
     /// each point's element; see [`crate::stencil`]).
     ExternStencil(Stencil),
+    /// A pad kernel that the next kernel's stencil reads through
+    /// ([`Stencil::through`]): nothing runs.
+    Absorbed,
     /// A kernel over an empty domain: nothing runs.
     Nothing,
 }
@@ -197,6 +200,9 @@ impl fmt::Display for CpuPlan {
                         ""
                     }
                 )],
+                Run::Absorbed => {
+                    vec!["not run: the next kernel's stencil reads through this pad".to_string()]
+                }
                 Run::Nothing => vec!["empty domain: nothing runs".to_string()],
             };
             for line in lines {
