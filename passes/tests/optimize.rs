@@ -920,6 +920,8 @@ fn time_limit_stops_and_says_so() {
     // One e-graph of 18,000 nodes whose first iteration applies 12,000 rewrites: that
     // takes well over a millisecond on any machine (about 40 ms on the dev VM in a debug
     // build; with a 20 ms limit the test failed once the op table's lookups got faster).
+    // On a loaded machine the limit may pass while the window is still being cut, before
+    // the e-graph starts: the window is then skipped, which is the limit stopping it too.
     let g = chain(6000);
     let cfg = OptimizeConfig {
         time_limit: Duration::from_millis(1),
@@ -928,7 +930,9 @@ fn time_limit_stops_and_says_so() {
         ..config()
     };
     let (out, report) = optimize(&g, &cfg).unwrap();
-    assert!(report.stop_reason.starts_with("TimeLimit("), "{report}");
+    let stopped = report.stop_reason.starts_with("TimeLimit(")
+        || (report.stop_reason.starts_with("skipped") && report.windows_skipped == 1);
+    assert!(stopped, "{report}");
     verify(&out).unwrap();
     assert!(out.op_count() <= g.op_count());
 }
