@@ -1410,7 +1410,7 @@ impl CpuProgram {
             && units > 1
             && units.saturating_mul(per_unit) >= MIN_PARALLEL_WORK
         {
-            let min_chunk = (MIN_CHUNK_WORK / per_unit).max(1);
+            let min_chunk = (STENCIL_CHUNK_WORK / per_unit).max(1);
             match times {
                 None => team.parallel_for_range(units, min_chunk, task),
                 Some(times) => team.parallel_for_range_timed(units, min_chunk, times, task),
@@ -1753,6 +1753,12 @@ fn gemm_gathered(
 /// Bytes of a product's left operand (a convolution's weights) up to which it gathers its
 /// right operand ([`gather_taps`]): ResNet-18's first two stages (at most 576 KiB).
 pub const TAPS_MAX_WEIGHT_BYTES: usize = 1 << 20;
+
+/// Multiply-adds a chunk of a direct stencil's blocks has at least. With
+/// `MIN_CHUNK_WORK` (4K) MobileNetV2's small depthwise layers (0.3-1 M multiply-adds)
+/// took 56-62 us at 16 threads on the Xeon, against 19-37 us with 64K chunks and 24-53
+/// us as generated code; 256K was too coarse for some (a 144x56->28 layer 83 us).
+const STENCIL_CHUNK_WORK: usize = 64 * 1024;
 
 /// Finds the products whose right operand is a gather ([`Taps::recognize`]) that the
 /// kernel right before stores for them alone, and makes them gather it themselves
