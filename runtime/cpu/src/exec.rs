@@ -1314,11 +1314,7 @@ impl CpuProgram {
                 let n = call.plan.n;
                 let args = &addrs;
                 let points = |begin: usize, end: usize| {
-                    let code = entry(args.as_ptr(), begin as i64, end as i64);
-                    if code != 0 {
-                        let _ =
-                            failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
-                    }
+                    note_failure(&failure, entry(args.as_ptr(), begin as i64, end as i64));
                 };
                 // Whole rows are one range of points; a block of columns, one per row.
                 let after = |p: usize, rows: Range<usize>, cols: Range<usize>| {
@@ -1399,10 +1395,7 @@ impl CpuProgram {
             unsafe { st.run_units(&ptrs, r.clone(), avx512) };
             if let Some(entry) = entry {
                 let (a, b) = (st.point(r.start), st.point(r.end));
-                let code = entry(args.as_ptr(), a as i64, b as i64);
-                if code != 0 {
-                    let _ = failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
-                }
+                note_failure(&failure, entry(args.as_ptr(), a as i64, b as i64));
             }
         };
         let per_unit = st.work_per_unit().max(1);
@@ -1476,10 +1469,7 @@ impl CpuProgram {
         let entry = self.entry(j);
         let failure = AtomicI32::new(0);
         let call = |begin: usize, end: usize| {
-            let code = entry(addrs.as_ptr(), begin as i64, end as i64);
-            if code != 0 {
-                let _ = failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
-            }
+            note_failure(&failure, entry(addrs.as_ptr(), begin as i64, end as i64));
         };
         let work = points.saturating_mul(info.work_per_point.max(1));
         let can_split = info.parallel && team.threads() > 1 && points > 1;
@@ -1852,6 +1842,14 @@ fn used_prefix(plan: &ExternGemm, m: usize) -> Option<(usize, usize)> {
 }
 
 /// The result of a kernel's calls: `Ok`, or the check whose 1-based number `code` is.
+/// Keeps the first non-zero code a generated function returned (chunks of one kernel run
+/// on several threads; [`check_failure`] reports it).
+fn note_failure(failure: &AtomicI32, code: i32) {
+    if code != 0 {
+        let _ = failure.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
 fn check_failure(info: &KernelInfo, code: i32) -> Result<()> {
     match code {
         0 => Ok(()),

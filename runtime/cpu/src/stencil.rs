@@ -264,15 +264,17 @@ impl Pad {
             if extents.iter().try_fold(1usize, |a, &e| a.checked_mul(e))? > MAX_CHECK {
                 return None;
             }
-            let total = extents.iter().product::<usize>();
-            for n in 0..total {
-                let (mut rest, mut idx) = (n, c0);
-                for (&(_, k), &e) in terms.iter().zip(&extents).rev() {
-                    idx += k * (rest % e) as i64;
-                    rest /= e;
-                }
+            let mut point = vec![0usize; terms.len()];
+            loop {
+                let idx = terms
+                    .iter()
+                    .zip(&point)
+                    .fold(c0, |a, (&(_, k), &x)| a + k * x as i64);
                 if interior(idx) {
                     return None;
+                }
+                if !crate::taps::odometer(&mut point, extents.iter().copied()) {
+                    break;
                 }
             }
         }
@@ -572,11 +574,16 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
         return None;
     }
 
-    // Per node: how many taps the sum it computes has (0: not such a sum).
+    // Per node: how many taps the sum it computes has (0: not such a sum), and for a
+    // product, its tap and coefficient.
     let mut count = vec![0usize; body.nodes.len()];
+    let mut term_of = vec![None; body.nodes.len()];
     for (i, node) in body.nodes.iter().enumerate() {
         count[i] = match node.op {
-            ExprOp::Binary(BinaryOp::Mul, ..) => usize::from(axes.term(body, node).is_some()),
+            ExprOp::Binary(BinaryOp::Mul, ..) => {
+                term_of[i] = axes.term(body, node);
+                usize::from(term_of[i].is_some())
+            }
             ExprOp::Binary(BinaryOp::Add, a, b) if node.dtype == DType::F32 => {
                 match (count.get(a.index()), count.get(b.index())) {
                     (Some(&x), Some(&y)) if x > 0 && y > 0 => x + y,
@@ -587,17 +594,7 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
         };
     }
     // The largest sum the stored value needs.
-    let mut live = vec![false; body.nodes.len()];
-    *live.get_mut(store.value.index())? = true;
-    for i in (0..body.nodes.len()).rev() {
-        if live[i] {
-            body.nodes[i].for_each_operand(&mut |e| {
-                if let Some(l) = live.get_mut(e.index()) {
-                    *l = true;
-                }
-            });
-        }
-    }
+    let live = crate::plan::analysis::live_nodes(stage);
     let sum = (0..body.nodes.len())
         .filter(|&i| live[i] && count[i] >= MIN_TAPS)
         .max_by_key(|&i| (count[i], i))?;
@@ -615,7 +612,7 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
                 stack.push(b);
                 stack.push(a);
             }
-            _ => terms.push(axes.term(body, node)?),
+            _ => terms.push(term_of.get(e.index())?.clone()?),
         }
     }
     if let Some(pad) = pad {
@@ -644,12 +641,13 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
 
     // Per plane and tap: the source base and the coefficient's index.
     let outer = &kernel.domain[..r - 2];
+    // The plane's coordinates, innermost first (the planes' order).
     let mut point = vec![0usize; outer.len()];
     let mut base = Vec::with_capacity(planes * tn);
     let mut coef_at = Vec::with_capacity(planes * tn);
     let at = |c0: i64, plane: &[(usize, i64)], point: &[usize]| {
         plane.iter().try_fold(c0, |s, &(a, k)| {
-            s.checked_add(k.checked_mul(point[a] as i64)?)
+            s.checked_add(k.checked_mul(point[point.len() - 1 - a] as i64)?)
         })
     };
     for _ in 0..planes {
@@ -666,13 +664,7 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
                 }
             }
         }
-        for a in (0..point.len()).rev() {
-            point[a] += 1;
-            if point[a] < outer[a] {
-                break;
-            }
-            point[a] = 0;
-        }
+        crate::taps::odometer(&mut point, outer.iter().rev().copied());
     }
 
     // Per tap and row: the valid columns, as mask sets.
@@ -1381,6 +1373,18 @@ mod tests {
         parse_program("dw", &text).unwrap_or_else(|d| panic!("{d}\n{text}"))
     }
 
+    /// Runs every unit of `st` (a 9-tap stencil of `depthwise`) on `x`, weights `wt`.
+    fn run_all(st: &Stencil, x: &[f32], wt: &[f32], out: &mut [f32], avx: bool) {
+        assert!(out.len() == st.planes * st.rows * st.cols && st.taps.len() == 9);
+        let ptrs = Pointers {
+            out: out.as_mut_ptr() as usize,
+            sources: vec![x.as_ptr() as usize; 9],
+            coefs: vec![wt.as_ptr() as usize; 9],
+        };
+        // SAFETY: the buffers have the lengths the kernel declares.
+        unsafe { st.run_units(&ptrs, 0..st.units(), avx) };
+    }
+
     /// The AVX-512 loop and the scalar loop give the same bits (flat and by rows, stride
     /// 1 and 2, rows of one to eight vectors and longer, every lane position of a row's
     /// edges), and both the sum of the taps within rounding.
@@ -1407,13 +1411,7 @@ mod tests {
                 .collect();
             let run = |avx: bool| {
                 let mut out = vec![f32::NAN; st.planes * st.rows * st.cols];
-                let ptrs = Pointers {
-                    out: out.as_mut_ptr() as usize,
-                    sources: vec![x.as_ptr() as usize; 9],
-                    coefs: vec![wt.as_ptr() as usize; 9],
-                };
-                // SAFETY: the buffers have the lengths the kernel declares.
-                unsafe { st.run_units(&ptrs, 0..st.units(), avx) };
+                run_all(&st, &x, &wt, &mut out, avx);
                 out
             };
             let scalar = run(false);
@@ -1467,16 +1465,11 @@ mod tests {
             let x: Vec<f32> = (0..c * h * h).map(|i| (i % 7) as f32).collect();
             let wt: Vec<f32> = (0..c * 9).map(|i| (i % 5) as f32 * 0.1).collect();
             let mut out = vec![0f32; st.planes * st.rows * st.cols];
-            let ptrs = Pointers {
-                out: out.as_mut_ptr() as usize,
-                sources: vec![x.as_ptr() as usize; 9],
-                coefs: vec![wt.as_ptr() as usize; 9],
-            };
             let avx = crate::wide::Isa::Avx512.supported();
             let mut best = f64::MAX;
             for _ in 0..300 {
                 let t = std::time::Instant::now();
-                unsafe { st.run_units(&ptrs, 0..st.units(), avx) };
+                run_all(&st, &x, &wt, &mut out, avx);
                 best = best.min(t.elapsed().as_secs_f64());
             }
             let fmas = st.planes * st.rows * st.cols * 9;
