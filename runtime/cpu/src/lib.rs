@@ -66,4 +66,6 @@ pub use pool::{
     ThreadPool, MAX_THREADS, NUM_THREADS_VAR,
 };
 pub use vmath::{UnaryFn, VMath};
-pub use wide::{ExpSumFn, InPlaceFn, Isa, RowFn, RowReduce, WideFn, ISA_VAR};
+pub use wide::{
+    ChainArgs, ChainFn, ChainOp, ExpSumFn, InPlaceFn, Isa, RowFn, RowReduce, WideFn, ISA_VAR,
+};

@@ -16,7 +16,9 @@
 //! gives the widest it has.
 //!
 //! Only `exp`, `log`, `tanh`, `erf`, `erfc` and `sigmoid` have wide routines (the functions of
-//! [`UnaryFn`] whose vector math is pure `f32` lane arithmetic).
+//! [`UnaryFn`] whose vector math is pure `f32` lane arithmetic). Beside them, the row routines
+//! of generated code ([`row_routine`], [`exp_sum_routine`], [`scale_routine`],
+//! [`offset_routine`], [`chain_routine`]) run whole passes of a row in the JIT's order.
 
 use std::sync::OnceLock;
 
@@ -286,6 +288,126 @@ pub fn offset_routine(isa: Isa) -> Option<OffsetFn> {
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = isa;
+        None
+    }
+}
+
+/// The most steps of a [`ChainArgs`].
+pub const MAX_CHAIN_STEPS: usize = 8;
+
+/// What one step of a chain row does to the row's value `v` with its operand `a`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ChainOp {
+    /// `v + a` (also `a + v`: the same bits).
+    Add = 0,
+    /// `v - a`.
+    Sub = 1,
+    /// `a - v`.
+    SubFrom = 2,
+    /// `v * a` (also `a * v`).
+    Mul = 3,
+    /// `v / a`.
+    Div = 4,
+    /// `a / v`.
+    DivInto = 5,
+    /// `v * v` (no operand).
+    Square = 6,
+}
+
+impl ChainOp {
+    /// The step as text over the value `v` and its operand `a`.
+    pub fn show(self, v: &str, a: &str) -> String {
+        match self {
+            ChainOp::Add => format!("{v} + {a}"),
+            ChainOp::Sub => format!("{v} - {a}"),
+            ChainOp::SubFrom => format!("{a} - {v}"),
+            ChainOp::Mul => format!("{v} * {a}"),
+            ChainOp::Div => format!("{v} / {a}"),
+            ChainOp::DivInto => format!("{a} / {v}"),
+            ChainOp::Square => format!(
+                "square({})",
+                v.strip_prefix('(')
+                    .and_then(|v| v.strip_suffix(')'))
+                    .unwrap_or(v)
+            ),
+        }
+    }
+
+    /// `op(v, a)` in `f32`, as the JIT's scalar code computes it.
+    pub fn apply(self, v: f32, a: f32) -> f32 {
+        match self {
+            ChainOp::Add => v + a,
+            ChainOp::Sub => v - a,
+            ChainOp::SubFrom => a - v,
+            ChainOp::Mul => v * a,
+            ChainOp::Div => v / a,
+            ChainOp::DivInto => a / v,
+            ChainOp::Square => v * v,
+        }
+    }
+}
+
+/// One step of a chain row ([`ChainArgs`]), as generated code writes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ChainStep {
+    /// A [`ChainOp`] as `u32`.
+    pub op: u32,
+    /// The operand when `row` is null.
+    pub scalar: f32,
+    /// The operand row (`n` floats), or null for `scalar`.
+    pub row: *const f32,
+    /// Where the value after this step is stored (`n` floats), or null.
+    pub out: *mut f32,
+}
+
+/// A chain row: the value of each element `j` of a row is `x[j]` taken through `steps`
+/// ops, each with a scalar or the element `j` of another row as its operand, and stored
+/// after the steps that say so: the passes of a layer or RMS norm (`(x - mean) * rstd *
+/// w + b`, `(x + r - mean)^2`) as one routine call. The layout is generated code's: `x` at
+/// 0, the step count at 8, the steps (24 bytes each) from 16.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ChainArgs {
+    pub x: *const f32,
+    /// How many of `steps` apply.
+    pub count: u64,
+    pub steps: [ChainStep; MAX_CHAIN_STEPS],
+}
+
+// Generated code writes these fields at these offsets (`emit/stage.rs`).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(ChainArgs, x) == 0 && offset_of!(ChainArgs, count) == 8);
+    assert!(offset_of!(ChainArgs, steps) == 16 && size_of::<ChainStep>() == 24);
+    assert!(offset_of!(ChainStep, op) == 0 && offset_of!(ChainStep, scalar) == 4);
+    assert!(offset_of!(ChainStep, row) == 8 && offset_of!(ChainStep, out) == 16);
+};
+
+/// A chain row over `n` elements: [`ChainArgs`]; returns the sum of the last step's values
+/// in the JIT's order ([`crate::row_order`]) for a sum routine, `0` for a store routine.
+///
+/// Calling it is `unsafe`: every row of `args` must hold `n` floats, readable (`x`, the
+/// operand rows) or writable (the `out` rows); no `out` row may overlap another row of the
+/// call, and no one else may access the `out` rows during the call.
+pub type ChainFn = unsafe extern "C" fn(args: *const ChainArgs, n: usize) -> f32;
+
+/// The chain routine that sums the row's last values (`sum`) or only stores, at width
+/// `isa`, if this CPU supports the width.
+pub fn chain_routine(sum: bool, isa: Isa) -> Option<ChainFn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (a, b): (ChainFn, ChainFn) = if sum {
+            (avx2::chain_sum, avx512::chain_sum)
+        } else {
+            (avx2::chain_store, avx512::chain_store)
+        };
+        by_width(isa, a, b)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (sum, isa);
         None
     }
 }
@@ -650,6 +772,213 @@ macro_rules! rows {
             folds.finish(spill(&acc), &buf[..rest])
         }
 
+        /// Vectors of a chain row's block, kept in registers: the ops of a step apply to
+        /// all of them before the next step's (one dispatch per step and block).
+        const CHAIN_BLOCK: usize = if LANES == 16 { 16 } else { 8 };
+
+        /// One chain op ([`crate::wide::ChainOp`] as `u32`) on a vector.
+        #[target_feature(enable = $feature)]
+        #[inline]
+        fn chain_op<const OP: u32>(v: V, a: V) -> V {
+            match OP {
+                0 => add(v, a),
+                1 => sub(v, a),
+                2 => sub(a, v),
+                3 => mul(v, a),
+                4 => div(v, a),
+                5 => div(a, v),
+                _ => mul(v, v),
+            }
+        }
+
+        /// Step `s` (op `OP`) on the `NV` vectors of a block from element `at`.
+        ///
+        /// # Safety
+        /// As [`chain_vectors`].
+        #[target_feature(enable = $feature)]
+        #[inline]
+        unsafe fn chain_step<const OP: u32, const NV: usize>(
+            v: &mut [V; NV],
+            s: &crate::wide::ChainStep,
+            at: usize,
+        ) {
+            if s.row.is_null() {
+                let a = f(s.scalar);
+                for vk in v.iter_mut() {
+                    *vk = chain_op::<OP>(*vk, a);
+                }
+            } else {
+                for (k, vk) in v.iter_mut().enumerate() {
+                    // SAFETY: `at + NV * LANES <= n` floats in the row (the caller).
+                    let a = unsafe { load_ptr(s.row.add(at + k * LANES)) };
+                    *vk = chain_op::<OP>(*vk, a);
+                }
+            }
+        }
+
+        /// `NV` vectors of a chain row from element `at`: every step in order, each
+        /// store right after its step; with `SUM`, the values after the last step added
+        /// into `acc` in the JIT's order.
+        ///
+        /// Folds a chain row's sum lanes into `folds` and restarts them: out of line, so
+        /// that the block's loop stays small enough to keep its vectors in registers.
+        ///
+        /// # Safety
+        /// The CPU has the feature.
+        #[target_feature(enable = $feature)]
+        #[inline(never)]
+        #[cold]
+        unsafe fn chain_fold(folds: &mut SumFolds, acc: &mut [V; PER]) {
+            folds.fold(&spill(acc));
+            *acc = [f(0.0); PER];
+        }
+
+        /// Blocks of `NV` vectors from `at` while they fit in `n`; returns where they
+        /// stopped.
+        ///
+        /// # Safety
+        /// As [`chain_sum`].
+        #[target_feature(enable = $feature)]
+        #[inline]
+        unsafe fn chain_vectors<const NV: usize, const SUM: bool>(
+            x: *const f32,
+            steps: &[crate::wide::ChainStep],
+            mut at: usize,
+            n: usize,
+            acc_io: &mut [V; PER],
+            folds_io: &mut SumFolds,
+        ) -> usize {
+            // The sum's state in registers for the whole loop.
+            let mut acc = *acc_io;
+            let mut folds = *folds_io;
+            while at + NV * LANES <= n {
+                let mut v = [f(0.0); NV];
+                for (k, vk) in v.iter_mut().enumerate() {
+                    // SAFETY: `at + NV * LANES <= n` floats at each row (the caller).
+                    *vk = unsafe { load_ptr(x.add(at + k * LANES)) };
+                }
+                for s in steps {
+                    // SAFETY: the caller's bounds.
+                    unsafe {
+                        match s.op {
+                            0 => chain_step::<0, NV>(&mut v, s, at),
+                            1 => chain_step::<1, NV>(&mut v, s, at),
+                            2 => chain_step::<2, NV>(&mut v, s, at),
+                            3 => chain_step::<3, NV>(&mut v, s, at),
+                            4 => chain_step::<4, NV>(&mut v, s, at),
+                            5 => chain_step::<5, NV>(&mut v, s, at),
+                            _ => chain_step::<6, NV>(&mut v, s, at),
+                        }
+                    }
+                    if !s.out.is_null() {
+                        for (k, &vk) in v.iter().enumerate() {
+                            // SAFETY: as above; `out` is apart from every row read.
+                            unsafe { store_ptr(s.out.add(at + k * LANES), vk) };
+                        }
+                    }
+                }
+                if SUM {
+                    // Whole 16-element steps in order, folding as the JIT does.
+                    for step in v.chunks_exact(PER) {
+                        for (a, &y) in acc.iter_mut().zip(step) {
+                            *a = add(*a, y);
+                        }
+                        if folds.step() {
+                            // SAFETY: the same feature as this function's.
+                            unsafe { chain_fold(&mut folds, &mut acc) };
+                        }
+                    }
+                }
+                at += NV * LANES;
+            }
+            *acc_io = acc;
+            *folds_io = folds;
+            at
+        }
+
+        /// A chain row (see [`crate::wide::ChainArgs`]); with `SUM`, the sum of its last
+        /// values in the JIT's order.
+        ///
+        /// # Safety
+        /// As [`chain_sum`].
+        #[target_feature(enable = $feature)]
+        unsafe fn chain_row<const SUM: bool>(args: &crate::wide::ChainArgs, n: usize) -> f32 {
+            use crate::wide::{ChainOp, MAX_CHAIN_STEPS};
+            let count = (args.count as usize).min(MAX_CHAIN_STEPS);
+            let steps = &args.steps[..count];
+            let mut folds = SumFolds::default();
+            let mut acc = [f(0.0); PER];
+            // Blocks of whole 16-element steps (CHAIN_BLOCK * LANES is a multiple of 16),
+            // then single steps.
+            // SAFETY: the caller's rows hold `n` floats; each call stays below `n`.
+            let at = unsafe {
+                let at =
+                    chain_vectors::<CHAIN_BLOCK, SUM>(args.x, steps, 0, n, &mut acc, &mut folds);
+                chain_vectors::<PER, SUM>(args.x, steps, at, n, &mut acc, &mut folds)
+            };
+            // The rest, fewer than 16 elements, one at a time in `f32` (the JIT's four-wide
+            // and scalar tails compute each element with the same ops).
+            let mut rest = [0.0f32; STEP];
+            for (j, r) in (at..n).zip(rest.iter_mut()) {
+                // SAFETY: `j < n`.
+                let mut v = unsafe { *args.x.add(j) };
+                for s in steps {
+                    let a = if s.row.is_null() {
+                        s.scalar
+                    } else {
+                        // SAFETY: `j < n`.
+                        unsafe { *s.row.add(j) }
+                    };
+                    let op = match s.op {
+                        0 => ChainOp::Add,
+                        1 => ChainOp::Sub,
+                        2 => ChainOp::SubFrom,
+                        3 => ChainOp::Mul,
+                        4 => ChainOp::Div,
+                        5 => ChainOp::DivInto,
+                        _ => ChainOp::Square,
+                    };
+                    v = op.apply(v, a);
+                    if !s.out.is_null() {
+                        // SAFETY: `j < n`; `out` is apart from every row read.
+                        unsafe { *s.out.add(j) = v };
+                    }
+                }
+                *r = v;
+            }
+            if SUM {
+                folds.finish(spill(&acc), &rest[..n - at])
+            } else {
+                0.0
+            }
+        }
+
+        /// A chain row's sum: see [`crate::wide::ChainFn`].
+        ///
+        /// # Safety
+        /// `args` points to a [`crate::wide::ChainArgs`] whose rows hold `n` floats each,
+        /// readable or (`out`) writable, no `out` row overlapping another row of the call
+        /// or accessed by anyone else during it; the CPU has the feature.
+        pub(super) unsafe extern "C" fn chain_sum(
+            args: *const crate::wide::ChainArgs,
+            n: usize,
+        ) -> f32 {
+            // SAFETY: the caller's contract.
+            unsafe { chain_row::<true>(&*args, n) }
+        }
+
+        /// A chain row that only stores: see [`crate::wide::ChainFn`].
+        ///
+        /// # Safety
+        /// As [`chain_sum`].
+        pub(super) unsafe extern "C" fn chain_store(
+            args: *const crate::wide::ChainArgs,
+            n: usize,
+        ) -> f32 {
+            // SAFETY: the caller's contract.
+            unsafe { chain_row::<false>(&*args, n) }
+        }
+
         #[target_feature(enable = $feature)]
         fn offset_row(xs: &[f32], a: f32, b: f32, out: &mut [f32]) {
             let (av, bv) = (f(a), f(b));
@@ -922,6 +1251,22 @@ mod avx512 {
         // SAFETY: 16 floats are writable at o (checked).
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) }
     }
+    /// # Safety
+    /// 16 floats are readable at `p`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn load_ptr(p: *const f32) -> V {
+        // SAFETY: the caller's contract; loadu has no alignment need.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    /// # Safety
+    /// 16 floats are writable at `p`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn store_ptr(p: *mut f32, v: V) {
+        // SAFETY: the caller's contract.
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
     #[target_feature(enable = "avx512f")]
     #[inline]
     fn f(c: f32) -> V {
@@ -1140,6 +1485,22 @@ mod avx2 {
         assert!(o.len() >= LANES);
         // SAFETY: 8 floats are writable at o (checked).
         unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) }
+    }
+    /// # Safety
+    /// 8 floats are readable at `p`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn load_ptr(p: *const f32) -> V {
+        // SAFETY: the caller's contract; loadu has no alignment need.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    /// # Safety
+    /// 8 floats are writable at `p`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn store_ptr(p: *mut f32, v: V) {
+        // SAFETY: the caller's contract.
+        unsafe { _mm256_storeu_ps(p, v) }
     }
     #[target_feature(enable = "avx2,fma")]
     #[inline]

@@ -123,3 +123,120 @@ fn isa_names_round_trip_and_cap() {
     assert!(Isa::host() <= Isa::widest());
     assert!(Isa::widest().supported());
 }
+
+/// The steps of a layer norm's last pass, `((x - 0.5) * 1.5) * w + b`, stored into `out`,
+/// over rows that `x`, `w` and `b` point to.
+fn norm_steps(w: &[f32], b: &[f32], out: &mut [f32]) -> [ferrite_cpu::wide::ChainStep; 8] {
+    use ferrite_cpu::wide::ChainStep;
+    use ferrite_cpu::ChainOp;
+    let step = |op: ChainOp, scalar: f32, row: *const f32, out: *mut f32| ChainStep {
+        op: op as u32,
+        scalar,
+        row,
+        out,
+    };
+    let (null, none) = (std::ptr::null::<f32>(), std::ptr::null_mut::<f32>());
+    let mut steps = [step(ChainOp::Add, 0.0, null, none); 8];
+    steps[0] = step(ChainOp::Sub, 0.5, null, none);
+    steps[1] = step(ChainOp::Mul, 1.5, null, none);
+    steps[2] = step(ChainOp::Mul, 0.0, w.as_ptr(), none);
+    steps[3] = step(ChainOp::Add, 0.0, b.as_ptr(), out.as_mut_ptr());
+    steps
+}
+
+/// The chain routines store each element's value after the steps as scalar `f32` code
+/// computes it, and sum the last values as the row sum routine does (the JIT's order), at
+/// every width and every length of tail; nothing is written past the row.
+#[test]
+fn chain_routines_match_scalar_steps() {
+    use ferrite_cpu::wide::{chain_routine, row_routine, ChainArgs};
+    use ferrite_cpu::{ChainOp, RowReduce};
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        if !isa.supported() {
+            continue;
+        }
+        for n in [
+            0, 1, 15, 16, 17, 63, 64, 100, 255, 256, 257, 1024, 1031, 4099,
+        ] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.37)
+                .collect();
+            let w: Vec<f32> = (0..n).map(|i| 1.0 + (i as f32) * 1e-3).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.25).collect();
+            // One guard element past the row.
+            let mut out = vec![f32::from_bits(0x7fc0_dead); n + 1];
+            let steps = norm_steps(&w, &b, &mut out);
+            let args = ChainArgs {
+                x: x.as_ptr(),
+                count: 4,
+                steps,
+            };
+            let store = chain_routine(false, isa).expect("the width is supported");
+            // SAFETY: every row holds n floats; out is apart from the others.
+            unsafe { store(&args, n) };
+            for j in 0..n {
+                let want = ((x[j] - 0.5) * 1.5) * w[j] + b[j];
+                assert_eq!(out[j].to_bits(), want.to_bits(), "{isa:?} n {n} at {j}");
+            }
+            assert_eq!(
+                out[n].to_bits(),
+                0x7fc0_dead,
+                "{isa:?} n {n}: wrote past the row"
+            );
+            // The sum of squares of the same values, as a separate square step.
+            let mut sq_args = args;
+            sq_args.steps[3].out = std::ptr::null_mut();
+            sq_args.steps[4].op = ChainOp::Square as u32;
+            sq_args.count = 5;
+            let sum = chain_routine(true, isa).expect("the width is supported");
+            // SAFETY: as above, nothing stored.
+            let got = unsafe { sum(&sq_args, n) };
+            let squares: Vec<f32> = out[..n].iter().map(|v| v * v).collect();
+            let row_sum = row_routine(RowReduce::Sum, isa).expect("the width is supported");
+            // SAFETY: n readable floats.
+            let want = unsafe { row_sum(squares.as_ptr(), n) };
+            assert_eq!(got.to_bits(), want.to_bits(), "{isa:?} n {n}: sum");
+        }
+    }
+}
+
+/// Timing of the chain routines on one L1-resident row of 1024 against the scalar loop
+/// (not a test: `cargo test --release -p ferrite-cpu --test wide chain_speed -- --ignored
+/// --nocapture`).
+#[test]
+#[ignore]
+fn chain_speed() {
+    use ferrite_cpu::wide::{chain_routine, ChainArgs};
+    let n = 1024;
+    let x: Vec<f32> = (0..n).map(|i| (i as f32).sin()).collect();
+    let w: Vec<f32> = (0..n).map(|i| 1.0 + (i as f32) * 1e-3).collect();
+    let b: Vec<f32> = (0..n).map(|i| (i as f32) * 1e-3).collect();
+    let mut out = vec![0.0f32; n];
+    let steps = norm_steps(&w, &b, &mut out);
+    let args = ChainArgs {
+        x: x.as_ptr(),
+        count: 4,
+        steps,
+    };
+    let reps = 100_000;
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        let Some(f) = chain_routine(false, isa) else {
+            continue;
+        };
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            // SAFETY: every row holds n floats; out is apart from the others.
+            unsafe { f(std::hint::black_box(&args), n) };
+        }
+        let ns = t.elapsed().as_nanos() as f64 / reps as f64;
+        eprintln!("{isa:?}: {ns:.1} ns per row of {n}");
+    }
+    let t = std::time::Instant::now();
+    for _ in 0..reps {
+        for j in 0..n {
+            out[j] = std::hint::black_box(((x[j] - 0.5) * 1.5) * w[j] + b[j]);
+        }
+    }
+    let ns = t.elapsed().as_nanos() as f64 / reps as f64;
+    eprintln!("scalar: {ns:.1} ns per row of {n}");
+}

@@ -318,8 +318,10 @@ fn special_rows(src: &str, rows: usize, c: usize, calls: usize) {
                 _ => {}
             }
         }
-        let special = Tensor::from_f32(&[rows, c], x).expect("a tensor");
-        check_with(src, &[special], calls, false);
+        // The first input's rows special, the others (weights, a residual) as drawn.
+        let mut inputs = random.clone();
+        inputs[0] = Tensor::from_f32(&[rows, c], x).expect("a tensor");
+        check_with(src, &inputs, calls, false);
     }
 }
 
@@ -349,4 +351,66 @@ fn gemm_epilogue_in_place() {
          }",
         1,
     );
+}
+
+/// The passes of layer and RMS norms run as chain row calls (`plan/rows.rs`): every pass of
+/// a row, with a residual add in front and two outputs, on rows with every kind of tail,
+/// keeps the bits of the `f32x4` loops, on random rows and on rows of special values.
+#[test]
+fn norm_rows_are_chain_calls() {
+    let rows = 12;
+    for c in [33, 64, 100, 257, 1024, 4099] {
+        let ty = format!("f32[{rows}, {c}]");
+        let v = format!("f32[{c}]");
+        let graphs = [
+            // Shifted mean, sum of squares, normalized row times w plus b: three calls.
+            (
+                format!(
+                    "graph ln(x: {ty}, w: {v}, b: {v}) -> {ty} {{
+                       y = layer_norm(x, w, b, eps=1e-5)
+                       return y
+                     }}"
+                ),
+                3,
+            ),
+            // A residual add feeding the norm, its sum stored too (a transformer's
+            // `x + attn`, then the norm): every pass reads two rows.
+            (
+                format!(
+                    "graph res_ln(x: {ty}, r: {ty}, w: {v}, b: {v}) -> {ty}, {ty} {{
+                       h = add(x, r)
+                       y = layer_norm(h, w, b, eps=1e-5)
+                       return h, y
+                     }}"
+                ),
+                3,
+            ),
+            // RMS norm: the mean of squares, then x * rsqrt(ms + eps) * w.
+            (
+                format!(
+                    "graph rms(x: {ty}, w: {v}) -> {ty} {{
+                       ms = mean(mul(x, x), axes=[1], keepdim=true)
+                       y = mul(mul(x, rsqrt(add(ms, 1e-6))), w)
+                       return y
+                     }}"
+                ),
+                2,
+            ),
+            // Divisions and reversed operands: (1 - x) / s and s / (x + 2).
+            (
+                format!(
+                    "graph divs(x: {ty}) -> {ty}, {ty} {{
+                       s = sum(x, axes=[1], keepdim=true)
+                       a = div(sub(1.0, x), s)
+                       b = div(s, add(x, 2.0))
+                       return a, b
+                     }}"
+                ),
+                1,
+            ),
+        ];
+        for (src, calls) in &graphs {
+            special_rows(src, rows, c, *calls);
+        }
+    }
 }

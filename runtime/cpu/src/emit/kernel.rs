@@ -28,7 +28,9 @@ use crate::plan::analysis::{is_pointwise, substitute};
 use crate::plan::wide::{Factor, WideCall, WideOp};
 use crate::plan::{Schedule, StagePlan, StageReport};
 use crate::vmath::VMath;
-use crate::wide::{exp_sum_routine, in_place_routine, offset_routine, row_routine, scale_routine};
+use crate::wide::{
+    chain_routine, exp_sum_routine, in_place_routine, offset_routine, row_routine, scale_routine,
+};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, Block as ClifBlock, Function, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind,
@@ -469,7 +471,15 @@ impl<'a> Emitter<'a, '_> {
             self.done.scalar.clear();
             for (si, stage) in kernel.stages.iter().enumerate() {
                 if let Some(Some(call)) = schedule.wide.get(si) {
-                    if self.emit_wide_call(call)? {
+                    if let WideOp::Chain(chain) = &call.op {
+                        if let Some(routine) = chain_routine(chain.acc.is_some(), call.isa) {
+                            let plan = stage_plan(schedule, si)?;
+                            let ext = stage.extents(domain);
+                            let loops = self.stage_loops(stage);
+                            self.emit_chain_stage(stage, ext, loops, plan, chain, routine)?;
+                            continue;
+                        }
+                    } else if self.emit_wide_call(call)? {
                         continue;
                     }
                     // A width this CPU lacks: the stage is a loop like any other.
@@ -592,6 +602,8 @@ impl Emitter<'_, '_> {
                     .ins()
                     .call_indirect(sig, callee, &[xs, c, below, zero, k, out, len]);
             }
+            // Emitted with its stage (`emit_chain_stage`).
+            WideOp::Chain(_) => return Ok(false),
             WideOp::Offset2 {
                 src,
                 a,
@@ -656,7 +668,7 @@ impl Emitter<'_, '_> {
 }
 
 /// `index` at the first point of a stage's one loop (`r0` or `j0` at 0).
-fn first_point(index: &IndexExpr) -> IndexExpr {
+pub(super) fn first_point(index: &IndexExpr) -> IndexExpr {
     substitute(index, &|v: Var| {
         (v == Var::reduce(0) || v == Var::store(0)).then_some(IndexExpr::Const(0))
     })

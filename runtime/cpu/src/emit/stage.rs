@@ -9,13 +9,17 @@
 //! group, so each group's values die before the next starts), then four, then a scalar
 //! tail.
 
+use super::kernel::first_point;
 use super::reduce::{reaches_fold, Accumulators};
 use super::state::{Emitter, GuardMode, IntOp, LoopSpec, RowLoad};
 use crate::error::{Error, Result};
 use crate::plan::analysis::{live_nodes, node_indices, split_linear, Levels};
+use crate::plan::wide::{ChainOperand, ChainRow};
 use crate::plan::{Lanes, OuterLanes, StageLanes, StagePlan, VectorPlan};
+use crate::wide::{ChainArgs, ChainFn};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::ir::{MemFlagsData, StackSlotData, StackSlotKind};
 use cranelift_frontend::Variable;
 use ferrite_ir::loops::{
     Block, Bound, BufferId, ExprOp, Extents, IndexExpr, Reduction, Stage, StoreOp, Var,
@@ -157,6 +161,79 @@ impl<'a> Emitter<'a, '_> {
             }
         }
         self.finish_accumulators(reductions, &accs)?;
+        self.nest.index_memo.clear();
+        for l in &loops {
+            self.nest.vars.remove(&l.var);
+        }
+        self.nest.levels = Levels::default();
+        self.nest.loop_vars.clear();
+        Ok(())
+    }
+
+    /// A stage the plan made a chain row call ([`ChainRow`]): the nodes fixed over its
+    /// loop as scalars (as the loop's own code computes them before the loop), the
+    /// call's arguments in a stack slot, the call, and for a reduce stage its sum as the
+    /// accumulator.
+    pub(super) fn emit_chain_stage(
+        &mut self,
+        stage: &'a Stage,
+        ext: Extents,
+        loops: Vec<LoopSpec>,
+        plan: &StagePlan,
+        chain: &ChainRow,
+        routine: ChainFn,
+    ) -> Result<()> {
+        let [spec] = loops.as_slice() else {
+            return Err(Error::internal("a chain row's stage has one loop"));
+        };
+        let (body, live, _, _) = self.begin_stage(stage, ext, &loops);
+        self.vals.clamped = plan.clamped.clone();
+        self.vals.lanes = vec![None; body.nodes.len()];
+        self.vals.strided.clear();
+        for (i, &l) in live.iter().enumerate() {
+            if l && self.node_level(i) == 0 {
+                self.emit_scalar_node(i)?;
+            }
+        }
+        let ptr = self.target.ptr_type;
+        let bytes = std::mem::size_of::<ChainArgs>() as u32;
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            bytes,
+            3,
+        ));
+        let flags = MemFlagsData::trusted();
+        let args = self.b.ins().stack_addr(ptr, slot, 0);
+        let x = self.element_pointer(chain.x.buffer, &first_point(&chain.x.index))?;
+        self.b.ins().store(flags, x, args, 0);
+        let count = self.int_const(types::I64, chain.steps.len() as i64);
+        self.b.ins().store(flags, count, args, 8);
+        let null = self.b.ins().iconst(ptr, 0);
+        for (k, link) in chain.steps.iter().enumerate() {
+            let at = 16 + 24 * k as i32;
+            let op = self.b.ins().iconst(types::I32, link.op as u32 as i64);
+            self.b.ins().store(flags, op, args, at);
+            let (scalar, row) = match &link.operand {
+                ChainOperand::None => (self.b.ins().f32const(0.0), null),
+                ChainOperand::Scalar { node, .. } => (self.scalar_of(*node)?, null),
+                ChainOperand::Row(l) => {
+                    let p = self.element_pointer(l.buffer, &first_point(&l.index))?;
+                    (self.b.ins().f32const(0.0), p)
+                }
+            };
+            self.b.ins().store(flags, scalar, args, at + 4);
+            self.b.ins().store(flags, row, args, at + 8);
+            let out = match &link.out {
+                Some((b, i)) => self.element_pointer(*b, &first_point(i))?,
+                None => null,
+            };
+            self.b.ins().store(flags, out, args, at + 16);
+        }
+        let n = self.int_const(types::I64, spec.extent as i64);
+        let sum = self.call_helper(routine as usize, &[ptr, types::I64], types::F32, &[args, n]);
+        if let Some(acc) = chain.acc {
+            self.done.scalar.insert(acc, sum);
+        }
         self.nest.index_memo.clear();
         for l in &loops {
             self.nest.vars.remove(&l.var);

@@ -19,6 +19,13 @@
 //!   `v` or `where(v < c, z, v)`, `v` a unit-stride row or `exp(row - c)` (a row too long
 //!   to keep its exps), and `k` an accumulator, its reciprocal or a constant (a softmax's
 //!   last pass) is one call of [`crate::wide::scale_routine`].
+//! - **Chain rows**: any other stage of one `f32` sum (no stores) or of unit-stride `f32`
+//!   stores whose nodes that vary along the loop are a chain of `+ - * /` from one
+//!   unit-stride row, each link's other operand a node fixed over the loop or the same
+//!   point of another row (or the link itself, a square), every store a link of the chain
+//!   and the sum the last one: a layer or RMS norm's passes, a residual add in front. One
+//!   call of [`crate::wide::chain_routine`], the fixed nodes computed first as the loop's
+//!   own code computes them ([`ChainRow`]).
 //!
 //! The stages stay loop IR that the evaluator and, on a CPU without the width, the JIT
 //! run to the same values; the schedule records the call. Both need rows of at least
@@ -26,7 +33,10 @@
 
 use super::analysis::live_nodes;
 use super::analysis::split_linear;
-use super::wide::{Factor, ScaleRow, WideCall, WideOp, MIN_POINTS};
+use super::wide::{
+    varies, ChainLink, ChainOperand, ChainRow, Factor, ScaleRow, WideCall, WideOp, MIN_POINTS,
+};
+use crate::wide::{ChainOp, MAX_CHAIN_STEPS};
 use crate::wide::{Isa, RowReduce};
 use ferrite_ir::loops::{
     Block, Buffer, BufferId, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, ReduceKind,
@@ -116,7 +126,8 @@ pub fn mark_row_calls(
         let op = row_reduction(stage, buffers)
             .or_else(|| long_exp_sum(stage, buffers))
             .or_else(|| scale_row(stage, buffers).map(WideOp::Scale))
-            .or_else(|| offset_row(stage, buffers));
+            .or_else(|| offset_row(stage, buffers))
+            .or_else(|| chain_row(stage, buffers).map(WideOp::Chain));
         let Some(op) = op else { continue };
         if !vectorizes(k, si, buffers) {
             continue;
@@ -575,5 +586,171 @@ fn offset_row(stage: &Stage, buffers: &[Buffer]) -> Option<WideOp> {
         b: fb,
         out: st.buffer,
         out_index: st.index.clone(),
+    })
+}
+
+/// The chain row `stage` is, if it is one (see [`ChainRow`]): a reduce stage with one
+/// `f32` sum and no stores, or a store stage of unit-stride `f32` rows, over one loop of
+/// at least [`MIN_POINTS`] points, whose nodes that vary along the loop are a chain of
+/// `+ - * /` from one unit-stride row, each link's other operand a node fixed over the
+/// loop or the same point of another row (or the link itself: a square). Every stored
+/// value is a link of the chain; a stored row is read nowhere in the stage (the routine
+/// reads a block of every row before it stores that block).
+fn chain_row(stage: &Stage, buffers: &[Buffer]) -> Option<ChainRow> {
+    let (v, body, end, acc, stores) = match stage {
+        Stage::Reduce { .. } => {
+            let (n, body, r, stores) = one_reduction(stage)?;
+            if n < MIN_POINTS || !stores.is_empty() || r.kind != ReduceKind::Sum {
+                return None;
+            }
+            (Var::reduce(0), body, r.value, Some(r.acc), stores)
+        }
+        Stage::Store {
+            domain,
+            body,
+            stores,
+        } => {
+            if domain.len() != 1 || domain[0] < MIN_POINTS {
+                return None;
+            }
+            let end = stores.iter().map(|s| s.value).max()?;
+            (Var::store(0), body, end, None, stores.as_slice())
+        }
+    };
+    let inner = varies(body);
+    let stored: Vec<BufferId> = stores.iter().map(|s| s.buffer).collect();
+    for st in stores {
+        let out = Load {
+            buffer: st.buffer,
+            index: st.index.clone(),
+            guard: vec![],
+            other: Value::Float(0.0),
+        };
+        if !unit_row(&out, v, buffers) {
+            return None;
+        }
+    }
+    let reads_stored = body
+        .nodes
+        .iter()
+        .any(|n| matches!(&n.op, ExprOp::Load(l) if stored.contains(&l.buffer)));
+    if reads_stored {
+        return None;
+    }
+    // A row operand: an unguarded unit-stride `f32` row along the loop.
+    let row = |r: ExprRef| -> Option<Load> {
+        match body.get(r)? {
+            ExprNode {
+                dtype: DType::F32,
+                op: ExprOp::Load(l),
+            } if unit_row(l, v, buffers) => Some(l.clone()),
+            _ => None,
+        }
+    };
+    let scalar = |r: ExprRef| -> Option<ChainOperand> {
+        let n = body.get(r)?;
+        (n.dtype == DType::F32 && !inner[r.index()]).then(|| ChainOperand::Scalar {
+            node: r,
+            text: body.expr_text(r),
+        })
+    };
+    // Walk back from the last value to the row it starts from.
+    let mut links = Vec::new();
+    let mut chain_nodes = Vec::new();
+    let mut used = Vec::new();
+    let mut cur = end;
+    let x = loop {
+        let node = body.get(cur)?;
+        if node.dtype != DType::F32 || !inner[cur.index()] {
+            return None;
+        }
+        chain_nodes.push(cur);
+        used.push(cur.index());
+        let ExprOp::Binary(op, a, b) = node.op else {
+            break row(cur)?;
+        };
+        let is_load = |r: ExprRef| matches!(body.get(r).map(|n| &n.op), Some(ExprOp::Load(_)));
+        let (op, operand, prev) = if a == b {
+            if op != BinaryOp::Mul {
+                return None;
+            }
+            (ChainOp::Square, ChainOperand::None, a)
+        } else if inner[a.index()] && !inner[b.index()] {
+            let op = match op {
+                BinaryOp::Add => ChainOp::Add,
+                BinaryOp::Sub => ChainOp::Sub,
+                BinaryOp::Mul => ChainOp::Mul,
+                BinaryOp::Div => ChainOp::Div,
+                _ => return None,
+            };
+            (op, scalar(b)?, a)
+        } else if !inner[a.index()] && inner[b.index()] {
+            let op = match op {
+                BinaryOp::Add => ChainOp::Add,
+                BinaryOp::Sub => ChainOp::SubFrom,
+                BinaryOp::Mul => ChainOp::Mul,
+                BinaryOp::Div => ChainOp::DivInto,
+                _ => return None,
+            };
+            (op, scalar(a)?, b)
+        } else if is_load(b) {
+            // Both vary: the other operand is a row, the chain goes on through `a`.
+            let op = match op {
+                BinaryOp::Add => ChainOp::Add,
+                BinaryOp::Sub => ChainOp::Sub,
+                BinaryOp::Mul => ChainOp::Mul,
+                BinaryOp::Div => ChainOp::Div,
+                _ => return None,
+            };
+            used.push(b.index());
+            (op, ChainOperand::Row(row(b)?), a)
+        } else if is_load(a) {
+            let op = match op {
+                BinaryOp::Add => ChainOp::Add,
+                BinaryOp::Sub => ChainOp::SubFrom,
+                BinaryOp::Mul => ChainOp::Mul,
+                BinaryOp::Div => ChainOp::DivInto,
+                _ => return None,
+            };
+            used.push(a.index());
+            (op, ChainOperand::Row(row(a)?), b)
+        } else {
+            return None;
+        };
+        links.push(ChainLink {
+            op,
+            operand,
+            out: None,
+        });
+        cur = prev;
+    };
+    if links.is_empty() || links.len() > MAX_CHAIN_STEPS {
+        return None;
+    }
+    links.reverse();
+    chain_nodes.reverse();
+    // `chain_nodes[0]` is the row; link `i` makes `chain_nodes[i + 1]`.
+    for st in stores {
+        let at = chain_nodes.iter().position(|&c| c == st.value)?;
+        let link = links.get_mut(at.checked_sub(1)?)?;
+        if link.out.is_some() {
+            return None;
+        }
+        link.out = Some((st.buffer, st.index.clone()));
+    }
+    // Everything that varies along the loop is the chain or its rows.
+    used.sort_unstable();
+    used.dedup();
+    let live = live_nodes(stage);
+    let varying: Vec<usize> = (0..body.nodes.len())
+        .filter(|&i| live[i] && inner[i])
+        .collect();
+    if varying != used {
+        return None;
+    }
+    Some(ChainRow {
+        x,
+        steps: links,
+        acc,
     })
 }

@@ -38,7 +38,7 @@ use super::analysis::{drop_dead_nodes, is_pointwise, node_indices, substitute};
 use super::stash::{flat_index, load_from_scratch, to_store_vars, MAX_SCRATCH_BYTES};
 use super::{Schedule, ScratchSlot};
 use crate::vmath::UnaryFn;
-use crate::wide::{Isa, RowReduce};
+use crate::wide::{ChainOp, Isa, RowReduce};
 use ferrite_ir::loops::{
     AccId, Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load,
     Stage, StoreOp, Value, Var, VarKind,
@@ -108,6 +108,43 @@ pub enum WideOp {
     },
     /// A scaled copy of a row (see [`ScaleRow`]).
     Scale(ScaleRow),
+    /// A chain of ops on a row (see [`ChainRow`]).
+    Chain(ChainRow),
+}
+
+/// A stage whose value at each point of its one loop is a row `x[base + j]` taken through
+/// a chain of `f32` ops, each with a scalar of the stage (a node fixed over the loop: an
+/// accumulator, a constant, `rsqrt(var + eps)`) or the same point of another row as its
+/// operand, some of the values stored into rows and (a reduce stage) the last one summed:
+/// a layer or RMS norm's passes. One call of [`crate::wide::chain_routine`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChainRow {
+    /// The row the chain starts from.
+    pub x: Load,
+    pub steps: Vec<ChainLink>,
+    /// The accumulator of a reduce stage: the sum of the last values, in the JIT's order.
+    pub acc: Option<AccId>,
+}
+
+/// One step of a [`ChainRow`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChainLink {
+    pub op: crate::wide::ChainOp,
+    pub operand: ChainOperand,
+    /// The row the value after this step is stored into, and its index.
+    pub out: Option<(BufferId, IndexExpr)>,
+}
+
+/// The operand of a [`ChainLink`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChainOperand {
+    /// None (a square).
+    None,
+    /// A node of the stage's body fixed over its loop, computed once as a scalar (and
+    /// the node written out, for the plan's notes).
+    Scalar { node: ExprRef, text: String },
+    /// The same point of another unit-stride row.
+    Row(Load),
 }
 
 /// `out[j0] = (v < below ? zero : v) * k` (or `/ k`), `v = src[j0]` or `exp(src[j0] - c)`,
@@ -193,6 +230,38 @@ impl fmt::Display for WideCall {
                 "{isa} routine: {out}[{out_index}] = {}[{}] - {a} - {b} ({len} f32)",
                 src.buffer, src.index
             ),
+            WideOp::Chain(c) => {
+                // The value so far, and whether it needs parentheses as an operand.
+                let mut v = format!("{}[{}]", c.x.buffer, c.x.index);
+                let mut compound = false;
+                let mut stored = Vec::new();
+                for l in &c.steps {
+                    let a = match &l.operand {
+                        ChainOperand::None => String::new(),
+                        ChainOperand::Scalar { text, .. } if text.contains(' ') => {
+                            format!("({text})")
+                        }
+                        ChainOperand::Scalar { text, .. } => text.clone(),
+                        ChainOperand::Row(ld) => format!("{}[{}]", ld.buffer, ld.index),
+                    };
+                    let operand = if compound { format!("({v})") } else { v };
+                    (v, compound) = match l.op {
+                        ChainOp::Square => (l.op.show(&operand, &a), false),
+                        _ => (l.op.show(&operand, &a), true),
+                    };
+                    if let Some((b, i)) = &l.out {
+                        stored.push(format!("{b}[{i}]"));
+                    }
+                }
+                write!(f, "{isa} routine: chain {v}")?;
+                if !stored.is_empty() {
+                    write!(f, ", stored into {}", stored.join(", "))?;
+                }
+                if let Some(acc) = c.acc {
+                    write!(f, ", {acc} = sum of the last")?;
+                }
+                write!(f, " ({len} f32)")
+            }
             WideOp::Scale(s) => {
                 let x = format!("{}[{}]", s.src.buffer, s.src.index);
                 let x = match s.exp {
@@ -233,7 +302,7 @@ fn wide_fn(node: &ExprNode) -> Option<UnaryFn> {
 
 /// Per node: whether its value changes from one inner point of the stage to the next
 /// (else it is computed once per outer point, and no block call helps).
-fn varies(body: &Block) -> Vec<bool> {
+pub(super) fn varies(body: &Block) -> Vec<bool> {
     let mut inner = vec![false; body.nodes.len()];
     for (i, n) in body.nodes.iter().enumerate() {
         let mut v = false;
