@@ -313,6 +313,14 @@ pub enum ChainOp {
     DivInto = 5,
     /// `v * v` (no operand).
     Square = 6,
+    /// `v < a ? a : v`: `maximum(v, a)` for a constant `a` neither NaN nor zero, as the
+    /// JIT computes it (`maxps a, v`: a NaN `v` passes).
+    MaxConst = 7,
+    /// `a < v ? a : v`: `minimum(v, a)` for such a constant.
+    MinConst = 8,
+    /// `v` where `v > 0` or NaN, else `+0`: `maximum(v, +0)` (a ReLU), as the JIT computes
+    /// it (no operand).
+    Relu = 9,
 }
 
 impl ChainOp {
@@ -325,13 +333,33 @@ impl ChainOp {
             ChainOp::Mul => format!("{v} * {a}"),
             ChainOp::Div => format!("{v} / {a}"),
             ChainOp::DivInto => format!("{a} / {v}"),
-            ChainOp::Square => format!(
-                "square({})",
-                v.strip_prefix('(')
-                    .and_then(|v| v.strip_suffix(')'))
-                    .unwrap_or(v)
-            ),
+            ChainOp::Square => format!("square({v})"),
+            ChainOp::Relu => format!("relu({v})"),
+            ChainOp::MaxConst => format!("maximum({v}, {a})"),
+            ChainOp::MinConst => format!("minimum({v}, {a})"),
         }
+    }
+
+    /// The op a `u32` of generated code names (the inverse of `as u32`).
+    pub fn from_u32(op: u32) -> Option<ChainOp> {
+        Some(match op {
+            0 => ChainOp::Add,
+            1 => ChainOp::Sub,
+            2 => ChainOp::SubFrom,
+            3 => ChainOp::Mul,
+            4 => ChainOp::Div,
+            5 => ChainOp::DivInto,
+            6 => ChainOp::Square,
+            7 => ChainOp::MaxConst,
+            8 => ChainOp::MinConst,
+            9 => ChainOp::Relu,
+            _ => return None,
+        })
+    }
+
+    /// Whether the op reads no operand.
+    pub fn unary(self) -> bool {
+        matches!(self, ChainOp::Square | ChainOp::Relu)
     }
 
     /// `op(v, a)` in `f32`, as the JIT's scalar code computes it.
@@ -344,6 +372,27 @@ impl ChainOp {
             ChainOp::Div => v / a,
             ChainOp::DivInto => a / v,
             ChainOp::Square => v * v,
+            ChainOp::MaxConst => {
+                if v < a {
+                    a
+                } else {
+                    v
+                }
+            }
+            ChainOp::MinConst => {
+                if a < v {
+                    a
+                } else {
+                    v
+                }
+            }
+            ChainOp::Relu => {
+                if 0.0 >= v {
+                    0.0
+                } else {
+                    v
+                }
+            }
         }
     }
 }
@@ -787,7 +836,11 @@ macro_rules! rows {
                 3 => mul(v, a),
                 4 => div(v, a),
                 5 => div(a, v),
-                _ => mul(v, v),
+                6 => mul(v, v),
+                7 => select(lt(v, a), a, v),
+                8 => select(lt(a, v), a, v),
+                // `0 >= v` is false for a NaN `v`, which passes.
+                _ => select(ge(f(0.0), v), f(0.0), v),
             }
         }
 
@@ -867,7 +920,10 @@ macro_rules! rows {
                             3 => chain_step::<3, NV>(&mut v, s, at),
                             4 => chain_step::<4, NV>(&mut v, s, at),
                             5 => chain_step::<5, NV>(&mut v, s, at),
-                            _ => chain_step::<6, NV>(&mut v, s, at),
+                            6 => chain_step::<6, NV>(&mut v, s, at),
+                            7 => chain_step::<7, NV>(&mut v, s, at),
+                            8 => chain_step::<8, NV>(&mut v, s, at),
+                            _ => chain_step::<9, NV>(&mut v, s, at),
                         }
                     }
                     if !s.out.is_null() {
@@ -896,6 +952,62 @@ macro_rules! rows {
             at
         }
 
+        /// The last `n - at < 16` elements of a chain row: one step of vectors whose loads
+        /// and stores take only the lanes of the row (each element computed with the same
+        /// ops as in the vector loop, and as the JIT's four-wide and scalar tails); the
+        /// last values into `last`.
+        ///
+        /// # Safety
+        /// As [`chain_sum`], with `at < n < at + 16`.
+        #[target_feature(enable = $feature)]
+        #[inline(never)]
+        unsafe fn chain_tail(
+            x: *const f32,
+            steps: &[crate::wide::ChainStep],
+            at: usize,
+            n: usize,
+            last: &mut [f32; STEP],
+        ) {
+            let rest = n - at;
+            // The valid lanes of each vector of the step.
+            let lanes = |p: usize| rest.saturating_sub(p * LANES).min(LANES);
+            let mut v = [f(0.0); PER];
+            for (p, vp) in v.iter_mut().enumerate() {
+                // SAFETY: only the row's lanes are read (the caller's bounds).
+                *vp = unsafe { load_part(x.wrapping_add(at + p * LANES), lanes(p)) };
+            }
+            for s in steps {
+                let mut a = [f(s.scalar); PER];
+                if !s.row.is_null() {
+                    for (p, ap) in a.iter_mut().enumerate() {
+                        // SAFETY: as above.
+                        *ap = unsafe { load_part(s.row.wrapping_add(at + p * LANES), lanes(p)) };
+                    }
+                }
+                for (vp, &ap) in v.iter_mut().zip(&a) {
+                    *vp = match s.op {
+                        0 => chain_op::<0>(*vp, ap),
+                        1 => chain_op::<1>(*vp, ap),
+                        2 => chain_op::<2>(*vp, ap),
+                        3 => chain_op::<3>(*vp, ap),
+                        4 => chain_op::<4>(*vp, ap),
+                        5 => chain_op::<5>(*vp, ap),
+                        6 => chain_op::<6>(*vp, ap),
+                        7 => chain_op::<7>(*vp, ap),
+                        8 => chain_op::<8>(*vp, ap),
+                        _ => chain_op::<9>(*vp, ap),
+                    };
+                }
+                if !s.out.is_null() {
+                    for (p, &vp) in v.iter().enumerate() {
+                        // SAFETY: only the row's lanes are written.
+                        unsafe { store_part(s.out.wrapping_add(at + p * LANES), vp, lanes(p)) };
+                    }
+                }
+            }
+            *last = spill(&v);
+        }
+
         /// A chain row (see [`crate::wide::ChainArgs`]); with `SUM`, the sum of its last
         /// values in the JIT's order.
         ///
@@ -903,48 +1015,25 @@ macro_rules! rows {
         /// As [`chain_sum`].
         #[target_feature(enable = $feature)]
         unsafe fn chain_row<const SUM: bool>(args: &crate::wide::ChainArgs, n: usize) -> f32 {
-            use crate::wide::{ChainOp, MAX_CHAIN_STEPS};
+            use crate::wide::MAX_CHAIN_STEPS;
             let count = (args.count as usize).min(MAX_CHAIN_STEPS);
             let steps = &args.steps[..count];
             let mut folds = SumFolds::default();
             let mut acc = [f(0.0); PER];
-            // Blocks of whole 16-element steps (CHAIN_BLOCK * LANES is a multiple of 16),
-            // then single steps.
+            // Blocks of whole 16-element steps (CHAIN_BLOCK and 4 vectors are multiples of
+            // 16 elements at either width), then single steps.
             // SAFETY: the caller's rows hold `n` floats; each call stays below `n`.
             let at = unsafe {
                 let at =
                     chain_vectors::<CHAIN_BLOCK, SUM>(args.x, steps, 0, n, &mut acc, &mut folds);
+                let at = chain_vectors::<4, SUM>(args.x, steps, at, n, &mut acc, &mut folds);
                 chain_vectors::<PER, SUM>(args.x, steps, at, n, &mut acc, &mut folds)
             };
-            // The rest, fewer than 16 elements, one at a time in `f32` (the JIT's four-wide
-            // and scalar tails compute each element with the same ops).
+            // The rest, fewer than 16 elements: one more step over copies padded to 16.
             let mut rest = [0.0f32; STEP];
-            for (j, r) in (at..n).zip(rest.iter_mut()) {
-                // SAFETY: `j < n`.
-                let mut v = unsafe { *args.x.add(j) };
-                for s in steps {
-                    let a = if s.row.is_null() {
-                        s.scalar
-                    } else {
-                        // SAFETY: `j < n`.
-                        unsafe { *s.row.add(j) }
-                    };
-                    let op = match s.op {
-                        0 => ChainOp::Add,
-                        1 => ChainOp::Sub,
-                        2 => ChainOp::SubFrom,
-                        3 => ChainOp::Mul,
-                        4 => ChainOp::Div,
-                        5 => ChainOp::DivInto,
-                        _ => ChainOp::Square,
-                    };
-                    v = op.apply(v, a);
-                    if !s.out.is_null() {
-                        // SAFETY: `j < n`; `out` is apart from every row read.
-                        unsafe { *s.out.add(j) = v };
-                    }
-                }
-                *r = v;
+            if at < n {
+                // SAFETY: the rows hold `n > at` floats.
+                unsafe { chain_tail(args.x, steps, at, n, &mut rest) };
             }
             if SUM {
                 folds.finish(spill(&acc), &rest[..n - at])
@@ -1251,6 +1340,28 @@ mod avx512 {
         // SAFETY: 16 floats are writable at o (checked).
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) }
     }
+    /// The first `k <= 16` floats at `p`, zeros after them.
+    ///
+    /// # Safety
+    /// `k` floats are readable at `p`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn load_part(p: *const f32, k: usize) -> V {
+        let m = ((1u32 << k) - 1) as __mmask16;
+        // SAFETY: the masked-off lanes are not accessed.
+        unsafe { _mm512_maskz_loadu_ps(m, p) }
+    }
+    /// Stores the first `k <= 16` lanes of `v` at `p`.
+    ///
+    /// # Safety
+    /// `k` floats are writable at `p`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn store_part(p: *mut f32, v: V, k: usize) {
+        let m = ((1u32 << k) - 1) as __mmask16;
+        // SAFETY: the masked-off lanes are not accessed.
+        unsafe { _mm512_mask_storeu_ps(p, m, v) }
+    }
     /// # Safety
     /// 16 floats are readable at `p`.
     #[target_feature(enable = "avx512f")]
@@ -1485,6 +1596,34 @@ mod avx2 {
         assert!(o.len() >= LANES);
         // SAFETY: 8 floats are writable at o (checked).
         unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) }
+    }
+    /// Lane masks for [`load_part`]: from `8 - k`, `k` lanes set.
+    const PART: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+    /// The first `k <= 8` floats at `p`, zeros after them.
+    ///
+    /// # Safety
+    /// `k` floats are readable at `p`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn load_part(p: *const f32, k: usize) -> V {
+        // SAFETY: 8 ints from `8 - k` in the table; the masked-off lanes are not accessed.
+        unsafe {
+            let m = _mm256_loadu_si256(PART.as_ptr().add(8 - k) as *const __m256i);
+            _mm256_maskload_ps(p, m)
+        }
+    }
+    /// Stores the first `k <= 8` lanes of `v` at `p`.
+    ///
+    /// # Safety
+    /// `k` floats are writable at `p`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn store_part(p: *mut f32, v: V, k: usize) {
+        // SAFETY: as above.
+        unsafe {
+            let m = _mm256_loadu_si256(PART.as_ptr().add(8 - k) as *const __m256i);
+            _mm256_maskstore_ps(p, m, v)
+        }
     }
     /// # Safety
     /// 8 floats are readable at `p`.

@@ -414,3 +414,48 @@ fn norm_rows_are_chain_calls() {
         }
     }
 }
+
+/// Pointwise kernels whose row is a chain (`maximum`/`minimum` with constants, a ReLU, a
+/// per-row bias) run as chain calls, one per segment of a row, and keep the bits of the
+/// `f32x4` loops on NaNs, zeros of both signs and infinities; so do GEMM epilogues
+/// updating the product in place (bias, residual, ReLU) that run on each block the GEMM
+/// computes.
+#[test]
+fn pointwise_chains_and_epilogues() {
+    let rows = 12;
+    for c in [256, 300, 1024, 4099] {
+        let ty = format!("f32[{rows}, {c}]");
+        let graphs = [
+            format!(
+                "graph relu6(x: {ty}) -> {ty} {{
+                   y = minimum(maximum(x, 0.0), 6.0)
+                   return y
+                 }}"
+            ),
+            format!(
+                "graph clamp(x: {ty}, b: f32[{rows}, 1]) -> {ty} {{
+                   y = minimum(maximum(add(x, b), -1.5), 2.5)
+                   return y
+                 }}"
+            ),
+            format!(
+                "graph scaled(x: {ty}, b: f32[{rows}, 1]) -> {ty} {{
+                   y = maximum(mul(sub(x, b), 3.0), 0.0)
+                   return y
+                 }}"
+            ),
+        ];
+        for src in &graphs {
+            special_rows(src, rows, c, 1);
+        }
+        check(
+            &format!(
+                "graph epi(a: f32[64, 32], w: f32[32, {c}], b: f32[{c}], r: f32[64, {c}]) -> f32[64, {c}] {{
+                   y = maximum(add(add(matmul(a, w), b), r), 0.0)
+                   return y
+                 }}"
+            ),
+            1,
+        );
+    }
+}

@@ -394,7 +394,21 @@ impl<'a> Emitter<'a, '_> {
                 store: vec![],
             };
             let plan = stage_plan(schedule, 0)?;
-            self.emit_stage(&kernel.stages[0], ext, vec![spec], Shape::Point(plan))?;
+            let chain = match schedule.wide.first() {
+                Some(Some(WideCall {
+                    op: WideOp::Chain(chain),
+                    isa,
+                    ..
+                })) => chain_routine(false, *isa).map(|r| (chain, r)),
+                _ => None,
+            };
+            match chain {
+                // The segment as one chain call.
+                Some((chain, routine)) => {
+                    self.emit_chain_stage(&kernel.stages[0], ext, vec![spec], plan, chain, routine)?
+                }
+                None => self.emit_stage(&kernel.stages[0], ext, vec![spec], Shape::Point(plan))?,
+            }
             let next_last = self.b.ins().iadd(i_last, seg);
             self.b.def_var(outer[last], next_last);
             seg

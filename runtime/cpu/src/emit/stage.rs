@@ -9,7 +9,6 @@
 //! group, so each group's values die before the next starts), then four, then a scalar
 //! tail.
 
-use super::kernel::first_point;
 use super::reduce::{reaches_fold, Accumulators};
 use super::state::{Emitter, GuardMode, IntOp, LoopSpec, RowLoad};
 use crate::error::{Error, Result};
@@ -186,6 +185,7 @@ impl<'a> Emitter<'a, '_> {
         let [spec] = loops.as_slice() else {
             return Err(Error::internal("a chain row's stage has one loop"));
         };
+        let spec = *spec;
         let (body, live, _, _) = self.begin_stage(stage, ext, &loops);
         self.vals.clamped = plan.clamped.clone();
         self.vals.lanes = vec![None; body.nodes.len()];
@@ -204,7 +204,15 @@ impl<'a> Emitter<'a, '_> {
         ));
         let flags = MemFlagsData::trusted();
         let args = self.b.ins().stack_addr(ptr, slot, 0);
-        let x = self.element_pointer(chain.x.buffer, &first_point(&chain.x.index))?;
+        // The rows' addresses at the loop's first point (a pointwise kernel's segment
+        // starts inside its row).
+        let var = *self
+            .nest
+            .vars
+            .get(&spec.var)
+            .ok_or_else(|| Error::internal(format!("{} has no variable", spec.var)))?;
+        self.b.def_var(var, spec.start);
+        let x = self.element_pointer(chain.x.buffer, &chain.x.index)?;
         self.b.ins().store(flags, x, args, 0);
         let count = self.int_const(types::I64, chain.steps.len() as i64);
         self.b.ins().store(flags, count, args, 8);
@@ -217,19 +225,19 @@ impl<'a> Emitter<'a, '_> {
                 ChainOperand::None => (self.b.ins().f32const(0.0), null),
                 ChainOperand::Scalar { node, .. } => (self.scalar_of(*node)?, null),
                 ChainOperand::Row(l) => {
-                    let p = self.element_pointer(l.buffer, &first_point(&l.index))?;
+                    let p = self.element_pointer(l.buffer, &l.index)?;
                     (self.b.ins().f32const(0.0), p)
                 }
             };
             self.b.ins().store(flags, scalar, args, at + 4);
             self.b.ins().store(flags, row, args, at + 8);
             let out = match &link.out {
-                Some((b, i)) => self.element_pointer(*b, &first_point(i))?,
+                Some((b, i)) => self.element_pointer(*b, i)?,
                 None => null,
             };
             self.b.ins().store(flags, out, args, at + 16);
         }
-        let n = self.int_const(types::I64, spec.extent as i64);
+        let n = self.b.ins().isub(spec.end, spec.start);
         let sum = self.call_helper(routine as usize, &[ptr, types::I64], types::F32, &[args, n]);
         if let Some(acc) = chain.acc {
             self.done.scalar.insert(acc, sum);

@@ -25,7 +25,12 @@
 //!   point of another row (or the link itself, a square), every store a link of the chain
 //!   and the sum the last one: a layer or RMS norm's passes, a residual add in front. One
 //!   call of [`crate::wide::chain_routine`], the fixed nodes computed first as the loop's
-//!   own code computes them ([`ChainRow`]).
+//!   own code computes them ([`ChainRow`]). Links may also be `maximum`/`minimum` with a
+//!   constant (a ReLU, a clamp) in the JIT's one-instruction forms. A pointwise kernel's
+//!   store stage is a chain along its last axis too ([`chain_along`]): an epilogue's bias,
+//!   residual and clamp, one call per segment of a row that generated code runs, so a GEMM
+//!   or stencil still runs it on each block it computes; a stored row may be read back at
+//!   its own element (in place) when it is the one store, of the last link.
 //!
 //! The stages stay loop IR that the evaluator and, on a CPU without the width, the JIT
 //! run to the same values; the schedule records the call. Both need rows of at least
@@ -34,7 +39,7 @@
 use super::analysis::live_nodes;
 use super::analysis::split_linear;
 use super::wide::{
-    varies, ChainLink, ChainOperand, ChainRow, Factor, ScaleRow, WideCall, WideOp, MIN_POINTS,
+    ChainLink, ChainOperand, ChainRow, Factor, ScaleRow, WideCall, WideOp, MIN_POINTS,
 };
 use crate::wide::{ChainOp, MAX_CHAIN_STEPS};
 use crate::wide::{Isa, RowReduce};
@@ -596,28 +601,49 @@ fn offset_row(stage: &Stage, buffers: &[Buffer]) -> Option<WideOp> {
 /// loop or the same point of another row (or the link itself: a square). Every stored
 /// value is a link of the chain; a stored row is read nowhere in the stage (the routine
 /// reads a block of every row before it stores that block).
-fn chain_row(stage: &Stage, buffers: &[Buffer]) -> Option<ChainRow> {
-    let (v, body, end, acc, stores) = match stage {
-        Stage::Reduce { .. } => {
-            let (n, body, r, stores) = one_reduction(stage)?;
-            if n < MIN_POINTS || !stores.is_empty() || r.kind != ReduceKind::Sum {
-                return None;
-            }
-            (Var::reduce(0), body, r.value, Some(r.acc), stores)
+pub(super) fn chain_row(stage: &Stage, buffers: &[Buffer]) -> Option<ChainRow> {
+    let v = match stage {
+        Stage::Reduce { .. } => Var::reduce(0),
+        Stage::Store { .. } => Var::store(0),
+    };
+    match stage.domain() {
+        [n] if *n >= MIN_POINTS => chain_along(stage, v, buffers),
+        _ => None,
+    }
+}
+
+/// Per node of `body`: whether its value changes along `v`.
+fn varies_along(body: &Block, v: Var) -> Vec<bool> {
+    let mut along = vec![false; body.nodes.len()];
+    for (i, n) in body.nodes.iter().enumerate() {
+        let mut x = false;
+        for e in super::analysis::node_indices(&n.op) {
+            e.for_each_var(&mut |w| x |= w == v);
         }
-        Stage::Store {
-            domain,
-            body,
-            stores,
-        } => {
-            if domain.len() != 1 || domain[0] < MIN_POINTS {
+        n.for_each_operand(&mut |r| x |= along.get(r.index()).copied().unwrap_or(false));
+        along[i] = x;
+    }
+    along
+}
+
+/// [`chain_row`] of a stage whose points run along `v`: the stage's own loop, or (a
+/// pointwise kernel's store stage) the kernel's last axis, whose rows generated code
+/// cuts into segments at run time.
+pub(super) fn chain_along(stage: &Stage, v: Var, buffers: &[Buffer]) -> Option<ChainRow> {
+    let (body, end, acc, stores) = match stage {
+        Stage::Reduce { .. } => {
+            let (_, body, r, stores) = one_reduction(stage)?;
+            if !stores.is_empty() || r.kind != ReduceKind::Sum {
                 return None;
             }
+            (body, r.value, Some(r.acc), stores)
+        }
+        Stage::Store { body, stores, .. } => {
             let end = stores.iter().map(|s| s.value).max()?;
-            (Var::store(0), body, end, None, stores.as_slice())
+            (body, end, None, stores.as_slice())
         }
     };
-    let inner = varies(body);
+    let inner = varies_along(body, v);
     let stored: Vec<BufferId> = stores.iter().map(|s| s.buffer).collect();
     for st in stores {
         let out = Load {
@@ -630,10 +656,17 @@ fn chain_row(stage: &Stage, buffers: &[Buffer]) -> Option<ChainRow> {
             return None;
         }
     }
-    let reads_stored = body
-        .nodes
-        .iter()
-        .any(|n| matches!(&n.op, ExprOp::Load(l) if stored.contains(&l.buffer)));
+    // A stored row read elsewhere than at the element stored (or by a stage of more than
+    // one store) could be read after the routine stored it: the routine stores a block of
+    // the last value after every read of that block, so one store read back at its own
+    // element (an epilogue updating a GEMM's output in place) is safe.
+    let reads_stored = body.nodes.iter().any(|n| match &n.op {
+        ExprOp::Load(l) if stored.contains(&l.buffer) => match stores {
+            [st] => st.value != end || st.index != l.index || !l.guard.is_empty(),
+            _ => true,
+        },
+        _ => false,
+    });
     if reads_stored {
         return None;
     }
@@ -670,7 +703,31 @@ fn chain_row(stage: &Stage, buffers: &[Buffer]) -> Option<ChainRow> {
             break row(cur)?;
         };
         let is_load = |r: ExprRef| matches!(body.get(r).map(|n| &n.op), Some(ExprOp::Load(_)));
-        let (op, operand, prev) = if a == b {
+        // `maximum`/`minimum` with a constant, as the JIT's one-instruction forms.
+        let constant = |r: ExprRef| match body.get(r) {
+            Some(ExprNode {
+                dtype: DType::F32,
+                op: ExprOp::Const(Value::Float(c)),
+            }) => Some(*c as f32),
+            _ => None,
+        };
+        let extreme = match (op, inner[a.index()], inner[b.index()]) {
+            (BinaryOp::Maximum | BinaryOp::Minimum, true, false) => Some((b, a)),
+            (BinaryOp::Maximum | BinaryOp::Minimum, false, true) => Some((a, b)),
+            _ => None,
+        };
+        let (op, operand, prev) = if let Some((c, v)) = extreme {
+            let k = constant(c)?;
+            let plain = !k.is_nan() && k != 0.0;
+            match op {
+                BinaryOp::Maximum if k == 0.0 && k.is_sign_positive() => {
+                    (ChainOp::Relu, ChainOperand::None, v)
+                }
+                BinaryOp::Maximum if plain => (ChainOp::MaxConst, scalar(c)?, v),
+                BinaryOp::Minimum if plain => (ChainOp::MinConst, scalar(c)?, v),
+                _ => return None,
+            }
+        } else if a == b {
             if op != BinaryOp::Mul {
                 return None;
             }

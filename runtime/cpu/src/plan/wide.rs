@@ -59,6 +59,12 @@ pub const MIN_BLOCK: usize = 256;
 /// (BENCHMARKS.md).
 pub const MIN_POINTS: usize = 32;
 
+/// The shortest rows of a pointwise kernel run as chain calls: a GEMM or stencil runs
+/// its epilogue on each block it computes, and on MobileNetV2's 14x14 and 7x7 planes (rows
+/// of 196 and 49) a call per row cost more than the `f32x4` loop it replaced (15-30 us
+/// per layer at one thread, Zen 5), where rows of 784 and more gained.
+pub const MIN_CHAIN_ROW: usize = 256;
+
 /// The most points of a stage split without blocking (a softmax row): its scratch row,
 /// 16 KiB, stays in L1 with the input line.
 pub const MAX_STAGE_POINTS: usize = 4096;
@@ -244,11 +250,17 @@ impl fmt::Display for WideCall {
                         ChainOperand::Scalar { text, .. } => text.clone(),
                         ChainOperand::Row(ld) => format!("{}[{}]", ld.buffer, ld.index),
                     };
-                    let operand = if compound { format!("({v})") } else { v };
-                    (v, compound) = match l.op {
-                        ChainOp::Square => (l.op.show(&operand, &a), false),
-                        _ => (l.op.show(&operand, &a), true),
+                    // Function-call forms need no parentheses, around them or inside.
+                    let call = matches!(
+                        l.op,
+                        ChainOp::Square | ChainOp::Relu | ChainOp::MaxConst | ChainOp::MinConst
+                    );
+                    let operand = if compound && !call {
+                        format!("({v})")
+                    } else {
+                        v
                     };
+                    (v, compound) = (l.op.show(&operand, &a), !call);
                     if let Some((b, i)) = &l.out {
                         stored.push(format!("{b}[{i}]"));
                     }
@@ -618,6 +630,25 @@ fn apply_stage(row: BufferId, f: UnaryFn, points: usize) -> Stage {
     }
 }
 
+/// The chain call of a pointwise `kernel` whose store stage, along its last axis, is a
+/// chain row ([`super::rows::chain_along`]): an epilogue's bias, residual and clamp. The
+/// kernel stays as it is (a GEMM or a stencil may run it on each block it computes);
+/// generated code makes one call per segment of a row that it runs. `None` when it is
+/// not one, or its rows are shorter than [`MIN_CHAIN_ROW`].
+fn chain_pointwise(kernel: &Kernel, buffers: &[Buffer], isa: Isa) -> Option<WideCall> {
+    let n = kernel.domain.len();
+    let row = *kernel.domain.last()?;
+    if row < MIN_CHAIN_ROW || kernel.stages.len() != 1 {
+        return None;
+    }
+    let chain = super::rows::chain_along(&kernel.stages[0], Var::outer(n - 1), buffers)?;
+    chain.acc.is_none().then_some(WideCall {
+        op: WideOp::Chain(chain),
+        isa,
+        len: row,
+    })
+}
+
 /// The `wide` kernel step (see the module docs): `kernel` rewritten with its wide
 /// functions applied by routine calls and its row reductions made row calls (`rows.rs`),
 /// the calls and scratch slots recorded in `schedule`; `None` when nothing pays.
@@ -650,6 +681,14 @@ pub fn apply_wide(
         (kernel.clone(), vec![None; n], (0..n).collect())
     });
     let mut rows_any = false;
+    if !split_any && unroll == 4 && is_pointwise(kernel) {
+        // A pointwise kernel without wide functions whose store stage is a chain (an
+        // epilogue's bias and clamp): one call per segment of a row.
+        if let Some(call) = chain_pointwise(kernel, buffers, isa) {
+            calls = vec![Some(call)];
+            rows_any = true;
+        }
+    }
     if unroll == 4 && !is_pointwise(kernel) {
         if let Some(map) = super::rows::merge_exp_sums(&mut k, &mut calls, isa, buffers) {
             for m in &mut moved {
