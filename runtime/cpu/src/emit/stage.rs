@@ -160,13 +160,18 @@ impl<'a> Emitter<'a, '_> {
             }
         }
         self.finish_accumulators(reductions, &accs)?;
+        self.end_stage(&loops);
+        Ok(())
+    }
+
+    /// Forgets the per-stage emission state of a stage over `loops`.
+    fn end_stage(&mut self, loops: &[LoopSpec]) {
         self.nest.index_memo.clear();
-        for l in &loops {
+        for l in loops {
             self.nest.vars.remove(&l.var);
         }
         self.nest.levels = Levels::default();
         self.nest.loop_vars.clear();
-        Ok(())
     }
 
     /// A stage the plan made a chain row call ([`ChainRow`]): the nodes fixed over its
@@ -242,12 +247,7 @@ impl<'a> Emitter<'a, '_> {
         if let Some(acc) = chain.acc {
             self.done.scalar.insert(acc, sum);
         }
-        self.nest.index_memo.clear();
-        for l in &loops {
-            self.nest.vars.remove(&l.var);
-        }
-        self.nest.levels = Levels::default();
-        self.nest.loop_vars.clear();
+        self.end_stage(&loops);
         Ok(())
     }
 

@@ -626,6 +626,19 @@ fn varies_along(body: &Block, v: Var) -> Vec<bool> {
     along
 }
 
+/// The chain op of `op` with the chain's value as its first operand (`first`) or second.
+fn arithmetic(op: BinaryOp, first: bool) -> Option<ChainOp> {
+    Some(match (op, first) {
+        (BinaryOp::Add, _) => ChainOp::Add,
+        (BinaryOp::Mul, _) => ChainOp::Mul,
+        (BinaryOp::Sub, true) => ChainOp::Sub,
+        (BinaryOp::Sub, false) => ChainOp::SubFrom,
+        (BinaryOp::Div, true) => ChainOp::Div,
+        (BinaryOp::Div, false) => ChainOp::DivInto,
+        _ => return None,
+    })
+}
+
 /// [`chain_row`] of a stage whose points run along `v`: the stage's own loop, or (a
 /// pointwise kernel's store stage) the kernel's last axis, whose rows generated code
 /// cuts into segments at run time.
@@ -732,47 +745,23 @@ pub(super) fn chain_along(stage: &Stage, v: Var, buffers: &[Buffer]) -> Option<C
                 return None;
             }
             (ChainOp::Square, ChainOperand::None, a)
-        } else if inner[a.index()] && !inner[b.index()] {
-            let op = match op {
-                BinaryOp::Add => ChainOp::Add,
-                BinaryOp::Sub => ChainOp::Sub,
-                BinaryOp::Mul => ChainOp::Mul,
-                BinaryOp::Div => ChainOp::Div,
-                _ => return None,
-            };
-            (op, scalar(b)?, a)
-        } else if !inner[a.index()] && inner[b.index()] {
-            let op = match op {
-                BinaryOp::Add => ChainOp::Add,
-                BinaryOp::Sub => ChainOp::SubFrom,
-                BinaryOp::Mul => ChainOp::Mul,
-                BinaryOp::Div => ChainOp::DivInto,
-                _ => return None,
-            };
-            (op, scalar(a)?, b)
-        } else if is_load(b) {
-            // Both vary: the other operand is a row, the chain goes on through `a`.
-            let op = match op {
-                BinaryOp::Add => ChainOp::Add,
-                BinaryOp::Sub => ChainOp::Sub,
-                BinaryOp::Mul => ChainOp::Mul,
-                BinaryOp::Div => ChainOp::Div,
-                _ => return None,
-            };
-            used.push(b.index());
-            (op, ChainOperand::Row(row(b)?), a)
-        } else if is_load(a) {
-            let op = match op {
-                BinaryOp::Add => ChainOp::Add,
-                BinaryOp::Sub => ChainOp::SubFrom,
-                BinaryOp::Mul => ChainOp::Mul,
-                BinaryOp::Div => ChainOp::DivInto,
-                _ => return None,
-            };
-            used.push(a.index());
-            (op, ChainOperand::Row(row(a)?), b)
         } else {
-            return None;
+            // The other operand: a scalar, or (both vary) a row; the chain goes on
+            // through the one that is neither.
+            let (other, prev, first) = match (inner[a.index()], inner[b.index()]) {
+                (true, false) => (b, a, true),
+                (false, true) => (a, b, false),
+                _ if is_load(b) => (b, a, true),
+                _ if is_load(a) => (a, b, false),
+                _ => return None,
+            };
+            let operand = if inner[other.index()] {
+                used.push(other.index());
+                ChainOperand::Row(row(other)?)
+            } else {
+                scalar(other)?
+            };
+            (arithmetic(op, first)?, operand, prev)
         };
         links.push(ChainLink {
             op,
