@@ -200,14 +200,17 @@ fn chain_routines_match_scalar_steps() {
     }
 }
 
-/// Timing of the chain routines on one L1-resident row of 1024 against the scalar loop
-/// (not a test: `cargo test --release -p ferrite-cpu --test wide chain_speed -- --ignored
-/// --nocapture`).
+/// Timing of the chain routines on one L1-resident row (1024 floats, or `CHAIN_N`) against
+/// the scalar loop (not a test: `CHAIN_N=196 cargo test --release -p ferrite-cpu --test wide
+/// chain_speed -- --ignored --nocapture`).
 #[test]
 #[ignore]
 fn chain_speed() {
     use ferrite_cpu::wide::{chain_routine, ChainArgs};
-    let n = 1024;
+    let n: usize = std::env::var("CHAIN_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
     let x: Vec<f32> = (0..n).map(|i| (i as f32).sin()).collect();
     let w: Vec<f32> = (0..n).map(|i| 1.0 + (i as f32) * 1e-3).collect();
     let b: Vec<f32> = (0..n).map(|i| (i as f32) * 1e-3).collect();
