@@ -359,7 +359,8 @@ fn gemm_epilogue_in_place() {
 #[test]
 fn norm_rows_are_chain_calls() {
     let rows = 12;
-    for c in [33, 64, 100, 257, 1024, 4099] {
+    // Rows under `MIN_CHAIN_ROW` (64) keep the loops; the others have tails of every kind.
+    for c in [64, 257, 271, 300, 1024, 4099] {
         let ty = format!("f32[{rows}, {c}]");
         let v = format!("f32[{c}]");
         let graphs = [
@@ -410,7 +411,8 @@ fn norm_rows_are_chain_calls() {
             ),
         ];
         for (src, calls) in &graphs {
-            special_rows(src, rows, c, *calls);
+            let calls = if c >= 256 { *calls } else { 0 };
+            special_rows(src, rows, c, calls);
         }
     }
 }

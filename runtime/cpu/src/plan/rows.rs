@@ -19,8 +19,8 @@
 //!   `v` or `where(v < c, z, v)`, `v` a unit-stride row or `exp(row - c)` (a row too long
 //!   to keep its exps), and `k` an accumulator, its reciprocal or a constant (a softmax's
 //!   last pass) is one call of [`crate::wide::scale_routine`].
-//! - **Chain rows**: any other stage of one `f32` sum (no stores) or of unit-stride `f32`
-//!   stores whose nodes that vary along the loop are a chain of `+ - * /` from one
+//! - **Chain rows** (rows of at least [`MIN_CHAIN_ROW`]): any other stage of one `f32`
+//!   sum (no stores) or of unit-stride `f32` stores whose nodes that vary along the loop are a chain of `+ - * /` from one
 //!   unit-stride row, each link's other operand a node fixed over the loop or the same
 //!   point of another row (or the link itself, a square), every store a link of the chain
 //!   and the sum the last one: a layer or RMS norm's passes, a residual add in front. One
@@ -39,7 +39,8 @@
 use super::analysis::live_nodes;
 use super::analysis::split_linear;
 use super::wide::{
-    ChainLink, ChainOperand, ChainRow, Factor, ScaleRow, WideCall, WideOp, MIN_POINTS,
+    ChainLink, ChainOperand, ChainRow, Factor, ScaleRow, WideCall, WideOp, MIN_CHAIN_ROW,
+    MIN_POINTS,
 };
 use crate::wide::{ChainOp, MAX_CHAIN_STEPS};
 use crate::wide::{Isa, RowReduce};
@@ -596,18 +597,19 @@ fn offset_row(stage: &Stage, buffers: &[Buffer]) -> Option<WideOp> {
 
 /// The chain row `stage` is, if it is one (see [`ChainRow`]): a reduce stage with one
 /// `f32` sum and no stores, or a store stage of unit-stride `f32` rows, over one loop of
-/// at least [`MIN_POINTS`] points, whose nodes that vary along the loop are a chain of
+/// at least [`MIN_CHAIN_ROW`] points, whose nodes that vary along the loop are a chain of
 /// `+ - * /` from one unit-stride row, each link's other operand a node fixed over the
 /// loop or the same point of another row (or the link itself: a square). Every stored
-/// value is a link of the chain; a stored row is read nowhere in the stage (the routine
-/// reads a block of every row before it stores that block).
+/// value is a link of the chain; a stored row is read only at its own element, by the
+/// one store, of the last link (the routine reads a block of every row before it stores
+/// that block).
 pub(super) fn chain_row(stage: &Stage, buffers: &[Buffer]) -> Option<ChainRow> {
     let v = match stage {
         Stage::Reduce { .. } => Var::reduce(0),
         Stage::Store { .. } => Var::store(0),
     };
     match stage.domain() {
-        [n] if *n >= MIN_POINTS => chain_along(stage, v, buffers),
+        [n] if *n >= MIN_CHAIN_ROW => chain_along(stage, v, buffers),
         _ => None,
     }
 }
