@@ -211,12 +211,7 @@ impl<'a> Emitter<'a, '_> {
         let args = self.b.ins().stack_addr(ptr, slot, 0);
         // The rows' addresses at the loop's first point (a pointwise kernel's segment
         // starts inside its row).
-        let var = *self
-            .nest
-            .vars
-            .get(&spec.var)
-            .ok_or_else(|| Error::internal(format!("{} has no variable", spec.var)))?;
-        self.b.def_var(var, spec.start);
+        self.start_loop(spec)?;
         let x = self.element_pointer(chain.x.buffer, &chain.x.index)?;
         self.b.ins().store(flags, x, args, 0);
         let count = self.int_const(types::I64, chain.steps.len() as i64);
@@ -343,15 +338,21 @@ impl<'a> Emitter<'a, '_> {
         Ok(())
     }
 
-    /// The loop of `level` and everything inside it.
-    fn emit_loop(&mut self, ctx: &StageCtx<'_>, level: usize) -> Result<()> {
-        let spec = ctx.loops[level - 1];
+    /// Sets the variable of loop `spec` to its first point; returns the variable.
+    fn start_loop(&mut self, spec: LoopSpec) -> Result<Variable> {
         let var = *self
             .nest
             .vars
             .get(&spec.var)
             .ok_or_else(|| Error::internal(format!("{} has no variable", spec.var)))?;
         self.b.def_var(var, spec.start);
+        Ok(var)
+    }
+
+    /// The loop of `level` and everything inside it.
+    fn emit_loop(&mut self, ctx: &StageCtx<'_>, level: usize) -> Result<()> {
+        let spec = ctx.loops[level - 1];
+        let var = self.start_loop(spec)?;
         let innermost = level == ctx.loops.len();
         if innermost {
             let mut rest = true;
