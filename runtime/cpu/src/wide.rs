@@ -340,60 +340,13 @@ impl ChainOp {
         }
     }
 
-    /// The op a `u32` of generated code names (the inverse of `as u32`).
-    pub fn from_u32(op: u32) -> Option<ChainOp> {
-        Some(match op {
-            0 => ChainOp::Add,
-            1 => ChainOp::Sub,
-            2 => ChainOp::SubFrom,
-            3 => ChainOp::Mul,
-            4 => ChainOp::Div,
-            5 => ChainOp::DivInto,
-            6 => ChainOp::Square,
-            7 => ChainOp::MaxConst,
-            8 => ChainOp::MinConst,
-            9 => ChainOp::Relu,
-            _ => return None,
-        })
-    }
-
-    /// Whether the op reads no operand.
-    pub fn unary(self) -> bool {
-        matches!(self, ChainOp::Square | ChainOp::Relu)
-    }
-
-    /// `op(v, a)` in `f32`, as the JIT's scalar code computes it.
-    pub fn apply(self, v: f32, a: f32) -> f32 {
-        match self {
-            ChainOp::Add => v + a,
-            ChainOp::Sub => v - a,
-            ChainOp::SubFrom => a - v,
-            ChainOp::Mul => v * a,
-            ChainOp::Div => v / a,
-            ChainOp::DivInto => a / v,
-            ChainOp::Square => v * v,
-            ChainOp::MaxConst => {
-                if v < a {
-                    a
-                } else {
-                    v
-                }
-            }
-            ChainOp::MinConst => {
-                if a < v {
-                    a
-                } else {
-                    v
-                }
-            }
-            ChainOp::Relu => {
-                if 0.0 >= v {
-                    0.0
-                } else {
-                    v
-                }
-            }
-        }
+    /// Whether the step is written as a function of the value (`square(v)`,
+    /// `maximum(v, a)`), which needs no parentheses around or inside it.
+    pub fn function_form(self) -> bool {
+        matches!(
+            self,
+            ChainOp::Square | ChainOp::Relu | ChainOp::MaxConst | ChainOp::MinConst
+        )
     }
 }
 
@@ -414,8 +367,8 @@ pub struct ChainStep {
 /// A chain row: the value of each element `j` of a row is `x[j]` taken through `steps`
 /// ops, each with a scalar or the element `j` of another row as its operand, and stored
 /// after the steps that say so: the passes of a layer or RMS norm (`(x - mean) * rstd *
-/// w + b`, `(x + r - mean)^2`) as one routine call. The layout is generated code's: `x` at
-/// 0, the step count at 8, the steps (24 bytes each) from 16.
+/// w + b`, `(x + r - mean)^2`) as one routine call. Generated code writes each field at
+/// its `offset_of!`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ChainArgs {
@@ -424,15 +377,6 @@ pub struct ChainArgs {
     pub count: u64,
     pub steps: [ChainStep; MAX_CHAIN_STEPS],
 }
-
-// Generated code writes these fields at these offsets (`emit/stage.rs`).
-const _: () = {
-    use std::mem::{offset_of, size_of};
-    assert!(offset_of!(ChainArgs, x) == 0 && offset_of!(ChainArgs, count) == 8);
-    assert!(offset_of!(ChainArgs, steps) == 16 && size_of::<ChainStep>() == 24);
-    assert!(offset_of!(ChainStep, op) == 0 && offset_of!(ChainStep, scalar) == 4);
-    assert!(offset_of!(ChainStep, row) == 8 && offset_of!(ChainStep, out) == 16);
-};
 
 /// A chain row over `n` elements: [`ChainArgs`]; returns the sum of the last step's values
 /// in the JIT's order ([`crate::row_order`]) for a sum routine, `0` for a store routine.
@@ -869,10 +813,6 @@ macro_rules! rows {
             }
         }
 
-        /// `NV` vectors of a chain row from element `at`: every step in order, each
-        /// store right after its step; with `SUM`, the values after the last step added
-        /// into `acc` in the JIT's order.
-        ///
         /// Folds a chain row's sum lanes into `folds` and restarts them: out of line, so
         /// that the block's loop stays small enough to keep its vectors in registers.
         ///
@@ -886,8 +826,10 @@ macro_rules! rows {
             *acc = [f(0.0); PER];
         }
 
-        /// Blocks of `NV` vectors from `at` while they fit in `n`; returns where they
-        /// stopped.
+        /// Blocks of `NV` vectors of a chain row from `at` while they fit in `n`: every
+        /// step in order on the whole block, each store right after its step; with `SUM`,
+        /// the values after the last step added into `acc` in the JIT's order. Returns
+        /// where the blocks stopped.
         ///
         /// # Safety
         /// As [`chain_sum`].
@@ -1029,7 +971,7 @@ macro_rules! rows {
                 let at = chain_vectors::<4, SUM>(args.x, steps, at, n, &mut acc, &mut folds);
                 chain_vectors::<PER, SUM>(args.x, steps, at, n, &mut acc, &mut folds)
             };
-            // The rest, fewer than 16 elements: one more step over copies padded to 16.
+            // The rest, fewer than 16 elements: one masked step.
             let mut rest = [0.0f32; STEP];
             if at < n {
                 // SAFETY: the rows hold `n > at` floats.

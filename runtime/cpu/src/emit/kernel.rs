@@ -25,11 +25,12 @@ use super::state::{Emitter, Exits, Finished, IntOp, Ints, LoopSpec, Memory, Nest
 use crate::error::{Error, Result};
 use crate::jit::{isa_has_fma, signature};
 use crate::plan::analysis::{is_pointwise, substitute};
-use crate::plan::wide::{Factor, WideCall, WideOp};
+use crate::plan::wide::{ChainRow, Factor, WideCall, WideOp};
 use crate::plan::{Schedule, StagePlan, StageReport};
 use crate::vmath::VMath;
 use crate::wide::{
     chain_routine, exp_sum_routine, in_place_routine, offset_routine, row_routine, scale_routine,
+    ChainFn,
 };
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
@@ -394,15 +395,7 @@ impl<'a> Emitter<'a, '_> {
                 store: vec![],
             };
             let plan = stage_plan(schedule, 0)?;
-            let chain = match schedule.wide.first() {
-                Some(Some(WideCall {
-                    op: WideOp::Chain(chain),
-                    isa,
-                    ..
-                })) => chain_routine(false, *isa).map(|r| (chain, r)),
-                _ => None,
-            };
-            match chain {
+            match schedule.wide.first().and_then(|c| chain_call(c.as_ref()?)) {
                 // The segment as one chain call.
                 Some((chain, routine)) => {
                     self.emit_chain_stage(&kernel.stages[0], ext, vec![spec], plan, chain, routine)?
@@ -485,15 +478,14 @@ impl<'a> Emitter<'a, '_> {
             self.done.scalar.clear();
             for (si, stage) in kernel.stages.iter().enumerate() {
                 if let Some(Some(call)) = schedule.wide.get(si) {
-                    if let WideOp::Chain(chain) = &call.op {
-                        if let Some(routine) = chain_routine(chain.acc.is_some(), call.isa) {
-                            let plan = stage_plan(schedule, si)?;
-                            let ext = stage.extents(domain);
-                            let loops = self.stage_loops(stage);
-                            self.emit_chain_stage(stage, ext, loops, plan, chain, routine)?;
-                            continue;
-                        }
-                    } else if self.emit_wide_call(call)? {
+                    if let Some((chain, routine)) = chain_call(call) {
+                        let plan = stage_plan(schedule, si)?;
+                        let ext = stage.extents(domain);
+                        let loops = self.stage_loops(stage);
+                        self.emit_chain_stage(stage, ext, loops, plan, chain, routine)?;
+                        continue;
+                    }
+                    if self.emit_wide_call(call)? {
                         continue;
                     }
                     // A width this CPU lacks: the stage is a loop like any other.
@@ -681,8 +673,17 @@ impl Emitter<'_, '_> {
     }
 }
 
+/// A chain row call and its routine (summing when the chain has an accumulator), when
+/// `call` is one and this CPU has its width.
+fn chain_call(call: &WideCall) -> Option<(&ChainRow, ChainFn)> {
+    match &call.op {
+        WideOp::Chain(chain) => Some((chain, chain_routine(chain.acc.is_some(), call.isa)?)),
+        _ => None,
+    }
+}
+
 /// `index` at the first point of a stage's one loop (`r0` or `j0` at 0).
-pub(super) fn first_point(index: &IndexExpr) -> IndexExpr {
+fn first_point(index: &IndexExpr) -> IndexExpr {
     substitute(index, &|v: Var| {
         (v == Var::reduce(0) || v == Var::store(0)).then_some(IndexExpr::Const(0))
     })

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::plan::analysis::{live_nodes, node_indices, split_linear, Levels};
 use crate::plan::wide::{ChainOperand, ChainRow};
 use crate::plan::{Lanes, OuterLanes, StageLanes, StagePlan, VectorPlan};
-use crate::wide::{ChainArgs, ChainFn};
+use crate::wide::{ChainArgs, ChainFn, ChainStep};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_codegen::ir::{MemFlagsData, StackSlotData, StackSlotKind};
@@ -24,6 +24,7 @@ use ferrite_ir::loops::{
     Block, Bound, BufferId, ExprOp, Extents, IndexExpr, Reduction, Stage, StoreOp, Var,
 };
 use ferrite_ir::DType;
+use std::mem::{offset_of, size_of};
 
 /// How the points of a stage run.
 #[derive(Clone, Copy)]
@@ -201,7 +202,7 @@ impl<'a> Emitter<'a, '_> {
             }
         }
         let ptr = self.target.ptr_type;
-        let bytes = std::mem::size_of::<ChainArgs>() as u32;
+        let bytes = size_of::<ChainArgs>() as u32;
         let slot = self.b.create_sized_stack_slot(StackSlotData::new(
             StackSlotKind::ExplicitSlot,
             bytes,
@@ -212,15 +213,23 @@ impl<'a> Emitter<'a, '_> {
         // The rows' addresses at the loop's first point (a pointwise kernel's segment
         // starts inside its row).
         self.start_loop(spec)?;
+        // Each field at its offset in the routine's `repr(C)` layout.
+        let field = |o: usize| o as i32;
         let x = self.element_pointer(chain.x.buffer, &chain.x.index)?;
-        self.b.ins().store(flags, x, args, 0);
+        self.b
+            .ins()
+            .store(flags, x, args, field(offset_of!(ChainArgs, x)));
         let count = self.int_const(types::I64, chain.steps.len() as i64);
-        self.b.ins().store(flags, count, args, 8);
+        self.b
+            .ins()
+            .store(flags, count, args, field(offset_of!(ChainArgs, count)));
         let null = self.b.ins().iconst(ptr, 0);
         for (k, link) in chain.steps.iter().enumerate() {
-            let at = 16 + 24 * k as i32;
+            let at = field(offset_of!(ChainArgs, steps) + k * size_of::<ChainStep>());
             let op = self.b.ins().iconst(types::I32, link.op as u32 as i64);
-            self.b.ins().store(flags, op, args, at);
+            self.b
+                .ins()
+                .store(flags, op, args, at + field(offset_of!(ChainStep, op)));
             let (scalar, row) = match &link.operand {
                 ChainOperand::None => (self.b.ins().f32const(0.0), null),
                 ChainOperand::Scalar { node, .. } => (self.scalar_of(*node)?, null),
@@ -229,13 +238,22 @@ impl<'a> Emitter<'a, '_> {
                     (self.b.ins().f32const(0.0), p)
                 }
             };
-            self.b.ins().store(flags, scalar, args, at + 4);
-            self.b.ins().store(flags, row, args, at + 8);
+            self.b.ins().store(
+                flags,
+                scalar,
+                args,
+                at + field(offset_of!(ChainStep, scalar)),
+            );
+            self.b
+                .ins()
+                .store(flags, row, args, at + field(offset_of!(ChainStep, row)));
             let out = match &link.out {
                 Some((b, i)) => self.element_pointer(*b, i)?,
                 None => null,
             };
-            self.b.ins().store(flags, out, args, at + 16);
+            self.b
+                .ins()
+                .store(flags, out, args, at + field(offset_of!(ChainStep, out)));
         }
         let n = self.b.ins().isub(spec.end, spec.start);
         let sum = self.call_helper(routine as usize, &[ptr, types::I64], types::F32, &[args, n]);

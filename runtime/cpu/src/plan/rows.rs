@@ -39,8 +39,8 @@
 use super::analysis::live_nodes;
 use super::analysis::split_linear;
 use super::wide::{
-    ChainLink, ChainOperand, ChainRow, Factor, ScaleRow, WideCall, WideOp, MIN_CHAIN_ROW,
-    MIN_POINTS,
+    varies_with, ChainLink, ChainOperand, ChainRow, Factor, ScaleRow, WideCall, WideOp,
+    MIN_CHAIN_ROW, MIN_POINTS,
 };
 use crate::wide::{ChainOp, MAX_CHAIN_STEPS};
 use crate::wide::{Isa, RowReduce};
@@ -383,14 +383,7 @@ fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
             if x2 != *x {
                 return None;
             }
-            let constant = |r: ExprRef| match node(r) {
-                Some(ExprNode {
-                    dtype: DType::F32,
-                    op: ExprOp::Const(Value::Float(v)),
-                }) => Some(*v as f32),
-                _ => None,
-            };
-            let (below, zero) = (constant(lim)?, constant(*z)?);
+            let (below, zero) = (f32_constant(body, lim)?, f32_constant(body, *z)?);
             let (src, exp, nodes) = value_of(*x)?;
             used.extend(nodes);
             used.extend([w.index(), c.index(), lim.index(), z.index()]);
@@ -417,6 +410,17 @@ fn scale_row(stage: &Stage, buffers: &[Buffer]) -> Option<ScaleRow> {
         out: st.buffer,
         out_index: st.index.clone(),
     })
+}
+
+/// The value of node `r` of `body` if it is an `f32` constant.
+fn f32_constant(body: &Block, r: ExprRef) -> Option<f32> {
+    match body.get(r)? {
+        ExprNode {
+            dtype: DType::F32,
+            op: ExprOp::Const(Value::Float(c)),
+        } => Some(*c as f32),
+        _ => None,
+    }
 }
 
 /// A row's factor: an accumulator, its reciprocal or a constant, and the nodes it takes.
@@ -614,20 +618,6 @@ pub(super) fn chain_row(stage: &Stage, buffers: &[Buffer]) -> Option<ChainRow> {
     }
 }
 
-/// Per node of `body`: whether its value changes along `v`.
-fn varies_along(body: &Block, v: Var) -> Vec<bool> {
-    let mut along = vec![false; body.nodes.len()];
-    for (i, n) in body.nodes.iter().enumerate() {
-        let mut x = false;
-        for e in super::analysis::node_indices(&n.op) {
-            e.for_each_var(&mut |w| x |= w == v);
-        }
-        n.for_each_operand(&mut |r| x |= along.get(r.index()).copied().unwrap_or(false));
-        along[i] = x;
-    }
-    along
-}
-
 /// The chain op of `op` with the chain's value as its first operand (`first`) or second.
 fn arithmetic(op: BinaryOp, first: bool) -> Option<ChainOp> {
     Some(match (op, first) {
@@ -658,7 +648,7 @@ pub(super) fn chain_along(stage: &Stage, v: Var, buffers: &[Buffer]) -> Option<C
             (body, end, None, stores.as_slice())
         }
     };
-    let inner = varies_along(body, v);
+    let inner = varies_with(body, &|w| w == v);
     let stored: Vec<BufferId> = stores.iter().map(|s| s.buffer).collect();
     for st in stores {
         let out = Load {
@@ -686,15 +676,7 @@ pub(super) fn chain_along(stage: &Stage, v: Var, buffers: &[Buffer]) -> Option<C
         return None;
     }
     // A row operand: an unguarded unit-stride `f32` row along the loop.
-    let row = |r: ExprRef| -> Option<Load> {
-        match body.get(r)? {
-            ExprNode {
-                dtype: DType::F32,
-                op: ExprOp::Load(l),
-            } if unit_row(l, v, buffers) => Some(l.clone()),
-            _ => None,
-        }
-    };
+    let row = |r: ExprRef| row_load(body, r, v, None, buffers);
     let scalar = |r: ExprRef| -> Option<ChainOperand> {
         let n = body.get(r)?;
         (n.dtype == DType::F32 && !inner[r.index()]).then(|| ChainOperand::Scalar {
@@ -702,6 +684,7 @@ pub(super) fn chain_along(stage: &Stage, v: Var, buffers: &[Buffer]) -> Option<C
             text: body.expr_text(r),
         })
     };
+    let is_load = |r: ExprRef| matches!(body.get(r).map(|n| &n.op), Some(ExprOp::Load(_)));
     // Walk back from the last value to the row it starts from.
     let mut links = Vec::new();
     let mut chain_nodes = Vec::new();
@@ -717,22 +700,14 @@ pub(super) fn chain_along(stage: &Stage, v: Var, buffers: &[Buffer]) -> Option<C
         let ExprOp::Binary(op, a, b) = node.op else {
             break row(cur)?;
         };
-        let is_load = |r: ExprRef| matches!(body.get(r).map(|n| &n.op), Some(ExprOp::Load(_)));
         // `maximum`/`minimum` with a constant, as the JIT's one-instruction forms.
-        let constant = |r: ExprRef| match body.get(r) {
-            Some(ExprNode {
-                dtype: DType::F32,
-                op: ExprOp::Const(Value::Float(c)),
-            }) => Some(*c as f32),
-            _ => None,
-        };
         let extreme = match (op, inner[a.index()], inner[b.index()]) {
             (BinaryOp::Maximum | BinaryOp::Minimum, true, false) => Some((b, a)),
             (BinaryOp::Maximum | BinaryOp::Minimum, false, true) => Some((a, b)),
             _ => None,
         };
         let (op, operand, prev) = if let Some((c, v)) = extreme {
-            let k = constant(c)?;
+            let k = f32_constant(body, c)?;
             let plain = !k.is_nan() && k != 0.0;
             match op {
                 BinaryOp::Maximum if k == 0.0 && k.is_sign_positive() => {

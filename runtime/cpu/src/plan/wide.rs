@@ -38,7 +38,7 @@ use super::analysis::{drop_dead_nodes, is_pointwise, node_indices, substitute};
 use super::stash::{flat_index, load_from_scratch, to_store_vars, MAX_SCRATCH_BYTES};
 use super::{Schedule, ScratchSlot};
 use crate::vmath::UnaryFn;
-use crate::wide::{ChainOp, Isa, RowReduce};
+use crate::wide::{Isa, RowReduce};
 use ferrite_ir::loops::{
     AccId, Block, Buffer, BufferId, BufferKind, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load,
     Stage, StoreOp, Value, Var, VarKind,
@@ -251,11 +251,7 @@ impl fmt::Display for WideCall {
                         ChainOperand::Scalar { text, .. } => text.clone(),
                         ChainOperand::Row(ld) => format!("{}[{}]", ld.buffer, ld.index),
                     };
-                    // Function-call forms need no parentheses, around them or inside.
-                    let call = matches!(
-                        l.op,
-                        ChainOp::Square | ChainOp::Relu | ChainOp::MaxConst | ChainOp::MinConst
-                    );
+                    let call = l.op.function_form();
                     let operand = if compound && !call {
                         format!("({v})")
                     } else {
@@ -315,12 +311,18 @@ fn wide_fn(node: &ExprNode) -> Option<UnaryFn> {
 
 /// Per node: whether its value changes from one inner point of the stage to the next
 /// (else it is computed once per outer point, and no block call helps).
-pub(super) fn varies(body: &Block) -> Vec<bool> {
+fn varies(body: &Block) -> Vec<bool> {
+    varies_with(body, &|x| x.kind != VarKind::Outer)
+}
+
+/// Per node: whether its value depends on a variable `moves` picks (through its indices
+/// or its operands).
+pub(super) fn varies_with(body: &Block, moves: &dyn Fn(Var) -> bool) -> Vec<bool> {
     let mut inner = vec![false; body.nodes.len()];
     for (i, n) in body.nodes.iter().enumerate() {
         let mut v = false;
         for e in node_indices(&n.op) {
-            e.for_each_var(&mut |x| v |= x.kind != VarKind::Outer);
+            e.for_each_var(&mut |x| v |= moves(x));
         }
         n.for_each_operand(&mut |r| v |= inner.get(r.index()).copied().unwrap_or(false));
         inner[i] = v;
@@ -643,7 +645,7 @@ fn chain_pointwise(kernel: &Kernel, buffers: &[Buffer], isa: Isa) -> Option<Wide
         return None;
     }
     let chain = super::rows::chain_along(&kernel.stages[0], Var::outer(n - 1), buffers)?;
-    chain.acc.is_none().then_some(WideCall {
+    Some(WideCall {
         op: WideOp::Chain(chain),
         isa,
         len: row,
