@@ -35,6 +35,10 @@
 //!
 //! Results differ from the generated code's in rounding only: each tap is one FMA (the
 //! generated code rounds the product, then the sum), summed in the same order.
+//!
+//! The same shape with `maximum` in place of `+` and taps whose guarded lanes read `-inf`
+//! (a max pooling) is a [`Combine::Max`] stencil: the same loop, each tap one IEEE
+//! maximum (NaN propagates, `-0 < +0`), which gives the generated code's bits in any order.
 
 use ferrite_ir::loops::{
     Block, Buffer, BufferId, ExprNode, ExprOp, ExprRef, IndexExpr, Kernel, Load, Stage, StoreOp,
@@ -94,7 +98,18 @@ pub struct Tap {
     pub coef: Coef,
 }
 
-/// A kernel's sum of shifted rows (see the module docs).
+/// How a stencil combines its taps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combine {
+    /// `Σ c_t * x_t`, one FMA per tap in order; lanes outside a tap's interval read 0.
+    Sum,
+    /// The IEEE 754-2019 `maximum` of the taps (a max pooling): NaN if any is NaN, `-0 <
+    /// +0`; lanes outside a tap's interval read `-inf` (what the loop IR's guarded loads
+    /// give). The order does not change the result; coefficients are not used.
+    Max,
+}
+
+/// A kernel's sum (or maximum, [`Combine`]) of shifted rows (see the module docs).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stencil {
     /// The buffer the sum is written to, dense `[planes, rows, cols]`.
@@ -107,6 +122,8 @@ pub struct Stencil {
     pub cols: usize,
     /// Source elements between neighbours in a row: 1 or 2.
     pub step: usize,
+    /// How the taps combine.
+    pub combine: Combine,
     /// The taps, in the order they are summed.
     pub taps: Vec<Tap>,
     /// Whether the epilogue (the next planned kernel) runs on each block of rows right
@@ -422,13 +439,15 @@ impl Axes<'_> {
             .is_some_and(|b| b.ty.dtype == DType::F32)
     }
 
-    fn tap_load(&self, node: &ExprNode) -> Option<TapLoad> {
+    /// A shifted-row load whose guarded lanes read `fill` (0 for a sum's tap, `-inf`
+    /// for a maximum's).
+    fn tap_load(&self, node: &ExprNode, fill: f64) -> Option<TapLoad> {
         let ExprOp::Load(l) = &node.op else {
             return None;
         };
         if node.dtype != DType::F32
             || !self.is_f32(l.buffer)
-            || (!l.guard.is_empty() && l.other != Value::Float(0.0))
+            || (!l.guard.is_empty() && l.other != Value::Float(fill))
         {
             return None;
         }
@@ -506,7 +525,7 @@ impl Axes<'_> {
         }
         let (na, nb) = (body.get(a)?, body.get(b)?);
         let pick = |t: &ExprNode, c: &ExprNode| {
-            let tap = self.tap_load(t)?;
+            let tap = self.tap_load(t, 0.0)?;
             let (coef, c0, plane) = self.coef(c)?;
             Some((tap, (coef, c0, plane)))
         };
@@ -593,12 +612,39 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
             _ => 0,
         };
     }
-    // The largest sum the stored value needs.
+    // Likewise per node: how many taps the maximum it computes has, each tap a shifted
+    // load whose guarded lanes read -inf (a max pooling's window).
+    let mut maxes = vec![0usize; body.nodes.len()];
+    let mut leaf = vec![None; body.nodes.len()];
+    for (i, node) in body.nodes.iter().enumerate() {
+        leaf[i] = axes.tap_load(node, f64::NEG_INFINITY);
+        if let ExprOp::Binary(BinaryOp::Maximum, a, b) = node.op {
+            let side = |x: ExprRef| match maxes.get(x.index()) {
+                Some(&m) if m > 0 => Some(m),
+                _ => leaf.get(x.index())?.as_ref().map(|_| 1),
+            };
+            if let (true, Some(x), Some(y)) = (node.dtype == DType::F32, side(a), side(b)) {
+                maxes[i] = x + y;
+            }
+        }
+    }
+    // The largest sum (or maximum) the stored value needs.
     let live = crate::plan::analysis::live_nodes(stage);
-    let sum = (0..body.nodes.len())
-        .filter(|&i| live[i] && count[i] >= MIN_TAPS)
-        .max_by_key(|&i| (count[i], i))?;
-    let taps_n = count[sum];
+    let largest = |count: &[usize]| {
+        (0..body.nodes.len())
+            .filter(|&i| live[i] && count[i] >= MIN_TAPS)
+            .max_by_key(|&i| (count[i], i))
+    };
+    let (combine, sum) = match (largest(&count), largest(&maxes)) {
+        (Some(s), Some(m)) if maxes[m] > count[s] => (Combine::Max, m),
+        (Some(s), _) => (Combine::Sum, s),
+        (None, Some(m)) => (Combine::Max, m),
+        (None, None) => return None,
+    };
+    let taps_n = match combine {
+        Combine::Sum => count[sum],
+        Combine::Max => maxes[sum],
+    };
     if taps_n > MAX_TAPS {
         return None;
     }
@@ -607,15 +653,29 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
     let mut stack = vec![ExprRef(sum as u32)];
     while let Some(e) = stack.pop() {
         let node = body.get(e)?;
-        match node.op {
-            ExprOp::Binary(BinaryOp::Add, a, b) => {
+        match (combine, &node.op) {
+            (Combine::Sum, &ExprOp::Binary(BinaryOp::Add, a, b)) => {
                 stack.push(b);
                 stack.push(a);
             }
-            _ => terms.push(term_of.get(e.index())?.clone()?),
+            (Combine::Max, &ExprOp::Binary(BinaryOp::Maximum, a, b))
+                if maxes.get(e.index()).is_some_and(|&m| m > 0) =>
+            {
+                stack.push(b);
+                stack.push(a);
+            }
+            (Combine::Sum, _) => terms.push(term_of.get(e.index())?.clone()?),
+            (Combine::Max, _) => {
+                let tap = leaf.get(e.index())?.clone()?;
+                terms.push((tap, (Coef::Const(1.0), 0, Vec::new())));
+            }
         }
     }
     if let Some(pad) = pad {
+        // A pad's zeros are not a maximum's -inf.
+        if combine == Combine::Max {
+            return None;
+        }
         for (tap, _) in &mut terms {
             *tap = pad.map(tap, rows, cols)?;
         }
@@ -795,6 +855,7 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
         rows,
         cols,
         step: step as usize,
+        combine,
         taps: terms
             .iter()
             .map(|(tap, (coef, ..))| Tap {
@@ -965,7 +1026,11 @@ impl Stencil {
     /// One line for plans and reports.
     pub fn describe(&self) -> String {
         format!(
-            "direct stencil f32: {} taps over {} planes of {}x{} into {}{}{}{}",
+            "direct stencil f32: {}{} taps over {} planes of {}x{} into {}{}{}{}",
+            match self.combine {
+                Combine::Sum => "",
+                Combine::Max => "maximum of ",
+            },
             self.taps.len(),
             self.planes,
             self.rows,
@@ -1000,6 +1065,11 @@ impl Stencil {
     /// coefficient buffer; no other thread touches the output elements of `units`
     /// while this runs.
     pub unsafe fn run_units(&self, ptrs: &Pointers, units: Range<usize>, avx512: bool) {
+        // The vector loop's maximum is `vrangeps` (AVX-512DQ, which every AVX-512 core
+        // but the Xeon Phi has).
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = avx512 && std::arch::is_x86_feature_detected!("avx512dq");
+        let max = self.combine == Combine::Max;
         let tn = self.taps.len();
         let nb = self.blocks.len();
         let mut coefs = [0f32; MAX_TAPS];
@@ -1037,10 +1107,10 @@ impl Stencil {
                 unsafe {
                     #[cfg(target_arch = "x86_64")]
                     if avx512 {
-                        avx512::flat_block(&at, flat, block, self.step);
+                        avx512::flat_block(&at, flat, block, self.step, max);
                         continue;
                     }
-                    scalar_flat_block(&at, flat, block, self.step);
+                    scalar_flat_block(&at, flat, block, self.step, max);
                 }
                 continue;
             }
@@ -1049,23 +1119,57 @@ impl Stencil {
             unsafe {
                 #[cfg(target_arch = "x86_64")]
                 if avx512 {
-                    avx512::block(&at, block, self.step);
+                    avx512::block(&at, block, self.step, max);
                     continue;
                 }
-                scalar_block(&at, block, self.step);
+                scalar_block(&at, block, self.step, max);
             }
         }
     }
 }
 
-/// The scalar loop: lane by lane what the vector loop does, with the same FMAs in the
-/// same order.
+/// IEEE 754-2019 `maximum` as the vector loop computes it: a NaN operand gives that NaN
+/// quieted (the first's if both are, as `acc + x` does), two zeros `+0` unless both are
+/// `-0`.
+fn range_max(acc: f32, x: f32) -> f32 {
+    let quiet = |v: f32| f32::from_bits(v.to_bits() | 0x0040_0000);
+    if acc.is_nan() {
+        quiet(acc)
+    } else if x.is_nan() {
+        quiet(x)
+    } else if acc == x {
+        f32::from_bits(acc.to_bits() & x.to_bits())
+    } else {
+        acc.max(x)
+    }
+}
+
+/// A tap's contribution to an accumulator: one FMA (sum) or one [`range_max`].
+fn combine(max: bool, acc: f32, x: f32, c: f32) -> f32 {
+    if max {
+        range_max(acc, x)
+    } else {
+        x.mul_add(c, acc)
+    }
+}
+
+/// What lanes outside a tap's interval read, and the accumulators' start.
+fn fill(max: bool) -> f32 {
+    if max {
+        f32::NEG_INFINITY
+    } else {
+        0.0
+    }
+}
+
+/// The scalar loop: lane by lane what the vector loop does, with the same FMAs (or
+/// maxima) in the same order.
 ///
 /// # Safety
 /// As [`Stencil::run_units`].
-unsafe fn scalar_block(at: &Plane<'_>, block: BlockOf, step: usize) {
+unsafe fn scalar_block(at: &Plane<'_>, block: BlockOf, step: usize, max: bool) {
     let tn = at.srcs.len();
-    let mut acc = [0f32; BLOCK * LANES];
+    let mut acc = [fill(max); BLOCK * LANES];
     for (t, (&src, &c)) in at.srcs.iter().zip(at.coefs).enumerate() {
         for r in 0..block.rows {
             let rt = at.row_taps[(block.row + r) * tn + t];
@@ -1079,9 +1183,9 @@ unsafe fn scalar_block(at: &Plane<'_>, block: BlockOf, step: usize) {
                         // SAFETY: a valid lane, proved in bounds.
                         unsafe { *row.wrapping_add(step * ((block.v0 + v) * LANES + i)) }
                     } else {
-                        0.0
+                        fill(max)
                     };
-                    *a = x.mul_add(c, *a);
+                    *a = combine(max, *a, x, c);
                 }
             }
         }
@@ -1104,8 +1208,8 @@ unsafe fn scalar_block(at: &Plane<'_>, block: BlockOf, step: usize) {
 ///
 /// # Safety
 /// As [`Stencil::run_units`].
-unsafe fn scalar_flat_block(at: &Plane<'_>, flat: &Flat, block: BlockOf, step: usize) {
-    let mut acc = [0f32; BLOCK * LANES];
+unsafe fn scalar_flat_block(at: &Plane<'_>, flat: &Flat, block: BlockOf, step: usize, max: bool) {
+    let mut acc = [fill(max); BLOCK * LANES];
     for (t, (&src, &c)) in at.srcs.iter().zip(at.coefs).enumerate() {
         for v in 0..block.vectors {
             let j = block.v0 + v;
@@ -1116,9 +1220,9 @@ unsafe fn scalar_flat_block(at: &Plane<'_>, flat: &Flat, block: BlockOf, step: u
                     // SAFETY: a valid lane, proved in bounds.
                     unsafe { *src.wrapping_add(step * (j * LANES + i)) }
                 } else {
-                    0.0
+                    fill(max)
                 };
-                acc[v * LANES + i] = x.mul_add(c, acc[v * LANES + i]);
+                acc[v * LANES + i] = combine(max, acc[v * LANES + i], x, c);
             }
         }
     }
@@ -1143,17 +1247,47 @@ mod avx512 {
     use super::{BlockOf, Flat, Plane, LANES};
     use std::arch::x86_64::*;
 
+    /// A tap's masked load: invalid lanes read 0 (a sum) or -inf (a maximum, whose
+    /// `fill` that is).
+    macro_rules! load {
+        ($max:expr, $fill:expr, $m:expr, $p:expr) => {
+            if $max {
+                _mm512_mask_loadu_ps($fill, $m, $p)
+            } else {
+                _mm512_maskz_loadu_ps($m, $p)
+            }
+        };
+    }
+
+    /// A tap's contribution: `acc + x * c`, or IEEE `maximum(acc, x)`: `vrangeps` (imm8
+    /// 0b01 the maximum, `0b01 << 2` its sign from the comparison, so `-0 < +0`), which
+    /// returns the other operand for a quiet NaN, then `acc + x` (the first NaN, quieted)
+    /// in the lanes where either is NaN.
+    macro_rules! combine {
+        ($max:expr, $acc:expr, $x:expr, $c:expr) => {
+            if $max {
+                let (acc, x) = ($acc, $x);
+                let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(acc, x);
+                _mm512_mask_add_ps(_mm512_range_ps::<0b0101>(acc, x), nan, acc, x)
+            } else {
+                _mm512_fmadd_ps($x, $c, $acc)
+            }
+        };
+    }
+
     /// One block (see [`super::scalar_block`]).
     ///
     /// # Safety
-    /// As [`super::scalar_block`], and the CPU has AVX-512F.
-    pub(super) unsafe fn block(at: &Plane<'_>, b: BlockOf, step: usize) {
+    /// As [`super::scalar_block`], and the CPU has AVX-512F and AVX-512DQ.
+    pub(super) unsafe fn block(at: &Plane<'_>, b: BlockOf, step: usize, max: bool) {
         macro_rules! shapes {
             ($(($r:literal, $v:literal)),*) => {
-                match (b.rows, b.vectors, step) {
+                match (b.rows, b.vectors, step, max) {
                     $(
-                        ($r, $v, 1) => run::<$r, $v, 1>(at, b),
-                        ($r, $v, _) => run::<$r, $v, 2>(at, b),
+                        ($r, $v, 1, false) => run::<$r, $v, 1, false>(at, b),
+                        ($r, $v, _, false) => run::<$r, $v, 2, false>(at, b),
+                        ($r, $v, 1, true) => run::<$r, $v, 1, true>(at, b),
+                        ($r, $v, _, true) => run::<$r, $v, 2, true>(at, b),
                     )*
                     _ => unreachable!("a block of {} rows of {} vectors", b.rows, b.vectors),
                 }
@@ -1189,35 +1323,40 @@ mod avx512 {
     /// One block of a flat stencil (see [`super::scalar_flat_block`]).
     ///
     /// # Safety
-    /// As [`super::scalar_flat_block`], and the CPU has AVX-512F.
-    pub(super) unsafe fn flat_block(at: &Plane<'_>, flat: &Flat, b: BlockOf, step: usize) {
-        // SAFETY: as this function's contract.
-        unsafe {
-            match (b.vectors, step) {
-                (1, 1) => flat_run::<1, 1>(at, flat, b),
-                (2, 1) => flat_run::<2, 1>(at, flat, b),
-                (3, 1) => flat_run::<3, 1>(at, flat, b),
-                (4, 1) => flat_run::<4, 1>(at, flat, b),
-                (5, 1) => flat_run::<5, 1>(at, flat, b),
-                (6, 1) => flat_run::<6, 1>(at, flat, b),
-                (7, 1) => flat_run::<7, 1>(at, flat, b),
-                (_, 1) => flat_run::<8, 1>(at, flat, b),
-                (1, _) => flat_run::<1, 2>(at, flat, b),
-                (2, _) => flat_run::<2, 2>(at, flat, b),
-                (3, _) => flat_run::<3, 2>(at, flat, b),
-                (4, _) => flat_run::<4, 2>(at, flat, b),
-                (5, _) => flat_run::<5, 2>(at, flat, b),
-                (6, _) => flat_run::<6, 2>(at, flat, b),
-                (7, _) => flat_run::<7, 2>(at, flat, b),
-                _ => flat_run::<8, 2>(at, flat, b),
-            }
+    /// As [`super::scalar_flat_block`], and the CPU has AVX-512F and AVX-512DQ.
+    pub(super) unsafe fn flat_block(
+        at: &Plane<'_>,
+        flat: &Flat,
+        b: BlockOf,
+        step: usize,
+        max: bool,
+    ) {
+        macro_rules! widths {
+            ($($v:literal),*) => {
+                match (b.vectors.min(8), step, max) {
+                    $(
+                        ($v, 1, false) => flat_run::<$v, 1, false>(at, flat, b),
+                        ($v, _, false) => flat_run::<$v, 2, false>(at, flat, b),
+                        ($v, 1, true) => flat_run::<$v, 1, true>(at, flat, b),
+                        ($v, _, true) => flat_run::<$v, 2, true>(at, flat, b),
+                    )*
+                    _ => unreachable!("a flat block of {} vectors", b.vectors),
+                }
+            };
         }
+        // SAFETY: as this function's contract.
+        unsafe { widths!(1, 2, 3, 4, 5, 6, 7, 8) }
     }
 
-    #[target_feature(enable = "avx512f")]
-    unsafe fn flat_run<const V: usize, const STEP: usize>(at: &Plane<'_>, flat: &Flat, b: BlockOf) {
+    #[target_feature(enable = "avx512f,avx512dq")]
+    unsafe fn flat_run<const V: usize, const STEP: usize, const MAX: bool>(
+        at: &Plane<'_>,
+        flat: &Flat,
+        b: BlockOf,
+    ) {
         let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        let mut acc = [_mm512_setzero_ps(); V];
+        let fill = _mm512_set1_ps(super::fill(MAX));
+        let mut acc = [fill; V];
         for (t, (&src, &c)) in at.srcs.iter().zip(at.coefs).enumerate() {
             let c = _mm512_set1_ps(c);
             // SAFETY: the block's vectors have masks (it was built with the table);
@@ -1229,13 +1368,13 @@ mod avx512 {
                     let m = *masks.add(v);
                     let p = p.wrapping_add(STEP * LANES * v);
                     let x = if STEP == 1 {
-                        _mm512_maskz_loadu_ps(m as __mmask16, p)
+                        load!(MAX, fill, m as __mmask16, p)
                     } else {
-                        let lo = _mm512_maskz_loadu_ps(m as __mmask16, p);
-                        let hi = _mm512_maskz_loadu_ps((m >> 16) as __mmask16, p.wrapping_add(16));
+                        let lo = load!(MAX, fill, m as __mmask16, p);
+                        let hi = load!(MAX, fill, (m >> 16) as __mmask16, p.wrapping_add(16));
                         _mm512_permutex2var_ps(lo, evens, hi)
                     };
-                    *acc = _mm512_fmadd_ps(x, c, *acc);
+                    *acc = combine!(MAX, *acc, x, c);
                 }
             }
         }
@@ -1251,13 +1390,17 @@ mod avx512 {
         }
     }
 
-    #[target_feature(enable = "avx512f")]
-    unsafe fn run<const R: usize, const V: usize, const STEP: usize>(at: &Plane<'_>, b: BlockOf) {
+    #[target_feature(enable = "avx512f,avx512dq")]
+    unsafe fn run<const R: usize, const V: usize, const STEP: usize, const MAX: bool>(
+        at: &Plane<'_>,
+        b: BlockOf,
+    ) {
         let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let fill = _mm512_set1_ps(super::fill(MAX));
         let tn = at.srcs.len();
         // The block holds whole rows (a row's first and last vectors are its own).
         let whole = b.v0 == 0 && b.vectors == at.out_masks.len();
-        let mut acc = [[_mm512_setzero_ps(); V]; R];
+        let mut acc = [[fill; V]; R];
         for (t, (&src, &c)) in at.srcs.iter().zip(at.coefs).enumerate() {
             let c = _mm512_set1_ps(c);
             for (r, acc) in acc.iter_mut().enumerate() {
@@ -1284,23 +1427,21 @@ mod avx512 {
                             };
                             let x = if STEP == 1 {
                                 if v == 0 || v == V - 1 {
-                                    _mm512_maskz_loadu_ps(m as __mmask16, p)
+                                    load!(MAX, fill, m as __mmask16, p)
                                 } else {
                                     _mm512_loadu_ps(p)
                                 }
                             } else {
                                 let lo = if v == 0 || v == V - 1 {
-                                    _mm512_maskz_loadu_ps(m as __mmask16, p)
+                                    load!(MAX, fill, m as __mmask16, p)
                                 } else {
                                     _mm512_loadu_ps(p)
                                 };
-                                let hi = _mm512_maskz_loadu_ps(
-                                    (m >> 16) as __mmask16,
-                                    p.wrapping_add(16),
-                                );
+                                let hi =
+                                    load!(MAX, fill, (m >> 16) as __mmask16, p.wrapping_add(16));
                                 _mm512_permutex2var_ps(lo, evens, hi)
                             };
-                            *acc = _mm512_fmadd_ps(x, c, *acc);
+                            *acc = combine!(MAX, *acc, x, c);
                         }
                         continue;
                     }
@@ -1309,14 +1450,13 @@ mod avx512 {
                         let m = *masks.add(v);
                         let p = p.wrapping_add(STEP * LANES * v);
                         let x = if STEP == 1 {
-                            _mm512_maskz_loadu_ps(m as __mmask16, p)
+                            load!(MAX, fill, m as __mmask16, p)
                         } else {
-                            let lo = _mm512_maskz_loadu_ps(m as __mmask16, p);
-                            let hi =
-                                _mm512_maskz_loadu_ps((m >> 16) as __mmask16, p.wrapping_add(16));
+                            let lo = load!(MAX, fill, m as __mmask16, p);
+                            let hi = load!(MAX, fill, (m >> 16) as __mmask16, p.wrapping_add(16));
                             _mm512_permutex2var_ps(lo, evens, hi)
                         };
-                        *acc = _mm512_fmadd_ps(x, c, *acc);
+                        *acc = combine!(MAX, *acc, x, c);
                     }
                 }
             }
@@ -1434,6 +1574,119 @@ mod tests {
                         assert!(
                             (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
                             "{c}x{h}/{s}: {got} {want}"
+                        );
+                    }
+                }
+            }
+            if crate::wide::Isa::Avx512.supported() {
+                let vector = run(true);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&vector), bits(&scalar), "{c}x{h}/{s}");
+            }
+        }
+    }
+
+    /// A 3x3 max pooling (padding 1, stride `s`) of `c` planes of `h x h`, as fusion
+    /// writes it: the maximum of nine guarded loads that read -inf outside the input.
+    fn maxpool(c: usize, h: usize, s: usize) -> ferrite_ir::loops::Program {
+        let o = (h + 2 - 3) / s + 1;
+        let mut taps = Vec::new();
+        for kh in 0..3i64 {
+            for kw in 0..3i64 {
+                let (dh, dw) = (kh - 1, kw - 1);
+                let idx = format!(
+                    "i0*{} + i1*{} + i2*{} + {}",
+                    h * h,
+                    h * s,
+                    s,
+                    dh * h as i64 + dw
+                );
+                let guard = format!("0 <= i1*{s} + {dh} < {h} and 0 <= i2*{s} + {dw} < {h}");
+                taps.push(format!("(buf0[{idx}] if {guard} else -inf)"));
+            }
+        }
+        let max = taps
+            .iter()
+            .skip(1)
+            .fold(taps[0].clone(), |a, t| format!("maximum({a}, {t})"));
+        let text = format!(
+            "program mp\n  buf0: f32[{c}, {h}, {h}]  input 0 `x`\n  buf1: f32[{c}, {o}, {o}]  output 0 `y`\n\n\
+             kernel k0(buf0: f32[{c}, {h}, {h}]) -> buf1: f32[{c}, {o}, {o}]\n  for i0 in 0..{c}, i1 in 0..{o}, i2 in 0..{o} parallel:\n    buf1[i0*{} + i1*{o} + i2] = {max}\n",
+            o * o,
+        );
+        parse_program("mp", &text).unwrap_or_else(|d| panic!("{d}\n{text}"))
+    }
+
+    /// A max pooling is a stencil of nine maxima: the AVX-512 loop gives the scalar
+    /// loop's bits, and both the window's IEEE maximum (NaN if the window holds one, +0
+    /// over a window of -0 and +0, -inf never from the padding alone).
+    #[test]
+    fn max_pooling_is_a_maximum_stencil() {
+        for (c, h, s) in [
+            (2usize, 9usize, 1usize),
+            (2, 40, 2),
+            (1, 131, 2),
+            (3, 7, 1),
+            (2, 112, 2),
+        ] {
+            let p = maxpool(c, h, s);
+            let st = split(&p.kernels[0], &p.buffers).expect("a stencil").stencil;
+            assert_eq!(
+                (st.combine, st.taps.len()),
+                (Combine::Max, 9),
+                "{c}x{h}/{s}"
+            );
+            assert!(st.describe().contains("maximum of 9 taps"));
+            let x: Vec<f32> = (0..c * h * h)
+                .map(|i| match i * 37 % 211 {
+                    0 => f32::NAN,
+                    1 | 2 => -0.0,
+                    3 | 4 => 0.0,
+                    5 => f32::NEG_INFINITY,
+                    6 => f32::INFINITY,
+                    r if r % 2 == 0 => -(r as f32) / 3.0,
+                    r => (r as f32 - 100.0) / 7.0,
+                })
+                .collect();
+            let run = |avx: bool| {
+                let mut out = vec![1234.5f32; st.planes * st.rows * st.cols];
+                let ptrs = Pointers {
+                    out: out.as_mut_ptr() as usize,
+                    sources: vec![x.as_ptr() as usize; 9],
+                    coefs: vec![0; 9],
+                };
+                // SAFETY: the buffers have the lengths the kernel declares.
+                unsafe { st.run_units(&ptrs, 0..st.units(), avx) };
+                out
+            };
+            let scalar = run(false);
+            let o = st.cols;
+            for pl in 0..c {
+                for oh in 0..o {
+                    for ow in 0..o {
+                        let mut window = Vec::new();
+                        for kh in 0..3 {
+                            for kw in 0..3 {
+                                let (ih, iw) = ((oh * s + kh) as i64 - 1, (ow * s + kw) as i64 - 1);
+                                if (0..h as i64).contains(&ih) && (0..h as i64).contains(&iw) {
+                                    window.push(x[pl * h * h + ih as usize * h + iw as usize]);
+                                }
+                            }
+                        }
+                        let got = scalar[(pl * o + oh) * o + ow];
+                        let want = if window.iter().any(|v| v.is_nan()) {
+                            f32::NAN
+                        } else {
+                            let m = window.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                            if m == 0.0 && window.iter().any(|v| v.to_bits() == 0) {
+                                0.0
+                            } else {
+                                m
+                            }
+                        };
+                        assert!(
+                            (got.is_nan() && want.is_nan()) || got.to_bits() == want.to_bits(),
+                            "{c}x{h}/{s} ({pl}, {oh}, {ow}): {got} against {want} of {window:?}"
                         );
                     }
                 }
