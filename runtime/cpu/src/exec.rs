@@ -77,14 +77,20 @@ pub const MIN_PARALLEL_WORK: usize = 64 * 1024;
 /// (a 3x3 depthwise conv of MobileNetV2's last stage, 960 x 7 x 7, is 47K iterations and
 /// ~0.3 ms on one thread, where 35K of a softmax take 11 us). The decision is taken once
 /// per compiled kernel; the bits never depend on it (every split gives the same values).
-pub const MIN_PARALLEL_NS: u64 = 100_000;
+/// A program's run keeps the team's workers polling ([`ThreadPool::stay_awake`]), so
+/// handing chunks out costs a few microseconds: at 100 us, ResNet-18's pads of its last
+/// stages (512 x 9 x 9, 25-50 us) and its stride-2 slices (64 x 28 x 28, up to 125 us
+/// when the first runs were quicker) ran on one thread of 16 on the Xeon, 0.4 ms of an
+/// 8 ms run.
+pub const MIN_PARALLEL_NS: u64 = 25_000;
 
 /// Timed serial runs before a small kernel's decision (the least counts: the first run
 /// also pays for cold caches and page faults).
 pub const SERIAL_SAMPLES: u32 = 2;
 
-/// The time a chunk of such a kernel should take, by its timed runs.
-const MIN_CHUNK_NS: u64 = 20_000;
+/// The time a chunk of such a kernel should take, by its timed runs (a kernel of
+/// [`MIN_PARALLEL_NS`] in five chunks).
+const MIN_CHUNK_NS: u64 = 5_000;
 
 /// How to compile and run a program on the CPU.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -481,7 +481,10 @@ fn plan_split_rows(
     if threads <= 1 || total < min_parallel || macs == 0 {
         return None;
     }
-    let blocks = threads.min(total / min_task).max(1);
+    let blocks = threads
+        .saturating_mul(blocks_per_thread())
+        .min(total / min_task)
+        .max(1);
     if blocks <= 1 {
         return None;
     }
@@ -1032,6 +1035,19 @@ thread_local! {
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
+/// Blocks a product is cut into per thread of its team, at most (the pool hands them
+/// out as threads come free): `FERRITE_GEMM_BLOCKS_PER_THREAD` (1 to 8), default 1.
+pub fn blocks_per_thread() -> usize {
+    static PER_THREAD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PER_THREAD.get_or_init(|| {
+        std::env::var("FERRITE_GEMM_BLOCKS_PER_THREAD")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|v| (1..=8).contains(v))
+            .unwrap_or(1)
+    })
+}
+
 /// The split of a [`gemm_taps`] product across `threads`: blocks of all rows where the
 /// columns allow (each block packs its columns of `B` once for every row; blocks of 32
 /// rows packed each column twice, ResNet-18's 64-row products on the 16-core Xeon), in
@@ -1042,7 +1058,9 @@ fn taps_split(m: usize, n: usize, k: usize, threads: usize) -> Option<GemmSplit>
     if threads <= 1 || total < OURS_MIN_PARALLEL_MACS {
         return None;
     }
-    let blocks = threads.min(total / OURS_MIN_TASK_MACS);
+    let blocks = threads
+        .saturating_mul(blocks_per_thread())
+        .min(total / OURS_MIN_TASK_MACS);
     let col_parts = blocks.min(n.div_ceil(TAPS_COL_ALIGN)).max(1);
     let row_parts = (blocks / col_parts).min(m.div_ceil(ROW_ALIGN)).max(1);
     (row_parts * col_parts > 1).then_some(GemmSplit {
