@@ -563,6 +563,30 @@ fn the_simulation_budget_stops_unbounded_kernels() {
         .unwrap();
 }
 
+/// F08's last case: scalar steps are charged what they cost the simulator, so a grid of
+/// many programs each running a scalar loop exhausts the device's budget in seconds, not
+/// minutes (2^24 programs of 4096 iterations of `acc = acc + 1`: 94 s at 64 units a step,
+/// 12 s at 512 on the 2-core machine). Each iteration is five steps (the loop's, the
+/// statement's and three expressions').
+#[test]
+fn scalar_loop_steps_cost_what_they_take_to_simulate() {
+    let looped = kernel(
+        "kernel k(out: *f32) {\n  acc = 0\n  for i in range(0, 1000) {\n    acc = acc + 1\n  }\n  store(out, cast(acc, f32))\n}\n",
+    );
+    let mut dev = sim::Device::new(Machine::mtia2i());
+    let out = one_float_out(&mut dev);
+    dev.launch(&looped, [1, 1, 1], &[DeviceArg::Buffer(out)])
+        .unwrap();
+    const { assert!(sim::STEP_COST >= 256) };
+    assert!(
+        dev.work_spent() >= 1000 * 5 * sim::STEP_COST,
+        "{} units for 1000 iterations",
+        dev.work_spent()
+    );
+    // At that price the whole device budget is at most this many scalar iterations.
+    const { assert!(sim::MAX_WORK_PER_DEVICE / (5 * sim::STEP_COST) <= 1 << 25) };
+}
+
 /// A launch's budget grows with its grid: 2^32 work units up to 256 programs, 2^24 per
 /// program past that (a GEMM of 16384 rows by 1024 columns is 2048 programs and about
 /// 6.4 * 10^9 units, legitimately), and no launch more than the device's 2^36.

@@ -18,7 +18,7 @@ pub const MAX_LOOP_TRIPS: i128 = 1 << 24;
 /// The simulation budget of one launch of few programs, in work units: every element a
 /// tile operation computes is one unit (a `dot` of `m x k` by `k x n` is `m * k * n`), and
 /// every statement, expression and loop iteration costs [`STEP_COST`] more, every program
-/// [`PROGRAM_COST`], since the simulator's own overhead per step is that of a few dozen
+/// [`PROGRAM_COST`], since the simulator's own overhead per step is that of a few hundred
 /// elements. A launch of more than `MAX_WORK_PER_LAUNCH / MAX_WORK_PER_PROGRAM` (256)
 /// programs may spend [`MAX_WORK_PER_PROGRAM`] per program instead (see [`launch_budget`]).
 /// A launch that would exceed its budget stops with [`SimError::Budget`]: the simulator runs
@@ -36,7 +36,8 @@ pub const MAX_WORK_PER_PROGRAM: u64 = 1 << 24;
 /// run): launches together spend at most this many work units. It bounds the time of any
 /// run (about 20 s of simulation in a release build on this project's 2-core machine), and
 /// holds the largest run of the issue-19 range: a two-layer GPT-2-style decoder at 32 x 512
-/// tokens spends about 2^35.6 (2^35.7 compiled for that size alone).
+/// tokens spends about 2^35.8 (`ferrite run examples/dynamic/gpt2.fg --target sim --dim
+/// B=32 --dim T=512`; its 14 million steps are a tenth of it).
 pub const MAX_WORK_PER_DEVICE: u64 = 1 << 36;
 
 /// The work units a launch of `programs` programs may spend: [`MAX_WORK_PER_LAUNCH`], or
@@ -48,8 +49,13 @@ pub fn launch_budget(programs: usize) -> u64 {
         .max(MAX_WORK_PER_LAUNCH)
 }
 
-/// Work units of one statement, expression or loop iteration, beside its elements.
-pub const STEP_COST: u64 = 64;
+/// Work units of one statement, expression or loop iteration, beside its elements: what
+/// the simulator spends on a step of a scalar loop, about 90 ns (`acc = acc + 1` is five
+/// steps, 435 ns an iteration on the 2-core machine), is about 260 elements' worth at 3 *
+/// 2^30 units a second. At 64 (before reliability finding F08's last case was measured),
+/// 2^24 programs of a 4096-iteration scalar loop spent the device's 2^36 units in 94 s;
+/// at 512, 12 s.
+pub const STEP_COST: u64 = 512;
 
 /// Work units of starting one program of a launch.
 pub const PROGRAM_COST: u64 = 1024;
