@@ -604,7 +604,7 @@ fn short_padded_rows_are_stored_once_without_guards() {
 }
 
 /// A convolution's product gathers its taps from the (padded) input as it runs
-/// (`ferrite_cpu::taps`): no im2col kernel runs, weights are packed once when they are
+/// (`ferrite_cpu::taps`): no im2col kernel runs (nor is compiled), weights are packed once when they are
 /// constants, a stride-1 convolution packs each channel's kernel column once (its rows
 /// read through offsets), and the result is the interpreter's at every geometry the
 /// im2col test covers, on 1 and 3 threads, with the output positions split across blocks.
@@ -648,6 +648,8 @@ fn conv_products_gather_their_taps_without_an_im2col() {
             code.contains("not run: the next kernel's product gathers"),
             "{case}:\n{code}"
         );
+        // The skipped im2col gets no machine code (only a row program would run it).
+        assert!(code.contains("(no code generated)"), "{case}:\n{code}");
         assert!(
             code.contains(&format!("({} taps)", k * k)),
             "{case}:\n{code}"

@@ -416,11 +416,21 @@ impl CpuProgram {
         // generated function (a GEMM kernel's epilogue, or the kernel itself).
         let mut planned: Vec<(Option<Extern>, Option<Compiled>)> =
             vec![(None, None); program.kernels.len()];
+        // The kernels whose stores the next product gathers as it runs get no code,
+        // unless a row program may be made of this one (it stores its operands again,
+        // see `with_rows`): ResNet-18's im2col kernels were two thirds of its functions.
+        let gathers = find_gathers(program, &plan, &buffers);
+        let skipped: Vec<usize> = if opts.codegen.row_bound.is_none() {
+            gathers.iter().map(|&(si, _)| si - 1).collect()
+        } else {
+            Vec::new()
+        };
         let mut generated = Vec::new();
         for (k, kp) in plan.program.kernels.iter().zip(&plan.kernels) {
             match &kp.run {
                 Run::ExternGemm(g) => planned[kp.source].0 = Some(Extern::Gemm(g.clone())),
                 Run::ExternStencil(st) => planned[kp.source].0 = Some(Extern::Stencil(st.clone())),
+                Run::Generated(_) if skipped.contains(&kp.source) => {}
                 Run::Generated(schedule) => generated.push((kp.source, k, schedule)),
                 Run::Nothing | Run::Absorbed => {}
             }
@@ -590,7 +600,11 @@ impl CpuProgram {
                 },
             });
         }
-        gather_taps(program, &mut steps, &buffers);
+        for (si, gather) in gathers {
+            if let Some(Step::Gemm { call, .. }) = steps.get_mut(si) {
+                call.gather = Some(Box::new(gather));
+            }
+        }
         let Slots { slot_of, slots } = plan_storage(program, &steps, &buffers);
         let zero_before = zero_lists(program, &steps, &buffers, &slot_of, true);
         let max_slots = steps
@@ -675,7 +689,17 @@ impl CpuProgram {
             }
         }
         // Gathers were recognized at the compiled sizes: a row program stores its
-        // operands (the storage plan kept their kernels' buffers and the sources live).
+        // operands (the storage plan kept their kernels' buffers and the sources live),
+        // with the code that `compile` generates for them when `row_bound` is set.
+        for si in 1..self.steps.len() {
+            if self.gathered(si - 1) && matches!(self.steps[si - 1], Step::Nothing) {
+                return Err(format!(
+                    "kernel {} was compiled without code (its product gathers it; a row \
+                     program needs `CodegenOptions::row_bound`)",
+                    self.program.kernels[si - 1].name
+                ));
+            }
+        }
         for step in &mut self.steps {
             if let Step::Gemm { call, .. } = step {
                 call.gather = None;
@@ -904,7 +928,12 @@ impl CpuProgram {
             if self.gathered(si) {
                 let _ = writeln!(
                     s,
-                    "  not run: the next kernel's product gathers its taps from the source"
+                    "  not run: the next kernel's product gathers its taps from the source{}",
+                    if matches!(step, Step::Nothing) {
+                        " (no code generated)"
+                    } else {
+                        ""
+                    }
                 );
                 continue;
             }
@@ -1747,7 +1776,7 @@ fn gemm_gathered(
 }
 
 /// Bytes of a product's left operand (a convolution's weights) up to which it gathers its
-/// right operand ([`gather_taps`]): ResNet-18's first two stages (at most 576 KiB).
+/// right operand ([`find_gathers`]): ResNet-18's first two stages (at most 576 KiB).
 pub const TAPS_MAX_WEIGHT_BYTES: usize = 1 << 20;
 
 /// Multiply-adds a chunk of a direct stencil's blocks has at least. With
@@ -1757,21 +1786,41 @@ pub const TAPS_MAX_WEIGHT_BYTES: usize = 1 << 20;
 const STENCIL_CHUNK_WORK: usize = 64 * 1024;
 
 /// Finds the products whose right operand is a gather ([`Taps::recognize`]) that the
-/// kernel right before stores for them alone, and makes them gather it themselves
-/// (`FERRITE_IMPLICIT_IM2COL=0` keeps every operand stored); the kernel before is then
-/// skipped ([`CpuProgram::gathered`]).
-fn gather_taps(program: &Program, steps: &mut [Step], buffers: &[Buffer]) {
+/// generated kernel right before stores for them alone, by the product's kernel index:
+/// those products gather it themselves (`FERRITE_IMPLICIT_IM2COL=0` keeps every operand
+/// stored), and the kernel before is skipped ([`CpuProgram::gathered`]). Decided from the
+/// plan, before any code is generated, so that the kernels skipped need none.
+fn find_gathers(program: &Program, plan: &CpuPlan, buffers: &[Buffer]) -> Vec<(usize, Gather)> {
     let off = std::env::var_os("FERRITE_IMPLICIT_IM2COL").is_some_and(|v| v == "0");
     let isa = crate::wide::Isa::host();
     if off || isa == crate::wide::Isa::Sse {
-        return;
+        return Vec::new();
     }
-    for si in 1..steps.len() {
-        let (before, rest) = steps.split_at_mut(si);
-        let (Step::Jit(_), Step::Gemm { call, epilogue }) = (&before[si - 1], &mut rest[0]) else {
+    // Per kernel of the program: its extern product, and its generated kernel (the
+    // kernel itself, or a product's epilogue).
+    let n = program.kernels.len();
+    let mut gemm_of: Vec<Option<&ExternGemm>> = vec![None; n];
+    let mut generated_of: Vec<Option<&Kernel>> = vec![None; n];
+    let mut is_extern = vec![false; n];
+    for (k, kp) in plan.program.kernels.iter().zip(&plan.kernels) {
+        match &kp.run {
+            Run::ExternGemm(g) => {
+                gemm_of[kp.source] = Some(g);
+                is_extern[kp.source] = true;
+            }
+            Run::ExternStencil(_) => is_extern[kp.source] = true,
+            Run::Generated(_) => generated_of[kp.source] = Some(k),
+            Run::Nothing | Run::Absorbed => {}
+        }
+    }
+    let mut gathers = Vec::new();
+    for si in 1..n {
+        // A generated kernel (not an extern one's epilogue), then a product.
+        let (false, Some(_), Some(plan)) = (is_extern[si - 1], generated_of[si - 1], gemm_of[si])
+        else {
             continue;
         };
-        let plan = &call.plan;
+        let epilogue = generated_of[si];
         let r = plan.rhs.buffer;
         let rbuf = &buffers[r.index()];
         let dense = plan.rhs.offset == 0
@@ -1790,7 +1839,7 @@ fn gather_taps(program: &Program, steps: &mut [Step], buffers: &[Buffer]) {
             || !dense
             || rbuf.kind != BufferKind::Intermediate
             || plan.lhs.buffer == r
-            || epilogue.as_ref().is_some_and(|j| j.info.slots.contains(&r))
+            || epilogue.is_some_and(|k| k.reads.iter().chain(&k.writes).any(|a| a.buffer == r))
         {
             continue;
         }
@@ -1826,8 +1875,9 @@ fn gather_taps(program: &Program, steps: &mut [Step], buffers: &[Buffer]) {
             }
             _ => None,
         };
-        call.gather = Some(Box::new(Gather { taps, panels }));
+        gathers.push((si, Gather { taps, panels }));
     }
+    gathers
 }
 
 /// For a product of `m` rows where `plan` has more (a row program's run) and no batch
