@@ -1482,11 +1482,10 @@ mod tests {
     use super::*;
     use ferrite_ir::loops::parse_program;
 
-    /// A depthwise 3x3 conv (padding 1, stride `s`) of `c` planes of `h x h`, as fusion
-    /// writes it, with a bias and ReLU6.
-    fn depthwise(c: usize, h: usize, s: usize) -> ferrite_ir::loops::Program {
-        let o = (h + 2 - 3) / s + 1;
-        let mut terms = Vec::new();
+    /// The nine guarded loads of `buf0` of a 3x3 window (padding 1, stride `s`) over
+    /// planes of `h x h`, as fusion writes them, reading `fill` outside; tap `kh * 3 + kw`.
+    fn window_loads(h: usize, s: usize, fill: &str) -> Vec<String> {
+        let mut loads = Vec::new();
         for kh in 0..3i64 {
             for kw in 0..3i64 {
                 let (dh, dw) = (kh - 1, kw - 1);
@@ -1498,12 +1497,21 @@ mod tests {
                     dh * h as i64 + dw
                 );
                 let guard = format!("0 <= i1*{s} + {dh} < {h} and 0 <= i2*{s} + {dw} < {h}");
-                terms.push(format!(
-                    "(buf0[{idx}] if {guard} else 0.0) * buf1[i0*9 + {}]",
-                    kh * 3 + kw
-                ));
+                loads.push(format!("(buf0[{idx}] if {guard} else {fill})"));
             }
         }
+        loads
+    }
+
+    /// A depthwise 3x3 conv (padding 1, stride `s`) of `c` planes of `h x h`, as fusion
+    /// writes it, with a bias and ReLU6.
+    fn depthwise(c: usize, h: usize, s: usize) -> ferrite_ir::loops::Program {
+        let o = (h + 2 - 3) / s + 1;
+        let terms: Vec<String> = window_loads(h, s, "0.0")
+            .iter()
+            .enumerate()
+            .map(|(t, load)| format!("{load} * buf1[i0*9 + {t}]"))
+            .collect();
         let text = format!(
             "program dw\n  buf0: f32[{c}, {h}, {h}]  input 0 `x`\n  buf1: f32[{c}, 9]  input 1 `w`\n  buf2: f32[{c}]  input 2 `b`\n  buf3: f32[{c}, {o}, {o}]  output 0 `y`\n\n\
              kernel k0(buf0: f32[{c}, {h}, {h}], buf1: f32[{c}, 9], buf2: f32[{c}]) -> buf3: f32[{c}, {o}, {o}]\n  for i0 in 0..{c}, i1 in 0..{o}, i2 in 0..{o} parallel:\n    buf3[i0*{} + i1*{o} + i2] = minimum(maximum({} + buf2[i0], 0.0), 6.0)\n",
@@ -1590,21 +1598,7 @@ mod tests {
     /// writes it: the maximum of nine guarded loads that read -inf outside the input.
     fn maxpool(c: usize, h: usize, s: usize) -> ferrite_ir::loops::Program {
         let o = (h + 2 - 3) / s + 1;
-        let mut taps = Vec::new();
-        for kh in 0..3i64 {
-            for kw in 0..3i64 {
-                let (dh, dw) = (kh - 1, kw - 1);
-                let idx = format!(
-                    "i0*{} + i1*{} + i2*{} + {}",
-                    h * h,
-                    h * s,
-                    s,
-                    dh * h as i64 + dw
-                );
-                let guard = format!("0 <= i1*{s} + {dh} < {h} and 0 <= i2*{s} + {dw} < {h}");
-                taps.push(format!("(buf0[{idx}] if {guard} else -inf)"));
-            }
-        }
+        let taps = window_loads(h, s, "-inf");
         let max = taps
             .iter()
             .skip(1)
