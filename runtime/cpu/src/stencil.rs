@@ -671,6 +671,11 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
             }
         }
     }
+    // A maximum is a window of one source (a pooling), not the pointwise maximum of
+    // several buffers, which the generated code runs as well.
+    if combine == Combine::Max && terms.iter().any(|(t, _)| t.source != terms[0].0.source) {
+        return None;
+    }
     if let Some(pad) = pad {
         // A pad's zeros are not a maximum's -inf.
         if combine == Combine::Max {
@@ -1609,6 +1614,15 @@ mod tests {
             o * o,
         );
         parse_program("mp", &text).unwrap_or_else(|d| panic!("{d}\n{text}"))
+    }
+
+    /// The pointwise maximum of two buffers is not a window: it stays generated code.
+    #[test]
+    fn a_pointwise_maximum_of_two_buffers_is_no_stencil() {
+        let text = "program pm\n  buf0: f32[2, 8, 16]  input 0 `x`\n  buf1: f32[2, 8, 16]  input 1 `y`\n  buf2: f32[2, 8, 16]  output 0 `z`\n\n\
+             kernel k0(buf0: f32[2, 8, 16], buf1: f32[2, 8, 16]) -> buf2: f32[2, 8, 16]\n  for i0 in 0..2, i1 in 0..8, i2 in 0..16 parallel:\n    buf2[i0*128 + i1*16 + i2] = maximum(buf0[i0*128 + i1*16 + i2], buf1[i0*128 + i1*16 + i2])\n";
+        let p = parse_program("pm", text).unwrap_or_else(|d| panic!("{d}\n{text}"));
+        assert!(split(&p.kernels[0], &p.buffers).is_none());
     }
 
     /// A max pooling is a stencil of nine maxima: the AVX-512 loop gives the scalar
