@@ -971,7 +971,7 @@ impl CpuProgram {
                         s,
                         "  {}, {}{}",
                         stencil.describe(),
-                        if crate::wide::Isa::Avx512.supported() {
+                        if crate::stencil::vector_loop() {
                             "AVX-512"
                         } else {
                             "scalar (no AVX-512 here)"
@@ -1416,7 +1416,7 @@ impl CpuProgram {
                 return Err(e);
             }
         }
-        let avx512 = crate::wide::Isa::Avx512.supported();
+        let avx512 = crate::stencil::vector_loop();
         let entry = per_rows.map(|j| self.entry(j));
         let failure = AtomicI32::new(0);
         let units = st.units();

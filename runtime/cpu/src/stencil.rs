@@ -614,19 +614,35 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
     }
     // Likewise per node: how many taps the maximum it computes has, each tap a shifted
     // load whose guarded lanes read -inf (a max pooling's window).
+    // Only the operands of a maximum are looked at as taps.
     let mut maxes = vec![0usize; body.nodes.len()];
-    let mut leaf = vec![None; body.nodes.len()];
+    let mut leaf: Vec<Option<TapLoad>> = vec![None; body.nodes.len()];
     for (i, node) in body.nodes.iter().enumerate() {
-        leaf[i] = axes.tap_load(node, f64::NEG_INFINITY);
-        if let ExprOp::Binary(BinaryOp::Maximum, a, b) = node.op {
-            let side = |x: ExprRef| match maxes.get(x.index()) {
-                Some(&m) if m > 0 => Some(m),
-                _ => leaf.get(x.index())?.as_ref().map(|_| 1),
-            };
-            if let (true, Some(x), Some(y)) = (node.dtype == DType::F32, side(a), side(b)) {
-                maxes[i] = x + y;
+        let ExprOp::Binary(BinaryOp::Maximum, a, b) = node.op else {
+            continue;
+        };
+        if node.dtype != DType::F32 {
+            continue;
+        }
+        let mut taps = 0;
+        for x in [a, b] {
+            let m = maxes.get(x.index()).copied().unwrap_or(0);
+            if m > 0 {
+                taps += m;
+                continue;
+            }
+            if leaf.get(x.index()).is_some_and(Option::is_none) {
+                leaf[x.index()] = axes.tap_load(body.get(x)?, f64::NEG_INFINITY);
+            }
+            match leaf.get(x.index()) {
+                Some(Some(_)) => taps += 1,
+                _ => {
+                    taps = 0;
+                    break;
+                }
             }
         }
+        maxes[i] = taps;
     }
     // The largest sum (or maximum) the stored value needs.
     let live = crate::plan::analysis::live_nodes(stage);
@@ -1062,7 +1078,8 @@ impl Stencil {
     }
 
     /// Computes the output units `units` ([`Stencil::units`]), with AVX-512 when
-    /// `avx512` (which the CPU must have), else scalar code giving the same bits.
+    /// `avx512` (which the CPU must have: [`vector_loop`]), else scalar code giving the
+    /// same bits.
     ///
     /// # Safety
     /// `ptrs` points at buffers of the lengths this stencil was recognized for (its
@@ -1070,10 +1087,6 @@ impl Stencil {
     /// coefficient buffer; no other thread touches the output elements of `units`
     /// while this runs.
     pub unsafe fn run_units(&self, ptrs: &Pointers, units: Range<usize>, avx512: bool) {
-        // The vector loop's maximum is `vrangeps` (AVX-512DQ, which every AVX-512 core
-        // but the Xeon Phi has).
-        #[cfg(target_arch = "x86_64")]
-        let avx512 = avx512 && std::arch::is_x86_feature_detected!("avx512dq");
         let max = self.combine == Combine::Max;
         let tn = self.taps.len();
         let nb = self.blocks.len();
@@ -1165,6 +1178,17 @@ fn fill(max: bool) -> f32 {
     } else {
         0.0
     }
+}
+
+/// Whether this CPU runs the AVX-512 loop: AVX-512F and AVX-512DQ (a maximum is
+/// `vrangeps`), which every AVX-512 core but the Xeon Phi has. Else the scalar loop runs.
+pub fn vector_loop() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::wide::Isa::Avx512.supported() && std::arch::is_x86_feature_detected!("avx512dq")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// The scalar loop: lane by lane what the vector loop does, with the same FMAs (or
@@ -1526,7 +1550,8 @@ mod tests {
         parse_program("dw", &text).unwrap_or_else(|d| panic!("{d}\n{text}"))
     }
 
-    /// Runs every unit of `st` (a 9-tap stencil of `depthwise`) on `x`, weights `wt`.
+    /// Runs every unit of `st` (a 9-tap stencil of `depthwise` or `maxpool`) on `x`,
+    /// weights `wt` (none for a maximum).
     fn run_all(st: &Stencil, x: &[f32], wt: &[f32], out: &mut [f32], avx: bool) {
         assert!(out.len() == st.planes * st.rows * st.cols && st.taps.len() == 9);
         let ptrs = Pointers {
@@ -1591,7 +1616,7 @@ mod tests {
                     }
                 }
             }
-            if crate::wide::Isa::Avx512.supported() {
+            if vector_loop() {
                 let vector = run(true);
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&vector), bits(&scalar), "{c}x{h}/{s}");
@@ -1658,13 +1683,8 @@ mod tests {
                 .collect();
             let run = |avx: bool| {
                 let mut out = vec![1234.5f32; st.planes * st.rows * st.cols];
-                let ptrs = Pointers {
-                    out: out.as_mut_ptr() as usize,
-                    sources: vec![x.as_ptr() as usize; 9],
-                    coefs: vec![0; 9],
-                };
-                // SAFETY: the buffers have the lengths the kernel declares.
-                unsafe { st.run_units(&ptrs, 0..st.units(), avx) };
+                // A maximum reads no coefficients.
+                run_all(&st, &x, &[], &mut out, avx);
                 out
             };
             let scalar = run(false);
@@ -1699,7 +1719,7 @@ mod tests {
                     }
                 }
             }
-            if crate::wide::Isa::Avx512.supported() {
+            if vector_loop() {
                 let vector = run(true);
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&vector), bits(&scalar), "{c}x{h}/{s}");
@@ -1726,7 +1746,7 @@ mod tests {
             let x: Vec<f32> = (0..c * h * h).map(|i| (i % 7) as f32).collect();
             let wt: Vec<f32> = (0..c * 9).map(|i| (i % 5) as f32 * 0.1).collect();
             let mut out = vec![0f32; st.planes * st.rows * st.cols];
-            let avx = crate::wide::Isa::Avx512.supported();
+            let avx = vector_loop();
             let mut best = f64::MAX;
             for _ in 0..300 {
                 let t = std::time::Instant::now();
