@@ -29,6 +29,8 @@
 //! its activations hold subnormals.
 
 use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::denormals::FlushDenormals;
 use super::pool::{split_range, PoolError, Team, ThreadPool};
@@ -930,13 +932,14 @@ fn run_blocks<T: GemmScalar>(
     let ours = ours.filter(|_| !crate_team);
     let flush = flushes(&a, &b);
     // C[p][rows, cols] = A[p][rows, :] @ B[p][:, cols] on the calling thread.
-    let run_block = |p: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+    // `on_ours`: whether the block this is part of (or is) runs on our kernel.
+    let run_block = |p: usize, rows: Range<usize>, cols: Range<usize>, on_ours: bool| {
         // Restored when the block ends (see the module docs).
         let _flush = FlushDenormals::enter(flush);
         let (a_ptr, b_ptr, c_ptr) = (a_ptr, b_ptr, c_ptr);
         let (r0, c0) = (rows.start as isize, cols.start as isize);
         let (ba, bb, bc) = bases(p);
-        if let Some(isa) = ours.filter(|_| ours_block(rows.len(), cols.len(), k)) {
+        if let Some(isa) = ours.filter(|_| on_ours) {
             let ops = sgemm::Operands {
                 a: a_ptr
                     .0
@@ -1010,29 +1013,65 @@ fn run_blocks<T: GemmScalar>(
         };
         Some((team, split?))
     });
-    let Some((after, rows)) = after else {
-        return run_split(shape, split, &run_block);
-    };
     let Some(split) = split else {
-        return run_row_blocks(shape, rows, &run_block, after);
+        let Some((after, rows)) = after else {
+            return run_split(shape, None, Pieces::ONE, &|p, _, rows, cols| {
+                let on_ours = ours_block(rows.len(), cols.len(), k);
+                run_block(p, rows, cols, on_ours)
+            });
+        };
+        return run_row_blocks(
+            shape,
+            rows,
+            &|p, rows, cols| {
+                run_block(
+                    p,
+                    rows.clone(),
+                    cols.clone(),
+                    ours_block(rows.len(), cols.len(), k),
+                )
+            },
+            after,
+        );
     };
-    // Each block's epilogue right after the block, on its thread.
-    run_split(shape, Some(split), &|p, rows, cols| {
-        run_block(p, rows.clone(), cols.clone());
-        after(p, rows, cols);
+    let (_, rows0, cols0) = split.1.block(0, shape.m, shape.n);
+    // Pieces of columns only: a part of a block's rows reads all of its columns of `B`
+    // again (and on the crate packs them again), a part of its columns only its rows
+    // of `A`.
+    let pieces = if ours.is_some() && ours_block(rows0.len(), cols0.len(), k) {
+        Pieces::plan(
+            rows0.len(),
+            cols0.len(),
+            (usize::MAX, 1),
+            (64, OURS_COL_ALIGN),
+        )
+    } else {
+        Pieces::plan(rows0.len(), cols0.len(), (usize::MAX, 1), (128, COL_ALIGN))
+    };
+    // Each piece on the kernel its block would run on, its epilogue right after it, on
+    // its thread.
+    run_split(shape, Some(split), pieces, &|p, block, rows, cols| {
+        let on_ours = ours_block(block.0, block.1, k);
+        run_block(p, rows.clone(), cols.clone(), on_ours);
+        if let Some((after, _)) = after {
+            after(p, rows, cols);
+        }
     })
 }
 
-/// Bytes of `B` a block of [`gemm_taps`] packs at a time: its columns of every row,
-/// which stay in the core's L2 while every row tile of `A` passes over them.
+/// Bytes of `B` a block (or piece) of [`gemm_taps`] packs at a time: its columns of every
+/// row, which stay in the core's L2 while every row tile of `A` passes over them.
 pub const TAPS_PACK_BYTES: usize = 1 << 20;
 
+/// A thread's packed columns of a gathered `B`, for shared rows the offsets of `B`'s rows
+/// in them, and which columns of which [`gemm_taps`] call they hold.
+type Packed = (Vec<f32>, Vec<isize>, Option<(u64, usize, usize)>);
+
 thread_local! {
-    /// Each thread's packed columns of a gathered `B` and, for shared rows, the offsets
-    /// of `B`'s rows in them (grown once, then reused: a steady-state run allocates
+    /// Each thread's [`Packed`] (grown once, then reused: a steady-state run allocates
     /// nothing).
-    static PACKED: std::cell::RefCell<(Vec<f32>, Vec<isize>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    static PACKED: std::cell::RefCell<Packed> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), None)) };
 }
 
 /// Blocks a product is cut into per thread of its team, at most (the pool hands them
@@ -1129,100 +1168,262 @@ pub fn gemm_taps(
         SharedPtr(a.data.as_ptr().cast_mut()),
         SharedPtr(c.data.as_mut_ptr()),
     );
-    let run_block = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+    // This call's packs, told apart from any other call's in the threads' caches.
+    let call = TAPS_CALLS.fetch_add(1, Ordering::Relaxed);
+    // C[rows, cols] from columns `cols` of B, packed unless this thread's last pack was
+    // of these columns in this call (the pieces of a block share its packs).
+    let run_piece = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
         let (a_ptr, c_ptr) = (a_ptr, c_ptr);
         let _flush = FlushDenormals::enter(flush);
-        // Columns per pack: all of the block's when they fit in TAPS_PACK_BYTES, else
-        // equal parts that do (whole vectors each but the last). Rows of B that share
-        // their floats (`Taps::shared_width`) are packed once, and B's rows read through
-        // offsets.
-        let packed_rows = taps.shared_width(0).map_or(k, |(groups, _)| groups);
-        let parts = (cols.len() * packed_rows * 4)
-            .div_ceil(TAPS_PACK_BYTES)
-            .max(1);
-        let width = cols
-            .len()
-            .div_ceil(parts)
-            .next_multiple_of(TAPS_COL_ALIGN)
-            .min(cols.len());
         PACKED.with(|packed| {
-            let (packed, offs) = &mut *packed.borrow_mut();
-            let shared = taps.shared_width(width);
-            let need = shared.map_or(k * width, |(groups, w)| groups * w);
-            if packed.len() < need {
-                packed.resize(need, 0.0);
-            }
-            if shared.is_some() && offs.len() < k {
-                offs.resize(k, 0);
-            }
-            for c0 in (cols.start..cols.end).step_by(width) {
-                let part = c0..(c0 + width).min(cols.end);
-                let w = part.len();
-                let (b_row, b_offs) = if shared.is_some() {
-                    taps.pack_shared(x, part.clone(), packed, offs);
-                    (0, offs.as_ptr())
-                } else {
-                    taps.pack(x, part.clone(), &mut packed[..k * w]);
-                    (w as isize, std::ptr::null())
-                };
-                let ops = sgemm::Operands {
-                    a: a_ptr
-                        .0
-                        .wrapping_offset(la.offset as isize + rows.start as isize * la.row_stride)
-                        .cast_const(),
-                    a_row: la.row_stride,
-                    a_col: la.col_stride,
-                    a_panel: 0,
-                    a_kblock: 0,
-                    b: packed.as_ptr(),
-                    b_row,
-                    b_offs,
-                    c: c_ptr.0.wrapping_offset(
-                        lc.offset as isize + rows.start as isize * lc.row_stride + c0 as isize,
-                    ),
-                    c_row: lc.row_stride,
-                };
-                // The block's rows from their first panel on, where packed.
-                let ops = match panels.filter(|_| rows.start.is_multiple_of(mr)) {
-                    Some(p) => p.rows_from(rows.start, ops),
-                    None => ops,
-                };
-                // SAFETY: A's (strided or in panels) and C's elements of the block were
-                // checked in bounds above (the whole product's reach), the packed B holds
-                // `k x w` floats at unit column stride (or its rows at `offs`, each `w`
-                // floats inside the shared rows `pack_shared` wrote), C's elements are distinct
-                // (`is_injective`) and this block's are written by it alone (the split's
-                // blocks are disjoint); the ISA is supported (`Isa::host`), not SSE.
-                unsafe { sgemm::product(isa, &ops, rows.len(), w, k) };
-                if let Some(after) = after {
-                    after(0, rows.clone(), part);
+            let (packed, offs, last) = &mut *packed.borrow_mut();
+            // Rows of B that share their floats (`Taps::shared_width`) are packed once,
+            // and B's rows read through offsets.
+            let shared = taps.shared_width(cols.len());
+            let w = cols.len();
+            let this = (call, cols.start, cols.end);
+            if *last != Some(this) {
+                let need = shared.map_or(k * w, |(groups, sw)| groups * sw);
+                if packed.len() < need {
+                    packed.resize(need, 0.0);
                 }
+                if shared.is_some() && offs.len() < k {
+                    offs.resize(k, 0);
+                }
+                if shared.is_some() {
+                    taps.pack_shared(x, cols.clone(), packed, offs);
+                } else {
+                    taps.pack(x, cols.clone(), &mut packed[..k * w]);
+                }
+                *last = Some(this);
+            }
+            let (b_row, b_offs) = if shared.is_some() {
+                (0, offs.as_ptr())
+            } else {
+                (w as isize, std::ptr::null())
+            };
+            let ops = sgemm::Operands {
+                a: a_ptr
+                    .0
+                    .wrapping_offset(la.offset as isize + rows.start as isize * la.row_stride)
+                    .cast_const(),
+                a_row: la.row_stride,
+                a_col: la.col_stride,
+                a_panel: 0,
+                a_kblock: 0,
+                b: packed.as_ptr(),
+                b_row,
+                b_offs,
+                c: c_ptr.0.wrapping_offset(
+                    lc.offset as isize + rows.start as isize * lc.row_stride + cols.start as isize,
+                ),
+                c_row: lc.row_stride,
+            };
+            // The rows from their first panel on, where packed.
+            let ops = match panels.filter(|_| rows.start.is_multiple_of(mr)) {
+                Some(p) => p.rows_from(rows.start, ops),
+                None => ops,
+            };
+            // SAFETY: A's (strided or in panels) and C's elements of the piece were
+            // checked in bounds above (the whole product's reach), the packed B holds
+            // `k x w` floats at unit column stride (or its rows at `offs`, each `w`
+            // floats inside the shared rows `pack_shared` wrote), C's elements are
+            // distinct (`is_injective`) and this piece's are written by it alone (the
+            // split's blocks and their pieces are disjoint); the ISA is supported
+            // (`Isa::host`), not SSE.
+            unsafe { sgemm::product(isa, &ops, rows.len(), w, k) };
+            if let Some(after) = after {
+                after(0, rows, cols);
             }
         });
     };
+    // Columns per pack at most: TAPS_PACK_BYTES of them, in whole vectors.
+    let packed_rows = taps.shared_width(0).map_or(k, |(groups, _)| groups);
+    let pack_cols =
+        (TAPS_PACK_BYTES / (packed_rows * 4).max(1) / TAPS_COL_ALIGN).max(1) * TAPS_COL_ALIGN;
     let team = parallelism.team();
     let split = team.and_then(|team| Some((team, taps_split(m, n, k, team.threads())?)));
-    run_split(GemmShape::new(m, n, k), split, &|_, rows, cols| {
-        run_block(rows, cols)
+    let (rows0, cols0) = match split {
+        Some((_, split)) => {
+            let (_, rows, cols) = split.block(0, m, n);
+            (rows.len(), cols.len())
+        }
+        None => (m, n),
+    };
+    // A block's pieces: for stealing on a team, columns where each part is long against
+    // the halo that shared rows pack with every part (`Taps::shared_width`), else rows
+    // of whole panels (a thief packs the block's columns again); and always columns
+    // that fit a pack. (Four parts of 392 columns with a halo of 56 made ResNet-18's
+    // layer-2 products 8% slower on two threads.)
+    let halo = taps.shared_width(0).map_or(0, |(_, extra)| extra);
+    let mut pieces = match split {
+        Some(_) => Pieces::plan(
+            rows0,
+            cols0,
+            (4 * mr, 4 * mr),
+            ((4 * halo).max(64), TAPS_COL_ALIGN),
+        ),
+        None => Pieces::ONE,
+    };
+    if cols0 > pack_cols {
+        // Equal parts that each fit a pack.
+        pieces.cols = cols0.div_ceil(pack_cols);
+        pieces.halving = false;
+    }
+    pieces.col_align = TAPS_COL_ALIGN;
+    run_split(
+        GemmShape::new(m, n, k),
+        split,
+        pieces,
+        &|_, _, rows, cols| run_piece(rows, cols),
+    )
+}
+
+/// Counts [`gemm_taps`] calls: a thread's last pack is reused by a piece of the same
+/// call and the same columns only.
+static TAPS_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Pieces a block of a product is cut into at most for work stealing
+/// ([`Team::parallel_pieces`]): `FERRITE_GEMM_PIECES` (1 to 16; 1 turns stealing off),
+/// default 4.
+pub fn pieces_per_block() -> usize {
+    static PIECES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PIECES.get_or_init(|| {
+        std::env::var("FERRITE_GEMM_PIECES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|v| (1..=16).contains(v))
+            .unwrap_or(4)
     })
 }
 
-/// Runs `run_block` on the blocks of `split`, or on each whole product of the batch.
+/// How each block of a split is cut into pieces: `cols` x `rows` parts, taken columns
+/// first (piece `i` is column part `i / rows`, row part `i % rows`), so that a thread
+/// that runs a block's pieces in order runs each column part's rows one after another.
+/// Planned parts halve ([`halving_part`]): the owner of a block runs its first half in one
+/// call, as fast as the whole block would run, and the small parts at the end are what
+/// other threads take when they are done first. (Four equal parts of rows ran 8% slower
+/// than whole blocks on two threads of the VM: each reads its kernel's `A` in shorter
+/// runs, and packs `B` again on the crate.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pieces {
+    /// Parts of a block's columns.
+    pub cols: usize,
+    /// Parts of a block's rows.
+    pub rows: usize,
+    /// Column parts start at multiples of this from the block's first column.
+    pub col_align: usize,
+    /// Row parts start at multiples of this from the block's first row.
+    pub row_align: usize,
+    /// Parts halve ([`halving_part`]) rather than being equal.
+    pub halving: bool,
+}
+
+impl Pieces {
+    /// A block in one piece.
+    pub const ONE: Pieces = Pieces {
+        cols: 1,
+        rows: 1,
+        col_align: 1,
+        row_align: 1,
+        halving: false,
+    };
+
+    /// The pieces of a block of `rows x cols`: up to [`pieces_per_block`] in all, column
+    /// parts of at least `min_cols` (aligned to `col_align`) first, then row parts of
+    /// at least `min_rows` (aligned to `row_align`).
+    pub fn plan(
+        rows: usize,
+        cols: usize,
+        (min_rows, row_align): (usize, usize),
+        (min_cols, col_align): (usize, usize),
+    ) -> Pieces {
+        let most = pieces_per_block();
+        let col_parts = most.min(cols / min_cols.max(1)).max(1);
+        let row_parts = (most / col_parts).min(rows / min_rows.max(1)).max(1);
+        Pieces {
+            cols: col_parts,
+            rows: row_parts,
+            col_align: col_align.max(1),
+            row_align: row_align.max(1),
+            halving: true,
+        }
+    }
+
+    /// The number of pieces of a block.
+    pub fn count(&self) -> usize {
+        self.cols * self.rows
+    }
+
+    /// Piece `i` of the block `rows x cols`: its rows and columns (empty past the end).
+    pub fn piece(
+        &self,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+        i: usize,
+    ) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let (ci, ri) = (i / self.rows, i % self.rows);
+        let part = if self.halving {
+            halving_part
+        } else {
+            aligned_part
+        };
+        let r = part(rows.len(), self.row_align, self.rows, ri);
+        let c = part(cols.len(), self.col_align, self.cols, ci);
+        (
+            rows.start + r.start..rows.start + r.end,
+            cols.start + c.start..cols.start + c.end,
+        )
+    }
+}
+
+/// Part `i` of `parts` of `0..len`, cut at multiples of `align`: the first half, the
+/// next quarter, and so on, the last part as long as the one before it (parts of a
+/// short range may be empty).
+fn halving_part(len: usize, align: usize, parts: usize, i: usize) -> std::ops::Range<usize> {
+    if parts <= 1 {
+        return if i == 0 { 0..len } else { len..len };
+    }
+    let units = len.div_ceil(align.max(1));
+    let bound = |j: usize| {
+        let at = if j >= parts {
+            units
+        } else {
+            units - (units >> j.min(63))
+        };
+        (at * align).min(len)
+    };
+    bound(i)..bound(i + 1)
+}
+
+/// Runs `run_piece(p, block, rows, cols)` on every piece of every block of `split`
+/// (work stealing on the team, [`Team::parallel_pieces`]), or of each whole product of
+/// the batch on the calling thread; `block` is the rows and columns of the piece's
+/// block.
 fn run_split(
     shape: GemmShape,
     split: Option<(Team<'_>, GemmSplit)>,
-    run_block: &(dyn Fn(usize, std::ops::Range<usize>, std::ops::Range<usize>) + Sync),
+    pieces: Pieces,
+    run_piece: &(dyn Fn(usize, (usize, usize), std::ops::Range<usize>, std::ops::Range<usize>)
+          + Sync),
 ) -> Result<(), GemmError> {
     let GemmShape { batch, m, n, .. } = shape;
+    let piece = |p: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, i| {
+        let block = (rows.len(), cols.len());
+        let (rows, cols) = pieces.piece(rows, cols, i);
+        if !rows.is_empty() && !cols.is_empty() {
+            run_piece(p, block, rows, cols);
+        }
+    };
     let ran = match split {
-        Some((team, split)) => team.parallel_for(split.tasks(), |t| {
+        Some((team, split)) => team.parallel_pieces(split.tasks(), pieces.count(), |t, i| {
             let (p, rows, cols) = split.block(t, m, n);
-            if !rows.is_empty() && !cols.is_empty() {
-                run_block(p, rows, cols);
-            }
+            piece(p, rows, cols, i);
         }),
         None => {
-            (0..batch).for_each(|p| run_block(p, 0..m, 0..n));
+            for p in 0..batch {
+                (0..pieces.count()).for_each(|i| piece(p, 0..m, 0..n, i));
+            }
             Ok(())
         }
     };
@@ -1476,6 +1677,65 @@ mod tests {
             let shape = GemmShape::batched(1, 32, n, k);
             assert_eq!(plan_split(shape, 16).map(|s| s.tasks()), Some(4));
             assert_eq!(plan_split_for(shape, 16, true).map(|s| s.tasks()), Some(16));
+        }
+    }
+
+    /// A block's pieces cover it exactly once, aligned, equal or halving (the first part
+    /// at least as long as every later one), at most `pieces_per_block` of them where
+    /// planned, none shorter than asked for.
+    #[test]
+    fn pieces_cover_their_block_once() {
+        for (len, align, parts) in [
+            (0, 16, 4),
+            (5, 16, 4),
+            (64, 32, 2),
+            (70, 32, 4),
+            (392, 16, 4),
+            (3136, 16, 3),
+        ] {
+            for part in [halving_part, aligned_part] {
+                let ranges: Vec<_> = (0..parts + 1).map(|i| part(len, align, parts, i)).collect();
+                let mut at = 0;
+                for r in &ranges {
+                    assert_eq!(r.start, at, "{len} {align} {parts}: {ranges:?}");
+                    assert!(r.start % align == 0 || r.is_empty(), "{ranges:?}");
+                    at = r.end;
+                }
+                assert_eq!(at, len, "{len} {align} {parts}: {ranges:?}");
+            }
+            let halves: Vec<_> = (0..parts)
+                .map(|i| halving_part(len, align, parts, i).len())
+                .collect();
+            assert!(halves.iter().skip(1).all(|&l| l <= halves[0]), "{halves:?}");
+        }
+        for (rows, cols, min_rows, min_cols) in [
+            (64, 196, 32, 448),
+            (128, 49, 32, 64),
+            (512, 16, 32, 64),
+            (64, 1568, usize::MAX, 64),
+            (32, 20, 32, 64),
+        ] {
+            let pieces = Pieces::plan(rows, cols, (min_rows, 8), (min_cols, 16));
+            assert!(pieces.count() <= pieces_per_block().max(1));
+            assert!(
+                pieces.cols == 1 || cols / pieces.cols >= min_cols,
+                "{pieces:?}"
+            );
+            assert!(
+                pieces.rows == 1 || rows / pieces.rows >= min_rows.min(rows),
+                "{pieces:?}"
+            );
+            let (r0, c0) = (3, 5);
+            let mut seen = vec![0u8; rows * cols];
+            for i in 0..pieces.count() {
+                let (r, c) = pieces.piece(r0..r0 + rows, c0..c0 + cols, i);
+                for i in r {
+                    for j in c.clone() {
+                        seen[(i - r0) * cols + j - c0] += 1;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "{rows}x{cols}: {pieces:?}");
         }
     }
 

@@ -63,7 +63,7 @@ pub use kernels::{BinaryKernel, KernelError, UnaryKernel};
 pub use plan::{plan_program, CodegenOptions, CpuPlan};
 pub use pool::{
     default_thread_count, global_pool, split_range, threads_from_env, AwakeGuard, PoolError, Team,
-    ThreadPool, MAX_THREADS, NUM_THREADS_VAR,
+    ThreadPool, MAX_STEAL_BLOCKS, MAX_THREADS, NUM_THREADS_VAR,
 };
 pub use vmath::{UnaryFn, VMath};
 pub use wide::{

@@ -157,6 +157,10 @@ impl ChunkTimes {
 /// before any thread is started, rather than exhausting the system's threads.
 pub const MAX_THREADS: usize = 1024;
 
+/// The most blocks [`Team::parallel_pieces`] steals among (its counters live on the
+/// stack: a steady-state run allocates nothing); more run without stealing.
+pub const MAX_STEAL_BLOCKS: usize = 256;
+
 /// The environment variable that sets the default number of threads.
 pub const NUM_THREADS_VAR: &str = "FERRITE_NUM_THREADS";
 
@@ -653,6 +657,78 @@ impl<'p> Team<'p> {
         job.run(0);
         pool.retire();
         job.into_result()
+    }
+
+    /// Runs `task(block, piece)` once for every `block in 0..blocks` and `piece in
+    /// 0..pieces`, in parallel, with work stealing: each thread takes a whole block and
+    /// runs its pieces in order from the first; a thread that finds no block left takes
+    /// the *last* remaining piece of the block with the most pieces left, until none
+    /// are. A block's pieces then mostly run on one thread, one after another (the
+    /// order in which they share what they load), and a slow thread's last pieces go to
+    /// the threads that are done. With one piece, or more blocks than
+    /// [`MAX_STEAL_BLOCKS`], this is [`Team::parallel_for`] over the blocks, each
+    /// running its pieces in order. In a timed loop each thread's part is one chunk.
+    pub fn parallel_pieces<F>(&self, blocks: usize, pieces: usize, task: F) -> Result<(), PoolError>
+    where
+        F: Fn(usize, usize) + Sync,
+    {
+        if pieces <= 1 || blocks > MAX_STEAL_BLOCKS || self.threads <= 1 {
+            return self.parallel_for(blocks, |b| (0..pieces).for_each(|p| task(b, p)));
+        }
+        let Ok(pieces) = u32::try_from(pieces) else {
+            return self.parallel_for(blocks, |b| (0..pieces).for_each(|p| task(b, p)));
+        };
+        // Per block, the next piece from the front (high half) and one past the last
+        // piece left (low half): the owner advances the first, thieves lower the second,
+        // each with one compare-and-swap, so every piece is taken exactly once.
+        let left: [AtomicU64; MAX_STEAL_BLOCKS] =
+            std::array::from_fn(|_| AtomicU64::new(u64::from(pieces)));
+        let next_block = AtomicUsize::new(0);
+        let take = |b: usize, front: bool| -> Option<usize> {
+            let cell = &left[b];
+            let mut now = cell.load(Ordering::Relaxed);
+            loop {
+                let (first, end) = ((now >> 32) as u32, now as u32);
+                if first >= end {
+                    return None;
+                }
+                let (new, piece) = if front {
+                    (now + (1 << 32), first)
+                } else {
+                    (now - 1, end - 1)
+                };
+                match cell.compare_exchange_weak(now, new, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => return Some(piece as usize),
+                    Err(seen) => now = seen,
+                }
+            }
+        };
+        self.parallel_for(self.threads.min(blocks), |_| {
+            loop {
+                let b = next_block.fetch_add(1, Ordering::Relaxed);
+                if b >= blocks {
+                    break;
+                }
+                while let Some(p) = take(b, true) {
+                    task(b, p);
+                }
+            }
+            loop {
+                // The block with the most pieces left (a thread still on its first
+                // pieces is the furthest behind).
+                let victim = (0..blocks)
+                    .map(|b| {
+                        let now = left[b].load(Ordering::Relaxed);
+                        ((now as u32).saturating_sub((now >> 32) as u32), b)
+                    })
+                    .max()
+                    .filter(|&(n, _)| n > 0);
+                let Some((_, b)) = victim else { break };
+                if let Some(p) = take(b, false) {
+                    task(b, p);
+                }
+            }
+        })
     }
 
     /// Splits `0..len` into contiguous ranges of at least `min_chunk_len` elements (more

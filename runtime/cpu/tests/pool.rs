@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ferrite_cpu::{default_thread_count, split_range, PoolError, ThreadPool, MAX_THREADS};
+use ferrite_cpu::{
+    default_thread_count, split_range, PoolError, ThreadPool, MAX_STEAL_BLOCKS, MAX_THREADS,
+};
 
 fn assert_send_sync<T: Send + Sync>() {}
 
@@ -345,4 +347,90 @@ fn timed_teams_record_their_loops() {
         .expect("no panic");
     let spans = times.take();
     assert_eq!((spans.len(), spans[0].worker), (1, 0));
+}
+
+/// Work stealing: every piece of every block runs exactly once, whatever the threads,
+/// blocks (more than `MAX_STEAL_BLOCKS` included: no stealing then) and pieces.
+#[test]
+fn every_piece_runs_exactly_once() {
+    for threads in [1, 2, 3, 5] {
+        let pool = ThreadPool::new(threads).expect("pool");
+        for (blocks, pieces) in [
+            (0usize, 4usize),
+            (1, 1),
+            (1, 7),
+            (2, 4),
+            (5, 3),
+            (16, 8),
+            (MAX_STEAL_BLOCKS + 3, 2),
+        ] {
+            let counts: Vec<AtomicUsize> =
+                (0..blocks * pieces).map(|_| AtomicUsize::new(0)).collect();
+            pool.all()
+                .parallel_pieces(blocks, pieces, |b, p| {
+                    assert!(b < blocks && p < pieces);
+                    counts[b * pieces + p].fetch_add(1, Ordering::Relaxed);
+                })
+                .expect("no panic");
+            for (i, count) in counts.iter().enumerate() {
+                assert_eq!(
+                    count.load(Ordering::Relaxed),
+                    1,
+                    "threads {threads}, {blocks} blocks of {pieces}, piece {i}"
+                );
+            }
+        }
+    }
+}
+
+/// A block whose owner is slow loses its last pieces to the threads that are done: the
+/// owner runs them from the first, the others take them from the last.
+#[test]
+fn a_slow_blocks_last_pieces_are_stolen() {
+    let pool = ThreadPool::new(3).expect("pool");
+    let pieces = 8;
+    let ran_on: Vec<Mutex<Option<thread::ThreadId>>> =
+        (0..2 * pieces).map(|_| Mutex::new(None)).collect();
+    pool.all()
+        .parallel_pieces(2, pieces, |b, p| {
+            // Block 0's first piece is slow; everything else is quick.
+            if b == 0 && p == 0 {
+                thread::sleep(Duration::from_millis(200));
+            }
+            *ran_on[b * pieces + p].lock().unwrap() = Some(thread::current().id());
+        })
+        .expect("no panic");
+    let who = |b: usize, p: usize| ran_on[b * pieces + p].lock().unwrap().expect("ran");
+    let owner = who(0, 0);
+    // The last piece went to another thread while the owner slept.
+    assert_ne!(
+        who(0, pieces - 1),
+        owner,
+        "block 0's last piece was not stolen"
+    );
+    // Stolen pieces are a run at the end: once a piece is the owner's, so are those
+    // before it.
+    let owned = (0..pieces).take_while(|&p| who(0, p) == owner).count();
+    assert!((owned..pieces).all(|p| who(0, p) != owner));
+}
+
+/// A panicking piece is an error; the other pieces still run and the pool survives.
+#[test]
+fn a_panicking_piece_is_an_error() {
+    let pool = ThreadPool::new(3).expect("pool");
+    let ran = AtomicUsize::new(0);
+    let r = pool.all().parallel_pieces(4, 4, |b, p| {
+        if b == 1 && p == 2 {
+            panic!("piece {b}.{p}");
+        }
+        ran.fetch_add(1, Ordering::Relaxed);
+    });
+    assert!(matches!(r, Err(PoolError::TaskPanicked { .. })), "{r:?}");
+    let again = AtomicUsize::new(0);
+    pool.all()
+        .parallel_pieces(4, 4, |_, _| {
+            again.fetch_add(1, Ordering::Relaxed);
+        })
+        .expect("the pool survives");
+    assert_eq!(again.load(Ordering::Relaxed), 16);
 }
