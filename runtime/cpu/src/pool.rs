@@ -24,6 +24,10 @@
 //! * [`global_pool`] is the one pool of the process, shared by every compiled program
 //!   and by the GEMM: it starts with `FERRITE_NUM_THREADS` threads (or one per core)
 //!   and grows, never shrinks, when a program asks for more ([`ThreadPool::grow`]).
+//! * [`Team::parallel_pieces`] runs blocks of pieces with work stealing: a thread runs a
+//!   whole block's pieces in order, threads left without a block take the last pieces of
+//!   the block with the most left (the GEMM's blocks, so that a slow core's block does
+//!   not hold up the product).
 //! * For profiling, [`ThreadPool::parallel_for_timed`] records which thread ran each
 //!   chunk, when and for how long, into a [`ChunkTimes`]. Worker 0 is the thread that
 //!   called the loop, workers `1..threads` the pool's own threads. The untimed entry
