@@ -500,7 +500,7 @@ fn plan_split_rows(
     }
     // Blocks wanted per product, bounded by its size and by the alignment.
     let per_product = blocks.div_ceil(batch).min((macs / min_task).max(1));
-    let (row_max, col_max) = (m.div_ceil(ROW_ALIGN), n.div_ceil(col_align));
+    let (row_max, col_max) = (units(m, ROW_ALIGN), units(n, col_align));
     let (mut row_parts, mut col_parts);
     if ours {
         // Blocks of at least OURS_BLOCK_ROWS rows where there are that many: a block
@@ -556,14 +556,26 @@ impl GemmSplit {
     }
 }
 
-/// Part `i` of `parts` of `0..len`, cut at multiples of `align` (the last part takes
-/// the remainder).
+/// Part `i` of `parts` of `0..len`, cut at multiples of `align` into [`units`] (the
+/// last part takes the remainder).
 fn aligned_part(len: usize, align: usize, parts: usize, i: usize) -> std::ops::Range<usize> {
     if parts <= 1 {
         return 0..len;
     }
-    let units = split_range(len.div_ceil(align), parts, i);
-    (units.start * align).min(len)..(units.end * align).min(len)
+    let n = units(len, align);
+    let part = split_range(n, parts, i);
+    // Unit `u` starts at `u * align`; the last one ends at `len`.
+    let at = |u: usize| if u >= n { len } else { (u * align).min(len) };
+    at(part.start)..at(part.end)
+}
+
+/// How many parts of `align` a range of `len` is cut into at most: a remainder under half
+/// of `align` goes with the last whole part rather than making a part of its own. (A
+/// part of one column of ResNet-18's last products, 49 = 3 x 16 + 1 columns, streamed
+/// its 128 rows of the 9 MiB `A` for one column; 4 threads of 16 did that.)
+fn units(len: usize, align: usize) -> usize {
+    let align = align.max(1);
+    ((len + (align - 1) / 2) / align).max(1)
 }
 
 /// Why a product was refused.
@@ -1100,8 +1112,8 @@ fn taps_split(m: usize, n: usize, k: usize, threads: usize) -> Option<GemmSplit>
     let blocks = threads
         .saturating_mul(blocks_per_thread())
         .min(total / OURS_MIN_TASK_MACS);
-    let col_parts = blocks.min(n.div_ceil(TAPS_COL_ALIGN)).max(1);
-    let row_parts = (blocks / col_parts).min(m.div_ceil(ROW_ALIGN)).max(1);
+    let col_parts = blocks.min(units(n, TAPS_COL_ALIGN)).max(1);
+    let row_parts = (blocks / col_parts).min(units(m, ROW_ALIGN)).max(1);
     (row_parts * col_parts > 1).then_some(GemmSplit {
         batch: 1,
         row_parts,
@@ -1384,14 +1396,12 @@ fn halving_part(len: usize, align: usize, parts: usize, i: usize) -> std::ops::R
     if parts <= 1 {
         return if i == 0 { 0..len } else { len..len };
     }
-    let units = len.div_ceil(align.max(1));
+    let n = units(len, align);
     let bound = |j: usize| {
-        let at = if j >= parts {
-            units
-        } else {
-            units - (units >> j.min(63))
-        };
-        (at * align).min(len)
+        if j >= parts {
+            return len;
+        }
+        ((n - (n >> j.min(63))) * align).min(len)
     };
     bound(i)..bound(i + 1)
 }
@@ -1678,6 +1688,27 @@ mod tests {
             assert_eq!(plan_split(shape, 16).map(|s| s.tasks()), Some(4));
             assert_eq!(plan_split_for(shape, 16, true).map(|s| s.tasks()), Some(16));
         }
+    }
+
+    /// No block of a split is a sliver: a remainder under half an alignment goes with the
+    /// last part (ResNet-18's last products, 49 columns, in parts of 16, 16 and 17, not 16,
+    /// 16, 16 and 1).
+    #[test]
+    fn splits_leave_no_slivers() {
+        for threads in [4, 7, 16] {
+            let split = taps_split(512, 49, 4608, threads).unwrap();
+            assert_eq!(split.col_parts, 3, "{split:?}");
+            for t in 0..split.tasks() {
+                let (_, rows, cols) = split.block(t, 512, 49);
+                assert!(
+                    cols.len() >= 16 && rows.len() >= 16,
+                    "{t}: {rows:?} {cols:?}"
+                );
+            }
+        }
+        assert_eq!(aligned_part(49, 16, 4, 2), 32..49);
+        assert_eq!(aligned_part(49, 16, 4, 3), 49..49);
+        assert_eq!(aligned_part(57, 16, 4, 3), 48..57);
     }
 
     /// A block's pieces cover it exactly once, aligned, equal or halving (the first part
