@@ -136,9 +136,15 @@ pub(super) fn pick_strided(data: &Data, shape: &[usize], strides: &[usize], base
     let rank = shape.len().saturating_sub(1);
     let total: usize = shape.iter().product();
     let rows = || Offsets::new(&shape[..rank], &strides[..rank], base);
+    // A transpose (rows one element apart, columns `s` apart): rows in groups, read a
+    // column of the group at a time, one run of memory, instead of one strided walk per row.
+    let transposed = s != 1 && rank >= 1 && strides[rank - 1] == 1 && shape[rank - 1] >= GROUP;
     map_data!(data, v => {
         let mut out = Vec::with_capacity(total);
-        if n > 0 {
+        if n > 0 && transposed {
+            let starts: Vec<usize> = rows().collect();
+            pick_transposed(v, &starts, n, s, &mut out);
+        } else if n > 0 {
             for row in rows() {
                 if s == 1 {
                     out.extend_from_slice(&v[row..row + n]);
@@ -149,6 +155,36 @@ pub(super) fn pick_strided(data: &Data, shape: &[usize], strides: &[usize], base
         }
         out
     })
+}
+
+/// Rows of a transposed read at a time ([`pick_transposed`]): a cache line of `f32`.
+const GROUP: usize = 16;
+
+/// Appends to `out` the rows starting at `starts` (`n` elements `s` apart each): where
+/// [`GROUP`] consecutive rows start one element apart, the group is written a column at a
+/// time from `GROUP` adjacent elements (a 1280 x 1000 classifier weight transposed in 2.4
+/// ms on the VM, most of it in strided reads, before this).
+fn pick_transposed<T: Copy>(v: &[T], starts: &[usize], n: usize, s: usize, out: &mut Vec<T>) {
+    let mut i = 0;
+    while i < starts.len() {
+        let group = &starts[i..(i + GROUP).min(starts.len())];
+        let first = group[0];
+        if group.len() == GROUP && group.iter().enumerate().all(|(r, &at)| at == first + r) {
+            let at = out.len();
+            out.resize(at + GROUP * n, v[first]);
+            let block = &mut out[at..];
+            for k in 0..n {
+                let column = &v[first + k * s..first + k * s + GROUP];
+                for (r, &x) in column.iter().enumerate() {
+                    block[r * n + k] = x;
+                }
+            }
+            i += GROUP;
+        } else {
+            out.extend((0..n).map(|k| v[first + k * s]));
+            i += 1;
+        }
+    }
 }
 
 /// The elements of every part, one after another. All parts must share a dtype.
@@ -219,6 +255,21 @@ mod tests {
             (&[0, 3], &[1, 0], 0),
             (&[], &[], 9),
             (&[6], &[0], 4),
+        ];
+        for (shape, strides, base) in views {
+            let want = pick(&data, Offsets::new(shape, strides, base));
+            let got = pick_strided(&data, shape, strides, base);
+            assert_eq!(got, want, "{shape:?} {strides:?} {base}");
+        }
+        // Transposes, read in groups of rows: whole groups, a ragged last group, groups
+        // broken by an outer axis (rows 37 apart every 20) and a batch of them.
+        let data = Data::I32((0..4000).collect());
+        let views: [(&[usize], &[usize], usize); 5] = [
+            (&[37, 50], &[1, 37], 0),
+            (&[16, 3], &[1, 16], 5),
+            (&[2, 20, 7], &[37, 1, 200], 3),
+            (&[3, 33, 9], &[1000, 1, 40], 1),
+            (&[40, 1], &[1, 40], 0),
         ];
         for (shape, strides, base) in views {
             let want = pick(&data, Offsets::new(shape, strides, base));
