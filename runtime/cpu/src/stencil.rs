@@ -25,9 +25,10 @@
 //! block of rows right after the stencil computes it, while it is in cache, when the plan
 //! proves it pointwise at its own element (as a GEMM's epilogue).
 //!
-//! The loop: per output row, per block of up to eight 16-lane vectors of columns, the
-//! accumulators stay in registers while each tap adds `c * x` with one (masked) load and
-//! one FMA per vector (two loads and a permutation at stride 2). The masks (the valid
+//! The loop: per block of up to eight 16-lane vectors of a row, or of several short rows
+//! (up to sixteen vectors at stride 1), the accumulators stay in registers while each tap
+//! adds `c * x` with one (masked) load and one FMA per vector (two loads and a
+//! permutation at stride 2). The masks (the valid
 //! columns of a tap in a row) are computed at compile time, one set per distinct interval.
 //! Lanes outside a tap's interval load zero and still add `0 * c`, as the guarded loads of
 //! the loop IR do, so a non-finite coefficient gives the same NaN; a tap whose whole row
