@@ -1092,13 +1092,16 @@ thread_local! {
 /// out as threads come free): `FERRITE_GEMM_BLOCKS_PER_THREAD` (1 to 8), default 1.
 pub fn blocks_per_thread() -> usize {
     static PER_THREAD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *PER_THREAD.get_or_init(|| {
-        std::env::var("FERRITE_GEMM_BLOCKS_PER_THREAD")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|v| (1..=8).contains(v))
-            .unwrap_or(1)
-    })
+    *PER_THREAD.get_or_init(|| count_from_env("FERRITE_GEMM_BLOCKS_PER_THREAD", 1..=8, 1))
+}
+
+/// The count in environment variable `var` when it is one in `range`, else `default`.
+fn count_from_env(var: &str, range: std::ops::RangeInclusive<usize>, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|v| range.contains(v))
+        .unwrap_or(default)
 }
 
 /// The split of a [`gemm_taps`] product across `threads`: blocks of all rows where the
@@ -1302,13 +1305,7 @@ static TAPS_CALLS: AtomicU64 = AtomicU64::new(0);
 /// default 4.
 pub fn pieces_per_block() -> usize {
     static PIECES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *PIECES.get_or_init(|| {
-        std::env::var("FERRITE_GEMM_PIECES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|v| (1..=16).contains(v))
-            .unwrap_or(4)
-    })
+    *PIECES.get_or_init(|| count_from_env("FERRITE_GEMM_PIECES", 1..=16, 4))
 }
 
 /// How each block of a split is cut into pieces: `cols` x `rows` parts, taken columns

@@ -17,6 +17,13 @@ fn pool_is_send_and_sync() {
     assert_send_sync::<ThreadPool>();
 }
 
+/// Every counter is 1: each task ran once.
+fn each_once(counts: &[AtomicUsize], what: &str) {
+    for (i, count) in counts.iter().enumerate() {
+        assert_eq!(count.load(Ordering::Relaxed), 1, "{what}: task {i}");
+    }
+}
+
 #[test]
 fn every_chunk_runs_exactly_once() {
     for threads in [1, 2, 3, 5] {
@@ -27,13 +34,7 @@ fn every_chunk_runs_exactly_once() {
                 counts[c].fetch_add(1, Ordering::Relaxed);
             })
             .expect("no panic");
-            for (c, count) in counts.iter().enumerate() {
-                assert_eq!(
-                    count.load(Ordering::Relaxed),
-                    1,
-                    "threads {threads}, n {n}, chunk {c}"
-                );
-            }
+            each_once(&counts, &format!("threads {threads}, n {n}"));
         }
     }
 }
@@ -372,13 +373,10 @@ fn every_piece_runs_exactly_once() {
                     counts[b * pieces + p].fetch_add(1, Ordering::Relaxed);
                 })
                 .expect("no panic");
-            for (i, count) in counts.iter().enumerate() {
-                assert_eq!(
-                    count.load(Ordering::Relaxed),
-                    1,
-                    "threads {threads}, {blocks} blocks of {pieces}, piece {i}"
-                );
-            }
+            each_once(
+                &counts,
+                &format!("threads {threads}, {blocks} blocks of {pieces}"),
+            );
         }
     }
 }
