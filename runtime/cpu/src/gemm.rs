@@ -1283,8 +1283,9 @@ pub fn gemm_taps(
         None => Pieces::ONE,
     };
     if cols0 > pack_cols {
-        // Equal parts that each fit a pack.
+        // Equal parts of columns that each fit a pack (and are pieces enough to steal).
         pieces.cols = cols0.div_ceil(pack_cols);
+        pieces.rows = 1;
         pieces.halving = false;
     }
     pieces.col_align = TAPS_COL_ALIGN;
