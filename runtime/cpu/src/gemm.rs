@@ -944,14 +944,15 @@ fn run_blocks<T: GemmScalar>(
     let ours = ours.filter(|_| !crate_team);
     let flush = flushes(&a, &b);
     // C[p][rows, cols] = A[p][rows, :] @ B[p][:, cols] on the calling thread.
-    // `on_ours`: whether the block this is part of (or is) runs on our kernel.
-    let run_block = |p: usize, rows: Range<usize>, cols: Range<usize>, on_ours: bool| {
+    // C[p][rows, cols], a part of (or all of) a block of `block` rows and columns, on the
+    // kernel the block runs on (so that its parts give the bits the block would).
+    let run_block = |p: usize, block: (usize, usize), rows: Range<usize>, cols: Range<usize>| {
         // Restored when the block ends (see the module docs).
         let _flush = FlushDenormals::enter(flush);
         let (a_ptr, b_ptr, c_ptr) = (a_ptr, b_ptr, c_ptr);
         let (r0, c0) = (rows.start as isize, cols.start as isize);
         let (ba, bb, bc) = bases(p);
-        if let Some(isa) = ours.filter(|_| on_ours) {
+        if let Some(isa) = ours.filter(|_| ours_block(block.0, block.1, k)) {
             let ops = sgemm::Operands {
                 a: a_ptr
                     .0
@@ -1026,25 +1027,10 @@ fn run_blocks<T: GemmScalar>(
         Some((team, split?))
     });
     let Some(split) = split else {
-        let Some((after, rows)) = after else {
-            return run_split(shape, None, Pieces::ONE, &|p, _, rows, cols| {
-                let on_ours = ours_block(rows.len(), cols.len(), k);
-                run_block(p, rows, cols, on_ours)
-            });
+        return match after {
+            Some((after, rows)) => run_row_blocks(shape, rows, &run_block, after),
+            None => run_split(shape, None, Pieces::ONE, &run_block),
         };
-        return run_row_blocks(
-            shape,
-            rows,
-            &|p, rows, cols| {
-                run_block(
-                    p,
-                    rows.clone(),
-                    cols.clone(),
-                    ours_block(rows.len(), cols.len(), k),
-                )
-            },
-            after,
-        );
     };
     let (_, rows0, cols0) = split.1.block(0, shape.m, shape.n);
     // Pieces of columns only: a part of a block's rows reads all of its columns of `B`
@@ -1052,21 +1038,15 @@ fn run_blocks<T: GemmScalar>(
     // of `A`. (Parts of at least 64 rows on the crate, halving, made ResNet-18's layer-3
     // and layer-4 products 8-12% slower on two threads of the VM, and 10-20% faster
     // with one of the two cores half taken by another process.)
-    let pieces = if ours.is_some() && ours_block(rows0.len(), cols0.len(), k) {
-        Pieces::plan(
-            rows0.len(),
-            cols0.len(),
-            (usize::MAX, 1),
-            (64, OURS_COL_ALIGN),
-        )
+    let min_cols = if ours.is_some() && ours_block(rows0.len(), cols0.len(), k) {
+        (64, OURS_COL_ALIGN)
     } else {
-        Pieces::plan(rows0.len(), cols0.len(), (usize::MAX, 1), (128, COL_ALIGN))
+        (128, COL_ALIGN)
     };
-    // Each piece on the kernel its block would run on, its epilogue right after it, on
-    // its thread.
+    let pieces = Pieces::plan(rows0.len(), cols0.len(), (usize::MAX, 1), min_cols);
+    // Each piece's epilogue right after it, on its thread.
     run_split(shape, Some(split), pieces, &|p, block, rows, cols| {
-        let on_ours = ours_block(block.0, block.1, k);
-        run_block(p, rows.clone(), cols.clone(), on_ours);
+        run_block(p, block, rows.clone(), cols.clone());
         if let Some((after, _)) = after {
             after(p, rows, cols);
         }
@@ -1255,7 +1235,8 @@ pub fn gemm_taps(
         });
     };
     // Columns per pack at most: TAPS_PACK_BYTES of them, in whole vectors.
-    let packed_rows = taps.shared_width(0).map_or(k, |(groups, _)| groups);
+    let shared = taps.shared_width(0);
+    let packed_rows = shared.map_or(k, |(groups, _)| groups);
     let pack_cols =
         (TAPS_PACK_BYTES / (packed_rows * 4).max(1) / TAPS_COL_ALIGN).max(1) * TAPS_COL_ALIGN;
     let team = parallelism.team();
@@ -1272,7 +1253,7 @@ pub fn gemm_taps(
     // of whole panels (a thief packs the block's columns again); and always columns
     // that fit a pack. (Four parts of 392 columns with a halo of 56 made ResNet-18's
     // layer-2 products 8% slower on two threads.)
-    let halo = taps.shared_width(0).map_or(0, |(_, extra)| extra);
+    let halo = shared.map_or(0, |(_, extra)| extra);
     let mut pieces = match split {
         Some(_) => Pieces::plan(
             rows0,
@@ -1447,7 +1428,7 @@ fn run_split(
 fn run_row_blocks(
     shape: GemmShape,
     rows: usize,
-    run_block: &(dyn Fn(usize, std::ops::Range<usize>, std::ops::Range<usize>) + Sync),
+    run_block: &(dyn Fn(usize, (usize, usize), Range<usize>, Range<usize>) + Sync),
     after: AfterBlock<'_>,
 ) -> Result<(), GemmError> {
     let GemmShape { batch, m, n, .. } = shape;
@@ -1455,7 +1436,7 @@ fn run_row_blocks(
     for p in 0..batch {
         for start in (0..m).step_by(rows) {
             let r = start..(start + rows).min(m);
-            run_block(p, r.clone(), 0..n);
+            run_block(p, (r.len(), n), r.clone(), 0..n);
             after(p, r, 0..n);
         }
     }

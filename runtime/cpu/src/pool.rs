@@ -676,10 +676,8 @@ impl<'p> Team<'p> {
     where
         F: Fn(usize, usize) + Sync,
     {
-        if pieces <= 1 || blocks > MAX_STEAL_BLOCKS || self.threads <= 1 {
-            return self.parallel_for(blocks, |b| (0..pieces).for_each(|p| task(b, p)));
-        }
-        let Ok(pieces) = u32::try_from(pieces) else {
+        let steal = pieces > 1 && blocks <= MAX_STEAL_BLOCKS && self.threads > 1;
+        let Some(pieces) = u32::try_from(pieces).ok().filter(|_| steal) else {
             return self.parallel_for(blocks, |b| (0..pieces).for_each(|p| task(b, p)));
         };
         // Per block, the next piece from the front (high half) and one past the last
@@ -687,12 +685,13 @@ impl<'p> Team<'p> {
         // each with one compare-and-swap, so every piece is taken exactly once.
         let left: [AtomicU64; MAX_STEAL_BLOCKS] =
             std::array::from_fn(|_| AtomicU64::new(u64::from(pieces)));
+        let span = |now: u64| ((now >> 32) as u32, now as u32);
         let next_block = AtomicUsize::new(0);
         let take = |b: usize, front: bool| -> Option<usize> {
             let cell = &left[b];
             let mut now = cell.load(Ordering::Relaxed);
             loop {
-                let (first, end) = ((now >> 32) as u32, now as u32);
+                let (first, end) = span(now);
                 if first >= end {
                     return None;
                 }
@@ -722,8 +721,8 @@ impl<'p> Team<'p> {
                 // pieces is the furthest behind).
                 let victim = (0..blocks)
                     .map(|b| {
-                        let now = left[b].load(Ordering::Relaxed);
-                        ((now as u32).saturating_sub((now >> 32) as u32), b)
+                        let (first, end) = span(left[b].load(Ordering::Relaxed));
+                        (end.saturating_sub(first), b)
                     })
                     .max()
                     .filter(|&(n, _)| n > 0);

@@ -371,11 +371,9 @@ struct RowTap {
     first: u32,
     last: u32,
     /// Rows from this one on (this one included) with the same masks: a block of rows
-    /// within them reads each row `step` floats after the one before with the same
-    /// masks, looked up once.
+    /// within them reads each row its tap's `row_step` floats after the one before with
+    /// the same masks, looked up once.
     run: u32,
-    /// The tap's distance between rows (its `row_step`).
-    step: i64,
 }
 
 /// Vectors of output computed together, their accumulators in registers: `rows` whole
@@ -774,7 +772,6 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
             first: 0,
             last: 0,
             run: 1,
-            step: 0,
         };
         tn * rows
     ];
@@ -818,7 +815,6 @@ pub fn split_through(kernel: &Kernel, buffers: &[Buffer], pad: Option<&Pad>) -> 
                 first,
                 last,
                 run: 1,
-                step: tap.row_step,
             };
         }
         for oh in (0..rows.saturating_sub(1)).rev() {
@@ -1038,6 +1034,8 @@ pub struct Pointers {
 struct Plane<'a> {
     srcs: &'a [*const f32],
     coefs: &'a [f32],
+    /// Per tap: its distance between rows ([`Tap::row_step`]).
+    row_steps: &'a [i64],
     row_taps: &'a [RowTap],
     masks: &'a [u32],
     out_masks: &'a [u16],
@@ -1116,6 +1114,10 @@ impl Stencil {
         let nb = self.blocks.len();
         let mut coefs = [0f32; MAX_TAPS];
         let mut srcs = [std::ptr::null::<f32>(); MAX_TAPS];
+        let mut row_steps = [0i64; MAX_TAPS];
+        for (step, tap) in row_steps.iter_mut().zip(&self.taps) {
+            *step = tap.row_step;
+        }
         let mut plane = usize::MAX;
         for u in units {
             let (p, b) = (u / nb, u % nb);
@@ -1136,6 +1138,7 @@ impl Stencil {
             let at = Plane {
                 srcs: &srcs[..tn],
                 coefs: &coefs[..tn],
+                row_steps: &row_steps[..tn],
                 row_taps: &self.row_taps,
                 masks: &self.masks,
                 out_masks: &self.out_masks,
@@ -1517,11 +1520,12 @@ mod avx512 {
                 let rt = *at.row_taps.get_unchecked(b.row * tn + t);
                 if V >= 2 && whole && (rt.first | rt.last) != 0 && rt.run as usize >= R {
                     // Every row of the block is whole with the same masks: one lookup,
-                    // then a row `step` floats further each time.
+                    // then a row `row_step` floats further each time.
+                    let step = *at.row_steps.get_unchecked(t) as isize;
                     let mut p = src.wrapping_offset(rt.offset as isize);
                     for acc in acc.iter_mut() {
                         whole_row!(acc, p, rt.first, rt.last, c);
-                        p = p.wrapping_offset(rt.step as isize);
+                        p = p.wrapping_offset(step);
                     }
                     continue;
                 }
@@ -1626,6 +1630,22 @@ mod tests {
         unsafe { st.run_units(&ptrs, 0..st.units(), avx) };
     }
 
+    /// [`run_all`] into an output of `init`, returned.
+    fn outputs(st: &Stencil, x: &[f32], wt: &[f32], init: f32, avx: bool) -> Vec<f32> {
+        let mut out = vec![init; st.planes * st.rows * st.cols];
+        run_all(st, x, wt, &mut out, avx);
+        out
+    }
+
+    /// Where this CPU has the vector loop: it gives `scalar`'s bits.
+    fn vector_gives(st: &Stencil, x: &[f32], wt: &[f32], init: f32, scalar: &[f32], what: &str) {
+        if vector_loop() {
+            let vector = outputs(st, x, wt, init, true);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&vector), bits(scalar), "{what}");
+        }
+    }
+
     /// The AVX-512 loop and the scalar loop give the same bits (flat and by rows, stride
     /// 1 and 2, rows of one to eight vectors and longer, every lane position of a row's
     /// edges), and both the sum of the taps within rounding.
@@ -1650,12 +1670,7 @@ mod tests {
             let wt: Vec<f32> = (0..c * 9)
                 .map(|i| ((i * 13 % 17) as f32 - 8.0) / 5.0)
                 .collect();
-            let run = |avx: bool| {
-                let mut out = vec![f32::NAN; st.planes * st.rows * st.cols];
-                run_all(&st, &x, &wt, &mut out, avx);
-                out
-            };
-            let scalar = run(false);
+            let scalar = outputs(&st, &x, &wt, f32::NAN, false);
             // The plain sum, in f64.
             let o = st.cols;
             for pl in 0..c {
@@ -1679,11 +1694,7 @@ mod tests {
                     }
                 }
             }
-            if vector_loop() {
-                let vector = run(true);
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&vector), bits(&scalar), "{c}x{h}/{s}");
-            }
+            vector_gives(&st, &x, &wt, f32::NAN, &scalar, &format!("{c}x{h}/{s}"));
         }
     }
 
@@ -1744,13 +1755,8 @@ mod tests {
                     r => (r as f32 - 100.0) / 7.0,
                 })
                 .collect();
-            let run = |avx: bool| {
-                let mut out = vec![1234.5f32; st.planes * st.rows * st.cols];
-                // A maximum reads no coefficients.
-                run_all(&st, &x, &[], &mut out, avx);
-                out
-            };
-            let scalar = run(false);
+            // A maximum reads no coefficients.
+            let scalar = outputs(&st, &x, &[], 1234.5, false);
             let o = st.cols;
             for pl in 0..c {
                 for oh in 0..o {
@@ -1782,11 +1788,7 @@ mod tests {
                     }
                 }
             }
-            if vector_loop() {
-                let vector = run(true);
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&vector), bits(&scalar), "{c}x{h}/{s}");
-            }
+            vector_gives(&st, &x, &[], 1234.5, &scalar, &format!("{c}x{h}/{s}"));
         }
     }
 
